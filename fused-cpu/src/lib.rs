@@ -1,0 +1,1 @@
+//! fused-cpu backend (skeleton; its issue fills it).

@@ -1,0 +1,1 @@
+//! fused-vulkan backend (skeleton; its issue fills it).
