@@ -1,15 +1,449 @@
 //! Legality predicates: when a pattern may be fused, and why not.
+//!
+//! Each predicate is a pure function returning `Ok(())` or the [`Refusal`]
+//! that names the reason. The planner runs them on every candidate and keeps
+//! every refusal in the plan, so a user can see why something did not fuse.
+//!
+//! The overlap rule (GGML's fusion bugs came from breaking it):
+//! - the fused destination may alias an element-wise operand only exactly
+//!   (same buffer, offset, extent and element addresses): each output element
+//!   is then written after its own operand element was read, by the same
+//!   thread;
+//! - it must not overlap any matrix-multiply input (weights, activations, a
+//!   row-broadcast bias) at all: other threads still read those while one
+//!   writes its rows;
+//! - for the signed FWHT, neither `x` nor the signs may overlap the output;
+//! - an elided intermediate (never written by the fused kernel) must not share
+//!   memory with any tensor outside the pattern, except that it may coincide
+//!   exactly with the fused destination (an in-place chain).
+
+use crate::dtype::DType;
+use crate::fwht::check_fwht_size;
+use crate::graph::NodeId;
+use crate::tensor::{Overlap, TensorDesc};
 
 /// Why a candidate fusion was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Refusal {
-    /// Placeholder until the predicates land.
-    NotYet,
+    /// An intermediate is read by more than one node, so it must be stored.
+    MultipleUses {
+        /// The intermediate.
+        node: NodeId,
+        /// How many nodes read it.
+        uses: usize,
+    },
+    /// An intermediate is a graph output, so it must be stored.
+    GraphOutput {
+        /// The intermediate.
+        node: NodeId,
+    },
+    /// An intermediate lives in memory shared with a tensor outside the
+    /// pattern (it is a view of something outside): skipping its store would
+    /// change what that tensor holds.
+    IntermediateAliasesOutside {
+        /// The intermediate.
+        node: NodeId,
+        /// The outside tensor.
+        other: NodeId,
+    },
+    /// An element-wise operand does not have the product's shape.
+    ShapeMismatch {
+        /// The element-wise node.
+        node: NodeId,
+    },
+    /// An element-wise operand would be broadcast (a silent broadcast is
+    /// never fused; a per-row bias must use the explicit row-bias op).
+    Broadcast {
+        /// The element-wise node.
+        node: NodeId,
+    },
+    /// A tensor the fused kernel reads or writes is not contiguous.
+    NotContiguous {
+        /// The tensor's node.
+        node: NodeId,
+    },
+    /// A view in the chain selects only part of (or reorders) the product.
+    PartialView {
+        /// The view node.
+        node: NodeId,
+    },
+    /// A tensor has a format the fused kernels do not take in that role.
+    UnsupportedDType {
+        /// The tensor's node.
+        node: NodeId,
+        /// Its format.
+        dtype: DType,
+    },
+    /// An element-wise op follows a Hadamard-hinted matmul: the transform is
+    /// not a GEMV and carries no epilogue.
+    EpilogueOnHadamard {
+        /// The hinted matmul.
+        node: NodeId,
+    },
+    /// The Hadamard block size is not a power of two in `2..=32768`.
+    FwhtSize {
+        /// The size.
+        n: usize,
+    },
+    /// The sign vector is not F32 `[n_blk·N, 1, 1, 1]` with `n_blk·N` equal to
+    /// the row length of `x`.
+    SignsShape {
+        /// The sign node.
+        node: NodeId,
+        /// Its element count.
+        len: usize,
+        /// The Hadamard block size.
+        n: usize,
+    },
+    /// The fused destination overlaps a matmul input (weights, activations or
+    /// a row bias).
+    DstOverlapsMatmulInput {
+        /// The input.
+        input: NodeId,
+    },
+    /// The fused destination overlaps an element-wise operand without
+    /// coinciding with it exactly.
+    DstPartiallyOverlapsOperand {
+        /// The operand.
+        operand: NodeId,
+    },
+    /// The signed FWHT's output overlaps its input or signs.
+    FwhtInputOverlapsOutput {
+        /// The input.
+        input: NodeId,
+    },
+    /// The epilogue chain would exceed [`crate::epilogue::MAX_STAGES`] stages.
+    ChainTooLong {
+        /// The first node that did not fit.
+        node: NodeId,
+    },
+    /// A node scheduled between the pattern's first and last nodes writes
+    /// memory the fused step reads, so the step cannot move to the end.
+    ClobberedBetween {
+        /// The writer.
+        writer: NodeId,
+        /// The input it overwrites.
+        input: NodeId,
+    },
+    /// An element-wise op reads the chain's own value twice (e.g. `y + y`).
+    OperandIsIntermediate {
+        /// The element-wise node.
+        node: NodeId,
+    },
+    /// Gate and up matmuls of a GLU do not share their input, or their
+    /// weights differ in format or shape.
+    GluMismatch {
+        /// The GLU node.
+        node: NodeId,
+    },
+    /// The node already belongs to another fused step.
+    AlreadyFused {
+        /// The node.
+        node: NodeId,
+    },
 }
 
 impl core::fmt::Display for Refusal {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{self:?}")
+        match self {
+            Refusal::MultipleUses { node, uses } => {
+                write!(f, "intermediate {node} has {uses} uses (must have exactly 1)")
+            }
+            Refusal::GraphOutput { node } => write!(f, "intermediate {node} is a graph output"),
+            Refusal::IntermediateAliasesOutside { node, other } => write!(
+                f,
+                "intermediate {node} shares memory with {other}, outside the pattern"
+            ),
+            Refusal::ShapeMismatch { node } => {
+                write!(f, "operand of {node} does not have the product's shape")
+            }
+            Refusal::Broadcast { node } => write!(
+                f,
+                "operand of {node} would be broadcast (only an explicit row bias may be)"
+            ),
+            Refusal::NotContiguous { node } => write!(f, "tensor {node} is not contiguous"),
+            Refusal::PartialView { node } => {
+                write!(f, "view {node} selects only part of the product")
+            }
+            Refusal::UnsupportedDType { node, dtype } => {
+                write!(f, "tensor {node} has format {dtype}, not supported by the fused kernel")
+            }
+            Refusal::EpilogueOnHadamard { node } => write!(
+                f,
+                "Hadamard-hinted matmul {node} is an FWHT and takes no epilogue"
+            ),
+            Refusal::FwhtSize { n } => {
+                write!(f, "Hadamard size {n} is not a power of two in 2..=32768")
+            }
+            Refusal::SignsShape { node, len, n } => write!(
+                f,
+                "sign vector {node} ({len} values) is not F32 [n_blk*{n}] matching the row length"
+            ),
+            Refusal::DstOverlapsMatmulInput { input } => {
+                write!(f, "fused destination overlaps matmul input {input}")
+            }
+            Refusal::DstPartiallyOverlapsOperand { operand } => write!(
+                f,
+                "fused destination overlaps operand {operand} without aliasing it exactly"
+            ),
+            Refusal::FwhtInputOverlapsOutput { input } => {
+                write!(f, "FWHT output overlaps its input {input}")
+            }
+            Refusal::ChainTooLong { node } => {
+                write!(f, "epilogue chain is full before {node}")
+            }
+            Refusal::ClobberedBetween { writer, input } => write!(
+                f,
+                "{writer}, scheduled inside the pattern, overwrites input {input}"
+            ),
+            Refusal::OperandIsIntermediate { node } => {
+                write!(f, "{node} reads the chain value as its operand too")
+            }
+            Refusal::GluMismatch { node } => write!(
+                f,
+                "GLU {node}: gate and up do not share input, weight format and shape"
+            ),
+            Refusal::AlreadyFused { node } => {
+                write!(f, "{node} already belongs to another fused step")
+            }
+        }
+    }
+}
+
+/// A tensor with the node it belongs to, as the predicates see it.
+pub type Tensor = (NodeId, TensorDesc);
+
+/// An intermediate must have exactly one use and must not be a graph output.
+pub fn check_intermediate(node: NodeId, uses: usize, is_output: bool) -> Result<(), Refusal> {
+    if is_output {
+        return Err(Refusal::GraphOutput { node });
+    }
+    if uses != 1 {
+        return Err(Refusal::MultipleUses { node, uses });
+    }
+    Ok(())
+}
+
+/// A weight format the fused GEMV kernels take.
+pub fn check_weight(w: &Tensor) -> Result<(), Refusal> {
+    let dtype = w.1.dtype();
+    if !dtype.is_weight_format() {
+        return Err(Refusal::UnsupportedDType { node: w.0, dtype });
+    }
+    if !w.1.is_contiguous() {
+        return Err(Refusal::NotContiguous { node: w.0 });
+    }
+    Ok(())
+}
+
+/// A contiguous F32 tensor (activations, operands, destinations, signs).
+pub fn check_f32_contiguous(t: &Tensor) -> Result<(), Refusal> {
+    let dtype = t.1.dtype();
+    if dtype != DType::F32 {
+        return Err(Refusal::UnsupportedDType { node: t.0, dtype });
+    }
+    if !t.1.is_contiguous() {
+        return Err(Refusal::NotContiguous { node: t.0 });
+    }
+    Ok(())
+}
+
+/// An element-wise operand of node `consumer`, whose output has shape
+/// `shape`: same shape (no broadcast), F32, contiguous.
+pub fn check_operand(consumer: NodeId, shape: [usize; 4], operand: &Tensor) -> Result<(), Refusal> {
+    let ne = operand.1.ne();
+    if ne != shape {
+        let broadcast = (0..4).all(|i| ne[i] != 0 && shape[i] % ne[i] == 0);
+        return Err(if broadcast {
+            Refusal::Broadcast { node: consumer }
+        } else {
+            Refusal::ShapeMismatch { node: consumer }
+        });
+    }
+    check_f32_contiguous(operand)
+}
+
+/// A Hadamard block size the FWHT kernels support.
+pub fn check_hadamard_size(n: usize) -> Result<(), Refusal> {
+    check_fwht_size(n).map_err(|_| Refusal::FwhtSize { n })
+}
+
+/// A sign vector for an FWHT of size `n` over rows of length `row_len`:
+/// F32, contiguous, shape `[row_len, 1, 1, 1]`, `row_len` a multiple of `n`.
+pub fn check_signs(signs: &Tensor, n: usize, row_len: usize) -> Result<(), Refusal> {
+    let t = &signs.1;
+    let len = t.n_elements();
+    let bad = Refusal::SignsShape {
+        node: signs.0,
+        len,
+        n,
+    };
+    if t.dtype() != DType::F32 || t.ne() != [row_len, 1, 1, 1] || row_len == 0 || row_len % n != 0 {
+        return Err(bad);
+    }
+    if !t.is_contiguous() {
+        return Err(Refusal::NotContiguous { node: signs.0 });
+    }
+    Ok(())
+}
+
+/// The destination of a fused GEMV against its inputs: disjoint from every
+/// matmul input; disjoint from, or exactly aliasing, every element-wise operand.
+pub fn check_gemv_overlap(dst: &TensorDesc, matmul_inputs: &[Tensor], operands: &[Tensor]) -> Result<(), Refusal> {
+    for (node, t) in matmul_inputs {
+        if dst.overlaps(t) {
+            return Err(Refusal::DstOverlapsMatmulInput { input: *node });
+        }
+    }
+    for (node, t) in operands {
+        if dst.overlap(t) == Overlap::Partial {
+            return Err(Refusal::DstPartiallyOverlapsOperand { operand: *node });
+        }
+    }
+    Ok(())
+}
+
+/// The output of a signed FWHT against its input and signs: no overlap at all.
+pub fn check_fwht_overlap(dst: &TensorDesc, x: &Tensor, signs: &Tensor) -> Result<(), Refusal> {
+    for (node, t) in [x, signs] {
+        if dst.overlaps(t) {
+            return Err(Refusal::FwhtInputOverlapsOutput { input: *node });
+        }
+    }
+    Ok(())
+}
+
+/// An elided intermediate against a tensor outside the pattern: disjoint, or
+/// (for the fused destination only) an exact alias.
+pub fn check_intermediate_memory(intermediate: &Tensor, other: &Tensor, other_is_dst: bool) -> Result<(), Refusal> {
+    match intermediate.1.overlap(&other.1) {
+        Overlap::Disjoint => Ok(()),
+        Overlap::Exact if other_is_dst => Ok(()),
+        _ => Err(Refusal::IntermediateAliasesOutside {
+            node: intermediate.0,
+            other: other.0,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::BufferId;
+
+    fn f32t(node: u32, ne: [usize; 4], buf: u32, off: usize) -> Tensor {
+        (
+            NodeId(node),
+            TensorDesc::contiguous(DType::F32, ne, BufferId(buf), off).unwrap(),
+        )
+    }
+
+    #[test]
+    fn intermediate_rules() {
+        assert_eq!(check_intermediate(NodeId(1), 1, false), Ok(()));
+        assert_eq!(
+            check_intermediate(NodeId(1), 2, false),
+            Err(Refusal::MultipleUses {
+                node: NodeId(1),
+                uses: 2
+            })
+        );
+        assert_eq!(
+            check_intermediate(NodeId(1), 1, true),
+            Err(Refusal::GraphOutput { node: NodeId(1) })
+        );
+    }
+
+    #[test]
+    fn operand_rules() {
+        let shape = [8, 2, 1, 1];
+        assert_eq!(check_operand(NodeId(5), shape, &f32t(3, shape, 0, 0)), Ok(()));
+        assert_eq!(
+            check_operand(NodeId(5), shape, &f32t(3, [8, 1, 1, 1], 0, 0)),
+            Err(Refusal::Broadcast { node: NodeId(5) })
+        );
+        assert_eq!(
+            check_operand(NodeId(5), shape, &f32t(3, [16, 1, 1, 1], 0, 0)),
+            Err(Refusal::ShapeMismatch { node: NodeId(5) })
+        );
+        let h = (
+            NodeId(3),
+            TensorDesc::contiguous(DType::F16, shape, BufferId(0), 0).unwrap(),
+        );
+        assert_eq!(
+            check_operand(NodeId(5), shape, &h),
+            Err(Refusal::UnsupportedDType {
+                node: NodeId(3),
+                dtype: DType::F16
+            })
+        );
+        let strided = (
+            NodeId(3),
+            TensorDesc::strided(DType::F32, shape, [4, 64, 128, 128], BufferId(0), 0).unwrap(),
+        );
+        assert_eq!(
+            check_operand(NodeId(5), shape, &strided),
+            Err(Refusal::NotContiguous { node: NodeId(3) })
+        );
+    }
+
+    #[test]
+    fn overlap_rules() {
+        let dst = f32t(9, [8, 1, 1, 1], 0, 64).1;
+        let x_far = f32t(1, [8, 1, 1, 1], 0, 0);
+        let x_touch = f32t(1, [8, 1, 1, 1], 0, 60);
+        let op_exact = f32t(2, [8, 1, 1, 1], 0, 64);
+        let op_shift = f32t(2, [8, 1, 1, 1], 0, 68);
+        assert_eq!(check_gemv_overlap(&dst, &[x_far], &[op_exact]), Ok(()));
+        assert_eq!(
+            check_gemv_overlap(&dst, &[x_touch], &[]),
+            Err(Refusal::DstOverlapsMatmulInput { input: NodeId(1) })
+        );
+        assert_eq!(
+            check_gemv_overlap(&dst, &[op_exact], &[]),
+            Err(Refusal::DstOverlapsMatmulInput { input: NodeId(2) }),
+            "an exact alias of a matmul input is still forbidden"
+        );
+        assert_eq!(
+            check_gemv_overlap(&dst, &[x_far], &[op_shift]),
+            Err(Refusal::DstPartiallyOverlapsOperand { operand: NodeId(2) })
+        );
+        let signs = f32t(4, [8, 1, 1, 1], 1, 0);
+        assert_eq!(
+            check_fwht_overlap(&dst, &op_exact, &signs),
+            Err(Refusal::FwhtInputOverlapsOutput { input: NodeId(2) })
+        );
+        assert_eq!(check_fwht_overlap(&dst, &x_far, &signs), Ok(()));
+    }
+
+    #[test]
+    fn hadamard_and_signs() {
+        assert_eq!(check_hadamard_size(1024), Ok(()));
+        assert_eq!(check_hadamard_size(96), Err(Refusal::FwhtSize { n: 96 }));
+        assert_eq!(check_hadamard_size(65536), Err(Refusal::FwhtSize { n: 65536 }));
+        assert_eq!(check_signs(&f32t(4, [64, 1, 1, 1], 0, 0), 32, 64), Ok(()));
+        assert!(matches!(
+            check_signs(&f32t(4, [48, 1, 1, 1], 0, 0), 32, 48),
+            Err(Refusal::SignsShape { .. })
+        ));
+        assert!(matches!(
+            check_signs(&f32t(4, [64, 2, 1, 1], 0, 0), 32, 64),
+            Err(Refusal::SignsShape { .. })
+        ));
+    }
+
+    #[test]
+    fn intermediate_memory() {
+        let inter = f32t(3, [8, 1, 1, 1], 0, 0);
+        assert_eq!(check_intermediate_memory(&inter, &f32t(7, [8, 1, 1, 1], 0, 0), true), Ok(()));
+        assert_eq!(
+            check_intermediate_memory(&inter, &f32t(7, [8, 1, 1, 1], 0, 0), false),
+            Err(Refusal::IntermediateAliasesOutside {
+                node: NodeId(3),
+                other: NodeId(7)
+            })
+        );
+        assert_eq!(check_intermediate_memory(&inter, &f32t(7, [8, 1, 1, 1], 0, 32), false), Ok(()));
     }
 }

@@ -12,3 +12,11 @@ pub mod legality;
 
 pub use dtype::DType;
 pub use error::Error;
+pub mod element;
+pub mod epilogue;
+pub mod fwht;
+#[cfg(feature = "alloc")]
+pub mod graph;
+#[cfg(feature = "alloc")]
+pub mod planner;
+pub mod tensor;

@@ -1,0 +1,312 @@
+//! Epilogue descriptors: the element-wise chain applied to a GEMV accumulator
+//! before it is stored.
+//!
+//! An [`Epilogue`] is a small `Copy` value: at most [`MAX_STAGES`] stages,
+//! applied in order to the f32 accumulator. Stages that read an operand name an
+//! operand *slot*; the operands themselves (same-shape F32 tensors, or a
+//! per-row bias) are supplied when the kernel runs and are checked by
+//! [`Epilogue::bind`].
+
+use crate::element::Activation;
+use crate::error::Error;
+
+/// The most stages one epilogue holds.
+pub const MAX_STAGES: usize = 8;
+
+/// One step of an epilogue chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// `v = act(v)`.
+    Act(Activation),
+    /// `v = v + operand[i]`, with the operand the same shape as the output.
+    Add {
+        /// Operand slot.
+        slot: u8,
+    },
+    /// `v = v · operand[i]`, with the operand the same shape as the output.
+    Mul {
+        /// Operand slot.
+        slot: u8,
+    },
+    /// `v = v + bias[row]`: an explicit row-broadcast bias (one value per
+    /// output row, shared by every column). Never inferred from a shape.
+    AddRowBias {
+        /// Operand slot.
+        slot: u8,
+    },
+}
+
+impl Stage {
+    /// The operand slot the stage reads, if any.
+    pub const fn slot(&self) -> Option<usize> {
+        match self {
+            Stage::Act(_) => None,
+            Stage::Add { slot } | Stage::Mul { slot } | Stage::AddRowBias { slot } => {
+                Some(*slot as usize)
+            }
+        }
+    }
+}
+
+/// An ordered chain of at most [`MAX_STAGES`] stages. No allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Epilogue {
+    stages: [Stage; MAX_STAGES],
+    len: u8,
+}
+
+impl Default for Epilogue {
+    fn default() -> Self {
+        Epilogue::NONE
+    }
+}
+
+impl Epilogue {
+    /// The empty chain: the accumulator is stored as is.
+    pub const NONE: Epilogue = Epilogue {
+        stages: [Stage::Act(Activation::Identity); MAX_STAGES],
+        len: 0,
+    };
+
+    /// The chain built from `stages`.
+    pub fn from_stages(stages: &[Stage]) -> Result<Epilogue, Error> {
+        stages.iter().try_fold(Epilogue::NONE, |e, s| e.then(*s))
+    }
+
+    /// The chain with `stage` appended.
+    pub fn then(mut self, stage: Stage) -> Result<Epilogue, Error> {
+        let i = self.len as usize;
+        if i == MAX_STAGES {
+            return Err(Error::EpilogueFull { max: MAX_STAGES });
+        }
+        self.stages[i] = stage;
+        self.len += 1;
+        Ok(self)
+    }
+
+    /// Appends an activation.
+    pub fn then_act(self, act: Activation) -> Result<Epilogue, Error> {
+        self.then(Stage::Act(act))
+    }
+
+    /// Appends an add of the next free operand slot.
+    pub fn then_add(self) -> Result<Epilogue, Error> {
+        let slot = self.n_operands() as u8;
+        self.then(Stage::Add { slot })
+    }
+
+    /// Appends a multiply by the next free operand slot.
+    pub fn then_mul(self) -> Result<Epilogue, Error> {
+        let slot = self.n_operands() as u8;
+        self.then(Stage::Mul { slot })
+    }
+
+    /// Appends a row-broadcast bias from the next free operand slot.
+    pub fn then_row_bias(self) -> Result<Epilogue, Error> {
+        let slot = self.n_operands() as u8;
+        self.then(Stage::AddRowBias { slot })
+    }
+
+    /// The stages, in order.
+    pub fn stages(&self) -> &[Stage] {
+        &self.stages[..self.len as usize]
+    }
+
+    /// Number of stages.
+    pub const fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the chain is empty.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// One more than the highest operand slot used (0 when none is used).
+    pub fn n_operands(&self) -> usize {
+        self.stages()
+            .iter()
+            .filter_map(Stage::slot)
+            .map(|s| s + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Applies the chain to `v` with operand values fetched by `operand(stage
+    /// index, slot)`. This is the one definition of the chain's arithmetic;
+    /// backends apply the stages in this order, one f32 rounding per stage.
+    pub fn apply_with(&self, mut v: f32, mut operand: impl FnMut(&Stage) -> f32) -> f32 {
+        for st in self.stages() {
+            v = match st {
+                Stage::Act(a) => a.apply(v),
+                Stage::Add { .. } | Stage::AddRowBias { .. } => v + operand(st),
+                Stage::Mul { .. } => v * operand(st),
+            };
+        }
+        v
+    }
+
+    /// [`Epilogue::apply_with`] in f64.
+    pub fn apply_with_f64(&self, mut v: f64, mut operand: impl FnMut(&Stage) -> f64) -> f64 {
+        for st in self.stages() {
+            v = match st {
+                Stage::Act(a) => a.apply_f64(v),
+                Stage::Add { .. } | Stage::AddRowBias { .. } => v + operand(st),
+                Stage::Mul { .. } => v * operand(st),
+            };
+        }
+        v
+    }
+
+    /// Checks the operand slices for an output of `rows × cols` (column-major
+    /// as GGML stores a matmul result: element `(row, col)` at `col·rows +
+    /// row`) and binds them.
+    pub fn bind<'a>(
+        &self,
+        operands: &[&'a [f32]],
+        rows: usize,
+        cols: usize,
+    ) -> Result<BoundEpilogue<'a>, Error> {
+        let n_out = rows
+            .checked_mul(cols)
+            .ok_or(Error::Overflow { what: "output size" })?;
+        let mut bound = [&[][..]; MAX_STAGES];
+        for st in self.stages() {
+            if let Some(slot) = st.slot() {
+                let op = *operands.get(slot).ok_or(Error::MissingOperand { slot })?;
+                let expected = match st {
+                    Stage::AddRowBias { .. } => rows,
+                    _ => n_out,
+                };
+                if op.len() != expected {
+                    return Err(Error::LengthMismatch {
+                        what: "epilogue operand",
+                        expected,
+                        actual: op.len(),
+                    });
+                }
+                bound[slot] = op;
+            }
+        }
+        Ok(BoundEpilogue {
+            epilogue: *self,
+            operands: bound,
+            rows,
+            cols,
+        })
+    }
+}
+
+/// An epilogue whose operands were checked against an output shape.
+#[derive(Clone, Copy, Debug)]
+pub struct BoundEpilogue<'a> {
+    epilogue: Epilogue,
+    operands: [&'a [f32]; MAX_STAGES],
+    rows: usize,
+    cols: usize,
+}
+
+impl BoundEpilogue<'_> {
+    /// The chain.
+    pub const fn epilogue(&self) -> &Epilogue {
+        &self.epilogue
+    }
+
+    /// Output rows.
+    pub const fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Output columns.
+    pub const fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The chain applied to the accumulator of output `(row, col)`.
+    ///
+    /// # Panics
+    /// If `row >= rows` or `col >= cols` (the bounds checked by `bind`).
+    pub fn apply(&self, acc: f32, row: usize, col: usize) -> f32 {
+        assert!(row < self.rows && col < self.cols, "output index out of range");
+        let at = col * self.rows + row;
+        self.epilogue.apply_with(acc, |st| match st {
+            Stage::AddRowBias { slot } => self.operands[*slot as usize][row],
+            Stage::Add { slot } | Stage::Mul { slot } => self.operands[*slot as usize][at],
+            Stage::Act(_) => 0.0,
+        })
+    }
+
+    /// [`BoundEpilogue::apply`] in f64 (operands widened from f32).
+    ///
+    /// # Panics
+    /// If `row >= rows` or `col >= cols`.
+    pub fn apply_f64(&self, acc: f64, row: usize, col: usize) -> f64 {
+        assert!(row < self.rows && col < self.cols, "output index out of range");
+        let at = col * self.rows + row;
+        self.epilogue.apply_with_f64(acc, |st| match st {
+            Stage::AddRowBias { slot } => self.operands[*slot as usize][row] as f64,
+            Stage::Add { slot } | Stage::Mul { slot } => self.operands[*slot as usize][at] as f64,
+            Stage::Act(_) => 0.0,
+        })
+    }
+}
+
+/// The gated dual form: `out = act(W_gate·x) ⊙ (W_up·x)`, then a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GluEpilogue {
+    /// The activation applied to the gate product.
+    pub act: Activation,
+    /// The chain applied to the gated value.
+    pub then: Epilogue,
+}
+
+impl GluEpilogue {
+    /// `act(gate)·up`, then the chain (operands as in [`Epilogue::apply_with`]).
+    pub fn apply_with(&self, gate: f32, up: f32, operand: impl FnMut(&Stage) -> f32) -> f32 {
+        self.then
+            .apply_with(crate::element::glu(self.act, gate, up), operand)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_assigns_slots_and_limits_length() {
+        let e = Epilogue::NONE
+            .then_act(Activation::Silu)
+            .and_then(|e| e.then_mul())
+            .and_then(|e| e.then_add())
+            .unwrap();
+        assert_eq!(e.n_operands(), 2);
+        assert_eq!(e.stages()[1], Stage::Mul { slot: 0 });
+        assert_eq!(e.stages()[2], Stage::Add { slot: 1 });
+        let mut full = Epilogue::NONE;
+        for _ in 0..MAX_STAGES {
+            full = full.then_act(Activation::Relu).unwrap();
+        }
+        assert_eq!(
+            full.then_act(Activation::Relu),
+            Err(Error::EpilogueFull { max: MAX_STAGES })
+        );
+    }
+
+    #[test]
+    fn bind_checks_lengths_and_applies_in_order() {
+        let e = Epilogue::NONE
+            .then_add()
+            .and_then(|e| e.then_act(Activation::Relu))
+            .and_then(|e| e.then_row_bias())
+            .unwrap();
+        let res = [1.0f32, -5.0, 2.0, 0.5];
+        let bias = [10.0f32, 20.0];
+        assert!(e.bind(&[&res], 2, 2).is_err(), "missing bias operand");
+        assert!(e.bind(&[&res[..3], &bias], 2, 2).is_err(), "short residual");
+        let b = e.bind(&[&res, &bias], 2, 2).unwrap();
+        // (acc + res) -> relu -> + bias[row]
+        assert_eq!(b.apply(1.0, 0, 0), 12.0);
+        assert_eq!(b.apply(1.0, 1, 0), 20.0);
+        assert_eq!(b.apply(-1.0, 1, 1), 20.0, "relu(-1 + 0.5) + 20");
+    }
+}

@@ -1,0 +1,445 @@
+//! A small compute graph: the input of the planner and of the reference
+//! evaluator.
+//!
+//! Nodes are appended in topological order (every source is an earlier node).
+//! Every node owns a [`TensorDesc`]: inputs are placed by the caller; compute
+//! nodes are placed densely (F32, contiguous) at a caller-chosen buffer and
+//! offset, which is how overlap and aliasing enter the graph; reshapes and
+//! views share their source's memory.
+
+use alloc::vec::Vec;
+
+use crate::dtype::DType;
+use crate::element::Activation;
+use crate::error::Error;
+use crate::tensor::{BufferId, TensorDesc};
+
+/// Index of a node in its [`Graph`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    /// The index as `usize`.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl core::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// What a matrix multiplication knows about its weight matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatHint {
+    /// An ordinary weight matrix.
+    None,
+    /// The weight is the normalised `N × N` Sylvester Hadamard matrix: the
+    /// product may be computed by an FWHT of each length-N row of the input,
+    /// without reading the weight (GGML's `GGML_HINT_SRC0_IS_HADAMARD`).
+    Hadamard,
+}
+
+/// A node's operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Data supplied by the caller (weights, activations, operands).
+    Input,
+    /// `dst[.., j, i] = Σ_k w[i, k] · x[.., j, k]`: `w` is 2-D `[K, M]`, `x`
+    /// is F32 `[K, N, B2, B3]`, the result F32 `[M, N, B2, B3]`.
+    MulMat(MatHint),
+    /// `a + b`, `b` broadcast GGML-style (each `b.ne[i]` divides `a.ne[i]`).
+    Add,
+    /// `a · b`, broadcast as for `Add`.
+    Mul,
+    /// `a + bias[i0]`: an explicit per-row bias of shape `[a.ne0, 1, 1, 1]`.
+    AddRowBias,
+    /// An activation of `a`.
+    Unary(Activation),
+    /// `act(gate) · up`, both of the same shape.
+    Glu(Activation),
+    /// The same contiguous memory as its source, with a new shape.
+    Reshape,
+    /// A strided window into its source's memory.
+    View,
+    /// An operation the core does not model (a norm, attention, ...). The
+    /// planner never fuses through it. The reference evaluates it as an
+    /// element-wise copy of its first source, so that graphs containing it
+    /// remain executable.
+    Other(&'static str),
+}
+
+impl Op {
+    /// A short name for reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input => "input",
+            Op::MulMat(MatHint::None) => "mul_mat",
+            Op::MulMat(MatHint::Hadamard) => "mul_mat(hadamard)",
+            Op::Add => "add",
+            Op::Mul => "mul",
+            Op::AddRowBias => "add_row_bias",
+            Op::Unary(a) => a.name(),
+            Op::Glu(_) => "glu",
+            Op::Reshape => "reshape",
+            Op::View => "view",
+            Op::Other(name) => name,
+        }
+    }
+
+    /// Whether the node only reinterprets its source's memory.
+    pub const fn is_view(&self) -> bool {
+        matches!(self, Op::Reshape | Op::View)
+    }
+}
+
+/// The most sources a node has.
+pub const MAX_SRCS: usize = 4;
+
+/// One node of a [`Graph`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Node {
+    op: Op,
+    srcs: [Option<NodeId>; MAX_SRCS],
+    tensor: TensorDesc,
+    output: bool,
+    name: &'static str,
+}
+
+impl Node {
+    /// The operation.
+    pub const fn op(&self) -> Op {
+        self.op
+    }
+
+    /// The sources, in order.
+    pub fn srcs(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.srcs.iter().map_while(|s| *s)
+    }
+
+    /// Source `i`.
+    pub fn src(&self, i: usize) -> Option<NodeId> {
+        self.srcs.get(i).copied().flatten()
+    }
+
+    /// The tensor the node produces.
+    pub const fn tensor(&self) -> &TensorDesc {
+        &self.tensor
+    }
+
+    /// Whether the node is a graph output (read after the graph runs).
+    pub const fn is_output(&self) -> bool {
+        self.output
+    }
+
+    /// A caller-given label (empty if none).
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// Where a compute node's dense F32 result goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Place {
+    /// The buffer.
+    pub buffer: BufferId,
+    /// Byte offset inside it (a multiple of 4).
+    pub offset: usize,
+}
+
+impl Place {
+    /// `offset` bytes into `buffer`.
+    pub const fn at(buffer: u32, offset: usize) -> Place {
+        Place {
+            buffer: BufferId(buffer),
+            offset,
+        }
+    }
+}
+
+/// A compute graph in topological order, with use counts.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    uses: Vec<u32>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    /// The nodes, in order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the graph has no node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The node `id`.
+    pub fn node(&self, id: NodeId) -> Result<&Node, Error> {
+        self.nodes.get(id.index()).ok_or(Error::BadNode { index: id.index() })
+    }
+
+    /// How many times `id` is a source of another node (a view counts as a use).
+    pub fn use_count(&self, id: NodeId) -> usize {
+        self.uses.get(id.index()).copied().unwrap_or(0) as usize
+    }
+
+    /// The nodes that read `id`, in order.
+    pub fn consumers(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(move |(_, n)| n.srcs().any(|s| s == id))
+            .map(|(i, _)| NodeId(i as u32))
+    }
+
+    /// The tensor of node `id`.
+    pub fn tensor(&self, id: NodeId) -> Result<&TensorDesc, Error> {
+        Ok(self.node(id)?.tensor())
+    }
+
+    /// Marks `id` as a graph output.
+    pub fn mark_output(&mut self, id: NodeId) -> Result<(), Error> {
+        let n = self
+            .nodes
+            .get_mut(id.index())
+            .ok_or(Error::BadNode { index: id.index() })?;
+        n.output = true;
+        Ok(())
+    }
+
+    /// Gives node `id` a label for reports.
+    pub fn set_name(&mut self, id: NodeId, name: &'static str) -> Result<(), Error> {
+        let n = self
+            .nodes
+            .get_mut(id.index())
+            .ok_or(Error::BadNode { index: id.index() })?;
+        n.name = name;
+        Ok(())
+    }
+
+    fn push(&mut self, op: Op, srcs: &[NodeId], tensor: TensorDesc) -> Result<NodeId, Error> {
+        let mut s = [None; MAX_SRCS];
+        if srcs.len() > MAX_SRCS {
+            return Err(Error::LengthMismatch {
+                what: "node sources",
+                expected: MAX_SRCS,
+                actual: srcs.len(),
+            });
+        }
+        for (slot, &id) in s.iter_mut().zip(srcs) {
+            if id.index() >= self.nodes.len() {
+                return Err(Error::BadNode { index: id.index() });
+            }
+            *slot = Some(id);
+        }
+        for &id in srcs {
+            self.uses[id.index()] += 1;
+        }
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(Node {
+            op,
+            srcs: s,
+            tensor,
+            output: false,
+            name: "",
+        });
+        self.uses.push(0);
+        Ok(id)
+    }
+
+    fn dense(ne: [usize; 4], at: Place) -> Result<TensorDesc, Error> {
+        if at.offset % 4 != 0 {
+            return Err(Error::Misaligned {
+                what: "F32 result offset",
+                align: 4,
+                value: at.offset,
+            });
+        }
+        TensorDesc::contiguous(DType::F32, ne, at.buffer, at.offset)
+    }
+
+    fn elementwise_input(&self, id: NodeId, what: &'static str) -> Result<TensorDesc, Error> {
+        let t = *self.tensor(id)?;
+        match t.dtype() {
+            DType::F32 | DType::F16 | DType::BF16 => Ok(t),
+            dtype => Err(Error::UnsupportedDType { what, dtype }),
+        }
+    }
+
+    /// A caller-supplied tensor.
+    pub fn input(&mut self, tensor: TensorDesc) -> Result<NodeId, Error> {
+        self.push(Op::Input, &[], tensor)
+    }
+
+    /// `w · x` (see [`Op::MulMat`]).
+    pub fn mul_mat(&mut self, w: NodeId, x: NodeId, at: Place) -> Result<NodeId, Error> {
+        self.mul_mat_hinted(w, x, MatHint::None, at)
+    }
+
+    /// `H · x` with the Hadamard hint: `w` must be `[N, N]`.
+    pub fn mul_mat_hadamard(&mut self, w: NodeId, x: NodeId, at: Place) -> Result<NodeId, Error> {
+        self.mul_mat_hinted(w, x, MatHint::Hadamard, at)
+    }
+
+    fn mul_mat_hinted(&mut self, w: NodeId, x: NodeId, hint: MatHint, at: Place) -> Result<NodeId, Error> {
+        let wt = *self.tensor(w)?;
+        let xt = *self.tensor(x)?;
+        let [k, m, w2, w3] = wt.ne();
+        if w2 != 1 || w3 != 1 {
+            return Err(Error::ShapeMismatch {
+                what: "mul_mat weight must be 2-D",
+                expected: [k, m, 1, 1],
+                actual: wt.ne(),
+            });
+        }
+        if !wt.rows_contiguous() {
+            return Err(Error::UnsupportedDType {
+                what: "mul_mat weight with strided blocks",
+                dtype: wt.dtype(),
+            });
+        }
+        if xt.dtype() != DType::F32 {
+            return Err(Error::UnsupportedDType {
+                what: "mul_mat activations (must be F32)",
+                dtype: xt.dtype(),
+            });
+        }
+        let xne = xt.ne();
+        if xne[0] != k {
+            return Err(Error::ShapeMismatch {
+                what: "mul_mat inner dimension",
+                expected: [k, xne[1], xne[2], xne[3]],
+                actual: xne,
+            });
+        }
+        if hint == MatHint::Hadamard && k != m {
+            return Err(Error::ShapeMismatch {
+                what: "Hadamard matrix must be square",
+                expected: [k, k, 1, 1],
+                actual: wt.ne(),
+            });
+        }
+        let out = Graph::dense([m, xne[1], xne[2], xne[3]], at)?;
+        self.push(Op::MulMat(hint), &[w, x], out)
+    }
+
+    fn binary(&mut self, op: Op, a: NodeId, b: NodeId, at: Place) -> Result<NodeId, Error> {
+        let ta = self.elementwise_input(a, "element-wise operand")?;
+        let tb = self.elementwise_input(b, "element-wise operand")?;
+        let (na, nbb) = (ta.ne(), tb.ne());
+        if (0..4).any(|i| nbb[i] == 0 || na[i] % nbb[i] != 0) {
+            return Err(Error::ShapeMismatch {
+                what: "second operand must broadcast into the first",
+                expected: na,
+                actual: nbb,
+            });
+        }
+        let out = Graph::dense(na, at)?;
+        self.push(op, &[a, b], out)
+    }
+
+    /// `a + b` (`b` may broadcast; the planner refuses to fuse broadcasts).
+    pub fn add(&mut self, a: NodeId, b: NodeId, at: Place) -> Result<NodeId, Error> {
+        self.binary(Op::Add, a, b, at)
+    }
+
+    /// `a · b` (`b` may broadcast; the planner refuses to fuse broadcasts).
+    pub fn mul(&mut self, a: NodeId, b: NodeId, at: Place) -> Result<NodeId, Error> {
+        self.binary(Op::Mul, a, b, at)
+    }
+
+    /// `a + bias[i0]` with `bias` of shape `[a.ne0, 1, 1, 1]`.
+    pub fn add_row_bias(&mut self, a: NodeId, bias: NodeId, at: Place) -> Result<NodeId, Error> {
+        let ta = self.elementwise_input(a, "element-wise operand")?;
+        let tb = self.elementwise_input(bias, "row bias")?;
+        let want = [ta.ne()[0], 1, 1, 1];
+        if tb.ne() != want {
+            return Err(Error::ShapeMismatch {
+                what: "row bias",
+                expected: want,
+                actual: tb.ne(),
+            });
+        }
+        let out = Graph::dense(ta.ne(), at)?;
+        self.push(Op::AddRowBias, &[a, bias], out)
+    }
+
+    /// `act(a)`.
+    pub fn unary(&mut self, act: Activation, a: NodeId, at: Place) -> Result<NodeId, Error> {
+        let ta = self.elementwise_input(a, "activation input")?;
+        let out = Graph::dense(ta.ne(), at)?;
+        self.push(Op::Unary(act), &[a], out)
+    }
+
+    /// `act(gate) · up`.
+    pub fn glu(&mut self, act: Activation, gate: NodeId, up: NodeId, at: Place) -> Result<NodeId, Error> {
+        let tg = self.elementwise_input(gate, "GLU gate")?;
+        let tu = self.elementwise_input(up, "GLU up")?;
+        if tg.ne() != tu.ne() {
+            return Err(Error::ShapeMismatch {
+                what: "GLU gate and up",
+                expected: tg.ne(),
+                actual: tu.ne(),
+            });
+        }
+        let out = Graph::dense(tg.ne(), at)?;
+        self.push(Op::Glu(act), &[gate, up], out)
+    }
+
+    /// `a` seen with shape `ne` (`a` must be contiguous).
+    pub fn reshape(&mut self, a: NodeId, ne: [usize; 4]) -> Result<NodeId, Error> {
+        let t = self.tensor(a)?.reshaped(ne)?;
+        self.push(Op::Reshape, &[a], t)
+    }
+
+    /// A window of `a`: shape `ne`, byte strides `nb`, starting `offset` bytes
+    /// after `a`'s first byte; it must lie inside `a`'s extent.
+    pub fn view(&mut self, a: NodeId, ne: [usize; 4], nb: [usize; 4], offset: usize) -> Result<NodeId, Error> {
+        let ta = *self.tensor(a)?;
+        let start = ta
+            .offset()
+            .checked_add(offset)
+            .ok_or(Error::Overflow { what: "view offset" })?;
+        let t = TensorDesc::strided(ta.dtype(), ne, nb, ta.buffer(), start)?;
+        let (e, f) = (t.byte_extent(), ta.byte_extent());
+        if t.n_elements() > 0 && (e.start < f.start || e.end > f.end) {
+            return Err(Error::BufferTooShort {
+                what: "view must lie inside its source",
+                needed: e.end,
+                actual: f.end,
+            });
+        }
+        self.push(Op::View, &[a], t)
+    }
+
+    /// An opaque operation reading `srcs` and producing a dense F32 `ne`
+    /// tensor at `at` (see [`Op::Other`]).
+    pub fn other(&mut self, name: &'static str, srcs: &[NodeId], ne: [usize; 4], at: Place) -> Result<NodeId, Error> {
+        let out = Graph::dense(ne, at)?;
+        if let Some(&s) = srcs.first() {
+            let ts = self.elementwise_input(s, "opaque op first source")?;
+            if ts.n_elements() != out.n_elements() {
+                return Err(Error::ShapeMismatch {
+                    what: "opaque op output must have its first source's element count",
+                    expected: ts.ne(),
+                    actual: ne,
+                });
+            }
+        }
+        self.push(Op::Other(name), srcs, out)
+    }
+}

@@ -1,0 +1,653 @@
+//! The planner: turns a [`Graph`] into a [`Plan`] of fused and unfused steps.
+//!
+//! Patterns, tried at every matmul in node order (a node joins at most one
+//! fused step):
+//! - `mul_mat → [reshape] → (act | add | mul | row-bias | glu-as-gate)*`: one
+//!   GEMV with an epilogue chain (so `mul_mat → act → mul` fuses into the
+//!   activation-times-operand form before a plain activation would);
+//! - `glu(act)(mul_mat(W_g, x), mul_mat(W_u, x)) → chain`: one dual GEMV;
+//! - `mul(x, signs) → [reshape] → mul_mat(hint = Hadamard)`: one signed FWHT.
+//!
+//! A chain stops at the first consumer that is not element-wise; when a
+//! predicate refuses a link, the chain is cut before it and the refusal is
+//! recorded. A candidate that fails a whole-pattern check (overlap, a write
+//! scheduled inside the pattern) is retried one link shorter. Every refusal
+//! lands in [`Plan::refusals`].
+//!
+//! A fused step runs at the position of its last node, so every operand is
+//! ready; the planner checks that nothing scheduled in between overwrites
+//! what the step reads.
+
+use alloc::vec::Vec;
+
+use crate::element::Activation;
+use crate::epilogue::{Epilogue, MAX_STAGES, Stage};
+use crate::fwht::FwhtDesc;
+use crate::graph::{Graph, MatHint, NodeId, Op};
+use crate::legality::{
+    Refusal, Tensor, check_f32_contiguous, check_fwht_overlap, check_gemv_overlap, check_hadamard_size,
+    check_intermediate, check_intermediate_memory, check_operand, check_signs, check_weight,
+};
+
+/// Operand nodes by epilogue slot.
+pub type Operands = [Option<NodeId>; MAX_STAGES];
+
+/// One GEMV with an epilogue chain.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedGemv {
+    /// The matmul.
+    pub matmul: NodeId,
+    /// The chain applied to its accumulator.
+    pub epilogue: Epilogue,
+    /// The operand node of each slot.
+    pub operands: Operands,
+    /// The node whose tensor receives the result.
+    pub out: NodeId,
+    /// Every node the step replaces, in graph order.
+    pub nodes: Vec<NodeId>,
+}
+
+/// The gated dual GEMV: `act(W_g·x) ⊙ (W_u·x)`, then a chain.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedGlu {
+    /// The gate matmul.
+    pub gate: NodeId,
+    /// The up matmul.
+    pub up: NodeId,
+    /// The GLU node.
+    pub glu: NodeId,
+    /// The GLU activation.
+    pub act: Activation,
+    /// The chain applied after the gating.
+    pub epilogue: Epilogue,
+    /// The operand node of each slot.
+    pub operands: Operands,
+    /// The node whose tensor receives the result.
+    pub out: NodeId,
+    /// Every node the step replaces, in graph order.
+    pub nodes: Vec<NodeId>,
+}
+
+/// `H · (x ⊙ signs)` in one pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedFwht {
+    /// The input.
+    pub x: NodeId,
+    /// The sign vector.
+    pub signs: NodeId,
+    /// The hinted matmul, whose tensor receives the result.
+    pub matmul: NodeId,
+    /// The transform.
+    pub desc: FwhtDesc,
+    /// Every node the step replaces, in graph order.
+    pub nodes: Vec<NodeId>,
+}
+
+/// One step of a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// A node run as is.
+    Node(NodeId),
+    /// A fused GEMV.
+    Gemv(FusedGemv),
+    /// A fused gated dual GEMV.
+    GluGemv(FusedGlu),
+    /// A fused signed FWHT.
+    SignedFwht(FusedFwht),
+}
+
+impl Step {
+    /// Whether the step replaces several nodes.
+    pub const fn is_fused(&self) -> bool {
+        !matches!(self, Step::Node(_))
+    }
+
+    /// The nodes the step covers.
+    pub fn nodes(&self) -> &[NodeId] {
+        match self {
+            Step::Node(id) => core::slice::from_ref(id),
+            Step::Gemv(s) => &s.nodes,
+            Step::GluGemv(s) => &s.nodes,
+            Step::SignedFwht(s) => &s.nodes,
+        }
+    }
+}
+
+/// The pattern a refused candidate was tried as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// A GEMV with an epilogue chain.
+    Epilogue,
+    /// A gated dual GEMV.
+    Glu,
+    /// A signed FWHT.
+    SignedFwht,
+}
+
+/// A candidate the planner refused, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The pattern tried.
+    pub pattern: Pattern,
+    /// The node the pattern was anchored at (its matmul).
+    pub anchor: NodeId,
+    /// The reason.
+    pub reason: Refusal,
+}
+
+/// An ordered list of steps covering every non-input node once.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// The steps, in execution order.
+    pub steps: Vec<Step>,
+    /// Every refused candidate.
+    pub refusals: Vec<Refused>,
+}
+
+impl Plan {
+    /// The plan that runs every node by itself.
+    pub fn unfused(graph: &Graph) -> Plan {
+        let steps = graph
+            .nodes()
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.op() != Op::Input)
+            .map(|(i, _)| Step::Node(NodeId(i as u32)))
+            .collect();
+        Plan {
+            steps,
+            refusals: Vec::new(),
+        }
+    }
+
+    /// Number of fused steps.
+    pub fn fused_steps(&self) -> usize {
+        self.steps.iter().filter(|s| s.is_fused()).count()
+    }
+
+    /// Number of steps that launch work: fused steps and nodes other than
+    /// reshapes and views.
+    pub fn kernel_steps(&self, graph: &Graph) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| match s {
+                Step::Node(id) => graph.node(*id).map(|n| !n.op().is_view()).unwrap_or(false),
+                _ => true,
+            })
+            .count()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum LinkStage {
+    Act(Activation),
+    Add(NodeId),
+    Mul(NodeId),
+    RowBias(NodeId),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    node: NodeId,
+    stages: [Option<LinkStage>; 2],
+}
+
+struct Planner<'g> {
+    g: &'g Graph,
+    owner: Vec<Option<usize>>,
+    fused: Vec<Step>,
+    refusals: Vec<Refused>,
+}
+
+/// Plans `graph`: fuses every legal pattern and records every refusal.
+pub fn plan(graph: &Graph) -> Plan {
+    let mut p = Planner {
+        g: graph,
+        owner: alloc::vec![None; graph.len()],
+        fused: Vec::new(),
+        refusals: Vec::new(),
+    };
+    for (i, node) in graph.nodes().iter().enumerate() {
+        let id = NodeId(i as u32);
+        if p.owner[i].is_some() {
+            continue;
+        }
+        match node.op() {
+            Op::MulMat(MatHint::None) => p.try_gemv(id),
+            Op::MulMat(MatHint::Hadamard) => p.try_signed_fwht(id),
+            _ => {}
+        }
+    }
+    let mut steps = Vec::new();
+    let mut emitted = alloc::vec![false; p.fused.len()];
+    for (i, node) in graph.nodes().iter().enumerate() {
+        match p.owner[i] {
+            Some(s) => {
+                let last = *p.fused[s].nodes().last().unwrap_or(&NodeId(0));
+                if last.index() == i && !emitted[s] {
+                    emitted[s] = true;
+                    steps.push(p.fused[s].clone());
+                }
+            }
+            None if node.op() != Op::Input => steps.push(Step::Node(NodeId(i as u32))),
+            None => {}
+        }
+    }
+    Plan {
+        steps,
+        refusals: p.refusals,
+    }
+}
+
+fn is_elementwise(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Add | Op::Mul | Op::AddRowBias | Op::Unary(_) | Op::Glu(_) | Op::Reshape | Op::View
+    )
+}
+
+impl<'g> Planner<'g> {
+    fn t(&self, id: NodeId) -> Tensor {
+        (id, *self.g.nodes()[id.index()].tensor())
+    }
+
+    fn refuse(&mut self, pattern: Pattern, anchor: NodeId, reason: Refusal) {
+        let r = Refused {
+            pattern,
+            anchor,
+            reason,
+        };
+        if !self.refusals.contains(&r) {
+            self.refusals.push(r);
+        }
+    }
+
+    fn claimed(&self, id: NodeId) -> bool {
+        self.owner[id.index()].is_some()
+    }
+
+    fn claim(&mut self, step: Step) {
+        let s = self.fused.len();
+        for id in step.nodes() {
+            self.owner[id.index()] = Some(s);
+        }
+        self.fused.push(step);
+    }
+
+    /// The next link after `cur`, `Ok(None)` where the chain simply ends.
+    fn follow(&self, cur: NodeId, rows: usize) -> Result<Option<Link>, Refusal> {
+        let g = self.g;
+        let node = &g.nodes()[cur.index()];
+        let consumers: Vec<NodeId> = g.consumers(cur).collect();
+        let Some(&u) = consumers.first() else {
+            return Ok(None);
+        };
+        if !consumers
+            .iter()
+            .any(|c| is_elementwise(g.nodes()[c.index()].op()))
+        {
+            return Ok(None);
+        }
+        check_intermediate(cur, g.use_count(cur), node.is_output())?;
+        let un = &g.nodes()[u.index()];
+        if self.claimed(u) {
+            return Err(Refusal::AlreadyFused { node: u });
+        }
+        let shape = un.tensor().ne();
+        let operand_of = |other_slot: usize| -> Result<NodeId, Refusal> {
+            let o = un.src(other_slot).unwrap_or(cur);
+            if o == cur {
+                return Err(Refusal::OperandIsIntermediate { node: u });
+            }
+            check_operand(u, shape, &self.t(o))?;
+            Ok(o)
+        };
+        let stages = match un.op() {
+            Op::Reshape => [None, None],
+            Op::View => {
+                let (tv, tc) = (un.tensor(), node.tensor());
+                if !(tv.is_contiguous()
+                    && tv.n_elements() == tc.n_elements()
+                    && tv.offset() == tc.offset())
+                {
+                    return Err(Refusal::PartialView { node: u });
+                }
+                [None, None]
+            }
+            Op::Unary(a) => [Some(LinkStage::Act(a)), None],
+            Op::Add | Op::Mul => {
+                let slot = if un.src(0) == Some(cur) { 1 } else { 0 };
+                if slot == 0 && un.src(1) == Some(cur) && g.tensor(cur).map(|t| t.ne()) != Ok(shape) {
+                    // The chain value would be the broadcast operand.
+                    return Err(Refusal::Broadcast { node: u });
+                }
+                let o = operand_of(slot)?;
+                let st = if un.op() == Op::Add {
+                    LinkStage::Add(o)
+                } else {
+                    LinkStage::Mul(o)
+                };
+                [Some(st), None]
+            }
+            Op::AddRowBias => {
+                if un.src(0) != Some(cur) {
+                    return Ok(None);
+                }
+                let b = un.src(1).unwrap_or(cur);
+                if b == cur {
+                    return Err(Refusal::OperandIsIntermediate { node: u });
+                }
+                if shape[0] != rows {
+                    return Err(Refusal::ShapeMismatch { node: u });
+                }
+                check_f32_contiguous(&self.t(b))?;
+                [Some(LinkStage::RowBias(b)), None]
+            }
+            Op::Glu(a) => {
+                if un.src(0) != Some(cur) {
+                    return Ok(None);
+                }
+                let o = operand_of(1)?;
+                [Some(LinkStage::Act(a)), Some(LinkStage::Mul(o))]
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(Link { node: u, stages }))
+    }
+
+    /// Follows the chain from `tail` as far as the predicates allow.
+    fn extend(&mut self, pattern: Pattern, anchor: NodeId, tail: NodeId, rows: usize) -> Vec<Link> {
+        let mut links = Vec::new();
+        let mut cur = tail;
+        let mut n_stages = 0;
+        loop {
+            match self.follow(cur, rows) {
+                Ok(Some(link)) => {
+                    let k = link.stages.iter().flatten().count();
+                    if n_stages + k > MAX_STAGES {
+                        self.refuse(pattern, anchor, Refusal::ChainTooLong { node: link.node });
+                        break;
+                    }
+                    n_stages += k;
+                    cur = link.node;
+                    links.push(link);
+                }
+                Ok(None) => break,
+                Err(r) => {
+                    self.refuse(pattern, anchor, r);
+                    break;
+                }
+            }
+        }
+        links
+    }
+
+    fn try_gemv(&mut self, mm: NodeId) {
+        let g = self.g;
+        let rows = g.nodes()[mm.index()].tensor().ne()[0];
+        if let Some(glu) = self.glu_candidate(mm) {
+            if self.try_glu(mm, glu, rows) {
+                return;
+            }
+        }
+        let w = g.nodes()[mm.index()].src(0).unwrap_or(mm);
+        let x = g.nodes()[mm.index()].src(1).unwrap_or(mm);
+        let links = self.extend(Pattern::Epilogue, mm, mm, rows);
+        if links.is_empty() {
+            return;
+        }
+        if let Err(r) = check_weight(&self.t(w)).and_then(|_| check_f32_contiguous(&self.t(x))) {
+            self.refuse(Pattern::Epilogue, mm, r);
+            return;
+        }
+        let inputs = [self.t(w), self.t(x)];
+        if let Some((epilogue, operands, n)) = self.best_prefix(Pattern::Epilogue, mm, &[mm], &links, &inputs) {
+            let mut nodes = alloc::vec![mm];
+            nodes.extend(links[..n].iter().map(|l| l.node));
+            let out = *nodes.last().unwrap_or(&mm);
+            self.claim(Step::Gemv(FusedGemv {
+                matmul: mm,
+                epilogue,
+                operands,
+                out,
+                nodes,
+            }));
+        }
+    }
+
+    /// The GLU node if `mm` is one of its two matmul inputs.
+    fn glu_candidate(&self, mm: NodeId) -> Option<NodeId> {
+        let g = self.g;
+        let u = g.consumers(mm).next()?;
+        match g.nodes()[u.index()].op() {
+            Op::Glu(_) if !self.claimed(u) => Some(u),
+            _ => None,
+        }
+    }
+
+    fn try_glu(&mut self, anchor: NodeId, glu: NodeId, rows: usize) -> bool {
+        let g = self.g;
+        let gn = &g.nodes()[glu.index()];
+        let (Some(gate), Some(up)) = (gn.src(0), gn.src(1)) else {
+            return false;
+        };
+        let Op::Glu(act) = gn.op() else { return false };
+        let is_mm = |id: NodeId| g.nodes()[id.index()].op() == Op::MulMat(MatHint::None);
+        if !is_mm(gate) || !is_mm(up) {
+            return false;
+        }
+        if gate == up {
+            self.refuse(Pattern::Glu, anchor, Refusal::OperandIsIntermediate { node: glu });
+            return false;
+        }
+        if self.claimed(gate) || self.claimed(up) {
+            let node = if self.claimed(gate) { gate } else { up };
+            self.refuse(Pattern::Glu, anchor, Refusal::AlreadyFused { node });
+            return false;
+        }
+        let (gnode, unode) = (&g.nodes()[gate.index()], &g.nodes()[up.index()]);
+        let (wg, wu, x) = (
+            gnode.src(0).unwrap_or(gate),
+            unode.src(0).unwrap_or(up),
+            gnode.src(1).unwrap_or(gate),
+        );
+        let (twg, twu) = (self.t(wg).1, self.t(wu).1);
+        if unode.src(1) != Some(x) || twg.dtype() != twu.dtype() || twg.ne() != twu.ne() {
+            self.refuse(Pattern::Glu, anchor, Refusal::GluMismatch { node: glu });
+            return false;
+        }
+        let checks = check_intermediate(gate, g.use_count(gate), gnode.is_output())
+            .and_then(|_| check_intermediate(up, g.use_count(up), unode.is_output()))
+            .and_then(|_| check_weight(&self.t(wg)))
+            .and_then(|_| check_weight(&self.t(wu)))
+            .and_then(|_| check_f32_contiguous(&self.t(x)));
+        if let Err(r) = checks {
+            self.refuse(Pattern::Glu, anchor, r);
+            return false;
+        }
+        let links = self.extend(Pattern::Glu, anchor, glu, rows);
+        let mut base = alloc::vec![gate, up, glu];
+        base.sort();
+        let inputs = [self.t(wg), self.t(wu), self.t(x)];
+        let Some((epilogue, operands, n)) = self.best_prefix(Pattern::Glu, anchor, &base, &links, &inputs) else {
+            return false;
+        };
+        let mut nodes = base;
+        nodes.extend(links[..n].iter().map(|l| l.node));
+        let out = *nodes.last().unwrap_or(&glu);
+        self.claim(Step::GluGemv(FusedGlu {
+            gate,
+            up,
+            glu,
+            act,
+            epilogue,
+            operands,
+            out,
+            nodes,
+        }));
+        true
+    }
+
+    /// The longest legal prefix of `links` (ending at a link with a stage,
+    /// or, for the GLU, possibly empty) as an epilogue.
+    fn best_prefix(
+        &mut self,
+        pattern: Pattern,
+        anchor: NodeId,
+        base: &[NodeId],
+        links: &[Link],
+        inputs: &[Tensor],
+    ) -> Option<(Epilogue, Operands, usize)> {
+        let min = if pattern == Pattern::Glu { 0 } else { 1 };
+        for n in (min..=links.len()).rev() {
+            if n > 0 && links[n - 1].stages[0].is_none() {
+                continue;
+            }
+            let (epilogue, operands, elementwise, row_biases) = build_epilogue(&links[..n]);
+            let mut nodes: Vec<NodeId> = base.to_vec();
+            nodes.extend(links[..n].iter().map(|l| l.node));
+            let out = *nodes.last().unwrap_or(&anchor);
+            let mut reads: Vec<Tensor> = inputs.to_vec();
+            reads.extend(row_biases.iter().map(|&b| self.t(b)));
+            let ops: Vec<Tensor> = elementwise.iter().map(|&o| self.t(o)).collect();
+            let dst = self.t(out).1;
+            let mut all_reads = reads.clone();
+            all_reads.extend(ops.iter().copied());
+            let verdict = check_gemv_overlap(&dst, &reads, &ops)
+                .and_then(|_| self.check_memory(&nodes, out, &all_reads));
+            match verdict {
+                Ok(()) => return Some((epilogue, operands, n)),
+                Err(r) => self.refuse(pattern, anchor, r),
+            }
+        }
+        None
+    }
+
+    /// Intermediates vs every tensor outside the pattern, and writes
+    /// scheduled between the pattern's first and last node vs its reads.
+    fn check_memory(&self, nodes: &[NodeId], out: NodeId, reads: &[Tensor]) -> Result<(), Refusal> {
+        let g = self.g;
+        let first = nodes.iter().min().copied().unwrap_or(out);
+        for &i in nodes.iter().filter(|&&i| i != out) {
+            let ti = self.t(i);
+            check_intermediate_memory(&ti, &self.t(out), true)?;
+            for (j, _) in g.nodes().iter().enumerate() {
+                let o = NodeId(j as u32);
+                if !nodes.contains(&o) {
+                    check_intermediate_memory(&ti, &self.t(o), false)?;
+                }
+            }
+        }
+        for j in first.index() + 1..out.index() {
+            let b = NodeId(j as u32);
+            let bn = &g.nodes()[j];
+            if nodes.contains(&b) || bn.op() == Op::Input || bn.op().is_view() {
+                continue;
+            }
+            for (input, t) in reads {
+                if *input != b && bn.tensor().overlaps(t) {
+                    return Err(Refusal::ClobberedBetween { writer: b, input: *input });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn try_signed_fwht(&mut self, mm: NodeId) {
+        let g = self.g;
+        let mn = &g.nodes()[mm.index()];
+        // An element-wise consumer of a Hadamard transform is never fused.
+        if let Some(u) = g.consumers(mm).next() {
+            if g.use_count(mm) == 1 && is_elementwise(g.nodes()[u.index()].op()) {
+                self.refuse(Pattern::Epilogue, mm, Refusal::EpilogueOnHadamard { node: mm });
+            }
+        }
+        let Some(src) = mn.src(1) else { return };
+        let (mul, reshape) = match g.nodes()[src.index()].op() {
+            Op::Mul => (src, None),
+            Op::Reshape => match g.nodes()[src.index()].src(0) {
+                Some(m) if g.nodes()[m.index()].op() == Op::Mul => (m, Some(src)),
+                _ => return,
+            },
+            _ => return,
+        };
+        let n = self.t(mm).1.ne()[0];
+        if let Err(r) = self.signed_fwht_checks(mm, mul, reshape, n) {
+            self.refuse(Pattern::SignedFwht, mm, r);
+        }
+    }
+
+    fn signed_fwht_checks(&mut self, mm: NodeId, mul: NodeId, reshape: Option<NodeId>, n: usize) -> Result<(), Refusal> {
+        let g = self.g;
+        check_hadamard_size(n)?;
+        for id in [Some(mul), reshape].into_iter().flatten() {
+            if self.claimed(id) {
+                return Err(Refusal::AlreadyFused { node: id });
+            }
+            let node = &g.nodes()[id.index()];
+            check_intermediate(id, g.use_count(id), node.is_output())?;
+        }
+        let mn = &g.nodes()[mul.index()];
+        let (a, b) = (mn.src(0).unwrap_or(mul), mn.src(1).unwrap_or(mul));
+        let is_vec = |id: NodeId| {
+            let ne = self.t(id).1.ne();
+            ne[1] == 1 && ne[2] == 1 && ne[3] == 1
+        };
+        let (x, signs) = if is_vec(b) || !is_vec(a) { (a, b) } else { (b, a) };
+        let (tx, ts) = (self.t(x), self.t(signs));
+        check_f32_contiguous(&tx)?;
+        check_signs(&ts, n, tx.1.ne()[0])?;
+        let dst = self.t(mm).1;
+        check_fwht_overlap(&dst, &tx, &ts)?;
+        let mut nodes = alloc::vec![mul];
+        nodes.extend(reshape);
+        nodes.push(mm);
+        self.check_memory(&nodes, mm, &[tx, ts])?;
+        let desc = FwhtDesc::new(n)
+            .and_then(|d| d.with_signs(ts.1.n_elements()))
+            .map_err(|_| Refusal::FwhtSize { n })?;
+        self.claim(Step::SignedFwht(FusedFwht {
+            x,
+            signs,
+            matmul: mm,
+            desc,
+            nodes,
+        }));
+        Ok(())
+    }
+}
+
+/// The epilogue for `links`, its operand table, the element-wise operands
+/// (which may alias the destination exactly) and the row biases (which may not).
+fn build_epilogue(links: &[Link]) -> (Epilogue, Operands, Vec<NodeId>, Vec<NodeId>) {
+    let mut e = Epilogue::NONE;
+    let mut operands: Operands = [None; MAX_STAGES];
+    let mut elementwise = Vec::new();
+    let mut row_biases = Vec::new();
+    for st in links.iter().flat_map(|l| l.stages.iter().flatten()) {
+        let slot = e.n_operands();
+        let stage = match *st {
+            LinkStage::Act(a) => Stage::Act(a),
+            LinkStage::Add(o) | LinkStage::Mul(o) | LinkStage::RowBias(o) => {
+                operands[slot] = Some(o);
+                match *st {
+                    LinkStage::RowBias(_) => {
+                        row_biases.push(o);
+                        Stage::AddRowBias { slot: slot as u8 }
+                    }
+                    LinkStage::Add(_) => {
+                        elementwise.push(o);
+                        Stage::Add { slot: slot as u8 }
+                    }
+                    _ => {
+                        elementwise.push(o);
+                        Stage::Mul { slot: slot as u8 }
+                    }
+                }
+            }
+        };
+        // `extend` never collects more than MAX_STAGES stages.
+        e = e.then(stage).unwrap_or(e);
+    }
+    (e, operands, elementwise, row_biases)
+}
