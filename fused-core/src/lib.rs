@@ -20,3 +20,6 @@ pub mod graph;
 #[cfg(feature = "alloc")]
 pub mod planner;
 pub mod tensor;
+pub mod reference;
+pub mod blocks;
+pub mod quant;

@@ -1,0 +1,466 @@
+//! Graph and plan evaluation over byte buffers.
+//!
+//! [`eval_graph`] runs every node by itself, in order, each reading its
+//! inputs from memory and writing its whole result (a matmul computes all its
+//! outputs before it stores any). [`eval_plan`] runs a plan: fused steps
+//! compute each output element straight from the accumulator and store it at
+//! once, walking rows from last to first while they still read their inputs
+//! from memory, as a parallel kernel would. A plan that breaks the overlap
+//! rules therefore shows up as a difference from [`eval_graph`].
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::gemv::{ActQuant, WeightMatrix, dot_f32, dot_quantized};
+use crate::dtype::DType;
+use crate::epilogue::Stage;
+use crate::error::Error;
+use crate::fwht::{FwhtDesc, butterflies, check_fwht_size};
+use crate::graph::{Graph, MatHint, NodeId, Op};
+use crate::planner::{FusedFwht, FusedGemv, FusedGlu, Operands, Plan, Step};
+use crate::tensor::{BufferId, TensorDesc};
+
+/// How matmuls feed their activations to the dot product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GemvMode {
+    /// f32 activations for every weight format ([`ActQuant::F32`]).
+    F32,
+    /// Activations quantized as GGML's CPU path does for each weight format
+    /// ([`ActQuant::ggml`]).
+    Ggml,
+}
+
+impl GemvMode {
+    /// The activation mode for weights of format `w`.
+    pub const fn act_quant(self, w: DType) -> ActQuant {
+        match self {
+            GemvMode::F32 => ActQuant::F32,
+            GemvMode::Ggml => ActQuant::ggml(w),
+        }
+    }
+}
+
+/// The buffers a graph's tensors live in, indexed by [`BufferId`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    buffers: Vec<Vec<u8>>,
+}
+
+impl Memory {
+    /// Zeroed buffers of the given byte sizes.
+    pub fn new(sizes: &[usize]) -> Memory {
+        Memory {
+            buffers: sizes.iter().map(|&n| vec![0u8; n]).collect(),
+        }
+    }
+
+    /// The bytes of buffer `id`.
+    pub fn buffer(&self, id: BufferId) -> Result<&[u8], Error> {
+        self.buffers
+            .get(id.0 as usize)
+            .map(Vec::as_slice)
+            .ok_or(Error::BadBuffer { buffer: id.0 })
+    }
+
+    /// The bytes of buffer `id`, writable.
+    pub fn buffer_mut(&mut self, id: BufferId) -> Result<&mut [u8], Error> {
+        self.buffers
+            .get_mut(id.0 as usize)
+            .map(Vec::as_mut_slice)
+            .ok_or(Error::BadBuffer { buffer: id.0 })
+    }
+
+    /// Checks that `t` lies inside its buffer.
+    pub fn check(&self, t: &TensorDesc) -> Result<(), Error> {
+        let len = self.buffer(t.buffer())?.len();
+        let end = t.byte_extent().end;
+        if end > len {
+            return Err(Error::BufferTooShort {
+                what: "tensor extent",
+                needed: end,
+                actual: len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Element `idx` of a float tensor (F32, F16 or BF16), as f32.
+    pub fn get(&self, t: &TensorDesc, idx: [usize; 4]) -> Result<f32, Error> {
+        let buf = self.buffer(t.buffer())?;
+        let at = t.element_offset(idx);
+        let bytes = buf.get(at..at + t.dtype().block_bytes()).ok_or(Error::BufferTooShort {
+            what: "element read",
+            needed: at + t.dtype().block_bytes(),
+            actual: buf.len(),
+        })?;
+        match t.dtype() {
+            DType::F32 => Ok(f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
+            DType::F16 => Ok(half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32()),
+            DType::BF16 => Ok(half::bf16::from_le_bytes([bytes[0], bytes[1]]).to_f32()),
+            dtype => Err(Error::UnsupportedDType {
+                what: "element access",
+                dtype,
+            }),
+        }
+    }
+
+    /// Stores `v` at element `idx` of an F32 tensor.
+    pub fn set(&mut self, t: &TensorDesc, idx: [usize; 4], v: f32) -> Result<(), Error> {
+        if t.dtype() != DType::F32 {
+            return Err(Error::UnsupportedDType {
+                what: "element store (results are F32)",
+                dtype: t.dtype(),
+            });
+        }
+        let at = t.element_offset(idx);
+        let buf = self.buffer_mut(t.buffer())?;
+        let len = buf.len();
+        let dst = buf.get_mut(at..at + 4).ok_or(Error::BufferTooShort {
+            what: "element store",
+            needed: at + 4,
+            actual: len,
+        })?;
+        dst.copy_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+
+    /// All elements of a float tensor in GGML order.
+    pub fn read(&self, t: &TensorDesc) -> Result<Vec<f32>, Error> {
+        self.check(t)?;
+        (0..t.n_elements()).map(|l| self.get(t, t.unravel(l))).collect()
+    }
+
+    /// Stores `values` (GGML order) into a float tensor, converting to its format.
+    pub fn write(&mut self, t: &TensorDesc, values: &[f32]) -> Result<(), Error> {
+        self.check(t)?;
+        if values.len() != t.n_elements() {
+            return Err(Error::LengthMismatch {
+                what: "tensor values",
+                expected: t.n_elements(),
+                actual: values.len(),
+            });
+        }
+        for (l, &v) in values.iter().enumerate() {
+            let at = t.element_offset(t.unravel(l));
+            let buf = self.buffer_mut(t.buffer())?;
+            match t.dtype() {
+                DType::F32 => buf[at..at + 4].copy_from_slice(&v.to_le_bytes()),
+                DType::F16 => buf[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes()),
+                DType::BF16 => buf[at..at + 2].copy_from_slice(&half::bf16::from_f32(v).to_le_bytes()),
+                dtype => {
+                    return Err(Error::UnsupportedDType {
+                        what: "element store",
+                        dtype,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores packed rows (any format) into a tensor with packed rows.
+    pub fn write_rows(&mut self, t: &TensorDesc, bytes: &[u8]) -> Result<(), Error> {
+        self.check(t)?;
+        let rb = t.row_bytes();
+        if bytes.len() != rb * t.n_rows() {
+            return Err(Error::LengthMismatch {
+                what: "packed rows",
+                expected: rb * t.n_rows(),
+                actual: bytes.len(),
+            });
+        }
+        for (r, row) in bytes.chunks_exact(rb.max(1)).enumerate() {
+            let at = t.element_offset([0, r % t.ne()[1], r / t.ne()[1] % t.ne()[2], r / t.ne()[1] / t.ne()[2]]);
+            self.buffer_mut(t.buffer())?[at..at + rb].copy_from_slice(row);
+        }
+        Ok(())
+    }
+
+    /// The packed rows of a tensor whose rows are packed (weights).
+    pub fn read_rows(&self, t: &TensorDesc) -> Result<Vec<u8>, Error> {
+        self.check(t)?;
+        let rb = t.row_bytes();
+        let buf = self.buffer(t.buffer())?;
+        let mut out = Vec::with_capacity(rb * t.n_rows());
+        for r in 0..t.n_rows() {
+            let at = t.element_offset([0, r % t.ne()[1], r / t.ne()[1] % t.ne()[2], r / t.ne()[1] / t.ne()[2]]);
+            out.extend_from_slice(&buf[at..at + rb]);
+        }
+        Ok(out)
+    }
+}
+
+/// Evaluates every node of `g` in order, unfused.
+pub fn eval_graph(g: &Graph, mem: &mut Memory, mode: GemvMode) -> Result<(), Error> {
+    check_all(g, mem)?;
+    for i in 0..g.len() {
+        eval_node(g, NodeId(i as u32), mem, mode)?;
+    }
+    Ok(())
+}
+
+/// Evaluates `plan` (made for `g`) step by step.
+pub fn eval_plan(g: &Graph, plan: &Plan, mem: &mut Memory, mode: GemvMode) -> Result<(), Error> {
+    check_all(g, mem)?;
+    for step in &plan.steps {
+        match step {
+            Step::Node(id) => eval_node(g, *id, mem, mode)?,
+            Step::Gemv(s) => eval_fused_gemv(g, s, mem, mode)?,
+            Step::GluGemv(s) => eval_fused_glu(g, s, mem, mode)?,
+            Step::SignedFwht(s) => eval_fused_fwht(g, s, mem)?,
+        }
+    }
+    Ok(())
+}
+
+fn check_all(g: &Graph, mem: &Memory) -> Result<(), Error> {
+    g.nodes().iter().try_for_each(|n| mem.check(n.tensor()))
+}
+
+fn tensor(g: &Graph, id: NodeId) -> Result<TensorDesc, Error> {
+    g.tensor(id).copied()
+}
+
+fn src(g: &Graph, id: NodeId, i: usize) -> Result<NodeId, Error> {
+    g.node(id)?.src(i).ok_or(Error::BadNode { index: id.index() })
+}
+
+/// The matmul's weights, copied out of memory.
+fn weights(g: &Graph, mm: NodeId, mem: &Memory) -> Result<(DType, usize, usize, Vec<u8>), Error> {
+    let w = tensor(g, src(g, mm, 0)?)?;
+    let [k, m, _, _] = w.ne();
+    Ok((w.dtype(), m, k, mem.read_rows(&w)?))
+}
+
+/// Column `col` of a matmul's input (the `col`-th row of `x`, GGML order).
+fn column(x: &TensorDesc, col: usize, mem: &Memory) -> Result<Vec<f32>, Error> {
+    let [k, n1, n2, _] = x.ne();
+    let (i1, i2, i3) = (col % n1, col / n1 % n2, col / n1 / n2);
+    (0..k).map(|i0| mem.get(x, [i0, i1, i2, i3])).collect()
+}
+
+/// One accumulator of `w_row · x_col` in `mode`.
+struct Dotter {
+    mode: ActQuant,
+    xq: Vec<u8>,
+}
+
+impl Dotter {
+    fn new(mode: ActQuant) -> Dotter {
+        Dotter { mode, xq: Vec::new() }
+    }
+
+    fn load(&mut self, x: &[f32]) -> Result<(), Error> {
+        if let Some(d) = self.mode.dtype() {
+            self.xq.resize(d.row_bytes(x.len())?, 0);
+            crate::quant::quantize_row(d, x, &mut self.xq)?;
+        }
+        Ok(())
+    }
+
+    fn dot(&self, w: &WeightMatrix<'_>, row: usize, x: &[f32]) -> Result<f32, Error> {
+        match self.mode {
+            ActQuant::F32 => dot_f32(w, row, x),
+            m => dot_quantized(w, row, m, &self.xq),
+        }
+    }
+}
+
+fn hadamard_n(w: &TensorDesc) -> Option<usize> {
+    let n = w.ne()[0];
+    check_fwht_size(n).ok().map(|_| n)
+}
+
+fn eval_node(g: &Graph, id: NodeId, mem: &mut Memory, mode: GemvMode) -> Result<(), Error> {
+    let node = *g.node(id)?;
+    let out = *node.tensor();
+    match node.op() {
+        Op::Input | Op::Reshape | Op::View => Ok(()),
+        Op::MulMat(hint) => {
+            let x = tensor(g, src(g, id, 1)?)?;
+            let wt = tensor(g, src(g, id, 0)?)?;
+            let cols = x.n_rows();
+            let m = out.ne()[0];
+            let mut y = vec![0.0f32; m * cols];
+            match (hint, hadamard_n(&wt)) {
+                (MatHint::Hadamard, Some(n)) => {
+                    let d = FwhtDesc::new(n)?;
+                    for col in 0..cols {
+                        let xc = column(&x, col, mem)?;
+                        crate::fwht::fwht(&d, &xc, None, &mut y[col * m..(col + 1) * m])?;
+                    }
+                }
+                _ => {
+                    let (dtype, rows, k, bytes) = weights(g, id, mem)?;
+                    let w = WeightMatrix::new(dtype, rows, k, &bytes)?;
+                    let mut dotter = Dotter::new(mode.act_quant(dtype));
+                    for col in 0..cols {
+                        let xc = column(&x, col, mem)?;
+                        dotter.load(&xc)?;
+                        for row in 0..m {
+                            y[col * m + row] = dotter.dot(&w, row, &xc)?;
+                        }
+                    }
+                }
+            }
+            mem.write(&out, &y)
+        }
+        Op::Add | Op::Mul | Op::Glu(_) | Op::AddRowBias => {
+            let a = tensor(g, src(g, id, 0)?)?;
+            let b = tensor(g, src(g, id, 1)?)?;
+            let bne = b.ne();
+            for l in 0..out.n_elements() {
+                let idx = out.unravel(l);
+                let va = mem.get(&a, idx)?;
+                let bidx = match node.op() {
+                    Op::AddRowBias => [idx[0], 0, 0, 0],
+                    _ => [idx[0] % bne[0], idx[1] % bne[1], idx[2] % bne[2], idx[3] % bne[3]],
+                };
+                let vb = mem.get(&b, bidx)?;
+                let v = match node.op() {
+                    Op::Add | Op::AddRowBias => va + vb,
+                    Op::Mul => va * vb,
+                    Op::Glu(act) => crate::element::glu(act, va, vb),
+                    _ => unreachable_op()?,
+                };
+                mem.set(&out, idx, v)?;
+            }
+            Ok(())
+        }
+        Op::Unary(act) => {
+            let a = tensor(g, src(g, id, 0)?)?;
+            for l in 0..out.n_elements() {
+                let idx = out.unravel(l);
+                let v = act.apply(mem.get(&a, idx)?);
+                mem.set(&out, idx, v)?;
+            }
+            Ok(())
+        }
+        Op::Other(_) => match node.src(0) {
+            None => Ok(()),
+            Some(s) => {
+                let a = tensor(g, s)?;
+                for l in 0..out.n_elements() {
+                    let v = mem.get(&a, a.unravel(l))?;
+                    mem.set(&out, out.unravel(l), v)?;
+                }
+                Ok(())
+            }
+        },
+    }
+}
+
+fn unreachable_op() -> Result<f32, Error> {
+    Err(Error::BadNode { index: usize::MAX })
+}
+
+/// The operand values a fused step reads for output `l` (linear, GGML
+/// order of the destination) of matmul row `row`.
+struct OperandReader {
+    tensors: [Option<TensorDesc>; crate::epilogue::MAX_STAGES],
+}
+
+impl OperandReader {
+    fn new(g: &Graph, ops: &Operands) -> Result<OperandReader, Error> {
+        let mut tensors = [None; crate::epilogue::MAX_STAGES];
+        for (t, o) in tensors.iter_mut().zip(ops) {
+            if let Some(id) = o {
+                *t = Some(tensor(g, *id)?);
+            }
+        }
+        Ok(OperandReader { tensors })
+    }
+
+    fn read(&self, mem: &Memory, stage: &Stage, row: usize, l: usize) -> Result<f32, Error> {
+        let slot = stage.slot().ok_or(Error::MissingOperand { slot: 0 })?;
+        let t = self.tensors[slot].as_ref().ok_or(Error::MissingOperand { slot })?;
+        match stage {
+            Stage::AddRowBias { .. } => mem.get(t, [row, 0, 0, 0]),
+            _ => mem.get(t, t.unravel(l)),
+        }
+    }
+}
+
+/// Applies a chain, reading operands from memory; the first failed read wins.
+fn apply_chain(
+    e: &crate::epilogue::Epilogue,
+    v: f32,
+    reader: &OperandReader,
+    mem: &Memory,
+    row: usize,
+    l: usize,
+) -> Result<f32, Error> {
+    let mut err = None;
+    let r = e.apply_with(v, |st| match reader.read(mem, st, row, l) {
+        Ok(x) => x,
+        Err(e) => {
+            err.get_or_insert(e);
+            0.0
+        }
+    });
+    err.map_or(Ok(r), Err)
+}
+
+fn eval_fused_gemv(g: &Graph, s: &FusedGemv, mem: &mut Memory, mode: GemvMode) -> Result<(), Error> {
+    let x = tensor(g, src(g, s.matmul, 1)?)?;
+    let dst = tensor(g, s.out)?;
+    let (dtype, m, k, bytes) = weights(g, s.matmul, mem)?;
+    let w = WeightMatrix::new(dtype, m, k, &bytes)?;
+    let reader = OperandReader::new(g, &s.operands)?;
+    let mut dotter = Dotter::new(mode.act_quant(dtype));
+    for row in (0..m).rev() {
+        for col in 0..x.n_rows() {
+            let xc = column(&x, col, mem)?;
+            dotter.load(&xc)?;
+            let acc = dotter.dot(&w, row, &xc)?;
+            let l = col * m + row;
+            let v = apply_chain(&s.epilogue, acc, &reader, mem, row, l)?;
+            mem.set(&dst, dst.unravel(l), v)?;
+        }
+    }
+    Ok(())
+}
+
+fn eval_fused_glu(g: &Graph, s: &FusedGlu, mem: &mut Memory, mode: GemvMode) -> Result<(), Error> {
+    let x = tensor(g, src(g, s.gate, 1)?)?;
+    let dst = tensor(g, s.out)?;
+    let (dtype, m, k, gbytes) = weights(g, s.gate, mem)?;
+    let (_, _, _, ubytes) = weights(g, s.up, mem)?;
+    let wg = WeightMatrix::new(dtype, m, k, &gbytes)?;
+    let wu = WeightMatrix::new(dtype, m, k, &ubytes)?;
+    let reader = OperandReader::new(g, &s.operands)?;
+    let mut dotter = Dotter::new(mode.act_quant(dtype));
+    for row in (0..m).rev() {
+        for col in 0..x.n_rows() {
+            let xc = column(&x, col, mem)?;
+            dotter.load(&xc)?;
+            let gate = dotter.dot(&wg, row, &xc)?;
+            let up = dotter.dot(&wu, row, &xc)?;
+            let l = col * m + row;
+            let v = crate::element::glu(s.act, gate, up);
+            let v = apply_chain(&s.epilogue, v, &reader, mem, row, l)?;
+            mem.set(&dst, dst.unravel(l), v)?;
+        }
+    }
+    Ok(())
+}
+
+fn eval_fused_fwht(g: &Graph, s: &FusedFwht, mem: &mut Memory) -> Result<(), Error> {
+    let x = tensor(g, s.x)?;
+    let signs = mem.read(&tensor(g, s.signs)?)?;
+    let dst = tensor(g, s.matmul)?;
+    let n = s.desc.n();
+    let rows = x.n_elements() / n;
+    let mut v = vec![0.0f32; n];
+    for row in (0..rows).rev() {
+        for (i, vi) in v.iter_mut().enumerate() {
+            let l = row * n + i;
+            *vi = s.desc.load(mem.get(&x, x.unravel(l))?, Some(&signs), row, i);
+        }
+        butterflies(&mut v);
+        for (i, &vi) in v.iter().enumerate() {
+            mem.set(&dst, dst.unravel(row * n + i), vi)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! Reference matrix–vector products.
+//!
+//! Operation order (this defines the bit-exact reference):
+//! - [`ActQuant::F32`]: each weight block is dequantized to f32 and
+//!   `acc += w[k] · x[k]` runs for `k = 0, 1, …, K−1` in f32, starting at 0.
+//! - [`ActQuant::Q8_0`] / [`ActQuant::Q8_1`] / [`ActQuant::Q8_K`]: the
+//!   activation column is quantized once with [`crate::quant::quantize_row`]
+//!   (GGML's reference rounding), then each row is [`crate::quant::vec_dot`]
+//!   (GGML's generic integer formulas).
+//! - f64 ([`gemm_f64`]): weights dequantized to f32, widened, and accumulated in f64.
+//!
+//! Outputs are column-major as GGML stores a matmul result: element
+//! `(row, col)` lives at `col·rows + row`; column `col` of the input is
+//! `x[col·K .. (col+1)·K]`.
+
+use crate::dtype::DType;
+use crate::element::Activation;
+use crate::epilogue::BoundEpilogue;
+use crate::error::Error;
+use crate::quant::{dequantize_row, vec_dot};
+
+/// How the activations are fed to the dot product.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActQuant {
+    /// Plain f32 activations against dequantized weights.
+    F32,
+    /// Activations quantized to Q8_0 (GGML's CPU path for Q4_0, Q5_0, Q8_0, IQ4_NL).
+    Q8_0,
+    /// Activations quantized to Q8_1 (GGML's CPU path for Q4_1, Q5_1).
+    Q8_1,
+    /// Activations quantized to Q8_K (GGML's CPU path for the K-quants and TQ2_0).
+    Q8_K,
+}
+
+impl ActQuant {
+    /// The mode GGML's CPU backend uses for weights of format `w`
+    /// (`F32` for the float formats and the activation-only formats).
+    pub const fn ggml(w: DType) -> ActQuant {
+        match w.vec_dot_type() {
+            Some(DType::Q8_0) => ActQuant::Q8_0,
+            Some(DType::Q8_1) => ActQuant::Q8_1,
+            Some(DType::Q8_K) => ActQuant::Q8_K,
+            _ => ActQuant::F32,
+        }
+    }
+
+    /// The activation block format, `None` for f32.
+    pub const fn dtype(self) -> Option<DType> {
+        match self {
+            ActQuant::F32 => None,
+            ActQuant::Q8_0 => Some(DType::Q8_0),
+            ActQuant::Q8_1 => Some(DType::Q8_1),
+            ActQuant::Q8_K => Some(DType::Q8_K),
+        }
+    }
+
+    /// Checks that weights of format `w` can be dotted in this mode.
+    pub fn check(self, w: DType) -> Result<(), Error> {
+        match self.dtype() {
+            None => Ok(()),
+            Some(d) if w.vec_dot_type() == Some(d) => Ok(()),
+            Some(_) => Err(Error::UnsupportedDType {
+                what: "weights for this activation-quantization mode",
+                dtype: w,
+            }),
+        }
+    }
+}
+
+/// A row-major weight matrix of `rows × cols` in one format, rows packed.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightMatrix<'a> {
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+}
+
+impl<'a> WeightMatrix<'a> {
+    /// Checks that `data` holds exactly `rows` packed rows of `cols` elements.
+    pub fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, Error> {
+        let row_bytes = dtype.row_bytes(cols)?;
+        let need = row_bytes
+            .checked_mul(rows)
+            .ok_or(Error::Overflow { what: "weight size" })?;
+        if data.len() != need {
+            return Err(Error::LengthMismatch {
+                what: "weight bytes",
+                expected: need,
+                actual: data.len(),
+            });
+        }
+        Ok(WeightMatrix {
+            dtype,
+            rows,
+            cols,
+            row_bytes,
+            data,
+        })
+    }
+
+    /// The format.
+    pub const fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Output rows `M`.
+    pub const fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Inner dimension `K`.
+    pub const fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The bytes of row `r` (`r < rows`).
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// The whole matrix.
+    pub const fn bytes(&self) -> &'a [u8] {
+        self.data
+    }
+}
+
+/// The f32-mode dot product of row `r` with `x` (`x.len() == cols`).
+pub fn dot_f32(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f32, Error> {
+    check_len("activation column", w.cols, x.len())?;
+    let blk = w.dtype.block_len();
+    let bb = w.dtype.block_bytes();
+    let mut tmp = [0.0f32; crate::dtype::QK_K];
+    let mut acc = 0.0f32;
+    for (b, xs) in w.row(r).chunks_exact(bb).zip(x.chunks_exact(blk)) {
+        dequantize_row(w.dtype, b, &mut tmp[..blk])?;
+        for (wv, xv) in tmp[..blk].iter().zip(xs) {
+            acc += wv * xv;
+        }
+    }
+    Ok(acc)
+}
+
+/// The dot product of row `r` with an activation column already quantized
+/// into `mode` (`xq` as written by [`crate::quant::quantize_row`]).
+pub fn dot_quantized(w: &WeightMatrix<'_>, r: usize, mode: ActQuant, xq: &[u8]) -> Result<f32, Error> {
+    mode.check(w.dtype)?;
+    match mode.dtype() {
+        None => Err(Error::UnsupportedDType {
+            what: "dot_quantized needs a quantized mode",
+            dtype: w.dtype,
+        }),
+        Some(_) => vec_dot(w.dtype, w.row(r), xq, w.cols),
+    }
+}
+
+/// The f64 dot product of row `r` with `x`.
+pub fn dot_f64(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f64, Error> {
+    check_len("activation column", w.cols, x.len())?;
+    let blk = w.dtype.block_len();
+    let bb = w.dtype.block_bytes();
+    let mut tmp = [0.0f32; crate::dtype::QK_K];
+    let mut acc = 0.0f64;
+    for (b, xs) in w.row(r).chunks_exact(bb).zip(x.chunks_exact(blk)) {
+        dequantize_row(w.dtype, b, &mut tmp[..blk])?;
+        for (wv, xv) in tmp[..blk].iter().zip(xs) {
+            acc += *wv as f64 * *xv as f64;
+        }
+    }
+    Ok(acc)
+}
+
+fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), Error> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            actual,
+        })
+    }
+}
+
+/// Computes every accumulator of `w · x` (`n_cols` columns) in `mode` and
+/// hands `(row, col, acc)` to `sink` in row-major order of the output.
+#[cfg(feature = "alloc")]
+pub fn for_each_acc(
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n_cols: usize,
+    mode: ActQuant,
+    mut sink: impl FnMut(usize, usize, f32),
+) -> Result<(), Error> {
+    mode.check(w.dtype)?;
+    let k = w.cols;
+    check_len(
+        "activations",
+        k.checked_mul(n_cols).ok_or(Error::Overflow { what: "activations" })?,
+        x.len(),
+    )?;
+    let mut xq = alloc::vec::Vec::new();
+    for col in 0..n_cols {
+        let xc = &x[col * k..(col + 1) * k];
+        if let Some(d) = mode.dtype() {
+            xq.resize(d.row_bytes(k)?, 0u8);
+            crate::quant::quantize_row(d, xc, &mut xq)?;
+        }
+        for row in 0..w.rows {
+            let acc = match mode {
+                ActQuant::F32 => dot_f32(w, row, xc)?,
+                _ => dot_quantized(w, row, mode, &xq)?,
+            };
+            sink(row, col, acc);
+        }
+    }
+    Ok(())
+}
+
+/// `y = epilogue(w · x)` for `n_cols` columns in `mode`. The epilogue must be
+/// bound for `w.rows() × n_cols`.
+#[cfg(feature = "alloc")]
+pub fn gemm(
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n_cols: usize,
+    mode: ActQuant,
+    epilogue: &BoundEpilogue<'_>,
+    y: &mut [f32],
+) -> Result<(), Error> {
+    check_out(w.rows, n_cols, epilogue, y.len())?;
+    let m = w.rows;
+    for_each_acc(w, x, n_cols, mode, |row, col, acc| {
+        y[col * m + row] = epilogue.apply(acc, row, col);
+    })
+}
+
+/// The gated dual form `y = chain(act(W_g·x) ⊙ (W_u·x))`, both products in `mode`.
+#[cfg(feature = "alloc")]
+pub fn gemm_glu(
+    w_gate: &WeightMatrix<'_>,
+    w_up: &WeightMatrix<'_>,
+    x: &[f32],
+    n_cols: usize,
+    mode: ActQuant,
+    act: Activation,
+    epilogue: &BoundEpilogue<'_>,
+    y: &mut [f32],
+) -> Result<(), Error> {
+    if w_gate.dtype != w_up.dtype || w_gate.rows != w_up.rows || w_gate.cols != w_up.cols {
+        return Err(Error::ShapeMismatch {
+            what: "GLU gate and up weights",
+            expected: [w_gate.cols, w_gate.rows, 1, 1],
+            actual: [w_up.cols, w_up.rows, 1, 1],
+        });
+    }
+    check_out(w_gate.rows, n_cols, epilogue, y.len())?;
+    let m = w_gate.rows;
+    let mut gate = alloc::vec![0.0f32; y.len()];
+    for_each_acc(w_gate, x, n_cols, mode, |row, col, acc| gate[col * m + row] = acc)?;
+    for_each_acc(w_up, x, n_cols, mode, |row, col, acc| {
+        let g = gate[col * m + row];
+        y[col * m + row] = epilogue.apply(crate::element::glu(act, g, acc), row, col);
+    })
+}
+
+/// `y = epilogue(w · x)` computed in f64 (see the module docs).
+pub fn gemm_f64(
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n_cols: usize,
+    epilogue: &BoundEpilogue<'_>,
+    y: &mut [f64],
+) -> Result<(), Error> {
+    check_out(w.rows, n_cols, epilogue, y.len())?;
+    let k = w.cols;
+    check_len(
+        "activations",
+        k.checked_mul(n_cols).ok_or(Error::Overflow { what: "activations" })?,
+        x.len(),
+    )?;
+    let m = w.rows;
+    for col in 0..n_cols {
+        for row in 0..m {
+            let acc = dot_f64(w, row, &x[col * k..(col + 1) * k])?;
+            y[col * m + row] = epilogue.apply_f64(acc, row, col);
+        }
+    }
+    Ok(())
+}
+
+/// [`gemm_glu`] in f64.
+pub fn gemm_glu_f64(
+    w_gate: &WeightMatrix<'_>,
+    w_up: &WeightMatrix<'_>,
+    x: &[f32],
+    n_cols: usize,
+    act: Activation,
+    epilogue: &BoundEpilogue<'_>,
+    y: &mut [f64],
+) -> Result<(), Error> {
+    if w_gate.dtype != w_up.dtype || w_gate.rows != w_up.rows || w_gate.cols != w_up.cols {
+        return Err(Error::ShapeMismatch {
+            what: "GLU gate and up weights",
+            expected: [w_gate.cols, w_gate.rows, 1, 1],
+            actual: [w_up.cols, w_up.rows, 1, 1],
+        });
+    }
+    check_out(w_gate.rows, n_cols, epilogue, y.len())?;
+    let k = w_gate.cols;
+    check_len(
+        "activations",
+        k.checked_mul(n_cols).ok_or(Error::Overflow { what: "activations" })?,
+        x.len(),
+    )?;
+    let m = w_gate.rows;
+    for col in 0..n_cols {
+        let xc = &x[col * k..(col + 1) * k];
+        for row in 0..m {
+            let g = dot_f64(w_gate, row, xc)?;
+            let u = dot_f64(w_up, row, xc)?;
+            y[col * m + row] = epilogue.apply_f64(crate::element::glu_f64(act, g, u), row, col);
+        }
+    }
+    Ok(())
+}
+
+fn check_out(rows: usize, cols: usize, e: &BoundEpilogue<'_>, y_len: usize) -> Result<(), Error> {
+    if e.rows() != rows || e.cols() != cols {
+        return Err(Error::ShapeMismatch {
+            what: "epilogue bound for another output shape",
+            expected: [rows, cols, 1, 1],
+            actual: [e.rows(), e.cols(), 1, 1],
+        });
+    }
+    check_len(
+        "output",
+        rows.checked_mul(cols).ok_or(Error::Overflow { what: "output" })?,
+        y_len,
+    )
+}
