@@ -79,7 +79,9 @@ impl Activation {
             Activation::Identity => x,
             Activation::Silu => x / (1.0 + libm::exp(-x)),
             Activation::Sigmoid => 1.0 / (1.0 + libm::exp(-x)),
-            Activation::GeluErf => 0.5 * x * (1.0 + libm::erf(x * core::f64::consts::FRAC_1_SQRT_2)),
+            Activation::GeluErf => {
+                0.5 * x * (1.0 + libm::erf(x * core::f64::consts::FRAC_1_SQRT_2))
+            }
             Activation::GeluTanh => {
                 0.5 * x
                     * (1.0
@@ -139,7 +141,10 @@ mod tests {
                 let x = i as f32 * 0.05;
                 let a = act.apply(x) as f64;
                 let b = act.apply_f64(x as f64);
-                assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{act} at {x}: {a} vs {b}");
+                assert!(
+                    (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                    "{act} at {x}: {a} vs {b}"
+                );
             }
         }
     }

@@ -167,9 +167,9 @@ impl Epilogue {
         rows: usize,
         cols: usize,
     ) -> Result<BoundEpilogue<'a>, Error> {
-        let n_out = rows
-            .checked_mul(cols)
-            .ok_or(Error::Overflow { what: "output size" })?;
+        let n_out = rows.checked_mul(cols).ok_or(Error::Overflow {
+            what: "output size",
+        })?;
         let mut bound = [&[][..]; MAX_STAGES];
         for st in self.stages() {
             if let Some(slot) = st.slot() {
@@ -227,7 +227,10 @@ impl BoundEpilogue<'_> {
     /// # Panics
     /// If `row >= rows` or `col >= cols` (the bounds checked by `bind`).
     pub fn apply(&self, acc: f32, row: usize, col: usize) -> f32 {
-        assert!(row < self.rows && col < self.cols, "output index out of range");
+        assert!(
+            row < self.rows && col < self.cols,
+            "output index out of range"
+        );
         let at = col * self.rows + row;
         self.epilogue.apply_with(acc, |st| match st {
             Stage::AddRowBias { slot } => self.operands[*slot as usize][row],
@@ -241,7 +244,10 @@ impl BoundEpilogue<'_> {
     /// # Panics
     /// If `row >= rows` or `col >= cols`.
     pub fn apply_f64(&self, acc: f64, row: usize, col: usize) -> f64 {
-        assert!(row < self.rows && col < self.cols, "output index out of range");
+        assert!(
+            row < self.rows && col < self.cols,
+            "output index out of range"
+        );
         let at = col * self.rows + row;
         self.epilogue.apply_with_f64(acc, |st| match st {
             Stage::AddRowBias { slot } => self.operands[*slot as usize][row] as f64,

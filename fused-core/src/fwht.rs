@@ -181,7 +181,12 @@ pub fn butterflies_f64(v: &mut [f64]) {
 }
 
 /// The reference transform of every row of `x` into `out`.
-pub fn fwht(desc: &FwhtDesc, x: &[f32], signs: Option<&[f32]>, out: &mut [f32]) -> Result<(), Error> {
+pub fn fwht(
+    desc: &FwhtDesc,
+    x: &[f32],
+    signs: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), Error> {
     desc.check(x.len(), signs, out.len())?;
     let n = desc.n();
     for (row, (xb, ob)) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)).enumerate() {
@@ -195,7 +200,12 @@ pub fn fwht(desc: &FwhtDesc, x: &[f32], signs: Option<&[f32]>, out: &mut [f32]) 
 
 /// The transform computed in f64 from the f32 inputs (signs and scale
 /// widened; the scale is the exact `1/√N`, not the f32 one), for NMSE checks.
-pub fn fwht_f64(desc: &FwhtDesc, x: &[f32], signs: Option<&[f32]>, out: &mut [f64]) -> Result<(), Error> {
+pub fn fwht_f64(
+    desc: &FwhtDesc,
+    x: &[f32],
+    signs: Option<&[f32]>,
+    out: &mut [f64],
+) -> Result<(), Error> {
     desc.check(x.len(), signs, out.len())?;
     let n = desc.n();
     let scale = if desc.scale() == default_scale(n) {
@@ -229,7 +239,14 @@ mod tests {
         assert!(FwhtDesc::new(65536).is_err());
         assert!(FwhtDesc::new(8).unwrap().with_signs(12).is_err());
         assert!(FwhtDesc::new(8).unwrap().with_signs(0).is_err());
-        assert_eq!(FwhtDesc::new(8).unwrap().with_signs(24).unwrap().sign_blocks(), Some(3));
+        assert_eq!(
+            FwhtDesc::new(8)
+                .unwrap()
+                .with_signs(24)
+                .unwrap()
+                .sign_blocks(),
+            Some(3)
+        );
     }
 
     #[test]
@@ -244,7 +261,11 @@ mod tests {
             for r in 0..n {
                 let mut acc = 0.0f64;
                 for c in 0..n {
-                    let h = if (r & c).count_ones() % 2 == 0 { 1.0 } else { -1.0 };
+                    let h = if (r & c).count_ones() % 2 == 0 {
+                        1.0
+                    } else {
+                        -1.0
+                    };
                     acc += h * (x[row * n + c] * s[row * n + c]) as f64;
                 }
                 acc /= (n as f64).sqrt();

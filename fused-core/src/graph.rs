@@ -189,7 +189,9 @@ impl Graph {
 
     /// The node `id`.
     pub fn node(&self, id: NodeId) -> Result<&Node, Error> {
-        self.nodes.get(id.index()).ok_or(Error::BadNode { index: id.index() })
+        self.nodes
+            .get(id.index())
+            .ok_or(Error::BadNode { index: id.index() })
     }
 
     /// How many times `id` is a source of another node (a view counts as a use).
@@ -295,7 +297,13 @@ impl Graph {
         self.mul_mat_hinted(w, x, MatHint::Hadamard, at)
     }
 
-    fn mul_mat_hinted(&mut self, w: NodeId, x: NodeId, hint: MatHint, at: Place) -> Result<NodeId, Error> {
+    fn mul_mat_hinted(
+        &mut self,
+        w: NodeId,
+        x: NodeId,
+        hint: MatHint,
+        at: Place,
+    ) -> Result<NodeId, Error> {
         let wt = *self.tensor(w)?;
         let xt = *self.tensor(x)?;
         let [k, m, w2, w3] = wt.ne();
@@ -386,7 +394,13 @@ impl Graph {
     }
 
     /// `act(gate) · up`.
-    pub fn glu(&mut self, act: Activation, gate: NodeId, up: NodeId, at: Place) -> Result<NodeId, Error> {
+    pub fn glu(
+        &mut self,
+        act: Activation,
+        gate: NodeId,
+        up: NodeId,
+        at: Place,
+    ) -> Result<NodeId, Error> {
         let tg = self.elementwise_input(gate, "GLU gate")?;
         let tu = self.elementwise_input(up, "GLU up")?;
         if tg.ne() != tu.ne() {
@@ -408,12 +422,17 @@ impl Graph {
 
     /// A window of `a`: shape `ne`, byte strides `nb`, starting `offset` bytes
     /// after `a`'s first byte; it must lie inside `a`'s extent.
-    pub fn view(&mut self, a: NodeId, ne: [usize; 4], nb: [usize; 4], offset: usize) -> Result<NodeId, Error> {
+    pub fn view(
+        &mut self,
+        a: NodeId,
+        ne: [usize; 4],
+        nb: [usize; 4],
+        offset: usize,
+    ) -> Result<NodeId, Error> {
         let ta = *self.tensor(a)?;
-        let start = ta
-            .offset()
-            .checked_add(offset)
-            .ok_or(Error::Overflow { what: "view offset" })?;
+        let start = ta.offset().checked_add(offset).ok_or(Error::Overflow {
+            what: "view offset",
+        })?;
         let t = TensorDesc::strided(ta.dtype(), ne, nb, ta.buffer(), start)?;
         let (e, f) = (t.byte_extent(), ta.byte_extent());
         if t.n_elements() > 0 && (e.start < f.start || e.end > f.end) {
@@ -428,7 +447,13 @@ impl Graph {
 
     /// An opaque operation reading `srcs` and producing a dense F32 `ne`
     /// tensor at `at` (see [`Op::Other`]).
-    pub fn other(&mut self, name: &'static str, srcs: &[NodeId], ne: [usize; 4], at: Place) -> Result<NodeId, Error> {
+    pub fn other(
+        &mut self,
+        name: &'static str,
+        srcs: &[NodeId],
+        ne: [usize; 4],
+        at: Place,
+    ) -> Result<NodeId, Error> {
         let out = Graph::dense(ne, at)?;
         if let Some(&s) = srcs.first() {
             let ts = self.elementwise_input(s, "opaque op first source")?;

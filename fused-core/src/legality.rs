@@ -15,7 +15,9 @@
 //! - for the signed FWHT, neither `x` nor the signs may overlap the output;
 //! - an elided intermediate (never written by the fused kernel) must not share
 //!   memory with any tensor outside the pattern, except that it may coincide
-//!   exactly with the fused destination (an in-place chain).
+//!   exactly with the fused destination (an in-place chain);
+//! - tensors of one pattern overlap each other only exactly, and the two
+//!   products of a GLU not at all (the unfused graph holds both at once).
 
 use crate::dtype::DType;
 use crate::fwht::check_fwht_size;
@@ -46,6 +48,15 @@ pub enum Refusal {
         node: NodeId,
         /// The outside tensor.
         other: NodeId,
+    },
+    /// Two tensors of the pattern that the unfused graph keeps alive at the
+    /// same time share memory: a partial overlap between any two of its
+    /// tensors, or any overlap between the two GLU products.
+    IntermediatesOverlap {
+        /// One tensor.
+        a: NodeId,
+        /// The other.
+        b: NodeId,
     },
     /// An element-wise operand does not have the product's shape.
     ShapeMismatch {
@@ -148,12 +159,19 @@ impl core::fmt::Display for Refusal {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Refusal::MultipleUses { node, uses } => {
-                write!(f, "intermediate {node} has {uses} uses (must have exactly 1)")
+                write!(
+                    f,
+                    "intermediate {node} has {uses} uses (must have exactly 1)"
+                )
             }
             Refusal::GraphOutput { node } => write!(f, "intermediate {node} is a graph output"),
             Refusal::IntermediateAliasesOutside { node, other } => write!(
                 f,
                 "intermediate {node} shares memory with {other}, outside the pattern"
+            ),
+            Refusal::IntermediatesOverlap { a, b } => write!(
+                f,
+                "pattern tensors {a} and {b} share memory while both are live"
             ),
             Refusal::ShapeMismatch { node } => {
                 write!(f, "operand of {node} does not have the product's shape")
@@ -167,7 +185,10 @@ impl core::fmt::Display for Refusal {
                 write!(f, "view {node} selects only part of the product")
             }
             Refusal::UnsupportedDType { node, dtype } => {
-                write!(f, "tensor {node} has format {dtype}, not supported by the fused kernel")
+                write!(
+                    f,
+                    "tensor {node} has format {dtype}, not supported by the fused kernel"
+                )
             }
             Refusal::EpilogueOnHadamard { node } => write!(
                 f,
@@ -290,7 +311,11 @@ pub fn check_signs(signs: &Tensor, n: usize, row_len: usize) -> Result<(), Refus
 
 /// The destination of a fused GEMV against its inputs: disjoint from every
 /// matmul input; disjoint from, or exactly aliasing, every element-wise operand.
-pub fn check_gemv_overlap(dst: &TensorDesc, matmul_inputs: &[Tensor], operands: &[Tensor]) -> Result<(), Refusal> {
+pub fn check_gemv_overlap(
+    dst: &TensorDesc,
+    matmul_inputs: &[Tensor],
+    operands: &[Tensor],
+) -> Result<(), Refusal> {
     for (node, t) in matmul_inputs {
         if dst.overlaps(t) {
             return Err(Refusal::DstOverlapsMatmulInput { input: *node });
@@ -314,9 +339,24 @@ pub fn check_fwht_overlap(dst: &TensorDesc, x: &Tensor, signs: &Tensor) -> Resul
     Ok(())
 }
 
+/// Two tensors inside one pattern: with `both_live`, as the two GLU
+/// products, they must be disjoint; otherwise disjoint or an exact alias (an
+/// in-place element-wise step).
+pub fn check_pattern_pair(a: &Tensor, b: &Tensor, both_live: bool) -> Result<(), Refusal> {
+    match a.1.overlap(&b.1) {
+        Overlap::Disjoint => Ok(()),
+        Overlap::Exact if !both_live => Ok(()),
+        _ => Err(Refusal::IntermediatesOverlap { a: a.0, b: b.0 }),
+    }
+}
+
 /// An elided intermediate against a tensor outside the pattern: disjoint, or
 /// (for the fused destination only) an exact alias.
-pub fn check_intermediate_memory(intermediate: &Tensor, other: &Tensor, other_is_dst: bool) -> Result<(), Refusal> {
+pub fn check_intermediate_memory(
+    intermediate: &Tensor,
+    other: &Tensor,
+    other_is_dst: bool,
+) -> Result<(), Refusal> {
     match intermediate.1.overlap(&other.1) {
         Overlap::Disjoint => Ok(()),
         Overlap::Exact if other_is_dst => Ok(()),
@@ -358,7 +398,10 @@ mod tests {
     #[test]
     fn operand_rules() {
         let shape = [8, 2, 1, 1];
-        assert_eq!(check_operand(NodeId(5), shape, &f32t(3, shape, 0, 0)), Ok(()));
+        assert_eq!(
+            check_operand(NodeId(5), shape, &f32t(3, shape, 0, 0)),
+            Ok(())
+        );
         assert_eq!(
             check_operand(NodeId(5), shape, &f32t(3, [8, 1, 1, 1], 0, 0)),
             Err(Refusal::Broadcast { node: NodeId(5) })
@@ -421,7 +464,10 @@ mod tests {
     fn hadamard_and_signs() {
         assert_eq!(check_hadamard_size(1024), Ok(()));
         assert_eq!(check_hadamard_size(96), Err(Refusal::FwhtSize { n: 96 }));
-        assert_eq!(check_hadamard_size(65536), Err(Refusal::FwhtSize { n: 65536 }));
+        assert_eq!(
+            check_hadamard_size(65536),
+            Err(Refusal::FwhtSize { n: 65536 })
+        );
         assert_eq!(check_signs(&f32t(4, [64, 1, 1, 1], 0, 0), 32, 64), Ok(()));
         assert!(matches!(
             check_signs(&f32t(4, [48, 1, 1, 1], 0, 0), 32, 48),
@@ -436,7 +482,10 @@ mod tests {
     #[test]
     fn intermediate_memory() {
         let inter = f32t(3, [8, 1, 1, 1], 0, 0);
-        assert_eq!(check_intermediate_memory(&inter, &f32t(7, [8, 1, 1, 1], 0, 0), true), Ok(()));
+        assert_eq!(
+            check_intermediate_memory(&inter, &f32t(7, [8, 1, 1, 1], 0, 0), true),
+            Ok(())
+        );
         assert_eq!(
             check_intermediate_memory(&inter, &f32t(7, [8, 1, 1, 1], 0, 0), false),
             Err(Refusal::IntermediateAliasesOutside {
@@ -444,6 +493,9 @@ mod tests {
                 other: NodeId(7)
             })
         );
-        assert_eq!(check_intermediate_memory(&inter, &f32t(7, [8, 1, 1, 1], 0, 32), false), Ok(()));
+        assert_eq!(
+            check_intermediate_memory(&inter, &f32t(7, [8, 1, 1, 1], 0, 32), false),
+            Ok(())
+        );
     }
 }

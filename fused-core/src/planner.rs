@@ -25,8 +25,9 @@ use crate::epilogue::{Epilogue, MAX_STAGES, Stage};
 use crate::fwht::FwhtDesc;
 use crate::graph::{Graph, MatHint, NodeId, Op};
 use crate::legality::{
-    Refusal, Tensor, check_f32_contiguous, check_fwht_overlap, check_gemv_overlap, check_hadamard_size,
-    check_intermediate, check_intermediate_memory, check_operand, check_signs, check_weight,
+    Refusal, Tensor, check_f32_contiguous, check_fwht_overlap, check_gemv_overlap,
+    check_hadamard_size, check_intermediate, check_intermediate_memory, check_operand,
+    check_pattern_pair, check_signs, check_weight,
 };
 
 /// Operand nodes by epilogue slot.
@@ -275,7 +276,7 @@ impl<'g> Planner<'g> {
     }
 
     /// The next link after `cur`, `Ok(None)` where the chain simply ends.
-    fn follow(&self, cur: NodeId, rows: usize) -> Result<Option<Link>, Refusal> {
+    fn follow(&self, anchor: NodeId, cur: NodeId, rows: usize) -> Result<Option<Link>, Refusal> {
         let g = self.g;
         let node = &g.nodes()[cur.index()];
         let consumers: Vec<NodeId> = g.consumers(cur).collect();
@@ -317,7 +318,21 @@ impl<'g> Planner<'g> {
             Op::Unary(a) => [Some(LinkStage::Act(a)), None],
             Op::Add | Op::Mul => {
                 let slot = if un.src(0) == Some(cur) { 1 } else { 0 };
-                if slot == 0 && un.src(1) == Some(cur) && g.tensor(cur).map(|t| t.ne()) != Ok(shape) {
+                if let Some(o) = un.src(slot) {
+                    // `a·x + b·y`: leave the add to the later matmul, so that
+                    // each projection keeps its own residual (the count of
+                    // fused element-wise ops is the same either way).
+                    let on = &g.nodes()[o.index()];
+                    if on.op() == Op::MulMat(MatHint::None)
+                        && o > anchor
+                        && g.use_count(o) == 1
+                        && !on.is_output()
+                    {
+                        return Ok(None);
+                    }
+                }
+                if slot == 0 && un.src(1) == Some(cur) && g.tensor(cur).map(|t| t.ne()) != Ok(shape)
+                {
                     // The chain value would be the broadcast operand.
                     return Err(Refusal::Broadcast { node: u });
                 }
@@ -361,7 +376,7 @@ impl<'g> Planner<'g> {
         let mut cur = tail;
         let mut n_stages = 0;
         loop {
-            match self.follow(cur, rows) {
+            match self.follow(anchor, cur, rows) {
                 Ok(Some(link)) => {
                     let k = link.stages.iter().flatten().count();
                     if n_stages + k > MAX_STAGES {
@@ -401,7 +416,9 @@ impl<'g> Planner<'g> {
             return;
         }
         let inputs = [self.t(w), self.t(x)];
-        if let Some((epilogue, operands, n)) = self.best_prefix(Pattern::Epilogue, mm, &[mm], &links, &inputs) {
+        if let Some((epilogue, operands, n)) =
+            self.best_prefix(Pattern::Epilogue, mm, &[mm], &links, &inputs)
+        {
             let mut nodes = alloc::vec![mm];
             nodes.extend(links[..n].iter().map(|l| l.node));
             let out = *nodes.last().unwrap_or(&mm);
@@ -437,7 +454,11 @@ impl<'g> Planner<'g> {
             return false;
         }
         if gate == up {
-            self.refuse(Pattern::Glu, anchor, Refusal::OperandIsIntermediate { node: glu });
+            self.refuse(
+                Pattern::Glu,
+                anchor,
+                Refusal::OperandIsIntermediate { node: glu },
+            );
             return false;
         }
         if self.claimed(gate) || self.claimed(up) {
@@ -469,7 +490,9 @@ impl<'g> Planner<'g> {
         let mut base = alloc::vec![gate, up, glu];
         base.sort();
         let inputs = [self.t(wg), self.t(wu), self.t(x)];
-        let Some((epilogue, operands, n)) = self.best_prefix(Pattern::Glu, anchor, &base, &links, &inputs) else {
+        let Some((epilogue, operands, n)) =
+            self.best_prefix(Pattern::Glu, anchor, &base, &links, &inputs)
+        else {
             return false;
         };
         let mut nodes = base;
@@ -528,6 +551,15 @@ impl<'g> Planner<'g> {
     fn check_memory(&self, nodes: &[NodeId], out: NodeId, reads: &[Tensor]) -> Result<(), Refusal> {
         let g = self.g;
         let first = nodes.iter().min().copied().unwrap_or(out);
+        for (a_i, &a) in nodes.iter().enumerate() {
+            for &b in &nodes[a_i + 1..] {
+                let both_live = matches!(
+                    (g.nodes()[a.index()].op(), g.nodes()[b.index()].op()),
+                    (Op::MulMat(_), Op::MulMat(_))
+                );
+                check_pattern_pair(&self.t(a), &self.t(b), both_live)?;
+            }
+        }
         for &i in nodes.iter().filter(|&&i| i != out) {
             let ti = self.t(i);
             check_intermediate_memory(&ti, &self.t(out), true)?;
@@ -546,7 +578,10 @@ impl<'g> Planner<'g> {
             }
             for (input, t) in reads {
                 if *input != b && bn.tensor().overlaps(t) {
-                    return Err(Refusal::ClobberedBetween { writer: b, input: *input });
+                    return Err(Refusal::ClobberedBetween {
+                        writer: b,
+                        input: *input,
+                    });
                 }
             }
         }
@@ -557,9 +592,20 @@ impl<'g> Planner<'g> {
         let g = self.g;
         let mn = &g.nodes()[mm.index()];
         // An element-wise consumer of a Hadamard transform is never fused.
-        if let Some(u) = g.consumers(mm).next() {
-            if g.use_count(mm) == 1 && is_elementwise(g.nodes()[u.index()].op()) {
-                self.refuse(Pattern::Epilogue, mm, Refusal::EpilogueOnHadamard { node: mm });
+        let mut cur = mm;
+        while let (1, Some(u)) = (g.use_count(cur), g.consumers(cur).next()) {
+            let op = g.nodes()[u.index()].op();
+            if op.is_view() {
+                cur = u;
+            } else {
+                if is_elementwise(op) {
+                    self.refuse(
+                        Pattern::Epilogue,
+                        mm,
+                        Refusal::EpilogueOnHadamard { node: mm },
+                    );
+                }
+                break;
             }
         }
         let Some(src) = mn.src(1) else { return };
@@ -577,7 +623,13 @@ impl<'g> Planner<'g> {
         }
     }
 
-    fn signed_fwht_checks(&mut self, mm: NodeId, mul: NodeId, reshape: Option<NodeId>, n: usize) -> Result<(), Refusal> {
+    fn signed_fwht_checks(
+        &mut self,
+        mm: NodeId,
+        mul: NodeId,
+        reshape: Option<NodeId>,
+        n: usize,
+    ) -> Result<(), Refusal> {
         let g = self.g;
         check_hadamard_size(n)?;
         for id in [Some(mul), reshape].into_iter().flatten() {
@@ -593,7 +645,11 @@ impl<'g> Planner<'g> {
             let ne = self.t(id).1.ne();
             ne[1] == 1 && ne[2] == 1 && ne[3] == 1
         };
-        let (x, signs) = if is_vec(b) || !is_vec(a) { (a, b) } else { (b, a) };
+        let (x, signs) = if is_vec(b) || !is_vec(a) {
+            (a, b)
+        } else {
+            (b, a)
+        };
         let (tx, ts) = (self.t(x), self.t(signs));
         check_f32_contiguous(&tx)?;
         check_signs(&ts, n, tx.1.ne()[0])?;

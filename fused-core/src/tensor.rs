@@ -100,10 +100,7 @@ impl TensorDesc {
             });
         }
         if ne[0] % dtype.block_len() != 0 {
-            return Err(Error::NotBlockAligned {
-                dtype,
-                len: ne[0],
-            });
+            return Err(Error::NotBlockAligned { dtype, len: ne[0] });
         }
         let extent = if ne.contains(&0) {
             ByteRange {

@@ -88,11 +88,13 @@ impl Memory {
     pub fn get(&self, t: &TensorDesc, idx: [usize; 4]) -> Result<f32, Error> {
         let buf = self.buffer(t.buffer())?;
         let at = t.element_offset(idx);
-        let bytes = buf.get(at..at + t.dtype().block_bytes()).ok_or(Error::BufferTooShort {
-            what: "element read",
-            needed: at + t.dtype().block_bytes(),
-            actual: buf.len(),
-        })?;
+        let bytes = buf
+            .get(at..at + t.dtype().block_bytes())
+            .ok_or(Error::BufferTooShort {
+                what: "element read",
+                needed: at + t.dtype().block_bytes(),
+                actual: buf.len(),
+            })?;
         match t.dtype() {
             DType::F32 => Ok(f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
             DType::F16 => Ok(half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32()),
@@ -127,7 +129,9 @@ impl Memory {
     /// All elements of a float tensor in GGML order.
     pub fn read(&self, t: &TensorDesc) -> Result<Vec<f32>, Error> {
         self.check(t)?;
-        (0..t.n_elements()).map(|l| self.get(t, t.unravel(l))).collect()
+        (0..t.n_elements())
+            .map(|l| self.get(t, t.unravel(l)))
+            .collect()
     }
 
     /// Stores `values` (GGML order) into a float tensor, converting to its format.
@@ -145,8 +149,12 @@ impl Memory {
             let buf = self.buffer_mut(t.buffer())?;
             match t.dtype() {
                 DType::F32 => buf[at..at + 4].copy_from_slice(&v.to_le_bytes()),
-                DType::F16 => buf[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes()),
-                DType::BF16 => buf[at..at + 2].copy_from_slice(&half::bf16::from_f32(v).to_le_bytes()),
+                DType::F16 => {
+                    buf[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes())
+                }
+                DType::BF16 => {
+                    buf[at..at + 2].copy_from_slice(&half::bf16::from_f32(v).to_le_bytes())
+                }
                 dtype => {
                     return Err(Error::UnsupportedDType {
                         what: "element store",
@@ -170,7 +178,12 @@ impl Memory {
             });
         }
         for (r, row) in bytes.chunks_exact(rb.max(1)).enumerate() {
-            let at = t.element_offset([0, r % t.ne()[1], r / t.ne()[1] % t.ne()[2], r / t.ne()[1] / t.ne()[2]]);
+            let at = t.element_offset([
+                0,
+                r % t.ne()[1],
+                r / t.ne()[1] % t.ne()[2],
+                r / t.ne()[1] / t.ne()[2],
+            ]);
             self.buffer_mut(t.buffer())?[at..at + rb].copy_from_slice(row);
         }
         Ok(())
@@ -183,7 +196,12 @@ impl Memory {
         let buf = self.buffer(t.buffer())?;
         let mut out = Vec::with_capacity(rb * t.n_rows());
         for r in 0..t.n_rows() {
-            let at = t.element_offset([0, r % t.ne()[1], r / t.ne()[1] % t.ne()[2], r / t.ne()[1] / t.ne()[2]]);
+            let at = t.element_offset([
+                0,
+                r % t.ne()[1],
+                r / t.ne()[1] % t.ne()[2],
+                r / t.ne()[1] / t.ne()[2],
+            ]);
             out.extend_from_slice(&buf[at..at + rb]);
         }
         Ok(out)
@@ -222,7 +240,9 @@ fn tensor(g: &Graph, id: NodeId) -> Result<TensorDesc, Error> {
 }
 
 fn src(g: &Graph, id: NodeId, i: usize) -> Result<NodeId, Error> {
-    g.node(id)?.src(i).ok_or(Error::BadNode { index: id.index() })
+    g.node(id)?
+        .src(i)
+        .ok_or(Error::BadNode { index: id.index() })
 }
 
 /// The matmul's weights, copied out of memory.
@@ -247,7 +267,10 @@ struct Dotter {
 
 impl Dotter {
     fn new(mode: ActQuant) -> Dotter {
-        Dotter { mode, xq: Vec::new() }
+        Dotter {
+            mode,
+            xq: Vec::new(),
+        }
     }
 
     fn load(&mut self, x: &[f32]) -> Result<(), Error> {
@@ -314,7 +337,12 @@ fn eval_node(g: &Graph, id: NodeId, mem: &mut Memory, mode: GemvMode) -> Result<
                 let va = mem.get(&a, idx)?;
                 let bidx = match node.op() {
                     Op::AddRowBias => [idx[0], 0, 0, 0],
-                    _ => [idx[0] % bne[0], idx[1] % bne[1], idx[2] % bne[2], idx[3] % bne[3]],
+                    _ => [
+                        idx[0] % bne[0],
+                        idx[1] % bne[1],
+                        idx[2] % bne[2],
+                        idx[3] % bne[3],
+                    ],
                 };
                 let vb = mem.get(&b, bidx)?;
                 let v = match node.op() {
@@ -373,7 +401,9 @@ impl OperandReader {
 
     fn read(&self, mem: &Memory, stage: &Stage, row: usize, l: usize) -> Result<f32, Error> {
         let slot = stage.slot().ok_or(Error::MissingOperand { slot: 0 })?;
-        let t = self.tensors[slot].as_ref().ok_or(Error::MissingOperand { slot })?;
+        let t = self.tensors[slot]
+            .as_ref()
+            .ok_or(Error::MissingOperand { slot })?;
         match stage {
             Stage::AddRowBias { .. } => mem.get(t, [row, 0, 0, 0]),
             _ => mem.get(t, t.unravel(l)),
@@ -401,7 +431,12 @@ fn apply_chain(
     err.map_or(Ok(r), Err)
 }
 
-fn eval_fused_gemv(g: &Graph, s: &FusedGemv, mem: &mut Memory, mode: GemvMode) -> Result<(), Error> {
+fn eval_fused_gemv(
+    g: &Graph,
+    s: &FusedGemv,
+    mem: &mut Memory,
+    mode: GemvMode,
+) -> Result<(), Error> {
     let x = tensor(g, src(g, s.matmul, 1)?)?;
     let dst = tensor(g, s.out)?;
     let (dtype, m, k, bytes) = weights(g, s.matmul, mem)?;
@@ -455,7 +490,9 @@ fn eval_fused_fwht(g: &Graph, s: &FusedFwht, mem: &mut Memory) -> Result<(), Err
     for row in (0..rows).rev() {
         for (i, vi) in v.iter_mut().enumerate() {
             let l = row * n + i;
-            *vi = s.desc.load(mem.get(&x, x.unravel(l))?, Some(&signs), row, i);
+            *vi = s
+                .desc
+                .load(mem.get(&x, x.unravel(l))?, Some(&signs), row, i);
         }
         butterflies(&mut v);
         for (i, &vi) in v.iter().enumerate() {

@@ -82,9 +82,9 @@ impl<'a> WeightMatrix<'a> {
     /// Checks that `data` holds exactly `rows` packed rows of `cols` elements.
     pub fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, Error> {
         let row_bytes = dtype.row_bytes(cols)?;
-        let need = row_bytes
-            .checked_mul(rows)
-            .ok_or(Error::Overflow { what: "weight size" })?;
+        let need = row_bytes.checked_mul(rows).ok_or(Error::Overflow {
+            what: "weight size",
+        })?;
         if data.len() != need {
             return Err(Error::LengthMismatch {
                 what: "weight bytes",
@@ -145,7 +145,12 @@ pub fn dot_f32(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f32, Error> 
 
 /// The dot product of row `r` with an activation column already quantized
 /// into `mode` (`xq` as written by [`crate::quant::quantize_row`]).
-pub fn dot_quantized(w: &WeightMatrix<'_>, r: usize, mode: ActQuant, xq: &[u8]) -> Result<f32, Error> {
+pub fn dot_quantized(
+    w: &WeightMatrix<'_>,
+    r: usize,
+    mode: ActQuant,
+    xq: &[u8],
+) -> Result<f32, Error> {
     mode.check(w.dtype)?;
     match mode.dtype() {
         None => Err(Error::UnsupportedDType {
@@ -198,7 +203,9 @@ pub fn for_each_acc(
     let k = w.cols;
     check_len(
         "activations",
-        k.checked_mul(n_cols).ok_or(Error::Overflow { what: "activations" })?,
+        k.checked_mul(n_cols).ok_or(Error::Overflow {
+            what: "activations",
+        })?,
         x.len(),
     )?;
     let mut xq = alloc::vec::Vec::new();
@@ -259,7 +266,9 @@ pub fn gemm_glu(
     check_out(w_gate.rows, n_cols, epilogue, y.len())?;
     let m = w_gate.rows;
     let mut gate = alloc::vec![0.0f32; y.len()];
-    for_each_acc(w_gate, x, n_cols, mode, |row, col, acc| gate[col * m + row] = acc)?;
+    for_each_acc(w_gate, x, n_cols, mode, |row, col, acc| {
+        gate[col * m + row] = acc
+    })?;
     for_each_acc(w_up, x, n_cols, mode, |row, col, acc| {
         let g = gate[col * m + row];
         y[col * m + row] = epilogue.apply(crate::element::glu(act, g, acc), row, col);
@@ -278,7 +287,9 @@ pub fn gemm_f64(
     let k = w.cols;
     check_len(
         "activations",
-        k.checked_mul(n_cols).ok_or(Error::Overflow { what: "activations" })?,
+        k.checked_mul(n_cols).ok_or(Error::Overflow {
+            what: "activations",
+        })?,
         x.len(),
     )?;
     let m = w.rows;
@@ -312,7 +323,9 @@ pub fn gemm_glu_f64(
     let k = w_gate.cols;
     check_len(
         "activations",
-        k.checked_mul(n_cols).ok_or(Error::Overflow { what: "activations" })?,
+        k.checked_mul(n_cols).ok_or(Error::Overflow {
+            what: "activations",
+        })?,
         x.len(),
     )?;
     let m = w_gate.rows;
@@ -337,7 +350,8 @@ fn check_out(rows: usize, cols: usize, e: &BoundEpilogue<'_>, y_len: usize) -> R
     }
     check_len(
         "output",
-        rows.checked_mul(cols).ok_or(Error::Overflow { what: "output" })?,
+        rows.checked_mul(cols)
+            .ok_or(Error::Overflow { what: "output" })?,
         y_len,
     )
 }
