@@ -5,12 +5,15 @@
 //! Every node owns a [`TensorDesc`]: inputs are placed by the caller; compute
 //! nodes are placed densely (F32, contiguous) at a caller-chosen buffer and
 //! offset, which is how overlap and aliasing enter the graph; reshapes and
-//! views share their source's memory.
+//! views share their source's memory. [`Graph`] needs the `alloc` feature.
 
+#[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
+#[cfg(feature = "alloc")]
 use crate::dtype::DType;
 use crate::element::Activation;
+#[cfg(feature = "alloc")]
 use crate::error::Error;
 use crate::tensor::{BufferId, TensorDesc};
 
@@ -160,12 +163,14 @@ impl Place {
 }
 
 /// A compute graph in topological order, with use counts.
+#[cfg(feature = "alloc")]
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
     nodes: Vec<Node>,
     uses: Vec<u32>,
 }
 
+#[cfg(feature = "alloc")]
 impl Graph {
     /// An empty graph.
     pub fn new() -> Graph {

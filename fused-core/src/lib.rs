@@ -1,4 +1,76 @@
-//! fused-core: the contract every fused backend builds on.
+//! # fused-core: the contract every fused backend builds on
+//!
+//! LLM decode spends its time in matrix–vector products followed by tiny
+//! element-wise ops (residual add, SiLU, sigmoid, SiLU(x)·y) and, in
+//! Hadamard-rotated models, a sign multiply followed by a Hadamard transform.
+//! `fused` folds those ops into the producing kernel. This crate says what
+//! may be folded, and what the exact answer is:
+//!
+//! - [`dtype`], [`blocks`], [`quant`]: GGML/GGUF-compatible formats (F32, F16,
+//!   BF16, Q4_0 … Q8_K, IQ4_NL, TQ2_0), byte-identical blocks, reference
+//!   (de)quantization and the integer dot products.
+//! - [`tensor`]: tensor descriptors — format, 4-D shape, byte strides, place
+//!   in a buffer, contiguity, byte extent and overlap.
+//! - [`element`], [`epilogue`], [`fwht`]: the element functions (defined once),
+//!   the epilogue chain descriptor and the (signed) FWHT descriptor.
+//! - [`graph`], [`legality`], [`planner`]: a small compute graph, the legality
+//!   predicates (each refusal names its reason) and the planner.
+//! - [`reference`]: the scalar reference — GEMV in f32 with an explicit
+//!   activation-quantization mode or in f64, and graph / plan evaluators.
+//! - [`error`]: the one error type; nothing panics on bad input.
+//!
+//! ## The path: graph → planner → plan → backend
+//!
+//! A caller describes a computation as a [`graph::Graph`], placing every
+//! tensor in a buffer (that is how aliasing enters). [`planner::plan`] turns
+//! it into a [`planner::Plan`]: fused steps ([`planner::Step::Gemv`],
+//! [`planner::Step::GluGemv`], [`planner::Step::SignedFwht`]) and unfused
+//! nodes, plus every refused candidate with its [`legality::Refusal`]. A
+//! backend runs the plan's steps with its kernels; the reference runs the
+//! same plan ([`reference::eval::eval_plan`]) and the unfused graph
+//! ([`reference::eval::eval_graph`]), and the two agree bit for bit.
+//!
+//! ```
+//! use fused_core::DType;
+//! use fused_core::element::Activation;
+//! use fused_core::graph::{Graph, Place};
+//! use fused_core::planner::{plan, Step};
+//! use fused_core::reference::eval::{eval_graph, eval_plan, GemvMode, Memory};
+//! use fused_core::tensor::{BufferId, TensorDesc};
+//!
+//! # fn main() -> Result<(), fused_core::Error> {
+//! let (k, m) = (64, 8);
+//! let mut g = Graph::new();
+//! // Buffer 0 holds the Q8_0 weights, buffer 1 the f32 activations.
+//! let w = g.input(TensorDesc::contiguous(DType::Q8_0, [k, m, 1, 1], BufferId(0), 0)?)?;
+//! let x = g.input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0)?)?;
+//! let r = g.input(TensorDesc::contiguous(DType::F32, [m, 1, 1, 1], BufferId(1), 256)?)?;
+//! let y = g.mul_mat(w, x, Place::at(1, 512))?;
+//! let a = g.unary(Activation::Silu, y, Place::at(1, 1024))?;
+//! let out = g.add(a, r, Place::at(1, 256))?; // in place on the residual
+//! g.mark_output(out)?;
+//!
+//! let p = plan(&g);
+//! assert_eq!(p.fused_steps(), 1);
+//! assert!(matches!(&p.steps[0], Step::Gemv(s) if s.epilogue.len() == 2));
+//!
+//! let mut mem = Memory::new(&[m * DType::Q8_0.row_bytes(k)?, 2048]);
+//! let w_bytes = vec![0x11u8; m * DType::Q8_0.row_bytes(k)?];
+//! mem.write_rows(g.tensor(w)?, &w_bytes)?;
+//! mem.write(g.tensor(x)?, &vec![0.5; k])?;
+//! mem.write(g.tensor(r)?, &vec![1.0; m])?;
+//! let mut fused = mem.clone();
+//! eval_graph(&g, &mut mem, GemvMode::Ggml)?;
+//! eval_plan(&g, &p, &mut fused, GemvMode::Ggml)?;
+//! assert_eq!(mem.read(g.tensor(out)?)?, fused.read(g.tensor(out)?)?);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Features
+//! - `alloc` (default): graphs, plans and the evaluators. Without it the crate
+//!   is `#![no_std]` with no allocator: formats, descriptors, predicates and
+//!   the GEMV reference on caller-provided buffers.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -6,20 +78,19 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+pub mod blocks;
 pub mod dtype;
+pub mod element;
+pub mod epilogue;
 pub mod error;
+pub mod fwht;
+pub mod graph;
 pub mod legality;
+#[cfg(feature = "alloc")]
+pub mod planner;
+pub mod quant;
+pub mod reference;
+pub mod tensor;
 
 pub use dtype::DType;
 pub use error::Error;
-pub mod element;
-pub mod epilogue;
-pub mod fwht;
-#[cfg(feature = "alloc")]
-pub mod graph;
-#[cfg(feature = "alloc")]
-pub mod planner;
-pub mod tensor;
-pub mod reference;
-pub mod blocks;
-pub mod quant;

@@ -172,7 +172,7 @@ fn build(s: &Spec) -> Option<Gen> {
                 let p = gb.place(f32b(ne));
                 gb.g.unary(act, cur, p).ok()?
             }
-            2 | 3 | 4 | 5 => {
+            2..=5 => {
                 let r = gb.input(DType::F32, ne);
                 let p = gb.place(f32b(ne));
                 let (a, b) = if param & 1 == 0 { (cur, r) } else { (r, cur) };

@@ -127,6 +127,37 @@ impl<'a> WeightMatrix<'a> {
     }
 }
 
+/// The two weight matrices of a gated dual GEMV: same format and shape.
+#[derive(Clone, Copy, Debug)]
+pub struct GluWeights<'a> {
+    gate: WeightMatrix<'a>,
+    up: WeightMatrix<'a>,
+}
+
+impl<'a> GluWeights<'a> {
+    /// Pairs `gate` and `up`, which must agree in format and shape.
+    pub fn new(gate: WeightMatrix<'a>, up: WeightMatrix<'a>) -> Result<Self, Error> {
+        if gate.dtype != up.dtype || gate.rows != up.rows || gate.cols != up.cols {
+            return Err(Error::ShapeMismatch {
+                what: "GLU gate and up weights",
+                expected: [gate.cols, gate.rows, 1, 1],
+                actual: [up.cols, up.rows, 1, 1],
+            });
+        }
+        Ok(GluWeights { gate, up })
+    }
+
+    /// The gate weights.
+    pub const fn gate(&self) -> &WeightMatrix<'a> {
+        &self.gate
+    }
+
+    /// The up weights.
+    pub const fn up(&self) -> &WeightMatrix<'a> {
+        &self.up
+    }
+}
+
 /// The f32-mode dot product of row `r` with `x` (`x.len() == cols`).
 pub fn dot_f32(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f32, Error> {
     check_len("activation column", w.cols, x.len())?;
@@ -247,8 +278,7 @@ pub fn gemm(
 /// The gated dual form `y = chain(act(W_g·x) ⊙ (W_u·x))`, both products in `mode`.
 #[cfg(feature = "alloc")]
 pub fn gemm_glu(
-    w_gate: &WeightMatrix<'_>,
-    w_up: &WeightMatrix<'_>,
+    w: &GluWeights<'_>,
     x: &[f32],
     n_cols: usize,
     mode: ActQuant,
@@ -256,13 +286,7 @@ pub fn gemm_glu(
     epilogue: &BoundEpilogue<'_>,
     y: &mut [f32],
 ) -> Result<(), Error> {
-    if w_gate.dtype != w_up.dtype || w_gate.rows != w_up.rows || w_gate.cols != w_up.cols {
-        return Err(Error::ShapeMismatch {
-            what: "GLU gate and up weights",
-            expected: [w_gate.cols, w_gate.rows, 1, 1],
-            actual: [w_up.cols, w_up.rows, 1, 1],
-        });
-    }
+    let (w_gate, w_up) = (&w.gate, &w.up);
     check_out(w_gate.rows, n_cols, epilogue, y.len())?;
     let m = w_gate.rows;
     let mut gate = alloc::vec![0.0f32; y.len()];
@@ -304,21 +328,14 @@ pub fn gemm_f64(
 
 /// [`gemm_glu`] in f64.
 pub fn gemm_glu_f64(
-    w_gate: &WeightMatrix<'_>,
-    w_up: &WeightMatrix<'_>,
+    w: &GluWeights<'_>,
     x: &[f32],
     n_cols: usize,
     act: Activation,
     epilogue: &BoundEpilogue<'_>,
     y: &mut [f64],
 ) -> Result<(), Error> {
-    if w_gate.dtype != w_up.dtype || w_gate.rows != w_up.rows || w_gate.cols != w_up.cols {
-        return Err(Error::ShapeMismatch {
-            what: "GLU gate and up weights",
-            expected: [w_gate.cols, w_gate.rows, 1, 1],
-            actual: [w_up.cols, w_up.rows, 1, 1],
-        });
-    }
+    let (w_gate, w_up) = (&w.gate, &w.up);
     check_out(w_gate.rows, n_cols, epilogue, y.len())?;
     let k = w_gate.cols;
     check_len(

@@ -1,5 +1,5 @@
 //! Shared helpers for the graph, planner and reference tests.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use fused_core::DType;
 use fused_core::graph::{Graph, NodeId, Place};
