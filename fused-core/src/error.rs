@@ -158,7 +158,10 @@ impl core::fmt::Display for Error {
                 write!(f, "epilogue operand slot {slot} was not supplied")
             }
             Error::BadNode { index } => {
-                write!(f, "node {index} does not exist or is not before its consumer")
+                write!(
+                    f,
+                    "node {index} does not exist or is not before its consumer"
+                )
             }
             Error::BadBuffer { buffer } => write!(f, "buffer {buffer} does not exist"),
             Error::Overflow { what } => write!(f, "{what} overflows usize"),
