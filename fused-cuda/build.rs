@@ -1,0 +1,83 @@
+//! Build script of fused-cuda.
+//!
+//! Without the `cuda` feature it does nothing. With it, it compiles every
+//! kernel in `kernels/` to PTX with nvcc into `OUT_DIR`, where `src/` embeds
+//! it with `include_str!`. nvcc is, in this order: `$FUSED_NVCC`; the wheel
+//! nvcc that `scripts/test` installs in `<workspace>/.tools/cuda`; `nvcc` on
+//! `PATH`. The target architecture is `$FUSED_CUDA_ARCH`, default `sm_90`.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The kernels, by file stem: `kernels/<stem>.cu` becomes `$OUT_DIR/<stem>.ptx`.
+const KERNELS: &[&str] = &["probe"];
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=FUSED_NVCC");
+    println!("cargo:rerun-if-env-changed=FUSED_CUDA_ARCH");
+    if env::var_os("CARGO_FEATURE_CUDA").is_none() {
+        return;
+    }
+
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
+    let nvcc = find_nvcc(&manifest);
+    let arch = env::var("FUSED_CUDA_ARCH").unwrap_or_else(|_| "sm_90".to_owned());
+
+    for stem in KERNELS {
+        let src = manifest.join("kernels").join(format!("{stem}.cu"));
+        let ptx = out.join(format!("{stem}.ptx"));
+        println!("cargo:rerun-if-changed={}", src.display());
+        let output = Command::new(&nvcc)
+            .arg("-ptx")
+            .arg(format!("-arch={arch}"))
+            .args(["-O3", "-std=c++17"])
+            .arg("-o")
+            .arg(&ptx)
+            .arg(&src)
+            .output()
+            .unwrap_or_else(|e| fail(&format!("could not run {}: {e}", nvcc.display())));
+        if !output.status.success() {
+            fail(&format!(
+                "{} failed on {} ({}):\n{}{}",
+                nvcc.display(),
+                src.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+    }
+}
+
+/// The nvcc to use, or a build error that says how to provide one.
+fn find_nvcc(manifest: &Path) -> PathBuf {
+    if let Some(p) = env::var_os("FUSED_NVCC") {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            fail(&format!("FUSED_NVCC={} is not a file", p.display()));
+        }
+        return p;
+    }
+    let wheel = manifest.join("../.tools/cuda/nvidia/cu13/bin/nvcc");
+    if wheel.is_file() {
+        println!("cargo:rerun-if-changed={}", wheel.display());
+        return wheel;
+    }
+    let on_path = Command::new("nvcc").arg("--version").output();
+    if matches!(on_path, Ok(ref o) if o.status.success()) {
+        return PathBuf::from("nvcc");
+    }
+    fail(
+        "the `cuda` feature needs nvcc, and none was found: not in $FUSED_NVCC, \
+         not at <workspace>/.tools/cuda/nvidia/cu13/bin/nvcc (run scripts/test, which \
+         installs it), and not on PATH",
+    )
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("error: fused-cuda build script: {msg}");
+    panic!("fused-cuda build script: {msg}");
+}
