@@ -6,9 +6,11 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+pub mod blocks;
 pub mod dtype;
 pub mod error;
 pub mod legality;
+pub mod quant;
 
 pub use dtype::DType;
 pub use error::Error;
