@@ -28,9 +28,36 @@ pub fn check_fwht_size(n: usize) -> Result<(), Error> {
     }
 }
 
-/// The default scale `1/√N`, computed in f32 as every backend computes it.
+/// The default scale `1/√N` for `N = 2^k`, in f32: `2^(−k/2)` for even `k`,
+/// `(1/√2 in f32 arithmetic: 1.0 / SQRT_2) · 2^(−(k−1)/2)` for odd `k`. This
+/// equals `1.0 / sqrtf(N)` with a correctly rounded `sqrtf` (scaling by a
+/// power of two is exact), without calling one, so every backend can
+/// reproduce it bit for bit. `n` that is not a power of two gives the scale of
+/// the next lower power of two; descriptors only hold valid sizes.
 pub fn default_scale(n: usize) -> f32 {
-    1.0 / libm::sqrtf(n as f32)
+    let k = n.max(1).ilog2() as i32;
+    let base = if k % 2 == 0 {
+        1.0f32
+    } else {
+        1.0 / core::f32::consts::SQRT_2
+    };
+    base * pow2_f32(-(k / 2))
+}
+
+/// `2^e` for small `|e|` (normal range).
+fn pow2_f32(e: i32) -> f32 {
+    f32::from_bits(((127 + e) as u32) << 23)
+}
+
+/// `1/√N` in f64 for `N = 2^k`, exact to f64 rounding.
+fn default_scale_f64(n: usize) -> f64 {
+    let k = n.max(1).ilog2() as i32;
+    let base = if k % 2 == 0 {
+        1.0f64
+    } else {
+        core::f64::consts::FRAC_1_SQRT_2
+    };
+    base * f64::from_bits(((1023 + (-(k / 2)) as i64) as u64) << 52)
 }
 
 /// Describes one (signed) Hadamard transform.
@@ -209,7 +236,7 @@ pub fn fwht_f64(
     desc.check(x.len(), signs, out.len())?;
     let n = desc.n();
     let scale = if desc.scale() == default_scale(n) {
-        1.0 / libm::sqrt(n as f64)
+        default_scale_f64(n)
     } else {
         desc.scale() as f64
     };
@@ -247,6 +274,20 @@ mod tests {
                 .sign_blocks(),
             Some(3)
         );
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "libm::sqrtf is inline asm on x86_64")]
+    fn default_scale_is_one_over_sqrt_n() {
+        for k in 1..=15 {
+            let n = 1usize << k;
+            assert_eq!(
+                default_scale(n).to_bits(),
+                (1.0 / libm::sqrtf(n as f32)).to_bits(),
+                "N = {n}"
+            );
+            assert_eq!(default_scale_f64(n), 1.0 / libm::sqrt(n as f64), "N = {n}");
+        }
     }
 
     #[test]
