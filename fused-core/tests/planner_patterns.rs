@@ -396,7 +396,6 @@ fn a6_glu_dual_gemv_alone() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "FwhtDesc::new calls libm::sqrtf, inline asm on x86_64")]
 fn a7_signed_fwht_with_reshape() {
     let mut b = Builder::new(110);
     let x = b.input_f32([64, 1, 1, 1]);
@@ -424,7 +423,6 @@ fn a7_signed_fwht_with_reshape() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "FwhtDesc::new calls libm::sqrtf, inline asm on x86_64")]
 fn a7_signed_fwht_without_reshape() {
     let mut b = Builder::new(111);
     let x = b.input_f32([32, 2, 1, 1]);
@@ -806,7 +804,6 @@ fn b_not_contiguous() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "FwhtDesc::new calls libm::sqrtf, inline asm on x86_64")]
 fn b_not_contiguous_fwht_input() {
     // A strided FWHT input.
     let mut b = Builder::new(131);
@@ -885,7 +882,6 @@ fn b_unsupported_dtype() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "FwhtDesc::new calls libm::sqrtf, inline asm on x86_64")]
 fn b_epilogue_on_hadamard() {
     // A plain hinted matmul followed by an add.
     let mut b = Builder::new(136);
@@ -965,7 +961,6 @@ fn b_fwht_size() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "FwhtDesc::new calls libm::sqrtf, inline asm on x86_64")]
 fn b_signs_shape() {
     // Signs shorter than the row (broadcast by the mul, not by the FWHT).
     let mut b = Builder::new(139);
@@ -1097,7 +1092,6 @@ fn b_dst_partially_overlaps_operand() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "FwhtDesc::new calls libm::sqrtf, inline asm on x86_64")]
 fn b_fwht_input_overlaps_output() {
     for on_signs in [false, true] {
         let mut b = Builder::new(145 + on_signs as u64);
@@ -1236,7 +1230,6 @@ fn b_clobbered_between() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "FwhtDesc::new calls libm::sqrtf, inline asm on x86_64")]
 fn b_clobbered_between_fwht() {
     // Between the sign multiply and the transform, a node overwrites `x`.
     let mut b = Builder::new(160);
@@ -1377,7 +1370,6 @@ fn b_already_fused() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "FwhtDesc::new calls libm::sqrtf, inline asm on x86_64")]
 fn b_already_fused_fwht_mul() {
     // The signed FWHT's mul is the tail of an earlier matmul chain.
     let mut b = Builder::new(155);
