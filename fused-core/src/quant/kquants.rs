@@ -41,33 +41,36 @@ fn pack_scale_min(ls: &[u8; NSUB], lm: &[u8; NSUB]) -> [u8; 12] {
     q
 }
 
-/// Rounds `v` to the nearest integer in `lo..=hi`; NaN gives `lo`.
+/// Rounds `v` to the nearest integer in `lo..=hi` (ties to even); NaN gives
+/// `lo`. Clamping first keeps [`nearest_int`] inside its exact range.
 #[inline]
 fn round_clamp(v: f32, lo: i32, hi: i32) -> i32 {
-    if v.is_nan() {
-        return lo;
-    }
-    let r = libm::roundf(v);
-    if r <= lo as f32 {
-        lo
-    } else if r >= hi as f32 {
-        hi
+    let c = if v > hi as f32 {
+        hi as f32
+    } else if v >= lo as f32 {
+        v
     } else {
-        r as i32
-    }
+        lo as f32
+    };
+    nearest_int(c)
 }
 
-/// Codes `L ∈ 0..=nmax` for `x ≈ scale·L − mn`, and their squared error.
-fn codes_affine(x: &[f32], scale: f32, mn: f32, nmax: i32, l: &mut [u8]) -> f32 {
+/// Codes `L ∈ 0..=nmax` for `x ≈ scale·L − mn`, their squared error and
+/// the sums `(ΣL, ΣL², Σx·L)` a least-squares refit needs.
+fn codes_affine(x: &[f32], scale: f32, mn: f32, nmax: i32, l: &mut [u8]) -> [f32; 4] {
     let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    let mut err = 0.0f32;
+    let [mut err, mut sl, mut sll, mut sxl] = [0.0f32; 4];
     for (q, &v) in l.iter_mut().zip(x) {
         let c = round_clamp((v + mn) * inv, 0, nmax);
         *q = c as u8;
-        let e = scale * c as f32 - mn - v;
+        let c = c as f32;
+        let e = scale * c - mn - v;
         err += e * e;
+        sl += c;
+        sll += c * c;
+        sxl += v * c;
     }
-    err
+    [err, sl, sll, sxl]
 }
 
 /// Fits one 32-element sub-block as `scale·L − mn` with `scale, mn ≥ 0`.
@@ -83,27 +86,20 @@ fn fit_affine(x: &[f32], nmax: i32) -> (f32, f32) {
         return (0.0, -lo);
     }
     let n = x.len() as f32;
+    let sx: f32 = x.iter().sum();
     let mut l = [0u8; 32];
     let mut best = (0.0f32, -lo);
     let mut best_err = f32::INFINITY;
     for step in [-1.0f32, -0.5, 0.0, 0.5, 1.0] {
-        let mut scale = (hi - lo) / (nmax as f32 + step);
+        let mut scale = span / (nmax as f32 + step);
         let mut mn = -lo;
         for _ in 0..3 {
-            let err = codes_affine(x, scale, mn, nmax, &mut l);
+            let [err, sl, sll, sxl] = codes_affine(x, scale, mn, nmax, &mut l);
             if err < best_err {
                 best_err = err;
                 best = (scale, mn);
             }
             // Least squares of x ≈ s·L + o over the current codes.
-            let (mut sl, mut sll, mut sx, mut sxl) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
-            for (&q, &v) in l.iter().zip(x) {
-                let q = q as f32;
-                sl += q;
-                sll += q * q;
-                sx += v;
-                sxl += v * q;
-            }
             let det = n * sll - sl * sl;
             if det.is_nan() || det <= 0.0 {
                 break;

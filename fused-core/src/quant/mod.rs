@@ -74,7 +74,8 @@ pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), E
 ///   documented exception: for an IQ4_NL block whose largest magnitude is
 ///   below 1e-15, GGML writes scale 0 and leaves stale codes from an
 ///   uninitialised buffer; this writes scale 0 and index 0 everywhere. Both
-///   dequantize to 0.) Activation rounding, which backends must match:
+///   dequantize to 0. Likewise for an all-zero Q8_K block GGML leaves `bsums`
+///   unwritten; this writes zeros.) Activation rounding, which backends must match:
 ///   Q8_0/Q8_1 use `d = amax/127`, `id = 1/d` from the f32 `d`, ties away
 ///   from zero, `d` stored as f16, Q8_1 `s = f16(d·Σq)`; Q8_K uses the
 ///   largest-magnitude *signed* value `max`, `iscale = −127/max`, ties to
