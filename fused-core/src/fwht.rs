@@ -163,6 +163,10 @@ impl FwhtDesc {
     }
 
     /// The value loaded for element `i` of row `row`: `(x · sign) · scale`.
+    ///
+    /// # Panics
+    /// If `signs` is shorter than the descriptor's sign length or `i >= N`
+    /// (both checked by [`FwhtDesc::check`]).
     #[inline]
     pub fn load(&self, x: f32, signs: Option<&[f32]>, row: usize, i: usize) -> f32 {
         let v = match (signs, self.sign_blocks) {

@@ -116,9 +116,16 @@ impl<'a> WeightMatrix<'a> {
         self.cols
     }
 
-    /// The bytes of row `r` (`r < rows`).
-    pub fn row(&self, r: usize) -> &'a [u8] {
-        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    /// The bytes of row `r`, or an error when `r >= rows`.
+    pub fn row(&self, r: usize) -> Result<&'a [u8], Error> {
+        if r >= self.rows {
+            return Err(Error::LengthMismatch {
+                what: "weight row index (must be below the row count)",
+                expected: self.rows,
+                actual: r,
+            });
+        }
+        Ok(&self.data[r * self.row_bytes..(r + 1) * self.row_bytes])
     }
 
     /// The whole matrix.
@@ -165,7 +172,7 @@ pub fn dot_f32(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f32, Error> 
     let bb = w.dtype.block_bytes();
     let mut tmp = [0.0f32; crate::dtype::QK_K];
     let mut acc = 0.0f32;
-    for (b, xs) in w.row(r).chunks_exact(bb).zip(x.chunks_exact(blk)) {
+    for (b, xs) in w.row(r)?.chunks_exact(bb).zip(x.chunks_exact(blk)) {
         dequantize_row(w.dtype, b, &mut tmp[..blk])?;
         for (wv, xv) in tmp[..blk].iter().zip(xs) {
             acc += wv * xv;
@@ -188,7 +195,7 @@ pub fn dot_quantized(
             what: "dot_quantized needs a quantized mode",
             dtype: w.dtype,
         }),
-        Some(_) => vec_dot(w.dtype, w.row(r), xq, w.cols),
+        Some(_) => vec_dot(w.dtype, w.row(r)?, xq, w.cols),
     }
 }
 
@@ -199,7 +206,7 @@ pub fn dot_f64(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f64, Error> 
     let bb = w.dtype.block_bytes();
     let mut tmp = [0.0f32; crate::dtype::QK_K];
     let mut acc = 0.0f64;
-    for (b, xs) in w.row(r).chunks_exact(bb).zip(x.chunks_exact(blk)) {
+    for (b, xs) in w.row(r)?.chunks_exact(bb).zip(x.chunks_exact(blk)) {
         dequantize_row(w.dtype, b, &mut tmp[..blk])?;
         for (wv, xv) in tmp[..blk].iter().zip(xs) {
             acc += *wv as f64 * *xv as f64;
@@ -371,4 +378,22 @@ fn check_out(rows: usize, cols: usize, e: &BoundEpilogue<'_>, y_len: usize) -> R
             .ok_or(Error::Overflow { what: "output" })?,
         y_len,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let w = [0u8; 2 * 18];
+        assert!(WeightMatrix::new(DType::Q4_0, 2, 32, &w[..35]).is_err());
+        assert!(WeightMatrix::new(DType::Q4_0, 2, 30, &w).is_err());
+        let wm = WeightMatrix::new(DType::Q4_0, 2, 32, &w).unwrap();
+        assert!(dot_f32(&wm, 2, &[0.0; 32]).is_err(), "row out of range");
+        assert!(dot_f32(&wm, 0, &[0.0; 31]).is_err(), "short column");
+        assert_eq!(dot_f32(&wm, 1, &[1.0; 32]).unwrap(), 0.0);
+        assert!(ActQuant::Q8_K.check(DType::Q4_0).is_err());
+        assert!(dot_quantized(&wm, 0, ActQuant::F32, &[]).is_err());
+    }
 }
