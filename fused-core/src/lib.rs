@@ -15,7 +15,7 @@
 //!   the epilogue chain descriptor and the (signed) FWHT descriptor.
 //! - [`graph`], [`legality`], [`planner`]: a small compute graph, the legality
 //!   predicates (each refusal names its reason) and the planner.
-//! - [`reference`]: the scalar reference — GEMV in f32 with an explicit
+//! - [`reference`](mod@reference): the scalar reference — GEMV in f32 with an explicit
 //!   activation-quantization mode or in f64, and graph / plan evaluators.
 //! - [`error`]: the one error type; nothing panics on bad input.
 //!
