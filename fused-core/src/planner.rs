@@ -198,15 +198,49 @@ struct Planner<'g> {
     owner: Vec<Option<usize>>,
     fused: Vec<Step>,
     refusals: Vec<Refused>,
+    /// Anchors whose chains must not leave an add to a later matmul.
+    no_defer: Vec<NodeId>,
+    /// (anchor, element-wise node) pairs a chain left to a later matmul.
+    deferred: Vec<(NodeId, NodeId)>,
 }
 
 /// Plans `graph`: fuses every legal pattern and records every refusal.
 pub fn plan(graph: &Graph) -> Plan {
+    let mut no_defer = Vec::new();
+    let mut earlier: Vec<Refused> = Vec::new();
+    loop {
+        let mut p = plan_round(graph, no_defer.clone());
+        // A chain that left its add to a later matmul which then did not
+        // take it: plan again with that chain keeping the add.
+        let missed: Vec<NodeId> = p
+            .deferred
+            .iter()
+            .filter(|(_, u)| p.owner[u.index()].is_none())
+            .map(|(a, _)| *a)
+            .filter(|a| !no_defer.contains(a))
+            .collect();
+        // Refusals of earlier rounds stay true of their candidates.
+        for r in core::mem::take(&mut p.refusals) {
+            if !earlier.contains(&r) {
+                earlier.push(r);
+            }
+        }
+        if missed.is_empty() {
+            p.refusals = earlier;
+            return p.finish();
+        }
+        no_defer.extend(missed);
+    }
+}
+
+fn plan_round(graph: &Graph, no_defer: Vec<NodeId>) -> Planner<'_> {
     let mut p = Planner {
         g: graph,
         owner: alloc::vec![None; graph.len()],
         fused: Vec::new(),
         refusals: Vec::new(),
+        no_defer,
+        deferred: Vec::new(),
     };
     for (i, node) in graph.nodes().iter().enumerate() {
         let id = NodeId(i as u32);
@@ -219,24 +253,33 @@ pub fn plan(graph: &Graph) -> Plan {
             _ => {}
         }
     }
-    let mut steps = Vec::new();
-    let mut emitted = alloc::vec![false; p.fused.len()];
-    for (i, node) in graph.nodes().iter().enumerate() {
-        match p.owner[i] {
-            Some(s) => {
-                let last = *p.fused[s].nodes().last().unwrap_or(&NodeId(0));
-                if last.index() == i && !emitted[s] {
-                    emitted[s] = true;
-                    steps.push(p.fused[s].clone());
+    p
+}
+
+impl Planner<'_> {
+    /// The plan: fused steps at their last node, every other non-input node
+    /// as itself.
+    fn finish(self) -> Plan {
+        let graph = self.g;
+        let mut steps = Vec::new();
+        let mut emitted = alloc::vec![false; self.fused.len()];
+        for (i, node) in graph.nodes().iter().enumerate() {
+            match self.owner[i] {
+                Some(s) => {
+                    let last = *self.fused[s].nodes().last().unwrap_or(&NodeId(0));
+                    if last.index() == i && !emitted[s] {
+                        emitted[s] = true;
+                        steps.push(self.fused[s].clone());
+                    }
                 }
+                None if node.op() != Op::Input => steps.push(Step::Node(NodeId(i as u32))),
+                None => {}
             }
-            None if node.op() != Op::Input => steps.push(Step::Node(NodeId(i as u32))),
-            None => {}
         }
-    }
-    Plan {
-        steps,
-        refusals: p.refusals,
+        Plan {
+            steps,
+            refusals: self.refusals,
+        }
     }
 }
 
@@ -318,18 +361,8 @@ impl<'g> Planner<'g> {
             Op::Unary(a) => [Some(LinkStage::Act(a)), None],
             Op::Add | Op::Mul => {
                 let slot = if un.src(0) == Some(cur) { 1 } else { 0 };
-                if let Some(o) = un.src(slot) {
-                    // `a·x + b·y`: leave the add to the later matmul, so that
-                    // each projection keeps its own residual (the count of
-                    // fused element-wise ops is the same either way).
-                    let on = &g.nodes()[o.index()];
-                    if on.op() == Op::MulMat(MatHint::None)
-                        && o > anchor
-                        && g.use_count(o) == 1
-                        && !on.is_output()
-                    {
-                        return Ok(None);
-                    }
+                if self.defers(anchor, u) {
+                    return Ok(None);
                 }
                 if slot == 0 && un.src(1) == Some(cur) && g.tensor(cur).map(|t| t.ne()) != Ok(shape)
                 {
@@ -370,6 +403,26 @@ impl<'g> Planner<'g> {
         Ok(Some(Link { node: u, stages }))
     }
 
+    /// Whether the chain anchored at `anchor` leaves element-wise node `u` to
+    /// a later matmul: in `a·x + b·y` each projection keeps its own residual
+    /// (the count of fused element-wise ops is the same either way). Not
+    /// when an earlier planning round showed that the later matmul does not
+    /// take `u` after all.
+    fn defers(&self, anchor: NodeId, u: NodeId) -> bool {
+        let g = self.g;
+        let un = &g.nodes()[u.index()];
+        if !matches!(un.op(), Op::Add | Op::Mul) || self.no_defer.contains(&anchor) {
+            return false;
+        }
+        un.srcs().any(|o| {
+            let on = &g.nodes()[o.index()];
+            on.op() == Op::MulMat(MatHint::None)
+                && o > anchor
+                && g.use_count(o) == 1
+                && !on.is_output()
+        })
+    }
+
     /// Follows the chain from `tail` as far as the predicates allow.
     fn extend(&mut self, pattern: Pattern, anchor: NodeId, tail: NodeId, rows: usize) -> Vec<Link> {
         let mut links = Vec::new();
@@ -387,7 +440,14 @@ impl<'g> Planner<'g> {
                     cur = link.node;
                     links.push(link);
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    if let Some(u) = self.g.consumers(cur).next() {
+                        if self.g.use_count(cur) == 1 && self.defers(anchor, u) {
+                            self.deferred.push((anchor, u));
+                        }
+                    }
+                    break;
+                }
                 Err(r) => {
                     self.refuse(pattern, anchor, r);
                     break;
@@ -577,7 +637,7 @@ impl<'g> Planner<'g> {
                 continue;
             }
             for (input, t) in reads {
-                if *input != b && bn.tensor().overlaps(t) {
+                if self.producer(*input) != b && bn.tensor().overlaps(t) {
                     return Err(Refusal::ClobberedBetween {
                         writer: b,
                         input: *input,
@@ -586,6 +646,18 @@ impl<'g> Planner<'g> {
             }
         }
         Ok(())
+    }
+
+    /// The node that writes `id`'s memory: `id` itself, or for a reshape or
+    /// view, the node it (transitively) views.
+    fn producer(&self, mut id: NodeId) -> NodeId {
+        while let Some(n) = self.g.nodes().get(id.index()) {
+            match (n.op().is_view(), n.src(0)) {
+                (true, Some(src)) => id = src,
+                _ => break,
+            }
+        }
+        id
     }
 
     fn try_signed_fwht(&mut self, mm: NodeId) {

@@ -552,6 +552,64 @@ fn a10_two_projections_summed() {
     );
 }
 
+#[test]
+fn a10_two_projections_summed_when_the_later_cannot_fuse() {
+    // The later matmul has activation-only Q8_K weights and takes no add, so
+    // the earlier one keeps it (a second planning round) instead of leaving
+    // the add unfused.
+    let mut b = Builder::new(117);
+    let w1 = b.weight(DType::Q4_0, 64, 8);
+    let w2 = b.weight(DType::Q8_K, 256, 8);
+    let x = b.input_f32([64, 1, 1, 1]);
+    let y = b.input_f32([256, 1, 1, 1]);
+    let m1 = mul_mat(&mut b, w1, x);
+    let m2 = mul_mat(&mut b, w2, y);
+    let a = add(&mut b, m1, m2);
+    b.g.mark_output(a).unwrap();
+    let plan = plan_and_compare(&b);
+    let why = Refusal::UnsupportedDType {
+        node: w2,
+        dtype: DType::Q8_K,
+    };
+    assert_eq!(
+        plan,
+        Plan {
+            steps: vec![Step::Node(m2), gemv(&[add_slot(0)], &[m2], &[m1, a])],
+            refusals: vec![
+                refused(Pattern::Epilogue, m2, why),
+                refused(Pattern::Epilogue, m2, Refusal::AlreadyFused { node: a }),
+            ],
+        }
+    );
+}
+
+#[test]
+fn a11_operand_produced_between_through_a_reshape() {
+    // The residual is produced between the matmul and its add and reached
+    // through a reshape: producing it is not clobbering it.
+    let mut b = Builder::new(118);
+    let w = b.weight(DType::Q4_0, 64, 8);
+    let x = b.input_f32([64, 1, 1, 1]);
+    let z = b.input_f32([4, 2, 1, 1]);
+    let m = mul_mat(&mut b, w, x);
+    let r0 = other(&mut b, "norm", z);
+    let rv = b.g.reshape(r0, [8, 1, 1, 1]).unwrap();
+    let a = add(&mut b, m, rv);
+    b.g.mark_output(a).unwrap();
+    let plan = plan_and_compare(&b);
+    assert_eq!(
+        plan,
+        Plan {
+            steps: vec![
+                Step::Node(r0),
+                Step::Node(rv),
+                gemv(&[add_slot(0)], &[rv], &[m, a])
+            ],
+            refusals: vec![],
+        }
+    );
+}
+
 // ---------------------------------------------------------------------------
 // B. Refusals
 // ---------------------------------------------------------------------------
