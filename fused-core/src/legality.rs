@@ -137,7 +137,8 @@ pub enum Refusal {
         /// The input it overwrites.
         input: NodeId,
     },
-    /// An element-wise op reads the chain's own value twice (e.g. `y + y`).
+    /// An element-wise op reads the chain's own value twice (`glu(y, y)`;
+    /// for `y + y` the second use is reported first, as [`Refusal::MultipleUses`]).
     OperandIsIntermediate {
         /// The element-wise node.
         node: NodeId,

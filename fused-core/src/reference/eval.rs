@@ -263,6 +263,8 @@ fn column(x: &TensorDesc, col: usize, mem: &Memory) -> Result<Vec<f32>, Error> {
 struct Dotter {
     mode: ActQuant,
     xq: Vec<u8>,
+    /// The column `xq` was quantized from (re-quantized only when it changes).
+    loaded: Vec<f32>,
 }
 
 impl Dotter {
@@ -270,10 +272,22 @@ impl Dotter {
         Dotter {
             mode,
             xq: Vec::new(),
+            loaded: Vec::new(),
         }
     }
 
     fn load(&mut self, x: &[f32]) -> Result<(), Error> {
+        let same = self.loaded.len() == x.len()
+            && self
+                .loaded
+                .iter()
+                .zip(x)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        if same && !self.loaded.is_empty() {
+            return Ok(());
+        }
+        self.loaded.clear();
+        self.loaded.extend_from_slice(x);
         if let Some(d) = self.mode.dtype() {
             self.xq.resize(d.row_bytes(x.len())?, 0);
             crate::quant::quantize_row(d, x, &mut self.xq)?;
