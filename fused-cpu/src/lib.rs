@@ -1,14 +1,29 @@
-//! fused-cpu: the CPU backend of `fused` (skeleton).
+//! fused-cpu: the CPU backend of `fused`.
 //!
-//! Nothing is implemented yet: the SIMD GEMV kernels with fused epilogues and
-//! the run-time ISA dispatch come in their own issue. Until then this crate
-//! only proves that the backend builds as `#![no_std]`, with the standard
-//! library behind the `std` feature (on by default).
+//! - [`kernels`]: dot kernels per ISA ([`isa::Isa`], detected once at run
+//!   time), scalar fallback = the core's reference arithmetic.
+//! - [`gemv`]: single-threaded, `no_std` GEMV/GEMM over a row range with the
+//!   epilogue applied to each accumulator tile before the store.
+//! - [`elementwise`]: the unfused fallback ops, built from the core's element
+//!   functions, so fused == unfused bit for bit.
+//! - [`fwht`]: signed and unsigned FWHT, the sign multiply fused into the load.
+//! - `backend` (with `std`): [`CpuBackend`], the multi-threaded entry points
+//!   with input validation and barrier / kernel-call counters.
 #![no_std]
 
 #[cfg(feature = "std")]
 extern crate std;
 
-/// The format names this backend will accept, re-exported so the dependency
-/// on `fused-core` is real from the start.
+pub mod acts;
+#[cfg(feature = "std")]
+pub mod backend;
+pub mod elementwise;
+pub mod fwht;
+pub mod gemv;
+pub mod isa;
+pub mod kernels;
+
+#[cfg(feature = "std")]
+pub use backend::{Counters, CpuBackend};
 pub use fused_core::DType;
+pub use isa::Isa;

@@ -1,0 +1,93 @@
+//! The unfused fallback: element-wise kernels built from the core's element
+//! functions, so a fused epilogue and these passes give the same bits.
+
+use fused_core::Error;
+use fused_core::element::{Activation, glu as glu_fn};
+
+fn check(what: &'static str, expected: usize, actual: usize) -> Result<(), Error> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            actual,
+        })
+    }
+}
+
+/// `out[i] = a[i] + b[i]`.
+pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    check("add operand", a.len(), b.len())?;
+    check("add output", a.len(), out.len())?;
+    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+        *o = x + y;
+    }
+    Ok(())
+}
+
+/// `a[i] += b[i]` (the in-place form, output aliasing the first operand).
+pub fn add_in_place(a: &mut [f32], b: &[f32]) -> Result<(), Error> {
+    check("add operand", a.len(), b.len())?;
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
+    }
+    Ok(())
+}
+
+/// `out[i] = a[i] · b[i]`.
+pub fn mul(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    check("mul operand", a.len(), b.len())?;
+    check("mul output", a.len(), out.len())?;
+    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+        *o = x * y;
+    }
+    Ok(())
+}
+
+/// `out[i] = act(a[i])`.
+pub fn unary(act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    check("activation output", a.len(), out.len())?;
+    for (o, x) in out.iter_mut().zip(a) {
+        *o = act.apply(*x);
+    }
+    Ok(())
+}
+
+/// `a[i] = act(a[i])`.
+pub fn unary_in_place(act: Activation, a: &mut [f32]) {
+    for x in a {
+        *x = act.apply(*x);
+    }
+}
+
+/// `out[i] = act(gate[i]) · up[i]`.
+pub fn glu(act: Activation, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    check("GLU up", gate.len(), up.len())?;
+    check("GLU output", gate.len(), out.len())?;
+    for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+        *o = glu_fn(act, *g, *u);
+    }
+    Ok(())
+}
+
+/// `out[col·rows + r] = a[col·rows + r] + bias[r]` (column-major, `rows = bias.len()`).
+pub fn add_row_bias(a: &[f32], bias: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    check("row-bias output", a.len(), out.len())?;
+    if bias.is_empty() || a.len() % bias.len() != 0 {
+        return Err(Error::LengthMismatch {
+            what: "row bias (must divide the output)",
+            expected: bias.len(),
+            actual: a.len(),
+        });
+    }
+    for (oc, ac) in out
+        .chunks_exact_mut(bias.len())
+        .zip(a.chunks_exact(bias.len()))
+    {
+        for ((o, x), b) in oc.iter_mut().zip(ac).zip(bias) {
+            *o = x + b;
+        }
+    }
+    Ok(())
+}

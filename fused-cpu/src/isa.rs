@@ -1,0 +1,107 @@
+//! Instruction-set selection, detected once at run time.
+
+/// The instruction sets the kernels are written for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Isa {
+    /// Portable Rust: the core's reference arithmetic.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL with VNNI, on top of AVX2.
+    Avx512,
+}
+
+impl Isa {
+    /// A short name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Every ISA this machine can run, best last.
+    pub fn available() -> impl Iterator<Item = Isa> {
+        let best = Isa::detect();
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(move |i| *i <= best)
+    }
+
+    /// The best ISA of this machine, detected on the first call and cached.
+    ///
+    /// Without the `std` feature, only what the build targets statically
+    /// (`-C target-feature`) counts.
+    pub fn detect() -> Isa {
+        detect_cached()
+    }
+
+    /// Whether this machine can run `self`.
+    pub fn is_supported(self) -> bool {
+        self <= Isa::detect()
+    }
+}
+
+impl core::fmt::Display for Isa {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(feature = "std")]
+fn detect_cached() -> Isa {
+    use std::sync::OnceLock;
+    static BEST: OnceLock<Isa> = OnceLock::new();
+    *BEST.get_or_init(detect_runtime)
+}
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+fn detect_runtime() -> Isa {
+    if std::env::var_os("FUSED_CPU_SCALAR").is_some() {
+        return Isa::Scalar;
+    }
+    let avx2 = std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c");
+    let avx512 = avx2
+        && std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("avx512vnni");
+    match (avx2, avx512) {
+        (_, true) => Isa::Avx512,
+        (true, false) => Isa::Avx2,
+        _ => Isa::Scalar,
+    }
+}
+
+#[cfg(all(feature = "std", not(target_arch = "x86_64")))]
+fn detect_runtime() -> Isa {
+    Isa::Scalar
+}
+
+#[cfg(not(feature = "std"))]
+fn detect_cached() -> Isa {
+    if cfg!(all(
+        target_arch = "x86_64",
+        target_feature = "avx512f",
+        target_feature = "avx512bw",
+        target_feature = "avx512vl",
+        target_feature = "avx512vnni",
+        target_feature = "avx2",
+        target_feature = "fma",
+        target_feature = "f16c"
+    )) {
+        Isa::Avx512
+    } else if cfg!(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma",
+        target_feature = "f16c"
+    )) {
+        Isa::Avx2
+    } else {
+        Isa::Scalar
+    }
+}

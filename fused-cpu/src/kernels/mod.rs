@@ -1,0 +1,53 @@
+//! Dot kernels: the accumulator of one weight row against one prepared
+//! activation column, one file per ISA.
+//!
+//! [`row_dot`] picks the kernel for an (ISA, weight format, activation mode)
+//! triple once per call; formats an ISA has no kernel for fall back to the
+//! scalar kernel, which is the core's reference arithmetic.
+
+use fused_core::reference::ActQuant;
+use fused_core::{DType, Error};
+
+use crate::acts::Acts;
+use crate::isa::Isa;
+
+pub mod scalar;
+#[cfg(target_arch = "x86_64")]
+pub mod x86_avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod x86_avx512;
+
+/// A row-dot kernel: `(weight format, one packed weight row, activations,
+/// K) → accumulator`. Inputs were validated by the caller; kernels still
+/// return the core's errors rather than panic when handed bad lengths.
+pub type RowDot = fn(DType, &[u8], &Acts<'_>, usize) -> Result<f32, Error>;
+
+/// The kernel for weights of `dtype` fed activations in `mode` on `isa`.
+/// `isa` must be supported by this machine ([`Isa::is_supported`]); an
+/// unsupported one gives the scalar kernel.
+pub fn row_dot(isa: Isa, dtype: DType, mode: ActQuant) -> RowDot {
+    if !isa.is_supported() {
+        return scalar::row_dot;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if isa >= Isa::Avx512 {
+            if let Some(k) = x86_avx512::row_dot(dtype, mode) {
+                return k;
+            }
+        }
+        if isa >= Isa::Avx2 {
+            if let Some(k) = x86_avx2::row_dot(dtype, mode) {
+                return k;
+            }
+        }
+    }
+    let _ = (dtype, mode);
+    scalar::row_dot
+}
+
+/// Whether `isa` has a kernel of its own (not the scalar fallback) for
+/// weights of `dtype` in `mode`.
+pub fn has_native_kernel(isa: Isa, dtype: DType, mode: ActQuant) -> bool {
+    !core::ptr::fn_addr_eq(row_dot(isa, dtype, mode), scalar::row_dot as RowDot)
+}
