@@ -1,7 +1,556 @@
-//! GEMV benchmarks (filled in by the benchmark work).
-use criterion::{Criterion, criterion_group, criterion_main};
+//! GEMV / GEMM / decode-layer benchmarks of the CPU backend, each figure
+//! printed next to the memory-read ceiling measured in the same run.
+//!
+//! Groups (run in this order):
+//! - `probe`: read bandwidth of a 1 GiB buffer with 1 and 2 threads
+//!   ([`fused_cpu::probe`]); the criterion medians are the ceilings.
+//! - `gemv_dram`: 16384×8192 weights, rotated over enough copies that each
+//!   call reads ≥ 1 GiB worth of distinct weights before one repeats
+//!   (far beyond L3), in Q4_0, Q8_0, F16, Q4_K, Q6_K with GGML's
+//!   activation mode; throughput in weight bytes.
+//! - `gemv_cache`: 4096×4096, same formats; GEMM with 32 and 512 columns
+//!   (Q4_0, Q8_0, F16), throughput in 2·M·K·N flops.
+//! - `decode_layer`: attention-out projection plus residual, gate/up GLU,
+//!   down plus residual; FUSED (epilogues, 3 kernels) vs UNFUSED (separate add/glu,
+//!   gate and up as two GEMVs); H=1024/F=2816 (in cache) and H=4096/F=11008
+//!   (rotated copies, DRAM-bound); Q4_0 and F16.
+//!
+//! Every benchmark also prints `median, GB/s, % of ceiling` to stderr, and a
+//! markdown summary of the whole run is printed at the end. Without
+//! `--bench` (criterion's test mode, e.g. `cargo test --benches`) the sizes
+//! shrink so that the run stays quick.
 
-fn bench(_c: &mut Criterion) {}
+use std::cell::RefCell;
+use std::hint::black_box;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-criterion_group!(benches, bench);
+use criterion::measurement::WallTime;
+use criterion::{
+    BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+use fused_core::quant::quantize_row;
+use fused_core::reference::gemv::GluWeights;
+use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_cpu::CpuBackend;
+use fused_cpu::probe::BandwidthProbe;
+
+/// Criterion samples per benchmark (flat sampling: equal iterations each).
+const SAMPLES: usize = 10;
+/// Weights read before a rotated copy repeats in the DRAM benchmarks.
+const ROTATE_BYTES: usize = 1 << 30;
+/// A benchmark whose single call takes longer than this is skipped (the
+/// ten samples alone would take too long); the skip is reported.
+const MAX_CALL: Duration = Duration::from_millis(1500);
+const THREADS: [usize; 2] = [1, 2];
+const GEMV_FORMATS: [DType; 5] = [
+    DType::Q4_0,
+    DType::Q8_0,
+    DType::F16,
+    DType::Q4_K,
+    DType::Q6_K,
+];
+const GEMM_FORMATS: [DType; 3] = [DType::Q4_0, DType::Q8_0, DType::F16];
+
+/// Read ceilings (GB/s) by thread count, from the `probe` group.
+static CEILING: Mutex<[Option<f64>; 3]> = Mutex::new([None; 3]);
+/// Summary lines, printed at the end.
+static SUMMARY: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Criterion's test mode (no `--bench`): shrink everything.
+fn quick() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
+fn ceiling(threads: usize) -> Option<f64> {
+    CEILING
+        .lock()
+        .ok()
+        .and_then(|c| c.get(threads).copied().flatten())
+}
+
+fn note(line: String) {
+    eprintln!("{line}");
+    if let Ok(mut s) = SUMMARY.lock() {
+        s.push(line);
+    }
+}
+
+/// A small xorshift64* generator: uniform values in `[-1, 1)`.
+struct Rng(u64);
+
+impl Rng {
+    fn next_f32(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let v = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        ((v >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.next_f32() * scale).collect()
+    }
+}
+
+/// `copies` matrices of `rows × cols` in `dtype`, back to back. A set of 61
+/// distinct random rows is quantized with `quantize_row` and the rows are
+/// tiled from it (realistic dequantized values, fast to generate).
+fn weights(dtype: DType, rows: usize, cols: usize, copies: usize, seed: u64) -> Vec<u8> {
+    const DISTINCT: usize = 61;
+    let rb = dtype.row_bytes(cols).expect("row bytes");
+    let mut rng = Rng(seed | 1);
+    let mut set = vec![0u8; rb * DISTINCT];
+    for row in set.chunks_exact_mut(rb) {
+        quantize_row(dtype, &rng.vec(cols, 0.05), row).expect("quantize");
+    }
+    let total = rows * copies;
+    let mut out = Vec::with_capacity(rb * total);
+    for r in 0..total {
+        let i = (r * 7 + r / DISTINCT) % DISTINCT;
+        out.extend_from_slice(&set[i * rb..(i + 1) * rb]);
+    }
+    out
+}
+
+/// Copies needed so that `bytes_per_copy · copies ≥ ROTATE_BYTES`.
+fn copies_for(bytes_per_copy: usize) -> usize {
+    if quick() {
+        1
+    } else {
+        ROTATE_BYTES.div_ceil(bytes_per_copy).max(1)
+    }
+}
+
+fn mat(dtype: DType, rows: usize, cols: usize, all: &[u8], copy: usize) -> WeightMatrix<'_> {
+    let n = dtype.row_bytes(cols).expect("row bytes") * rows;
+    WeightMatrix::new(dtype, rows, cols, &all[copy * n..(copy + 1) * n]).expect("weight matrix")
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(SAMPLES)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .without_plots()
+}
+
+fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.sampling_mode(SamplingMode::Flat);
+    g
+}
+
+/// What a benchmark's median is reported against.
+#[derive(Clone, Copy)]
+enum Report {
+    /// Bytes of weights (or buffer) read per call, and the thread count of
+    /// the ceiling to compare with.
+    Bytes(usize, usize),
+    /// Flops per call (2·M·K·N), plus the weight bytes and thread count.
+    Flops(usize, usize, usize),
+}
+
+/// Runs `f` as criterion benchmark `id` in `g` (after one untimed call;
+/// skipped when that call exceeds [`MAX_CALL`]), then prints the median of
+/// criterion's samples next to the ceiling. Returns the median in seconds.
+fn bench(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    full: &str,
+    id: &str,
+    report: Report,
+    mut f: impl FnMut(),
+) -> Option<f64> {
+    let t = Instant::now();
+    f();
+    let first = t.elapsed();
+    if !quick() && first > MAX_CALL {
+        note(format!(
+            "{full}: SKIPPED, one call took {:.2} s (> {:.1} s limit)",
+            first.as_secs_f64(),
+            MAX_CALL.as_secs_f64()
+        ));
+        return None;
+    }
+    match report {
+        Report::Bytes(b, _) => g.throughput(Throughput::Bytes(b as u64)),
+        Report::Flops(fl, _, _) => g.throughput(Throughput::Elements(fl as u64)),
+    };
+    let rec = RefCell::new(Vec::new());
+    g.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            let e = t.elapsed();
+            rec.borrow_mut().push(e.as_secs_f64() / iters.max(1) as f64);
+            e
+        })
+    });
+    let mut rec = rec.into_inner();
+    if rec.is_empty() {
+        return None; // filtered out
+    }
+    let mut samples = rec.split_off(rec.len().saturating_sub(SAMPLES));
+    samples.sort_by(f64::total_cmp);
+    let med = samples[samples.len() / 2];
+    let line = match report {
+        Report::Bytes(b, th) => {
+            let gbs = b as f64 / med / 1e9;
+            let pct = ceiling(th).map_or(String::from("n/a"), |c| {
+                format!(
+                    "{:.0} % of {th}-thread ceiling {c:.1} GB/s",
+                    gbs / c * 100.0
+                )
+            });
+            format!("{full}: median {:.3} ms, {gbs:.2} GB/s, {pct}", med * 1e3)
+        }
+        Report::Flops(fl, b, th) => {
+            let gbs = b as f64 / med / 1e9;
+            let pct = ceiling(th).map_or(String::from("n/a"), |c| {
+                format!(
+                    "{:.0} % of {th}-thread ceiling {c:.1} GB/s",
+                    gbs / c * 100.0
+                )
+            });
+            format!(
+                "{full}: median {:.3} ms, {:.1} GFLOP/s, weights {gbs:.2} GB/s, {pct}",
+                med * 1e3,
+                fl as f64 / med / 1e9
+            )
+        }
+    };
+    note(line);
+    Some(med)
+}
+
+fn probe(c: &mut Criterion) {
+    let bytes = if quick() { 16 << 20 } else { 1 << 30 };
+    let p = BandwidthProbe::new(bytes);
+    let mut g = group(c, "probe");
+    for t in THREADS {
+        let direct = p.read(t, 5);
+        eprintln!("probe: read_bandwidth({bytes} B, {t} threads, 5 reps) = {direct:.2} GB/s");
+        let full = format!("probe/read/{t}t");
+        let med = bench(
+            &mut g,
+            &full,
+            &format!("read/{t}t"),
+            Report::Bytes(bytes, t),
+            || {
+                black_box(p.read_pass(t));
+            },
+        );
+        if let (Some(m), Ok(mut ceil)) = (med, CEILING.lock()) {
+            ceil[t] = Some(bytes as f64 / m / 1e9);
+        }
+    }
+    g.finish();
+    let copy = p.copy(2, 3);
+    note(format!(
+        "probe/copy/2t (read+write bytes, 3 reps): {copy:.2} GB/s"
+    ));
+}
+
+fn gemv_dram(c: &mut Criterion) {
+    let (m, k) = if quick() { (256, 8192) } else { (16384, 8192) };
+    let mut g = group(c, "gemv_dram");
+    let x = Rng(7).vec(k, 1.0);
+    let mut y = vec![0.0f32; m];
+    let bes: Vec<CpuBackend> = THREADS
+        .iter()
+        .map(|&t| CpuBackend::new(t).expect("backend"))
+        .collect();
+    let none = Epilogue::NONE.bind(&[], m, 1).expect("bind");
+    for dtype in GEMV_FORMATS {
+        let bytes = dtype.row_bytes(k).expect("row bytes") * m;
+        let copies = copies_for(bytes);
+        let all = weights(dtype, m, k, copies, 11);
+        let mode = ActQuant::ggml(dtype);
+        eprintln!(
+            "gemv_dram: {dtype:?} {m}x{k} = {:.1} MiB per matrix, {copies} copies rotated, mode {mode:?}, isa {}",
+            bytes as f64 / (1 << 20) as f64,
+            bes[0].isa()
+        );
+        for be in &bes {
+            let t = be.threads();
+            let mut i = 0;
+            let id = format!("{dtype:?}/{t}t");
+            bench(
+                &mut g,
+                &format!("gemv_dram/{id}"),
+                &id,
+                Report::Bytes(bytes, t),
+                || {
+                    let w = mat(dtype, m, k, &all, i % copies);
+                    i += 1;
+                    be.gemv(&w, &x, 1, mode, &none, &mut y).expect("gemv");
+                    black_box(&y);
+                },
+            );
+        }
+    }
+    g.finish();
+}
+
+fn gemv_cache(c: &mut Criterion) {
+    let (m, k) = if quick() { (64, 4096) } else { (4096, 4096) };
+    let mut g = group(c, "gemv_cache");
+    let bes: Vec<CpuBackend> = THREADS
+        .iter()
+        .map(|&t| CpuBackend::new(t).expect("backend"))
+        .collect();
+    for dtype in GEMV_FORMATS {
+        let bytes = dtype.row_bytes(k).expect("row bytes") * m;
+        let all = weights(dtype, m, k, 1, 13);
+        let w = mat(dtype, m, k, &all, 0);
+        let mode = ActQuant::ggml(dtype);
+        let ns: &[usize] = if GEMM_FORMATS.contains(&dtype) {
+            &[1, 32, 512]
+        } else {
+            &[1]
+        };
+        for &n in ns {
+            let x = Rng(17).vec(k * n, 1.0);
+            let mut y = vec![0.0f32; m * n];
+            let none = Epilogue::NONE.bind(&[], m, n).expect("bind");
+            for be in &bes {
+                let t = be.threads();
+                let (id, report) = if n == 1 {
+                    (format!("{dtype:?}/gemv/{t}t"), Report::Bytes(bytes, t))
+                } else {
+                    (
+                        format!("{dtype:?}/gemm{n}/{t}t"),
+                        Report::Flops(2 * m * k * n, bytes, t),
+                    )
+                };
+                bench(&mut g, &format!("gemv_cache/{id}"), &id, report, || {
+                    be.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
+                    black_box(&y);
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+/// The weights of `copies` decode layers of one format.
+struct Layers {
+    dtype: DType,
+    h: usize,
+    f: usize,
+    copies: usize,
+    wo: Vec<u8>,
+    wg: Vec<u8>,
+    wu: Vec<u8>,
+    wd: Vec<u8>,
+}
+
+impl Layers {
+    fn new(dtype: DType, h: usize, f: usize, rotate: bool) -> Layers {
+        let per =
+            dtype.row_bytes(h).expect("rb") * (h + 2 * f) + dtype.row_bytes(f).expect("rb") * h;
+        let copies = if rotate { copies_for(per) } else { 1 };
+        Layers {
+            dtype,
+            h,
+            f,
+            copies,
+            wo: weights(dtype, h, h, copies, 21),
+            wg: weights(dtype, f, h, copies, 22),
+            wu: weights(dtype, f, h, copies, 23),
+            wd: weights(dtype, h, f, copies, 24),
+        }
+    }
+
+    fn bytes_per_layer(&self) -> usize {
+        (self.wo.len() + self.wg.len() + self.wu.len() + self.wd.len()) / self.copies
+    }
+
+    fn layer(&self, i: usize) -> [WeightMatrix<'_>; 4] {
+        let (d, h, f, c) = (self.dtype, self.h, self.f, i % self.copies);
+        [
+            mat(d, h, h, &self.wo, c),
+            mat(d, f, h, &self.wg, c),
+            mat(d, f, h, &self.wu, c),
+            mat(d, h, f, &self.wd, c),
+        ]
+    }
+}
+
+/// Activations and outputs of one decode layer.
+struct Bufs {
+    x: Vec<f32>,
+    attn: Vec<f32>,
+    h: Vec<f32>,
+    g: Vec<f32>,
+    out: Vec<f32>,
+    // unfused temporaries
+    t: Vec<f32>,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    t2: Vec<f32>,
+}
+
+impl Bufs {
+    fn new(h: usize, f: usize) -> Bufs {
+        Bufs {
+            x: Rng(31).vec(h, 1.0),
+            attn: Rng(32).vec(h, 1.0),
+            h: vec![0.0; h],
+            g: vec![0.0; f],
+            out: vec![0.0; h],
+            t: vec![0.0; h],
+            a: vec![0.0; f],
+            b: vec![0.0; f],
+            t2: vec![0.0; h],
+        }
+    }
+}
+
+/// `h = W_o·attn + x; g = silu(W_g·h) ⊙ (W_u·h); out = W_d·g + h`, with
+/// the adds and the GLU in the GEMV epilogues: three kernels.
+fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
+    let [wo, wg, wu, wd] = w;
+    let (hd, fd) = (wo.rows(), wg.rows());
+    let mode = ActQuant::ggml(wo.dtype());
+    let add = Epilogue::NONE.then_add().expect("epilogue");
+    be.gemv(
+        wo,
+        &s.attn,
+        1,
+        mode,
+        &add.bind(&[&s.x], hd, 1).expect("bind"),
+        &mut s.h,
+    )
+    .expect("gemv o");
+    let glu = GluWeights::new(*wg, *wu).expect("glu weights");
+    let none = Epilogue::NONE.bind(&[], fd, 1).expect("bind");
+    be.gemv_glu(&glu, Activation::Silu, &s.h, 1, mode, &none, &mut s.g)
+        .expect("gemv_glu");
+    be.gemv(
+        wd,
+        &s.g,
+        1,
+        mode,
+        &add.bind(&[&s.h], hd, 1).expect("bind"),
+        &mut s.out,
+    )
+    .expect("gemv d");
+    black_box(&s.out);
+}
+
+/// The same layer with no epilogues: four GEMVs (gate and up separately),
+/// two `add`s and one `glu`: seven kernels.
+fn layer_unfused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
+    let [wo, wg, wu, wd] = w;
+    let (hd, fd) = (wo.rows(), wg.rows());
+    let mode = ActQuant::ggml(wo.dtype());
+    let none_h = Epilogue::NONE.bind(&[], hd, 1).expect("bind");
+    let none_f = Epilogue::NONE.bind(&[], fd, 1).expect("bind");
+    be.gemv(wo, &s.attn, 1, mode, &none_h, &mut s.t)
+        .expect("gemv o");
+    be.add(&s.t, &s.x, &mut s.h).expect("add");
+    be.gemv(wg, &s.h, 1, mode, &none_f, &mut s.a)
+        .expect("gemv g");
+    be.gemv(wu, &s.h, 1, mode, &none_f, &mut s.b)
+        .expect("gemv u");
+    be.glu(Activation::Silu, &s.a, &s.b, &mut s.g).expect("glu");
+    be.gemv(wd, &s.g, 1, mode, &none_h, &mut s.t2)
+        .expect("gemv d");
+    be.add(&s.t2, &s.h, &mut s.out).expect("add");
+    black_box(&s.out);
+}
+
+fn decode_layer(c: &mut Criterion) {
+    let mut g = group(c, "decode_layer");
+    let bes: Vec<CpuBackend> = THREADS
+        .iter()
+        .map(|&t| CpuBackend::new(t).expect("backend"))
+        .collect();
+    let sizes: &[(usize, usize, bool)] = if quick() {
+        &[(1024, 2816, false)]
+    } else {
+        &[(1024, 2816, false), (4096, 11008, true)]
+    };
+    for &(h, f, rotate) in sizes {
+        for dtype in [DType::Q4_0, DType::F16] {
+            let layers = Layers::new(dtype, h, f, rotate);
+            let bytes = layers.bytes_per_layer();
+            eprintln!(
+                "decode_layer: {dtype:?} H={h} F={f}: {:.1} MiB of weights per layer, {} copies rotated",
+                bytes as f64 / (1 << 20) as f64,
+                layers.copies
+            );
+            let mut s = Bufs::new(h, f);
+            for be in &bes {
+                let t = be.threads();
+                // Barriers of one layer, counted on its own.
+                be.reset_counters();
+                layer_fused(be, &layers.layer(0), &mut s);
+                let cf = be.counters();
+                let fused_out = s.out.clone();
+                be.reset_counters();
+                layer_unfused(be, &layers.layer(0), &mut s);
+                let cu = be.counters();
+                let diff = fused_out
+                    .iter()
+                    .zip(&s.out)
+                    .map(|(p, q)| (p - q).abs())
+                    .fold(0.0f32, f32::max);
+                let tag = format!("{dtype:?}/H{h}_F{f}");
+                let mut i = 0;
+                let fused = bench(
+                    &mut g,
+                    &format!("decode_layer/{tag}/fused/{t}t"),
+                    &format!("{tag}/fused/{t}t"),
+                    Report::Bytes(bytes, t),
+                    || {
+                        layer_fused(be, &layers.layer(i), &mut s);
+                        i += 1;
+                    },
+                );
+                let mut i = 0;
+                let unfused = bench(
+                    &mut g,
+                    &format!("decode_layer/{tag}/unfused/{t}t"),
+                    &format!("{tag}/unfused/{t}t"),
+                    Report::Bytes(bytes, t),
+                    || {
+                        layer_unfused(be, &layers.layer(i), &mut s);
+                        i += 1;
+                    },
+                );
+                let ratio = match (fused, unfused) {
+                    (Some(a), Some(b)) => format!("{:.3}", a / b),
+                    _ => String::from("n/a"),
+                };
+                note(format!(
+                    "decode_layer/{tag}/{t}t: fused/unfused time = {ratio}; barriers per layer fused {} unfused {}; kernel calls fused {} unfused {}; max |fused - unfused| = {diff:e}",
+                    cf.barriers, cu.barriers, cf.kernel_calls, cu.kernel_calls
+                ));
+            }
+        }
+    }
+    g.finish();
+}
+
+fn summary(_c: &mut Criterion) {
+    if let Ok(s) = SUMMARY.lock() {
+        eprintln!("\n==== summary (medians of {SAMPLES} criterion samples) ====");
+        for line in s.iter() {
+            eprintln!("{line}");
+        }
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = probe, gemv_dram, gemv_cache, decode_layer, summary
+}
 criterion_main!(benches);

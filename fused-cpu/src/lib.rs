@@ -22,6 +22,8 @@ pub mod fwht;
 pub mod gemv;
 pub mod isa;
 pub mod kernels;
+#[cfg(feature = "std")]
+pub mod probe;
 
 #[cfg(feature = "std")]
 pub use backend::{Counters, CpuBackend};
