@@ -152,7 +152,7 @@ impl DType {
     /// Bytes taken by `n` elements, or an error when `n` is not a whole number of blocks.
     pub fn row_bytes(self, n: usize) -> Result<usize, Error> {
         let blk = self.block_len();
-        if n % blk != 0 {
+        if !n.is_multiple_of(blk) {
             return Err(Error::NotBlockAligned {
                 dtype: self,
                 len: n,

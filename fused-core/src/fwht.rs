@@ -89,7 +89,7 @@ impl FwhtDesc {
     /// load: row `r` uses `signs[(r mod n_blk)·N + i]` with `n_blk =
     /// signs_len / N`. `signs_len` must be a positive multiple of `N`.
     pub fn with_signs(mut self, signs_len: usize) -> Result<FwhtDesc, Error> {
-        if signs_len == 0 || signs_len % self.n != 0 {
+        if signs_len == 0 || !signs_len.is_multiple_of(self.n) {
             return Err(Error::BadSigns {
                 len: signs_len,
                 n: self.n,
@@ -127,7 +127,7 @@ impl FwhtDesc {
     /// Checks a call: `x` and `out` the same whole number of rows, `signs`
     /// present exactly when the descriptor is signed, with the right length.
     pub fn check(&self, x_len: usize, signs: Option<&[f32]>, out_len: usize) -> Result<(), Error> {
-        if x_len % self.n != 0 {
+        if !x_len.is_multiple_of(self.n) {
             return Err(Error::LengthMismatch {
                 what: "FWHT input (must be a whole number of blocks)",
                 expected: x_len / self.n * self.n,

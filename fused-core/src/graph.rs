@@ -269,7 +269,7 @@ impl Graph {
     }
 
     fn dense(ne: [usize; 4], at: Place) -> Result<TensorDesc, Error> {
-        if at.offset % 4 != 0 {
+        if !at.offset.is_multiple_of(4) {
             return Err(Error::Misaligned {
                 what: "F32 result offset",
                 align: 4,

@@ -276,7 +276,7 @@ pub fn check_f32_contiguous(t: &Tensor) -> Result<(), Refusal> {
 pub fn check_operand(consumer: NodeId, shape: [usize; 4], operand: &Tensor) -> Result<(), Refusal> {
     let ne = operand.1.ne();
     if ne != shape {
-        let broadcast = (0..4).all(|i| ne[i] != 0 && shape[i] % ne[i] == 0);
+        let broadcast = (0..4).all(|i| ne[i] != 0 && shape[i].is_multiple_of(ne[i]));
         return Err(if broadcast {
             Refusal::Broadcast { node: consumer }
         } else {
@@ -301,7 +301,11 @@ pub fn check_signs(signs: &Tensor, n: usize, row_len: usize) -> Result<(), Refus
         len,
         n,
     };
-    if t.dtype() != DType::F32 || t.ne() != [row_len, 1, 1, 1] || row_len == 0 || row_len % n != 0 {
+    if t.dtype() != DType::F32
+        || t.ne() != [row_len, 1, 1, 1]
+        || row_len == 0
+        || !row_len.is_multiple_of(n)
+    {
         return Err(bad);
     }
     if !t.is_contiguous() {

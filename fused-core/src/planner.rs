@@ -441,10 +441,11 @@ impl<'g> Planner<'g> {
                     links.push(link);
                 }
                 Ok(None) => {
-                    if let Some(u) = self.g.consumers(cur).next() {
-                        if self.g.use_count(cur) == 1 && self.defers(anchor, u) {
-                            self.deferred.push((anchor, u));
-                        }
+                    if let Some(u) = self.g.consumers(cur).next()
+                        && self.g.use_count(cur) == 1
+                        && self.defers(anchor, u)
+                    {
+                        self.deferred.push((anchor, u));
                     }
                     break;
                 }
@@ -460,10 +461,10 @@ impl<'g> Planner<'g> {
     fn try_gemv(&mut self, mm: NodeId) {
         let g = self.g;
         let rows = g.nodes()[mm.index()].tensor().ne()[0];
-        if let Some(glu) = self.glu_candidate(mm) {
-            if self.try_glu(mm, glu, rows) {
-                return;
-            }
+        if let Some(glu) = self.glu_candidate(mm)
+            && self.try_glu(mm, glu, rows)
+        {
+            return;
         }
         let w = g.nodes()[mm.index()].src(0).unwrap_or(mm);
         let x = g.nodes()[mm.index()].src(1).unwrap_or(mm);

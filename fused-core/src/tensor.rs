@@ -99,7 +99,7 @@ impl TensorDesc {
                 actual: nb[0],
             });
         }
-        if ne[0] % dtype.block_len() != 0 {
+        if !ne[0].is_multiple_of(dtype.block_len()) {
             return Err(Error::NotBlockAligned { dtype, len: ne[0] });
         }
         let extent = if ne.contains(&0) {

@@ -38,7 +38,7 @@ pub fn quantize_columns(
 ) -> Result<(), Error> {
     let Some(d) = mode.dtype() else { return Ok(()) };
     let rb = d.row_bytes(k)?;
-    if k == 0 || x.len() % k != 0 || scratch.len() != x.len() / k * rb {
+    if k == 0 || !x.len().is_multiple_of(k) || scratch.len() != x.len() / k * rb {
         return Err(Error::LengthMismatch {
             what: "activation scratch",
             expected: x.len().checked_div(k).unwrap_or(0) * rb,

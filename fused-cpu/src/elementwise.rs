@@ -74,7 +74,7 @@ pub fn glu(act: Activation, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result
 /// `out[col·rows + r] = a[col·rows + r] + bias[r]` (column-major, `rows = bias.len()`).
 pub fn add_row_bias(a: &[f32], bias: &[f32], out: &mut [f32]) -> Result<(), Error> {
     check("row-bias output", a.len(), out.len())?;
-    if bias.is_empty() || a.len() % bias.len() != 0 {
+    if bias.is_empty() || !a.len().is_multiple_of(bias.len()) {
         return Err(Error::LengthMismatch {
             what: "row bias (must divide the output)",
             expected: bias.len(),

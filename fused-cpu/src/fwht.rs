@@ -14,14 +14,14 @@ pub fn fwht_rows(
     out: &mut [f32],
 ) -> Result<(), Error> {
     let n = desc.n();
-    if let (Some(len), Some(s)) = (desc.signs_len(), signs) {
-        if s.len() != len {
-            return Err(Error::LengthMismatch {
-                what: "FWHT sign vector",
-                expected: len,
-                actual: s.len(),
-            });
-        }
+    if let (Some(len), Some(s)) = (desc.signs_len(), signs)
+        && s.len() != len
+    {
+        return Err(Error::LengthMismatch {
+            what: "FWHT sign vector",
+            expected: len,
+            actual: s.len(),
+        });
     }
     if desc.signs_len().is_some() != signs.is_some() {
         return Err(Error::LengthMismatch {
@@ -30,7 +30,7 @@ pub fn fwht_rows(
             actual: signs.map_or(0, <[f32]>::len),
         });
     }
-    if x.len() % n != 0 || out.len() != x.len() {
+    if !x.len().is_multiple_of(n) || out.len() != x.len() {
         return Err(Error::LengthMismatch {
             what: "FWHT rows",
             expected: x.len() / n * n,

@@ -105,7 +105,7 @@ impl Builder {
         let s = 1.0 / (n as f32).sqrt();
         let v = (0..n * n)
             .map(|i| {
-                if ((i / n) & (i % n)).count_ones() % 2 == 0 {
+                if ((i / n) & (i % n)).count_ones().is_multiple_of(2) {
                     s
                 } else {
                     -s

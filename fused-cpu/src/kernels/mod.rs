@@ -31,15 +31,15 @@ pub fn row_dot(isa: Isa, dtype: DType, mode: ActQuant) -> RowDot {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if isa >= Isa::Avx512 {
-            if let Some(k) = x86_avx512::row_dot(dtype, mode) {
-                return k;
-            }
+        if isa >= Isa::Avx512
+            && let Some(k) = x86_avx512::row_dot(dtype, mode)
+        {
+            return k;
         }
-        if isa >= Isa::Avx2 {
-            if let Some(k) = x86_avx2::row_dot(dtype, mode) {
-                return k;
-            }
+        if isa >= Isa::Avx2
+            && let Some(k) = x86_avx2::row_dot(dtype, mode)
+        {
+            return k;
         }
     }
     let _ = (dtype, mode);

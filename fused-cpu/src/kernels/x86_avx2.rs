@@ -96,8 +96,16 @@ pub(super) fn check_quant<'a>(
             });
         }
     };
-    check_len("SIMD kernel: weight row bytes", kernel.row_bytes(k)?, w_row.len())?;
-    check_len("SIMD kernel: activation bytes", want.row_bytes(k)?, bytes.len())?;
+    check_len(
+        "SIMD kernel: weight row bytes",
+        kernel.row_bytes(k)?,
+        w_row.len(),
+    )?;
+    check_len(
+        "SIMD kernel: activation bytes",
+        want.row_bytes(k)?,
+        bytes.len(),
+    )?;
     Ok(bytes)
 }
 
@@ -122,7 +130,11 @@ pub(super) fn check_f32<'a>(
             dtype,
         });
     };
-    check_len("SIMD kernel: weight row bytes", kernel.row_bytes(k)?, w_row.len())?;
+    check_len(
+        "SIMD kernel: weight row bytes",
+        kernel.row_bytes(k)?,
+        w_row.len(),
+    )?;
     check_len("SIMD kernel: activation length", k, x.len())?;
     Ok(x)
 }
@@ -237,7 +249,9 @@ pub(super) unsafe fn f16x8(p: *const u8, stride: usize) -> __m256 {
     // SAFETY: the caller guarantees the eight 2-byte reads are in bounds.
     let (lo, hi) = unsafe {
         (
-            rd16(p) | rd16(p.add(stride)) << 16 | rd16(p.add(2 * stride)) << 32
+            rd16(p)
+                | rd16(p.add(stride)) << 16
+                | rd16(p.add(2 * stride)) << 32
                 | rd16(p.add(3 * stride)) << 48,
             rd16(p.add(4 * stride))
                 | rd16(p.add(5 * stride)) << 16
@@ -394,7 +408,7 @@ pub(super) use legacy_loop;
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q4_0 blocks and `y` `nb` Q8_0 blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
+pub(super) unsafe fn q4_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
     let eight = _mm256_set1_epi8(8);
     legacy_loop!(w, y, nb, 18, 34, |wp, yp| {
         // SAFETY: `qs` of the weight block and of the activation block.
@@ -406,7 +420,7 @@ unsafe fn q4_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q5_0 blocks and `y` `nb` Q8_0 blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
+pub(super) unsafe fn q5_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
     let sixteen = _mm256_set1_epi8(16);
     legacy_loop!(w, y, nb, 22, 34, |wp, yp| {
         // SAFETY: `qh`, `qs` of the weight block, `qs` of the activations.
@@ -423,7 +437,7 @@ unsafe fn q5_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
 /// # Safety
 /// AVX2/FMA/F16C present; `w` and `y` hold `nb` Q8_0 blocks each.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
+pub(super) unsafe fn q8_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
     legacy_loop!(w, y, nb, 34, 34, |wp, yp| {
         // SAFETY: `qs` of both blocks.
         let (x, q) = unsafe {
@@ -439,8 +453,10 @@ unsafe fn q8_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` IQ4_NL blocks and `y` `nb` Q8_0 blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    let tab = _mm_set_epi8(113, 89, 69, 53, 38, 25, 13, 1, -10, -22, -35, -49, -65, -83, -104, -127);
+pub(super) unsafe fn iq4_nl_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
+    let tab = _mm_set_epi8(
+        113, 89, 69, 53, 38, 25, 13, 1, -10, -22, -35, -49, -65, -83, -104, -127,
+    );
     let tab = _mm256_broadcastsi128_si256(tab);
     legacy_loop!(w, y, nb, 18, 34, |wp, yp| {
         // SAFETY: `qs` of the weight block and of the activation block.
@@ -452,7 +468,7 @@ unsafe fn iq4_nl_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q4_1 blocks and `y` `nb` Q8_1 blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_q8_1(w: *const u8, y: *const u8, nb: usize) -> f32 {
+pub(super) unsafe fn q4_1_q8_1(w: *const u8, y: *const u8, nb: usize) -> f32 {
     // Σ (dx·dy)·isum + mx·sy: the first term as in `legacy_loop`, the second
     // in a second accumulator.
     let mut acc = _mm256_setzero_ps();
@@ -496,7 +512,8 @@ unsafe fn q4_1_q8_1(w: *const u8, y: *const u8, nb: usize) -> f32 {
             ))
         };
         // SAFETY: the scale fields of block `b`.
-        let (dx, mx, dy, sy) = unsafe { (rdf16(wp), rdf16(wp.add(2)), rdf16(yp), rdf16(yp.add(2))) };
+        let (dx, mx, dy, sy) =
+            unsafe { (rdf16(wp), rdf16(wp.add(2)), rdf16(yp), rdf16(yp.add(2))) };
         sum += (dx * dy) * isum as f32 + mx * sy;
         b += 1;
     }
@@ -552,14 +569,14 @@ pub(super) fn dup_mins(m: u64) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) fn bcast16_mask(lo: usize, hi: usize) -> __m256i {
-    let m = |j: usize| ((2 * j + 1) << 8 | 2 * j) as i16;
+    let m = |j: usize| (((2 * j + 1) << 8) | (2 * j)) as i16;
     _mm256_set_m128i(_mm_set1_epi16(m(hi)), _mm_set1_epi16(m(lo)))
 }
 
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q4_K blocks and `y` `nb` Q8_K blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
+pub(super) unsafe fn q4_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
     let mut acc = _mm256_setzero_ps();
     let mut accm = _mm256_setzero_ps();
@@ -644,7 +661,7 @@ pub(super) unsafe fn q6_half(ql: *const u8, qh: *const u8) -> [__m256i; 4] {
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q6_K blocks and `y` `nb` Q8_K blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
+pub(super) unsafe fn q6_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for b in 0..nb {
         // SAFETY: block `b < nb`, in bounds of both rows.
@@ -713,7 +730,10 @@ unsafe fn f16_f32(w: *const u8, x: *const f32, k: usize) -> f32 {
         a[0] = _mm256_fmadd_ps(wv, xv, a[0]);
         i += 8;
     }
-    let mut sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+    let mut sum = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(a[0], a[1]),
+        _mm256_add_ps(a[2], a[3]),
+    ));
     while i < k {
         // SAFETY: element `i < k`.
         sum += unsafe { rdf16(w.add(2 * i)) * *x.add(i) };
@@ -743,11 +763,19 @@ unsafe fn f32_f32(w: *const u8, x: *const f32, k: usize) -> f32 {
     }
     while i + 8 <= k {
         // SAFETY: elements `i .. i + 8 ≤ k`.
-        let (wv, xv) = unsafe { (_mm256_loadu_ps(w.add(4 * i).cast()), _mm256_loadu_ps(x.add(i))) };
+        let (wv, xv) = unsafe {
+            (
+                _mm256_loadu_ps(w.add(4 * i).cast()),
+                _mm256_loadu_ps(x.add(i)),
+            )
+        };
         a[0] = _mm256_fmadd_ps(wv, xv, a[0]);
         i += 8;
     }
-    let mut sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+    let mut sum = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(a[0], a[1]),
+        _mm256_add_ps(a[2], a[3]),
+    ));
     while i < k {
         // SAFETY: element `i < k`.
         sum += unsafe { rdf32(w.add(4 * i)) * *x.add(i) };

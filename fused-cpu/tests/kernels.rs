@@ -1,0 +1,248 @@
+//! Every native (SIMD) row-dot kernel against the scalar reference kernel, on
+//! random rows, extreme rows and wrong lengths.
+
+use fused_core::DType;
+use fused_core::quant::{dequantize_row, quantize_row};
+use fused_core::reference::ActQuant;
+use fused_cpu::Isa;
+use fused_cpu::acts::{Acts, prepared_bytes, quantize_columns};
+use fused_cpu::kernels::{has_native_kernel, row_dot, scalar};
+
+struct Rng(u64);
+impl Rng {
+    fn f32(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+}
+
+const FORMATS: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::IQ4_NL,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::TQ2_0,
+];
+
+const MODES: [ActQuant; 4] = [
+    ActQuant::F32,
+    ActQuant::Q8_0,
+    ActQuant::Q8_1,
+    ActQuant::Q8_K,
+];
+
+/// The (dtype, mode) pairs each SIMD ISA must have a native kernel for.
+fn claimed(isa: Isa) -> &'static [(DType, ActQuant)] {
+    const AVX2: &[(DType, ActQuant)] = &[
+        (DType::Q4_0, ActQuant::Q8_0),
+        (DType::Q4_1, ActQuant::Q8_1),
+        (DType::Q5_0, ActQuant::Q8_0),
+        (DType::Q8_0, ActQuant::Q8_0),
+        (DType::IQ4_NL, ActQuant::Q8_0),
+        (DType::Q4_K, ActQuant::Q8_K),
+        (DType::Q6_K, ActQuant::Q8_K),
+        (DType::F16, ActQuant::F32),
+        (DType::F32, ActQuant::F32),
+    ];
+    match isa {
+        Isa::Scalar => &[],
+        Isa::Avx2 | Isa::Avx512 => AVX2,
+    }
+}
+
+/// One activation column of `k` values prepared for `mode`, plus the f32
+/// values (dequantized for the quantized modes) used for the error bound.
+fn prepare(mode: ActQuant, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let k = x.len();
+    let mut q = vec![0u8; prepared_bytes(mode, k).unwrap()];
+    quantize_columns(mode, x, k, &mut q).unwrap();
+    let xd = match mode.dtype() {
+        None => x.to_vec(),
+        Some(d) => {
+            let mut v = vec![0.0; k];
+            dequantize_row(d, &q, &mut v).unwrap();
+            v
+        }
+    };
+    (q, xd)
+}
+
+fn acts<'a>(mode: ActQuant, x: &'a [f32], q: &'a [u8]) -> Acts<'a> {
+    match mode.dtype() {
+        None => Acts::F32(x),
+        Some(d) => Acts::Quant { dtype: d, bytes: q },
+    }
+}
+
+/// Compares the `isa` kernel with the scalar one on weights `wf` (f32, to be
+/// quantized) and activations `x`.
+fn check(isa: Isa, dtype: DType, mode: ActQuant, wf: &[f32], x: &[f32], what: &str) {
+    let k = x.len();
+    let mut w = vec![0u8; dtype.row_bytes(k).unwrap()];
+    quantize_row(dtype, wf, &mut w).unwrap();
+    let mut wd = vec![0.0; k];
+    dequantize_row(dtype, &w, &mut wd).unwrap();
+    let (q, xd) = prepare(mode, x);
+    let a = acts(mode, x, &q);
+    let want = scalar::row_dot(dtype, &w, &a, k).unwrap();
+    let got = row_dot(isa, dtype, mode)(dtype, &w, &a, k).unwrap();
+    let mag: f64 = wd
+        .iter()
+        .zip(&xd)
+        .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
+        .sum();
+    let err = (f64::from(got) - f64::from(want)).abs();
+    assert!(
+        err <= 1e-5 * (mag + 1e-30),
+        "{isa} {dtype:?} {mode:?} k={k} {what}: got {got}, want {want}, |err| {err:e}, Σ|wx| {mag:e}"
+    );
+}
+
+fn native_triples() -> Vec<(Isa, DType, ActQuant)> {
+    let mut v = Vec::new();
+    for isa in Isa::available() {
+        for dtype in FORMATS {
+            for mode in MODES {
+                if mode.check(dtype).is_ok() && has_native_kernel(isa, dtype, mode) {
+                    v.push((isa, dtype, mode));
+                }
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn claimed_kernels_exist() {
+    for isa in Isa::available() {
+        for &(dtype, mode) in claimed(isa) {
+            assert!(
+                has_native_kernel(isa, dtype, mode),
+                "{isa}: no native kernel for {dtype:?} × {mode:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn native_kernels_match_scalar() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let triples = native_triples();
+    let claimed_total: usize = Isa::available().map(|i| claimed(i).len()).sum();
+    assert!(triples.len() >= claimed_total, "{triples:?}");
+    for (isa, dtype, mode) in triples {
+        let blk = dtype.block_len().max(32);
+        // 4096 = 128 legacy blocks = 16 super-blocks.
+        let big = 4096;
+        for k in [blk, 3 * blk, 8 * blk + blk, big] {
+            for rep in 0..2 {
+                let wf = rng.vec(k);
+                let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 3.0).collect();
+                check(isa, dtype, mode, &wf, &x, &format!("random #{rep}"));
+            }
+            // Extremes: full-range codes (every block's max hit at both
+            // signs), zero blocks, constant blocks, a huge dynamic range.
+            let n = k / blk;
+            let ramp: Vec<f32> = (0..k)
+                .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 } * ((i % 7) as f32 + 1.0))
+                .collect();
+            let maxed: Vec<f32> = (0..k)
+                .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
+                .collect();
+            let zeros = vec![0.0f32; k];
+            let mut sparse = rng.vec(k);
+            for (b, chunk) in sparse.chunks_mut(blk).enumerate() {
+                if b % 2 == 0 || n == 1 {
+                    chunk.fill(0.0);
+                }
+            }
+            let scaled: Vec<f32> = rng
+                .vec(k)
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v * 10f32.powi((i / blk) as i32 % 7 - 3))
+                .collect();
+            check(isa, dtype, mode, &maxed, &maxed, "all max");
+            check(isa, dtype, mode, &ramp, &maxed, "ramp × max");
+            check(isa, dtype, mode, &maxed, &ramp, "max × ramp");
+            check(isa, dtype, mode, &zeros, &ramp, "zero weights");
+            check(isa, dtype, mode, &ramp, &zeros, "zero activations");
+            check(isa, dtype, mode, &sparse, &scaled, "zero blocks");
+            check(isa, dtype, mode, &scaled, &sparse, "scaled");
+        }
+    }
+}
+
+#[test]
+fn native_kernels_reject_wrong_lengths() {
+    let mut rng = Rng(42);
+    for (isa, dtype, mode) in native_triples() {
+        let kernel = row_dot(isa, dtype, mode);
+        let k = dtype.block_len().max(32) * 2;
+        let mut w = vec![0u8; dtype.row_bytes(k).unwrap()];
+        quantize_row(dtype, &rng.vec(k), &mut w).unwrap();
+        let x = rng.vec(k);
+        let (q, _) = prepare(mode, &x);
+        let a = acts(mode, &x, &q);
+        assert!(kernel(dtype, &w, &a, k).is_ok());
+        // Weights one byte short / long.
+        assert!(kernel(dtype, &w[..w.len() - 1], &a, k).is_err());
+        let mut long = w.clone();
+        long.push(0);
+        assert!(kernel(dtype, &long, &a, k).is_err());
+        // K not a whole number of blocks, or not matching the row.
+        if dtype.block_len() > 1 {
+            assert!(kernel(dtype, &w, &a, k - 1).is_err());
+        }
+        assert!(kernel(dtype, &w, &a, k / 2).is_err());
+        // Activations too short.
+        let short = match a {
+            Acts::F32(xs) => Acts::F32(&xs[..k - 1]),
+            Acts::Quant { dtype: d, bytes } => Acts::Quant {
+                dtype: d,
+                bytes: &bytes[..bytes.len() - 1],
+            },
+        };
+        assert!(kernel(dtype, &w, &short, k).is_err());
+        // Wrong activation variant / format, wrong weight format.
+        let wrong = match a {
+            Acts::F32(_) => Acts::Quant {
+                dtype: DType::Q8_0,
+                bytes: &q,
+            },
+            Acts::Quant { .. } => Acts::F32(&x),
+        };
+        assert!(kernel(dtype, &w, &wrong, k).is_err());
+        if let Acts::Quant { bytes, dtype: d } = a {
+            let other = if d == DType::Q8_K {
+                DType::Q8_0
+            } else {
+                DType::Q8_K
+            };
+            let wrong = Acts::Quant {
+                dtype: other,
+                bytes,
+            };
+            assert!(kernel(dtype, &w, &wrong, k).is_err());
+        }
+        let other = if dtype == DType::Q4_0 {
+            DType::Q8_0
+        } else {
+            DType::Q4_0
+        };
+        assert!(kernel(other, &w, &a, k).is_err());
+    }
+}
