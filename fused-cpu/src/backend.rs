@@ -287,6 +287,13 @@ impl CpuBackend {
         self.count(1);
     }
 
+    /// `out = a` (stands in for ops the core does not model).
+    pub fn copy(&self, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
+        check_len("copy output", a.len(), out.len())?;
+        self.elementwise(a.len(), out, |s, o| o.copy_from_slice(&a[s..s + o.len()]));
+        Ok(())
+    }
+
     /// Unfused `out = a + b`.
     pub fn add(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
         check_len("add operand", a.len(), b.len())?;
@@ -334,8 +341,20 @@ impl CpuBackend {
 
     /// Unfused `out = a + bias[row]` (column-major, `bias.len()` rows).
     pub fn add_row_bias(&self, a: &[f32], bias: &[f32], out: &mut [f32]) -> Result<(), Error> {
-        crate::elementwise::add_row_bias(a, bias, out)?;
-        self.count(0);
+        check_len("row-bias output", a.len(), out.len())?;
+        if bias.is_empty() || !a.len().is_multiple_of(bias.len()) {
+            return Err(Error::LengthMismatch {
+                what: "row bias (must divide the output)",
+                expected: bias.len(),
+                actual: a.len(),
+            });
+        }
+        let m = bias.len();
+        self.elementwise(a.len(), out, |s, o| {
+            for (i, v) in o.iter_mut().enumerate() {
+                *v = a[s + i] + bias[(s + i) % m];
+            }
+        });
         Ok(())
     }
 }

@@ -9,6 +9,9 @@
 //! - [`fwht`]: signed and unsigned FWHT, the sign multiply fused into the load.
 //! - `backend` (with `std`): [`CpuBackend`], the multi-threaded entry points
 //!   with input validation and barrier / kernel-call counters.
+//! - `exec` (with `std`): the executor that runs a core plan (or a graph
+//!   unfused) step by step over 4-byte-aligned buffers, counting kernel
+//!   steps and barriers.
 #![no_std]
 
 #[cfg(feature = "std")]
@@ -18,6 +21,8 @@ pub mod acts;
 #[cfg(feature = "std")]
 pub mod backend;
 pub mod elementwise;
+#[cfg(feature = "std")]
+pub mod exec;
 pub mod fwht;
 pub mod gemv;
 pub mod isa;
