@@ -1,0 +1,173 @@
+//! A memory-bandwidth probe: the read (and copy) bandwidth this machine
+//! reaches with plain, vectorizable Rust loops, the ceiling the GEMV
+//! benchmarks are compared with.
+//!
+//! The read pass sums the buffer as `u64` lanes into eight independent
+//! accumulators (the compiler turns this into SIMD adds, far faster than
+//! DRAM), split into one contiguous slice per thread; the sum goes through
+//! [`core::hint::black_box`] so the loads cannot be removed. A figure is the
+//! median of several passes, in GB/s (10⁹ bytes per second).
+
+use std::thread;
+use std::time::{Duration, Instant};
+use std::vec::Vec;
+
+use core::hint::black_box;
+
+/// Lanes summed side by side: eight `u64` accumulators.
+const LANES: usize = 8;
+
+/// A buffer allocated and touched once, read by [`BandwidthProbe::read_pass`].
+#[derive(Debug)]
+pub struct BandwidthProbe {
+    buf: Vec<u64>,
+}
+
+impl BandwidthProbe {
+    /// Allocates `bytes` (rounded down to whole 64-byte lines, at least one)
+    /// and writes every element, so every page is mapped before timing.
+    pub fn new(bytes: usize) -> BandwidthProbe {
+        let words = (bytes / (8 * LANES)).max(1) * LANES;
+        let buf = (0..words as u64)
+            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
+        BandwidthProbe { buf }
+    }
+
+    /// The buffer size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.buf.len() * 8
+    }
+
+    /// One read-only pass over the whole buffer, split into `threads`
+    /// (≥ 1) contiguous slices, one per scoped thread (the calling thread
+    /// takes the first one). Returns the wrapping sum of all elements,
+    /// already passed through [`black_box`].
+    pub fn read_pass(&self, threads: usize) -> u64 {
+        let threads = threads.max(1);
+        let per = self.buf.len().div_ceil(threads).div_ceil(LANES) * LANES;
+        let mut parts = self.buf.chunks(per.max(LANES));
+        let first = parts.next().unwrap_or(&[]);
+        let total = thread::scope(|s| {
+            let handles: Vec<_> = parts.map(|p| s.spawn(move || sum_u64(p))).collect();
+            let mut total = sum_u64(first);
+            for h in handles {
+                total = total.wrapping_add(h.join().unwrap_or(0));
+            }
+            total
+        });
+        black_box(total)
+    }
+
+    /// The median read bandwidth of `reps` (≥ 1) timed [`Self::read_pass`]es
+    /// with `threads` threads, in GB/s, after one untimed pass.
+    pub fn read(&self, threads: usize, reps: usize) -> f64 {
+        black_box(self.read_pass(threads));
+        let times: Vec<Duration> = (0..reps.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                black_box(self.read_pass(threads));
+                t.elapsed()
+            })
+            .collect();
+        gb_per_s(self.bytes(), median(times))
+    }
+
+    /// One copy of the first half of the buffer into a second buffer of the
+    /// same size (`dst`, allocated and touched by the caller), split across
+    /// `threads` threads. Moves `2 · dst.len() · 8` bytes (read + write;
+    /// write-allocate traffic not counted).
+    fn copy_pass(&self, dst: &mut [u64], threads: usize) {
+        let threads = threads.max(1);
+        let src = &self.buf[..dst.len()];
+        let per = dst.len().div_ceil(threads).max(1);
+        thread::scope(|s| {
+            for (d, sr) in dst.chunks_mut(per).zip(src.chunks(per)) {
+                s.spawn(move || d.copy_from_slice(sr));
+            }
+        });
+        black_box(&*dst);
+    }
+
+    /// The median copy bandwidth of `reps` (≥ 1) passes with `threads`
+    /// threads, in GB/s, counting bytes read plus bytes written. Allocates a
+    /// destination of half the probe's size for the duration of the call.
+    pub fn copy(&self, threads: usize, reps: usize) -> f64 {
+        let mut dst = std::vec![1u64; self.buf.len() / 2];
+        self.copy_pass(&mut dst, threads);
+        let times: Vec<Duration> = (0..reps.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                self.copy_pass(&mut dst, threads);
+                t.elapsed()
+            })
+            .collect();
+        gb_per_s(dst.len() * 8 * 2, median(times))
+    }
+}
+
+/// The wrapping sum of `xs` over eight independent lanes (vectorizable).
+fn sum_u64(xs: &[u64]) -> u64 {
+    let mut acc = [0u64; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a = a.wrapping_add(*x);
+        }
+    }
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(0u64, |s, x| s.wrapping_add(*x));
+    acc.iter().fold(tail, |s, a| s.wrapping_add(*a))
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort_unstable();
+    times[times.len() / 2]
+}
+
+fn gb_per_s(bytes: usize, t: Duration) -> f64 {
+    bytes as f64 / t.as_secs_f64().max(1e-12) / 1e9
+}
+
+/// The read bandwidth in GB/s (10⁹ bytes/s) of a read-only sum over a
+/// buffer of `bytes` (use ≥ 1 GiB to measure DRAM rather than cache),
+/// allocated and touched once, split across `threads` threads: the median of
+/// `reps` passes.
+pub fn read_bandwidth(bytes: usize, threads: usize, reps: usize) -> f64 {
+    BandwidthProbe::new(bytes).read(threads, reps)
+}
+
+/// The copy bandwidth in GB/s (bytes read plus bytes written) of copying
+/// `bytes / 2` into a second buffer, split across `threads` threads: the
+/// median of `reps` passes.
+pub fn copy_bandwidth(bytes: usize, threads: usize, reps: usize) -> f64 {
+    BandwidthProbe::new(bytes).copy(threads, reps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sum_is_exact() {
+        let xs: Vec<u64> = (0..1003).collect();
+        assert_eq!(sum_u64(&xs), 1002 * 1003 / 2);
+        let p = BandwidthProbe::new(1 << 16);
+        let expect = p.buf.iter().fold(0u64, |s, x| s.wrapping_add(*x));
+        for t in 1..=3 {
+            assert_eq!(p.read_pass(t), expect, "{t} threads");
+        }
+    }
+
+    #[test]
+    fn bandwidth_is_finite_and_positive() {
+        for t in [1, 2] {
+            let r = read_bandwidth(4 << 20, t, 3);
+            assert!(r.is_finite() && r > 0.0, "read {r} GB/s with {t} threads");
+            let c = copy_bandwidth(4 << 20, t, 3);
+            assert!(c.is_finite() && c > 0.0, "copy {c} GB/s with {t} threads");
+        }
+    }
+}
