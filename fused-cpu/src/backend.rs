@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use crate::acts::{Acts, column, prepared_bytes, quantize_columns};
 use crate::gemv::{TILE_ROWS, gemv_glu_rows, gemv_rows};
 use crate::isa::Isa;
-use crate::kernels::row_dot;
+use crate::kernels::dot;
 
 /// Work and synchronisation done so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -197,7 +197,7 @@ impl CpuBackend {
         }
         let mut scratch = Vec::new();
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
-        let kernel = row_dot(self.isa, w.dtype(), mode);
+        let kernel = dot(self.isa, w.dtype(), mode);
         let out = SharedOut::new(y);
         let chunks = self.row_chunks(m);
         self.pool.install(|| {
@@ -239,7 +239,7 @@ impl CpuBackend {
         }
         let mut scratch = Vec::new();
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
-        let kernel = row_dot(self.isa, w.gate().dtype(), mode);
+        let kernel = dot(self.isa, w.gate().dtype(), mode);
         let out = SharedOut::new(y);
         let chunks = self.row_chunks(m);
         self.pool.install(|| {

@@ -10,7 +10,7 @@ use fused_core::reference::gemv::GluWeights;
 use fused_core::{DType, Error};
 
 use crate::acts::Acts;
-use crate::kernels::RowDot;
+use crate::kernels::Dot;
 
 /// Rows per accumulator tile.
 pub const TILE_ROWS: usize = 16;
@@ -20,7 +20,7 @@ pub const TILE_ROWS: usize = 16;
 /// tiles of [`TILE_ROWS`]; inside a tile every column is processed, so the
 /// tile's weights are read from memory once per call.
 pub fn gemv_rows(
-    kernel: RowDot,
+    kernel: Dot,
     w: &WeightMatrix<'_>,
     cols: &[Acts<'_>],
     rows: Range<usize>,
@@ -33,8 +33,17 @@ pub fn gemv_rows(
     while start < rows.end {
         let end = (start + TILE_ROWS).min(rows.end);
         for (col, x) in cols.iter().enumerate() {
-            for (a, r) in acc.iter_mut().zip(start..end) {
-                *a = kernel(dtype, w.row(r)?, x, k)?;
+            let mut r = start;
+            if let Some(four) = kernel.four {
+                while r + 4 <= end {
+                    let rows = [w.row(r)?, w.row(r + 1)?, w.row(r + 2)?, w.row(r + 3)?];
+                    let v = four(dtype, rows, x, k)?;
+                    acc[r - start..r - start + 4].copy_from_slice(&v);
+                    r += 4;
+                }
+            }
+            for (a, r) in acc[r - start..].iter_mut().zip(r..end) {
+                *a = (kernel.one)(dtype, w.row(r)?, x, k)?;
             }
             for (a, r) in acc.iter().zip(start..end) {
                 store(r, col, epilogue.apply(*a, r, col));
@@ -48,7 +57,7 @@ pub fn gemv_rows(
 /// [`gemv_rows`] for the gated dual form: `epilogue(act(W_g·x) ⊙ (W_u·x))`,
 /// both products from the same prepared activations.
 pub fn gemv_glu_rows(
-    kernel: RowDot,
+    kernel: Dot,
     w: &GluWeights<'_>,
     act: fused_core::element::Activation,
     cols: &[Acts<'_>],
@@ -64,8 +73,8 @@ pub fn gemv_glu_rows(
         let end = (start + TILE_ROWS).min(rows.end);
         for (col, x) in cols.iter().enumerate() {
             for ((g, u), r) in gate.iter_mut().zip(up.iter_mut()).zip(start..end) {
-                *g = kernel(dtype, w.gate().row(r)?, x, k)?;
-                *u = kernel(dtype, w.up().row(r)?, x, k)?;
+                *g = (kernel.one)(dtype, w.gate().row(r)?, x, k)?;
+                *u = (kernel.one)(dtype, w.up().row(r)?, x, k)?;
             }
             for ((g, u), r) in gate.iter().zip(&up).zip(start..end) {
                 store(r, col, epilogue.apply(glu(act, *g, *u), r, col));

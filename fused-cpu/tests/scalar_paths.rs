@@ -11,7 +11,7 @@ use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::acts::{column, prepared_bytes, quantize_columns};
 use fused_cpu::gemv::{gemv_glu_rows, gemv_rows};
-use fused_cpu::kernels::scalar;
+use fused_cpu::kernels::{RowDot, scalar};
 
 fn vals(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
@@ -45,9 +45,14 @@ fn scalar_gemv_equals_reference_bit_for_bit() {
         quantize_columns(mode, &x, k, &mut scratch).unwrap();
         let cols: Vec<_> = (0..n).map(|c| column(mode, &x, &scratch, k, c)).collect();
         let mut y = vec![0.0f32; m * n];
-        gemv_rows(scalar::row_dot, &wm, &cols, 0..m, &bound, |r, c, v| {
-            y[c * m + r] = v
-        })
+        gemv_rows(
+            (scalar::row_dot as RowDot).into(),
+            &wm,
+            &cols,
+            0..m,
+            &bound,
+            |r, c, v| y[c * m + r] = v,
+        )
         .unwrap();
         let mut want = vec![0.0f32; m * n];
         gemm(&wm, &x, n, mode, &bound, &mut want).unwrap();
@@ -55,7 +60,7 @@ fn scalar_gemv_equals_reference_bit_for_bit() {
 
         let pair = GluWeights::new(wm, wm).unwrap();
         gemv_glu_rows(
-            scalar::row_dot,
+            (scalar::row_dot as RowDot).into(),
             &pair,
             Activation::Silu,
             &cols,

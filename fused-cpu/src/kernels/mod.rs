@@ -22,6 +22,48 @@ pub mod x86_avx512;
 /// return the core's errors rather than panic when handed bad lengths.
 pub type RowDot = fn(DType, &[u8], &Acts<'_>, usize) -> Result<f32, Error>;
 
+/// A four-row kernel: the accumulators of four weight rows against one
+/// activation column, reading the activations once for the four rows.
+pub type RowDot4 = fn(DType, [&[u8]; 4], &Acts<'_>, usize) -> Result<[f32; 4], Error>;
+
+/// The kernels a GEMV uses: one row at a time, and four at a time where the
+/// ISA has such a kernel for the format.
+#[derive(Clone, Copy, Debug)]
+pub struct Dot {
+    /// The one-row kernel.
+    pub one: RowDot,
+    /// The four-row kernel, if any.
+    pub four: Option<RowDot4>,
+}
+
+impl From<RowDot> for Dot {
+    fn from(one: RowDot) -> Dot {
+        Dot { one, four: None }
+    }
+}
+
+/// The one- and four-row kernels for (`isa`, `dtype`, `mode`).
+pub fn dot(isa: Isa, dtype: DType, mode: ActQuant) -> Dot {
+    Dot {
+        one: row_dot(isa, dtype, mode),
+        four: row_dot4(isa, dtype, mode),
+    }
+}
+
+/// The four-row kernel for (`isa`, `dtype`, `mode`), if `isa` is supported
+/// and has one.
+pub fn row_dot4(isa: Isa, dtype: DType, mode: ActQuant) -> Option<RowDot4> {
+    if !isa.is_supported() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        return x86_avx512::row_dot4(dtype, mode);
+    }
+    let _ = (dtype, mode);
+    None
+}
+
 /// The kernel for weights of `dtype` fed activations in `mode` on `isa`.
 /// `isa` must be supported by this machine ([`Isa::is_supported`]); an
 /// unsupported one gives the scalar kernel.

@@ -43,6 +43,100 @@ pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
     }
 }
 
+/// The avx512 four-row kernel for weights of `dtype` fed activations in
+/// `mode`, if any.
+pub fn row_dot4(dtype: DType, mode: ActQuant) -> Option<super::RowDot4> {
+    match (dtype, mode) {
+        (DType::Q4_0, ActQuant::Q8_0) => Some(dot4_q4_0_q8_0),
+        _ => None,
+    }
+}
+
+/// Q4_0 × Q8_0 for four rows at once: each activation block pair and its
+/// `8·Σy` offset term are loaded and computed once for the four rows.
+fn dot4_q4_0_q8_0(
+    dtype: DType,
+    rows: [&[u8]; 4],
+    acts: &Acts<'_>,
+    k: usize,
+) -> Result<[f32; 4], Error> {
+    let y = check_quant(DType::Q4_0, dtype, rows[0], acts, k)?;
+    for r in &rows[1..] {
+        check_quant(DType::Q4_0, dtype, r, acts, k)?;
+    }
+    let nb = k / DType::Q4_0.block_len();
+    let w = [
+        rows[0].as_ptr(),
+        rows[1].as_ptr(),
+        rows[2].as_ptr(),
+        rows[3].as_ptr(),
+    ];
+    // SAFETY: this function is only returned by `row_dot4`, which the
+    // dispatcher (`kernels::row_dot4`) consults only for an ISA that
+    // `Isa::is_supported()` confirmed (Avx512), so AVX-512 F/BW/VL/VNNI,
+    // AVX2, FMA and F16C are present. `check_quant` verified that every row
+    // and `y` hold exactly `nb` blocks, which is all the kernel reads.
+    Ok(unsafe { q4_0_q8_0_x4(w, y.as_ptr(), nb) })
+}
+
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
+/// Q4_0 blocks and `y` `nb` Q8_0 blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q4_0_q8_0_x4(w: [*const u8; 4], y: *const u8, nb: usize) -> [f32; 4] {
+    const WB: usize = 18;
+    const YB: usize = 34;
+    let m4 = _mm256_set1_epi8(0x0f);
+    let eight = _mm256_set1_epi8(8);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut b = 0usize;
+    while b + 8 <= nb {
+        let mut p = [[zero; 4]; 4];
+        for i in 0..4 {
+            // SAFETY: blocks `b + 2i` and `b + 2i + 1` are below `nb`; the
+            // reads are the activation blocks' `qs` fields.
+            let (y1, y2) = unsafe {
+                let yp = y.add((b + 2 * i) * YB);
+                (
+                    pair128(yp.add(2), yp.add(YB + 2)),
+                    pair128(yp.add(18), yp.add(YB + 18)),
+                )
+            };
+            let s = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, eight, y1), eight, y2);
+            for (r, pr) in p.iter_mut().enumerate() {
+                // SAFETY: the same two blocks of weight row `r`: its `qs`.
+                let v = unsafe {
+                    let wp = w[r].add((b + 2 * i) * WB);
+                    pair128(wp.add(2), wp.add(WB + 2))
+                };
+                let lo = _mm256_and_si256(v, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                let t = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, lo, y1), hi, y2);
+                pr[i] = _mm256_sub_epi32(t, s);
+            }
+        }
+        // SAFETY: blocks `b..b + 8` of the activations are in bounds (272
+        // bytes, 256 read).
+        let dy = unsafe { d8_q8_0(y.add(b * YB)) };
+        for r in 0..4 {
+            let isum = _mm256_cvtepi32_ps(reduce_pairs(&p[r]));
+            // SAFETY: blocks `b..b + 8` of row `r` (144 bytes, 128 read).
+            let dx = unsafe { d8_q4_0(w[r].add(b * WB)) };
+            acc[r] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc[r]);
+        }
+        b += 8;
+    }
+    let mut out = [0.0f32; 4];
+    for r in 0..4 {
+        // SAFETY: the remaining `nb − b` blocks of row `r` and of `y`;
+        // AVX2/FMA/F16C are part of this function's features.
+        out[r] =
+            hsum_ps(acc[r]) + unsafe { avx2::q4_0_q8_0(w[r].add(b * WB), y.add(b * YB), nb - b) };
+    }
+    out
+}
+
 macro_rules! quant_entry {
     ($(#[$m:meta])* $name:ident, $dt:expr, $imp:ident) => {
         $(#[$m])*

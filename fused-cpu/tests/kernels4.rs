@@ -1,0 +1,55 @@
+//! Four-row kernels: equal, bit for bit, to their one-row kernel on each row.
+
+use fused_core::DType;
+use fused_core::quant::quantize_row;
+use fused_core::reference::ActQuant;
+use fused_cpu::Isa;
+use fused_cpu::acts::{column, prepared_bytes, quantize_columns};
+use fused_cpu::kernels::{row_dot, row_dot4};
+
+#[test]
+fn four_rows_equal_one_row_each() {
+    let mut checked = 0;
+    for isa in Isa::available() {
+        for (dtype, mode) in [(DType::Q4_0, ActQuant::Q8_0)] {
+            let Some(four) = row_dot4(isa, dtype, mode) else {
+                continue;
+            };
+            let one = row_dot(isa, dtype, mode);
+            for k in [32usize, 224, 256, 288, 4096] {
+                let rb = dtype.row_bytes(k).unwrap();
+                let mut w = vec![0u8; 4 * rb];
+                for (r, row) in w.chunks_exact_mut(rb).enumerate() {
+                    let v: Vec<f32> = (0..k)
+                        .map(|i| (((i * 7 + r * 13) % 29) as f32 - 14.0) * 0.1)
+                        .collect();
+                    quantize_row(dtype, &v, row).unwrap();
+                }
+                let x: Vec<f32> = (0..k).map(|i| ((i * 5 % 17) as f32 - 8.0) * 0.3).collect();
+                let mut q = vec![0u8; prepared_bytes(mode, k).unwrap()];
+                quantize_columns(mode, &x, k, &mut q).unwrap();
+                let a = column(mode, &x, &q, k, 0);
+                let rows = [&w[..rb], &w[rb..2 * rb], &w[2 * rb..3 * rb], &w[3 * rb..]];
+                let got = four(dtype, rows, &a, k).unwrap();
+                for r in 0..4 {
+                    let want = one(dtype, rows[r], &a, k).unwrap();
+                    assert_eq!(
+                        got[r].to_bits(),
+                        want.to_bits(),
+                        "{isa} {dtype} k={k} row {r}"
+                    );
+                }
+                // Bad input is an error, not a panic.
+                let short = [&w[..rb - 1], rows[1], rows[2], rows[3]];
+                assert!(four(dtype, short, &a, k).is_err());
+                checked += 1;
+            }
+        }
+    }
+    if Isa::detect() >= Isa::Avx512 {
+        assert!(
+            checked > 0,
+            "this machine has AVX-512 but no four-row kernel was checked"
+        );
+    }
+}
