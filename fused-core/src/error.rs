@@ -172,6 +172,19 @@ impl core::fmt::Display for Error {
 
 impl core::error::Error for Error {}
 
+/// `Ok(())` when `actual == expected`, else [`Error::LengthMismatch`] for `what`.
+pub fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), Error> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            actual,
+        })
+    }
+}
+
 impl From<Refusal> for Error {
     fn from(r: Refusal) -> Self {
         Error::Refused(r)

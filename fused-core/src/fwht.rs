@@ -179,23 +179,16 @@ impl FwhtDesc {
 
 /// The reference butterflies on one block, in place (`v.len()` a power of two).
 pub fn butterflies(v: &mut [f32]) {
-    let n = v.len();
-    let mut h = 1;
-    while h < n {
-        for group in v.chunks_exact_mut(2 * h) {
-            let (lo, hi) = group.split_at_mut(h);
-            for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
-                let (x, y) = (*a, *b);
-                *a = x + y;
-                *b = x - y;
-            }
-        }
-        h *= 2;
-    }
+    butterflies_in(v);
 }
 
 /// [`butterflies`] in f64.
 pub fn butterflies_f64(v: &mut [f64]) {
+    butterflies_in(v);
+}
+
+/// `(a, b) → (a + b, a − b)` with half-width `h = 1, 2, …, len/2`, in order.
+fn butterflies_in<T: Copy + core::ops::Add<Output = T> + core::ops::Sub<Output = T>>(v: &mut [T]) {
     let n = v.len();
     let mut h = 1;
     while h < n {

@@ -2,6 +2,7 @@
 //! with counters of parallel regions (each ends in a join: one barrier) and
 //! kernel invocations.
 
+use fused_core::error::check_len;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::vec::Vec;
@@ -69,18 +70,6 @@ impl SharedOut {
         // SAFETY: `i < len` so the pointer is inside the borrowed slice, and
         // the caller guarantees exclusive access to index `i`.
         unsafe { self.ptr.add(i).write(v) }
-    }
-}
-
-fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), Error> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            what,
-            expected,
-            actual,
-        })
     }
 }
 

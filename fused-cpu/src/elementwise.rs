@@ -3,23 +3,12 @@
 
 use fused_core::Error;
 use fused_core::element::{Activation, glu as glu_fn};
-
-fn check(what: &'static str, expected: usize, actual: usize) -> Result<(), Error> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            what,
-            expected,
-            actual,
-        })
-    }
-}
+use fused_core::error::check_len;
 
 /// `out[i] = a[i] + b[i]`.
 pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
-    check("add operand", a.len(), b.len())?;
-    check("add output", a.len(), out.len())?;
+    check_len("add operand", a.len(), b.len())?;
+    check_len("add output", a.len(), out.len())?;
     for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
         *o = x + y;
     }
@@ -28,7 +17,7 @@ pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
 
 /// `a[i] += b[i]` (the in-place form, output aliasing the first operand).
 pub fn add_in_place(a: &mut [f32], b: &[f32]) -> Result<(), Error> {
-    check("add operand", a.len(), b.len())?;
+    check_len("add operand", a.len(), b.len())?;
     for (x, y) in a.iter_mut().zip(b) {
         *x += y;
     }
@@ -37,8 +26,8 @@ pub fn add_in_place(a: &mut [f32], b: &[f32]) -> Result<(), Error> {
 
 /// `out[i] = a[i] · b[i]`.
 pub fn mul(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
-    check("mul operand", a.len(), b.len())?;
-    check("mul output", a.len(), out.len())?;
+    check_len("mul operand", a.len(), b.len())?;
+    check_len("mul output", a.len(), out.len())?;
     for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
         *o = x * y;
     }
@@ -47,7 +36,7 @@ pub fn mul(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
 
 /// `out[i] = act(a[i])`.
 pub fn unary(act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
-    check("activation output", a.len(), out.len())?;
+    check_len("activation output", a.len(), out.len())?;
     for (o, x) in out.iter_mut().zip(a) {
         *o = act.apply(*x);
     }
@@ -63,8 +52,8 @@ pub fn unary_in_place(act: Activation, a: &mut [f32]) {
 
 /// `out[i] = act(gate[i]) · up[i]`.
 pub fn glu(act: Activation, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), Error> {
-    check("GLU up", gate.len(), up.len())?;
-    check("GLU output", gate.len(), out.len())?;
+    check_len("GLU up", gate.len(), up.len())?;
+    check_len("GLU output", gate.len(), out.len())?;
     for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
         *o = glu_fn(act, *g, *u);
     }
@@ -73,7 +62,7 @@ pub fn glu(act: Activation, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result
 
 /// `out[col·rows + r] = a[col·rows + r] + bias[r]` (column-major, `rows = bias.len()`).
 pub fn add_row_bias(a: &[f32], bias: &[f32], out: &mut [f32]) -> Result<(), Error> {
-    check("row-bias output", a.len(), out.len())?;
+    check_len("row-bias output", a.len(), out.len())?;
     if bias.is_empty() || !a.len().is_multiple_of(bias.len()) {
         return Err(Error::LengthMismatch {
             what: "row bias (must divide the output)",

@@ -24,6 +24,7 @@ mod ternary;
 use crate::blocks::Block;
 use crate::dtype::DType;
 use crate::error::Error;
+use crate::error::check_len;
 
 /// Dequantizes one row of `dtype` into `dst`.
 ///
@@ -188,18 +189,6 @@ pub fn vec_dot(w_dtype: DType, w_row: &[u8], x_q: &[u8], k: usize) -> Result<f32
             });
         }
     })
-}
-
-fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), Error> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            what,
-            expected,
-            actual,
-        })
-    }
 }
 
 /// Reads block `B` from exactly `B::BYTES` bytes (callers pass exact chunks).

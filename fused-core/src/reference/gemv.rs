@@ -17,6 +17,7 @@ use crate::dtype::DType;
 use crate::element::Activation;
 use crate::epilogue::BoundEpilogue;
 use crate::error::Error;
+use crate::error::check_len;
 use crate::quant::{dequantize_row, vec_dot};
 
 /// How the activations are fed to the dot product.
@@ -215,18 +216,6 @@ pub fn dot_f64(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f64, Error> 
     Ok(acc)
 }
 
-fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), Error> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            what,
-            expected,
-            actual,
-        })
-    }
-}
-
 /// Computes every accumulator of `w · x` (`n_cols` columns) in `mode` and
 /// hands `(row, col, acc)` to `sink` in row-major order of the output.
 #[cfg(feature = "alloc")]
@@ -239,13 +228,7 @@ pub fn for_each_acc(
 ) -> Result<(), Error> {
     mode.check(w.dtype)?;
     let k = w.cols;
-    check_len(
-        "activations",
-        k.checked_mul(n_cols).ok_or(Error::Overflow {
-            what: "activations",
-        })?,
-        x.len(),
-    )?;
+    check_acts(k, n_cols, x.len())?;
     let mut xq = alloc::vec::Vec::new();
     for col in 0..n_cols {
         let xc = &x[col * k..(col + 1) * k];
@@ -316,13 +299,7 @@ pub fn gemm_f64(
 ) -> Result<(), Error> {
     check_out(w.rows, n_cols, epilogue, y.len())?;
     let k = w.cols;
-    check_len(
-        "activations",
-        k.checked_mul(n_cols).ok_or(Error::Overflow {
-            what: "activations",
-        })?,
-        x.len(),
-    )?;
+    check_acts(k, n_cols, x.len())?;
     let m = w.rows;
     for col in 0..n_cols {
         for row in 0..m {
@@ -345,13 +322,7 @@ pub fn gemm_glu_f64(
     let (w_gate, w_up) = (&w.gate, &w.up);
     check_out(w_gate.rows, n_cols, epilogue, y.len())?;
     let k = w_gate.cols;
-    check_len(
-        "activations",
-        k.checked_mul(n_cols).ok_or(Error::Overflow {
-            what: "activations",
-        })?,
-        x.len(),
-    )?;
+    check_acts(k, n_cols, x.len())?;
     let m = w_gate.rows;
     for col in 0..n_cols {
         let xc = &x[col * k..(col + 1) * k];
@@ -362,6 +333,14 @@ pub fn gemm_glu_f64(
         }
     }
     Ok(())
+}
+
+/// `x` holds `n_cols` columns of `k`.
+fn check_acts(k: usize, n_cols: usize, x_len: usize) -> Result<(), Error> {
+    let need = k.checked_mul(n_cols).ok_or(Error::Overflow {
+        what: "activations",
+    })?;
+    check_len("activations", need, x_len)
 }
 
 fn check_out(rows: usize, cols: usize, e: &BoundEpilogue<'_>, y_len: usize) -> Result<(), Error> {

@@ -21,6 +21,7 @@
 //! exactly, for any activation byte.
 
 use core::arch::x86_64::*;
+use fused_core::error::check_len;
 
 use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
@@ -46,18 +47,6 @@ pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
 
 // ---------------------------------------------------------------------------
 // Validation shared with the AVX-512 kernels.
-
-fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), Error> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            what,
-            expected,
-            actual,
-        })
-    }
-}
 
 /// Checks a quantized-activation call for a kernel written for weights of
 /// `kernel`: the weight format, the activation variant and format, and both
