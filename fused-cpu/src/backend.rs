@@ -10,7 +10,7 @@ use std::vec::Vec;
 use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::gemv::GluWeights;
+use fused_core::reference::gemv::{GluWeights, check_gemm_args};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 use rayon::prelude::*;
@@ -175,15 +175,7 @@ impl CpuBackend {
     ) -> Result<(), Error> {
         let (m, k) = (w.rows(), w.cols());
         mode.check(w.dtype())?;
-        check_len("activations", k * n_cols, x.len())?;
-        check_len("output", m * n_cols, y.len())?;
-        if epilogue.rows() != m || epilogue.cols() != n_cols {
-            return Err(Error::ShapeMismatch {
-                what: "epilogue bound for another output shape",
-                expected: [m, n_cols, 1, 1],
-                actual: [epilogue.rows(), epilogue.cols(), 1, 1],
-            });
-        }
+        check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
         let mut scratch = Vec::new();
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
         let kernel = dot(self.isa, w.dtype(), mode);
@@ -217,15 +209,7 @@ impl CpuBackend {
     ) -> Result<(), Error> {
         let (m, k) = (w.gate().rows(), w.gate().cols());
         mode.check(w.gate().dtype())?;
-        check_len("activations", k * n_cols, x.len())?;
-        check_len("output", m * n_cols, y.len())?;
-        if epilogue.rows() != m || epilogue.cols() != n_cols {
-            return Err(Error::ShapeMismatch {
-                what: "epilogue bound for another output shape",
-                expected: [m, n_cols, 1, 1],
-                actual: [epilogue.rows(), epilogue.cols(), 1, 1],
-            });
-        }
+        check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
         let mut scratch = Vec::new();
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
         let kernel = dot(self.isa, w.gate().dtype(), mode);

@@ -343,6 +343,21 @@ fn check_acts(k: usize, n_cols: usize, x_len: usize) -> Result<(), Error> {
     check_len("activations", need, x_len)
 }
 
+/// Checks the arguments of a `rows × k` product over `n_cols` columns: `x`
+/// holds `n_cols` columns of `k`, `y` `n_cols` of `rows`, and the epilogue
+/// was bound for `rows × n_cols`. Shared by every backend's GEMV entry point.
+pub fn check_gemm_args(
+    rows: usize,
+    k: usize,
+    n_cols: usize,
+    x_len: usize,
+    e: &BoundEpilogue<'_>,
+    y_len: usize,
+) -> Result<(), Error> {
+    check_acts(k, n_cols, x_len)?;
+    check_out(rows, n_cols, e, y_len)
+}
+
 fn check_out(rows: usize, cols: usize, e: &BoundEpilogue<'_>, y_len: usize) -> Result<(), Error> {
     if e.rows() != rows || e.cols() != cols {
         return Err(Error::ShapeMismatch {
