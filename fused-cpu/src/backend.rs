@@ -1,9 +1,10 @@
-//! The multi-threaded CPU backend: validated entry points over a rayon pool,
-//! with counters of parallel regions (each ends in a join: one barrier) and
-//! kernel invocations.
+//! The multi-threaded CPU backend: validated entry points over a persistent
+//! [`WorkerPool`], with counters of parallel regions (each ends in a join:
+//! one barrier) and kernel invocations.
 
 use fused_core::error::check_len;
 use std::ops::Range;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::vec::Vec;
 
@@ -13,17 +14,18 @@ use fused_core::fwht::FwhtDesc;
 use fused_core::reference::gemv::{GluWeights, check_gemm_args};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
-use rayon::prelude::*;
 
 use crate::acts::{Acts, column, prepared_bytes, quantize_columns};
 use crate::gemv::{TILE_ROWS, gemv_glu_rows, gemv_rows};
 use crate::isa::Isa;
 use crate::kernels::dot;
+use crate::pool::WorkerPool;
 
 /// Work and synchronisation done so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Parallel regions run; each ends when every thread is done (a barrier).
+    /// Parallel regions run; each ends when every thread is done (a barrier;
+    /// with one thread the region runs inline on the caller).
     pub barriers: u64,
     /// Kernel invocations (one per GEMV, FWHT or element-wise call).
     pub kernel_calls: u64,
@@ -33,7 +35,7 @@ pub struct Counters {
 #[derive(Debug)]
 pub struct CpuBackend {
     isa: Isa,
-    pool: rayon::ThreadPool,
+    pool: WorkerPool,
     threads: usize,
     barriers: AtomicU64,
     kernel_calls: AtomicU64,
@@ -94,13 +96,9 @@ impl CpuBackend {
                 dtype: DType::F32,
             });
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| std::format!("fused-cpu-{i}"))
-            .build()
-            .map_err(|_| Error::Overflow {
-                what: "thread pool creation",
-            })?;
+        let pool = WorkerPool::new(threads, "fused-cpu").map_err(|_| Error::Overflow {
+            what: "thread pool creation",
+        })?;
         Ok(CpuBackend {
             isa,
             pool,
@@ -181,16 +179,13 @@ impl CpuBackend {
         let kernel = dot(self.isa, w.dtype(), mode);
         let out = SharedOut::new(y);
         let chunks = self.row_chunks(m);
-        self.pool.install(|| {
-            chunks.par_iter().try_for_each(|rows| {
-                gemv_rows(kernel, w, &cols, rows.clone(), epilogue, |r, c, v| {
-                    // SAFETY: chunks are disjoint row ranges, so index
-                    // c·m + r is written by this chunk only.
-                    unsafe { out.store(c * m + r, v) }
-                })
+        self.parallel(chunks.len(), |i| {
+            gemv_rows(kernel, w, &cols, chunks[i].clone(), epilogue, |r, c, v| {
+                // SAFETY: chunks are disjoint row ranges, so index c·m + r
+                // is written by this chunk only.
+                unsafe { out.store(c * m + r, v) }
             })
         })?;
-        self.count(1);
         Ok(())
     }
 
@@ -215,16 +210,13 @@ impl CpuBackend {
         let kernel = dot(self.isa, w.gate().dtype(), mode);
         let out = SharedOut::new(y);
         let chunks = self.row_chunks(m);
-        self.pool.install(|| {
-            chunks.par_iter().try_for_each(|rows| {
-                gemv_glu_rows(kernel, w, act, &cols, rows.clone(), epilogue, |r, c, v| {
-                    // SAFETY: chunks are disjoint row ranges, so index
-                    // c·m + r is written by this chunk only.
-                    unsafe { out.store(c * m + r, v) }
-                })
+        self.parallel(chunks.len(), |i| {
+            gemv_glu_rows(kernel, w, act, &cols, chunks[i].clone(), epilogue, |r, c, v| {
+                // SAFETY: chunks are disjoint row ranges, so index c·m + r
+                // is written by this chunk only.
+                unsafe { out.store(c * m + r, v) }
             })
         })?;
-        self.count(1);
         Ok(())
     }
 
@@ -240,24 +232,58 @@ impl CpuBackend {
         let n = desc.n();
         let rows = x.len() / n;
         let per = rows.div_ceil(self.threads * 4).max(1);
-        self.pool.install(|| {
-            out.par_chunks_mut(per * n)
-                .zip(x.par_chunks(per * n))
-                .enumerate()
-                .try_for_each(|(i, (o, xi))| crate::fwht::fwht_rows(desc, xi, signs, i * per, o))
+        self.for_each_chunk(out, per * n, |start, o| {
+            let xi = &x[start..start + o.len()];
+            crate::fwht::fwht_rows(desc, xi, signs, start / n, o)
         })?;
-        self.count(1);
         Ok(())
     }
 
     fn elementwise(&self, n: usize, out: &mut [f32], f: impl Fn(usize, &mut [f32]) + Sync) {
         let per = n.div_ceil(self.threads * 4).max(1024);
-        self.pool.install(|| {
-            out.par_chunks_mut(per)
-                .enumerate()
-                .for_each(|(i, o)| f(i * per, o));
+        let _ = self.for_each_chunk(out, per, |start, o| {
+            f(start, o);
+            Ok(())
+        });
+    }
+
+    /// One parallel region (one barrier): `task(i)` for `i < n_tasks`;
+    /// the error of the lowest-numbered failing task, if any.
+    fn parallel(
+        &self,
+        n_tasks: usize,
+        task: impl Fn(usize) -> Result<(), Error> + Sync,
+    ) -> Result<(), Error> {
+        let first_error: Mutex<Option<(usize, Error)>> = Mutex::new(None);
+        self.pool.run(n_tasks, &|i| {
+            if let Err(e) = task(i) {
+                let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
+                if slot.as_ref().is_none_or(|(j, _)| i < *j) {
+                    *slot = Some((i, e));
+                }
+            }
         });
         self.count(1);
+        match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// One parallel region over consecutive chunks of `per` elements of
+    /// `out`: `f(start, chunk)` with `start` the chunk's first index.
+    fn for_each_chunk(
+        &self,
+        out: &mut [f32],
+        per: usize,
+        f: impl Fn(usize, &mut [f32]) -> Result<(), Error> + Sync,
+    ) -> Result<(), Error> {
+        let per = per.max(1);
+        let chunks: Vec<Mutex<&mut [f32]>> = out.chunks_mut(per).map(Mutex::new).collect();
+        self.parallel(chunks.len(), |i| {
+            let mut chunk = chunks[i].lock().unwrap_or_else(|p| p.into_inner());
+            f(i * per, &mut chunk)
+        })
     }
 
     /// `out = a` (stands in for ops the core does not model).

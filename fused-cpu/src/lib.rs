@@ -9,6 +9,8 @@
 //! - [`fwht`]: signed and unsigned FWHT, the sign multiply fused into the load.
 //! - `backend` (with `std`): [`CpuBackend`], the multi-threaded entry points
 //!   with input validation and barrier / kernel-call counters.
+//! - `pool` (with `std`): the persistent worker pool behind the backend's
+//!   parallel regions (sub-microsecond barriers while its workers spin).
 //! - `exec` (with `std`): the executor that runs a core plan (or a graph
 //!   unfused) step by step over 4-byte-aligned buffers, counting kernel
 //!   steps and barriers.
@@ -27,6 +29,8 @@ pub mod fwht;
 pub mod gemv;
 pub mod isa;
 pub mod kernels;
+#[cfg(feature = "std")]
+pub mod pool;
 #[cfg(feature = "std")]
 pub mod probe;
 
