@@ -46,7 +46,10 @@ fn regions(c: &mut Criterion) {
             .build()
             .expect("rayon pool");
         let chunks: Vec<usize> = (0..CHUNKS).collect();
-        for (gap_name, gap) in [("b2b", Duration::ZERO), ("gap50us", Duration::from_micros(50))] {
+        for (gap_name, gap) in [
+            ("b2b", Duration::ZERO),
+            ("gap50us", Duration::from_micros(50)),
+        ] {
             g.bench_function(format!("worker_pool/{threads}t/{gap_name}"), |b| {
                 b.iter_custom(|iters| {
                     timed(iters, gap, || {

@@ -19,6 +19,8 @@ use crate::acts::{Acts, column, prepared_bytes, quantize_columns};
 use crate::gemv::{TILE_ROWS, gemv_glu_rows, gemv_rows};
 use crate::isa::Isa;
 use crate::kernels::dot;
+use crate::kernels::packed::packed_dot;
+use crate::packed::{PackedDot, PackedWeights, gemv_glu_packed_rows, gemv_packed_rows};
 use crate::pool::WorkerPool;
 
 /// Work and synchronisation done so far.
@@ -211,13 +213,120 @@ impl CpuBackend {
         let out = SharedOut::new(y);
         let chunks = self.row_chunks(m);
         self.parallel(chunks.len(), |i| {
-            gemv_glu_rows(kernel, w, act, &cols, chunks[i].clone(), epilogue, |r, c, v| {
-                // SAFETY: chunks are disjoint row ranges, so index c·m + r
-                // is written by this chunk only.
-                unsafe { out.store(c * m + r, v) }
-            })
+            gemv_glu_rows(
+                kernel,
+                w,
+                act,
+                &cols,
+                chunks[i].clone(),
+                epilogue,
+                |r, c, v| {
+                    // SAFETY: chunks are disjoint row ranges, so index c·m + r
+                    // is written by this chunk only.
+                    unsafe { out.store(c * m + r, v) }
+                },
+            )
         })?;
         Ok(())
+    }
+
+    /// `y = epilogue(w · x)` over prepared (packed) weights: the same
+    /// contract as [`CpuBackend::gemv`]. The packed layout has kernels for
+    /// Q8_0 activations only ([`ActQuant::Q8_0`]).
+    pub fn gemv_packed(
+        &self,
+        w: &PackedWeights,
+        x: &[f32],
+        n_cols: usize,
+        mode: ActQuant,
+        epilogue: &BoundEpilogue<'_>,
+        y: &mut [f32],
+    ) -> Result<(), Error> {
+        let (m, k) = (w.rows(), w.cols());
+        let kernel = self.packed_kernel(w.dtype(), mode)?;
+        check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
+        let mut scratch = Vec::new();
+        let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
+        let out = SharedOut::new(y);
+        let chunks = self.group_chunks(w.n_groups());
+        self.parallel(chunks.len() + 1, |i| {
+            let (groups, tail) = chunks.get(i).map_or((0..0, true), |g| (g.clone(), false));
+            gemv_packed_rows(kernel, w, &cols, groups, tail, epilogue, |r, c, v| {
+                // SAFETY: tasks cover disjoint groups (or the tail rows
+                // after every group), so index c·m + r is written by this
+                // task only.
+                unsafe { out.store(c * m + r, v) }
+            })
+        })
+    }
+
+    /// `y = epilogue(act(W_g·x) ⊙ (W_u·x))` over packed weights of the same
+    /// shape and format, activations prepared once for both.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_glu_packed(
+        &self,
+        gate: &PackedWeights,
+        up: &PackedWeights,
+        act: Activation,
+        x: &[f32],
+        n_cols: usize,
+        mode: ActQuant,
+        epilogue: &BoundEpilogue<'_>,
+        y: &mut [f32],
+    ) -> Result<(), Error> {
+        let (m, k) = (gate.rows(), gate.cols());
+        if up.dtype() != gate.dtype() {
+            return Err(Error::UnsupportedDType {
+                what: "packed GLU up weights (must have the gate's format)",
+                dtype: up.dtype(),
+            });
+        }
+        if (up.rows(), up.cols()) != (m, k) {
+            return Err(Error::ShapeMismatch {
+                what: "packed GLU up weights (must match the gate's format and shape)",
+                expected: [k, m, 1, 1],
+                actual: [up.cols(), up.rows(), 1, 1],
+            });
+        }
+        let kernel = self.packed_kernel(gate.dtype(), mode)?;
+        check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
+        let mut scratch = Vec::new();
+        let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
+        let out = SharedOut::new(y);
+        let chunks = self.group_chunks(gate.n_groups());
+        self.parallel(chunks.len() + 1, |i| {
+            let (groups, tail) = chunks.get(i).map_or((0..0, true), |g| (g.clone(), false));
+            gemv_glu_packed_rows(
+                kernel,
+                gate,
+                up,
+                act,
+                &cols,
+                groups,
+                tail,
+                epilogue,
+                |r, c, v| {
+                    // SAFETY: tasks cover disjoint groups (or the tail rows
+                    // after every group), so index c·m + r is written by
+                    // this task only.
+                    unsafe { out.store(c * m + r, v) }
+                },
+            )
+        })
+    }
+
+    fn packed_kernel(&self, dtype: DType, mode: ActQuant) -> Result<PackedDot, Error> {
+        mode.check(dtype)?;
+        packed_dot(self.isa, dtype, mode).ok_or(Error::UnsupportedDType {
+            what: "activation mode for packed weights (Q4_0 takes Q8_0)",
+            dtype,
+        })
+    }
+
+    /// Group chunks for `n` groups: about four per thread.
+    fn group_chunks(&self, n: usize) -> Vec<Range<usize>> {
+        let per = n.div_ceil(self.threads * 4).max(1);
+        (0..n).step_by(per).map(|s| s..(s + per).min(n)).collect()
     }
 
     /// The (signed) FWHT of every row of `x` into `out`, rows split across threads.

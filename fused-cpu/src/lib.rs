@@ -4,6 +4,8 @@
 //!   time), scalar fallback = the core's reference arithmetic.
 //! - [`gemv`]: single-threaded, `no_std` GEMV/GEMM over a row range with the
 //!   epilogue applied to each accumulator tile before the store.
+//! - [`packed`]: prepared weights, rows interleaved by four (Q4_0), with
+//!   their own GEMV driver; the epilogue applies as for plain weights.
 //! - [`elementwise`]: the unfused fallback ops, built from the core's element
 //!   functions, so fused == unfused bit for bit.
 //! - [`fwht`]: signed and unsigned FWHT, the sign multiply fused into the load.
@@ -16,6 +18,7 @@
 //!   steps and barriers.
 #![no_std]
 
+extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
@@ -29,6 +32,7 @@ pub mod fwht;
 pub mod gemv;
 pub mod isa;
 pub mod kernels;
+pub mod packed;
 #[cfg(feature = "std")]
 pub mod pool;
 #[cfg(feature = "std")]

@@ -1,0 +1,289 @@
+//! Prepared (repacked) weights: rows interleaved in groups of four so that
+//! one 64-byte load feeds four rows of a block to the dot kernel.
+//!
+//! Layout of a [`PackedWeights`] of Q4_0 with `nb = K / 32` blocks per row:
+//! for each group of four rows, `nb` 64-byte lines (line `b`: the 16 `qs`
+//! bytes of block `b` of rows 0, 1, 2, 3 of the group, in that order), then
+//! the group's scales, `nb` × 8 bytes (the four rows' f16 `d` of block `b`),
+//! padded to whole lines. Rows past the last full group (`M mod 4` of them)
+//! stay in GGML's layout after the groups. Packing changes no value: every
+//! block can be put back together ([`PackedWeights::unpack_row`]).
+//!
+//! A GEMV over packed weights applies the same epilogue from the same
+//! accumulators as [`crate::gemv::gemv_rows`] (fusion still applies).
+
+use core::ops::Range;
+
+use alloc::vec;
+use alloc::vec::Vec;
+use fused_core::blocks::BlockQ4_0;
+use fused_core::element::{Activation, glu};
+use fused_core::epilogue::BoundEpilogue;
+use fused_core::reference::WeightMatrix;
+use fused_core::{DType, Error};
+
+use crate::acts::Acts;
+use crate::kernels::RowDot;
+
+/// Rows per interleaved group.
+pub const GROUP_ROWS: usize = 4;
+
+/// Bytes of one cache line, the unit of the packed layout.
+pub const LINE: usize = 64;
+
+/// One 64-byte-aligned line of packed data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+pub struct Line(pub [u8; LINE]);
+
+/// Weights repacked for the group kernels (Q4_0 only, so far).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackedWeights {
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    /// Lines per group: `nb` lines of codes, then the scales.
+    group_lines: usize,
+    groups: Vec<Line>,
+    /// Rows past the last full group, in GGML's layout.
+    tail: Vec<u8>,
+}
+
+/// Bytes of a Q4_0 block and of its `qs`.
+const Q4_0_BYTES: usize = core::mem::size_of::<BlockQ4_0>();
+const Q4_0_QS: usize = 16;
+
+impl PackedWeights {
+    /// Repacks `w`. Only Q4_0 has a packed layout; other formats are an
+    /// [`Error::UnsupportedDType`].
+    pub fn pack(w: &WeightMatrix<'_>) -> Result<PackedWeights, Error> {
+        if w.dtype() != DType::Q4_0 {
+            return Err(Error::UnsupportedDType {
+                what: "packed weights (only Q4_0 has a packed layout)",
+                dtype: w.dtype(),
+            });
+        }
+        let (rows, cols) = (w.rows(), w.cols());
+        let nb = cols / DType::Q4_0.block_len();
+        let scale_lines = (nb * 2 * GROUP_ROWS).div_ceil(LINE);
+        let group_lines = nb + scale_lines;
+        let n_groups = rows / GROUP_ROWS;
+        let mut groups = vec![Line([0; LINE]); n_groups * group_lines];
+        for (g, lines) in groups.chunks_exact_mut(group_lines.max(1)).enumerate() {
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(lines);
+            let (codes, scales) = bytes.split_at_mut(nb * LINE);
+            for r in 0..GROUP_ROWS {
+                let row = w.row(g * GROUP_ROWS + r)?;
+                for (b, blk) in row.chunks_exact(Q4_0_BYTES).enumerate() {
+                    let at = b * LINE + r * Q4_0_QS;
+                    codes[at..at + Q4_0_QS].copy_from_slice(&blk[2..]);
+                    let at = (b * GROUP_ROWS + r) * 2;
+                    scales[at..at + 2].copy_from_slice(&blk[..2]);
+                }
+            }
+        }
+        let tail_start = n_groups * GROUP_ROWS;
+        let rb = DType::Q4_0.row_bytes(cols)?;
+        let tail = w.bytes()[tail_start * rb..].to_vec();
+        Ok(PackedWeights {
+            dtype: w.dtype(),
+            rows,
+            cols,
+            group_lines,
+            groups,
+            tail,
+        })
+    }
+
+    /// The weight format.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Output rows `M`.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Inner dimension `K`.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Full groups of [`GROUP_ROWS`] rows.
+    pub fn n_groups(&self) -> usize {
+        self.rows / GROUP_ROWS
+    }
+
+    /// Blocks per row.
+    pub fn blocks_per_row(&self) -> usize {
+        self.cols / self.dtype.block_len()
+    }
+
+    /// The lines of group `g`: codes then scales (see the module docs).
+    pub fn group(&self, g: usize) -> Result<&[u8], Error> {
+        if g >= self.n_groups() {
+            return Err(Error::LengthMismatch {
+                what: "packed group index (must be below the group count)",
+                expected: self.n_groups(),
+                actual: g,
+            });
+        }
+        let lines = &self.groups[g * self.group_lines..(g + 1) * self.group_lines];
+        Ok(bytemuck::cast_slice(lines))
+    }
+
+    /// Row `r` of the tail (rows from `GROUP_ROWS · n_groups()` on), in
+    /// GGML's layout.
+    pub fn tail_row(&self, r: usize) -> Result<&[u8], Error> {
+        let first = self.n_groups() * GROUP_ROWS;
+        let tail = WeightMatrix::new(self.dtype, self.rows - first, self.cols, &self.tail)?;
+        tail.row(r.checked_sub(first).ok_or(Error::LengthMismatch {
+            what: "packed tail row (must not be in a group)",
+            expected: first,
+            actual: r,
+        })?)
+    }
+
+    /// Writes row `r` back in GGML's layout into `out` (one row's bytes).
+    pub fn unpack_row(&self, r: usize, out: &mut [u8]) -> Result<(), Error> {
+        let rb = self.dtype.row_bytes(self.cols)?;
+        fused_core::error::check_len("unpacked row", rb, out.len())?;
+        if r >= self.rows {
+            return Err(Error::LengthMismatch {
+                what: "weight row index (must be below the row count)",
+                expected: self.rows,
+                actual: r,
+            });
+        }
+        if r >= self.n_groups() * GROUP_ROWS {
+            out.copy_from_slice(self.tail_row(r)?);
+            return Ok(());
+        }
+        let nb = self.blocks_per_row();
+        let (codes, scales) = self.group(r / GROUP_ROWS)?.split_at(nb * LINE);
+        let i = r % GROUP_ROWS;
+        for (b, blk) in out.chunks_exact_mut(Q4_0_BYTES).enumerate() {
+            let at = (b * GROUP_ROWS + i) * 2;
+            blk[..2].copy_from_slice(&scales[at..at + 2]);
+            let at = b * LINE + i * Q4_0_QS;
+            blk[2..].copy_from_slice(&codes[at..at + Q4_0_QS]);
+        }
+        Ok(())
+    }
+}
+
+/// A group kernel: the accumulators of the four rows of one packed group
+/// (`group` bytes of a [`PackedWeights`] with `nb` blocks per row) against
+/// one activation column.
+pub type GroupDot = fn(&[u8], usize, &Acts<'_>) -> Result<[f32; GROUP_ROWS], Error>;
+
+/// The kernels of a packed GEMV: the group kernel and the one-row kernel
+/// for the tail rows (GGML layout).
+#[derive(Clone, Copy, Debug)]
+pub struct PackedDot {
+    /// Four rows of a group at a time.
+    pub group: GroupDot,
+    /// One tail row.
+    pub one: RowDot,
+}
+
+/// Computes groups `groups` of `epilogue(w · x)` (every row of each group)
+/// plus, when `tail` is set, the tail rows, for every column in `cols`,
+/// handing each result to `store(row, col, value)`.
+pub fn gemv_packed_rows(
+    kernel: PackedDot,
+    w: &PackedWeights,
+    cols: &[Acts<'_>],
+    groups: Range<usize>,
+    tail: bool,
+    epilogue: &BoundEpilogue<'_>,
+    mut store: impl FnMut(usize, usize, f32),
+) -> Result<(), Error> {
+    each_acc(kernel, w, cols, groups, tail, |r, c, acc| {
+        store(r, c, epilogue.apply(acc, r, c));
+    })
+}
+
+/// [`gemv_packed_rows`] for the gated dual form:
+/// `epilogue(act(W_g·x) ⊙ (W_u·x))`, both from the same activations.
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_glu_packed_rows(
+    kernel: PackedDot,
+    gate: &PackedWeights,
+    up: &PackedWeights,
+    act: Activation,
+    cols: &[Acts<'_>],
+    groups: Range<usize>,
+    tail: bool,
+    epilogue: &BoundEpilogue<'_>,
+    mut store: impl FnMut(usize, usize, f32),
+) -> Result<(), Error> {
+    each_acc_pair(kernel, gate, up, cols, groups, tail, |r, c, g, u| {
+        store(r, c, epilogue.apply(glu(act, g, u), r, c));
+    })
+}
+
+/// Every accumulator of the given groups (and tail) in row-major order
+/// within a group, column by column.
+fn each_acc(
+    kernel: PackedDot,
+    w: &PackedWeights,
+    cols: &[Acts<'_>],
+    groups: Range<usize>,
+    tail: bool,
+    mut f: impl FnMut(usize, usize, f32),
+) -> Result<(), Error> {
+    let (nb, k) = (w.blocks_per_row(), w.cols());
+    for g in groups {
+        let group = w.group(g)?;
+        for (c, x) in cols.iter().enumerate() {
+            let acc = (kernel.group)(group, nb, x)?;
+            for (i, a) in acc.into_iter().enumerate() {
+                f(g * GROUP_ROWS + i, c, a);
+            }
+        }
+    }
+    if tail {
+        for r in w.n_groups() * GROUP_ROWS..w.rows() {
+            let row = w.tail_row(r)?;
+            for (c, x) in cols.iter().enumerate() {
+                f(r, c, (kernel.one)(w.dtype(), row, x, k)?);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`each_acc`] over two matrices of the same shape at once.
+fn each_acc_pair(
+    kernel: PackedDot,
+    a: &PackedWeights,
+    b: &PackedWeights,
+    cols: &[Acts<'_>],
+    groups: Range<usize>,
+    tail: bool,
+    mut f: impl FnMut(usize, usize, f32, f32),
+) -> Result<(), Error> {
+    let (nb, k) = (a.blocks_per_row(), a.cols());
+    for g in groups {
+        let (ga, gb) = (a.group(g)?, b.group(g)?);
+        for (c, x) in cols.iter().enumerate() {
+            let (va, vb) = ((kernel.group)(ga, nb, x)?, (kernel.group)(gb, nb, x)?);
+            for i in 0..GROUP_ROWS {
+                f(g * GROUP_ROWS + i, c, va[i], vb[i]);
+            }
+        }
+    }
+    if tail {
+        for r in a.n_groups() * GROUP_ROWS..a.rows() {
+            let (ra, rb) = (a.tail_row(r)?, b.tail_row(r)?);
+            for (c, x) in cols.iter().enumerate() {
+                let va = (kernel.one)(a.dtype(), ra, x, k)?;
+                let vb = (kernel.one)(b.dtype(), rb, x, k)?;
+                f(r, c, va, vb);
+            }
+        }
+    }
+    Ok(())
+}
