@@ -242,22 +242,17 @@ impl CpuBackend {
         epilogue: &BoundEpilogue<'_>,
         y: &mut [f32],
     ) -> Result<(), Error> {
-        let (m, k) = (w.rows(), w.cols());
-        let kernel = self.packed_kernel(w.dtype(), mode)?;
-        check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
-        let mut scratch = Vec::new();
-        let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
-        let out = SharedOut::new(y);
-        let chunks = self.group_chunks(w.n_groups());
-        self.parallel(chunks.len() + 1, |i| {
-            let (groups, tail) = chunks.get(i).map_or((0..0, true), |g| (g.clone(), false));
-            gemv_packed_rows(kernel, w, &cols, groups, tail, epilogue, |r, c, v| {
-                // SAFETY: tasks cover disjoint groups (or the tail rows
-                // after every group), so index c·m + r is written by this
-                // task only.
-                unsafe { out.store(c * m + r, v) }
-            })
-        })
+        self.packed_region(
+            w,
+            x,
+            n_cols,
+            mode,
+            epilogue,
+            y,
+            |kernel, cols, groups, tail, store| {
+                gemv_packed_rows(kernel, w, cols, groups, tail, epilogue, store)
+            },
+        )
     }
 
     /// `y = epilogue(act(W_g·x) ⊙ (W_u·x))` over packed weights of the same
@@ -274,44 +269,62 @@ impl CpuBackend {
         epilogue: &BoundEpilogue<'_>,
         y: &mut [f32],
     ) -> Result<(), Error> {
-        let (m, k) = (gate.rows(), gate.cols());
         if up.dtype() != gate.dtype() {
             return Err(Error::UnsupportedDType {
                 what: "packed GLU up weights (must have the gate's format)",
                 dtype: up.dtype(),
             });
         }
-        if (up.rows(), up.cols()) != (m, k) {
+        if (up.rows(), up.cols()) != (gate.rows(), gate.cols()) {
             return Err(Error::ShapeMismatch {
-                what: "packed GLU up weights (must match the gate's format and shape)",
-                expected: [k, m, 1, 1],
+                what: "packed GLU up weights (must match the gate's shape)",
+                expected: [gate.cols(), gate.rows(), 1, 1],
                 actual: [up.cols(), up.rows(), 1, 1],
             });
         }
-        let kernel = self.packed_kernel(gate.dtype(), mode)?;
+        let region =
+            |kernel, cols: &[Acts<'_>], groups, tail, store: &mut dyn FnMut(usize, usize, f32)| {
+                gemv_glu_packed_rows(kernel, gate, up, act, cols, groups, tail, epilogue, store)
+            };
+        self.packed_region(gate, x, n_cols, mode, epilogue, y, region)
+    }
+
+    /// One parallel region over the groups of `w` (and a task for its tail
+    /// rows): checks the arguments, prepares the activations once, and runs
+    /// `rows(kernel, columns, groups, tail, store)` per task.
+    #[allow(clippy::too_many_arguments)]
+    fn packed_region(
+        &self,
+        w: &PackedWeights,
+        x: &[f32],
+        n_cols: usize,
+        mode: ActQuant,
+        epilogue: &BoundEpilogue<'_>,
+        y: &mut [f32],
+        rows: impl Fn(
+            PackedDot,
+            &[Acts<'_>],
+            Range<usize>,
+            bool,
+            &mut dyn FnMut(usize, usize, f32),
+        ) -> Result<(), Error>
+        + Sync,
+    ) -> Result<(), Error> {
+        let (m, k) = (w.rows(), w.cols());
+        let kernel = self.packed_kernel(w.dtype(), mode)?;
         check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
         let mut scratch = Vec::new();
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
         let out = SharedOut::new(y);
-        let chunks = self.group_chunks(gate.n_groups());
+        let chunks = self.group_chunks(w.n_groups());
         self.parallel(chunks.len() + 1, |i| {
             let (groups, tail) = chunks.get(i).map_or((0..0, true), |g| (g.clone(), false));
-            gemv_glu_packed_rows(
-                kernel,
-                gate,
-                up,
-                act,
-                &cols,
-                groups,
-                tail,
-                epilogue,
-                |r, c, v| {
-                    // SAFETY: tasks cover disjoint groups (or the tail rows
-                    // after every group), so index c·m + r is written by
-                    // this task only.
-                    unsafe { out.store(c * m + r, v) }
-                },
-            )
+            rows(kernel, &cols, groups, tail, &mut |r, c, v| {
+                // SAFETY: tasks cover disjoint groups (or the tail rows
+                // after every group), so index c·m + r is written by this
+                // task only.
+                unsafe { out.store(c * m + r, v) }
+            })
         })
     }
 

@@ -200,7 +200,7 @@ pub fn gemv_packed_rows(
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
-    each_acc(kernel, w, cols, groups, tail, |r, c, acc| {
+    each_acc(kernel, [w], cols, groups, tail, |r, c, [acc]| {
         store(r, c, epilogue.apply(acc, r, c));
     })
 }
@@ -219,69 +219,49 @@ pub fn gemv_glu_packed_rows(
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
-    each_acc_pair(kernel, gate, up, cols, groups, tail, |r, c, g, u| {
+    each_acc(kernel, [gate, up], cols, groups, tail, |r, c, [g, u]| {
         store(r, c, epilogue.apply(glu(act, g, u), r, c));
     })
 }
 
-/// Every accumulator of the given groups (and tail) in row-major order
-/// within a group, column by column.
-fn each_acc(
+/// The accumulators of `N` matrices of one shape, row by row within each
+/// group (then the tail rows when `tail` is set), column by column:
+/// `f(row, col, [acc of each matrix])`.
+fn each_acc<const N: usize>(
     kernel: PackedDot,
-    w: &PackedWeights,
+    ws: [&PackedWeights; N],
     cols: &[Acts<'_>],
     groups: Range<usize>,
     tail: bool,
-    mut f: impl FnMut(usize, usize, f32),
+    mut f: impl FnMut(usize, usize, [f32; N]),
 ) -> Result<(), Error> {
-    let (nb, k) = (w.blocks_per_row(), w.cols());
+    let Some(w0) = ws.first() else { return Ok(()) };
+    let (nb, k) = (w0.blocks_per_row(), w0.cols());
     for g in groups {
-        let group = w.group(g)?;
+        let mut bytes: [&[u8]; N] = [&[]; N];
+        for (b, w) in bytes.iter_mut().zip(ws) {
+            *b = w.group(g)?;
+        }
         for (c, x) in cols.iter().enumerate() {
-            let acc = (kernel.group)(group, nb, x)?;
-            for (i, a) in acc.into_iter().enumerate() {
+            let mut acc = [[0.0f32; GROUP_ROWS]; N];
+            for (a, b) in acc.iter_mut().zip(bytes) {
+                *a = (kernel.group)(b, nb, x)?;
+            }
+            let by_row: [[f32; N]; GROUP_ROWS] =
+                core::array::from_fn(|i| core::array::from_fn(|j| acc[j][i]));
+            for (i, a) in by_row.into_iter().enumerate() {
                 f(g * GROUP_ROWS + i, c, a);
             }
         }
     }
     if tail {
-        for r in w.n_groups() * GROUP_ROWS..w.rows() {
-            let row = w.tail_row(r)?;
+        for r in w0.n_groups() * GROUP_ROWS..w0.rows() {
             for (c, x) in cols.iter().enumerate() {
-                f(r, c, (kernel.one)(w.dtype(), row, x, k)?);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// [`each_acc`] over two matrices of the same shape at once.
-fn each_acc_pair(
-    kernel: PackedDot,
-    a: &PackedWeights,
-    b: &PackedWeights,
-    cols: &[Acts<'_>],
-    groups: Range<usize>,
-    tail: bool,
-    mut f: impl FnMut(usize, usize, f32, f32),
-) -> Result<(), Error> {
-    let (nb, k) = (a.blocks_per_row(), a.cols());
-    for g in groups {
-        let (ga, gb) = (a.group(g)?, b.group(g)?);
-        for (c, x) in cols.iter().enumerate() {
-            let (va, vb) = ((kernel.group)(ga, nb, x)?, (kernel.group)(gb, nb, x)?);
-            for i in 0..GROUP_ROWS {
-                f(g * GROUP_ROWS + i, c, va[i], vb[i]);
-            }
-        }
-    }
-    if tail {
-        for r in a.n_groups() * GROUP_ROWS..a.rows() {
-            let (ra, rb) = (a.tail_row(r)?, b.tail_row(r)?);
-            for (c, x) in cols.iter().enumerate() {
-                let va = (kernel.one)(a.dtype(), ra, x, k)?;
-                let vb = (kernel.one)(b.dtype(), rb, x, k)?;
-                f(r, c, va, vb);
+                let mut acc = [0.0f32; N];
+                for (a, w) in acc.iter_mut().zip(ws) {
+                    *a = (kernel.one)(w.dtype(), w.tail_row(r)?, x, k)?;
+                }
+                f(r, c, acc);
             }
         }
     }

@@ -4,6 +4,7 @@
 
 use fused_core::{DType, Error};
 
+use super::check_q4_0_group;
 use crate::acts::Acts;
 use crate::packed::{GROUP_ROWS, LINE};
 
@@ -13,15 +14,7 @@ pub fn group_q4_0_q8_0(
     nb: usize,
     acts: &Acts<'_>,
 ) -> Result<[f32; GROUP_ROWS], Error> {
-    let y = q8_0_acts(acts, nb)?;
-    let need = nb * LINE + nb * 2 * GROUP_ROWS;
-    if group.len() < need {
-        return Err(Error::BufferTooShort {
-            what: "packed Q4_0 group",
-            needed: need,
-            actual: group.len(),
-        });
-    }
+    let y = check_q4_0_group(group, nb, acts)?;
     let (codes, scales) = group.split_at(nb * LINE);
     let yb = DType::Q8_0.block_bytes();
     let mut out = [0.0f32; GROUP_ROWS];
@@ -36,30 +29,4 @@ pub fn group_q4_0_q8_0(
         }
     }
     Ok(out)
-}
-
-/// The Q8_0 activation blocks of `acts`, checked to hold `nb` blocks.
-pub(super) fn q8_0_acts<'a>(acts: &Acts<'a>, nb: usize) -> Result<&'a [u8], Error> {
-    match *acts {
-        Acts::Quant {
-            dtype: DType::Q8_0,
-            bytes,
-            ..
-        } => {
-            fused_core::error::check_len(
-                "Q8_0 activation bytes",
-                nb * DType::Q8_0.block_bytes(),
-                bytes.len(),
-            )?;
-            Ok(bytes)
-        }
-        Acts::Quant { dtype, .. } => Err(Error::UnsupportedDType {
-            what: "activation format for packed Q4_0 (Q8_0 expected)",
-            dtype,
-        }),
-        Acts::F32(_) => Err(Error::UnsupportedDType {
-            what: "f32 activations for packed Q4_0 (Q8_0 expected)",
-            dtype: DType::F32,
-        }),
-    }
 }

@@ -13,7 +13,7 @@ use core::arch::x86_64::*;
 
 use fused_core::{DType, Error};
 
-use super::scalar::q8_0_acts;
+use super::check_q4_0_group;
 use crate::acts::Acts;
 use crate::packed::{GROUP_ROWS, LINE};
 
@@ -23,15 +23,7 @@ pub fn group_q4_0_q8_0(
     nb: usize,
     acts: &Acts<'_>,
 ) -> Result<[f32; GROUP_ROWS], Error> {
-    let y = q8_0_acts(acts, nb)?;
-    let need = nb * LINE + nb * 2 * GROUP_ROWS;
-    if group.len() < need {
-        return Err(Error::BufferTooShort {
-            what: "packed Q4_0 group",
-            needed: need,
-            actual: group.len(),
-        });
-    }
+    let y = check_q4_0_group(group, nb, acts)?;
     // SAFETY: this function is only returned by `packed_dot` for an ISA that
     // `Isa::is_supported()` confirmed to be Avx512 or better (AVX-512
     // F/BW/VL/VNNI and F16C present); the group holds `nb` code lines and
