@@ -1,25 +1,44 @@
-//! `fused-verify`: the project's main job.
-//!
-//! Until the cross-backend verifier lands (its own issue), this runs the
-//! core's self-check on the CPU: the reference GEMV of every weight format
-//! against the f64 reference, the FWHT against its inverse, and a
-//! transformer decode layer planned by the core, its fused plan against the
-//! unfused graph bit for bit. It needs no GPU and no toolkit.
-
-mod selfcheck;
+//! `fused-verify`: see the library docs. Exit status 1 on any failure.
 
 use std::process::ExitCode;
 
+use clap::Parser;
+use fused_verify::cli::{Cli, Mode};
+
+fn write_json<T: serde::Serialize>(cli: &Cli, value: &T) -> Result<(), String> {
+    let Some(path) = &cli.json else {
+        return Ok(());
+    };
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn main() -> ExitCode {
-    println!("fused-verify: core self-check (the cross-backend verifier is not built yet)");
-    let report = selfcheck::run();
-    for line in &report.lines {
-        println!("{line}");
+    let cli = Cli::parse();
+    let (failed, line, json) = match cli.mode {
+        Mode::Test => {
+            let r = fused_verify::run::run_tests(&cli, true);
+            (r.failed(), r.summary.line(), write_json(&cli, &r))
+        }
+        Mode::Perf => {
+            let r = fused_verify::perf::run_perf(&cli, true);
+            let line = format!(
+                "{} passed, {} failed, 0 skipped",
+                r.rows.len(),
+                r.errors.len()
+            );
+            (!r.errors.is_empty(), line, write_json(&cli, &r))
+        }
+    };
+    let mut failed = failed;
+    if let Err(e) = json {
+        println!("FAIL writing the JSON report: {e}");
+        failed = true;
     }
-    println!("{} passed, {} failed", report.passed, report.failed);
-    if report.failed == 0 {
-        ExitCode::SUCCESS
-    } else {
+    println!("{line}");
+    if failed {
         ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

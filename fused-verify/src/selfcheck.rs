@@ -1,4 +1,4 @@
-//! The core's self-check: reference GEMV vs f64, FWHT round trip, and a
+//! The core's self-check (a section of the `test` mode): reference GEMV vs f64, FWHT round trip, and a
 //! decode layer's fused plan vs its unfused graph.
 
 use fused_core::DType;
@@ -12,60 +12,30 @@ use fused_core::reference::eval::{GemvMode, Memory, eval_graph, eval_plan};
 use fused_core::reference::gemv::{ActQuant, WeightMatrix, gemm, gemm_f64};
 use fused_core::tensor::TensorDesc;
 
-/// What the self-check found.
-pub(crate) struct Report {
-    /// One line per check.
-    pub(crate) lines: Vec<String>,
-    /// Checks that passed.
-    pub(crate) passed: usize,
-    /// Checks that failed.
-    pub(crate) failed: usize,
+use crate::cases::Rng;
+use crate::metrics::nmse;
+use crate::verify::Check;
+
+/// What the self-check found: one check per line.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The checks, in order.
+    pub checks: Vec<Check>,
 }
 
 impl Report {
     fn record(&mut self, ok: bool, line: String) {
-        if ok {
-            self.passed += 1;
-        } else {
-            self.failed += 1;
-        }
-        self.lines
-            .push(format!("{} {line}", if ok { "ok  " } else { "FAIL" }));
+        self.checks.push(Check {
+            name: "selfcheck",
+            ok,
+            detail: line,
+        });
     }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
-
-fn nmse(got: &[f32], want: &[f64]) -> f64 {
-    let num: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(g, w)| (*g as f64 - w).powi(2))
-        .sum();
-    let den: f64 = want.iter().map(|w| w * w).sum();
-    num / den.max(f64::MIN_POSITIVE)
 }
 
 /// Runs every check.
-pub(crate) fn run() -> Report {
-    let mut r = Report {
-        lines: Vec::new(),
-        passed: 0,
-        failed: 0,
-    };
+pub fn run() -> Report {
+    let mut r = Report::default();
     gemv_checks(&mut r);
     fwht_checks(&mut r);
     for dtype in [DType::Q4_0, DType::Q8_0, DType::F16, DType::Q4_K] {
@@ -88,7 +58,7 @@ pub(crate) fn run() -> Report {
 /// the f64 reference, for every weight format.
 fn gemv_checks(r: &mut Report) {
     let (m, k) = (16, 512);
-    let mut rng = Rng(0x5eed);
+    let mut rng = Rng::new(0x5eed);
     for dtype in DType::ALL.into_iter().filter(|d| d.is_weight_format()) {
         let rb = dtype.row_bytes(k).expect("512 is a whole number of blocks");
         let mut w = vec![0u8; rb * m];
@@ -134,7 +104,7 @@ fn gemv_checks(r: &mut Report) {
 /// The signed FWHT followed by the unsigned one and the signs again returns
 /// the input, for every N = 2^k.
 fn fwht_checks(r: &mut Report) {
-    let mut rng = Rng(0xf00d);
+    let mut rng = Rng::new(0xf00d);
     let mut worst = 0.0f32;
     let mut ok = true;
     for log_n in 1..=15 {
@@ -170,7 +140,7 @@ fn fwht_checks(r: &mut Report) {
 /// signed-FWHT-rotated projection): (fused steps, kernel steps, bit-identical).
 fn decode_layer(dtype: DType, mode: GemvMode) -> Result<(usize, usize, bool), fused_core::Error> {
     let (h, f, n) = (256, 512, 256);
-    let mut rng = Rng(0xdec0de);
+    let mut rng = Rng::new(0xdec0de);
     let mut g = Graph::new();
     let mut next = 0usize;
     let mut inits: Vec<(TensorDesc, Vec<u8>)> = Vec::new();
