@@ -175,6 +175,21 @@ impl Case {
         )
     }
 
+    /// The seed of the case's inputs: the base seed mixed with every
+    /// dimension except the thread count (FNV-1a of the id), so that cases
+    /// differing only in threads see the same data and all others differ.
+    pub fn data_seed(&self) -> u64 {
+        let id = self.id();
+        let key = id
+            .split('/')
+            .filter(|part| !(part.starts_with('t') && part[1..].parse::<usize>().is_ok()))
+            .collect::<Vec<_>>()
+            .join("/");
+        key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
     /// The number of fused steps the planner must produce for this case.
     pub fn expected_fused_steps(&self) -> usize {
         match self.pattern {
@@ -333,21 +348,25 @@ fn quick(seed: u64) -> Vec<Case> {
     for (di, &d) in weight_dtypes().iter().enumerate() {
         let sh = shapes(d);
         for (si, &s) in sh.iter().enumerate() {
-            let mut c = with_shape(base(Pattern::Gemv, d, seed), s);
-            c.chain = chains[(si * 5 + di) % chains.len()].clone();
-            c.cols = COLS[(si + di) % COLS.len()];
-            c.threads = THREADS[(si + 2 * di) % THREADS.len()];
-            if s.0 == "large" {
-                c.cols = 1;
+            for rot in [0, 7] {
+                let mut c = with_shape(base(Pattern::Gemv, d, seed), s);
+                c.chain = chains[(si * 5 + di + rot) % chains.len()].clone();
+                c.cols = COLS[(si + di + rot) % COLS.len()];
+                c.threads = THREADS[(si + 2 * di + rot) % THREADS.len()];
+                if s.0 == "large" {
+                    c.cols = 1;
+                }
+                v.push(c);
             }
-            v.push(c);
         }
         for (ci, chain) in chains.iter().enumerate() {
-            let mut c = with_shape(base(Pattern::Gemv, d, seed + 1), sh[3]);
-            c.chain = chain.clone();
-            c.cols = COLS[(ci + di) % COLS.len()];
-            c.threads = THREADS[(ci + di) % THREADS.len()];
-            v.push(c);
+            for (j, &s) in [sh[2], sh[3]].iter().enumerate() {
+                let mut c = with_shape(base(Pattern::Gemv, d, seed + 1), s);
+                c.chain = chain.clone();
+                c.cols = COLS[(ci + di + j) % COLS.len()];
+                c.threads = THREADS[(ci + di + 2 * j) % THREADS.len()];
+                v.push(c);
+            }
         }
         for (ai, &act) in GLU_ACTS.iter().enumerate() {
             let mut c = with_shape(base(Pattern::Glu, d, seed + 2), sh[(ai + di) % 5]);
@@ -555,7 +574,7 @@ fn inject(v: &mut [f32], special: Special, rng: &mut Rng) {
 
 /// Builds the graph and inputs of `case`.
 pub fn build(case: &Case) -> Result<Built, Error> {
-    let mut rng = Rng::new(case.seed ^ (case.m as u64) << 20 ^ (case.k as u64) << 40);
+    let mut rng = Rng::new(case.data_seed());
     let mut g = Graph::new();
     let mut weights = Arena { buffer: 0, next: 0 };
     let mut acts = Arena { buffer: 1, next: 0 };

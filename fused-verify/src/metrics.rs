@@ -56,7 +56,7 @@ pub fn ulp_distance(a: f32, b: f32) -> u64 {
 pub fn max_ulp(a: &[f32], b: &[f32], floor: f32) -> u64 {
     a.iter()
         .zip(b)
-        .filter(|(_, w)| !(w.abs() < floor))
+        .filter(|(_, w)| w.is_nan() || w.abs() >= floor)
         .map(|(g, w)| ulp_distance(*g, *w))
         .max()
         .unwrap_or(0)
@@ -69,6 +69,20 @@ pub fn first_bit_difference(a: &[f32], b: &[f32]) -> Option<usize> {
         .iter()
         .zip(b)
         .position(|(x, y)| x.to_bits() != y.to_bits())
+    {
+        return Some(i);
+    }
+    (a.len() != b.len()).then_some(a.len().min(b.len()))
+}
+
+/// [`first_bit_difference`] where any two NaNs count as equal: Rust leaves
+/// the sign and payload of a NaN produced by arithmetic unspecified (RFC
+/// 3514), so only "is NaN" can be required of them.
+pub fn first_difference_nan_equal(a: &[f32], b: &[f32]) -> Option<usize> {
+    if let Some(i) = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()))
     {
         return Some(i);
     }
@@ -147,6 +161,15 @@ mod tests {
         assert_eq!(first_bit_difference(&[1.0, 2.0], &[1.0, 2.0]), None);
         assert_eq!(first_bit_difference(&[1.0, 0.0], &[1.0, -0.0]), Some(1));
         assert_eq!(first_bit_difference(&[1.0], &[1.0, 2.0]), Some(1));
+        assert_eq!(first_bit_difference(&[f32::NAN], &[-f32::NAN]), Some(0));
+        assert_eq!(
+            first_difference_nan_equal(&[f32::NAN, 1.0], &[-f32::NAN, 1.0]),
+            None
+        );
+        assert_eq!(
+            first_difference_nan_equal(&[f32::NAN, 0.0], &[f32::NAN, -0.0]),
+            Some(1)
+        );
         assert!(all_finite(&[1.0f32, -3.0]));
         assert!(!all_finite(&[1.0f64, f64::INFINITY]));
         assert!(same_nonfinite_pattern(
