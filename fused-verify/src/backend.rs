@@ -79,16 +79,19 @@ pub trait Backend: Send + Sync {
         self.run_plan(g, &Plan::unfused(g), mem, cfg)
     }
 
-    /// The time of each of `reps` runs of `plan`, with the inputs already on
-    /// the device (transfers not timed), after one untimed warm-up run.
-    fn time_plan(
+    /// The time of each of `reps` runs of every plan in `plans` (made for
+    /// `g`), one list per plan, with the inputs already on the device
+    /// (transfers not timed) and every run starting from `mem`. The plans
+    /// run interleaved (A, B, A, B, ...) after one untimed warm-up run each,
+    /// so that a change in the machine's load affects them alike.
+    fn time_plans(
         &self,
         g: &Graph,
-        plan: &Plan,
+        plans: &[&Plan],
         mem: &Memory,
         cfg: RunConfig,
         reps: usize,
-    ) -> Result<Vec<Duration>, Error>;
+    ) -> Result<Vec<Vec<Duration>>, Error>;
 
     /// The read-bandwidth ceiling in GB/s (10⁹ bytes/s) with `threads`
     /// threads, measured now, or `None` when the backend has no probe.
@@ -185,27 +188,32 @@ impl Backend for CpuIsaBackend {
         })
     }
 
-    fn time_plan(
+    fn time_plans(
         &self,
         g: &Graph,
-        plan: &Plan,
+        plans: &[&Plan],
         mem: &Memory,
         cfg: RunConfig,
         reps: usize,
-    ) -> Result<Vec<Duration>, Error> {
+    ) -> Result<Vec<Vec<Duration>>, Error> {
         let be = self.pool(cfg.threads)?;
         let ex = Executor::new(&be, cfg.mode);
         let fresh = CpuMemory::from_reference(mem, buffer_count(mem))?;
-        // Every run starts from the same inputs (in-place plans overwrite
-        // them); the copy is made outside the timed region.
+        // In-place plans overwrite their inputs: every run starts from a
+        // copy made outside the timed region.
         let mut work = fresh.clone();
-        ex.run(g, plan, &mut work)?;
-        let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps.max(1) {
+        for p in plans {
             work.clone_from(&fresh);
-            let t = Instant::now();
-            ex.run(g, plan, &mut work)?;
-            times.push(t.elapsed());
+            ex.run(g, p, &mut work)?;
+        }
+        let mut times = vec![Vec::with_capacity(reps); plans.len()];
+        for _ in 0..reps.max(1) {
+            for (p, t) in plans.iter().zip(times.iter_mut()) {
+                work.clone_from(&fresh);
+                let start = Instant::now();
+                ex.run(g, p, &mut work)?;
+                t.push(start.elapsed());
+            }
         }
         Ok(times)
     }
@@ -250,14 +258,14 @@ impl Backend for Unbuilt {
         })
     }
 
-    fn time_plan(
+    fn time_plans(
         &self,
         _: &Graph,
-        _: &Plan,
+        _: &[&Plan],
         _: &Memory,
         _: RunConfig,
         _: usize,
-    ) -> Result<Vec<Duration>, Error> {
+    ) -> Result<Vec<Vec<Duration>>, Error> {
         Err(Error::UnsupportedDType {
             what: "backend not built",
             dtype: fused_core::DType::F32,

@@ -1,5 +1,5 @@
 //! The `perf` mode: per backend and case, the median time of the fused
-//! plan and of the same graph unfused, the fused plan's GB/s (weights,
+//! plan and of the same graph unfused (timed interleaved), the fused plan's GB/s (weights,
 //! activations, operands and output, each moved once) as a share of the
 //! backend's read-bandwidth ceiling measured in the same run, the speedup
 //! and the barriers per plan.
@@ -117,13 +117,14 @@ fn time_case(be: &dyn Backend, case: &Case, reps: usize) -> Result<PerfRow, Stri
         mode: case.mode,
     };
     let err = |e: fused_core::Error| e.to_string();
-    let tf = median(
-        be.time_plan(&b.graph, &fused, &b.mem, cfg, reps)
-            .map_err(err)?,
-    );
-    let tu = median(
-        be.time_plan(&b.graph, &unfused, &b.mem, cfg, reps)
-            .map_err(err)?,
+    let mut times = be
+        .time_plans(&b.graph, &[&fused, &unfused], &b.mem, cfg, reps)
+        .map_err(err)?
+        .into_iter()
+        .map(median);
+    let (tf, tu) = (
+        times.next().unwrap_or_default(),
+        times.next().unwrap_or_default(),
     );
     let (mut mf, mut mu) = (b.mem.clone(), b.mem.clone());
     let sf = be.run_plan(&b.graph, &fused, &mut mf, cfg).map_err(err)?;

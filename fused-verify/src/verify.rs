@@ -318,7 +318,7 @@ pub fn check_backend(be: &dyn Backend, p: &Prepared, scale: f64) -> CaseResult {
     r.metrics.fused = Some(sf);
     r.metrics.unfused = Some(su);
     let diff = metrics::first_difference_nan_equal(&yf, &yu);
-    let nan_bits = metrics::first_bit_difference(&yf, &yu).is_some();
+    let nan_bits = metrics::first_bit_difference(&yf, &yu);
     let bits = |v: &[f32], i: usize| {
         v.get(i)
             .map_or("-".into(), |x| format!("{x:?} ({:#010x})", x.to_bits()))
@@ -326,10 +326,14 @@ pub fn check_backend(be: &dyn Backend, p: &Prepared, scale: f64) -> CaseResult {
     r.check(
         "fused_eq_unfused",
         diff.is_none(),
-        match diff {
-            None if nan_bits => "bit-identical except NaN sign/payload".to_string(),
-            None => "bit-identical".to_string(),
-            Some(i) => format!(
+        match (diff, nan_bits) {
+            (None, Some(i)) => format!(
+                "bit-identical except NaN sign/payload (first at {i}: fused {} vs unfused {})",
+                bits(&yf, i),
+                bits(&yu, i)
+            ),
+            (None, None) => "bit-identical".to_string(),
+            (Some(i), _) => format!(
                 "first difference at {i}: fused {} vs unfused {}",
                 bits(&yf, i),
                 bits(&yu, i)
