@@ -13,6 +13,9 @@ pub enum Mode {
     Test,
     /// Time fused and unfused plans against the measured bandwidth ceiling.
     Perf,
+    /// A stack of decode layers fused vs unfused: time and barriers per token
+    /// (`--filter` picks one weight format, e.g. `q4_0`).
+    Decode,
 }
 
 /// `fused-verify`: checks every backend against the core reference and
@@ -20,7 +23,7 @@ pub enum Mode {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "fused-verify", version, about)]
 pub struct Cli {
-    /// `test` (default) or `perf`.
+    /// `test` (default), `perf` or `decode`.
     #[arg(value_enum, default_value_t = Mode::Test)]
     pub mode: Mode,
     /// Backends to run, matched by prefix (`cpu` = every CPU instruction
@@ -54,10 +57,13 @@ pub struct Cli {
     /// Print every failed check (default: the first 20).
     #[arg(short, long)]
     pub verbose: bool,
-    /// perf: timed repetitions per plan (the median is reported).
+    /// perf, decode: timed repetitions per plan (the median is reported).
     #[arg(long, default_value_t = 9)]
     pub reps: usize,
-    /// perf: worker threads (default: every core).
+    /// decode: layers in the stack.
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    /// perf, decode: worker threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
 }

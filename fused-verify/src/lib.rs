@@ -12,7 +12,8 @@
 //! - [`metrics`]: NMSE, max abs error, ulps, bit identity, finiteness.
 //! - [`tolerance`]: the documented tolerance table.
 //! - [`verify`]: the checks of one case on the references and on a backend.
-//! - [`run`]: the `test` mode; [`perf`]: the `perf` mode.
+//! - [`run`]: the `test` mode; [`perf`]: the `perf` mode; [`decode`]: a
+//!   stack of decode layers fused vs unfused, per token.
 //! - [`report`]: summary table, JSON, the closing `N passed, N failed, N skipped` line.
 //! - [`selfcheck`]: the core's self-check, the first section of `test`.
 //! - [`cli`]: the command line.
@@ -21,6 +22,7 @@
 pub mod backend;
 pub mod cases;
 pub mod cli;
+pub mod decode;
 pub mod metrics;
 pub mod perf;
 pub mod report;

@@ -9,7 +9,7 @@ fn write_json<T: serde::Serialize>(cli: &Cli, value: &T) -> Result<(), String> {
     let Some(path) = &cli.json else {
         return Ok(());
     };
-    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string(value).map_err(|e| e.to_string())?;
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -25,6 +25,15 @@ fn main() -> ExitCode {
             let line = format!(
                 "{} passed, {} failed, 0 skipped",
                 r.rows.len(),
+                r.errors.len()
+            );
+            (!r.errors.is_empty(), line, write_json(&cli, &r))
+        }
+        Mode::Decode => {
+            let r = fused_verify::decode::run_decode(&cli, true);
+            let line = format!(
+                "{} passed, {} failed, 0 skipped",
+                r.rows.iter().filter(|r| r.fused_eq_unfused).count(),
                 r.errors.len()
             );
             (!r.errors.is_empty(), line, write_json(&cli, &r))
