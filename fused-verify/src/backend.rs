@@ -279,7 +279,8 @@ impl Backend for Unbuilt {
 
 /// Every backend this build knows: one CPU backend per instruction set
 /// (those this machine lacks report a skip), then Vulkan and CUDA, which
-/// are listed as skipped until their crates can run a plan.
+/// are listed as skipped (until their crates can run a plan, or when built
+/// without their feature).
 pub fn registry() -> Vec<Box<dyn Backend>> {
     let mut v: Vec<Box<dyn Backend>> = [Isa::Scalar, Isa::Avx2, Isa::Avx512]
         .into_iter()
@@ -288,11 +289,19 @@ pub fn registry() -> Vec<Box<dyn Backend>> {
         .collect();
     v.push(Box::new(Unbuilt {
         name: "vulkan",
-        reason: "fused-vulkan cannot run a plan yet (issue 6)",
+        reason: if cfg!(feature = "vulkan") {
+            "fused-vulkan cannot run a plan yet (issue 6)"
+        } else {
+            "built without the `vulkan` feature"
+        },
     }));
     v.push(Box::new(Unbuilt {
         name: "cuda",
-        reason: "fused-cuda cannot run a plan yet (issue 5)",
+        reason: if cfg!(feature = "cuda") {
+            "fused-cuda cannot run a plan yet (issue 5)"
+        } else {
+            "built without the `cuda` feature (opt-in)"
+        },
     }));
     v
 }
