@@ -13,6 +13,8 @@
 //! column count and thread count appears) that runs in seconds;
 //! [`CaseSet::Full`] is the cross product, more than 20,000 cases.
 
+use std::sync::Arc;
+
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
@@ -137,6 +139,9 @@ pub struct Case {
     pub special: Special,
     /// The random seed of the inputs.
     pub seed: u64,
+    /// Real weights instead of random ones: a tensor name and its first
+    /// `m` packed rows (the `gguf` mode).
+    pub weights: Option<Arc<(String, Vec<u8>)>>,
 }
 
 impl Case {
@@ -159,11 +164,15 @@ impl Case {
             GemvMode::Ggml => "ggml",
             GemvMode::F32 => "f32acts",
         };
+        let shape = match &self.weights {
+            Some(w) => format!("{}:{}", self.shape, w.0),
+            None => self.shape.to_string(),
+        };
         format!(
             "{}/{}/{}/{}x{}x{}/{}/{}/t{}/{}/s{}",
             self.pattern.name(),
             self.dtype,
-            self.shape,
+            shape,
             self.m,
             self.k,
             self.cols,
@@ -328,6 +337,7 @@ fn base(pattern: Pattern, dtype: DType, seed: u64) -> Case {
         mode: GemvMode::Ggml,
         special: Special::None,
         seed,
+        weights: None,
     }
 }
 
@@ -612,8 +622,20 @@ pub fn build(case: &Case) -> Result<Built, Error> {
             let mut weight = |g: &mut Graph, rng: &mut Rng| -> Result<(NodeId, Vec<u8>), Error> {
                 let rb = case.dtype.row_bytes(k)?;
                 let mut bytes = vec![0u8; rb * m];
-                for row in bytes.chunks_exact_mut(rb) {
-                    quantize_row(case.dtype, &rng.vec(k), row)?;
+                match &case.weights {
+                    Some(w) if w.1.len() == bytes.len() => bytes.copy_from_slice(&w.1),
+                    Some(w) => {
+                        return Err(Error::LengthMismatch {
+                            what: "case weights",
+                            expected: bytes.len(),
+                            actual: w.1.len(),
+                        });
+                    }
+                    None => {
+                        for row in bytes.chunks_exact_mut(rb) {
+                            quantize_row(case.dtype, &rng.vec(k), row)?;
+                        }
+                    }
                 }
                 let p = weights.take(bytes.len());
                 let t = TensorDesc::contiguous(case.dtype, [k, m, 1, 1], BufferId(0), p.offset)?;

@@ -13,6 +13,9 @@ pub enum Mode {
     Test,
     /// Time fused and unfused plans against the measured bandwidth ceiling.
     Perf,
+    /// The GEMV of every weight matrix of a GGUF file (its first `--rows`
+    /// rows) with a SiLU and a residual add, on every selected backend.
+    Gguf,
     /// A stack of decode layers fused vs unfused: time and barriers per token
     /// (`--filter` picks one weight format, e.g. `q4_0`).
     Decode,
@@ -23,9 +26,15 @@ pub enum Mode {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "fused-verify", version, about)]
 pub struct Cli {
-    /// `test` (default), `perf` or `decode`.
+    /// `test` (default), `perf`, `decode` or `gguf FILE`.
     #[arg(value_enum, default_value_t = Mode::Test)]
     pub mode: Mode,
+    /// gguf: the GGUF file.
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// gguf: rows taken from each weight matrix.
+    #[arg(long, default_value_t = 256)]
+    pub rows: usize,
     /// Backends to run, matched by prefix (`cpu` = every CPU instruction
     /// set; `cpu-avx2`, `vulkan`, `cuda`); repeatable. Default: every
     /// backend, unavailable ones reported as skipped. A backend named here

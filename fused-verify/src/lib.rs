@@ -13,7 +13,8 @@
 //! - [`tolerance`]: the documented tolerance table.
 //! - [`verify`]: the checks of one case on the references and on a backend.
 //! - [`run`]: the `test` mode; [`perf`]: the `perf` mode; [`decode`]: a
-//!   stack of decode layers fused vs unfused, per token.
+//!   stack of decode layers fused vs unfused, per token; [`gguf`]: the
+//!   weight matrices of a GGUF file as cases.
 //! - [`report`]: summary table, JSON, the closing `N passed, N failed, N skipped` line.
 //! - [`selfcheck`]: the core's self-check, the first section of `test`.
 //! - [`cli`]: the command line.
@@ -23,6 +24,7 @@ pub mod backend;
 pub mod cases;
 pub mod cli;
 pub mod decode;
+pub mod gguf;
 pub mod metrics;
 pub mod perf;
 pub mod report;

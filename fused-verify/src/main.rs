@@ -29,6 +29,28 @@ fn main() -> ExitCode {
             );
             (!r.errors.is_empty(), line, write_json(&cli, &r))
         }
+        Mode::Gguf => {
+            let Some(path) = cli.file.clone() else {
+                eprintln!("error: `gguf` needs a FILE");
+                return ExitCode::from(2);
+            };
+            let threads = cli
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            match fused_verify::gguf::gguf_cases(&path, cli.rows, cli.seed, threads) {
+                Ok((cases, passed_over)) => {
+                    for p in &passed_over {
+                        println!("SKIP tensor {p}");
+                    }
+                    let r = fused_verify::run::run_cases(&cli, cases, "gguf", false, true);
+                    (r.failed(), r.summary.line(), write_json(&cli, &r))
+                }
+                Err(e) => {
+                    println!("FAIL reading {}: {e}", path.display());
+                    (true, "0 passed, 1 failed, 0 skipped".to_string(), Ok(()))
+                }
+            }
+        }
         Mode::Decode => {
             let r = fused_verify::decode::run_decode(&cli, true);
             let line = format!(

@@ -84,6 +84,7 @@ pub fn perf_cases(seed: u64, threads: usize) -> Vec<Case> {
         mode: fused_core::reference::eval::GemvMode::Ggml,
         special: Special::None,
         seed,
+        weights: None,
     };
     for d in weight_dtypes() {
         let mut c = base(Pattern::Gemv, d, "perf", 4096, 4096, 1);

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::cases::CaseSet;
 use crate::verify::{CaseResult, Check, Outcome};
 
 /// Passed, failed and skipped counts.
@@ -166,8 +165,8 @@ pub struct BackendStatus {
 pub struct TestReport {
     /// `fused-verify/test/1`.
     pub schema: &'static str,
-    /// The case set.
-    pub cases: CaseSet,
+    /// The case set: `quick`, `full` or `gguf`.
+    pub cases: String,
     /// The base seed.
     pub seed: u64,
     /// The `--filter`, if any.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::backend::{Availability, Backend, registry, selected};
-use crate::cases::generate;
+use crate::cases::{Case, generate};
 use crate::cli::Cli;
 use crate::report::{BackendStatus, TestReport, Totals, summarize};
 use crate::selfcheck;
@@ -65,6 +65,26 @@ impl Progress {
 /// Runs the `test` mode and returns the report (printing as it goes when
 /// `print` is set).
 pub fn run_tests(cli: &Cli, print: bool) -> TestReport {
+    let run_selfcheck = cli.backend.is_empty() && cli.filter.is_none();
+    let label = format!("{:?}", cli.cases).to_lowercase();
+    run_cases(
+        cli,
+        generate(cli.cases, cli.seed),
+        &label,
+        run_selfcheck,
+        print,
+    )
+}
+
+/// Runs `cases` (those matching `--filter`) on the selected backends,
+/// after the core self-check when `run_selfcheck` is set.
+pub fn run_cases(
+    cli: &Cli,
+    mut cases: Vec<Case>,
+    label: &str,
+    run_selfcheck: bool,
+    print: bool,
+) -> TestReport {
     let backends = registry();
     let explicit = !cli.backend.is_empty();
     let chosen: Vec<&dyn Backend> = backends
@@ -72,14 +92,12 @@ pub fn run_tests(cli: &Cli, print: bool) -> TestReport {
         .map(|b| b.as_ref())
         .filter(|b| selected(b.name(), &cli.backend))
         .collect();
-    let mut cases = generate(cli.cases, cli.seed);
     if let Some(f) = &cli.filter {
         cases.retain(|c| c.id().contains(f.as_str()));
     }
     let mut totals = Totals::default();
     let mut errors = Vec::new();
 
-    let run_selfcheck = !explicit && cli.filter.is_none();
     let selfcheck = if run_selfcheck {
         selfcheck::run().checks
     } else {
@@ -113,9 +131,8 @@ pub fn run_tests(cli: &Cli, print: bool) -> TestReport {
         .collect();
     if print {
         println!(
-            "== {} {:?} cases (seed {}) on {}",
+            "== {} {label} cases (seed {}) on {}",
             cases.len(),
-            cli.cases,
             cli.seed,
             chosen
                 .iter()
@@ -206,7 +223,7 @@ pub fn run_tests(cli: &Cli, print: bool) -> TestReport {
     }
     TestReport {
         schema: "fused-verify/test/1",
-        cases: cli.cases,
+        cases: label.to_string(),
         seed: cli.seed,
         filter: cli.filter.clone(),
         n_cases: cases.len(),
