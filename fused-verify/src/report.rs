@@ -64,16 +64,27 @@ fn worse<T: PartialOrd + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
     }
 }
 
-/// Groups results by backend, pattern and format, in that order.
+/// Groups results by backend, pattern and format, in that order; a backend
+/// that ran no case at all gets one row (pattern and format `*`).
 pub fn summarize(results: &[CaseResult]) -> Vec<Row> {
+    let ran: std::collections::HashSet<&str> = results
+        .iter()
+        .filter(|r| r.outcome != Outcome::Skip)
+        .map(|r| r.backend.as_str())
+        .collect();
     let mut rows: BTreeMap<(String, &str, String), Row> = BTreeMap::new();
     for r in results {
+        let (pattern, dtype) = if ran.contains(r.backend.as_str()) {
+            (r.pattern, r.dtype.as_str())
+        } else {
+            ("*", "*")
+        };
         let row = rows
-            .entry((r.backend.clone(), r.pattern, r.dtype.clone()))
+            .entry((r.backend.clone(), pattern, dtype.to_string()))
             .or_insert_with(|| Row {
                 backend: r.backend.clone(),
-                pattern: r.pattern.to_string(),
-                dtype: r.dtype.clone(),
+                pattern: pattern.to_string(),
+                dtype: dtype.to_string(),
                 ..Row::default()
             });
         row.totals.add(r.outcome);
