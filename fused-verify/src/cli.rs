@@ -54,6 +54,9 @@ pub struct Cli {
     /// Also write the full report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// perf, decode: also draw the results as an SVG bar chart to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
     /// Print the summary table as Markdown.
     #[arg(long)]
     pub markdown: bool,

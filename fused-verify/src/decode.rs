@@ -291,3 +291,23 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
     }
     report
 }
+
+impl DecodeReport {
+    /// The chart of `--plot`: fused and unfused µs per token.
+    pub fn chart(&self) -> crate::plot::BarChart<'static> {
+        crate::plot::BarChart {
+            title: "fused-verify decode: µs per token (fused and unfused)",
+            unit: "µs/token",
+            series: &["fused", "unfused"],
+            groups: self
+                .rows
+                .iter()
+                .map(|r| crate::plot::Group {
+                    label: format!("{} {} x{} layers", r.backend, r.dtype, r.layers),
+                    values: vec![r.fused_us, r.unfused_us],
+                })
+                .collect(),
+            line: None,
+        }
+    }
+}

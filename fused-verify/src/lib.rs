@@ -15,6 +15,7 @@
 //! - [`run`]: the `test` mode; [`perf`]: the `perf` mode; [`decode`]: a
 //!   stack of decode layers fused vs unfused, per token; [`gguf`]: the
 //!   weight matrices of a GGUF file as cases.
+//! - [`plot`]: `--plot FILE.svg` for `perf` and `decode`.
 //! - [`report`]: summary table, JSON, the closing `N passed, N failed, N skipped` line.
 //! - [`selfcheck`]: the core's self-check, the first section of `test`.
 //! - [`cli`]: the command line.
@@ -27,6 +28,7 @@ pub mod decode;
 pub mod gguf;
 pub mod metrics;
 pub mod perf;
+pub mod plot;
 pub mod report;
 pub mod run;
 pub mod selfcheck;

@@ -13,6 +13,13 @@ fn write_json<T: serde::Serialize>(cli: &Cli, value: &T) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+fn plot(cli: &Cli, chart: &fused_verify::plot::BarChart<'_>) -> Result<(), String> {
+    match &cli.plot {
+        Some(path) => fused_verify::plot::write_svg(path, chart),
+        None => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (failed, line, json) = match cli.mode {
@@ -27,7 +34,11 @@ fn main() -> ExitCode {
                 r.rows.len(),
                 r.errors.len()
             );
-            (!r.errors.is_empty(), line, write_json(&cli, &r))
+            (
+                !r.errors.is_empty(),
+                line,
+                write_json(&cli, &r).and(plot(&cli, &r.chart())),
+            )
         }
         Mode::Gguf => {
             let Some(path) = cli.file.clone() else {
@@ -58,12 +69,16 @@ fn main() -> ExitCode {
                 r.rows.iter().filter(|r| r.fused_eq_unfused).count(),
                 r.errors.len()
             );
-            (!r.errors.is_empty(), line, write_json(&cli, &r))
+            (
+                !r.errors.is_empty(),
+                line,
+                write_json(&cli, &r).and(plot(&cli, &r.chart())),
+            )
         }
     };
     let mut failed = failed;
     if let Err(e) = json {
-        println!("FAIL writing the JSON report: {e}");
+        println!("FAIL writing the report: {e}");
         failed = true;
     }
     println!("{line}");

@@ -254,3 +254,29 @@ impl Progress {
         self.bar.suspend(f);
     }
 }
+
+impl PerfReport {
+    /// The chart of `--plot`: fused and unfused GB/s per backend and case,
+    /// the highest measured ceiling as a line.
+    pub fn chart(&self) -> crate::plot::BarChart<'static> {
+        let ceiling = self
+            .ceilings
+            .iter()
+            .filter_map(|c| c.read_gbs)
+            .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))));
+        crate::plot::BarChart {
+            title: "fused-verify perf: GB/s (fused and unfused)",
+            unit: "GB/s",
+            series: &["fused", "unfused"],
+            groups: self
+                .rows
+                .iter()
+                .map(|r| crate::plot::Group {
+                    label: format!("{} {}", r.backend, r.case),
+                    values: vec![r.gbs, r.gbs / r.speedup.max(1e-12)],
+                })
+                .collect(),
+            line: ceiling.map(|c| (c, format!("read ceiling {c:.1} GB/s"))),
+        }
+    }
+}

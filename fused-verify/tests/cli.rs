@@ -134,8 +134,11 @@ fn bad_arguments_are_rejected() {
 #[test]
 fn perf_mode_reports_speed_and_barriers() {
     let json = tmp("perf.json");
+    let svg = tmp("perf.svg");
     let o = run(&[
         "perf",
+        "--plot",
+        svg.to_str().unwrap(),
         "--backend",
         "cpu-scalar",
         "--filter",
@@ -150,6 +153,9 @@ fn perf_mode_reports_speed_and_barriers() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(&json).ok();
     assert_eq!(v["schema"], "fused-verify/perf/1");
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    std::fs::remove_file(&svg).ok();
+    assert!(plot.starts_with("<svg") && plot.contains("fwht_signed"));
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1);
     let r = &rows[0];
