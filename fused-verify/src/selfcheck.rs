@@ -1,71 +1,38 @@
-//! The core's self-check: reference GEMV vs f64, FWHT round trip, and a
+//! The core's self-check (a section of the `test` mode): reference GEMV vs f64, FWHT round trip, and a
 //! decode layer's fused plan vs its unfused graph.
 
 use fused_core::DType;
-use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::fwht::{FwhtDesc, fwht};
-use fused_core::graph::{Graph, NodeId, Place};
 use fused_core::planner::plan;
 use fused_core::quant::quantize_row;
-use fused_core::reference::eval::{GemvMode, Memory, eval_graph, eval_plan};
+use fused_core::reference::eval::{GemvMode, eval_graph, eval_plan};
 use fused_core::reference::gemv::{ActQuant, WeightMatrix, gemm, gemm_f64};
-use fused_core::tensor::TensorDesc;
 
-/// What the self-check found.
-pub(crate) struct Report {
-    /// One line per check.
-    pub(crate) lines: Vec<String>,
-    /// Checks that passed.
-    pub(crate) passed: usize,
-    /// Checks that failed.
-    pub(crate) failed: usize,
+use crate::cases::Rng;
+use crate::metrics::nmse;
+use crate::verify::Check;
+
+/// What the self-check found: one check per line.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The checks, in order.
+    pub checks: Vec<Check>,
 }
 
 impl Report {
     fn record(&mut self, ok: bool, line: String) {
-        if ok {
-            self.passed += 1;
-        } else {
-            self.failed += 1;
-        }
-        self.lines
-            .push(format!("{} {line}", if ok { "ok  " } else { "FAIL" }));
+        self.checks.push(Check {
+            name: "selfcheck",
+            ok,
+            detail: line,
+        });
     }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
-
-fn nmse(got: &[f32], want: &[f64]) -> f64 {
-    let num: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(g, w)| (*g as f64 - w).powi(2))
-        .sum();
-    let den: f64 = want.iter().map(|w| w * w).sum();
-    num / den.max(f64::MIN_POSITIVE)
 }
 
 /// Runs every check.
-pub(crate) fn run() -> Report {
-    let mut r = Report {
-        lines: Vec::new(),
-        passed: 0,
-        failed: 0,
-    };
+pub fn run() -> Report {
+    let mut r = Report::default();
     gemv_checks(&mut r);
     fwht_checks(&mut r);
     for dtype in [DType::Q4_0, DType::Q8_0, DType::F16, DType::Q4_K] {
@@ -88,7 +55,7 @@ pub(crate) fn run() -> Report {
 /// the f64 reference, for every weight format.
 fn gemv_checks(r: &mut Report) {
     let (m, k) = (16, 512);
-    let mut rng = Rng(0x5eed);
+    let mut rng = Rng::new(0x5eed);
     for dtype in DType::ALL.into_iter().filter(|d| d.is_weight_format()) {
         let rb = dtype.row_bytes(k).expect("512 is a whole number of blocks");
         let mut w = vec![0u8; rb * m];
@@ -134,7 +101,7 @@ fn gemv_checks(r: &mut Report) {
 /// The signed FWHT followed by the unsigned one and the signs again returns
 /// the input, for every N = 2^k.
 fn fwht_checks(r: &mut Report) {
-    let mut rng = Rng(0xf00d);
+    let mut rng = Rng::new(0xf00d);
     let mut worst = 0.0f32;
     let mut ok = true;
     for log_n in 1..=15 {
@@ -167,68 +134,17 @@ fn fwht_checks(r: &mut Report) {
 }
 
 /// A decode layer (o-proj + residual, gate/up GLU, down + residual, and a
-/// signed-FWHT-rotated projection): (fused steps, kernel steps, bit-identical).
+/// signed-FWHT-rotated projection, residuals in place) evaluated by the
+/// reference unfused and as planned: (fused steps, kernel steps, bit-identical).
 fn decode_layer(dtype: DType, mode: GemvMode) -> Result<(usize, usize, bool), fused_core::Error> {
-    let (h, f, n) = (256, 512, 256);
-    let mut rng = Rng(0xdec0de);
-    let mut g = Graph::new();
-    let mut next = 0usize;
-    let mut inits: Vec<(TensorDesc, Vec<u8>)> = Vec::new();
-    let mut place = |bytes: usize| {
-        let p = Place::at(0, next);
-        next += bytes.div_ceil(64) * 64;
-        p
-    };
-    let mut input =
-        |g: &mut Graph, dtype: DType, ne: [usize; 4], place: &mut dyn FnMut(usize) -> Place| {
-            let rb = dtype.row_bytes(ne[0])?;
-            let p = place(rb * ne[1]);
-            let t = TensorDesc::contiguous(dtype, ne, p.buffer, p.offset)?;
-            let mut bytes = vec![0u8; rb * ne[1]];
-            for row in bytes.chunks_exact_mut(rb) {
-                quantize_row(dtype, &rng.vec(ne[0]), row)?;
-            }
-            inits.push((t, bytes));
-            g.input(t)
-        };
-    let f32v = |ne: usize| 4 * ne;
-    let h0 = input(&mut g, DType::F32, [h, 1, 1, 1], &mut place)?;
-    let attn = input(&mut g, DType::F32, [h, 1, 1, 1], &mut place)?;
-    let w_o = input(&mut g, dtype, [h, h, 1, 1], &mut place)?;
-    let w_g = input(&mut g, dtype, [h, f, 1, 1], &mut place)?;
-    let w_u = input(&mut g, dtype, [h, f, 1, 1], &mut place)?;
-    let w_d = input(&mut g, dtype, [f, h, 1, 1], &mut place)?;
-    let w_r = input(&mut g, dtype, [h, h, 1, 1], &mut place)?;
-    let had = input(&mut g, DType::F32, [n, n, 1, 1], &mut place)?;
-    let signs = input(&mut g, DType::F32, [h, 1, 1, 1], &mut place)?;
-    let o = g.mul_mat(w_o, attn, place(f32v(h)))?;
-    let h1 = g.add(o, h0, place(f32v(h)))?;
-    let norm = g.other("rms_norm", &[h1], [h, 1, 1, 1], place(f32v(h)))?;
-    let gate = g.mul_mat(w_g, norm, place(f32v(f)))?;
-    let up = g.mul_mat(w_u, norm, place(f32v(f)))?;
-    let act = g.glu(Activation::Silu, gate, up, place(f32v(f)))?;
-    let down = g.mul_mat(w_d, act, place(f32v(h)))?;
-    let h2 = g.add(down, h1, place(f32v(h)))?;
-    let norm2 = g.other("rms_norm", &[h2], [h, 1, 1, 1], place(f32v(h)))?;
-    let signed = g.mul(norm2, signs, place(f32v(h)))?;
-    let rot = g.mul_mat_hadamard(had, signed, place(f32v(h)))?;
-    let proj = g.mul_mat(w_r, rot, place(f32v(h)))?;
-    let out = g.add(proj, h2, place(f32v(h)))?;
-    g.mark_output(out)?;
-    let outs: [NodeId; 1] = [out];
-
-    let p = plan(&g);
-    let mut mem = Memory::new(&[next + 64]);
-    for (t, bytes) in &inits {
-        mem.write_rows(t, bytes)?;
-    }
-    let mut fused = mem.clone();
-    eval_graph(&g, &mut mem, mode)?;
-    eval_plan(&g, &p, &mut fused, mode)?;
-    let mut same = true;
-    for id in outs {
-        let (a, b) = (mem.read(g.tensor(id)?)?, fused.read(g.tensor(id)?)?);
-        same &= a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
-    }
-    Ok((p.fused_steps(), p.kernel_steps(&g), same))
+    let s = crate::decode::build_stack(dtype, 1, 256, 512, 0xdec0de)?;
+    let p = plan(&s.graph);
+    let mut unfused = s.mem.clone();
+    let mut fused = s.mem.clone();
+    eval_graph(&s.graph, &mut unfused, mode)?;
+    eval_plan(&s.graph, &p, &mut fused, mode)?;
+    let out = s.graph.tensor(s.out)?;
+    let same =
+        crate::metrics::first_bit_difference(&unfused.read(out)?, &fused.read(out)?).is_none();
+    Ok((p.fused_steps(), p.kernel_steps(&s.graph), same))
 }

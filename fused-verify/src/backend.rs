@@ -1,0 +1,314 @@
+//! The backend abstraction every backend crate implements for the verifier,
+//! and the registry of backends this build knows.
+//!
+//! A backend runs a core [`Plan`] over host byte buffers (the reference
+//! evaluator's [`Memory`]): the fused plan from [`fused_core::planner::plan`]
+//! and the same graph unfused ([`Plan::unfused`]). The verifier compares the
+//! two with each other and with the reference. A backend that cannot run
+//! here says why ([`Availability::Skip`]); the registry keeps it listed, so
+//! a run shows the skip instead of passing silently.
+//!
+//! To add a backend (Vulkan, CUDA): implement [`Backend`] in this crate
+//! behind the backend crate's feature and push it in [`registry`].
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fused_core::Error;
+use fused_core::graph::Graph;
+use fused_core::planner::Plan;
+use fused_core::reference::eval::{GemvMode, Memory};
+use fused_core::tensor::BufferId;
+use fused_cpu::exec::{CpuMemory, Executor};
+use fused_cpu::{CpuBackend, Isa};
+
+/// Whether a backend can run on this machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// It can run.
+    Ready,
+    /// It cannot; the reason is shown in the report.
+    Skip(String),
+}
+
+/// How one run is configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunConfig {
+    /// Worker threads (CPU backends; a GPU backend ignores it).
+    pub threads: usize,
+    /// How matmuls feed activations to the dot products.
+    pub mode: GemvMode,
+}
+
+/// What one run of a plan did, as the backend counts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RunStats {
+    /// Steps that launched a kernel (reshapes and views excluded).
+    pub kernel_steps: u64,
+    /// Barriers: synchronisation points between dependent kernels.
+    pub barriers: u64,
+    /// Kernel invocations.
+    pub kernel_calls: u64,
+}
+
+/// A backend under verification.
+pub trait Backend: Send + Sync {
+    /// A unique name, e.g. `cpu-avx2`; `--backend` matches it by prefix.
+    fn name(&self) -> &str;
+
+    /// Whether it can run here, and why not.
+    fn availability(&self) -> Availability;
+
+    /// Whether its results must equal the core reference bit for bit
+    /// (the same operation order as the reference), rather than within the
+    /// tolerance table.
+    fn bit_exact_reference(&self) -> bool;
+
+    /// Runs `plan` (made for `g`) over `mem`, reading the graph's inputs from
+    /// it and leaving every computed tensor in it.
+    fn run_plan(
+        &self,
+        g: &Graph,
+        plan: &Plan,
+        mem: &mut Memory,
+        cfg: RunConfig,
+    ) -> Result<RunStats, Error>;
+
+    /// Runs every node of `g` by itself.
+    fn run_unfused(&self, g: &Graph, mem: &mut Memory, cfg: RunConfig) -> Result<RunStats, Error> {
+        self.run_plan(g, &Plan::unfused(g), mem, cfg)
+    }
+
+    /// The time of each of `reps` runs of every plan in `plans` (made for
+    /// `g`), one list per plan, with the inputs already on the device
+    /// (transfers not timed) and every run starting from `mem`. The plans
+    /// run interleaved (A, B, A, B, ...) after one untimed warm-up run each,
+    /// so that a change in the machine's load affects them alike.
+    fn time_plans(
+        &self,
+        g: &Graph,
+        plans: &[&Plan],
+        mem: &Memory,
+        cfg: RunConfig,
+        reps: usize,
+    ) -> Result<Vec<Vec<Duration>>, Error>;
+
+    /// The read-bandwidth ceiling in GB/s (10⁹ bytes/s) with `threads`
+    /// threads, measured now, or `None` when the backend has no probe.
+    fn bandwidth_gbs(&self, threads: usize) -> Option<f64>;
+}
+
+/// The number of buffers in `mem` (they are numbered from 0).
+pub fn buffer_count(mem: &Memory) -> u32 {
+    (0u32..)
+        .take_while(|b| mem.buffer(BufferId(*b)).is_ok())
+        .count() as u32
+}
+
+/// The CPU backend of `fused-cpu` pinned to one instruction set, with one
+/// thread pool per thread count (built on first use).
+#[derive(Debug)]
+pub struct CpuIsaBackend {
+    isa: Isa,
+    name: String,
+    pools: Mutex<Vec<(usize, Arc<CpuBackend>)>>,
+}
+
+impl CpuIsaBackend {
+    /// The backend for `isa` (which may be unavailable on this machine).
+    pub fn new(isa: Isa) -> CpuIsaBackend {
+        CpuIsaBackend {
+            isa,
+            name: format!("cpu-{}", isa.name()),
+            pools: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The instruction set.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    fn pool(&self, threads: usize) -> Result<Arc<CpuBackend>, Error> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, be)) = pools.iter().find(|(t, _)| *t == threads) {
+            return Ok(Arc::clone(be));
+        }
+        let be = Arc::new(CpuBackend::with_isa(self.isa, threads)?);
+        pools.push((threads, Arc::clone(&be)));
+        Ok(be)
+    }
+}
+
+/// Copies the executor's buffers back into the host memory.
+fn copy_back(src: &CpuMemory, dst: &mut Memory, n: u32) -> Result<(), Error> {
+    for b in 0..n {
+        dst.buffer_mut(BufferId(b))?.copy_from_slice(src.bytes(b)?);
+    }
+    Ok(())
+}
+
+impl Backend for CpuIsaBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn availability(&self) -> Availability {
+        if self.isa.is_supported() {
+            Availability::Ready
+        } else {
+            Availability::Skip(format!(
+                "this CPU lacks {} (best: {})",
+                self.isa,
+                Isa::detect()
+            ))
+        }
+    }
+
+    fn bit_exact_reference(&self) -> bool {
+        self.isa == Isa::Scalar
+    }
+
+    fn run_plan(
+        &self,
+        g: &Graph,
+        plan: &Plan,
+        mem: &mut Memory,
+        cfg: RunConfig,
+    ) -> Result<RunStats, Error> {
+        let be = self.pool(cfg.threads)?;
+        let n = buffer_count(mem);
+        let mut cpu = CpuMemory::from_reference(mem, n)?;
+        let s = Executor::new(&be, cfg.mode).run(g, plan, &mut cpu)?;
+        copy_back(&cpu, mem, n)?;
+        Ok(RunStats {
+            kernel_steps: s.kernel_steps,
+            barriers: s.counters.barriers,
+            kernel_calls: s.counters.kernel_calls,
+        })
+    }
+
+    fn time_plans(
+        &self,
+        g: &Graph,
+        plans: &[&Plan],
+        mem: &Memory,
+        cfg: RunConfig,
+        reps: usize,
+    ) -> Result<Vec<Vec<Duration>>, Error> {
+        let be = self.pool(cfg.threads)?;
+        let ex = Executor::new(&be, cfg.mode);
+        let fresh = CpuMemory::from_reference(mem, buffer_count(mem))?;
+        // In-place plans overwrite their inputs: every run starts from a
+        // copy made outside the timed region.
+        let mut work = fresh.clone();
+        for p in plans {
+            work.clone_from(&fresh);
+            ex.run(g, p, &mut work)?;
+        }
+        let mut times = vec![Vec::with_capacity(reps); plans.len()];
+        for _ in 0..reps.max(1) {
+            for (p, t) in plans.iter().zip(times.iter_mut()) {
+                work.clone_from(&fresh);
+                let start = Instant::now();
+                ex.run(g, p, &mut work)?;
+                t.push(start.elapsed());
+            }
+        }
+        Ok(times)
+    }
+
+    fn bandwidth_gbs(&self, threads: usize) -> Option<f64> {
+        // 256 MiB: well beyond the last-level cache of the machines we run on.
+        Some(fused_cpu::probe::read_bandwidth(256 << 20, threads, 5))
+    }
+}
+
+/// A backend this build does not contain (its crate or feature is not
+/// built yet); listed so that a request for it is reported, never faked.
+#[derive(Debug)]
+pub struct Unbuilt {
+    name: &'static str,
+    reason: &'static str,
+}
+
+impl Backend for Unbuilt {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn availability(&self) -> Availability {
+        Availability::Skip(self.reason.to_string())
+    }
+
+    fn bit_exact_reference(&self) -> bool {
+        false
+    }
+
+    fn run_plan(
+        &self,
+        _: &Graph,
+        _: &Plan,
+        _: &mut Memory,
+        _: RunConfig,
+    ) -> Result<RunStats, Error> {
+        Err(Error::UnsupportedDType {
+            what: "backend not built",
+            dtype: fused_core::DType::F32,
+        })
+    }
+
+    fn time_plans(
+        &self,
+        _: &Graph,
+        _: &[&Plan],
+        _: &Memory,
+        _: RunConfig,
+        _: usize,
+    ) -> Result<Vec<Vec<Duration>>, Error> {
+        Err(Error::UnsupportedDType {
+            what: "backend not built",
+            dtype: fused_core::DType::F32,
+        })
+    }
+
+    fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
+        None
+    }
+}
+
+/// Every backend this build knows: one CPU backend per instruction set
+/// (those this machine lacks report a skip), then Vulkan and CUDA, which
+/// are listed as skipped (until their crates can run a plan, or when built
+/// without their feature).
+pub fn registry() -> Vec<Box<dyn Backend>> {
+    let mut v: Vec<Box<dyn Backend>> = [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|isa| cfg!(target_arch = "x86_64") || *isa == Isa::Scalar)
+        .map(|isa| Box::new(CpuIsaBackend::new(isa)) as Box<dyn Backend>)
+        .collect();
+    v.push(Box::new(Unbuilt {
+        name: "vulkan",
+        reason: if cfg!(feature = "vulkan") {
+            "fused-vulkan cannot run a plan yet (issue 6)"
+        } else {
+            "built without the `vulkan` feature"
+        },
+    }));
+    v.push(Box::new(Unbuilt {
+        name: "cuda",
+        reason: if cfg!(feature = "cuda") {
+            "fused-cuda cannot run a plan yet (issue 5)"
+        } else {
+            "built without the `cuda` feature (opt-in)"
+        },
+    }));
+    v
+}
+
+/// Whether the backend called `name` is selected by the `--backend`
+/// patterns (none: every backend; otherwise a prefix match, so `cpu`
+/// selects every CPU instruction set).
+pub fn selected(name: &str, patterns: &[String]) -> bool {
+    patterns.is_empty() || patterns.iter().any(|p| name.starts_with(p.as_str()))
+}

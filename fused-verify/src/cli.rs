@@ -1,0 +1,81 @@
+//! The command line (clap, derive).
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::cases::CaseSet;
+
+/// What to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Every selected backend against the references, fused against unfused.
+    Test,
+    /// Time fused and unfused plans against the measured bandwidth ceiling.
+    Perf,
+    /// The GEMV of every weight matrix of a GGUF file (its first `--rows`
+    /// rows) with a SiLU and a residual add, on every selected backend.
+    Gguf,
+    /// A stack of decode layers fused vs unfused: time and barriers per token
+    /// (`--filter` picks one weight format, e.g. `q4_0`).
+    Decode,
+}
+
+/// `fused-verify`: checks every backend against the core reference and
+/// fused against unfused, bit for bit; `perf` measures speed.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "fused-verify", version, about)]
+pub struct Cli {
+    /// `test` (default), `perf`, `decode` or `gguf FILE`.
+    #[arg(value_enum, default_value_t = Mode::Test)]
+    pub mode: Mode,
+    /// gguf: the GGUF file.
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// gguf: rows taken from each weight matrix.
+    #[arg(long, default_value_t = 256)]
+    pub rows: usize,
+    /// Backends to run, matched by prefix (`cpu` = every CPU instruction
+    /// set; `cpu-avx2`, `vulkan`, `cuda`); repeatable. Default: every
+    /// backend, unavailable ones reported as skipped. A backend named here
+    /// that runs no case fails the run unless `--allow-skip`.
+    #[arg(short, long)]
+    pub backend: Vec<String>,
+    /// Only cases whose id contains this text (ids look like
+    /// `gemv/q4_0/63/63x96x2/silu+add/ggml/t2/finite/s1`).
+    #[arg(short, long)]
+    pub filter: Option<String>,
+    /// Base seed of the inputs.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Which case set.
+    #[arg(long, value_enum, default_value_t = CaseSet::Quick)]
+    pub cases: CaseSet,
+    /// Also write the full report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// perf, decode: also draw the results as an SVG bar chart to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Print the summary table as Markdown.
+    #[arg(long)]
+    pub markdown: bool,
+    /// Do not fail when a requested backend runs no case.
+    #[arg(long)]
+    pub allow_skip: bool,
+    /// Multiply every tolerance by this factor (0 demands exact agreement).
+    #[arg(long, default_value_t = 1.0)]
+    pub tolerance_scale: f64,
+    /// Print every failed check (default: the first 20).
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// perf, decode: timed repetitions per plan (the median is reported).
+    #[arg(long, default_value_t = 9)]
+    pub reps: usize,
+    /// decode: layers in the stack.
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    /// perf, decode: worker threads (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}

@@ -1,0 +1,36 @@
+//! # fused-verify: every backend against the reference, fused against unfused
+//!
+//! The project's main job (`cargo run --release -p fused-verify`). It needs
+//! no GPU: the CPU backend runs in every instruction set the machine has
+//! (scalar, AVX2, AVX-512), each as its own backend.
+//!
+//! - [`backend`]: the [`backend::Backend`] trait a backend implements (name,
+//!   availability, run a core plan fused or the graph unfused over host
+//!   buffers, timing, bandwidth probe, counters) and the registry.
+//! - [`cases`]: the case generator (pattern × format × shape × columns ×
+//!   chain × threads × seed) and the graph each case builds.
+//! - [`metrics`]: NMSE, max abs error, ulps, bit identity, finiteness.
+//! - [`tolerance`]: the documented tolerance table.
+//! - [`verify`]: the checks of one case on the references and on a backend.
+//! - [`run`]: the `test` mode; [`perf`]: the `perf` mode; [`decode`]: a
+//!   stack of decode layers fused vs unfused, per token; [`gguf`]: the
+//!   weight matrices of a GGUF file as cases.
+//! - [`plot`]: `--plot FILE.svg` for `perf` and `decode`.
+//! - [`report`]: summary table, JSON, the closing `N passed, N failed, N skipped` line.
+//! - [`selfcheck`]: the core's self-check, the first section of `test`.
+//! - [`cli`]: the command line.
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod cases;
+pub mod cli;
+pub mod decode;
+pub mod gguf;
+pub mod metrics;
+pub mod perf;
+pub mod plot;
+pub mod report;
+pub mod run;
+pub mod selfcheck;
+pub mod tolerance;
+pub mod verify;

@@ -1,0 +1,282 @@
+//! The `perf` mode: per backend and case, the median time of the fused
+//! plan and of the same graph unfused (timed interleaved), the fused plan's GB/s (weights,
+//! activations, operands and output, each moved once) as a share of the
+//! backend's read-bandwidth ceiling measured in the same run, the speedup
+//! and the barriers per plan.
+
+use std::time::Duration;
+
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::planner::{Plan, plan};
+
+use crate::backend::{Availability, Backend, RunConfig, registry, selected};
+use crate::cases::{Case, Link, Pattern, Special, build, weight_dtypes};
+use crate::cli::Cli;
+use crate::run::Progress;
+
+/// One timed case on one backend.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PerfRow {
+    /// Backend name.
+    pub backend: String,
+    /// Case id.
+    pub case: String,
+    /// Median time of the fused plan, µs.
+    pub fused_us: f64,
+    /// Median time of the unfused graph, µs.
+    pub unfused_us: f64,
+    /// Bytes the fused plan must move at least.
+    pub bytes: usize,
+    /// Fused GB/s (10⁹ bytes/s).
+    pub gbs: f64,
+    /// Fused GB/s as a percentage of the measured ceiling.
+    pub pct_of_ceiling: Option<f64>,
+    /// Unfused time / fused time.
+    pub speedup: f64,
+    /// Barriers of the fused plan.
+    pub barriers_fused: u64,
+    /// Barriers of the unfused graph.
+    pub barriers_unfused: u64,
+}
+
+/// A backend's ceiling.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Ceiling {
+    /// Backend name.
+    pub backend: String,
+    /// Threads used by the probe.
+    pub threads: usize,
+    /// Read bandwidth, GB/s.
+    pub read_gbs: Option<f64>,
+}
+
+/// The JSON document of a `perf` run (schema `fused-verify/perf/1`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PerfReport {
+    /// `fused-verify/perf/1`.
+    pub schema: &'static str,
+    /// Repetitions per measurement.
+    pub reps: usize,
+    /// Ceilings per backend.
+    pub ceilings: Vec<Ceiling>,
+    /// Every measurement.
+    pub rows: Vec<PerfRow>,
+    /// Errors (a backend that failed to run a case, or ran none).
+    pub errors: Vec<String>,
+}
+
+/// The perf cases: per weight format a 4096×4096 GEMV with an in-place
+/// residual add and a 4096×4096 SiLU GLU, plus a signed FWHT of 256 rows
+/// of 4096.
+pub fn perf_cases(seed: u64, threads: usize) -> Vec<Case> {
+    let mut v = Vec::new();
+    let base = |pattern, dtype, shape, m, k, cols| Case {
+        pattern,
+        dtype,
+        shape,
+        m,
+        k,
+        cols,
+        glu: Activation::Silu,
+        chain: Vec::new(),
+        threads,
+        mode: fused_core::reference::eval::GemvMode::Ggml,
+        special: Special::None,
+        seed,
+        weights: None,
+    };
+    for d in weight_dtypes() {
+        let mut c = base(Pattern::Gemv, d, "perf", 4096, 4096, 1);
+        c.chain = vec![Link::AddInPlace];
+        v.push(c);
+        v.push(base(Pattern::Glu, d, "perf", 4096, 4096, 1));
+    }
+    v.push(base(
+        Pattern::SignedFwht,
+        DType::F32,
+        "perf",
+        4096,
+        4096,
+        256,
+    ));
+    v
+}
+
+fn median(mut t: Vec<Duration>) -> Duration {
+    t.sort_unstable();
+    t.get(t.len() / 2).copied().unwrap_or_default()
+}
+
+/// Times one case on one backend.
+fn time_case(be: &dyn Backend, case: &Case, reps: usize) -> Result<PerfRow, String> {
+    let b = build(case).map_err(|e| e.to_string())?;
+    let fused = plan(&b.graph);
+    let unfused = Plan::unfused(&b.graph);
+    let cfg = RunConfig {
+        threads: case.threads,
+        mode: case.mode,
+    };
+    let err = |e: fused_core::Error| e.to_string();
+    let mut times = be
+        .time_plans(&b.graph, &[&fused, &unfused], &b.mem, cfg, reps)
+        .map_err(err)?
+        .into_iter()
+        .map(median);
+    let (tf, tu) = (
+        times.next().unwrap_or_default(),
+        times.next().unwrap_or_default(),
+    );
+    let (mut mf, mut mu) = (b.mem.clone(), b.mem.clone());
+    let sf = be.run_plan(&b.graph, &fused, &mut mf, cfg).map_err(err)?;
+    let su = be.run_plan(&b.graph, &unfused, &mut mu, cfg).map_err(err)?;
+    let bytes = case.min_bytes();
+    let secs = tf.as_secs_f64().max(1e-12);
+    Ok(PerfRow {
+        backend: be.name().to_string(),
+        case: case.id(),
+        fused_us: tf.as_secs_f64() * 1e6,
+        unfused_us: tu.as_secs_f64() * 1e6,
+        bytes,
+        gbs: bytes as f64 / secs / 1e9,
+        pct_of_ceiling: None,
+        speedup: tu.as_secs_f64() / secs,
+        barriers_fused: sf.barriers,
+        barriers_unfused: su.barriers,
+    })
+}
+
+/// Runs the `perf` mode.
+pub fn run_perf(cli: &Cli, print: bool) -> PerfReport {
+    let threads = cli
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut cases = perf_cases(cli.seed, threads);
+    if let Some(f) = &cli.filter {
+        cases.retain(|c| c.id().contains(f.as_str()));
+    }
+    let backends = registry();
+    let mut report = PerfReport {
+        schema: "fused-verify/perf/1",
+        reps: cli.reps,
+        ceilings: Vec::new(),
+        rows: Vec::new(),
+        errors: Vec::new(),
+    };
+    let chosen: Vec<&dyn Backend> = backends
+        .iter()
+        .map(|b| b.as_ref())
+        .filter(|b| selected(b.name(), &cli.backend))
+        .collect();
+    let mut progress = Progress::new((cases.len() * chosen.len()) as u64);
+    if print {
+        println!(
+            "{:<12} {:<44} {:>10} {:>10} {:>8} {:>7} {:>7} {:>9}",
+            "backend", "case", "fused µs", "unfused µs", "GB/s", "% ceil", "speedup", "barriers"
+        );
+    }
+    for be in chosen {
+        if let Availability::Skip(why) = be.availability() {
+            if print {
+                println!("SKIP {}: {why}", be.name());
+            }
+            if !cli.backend.is_empty() && !cli.allow_skip {
+                report
+                    .errors
+                    .push(format!("backend {} ran no case ({why})", be.name()));
+            }
+            continue;
+        }
+        let ceiling = be.bandwidth_gbs(threads);
+        report.ceilings.push(Ceiling {
+            backend: be.name().to_string(),
+            threads,
+            read_gbs: ceiling,
+        });
+        if print {
+            let c = ceiling.map_or("-".to_string(), |g| format!("{g:.1} GB/s"));
+            progress.bar_suspend(|| {
+                println!(
+                    "{}: read-bandwidth ceiling {c} ({threads} threads)",
+                    be.name()
+                )
+            });
+        }
+        let mut ran = 0;
+        for case in &cases {
+            match time_case(be, case, cli.reps) {
+                Ok(mut row) => {
+                    row.pct_of_ceiling = ceiling.map(|c| 100.0 * row.gbs / c);
+                    if print {
+                        progress.bar_suspend(|| {
+                            println!(
+                                "{:<12} {:<44} {:>10.1} {:>10.1} {:>8.2} {:>7} {:>7.2} {:>4}/{:<4}",
+                                row.backend,
+                                row.case,
+                                row.fused_us,
+                                row.unfused_us,
+                                row.gbs,
+                                row.pct_of_ceiling
+                                    .map_or("-".into(), |p| format!("{p:.0}%")),
+                                row.speedup,
+                                row.barriers_fused,
+                                row.barriers_unfused
+                            )
+                        });
+                    }
+                    report.rows.push(row);
+                    ran += 1;
+                }
+                Err(e) => report
+                    .errors
+                    .push(format!("{} {}: {e}", be.name(), case.id())),
+            }
+            progress.inc(be.name());
+        }
+        if ran == 0 && !cli.allow_skip {
+            report
+                .errors
+                .push(format!("backend {} ran no case", be.name()));
+        }
+    }
+    progress.finish();
+    if print {
+        for e in &report.errors {
+            println!("FAIL {e}");
+        }
+    }
+    report
+}
+
+impl Progress {
+    /// Runs `f` (which prints) with the bar cleared.
+    pub fn bar_suspend(&self, f: impl FnOnce()) {
+        self.bar.suspend(f);
+    }
+}
+
+impl PerfReport {
+    /// The chart of `--plot`: fused and unfused GB/s per backend and case,
+    /// the highest measured ceiling as a line.
+    pub fn chart(&self) -> crate::plot::BarChart<'static> {
+        let ceiling = self
+            .ceilings
+            .iter()
+            .filter_map(|c| c.read_gbs)
+            .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))));
+        crate::plot::BarChart {
+            title: "fused-verify perf: GB/s (fused and unfused)",
+            unit: "GB/s",
+            series: &["fused", "unfused"],
+            groups: self
+                .rows
+                .iter()
+                .map(|r| crate::plot::Group {
+                    label: format!("{} {}", r.backend, r.case),
+                    values: vec![r.gbs, r.gbs / r.speedup.max(1e-12)],
+                })
+                .collect(),
+            line: ceiling.map(|c| (c, format!("read ceiling {c:.1} GB/s"))),
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The `test` mode: the core self-check, then every generated case on
+//! every selected backend, then the report.
+//!
+//! Skip rules: a backend that cannot run here has all its cases counted as
+//! skipped and is reported (`SKIP name: reason`). When `--backend` names
+//! it, or when an available backend ran no case (a filter that matches
+//! nothing), the run fails unless `--allow-skip`.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::backend::{Availability, Backend, registry, selected};
+use crate::cases::{Case, generate};
+use crate::cli::Cli;
+use crate::report::{BackendStatus, TestReport, Totals, summarize};
+use crate::selfcheck;
+use crate::verify::{CaseResult, Outcome, check_backend, prepare};
+
+/// A progress bar on stderr, drawn only once a run has taken a second and
+/// only when stderr is a terminal.
+#[derive(Debug)]
+pub struct Progress {
+    pub(crate) bar: ProgressBar,
+    start: Instant,
+    shown: bool,
+}
+
+impl Progress {
+    /// A hidden bar for `total` steps.
+    pub fn new(total: u64) -> Progress {
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:40} {pos}/{len} cases, {elapsed} (eta {eta}) {msg}")
+        {
+            bar.set_style(style);
+        }
+        Progress {
+            bar,
+            start: Instant::now(),
+            shown: false,
+        }
+    }
+
+    /// Advances by one step.
+    pub fn inc(&mut self, msg: &str) {
+        if !self.shown
+            && self.start.elapsed() > Duration::from_secs(1)
+            && std::io::stderr().is_terminal()
+        {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.shown = true;
+        }
+        self.bar.set_message(msg.to_string());
+        self.bar.inc(1);
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Runs the `test` mode and returns the report (printing as it goes when
+/// `print` is set).
+pub fn run_tests(cli: &Cli, print: bool) -> TestReport {
+    let run_selfcheck = cli.backend.is_empty() && cli.filter.is_none();
+    let label = format!("{:?}", cli.cases).to_lowercase();
+    run_cases(
+        cli,
+        generate(cli.cases, cli.seed),
+        &label,
+        run_selfcheck,
+        print,
+    )
+}
+
+/// Runs `cases` (those matching `--filter`) on the selected backends,
+/// after the core self-check when `run_selfcheck` is set.
+pub fn run_cases(
+    cli: &Cli,
+    mut cases: Vec<Case>,
+    label: &str,
+    run_selfcheck: bool,
+    print: bool,
+) -> TestReport {
+    let backends = registry();
+    let explicit = !cli.backend.is_empty();
+    let chosen: Vec<&dyn Backend> = backends
+        .iter()
+        .map(|b| b.as_ref())
+        .filter(|b| selected(b.name(), &cli.backend))
+        .collect();
+    if let Some(f) = &cli.filter {
+        cases.retain(|c| c.id().contains(f.as_str()));
+    }
+    let mut totals = Totals::default();
+    let mut errors = Vec::new();
+
+    let selfcheck = if run_selfcheck {
+        selfcheck::run().checks
+    } else {
+        Vec::new()
+    };
+    if print && run_selfcheck {
+        println!("== core self-check");
+    }
+    for c in &selfcheck {
+        totals.add(if c.ok { Outcome::Pass } else { Outcome::Fail });
+        if print {
+            println!("{} {}", if c.ok { "ok  " } else { "FAIL" }, c.detail);
+        }
+    }
+
+    let mut status: Vec<BackendStatus> = backends
+        .iter()
+        .map(|b| {
+            let avail = b.availability();
+            BackendStatus {
+                name: b.name().to_string(),
+                available: avail == Availability::Ready,
+                skip_reason: match avail {
+                    Availability::Ready => None,
+                    Availability::Skip(r) => Some(r),
+                },
+                requested: explicit && selected(b.name(), &cli.backend),
+                cases_run: 0,
+            }
+        })
+        .collect();
+    if print {
+        println!(
+            "== {} {label} cases (seed {}) on {}",
+            cases.len(),
+            cli.seed,
+            chosen
+                .iter()
+                .map(|b| b.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for s in status.iter().filter(|s| !s.available) {
+            if let Some(r) = &s.skip_reason {
+                println!("SKIP {}: {r}", s.name);
+            }
+        }
+    }
+
+    let mut results: Vec<CaseResult> = Vec::new();
+    let mut progress = Progress::new(cases.len() as u64);
+    let mut printed_failures = 0usize;
+    for case in &cases {
+        let p = prepare(case);
+        let mut case_results = vec![p.result.clone()];
+        for be in &chosen {
+            match be.availability() {
+                Availability::Ready => {
+                    case_results.push(check_backend(*be, &p, cli.tolerance_scale));
+                    if let Some(s) = status.iter_mut().find(|s| s.name == be.name()) {
+                        s.cases_run += 1;
+                    }
+                }
+                Availability::Skip(reason) => {
+                    case_results.push(CaseResult::skipped(be.name(), case, &reason));
+                }
+            }
+        }
+        for r in &case_results {
+            totals.add(r.outcome);
+            if r.outcome == Outcome::Fail && print && (cli.verbose || printed_failures < 20) {
+                printed_failures += 1;
+                progress.bar.suspend(|| {
+                    println!("FAIL {} {}", r.backend, r.case);
+                    for c in r.checks.iter().filter(|c| !c.ok) {
+                        println!("     {}: {}", c.name, c.detail);
+                    }
+                });
+            }
+        }
+        results.extend(case_results);
+        progress.inc(case.pattern.name());
+    }
+    progress.finish();
+
+    for s in &status {
+        let in_run = chosen.iter().any(|b| b.name() == s.name);
+        if !in_run || s.cases_run > 0 {
+            continue;
+        }
+        let why = s
+            .skip_reason
+            .clone()
+            .unwrap_or_else(|| "no case matched".to_string());
+        let counts = s.requested || s.available;
+        if counts && !cli.allow_skip {
+            errors.push(format!(
+                "backend {} ran no case ({why}); pass --allow-skip to accept",
+                s.name
+            ));
+        } else if print && s.available {
+            println!("SKIP {}: ran no case ({why})", s.name);
+        }
+    }
+    totals.failed += errors.len();
+    let table = summarize(&results);
+    if print {
+        if printed_failures < totals.failed && !cli.verbose {
+            println!(
+                "({} more failures; --verbose prints all)",
+                totals.failed - printed_failures
+            );
+        }
+        println!("== summary");
+        if cli.markdown {
+            print!("{}", crate::report::table_markdown(&table));
+        } else {
+            print!("{}", crate::report::table_text(&table));
+        }
+        for e in &errors {
+            println!("FAIL {e}");
+        }
+    }
+    TestReport {
+        schema: "fused-verify/test/1",
+        cases: label.to_string(),
+        seed: cli.seed,
+        filter: cli.filter.clone(),
+        n_cases: cases.len(),
+        backends: status,
+        selfcheck,
+        errors,
+        summary: totals,
+        table,
+        results,
+    }
+}
+
+impl TestReport {
+    /// Whether the run failed: a failed check or a run-level error.
+    pub fn failed(&self) -> bool {
+        self.summary.failed > 0 || !self.errors.is_empty()
+    }
+}

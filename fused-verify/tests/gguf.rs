@@ -1,0 +1,176 @@
+//! The `gguf FILE` mode on a small GGUF file written here: metadata of
+//! every kind is skipped, the alignment is honoured, weight matrices become
+//! cases, other tensors are reported as passed over.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use fused_core::DType;
+use fused_core::quant::quantize_row;
+use fused_verify::gguf::read_tensors;
+
+fn string(out: &mut Vec<u8>, s: &str) {
+    out.extend((s.len() as u64).to_le_bytes());
+    out.extend(s.as_bytes());
+}
+
+/// (name, GGML type id, dims, data)
+type Tensor = (&'static str, u32, Vec<u64>, Vec<u8>);
+
+fn write_gguf(path: &Path, alignment: u32, tensors: &[Tensor]) {
+    let mut f = b"GGUF".to_vec();
+    f.extend(3u32.to_le_bytes());
+    f.extend((tensors.len() as u64).to_le_bytes());
+    f.extend(4u64.to_le_bytes());
+    string(&mut f, "general.name");
+    f.extend(8u32.to_le_bytes());
+    string(&mut f, "tiny");
+    string(&mut f, "tokenizer.tokens");
+    f.extend(9u32.to_le_bytes());
+    f.extend(8u32.to_le_bytes());
+    f.extend(2u64.to_le_bytes());
+    string(&mut f, "a");
+    string(&mut f, "bc");
+    string(&mut f, "rope.freq_base");
+    f.extend(6u32.to_le_bytes());
+    f.extend(10000.0f32.to_le_bytes());
+    string(&mut f, "general.alignment");
+    f.extend(4u32.to_le_bytes());
+    f.extend(alignment.to_le_bytes());
+    let mut offset = 0u64;
+    let mut offsets = Vec::new();
+    for (name, ty, dims, data) in tensors {
+        string(&mut f, name);
+        f.extend((dims.len() as u32).to_le_bytes());
+        for d in dims {
+            f.extend(d.to_le_bytes());
+        }
+        f.extend(ty.to_le_bytes());
+        f.extend(offset.to_le_bytes());
+        offsets.push(offset);
+        offset = (offset + data.len() as u64).div_ceil(u64::from(alignment)) * u64::from(alignment);
+    }
+    let start = f.len().div_ceil(alignment as usize) * alignment as usize;
+    f.resize(start, 0);
+    for ((_, _, _, data), off) in tensors.iter().zip(offsets) {
+        f.resize(start + off as usize, 0);
+        f.extend(data);
+    }
+    std::fs::write(path, f).unwrap();
+}
+
+fn quantized(dtype: DType, k: usize, m: usize) -> Vec<u8> {
+    let rb = dtype.row_bytes(k).unwrap();
+    let mut b = vec![0u8; rb * m];
+    for (r, row) in b.chunks_exact_mut(rb).enumerate() {
+        let v: Vec<f32> = (0..k)
+            .map(|i| ((i * 7 + r * 3) % 11) as f32 / 5.0 - 1.0)
+            .collect();
+        quantize_row(dtype, &v, row).unwrap();
+    }
+    b
+}
+
+fn tiny_model(name: &str) -> PathBuf {
+    let path =
+        std::env::temp_dir().join(format!("fused-verify-{}-{name}.gguf", std::process::id()));
+    write_gguf(
+        &path,
+        64,
+        &[
+            (
+                "blk.0.ffn_up.weight",
+                2,
+                vec![64, 8],
+                quantized(DType::Q4_0, 64, 8),
+            ),
+            (
+                "blk.0.attn_q.weight",
+                12,
+                vec![256, 3],
+                quantized(DType::Q4_K, 256, 3),
+            ),
+            (
+                "output_norm.weight",
+                0,
+                vec![16],
+                quantized(DType::F32, 16, 1),
+            ),
+            ("blk.0.q2k.weight", 10, vec![256, 2], vec![0u8; 2 * 84]),
+            (
+                "token_embd.weight",
+                0,
+                vec![32, 4],
+                quantized(DType::F32, 32, 4),
+            ),
+        ],
+    );
+    path
+}
+
+#[test]
+fn reader_finds_every_tensor_at_its_aligned_offset() {
+    let path = tiny_model("reader");
+    let t = read_tensors(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(t.len(), 5);
+    assert_eq!(t[0].name, "blk.0.ffn_up.weight");
+    assert_eq!((t[0].ggml_type, t[0].ne.clone()), (2, vec![64, 8]));
+    for x in &t {
+        assert_eq!(x.offset % 64, 0, "{}", x.name);
+    }
+    let want = quantized(DType::Q4_K, 256, 3);
+    let at = t[1].offset as usize;
+    assert_eq!(&bytes[at..at + want.len()], &want[..]);
+}
+
+#[test]
+fn gguf_mode_runs_the_weight_matrices() {
+    let path = tiny_model("mode");
+    let json = path.with_extension("json");
+    let o = Command::new(env!("CARGO_BIN_EXE_fused-verify"))
+        .args(["gguf", path.to_str().unwrap(), "--backend", "cpu", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).ok();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("SKIP tensor blk.0.q2k.weight: GGML type 10 not supported"));
+    assert!(out.contains("SKIP tensor output_norm.weight: shape [16] is not a matrix"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).ok();
+    assert_eq!(v["n_cases"], 3);
+    assert_eq!(v["cases"], "gguf");
+    let ids: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["case"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.iter()
+            .any(|i| i.contains("gguf:blk.0.attn_q.weight/3x256x1"))
+    );
+    assert_eq!(v["summary"]["failed"], 0);
+}
+
+#[test]
+fn a_file_that_is_not_gguf_fails() {
+    let path = std::env::temp_dir().join(format!("fused-verify-{}-bad.gguf", std::process::id()));
+    std::fs::write(&path, b"GGML not really").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_fused-verify"))
+        .args(["gguf", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("bad magic"));
+    let o = Command::new(env!("CARGO_BIN_EXE_fused-verify"))
+        .arg("gguf")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
