@@ -1,7 +1,30 @@
-//! fused-vulkan: the Vulkan compute backend of `fused` (skeleton).
+//! fused-vulkan: the Vulkan compute backend of `fused`.
 //!
-//! Nothing is implemented yet. The backend (`ash`, loading the Vulkan loader at
-//! run time, compute shaders compiled to SPIR-V) comes in its own issue; its
-//! tests will run on Mesa's lavapipe, which `scripts/test` installs
-//! (`mesa-vulkan-drivers`, `libvulkan1`, `vulkan-validationlayers`).
-//! Until then this crate contains no code.
+//! - [`VulkanContext`]: the Vulkan loader is loaded at run time
+//!   (`ash::Entry::load`), so a machine without Vulkan gets an `Err`, never a
+//!   panic or a link failure. One device, one compute queue, its subgroup
+//!   properties and limits ([`DeviceInfo`]), storage buffers (host visible on
+//!   unified-memory devices, device local with staging copies otherwise),
+//!   explicit barriers between dispatches, timestamp queries, and the
+//!   Khronos validation layer with a messenger that records every warning
+//!   and error ([`ContextOptions::validation`]).
+//! - Shaders are GLSL in `shaders/`, compiled by `shaders/build-spirv.sh`
+//!   (glslc) into the committed `spirv/`; building the crate needs no shader
+//!   compiler (see the README for why).
+//! - [`VulkanBackend`]: signed and unsigned FWHT for every `N = 2^k` up to
+//!   32768 (subgroup-shuffle and shared-memory variants, picked from the
+//!   device's subgroup properties), GEMV with the core's epilogue chain for
+//!   F32, F16, Q8_0 and Q4_0 weights (1 to 8 f32 columns) and its gated dual
+//!   form, and the unfused element-wise kernels built from the same shader
+//!   functions as the epilogue (fused == unfused bit for bit).
+//! - [`timing`]: device-timed kernels for the bench binary.
+
+mod backend;
+mod context;
+mod error;
+mod kernels;
+pub mod timing;
+
+pub use backend::{FwhtPlan, FwhtVariant, MAX_COLS, VulkanBackend};
+pub use context::{Buffer, ContextOptions, DeviceInfo, VulkanContext};
+pub use error::VulkanError;

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Compiles the GLSL compute shaders of fused-vulkan to the committed SPIR-V in
+# fused-vulkan/spirv/ with glslc (Debian 12: shaderc 2023.2).
+#   build-spirv.sh           rewrite fused-vulkan/spirv/*.spv
+#   build-spirv.sh --check   compile into a temporary folder and fail if any
+#                            committed .spv differs from its sources
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+OUT="$HERE/../spirv"
+CHECK=0
+[ "${1:-}" = "--check" ] && CHECK=1
+DEST="$OUT"
+if [ "$CHECK" = 1 ]; then
+    DEST="$(mktemp -d)"
+    trap 'rm -rf "$DEST"' EXIT
+fi
+mkdir -p "$DEST"
+compile() { # name source defines...
+    local name="$1" src="$2"
+    shift 2
+    glslc --target-env=vulkan1.1 -O -fshader-stage=compute -I "$HERE" "$@" \
+        -o "$DEST/$name.spv" "$HERE/$src"
+}
+compile eltwise eltwise.comp
+compile fwht_shared fwht.comp
+compile fwht_shuffle fwht.comp -DSHUFFLE
+for d in f32:0 f16:1 q8_0:2 q4_0:3; do
+    compile "gemv_${d%%:*}" gemv.comp -DDTYPE="${d##*:}"
+    compile "gemv_glu_${d%%:*}" gemv.comp -DDTYPE="${d##*:}" -DGLU
+done
+if [ "$CHECK" = 1 ]; then
+    status=0
+    for f in "$DEST"/*.spv; do
+        if ! cmp -s "$f" "$OUT/$(basename "$f")"; then
+            echo "SPIR-V out of date: fused-vulkan/spirv/$(basename "$f") (run fused-vulkan/shaders/build-spirv.sh)" >&2
+            status=1
+        fi
+    done
+    n_committed=$(find "$OUT" -name '*.spv' | wc -l)
+    n_built=$(find "$DEST" -name '*.spv' | wc -l)
+    if [ "$n_committed" != "$n_built" ]; then
+        echo "fused-vulkan/spirv holds $n_committed .spv files, the sources give $n_built" >&2
+        status=1
+    fi
+    [ "$status" = 0 ] && echo "SPIR-V: all $n_built files match their sources"
+    exit "$status"
+fi
+echo "SPIR-V: wrote $(find "$OUT" -name '*.spv' | wc -l) files to $OUT"

@@ -1,0 +1,534 @@
+//! The Vulkan backend's entry points over host slices: validated like the
+//! CPU backend's, each one uploads, runs one submission and reads back.
+
+use fused_core::element::Activation;
+use fused_core::epilogue::{Epilogue, MAX_STAGES, Stage};
+use fused_core::error::check_len;
+use fused_core::fwht::FwhtDesc;
+use fused_core::reference::WeightMatrix;
+use fused_core::reference::gemv::{GluWeights, check_gemm_args};
+use fused_core::{DType, Error};
+
+use crate::context::{Buffer, Command, ContextOptions, Dispatch, VulkanContext};
+use crate::error::VulkanError;
+use crate::kernels::{GemvType, KernelKey, Shader};
+
+/// The most columns one GEMV call takes.
+pub const MAX_COLS: usize = 8;
+
+/// Threads per workgroup of the element-wise kernel.
+const ELTWISE_WG: u32 = 256;
+/// Shared memory the FWHT kernel may use for one exchange, in floats (32 KiB,
+/// what lavapipe and NVIDIA both have; less when the device has less).
+const FWHT_SHARED_FLOATS: u32 = 8192;
+/// Values each FWHT thread aims to hold in registers.
+const FWHT_VALUES_PER_THREAD: u32 = 8;
+/// The largest FWHT workgroup.
+const FWHT_MAX_WG: u32 = 1024;
+
+/// How the FWHT kernel exchanges values between threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FwhtVariant {
+    /// Subgroup shuffles for half-widths below the subgroup size, shared
+    /// memory above (needs `SHUFFLE` in compute shaders).
+    Shuffle,
+    /// Shared memory for every cross-thread half-width.
+    Shared,
+}
+
+/// The launch shape of one FWHT: threads per row, values per thread,
+/// workgroup size and register slots per shared-memory exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FwhtPlan {
+    /// The variant.
+    pub variant: FwhtVariant,
+    /// Threads per row.
+    pub threads_per_row: u32,
+    /// Values per thread (`N / threads_per_row`).
+    pub values_per_thread: u32,
+    /// Threads per workgroup (a multiple of `threads_per_row`).
+    pub workgroup: u32,
+    /// Register slots exchanged per shared-memory round.
+    pub chunk: u32,
+}
+
+/// The unfused element-wise operations (codes of `eltwise.comp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EltOp {
+    Add = 0,
+    Mul = 1,
+    Unary = 2,
+    Glu = 3,
+    RowBias = 4,
+    Signs = 5,
+}
+
+/// The shader code of an activation (see `shaders/common.glsl`).
+fn act_code(a: Activation) -> u32 {
+    match a {
+        Activation::Identity => 0,
+        Activation::Silu => 1,
+        Activation::Sigmoid => 2,
+        Activation::GeluErf => 3,
+        Activation::GeluTanh => 4,
+        Activation::Relu => 5,
+    }
+}
+
+fn gemv_type(d: DType) -> Result<GemvType, Error> {
+    match d {
+        DType::F32 => Ok(GemvType::F32),
+        DType::F16 => Ok(GemvType::F16),
+        DType::Q8_0 => Ok(GemvType::Q8_0),
+        DType::Q4_0 => Ok(GemvType::Q4_0),
+        other => Err(Error::UnsupportedDType {
+            what: "fused-vulkan GEMV weights (F32, F16, Q8_0, Q4_0)",
+            dtype: other,
+        }),
+    }
+}
+
+fn u32_of(what: &'static str, v: usize) -> Result<u32, Error> {
+    u32::try_from(v).map_err(|_| Error::Overflow { what })
+}
+
+/// Appends `v` to push-constant bytes.
+fn push(bytes: &mut Vec<u8>, v: u32) {
+    bytes.extend_from_slice(&v.to_ne_bytes());
+}
+
+/// The Vulkan compute backend.
+#[derive(Debug)]
+pub struct VulkanBackend {
+    ctx: VulkanContext,
+}
+
+impl VulkanBackend {
+    /// Opens the best device (validation per [`ContextOptions::from_env`]).
+    pub fn new() -> Result<VulkanBackend, VulkanError> {
+        VulkanBackend::with_options(ContextOptions::from_env())
+    }
+
+    /// Opens the best device with `options`.
+    pub fn with_options(options: ContextOptions) -> Result<VulkanBackend, VulkanError> {
+        Ok(VulkanBackend {
+            ctx: VulkanContext::new(options)?,
+        })
+    }
+
+    /// The context (device properties, buffers, validation messages).
+    pub fn context(&self) -> &VulkanContext {
+        &self.ctx
+    }
+
+    /// The 2-D grid for `groups` workgroups within the device's limits.
+    fn grid(&self, groups: u64) -> Result<[u32; 3], VulkanError> {
+        let [max_x, max_y] = self.ctx.info().max_groups;
+        let x = groups.clamp(1, u64::from(max_x));
+        let y = groups.div_ceil(x).max(1);
+        if y > u64::from(max_y) {
+            return Err(VulkanError::Unsupported(format!(
+                "{groups} workgroups exceed the device's grid"
+            )));
+        }
+        Ok([x as u32, y as u32, 1])
+    }
+
+    // ------------------------------------------------------------ FWHT
+
+    /// The variant picked for this device: shuffles when compute shaders
+    /// have them, shared memory otherwise.
+    pub fn fwht_variant(&self) -> FwhtVariant {
+        if self.ctx.info().has_shuffle() && self.ctx.info().subgroup_size > 1 {
+            FwhtVariant::Shuffle
+        } else {
+            FwhtVariant::Shared
+        }
+    }
+
+    /// The launch shape for block size `n` (a checked power of two).
+    pub fn fwht_plan(&self, variant: FwhtVariant, n: usize) -> Result<FwhtPlan, VulkanError> {
+        let info = self.ctx.info();
+        if variant == FwhtVariant::Shuffle && !info.has_shuffle() {
+            return Err(VulkanError::Unsupported(
+                "subgroup shuffles in compute shaders".into(),
+            ));
+        }
+        let n = u32_of("FWHT block size", n)?;
+        let sg = info.subgroup_size.max(1);
+        let max_wg = prev_pow2(info.max_invocations.min(FWHT_MAX_WG));
+        // At least a subgroup's worth of threads per row when N allows it.
+        let tpr = (n / FWHT_VALUES_PER_THREAD)
+            .max(n.min(sg))
+            .min(max_wg)
+            .max(1);
+        let workgroup = tpr.max(64.max(sg).min(max_wg));
+        let shared = prev_pow2((info.max_shared_bytes / 4).min(FWHT_SHARED_FLOATS));
+        let values = n / tpr;
+        let chunk = (shared / workgroup).clamp(1, values);
+        if workgroup % sg != 0 && variant == FwhtVariant::Shuffle {
+            return Err(VulkanError::Unsupported(format!(
+                "workgroup {workgroup} is not a multiple of the subgroup size {sg}"
+            )));
+        }
+        Ok(FwhtPlan {
+            variant,
+            threads_per_row: tpr,
+            values_per_thread: values,
+            workgroup,
+            chunk,
+        })
+    }
+
+    /// The FWHT dispatch of `rows` rows from `x` into `out`.
+    fn fwht_dispatch<'b>(
+        &self,
+        desc: &FwhtDesc,
+        variant: FwhtVariant,
+        rows: usize,
+        x: &'b Buffer<'b>,
+        signs: &'b Buffer<'b>,
+        out: &'b Buffer<'b>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let plan = self.fwht_plan(variant, desc.n())?;
+        let key = KernelKey {
+            shader: match variant {
+                FwhtVariant::Shuffle => Shader::FwhtShuffle,
+                FwhtVariant::Shared => Shader::FwhtShared,
+            },
+            spec: [
+                plan.workgroup,
+                plan.threads_per_row,
+                plan.values_per_thread,
+                plan.chunk,
+            ],
+        };
+        self.ctx.kernel(key)?;
+        let rows_per_group = (plan.workgroup / plan.threads_per_row) as u64;
+        let groups = self.grid((rows as u64).div_ceil(rows_per_group))?;
+        let mut p = Vec::new();
+        push(&mut p, u32_of("FWHT rows", rows)?);
+        push(
+            &mut p,
+            u32_of("FWHT sign blocks", desc.sign_blocks().unwrap_or(0))?,
+        );
+        push(&mut p, desc.scale().to_bits());
+        Ok(Dispatch {
+            kernel: key,
+            buffers: vec![x, signs, out],
+            push: p,
+            groups,
+        })
+    }
+
+    /// Every row of `x` transformed into `out` (signs fused into the load),
+    /// with the variant picked for this device.
+    pub fn fwht(
+        &self,
+        desc: &FwhtDesc,
+        x: &[f32],
+        signs: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        self.fwht_with(self.fwht_variant(), desc, x, signs, out)
+    }
+
+    /// [`VulkanBackend::fwht`] with a given variant.
+    pub fn fwht_with(
+        &self,
+        variant: FwhtVariant,
+        desc: &FwhtDesc,
+        x: &[f32],
+        signs: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        desc.check(x.len(), signs, out.len())?;
+        u32_of("FWHT input length", x.len())?;
+        if x.is_empty() {
+            return Ok(());
+        }
+        let xb = self.ctx.upload_f32(x)?;
+        let sb = self.ctx.upload_f32(signs.unwrap_or(&[0.0]))?;
+        let ob = self.ctx.buffer(core::mem::size_of_val(out) as u64)?;
+        let d = self.fwht_dispatch(desc, variant, x.len() / desc.n(), &xb, &sb, &ob)?;
+        self.ctx.submit(&[Command::Dispatch(d)], false)?;
+        self.ctx.read_f32(&ob, out)
+    }
+
+    // ------------------------------------------------------------ element-wise
+
+    fn eltwise_dispatch<'b>(
+        &self,
+        op: EltOp,
+        act: Activation,
+        params: [u32; 2],
+        n: usize,
+        a: &'b Buffer<'b>,
+        b: &'b Buffer<'b>,
+        out: &'b Buffer<'b>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let key = KernelKey {
+            shader: Shader::Eltwise,
+            spec: [0; 4],
+        };
+        self.ctx.kernel(key)?;
+        let mut p = Vec::new();
+        push(&mut p, u32_of("element count", n)?);
+        push(&mut p, op as u32);
+        push(&mut p, act_code(act));
+        push(&mut p, params[0]);
+        push(&mut p, params[1]);
+        Ok(Dispatch {
+            kernel: key,
+            buffers: vec![a, b, out],
+            push: p,
+            groups: self.grid((n as u64).div_ceil(u64::from(ELTWISE_WG)))?,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn eltwise(
+        &self,
+        op: EltOp,
+        act: Activation,
+        params: [u32; 2],
+        a: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        check_len("element-wise output", a.len(), out.len())?;
+        if a.is_empty() {
+            return Ok(());
+        }
+        let ab = self.ctx.upload_f32(a)?;
+        let bb = self.ctx.upload_f32(if b.is_empty() { &[0.0] } else { b })?;
+        let ob = self.ctx.buffer(core::mem::size_of_val(out) as u64)?;
+        let d = self.eltwise_dispatch(op, act, params, a.len(), &ab, &bb, &ob)?;
+        self.ctx.submit(&[Command::Dispatch(d)], false)?;
+        self.ctx.read_f32(&ob, out)
+    }
+
+    /// Unfused `out = a + b`.
+    pub fn add(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), VulkanError> {
+        check_len("add operand", a.len(), b.len())?;
+        self.eltwise(EltOp::Add, Activation::Identity, [0; 2], a, b, out)
+    }
+
+    /// Unfused `out = a · b`.
+    pub fn mul(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), VulkanError> {
+        check_len("mul operand", a.len(), b.len())?;
+        self.eltwise(EltOp::Mul, Activation::Identity, [0; 2], a, b, out)
+    }
+
+    /// Unfused `out = act(a)`.
+    pub fn unary(&self, act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), VulkanError> {
+        self.eltwise(EltOp::Unary, act, [0; 2], a, &[], out)
+    }
+
+    /// Unfused `out = act(gate) · up`.
+    pub fn glu(
+        &self,
+        act: Activation,
+        gate: &[f32],
+        up: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        check_len("glu up operand", gate.len(), up.len())?;
+        self.eltwise(EltOp::Glu, act, [0; 2], gate, up, out)
+    }
+
+    /// Unfused `out[i] = a[i] + bias[i mod rows]` for a column-major output
+    /// of `bias.len()` rows.
+    pub fn add_row_bias(
+        &self,
+        a: &[f32],
+        bias: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        let rows = bias.len();
+        if rows == 0 || !a.len().is_multiple_of(rows) {
+            return Err(Error::LengthMismatch {
+                what: "row-bias input (a whole number of columns of bias.len() rows)",
+                expected: a.len().div_ceil(rows.max(1)) * rows,
+                actual: a.len(),
+            }
+            .into());
+        }
+        let rows = u32_of("bias rows", rows)?;
+        self.eltwise(
+            EltOp::RowBias,
+            Activation::Identity,
+            [rows, 0],
+            a,
+            bias,
+            out,
+        )
+    }
+
+    /// Unfused sign multiply of an FWHT input: `out = x ⊙ signs` with the
+    /// row layout of [`FwhtDesc::with_signs`] (the first half of an unfused
+    /// signed FWHT).
+    pub fn mul_signs(
+        &self,
+        desc: &FwhtDesc,
+        x: &[f32],
+        signs: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        desc.check(x.len(), Some(signs), out.len())?;
+        let params = [
+            u32_of("FWHT block size", desc.n())?,
+            u32_of("FWHT sign blocks", desc.sign_blocks().unwrap_or(1))?,
+        ];
+        self.eltwise(EltOp::Signs, Activation::Identity, params, x, signs, out)
+    }
+
+    // ------------------------------------------------------------ GEMV
+
+    /// Checks the epilogue operands and packs every operand into one buffer,
+    /// with the stage words and operand offsets for the push constants.
+    fn pack_epilogue(
+        epilogue: &Epilogue,
+        operands: &[&[f32]],
+        rows: usize,
+        cols: usize,
+    ) -> Result<(Vec<f32>, [u32; MAX_STAGES], [u32; MAX_STAGES]), VulkanError> {
+        epilogue.bind(operands, rows, cols)?;
+        let mut packed = Vec::new();
+        let mut offsets = [0u32; MAX_STAGES];
+        let mut words = [0u32; MAX_STAGES];
+        let mut slot_offset = [None; MAX_STAGES];
+        for (i, st) in epilogue.stages().iter().enumerate() {
+            words[i] = match st {
+                Stage::Act(a) => act_code(*a) << 8,
+                Stage::Add { .. } => 1,
+                Stage::Mul { .. } => 2,
+                Stage::AddRowBias { .. } => 3,
+            };
+            if let Some(slot) = st.slot() {
+                let off = match slot_offset[slot] {
+                    Some(o) => o,
+                    None => {
+                        let o = u32_of("epilogue operands", packed.len())?;
+                        packed.extend_from_slice(operands[slot]);
+                        slot_offset[slot] = Some(o);
+                        o
+                    }
+                };
+                offsets[i] = off;
+            }
+        }
+        if packed.is_empty() {
+            packed.push(0.0);
+        }
+        Ok((packed, words, offsets))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_impl(
+        &self,
+        w: &WeightMatrix<'_>,
+        up: Option<(&WeightMatrix<'_>, Activation)>,
+        x: &[f32],
+        n_cols: usize,
+        epilogue: &Epilogue,
+        operands: &[&[f32]],
+        y: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        let (m, k) = (w.rows(), w.cols());
+        if n_cols == 0 || n_cols > MAX_COLS {
+            return Err(Error::LengthMismatch {
+                what: "GEMV columns (1 to 8)",
+                expected: n_cols.clamp(1, MAX_COLS),
+                actual: n_cols,
+            }
+            .into());
+        }
+        let bound = epilogue.bind(operands, m, n_cols)?;
+        check_gemm_args(m, k, n_cols, x.len(), &bound, y.len())?;
+        let dtype = gemv_type(w.dtype())?;
+        if m == 0 {
+            return Ok(());
+        }
+        let (packed, words, offsets) = Self::pack_epilogue(epilogue, operands, m, n_cols)?;
+        let wb = self.ctx.upload(w.bytes())?;
+        let ub = match up {
+            Some((u, _)) => Some(self.ctx.upload(u.bytes())?),
+            None => None,
+        };
+        let xb = self.ctx.upload_f32(x)?;
+        let ob = self.ctx.buffer(core::mem::size_of_val(y) as u64)?;
+        let pb = self.ctx.upload_f32(&packed)?;
+        let key = KernelKey {
+            shader: Shader::Gemv {
+                dtype,
+                glu: up.is_some(),
+            },
+            spec: [n_cols as u32, 0, 0, 0],
+        };
+        self.ctx.kernel(key)?;
+        let mut p = Vec::new();
+        push(&mut p, u32_of("GEMV rows", m)?);
+        push(&mut p, u32_of("GEMV inner dimension", k)?);
+        push(&mut p, epilogue.len() as u32);
+        push(&mut p, up.map_or(0, |(_, a)| act_code(a)));
+        for v in words.iter().chain(offsets.iter()) {
+            push(&mut p, *v);
+        }
+        let mut buffers = vec![&wb, &xb, &ob, &pb];
+        if let Some(u) = &ub {
+            buffers.push(u);
+        }
+        let d = Dispatch {
+            kernel: key,
+            buffers,
+            push: p,
+            groups: self.grid(m as u64)?,
+        };
+        self.ctx.submit(&[Command::Dispatch(d)], false)?;
+        self.ctx.read_f32(&ob, y)
+    }
+
+    /// `y = epilogue(W · x)` for `n_cols` (1 to 8) f32 columns, weights
+    /// dequantized in the shader (the core's [`fused_core::reference::ActQuant::F32`]
+    /// mode). Output column-major (`y[col·M + row]`), as the core's `gemm`.
+    pub fn gemv(
+        &self,
+        w: &WeightMatrix<'_>,
+        x: &[f32],
+        n_cols: usize,
+        epilogue: &Epilogue,
+        operands: &[&[f32]],
+        y: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        self.gemv_impl(w, None, x, n_cols, epilogue, operands, y)
+    }
+
+    /// The gated dual GEMV `y = epilogue(act(W_gate·x) ⊙ (W_up·x))`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_glu(
+        &self,
+        w: &GluWeights<'_>,
+        act: Activation,
+        x: &[f32],
+        n_cols: usize,
+        epilogue: &Epilogue,
+        operands: &[&[f32]],
+        y: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        self.gemv_impl(
+            w.gate(),
+            Some((w.up(), act)),
+            x,
+            n_cols,
+            epilogue,
+            operands,
+            y,
+        )
+    }
+}
+
+/// The largest power of two `<= v` (1 for 0).
+fn prev_pow2(v: u32) -> u32 {
+    if v == 0 { 1 } else { 1 << v.ilog2() }
+}

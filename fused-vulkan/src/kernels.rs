@@ -1,0 +1,215 @@
+//! The committed SPIR-V modules and the compute pipelines built from them,
+//! cached per (module, specialization constants).
+
+use ash::vk;
+
+use crate::context::VulkanContext;
+use crate::error::VulkanError;
+
+/// A SPIR-V module of `fused-vulkan/spirv/` (built from `shaders/` by
+/// `shaders/build-spirv.sh`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Shader {
+    /// Unfused element-wise kernels (`eltwise.comp`).
+    Eltwise,
+    /// FWHT exchanging through shared memory only.
+    FwhtShared,
+    /// FWHT with subgroup shuffles for half-widths below the subgroup size.
+    FwhtShuffle,
+    /// GEMV for one weight format (`gemv.comp`), plain or gated (GLU).
+    Gemv {
+        /// The weight format.
+        dtype: GemvType,
+        /// The gated dual form.
+        glu: bool,
+    },
+}
+
+/// The weight formats the GEMV shaders read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum GemvType {
+    F32,
+    F16,
+    Q8_0,
+    Q4_0,
+}
+
+impl Shader {
+    fn spirv(self) -> &'static [u8] {
+        macro_rules! spv {
+            ($name:literal) => {
+                include_bytes!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/spirv/",
+                    $name,
+                    ".spv"
+                ))
+            };
+        }
+        match self {
+            Shader::Eltwise => spv!("eltwise"),
+            Shader::FwhtShared => spv!("fwht_shared"),
+            Shader::FwhtShuffle => spv!("fwht_shuffle"),
+            Shader::Gemv { dtype, glu: false } => match dtype {
+                GemvType::F32 => spv!("gemv_f32"),
+                GemvType::F16 => spv!("gemv_f16"),
+                GemvType::Q8_0 => spv!("gemv_q8_0"),
+                GemvType::Q4_0 => spv!("gemv_q4_0"),
+            },
+            Shader::Gemv { dtype, glu: true } => match dtype {
+                GemvType::F32 => spv!("gemv_glu_f32"),
+                GemvType::F16 => spv!("gemv_glu_f16"),
+                GemvType::Q8_0 => spv!("gemv_glu_q8_0"),
+                GemvType::Q4_0 => spv!("gemv_glu_q4_0"),
+            },
+        }
+    }
+
+    /// Storage buffers, bound 0, 1, ... in this order.
+    fn bindings(self) -> u32 {
+        match self {
+            Shader::Eltwise | Shader::FwhtShared | Shader::FwhtShuffle => 3,
+            Shader::Gemv { glu: false, .. } => 4,
+            Shader::Gemv { glu: true, .. } => 5,
+        }
+    }
+
+    /// Push-constant bytes.
+    fn push_bytes(self) -> u32 {
+        match self {
+            Shader::Eltwise => 20,
+            Shader::FwhtShared | Shader::FwhtShuffle => 12,
+            Shader::Gemv { .. } => 80,
+        }
+    }
+}
+
+/// A module with its specialization constants (`constant_id` 0, 1, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KernelKey {
+    pub shader: Shader,
+    pub spec: [u32; 4],
+}
+
+/// A compute pipeline and its layouts.
+#[derive(Debug)]
+pub(crate) struct Kernel {
+    pub pipeline: vk::Pipeline,
+    pub layout: vk::PipelineLayout,
+    pub set_layout: vk::DescriptorSetLayout,
+}
+
+impl Kernel {
+    /// Destroys the pipeline and its layouts.
+    ///
+    /// # Safety
+    /// The device is idle and the handles are not used again.
+    pub(crate) unsafe fn destroy(self, device: &ash::Device) {
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            device.destroy_pipeline(self.pipeline, None);
+            device.destroy_pipeline_layout(self.layout, None);
+            device.destroy_descriptor_set_layout(self.set_layout, None);
+        }
+    }
+}
+
+impl VulkanContext {
+    /// Builds (once) the pipeline of `key`.
+    pub(crate) fn kernel(&self, key: KernelKey) -> Result<(), VulkanError> {
+        let mut cache = self
+            .kernels
+            .lock()
+            .map_err(|_| VulkanError::Unsupported("kernel cache poisoned".into()))?;
+        if cache.contains_key(&key) {
+            return Ok(());
+        }
+        let kernel = self.build_kernel(key)?;
+        cache.insert(key, kernel);
+        Ok(())
+    }
+
+    fn build_kernel(&self, key: KernelKey) -> Result<Kernel, VulkanError> {
+        let d = &self.device;
+        let words = ash::util::read_spv(&mut std::io::Cursor::new(key.shader.spirv()))
+            .map_err(|_| VulkanError::Unsupported("malformed SPIR-V".into()))?;
+        let bindings: Vec<vk::DescriptorSetLayoutBinding<'_>> = (0..key.shader.bindings())
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let ranges = [vk::PushConstantRange {
+            stage_flags: vk::ShaderStageFlags::COMPUTE,
+            offset: 0,
+            size: key.shader.push_bytes(),
+        }];
+        let entries: Vec<vk::SpecializationMapEntry> = (0..4u32)
+            .map(|i| vk::SpecializationMapEntry {
+                constant_id: i,
+                offset: 4 * i,
+                size: 4,
+            })
+            .collect();
+        let spec_data: &[u8] = bytemuck::cast_slice(&key.spec);
+        let spec = vk::SpecializationInfo::default()
+            .map_entries(&entries)
+            .data(spec_data);
+        // SAFETY: every create info below is valid and refers to live locals;
+        // partially built objects are destroyed on the error paths.
+        unsafe {
+            let module = d
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
+                .map_err(VulkanError::vk("vkCreateShaderModule"))?;
+            let set_layout = match d.create_descriptor_set_layout(
+                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                None,
+            ) {
+                Ok(l) => l,
+                Err(e) => {
+                    d.destroy_shader_module(module, None);
+                    return Err(VulkanError::vk("vkCreateDescriptorSetLayout")(e));
+                }
+            };
+            let set_layouts = [set_layout];
+            let layout = match d.create_pipeline_layout(
+                &vk::PipelineLayoutCreateInfo::default()
+                    .set_layouts(&set_layouts)
+                    .push_constant_ranges(&ranges),
+                None,
+            ) {
+                Ok(l) => l,
+                Err(e) => {
+                    d.destroy_descriptor_set_layout(set_layout, None);
+                    d.destroy_shader_module(module, None);
+                    return Err(VulkanError::vk("vkCreatePipelineLayout")(e));
+                }
+            };
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(module)
+                .name(c"main")
+                .specialization_info(&spec);
+            let info = vk::ComputePipelineCreateInfo::default()
+                .stage(stage)
+                .layout(layout);
+            let pipeline = d.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
+            d.destroy_shader_module(module, None);
+            match pipeline {
+                Ok(p) => Ok(Kernel {
+                    pipeline: p[0],
+                    layout,
+                    set_layout,
+                }),
+                Err((_, e)) => {
+                    d.destroy_pipeline_layout(layout, None);
+                    d.destroy_descriptor_set_layout(set_layout, None);
+                    Err(VulkanError::vk("vkCreateComputePipelines")(e))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Device-timed kernels (timestamp queries) for the bench binary.

@@ -1,0 +1,71 @@
+//! Shared test helpers: the device (or a reported skip), validation checks,
+//! deterministic data and error measures.
+
+#![allow(dead_code)]
+
+use fused_vulkan::{ContextOptions, VulkanBackend};
+use std::io::Write;
+
+/// Opens the device with the validation layer on, or reports the skip and
+/// returns `None`. `FUSED_REQUIRE_VULKAN=1` turns a skip into a failure.
+pub(crate) fn backend_or_skip() -> Option<VulkanBackend> {
+    match VulkanBackend::with_options(ContextOptions { validation: true }) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            if std::env::var_os("FUSED_REQUIRE_VULKAN").is_some_and(|v| v != "0") {
+                panic!("FUSED_REQUIRE_VULKAN is set, but: {e}");
+            }
+            assert!(e.is_no_device(), "opening the device failed: {e}");
+            // Past the harness's capture, so that a skip is always visible.
+            let _ = writeln!(std::io::stderr(), "skipped: no Vulkan device ({e})");
+            None
+        }
+    }
+}
+
+/// Fails the test if the validation layer reported anything.
+pub(crate) fn assert_no_validation_messages(b: &VulkanBackend) {
+    assert!(b.context().validation_enabled());
+    let msgs = b.context().validation_messages();
+    assert!(
+        msgs.is_empty(),
+        "{} validation message(s):\n{}",
+        msgs.len(),
+        msgs.join("\n")
+    );
+}
+
+/// Deterministic values in about [-1, 1) (a small LCG).
+pub(crate) fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Normalised mean squared error of `got` against `want`.
+pub(crate) fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let (mut err, mut norm) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(want) {
+        let d = *g as f64 - *w as f64;
+        err += d * d;
+        norm += (*w as f64) * (*w as f64);
+    }
+    if norm == 0.0 { err } else { err / norm }
+}
+
+/// Whether two slices are equal bit for bit; the first difference otherwise.
+pub(crate) fn first_bit_difference(a: &[f32], b: &[f32]) -> Option<(usize, f32, f32)> {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .enumerate()
+        .find(|(_, (x, y))| x.to_bits() != y.to_bits())
+        .map(|(i, (x, y))| (i, *x, *y))
+}

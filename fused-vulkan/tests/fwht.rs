@@ -1,0 +1,110 @@
+//! The Vulkan FWHT against the core's reference transform, bit for bit, for
+//! every N = 2^k (2..=32768), signed and unsigned, in both variants.
+
+mod common;
+
+use common::{assert_no_validation_messages, backend_or_skip, data, first_bit_difference};
+use fused_core::fwht::{FWHT_MAX_N, FwhtDesc, fwht};
+use fused_vulkan::{FwhtVariant, VulkanError};
+use std::io::Write;
+
+fn variants(b: &fused_vulkan::VulkanBackend) -> Vec<FwhtVariant> {
+    let mut v = vec![FwhtVariant::Shared];
+    if b.context().info().has_shuffle() {
+        v.push(FwhtVariant::Shuffle);
+    }
+    v
+}
+
+#[test]
+fn every_size_matches_the_core_bit_for_bit() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let info = b.context().info();
+    let _ = writeln!(
+        std::io::stderr(),
+        "device: {} (subgroup {}, ops {:?}, picked {:?})",
+        info.name,
+        info.subgroup_size,
+        info.subgroup_ops,
+        b.fwht_variant()
+    );
+    for variant in variants(&b) {
+        let mut n = 2;
+        while n <= FWHT_MAX_N {
+            // Enough rows for several workgroups and a partial last one.
+            let rows = (20_000 / n).max(3) | 1;
+            let x = data(rows * n, n as u64);
+            let signs: Vec<f32> = data(2 * n, 7 + n as u64)
+                .iter()
+                .map(|v| if *v < 0.0 { -1.0 } else { 1.0 })
+                .collect();
+            let unsigned = FwhtDesc::new(n).unwrap();
+            let signed = unsigned.with_signs(signs.len()).unwrap();
+            let scaled = unsigned.with_scale(0.3);
+            for (desc, s) in [(unsigned, None), (signed, Some(&signs[..])), (scaled, None)] {
+                let mut want = vec![0.0; x.len()];
+                fwht(&desc, &x, s, &mut want).unwrap();
+                let mut got = vec![f32::NAN; x.len()];
+                b.fwht_with(variant, &desc, &x, s, &mut got).unwrap();
+                assert_eq!(
+                    first_bit_difference(&got, &want),
+                    None,
+                    "{variant:?} N={n} signed={} plan={:?}",
+                    s.is_some(),
+                    b.fwht_plan(variant, n).unwrap()
+                );
+            }
+            n *= 2;
+        }
+    }
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn fused_signs_equal_sign_multiply_then_transform() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for n in [8, 1024, 32768] {
+        let rows = 5;
+        let x = data(rows * n, 3);
+        let signs: Vec<f32> = data(3 * n, 4).iter().map(|v| v.signum()).collect();
+        let signed = FwhtDesc::new(n).unwrap().with_signs(signs.len()).unwrap();
+        let mut fused = vec![0.0; x.len()];
+        b.fwht(&signed, &x, Some(&signs), &mut fused).unwrap();
+        let mut multiplied = vec![0.0; x.len()];
+        b.mul_signs(&signed, &x, &signs, &mut multiplied).unwrap();
+        let mut unfused = vec![0.0; x.len()];
+        b.fwht(&FwhtDesc::new(n).unwrap(), &multiplied, None, &mut unfused)
+            .unwrap();
+        assert_eq!(first_bit_difference(&fused, &unfused), None, "N={n}");
+    }
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let d = FwhtDesc::new(8).unwrap();
+    let mut out = vec![0.0; 12];
+    assert!(matches!(
+        b.fwht(&d, &[0.0; 12], None, &mut out),
+        Err(VulkanError::Core(_))
+    ));
+    let mut out = vec![0.0; 8];
+    assert!(matches!(
+        b.fwht(&d, &[0.0; 8], Some(&[1.0; 8]), &mut out),
+        Err(VulkanError::Core(_))
+    ));
+    let signed = d.with_signs(16).unwrap();
+    assert!(matches!(
+        b.fwht(&signed, &[0.0; 8], Some(&[1.0; 8]), &mut out),
+        Err(VulkanError::Core(_))
+    ));
+    b.fwht(&d, &[], None, &mut []).unwrap();
+    assert_no_validation_messages(&b);
+}
