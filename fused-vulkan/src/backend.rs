@@ -54,7 +54,7 @@ pub struct FwhtPlan {
 
 /// The unfused element-wise operations (codes of `eltwise.comp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum EltOp {
+pub(crate) enum EltOp {
     Add = 0,
     Mul = 1,
     Unary = 2,
@@ -75,7 +75,7 @@ fn act_code(a: Activation) -> u32 {
     }
 }
 
-fn gemv_type(d: DType) -> Result<GemvType, Error> {
+pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
     match d {
         DType::F32 => Ok(GemvType::F32),
         DType::F16 => Ok(GemvType::F16),
@@ -181,7 +181,7 @@ impl VulkanBackend {
     }
 
     /// The FWHT dispatch of `rows` rows from `x` into `out`.
-    fn fwht_dispatch<'b>(
+    pub(crate) fn fwht_dispatch<'b>(
         &self,
         desc: &FwhtDesc,
         variant: FwhtVariant,
@@ -257,7 +257,7 @@ impl VulkanBackend {
 
     // ------------------------------------------------------------ element-wise
 
-    fn eltwise_dispatch<'b>(
+    pub(crate) fn eltwise_dispatch<'b>(
         &self,
         op: EltOp,
         act: Activation,
@@ -425,7 +425,7 @@ impl VulkanBackend {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn gemv_impl(
+    pub(crate) fn gemv_impl(
         &self,
         w: &WeightMatrix<'_>,
         up: Option<(&WeightMatrix<'_>, Activation)>,
@@ -459,34 +459,52 @@ impl VulkanBackend {
         let xb = self.ctx.upload_f32(x)?;
         let ob = self.ctx.buffer(core::mem::size_of_val(y) as u64)?;
         let pb = self.ctx.upload_f32(&packed)?;
+        let mut buffers = vec![&wb, &xb, &ob, &pb];
+        if let Some(u) = &ub {
+            buffers.push(u);
+        }
+        let chain = (epilogue.len() as u32, words, offsets);
+        let d = self.gemv_dispatch(dtype, up.map(|(_, a)| a), m, k, n_cols, chain, buffers)?;
+        self.ctx.submit(&[Command::Dispatch(d)], false)?;
+        self.ctx.read_f32(&ob, y)
+    }
+
+    /// The GEMV dispatch over uploaded buffers (weights, x, y, operands and,
+    /// for the gated form, the up weights); `chain` is the stage count, the
+    /// stage words and the operand offsets.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemv_dispatch<'b>(
+        &self,
+        dtype: GemvType,
+        glu_act: Option<Activation>,
+        m: usize,
+        k: usize,
+        n_cols: usize,
+        chain: (u32, [u32; MAX_STAGES], [u32; MAX_STAGES]),
+        buffers: Vec<&'b Buffer<'b>>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
         let key = KernelKey {
             shader: Shader::Gemv {
                 dtype,
-                glu: up.is_some(),
+                glu: glu_act.is_some(),
             },
-            spec: [n_cols as u32, 0, 0, 0],
+            spec: [u32_of("GEMV columns", n_cols)?, 0, 0, 0],
         };
         self.ctx.kernel(key)?;
         let mut p = Vec::new();
         push(&mut p, u32_of("GEMV rows", m)?);
         push(&mut p, u32_of("GEMV inner dimension", k)?);
-        push(&mut p, epilogue.len() as u32);
-        push(&mut p, up.map_or(0, |(_, a)| act_code(a)));
-        for v in words.iter().chain(offsets.iter()) {
+        push(&mut p, chain.0);
+        push(&mut p, glu_act.map_or(0, act_code));
+        for v in chain.1.iter().chain(chain.2.iter()) {
             push(&mut p, *v);
         }
-        let mut buffers = vec![&wb, &xb, &ob, &pb];
-        if let Some(u) = &ub {
-            buffers.push(u);
-        }
-        let d = Dispatch {
+        Ok(Dispatch {
             kernel: key,
             buffers,
             push: p,
             groups: self.grid(m as u64)?,
-        };
-        self.ctx.submit(&[Command::Dispatch(d)], false)?;
-        self.ctx.read_f32(&ob, y)
+        })
     }
 
     /// `y = epilogue(W · x)` for `n_cols` (1 to 8) f32 columns, weights

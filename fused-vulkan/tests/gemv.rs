@@ -1,0 +1,297 @@
+//! GEMV, gated GEMV and the element-wise kernels against the core's
+//! reference (`ActQuant::F32`), and fused == unfused bit for bit.
+//!
+//! Tolerances (NMSE against the core's f32 reference):
+//! - GEMV, every weight format (F32, F16, Q8_0, Q4_0): 1e-6. The shader
+//!   dequantizes exactly as the core does (the products `q·d` are exact in
+//!   f32), so only the summation order differs (a tree over 64 threads
+//!   instead of one left-to-right sum).
+//! - Gated GEMV and activations: 1e-6. The shader's `exp` (Vulkan allows
+//!   3 + 2·|x| ulp), its `erf` (Abramowitz–Stegun 7.1.26, |error| ≤ 1.5e-7)
+//!   and `tanh` (through `exp`) differ from libm by a few ulp.
+//! - add, mul, row bias: bit for bit (IEEE-rounded single operations).
+//! - fused == unfused: bit for bit (same shader functions, `precise`).
+
+mod common;
+
+use common::{assert_no_validation_messages, backend_or_skip, data, first_bit_difference, nmse};
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::{Epilogue, Stage};
+use fused_core::quant::quantize_row;
+use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
+use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_vulkan::{MAX_COLS, VulkanBackend, VulkanError};
+
+const TOL: f64 = 1e-6;
+const DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0];
+
+fn weights(dtype: DType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
+    let w = data(rows * k, seed);
+    let rb = dtype.row_bytes(k).unwrap();
+    let mut bytes = vec![0u8; rows * rb];
+    for (src, dst) in w.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+        quantize_row(dtype, src, dst).unwrap();
+    }
+    bytes
+}
+
+/// residual add, activation, row bias, multiply: every stage kind.
+fn chain(act: Activation) -> Epilogue {
+    Epilogue::NONE
+        .then_add()
+        .and_then(|e| e.then_act(act))
+        .and_then(|e| e.then_row_bias())
+        .and_then(|e| e.then_mul())
+        .unwrap()
+}
+
+fn operands(rows: usize, cols: usize) -> [Vec<f32>; 3] {
+    [
+        data(rows * cols, 11),
+        data(rows, 12),
+        data(rows * cols, 13).iter().map(|v| v + 1.5).collect(),
+    ]
+}
+
+#[test]
+fn gemv_matches_the_reference_for_every_format_and_column_count() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (m, k) = (37, 320);
+    for dtype in DTYPES {
+        let wb = weights(dtype, m, k, 1);
+        let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
+        for n_cols in 1..=MAX_COLS {
+            let x = data(k * n_cols, 2 + n_cols as u64);
+            let ops = operands(m, n_cols);
+            let ops: Vec<&[f32]> = ops.iter().map(|v| &v[..]).collect();
+            for e in [Epilogue::NONE, chain(Activation::Silu)] {
+                let bound = e.bind(&ops, m, n_cols).unwrap();
+                let mut want = vec![0.0; m * n_cols];
+                gemm(&w, &x, n_cols, ActQuant::F32, &bound, &mut want).unwrap();
+                let mut got = vec![f32::NAN; m * n_cols];
+                b.gemv(&w, &x, n_cols, &e, &ops, &mut got).unwrap();
+                let err = nmse(&got, &want);
+                assert!(
+                    err <= TOL,
+                    "{dtype:?} cols={n_cols} stages={}: nmse {err:e}",
+                    e.len()
+                );
+            }
+        }
+    }
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn gated_gemv_matches_the_reference_for_every_activation() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (m, k) = (29, 256);
+    for dtype in DTYPES {
+        let gb = weights(dtype, m, k, 3);
+        let ub = weights(dtype, m, k, 4);
+        let w = GluWeights::new(
+            WeightMatrix::new(dtype, m, k, &gb).unwrap(),
+            WeightMatrix::new(dtype, m, k, &ub).unwrap(),
+        )
+        .unwrap();
+        for act in Activation::ALL {
+            for n_cols in [1, 3, MAX_COLS] {
+                let x: Vec<f32> = data(k * n_cols, 5).iter().map(|v| v * 4.0).collect();
+                let ops = operands(m, n_cols);
+                let ops: Vec<&[f32]> = ops.iter().map(|v| &v[..]).collect();
+                let e = chain(Activation::GeluTanh);
+                let bound = e.bind(&ops, m, n_cols).unwrap();
+                let mut want = vec![0.0; m * n_cols];
+                gemm_glu(&w, &x, n_cols, ActQuant::F32, act, &bound, &mut want).unwrap();
+                let mut got = vec![f32::NAN; m * n_cols];
+                b.gemv_glu(&w, act, &x, n_cols, &e, &ops, &mut got).unwrap();
+                let err = nmse(&got, &want);
+                assert!(err <= TOL, "{dtype:?} {act} cols={n_cols}: nmse {err:e}");
+            }
+        }
+    }
+    assert_no_validation_messages(&b);
+}
+
+/// Applies `e` stage by stage with the unfused kernels.
+fn unfused_chain(b: &VulkanBackend, e: &Epilogue, ops: &[&[f32]], mut v: Vec<f32>) -> Vec<f32> {
+    for st in e.stages() {
+        let mut out = vec![0.0; v.len()];
+        match *st {
+            Stage::Act(a) => b.unary(a, &v, &mut out).unwrap(),
+            Stage::Add { slot } => b.add(&v, ops[slot as usize], &mut out).unwrap(),
+            Stage::Mul { slot } => b.mul(&v, ops[slot as usize], &mut out).unwrap(),
+            Stage::AddRowBias { slot } => b.add_row_bias(&v, ops[slot as usize], &mut out).unwrap(),
+        }
+        v = out;
+    }
+    v
+}
+
+#[test]
+fn fused_equals_unfused_bit_for_bit() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (m, k) = (41, 192);
+    for dtype in [DType::F16, DType::Q4_0] {
+        let gb = weights(dtype, m, k, 6);
+        let ub = weights(dtype, m, k, 7);
+        let wg = WeightMatrix::new(dtype, m, k, &gb).unwrap();
+        let wu = WeightMatrix::new(dtype, m, k, &ub).unwrap();
+        for n_cols in [1, 4] {
+            let x: Vec<f32> = data(k * n_cols, 8).iter().map(|v| v * 3.0).collect();
+            let ops = operands(m, n_cols);
+            let ops: Vec<&[f32]> = ops.iter().map(|v| &v[..]).collect();
+            for act in Activation::ALL {
+                let e = chain(act);
+                let mut fused = vec![0.0; m * n_cols];
+                b.gemv(&wg, &x, n_cols, &e, &ops, &mut fused).unwrap();
+                let mut acc = vec![0.0; m * n_cols];
+                b.gemv(&wg, &x, n_cols, &Epilogue::NONE, &[], &mut acc)
+                    .unwrap();
+                let unfused = unfused_chain(&b, &e, &ops, acc);
+                assert_eq!(
+                    first_bit_difference(&fused, &unfused),
+                    None,
+                    "gemv {dtype:?} {act} cols={n_cols}"
+                );
+
+                let glu = GluWeights::new(wg, wu).unwrap();
+                let mut fused = vec![0.0; m * n_cols];
+                b.gemv_glu(&glu, act, &x, n_cols, &e, &ops, &mut fused)
+                    .unwrap();
+                let mut gate = vec![0.0; m * n_cols];
+                b.gemv(&wg, &x, n_cols, &Epilogue::NONE, &[], &mut gate)
+                    .unwrap();
+                let mut up = vec![0.0; m * n_cols];
+                b.gemv(&wu, &x, n_cols, &Epilogue::NONE, &[], &mut up)
+                    .unwrap();
+                let mut gated = vec![0.0; m * n_cols];
+                b.glu(act, &gate, &up, &mut gated).unwrap();
+                let unfused = unfused_chain(&b, &e, &ops, gated);
+                assert_eq!(
+                    first_bit_difference(&fused, &unfused),
+                    None,
+                    "gemv_glu {dtype:?} {act} cols={n_cols}"
+                );
+            }
+        }
+    }
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn element_wise_kernels_match_the_core() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let n = 3000;
+    let mut a: Vec<f32> = data(n, 21).iter().map(|v| v * 12.0).collect();
+    a[..6].copy_from_slice(&[0.0, -0.0, 1e-30, -1e-30, 40.0, -40.0]);
+    let c = data(n, 22);
+    for act in Activation::ALL {
+        let mut got = vec![0.0; n];
+        b.unary(act, &a, &mut got).unwrap();
+        let want: Vec<f32> = a.iter().map(|&v| act.apply(v)).collect();
+        let err = nmse(&got, &want);
+        assert!(err <= TOL, "{act}: nmse {err:e}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "{act} at {}: {g} vs {w}",
+                a[i]
+            );
+        }
+        b.glu(act, &a, &c, &mut got).unwrap();
+        let want: Vec<f32> = a
+            .iter()
+            .zip(&c)
+            .map(|(&g, &u)| fused_core::element::glu(act, g, u))
+            .collect();
+        assert!(nmse(&got, &want) <= TOL, "glu {act}");
+    }
+    let mut got = vec![0.0; n];
+    b.add(&a, &c, &mut got).unwrap();
+    let want: Vec<f32> = a.iter().zip(&c).map(|(x, y)| x + y).collect();
+    assert_eq!(first_bit_difference(&got, &want), None, "add");
+    b.mul(&a, &c, &mut got).unwrap();
+    let want: Vec<f32> = a.iter().zip(&c).map(|(x, y)| x * y).collect();
+    assert_eq!(first_bit_difference(&got, &want), None, "mul");
+    let bias = data(30, 23);
+    b.add_row_bias(&a, &bias, &mut got).unwrap();
+    let want: Vec<f32> = a
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x + bias[i % 30])
+        .collect();
+    assert_eq!(first_bit_difference(&got, &want), None, "row bias");
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (m, k) = (4, 64);
+    let wb = weights(DType::Q8_0, m, k, 1);
+    let w = WeightMatrix::new(DType::Q8_0, m, k, &wb).unwrap();
+    let x = data(k * 9, 1);
+    let mut y = vec![0.0; m * 9];
+    let core_err = |r: Result<(), VulkanError>| matches!(r, Err(VulkanError::Core(_)));
+    assert!(
+        core_err(b.gemv(&w, &x, 9, &Epilogue::NONE, &[], &mut y)),
+        "9 columns"
+    );
+    assert!(core_err(b.gemv(
+        &w,
+        &x[..k - 1],
+        1,
+        &Epilogue::NONE,
+        &[],
+        &mut y[..m]
+    )));
+    assert!(core_err(b.gemv(
+        &w,
+        &x[..k],
+        1,
+        &Epilogue::NONE,
+        &[],
+        &mut y[..m - 1]
+    )));
+    let e = chain(Activation::Relu);
+    assert!(
+        core_err(b.gemv(&w, &x[..k], 1, &e, &[], &mut y[..m])),
+        "operands missing"
+    );
+    let short = [0.0f32; 3];
+    assert!(core_err(b.gemv(
+        &w,
+        &x[..k],
+        1,
+        &e,
+        &[&short, &short, &short],
+        &mut y[..m]
+    )));
+    let kb = weights(DType::Q4_K, 1, 256, 1);
+    let wk = WeightMatrix::new(DType::Q4_K, 1, 256, &kb).unwrap();
+    assert!(core_err(b.gemv(
+        &wk,
+        &data(256, 1),
+        1,
+        &Epilogue::NONE,
+        &[],
+        &mut y[..1]
+    )));
+    let mut out = vec![0.0; 5];
+    assert!(core_err(b.add(&[0.0; 5], &[0.0; 4], &mut out)));
+    assert!(core_err(b.add_row_bias(&[0.0; 5], &[0.0; 2], &mut out)));
+    assert!(core_err(b.unary(Activation::Silu, &[0.0; 4], &mut out)));
+    assert_no_validation_messages(&b);
+}
