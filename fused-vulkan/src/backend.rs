@@ -63,6 +63,17 @@ pub(crate) enum EltOp {
     Signs = 5,
 }
 
+/// An epilogue as the GEMV shader's push constants read it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ChainWords {
+    /// Number of stages.
+    pub n_stages: u32,
+    /// Per stage: kind | activation << 8 (kinds: 0 act, 1 add, 2 mul, 3 row bias).
+    pub words: [u32; MAX_STAGES],
+    /// Per stage: the element offset of its operand in the packed operands.
+    pub offsets: [u32; MAX_STAGES],
+}
+
 /// The shader code of an activation (see `shaders/common.glsl`).
 fn act_code(a: Activation) -> u32 {
     match a {
@@ -263,9 +274,7 @@ impl VulkanBackend {
         act: Activation,
         params: [u32; 2],
         n: usize,
-        a: &'b Buffer<'b>,
-        b: &'b Buffer<'b>,
-        out: &'b Buffer<'b>,
+        buffers: [&'b Buffer<'b>; 3],
     ) -> Result<Dispatch<'b>, VulkanError> {
         let key = KernelKey {
             shader: Shader::Eltwise,
@@ -280,7 +289,7 @@ impl VulkanBackend {
         push(&mut p, params[1]);
         Ok(Dispatch {
             kernel: key,
-            buffers: vec![a, b, out],
+            buffers: buffers.to_vec(),
             push: p,
             groups: self.grid((n as u64).div_ceil(u64::from(ELTWISE_WG)))?,
         })
@@ -303,7 +312,7 @@ impl VulkanBackend {
         let ab = self.ctx.upload_f32(a)?;
         let bb = self.ctx.upload_f32(if b.is_empty() { &[0.0] } else { b })?;
         let ob = self.ctx.buffer(core::mem::size_of_val(out) as u64)?;
-        let d = self.eltwise_dispatch(op, act, params, a.len(), &ab, &bb, &ob)?;
+        let d = self.eltwise_dispatch(op, act, params, a.len(), [&ab, &bb, &ob])?;
         self.ctx.submit(&[Command::Dispatch(d)], false)?;
         self.ctx.read_f32(&ob, out)
     }
@@ -392,7 +401,7 @@ impl VulkanBackend {
         operands: &[&[f32]],
         rows: usize,
         cols: usize,
-    ) -> Result<(Vec<f32>, [u32; MAX_STAGES], [u32; MAX_STAGES]), VulkanError> {
+    ) -> Result<(Vec<f32>, ChainWords), VulkanError> {
         epilogue.bind(operands, rows, cols)?;
         let mut packed = Vec::new();
         let mut offsets = [0u32; MAX_STAGES];
@@ -421,7 +430,12 @@ impl VulkanBackend {
         if packed.is_empty() {
             packed.push(0.0);
         }
-        Ok((packed, words, offsets))
+        let chain = ChainWords {
+            n_stages: epilogue.len() as u32,
+            words,
+            offsets,
+        };
+        Ok((packed, chain))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -450,7 +464,7 @@ impl VulkanBackend {
         if m == 0 {
             return Ok(());
         }
-        let (packed, words, offsets) = Self::pack_epilogue(epilogue, operands, m, n_cols)?;
+        let (packed, chain) = Self::pack_epilogue(epilogue, operands, m, n_cols)?;
         let wb = self.ctx.upload(w.bytes())?;
         let ub = match up {
             Some((u, _)) => Some(self.ctx.upload(u.bytes())?),
@@ -463,7 +477,6 @@ impl VulkanBackend {
         if let Some(u) = &ub {
             buffers.push(u);
         }
-        let chain = (epilogue.len() as u32, words, offsets);
         let d = self.gemv_dispatch(dtype, up.map(|(_, a)| a), m, k, n_cols, chain, buffers)?;
         self.ctx.submit(&[Command::Dispatch(d)], false)?;
         self.ctx.read_f32(&ob, y)
@@ -480,7 +493,7 @@ impl VulkanBackend {
         m: usize,
         k: usize,
         n_cols: usize,
-        chain: (u32, [u32; MAX_STAGES], [u32; MAX_STAGES]),
+        chain: ChainWords,
         buffers: Vec<&'b Buffer<'b>>,
     ) -> Result<Dispatch<'b>, VulkanError> {
         let key = KernelKey {
@@ -494,9 +507,9 @@ impl VulkanBackend {
         let mut p = Vec::new();
         push(&mut p, u32_of("GEMV rows", m)?);
         push(&mut p, u32_of("GEMV inner dimension", k)?);
-        push(&mut p, chain.0);
+        push(&mut p, chain.n_stages);
         push(&mut p, glu_act.map_or(0, act_code));
-        for v in chain.1.iter().chain(chain.2.iter()) {
+        for v in chain.words.iter().chain(chain.offsets.iter()) {
             push(&mut p, *v);
         }
         Ok(Dispatch {

@@ -225,14 +225,21 @@ impl VulkanContext {
             }
             layers.push(VALIDATION_LAYER.as_ptr());
             extensions.push(ash::ext::debug_utils::NAME.as_ptr());
+            extensions.push(ash::ext::validation_features::NAME.as_ptr());
         }
+        // Synchronization validation too: it checks the barriers.
+        let enabled_features = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+        let mut features =
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(&enabled_features);
         let mut instance_messenger = messenger_info(&messages);
         let mut create = vk::InstanceCreateInfo::default()
             .application_info(&app)
             .enabled_layer_names(&layers)
             .enabled_extension_names(&extensions);
         if options.validation {
-            create = create.push_next(&mut instance_messenger);
+            create = create
+                .push_next(&mut instance_messenger)
+                .push_next(&mut features);
         }
         // SAFETY: every pointer in `create` refers to locals alive here.
         let instance = unsafe { entry.create_instance(&create, None) }
@@ -292,6 +299,27 @@ impl VulkanContext {
     /// Whether the validation layer is on.
     pub fn validation_enabled(&self) -> bool {
         self.debug.is_some()
+    }
+
+    /// Sends `text` through the debug-utils messenger as a validation
+    /// warning, as the layer would. Tests use it to check that a message
+    /// really reaches [`VulkanContext::validation_messages`]. Returns whether
+    /// validation (and so the messenger) is on.
+    pub fn report_test_message(&self, text: &CStr) -> bool {
+        let Some((loader, _)) = &self.debug else {
+            return false;
+        };
+        let data = vk::DebugUtilsMessengerCallbackDataEXT::default().message(text);
+        // SAFETY: the instance has the debug-utils extension enabled and
+        // `data` points at live locals.
+        unsafe {
+            loader.submit_debug_utils_message(
+                vk::DebugUtilsMessageSeverityFlagsEXT::WARNING,
+                vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION,
+                &data,
+            );
+        }
+        true
     }
 
     fn memory_type(&self, bits: u32, flags: vk::MemoryPropertyFlags) -> Option<u32> {

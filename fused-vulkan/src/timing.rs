@@ -3,11 +3,10 @@
 //! submissions and returns the median device time.
 
 use fused_core::DType;
-use fused_core::epilogue::MAX_STAGES;
 use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
 
-use crate::backend::{EltOp, FwhtVariant, VulkanBackend, gemv_type};
+use crate::backend::{ChainWords, EltOp, FwhtVariant, VulkanBackend, gemv_type};
 use crate::context::{Command, VulkanContext};
 use crate::error::VulkanError;
 use fused_core::element::Activation;
@@ -92,9 +91,7 @@ pub fn fwht(
             Activation::Identity,
             params,
             len,
-            &x,
-            &s,
-            &tmp,
+            [&x, &s, &tmp],
         )?;
         let unsigned = FwhtDesc::new(n)?;
         let f = b.fwht_dispatch(&unsigned, variant, rows, &tmp, &s, &out)?;
@@ -127,7 +124,7 @@ pub fn gemv(
     let x = ctx.upload_f32(&fill(k))?;
     let y = ctx.buffer(4 * m as u64)?;
     let ops = ctx.buffer(4)?;
-    let chain = (0, [0; MAX_STAGES], [0; MAX_STAGES]);
+    let chain = ChainWords::default();
     let d = b.gemv_dispatch(gt, None, m, k, 1, chain, vec![&w, &x, &y, &ops])?;
     let t = timed(ctx, &[Command::Dispatch(d)], reps)?;
     Ok(Timing {
