@@ -23,6 +23,10 @@ pub struct ContextOptions {
     /// it reports (see [`VulkanContext::validation_messages`]). Opening fails
     /// with [`VulkanError::NoValidationLayer`] when the layer is missing.
     pub validation: bool,
+    /// Use device-local buffers reached through staging copies even where
+    /// the device prefers host-visible ones (tests the staging path on
+    /// lavapipe).
+    pub staged_buffers: bool,
 }
 
 impl ContextOptions {
@@ -31,6 +35,7 @@ impl ContextOptions {
     pub fn from_env() -> ContextOptions {
         ContextOptions {
             validation: std::env::var_os("FUSED_VK_VALIDATION").is_some_and(|v| v != "0"),
+            staged_buffers: false,
         }
     }
 }
@@ -266,7 +271,8 @@ impl VulkanContext {
             instance: Some(instance),
             debug,
         };
-        let opened = open_device(partial.instance.as_ref().expect("instance"))?;
+        let mut opened = open_device(partial.instance.as_ref().expect("instance"))?;
+        opened.info.host_visible_buffers &= !options.staged_buffers;
         let (instance, debug) = partial.take();
         Ok(VulkanContext {
             _entry: entry,

@@ -3,8 +3,16 @@
 
 mod common;
 
-use common::{assert_no_validation_messages, backend_or_skip, data};
-use fused_vulkan::timing;
+use common::{
+    assert_no_validation_messages, backend_or_skip, backend_with_or_skip, data,
+    first_bit_difference,
+};
+use fused_core::DType;
+use fused_core::epilogue::Epilogue;
+use fused_core::fwht::FwhtDesc;
+use fused_core::quant::quantize_row;
+use fused_core::reference::WeightMatrix;
+use fused_vulkan::{ContextOptions, VulkanBackend, timing};
 
 #[test]
 fn device_properties_are_sane() {
@@ -54,4 +62,52 @@ fn buffers_round_trip_and_copies_are_timed() {
     let t = timing::fwht(&b, b.fwht_variant(), 64, 64 * 64, false, 1).unwrap();
     assert!(t.median_ns > 0.0, "{t:?}");
     assert_no_validation_messages(&b);
+}
+
+/// A GEMV with a chain and a signed FWHT, as one backend computes them.
+fn sample_results(b: &VulkanBackend) -> (Vec<f32>, Vec<f32>) {
+    let (m, k, n_cols) = (19, 128, 2);
+    let w = data(m * k, 31);
+    let rb = DType::Q8_0.row_bytes(k).unwrap();
+    let mut wb = vec![0u8; m * rb];
+    for (src, dst) in w.chunks_exact(k).zip(wb.chunks_exact_mut(rb)) {
+        quantize_row(DType::Q8_0, src, dst).unwrap();
+    }
+    let wm = WeightMatrix::new(DType::Q8_0, m, k, &wb).unwrap();
+    let x = data(k * n_cols, 32);
+    let res = data(m * n_cols, 33);
+    let e = Epilogue::NONE.then_add().unwrap();
+    let mut y = vec![0.0; m * n_cols];
+    b.gemv(&wm, &x, n_cols, &e, &[&res], &mut y).unwrap();
+    let n = 4096;
+    let xs = data(3 * n, 34);
+    let signs: Vec<f32> = data(n, 35).iter().map(|v| v.signum()).collect();
+    let d = FwhtDesc::new(n).unwrap().with_signs(n).unwrap();
+    let mut f = vec![0.0; xs.len()];
+    b.fwht(&d, &xs, Some(&signs), &mut f).unwrap();
+    (y, f)
+}
+
+#[test]
+fn staged_buffers_give_the_same_bits() {
+    let Some(plain) = backend_or_skip() else {
+        return;
+    };
+    let staged = backend_with_or_skip(ContextOptions {
+        validation: true,
+        staged_buffers: true,
+    })
+    .expect("the device opened once already");
+    assert!(!staged.context().info().host_visible_buffers);
+    let (y0, f0) = sample_results(&plain);
+    let (y1, f1) = sample_results(&staged);
+    assert_eq!(first_bit_difference(&y0, &y1), None, "GEMV");
+    assert_eq!(first_bit_difference(&f0, &f1), None, "FWHT");
+    let v = data(77, 36);
+    let buf = staged.context().upload_f32(&v).unwrap();
+    let mut back = vec![0.0; v.len()];
+    staged.context().read_f32(&buf, &mut back).unwrap();
+    assert_eq!(back, v);
+    assert_no_validation_messages(&plain);
+    assert_no_validation_messages(&staged);
 }

@@ -9,7 +9,15 @@ use std::io::Write;
 /// Opens the device with the validation layer on, or reports the skip and
 /// returns `None`. `FUSED_REQUIRE_VULKAN=1` turns a skip into a failure.
 pub(crate) fn backend_or_skip() -> Option<VulkanBackend> {
-    match VulkanBackend::with_options(ContextOptions { validation: true }) {
+    backend_with_or_skip(ContextOptions {
+        validation: true,
+        staged_buffers: false,
+    })
+}
+
+/// [`backend_or_skip`] with given options.
+pub(crate) fn backend_with_or_skip(options: ContextOptions) -> Option<VulkanBackend> {
+    match VulkanBackend::with_options(options) {
         Ok(b) => Some(b),
         Err(e) => {
             if std::env::var_os("FUSED_REQUIRE_VULKAN").is_some_and(|v| v != "0") {
