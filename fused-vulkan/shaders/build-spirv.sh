@@ -24,7 +24,7 @@ compile() { # name source defines...
 compile eltwise eltwise.comp
 compile fwht_shared fwht.comp
 compile fwht_shuffle fwht.comp -DSHUFFLE
-for d in f32:0 f16:1 q8_0:2 q4_0:3; do
+for d in f32:0 f16:1 q8_0:2 q4_0:3 q4_k:4; do
     compile "gemv_${d%%:*}" gemv.comp -DDTYPE="${d##*:}"
     compile "gemv_glu_${d%%:*}" gemv.comp -DDTYPE="${d##*:}" -DGLU
 done

@@ -3,7 +3,7 @@
 // GLU defined: chain(act(Wg[row] . x[col]) * (Wu[row] . x[col])).
 // One workgroup of 64 threads per output row; weights are dequantized to f32
 // in the shader and multiplied by f32 activations (the core's ActQuant::F32),
-// then a shared-memory tree reduction. DTYPE: 0 F32, 1 F16, 2 Q8_0, 3 Q4_0.
+// then a shared-memory tree reduction. DTYPE: 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_K.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -55,9 +55,12 @@ float half_at(uint m, uint off) {
 #elif DTYPE == 2
 #define ROW_BYTES(K) ((K) / 32u * 34u)
 #define CHUNK 32u
-#else
+#elif DTYPE == 3
 #define ROW_BYTES(K) ((K) / 32u * 18u)
 #define CHUNK 32u
+#else
+#define ROW_BYTES(K) ((K) / 256u * 144u)
+#define CHUNK 256u
 #endif
 
 // Value j of chunk c (CHUNK values) of the row starting at byte `base`.
@@ -75,11 +78,36 @@ float weight(uint m, uint base, uint c, uint j) {
     uint b = base + c * 34u;
     int q = int(byte_at(m, b + 2u + j) << 24u) >> 24;
     return float(q) * half_at(m, b);
-#else
+#elif DTYPE == 3
     uint b = base + c * 18u;
     uint packed = byte_at(m, b + 2u + (j & 15u));
     int q = int(j < 16u ? (packed & 15u) : (packed >> 4u)) - 8;
     return float(q) * half_at(m, b);
+#else
+    // Q4_K: d (f16), dmin (f16), 12 bytes of 6-bit sub-block scales and
+    // mins, then 128 bytes of codes; 64-element chunk cc holds element
+    // 64cc + l in the low nibble of byte 32cc + l, 64cc + 32 + l in the high.
+    uint b = base + c * 144u;
+    uint sub = j / 32u;
+    uint l = j % 32u;
+    uint packed = byte_at(m, b + 16u + 32u * (j / 64u) + l);
+    uint q = (sub & 1u) == 0u ? (packed & 15u) : (packed >> 4u);
+    uint sc;
+    uint mn;
+    if (sub < 4u) {
+        sc = byte_at(m, b + 4u + sub) & 63u;
+        mn = byte_at(m, b + 8u + sub) & 63u;
+    } else {
+        uint hi_sc = byte_at(m, b + 4u + sub - 4u);
+        uint hi_mn = byte_at(m, b + 4u + sub);
+        uint lo = byte_at(m, b + 8u + sub);
+        sc = (lo & 15u) | ((hi_sc >> 6u) << 4u);
+        mn = (lo >> 4u) | ((hi_mn >> 6u) << 4u);
+    }
+    precise float d1 = half_at(m, b) * float(sc);
+    precise float m1 = half_at(m, b + 2u) * float(mn);
+    precise float v = d1 * float(q) - m1;
+    return v;
 #endif
 }
 

@@ -92,8 +92,9 @@ pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
         DType::F16 => Ok(GemvType::F16),
         DType::Q8_0 => Ok(GemvType::Q8_0),
         DType::Q4_0 => Ok(GemvType::Q4_0),
+        DType::Q4_K => Ok(GemvType::Q4_K),
         other => Err(Error::UnsupportedDType {
-            what: "fused-vulkan GEMV weights (F32, F16, Q8_0, Q4_0)",
+            what: "fused-vulkan GEMV weights (F32, F16, Q8_0, Q4_0, Q4_K)",
             dtype: other,
         }),
     }

@@ -32,6 +32,7 @@ pub(crate) enum GemvType {
     F16,
     Q8_0,
     Q4_0,
+    Q4_K,
 }
 
 impl Shader {
@@ -55,12 +56,14 @@ impl Shader {
                 GemvType::F16 => spv!("gemv_f16"),
                 GemvType::Q8_0 => spv!("gemv_q8_0"),
                 GemvType::Q4_0 => spv!("gemv_q4_0"),
+                GemvType::Q4_K => spv!("gemv_q4_k"),
             },
             Shader::Gemv { dtype, glu: true } => match dtype {
                 GemvType::F32 => spv!("gemv_glu_f32"),
                 GemvType::F16 => spv!("gemv_glu_f16"),
                 GemvType::Q8_0 => spv!("gemv_glu_q8_0"),
                 GemvType::Q4_0 => spv!("gemv_glu_q4_0"),
+                GemvType::Q4_K => spv!("gemv_glu_q4_k"),
             },
         }
     }

@@ -14,7 +14,7 @@
 //! - [`VulkanBackend`]: signed and unsigned FWHT for every `N = 2^k` up to
 //!   32768 (subgroup-shuffle and shared-memory variants, picked from the
 //!   device's subgroup properties), GEMV with the core's epilogue chain for
-//!   F32, F16, Q8_0 and Q4_0 weights (1 to 8 f32 columns) and its gated dual
+//!   F32, F16, Q8_0, Q4_0 and Q4_K weights (1 to 8 f32 columns) and its gated dual
 //!   form, and the unfused element-wise kernels built from the same shader
 //!   functions as the epilogue (fused == unfused bit for bit).
 //! - [`timing`]: device-timed kernels for the bench binary.

@@ -2,7 +2,7 @@
 //! reference (`ActQuant::F32`), and fused == unfused bit for bit.
 //!
 //! Tolerances (NMSE against the core's f32 reference):
-//! - GEMV, every weight format (F32, F16, Q8_0, Q4_0): 1e-6. The shader
+//! - GEMV, every weight format (F32, F16, Q8_0, Q4_0, Q4_K): 1e-6. The shader
 //!   dequantizes exactly as the core does (the products `q·d` are exact in
 //!   f32), so only the summation order differs (a tree over 64 threads
 //!   instead of one left-to-right sum).
@@ -24,7 +24,13 @@ use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_vulkan::{MAX_COLS, VulkanBackend, VulkanError};
 
 const TOL: f64 = 1e-6;
-const DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0];
+const DTYPES: [DType; 5] = [
+    DType::F32,
+    DType::F16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_K,
+];
 
 fn weights(dtype: DType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
     let w = data(rows * k, seed);
@@ -59,8 +65,10 @@ fn gemv_matches_the_reference_for_every_format_and_column_count() {
     let Some(b) = backend_or_skip() else {
         return;
     };
-    let (m, k) = (37, 320);
+    let m = 37;
     for dtype in DTYPES {
+        // Not a power of two where the format allows it.
+        let k = if dtype == DType::Q4_K { 768 } else { 320 };
         let wb = weights(dtype, m, k, 1);
         let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
         for n_cols in 1..=MAX_COLS {
@@ -138,8 +146,8 @@ fn fused_equals_unfused_bit_for_bit() {
     let Some(b) = backend_or_skip() else {
         return;
     };
-    let (m, k) = (41, 192);
-    for dtype in [DType::F16, DType::Q4_0] {
+    let (m, k) = (41, 256);
+    for dtype in [DType::F16, DType::Q4_0, DType::Q4_K] {
         let gb = weights(dtype, m, k, 6);
         let ub = weights(dtype, m, k, 7);
         let wg = WeightMatrix::new(dtype, m, k, &gb).unwrap();
@@ -279,8 +287,8 @@ fn bad_inputs_are_typed_errors() {
         &[&short, &short, &short],
         &mut y[..m]
     )));
-    let kb = weights(DType::Q4_K, 1, 256, 1);
-    let wk = WeightMatrix::new(DType::Q4_K, 1, 256, &kb).unwrap();
+    let kb = weights(DType::Q6_K, 1, 256, 1);
+    let wk = WeightMatrix::new(DType::Q6_K, 1, 256, &kb).unwrap();
     assert!(core_err(b.gemv(
         &wk,
         &data(256, 1),

@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         timing::fwht(&b, variant, n, floats, false, reps)?,
     );
     let (m, k) = (4096, 14336);
-    for dtype in [DType::F16, DType::Q8_0, DType::Q4_0] {
+    for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
         line(
             &format!("GEMV {dtype:?} {m}x{k}, 1 column"),
             timing::gemv(&b, dtype, m, k, reps)?,
