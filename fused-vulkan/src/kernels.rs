@@ -25,7 +25,8 @@ pub(crate) enum Shader {
     },
 }
 
-/// The weight formats the GEMV shaders read.
+/// The weight formats the GEMV shaders read (named as GGML names them).
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum GemvType {
     F32,
