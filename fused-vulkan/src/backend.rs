@@ -9,7 +9,7 @@ use fused_core::reference::WeightMatrix;
 use fused_core::reference::gemv::{GluWeights, check_gemm_args};
 use fused_core::{DType, Error};
 
-use crate::context::{Buffer, Command, ContextOptions, Dispatch, VulkanContext};
+use crate::context::{Buffer, Command, ContextOptions, DeviceInfo, Dispatch, VulkanContext};
 use crate::error::VulkanError;
 use crate::kernels::{GemvType, KernelKey, Shader};
 
@@ -160,36 +160,7 @@ impl VulkanBackend {
 
     /// The launch shape for block size `n` (a checked power of two).
     pub fn fwht_plan(&self, variant: FwhtVariant, n: usize) -> Result<FwhtPlan, VulkanError> {
-        let info = self.ctx.info();
-        if variant == FwhtVariant::Shuffle && !info.has_shuffle() {
-            return Err(VulkanError::Unsupported(
-                "subgroup shuffles in compute shaders".into(),
-            ));
-        }
-        let n = u32_of("FWHT block size", n)?;
-        let sg = info.subgroup_size.max(1);
-        let max_wg = prev_pow2(info.max_invocations.min(FWHT_MAX_WG));
-        // At least a subgroup's worth of threads per row when N allows it.
-        let tpr = (n / FWHT_VALUES_PER_THREAD)
-            .max(n.min(sg))
-            .min(max_wg)
-            .max(1);
-        let workgroup = tpr.max(64.max(sg).min(max_wg));
-        let shared = prev_pow2((info.max_shared_bytes / 4).min(FWHT_SHARED_FLOATS));
-        let values = n / tpr;
-        let chunk = (shared / workgroup).clamp(1, values);
-        if workgroup % sg != 0 && variant == FwhtVariant::Shuffle {
-            return Err(VulkanError::Unsupported(format!(
-                "workgroup {workgroup} is not a multiple of the subgroup size {sg}"
-            )));
-        }
-        Ok(FwhtPlan {
-            variant,
-            threads_per_row: tpr,
-            values_per_thread: values,
-            workgroup,
-            chunk,
-        })
+        plan_fwht(self.ctx.info(), variant, n)
     }
 
     /// The FWHT dispatch of `rows` rows from `x` into `out`.
@@ -560,7 +531,98 @@ impl VulkanBackend {
     }
 }
 
+/// The FWHT launch shape for block size `n` on a device with `info`.
+fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPlan, VulkanError> {
+    if variant == FwhtVariant::Shuffle && !info.has_shuffle() {
+        return Err(VulkanError::Unsupported(
+            "subgroup shuffles in compute shaders".into(),
+        ));
+    }
+    let n = u32_of("FWHT block size", n)?;
+    let sg = info.subgroup_size.max(1);
+    let max_wg = prev_pow2(info.max_invocations.min(FWHT_MAX_WG));
+    // At least a subgroup's worth of threads per row when N allows it.
+    let tpr = (n / FWHT_VALUES_PER_THREAD)
+        .max(n.min(sg))
+        .min(max_wg)
+        .max(1);
+    let workgroup = tpr.max(64.max(sg).min(max_wg));
+    let shared = prev_pow2((info.max_shared_bytes / 4).min(FWHT_SHARED_FLOATS));
+    let values = n / tpr;
+    let chunk = (shared / workgroup).clamp(1, values);
+    if workgroup % sg != 0 && variant == FwhtVariant::Shuffle {
+        return Err(VulkanError::Unsupported(format!(
+            "workgroup {workgroup} is not a multiple of the subgroup size {sg}"
+        )));
+    }
+    Ok(FwhtPlan {
+        variant,
+        threads_per_row: tpr,
+        values_per_thread: values,
+        workgroup,
+        chunk,
+    })
+}
+
 /// The largest power of two `<= v` (1 for 0).
 fn prev_pow2(v: u32) -> u32 {
     if v == 0 { 1 } else { 1 << v.ilog2() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ash::vk;
+
+    fn device(subgroup: u32, invocations: u32, shared_kib: u32) -> DeviceInfo {
+        DeviceInfo {
+            name: "synthetic".into(),
+            device_type: vk::PhysicalDeviceType::OTHER,
+            api_version: vk::API_VERSION_1_1,
+            subgroup_size: subgroup,
+            subgroup_ops: vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::SHUFFLE,
+            max_invocations: invocations,
+            max_groups: [65535, 65535],
+            max_shared_bytes: shared_kib * 1024,
+            max_storage_range: u32::MAX,
+            timestamp_period_ns: Some(1.0),
+            host_visible_buffers: false,
+        }
+    }
+
+    /// Every N on lavapipe-, NVIDIA-, AMD-like and minimal devices gives a
+    /// launch shape within the device's limits that covers the row.
+    #[test]
+    fn fwht_plans_fit_every_device_and_size() {
+        for info in [
+            device(8, 1024, 32),
+            device(32, 1024, 48),
+            device(64, 1024, 64),
+            device(4, 128, 16),
+            device(128, 1024, 16),
+        ] {
+            for variant in [FwhtVariant::Shuffle, FwhtVariant::Shared] {
+                let mut n = 2u32;
+                while n <= 32768 {
+                    let p = plan_fwht(&info, variant, n as usize).unwrap();
+                    let what = format!("{info:?} {p:?} N={n}");
+                    assert_eq!(p.threads_per_row * p.values_per_thread, n, "{what}");
+                    for v in [p.threads_per_row, p.values_per_thread, p.workgroup, p.chunk] {
+                        assert!(v.is_power_of_two(), "{what}");
+                    }
+                    assert_eq!(p.workgroup % p.threads_per_row, 0, "{what}");
+                    assert_eq!(p.values_per_thread % p.chunk, 0, "{what}");
+                    assert!(p.workgroup <= info.max_invocations, "{what}");
+                    assert!(p.workgroup * p.chunk * 4 <= info.max_shared_bytes, "{what}");
+                    if variant == FwhtVariant::Shuffle {
+                        assert_eq!(p.workgroup % info.subgroup_size, 0, "{what}");
+                    }
+                    n *= 2;
+                }
+            }
+        }
+        let mut no_shuffle = device(32, 1024, 48);
+        no_shuffle.subgroup_ops = vk::SubgroupFeatureFlags::BASIC;
+        assert!(plan_fwht(&no_shuffle, FwhtVariant::Shuffle, 64).is_err());
+    }
 }

@@ -6,11 +6,17 @@
 use fused_vulkan::{ContextOptions, VulkanBackend};
 use std::io::Write;
 
+/// Whether the tests run under the validation layer: always, unless
+/// `FUSED_VK_TEST_VALIDATION=0` (for a machine without the layer installed).
+pub(crate) fn validation() -> bool {
+    std::env::var_os("FUSED_VK_TEST_VALIDATION").is_none_or(|v| v != "0")
+}
+
 /// Opens the device with the validation layer on, or reports the skip and
 /// returns `None`. `FUSED_REQUIRE_VULKAN=1` turns a skip into a failure.
 pub(crate) fn backend_or_skip() -> Option<VulkanBackend> {
     backend_with_or_skip(ContextOptions {
-        validation: true,
+        validation: validation(),
         staged_buffers: false,
     })
 }
@@ -33,7 +39,7 @@ pub(crate) fn backend_with_or_skip(options: ContextOptions) -> Option<VulkanBack
 
 /// Fails the test if the validation layer reported anything.
 pub(crate) fn assert_no_validation_messages(b: &VulkanBackend) {
-    assert!(b.context().validation_enabled());
+    assert_eq!(b.context().validation_enabled(), validation());
     let msgs = b.context().validation_messages();
     assert!(
         msgs.is_empty(),
