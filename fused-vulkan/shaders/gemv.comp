@@ -33,13 +33,16 @@ layout(push_constant) uniform PC {
 
 shared float red[NMAT * 8u * WG];
 
-uint byte_at(uint m, uint off) {
+uint word_at(uint m, uint word) {
 #ifdef GLU
-    uint word = m == 0u ? w[off >> 2u] : wu[off >> 2u];
+    return m == 0u ? w[word] : wu[word];
 #else
-    uint word = w[off >> 2u];
+    return w[word];
 #endif
-    return (word >> ((off & 3u) * 8u)) & 0xffu;
+}
+
+uint byte_at(uint m, uint off) {
+    return (word_at(m, off >> 2u) >> ((off & 3u) * 8u)) & 0xffu;
 }
 
 float half_at(uint m, uint off) {
@@ -63,50 +66,61 @@ float half_at(uint m, uint off) {
 #define CHUNK 256u
 #endif
 
-// Value j of chunk c (CHUNK values) of the row starting at byte `base`.
-float weight(uint m, uint base, uint c, uint j) {
-#if DTYPE == 0
-    uint off = base + c * 4u;
-#ifdef GLU
-    return uintBitsToFloat(m == 0u ? w[off >> 2u] : wu[off >> 2u]);
-#else
-    return uintBitsToFloat(w[off >> 2u]);
-#endif
-#elif DTYPE == 1
-    return half_at(m, base + c * 2u);
-#elif DTYPE == 2
-    uint b = base + c * 34u;
-    int q = int(byte_at(m, b + 2u + j) << 24u) >> 24;
-    return float(q) * half_at(m, b);
+// The scales of a chunk: (d, dmin) of its block (dmin: Q4_K only).
+vec2 chunk_scales(uint m, uint base, uint c) {
+#if DTYPE == 2
+    return vec2(half_at(m, base + c * 34u), 0.0);
 #elif DTYPE == 3
-    uint b = base + c * 18u;
-    uint packed = byte_at(m, b + 2u + (j & 15u));
-    int q = int(j < 16u ? (packed & 15u) : (packed >> 4u)) - 8;
-    return float(q) * half_at(m, b);
-#else
-    // Q4_K: d (f16), dmin (f16), 12 bytes of 6-bit sub-block scales and
-    // mins, then 128 bytes of codes; 64-element chunk cc holds element
-    // 64cc + l in the low nibble of byte 32cc + l, 64cc + 32 + l in the high.
+    return vec2(half_at(m, base + c * 18u), 0.0);
+#elif DTYPE == 4
     uint b = base + c * 144u;
-    uint sub = j / 32u;
-    uint l = j % 32u;
-    uint packed = byte_at(m, b + 16u + 32u * (j / 64u) + l);
-    uint q = (sub & 1u) == 0u ? (packed & 15u) : (packed >> 4u);
+    return vec2(half_at(m, b), half_at(m, b + 2u));
+#else
+    return vec2(1.0, 0.0);
+#endif
+}
+
+#if DTYPE == 4
+// Q4_K sub-block `sub` of the block at byte `b`: (d * scale, dmin * min).
+vec2 q4k_sub_scales(uint m, uint b, uint sub, vec2 dd) {
     uint sc;
     uint mn;
     if (sub < 4u) {
         sc = byte_at(m, b + 4u + sub) & 63u;
         mn = byte_at(m, b + 8u + sub) & 63u;
     } else {
-        uint hi_sc = byte_at(m, b + 4u + sub - 4u);
-        uint hi_mn = byte_at(m, b + 4u + sub);
         uint lo = byte_at(m, b + 8u + sub);
-        sc = (lo & 15u) | ((hi_sc >> 6u) << 4u);
-        mn = (lo >> 4u) | ((hi_mn >> 6u) << 4u);
+        sc = (lo & 15u) | ((byte_at(m, b + sub) >> 6u) << 4u);
+        mn = (lo >> 4u) | ((byte_at(m, b + 4u + sub) >> 6u) << 4u);
     }
-    precise float d1 = half_at(m, b) * float(sc);
-    precise float m1 = half_at(m, b + 2u) * float(mn);
-    precise float v = d1 * float(q) - m1;
+    precise vec2 r = dd * vec2(float(sc), float(mn));
+    return r;
+}
+#endif
+
+// Value j of chunk c (CHUNK values) of the row starting at byte `base`;
+// `s` holds the chunk's scales (for Q4_K: of the current sub-block).
+float weight(uint m, uint base, uint c, uint j, vec2 s) {
+#if DTYPE == 0
+    return uintBitsToFloat(word_at(m, (base >> 2u) + c));
+#elif DTYPE == 1
+    uint off = base + c * 2u;
+    vec2 h = unpackHalf2x16(word_at(m, off >> 2u));
+    return (off & 2u) == 0u ? h.x : h.y;
+#elif DTYPE == 2
+    int q = int(byte_at(m, base + c * 34u + 2u + j) << 24u) >> 24;
+    return float(q) * s.x;
+#elif DTYPE == 3
+    uint packed = byte_at(m, base + c * 18u + 2u + (j & 15u));
+    int q = int(j < 16u ? (packed & 15u) : (packed >> 4u)) - 8;
+    return float(q) * s.x;
+#else
+    // Q4_K: d (f16), dmin (f16), 12 bytes of 6-bit sub-block scales and
+    // mins, then 128 bytes of codes; 64-element chunk cc holds element
+    // 64cc + l in the low nibble of byte 32cc + l, 64cc + 32 + l in the high.
+    uint packed = byte_at(m, base + c * 144u + 16u + 32u * (j / 64u) + j % 32u);
+    uint q = ((j / 32u) & 1u) == 0u ? (packed & 15u) : (packed >> 4u);
+    precise float v = s.x * float(q) - s.y;
     return v;
 #endif
 }
@@ -145,10 +159,19 @@ void main() {
         acc[i] = 0.0;
     }
     for (uint c = tid; c < n_chunks; c += WG) {
-        for (uint j = 0u; j < CHUNK; ++j) {
-            uint k = c * CHUNK + j;
-            for (uint m = 0u; m < NMAT; ++m) {
-                float wv = weight(m, base, c, j);
+        for (uint m = 0u; m < NMAT; ++m) {
+            vec2 s = chunk_scales(m, base, c);
+#if DTYPE == 4
+            vec2 dd = s;
+#endif
+            for (uint j = 0u; j < CHUNK; ++j) {
+#if DTYPE == 4
+                if ((j & 31u) == 0u) {
+                    s = q4k_sub_scales(m, base + c * 144u, j / 32u, dd);
+                }
+#endif
+                float wv = weight(m, base, c, j, s);
+                uint k = c * CHUNK + j;
                 for (uint col = 0u; col < NC; ++col) {
                     acc[m * NC + col] += wv * x[col * pc.K + k];
                 }
