@@ -6,11 +6,11 @@
 
 use fused_core::DType;
 use fused_vulkan::timing::{self, Timing};
-use fused_vulkan::{ContextOptions, VulkanBackend};
+use fused_vulkan::{ContextOptions, FwhtVariant, VulkanBackend};
 
 fn line(what: &str, t: Timing) {
     println!(
-        "{what:<44} {:>10.1} us  {:>8.2} GB/s",
+        "{what:<52} {:>10.1} us  {:>8.2} GB/s",
         t.median_ns / 1e3,
         t.gb_per_s()
     );
@@ -34,15 +34,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     line(&format!("copy {mib} MiB"), timing::copy(&b, bytes, reps)?);
     let floats = (mib << 20) / 4;
     let n = 1024;
-    let variant = b.fwht_variant();
-    line(
-        &format!("FWHT N={n} signed, {mib} MiB, fused"),
-        timing::fwht(&b, variant, n, floats, true, reps)?,
-    );
-    line(
-        &format!("FWHT N={n} signed, {mib} MiB, sign mul + FWHT"),
-        timing::fwht(&b, variant, n, floats, false, reps)?,
-    );
+    let mut variants = vec![b.fwht_variant()];
+    if variants[0] == FwhtVariant::Shuffle {
+        variants.push(FwhtVariant::Shared);
+    }
+    for variant in variants {
+        let fused = timing::fwht(&b, variant, n, floats, true, reps)?;
+        let unfused = timing::fwht(&b, variant, n, floats, false, reps)?;
+        line(
+            &format!("FWHT N={n} signed {mib} MiB {variant:?}, fused"),
+            fused,
+        );
+        line(
+            &format!("FWHT N={n} signed {mib} MiB {variant:?}, mul+barrier+FWHT"),
+            unfused,
+        );
+        println!(
+            "{:<52} {:>10.2}x",
+            "  fused speed-up",
+            unfused.median_ns / fused.median_ns
+        );
+    }
     let (m, k) = (4096, 14336);
     for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
         line(
