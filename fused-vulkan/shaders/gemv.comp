@@ -98,9 +98,31 @@ vec2 q4k_sub_scales(uint m, uint b, uint sub, vec2 dd) {
 }
 #endif
 
+// The `nbytes` (<= 32) code bytes at byte `qoff` (even) as aligned words:
+// byte i is byte i & 3 of codes[i >> 2]. Reads only words inside the range.
+void load_codes(uint m, uint qoff, uint nbytes, out uint codes[8]) {
+    uint first = qoff >> 2u;
+    uint last = (qoff + nbytes - 1u) >> 2u;
+    uint sh = (qoff & 3u) * 8u;
+    uint cur = word_at(m, first);
+    for (uint i = 0u; i < 8u; ++i) {
+        codes[i] = 0u;
+        if (i * 4u < nbytes) {
+            uint next = first + i + 1u <= last ? word_at(m, first + i + 1u) : 0u;
+            codes[i] = sh == 0u ? cur : (cur >> sh) | (next << (32u - sh));
+            cur = next;
+        }
+    }
+}
+
+uint code_byte(uint codes[8], uint i) {
+    return (codes[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu;
+}
+
 // Value j of chunk c (CHUNK values) of the row starting at byte `base`;
-// `s` holds the chunk's scales (for Q4_K: of the current sub-block).
-float weight(uint m, uint base, uint c, uint j, vec2 s) {
+// `s` holds the chunk's scales (for Q4_K: of the current sub-block), `codes`
+// the chunk's code bytes (Q8_0, Q4_0).
+float weight(uint m, uint base, uint c, uint j, vec2 s, uint codes[8]) {
 #if DTYPE == 0
     return uintBitsToFloat(word_at(m, (base >> 2u) + c));
 #elif DTYPE == 1
@@ -108,10 +130,10 @@ float weight(uint m, uint base, uint c, uint j, vec2 s) {
     vec2 h = unpackHalf2x16(word_at(m, off >> 2u));
     return (off & 2u) == 0u ? h.x : h.y;
 #elif DTYPE == 2
-    int q = int(byte_at(m, base + c * 34u + 2u + j) << 24u) >> 24;
+    int q = int(code_byte(codes, j) << 24u) >> 24;
     return float(q) * s.x;
 #elif DTYPE == 3
-    uint packed = byte_at(m, base + c * 18u + 2u + (j & 15u));
+    uint packed = code_byte(codes, j & 15u);
     int q = int(j < 16u ? (packed & 15u) : (packed >> 4u)) - 8;
     return float(q) * s.x;
 #else
@@ -161,6 +183,16 @@ void main() {
     for (uint c = tid; c < n_chunks; c += WG) {
         for (uint m = 0u; m < NMAT; ++m) {
             vec2 s = chunk_scales(m, base, c);
+            uint codes[8];
+#if DTYPE == 2
+            load_codes(m, base + c * 34u + 2u, 32u, codes);
+#elif DTYPE == 3
+            load_codes(m, base + c * 18u + 2u, 16u, codes);
+#else
+            for (uint i = 0u; i < 8u; ++i) {
+                codes[i] = 0u;
+            }
+#endif
 #if DTYPE == 4
             vec2 dd = s;
 #endif
@@ -170,7 +202,7 @@ void main() {
                     s = q4k_sub_scales(m, base + c * 144u, j / 32u, dd);
                 }
 #endif
-                float wv = weight(m, base, c, j, s);
+                float wv = weight(m, base, c, j, s, codes);
                 uint k = c * CHUNK + j;
                 for (uint col = 0u; col < NC; ++col) {
                     acc[m * NC + col] += wv * x[col * pc.K + k];
