@@ -56,6 +56,10 @@ fn claimed(isa: Isa) -> &'static [(DType, ActQuant)] {
         (DType::Q6_K, ActQuant::Q8_K),
         (DType::F16, ActQuant::F32),
         (DType::F32, ActQuant::F32),
+        (DType::BF16, ActQuant::F32),
+        (DType::Q5_1, ActQuant::Q8_1),
+        (DType::Q5_K, ActQuant::Q8_K),
+        (DType::TQ2_0, ActQuant::Q8_K),
     ];
     match isa {
         Isa::Scalar => &[],
@@ -147,7 +151,10 @@ fn native_kernels_match_scalar() {
         let blk = dtype.block_len().max(32);
         // 4096 = 128 legacy blocks = 16 super-blocks.
         let big = 4096;
-        for k in [blk, 3 * blk, 8 * blk + blk, big] {
+        // Float formats (block length 1) also get a K that leaves a tail
+        // after every vector width.
+        let odd = if dtype.block_len() == 1 { 37 } else { blk };
+        for k in [blk, odd, 3 * blk, 8 * blk + blk, big] {
             for rep in 0..2 {
                 let wf = rng.vec(k);
                 let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 3.0).collect();
