@@ -61,8 +61,24 @@ fn claimed(isa: Isa) -> &'static [(DType, ActQuant)] {
         (DType::Q5_K, ActQuant::Q8_K),
         (DType::TQ2_0, ActQuant::Q8_K),
     ];
+    const NEON: &[(DType, ActQuant)] = &[
+        (DType::Q4_0, ActQuant::Q8_0),
+        (DType::Q4_1, ActQuant::Q8_1),
+        (DType::Q5_0, ActQuant::Q8_0),
+        (DType::Q5_1, ActQuant::Q8_1),
+        (DType::Q8_0, ActQuant::Q8_0),
+        (DType::IQ4_NL, ActQuant::Q8_0),
+        (DType::Q4_K, ActQuant::Q8_K),
+        (DType::Q5_K, ActQuant::Q8_K),
+        (DType::Q6_K, ActQuant::Q8_K),
+        (DType::TQ2_0, ActQuant::Q8_K),
+        (DType::F16, ActQuant::F32),
+        (DType::BF16, ActQuant::F32),
+        (DType::F32, ActQuant::F32),
+    ];
     match isa {
         Isa::Scalar => &[],
+        Isa::Neon | Isa::NeonDotprod => NEON,
         Isa::Avx2 | Isa::Avx512 => AVX2,
     }
 }
@@ -127,6 +143,25 @@ fn native_triples() -> Vec<(Isa, DType, ActQuant)> {
         }
     }
     v
+}
+
+#[test]
+fn isa_detection() {
+    let available: Vec<Isa> = Isa::available().collect();
+    eprintln!("available ISAs: {available:?}");
+    assert_eq!(available.first(), Some(&Isa::Scalar));
+    assert_eq!(available.last(), Some(&Isa::detect()));
+    for isa in Isa::ALL {
+        assert_eq!(isa.is_supported(), available.contains(&isa), "{isa}");
+    }
+    let forced_scalar = std::env::var_os("FUSED_CPU_SCALAR").is_some();
+    if cfg!(all(target_arch = "aarch64", target_endian = "little")) && !forced_scalar {
+        assert!(Isa::Neon.is_supported(), "{available:?}");
+        assert!(!Isa::Avx2.is_supported(), "{available:?}");
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert!(!Isa::Neon.is_supported(), "{available:?}");
+    }
 }
 
 #[test]
