@@ -258,13 +258,17 @@ unsafe fn nibbles32(p: *const u8) -> [uint8x16_t; 2] {
 unsafe fn fifth_bits(p: *const u8) -> [uint8x16_t; 2] {
     // SAFETY: the caller guarantees 4 readable bytes.
     let h = unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] };
-    // Byte j of each half tests bit j % 8 of qh byte 2·half + j / 8.
+    [bits16(h[0], h[1]), bits16(h[2], h[3])]
+}
+
+/// Byte `j` is `0x10` if bit `j % 8` of `a` (for `j < 8`) or of `b` (for
+/// `j ≥ 8`) is set, else 0.
+#[target_feature(enable = "neon")]
+#[inline]
+fn bits16(a: u8, b: u8) -> uint8x16_t {
     let sel = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
-    let bits = |a: u8, b: u8| {
-        let v = vcombine_u8(vdup_n_u8(a), vdup_n_u8(b));
-        vandq_u8(vtstq_u8(v, sel), vdupq_n_u8(0x10))
-    };
-    [bits(h[0], h[1]), bits(h[2], h[3])]
+    let v = vcombine_u8(vdup_n_u8(a), vdup_n_u8(b));
+    vandq_u8(vtstq_u8(v, sel), vdupq_n_u8(0x10))
 }
 
 /// `v − off` as signed bytes, for both halves.
@@ -654,21 +658,14 @@ unsafe fn tq2_0_q8_k<const SDOT: bool>(w: *const u8, y: *const u8, nb: usize) ->
         for j in 0..2 {
             // SAFETY: `qs[32j..32j + 32]` of the weight block.
             let q = unsafe { [vld1q_u8(wp.add(32 * j)), vld1q_u8(wp.add(32 * j + 16))] };
-            let shifted = |v: uint8x16_t, l: usize| match l {
-                0 => v,
-                1 => vshrq_n_u8::<2>(v),
-                2 => vshrq_n_u8::<4>(v),
-                _ => vshrq_n_u8::<6>(v),
-            };
+            let mut q = q;
             for l in 0..4 {
                 // Bits 2l..2l + 2 of `qs[32j + m]` are element 128j + 32l + m.
-                let codes = [
-                    vandq_u8(shifted(q[0], l), m3),
-                    vandq_u8(shifted(q[1], l), m3),
-                ];
+                let codes = [vandq_u8(q[0], m3), vandq_u8(q[1], m3)];
                 // SAFETY: activation codes `128j + 32l .. + 32`; the `SDOT`
                 // contract is the caller's.
                 isum += unsafe { dot32::<SDOT>(signed(codes, 1), yp.add(4 + 128 * j + 32 * l)) };
+                q = [vshrq_n_u8::<2>(q[0]), vshrq_n_u8::<2>(q[1])];
             }
         }
         // SAFETY: `d` (last) of the weight block, `d` of the activations.
