@@ -83,6 +83,22 @@ fn claimed(isa: Isa) -> &'static [(DType, ActQuant)] {
     }
 }
 
+/// Whether `isa`'s kernel for `dtype` does the scalar kernel's f32
+/// arithmetic operation for operation, and so must match it bit for bit.
+fn bit_exact(isa: Isa, dtype: DType) -> bool {
+    matches!(isa, Isa::Neon | Isa::NeonDotprod)
+        && matches!(
+            dtype,
+            DType::Q4_0
+                | DType::Q5_0
+                | DType::Q8_0
+                | DType::IQ4_NL
+                | DType::Q4_1
+                | DType::Q5_1
+                | DType::TQ2_0
+        )
+}
+
 /// One activation column of `k` values prepared for `mode`, plus the f32
 /// values (dequantized for the quantized modes) used for the error bound.
 fn prepare(mode: ActQuant, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
@@ -124,6 +140,13 @@ fn check(isa: Isa, dtype: DType, mode: ActQuant, wf: &[f32], x: &[f32], what: &s
         .zip(&xd)
         .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
         .sum();
+    if bit_exact(isa, dtype) {
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{isa} {dtype:?} {mode:?} k={k} {what}: got {got}, want {want} (bit-exact kernel)"
+        );
+    }
     let err = (f64::from(got) - f64::from(want)).abs();
     assert!(
         err <= 1e-5 * (mag + 1e-30),

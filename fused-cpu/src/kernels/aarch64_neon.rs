@@ -13,9 +13,10 @@
 //!
 //! The quantized kernels compute GGML's per-block (or per-sub-block) integer
 //! sums exactly in i32 and scale them in f32 per block. For the 32-element
-//! formats the f32 arithmetic is the scalar reference's, in its order, so
-//! those kernels are bit-identical to it; the K-quants and the float formats
-//! only add in another order. Codes are made signed before the products
+//! formats and TQ2_0 the f32 arithmetic is the scalar reference's, operation
+//! for operation, so those kernels are bit-identical to it (the kernel test
+//! checks this); the other K-quants and the float formats add in another
+//! order. Codes are made signed before the products
 //! (`q − 8`, `q − 16`, `q − 32`, `q − 1`, or the IQ4_NL table), so every
 //! product is a signed byte times a signed byte, exact for any activation.
 //!
@@ -329,8 +330,11 @@ unsafe fn q4_0_q8_0<const SDOT: bool>(w: *const u8, y: *const u8, nb: usize) -> 
         2,
         // SAFETY: `qs` of the weight block.
         |wp, yp| signed(unsafe { nibbles32(wp.add(2)) }, 8),
-        // SAFETY: the `d` fields of both blocks.
-        |isum| isum as f32 * unsafe { rdf16(wp) * rdf16(yp) }
+        |isum| {
+            // SAFETY: the `d` fields of both blocks.
+            let (dx, dy) = unsafe { (rdf16(wp), rdf16(yp)) };
+            isum as f32 * dx * dy
+        }
     )
 }
 
