@@ -56,11 +56,47 @@ fn claimed(isa: Isa) -> &'static [(DType, ActQuant)] {
         (DType::Q6_K, ActQuant::Q8_K),
         (DType::F16, ActQuant::F32),
         (DType::F32, ActQuant::F32),
+        (DType::BF16, ActQuant::F32),
+        (DType::Q5_1, ActQuant::Q8_1),
+        (DType::Q5_K, ActQuant::Q8_K),
+        (DType::TQ2_0, ActQuant::Q8_K),
+    ];
+    const NEON: &[(DType, ActQuant)] = &[
+        (DType::Q4_0, ActQuant::Q8_0),
+        (DType::Q4_1, ActQuant::Q8_1),
+        (DType::Q5_0, ActQuant::Q8_0),
+        (DType::Q5_1, ActQuant::Q8_1),
+        (DType::Q8_0, ActQuant::Q8_0),
+        (DType::IQ4_NL, ActQuant::Q8_0),
+        (DType::Q4_K, ActQuant::Q8_K),
+        (DType::Q5_K, ActQuant::Q8_K),
+        (DType::Q6_K, ActQuant::Q8_K),
+        (DType::TQ2_0, ActQuant::Q8_K),
+        (DType::F16, ActQuant::F32),
+        (DType::BF16, ActQuant::F32),
+        (DType::F32, ActQuant::F32),
     ];
     match isa {
         Isa::Scalar => &[],
+        Isa::Neon | Isa::NeonDotprod => NEON,
         Isa::Avx2 | Isa::Avx512 => AVX2,
     }
+}
+
+/// Whether `isa`'s kernel for `dtype` does the scalar kernel's f32
+/// arithmetic operation for operation, and so must match it bit for bit.
+fn bit_exact(isa: Isa, dtype: DType) -> bool {
+    matches!(isa, Isa::Neon | Isa::NeonDotprod)
+        && matches!(
+            dtype,
+            DType::Q4_0
+                | DType::Q5_0
+                | DType::Q8_0
+                | DType::IQ4_NL
+                | DType::Q4_1
+                | DType::Q5_1
+                | DType::TQ2_0
+        )
 }
 
 /// One activation column of `k` values prepared for `mode`, plus the f32
@@ -104,6 +140,13 @@ fn check(isa: Isa, dtype: DType, mode: ActQuant, wf: &[f32], x: &[f32], what: &s
         .zip(&xd)
         .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
         .sum();
+    if bit_exact(isa, dtype) {
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{isa} {dtype:?} {mode:?} k={k} {what}: got {got}, want {want} (bit-exact kernel)"
+        );
+    }
     let err = (f64::from(got) - f64::from(want)).abs();
     assert!(
         err <= 1e-5 * (mag + 1e-30),
@@ -123,6 +166,25 @@ fn native_triples() -> Vec<(Isa, DType, ActQuant)> {
         }
     }
     v
+}
+
+#[test]
+fn isa_detection() {
+    let available: Vec<Isa> = Isa::available().collect();
+    eprintln!("available ISAs: {available:?}");
+    assert_eq!(available.first(), Some(&Isa::Scalar));
+    assert_eq!(available.last(), Some(&Isa::detect()));
+    for isa in Isa::ALL {
+        assert_eq!(isa.is_supported(), available.contains(&isa), "{isa}");
+    }
+    let forced_scalar = std::env::var_os("FUSED_CPU_SCALAR").is_some();
+    if cfg!(all(target_arch = "aarch64", target_endian = "little")) && !forced_scalar {
+        assert!(Isa::Neon.is_supported(), "{available:?}");
+        assert!(!Isa::Avx2.is_supported(), "{available:?}");
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert!(!Isa::Neon.is_supported(), "{available:?}");
+    }
 }
 
 #[test]
@@ -147,7 +209,10 @@ fn native_kernels_match_scalar() {
         let blk = dtype.block_len().max(32);
         // 4096 = 128 legacy blocks = 16 super-blocks.
         let big = 4096;
-        for k in [blk, 3 * blk, 8 * blk + blk, big] {
+        // Float formats (block length 1) also get a K that leaves a tail
+        // after every vector width.
+        let odd = if dtype.block_len() == 1 { 37 } else { blk };
+        for k in [blk, odd, 3 * blk, 8 * blk + blk, big] {
             for rep in 0..2 {
                 let wf = rng.vec(k);
                 let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 3.0).collect();
