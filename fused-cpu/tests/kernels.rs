@@ -5,7 +5,7 @@ use fused_core::DType;
 use fused_core::quant::{dequantize_row, quantize_row};
 use fused_core::reference::ActQuant;
 use fused_cpu::Isa;
-use fused_cpu::acts::{Acts, prepared_bytes, quantize_columns};
+use fused_cpu::acts::{Acts, column, prepared_bytes, quantize_columns};
 use fused_cpu::kernels::{has_native_kernel, row_dot, scalar};
 
 struct Rng(u64);
@@ -73,7 +73,7 @@ fn prepare(mode: ActQuant, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
         None => x.to_vec(),
         Some(d) => {
             let mut v = vec![0.0; k];
-            dequantize_row(d, &q, &mut v).unwrap();
+            dequantize_row(d, &q[..d.row_bytes(k).unwrap()], &mut v).unwrap();
             v
         }
     };
@@ -81,10 +81,7 @@ fn prepare(mode: ActQuant, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
 }
 
 fn acts<'a>(mode: ActQuant, x: &'a [f32], q: &'a [u8]) -> Acts<'a> {
-    match mode.dtype() {
-        None => Acts::F32(x),
-        Some(d) => Acts::Quant { dtype: d, bytes: q },
-    }
+    column(mode, x, q, x.len(), 0)
 }
 
 /// Compares the `isa` kernel with the scalar one on weights `wf` (f32, to be
@@ -98,17 +95,31 @@ fn check(isa: Isa, dtype: DType, mode: ActQuant, wf: &[f32], x: &[f32], what: &s
     let (q, xd) = prepare(mode, x);
     let a = acts(mode, x, &q);
     let want = scalar::row_dot(dtype, &w, &a, k).unwrap();
-    let got = row_dot(isa, dtype, mode)(dtype, &w, &a, k).unwrap();
     let mag: f64 = wd
         .iter()
         .zip(&xd)
         .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
         .sum();
-    let err = (f64::from(got) - f64::from(want)).abs();
-    assert!(
-        err <= 1e-5 * (mag + 1e-30),
-        "{isa} {dtype:?} {mode:?} k={k} {what}: got {got}, want {want}, |err| {err:e}, Σ|wx| {mag:e}"
-    );
+    // With the activations' side data, and without it (kernels then fall
+    // back to the blocks alone).
+    let bare = match a {
+        Acts::Quant {
+            dtype: d, bytes, ..
+        } => Acts::Quant {
+            dtype: d,
+            bytes,
+            side: &[],
+        },
+        f => f,
+    };
+    for (a, how) in [(a, "side data"), (bare, "no side data")] {
+        let got = row_dot(isa, dtype, mode)(dtype, &w, &a, k).unwrap();
+        let err = (f64::from(got) - f64::from(want)).abs();
+        assert!(
+            err <= 1e-5 * (mag + 1e-30),
+            "{isa} {dtype:?} {mode:?} k={k} {what}, {how}: got {got}, want {want}, |err| {err:e}, Σ|wx| {mag:e}"
+        );
+    }
 }
 
 fn native_triples() -> Vec<(Isa, DType, ActQuant)> {
@@ -211,9 +222,14 @@ fn native_kernels_reject_wrong_lengths() {
         // Activations too short.
         let short = match a {
             Acts::F32(xs) => Acts::F32(&xs[..k - 1]),
-            Acts::Quant { dtype: d, bytes } => Acts::Quant {
+            Acts::Quant {
+                dtype: d,
+                bytes,
+                side,
+            } => Acts::Quant {
                 dtype: d,
                 bytes: &bytes[..bytes.len() - 1],
+                side,
             },
         };
         assert!(kernel(dtype, &w, &short, k).is_err());
@@ -222,11 +238,17 @@ fn native_kernels_reject_wrong_lengths() {
             Acts::F32(_) => Acts::Quant {
                 dtype: DType::Q8_0,
                 bytes: &q,
+                side: &[],
             },
             Acts::Quant { .. } => Acts::F32(&x),
         };
         assert!(kernel(dtype, &w, &wrong, k).is_err());
-        if let Acts::Quant { bytes, dtype: d } = a {
+        if let Acts::Quant {
+            bytes,
+            dtype: d,
+            side,
+        } = a
+        {
             let other = if d == DType::Q8_K {
                 DType::Q8_0
             } else {
@@ -235,6 +257,7 @@ fn native_kernels_reject_wrong_lengths() {
             let wrong = Acts::Quant {
                 dtype: other,
                 bytes,
+                side,
             };
             assert!(kernel(dtype, &w, &wrong, k).is_err());
         }

@@ -71,7 +71,9 @@ pub(super) fn check_quant<'a>(
         });
     };
     let bytes = match *acts {
-        Acts::Quant { dtype: ad, bytes } if ad == want => bytes,
+        Acts::Quant {
+            dtype: ad, bytes, ..
+        } if ad == want => bytes,
         Acts::Quant { dtype: ad, .. } => {
             return Err(Error::UnsupportedDType {
                 what: "activation format for this SIMD kernel",
@@ -392,7 +394,6 @@ macro_rules! legacy_loop {
         sum
     }};
 }
-pub(super) use legacy_loop;
 
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q4_0 blocks and `y` `nb` Q8_0 blocks.
