@@ -67,7 +67,13 @@ fn four_rows_equal_one_row_each() {
         }
     }
     if Isa::detect() >= Isa::Avx512 {
-        for dtype in [DType::Q4_0, DType::Q8_0, DType::F16] {
+        for dtype in [
+            DType::Q4_0,
+            DType::Q8_0,
+            DType::F16,
+            DType::Q4_K,
+            DType::Q6_K,
+        ] {
             assert!(
                 checked.contains(&dtype),
                 "this machine has AVX-512 but the {dtype} four-row kernel was not checked"

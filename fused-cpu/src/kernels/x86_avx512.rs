@@ -56,6 +56,8 @@ pub fn row_dot4(dtype: DType, mode: ActQuant) -> Option<RowDot4> {
         (DType::Q4_0, ActQuant::Q8_0) => Some(dot4_q4_0_q8_0),
         (DType::Q8_0, ActQuant::Q8_0) => Some(dot4_q8_0_q8_0),
         (DType::F16, ActQuant::F32) => Some(dot4_f16_f32),
+        (DType::Q4_K, ActQuant::Q8_K) => Some(dot4_q4_k_q8_k),
+        (DType::Q6_K, ActQuant::Q8_K) => Some(dot4_q6_k_q8_k),
         _ => None,
     }
 }
@@ -202,39 +204,69 @@ fn dot4_f16_f32(
     f16_entry(dtype, rows, acts, k)
 }
 
+/// Validates `rows` and `acts` for a kernel of `kernel` weights against
+/// plain activation blocks, then runs the `R`-row kernel `imp`.
+fn block_rows<const R: usize>(
+    kernel: DType,
+    dtype: DType,
+    rows: [&[u8]; R],
+    acts: &Acts<'_>,
+    k: usize,
+    imp: unsafe fn([*const u8; R], *const u8, usize) -> [f32; R],
+) -> Result<[f32; R], Error> {
+    let mut y: &[u8] = &[];
+    for row in rows {
+        y = check_quant(kernel, dtype, row, acts, k)?;
+    }
+    let nb = k / kernel.block_len();
+    // SAFETY: `imp` is a kernel of this module, only reached through
+    // `row_dot`/`row_dot4`, which the dispatcher consults only for an ISA
+    // that `Isa::is_supported()` confirmed (Avx512), so AVX-512 F/BW/VL/VNNI,
+    // AVX2, FMA and F16C are present. `check_quant` verified that every row
+    // and `y` hold exactly `nb` blocks, which is all the kernel reads.
+    Ok(unsafe { imp(rows.map(<[u8]>::as_ptr), y.as_ptr(), nb) })
+}
+
+/// The one- and four-row entry points of an `R`-row kernel over plain
+/// activation blocks.
 macro_rules! quant_entry {
-    ($(#[$m:meta])* $name:ident, $dt:expr, $imp:ident) => {
+    ($(#[$m:meta])* $one:ident, $four:ident, $dt:expr, $imp:ident) => {
         $(#[$m])*
-        fn $name(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
-            let y = check_quant($dt, dtype, w_row, acts, k)?;
-            let nb = k / $dt.block_len();
-            // SAFETY: this function is only returned by `row_dot`, which the
-            // dispatcher (`kernels::row_dot`) consults only for an ISA that
-            // `Isa::is_supported()` confirmed (Avx512 or better), so
-            // AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C are present.
-            // `check_quant` verified that `w_row` and `y` hold exactly `nb`
-            // blocks each, which is all the kernel reads.
-            Ok(unsafe { $imp(w_row.as_ptr(), y.as_ptr(), nb) })
+        fn $one(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
+            let [v] = block_rows($dt, dtype, [w_row], acts, k, $imp::<1>)?;
+            Ok(v)
+        }
+
+        $(#[$m])*
+        /// Four rows.
+        fn $four(
+            dtype: DType,
+            rows: [&[u8]; 4],
+            acts: &Acts<'_>,
+            k: usize,
+        ) -> Result<[f32; 4], Error> {
+            block_rows($dt, dtype, rows, acts, k, $imp::<4>)
         }
     };
 }
 
 quant_entry!(
     /// Q4_K × Q8_K.
-    dot_q4_k_q8_k, DType::Q4_K, q4_k_q8_k
+    dot_q4_k_q8_k, dot4_q4_k_q8_k, DType::Q4_K, q4_k_rows
 );
 quant_entry!(
     /// Q6_K × Q8_K.
-    dot_q6_k_q8_k, DType::Q6_K, q6_k_q8_k
+    dot_q6_k_q8_k, dot4_q6_k_q8_k, DType::Q6_K, q6_k_rows
 );
 
 // ---------------------------------------------------------------------------
 // Q4_0 and Q8_0 against Q8_0 activations with side data.
 
-/// Bytes ahead of the current position in a weight row that are prefetched.
-const PREFETCH: usize = 2048;
-
-/// Hints that the cache line at `p` will be read soon.
+/// Hints that the cache line at `p` will be read soon: it is fetched into
+/// L2. Every kernel here prefetches, for each weight row it reads, the same
+/// position `R` rows further (the row that the next call for the next `R`
+/// rows will read at that point, since a matrix's rows are contiguous), so
+/// that the whole weight stream is requested once, one call ahead.
 #[inline(always)]
 fn prefetch(p: *const u8) {
     // SAFETY: a prefetch is only a hint: it never faults and has no
@@ -242,7 +274,7 @@ fn prefetch(p: *const u8) {
     // function in newer Rust versions, hence the `allow`).
     #[allow(unused_unsafe)]
     unsafe {
-        _mm_prefetch::<_MM_HINT_T0>(p.cast())
+        _mm_prefetch::<_MM_HINT_T1>(p.cast())
     }
 }
 
@@ -313,16 +345,21 @@ unsafe fn side_group(side: *const u8, g: usize) -> (__m512i, __m512i, __m512i, _
 }
 
 /// `acc + Σ` of one Q4_0 group at `wp` (72 bytes) against the activation
-/// group `(ylo, yhi, off, dy)`, per lane.
+/// group `(ylo, yhi, off, dy)`, per lane; prefetches `wp + pf`.
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI present; `wp..wp + 72` readable.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn q4_0_group(wp: *const u8, y: (__m512i, __m512i, __m512i, __m512), acc: __m512) -> __m512 {
+unsafe fn q4_0_group(
+    wp: *const u8,
+    y: (__m512i, __m512i, __m512i, __m512),
+    acc: __m512,
+    pf: usize,
+) -> __m512 {
     let (ylo, yhi, off, dy) = y;
-    prefetch(wp.wrapping_add(PREFETCH));
-    prefetch(wp.wrapping_add(PREFETCH + 64));
+    prefetch(wp.wrapping_add(pf));
+    prefetch(wp.wrapping_add(pf + 64));
     // SAFETY: the caller guarantees 72 readable bytes: `0..64` and `8..72`.
     let (a, b) = unsafe {
         (
@@ -341,17 +378,23 @@ unsafe fn q4_0_group(wp: *const u8, y: (__m512i, __m512i, __m512i, __m512), acc:
 }
 
 /// `acc + Σ` of one Q8_0 group at `wp` (136 bytes) against the activation
-/// group `(ylo, yhi, off, dy)` (`off` already scaled to `−128·Σy`), per lane.
+/// group `(ylo, yhi, off, dy)` (`off` already scaled to `−128·Σy`), per
+/// lane; prefetches `wp + pf`.
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI present; `wp..wp + 136` readable.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn q8_0_group(wp: *const u8, y: (__m512i, __m512i, __m512i, __m512), acc: __m512) -> __m512 {
+unsafe fn q8_0_group(
+    wp: *const u8,
+    y: (__m512i, __m512i, __m512i, __m512),
+    acc: __m512,
+    pf: usize,
+) -> __m512 {
     let (ylo, yhi, off, dy) = y;
-    prefetch(wp.wrapping_add(PREFETCH));
-    prefetch(wp.wrapping_add(PREFETCH + 64));
-    prefetch(wp.wrapping_add(PREFETCH + 128));
+    prefetch(wp.wrapping_add(pf));
+    prefetch(wp.wrapping_add(pf + 64));
+    prefetch(wp.wrapping_add(pf + 128));
     // SAFETY: the caller guarantees 136 readable bytes: `0..128`, `8..136`.
     let (a0, a1, b0, b1) = unsafe {
         (
@@ -380,6 +423,7 @@ unsafe fn q8_0_group(wp: *const u8, y: (__m512i, __m512i, __m512i, __m512), acc:
 macro_rules! group_kernel {
     ($w:ident, $y:ident, $side:ident, $nb:ident, $WB:expr, $group:ident, $tail:path, |$off:ident| $scale_off:expr) => {{
         let ng = $nb / Q8_0_GROUP_BLOCKS;
+        let pf = R * $nb * $WB;
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         macro_rules! step {
             ($g:expr, $half:expr) => {{
@@ -389,7 +433,8 @@ macro_rules! group_kernel {
                 let ys = (ylo, yhi, $scale_off, dy);
                 for (a, wr) in acc.iter_mut().zip($w) {
                     // SAFETY: group `g` of row `wr`: blocks `4g .. 4g + 4 ≤ nb`.
-                    a[$half] = unsafe { $group(wr.add(g * Q8_0_GROUP_BLOCKS * $WB), ys, a[$half]) };
+                    a[$half] =
+                        unsafe { $group(wr.add(g * Q8_0_GROUP_BLOCKS * $WB), ys, a[$half], pf) };
                 }
             }};
         }
@@ -451,6 +496,7 @@ unsafe fn q8_0_rows<const R: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn f16_rows<const R: usize>(w: [*const u8; R], x: *const f32, k: usize) -> [f32; R] {
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    let pf = R * 2 * k;
     let mut i = 0usize;
     while i + 64 <= k {
         for j in 0..4 {
@@ -459,7 +505,7 @@ unsafe fn f16_rows<const R: usize>(w: [*const u8; R], x: *const f32, k: usize) -
             for (a, wr) in acc.iter_mut().zip(w) {
                 let p = wr.wrapping_add(2 * (i + 16 * j));
                 if j % 2 == 0 {
-                    prefetch(p.wrapping_add(PREFETCH));
+                    prefetch(p.wrapping_add(pf));
                 }
                 // SAFETY: the same elements of row `wr`.
                 let wv = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) };
@@ -496,96 +542,121 @@ unsafe fn f16_rows<const R: usize>(w: [*const u8; R], x: *const f32, k: usize) -
 // ---------------------------------------------------------------------------
 // K-quants against Q8_K.
 
+/// The `d`, `bsums` and the eight 32-code vectors of the Q8_K block at `yp`.
+///
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; `w` holds `nb` Q4_K
-/// blocks and `y` `nb` Q8_K blocks.
+/// AVX2 present; `yp..yp + 292` readable.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = _mm256_setzero_ps();
-    let mut accm = _mm256_setzero_ps();
-    for b in 0..nb {
-        // SAFETY: block `b < nb`, in bounds of both rows.
-        let (wp, yp) = unsafe { (w.add(b * Q4K_BYTES), y.add(b * Q8K_BYTES)) };
-        // SAFETY: the header fields and `bsums` of the two blocks.
-        let (d, dmin, (sc, m), bsums) = unsafe {
-            let dy = avx2::rdf32(yp);
-            (
-                avx2::rdf16(wp) * dy,
-                avx2::rdf16(wp.add(2)) * dy,
-                avx2::kscales(wp.add(4)),
-                _mm256_loadu_si256(yp.add(260).cast()),
-            )
-        };
-        let mins = _mm256_madd_epi16(bsums, avx2::dup_mins(m));
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(dmin), accm);
-        let scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
-        let mut i0 = _mm256_setzero_si256();
-        let mut i1 = _mm256_setzero_si256();
-        for c in 0..4 {
-            // SAFETY: `qs[32c..32c + 32]` and `qs[64c..64c + 64]` of the blocks.
-            let (q, y0, y1) = unsafe {
-                (
-                    _mm256_loadu_si256(wp.add(16 + 32 * c).cast()),
-                    _mm256_loadu_si256(yp.add(4 + 64 * c).cast()),
-                    _mm256_loadu_si256(yp.add(4 + 64 * c + 32).cast()),
-                )
-            };
-            let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            let s0 = _mm256_shuffle_epi8(scv, avx2::bcast16_mask(2 * c, 2 * c));
-            let s1 = _mm256_shuffle_epi8(scv, avx2::bcast16_mask(2 * c + 1, 2 * c + 1));
-            i0 = _mm256_dpwssd_epi32(i0, _mm256_maddubs_epi16(lo, y0), s0);
-            i1 = _mm256_dpwssd_epi32(i1, _mm256_maddubs_epi16(hi, y1), s1);
-        }
-        let isum = _mm256_add_epi32(i0, i1);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
+#[inline]
+unsafe fn q8k_block(yp: *const u8) -> (f32, __m256i, [__m256i; 8]) {
+    let mut yv = [_mm256_setzero_si256(); 8];
+    for (i, v) in yv.iter_mut().enumerate() {
+        // SAFETY: `qs[32i..32i + 32]` of the block.
+        *v = unsafe { _mm256_loadu_si256(yp.add(4 + 32 * i).cast()) };
     }
-    avx2::hsum_ps(acc) - avx2::hsum_ps(accm)
+    // SAFETY: the `d` and `bsums` fields of the block.
+    unsafe { (avx2::rdf32(yp), _mm256_loadu_si256(yp.add(260).cast()), yv) }
 }
 
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; `w` holds `nb` Q6_K
-/// blocks and `y` `nb` Q8_K blocks.
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
+/// Q4_K blocks and `y` `nb` Q8_K blocks.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    let mut acc = _mm256_setzero_ps();
+unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let pf = R * nb * Q4K_BYTES;
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut accm = [_mm256_setzero_ps(); R];
     for b in 0..nb {
-        // SAFETY: block `b < nb`, in bounds of both rows.
-        let (wp, yp) = unsafe { (w.add(b * Q6K_BYTES), y.add(b * Q8K_BYTES)) };
-        // SAFETY: `scales`, `d` of the weight block, `d`, `bsums` of the
-        // activation block.
-        let (d, sc8, bsums) = unsafe {
-            (
-                avx2::rdf16(wp.add(208)) * avx2::rdf32(yp),
-                _mm_loadu_si128(wp.add(192).cast()),
-                _mm256_loadu_si256(yp.add(260).cast()),
-            )
-        };
-        // Σ sc·(q − 32)·y = Σ sc·q·y − 32·Σ_g sc_g·bsum_g.
-        let corr = _mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(sc8));
-        let mut i0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
-        let mut i1 = _mm256_setzero_si256();
-        let sa = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
-        let sb = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
-        for h in 0..2 {
-            // SAFETY: `ql[64h..64h + 64]`, `qh[32h..32h + 32]`.
-            let q = unsafe { avx2::q6_half(wp.add(64 * h), wp.add(128 + 32 * h)) };
-            let sv = if h == 0 { sa } else { sb };
-            for (t, qt) in q.iter().enumerate() {
-                // SAFETY: activation codes `128h + 32t .. + 32`.
-                let yv = unsafe { _mm256_loadu_si256(yp.add(4 + 128 * h + 32 * t).cast()) };
-                let s = _mm256_shuffle_epi8(sv, avx2::bcast16_mask(2 * t, 2 * t + 1));
-                let p = _mm256_maddubs_epi16(*qt, yv);
-                if t % 2 == 0 {
-                    i0 = _mm256_dpwssd_epi32(i0, p, s);
-                } else {
-                    i1 = _mm256_dpwssd_epi32(i1, p, s);
+        // SAFETY: block `b < nb` of the activations.
+        let (dy, bsums, yv) = unsafe { q8k_block(y.add(b * Q8K_BYTES)) };
+        for ((a, am), wr) in acc.iter_mut().zip(accm.iter_mut()).zip(w) {
+            // SAFETY: block `b < nb` of row `wr`.
+            let wp = unsafe { wr.add(b * Q4K_BYTES) };
+            prefetch(wp.wrapping_add(pf));
+            prefetch(wp.wrapping_add(pf + 64));
+            prefetch(wp.wrapping_add(pf + 128));
+            // SAFETY: the header fields of the weight block.
+            let (d, dmin, (sc, m)) = unsafe {
+                (
+                    avx2::rdf16(wp) * dy,
+                    avx2::rdf16(wp.add(2)) * dy,
+                    avx2::kscales(wp.add(4)),
+                )
+            };
+            let mins = _mm256_madd_epi16(bsums, avx2::dup_mins(m));
+            *am = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(dmin), *am);
+            let scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+            let mut i0 = _mm256_setzero_si256();
+            let mut i1 = _mm256_setzero_si256();
+            for c in 0..4 {
+                // SAFETY: `qs[32c..32c + 32]` of the weight block.
+                let q = unsafe { _mm256_loadu_si256(wp.add(16 + 32 * c).cast()) };
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                let s0 = _mm256_shuffle_epi8(scv, avx2::bcast16_mask(2 * c, 2 * c));
+                let s1 = _mm256_shuffle_epi8(scv, avx2::bcast16_mask(2 * c + 1, 2 * c + 1));
+                i0 = _mm256_dpwssd_epi32(i0, _mm256_maddubs_epi16(lo, yv[2 * c]), s0);
+                i1 = _mm256_dpwssd_epi32(i1, _mm256_maddubs_epi16(hi, yv[2 * c + 1]), s1);
+            }
+            let isum = _mm256_add_epi32(i0, i1);
+            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), *a);
+        }
+    }
+    let mut out = [0.0f32; R];
+    for ((o, a), am) in out.iter_mut().zip(acc).zip(accm) {
+        *o = avx2::hsum_ps(a) - avx2::hsum_ps(am);
+    }
+    out
+}
+
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
+/// Q6_K blocks and `y` `nb` Q8_K blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
+    let pf = R * nb * Q6K_BYTES;
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        // SAFETY: block `b < nb` of the activations.
+        let (dy, bsums, yv) = unsafe { q8k_block(y.add(b * Q8K_BYTES)) };
+        for (a, wr) in acc.iter_mut().zip(w) {
+            // SAFETY: block `b < nb` of row `wr`.
+            let wp = unsafe { wr.add(b * Q6K_BYTES) };
+            prefetch(wp.wrapping_add(pf));
+            prefetch(wp.wrapping_add(pf + 64));
+            prefetch(wp.wrapping_add(pf + 128));
+            prefetch(wp.wrapping_add(pf + 192));
+            // SAFETY: `scales` and `d` of the weight block.
+            let (d, sc8) = unsafe {
+                (
+                    avx2::rdf16(wp.add(208)) * dy,
+                    _mm_loadu_si128(wp.add(192).cast()),
+                )
+            };
+            // Σ sc·(q − 32)·y = Σ sc·q·y − 32·Σ_g sc_g·bsum_g.
+            let corr = _mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(sc8));
+            let mut i0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+            let mut i1 = _mm256_setzero_si256();
+            let sa = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
+            let sb = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
+            for h in 0..2 {
+                // SAFETY: `ql[64h..64h + 64]`, `qh[32h..32h + 32]`.
+                let q = unsafe { avx2::q6_half(wp.add(64 * h), wp.add(128 + 32 * h)) };
+                let sv = if h == 0 { sa } else { sb };
+                for (t, qt) in q.iter().enumerate() {
+                    let s = _mm256_shuffle_epi8(sv, avx2::bcast16_mask(2 * t, 2 * t + 1));
+                    let p = _mm256_maddubs_epi16(*qt, yv[4 * h + t]);
+                    if t % 2 == 0 {
+                        i0 = _mm256_dpwssd_epi32(i0, p, s);
+                    } else {
+                        i1 = _mm256_dpwssd_epi32(i1, p, s);
+                    }
                 }
             }
+            let isum = _mm256_add_epi32(i0, i1);
+            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), *a);
         }
-        let isum = _mm256_add_epi32(i0, i1);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
     }
-    avx2::hsum_ps(acc)
+    acc.map(|a| avx2::hsum_ps(a))
 }
