@@ -433,8 +433,9 @@ macro_rules! group_kernel {
                 let ys = (ylo, yhi, $scale_off, dy);
                 for (a, wr) in acc.iter_mut().zip($w) {
                     // SAFETY: group `g` of row `wr`: blocks `4g .. 4g + 4 ≤ nb`.
-                    a[$half] =
-                        unsafe { $group(wr.add(g * Q8_0_GROUP_BLOCKS * $WB), ys, a[$half], pf) };
+                    let wg = unsafe { wr.add(g * Q8_0_GROUP_BLOCKS * $WB) };
+                    // SAFETY: the 4 blocks at `wg` are readable.
+                    a[$half] = unsafe { $group(wg, ys, a[$half], pf) };
                 }
             }};
         }
