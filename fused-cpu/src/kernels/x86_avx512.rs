@@ -543,34 +543,73 @@ unsafe fn f16_rows<const R: usize>(w: [*const u8; R], x: *const f32, k: usize) -
 // ---------------------------------------------------------------------------
 // K-quants against Q8_K.
 
-/// The `d`, `bsums` and the eight 32-code vectors of the Q8_K block at `yp`.
+/// Word indices picking, for each half of a 64-code vector, the i16 scale
+/// of its sub-block from a vector of scales: output word `l` takes word
+/// `first + (l / per)·step`.
+const fn scale_words(first: i16, per: i16, step: i16) -> [i16; 32] {
+    let mut idx = [0i16; 32];
+    let mut l = 0;
+    while l < 32 {
+        idx[l] = first + (l as i16 / per) * step;
+        l += 1;
+    }
+    idx
+}
+
+/// Two 32-byte halves, `p` in the low and `q` in the high half.
 ///
 /// # Safety
-/// AVX2 present; `yp..yp + 292` readable.
+/// AVX-512F present; `p..p + 32` and `q..q + 32` readable.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn q8k_block(yp: *const u8) -> (f32, __m256i, [__m256i; 8]) {
-    let mut yv = [_mm256_setzero_si256(); 8];
-    for (i, v) in yv.iter_mut().enumerate() {
-        // SAFETY: `qs[32i..32i + 32]` of the block.
-        *v = unsafe { _mm256_loadu_si256(yp.add(4 + 32 * i).cast()) };
-    }
-    // SAFETY: the `d` and `bsums` fields of the block.
-    unsafe { (avx2::rdf32(yp), _mm256_loadu_si256(yp.add(260).cast()), yv) }
+unsafe fn halves(p: *const u8, q: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees both 32-byte reads; unaligned loads.
+    let (a, b) = unsafe { (_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(q.cast())) };
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b)
 }
 
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
 /// Q4_K blocks and `y` `nb` Q8_K blocks.
+///
+/// Per 64 weight bytes (half `h` of a block), the low nibbles are
+/// sub-blocks `4h` and `4h + 2` (activations `128h + 0..32` and
+/// `128h + 64..96`), the high nibbles sub-blocks `4h + 1` and `4h + 3`;
+/// `maddubs` (exact: codes ≤ 15) then `vpdpwssd` with the sub-block scales.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
-    let m4 = _mm256_set1_epi8(0x0f);
+    let m4 = _mm512_set1_epi8(0x0f);
     let pf = R * nb * Q4K_BYTES;
-    let mut acc = [_mm256_setzero_ps(); R];
+    let sidx = [
+        [
+            word_idx(scale_words(0, 16, 2)),
+            word_idx(scale_words(1, 16, 2)),
+        ],
+        [
+            word_idx(scale_words(4, 16, 2)),
+            word_idx(scale_words(5, 16, 2)),
+        ],
+    ];
+    let mut acc = [_mm512_setzero_ps(); R];
     let mut accm = [_mm256_setzero_ps(); R];
     for b in 0..nb {
-        // SAFETY: block `b < nb` of the activations.
-        let (dy, bsums, yv) = unsafe { q8k_block(y.add(b * Q8K_BYTES)) };
+        // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
+        // `bsums` and the four 64-code vectors in sub-block order.
+        let (dy, bsums, yv) = unsafe {
+            let yp = y.add(b * Q8K_BYTES);
+            let q = yp.add(4);
+            (
+                avx2::rdf32(yp),
+                _mm256_loadu_si256(yp.add(260).cast()),
+                [
+                    [halves(q, q.add(64)), halves(q.add(32), q.add(96))],
+                    [
+                        halves(q.add(128), q.add(192)),
+                        halves(q.add(160), q.add(224)),
+                    ],
+                ],
+            )
+        };
         for ((a, am), wr) in acc.iter_mut().zip(accm.iter_mut()).zip(w) {
             // SAFETY: block `b < nb` of row `wr`.
             let wp = unsafe { wr.add(b * Q4K_BYTES) };
@@ -587,26 +626,26 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
             };
             let mins = _mm256_madd_epi16(bsums, avx2::dup_mins(m));
             *am = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(dmin), *am);
-            let scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
-            let mut i0 = _mm256_setzero_si256();
-            let mut i1 = _mm256_setzero_si256();
-            for c in 0..4 {
-                // SAFETY: `qs[32c..32c + 32]` of the weight block.
-                let q = unsafe { _mm256_loadu_si256(wp.add(16 + 32 * c).cast()) };
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                let s0 = _mm256_shuffle_epi8(scv, avx2::bcast16_mask(2 * c, 2 * c));
-                let s1 = _mm256_shuffle_epi8(scv, avx2::bcast16_mask(2 * c + 1, 2 * c + 1));
-                i0 = _mm256_dpwssd_epi32(i0, _mm256_maddubs_epi16(lo, yv[2 * c]), s0);
-                i1 = _mm256_dpwssd_epi32(i1, _mm256_maddubs_epi16(hi, yv[2 * c + 1]), s1);
+            let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+            let mut i0 = _mm512_setzero_si512();
+            let mut i1 = _mm512_setzero_si512();
+            for h in 0..2 {
+                // SAFETY: `qs[64h..64h + 64]` of the weight block.
+                let q = unsafe { _mm512_loadu_si512(wp.add(16 + 64 * h).cast()) };
+                let lo = _mm512_and_si512(q, m4);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
+                let slo = _mm512_permutexvar_epi16(sidx[h][0], s16);
+                let shi = _mm512_permutexvar_epi16(sidx[h][1], s16);
+                i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
+                i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
             }
-            let isum = _mm256_add_epi32(i0, i1);
-            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), *a);
+            let isum = _mm512_add_epi32(i0, i1);
+            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d), *a);
         }
     }
     let mut out = [0.0f32; R];
     for ((o, a), am) in out.iter_mut().zip(acc).zip(accm) {
-        *o = avx2::hsum_ps(a) - avx2::hsum_ps(am);
+        *o = _mm512_reduce_add_ps(a) - avx2::hsum_ps(am);
     }
     out
 }
@@ -614,13 +653,53 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
 /// Q6_K blocks and `y` `nb` Q8_K blocks.
+///
+/// Half `h` of a block gives two 64-code vectors: `[ql & 15 | ql' & 15]`
+/// and `[ql >> 4 | ql' >> 4]` (`ql`, `ql'` the two 32-byte runs of
+/// `ql[64h..64h + 64]`) with the two high bits from `qh[32h..32h + 32]`
+/// shifted per 256-bit half; they match activations `128h + 0..64` and
+/// `128h + 64..128` in order. `maddubs` (exact: codes ≤ 63) then `vpdpwssd`
+/// with the 16-element sub-block scales.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
     let pf = R * nb * Q6K_BYTES;
-    let mut acc = [_mm256_setzero_ps(); R];
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m30 = _mm512_set1_epi8(0x30);
+    // Per-half shift counts: `qh << 4 | qh << 2` and `qh >> 0 | qh >> 2`.
+    let shl = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(2));
+    let shr = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
+    let sidx = [
+        [
+            word_idx(scale_words(0, 8, 1)),
+            word_idx(scale_words(4, 8, 1)),
+        ],
+        [
+            word_idx(scale_words(8, 8, 1)),
+            word_idx(scale_words(12, 8, 1)),
+        ],
+    ];
+    let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
-        // SAFETY: block `b < nb` of the activations.
-        let (dy, bsums, yv) = unsafe { q8k_block(y.add(b * Q8K_BYTES)) };
+        // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
+        // `bsums` and the four 64-code vectors.
+        let (dy, bsums, yv) = unsafe {
+            let yp = y.add(b * Q8K_BYTES);
+            let q = yp.add(4);
+            (
+                avx2::rdf32(yp),
+                _mm256_loadu_si256(yp.add(260).cast()),
+                [
+                    [
+                        _mm512_loadu_si512(q.cast()),
+                        _mm512_loadu_si512(q.add(64).cast()),
+                    ],
+                    [
+                        _mm512_loadu_si512(q.add(128).cast()),
+                        _mm512_loadu_si512(q.add(192).cast()),
+                    ],
+                ],
+            )
+        };
         for (a, wr) in acc.iter_mut().zip(w) {
             // SAFETY: block `b < nb` of row `wr`.
             let wp = unsafe { wr.add(b * Q6K_BYTES) };
@@ -636,28 +715,36 @@ unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
                 )
             };
             // Σ sc·(q − 32)·y = Σ sc·q·y − 32·Σ_g sc_g·bsum_g.
-            let corr = _mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(sc8));
-            let mut i0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
-            let mut i1 = _mm256_setzero_si256();
-            let sa = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
-            let sb = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
+            let sc16 = _mm256_cvtepi8_epi16(sc8);
+            let corr = _mm256_madd_epi16(bsums, sc16);
+            let corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+            let mut i0 = _mm512_zextsi256_si512(corr);
+            let mut i1 = _mm512_setzero_si512();
+            let s16 = _mm512_castsi256_si512(sc16);
             for h in 0..2 {
-                // SAFETY: `ql[64h..64h + 64]`, `qh[32h..32h + 32]`.
-                let q = unsafe { avx2::q6_half(wp.add(64 * h), wp.add(128 + 32 * h)) };
-                let sv = if h == 0 { sa } else { sb };
-                for (t, qt) in q.iter().enumerate() {
-                    let s = _mm256_shuffle_epi8(sv, avx2::bcast16_mask(2 * t, 2 * t + 1));
-                    let p = _mm256_maddubs_epi16(*qt, yv[4 * h + t]);
-                    if t % 2 == 0 {
-                        i0 = _mm256_dpwssd_epi32(i0, p, s);
-                    } else {
-                        i1 = _mm256_dpwssd_epi32(i1, p, s);
-                    }
-                }
+                // SAFETY: `ql[64h..64h + 64]` and `qh[32h..32h + 32]`.
+                let (l, qh) = unsafe {
+                    (
+                        _mm512_loadu_si512(wp.add(64 * h).cast()),
+                        _mm512_broadcast_i64x4(_mm256_loadu_si256(wp.add(128 + 32 * h).cast())),
+                    )
+                };
+                let c0 = _mm512_or_si512(
+                    _mm512_and_si512(l, m4),
+                    _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30),
+                );
+                let c1 = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(l), m4),
+                    _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30),
+                );
+                let s0 = _mm512_permutexvar_epi16(sidx[h][0], s16);
+                let s1 = _mm512_permutexvar_epi16(sidx[h][1], s16);
+                i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(c0, yv[h][0]), s0);
+                i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(c1, yv[h][1]), s1);
             }
-            let isum = _mm256_add_epi32(i0, i1);
-            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), *a);
+            let isum = _mm512_add_epi32(i0, i1);
+            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d), *a);
         }
     }
-    acc.map(|a| avx2::hsum_ps(a))
+    acc.map(|a| _mm512_reduce_add_ps(a))
 }
