@@ -269,3 +269,49 @@ fn native_kernels_reject_wrong_lengths() {
         assert!(kernel(other, &w, &a, k).is_err());
     }
 }
+
+#[test]
+fn q8_0_side_data_follows_its_layout() {
+    use fused_cpu::acts::{Q8_0_GROUP_BYTES, side_bytes, write_side};
+    let mut rng = Rng(7);
+    // 9 blocks: two whole groups of four and one block without side data.
+    let k = 9 * 32;
+    let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 5.0).collect();
+    let mode = ActQuant::Q8_0;
+    let (q, _) = prepare(mode, &x);
+    let Acts::Quant { bytes, side, .. } = acts(mode, &x, &q) else {
+        panic!("Q8_0 activations are quantized");
+    };
+    assert_eq!(side.len(), side_bytes(DType::Q8_0, k));
+    assert_eq!(side.len(), 2 * Q8_0_GROUP_BYTES);
+    for (b, blk) in bytes.chunks_exact(34).take(8).enumerate() {
+        let (g, j) = (&side[b / 4 * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES], b % 4);
+        assert_eq!(&g[16 * j..16 * j + 16], &blk[2..18], "low codes, block {b}");
+        assert_eq!(
+            &g[64 + 16 * j..64 + 16 * j + 16],
+            &blk[18..34],
+            "high codes, block {b}"
+        );
+        let lane = |o: usize, l: usize| <[u8; 4]>::try_from(&g[o + 4 * l..o + 4 * l + 4]).unwrap();
+        let sum: i32 = blk[2..].iter().map(|&c| i32::from(c as i8)).sum();
+        assert_eq!(
+            i32::from_le_bytes(lane(128, 4 * j)),
+            -8 * sum,
+            "offset, block {b}"
+        );
+        let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        for l in 0..4 {
+            if l > 0 {
+                assert_eq!(i32::from_le_bytes(lane(128, 4 * j + l)), 0);
+            }
+            assert_eq!(f32::from_le_bytes(lane(192, 4 * j + l)), d, "dy, block {b}");
+        }
+    }
+    // Wrong lengths are errors, not panics.
+    let mut out = vec![0u8; side.len()];
+    assert!(write_side(DType::Q8_0, bytes, k, &mut out).is_ok());
+    assert_eq!(out, side);
+    assert!(write_side(DType::Q8_0, &bytes[1..], k, &mut out).is_err());
+    assert!(write_side(DType::Q8_0, bytes, k, &mut out[1..]).is_err());
+    assert!(write_side(DType::Q8_K, bytes, k, &mut out).is_err());
+}

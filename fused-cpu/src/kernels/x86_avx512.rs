@@ -15,9 +15,13 @@
 //! `x + 128`, so `Σx·y = Σ(x + 128)·y − 128·Σy`.
 //!
 //! F16 weights widen sixteen values per `vcvtph2ps` into four FMA
-//! accumulators per row. Q4_K and Q6_K keep the AVX2 structure (`maddubs`
-//! of the unsigned codes, then the sub-block scales) with the scale
-//! multiply-add fused into `vpdpwssd` and two independent accumulators.
+//! accumulators per row. Q4_K and Q6_K take 64 unsigned codes per
+//! `maddubs` (exact: codes ≤ 63) and multiply-add the sub-block scales
+//! (picked per lane with `vpermw`) with `vpdpwssd` into two accumulators;
+//! their offsets (`dmin·Σ m·bsum`, `32·Σ sc·bsum`) come from the Q8_K
+//! block sums, as in the AVX2 kernels.
+//!
+//! Every kernel prefetches its weight rows one call ahead ([`prefetch`]).
 //!
 //! The four-row kernels run the same code as the one-row kernels on each of
 //! their rows (one generic function over the row count), reading the
