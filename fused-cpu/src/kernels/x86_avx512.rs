@@ -560,6 +560,34 @@ const fn scale_words(first: i16, per: i16, step: i16) -> [i16; 32] {
     idx
 }
 
+/// The two f16 at `p` and `p + 2`, widened with F16C (exact), times `dy`,
+/// in lanes 0 and 1. (`half`'s portable conversion, used by
+/// `avx2::rdf16`, is a branchy software routine; this is one instruction.)
+///
+/// # Safety
+/// F16C present; `p..p + 4` readable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_pair_times(p: *const u8, dy: f32) -> __m128 {
+    // SAFETY: the caller guarantees four readable bytes; unaligned read.
+    let bits = u32::from_le(unsafe { p.cast::<u32>().read_unaligned() });
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    _mm_mul_ps(v, _mm_set1_ps(dy))
+}
+
+/// The f16 at `p` widened with F16C (exact), times `dy`, in lane 0.
+///
+/// # Safety
+/// F16C present; `p..p + 2` readable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_times(p: *const u8, dy: f32) -> __m128 {
+    // SAFETY: the caller guarantees two readable bytes; unaligned read.
+    let bits = u16::from_le(unsafe { p.cast::<u16>().read_unaligned() });
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)));
+    _mm_mul_ps(v, _mm_set1_ps(dy))
+}
+
 /// Two 32-byte halves, `p` in the low and `q` in the high half.
 ///
 /// # Safety
@@ -620,16 +648,15 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
             prefetch(wp.wrapping_add(pf));
             prefetch(wp.wrapping_add(pf + 64));
             prefetch(wp.wrapping_add(pf + 128));
-            // SAFETY: the header fields of the weight block.
-            let (d, dmin, (sc, m)) = unsafe {
-                (
-                    avx2::rdf16(wp) * dy,
-                    avx2::rdf16(wp.add(2)) * dy,
-                    avx2::kscales(wp.add(4)),
-                )
-            };
+            // SAFETY: the header fields of the weight block (`d`, `dmin`,
+            // `scales`).
+            let (dd, (sc, m)) = unsafe { (f16_pair_times(wp, dy), avx2::kscales(wp.add(4))) };
+            let (d, dmin) = (
+                _mm512_broadcastss_ps(dd),
+                _mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+            );
             let mins = _mm256_madd_epi16(bsums, avx2::dup_mins(m));
-            *am = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(dmin), *am);
+            *am = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin, *am);
             let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
             let mut i0 = _mm512_setzero_si512();
             let mut i1 = _mm512_setzero_si512();
@@ -644,7 +671,7 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
                 i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
             }
             let isum = _mm512_add_epi32(i0, i1);
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d), *a);
+            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
         }
     }
     let mut out = [0.0f32; R];
@@ -714,7 +741,7 @@ unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
             // SAFETY: `scales` and `d` of the weight block.
             let (d, sc8) = unsafe {
                 (
-                    avx2::rdf16(wp.add(208)) * dy,
+                    _mm512_broadcastss_ps(f16_times(wp.add(208), dy)),
                     _mm_loadu_si128(wp.add(192).cast()),
                 )
             };
@@ -747,7 +774,7 @@ unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
                 i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(c1, yv[h][1]), s1);
             }
             let isum = _mm512_add_epi32(i0, i1);
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d), *a);
+            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
         }
     }
     acc.map(|a| _mm512_reduce_add_ps(a))
