@@ -17,6 +17,8 @@
 //!   given twice: ratio of the two criterion medians, and the median of
 //!   per-pair ratios of fused and unfused layers run back to back.
 //!
+//! - `focus` (first, and only with `GEMV_FOCUS` set): see [`focus`].
+//!
 //! Every benchmark also prints `median, GB/s, % of ceiling` to stderr, and a
 //! markdown summary of the whole run is printed at the end. Without
 //! `--bench` (criterion's test mode, e.g. `cargo test --benches`) the sizes
@@ -588,6 +590,105 @@ fn decode_layer(c: &mut Criterion) {
     g.finish();
 }
 
+/// Focused A/B mode: with `GEMV_FOCUS=Q4_0,Q8_0,…` set, only these formats'
+/// single-column GEMVs are timed (no criterion), call by call, and the
+/// process exits. `GEMV_WHERE` picks `cache` (4096×4096, one copy), `l2`
+/// (about 1.5 MiB of K = 4096 rows, one copy: in L2, compute-bound) and/or
+/// `dram` (16384×8192, rotated copies as in `gemv_dram`), `GEMV_THREADS`
+/// the thread counts (default `cache,dram` and `1,2`). Each DRAM line comes
+/// with the read ceiling measured just before it (median of 5 passes), so
+/// runs of two builds can be compared line by line on a loaded machine.
+fn focus(_c: &mut Criterion) {
+    let Ok(formats) = std::env::var("GEMV_FOCUS") else {
+        return;
+    };
+    let list = |var: &str, default: &str| -> Vec<String> {
+        std::env::var(var)
+            .unwrap_or_else(|_| default.into())
+            .split(',')
+            .map(str::to_owned)
+            .collect()
+    };
+    let wheres = list("GEMV_WHERE", "cache,dram");
+    let threads: Vec<usize> = list("GEMV_THREADS", "1,2")
+        .iter()
+        .map(|t| t.parse().expect("thread count"))
+        .collect();
+    let stats = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[0], v[v.len() / 2])
+    };
+    let probe = BandwidthProbe::new(1 << 30);
+    for f in formats.split(',') {
+        let dtype = GEMV_FORMATS
+            .into_iter()
+            .find(|d| format!("{d:?}") == f)
+            .expect("format");
+        let mode = ActQuant::ggml(dtype);
+        for place in &wheres {
+            let (m, k, rotate) = match place.as_str() {
+                "cache" => (4096, 4096, false),
+                "l2" => {
+                    let rb = dtype.row_bytes(4096).expect("row bytes");
+                    ((3 << 19) / rb / 16 * 16, 4096, false)
+                }
+                _ => (16384, 8192, true),
+            };
+            let bytes = dtype.row_bytes(k).expect("row bytes") * m;
+            let copies = if rotate { copies_for(bytes) } else { 1 };
+            let all = weights(dtype, m, k, copies, 11);
+            let x = Rng(7).vec(k, 1.0);
+            let mut y = vec![0.0f32; m];
+            let none = Epilogue::NONE.bind(&[], m, 1).expect("bind");
+            for &t in &threads {
+                let be = CpuBackend::new(t).expect("backend");
+                let ceil = rotate.then(|| {
+                    let v = (0..5)
+                        .map(|_| {
+                            let s = Instant::now();
+                            black_box(probe.read_pass(t));
+                            probe.bytes() as f64 / s.elapsed().as_secs_f64() / 1e9
+                        })
+                        .collect();
+                    stats(v).1
+                });
+                let calls = if rotate {
+                    4 * copies
+                } else {
+                    (2_000_000_000 / bytes.max(1)).clamp(50, 5000)
+                };
+                let mut times = Vec::with_capacity(calls);
+                for i in 0..calls + 2 {
+                    let w = mat(dtype, m, k, &all, i % copies);
+                    let s = Instant::now();
+                    be.gemv(&w, &x, 1, mode, &none, &mut y).expect("gemv");
+                    black_box(&y);
+                    if i >= 2 {
+                        times.push(s.elapsed().as_secs_f64());
+                    }
+                }
+                let (min, med) = stats(times);
+                let gbs = |s: f64| bytes as f64 / s / 1e9;
+                let pct = ceil.map_or(String::new(), |c| {
+                    format!(
+                        ", ceiling {c:.2} GB/s: {:.0} % (median), {:.0} % (best)",
+                        gbs(med) / c * 100.0,
+                        gbs(min) / c * 100.0
+                    )
+                });
+                eprintln!(
+                    "focus {f} {place} {t}t: median {:.3} ms {:.2} GB/s, best {:.3} ms {:.2} GB/s{pct}",
+                    med * 1e3,
+                    gbs(med),
+                    min * 1e3,
+                    gbs(min)
+                );
+            }
+        }
+    }
+    std::process::exit(0);
+}
+
 fn summary(_c: &mut Criterion) {
     if let Ok(s) = SUMMARY.lock() {
         eprintln!("\n==== summary (medians of {SAMPLES} criterion samples) ====");
@@ -600,6 +701,6 @@ fn summary(_c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = config();
-    targets = probe, gemv_dram, gemv_cache, decode_layer, summary
+    targets = focus, probe, gemv_dram, gemv_cache, decode_layer, summary
 }
 criterion_main!(benches);

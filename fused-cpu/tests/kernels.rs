@@ -5,7 +5,7 @@ use fused_core::DType;
 use fused_core::quant::{dequantize_row, quantize_row};
 use fused_core::reference::ActQuant;
 use fused_cpu::Isa;
-use fused_cpu::acts::{Acts, prepared_bytes, quantize_columns};
+use fused_cpu::acts::{Acts, column, prepared_bytes, quantize_columns};
 use fused_cpu::kernels::{has_native_kernel, row_dot, scalar};
 
 struct Rng(u64);
@@ -109,7 +109,7 @@ fn prepare(mode: ActQuant, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
         None => x.to_vec(),
         Some(d) => {
             let mut v = vec![0.0; k];
-            dequantize_row(d, &q, &mut v).unwrap();
+            dequantize_row(d, &q[..d.row_bytes(k).unwrap()], &mut v).unwrap();
             v
         }
     };
@@ -117,10 +117,7 @@ fn prepare(mode: ActQuant, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
 }
 
 fn acts<'a>(mode: ActQuant, x: &'a [f32], q: &'a [u8]) -> Acts<'a> {
-    match mode.dtype() {
-        None => Acts::F32(x),
-        Some(d) => Acts::Quant { dtype: d, bytes: q },
-    }
+    column(mode, x, q, x.len(), 0)
 }
 
 /// Compares the `isa` kernel with the scalar one on weights `wf` (f32, to be
@@ -134,24 +131,38 @@ fn check(isa: Isa, dtype: DType, mode: ActQuant, wf: &[f32], x: &[f32], what: &s
     let (q, xd) = prepare(mode, x);
     let a = acts(mode, x, &q);
     let want = scalar::row_dot(dtype, &w, &a, k).unwrap();
-    let got = row_dot(isa, dtype, mode)(dtype, &w, &a, k).unwrap();
     let mag: f64 = wd
         .iter()
         .zip(&xd)
         .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
         .sum();
-    if bit_exact(isa, dtype) {
-        assert_eq!(
-            got.to_bits(),
-            want.to_bits(),
-            "{isa} {dtype:?} {mode:?} k={k} {what}: got {got}, want {want} (bit-exact kernel)"
+    // With the activations' side data, and without it (kernels then fall
+    // back to the blocks alone).
+    let bare = match a {
+        Acts::Quant {
+            dtype: d, bytes, ..
+        } => Acts::Quant {
+            dtype: d,
+            bytes,
+            side: &[],
+        },
+        f => f,
+    };
+    for (a, how) in [(a, "side data"), (bare, "no side data")] {
+        let got = row_dot(isa, dtype, mode)(dtype, &w, &a, k).unwrap();
+        if bit_exact(isa, dtype) {
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{isa} {dtype:?} {mode:?} k={k} {what}, {how}: got {got}, want {want} (bit-exact kernel)"
+            );
+        }
+        let err = (f64::from(got) - f64::from(want)).abs();
+        assert!(
+            err <= 1e-5 * (mag + 1e-30),
+            "{isa} {dtype:?} {mode:?} k={k} {what}, {how}: got {got}, want {want}, |err| {err:e}, Σ|wx| {mag:e}"
         );
     }
-    let err = (f64::from(got) - f64::from(want)).abs();
-    assert!(
-        err <= 1e-5 * (mag + 1e-30),
-        "{isa} {dtype:?} {mode:?} k={k} {what}: got {got}, want {want}, |err| {err:e}, Σ|wx| {mag:e}"
-    );
 }
 
 fn native_triples() -> Vec<(Isa, DType, ActQuant)> {
@@ -276,9 +287,14 @@ fn native_kernels_reject_wrong_lengths() {
         // Activations too short.
         let short = match a {
             Acts::F32(xs) => Acts::F32(&xs[..k - 1]),
-            Acts::Quant { dtype: d, bytes } => Acts::Quant {
+            Acts::Quant {
+                dtype: d,
+                bytes,
+                side,
+            } => Acts::Quant {
                 dtype: d,
                 bytes: &bytes[..bytes.len() - 1],
+                side,
             },
         };
         assert!(kernel(dtype, &w, &short, k).is_err());
@@ -287,11 +303,17 @@ fn native_kernels_reject_wrong_lengths() {
             Acts::F32(_) => Acts::Quant {
                 dtype: DType::Q8_0,
                 bytes: &q,
+                side: &[],
             },
             Acts::Quant { .. } => Acts::F32(&x),
         };
         assert!(kernel(dtype, &w, &wrong, k).is_err());
-        if let Acts::Quant { bytes, dtype: d } = a {
+        if let Acts::Quant {
+            bytes,
+            dtype: d,
+            side,
+        } = a
+        {
             let other = if d == DType::Q8_K {
                 DType::Q8_0
             } else {
@@ -300,6 +322,7 @@ fn native_kernels_reject_wrong_lengths() {
             let wrong = Acts::Quant {
                 dtype: other,
                 bytes,
+                side,
             };
             assert!(kernel(dtype, &w, &wrong, k).is_err());
         }
@@ -310,4 +333,50 @@ fn native_kernels_reject_wrong_lengths() {
         };
         assert!(kernel(other, &w, &a, k).is_err());
     }
+}
+
+#[test]
+fn q8_0_side_data_follows_its_layout() {
+    use fused_cpu::acts::{Q8_0_GROUP_BYTES, side_bytes, write_side};
+    let mut rng = Rng(7);
+    // 9 blocks: two whole groups of four and one block without side data.
+    let k = 9 * 32;
+    let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 5.0).collect();
+    let mode = ActQuant::Q8_0;
+    let (q, _) = prepare(mode, &x);
+    let Acts::Quant { bytes, side, .. } = acts(mode, &x, &q) else {
+        panic!("Q8_0 activations are quantized");
+    };
+    assert_eq!(side.len(), side_bytes(DType::Q8_0, k));
+    assert_eq!(side.len(), 2 * Q8_0_GROUP_BYTES);
+    for (b, blk) in bytes.chunks_exact(34).take(8).enumerate() {
+        let (g, j) = (&side[b / 4 * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES], b % 4);
+        assert_eq!(&g[16 * j..16 * j + 16], &blk[2..18], "low codes, block {b}");
+        assert_eq!(
+            &g[64 + 16 * j..64 + 16 * j + 16],
+            &blk[18..34],
+            "high codes, block {b}"
+        );
+        let lane = |o: usize, l: usize| <[u8; 4]>::try_from(&g[o + 4 * l..o + 4 * l + 4]).unwrap();
+        let sum: i32 = blk[2..].iter().map(|&c| i32::from(c as i8)).sum();
+        assert_eq!(
+            i32::from_le_bytes(lane(128, 4 * j)),
+            -8 * sum,
+            "offset, block {b}"
+        );
+        let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        for l in 0..4 {
+            if l > 0 {
+                assert_eq!(i32::from_le_bytes(lane(128, 4 * j + l)), 0);
+            }
+            assert_eq!(f32::from_le_bytes(lane(192, 4 * j + l)), d, "dy, block {b}");
+        }
+    }
+    // Wrong lengths are errors, not panics.
+    let mut out = vec![0u8; side.len()];
+    assert!(write_side(DType::Q8_0, bytes, k, &mut out).is_ok());
+    assert_eq!(out, side);
+    assert!(write_side(DType::Q8_0, &bytes[1..], k, &mut out).is_err());
+    assert!(write_side(DType::Q8_0, bytes, k, &mut out[1..]).is_err());
+    assert!(write_side(DType::Q8_K, bytes, k, &mut out).is_err());
 }

@@ -29,7 +29,9 @@ pub(super) fn check_quant<'a>(
         });
     };
     let bytes = match *acts {
-        Acts::Quant { dtype: ad, bytes } if ad == want => bytes,
+        Acts::Quant {
+            dtype: ad, bytes, ..
+        } if ad == want => bytes,
         Acts::Quant { dtype: ad, .. } => {
             return Err(Error::UnsupportedDType {
                 what: "activation format for this SIMD kernel",

@@ -304,7 +304,6 @@ macro_rules! legacy_loop {
         sum
     }};
 }
-pub(super) use legacy_loop;
 
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q4_0 blocks and `y` `nb` Q8_0 blocks.
