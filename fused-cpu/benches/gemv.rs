@@ -40,6 +40,7 @@ use fused_core::quant::quantize_row;
 use fused_core::reference::gemv::GluWeights;
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::CpuBackend;
+use fused_cpu::packed::PackedWeights;
 use fused_cpu::probe::BandwidthProbe;
 
 /// Criterion samples per benchmark (flat sampling: equal iterations each).
@@ -300,6 +301,29 @@ fn gemv_dram(c: &mut Criterion) {
                 },
             );
         }
+        if dtype == DType::Q4_0 {
+            let packed: Vec<PackedWeights> = (0..copies)
+                .map(|c| PackedWeights::pack(&mat(dtype, m, k, &all, c)).expect("pack"))
+                .collect();
+            for be in &bes {
+                let t = be.threads();
+                let mut i = 0;
+                let id = format!("{dtype:?}_packed/{t}t");
+                bench(
+                    &mut g,
+                    &format!("gemv_dram/{id}"),
+                    &id,
+                    Report::Bytes(bytes, t),
+                    || {
+                        let w = &packed[i % copies];
+                        i += 1;
+                        be.gemv_packed(w, &x, 1, mode, &none, &mut y)
+                            .expect("gemv_packed");
+                        black_box(&y);
+                    },
+                );
+            }
+        }
     }
     g.finish();
 }
@@ -337,6 +361,22 @@ fn gemv_cache(c: &mut Criterion) {
                 };
                 bench(&mut g, &format!("gemv_cache/{id}"), &id, report, || {
                     be.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
+                    black_box(&y);
+                });
+            }
+        }
+        if dtype == DType::Q4_0 {
+            let packed = PackedWeights::pack(&w).expect("pack");
+            let x = Rng(17).vec(k, 1.0);
+            let mut y = vec![0.0f32; m];
+            let none = Epilogue::NONE.bind(&[], m, 1).expect("bind");
+            for be in &bes {
+                let t = be.threads();
+                let id = format!("{dtype:?}_packed/gemv/{t}t");
+                let report = Report::Bytes(bytes, t);
+                bench(&mut g, &format!("gemv_cache/{id}"), &id, report, || {
+                    be.gemv_packed(&packed, &x, 1, mode, &none, &mut y)
+                        .expect("gemv_packed");
                     black_box(&y);
                 });
             }
@@ -421,7 +461,7 @@ impl Bufs {
 
 /// `h = W_o·attn + x; g = silu(W_g·h) ⊙ (W_u·h); out = W_d·g + h`, with
 /// the adds and the GLU in the GEMV epilogues: three kernels.
-fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
+fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs, step: &mut impl FnMut()) {
     let [wo, wg, wu, wd] = w;
     let (hd, fd) = (wo.rows(), wg.rows());
     let mode = ActQuant::ggml(wo.dtype());
@@ -435,10 +475,12 @@ fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
         &mut s.h,
     )
     .expect("gemv o");
+    step();
     let glu = GluWeights::new(*wg, *wu).expect("glu weights");
     let none = Epilogue::NONE.bind(&[], fd, 1).expect("bind");
     be.gemv_glu(&glu, Activation::Silu, &s.h, 1, mode, &none, &mut s.g)
         .expect("gemv_glu");
+    step();
     be.gemv(
         wd,
         &s.g,
@@ -448,12 +490,18 @@ fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
         &mut s.out,
     )
     .expect("gemv d");
+    step();
     black_box(&s.out);
 }
 
 /// The same layer with no epilogues: four GEMVs (gate and up separately),
 /// two `add`s and one `glu`: seven kernels.
-fn layer_unfused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
+fn layer_unfused(
+    be: &CpuBackend,
+    w: &[WeightMatrix<'_>; 4],
+    s: &mut Bufs,
+    step: &mut impl FnMut(),
+) {
     let [wo, wg, wu, wd] = w;
     let (hd, fd) = (wo.rows(), wg.rows());
     let mode = ActQuant::ggml(wo.dtype());
@@ -461,15 +509,22 @@ fn layer_unfused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
     let none_f = Epilogue::NONE.bind(&[], fd, 1).expect("bind");
     be.gemv(wo, &s.attn, 1, mode, &none_h, &mut s.t)
         .expect("gemv o");
+    step();
     be.add(&s.t, &s.x, &mut s.h).expect("add");
+    step();
     be.gemv(wg, &s.h, 1, mode, &none_f, &mut s.a)
         .expect("gemv g");
+    step();
     be.gemv(wu, &s.h, 1, mode, &none_f, &mut s.b)
         .expect("gemv u");
+    step();
     be.glu(Activation::Silu, &s.a, &s.b, &mut s.g).expect("glu");
+    step();
     be.gemv(wd, &s.g, 1, mode, &none_h, &mut s.t2)
         .expect("gemv d");
+    step();
     be.add(&s.t2, &s.h, &mut s.out).expect("add");
+    step();
     black_box(&s.out);
 }
 
@@ -525,11 +580,11 @@ fn decode_layer(c: &mut Criterion) {
                 let t = be.threads();
                 // Barriers of one layer, counted on its own.
                 be.reset_counters();
-                layer_fused(be, &layers.layer(0), &mut s);
+                layer_fused(be, &layers.layer(0), &mut s, &mut || {});
                 let cf = be.counters();
                 let fused_out = s.out.clone();
                 be.reset_counters();
-                layer_unfused(be, &layers.layer(0), &mut s);
+                layer_unfused(be, &layers.layer(0), &mut s, &mut || {});
                 let cu = be.counters();
                 let diff = fused_out
                     .iter()
@@ -544,7 +599,7 @@ fn decode_layer(c: &mut Criterion) {
                     &format!("{tag}/fused/{t}t"),
                     Report::Bytes(bytes, t),
                     || {
-                        layer_fused(be, &layers.layer(i), &mut s);
+                        layer_fused(be, &layers.layer(i), &mut s, &mut || {});
                         i += 1;
                     },
                 );
@@ -555,7 +610,7 @@ fn decode_layer(c: &mut Criterion) {
                     &format!("{tag}/unfused/{t}t"),
                     Report::Bytes(bytes, t),
                     || {
-                        layer_unfused(be, &layers.layer(i), &mut s);
+                        layer_unfused(be, &layers.layer(i), &mut s, &mut || {});
                         i += 1;
                     },
                 );
@@ -568,9 +623,9 @@ fn decode_layer(c: &mut Criterion) {
                         let p = paired_ratio(pairs, |fused_turn, i| {
                             let w = layers.layer(i);
                             if fused_turn {
-                                layer_fused(be, &w, &mut s);
+                                layer_fused(be, &w, &mut s, &mut || {});
                             } else {
-                                layer_unfused(be, &w, &mut s);
+                                layer_unfused(be, &w, &mut s, &mut || {});
                             }
                         });
                         (
@@ -584,10 +639,78 @@ fn decode_layer(c: &mut Criterion) {
                     "decode_layer/{tag}/{t}t: fused/unfused time = {ratio}; interleaved median ratio {paired}; barriers per layer fused {} unfused {}; kernel calls fused {} unfused {}; max |fused - unfused| = {diff:e}",
                     cf.barriers, cu.barriers, cf.kernel_calls, cu.kernel_calls
                 ));
+                if fused.is_some() && unfused.is_some() {
+                    note(breakdown(&tag, be, &layers, &mut s));
+                }
             }
         }
     }
     g.finish();
+}
+
+/// Where the time of a layer goes: the median time of each step of the
+/// unfused and of the fused layer (each step timed on its own inside whole
+/// layers run back to back, on rotated copies), the sum of the medians, and
+/// the cost of an empty parallel region on the same backend.
+fn breakdown(tag: &str, be: &CpuBackend, layers: &Layers, s: &mut Bufs) -> String {
+    const UNFUSED: [&str; 7] = ["gemv_o", "add", "gemv_g", "gemv_u", "glu", "gemv_d", "add"];
+    const FUSED: [&str; 3] = ["gemv_o+add", "gemv_glu", "gemv_d+add"];
+    let reps = if quick() { 5 } else { 200 };
+    let mut run = |fused: bool, n: usize| -> Vec<f64> {
+        let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(reps); n];
+        for i in 0..reps {
+            let w = layers.layer(i);
+            let (mut k, mut t) = (0, Instant::now());
+            let mut step = || {
+                times[k].push(t.elapsed().as_secs_f64());
+                k += 1;
+                t = Instant::now();
+            };
+            if fused {
+                layer_fused(be, &w, s, &mut step);
+            } else {
+                layer_unfused(be, &w, s, &mut step);
+            }
+        }
+        times
+            .iter_mut()
+            .map(|v| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            })
+            .collect()
+    };
+    let (u, f) = (run(false, UNFUSED.len()), run(true, FUSED.len()));
+    let empty = {
+        let mut v: Vec<f64> = (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                be.region_probe();
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let fmt = |names: &[&str], v: &[f64]| {
+        names
+            .iter()
+            .zip(v)
+            .map(|(n, t)| format!("{n} {:.1}", t * 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (su, sf): (f64, f64) = (u.iter().sum(), f.iter().sum());
+    format!(
+        "decode_layer/{tag}/{}t breakdown (µs, step medians): unfused [{}] sum {:.1}; fused [{}] sum {:.1}; element-wise steps of the unfused layer {:.1}; empty parallel region {:.2}",
+        be.threads(),
+        fmt(&UNFUSED, &u),
+        su * 1e6,
+        fmt(&FUSED, &f),
+        sf * 1e6,
+        (u[1] + u[4] + u[6]) * 1e6,
+        empty * 1e6
+    )
 }
 
 /// Focused A/B mode: with `GEMV_FOCUS=Q4_0,Q8_0,…` set, only these formats'

@@ -408,6 +408,12 @@ impl CpuBackend {
         })
     }
 
+    /// Runs one empty parallel region (one task per thread), counted as a
+    /// barrier: what a region costs on this backend, for benchmarks.
+    pub fn region_probe(&self) {
+        let _ = self.parallel(self.threads, |_| Ok(()));
+    }
+
     /// `out = a` (stands in for ops the core does not model).
     pub fn copy(&self, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
         check_len("copy output", a.len(), out.len())?;
