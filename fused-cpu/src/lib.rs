@@ -4,6 +4,9 @@
 //!   time), scalar fallback = the core's reference arithmetic.
 //! - [`gemv`]: single-threaded, `no_std` GEMV/GEMM over a row range with the
 //!   epilogue applied to each accumulator tile before the store.
+//! - [`gemm`]: the driver for two or more columns: weight tiles decoded
+//!   once and swept by register-blocked micro-kernels
+//!   ([`kernels::gemm`]), the epilogue applied to each accumulator.
 //! - [`elementwise`]: the unfused fallback ops, built from the core's element
 //!   functions, so fused == unfused bit for bit.
 //! - [`fwht`]: signed and unsigned FWHT, the sign multiply fused into the load.
@@ -24,6 +27,7 @@ pub mod elementwise;
 #[cfg(feature = "std")]
 pub mod exec;
 pub mod fwht;
+pub mod gemm;
 pub mod gemv;
 pub mod isa;
 pub mod kernels;

@@ -11,6 +11,7 @@ use fused_core::{DType, Error};
 use crate::acts::Acts;
 use crate::isa::Isa;
 
+pub mod gemm;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_avx2;

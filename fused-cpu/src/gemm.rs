@@ -1,0 +1,286 @@
+//! The GEMM driver: the accumulators of a row range of one or two weight
+//! matrices against many activation columns, handed to a sink (which applies
+//! the epilogue and stores: [`crate::gemv`]). `no_std`, no allocation: the
+//! decoded weights, the prepared activations and the accumulators live in
+//! fixed-size stack tiles (about 100 KiB for the int path).
+//!
+//! Loop nest (sizes in [`crate::kernels::gemm`]): for each tile of weight
+//! rows, for each chunk of up to `NC` columns, for each chunk of `KC`
+//! elements of K: (int path) prepare the chunk's activations; for each
+//! matrix decode the tile's weights once, then run the micro-kernel over
+//! the columns `CN` at a time, accumulating into the tile's accumulators.
+//! Once K is done the accumulators go to the sink. The decoded weights are
+//! thus reused for `NC` columns and each activation chunk for a whole tile.
+
+use core::ops::Range;
+
+use fused_core::error::check_len;
+use fused_core::reference::WeightMatrix;
+use fused_core::{DType, Error};
+
+use crate::acts::Acts;
+use crate::isa::Isa;
+use crate::kernels::gemm::{
+    self as kern, CN, FloatAcc, FloatTile, GemmKernel, KC, MAX_LANES, NC, Path, RR,
+};
+
+/// Hands `(row, col, [acc of each matrix])` to `sink` for every row in
+/// `rows` and every column of `cols`, the accumulators of `mats[i] · x`
+/// computed by `kernel`. The matrices must share format and shape, `rows`
+/// must lie inside them and every column must be prepared in the kernel's
+/// activation mode; otherwise a typed error is returned before any work.
+/// Each accumulator depends only on its row, its column and the kernel —
+/// not on `rows`, on the other columns nor on `NM`.
+pub fn gemm_rows<const NM: usize>(
+    kernel: GemmKernel,
+    mats: [&WeightMatrix<'_>; NM],
+    cols: &[Acts<'_>],
+    rows: Range<usize>,
+    sink: impl FnMut(usize, usize, [f32; NM]),
+) -> Result<(), Error> {
+    check(&kernel, &mats, cols, &rows)?;
+    if rows.is_empty() || cols.is_empty() || NM == 0 {
+        return Ok(());
+    }
+    match kernel.path {
+        Path::Float(isa) => float_rows(isa, kernel.dtype, mats, cols, rows, sink),
+        #[cfg(target_arch = "x86_64")]
+        Path::Int(fmt) => int_rows(fmt, mats, cols, rows, sink),
+        #[cfg(not(target_arch = "x86_64"))]
+        Path::Int(_) => Err(Error::UnsupportedDType {
+            what: "integer GEMM kernel on this architecture",
+            dtype: kernel.dtype,
+        }),
+    }
+}
+
+/// Validates formats, shapes, the row range and every column.
+fn check<const NM: usize>(
+    kernel: &GemmKernel,
+    mats: &[&WeightMatrix<'_>; NM],
+    cols: &[Acts<'_>],
+    rows: &Range<usize>,
+) -> Result<(), Error> {
+    let Some(first) = mats.first() else {
+        return Ok(());
+    };
+    let (m, k) = (first.rows(), first.cols());
+    for w in mats {
+        if w.dtype() != kernel.dtype {
+            return Err(Error::UnsupportedDType {
+                what: "weights for this GEMM kernel",
+                dtype: w.dtype(),
+            });
+        }
+        check_len("GEMM weight rows", m, w.rows())?;
+        check_len("GEMM weight columns", k, w.cols())?;
+    }
+    if rows.start > rows.end || rows.end > m {
+        return Err(Error::LengthMismatch {
+            what: "GEMM row range end (must not pass the row count)",
+            expected: m,
+            actual: rows.end,
+        });
+    }
+    for x in cols {
+        match (kernel.mode.dtype(), x) {
+            (None, Acts::F32(x)) => check_len("GEMM activation column", k, x.len())?,
+            (Some(want), Acts::Quant { dtype, bytes }) if *dtype == want => {
+                check_len("GEMM activation bytes", want.row_bytes(k)?, bytes.len())?
+            }
+            (_, Acts::F32(_)) | (_, Acts::Quant { .. }) => {
+                return Err(Error::UnsupportedDType {
+                    what: "activations prepared for another mode than the GEMM kernel's",
+                    dtype: kernel.dtype,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of elements `k0..k0 + len` (whole blocks) of a packed row.
+fn blocks(dtype: DType, row: &[u8], k0: usize, len: usize) -> &[u8] {
+    let (blk, bb) = (dtype.block_len(), dtype.block_bytes());
+    &row[k0 / blk * bb..(k0 + len) / blk * bb]
+}
+
+/// Column `c` of the chunk starting at `c0` with `cn` columns, padded with
+/// copies of the last one.
+fn padded(c0: usize, cn: usize, c: usize) -> usize {
+    c0 + c.min(cn - 1)
+}
+
+// The accumulator tiles are indexed [matrix][column][row]; index loops
+// read more plainly than nested iterators here.
+#[allow(clippy::needless_range_loop)]
+fn float_rows<const NM: usize>(
+    isa: Isa,
+    dtype: DType,
+    mats: [&WeightMatrix<'_>; NM],
+    cols: &[Acts<'_>],
+    rows: Range<usize>,
+    mut sink: impl FnMut(usize, usize, [f32; NM]),
+) -> Result<(), Error> {
+    let k = mats[0].cols();
+    let mut xs: [&[f32]; NC] = [&[]; NC];
+    let mut tile: FloatTile = [[0.0; KC]; RR];
+    for r0 in rows.clone().step_by(RR) {
+        let rn = RR.min(rows.end - r0);
+        for c0 in (0..cols.len()).step_by(NC) {
+            let cn = NC.min(cols.len() - c0);
+            for (x, col) in xs.iter_mut().zip(&cols[c0..c0 + cn]) {
+                // `check` verified the variant and the length.
+                if let Acts::F32(v) = col {
+                    *x = v;
+                }
+            }
+            let mut acc = [[[[0.0f32; MAX_LANES]; RR]; NC]; NM];
+            for k0 in (0..k).step_by(KC) {
+                let len = KC.min(k - k0);
+                for (w, acc) in mats.iter().zip(acc.iter_mut()) {
+                    for (i, t) in tile.iter_mut().enumerate() {
+                        let row = w.row(r0 + i.min(rn - 1))?;
+                        float_decode(isa, dtype, blocks(dtype, row, k0, len), &mut t[..len])?;
+                    }
+                    for (g, a) in acc[..cn.next_multiple_of(CN)]
+                        .chunks_exact_mut(CN)
+                        .enumerate()
+                    {
+                        let x: [&[f32]; CN] =
+                            core::array::from_fn(|j| &xs[padded(0, cn, CN * g + j)][k0..k0 + len]);
+                        let a: &mut [FloatAcc; CN] = a.try_into().map_err(|_| Error::Overflow {
+                            what: "GEMM column group",
+                        })?;
+                        float_micro(isa, &tile, len, x, a);
+                    }
+                }
+            }
+            for j in 0..cn {
+                for i in 0..rn {
+                    let v = core::array::from_fn(|m| float_reduce(isa, &acc[m][j][i]));
+                    sink(r0 + i, c0 + j, v);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn float_decode(isa: Isa, dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), Error> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Path::Float(isa)` is only built by `gemm_kernel` after
+        // `isa.is_supported()`, so AVX2/FMA/F16C are present.
+        Isa::Avx2 => unsafe { kern::x86_avx2::decode(dtype, src, dst) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, AVX-512 F/BW/VL/VNNI, AVX2, FMA, F16C present.
+        Isa::Avx512 => unsafe { kern::x86_avx512::decode(dtype, src, dst) },
+        _ => kern::scalar::decode(dtype, src, dst),
+    }
+}
+
+fn float_micro(isa: Isa, w: &FloatTile, len: usize, x: [&[f32]; CN], acc: &mut [FloatAcc; CN]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the ISA is present (see `float_decode`); `len ≤ KC` and
+        // every `x[c]` has exactly `len` values (sliced by the caller).
+        Isa::Avx2 => unsafe { kern::x86_avx2::micro(w, len, x, acc) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx512 => unsafe { kern::x86_avx512::micro(w, len, x, acc) },
+        _ => kern::scalar::micro(w, len, x, acc),
+    }
+}
+
+fn float_reduce(isa: Isa, lanes: &[f32; MAX_LANES]) -> f32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the ISA is present (see `float_decode`); 16 lanes.
+        Isa::Avx2 => unsafe { kern::x86_avx2::reduce(lanes) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx512 => unsafe { kern::x86_avx512::reduce(lanes) },
+        _ => kern::scalar::reduce(lanes),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)] // as in `float_rows`
+fn int_rows<const NM: usize>(
+    fmt: kern::IntFormat,
+    mats: [&WeightMatrix<'_>; NM],
+    cols: &[Acts<'_>],
+    rows: Range<usize>,
+    mut sink: impl FnMut(usize, usize, [f32; NM]),
+) -> Result<(), Error> {
+    use kern::x86_avx512::{self as v, IntAcc, IntActs, IntTile};
+    use kern::{IntFormat, RT};
+
+    let (k, wdt) = (mats[0].cols(), mats[0].dtype());
+    let adt = match fmt {
+        IntFormat::Legacy(_) => DType::Q8_0,
+        IntFormat::Q4K | IntFormat::Q6K => DType::Q8_K,
+    };
+    let mut tile = IntTile::new();
+    let mut acts = IntActs::new();
+    let mut cb: [&[u8]; NC] = [&[]; NC];
+    let mut wr: [&[u8]; RT] = [&[]; RT];
+    for r0 in rows.clone().step_by(RT) {
+        let rn = RT.min(rows.end - r0);
+        for c0 in (0..cols.len()).step_by(NC) {
+            let cn = NC.min(cols.len() - c0);
+            let mut acc = [[[[0.0f32; 16]; 2]; NC]; NM];
+            for k0 in (0..k).step_by(KC) {
+                let len = KC.min(k - k0);
+                for (b, col) in cb.iter_mut().zip(&cols[c0..c0 + cn]) {
+                    // `check` verified the variant, format and length.
+                    if let Acts::Quant { bytes, .. } = col {
+                        *b = blocks(adt, bytes, k0, len);
+                    }
+                }
+                // SAFETY: the kernel was built by `gemm_kernel` only on a
+                // supported Avx512; `cn ≤ NC`, `len ≤ KC` is a whole number
+                // of Q8_0 / Q8_K blocks and each column slice holds them.
+                unsafe { v::prep_acts(fmt, &cb[..cn], len, &mut acts) };
+                for (w, acc) in mats.iter().zip(acc.iter_mut()) {
+                    for (i, r) in wr.iter_mut().enumerate() {
+                        *r = blocks(wdt, w.row(r0 + i.min(rn - 1))?, k0, len);
+                    }
+                    // SAFETY: as above; every row slice holds the blocks of
+                    // `len` elements of the weight format.
+                    unsafe { v::decode_int(fmt, &wr, len, &mut tile) };
+                    for (g, a) in acc[..cn.next_multiple_of(CN)]
+                        .chunks_exact_mut(CN)
+                        .enumerate()
+                    {
+                        let cs: [usize; CN] = core::array::from_fn(|j| padded(0, cn, CN * g + j));
+                        let a: &mut [IntAcc; CN] = a.try_into().map_err(|_| Error::Overflow {
+                            what: "GEMM column group",
+                        })?;
+                        // SAFETY: as above; `tile` and `acts` were filled for
+                        // these `len` elements and every `cs[j] < cn ≤ NC`.
+                        unsafe {
+                            match fmt {
+                                IntFormat::Legacy(_) => v::micro_legacy(&tile, &acts, cs, len, a),
+                                IntFormat::Q4K => {
+                                    v::micro_kquant::<8, true>(&tile, &acts, cs, len, a)
+                                }
+                                IntFormat::Q6K => {
+                                    v::micro_kquant::<4, false>(&tile, &acts, cs, len, a)
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for j in 0..cn {
+                for i in 0..rn {
+                    let v = core::array::from_fn(|m| acc[m][j][i / 16][i % 16]);
+                    sink(r0 + i, c0 + j, v);
+                }
+            }
+        }
+    }
+    Ok(())
+}
