@@ -205,6 +205,12 @@ fn float_reduce(isa: Isa, lanes: &[f32; MAX_LANES]) -> f32 {
     }
 }
 
+/// Columns whose accumulators one int row tile keeps (decoding the tile's
+/// weights once for all of them): 16 KiB of accumulators per matrix, and
+/// about 0.5 MiB of Q8 activations for K = 4096.
+#[cfg(target_arch = "x86_64")]
+const INT_COLS: usize = 2 * NC;
+
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop)] // as in `float_rows`
 fn int_rows<const NM: usize>(
@@ -226,58 +232,67 @@ fn int_rows<const NM: usize>(
     let mut acts = IntActs::new();
     let mut cb: [&[u8]; NC] = [&[]; NC];
     let mut wr: [&[u8]; RT] = [&[]; RT];
-    for r0 in rows.clone().step_by(RT) {
-        let rn = RT.min(rows.end - r0);
-        for c0 in (0..cols.len()).step_by(NC) {
-            let cn = NC.min(cols.len() - c0);
-            let mut acc = [[[[0.0f32; 16]; 2]; NC]; NM];
+    // Column blocks outside row tiles: a block's activations (up to
+    // `INT_COLS` columns) stay in L2 while every row tile sweeps them; each
+    // tile's weights are decoded once per K chunk for the whole block.
+    for s0 in (0..cols.len()).step_by(INT_COLS) {
+        let sn = INT_COLS.min(cols.len() - s0);
+        for r0 in rows.clone().step_by(RT) {
+            let rn = RT.min(rows.end - r0);
+            let mut acc = [[[[0.0f32; 16]; 2]; INT_COLS]; NM];
             for k0 in (0..k).step_by(KC) {
                 let len = KC.min(k - k0);
-                for (b, col) in cb.iter_mut().zip(&cols[c0..c0 + cn]) {
-                    // `check` verified the variant, format and length.
-                    if let Acts::Quant { bytes, .. } = col {
-                        *b = blocks(adt, bytes, k0, len);
-                    }
-                }
-                // SAFETY: the kernel was built by `gemm_kernel` only on a
-                // supported Avx512; `cn ≤ NC`, `len ≤ KC` is a whole number
-                // of Q8_0 / Q8_K blocks and each column slice holds them.
-                unsafe { v::prep_acts(fmt, &cb[..cn], len, &mut acts) };
                 for (w, acc) in mats.iter().zip(acc.iter_mut()) {
                     for (i, r) in wr.iter_mut().enumerate() {
-                        *r = blocks(wdt, w.row(r0 + i.min(rn - 1))?, k0, len);
+                        let row = w.row(r0 + i.min(rn - 1))?;
+                        *r = &row[blocks(wdt, row, 0, k0).len()..];
                     }
-                    // SAFETY: as above; every row slice holds the blocks of
-                    // `len` elements of the weight format.
+                    // SAFETY: the kernel was built by `gemm_kernel` only on
+                    // a supported Avx512; `len ≤ KC` is a whole number of
+                    // weight blocks and every row slice holds them.
                     unsafe { v::decode_int(fmt, &wr, len, &mut tile) };
-                    for (g, a) in acc[..cn.next_multiple_of(CN)]
-                        .chunks_exact_mut(CN)
-                        .enumerate()
-                    {
-                        let cs: [usize; CN] = core::array::from_fn(|j| padded(0, cn, CN * g + j));
-                        let a: &mut [IntAcc; CN] = a.try_into().map_err(|_| Error::Overflow {
-                            what: "GEMM column group",
-                        })?;
-                        // SAFETY: as above; `tile` and `acts` were filled for
-                        // these `len` elements and every `cs[j] < cn ≤ NC`.
-                        unsafe {
-                            match fmt {
-                                IntFormat::Legacy(_) => v::micro_legacy(&tile, &acts, cs, len, a),
-                                IntFormat::Q4K => {
-                                    v::micro_kquant::<8, true>(&tile, &acts, cs, len, a)
-                                }
-                                IntFormat::Q6K => {
-                                    v::micro_kquant::<4, false>(&tile, &acts, cs, len, a)
+                    for c0 in (0..sn).step_by(NC) {
+                        let cn = NC.min(sn - c0);
+                        for (b, col) in cb.iter_mut().zip(&cols[s0 + c0..s0 + c0 + cn]) {
+                            // `check` verified the variant, format and length.
+                            if let Acts::Quant { bytes, .. } = col {
+                                *b = blocks(adt, bytes, k0, len);
+                            }
+                        }
+                        // SAFETY: as above; `cn ≤ NC` and `len` is a whole
+                        // number of Q8_0 / Q8_K blocks each column holds.
+                        unsafe { v::prep_acts(fmt, &cb[..cn], len, &mut acts) };
+                        let groups = acc[c0..c0 + cn.next_multiple_of(CN)].chunks_exact_mut(CN);
+                        for (g, a) in groups.enumerate() {
+                            let cs: [usize; CN] =
+                                core::array::from_fn(|j| padded(0, cn, CN * g + j));
+                            let a: &mut [IntAcc; CN] =
+                                a.try_into().map_err(|_| Error::Overflow {
+                                    what: "GEMM column group",
+                                })?;
+                            // SAFETY: as above; `tile` and `acts` hold these
+                            // `len` elements and every `cs[j] < cn ≤ NC`.
+                            unsafe {
+                                match fmt {
+                                    IntFormat::Legacy(_) => {
+                                        v::micro_legacy(&tile, &acts, cs, len, a)
+                                    }
+                                    IntFormat::Q4K => {
+                                        v::micro_kquant::<8, true>(&tile, &acts, cs, len, a)
+                                    }
+                                    IntFormat::Q6K => {
+                                        v::micro_kquant::<4, false>(&tile, &acts, cs, len, a)
+                                    }
                                 }
                             }
                         }
                     }
                 }
             }
-            for j in 0..cn {
+            for j in 0..sn {
                 for i in 0..rn {
                     let v = core::array::from_fn(|m| acc[m][j][i / 16][i % 16]);
-                    sink(r0 + i, c0 + j, v);
+                    sink(r0 + i, s0 + j, v);
                 }
             }
         }

@@ -211,6 +211,27 @@ impl Default for IntActs {
 /// The accumulators of one column of an int tile: two 16-row vectors.
 pub type IntAcc = [[f32; 16]; 2];
 
+/// The little-endian f16 at `p` as f32 (F16C).
+///
+/// # Safety
+/// `p..p + 2` must be readable; F16C must be available.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn h2f(p: *const u8) -> f32 {
+    // SAFETY: forwarded from the caller; unaligned read.
+    let bits = u16::from_le(unsafe { p.cast::<u16>().read_unaligned() });
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// Asks for the cache lines of `bytes` (a hint; never faults).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+fn prefetch(bytes: &[u8]) {
+    for line in bytes.chunks(64) {
+        _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
+    }
+}
+
 /// Little-endian i32 at `p`.
 ///
 /// # Safety
@@ -243,7 +264,7 @@ pub unsafe fn prep_acts(fmt: IntFormat, cols: &[&[u8]], len: usize, out: &mut In
                         let bp = p.add(b * Q8_0);
                         let q = _mm256_loadu_si256(bp.add(2).cast());
                         _mm256_storeu_si256(dst.add(32 * b).cast(), _mm256_xor_si256(q, bias));
-                        out.dy[c][b] = avx2::rdf16(bp);
+                        out.dy[c][b] = h2f(bp);
                     }
                 }
             }
@@ -273,7 +294,8 @@ pub unsafe fn prep_acts(fmt: IntFormat, cols: &[&[u8]], len: usize, out: &mut In
 }
 
 /// Decodes `len` elements (whole blocks) of the [`RT`] weight rows `rows`
-/// (each from the chunk's first block on) into `t`.
+/// (each from the chunk's first block to the end of the row) into `t`, and
+/// prefetches the rows' next chunk.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; `len ≤ KC`
@@ -281,8 +303,16 @@ pub unsafe fn prep_acts(fmt: IntFormat, cols: &[&[u8]], len: usize, out: &mut In
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn decode_int(fmt: IntFormat, rows: &[&[u8]; RT], len: usize, t: &mut IntTile) {
     let m4 = _mm256_set1_epi8(0x0f);
+    let used = match fmt {
+        IntFormat::Legacy(d) => len / 32 * d.block_bytes(),
+        IntFormat::Q4K => len / 256 * avx2::Q4K_BYTES,
+        IntFormat::Q6K => len / 256 * avx2::Q6K_BYTES,
+    };
     for (r, row) in rows.iter().enumerate() {
         let p = row.as_ptr();
+        if let Some(next) = row.get(used..) {
+            prefetch(&next[..next.len().min(used)]);
+        }
         let dst = t.rows[r].as_mut_ptr();
         match fmt {
             IntFormat::Legacy(dtype) => {
@@ -292,7 +322,7 @@ pub unsafe fn decode_int(fmt: IntFormat, rows: &[&[u8]; RT], len: usize, t: &mut
                     unsafe {
                         let bp = p.add(b * bb);
                         _mm256_storeu_si256(dst.add(32 * b).cast(), legacy_codes(dtype, bp));
-                        t.scale[b][r] = avx2::rdf16(bp);
+                        t.scale[b][r] = h2f(bp);
                     }
                 }
             }
@@ -302,8 +332,8 @@ pub unsafe fn decode_int(fmt: IntFormat, rows: &[&[u8]; RT], len: usize, t: &mut
                     // dmin, 12 scale bytes, 128 code bytes); `256sb + 256 ≤ KC`.
                     unsafe {
                         let bp = p.add(sb * avx2::Q4K_BYTES);
-                        t.scale[sb][r] = avx2::rdf16(bp);
-                        t.scale2[sb][r] = avx2::rdf16(bp.add(2));
+                        t.scale[sb][r] = h2f(bp);
+                        t.scale2[sb][r] = h2f(bp.add(2));
                         let (sc, m) = avx2::kscales(bp.add(4));
                         for c in 0..4 {
                             let q = _mm256_loadu_si256(bp.add(16 + 32 * c).cast());
@@ -326,7 +356,7 @@ pub unsafe fn decode_int(fmt: IntFormat, rows: &[&[u8]; RT], len: usize, t: &mut
                     // qh, 16 scales, d); `256sb + 256 ≤ KC`.
                     unsafe {
                         let bp = p.add(sb * avx2::Q6K_BYTES);
-                        t.scale[sb][r] = avx2::rdf16(bp.add(208));
+                        t.scale[sb][r] = h2f(bp.add(208));
                         for h in 0..2 {
                             let q = avx2::q6_half(bp.add(64 * h), bp.add(128 + 32 * h));
                             for (i, qi) in q.iter().enumerate() {
