@@ -239,7 +239,7 @@ fn int_rows<const NM: usize>(
         let sn = INT_COLS.min(cols.len() - s0);
         for r0 in rows.clone().step_by(RT) {
             let rn = RT.min(rows.end - r0);
-            let mut acc = [[[[0.0f32; 16]; 2]; INT_COLS]; NM];
+            let mut acc = [[[[0.0f32; 16]; v::RV]; INT_COLS]; NM];
             for k0 in (0..k).step_by(KC) {
                 let len = KC.min(k - k0);
                 for (w, acc) in mats.iter().zip(acc.iter_mut()) {
@@ -270,18 +270,21 @@ fn int_rows<const NM: usize>(
                                 a.try_into().map_err(|_| Error::Overflow {
                                     what: "GEMM column group",
                                 })?;
-                            // SAFETY: as above; `tile` and `acts` hold these
-                            // `len` elements and every `cs[j] < cn ≤ NC`.
-                            unsafe {
-                                match fmt {
-                                    IntFormat::Legacy(_) => {
-                                        v::micro_legacy(&tile, &acts, cs, len, a)
-                                    }
-                                    IntFormat::Q4K => {
-                                        v::micro_kquant::<8, true>(&tile, &acts, cs, len, a)
-                                    }
-                                    IntFormat::Q6K => {
-                                        v::micro_kquant::<4, false>(&tile, &acts, cs, len, a)
+                            for h in 0..RT / 32 {
+                                // SAFETY: as above; `tile` and `acts` hold
+                                // these `len` elements, every `cs[j] < cn ≤
+                                // NC` and `h < RT/32`.
+                                unsafe {
+                                    match fmt {
+                                        IntFormat::Legacy(_) => {
+                                            v::micro_legacy(&tile, &acts, cs, len, h, a)
+                                        }
+                                        IntFormat::Q4K => {
+                                            v::micro_kquant::<8, true>(&tile, &acts, cs, len, h, a)
+                                        }
+                                        IntFormat::Q6K => {
+                                            v::micro_kquant::<4, false>(&tile, &acts, cs, len, h, a)
+                                        }
                                     }
                                 }
                             }

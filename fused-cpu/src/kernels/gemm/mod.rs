@@ -41,8 +41,8 @@ pub const NC: usize = 64;
 pub const CN: usize = 4;
 /// Weight rows per float tile.
 pub const RR: usize = 4;
-/// Weight rows per int tile: two 16-lane vectors.
-pub const RT: usize = 32;
+/// Weight rows per int tile: four 16-lane vectors, swept two at a time.
+pub const RT: usize = 64;
 /// Most lanes an ISA's float accumulator uses.
 pub const MAX_LANES: usize = 16;
 

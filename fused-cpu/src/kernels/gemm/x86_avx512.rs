@@ -33,6 +33,8 @@ use core::arch::x86_64::*;
 use fused_core::{DType, Error};
 
 use super::{CN, FloatAcc, FloatTile, IntFormat, KC, NC, RR, RT};
+
+const _: () = assert!(RT % 32 == 0, "whole pairs of row vectors");
 use crate::kernels::x86_avx2 as avx2;
 
 // ---------------------------------------------------------------------------
@@ -135,7 +137,7 @@ const SB: usize = KC / 256;
 #[derive(Debug)]
 pub struct IntTile {
     /// `[k group][row vector][lane·4 + j]`: code `j` of the group's four.
-    codes: [[[u8; 64]; 2]; KC / 4],
+    codes: [[[u8; 64]; RV]; KC / 4],
     /// Row-major codes before the transpose.
     rows: [[u8; KC]; RT],
     /// Σ of the codes of each 16-element group, per row.
@@ -160,7 +162,7 @@ impl IntTile {
     /// A zeroed tile.
     pub const fn new() -> IntTile {
         IntTile {
-            codes: [[[0; 64]; 2]; KC / 4],
+            codes: [[[0; 64]; RV]; KC / 4],
             rows: [[0; KC]; RT],
             sum16: [[0; RT]; KC / 16],
             corr: [[0; RT]; KC / 32],
@@ -208,8 +210,12 @@ impl Default for IntActs {
     }
 }
 
-/// The accumulators of one column of an int tile: two 16-row vectors.
-pub type IntAcc = [[f32; 16]; 2];
+/// Row vectors (16 rows each) per int tile.
+pub const RV: usize = RT / 16;
+
+/// The accumulators of one column of an int tile: one 16-row vector per
+/// [`RV`].
+pub type IntAcc = [[f32; 16]; RV];
 
 /// The little-endian f16 at `p` as f32 (F16C).
 ///
@@ -382,7 +388,7 @@ pub unsafe fn decode_int(fmt: IntFormat, rows: &[&[u8]; RT], len: usize, t: &mut
     // Transpose to rows-in-lanes and sum the codes of each 16-element group.
     let one = _mm512_set1_epi8(1);
     for j in 0..len / 32 {
-        for rv in 0..2 {
+        for rv in 0..RV {
             let base = 16 * rv;
             let mut z = [_mm512_setzero_si512(); 8];
             for (i, zi) in z.iter_mut().enumerate() {
@@ -506,14 +512,12 @@ fn transpose4(z: [__m512i; 4]) -> [__m512i; 4] {
 // ---------------------------------------------------------------------------
 // Int: micro-kernels.
 
-/// Loads the two row vectors of a 32-lane i32 array.
-///
-/// # Safety
-/// AVX-512F must be available.
+/// Loads row vectors `2h` and `2h + 1` of a per-row i32 array.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-fn ld2i(a: &[i32; RT]) -> [__m512i; 2] {
-    // SAFETY: 32 readable i32.
+fn ld2i(a: &[i32; RT], h: usize) -> [__m512i; 2] {
+    let a = &a[32 * h..32 * h + 32];
+    // SAFETY: 32 readable i32 (sliced above).
     unsafe {
         [
             _mm512_loadu_si512(a.as_ptr().cast()),
@@ -522,11 +526,12 @@ fn ld2i(a: &[i32; RT]) -> [__m512i; 2] {
     }
 }
 
-/// Loads the two row vectors of a 32-lane f32 array.
+/// Loads row vectors `2h` and `2h + 1` of a per-row f32 array.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-fn ld2f(a: &[f32; RT]) -> [__m512; 2] {
-    // SAFETY: 32 readable f32.
+fn ld2f(a: &[f32; RT], h: usize) -> [__m512; 2] {
+    let a = &a[32 * h..32 * h + 32];
+    // SAFETY: 32 readable f32 (sliced above).
     unsafe {
         [
             _mm512_loadu_ps(a.as_ptr()),
@@ -543,28 +548,28 @@ fn bcast(a: &IntActs, c: usize, kg: usize) -> __m512i {
     _mm512_set1_epi32(unsafe { rd32(a.codes[c].as_ptr().add(4 * kg)) })
 }
 
-/// Loads the accumulators of the `CN` columns.
+/// Loads row vectors `2h`, `2h + 1` of the accumulators of `CN` columns.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-fn load_acc(acc: &[IntAcc; CN]) -> [[__m512; 2]; CN] {
-    // SAFETY: 16-lane arrays.
-    acc.map(|a| unsafe {
-        [
-            _mm512_loadu_ps(a[0].as_ptr()),
-            _mm512_loadu_ps(a[1].as_ptr()),
-        ]
-    })
+fn load_acc(acc: &[IntAcc; CN], h: usize) -> [[__m512; 2]; CN] {
+    let mut f = [[_mm512_setzero_ps(); 2]; CN];
+    for (fc, a) in f.iter_mut().zip(acc) {
+        for (v, lanes) in fc.iter_mut().zip(&a[2 * h..2 * h + 2]) {
+            // SAFETY: a 16-lane array.
+            *v = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
+        }
+    }
+    f
 }
 
-/// Stores the accumulators of the `CN` columns.
+/// Stores row vectors `2h`, `2h + 1` of the accumulators of `CN` columns.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-fn store_acc(acc: &mut [IntAcc; CN], f: [[__m512; 2]; CN]) {
-    for (a, v) in acc.iter_mut().zip(f) {
-        // SAFETY: 16-lane arrays.
-        unsafe {
-            _mm512_storeu_ps(a[0].as_mut_ptr(), v[0]);
-            _mm512_storeu_ps(a[1].as_mut_ptr(), v[1]);
+fn store_acc(acc: &mut [IntAcc; CN], h: usize, f: [[__m512; 2]; CN]) {
+    for (a, fc) in acc.iter_mut().zip(f) {
+        for (lanes, v) in a[2 * h..2 * h + 2].iter_mut().zip(fc) {
+            // SAFETY: a 16-lane array.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), v) };
         }
     }
 }
@@ -582,19 +587,21 @@ pub unsafe fn micro_legacy(
     a: &IntActs,
     cols: [usize; CN],
     len: usize,
+    h: usize,
     acc: &mut [IntAcc; CN],
 ) {
-    let mut f = load_acc(acc);
+    assert!(h < RV / 2, "row vector pair");
+    let mut f = load_acc(acc, h);
     for b in 0..len / 32 {
-        let corr = ld2i(&t.corr[b]);
+        let corr = ld2i(&t.corr[b], h);
         let mut ia = [corr; CN];
         for g in 0..8 {
             let kg = 8 * b + g;
             // SAFETY: k group `kg < KC/4`; two 64-byte row vectors.
             let w = unsafe {
                 [
-                    _mm512_loadu_si512(t.codes[kg][0].as_ptr().cast()),
-                    _mm512_loadu_si512(t.codes[kg][1].as_ptr().cast()),
+                    _mm512_loadu_si512(t.codes[kg][2 * h].as_ptr().cast()),
+                    _mm512_loadu_si512(t.codes[kg][2 * h + 1].as_ptr().cast()),
                 ]
             };
             for c in 0..CN {
@@ -603,7 +610,7 @@ pub unsafe fn micro_legacy(
                 ia[c][1] = _mm512_dpbusd_epi32(ia[c][1], y, w[1]);
             }
         }
-        let dx = ld2f(&t.scale[b]);
+        let dx = ld2f(&t.scale[b], h);
         for c in 0..CN {
             let dy = _mm512_set1_ps(a.dy[cols[c]][b]);
             for v in 0..2 {
@@ -612,7 +619,7 @@ pub unsafe fn micro_legacy(
             }
         }
     }
-    store_acc(acc, f);
+    store_acc(acc, h, f);
 }
 
 /// Q4_K (`G = 8` k groups per scale, `MIN`) or Q6_K (`G = 4`, no min) × Q8_K
@@ -626,12 +633,14 @@ pub unsafe fn micro_kquant<const G: usize, const MIN: bool>(
     a: &IntActs,
     cols: [usize; CN],
     len: usize,
+    h: usize,
     acc: &mut [IntAcc; CN],
 ) {
-    let mut f = load_acc(acc);
+    assert!(h < RV / 2, "row vector pair");
+    let mut f = load_acc(acc, h);
     let groups = 64 / G;
     for sb in 0..len / 256 {
-        let start = ld2i(&t.sbcorr[sb]);
+        let start = ld2i(&t.sbcorr[sb], h);
         let mut tot = [start; CN];
         for gi in 0..groups {
             let mut ia = [[_mm512_setzero_si512(); 2]; CN];
@@ -640,8 +649,8 @@ pub unsafe fn micro_kquant<const G: usize, const MIN: bool>(
                 // SAFETY: k group `kg < KC/4`; two 64-byte row vectors.
                 let w = unsafe {
                     [
-                        _mm512_loadu_si512(t.codes[kg][0].as_ptr().cast()),
-                        _mm512_loadu_si512(t.codes[kg][1].as_ptr().cast()),
+                        _mm512_loadu_si512(t.codes[kg][2 * h].as_ptr().cast()),
+                        _mm512_loadu_si512(t.codes[kg][2 * h + 1].as_ptr().cast()),
                     ]
                 };
                 for c in 0..CN {
@@ -650,7 +659,7 @@ pub unsafe fn micro_kquant<const G: usize, const MIN: bool>(
                     ia[c][1] = _mm512_dpbusd_epi32(ia[c][1], y, w[1]);
                 }
             }
-            let sc = ld2i(&t.gsc[groups * sb + gi]);
+            let sc = ld2i(&t.gsc[groups * sb + gi], h);
             for c in 0..CN {
                 for v in 0..2 {
                     tot[c][v] = _mm512_add_epi32(tot[c][v], _mm512_mullo_epi32(ia[c][v], sc[v]));
@@ -659,7 +668,7 @@ pub unsafe fn micro_kquant<const G: usize, const MIN: bool>(
         }
         let mut mins = [[_mm512_setzero_si512(); 2]; CN];
         for j in 0..8 {
-            let p = ld2i(&t.pairs[sb][j]);
+            let p = ld2i(&t.pairs[sb][j], h);
             for c in 0..CN {
                 let bs = _mm512_set1_epi32(a.bsums[cols[c]][8 * sb + j]);
                 for v in 0..2 {
@@ -671,8 +680,8 @@ pub unsafe fn micro_kquant<const G: usize, const MIN: bool>(
                 }
             }
         }
-        let dx = ld2f(&t.scale[sb]);
-        let dm = ld2f(&t.scale2[sb]);
+        let dx = ld2f(&t.scale[sb], h);
+        let dm = ld2f(&t.scale2[sb], h);
         for c in 0..CN {
             let dy = _mm512_set1_ps(a.dy[cols[c]][sb]);
             for v in 0..2 {
@@ -685,5 +694,5 @@ pub unsafe fn micro_kquant<const G: usize, const MIN: bool>(
             }
         }
     }
-    store_acc(acc, f);
+    store_acc(acc, h, f);
 }
