@@ -34,7 +34,7 @@ use fused_core::{DType, Error};
 
 use super::{CN, FloatAcc, FloatTile, IntFormat, KC, NC, RR, RT};
 
-const _: () = assert!(RT % 32 == 0, "whole pairs of row vectors");
+const _: () = assert!(RT.is_multiple_of(32), "whole pairs of row vectors");
 use crate::kernels::x86_avx2 as avx2;
 
 // ---------------------------------------------------------------------------
