@@ -43,6 +43,8 @@ pub fn gemm_rows<const NM: usize>(
         return Ok(());
     }
     match kernel.path {
+        #[cfg(target_arch = "x86_64")]
+        Path::Float(Isa::Avx512) => float_lanes_rows(kernel.dtype, mats, cols, rows, sink),
         Path::Float(isa) => float_rows(isa, kernel.dtype, mats, cols, rows, sink),
         #[cfg(target_arch = "x86_64")]
         Path::Int(fmt) => int_rows(fmt, mats, cols, rows, sink),
@@ -167,15 +169,75 @@ fn float_rows<const NM: usize>(
     Ok(())
 }
 
+/// The AVX-512 float path: weights decoded to f32 and transposed (rows in
+/// lanes), so each activation is broadcast once per 32 rows; column blocks
+/// of `NC` outside row tiles keep the block's activations in L2.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)] // as in `float_rows`
+fn float_lanes_rows<const NM: usize>(
+    dtype: DType,
+    mats: [&WeightMatrix<'_>; NM],
+    cols: &[Acts<'_>],
+    rows: Range<usize>,
+    mut sink: impl FnMut(usize, usize, [f32; NM]),
+) -> Result<(), Error> {
+    use kern::x86_avx512::{self as v, FCN, FKC, FRT, FloatRows, FloatRowsAcc};
+
+    let k = mats[0].cols();
+    let mut xs: [&[f32]; NC] = [&[]; NC];
+    let mut tile = FloatRows::new();
+    let mut wr: [&[u8]; FRT] = [&[]; FRT];
+    for c0 in (0..cols.len()).step_by(NC) {
+        let cn = NC.min(cols.len() - c0);
+        for (x, col) in xs.iter_mut().zip(&cols[c0..c0 + cn]) {
+            // `check` verified the variant and the length.
+            if let Acts::F32(v) = col {
+                *x = v;
+            }
+        }
+        for r0 in rows.clone().step_by(FRT) {
+            let rn = FRT.min(rows.end - r0);
+            let mut acc = [[[[0.0f32; 16]; 2]; NC]; NM];
+            for k0 in (0..k).step_by(FKC) {
+                let len = FKC.min(k - k0);
+                for (w, acc) in mats.iter().zip(acc.iter_mut()) {
+                    for (i, r) in wr.iter_mut().enumerate() {
+                        let row = w.row(r0 + i.min(rn - 1))?;
+                        *r = &row[blocks(dtype, row, 0, k0).len()..];
+                    }
+                    // SAFETY: a `Path::Float(Avx512)` is only built by
+                    // `gemm_kernel` after `Isa::Avx512.is_supported()`.
+                    unsafe { v::decode_rows(dtype, &wr, len, &mut tile)? };
+                    let groups = acc[..cn.next_multiple_of(FCN)].chunks_exact_mut(FCN);
+                    for (g, a) in groups.enumerate() {
+                        let x: [&[f32]; FCN] =
+                            core::array::from_fn(|j| &xs[padded(0, cn, FCN * g + j)][k0..k0 + len]);
+                        let a: &mut [FloatRowsAcc; FCN] =
+                            a.try_into().map_err(|_| Error::Overflow {
+                                what: "GEMM column group",
+                            })?;
+                        // SAFETY: as above.
+                        unsafe { v::micro_rows(&tile, x, a) };
+                    }
+                }
+            }
+            for j in 0..cn {
+                for i in 0..rn {
+                    let v = core::array::from_fn(|m| acc[m][j][i / 16][i % 16]);
+                    sink(r0 + i, c0 + j, v);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn float_decode(isa: Isa, dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), Error> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Path::Float(isa)` is only built by `gemm_kernel` after
         // `isa.is_supported()`, so AVX2/FMA/F16C are present.
         Isa::Avx2 => unsafe { kern::x86_avx2::decode(dtype, src, dst) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above, AVX-512 F/BW/VL/VNNI, AVX2, FMA, F16C present.
-        Isa::Avx512 => unsafe { kern::x86_avx512::decode(dtype, src, dst) },
         _ => kern::scalar::decode(dtype, src, dst),
     }
 }
@@ -186,9 +248,6 @@ fn float_micro(isa: Isa, w: &FloatTile, len: usize, x: [&[f32]; CN], acc: &mut [
         // SAFETY: the ISA is present (see `float_decode`); `len ≤ KC` and
         // every `x[c]` has exactly `len` values (sliced by the caller).
         Isa::Avx2 => unsafe { kern::x86_avx2::micro(w, len, x, acc) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Isa::Avx512 => unsafe { kern::x86_avx512::micro(w, len, x, acc) },
         _ => kern::scalar::micro(w, len, x, acc),
     }
 }
@@ -196,11 +255,8 @@ fn float_micro(isa: Isa, w: &FloatTile, len: usize, x: [&[f32]; CN], acc: &mut [
 fn float_reduce(isa: Isa, lanes: &[f32; MAX_LANES]) -> f32 {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: the ISA is present (see `float_decode`); 16 lanes.
+        // SAFETY: the ISA is present (see `float_decode`); 8 lanes.
         Isa::Avx2 => unsafe { kern::x86_avx2::reduce(lanes) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Isa::Avx512 => unsafe { kern::x86_avx512::reduce(lanes) },
         _ => kern::scalar::reduce(lanes),
     }
 }

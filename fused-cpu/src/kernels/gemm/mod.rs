@@ -4,12 +4,14 @@
 //!
 //! Two kinds of kernel:
 //!
-//! - **float** (f32 activations, every weight format, every ISA): a tile of
-//!   [`RR`] weight rows is dequantized to f32 once per K chunk and swept
-//!   against [`CN`] columns at a time; each (row, column) keeps a vector of
-//!   partial sums over `k mod LANES` that is reduced once at the end. The
-//!   scalar kernel has one lane and adds `w·x` in `k` order, which is exactly
-//!   the core's reference ([`fused_core::reference::gemv::dot_f32`]).
+//! - **float** (f32 activations, every weight format, every ISA): weight
+//!   rows are dequantized to f32 once per K chunk and swept against several
+//!   columns at a time. Scalar and AVX2 ([`scalar`], [`x86_avx2`]): [`RR`]
+//!   rows × [`CN`] columns, each (row, column) keeping a vector of partial
+//!   sums over `k mod LANES` reduced once at the end; the scalar kernel has
+//!   one lane and adds `w·x` in `k` order, which is exactly the core's
+//!   reference ([`fused_core::reference::gemv::dot_f32`]). AVX-512
+//!   ([`x86_avx512::micro_rows`]): rows in lanes, like the int kernel.
 //! - **int** (Q8 activations, AVX-512 VNNI; Q4_0, Q5_0, Q8_0, IQ4_NL with
 //!   Q8_0, Q4_K and Q6_K with Q8_K): a tile of [`RT`] rows is decoded to
 //!   signed 8-bit codes in a rows-in-lanes layout (one 32-bit lane per row,
@@ -43,8 +45,8 @@ pub const CN: usize = 4;
 pub const RR: usize = 4;
 /// Weight rows per int tile: four 16-lane vectors, swept two at a time.
 pub const RT: usize = 64;
-/// Most lanes an ISA's float accumulator uses.
-pub const MAX_LANES: usize = 16;
+/// Most lanes a float accumulator of the `k`-in-lanes kernels uses (AVX2).
+pub const MAX_LANES: usize = 8;
 
 /// A float tile: [`RR`] weight rows of one K chunk as f32.
 pub type FloatTile = [[f32; KC]; RR];

@@ -78,7 +78,7 @@ pub unsafe fn micro(w: &FloatTile, len: usize, x: [&[f32]; CN], acc: &mut [Float
     let mut a = [[_mm256_setzero_ps(); RR]; CN];
     for c in 0..CN {
         for r in 0..RR {
-            // SAFETY: lanes 0..8 of a 16-lane array.
+            // SAFETY: an 8-lane array.
             a[c][r] = unsafe { _mm256_loadu_ps(acc[c][r].as_ptr()) };
         }
     }
@@ -116,7 +116,7 @@ pub unsafe fn micro(w: &FloatTile, len: usize, x: [&[f32]; CN], acc: &mut [Float
     }
     for c in 0..CN {
         for r in 0..RR {
-            // SAFETY: lanes 0..8 of a 16-lane array.
+            // SAFETY: an 8-lane array.
             unsafe { _mm256_storeu_ps(acc[c][r].as_mut_ptr(), a[c][r]) };
         }
     }

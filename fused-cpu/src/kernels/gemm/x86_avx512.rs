@@ -1,7 +1,10 @@
 //! x86-64 AVX-512 (F/BW/VL + VNNI) GEMM micro-kernels.
 //!
-//! **Float** ([`micro`]): as the AVX2 kernel with sixteen `k` lanes and
-//! masked tails.
+//! **Float** ([`micro_rows`]): weights of a tile of [`FRT`] rows are
+//! decoded to f32 and transposed (16 × 16 blocks) so that one vector holds
+//! one `k` of sixteen rows; each activation is broadcast once for 32 rows and
+//! [`FCN`] columns share each weight vector (16 accumulators, one FMA per
+//! term, `k` ascending per lane: no horizontal sums).
 //!
 //! **Int** ([`micro_legacy`], [`micro_kquant`]): weights of a tile of
 //! [`RT`] rows are decoded to signed 8-bit codes and transposed so that a
@@ -32,95 +35,163 @@ use core::arch::x86_64::*;
 
 use fused_core::{DType, Error};
 
-use super::{CN, FloatAcc, FloatTile, IntFormat, KC, NC, RR, RT};
+use super::{CN, IntFormat, KC, NC, RT};
 
 const _: () = assert!(RT.is_multiple_of(32), "whole pairs of row vectors");
 use crate::kernels::x86_avx2 as avx2;
 
 // ---------------------------------------------------------------------------
-// Float.
+// Float, rows in lanes (two or more columns on AVX-512).
 
-/// Dequantizes one block-aligned piece of a weight row to f32 (the AVX2
-/// decoder).
+/// Rows per rows-in-lanes float tile: two 16-lane vectors.
+pub const FRT: usize = 32;
+/// Elements of K per rows-in-lanes float chunk (a multiple of every block).
+pub const FKC: usize = 256;
+
+/// One K chunk of [`FRT`] weight rows as f32, transposed so that `w[k][v]`
+/// holds element `k` of rows `16v..16v + 16`.
+#[derive(Debug)]
+pub struct FloatRows {
+    w: [[[f32; 16]; 2]; FKC],
+    rows: [[f32; FKC]; FRT],
+}
+
+impl FloatRows {
+    /// A zeroed tile.
+    pub const fn new() -> FloatRows {
+        FloatRows {
+            w: [[[0.0; 16]; 2]; FKC],
+            rows: [[0.0; FKC]; FRT],
+        }
+    }
+}
+
+impl Default for FloatRows {
+    fn default() -> FloatRows {
+        FloatRows::new()
+    }
+}
+
+/// The accumulators of one column of a rows-in-lanes float tile.
+pub type FloatRowsAcc = [[f32; 16]; 2];
+
+/// Columns per rows-in-lanes float micro-kernel call (16 accumulators).
+pub const FCN: usize = 8;
+
+/// Decodes `len` elements (whole blocks of `dtype`, `len ≤ FKC`) of each
+/// row of `rows` (each from the chunk's first block to the end of the row)
+/// to f32, transposes them into `t` and prefetches the rows' next chunk.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn decode(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), Error> {
-    // SAFETY: AVX2/FMA/F16C are part of this function's features.
-    unsafe { super::x86_avx2::decode(dtype, src, dst) }
+pub unsafe fn decode_rows(
+    dtype: DType,
+    rows: &[&[u8]; FRT],
+    len: usize,
+    t: &mut FloatRows,
+) -> Result<(), Error> {
+    let len = len.min(FKC);
+    let n = dtype.row_bytes(len)?;
+    for (row, dst) in rows.iter().zip(t.rows.iter_mut()) {
+        let src = row.get(..n).ok_or(Error::LengthMismatch {
+            what: "GEMM weight row chunk",
+            expected: n,
+            actual: row.len(),
+        })?;
+        // SAFETY: the features of this function include the decoder's.
+        unsafe { super::x86_avx2::decode(dtype, src, &mut dst[..len])? };
+        prefetch(&row[n..row.len().min(2 * n)]);
+        dst[len..len.next_multiple_of(16)].fill(0.0);
+    }
+    for kb in (0..len).step_by(16) {
+        for v in 0..2 {
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (i, ri) in r.iter_mut().enumerate() {
+                // SAFETY: elements `kb..kb + 16 ≤ FKC` of a tile row.
+                *ri = unsafe { _mm512_loadu_ps(t.rows[16 * v + i].as_ptr().add(kb)) };
+            }
+            let out = transpose16(r);
+            for (j, o) in out.iter().enumerate() {
+                // SAFETY: `kb + j < FKC`; a 16-lane array.
+                unsafe { _mm512_storeu_ps(t.w[kb + j][v].as_mut_ptr(), *o) };
+            }
+        }
+    }
+    Ok(())
 }
 
-/// `acc[c][r][l] += Σ_{k < len, k ≡ l mod 16} w[r][k]·x[c][k]` (one FMA per
-/// term, `k` ascending within a lane).
+/// Transposes a 16 × 16 f32 matrix held as sixteen row vectors.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+    let mut a = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // b[4g + m], lane L: rows 4g..4g + 4 at k = 4L + m.
+    let mut b = [_mm512_setzero_ps(); 16];
+    for g in 0..4 {
+        let pd = |x: __m512| _mm512_castps_pd(x);
+        let (a0, a1, a2, a3) = (a[4 * g], a[4 * g + 1], a[4 * g + 2], a[4 * g + 3]);
+        b[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a0), pd(a2)));
+        b[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a0), pd(a2)));
+        b[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a1), pd(a3)));
+        b[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a1), pd(a3)));
+    }
+    let mut out = [_mm512_setzero_ps(); 16];
+    for m in 0..4 {
+        let c0 = _mm512_shuffle_f32x4::<0x44>(b[m], b[4 + m]);
+        let c1 = _mm512_shuffle_f32x4::<0xee>(b[m], b[4 + m]);
+        let c2 = _mm512_shuffle_f32x4::<0x44>(b[8 + m], b[12 + m]);
+        let c3 = _mm512_shuffle_f32x4::<0xee>(b[8 + m], b[12 + m]);
+        out[m] = _mm512_shuffle_f32x4::<0x88>(c0, c2);
+        out[4 + m] = _mm512_shuffle_f32x4::<0xdd>(c0, c2);
+        out[8 + m] = _mm512_shuffle_f32x4::<0x88>(c1, c3);
+        out[12 + m] = _mm512_shuffle_f32x4::<0xdd>(c1, c3);
+    }
+    out
+}
+
+/// `acc[c][v][i] += Σ_{k < len} w[k][v][i]·x[c][k]`: one FMA per term, `k`
+/// ascending, for the 32 rows of `t` and [`FCN`] columns.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; `len ≤ KC`
-/// and every `x[c]` holds at least `len` values.
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn micro(w: &FloatTile, len: usize, x: [&[f32]; CN], acc: &mut [FloatAcc; CN]) {
-    let mut a = [[_mm512_setzero_ps(); RR]; CN];
-    for c in 0..CN {
-        for r in 0..RR {
+pub unsafe fn micro_rows(t: &FloatRows, x: [&[f32]; FCN], acc: &mut [FloatRowsAcc; FCN]) {
+    let len = x.iter().map(|s| s.len()).min().unwrap_or(0).min(FKC);
+    let mut a = [[_mm512_setzero_ps(); 2]; FCN];
+    for (ac, lanes) in a.iter_mut().zip(acc.iter()) {
+        for (v, l) in ac.iter_mut().zip(lanes) {
             // SAFETY: a 16-lane array.
-            a[c][r] = unsafe { _mm512_loadu_ps(acc[c][r].as_ptr()) };
+            *v = unsafe { _mm512_loadu_ps(l.as_ptr()) };
         }
     }
     let xp = x.map(|s| s.as_ptr());
-    let mut k = 0;
-    while k + 16 <= len {
-        let mut xv = [_mm512_setzero_ps(); CN];
-        for c in 0..CN {
-            // SAFETY: `k + 16 ≤ len ≤ x[c].len()`.
-            xv[c] = unsafe { _mm512_loadu_ps(xp[c].add(k)) };
-        }
-        for r in 0..RR {
-            // SAFETY: `k + 16 ≤ len ≤ KC`, inside the tile row.
-            let wv = unsafe { _mm512_loadu_ps(w[r].as_ptr().add(k)) };
-            for c in 0..CN {
-                a[c][r] = _mm512_fmadd_ps(wv, xv[c], a[c][r]);
-            }
-        }
-        k += 16;
-    }
-    if k < len {
-        let m: __mmask16 = (1u16 << (len - k)) - 1;
-        let mut xv = [_mm512_setzero_ps(); CN];
-        for c in 0..CN {
-            // SAFETY: only lanes `k..len` are read (masked load).
-            xv[c] = unsafe { _mm512_maskz_loadu_ps(m, xp[c].add(k)) };
-        }
-        for r in 0..RR {
-            // SAFETY: lanes `k..len < KC` of the tile row (masked load).
-            let wv = unsafe { _mm512_maskz_loadu_ps(m, w[r].as_ptr().add(k)) };
-            for c in 0..CN {
-                a[c][r] = _mm512_fmadd_ps(wv, xv[c], a[c][r]);
-            }
+    for k in 0..len {
+        let w = &t.w[k];
+        // SAFETY: two 16-lane arrays.
+        let (w0, w1) = unsafe {
+            (
+                _mm512_loadu_ps(w[0].as_ptr()),
+                _mm512_loadu_ps(w[1].as_ptr()),
+            )
+        };
+        for c in 0..FCN {
+            // SAFETY: `k < len ≤ x[c].len()`.
+            let xb = _mm512_set1_ps(unsafe { *xp[c].add(k) });
+            a[c][0] = _mm512_fmadd_ps(w0, xb, a[c][0]);
+            a[c][1] = _mm512_fmadd_ps(w1, xb, a[c][1]);
         }
     }
-    for c in 0..CN {
-        for r in 0..RR {
+    for (ac, lanes) in a.iter().zip(acc.iter_mut()) {
+        for (v, l) in ac.iter().zip(lanes) {
             // SAFETY: a 16-lane array.
-            unsafe { _mm512_storeu_ps(acc[c][r].as_mut_ptr(), a[c][r]) };
+            unsafe { _mm512_storeu_ps(l.as_mut_ptr(), *v) };
         }
     }
-}
-
-/// The sum of the sixteen lanes, in a fixed order.
-///
-/// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; `lanes`
-/// holds at least 16 values.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn reduce(lanes: &[f32]) -> f32 {
-    assert!(lanes.len() >= 16, "sixteen lanes");
-    // SAFETY: sixteen readable floats (checked above).
-    let v = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
-    let s = _mm256_add_ps(
-        _mm512_castps512_ps256(v),
-        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
-    );
-    avx2::hsum_ps(s)
 }
 
 // ---------------------------------------------------------------------------
