@@ -2,15 +2,23 @@
 //! matrices against many activation columns, handed to a sink (which applies
 //! the epilogue and stores: [`crate::gemv`]). `no_std`, no allocation: the
 //! decoded weights, the prepared activations and the accumulators live in
-//! fixed-size stack tiles (about 100 KiB for the int path).
+//! fixed-size stack tiles (up to about 200 KiB: the int path with two
+//! matrices; callers need threads with the usual 2 MiB stacks).
 //!
-//! Loop nest (sizes in [`crate::kernels::gemm`]): for each tile of weight
-//! rows, for each chunk of up to `NC` columns, for each chunk of `KC`
-//! elements of K: (int path) prepare the chunk's activations; for each
-//! matrix decode the tile's weights once, then run the micro-kernel over
-//! the columns `CN` at a time, accumulating into the tile's accumulators.
-//! Once K is done the accumulators go to the sink. The decoded weights are
-//! thus reused for `NC` columns and each activation chunk for a whole tile.
+//! Loop nests (sizes in [`crate::kernels::gemm`]):
+//!
+//! - AVX-512 (int and float): for each block of columns (128 int, 64
+//!   float), for each tile of weight rows (64 int, 32 float), for each K
+//!   chunk, for each matrix: decode the tile's weights once, (int) prepare
+//!   the block's activations `NC` columns at a time, and run the
+//!   micro-kernel over the columns, accumulating into the tile's
+//!   accumulators. The block's activations stay in L2 while every row tile
+//!   sweeps them; each decoded weight is reused for the whole block.
+//! - Scalar and AVX2 (float): for each tile of [`RR`] rows, for each chunk of
+//!   `NC` columns, for each K chunk: decode, then the micro-kernel `CN`
+//!   columns at a time.
+//!
+//! Once K is done a tile's accumulators go to the sink.
 
 use core::ops::Range;
 
