@@ -14,8 +14,8 @@
 //!   micro-kernel over the columns, accumulating into the tile's
 //!   accumulators. The block's activations stay in L2 while every row tile
 //!   sweeps them; each decoded weight is reused for the whole block.
-//! - Scalar and AVX2 (float): for each tile of [`RR`] rows, for each chunk of
-//!   `NC` columns, for each K chunk: decode, then the micro-kernel `CN`
+//! - Scalar and AVX2 (float): for each block of `NC` columns, for each tile
+//!   of [`RR`] rows, for each K chunk: decode, then the micro-kernel `CN`
 //!   columns at a time.
 //!
 //! Once K is done a tile's accumulators go to the sink.
@@ -135,16 +135,17 @@ fn float_rows<const NM: usize>(
     let k = mats[0].cols();
     let mut xs: [&[f32]; NC] = [&[]; NC];
     let mut tile: FloatTile = [[0.0; KC]; RR];
-    for r0 in rows.clone().step_by(RR) {
-        let rn = RR.min(rows.end - r0);
-        for c0 in (0..cols.len()).step_by(NC) {
-            let cn = NC.min(cols.len() - c0);
-            for (x, col) in xs.iter_mut().zip(&cols[c0..c0 + cn]) {
-                // `check` verified the variant and the length.
-                if let Acts::F32(v) = col {
-                    *x = v;
-                }
+    // Column blocks outside row tiles: a block's activations stay in L2.
+    for c0 in (0..cols.len()).step_by(NC) {
+        let cn = NC.min(cols.len() - c0);
+        for (x, col) in xs.iter_mut().zip(&cols[c0..c0 + cn]) {
+            // `check` verified the variant and the length.
+            if let Acts::F32(v) = col {
+                *x = v;
             }
+        }
+        for r0 in rows.clone().step_by(RR) {
+            let rn = RR.min(rows.end - r0);
             let mut acc = [[[[0.0f32; MAX_LANES]; RR]; NC]; NM];
             for k0 in (0..k).step_by(KC) {
                 let len = KC.min(k - k0);
@@ -315,6 +316,14 @@ fn int_rows<const NM: usize>(
                     // a supported Avx512; `len ≤ KC` is a whole number of
                     // weight blocks and every row slice holds them.
                     unsafe { v::decode_int(fmt, &wr, len, &mut tile) };
+                    if k0 + KC >= k {
+                        // Last chunk: ask for the next tile's first one.
+                        let n = blocks(wdt, w.row(0)?, 0, KC.min(k)).len();
+                        for r in (r0 + RT..rows.end).take(RT) {
+                            // SAFETY: as above (a prefetch hint).
+                            unsafe { v::prefetch(&w.row(r)?[..n]) };
+                        }
+                    }
                     for c0 in (0..sn).step_by(NC) {
                         let cn = NC.min(sn - c0);
                         for (b, col) in cb.iter_mut().zip(&cols[s0 + c0..s0 + c0 + cn]) {

@@ -300,12 +300,12 @@ unsafe fn h2f(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
-/// Asks for the cache lines of `bytes` (a hint; never faults).
+/// Asks for the cache lines of `bytes` in L2 (a hint; never faults).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-fn prefetch(bytes: &[u8]) {
+pub fn prefetch(bytes: &[u8]) {
     for line in bytes.chunks(64) {
-        _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
+        _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast());
     }
 }
 
