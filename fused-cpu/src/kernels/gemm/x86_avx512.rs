@@ -303,8 +303,8 @@ unsafe fn h2f(p: *const u8) -> f32 {
 /// Asks for the cache lines of `bytes` in L2 (a hint; never faults).
 ///
 /// # Safety
-/// SSE must be available (a safe `#[target_feature]` function is `unsafe`
-/// to call from code without those features).
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available (this
+/// module's features; callers outside it must check them).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
 pub fn prefetch(bytes: &[u8]) {
