@@ -9,9 +9,9 @@
 //! **Int** ([`micro_legacy`], [`micro_kquant`]): weights of a tile of
 //! [`RT`] rows are decoded to signed 8-bit codes and transposed so that a
 //! 64-byte vector holds, for one group of four consecutive `k`, the four
-//! codes of each of sixteen rows (lane `i` = row `i` of the half tile).
-//! Activations are copied once per chunk with `+128` added (a xor of the
-//! sign bit), so that `vpdpbusd(acc, bcast(y + 128), w)` adds
+//! codes of each of sixteen rows (lane `i` = row `i` of a 16-row group).
+//! Activations are copied once per tile and K chunk with `+128` added (a xor
+//! of the sign bit), so that `vpdpbusd(acc, bcast(y + 128), w)` adds
 //! `Σ_{4 k} (y + 128)·w` to sixteen rows exactly; the `128·Σw` excess is a
 //! per-row constant of the weights, computed at decode time and used as the
 //! accumulator's starting value. With two row vectors and [`CN`] columns per
@@ -36,9 +36,9 @@ use core::arch::x86_64::*;
 use fused_core::{DType, Error};
 
 use super::{CN, IntFormat, KC, NC, RT};
+use crate::kernels::x86_avx2 as avx2;
 
 const _: () = assert!(RT.is_multiple_of(32), "whole pairs of row vectors");
-use crate::kernels::x86_avx2 as avx2;
 
 // ---------------------------------------------------------------------------
 // Float, rows in lanes (two or more columns on AVX-512).
