@@ -15,6 +15,7 @@ use crate::isa::Isa;
 pub mod aarch64_neon;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod common;
+pub mod gemm;
 pub mod packed;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
