@@ -78,30 +78,44 @@ pub fn gemv_rows(
             store(r, c, epilogue.apply(acc, r, c))
         });
     }
-    let kernel = kernels.dot;
-    let (dtype, k) = (w.dtype(), w.cols());
     let mut acc = [0.0f32; TILE_ROWS];
     let mut start = rows.start;
     while start < rows.end {
         let end = (start + TILE_ROWS).min(rows.end);
         for (col, x) in cols.iter().enumerate() {
-            let mut r = start;
-            if let Some(four) = kernel.four {
-                while r + 4 <= end {
-                    let rows = [w.row(r)?, w.row(r + 1)?, w.row(r + 2)?, w.row(r + 3)?];
-                    let v = four(dtype, rows, x, k)?;
-                    acc[r - start..r - start + 4].copy_from_slice(&v);
-                    r += 4;
-                }
-            }
-            for (a, r) in acc[r - start..].iter_mut().zip(r..end) {
-                *a = (kernel.one)(dtype, w.row(r)?, x, k)?;
-            }
+            tile_accs(kernels.dot, w, x, start..end, &mut acc)?;
             for (a, r) in acc.iter().zip(start..end) {
                 store(r, col, epilogue.apply(*a, r, col));
             }
         }
         start = end;
+    }
+    Ok(())
+}
+
+/// The accumulators of weight rows `rows` (at most [`TILE_ROWS`]) against
+/// `x` into `acc[..rows.len()]`: four rows at a time where the kernels have
+/// a four-row kernel (bit-identical to the one-row kernel), then one by one.
+fn tile_accs(
+    kernel: Dot,
+    w: &WeightMatrix<'_>,
+    x: &Acts<'_>,
+    rows: Range<usize>,
+    acc: &mut [f32; TILE_ROWS],
+) -> Result<(), Error> {
+    let (dtype, k) = (w.dtype(), w.cols());
+    let (start, end) = (rows.start, rows.end);
+    let mut r = start;
+    if let Some(four) = kernel.four {
+        while r + 4 <= end {
+            let rows = [w.row(r)?, w.row(r + 1)?, w.row(r + 2)?, w.row(r + 3)?];
+            let v = four(dtype, rows, x, k)?;
+            acc[r - start..r - start + 4].copy_from_slice(&v);
+            r += 4;
+        }
+    }
+    for (a, r) in acc[r - start..].iter_mut().zip(r..end) {
+        *a = (kernel.one)(dtype, w.row(r)?, x, k)?;
     }
     Ok(())
 }
@@ -124,18 +138,14 @@ pub fn gemv_glu_rows(
             store(r, c, epilogue.apply(glu(act, g, u), r, c))
         });
     }
-    let kernel = kernels.dot;
-    let (dtype, k): (DType, usize) = (w.gate().dtype(), w.gate().cols());
     let mut gate = [0.0f32; TILE_ROWS];
     let mut up = [0.0f32; TILE_ROWS];
     let mut start = rows.start;
     while start < rows.end {
         let end = (start + TILE_ROWS).min(rows.end);
         for (col, x) in cols.iter().enumerate() {
-            for ((g, u), r) in gate.iter_mut().zip(up.iter_mut()).zip(start..end) {
-                *g = (kernel.one)(dtype, w.gate().row(r)?, x, k)?;
-                *u = (kernel.one)(dtype, w.up().row(r)?, x, k)?;
-            }
+            tile_accs(kernels.dot, w.gate(), x, start..end, &mut gate)?;
+            tile_accs(kernels.dot, w.up(), x, start..end, &mut up)?;
             for ((g, u), r) in gate.iter().zip(&up).zip(start..end) {
                 store(r, col, epilogue.apply(glu(act, *g, *u), r, col));
             }
