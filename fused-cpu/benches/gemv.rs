@@ -17,6 +17,8 @@
 //!   given twice: ratio of the two criterion medians, and the median of
 //!   per-pair ratios of fused and unfused layers run back to back.
 //!
+//! - `focus` (first, and only with `GEMV_FOCUS` set): see [`focus`].
+//!
 //! Every benchmark also prints `median, GB/s, % of ceiling` to stderr, and a
 //! markdown summary of the whole run is printed at the end. Without
 //! `--bench` (criterion's test mode, e.g. `cargo test --benches`) the sizes
@@ -38,6 +40,7 @@ use fused_core::quant::quantize_row;
 use fused_core::reference::gemv::GluWeights;
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::CpuBackend;
+use fused_cpu::packed::PackedWeights;
 use fused_cpu::probe::BandwidthProbe;
 
 /// Criterion samples per benchmark (flat sampling: equal iterations each).
@@ -298,6 +301,29 @@ fn gemv_dram(c: &mut Criterion) {
                 },
             );
         }
+        if dtype == DType::Q4_0 {
+            let packed: Vec<PackedWeights> = (0..copies)
+                .map(|c| PackedWeights::pack(&mat(dtype, m, k, &all, c)).expect("pack"))
+                .collect();
+            for be in &bes {
+                let t = be.threads();
+                let mut i = 0;
+                let id = format!("{dtype:?}_packed/{t}t");
+                bench(
+                    &mut g,
+                    &format!("gemv_dram/{id}"),
+                    &id,
+                    Report::Bytes(bytes, t),
+                    || {
+                        let w = &packed[i % copies];
+                        i += 1;
+                        be.gemv_packed(w, &x, 1, mode, &none, &mut y)
+                            .expect("gemv_packed");
+                        black_box(&y);
+                    },
+                );
+            }
+        }
     }
     g.finish();
 }
@@ -335,6 +361,22 @@ fn gemv_cache(c: &mut Criterion) {
                 };
                 bench(&mut g, &format!("gemv_cache/{id}"), &id, report, || {
                     be.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
+                    black_box(&y);
+                });
+            }
+        }
+        if dtype == DType::Q4_0 {
+            let packed = PackedWeights::pack(&w).expect("pack");
+            let x = Rng(17).vec(k, 1.0);
+            let mut y = vec![0.0f32; m];
+            let none = Epilogue::NONE.bind(&[], m, 1).expect("bind");
+            for be in &bes {
+                let t = be.threads();
+                let id = format!("{dtype:?}_packed/gemv/{t}t");
+                let report = Report::Bytes(bytes, t);
+                bench(&mut g, &format!("gemv_cache/{id}"), &id, report, || {
+                    be.gemv_packed(&packed, &x, 1, mode, &none, &mut y)
+                        .expect("gemv_packed");
                     black_box(&y);
                 });
             }
@@ -419,7 +461,7 @@ impl Bufs {
 
 /// `h = W_o·attn + x; g = silu(W_g·h) ⊙ (W_u·h); out = W_d·g + h`, with
 /// the adds and the GLU in the GEMV epilogues: three kernels.
-fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
+fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs, step: &mut impl FnMut()) {
     let [wo, wg, wu, wd] = w;
     let (hd, fd) = (wo.rows(), wg.rows());
     let mode = ActQuant::ggml(wo.dtype());
@@ -433,10 +475,12 @@ fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
         &mut s.h,
     )
     .expect("gemv o");
+    step();
     let glu = GluWeights::new(*wg, *wu).expect("glu weights");
     let none = Epilogue::NONE.bind(&[], fd, 1).expect("bind");
     be.gemv_glu(&glu, Activation::Silu, &s.h, 1, mode, &none, &mut s.g)
         .expect("gemv_glu");
+    step();
     be.gemv(
         wd,
         &s.g,
@@ -446,12 +490,18 @@ fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
         &mut s.out,
     )
     .expect("gemv d");
+    step();
     black_box(&s.out);
 }
 
 /// The same layer with no epilogues: four GEMVs (gate and up separately),
 /// two `add`s and one `glu`: seven kernels.
-fn layer_unfused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
+fn layer_unfused(
+    be: &CpuBackend,
+    w: &[WeightMatrix<'_>; 4],
+    s: &mut Bufs,
+    step: &mut impl FnMut(),
+) {
     let [wo, wg, wu, wd] = w;
     let (hd, fd) = (wo.rows(), wg.rows());
     let mode = ActQuant::ggml(wo.dtype());
@@ -459,15 +509,22 @@ fn layer_unfused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs) {
     let none_f = Epilogue::NONE.bind(&[], fd, 1).expect("bind");
     be.gemv(wo, &s.attn, 1, mode, &none_h, &mut s.t)
         .expect("gemv o");
+    step();
     be.add(&s.t, &s.x, &mut s.h).expect("add");
+    step();
     be.gemv(wg, &s.h, 1, mode, &none_f, &mut s.a)
         .expect("gemv g");
+    step();
     be.gemv(wu, &s.h, 1, mode, &none_f, &mut s.b)
         .expect("gemv u");
+    step();
     be.glu(Activation::Silu, &s.a, &s.b, &mut s.g).expect("glu");
+    step();
     be.gemv(wd, &s.g, 1, mode, &none_h, &mut s.t2)
         .expect("gemv d");
+    step();
     be.add(&s.t2, &s.h, &mut s.out).expect("add");
+    step();
     black_box(&s.out);
 }
 
@@ -523,11 +580,11 @@ fn decode_layer(c: &mut Criterion) {
                 let t = be.threads();
                 // Barriers of one layer, counted on its own.
                 be.reset_counters();
-                layer_fused(be, &layers.layer(0), &mut s);
+                layer_fused(be, &layers.layer(0), &mut s, &mut || {});
                 let cf = be.counters();
                 let fused_out = s.out.clone();
                 be.reset_counters();
-                layer_unfused(be, &layers.layer(0), &mut s);
+                layer_unfused(be, &layers.layer(0), &mut s, &mut || {});
                 let cu = be.counters();
                 let diff = fused_out
                     .iter()
@@ -542,7 +599,7 @@ fn decode_layer(c: &mut Criterion) {
                     &format!("{tag}/fused/{t}t"),
                     Report::Bytes(bytes, t),
                     || {
-                        layer_fused(be, &layers.layer(i), &mut s);
+                        layer_fused(be, &layers.layer(i), &mut s, &mut || {});
                         i += 1;
                     },
                 );
@@ -553,7 +610,7 @@ fn decode_layer(c: &mut Criterion) {
                     &format!("{tag}/unfused/{t}t"),
                     Report::Bytes(bytes, t),
                     || {
-                        layer_unfused(be, &layers.layer(i), &mut s);
+                        layer_unfused(be, &layers.layer(i), &mut s, &mut || {});
                         i += 1;
                     },
                 );
@@ -566,9 +623,9 @@ fn decode_layer(c: &mut Criterion) {
                         let p = paired_ratio(pairs, |fused_turn, i| {
                             let w = layers.layer(i);
                             if fused_turn {
-                                layer_fused(be, &w, &mut s);
+                                layer_fused(be, &w, &mut s, &mut || {});
                             } else {
-                                layer_unfused(be, &w, &mut s);
+                                layer_unfused(be, &w, &mut s, &mut || {});
                             }
                         });
                         (
@@ -582,10 +639,177 @@ fn decode_layer(c: &mut Criterion) {
                     "decode_layer/{tag}/{t}t: fused/unfused time = {ratio}; interleaved median ratio {paired}; barriers per layer fused {} unfused {}; kernel calls fused {} unfused {}; max |fused - unfused| = {diff:e}",
                     cf.barriers, cu.barriers, cf.kernel_calls, cu.kernel_calls
                 ));
+                if fused.is_some() && unfused.is_some() {
+                    note(breakdown(&tag, be, &layers, &mut s));
+                }
             }
         }
     }
     g.finish();
+}
+
+/// Where the time of a layer goes: the median time of each step of the
+/// unfused and of the fused layer (each step timed on its own inside whole
+/// layers run back to back, on rotated copies), the sum of the medians, and
+/// the cost of an empty parallel region on the same backend.
+fn breakdown(tag: &str, be: &CpuBackend, layers: &Layers, s: &mut Bufs) -> String {
+    const UNFUSED: [&str; 7] = ["gemv_o", "add", "gemv_g", "gemv_u", "glu", "gemv_d", "add"];
+    const FUSED: [&str; 3] = ["gemv_o+add", "gemv_glu", "gemv_d+add"];
+    let reps = if quick() { 5 } else { 200 };
+    let mut run = |fused: bool, n: usize| -> Vec<f64> {
+        let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(reps); n];
+        for i in 0..reps {
+            let w = layers.layer(i);
+            let (mut k, mut t) = (0, Instant::now());
+            let mut step = || {
+                times[k].push(t.elapsed().as_secs_f64());
+                k += 1;
+                t = Instant::now();
+            };
+            if fused {
+                layer_fused(be, &w, s, &mut step);
+            } else {
+                layer_unfused(be, &w, s, &mut step);
+            }
+        }
+        times
+            .iter_mut()
+            .map(|v| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            })
+            .collect()
+    };
+    let (u, f) = (run(false, UNFUSED.len()), run(true, FUSED.len()));
+    let empty = {
+        let mut v: Vec<f64> = (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                be.region_probe();
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let fmt = |names: &[&str], v: &[f64]| {
+        names
+            .iter()
+            .zip(v)
+            .map(|(n, t)| format!("{n} {:.1}", t * 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (su, sf): (f64, f64) = (u.iter().sum(), f.iter().sum());
+    format!(
+        "decode_layer/{tag}/{}t breakdown (µs, step medians): unfused [{}] sum {:.1}; fused [{}] sum {:.1}; element-wise steps of the unfused layer {:.1}; empty parallel region {:.2}",
+        be.threads(),
+        fmt(&UNFUSED, &u),
+        su * 1e6,
+        fmt(&FUSED, &f),
+        sf * 1e6,
+        (u[1] + u[4] + u[6]) * 1e6,
+        empty * 1e6
+    )
+}
+
+/// Focused A/B mode: with `GEMV_FOCUS=Q4_0,Q8_0,…` set, only these formats'
+/// single-column GEMVs are timed (no criterion), call by call, and the
+/// process exits. `GEMV_WHERE` picks `cache` (4096×4096, one copy), `l2`
+/// (about 1.5 MiB of K = 4096 rows, one copy: in L2, compute-bound) and/or
+/// `dram` (16384×8192, rotated copies as in `gemv_dram`), `GEMV_THREADS`
+/// the thread counts (default `cache,dram` and `1,2`). Each DRAM line comes
+/// with the read ceiling measured just before it (median of 5 passes), so
+/// runs of two builds can be compared line by line on a loaded machine.
+fn focus(_c: &mut Criterion) {
+    let Ok(formats) = std::env::var("GEMV_FOCUS") else {
+        return;
+    };
+    let list = |var: &str, default: &str| -> Vec<String> {
+        std::env::var(var)
+            .unwrap_or_else(|_| default.into())
+            .split(',')
+            .map(str::to_owned)
+            .collect()
+    };
+    let wheres = list("GEMV_WHERE", "cache,dram");
+    let threads: Vec<usize> = list("GEMV_THREADS", "1,2")
+        .iter()
+        .map(|t| t.parse().expect("thread count"))
+        .collect();
+    let stats = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[0], v[v.len() / 2])
+    };
+    let probe = BandwidthProbe::new(1 << 30);
+    for f in formats.split(',') {
+        let dtype = GEMV_FORMATS
+            .into_iter()
+            .find(|d| format!("{d:?}") == f)
+            .expect("format");
+        let mode = ActQuant::ggml(dtype);
+        for place in &wheres {
+            let (m, k, rotate) = match place.as_str() {
+                "cache" => (4096, 4096, false),
+                "l2" => {
+                    let rb = dtype.row_bytes(4096).expect("row bytes");
+                    ((3 << 19) / rb / 16 * 16, 4096, false)
+                }
+                _ => (16384, 8192, true),
+            };
+            let bytes = dtype.row_bytes(k).expect("row bytes") * m;
+            let copies = if rotate { copies_for(bytes) } else { 1 };
+            let all = weights(dtype, m, k, copies, 11);
+            let x = Rng(7).vec(k, 1.0);
+            let mut y = vec![0.0f32; m];
+            let none = Epilogue::NONE.bind(&[], m, 1).expect("bind");
+            for &t in &threads {
+                let be = CpuBackend::new(t).expect("backend");
+                let ceil = rotate.then(|| {
+                    let v = (0..5)
+                        .map(|_| {
+                            let s = Instant::now();
+                            black_box(probe.read_pass(t));
+                            probe.bytes() as f64 / s.elapsed().as_secs_f64() / 1e9
+                        })
+                        .collect();
+                    stats(v).1
+                });
+                let calls = if rotate {
+                    4 * copies
+                } else {
+                    (2_000_000_000 / bytes.max(1)).clamp(50, 5000)
+                };
+                let mut times = Vec::with_capacity(calls);
+                for i in 0..calls + 2 {
+                    let w = mat(dtype, m, k, &all, i % copies);
+                    let s = Instant::now();
+                    be.gemv(&w, &x, 1, mode, &none, &mut y).expect("gemv");
+                    black_box(&y);
+                    if i >= 2 {
+                        times.push(s.elapsed().as_secs_f64());
+                    }
+                }
+                let (min, med) = stats(times);
+                let gbs = |s: f64| bytes as f64 / s / 1e9;
+                let pct = ceil.map_or(String::new(), |c| {
+                    format!(
+                        ", ceiling {c:.2} GB/s: {:.0} % (median), {:.0} % (best)",
+                        gbs(med) / c * 100.0,
+                        gbs(min) / c * 100.0
+                    )
+                });
+                eprintln!(
+                    "focus {f} {place} {t}t: median {:.3} ms {:.2} GB/s, best {:.3} ms {:.2} GB/s{pct}",
+                    med * 1e3,
+                    gbs(med),
+                    min * 1e3,
+                    gbs(min)
+                );
+            }
+        }
+    }
+    std::process::exit(0);
 }
 
 fn summary(_c: &mut Criterion) {
@@ -600,6 +824,6 @@ fn summary(_c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = config();
-    targets = probe, gemv_dram, gemv_cache, decode_layer, summary
+    targets = focus, probe, gemv_dram, gemv_cache, decode_layer, summary
 }
 criterion_main!(benches);

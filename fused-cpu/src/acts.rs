@@ -1,5 +1,7 @@
 //! Activations prepared for the dot kernels: f32, or quantized once per call
-//! into the format GGML's CPU path uses for the weight format.
+//! into the format GGML's CPU path uses for the weight format, plus side data
+//! derived from the quantized blocks once per call (so that no kernel
+//! recomputes it for every weight row).
 
 use fused_core::DType;
 use fused_core::Error;
@@ -17,19 +19,79 @@ pub enum Acts<'a> {
         dtype: DType,
         /// The blocks.
         bytes: &'a [u8],
+        /// Side data derived from `bytes` ([`write_side`]; layout in
+        /// [`Q8_0_GROUP_BYTES`]), or empty. Kernels that use it check its
+        /// length and fall back to `bytes` alone when it is missing.
+        side: &'a [u8],
     },
 }
 
-/// Bytes needed to hold one column of `k` activations in `mode` (0 for f32).
+/// Q8_0 blocks per side-data group.
+pub const Q8_0_GROUP_BLOCKS: usize = 4;
+
+/// Bytes of side data per group of [`Q8_0_GROUP_BLOCKS`] Q8_0 activation
+/// blocks (`j` = block in the group, `i` = byte or lane):
+///
+/// - `0..64`: the first 16 codes of each block, `lo[16j + i] = qs_j[i]`;
+/// - `64..128`: the last 16, `hi[16j + i] = qs_j[16 + i]`;
+/// - `128..192`: sixteen little-endian i32, `−8·Σ qs_j` at lane `4j`, 0 in
+///   the other lanes (the exact Q4_0 code-offset term; `·16` gives Q8_0's
+///   `−128·Σ qs_j`);
+/// - `192..256`: sixteen little-endian f32, `d_j` (widened from f16) at
+///   lanes `4j..4j + 4`.
+///
+/// Only whole groups have side data; the last `nb mod 4` blocks have none.
+pub const Q8_0_GROUP_BYTES: usize = 256;
+
+/// Bytes of side data for one column of `k` activations quantized to `d`.
+pub fn side_bytes(d: DType, k: usize) -> usize {
+    match d {
+        DType::Q8_0 => k / d.block_len() / Q8_0_GROUP_BLOCKS * Q8_0_GROUP_BYTES,
+        _ => 0,
+    }
+}
+
+/// Writes the side data of the quantized column `blocks` (`k` values in
+/// format `d`) into `side` (`side_bytes(d, k)` bytes).
+pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<(), Error> {
+    fused_core::error::check_len("activation blocks", d.row_bytes(k)?, blocks.len())?;
+    fused_core::error::check_len("activation side data", side_bytes(d, k), side.len())?;
+    if d != DType::Q8_0 {
+        return Ok(());
+    }
+    const YB: usize = 34;
+    let groups = blocks.chunks_exact(YB * Q8_0_GROUP_BLOCKS);
+    for (g, out) in groups.zip(side.chunks_exact_mut(Q8_0_GROUP_BYTES)) {
+        let (codes, rest) = out.split_at_mut(128);
+        let (off, dy) = rest.split_at_mut(64);
+        off.fill(0);
+        for (j, blk) in g.chunks_exact(YB).enumerate() {
+            let qs = &blk[2..];
+            codes[16 * j..16 * j + 16].copy_from_slice(&qs[..16]);
+            codes[64 + 16 * j..64 + 16 * j + 16].copy_from_slice(&qs[16..]);
+            let sum: i32 = qs.iter().map(|&q| i32::from(q as i8)).sum();
+            off[16 * j..16 * j + 4].copy_from_slice(&(-8 * sum).to_le_bytes());
+            let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+            for lane in dy[16 * j..16 * j + 16].chunks_exact_mut(4) {
+                lane.copy_from_slice(&d.to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Bytes needed to hold one column of `k` activations in `mode` (0 for
+/// f32): the quantized blocks followed by their side data.
 pub fn prepared_bytes(mode: ActQuant, k: usize) -> Result<usize, Error> {
     match mode.dtype() {
         None => Ok(0),
-        Some(d) => d.row_bytes(k),
+        Some(d) => Ok(d.row_bytes(k)? + side_bytes(d, k)),
     }
 }
 
 /// Quantizes every column of `x` (`n_cols` columns of `k`) into `scratch`
-/// (`n_cols · prepared_bytes(mode, k)` bytes). GGML's reference rounding.
+/// (`n_cols · prepared_bytes(mode, k)` bytes), each column's blocks followed
+/// by their side data. GGML's reference rounding.
 pub fn quantize_columns(
     mode: ActQuant,
     x: &[f32],
@@ -38,20 +100,24 @@ pub fn quantize_columns(
 ) -> Result<(), Error> {
     let Some(d) = mode.dtype() else { return Ok(()) };
     let rb = d.row_bytes(k)?;
-    if k == 0 || !x.len().is_multiple_of(k) || scratch.len() != x.len() / k * rb {
+    let pb = prepared_bytes(mode, k)?;
+    if k == 0 || !x.len().is_multiple_of(k) || scratch.len() != x.len() / k * pb {
         return Err(Error::LengthMismatch {
             what: "activation scratch",
-            expected: x.len().checked_div(k).unwrap_or(0) * rb,
+            expected: x.len().checked_div(k).unwrap_or(0) * pb,
             actual: scratch.len(),
         });
     }
-    for (col, dst) in x.chunks_exact(k).zip(scratch.chunks_exact_mut(rb)) {
-        fused_core::quant::quantize_row(d, col, dst)?;
+    for (col, dst) in x.chunks_exact(k).zip(scratch.chunks_exact_mut(pb)) {
+        let (blocks, side) = dst.split_at_mut(rb);
+        fused_core::quant::quantize_row(d, col, blocks)?;
+        write_side(d, blocks, k, side)?;
     }
     Ok(())
 }
 
-/// Column `col` of prepared activations.
+/// Column `col` of prepared activations (`scratch` as filled by
+/// [`quantize_columns`]).
 pub fn column<'a>(
     mode: ActQuant,
     x: &'a [f32],
@@ -62,10 +128,14 @@ pub fn column<'a>(
     match mode.dtype() {
         None => Acts::F32(&x[col * k..(col + 1) * k]),
         Some(d) => {
-            let rb = scratch.len() / (x.len() / k).max(1);
+            let pb = scratch.len() / (x.len() / k).max(1);
+            let whole = &scratch[col * pb..(col + 1) * pb];
+            let rb = d.row_bytes(k).map_or(pb, |rb| rb.min(pb));
+            let (bytes, side) = whole.split_at(rb);
             Acts::Quant {
                 dtype: d,
-                bytes: &scratch[col * rb..(col + 1) * rb],
+                bytes,
+                side,
             }
         }
     }

@@ -16,9 +16,9 @@ use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 
 use crate::acts::{Acts, column, prepared_bytes, quantize_columns};
-use crate::gemv::{TILE_ROWS, gemv_glu_rows, gemv_rows};
+use crate::gemv::{RowKernels, TILE_ROWS, gemv_glu_rows, gemv_rows};
 use crate::isa::Isa;
-use crate::kernels::dot;
+use crate::kernels::gemm::RT;
 use crate::kernels::packed::packed_dot;
 use crate::packed::{PackedDot, PackedWeights, gemv_glu_packed_rows, gemv_packed_rows};
 use crate::pool::WorkerPool;
@@ -139,9 +139,14 @@ impl CpuBackend {
         self.kernel_calls.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Row chunks for `m` rows: about four per thread, whole tiles.
-    fn row_chunks(&self, m: usize) -> Vec<Range<usize>> {
-        let per = m.div_ceil(self.threads * 4).div_ceil(TILE_ROWS).max(1) * TILE_ROWS;
+    /// Row chunks for `m` rows: about four per thread, whole tiles (of the
+    /// GEMM kernel when one is used for these `n_cols`).
+    fn row_chunks(&self, m: usize, kernels: &RowKernels, n_cols: usize) -> Vec<Range<usize>> {
+        let tile = match kernels.gemm {
+            Some(_) if n_cols >= 2 => TILE_ROWS.max(RT),
+            _ => TILE_ROWS,
+        };
+        let per = m.div_ceil(self.threads * 4).div_ceil(tile).max(1) * tile;
         (0..m).step_by(per).map(|s| s..(s + per).min(m)).collect()
     }
 
@@ -178,9 +183,9 @@ impl CpuBackend {
         check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
         let mut scratch = Vec::new();
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
-        let kernel = dot(self.isa, w.dtype(), mode);
+        let kernel = RowKernels::new(self.isa, w.dtype(), mode);
         let out = SharedOut::new(y);
-        let chunks = self.row_chunks(m);
+        let chunks = self.row_chunks(m, &kernel, n_cols);
         self.parallel(chunks.len(), |i| {
             gemv_rows(kernel, w, &cols, chunks[i].clone(), epilogue, |r, c, v| {
                 // SAFETY: chunks are disjoint row ranges, so index c·m + r
@@ -209,9 +214,9 @@ impl CpuBackend {
         check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
         let mut scratch = Vec::new();
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
-        let kernel = dot(self.isa, w.gate().dtype(), mode);
+        let kernel = RowKernels::new(self.isa, w.gate().dtype(), mode);
         let out = SharedOut::new(y);
-        let chunks = self.row_chunks(m);
+        let chunks = self.row_chunks(m, &kernel, n_cols);
         self.parallel(chunks.len(), |i| {
             gemv_glu_rows(
                 kernel,
@@ -406,6 +411,12 @@ impl CpuBackend {
             let mut chunk = chunks[i].lock().unwrap_or_else(|p| p.into_inner());
             f(i * per, &mut chunk)
         })
+    }
+
+    /// Runs one empty parallel region (one task per thread), counted as a
+    /// barrier: what a region costs on this backend, for benchmarks.
+    pub fn region_probe(&self) {
+        let _ = self.parallel(self.threads, |_| Ok(()));
     }
 
     /// `out = a` (stands in for ops the core does not model).

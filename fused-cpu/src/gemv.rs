@@ -1,5 +1,10 @@
 //! Single-threaded GEMV/GEMM over a range of rows, the epilogue applied to
 //! each accumulator tile before the store. `no_std`, no allocation.
+//!
+//! One column goes through the row-dot kernels ([`Dot`]); two or more go
+//! through the GEMM driver ([`crate::gemm`]) when the kernels include a
+//! [`GemmKernel`] for the format and mode, and through the row-dot kernels
+//! once per (row, column) otherwise.
 
 use core::ops::Range;
 
@@ -10,7 +15,44 @@ use fused_core::reference::gemv::GluWeights;
 use fused_core::{DType, Error};
 
 use crate::acts::Acts;
-use crate::kernels::Dot;
+use crate::gemm::gemm_rows;
+use crate::isa::Isa;
+use crate::kernels::gemm::{GemmKernel, gemm_kernel};
+use crate::kernels::{Dot, RowDot, dot};
+
+/// The kernels of one GEMV/GEMM call: the row-dot kernels, and the GEMM
+/// kernel used for two or more columns where there is one.
+#[derive(Clone, Copy, Debug)]
+pub struct RowKernels {
+    /// The row-dot kernels (one column; several without a GEMM kernel).
+    pub dot: Dot,
+    /// The GEMM kernel for two or more columns, if any.
+    pub gemm: Option<GemmKernel>,
+}
+
+impl RowKernels {
+    /// The best kernels of `isa` for weights of `dtype` in `mode`.
+    pub fn new(isa: Isa, dtype: DType, mode: fused_core::reference::ActQuant) -> RowKernels {
+        RowKernels {
+            dot: dot(isa, dtype, mode),
+            gemm: gemm_kernel(isa, dtype, mode),
+        }
+    }
+}
+
+impl From<Dot> for RowKernels {
+    /// Row-dot kernels only: every column goes through them.
+    fn from(dot: Dot) -> RowKernels {
+        RowKernels { dot, gemm: None }
+    }
+}
+
+impl From<RowDot> for RowKernels {
+    /// One row-dot kernel only: every column goes through it.
+    fn from(one: RowDot) -> RowKernels {
+        Dot::from(one).into()
+    }
+}
 
 /// Rows per accumulator tile.
 pub const TILE_ROWS: usize = 16;
@@ -18,33 +60,30 @@ pub const TILE_ROWS: usize = 16;
 /// Computes rows `rows` of `epilogue(w · x)` for every column in `cols` and
 /// hands each result to `store(row, col, value)`. Weight rows are walked in
 /// tiles of [`TILE_ROWS`]; inside a tile every column is processed, so the
-/// tile's weights are read from memory once per call.
+/// tile's weights are read from memory once per call. With two or more
+/// columns and a GEMM kernel, the GEMM driver computes the accumulators and
+/// the epilogue is applied to each one before `store`.
 pub fn gemv_rows(
-    kernel: Dot,
+    kernels: RowKernels,
     w: &WeightMatrix<'_>,
     cols: &[Acts<'_>],
     rows: Range<usize>,
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
-    let (dtype, k) = (w.dtype(), w.cols());
+    if cols.len() >= 2
+        && let Some(g) = kernels.gemm
+    {
+        return gemm_rows(g, [w], cols, rows, |r, c, [acc]| {
+            store(r, c, epilogue.apply(acc, r, c))
+        });
+    }
     let mut acc = [0.0f32; TILE_ROWS];
     let mut start = rows.start;
     while start < rows.end {
         let end = (start + TILE_ROWS).min(rows.end);
         for (col, x) in cols.iter().enumerate() {
-            let mut r = start;
-            if let Some(four) = kernel.four {
-                while r + 4 <= end {
-                    let rows = [w.row(r)?, w.row(r + 1)?, w.row(r + 2)?, w.row(r + 3)?];
-                    let v = four(dtype, rows, x, k)?;
-                    acc[r - start..r - start + 4].copy_from_slice(&v);
-                    r += 4;
-                }
-            }
-            for (a, r) in acc[r - start..].iter_mut().zip(r..end) {
-                *a = (kernel.one)(dtype, w.row(r)?, x, k)?;
-            }
+            tile_accs(kernels.dot, w, x, start..end, &mut acc)?;
             for (a, r) in acc.iter().zip(start..end) {
                 store(r, col, epilogue.apply(*a, r, col));
             }
@@ -54,10 +93,37 @@ pub fn gemv_rows(
     Ok(())
 }
 
+/// The accumulators of weight rows `rows` (at most [`TILE_ROWS`]) against
+/// `x` into `acc[..rows.len()]`: four rows at a time where the kernels have
+/// a four-row kernel (bit-identical to the one-row kernel), then one by one.
+fn tile_accs(
+    kernel: Dot,
+    w: &WeightMatrix<'_>,
+    x: &Acts<'_>,
+    rows: Range<usize>,
+    acc: &mut [f32; TILE_ROWS],
+) -> Result<(), Error> {
+    let (dtype, k) = (w.dtype(), w.cols());
+    let (start, end) = (rows.start, rows.end);
+    let mut r = start;
+    if let Some(four) = kernel.four {
+        while r + 4 <= end {
+            let rows = [w.row(r)?, w.row(r + 1)?, w.row(r + 2)?, w.row(r + 3)?];
+            let v = four(dtype, rows, x, k)?;
+            acc[r - start..r - start + 4].copy_from_slice(&v);
+            r += 4;
+        }
+    }
+    for (a, r) in acc[r - start..].iter_mut().zip(r..end) {
+        *a = (kernel.one)(dtype, w.row(r)?, x, k)?;
+    }
+    Ok(())
+}
+
 /// [`gemv_rows`] for the gated dual form: `epilogue(act(W_g·x) ⊙ (W_u·x))`,
 /// both products from the same prepared activations.
 pub fn gemv_glu_rows(
-    kernel: Dot,
+    kernels: RowKernels,
     w: &GluWeights<'_>,
     act: fused_core::element::Activation,
     cols: &[Acts<'_>],
@@ -65,17 +131,21 @@ pub fn gemv_glu_rows(
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
-    let (dtype, k): (DType, usize) = (w.gate().dtype(), w.gate().cols());
+    if cols.len() >= 2
+        && let Some(g) = kernels.gemm
+    {
+        return gemm_rows(g, [w.gate(), w.up()], cols, rows, |r, c, [g, u]| {
+            store(r, c, epilogue.apply(glu(act, g, u), r, c))
+        });
+    }
     let mut gate = [0.0f32; TILE_ROWS];
     let mut up = [0.0f32; TILE_ROWS];
     let mut start = rows.start;
     while start < rows.end {
         let end = (start + TILE_ROWS).min(rows.end);
         for (col, x) in cols.iter().enumerate() {
-            for ((g, u), r) in gate.iter_mut().zip(up.iter_mut()).zip(start..end) {
-                *g = (kernel.one)(dtype, w.gate().row(r)?, x, k)?;
-                *u = (kernel.one)(dtype, w.up().row(r)?, x, k)?;
-            }
+            tile_accs(kernels.dot, w.gate(), x, start..end, &mut gate)?;
+            tile_accs(kernels.dot, w.up(), x, start..end, &mut up)?;
             for ((g, u), r) in gate.iter().zip(&up).zip(start..end) {
                 store(r, col, epilogue.apply(glu(act, *g, *u), r, col));
             }

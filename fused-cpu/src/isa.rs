@@ -1,10 +1,20 @@
 //! Instruction-set selection, detected once at run time.
 
 /// The instruction sets the kernels are written for.
+///
+/// The order is by architecture family (the portable one, then aarch64, then
+/// x86-64) and, within a family, from the baseline to the richest set, so
+/// `a >= b` means "`a` has everything `b` has" only for `a`, `b` of one
+/// family; [`Isa::is_supported`] is what says whether a set can run here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Isa {
     /// Portable Rust: the core's reference arithmetic.
     Scalar,
+    /// aarch64 Advanced SIMD (NEON), the aarch64 baseline (little-endian
+    /// targets only).
+    Neon,
+    /// aarch64 NEON with the dot-product extension (`SDOT`, FEAT_DotProd).
+    NeonDotprod,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
     /// x86-64 AVX-512 F/BW/VL with VNNI, on top of AVX2.
@@ -12,10 +22,21 @@ pub enum Isa {
 }
 
 impl Isa {
+    /// Every ISA, in [`Ord`] order.
+    pub const ALL: [Isa; 5] = [
+        Isa::Scalar,
+        Isa::Neon,
+        Isa::NeonDotprod,
+        Isa::Avx2,
+        Isa::Avx512,
+    ];
+
     /// A short name.
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
+            Isa::Neon => "neon",
+            Isa::NeonDotprod => "neon-dotprod",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
         }
@@ -23,10 +44,7 @@ impl Isa {
 
     /// Every ISA this machine can run, best last.
     pub fn available() -> impl Iterator<Item = Isa> {
-        let best = Isa::detect();
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
-            .into_iter()
-            .filter(move |i| *i <= best)
+        Isa::ALL.into_iter().filter(|i| i.is_supported())
     }
 
     /// The best ISA of this machine, detected on the first call and cached.
@@ -37,9 +55,18 @@ impl Isa {
         detect_cached()
     }
 
-    /// Whether this machine can run `self`.
+    /// Whether this machine can run `self`: the scalar code always; a SIMD
+    /// set when the detected best set is of the same family and at least as
+    /// rich.
     pub fn is_supported(self) -> bool {
-        self <= Isa::detect()
+        let best = Isa::detect();
+        match self {
+            Isa::Scalar => true,
+            Isa::Neon | Isa::NeonDotprod => {
+                matches!(best, Isa::Neon | Isa::NeonDotprod) && self <= best
+            }
+            Isa::Avx2 | Isa::Avx512 => matches!(best, Isa::Avx2 | Isa::Avx512) && self <= best,
+        }
     }
 }
 
@@ -76,7 +103,26 @@ fn detect_runtime() -> Isa {
     }
 }
 
-#[cfg(all(feature = "std", not(target_arch = "x86_64")))]
+#[cfg(all(feature = "std", target_arch = "aarch64", target_endian = "little"))]
+fn detect_runtime() -> Isa {
+    if std::env::var_os("FUSED_CPU_SCALAR").is_some() {
+        return Isa::Scalar;
+    }
+    // NEON is part of every aarch64 Linux/macOS/Windows target.
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        Isa::NeonDotprod
+    } else {
+        Isa::Neon
+    }
+}
+
+#[cfg(all(
+    feature = "std",
+    not(any(
+        target_arch = "x86_64",
+        all(target_arch = "aarch64", target_endian = "little")
+    ))
+))]
 fn detect_runtime() -> Isa {
     Isa::Scalar
 }
@@ -101,6 +147,19 @@ fn detect_cached() -> Isa {
         target_feature = "f16c"
     )) {
         Isa::Avx2
+    } else if cfg!(all(
+        target_arch = "aarch64",
+        target_endian = "little",
+        target_feature = "neon",
+        target_feature = "dotprod"
+    )) {
+        Isa::NeonDotprod
+    } else if cfg!(all(
+        target_arch = "aarch64",
+        target_endian = "little",
+        target_feature = "neon"
+    )) {
+        Isa::Neon
     } else {
         Isa::Scalar
     }

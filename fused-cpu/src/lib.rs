@@ -4,6 +4,9 @@
 //!   time), scalar fallback = the core's reference arithmetic.
 //! - [`gemv`]: single-threaded, `no_std` GEMV/GEMM over a row range with the
 //!   epilogue applied to each accumulator tile before the store.
+//! - [`gemm`]: the driver for two or more columns: weight tiles decoded
+//!   once and swept by register-blocked micro-kernels
+//!   ([`kernels::gemm`]), the epilogue applied to each accumulator.
 //! - [`packed`]: prepared weights, rows interleaved by four (Q4_0), with
 //!   their own GEMV driver; the epilogue applies as for plain weights.
 //! - [`elementwise`]: the unfused fallback ops, built from the core's element
@@ -29,6 +32,7 @@ pub mod elementwise;
 #[cfg(feature = "std")]
 pub mod exec;
 pub mod fwht;
+pub mod gemm;
 pub mod gemv;
 pub mod isa;
 pub mod kernels;

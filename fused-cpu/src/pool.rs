@@ -7,11 +7,13 @@
 //! region costs several microseconds, more after a gap (see BENCHMARKS.md).
 //! This pool keeps its workers spinning for [`SPIN`] after each region, so a
 //! chain of regions pays only an atomic epoch bump and a join; idle longer
-//! than that, they park and the next region pays one wake-up.
+//! than that, they park and are woken by the next region.
 //!
 //! [`WorkerPool::run`] runs `task(0..n_tasks)` on the calling thread and
-//! the workers together, tasks taken one by one from a shared counter, and
-//! returns when every task is done (the region's barrier). Which thread runs
+//! the workers together, tasks claimed one by one, and returns when every
+//! task is done (the region's barrier). The caller never waits for a worker
+//! that has not claimed a task: one that wakes late (parked, or descheduled
+//! on a busy machine) finds the tasks taken and the region is not delayed. Which thread runs
 //! a task varies; what a task computes must not depend on it. With one
 //! thread, or one task, the tasks run inline on the caller: no barrier.
 
@@ -29,11 +31,11 @@ pub const SPIN: Duration = Duration::from_micros(200);
 /// The body of one region, with its lifetime erased (see [`WorkerPool::run`]).
 type Job = *const (dyn Fn(usize) + Sync);
 
-/// `Shared::state`: joined workers in the low bits, [`CLOSED`] once the
-/// caller has run out of tasks, the region's epoch in the high 32 bits.
-const COUNT_MASK: u64 = 0xffff;
-/// Set in `Shared::state` when no worker may join the region any more.
-const CLOSED: u64 = 1 << 16;
+/// Bits of `Shared::state` per field: `epoch << 32 | n_tasks << 16 | next`.
+const FIELD_BITS: u32 = 16;
+const FIELD_MASK: u64 = (1 << FIELD_BITS) - 1;
+/// Most tasks in one region; [`WorkerPool::run`] splits larger counts.
+const MAX_TASKS: usize = FIELD_MASK as usize;
 
 fn epoch_of(state: u64) -> u64 {
     state >> 32
@@ -41,19 +43,18 @@ fn epoch_of(state: u64) -> u64 {
 
 /// State shared by the caller and the workers.
 struct Shared {
-    /// Epoch, closed flag and joined-worker count of the current region
-    /// (see [`COUNT_MASK`]). A worker joins only an open region of an epoch
-    /// it has not seen; the caller closes the region when every task has
-    /// been handed out and waits only for the workers that joined. A worker
-    /// that wakes late thus never delays a region it missed.
+    /// The current region's epoch, task count and next unclaimed task, in
+    /// one word so that a task is claimed with one compare-and-swap that also
+    /// checks the region is still the one the claimer saw: a worker that
+    /// wakes late can claim nothing of a region that is over, and finds no
+    /// task left in one whose tasks are all claimed, so the caller only ever
+    /// waits for tasks that are running.
     state: AtomicU64,
     /// The current region's body; set before the region opens, cleared after
-    /// it is closed and no worker is left in it.
+    /// all its tasks are done.
     job: Mutex<Option<SendJob>>,
-    /// Tasks of the current region.
-    n_tasks: AtomicUsize,
-    /// The next task to hand out.
-    next: AtomicUsize,
+    /// Tasks of the current region finished.
+    done: AtomicUsize,
     /// A task of the current region panicked; its payload is in `panic`.
     panic: Mutex<Option<Box<dyn std::any::Any + Send>>>,
     /// Workers parked on `wake`.
@@ -62,6 +63,64 @@ struct Shared {
     park: Mutex<()>,
     wake: Condvar,
     shutdown: AtomicBool,
+}
+
+impl Shared {
+    /// Claims the next task of the region of `epoch`, if that region is
+    /// still current and has one left.
+    fn claim(&self, epoch: u64) -> Option<usize> {
+        let mut state = self.state.load(Ordering::SeqCst);
+        loop {
+            let (n, next) = ((state >> FIELD_BITS) & FIELD_MASK, state & FIELD_MASK);
+            if epoch_of(state) != epoch || next >= n {
+                return None;
+            }
+            match self.state.compare_exchange_weak(
+                state,
+                state + 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return Some(next as usize),
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    /// Claims and runs tasks of the region of `epoch` until none are left.
+    ///
+    /// # Safety
+    /// `job` is the body of the region of `epoch`, alive until every task
+    /// of that region is marked done.
+    unsafe fn take_tasks(&self, epoch: u64, job: Job) {
+        while let Some(i) = self.claim(epoch) {
+            // SAFETY: task `i` of the region of `epoch` is claimed and not
+            // yet done, so the caller's guarantee holds for this call.
+            unsafe { self.run_claimed(job, i) };
+        }
+    }
+
+    /// Runs claimed task `i` of the region whose body is `job` and marks it
+    /// done; a panic is recorded (the first payload is kept) and the task
+    /// still counts as done. No reference to the body outlives the call of
+    /// the task: once the task is marked done, `run` may free the body.
+    ///
+    /// # Safety
+    /// Task `i` of `job`'s region is claimed by this thread and not done.
+    unsafe fn run_claimed(&self, job: Job, i: usize) {
+        let outcome = {
+            // SAFETY: `run` keeps the body alive until every task of the
+            // region is done, and task `i` is not done before the increment
+            // below, after this reference is gone.
+            let task = unsafe { &*job };
+            catch_unwind(AssertUnwindSafe(|| task(i)))
+        };
+        if let Err(p) = outcome {
+            let mut slot = self.panic.lock().unwrap_or_else(PoisonError::into_inner);
+            slot.get_or_insert(p);
+        }
+        self.done.fetch_add(1, Ordering::Release);
+    }
 }
 
 /// A [`Job`] that may cross threads.
@@ -97,10 +156,9 @@ impl WorkerPool {
     pub fn new(threads: usize, name: &str) -> std::io::Result<WorkerPool> {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
-            state: AtomicU64::new(CLOSED),
+            state: AtomicU64::new(0),
             job: Mutex::new(None),
-            n_tasks: AtomicUsize::new(0),
-            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
             panic: Mutex::new(None),
             sleeping: AtomicUsize::new(0),
             park: Mutex::new(()),
@@ -139,41 +197,49 @@ impl WorkerPool {
             return;
         }
         let _region = self.region.lock().unwrap_or_else(PoisonError::into_inner);
+        for first in (0..n_tasks).step_by(MAX_TASKS) {
+            let n = (n_tasks - first).min(MAX_TASKS);
+            self.region(n, &|i| task(first + i));
+        }
+    }
+
+    /// One region of `n ≤ MAX_TASKS` tasks; the caller holds `self.region`.
+    fn region(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
         let s = &*self.shared;
         // SAFETY: only the lifetime is erased. The pointer is published
-        // below and dereferenced by a worker only after it joined the region
-        // and before it leaves it; this function does not return (nor
-        // unwind: the caller's own tasks run under `catch_unwind`) before the
-        // region is closed, no worker is left in it, and the pointer is
-        // cleared, so `task` outlives every use.
+        // below and dereferenced only by a thread that claimed a task of this
+        // region, before it marks that task done; this function does not
+        // return (nor unwind: tasks run under `catch_unwind`) before every
+        // task is done and the pointer is cleared, and after that no task of
+        // this region can be claimed (the epoch moves on or nothing is left),
+        // so `task` outlives every use.
         let job: Job = unsafe {
             core::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), Job>(
                 task as *const (dyn Fn(usize) + Sync),
             )
         };
         *s.job.lock().unwrap_or_else(PoisonError::into_inner) = Some(SendJob(job));
-        s.n_tasks.store(n_tasks, Ordering::Relaxed);
-        s.next.store(0, Ordering::Relaxed);
-        // The previous region is closed with no worker in it: open the next.
+        s.done.store(0, Ordering::SeqCst);
         let epoch = epoch_of(s.state.load(Ordering::SeqCst)) + 1;
-        s.state.store(epoch << 32, Ordering::SeqCst);
+        s.state
+            .store(epoch << 32 | (n as u64) << FIELD_BITS, Ordering::SeqCst);
         if s.sleeping.load(Ordering::SeqCst) > 0 {
             let _g = s.park.lock().unwrap_or_else(PoisonError::into_inner);
             s.wake.notify_all();
         }
-        take_tasks(s, task);
-        // Every task is handed out: no more joins; wait for those inside.
-        let mut state = s.state.fetch_or(CLOSED, Ordering::SeqCst) | CLOSED;
+        // SAFETY: `job` points at `task`, which lives until this function
+        // returns, after every task of the region is done (below).
+        unsafe { s.take_tasks(epoch, job) };
+        // Every task is claimed; wait for those still running elsewhere.
         let t0 = Instant::now();
         let mut spins = 0u32;
-        while state & COUNT_MASK != 0 {
+        while s.done.load(Ordering::Acquire) != n {
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(64) && t0.elapsed() > SPIN {
                 thread::yield_now();
             } else {
                 core::hint::spin_loop();
             }
-            state = s.state.load(Ordering::Acquire);
         }
         *s.job.lock().unwrap_or_else(PoisonError::into_inner) = None;
         let payload = s
@@ -187,24 +253,8 @@ impl WorkerPool {
     }
 }
 
-/// Takes tasks of the current region until none are left; a panicking task
-/// is recorded (the first payload is kept) and the others still run.
-fn take_tasks(s: &Shared, task: &(dyn Fn(usize) + Sync)) {
-    let n = s.n_tasks.load(Ordering::Relaxed);
-    loop {
-        let i = s.next.fetch_add(1, Ordering::Relaxed);
-        if i >= n {
-            return;
-        }
-        if let Err(p) = catch_unwind(AssertUnwindSafe(|| task(i))) {
-            let mut slot = s.panic.lock().unwrap_or_else(PoisonError::into_inner);
-            slot.get_or_insert(p);
-        }
-    }
-}
-
-/// A worker: waits for a new epoch (spinning, then parked), joins the
-/// region if it is still open, runs tasks, leaves.
+/// A worker: waits for a new epoch (spinning, then parked), then runs the
+/// tasks of that region it manages to claim.
 fn worker(s: &Shared) {
     let mut seen = 0;
     loop {
@@ -234,35 +284,22 @@ fn worker(s: &Shared) {
         if s.shutdown.load(Ordering::Acquire) {
             return;
         }
-        let mut state = s.state.load(Ordering::SeqCst);
-        seen = epoch_of(state);
-        let joined = loop {
-            if epoch_of(state) != seen || state & CLOSED != 0 {
-                break false;
-            }
-            match s.state.compare_exchange_weak(
-                state,
-                state + 1,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => break true,
-                Err(now) => state = now,
-            }
-        };
-        if !joined {
-            continue;
-        }
+        seen = epoch_of(s.state.load(Ordering::SeqCst));
+        let Some(i) = s.claim(seen) else { continue };
         let job = *s.job.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(SendJob(job)) = job {
-            // SAFETY: this worker joined the open region of epoch `seen`,
-            // whose pointer `run` set before opening it; `run` keeps the
-            // closure alive until the joined count, which includes this
-            // worker until the `fetch_sub` below, is back to zero.
-            let task = unsafe { &*job };
-            take_tasks(s, task);
+        let Some(SendJob(job)) = job else {
+            // Unreachable: a claimed task keeps its region's job published.
+            s.done.fetch_add(1, Ordering::Release);
+            continue;
+        };
+        // SAFETY: this thread claimed task `i` of the region of epoch
+        // `seen`, whose body `run` published before opening the region and
+        // keeps alive until every task of it is done; `take_tasks` claims
+        // further tasks of the same region before running them.
+        unsafe {
+            s.run_claimed(job, i);
+            s.take_tasks(seen, job);
         }
-        s.state.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -300,6 +337,17 @@ mod tests {
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
             }
         }
+    }
+
+    #[test]
+    fn more_tasks_than_one_region_holds() {
+        let pool = WorkerPool::new(2, "t").unwrap();
+        let n = MAX_TASKS + 3;
+        let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+        pool.run(n, &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
     }
 
     #[test]

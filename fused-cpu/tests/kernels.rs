@@ -5,7 +5,7 @@ use fused_core::DType;
 use fused_core::quant::{dequantize_row, quantize_row};
 use fused_core::reference::ActQuant;
 use fused_cpu::Isa;
-use fused_cpu::acts::{Acts, prepared_bytes, quantize_columns};
+use fused_cpu::acts::{Acts, column, prepared_bytes, quantize_columns};
 use fused_cpu::kernels::{has_native_kernel, row_dot, scalar};
 
 struct Rng(u64);
@@ -56,11 +56,47 @@ fn claimed(isa: Isa) -> &'static [(DType, ActQuant)] {
         (DType::Q6_K, ActQuant::Q8_K),
         (DType::F16, ActQuant::F32),
         (DType::F32, ActQuant::F32),
+        (DType::BF16, ActQuant::F32),
+        (DType::Q5_1, ActQuant::Q8_1),
+        (DType::Q5_K, ActQuant::Q8_K),
+        (DType::TQ2_0, ActQuant::Q8_K),
+    ];
+    const NEON: &[(DType, ActQuant)] = &[
+        (DType::Q4_0, ActQuant::Q8_0),
+        (DType::Q4_1, ActQuant::Q8_1),
+        (DType::Q5_0, ActQuant::Q8_0),
+        (DType::Q5_1, ActQuant::Q8_1),
+        (DType::Q8_0, ActQuant::Q8_0),
+        (DType::IQ4_NL, ActQuant::Q8_0),
+        (DType::Q4_K, ActQuant::Q8_K),
+        (DType::Q5_K, ActQuant::Q8_K),
+        (DType::Q6_K, ActQuant::Q8_K),
+        (DType::TQ2_0, ActQuant::Q8_K),
+        (DType::F16, ActQuant::F32),
+        (DType::BF16, ActQuant::F32),
+        (DType::F32, ActQuant::F32),
     ];
     match isa {
         Isa::Scalar => &[],
+        Isa::Neon | Isa::NeonDotprod => NEON,
         Isa::Avx2 | Isa::Avx512 => AVX2,
     }
+}
+
+/// Whether `isa`'s kernel for `dtype` does the scalar kernel's f32
+/// arithmetic operation for operation, and so must match it bit for bit.
+fn bit_exact(isa: Isa, dtype: DType) -> bool {
+    matches!(isa, Isa::Neon | Isa::NeonDotprod)
+        && matches!(
+            dtype,
+            DType::Q4_0
+                | DType::Q5_0
+                | DType::Q8_0
+                | DType::IQ4_NL
+                | DType::Q4_1
+                | DType::Q5_1
+                | DType::TQ2_0
+        )
 }
 
 /// One activation column of `k` values prepared for `mode`, plus the f32
@@ -73,7 +109,7 @@ fn prepare(mode: ActQuant, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
         None => x.to_vec(),
         Some(d) => {
             let mut v = vec![0.0; k];
-            dequantize_row(d, &q, &mut v).unwrap();
+            dequantize_row(d, &q[..d.row_bytes(k).unwrap()], &mut v).unwrap();
             v
         }
     };
@@ -81,10 +117,7 @@ fn prepare(mode: ActQuant, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
 }
 
 fn acts<'a>(mode: ActQuant, x: &'a [f32], q: &'a [u8]) -> Acts<'a> {
-    match mode.dtype() {
-        None => Acts::F32(x),
-        Some(d) => Acts::Quant { dtype: d, bytes: q },
-    }
+    column(mode, x, q, x.len(), 0)
 }
 
 /// Compares the `isa` kernel with the scalar one on weights `wf` (f32, to be
@@ -98,17 +131,38 @@ fn check(isa: Isa, dtype: DType, mode: ActQuant, wf: &[f32], x: &[f32], what: &s
     let (q, xd) = prepare(mode, x);
     let a = acts(mode, x, &q);
     let want = scalar::row_dot(dtype, &w, &a, k).unwrap();
-    let got = row_dot(isa, dtype, mode)(dtype, &w, &a, k).unwrap();
     let mag: f64 = wd
         .iter()
         .zip(&xd)
         .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
         .sum();
-    let err = (f64::from(got) - f64::from(want)).abs();
-    assert!(
-        err <= 1e-5 * (mag + 1e-30),
-        "{isa} {dtype:?} {mode:?} k={k} {what}: got {got}, want {want}, |err| {err:e}, Σ|wx| {mag:e}"
-    );
+    // With the activations' side data, and without it (kernels then fall
+    // back to the blocks alone).
+    let bare = match a {
+        Acts::Quant {
+            dtype: d, bytes, ..
+        } => Acts::Quant {
+            dtype: d,
+            bytes,
+            side: &[],
+        },
+        f => f,
+    };
+    for (a, how) in [(a, "side data"), (bare, "no side data")] {
+        let got = row_dot(isa, dtype, mode)(dtype, &w, &a, k).unwrap();
+        if bit_exact(isa, dtype) {
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{isa} {dtype:?} {mode:?} k={k} {what}, {how}: got {got}, want {want} (bit-exact kernel)"
+            );
+        }
+        let err = (f64::from(got) - f64::from(want)).abs();
+        assert!(
+            err <= 1e-5 * (mag + 1e-30),
+            "{isa} {dtype:?} {mode:?} k={k} {what}, {how}: got {got}, want {want}, |err| {err:e}, Σ|wx| {mag:e}"
+        );
+    }
 }
 
 fn native_triples() -> Vec<(Isa, DType, ActQuant)> {
@@ -123,6 +177,25 @@ fn native_triples() -> Vec<(Isa, DType, ActQuant)> {
         }
     }
     v
+}
+
+#[test]
+fn isa_detection() {
+    let available: Vec<Isa> = Isa::available().collect();
+    eprintln!("available ISAs: {available:?}");
+    assert_eq!(available.first(), Some(&Isa::Scalar));
+    assert_eq!(available.last(), Some(&Isa::detect()));
+    for isa in Isa::ALL {
+        assert_eq!(isa.is_supported(), available.contains(&isa), "{isa}");
+    }
+    let forced_scalar = std::env::var_os("FUSED_CPU_SCALAR").is_some();
+    if cfg!(all(target_arch = "aarch64", target_endian = "little")) && !forced_scalar {
+        assert!(Isa::Neon.is_supported(), "{available:?}");
+        assert!(!Isa::Avx2.is_supported(), "{available:?}");
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert!(!Isa::Neon.is_supported(), "{available:?}");
+    }
 }
 
 #[test]
@@ -147,7 +220,10 @@ fn native_kernels_match_scalar() {
         let blk = dtype.block_len().max(32);
         // 4096 = 128 legacy blocks = 16 super-blocks.
         let big = 4096;
-        for k in [blk, 3 * blk, 8 * blk + blk, big] {
+        // Float formats (block length 1) also get a K that leaves a tail
+        // after every vector width.
+        let odd = if dtype.block_len() == 1 { 37 } else { blk };
+        for k in [blk, odd, 3 * blk, 8 * blk + blk, big] {
             for rep in 0..2 {
                 let wf = rng.vec(k);
                 let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 3.0).collect();
@@ -211,9 +287,14 @@ fn native_kernels_reject_wrong_lengths() {
         // Activations too short.
         let short = match a {
             Acts::F32(xs) => Acts::F32(&xs[..k - 1]),
-            Acts::Quant { dtype: d, bytes } => Acts::Quant {
+            Acts::Quant {
+                dtype: d,
+                bytes,
+                side,
+            } => Acts::Quant {
                 dtype: d,
                 bytes: &bytes[..bytes.len() - 1],
+                side,
             },
         };
         assert!(kernel(dtype, &w, &short, k).is_err());
@@ -222,11 +303,17 @@ fn native_kernels_reject_wrong_lengths() {
             Acts::F32(_) => Acts::Quant {
                 dtype: DType::Q8_0,
                 bytes: &q,
+                side: &[],
             },
             Acts::Quant { .. } => Acts::F32(&x),
         };
         assert!(kernel(dtype, &w, &wrong, k).is_err());
-        if let Acts::Quant { bytes, dtype: d } = a {
+        if let Acts::Quant {
+            bytes,
+            dtype: d,
+            side,
+        } = a
+        {
             let other = if d == DType::Q8_K {
                 DType::Q8_0
             } else {
@@ -235,6 +322,7 @@ fn native_kernels_reject_wrong_lengths() {
             let wrong = Acts::Quant {
                 dtype: other,
                 bytes,
+                side,
             };
             assert!(kernel(dtype, &w, &wrong, k).is_err());
         }
@@ -245,4 +333,50 @@ fn native_kernels_reject_wrong_lengths() {
         };
         assert!(kernel(other, &w, &a, k).is_err());
     }
+}
+
+#[test]
+fn q8_0_side_data_follows_its_layout() {
+    use fused_cpu::acts::{Q8_0_GROUP_BYTES, side_bytes, write_side};
+    let mut rng = Rng(7);
+    // 9 blocks: two whole groups of four and one block without side data.
+    let k = 9 * 32;
+    let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 5.0).collect();
+    let mode = ActQuant::Q8_0;
+    let (q, _) = prepare(mode, &x);
+    let Acts::Quant { bytes, side, .. } = acts(mode, &x, &q) else {
+        panic!("Q8_0 activations are quantized");
+    };
+    assert_eq!(side.len(), side_bytes(DType::Q8_0, k));
+    assert_eq!(side.len(), 2 * Q8_0_GROUP_BYTES);
+    for (b, blk) in bytes.chunks_exact(34).take(8).enumerate() {
+        let (g, j) = (&side[b / 4 * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES], b % 4);
+        assert_eq!(&g[16 * j..16 * j + 16], &blk[2..18], "low codes, block {b}");
+        assert_eq!(
+            &g[64 + 16 * j..64 + 16 * j + 16],
+            &blk[18..34],
+            "high codes, block {b}"
+        );
+        let lane = |o: usize, l: usize| <[u8; 4]>::try_from(&g[o + 4 * l..o + 4 * l + 4]).unwrap();
+        let sum: i32 = blk[2..].iter().map(|&c| i32::from(c as i8)).sum();
+        assert_eq!(
+            i32::from_le_bytes(lane(128, 4 * j)),
+            -8 * sum,
+            "offset, block {b}"
+        );
+        let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        for l in 0..4 {
+            if l > 0 {
+                assert_eq!(i32::from_le_bytes(lane(128, 4 * j + l)), 0);
+            }
+            assert_eq!(f32::from_le_bytes(lane(192, 4 * j + l)), d, "dy, block {b}");
+        }
+    }
+    // Wrong lengths are errors, not panics.
+    let mut out = vec![0u8; side.len()];
+    assert!(write_side(DType::Q8_0, bytes, k, &mut out).is_ok());
+    assert_eq!(out, side);
+    assert!(write_side(DType::Q8_0, &bytes[1..], k, &mut out).is_err());
+    assert!(write_side(DType::Q8_0, bytes, k, &mut out[1..]).is_err());
+    assert!(write_side(DType::Q8_K, bytes, k, &mut out).is_err());
 }

@@ -4,19 +4,26 @@ use fused_core::DType;
 use fused_core::quant::quantize_row;
 use fused_core::reference::ActQuant;
 use fused_cpu::Isa;
-use fused_cpu::acts::{column, prepared_bytes, quantize_columns};
+use fused_cpu::acts::{Acts, column, prepared_bytes, quantize_columns};
 use fused_cpu::kernels::{row_dot, row_dot4};
 
 #[test]
 fn four_rows_equal_one_row_each() {
-    let mut checked = 0;
+    let mut checked = Vec::new();
     for isa in Isa::available() {
-        for (dtype, mode) in [(DType::Q4_0, ActQuant::Q8_0)] {
+        for (dtype, mode) in [
+            (DType::Q4_0, ActQuant::Q8_0),
+            (DType::Q8_0, ActQuant::Q8_0),
+            (DType::F16, ActQuant::F32),
+            (DType::Q4_K, ActQuant::Q8_K),
+            (DType::Q6_K, ActQuant::Q8_K),
+        ] {
             let Some(four) = row_dot4(isa, dtype, mode) else {
                 continue;
             };
             let one = row_dot(isa, dtype, mode);
-            for k in [32usize, 224, 256, 288, 4096] {
+            let ks = [32usize, 224, 256, 288, 416, 1280, 4096, 4100, 4352];
+            for k in ks.into_iter().filter(|k| k % dtype.block_len() == 0) {
                 let rb = dtype.row_bytes(k).unwrap();
                 let mut w = vec![0u8; 4 * rb];
                 for (r, row) in w.chunks_exact_mut(rb).enumerate() {
@@ -30,26 +37,47 @@ fn four_rows_equal_one_row_each() {
                 quantize_columns(mode, &x, k, &mut q).unwrap();
                 let a = column(mode, &x, &q, k, 0);
                 let rows = [&w[..rb], &w[rb..2 * rb], &w[2 * rb..3 * rb], &w[3 * rb..]];
-                let got = four(dtype, rows, &a, k).unwrap();
-                for r in 0..4 {
-                    let want = one(dtype, rows[r], &a, k).unwrap();
-                    assert_eq!(
-                        got[r].to_bits(),
-                        want.to_bits(),
-                        "{isa} {dtype} k={k} row {r}"
-                    );
+                // With side data and without (the fallback path).
+                let bare = match a {
+                    Acts::Quant {
+                        dtype: d, bytes, ..
+                    } => Acts::Quant {
+                        dtype: d,
+                        bytes,
+                        side: &[],
+                    },
+                    f => f,
+                };
+                for a in [a, bare] {
+                    let got = four(dtype, rows, &a, k).unwrap();
+                    for r in 0..4 {
+                        let want = one(dtype, rows[r], &a, k).unwrap();
+                        assert_eq!(
+                            got[r].to_bits(),
+                            want.to_bits(),
+                            "{isa} {dtype} k={k} row {r}"
+                        );
+                    }
                 }
                 // Bad input is an error, not a panic.
                 let short = [&w[..rb - 1], rows[1], rows[2], rows[3]];
                 assert!(four(dtype, short, &a, k).is_err());
-                checked += 1;
+                checked.push(dtype);
             }
         }
     }
     if Isa::detect() >= Isa::Avx512 {
-        assert!(
-            checked > 0,
-            "this machine has AVX-512 but no four-row kernel was checked"
-        );
+        for dtype in [
+            DType::Q4_0,
+            DType::Q8_0,
+            DType::F16,
+            DType::Q4_K,
+            DType::Q6_K,
+        ] {
+            assert!(
+                checked.contains(&dtype),
+                "this machine has AVX-512 but the {dtype} four-row kernel was not checked"
+            );
+        }
     }
 }

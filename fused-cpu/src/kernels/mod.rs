@@ -11,6 +11,11 @@ use fused_core::{DType, Error};
 use crate::acts::Acts;
 use crate::isa::Isa;
 
+#[cfg(all(target_arch = "aarch64", target_endian = "little"))]
+pub mod aarch64_neon;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod common;
+pub mod gemm;
 pub mod packed;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -84,6 +89,12 @@ pub fn row_dot(isa: Isa, dtype: DType, mode: ActQuant) -> RowDot {
         {
             return k;
         }
+    }
+    #[cfg(all(target_arch = "aarch64", target_endian = "little"))]
+    if matches!(isa, Isa::Neon | Isa::NeonDotprod)
+        && let Some(k) = aarch64_neon::row_dot(isa == Isa::NeonDotprod, dtype, mode)
+    {
+        return k;
     }
     let _ = (dtype, mode);
     scalar::row_dot

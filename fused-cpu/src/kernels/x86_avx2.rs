@@ -16,17 +16,18 @@
 //! Signed × signed byte products use `maddubs` on `|x|` and `sign(y, x)`
 //! (GGML's trick); it is exact for codes in `-127..=127`, which is all the
 //! core's quantizers write (a code of −128 on both sides may saturate).
-//! Unsigned-code formats (Q4_0, Q4_1, Q4_K, Q6_K) feed the unsigned codes to
-//! `maddubs` directly and subtract the offset (`8·Σy`, `32·Σ sc·bsum`)
-//! exactly, for any activation byte.
+//! Unsigned-code formats (Q4_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K, TQ2_0) feed
+//! the unsigned codes to `maddubs` directly and subtract the offset (`8·Σy`,
+//! `32·Σ sc·bsum`, `Σ bsum`) exactly, for any activation byte. BF16 widens
+//! to f32 by a 16-bit shift; F16 with F16C.
 
 use core::arch::x86_64::*;
-use fused_core::error::check_len;
 
 use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 
 use super::RowDot;
+pub(super) use super::common::{check_f32, check_quant, kscales, rd16, rdf16, rdf32};
 use crate::acts::Acts;
 
 /// The avx2 kernel for weights of `dtype` fed activations in `mode`, if any.
@@ -39,93 +40,14 @@ pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
         (DType::IQ4_NL, ActQuant::Q8_0) => Some(dot_iq4_nl_q8_0),
         (DType::Q4_K, ActQuant::Q8_K) => Some(dot_q4_k_q8_k),
         (DType::Q6_K, ActQuant::Q8_K) => Some(dot_q6_k_q8_k),
+        (DType::Q5_1, ActQuant::Q8_1) => Some(dot_q5_1_q8_1),
+        (DType::Q5_K, ActQuant::Q8_K) => Some(dot_q5_k_q8_k),
+        (DType::TQ2_0, ActQuant::Q8_K) => Some(dot_tq2_0_q8_k),
         (DType::F16, ActQuant::F32) => Some(dot_f16_f32),
+        (DType::BF16, ActQuant::F32) => Some(dot_bf16_f32),
         (DType::F32, ActQuant::F32) => Some(dot_f32_f32),
         _ => None,
     }
-}
-
-// ---------------------------------------------------------------------------
-// Validation shared with the AVX-512 kernels.
-
-/// Checks a quantized-activation call for a kernel written for weights of
-/// `kernel`: the weight format, the activation variant and format, and both
-/// byte lengths. Returns the activation bytes.
-pub(super) fn check_quant<'a>(
-    kernel: DType,
-    dtype: DType,
-    w_row: &[u8],
-    acts: &Acts<'a>,
-    k: usize,
-) -> Result<&'a [u8], Error> {
-    if dtype != kernel {
-        return Err(Error::UnsupportedDType {
-            what: "weights for this SIMD kernel",
-            dtype,
-        });
-    }
-    let Some(want) = kernel.vec_dot_type() else {
-        return Err(Error::UnsupportedDType {
-            what: "weights for a quantized SIMD kernel",
-            dtype,
-        });
-    };
-    let bytes = match *acts {
-        Acts::Quant { dtype: ad, bytes } if ad == want => bytes,
-        Acts::Quant { dtype: ad, .. } => {
-            return Err(Error::UnsupportedDType {
-                what: "activation format for this SIMD kernel",
-                dtype: ad,
-            });
-        }
-        Acts::F32(_) => {
-            return Err(Error::UnsupportedDType {
-                what: "f32 activations for a quantized SIMD kernel",
-                dtype,
-            });
-        }
-    };
-    check_len(
-        "SIMD kernel: weight row bytes",
-        kernel.row_bytes(k)?,
-        w_row.len(),
-    )?;
-    check_len(
-        "SIMD kernel: activation bytes",
-        want.row_bytes(k)?,
-        bytes.len(),
-    )?;
-    Ok(bytes)
-}
-
-/// Checks an f32-activation call for a kernel written for weights of
-/// `kernel`. Returns the activations.
-pub(super) fn check_f32<'a>(
-    kernel: DType,
-    dtype: DType,
-    w_row: &[u8],
-    acts: &Acts<'a>,
-    k: usize,
-) -> Result<&'a [f32], Error> {
-    if dtype != kernel {
-        return Err(Error::UnsupportedDType {
-            what: "weights for this SIMD kernel",
-            dtype,
-        });
-    }
-    let Acts::F32(x) = *acts else {
-        return Err(Error::UnsupportedDType {
-            what: "quantized activations for an f32 SIMD kernel",
-            dtype,
-        });
-    };
-    check_len(
-        "SIMD kernel: weight row bytes",
-        kernel.row_bytes(k)?,
-        w_row.len(),
-    )?;
-    check_len("SIMD kernel: activation length", k, x.len())?;
-    Ok(x)
 }
 
 // ---------------------------------------------------------------------------
@@ -175,6 +97,18 @@ quant_entry!(
     /// Q6_K × Q8_K.
     dot_q6_k_q8_k, DType::Q6_K, q6_k_q8_k
 );
+quant_entry!(
+    /// Q5_1 × Q8_1.
+    dot_q5_1_q8_1, DType::Q5_1, q5_1_q8_1
+);
+quant_entry!(
+    /// Q5_K × Q8_K.
+    dot_q5_k_q8_k, DType::Q5_K, q5_k_q8_k
+);
+quant_entry!(
+    /// TQ2_0 × Q8_K.
+    dot_tq2_0_q8_k, DType::TQ2_0, tq2_0_q8_k
+);
 
 /// F16 × F32.
 fn dot_f16_f32(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
@@ -183,7 +117,15 @@ fn dot_f16_f32(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<
     // dispatcher (`kernels::row_dot`) consults only for an ISA that
     // `Isa::is_supported()` confirmed, so AVX2, FMA and F16C are present.
     // `check_f32` verified `w_row.len() == 2·k` and `x.len() == k`.
-    Ok(unsafe { f16_f32(w_row.as_ptr(), x.as_ptr(), k) })
+    Ok(unsafe { half_f32::<false>(w_row.as_ptr(), x.as_ptr(), k) })
+}
+
+/// BF16 × F32.
+fn dot_bf16_f32(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
+    let x = check_f32(DType::BF16, dtype, w_row, acts, k)?;
+    // SAFETY: as in `dot_f16_f32`; `check_f32` verified `w_row.len() == 2·k`
+    // and `x.len() == k`.
+    Ok(unsafe { half_f32::<true>(w_row.as_ptr(), x.as_ptr(), k) })
 }
 
 /// F32 × F32.
@@ -197,36 +139,6 @@ fn dot_f32_f32(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<
 // ---------------------------------------------------------------------------
 // Helpers (shared with the AVX-512 kernels, which enable a superset of these
 // features, so they inline there).
-
-/// Reads a little-endian u16.
-///
-/// # Safety
-/// `p..p + 2` must be readable.
-#[inline(always)]
-pub(super) unsafe fn rd16(p: *const u8) -> u64 {
-    // SAFETY: the caller guarantees two readable bytes; unaligned read.
-    u64::from(u16::from_le(unsafe { p.cast::<u16>().read_unaligned() }))
-}
-
-/// Reads a little-endian f32.
-///
-/// # Safety
-/// `p..p + 4` must be readable.
-#[inline(always)]
-pub(super) unsafe fn rdf32(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees four readable bytes; unaligned read.
-    f32::from_bits(u32::from_le(unsafe { p.cast::<u32>().read_unaligned() }))
-}
-
-/// Reads a little-endian f16 and widens it to f32.
-///
-/// # Safety
-/// `p..p + 2` must be readable.
-#[inline(always)]
-pub(super) unsafe fn rdf16(p: *const u8) -> f32 {
-    // SAFETY: forwarded from the caller.
-    half::f16::from_bits(unsafe { rd16(p) } as u16).to_f32()
-}
 
 /// The eight f16 values at `p`, `p + stride`, …, `p + 7·stride`, as f32.
 ///
@@ -392,7 +304,6 @@ macro_rules! legacy_loop {
         sum
     }};
 }
-pub(super) use legacy_loop;
 
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q4_0 blocks and `y` `nb` Q8_0 blocks.
@@ -454,59 +365,85 @@ pub(super) unsafe fn iq4_nl_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
     })
 }
 
+/// Runs an affine-format × Q8_1 dot (Q4_1, Q5_1: `x = d·code + m`) over
+/// `nb` blocks: `Σ_b (dx·dy)·isum_b + mx·sy`, with `isum_b = Σ code·q` from
+/// the unsigned codes `$codes` of the weight block at `$wp` (block size
+/// `$WB`, `d` at 0, `m` at 2). The first term is accumulated as in
+/// `legacy_loop`, the second in a second accumulator; the tail (fewer than
+/// eight blocks) is done one block at a time.
+macro_rules! affine_loop {
+    ($w:ident, $y:ident, $nb:ident, $WB:expr, |$wp:ident| $codes:expr) => {{
+        let mut acc = _mm256_setzero_ps();
+        let mut accm = _mm256_setzero_ps();
+        let mut b = 0usize;
+        while b + 8 <= $nb {
+            let mut s = [_mm256_setzero_si256(); 8];
+            for (i, si) in s.iter_mut().enumerate() {
+                // SAFETY: block `b + i < nb`, in bounds of both rows.
+                let ($wp, q) = unsafe {
+                    (
+                        $w.add((b + i) * $WB),
+                        _mm256_loadu_si256($y.add((b + i) * 36 + 4).cast()),
+                    )
+                };
+                *si = dot_u8i8($codes, q);
+            }
+            let isum = _mm256_cvtepi32_ps(reduce8(&s));
+            // SAFETY: the `d`, `m`, `d`, `s` fields of blocks `b..b + 8`.
+            let (dx, mx, dy, sy) = unsafe {
+                (
+                    f16x8($w.add(b * $WB), $WB),
+                    f16x8($w.add(b * $WB + 2), $WB),
+                    f16x8($y.add(b * 36), 36),
+                    f16x8($y.add(b * 36 + 2), 36),
+                )
+            };
+            acc = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc);
+            accm = _mm256_fmadd_ps(mx, sy, accm);
+            b += 8;
+        }
+        let mut sum = hsum_ps(_mm256_add_ps(acc, accm));
+        while b < $nb {
+            // SAFETY: block `b < nb`, in bounds of both rows.
+            let ($wp, yp) = unsafe { ($w.add(b * $WB), $y.add(b * 36)) };
+            // SAFETY: `qs` of the activation block.
+            let q = unsafe { _mm256_loadu_si256(yp.add(4).cast()) };
+            let isum = hsum_i32(dot_u8i8($codes, q));
+            let (dx, mx, dy, sy) = (
+                // SAFETY: the `d` and `m` fields of weight block `b`.
+                unsafe { rdf16($wp) },
+                // SAFETY: as above.
+                unsafe { rdf16($wp.add(2)) },
+                // SAFETY: the `d` and `s` fields of activation block `b`.
+                unsafe { rdf16(yp) },
+                // SAFETY: as above.
+                unsafe { rdf16(yp.add(2)) },
+            );
+            sum += (dx * dy) * isum as f32 + mx * sy;
+            b += 1;
+        }
+        sum
+    }};
+}
+
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q4_1 blocks and `y` `nb` Q8_1 blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q4_1_q8_1(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    // Σ (dx·dy)·isum + mx·sy: the first term as in `legacy_loop`, the second
-    // in a second accumulator.
-    let mut acc = _mm256_setzero_ps();
-    let mut accm = _mm256_setzero_ps();
-    let mut b = 0usize;
-    while b + 8 <= nb {
-        let mut s = [_mm256_setzero_si256(); 8];
-        for (i, si) in s.iter_mut().enumerate() {
-            // SAFETY: block `b + i < nb`, in bounds of both rows.
-            let (u, q) = unsafe {
-                (
-                    nibbles32(w.add((b + i) * 20 + 4)),
-                    _mm256_loadu_si256(y.add((b + i) * 36 + 4).cast()),
-                )
-            };
-            *si = dot_u8i8(u, q);
-        }
-        let isum = _mm256_cvtepi32_ps(reduce8(&s));
-        // SAFETY: the `d`, `m`, `d`, `s` fields of blocks `b..b + 8`.
-        let (dx, mx, dy, sy) = unsafe {
-            (
-                f16x8(w.add(b * 20), 20),
-                f16x8(w.add(b * 20 + 2), 20),
-                f16x8(y.add(b * 36), 36),
-                f16x8(y.add(b * 36 + 2), 36),
-            )
-        };
-        acc = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc);
-        accm = _mm256_fmadd_ps(mx, sy, accm);
-        b += 8;
-    }
-    let mut sum = hsum_ps(_mm256_add_ps(acc, accm));
-    while b < nb {
-        // SAFETY: block `b < nb`, in bounds of both rows.
-        let (wp, yp) = unsafe { (w.add(b * 20), y.add(b * 36)) };
-        // SAFETY: `qs` of both blocks, then the scale fields.
-        let isum = unsafe {
-            hsum_i32(dot_u8i8(
-                nibbles32(wp.add(4)),
-                _mm256_loadu_si256(yp.add(4).cast()),
-            ))
-        };
-        // SAFETY: the scale fields of block `b`.
-        let (dx, mx, dy, sy) =
-            unsafe { (rdf16(wp), rdf16(wp.add(2)), rdf16(yp), rdf16(yp.add(2))) };
-        sum += (dx * dy) * isum as f32 + mx * sy;
-        b += 1;
-    }
-    sum
+    affine_loop!(w, y, nb, 20, |wp| {
+        // SAFETY: `qs` of the weight block.
+        unsafe { nibbles32(wp.add(4)) }
+    })
+}
+
+/// # Safety
+/// AVX2/FMA/F16C present; `w` holds `nb` Q5_1 blocks and `y` `nb` Q8_1 blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q5_1_q8_1(w: *const u8, y: *const u8, nb: usize) -> f32 {
+    affine_loop!(w, y, nb, 24, |wp| {
+        // SAFETY: `qh` and `qs` of the weight block (d, m, qh[4], qs[16]).
+        unsafe { _mm256_or_si256(nibbles32(wp.add(8)), fifth_bits(wp.add(4))) }
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -514,36 +451,9 @@ pub(super) unsafe fn q4_1_q8_1(w: *const u8, y: *const u8, nb: usize) -> f32 {
 
 pub(super) const Q8K_BYTES: usize = 292;
 pub(super) const Q4K_BYTES: usize = 144;
+pub(super) const Q5K_BYTES: usize = 176;
 pub(super) const Q6K_BYTES: usize = 210;
-
-/// The eight 6-bit scales and eight mins of a Q4_K/Q5_K block (`scales` at
-/// `p`), as two u64 of eight bytes each (GGML's `utmp` shuffle).
-///
-/// # Safety
-/// `p..p + 12` must be readable.
-#[inline(always)]
-pub(super) unsafe fn kscales(p: *const u8) -> (u64, u64) {
-    const K1: u32 = 0x3f3f_3f3f;
-    const K2: u32 = 0x0f0f_0f0f;
-    const K3: u32 = 0x0303_0303;
-    // SAFETY: the caller guarantees 12 readable bytes; unaligned reads.
-    let (u0, u1, u2) = unsafe {
-        let p = p.cast::<u32>();
-        (
-            u32::from_le(p.read_unaligned()),
-            u32::from_le(p.add(1).read_unaligned()),
-            u32::from_le(p.add(2).read_unaligned()),
-        )
-    };
-    let sc_lo = u0 & K1;
-    let sc_hi = (u2 & K2) | (((u0 >> 6) & K3) << 4);
-    let m_lo = u1 & K1;
-    let m_hi = ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4);
-    (
-        u64::from(sc_lo) | u64::from(sc_hi) << 32,
-        u64::from(m_lo) | u64::from(m_hi) << 32,
-    )
-}
+pub(super) const TQ2_BYTES: usize = 66;
 
 /// `[m0, m0, m1, m1, …, m7, m7]` as sixteen i16 from eight bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -566,12 +476,51 @@ pub(super) fn bcast16_mask(lo: usize, hi: usize) -> __m256i {
 /// AVX2/FMA/F16C present; `w` holds `nb` Q4_K blocks and `y` `nb` Q8_K blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q4_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
+    // SAFETY: forwarded from the caller.
+    unsafe { q4_5_k_q8_k::<false>(w, y, nb) }
+}
+
+/// # Safety
+/// AVX2/FMA/F16C present; `w` holds `nb` Q5_K blocks and `y` `nb` Q8_K blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q5_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
+    // SAFETY: forwarded from the caller.
+    unsafe { q4_5_k_q8_k::<true>(w, y, nb) }
+}
+
+/// Bytes `0x10` where bit `n` (0..8) of the same byte of `v` is set, else 0.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn bit_as_16(v: __m256i, n: usize) -> __m256i {
+    let m = _mm256_set1_epi8((1u8 << n) as i8);
+    let on = _mm256_cmpeq_epi8(_mm256_and_si256(v, m), m);
+    _mm256_and_si256(on, _mm256_set1_epi8(0x10))
+}
+
+/// Q4_K (`Q5 = false`) or Q5_K (`Q5 = true`: the fifth bits from `qh` are
+/// or-ed into the codes; the blocks are the Q4_K fields with `qh[32]`
+/// inserted before `qs`) × Q8_K:
+/// `Σ_b dx·dy·Σ_s sc_s·Σ code·q − dminx·dy·Σ_g m_{g/2}·bsum_g`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `w` holds `nb` blocks of the format and `y` `nb`
+/// Q8_K blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q4_5_k_q8_k<const Q5: bool>(w: *const u8, y: *const u8, nb: usize) -> f32 {
+    let (wb, qs_at) = if Q5 { (Q5K_BYTES, 48) } else { (Q4K_BYTES, 16) };
     let m4 = _mm256_set1_epi8(0x0f);
     let mut acc = _mm256_setzero_ps();
     let mut accm = _mm256_setzero_ps();
     for b in 0..nb {
         // SAFETY: block `b < nb`, in bounds of both rows.
-        let (wp, yp) = unsafe { (w.add(b * Q4K_BYTES), y.add(b * Q8K_BYTES)) };
+        let (wp, yp) = unsafe { (w.add(b * wb), y.add(b * Q8K_BYTES)) };
+        let qh = if Q5 {
+            // SAFETY: `qh[0..32]` of the Q5_K block.
+            unsafe { _mm256_loadu_si256(wp.add(16).cast()) }
+        } else {
+            _mm256_setzero_si256()
+        };
         // SAFETY: the header fields and `bsums` of the two blocks.
         let (d, dmin, (sc, m), bsums) = unsafe {
             let dy = rdf32(yp);
@@ -591,13 +540,19 @@ pub(super) unsafe fn q4_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
             // SAFETY: `qs[32c..32c + 32]` and `qs[64c..64c + 64]` of the blocks.
             let (q, y0, y1) = unsafe {
                 (
-                    _mm256_loadu_si256(wp.add(16 + 32 * c).cast()),
+                    _mm256_loadu_si256(wp.add(qs_at + 32 * c).cast()),
                     _mm256_loadu_si256(yp.add(4 + 64 * c).cast()),
                     _mm256_loadu_si256(yp.add(4 + 64 * c + 32).cast()),
                 )
             };
-            let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            let mut lo = _mm256_and_si256(q, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if Q5 {
+                // Bit 2c of qh[l] is the fifth bit of element 64c + l, bit
+                // 2c + 1 that of element 64c + 32 + l.
+                lo = _mm256_or_si256(lo, bit_as_16(qh, 2 * c));
+                hi = _mm256_or_si256(hi, bit_as_16(qh, 2 * c + 1));
+            }
             let s0 = _mm256_shuffle_epi8(scv, bcast16_mask(2 * c, 2 * c));
             let s1 = _mm256_shuffle_epi8(scv, bcast16_mask(2 * c + 1, 2 * c + 1));
             let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), s0);
@@ -686,13 +641,86 @@ pub(super) unsafe fn q6_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
     hsum_ps(acc)
 }
 
+/// # Safety
+/// AVX2/FMA/F16C present; `w` holds `nb` TQ2_0 blocks and `y` `nb` Q8_K blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tq2_0_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        // SAFETY: block `b < nb`, in bounds of both rows.
+        let (wp, yp) = unsafe { (w.add(b * TQ2_BYTES), y.add(b * Q8K_BYTES)) };
+        // SAFETY: `d` (last) of the weight block, `d` and `bsums` of the
+        // activation block.
+        let (d, bsums) = unsafe {
+            (
+                rdf32(yp) * rdf16(wp.add(64)),
+                _mm256_loadu_si256(yp.add(260).cast()),
+            )
+        };
+        // Σ (q − 1)·y = Σ q·y − Σ y, with Σ y the sum of the bsums.
+        let mut isum = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_madd_epi16(bsums, _mm256_set1_epi16(1)),
+        );
+        for j in 0..2 {
+            // SAFETY: `qs[32j..32j + 32]` of the weight block.
+            let q = unsafe { _mm256_loadu_si256(wp.add(32 * j).cast()) };
+            for l in 0..4 {
+                // Bits 2l..2l + 2 of `qs[32j + m]` are element 128j + 32l + m.
+                let codes =
+                    _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * l as i32)), m3);
+                // SAFETY: activation codes `128j + 32l .. + 32`.
+                let yv = unsafe { _mm256_loadu_si256(yp.add(4 + 128 * j + 32 * l).cast()) };
+                isum = _mm256_add_epi32(isum, dot_u8i8(codes, yv));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
+    }
+    hsum_ps(acc)
+}
+
 // ---------------------------------------------------------------------------
 // Float weights against f32 activations.
 
+/// Eight 16-bit floats at `p` (f16, or bf16 when `BF16`) widened to f32.
+///
 /// # Safety
-/// AVX2/FMA/F16C present; `w` holds `k` f16 and `x` `k` f32.
+/// AVX2/FMA/F16C present; `p..p + 16` must be readable.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_f32(w: *const u8, x: *const f32, k: usize) -> f32 {
+#[inline]
+unsafe fn half8<const BF16: bool>(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees 16 readable bytes; unaligned load.
+    let v = unsafe { _mm_loadu_si128(p.cast()) };
+    if BF16 {
+        // A bf16 is the high half of the f32 with the same bits.
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16))
+    } else {
+        _mm256_cvtph_ps(v)
+    }
+}
+
+/// One 16-bit float at `p` (f16, or bf16 when `BF16`) widened to f32.
+///
+/// # Safety
+/// `p..p + 2` must be readable.
+#[inline(always)]
+unsafe fn half1<const BF16: bool>(p: *const u8) -> f32 {
+    if BF16 {
+        // SAFETY: forwarded from the caller.
+        half::bf16::from_bits(unsafe { rd16(p) } as u16).to_f32()
+    } else {
+        // SAFETY: forwarded from the caller.
+        unsafe { rdf16(p) }
+    }
+}
+
+/// F16 (or BF16 when `BF16`) weights × f32 activations.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `w` holds `k` 16-bit floats and `x` `k` f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half_f32<const BF16: bool>(w: *const u8, x: *const f32, k: usize) -> f32 {
     let mut a = [_mm256_setzero_ps(); 4];
     let mut i = 0usize;
     while i + 32 <= k {
@@ -700,7 +728,7 @@ unsafe fn f16_f32(w: *const u8, x: *const f32, k: usize) -> f32 {
             // SAFETY: elements `i + 8j .. i + 8j + 8 ≤ k`.
             let (wv, xv) = unsafe {
                 (
-                    _mm256_cvtph_ps(_mm_loadu_si128(w.add(2 * (i + 8 * j)).cast())),
+                    half8::<BF16>(w.add(2 * (i + 8 * j))),
                     _mm256_loadu_ps(x.add(i + 8 * j)),
                 )
             };
@@ -710,12 +738,7 @@ unsafe fn f16_f32(w: *const u8, x: *const f32, k: usize) -> f32 {
     }
     while i + 8 <= k {
         // SAFETY: elements `i .. i + 8 ≤ k`.
-        let (wv, xv) = unsafe {
-            (
-                _mm256_cvtph_ps(_mm_loadu_si128(w.add(2 * i).cast())),
-                _mm256_loadu_ps(x.add(i)),
-            )
-        };
+        let (wv, xv) = unsafe { (half8::<BF16>(w.add(2 * i)), _mm256_loadu_ps(x.add(i))) };
         a[0] = _mm256_fmadd_ps(wv, xv, a[0]);
         i += 8;
     }
@@ -725,7 +748,7 @@ unsafe fn f16_f32(w: *const u8, x: *const f32, k: usize) -> f32 {
     ));
     while i < k {
         // SAFETY: element `i < k`.
-        sum += unsafe { rdf16(w.add(2 * i)) * *x.add(i) };
+        sum += unsafe { half1::<BF16>(w.add(2 * i)) * *x.add(i) };
         i += 1;
     }
     sum

@@ -1,21 +1,33 @@
-//! x86-64 AVX-512 (F/BW/VL + VNNI) kernels, on 256-bit vectors.
+//! x86-64 AVX-512 (F/BW/VL + VNNI) kernels.
 //!
-//! The 32-element formats pair two blocks per vector: the first 16 codes of
-//! blocks `b` and `b + 1` in one `ymm`, their last 16 in another, each
-//! matched by the same halves of the two Q8_0 activation blocks. Two
-//! chained `vpdpbusd` (unsigned weight codes × signed activations) then
-//! leave four i32 lanes per block, and three `hadd` reduce four such pairs
-//! to one exact i32 per block for eight blocks, which are converted to f32
-//! and multiplied by the eight `dx·dy` (gathered with `vpermt2w`, widened
-//! with F16C) in one FMA. Offsets are subtracted exactly in i32: Q4_0 codes
-//! are `u − 8`, so `Σ(u − 8)·y = Σu·y − Σ8·y`; Q8_0 weights are biased to
-//! `x + 128`, so `Σx·y = Σ(x + 128)·y − Σ128·y`. Both are exact for every
-//! byte value.
+//! Q4_0 and Q8_0 weights against Q8_0 activations work on groups of four
+//! 32-element blocks, one `zmm` per half-block set: the first 16 codes of
+//! the four blocks in one vector, their last 16 in another, gathered from
+//! two or four unaligned loads of the weight row with one `vpermt2w` each.
+//! The activations come pre-arranged in the same order with their offset
+//! terms and `dy` per lane ([`crate::acts::Q8_0_GROUP_BYTES`]), so per group
+//! and row two chained `vpdpbusd` (unsigned codes × signed activations),
+//! started from the exact i32 offset term, leave four i32 lanes per block;
+//! they are converted to f32 and multiplied by `dx·dy` per lane (the four
+//! `dx` picked with one `vpermw` and widened with `vcvtph2ps`) in one FMA.
+//! Lanes are summed once per row. Offsets are exact in i32: Q4_0 codes are
+//! `u − 8`, so `Σ(u − 8)·y = Σu·y − 8·Σy`; Q8_0 weights are biased to
+//! `x + 128`, so `Σx·y = Σ(x + 128)·y − 128·Σy`.
 //!
-//! Q4_K and Q6_K keep the AVX2 structure (`maddubs` of the unsigned codes,
-//! then the sub-block scales) with the scale multiply-add fused into
-//! `vpdpwssd` and two independent accumulators. Tails shorter than eight
-//! blocks and the float formats use the AVX2 kernels.
+//! F16 weights widen sixteen values per `vcvtph2ps` into four FMA
+//! accumulators per row. Q4_K and Q6_K take 64 unsigned codes per
+//! `maddubs` (exact: codes ≤ 63) and multiply-add the sub-block scales
+//! (picked per lane with `vpermw`) with `vpdpwssd` into two accumulators;
+//! their offsets (`dmin·Σ m·bsum`, `32·Σ sc·bsum`) come from the Q8_K
+//! block sums, as in the AVX2 kernels.
+//!
+//! Every kernel prefetches its weight rows one call ahead ([`prefetch`]).
+//!
+//! The four-row kernels run the same code as the one-row kernels on each of
+//! their rows (one generic function over the row count), reading the
+//! activations once for the four rows, so their results are bit-identical.
+//! Tails shorter than a group, and activations without side data, use the
+//! AVX2 kernels.
 //!
 //! The AVX-512 intrinsics and `target_feature` names used here are stable
 //! since Rust 1.89, the workspace's `rust-version`.
@@ -25,18 +37,16 @@ use core::arch::x86_64::*;
 use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 
-use super::RowDot;
-use super::x86_avx2::{
-    self as avx2, Q4K_BYTES, Q6K_BYTES, Q8K_BYTES, check_quant, f16x8, hsum_i32, hsum_ps,
-    legacy_loop, rdf16, reduce8,
-};
-use crate::acts::Acts;
+use super::x86_avx2::{self as avx2, Q4K_BYTES, Q6K_BYTES, Q8K_BYTES, check_f32, check_quant};
+use super::{RowDot, RowDot4};
+use crate::acts::{Acts, Q8_0_GROUP_BLOCKS, Q8_0_GROUP_BYTES, side_bytes};
 
 /// The avx512 kernel for weights of `dtype` fed activations in `mode`, if any.
 pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
     match (dtype, mode) {
         (DType::Q4_0, ActQuant::Q8_0) => Some(dot_q4_0_q8_0),
         (DType::Q8_0, ActQuant::Q8_0) => Some(dot_q8_0_q8_0),
+        (DType::F16, ActQuant::F32) => Some(dot_f16_f32),
         (DType::Q4_K, ActQuant::Q8_K) => Some(dot_q4_k_q8_k),
         (DType::Q6_K, ActQuant::Q8_K) => Some(dot_q6_k_q8_k),
         _ => None,
@@ -45,363 +55,727 @@ pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
 
 /// The avx512 four-row kernel for weights of `dtype` fed activations in
 /// `mode`, if any.
-pub fn row_dot4(dtype: DType, mode: ActQuant) -> Option<super::RowDot4> {
+pub fn row_dot4(dtype: DType, mode: ActQuant) -> Option<RowDot4> {
     match (dtype, mode) {
         (DType::Q4_0, ActQuant::Q8_0) => Some(dot4_q4_0_q8_0),
+        (DType::Q8_0, ActQuant::Q8_0) => Some(dot4_q8_0_q8_0),
+        (DType::F16, ActQuant::F32) => Some(dot4_f16_f32),
+        (DType::Q4_K, ActQuant::Q8_K) => Some(dot4_q4_k_q8_k),
+        (DType::Q6_K, ActQuant::Q8_K) => Some(dot4_q6_k_q8_k),
         _ => None,
     }
 }
 
-/// Q4_0 × Q8_0 for four rows at once: each activation block pair and its
-/// `8·Σy` offset term are loaded and computed once for the four rows.
+// ---------------------------------------------------------------------------
+// Safe entry points.
+
+/// An `R`-row kernel over Q8_0 activations with side data: `(weight rows,
+/// activation blocks, side data, blocks per row) → accumulators`.
+type GroupRows<const R: usize> = unsafe fn([*const u8; R], *const u8, *const u8, usize) -> [f32; R];
+
+/// An AVX2 one-row kernel: `(weight row, activation blocks, blocks) → accumulator`.
+type Avx2Row = unsafe fn(*const u8, *const u8, usize) -> f32;
+
+/// Validates `rows` and `acts` for a kernel of `kernel` weights, then runs
+/// `imp` on the rows, or `fallback` on each row when the activations carry
+/// no side data.
+fn group_rows<const R: usize>(
+    kernel: DType,
+    dtype: DType,
+    rows: [&[u8]; R],
+    acts: &Acts<'_>,
+    k: usize,
+    imp: GroupRows<R>,
+    fallback: Avx2Row,
+) -> Result<[f32; R], Error> {
+    let mut y: &[u8] = &[];
+    for row in rows {
+        y = check_quant(kernel, dtype, row, acts, k)?;
+    }
+    let nb = k / kernel.block_len();
+    let w = rows.map(<[u8]>::as_ptr);
+    match *acts {
+        Acts::Quant { side, .. } if side.len() == side_bytes(DType::Q8_0, k) => {
+            // SAFETY: `imp` and `fallback` are kernels of this module or of
+            // the AVX2 one, and this function is only reached through
+            // `row_dot`/`row_dot4`, which the dispatcher consults only for an
+            // ISA that `Isa::is_supported()` confirmed (Avx512), so AVX-512
+            // F/BW/VL/VNNI, AVX2, FMA and F16C are present. `check_quant`
+            // verified that every row and `y` hold exactly `nb` blocks, and
+            // `side` holds the side data of `nb / 4` groups: all that is read.
+            Ok(unsafe { imp(w, y.as_ptr(), side.as_ptr(), nb) })
+        }
+        // SAFETY: as above; the AVX2 kernel reads `nb` blocks of each.
+        _ => Ok(w.map(|p| unsafe { fallback(p, y.as_ptr(), nb) })),
+    }
+}
+
+/// Q4_0 × Q8_0.
+fn dot_q4_0_q8_0(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
+    let [v] = group_rows(
+        DType::Q4_0,
+        dtype,
+        [w_row],
+        acts,
+        k,
+        q4_0_rows::<1>,
+        avx2::q4_0_q8_0,
+    )?;
+    Ok(v)
+}
+
+/// Q4_0 × Q8_0, four rows.
 fn dot4_q4_0_q8_0(
     dtype: DType,
     rows: [&[u8]; 4],
     acts: &Acts<'_>,
     k: usize,
 ) -> Result<[f32; 4], Error> {
-    let y = check_quant(DType::Q4_0, dtype, rows[0], acts, k)?;
-    for r in &rows[1..] {
-        check_quant(DType::Q4_0, dtype, r, acts, k)?;
+    group_rows(
+        DType::Q4_0,
+        dtype,
+        rows,
+        acts,
+        k,
+        q4_0_rows::<4>,
+        avx2::q4_0_q8_0,
+    )
+}
+
+/// Q8_0 × Q8_0.
+fn dot_q8_0_q8_0(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
+    let [v] = group_rows(
+        DType::Q8_0,
+        dtype,
+        [w_row],
+        acts,
+        k,
+        q8_0_rows::<1>,
+        avx2::q8_0_q8_0,
+    )?;
+    Ok(v)
+}
+
+/// Q8_0 × Q8_0, four rows.
+fn dot4_q8_0_q8_0(
+    dtype: DType,
+    rows: [&[u8]; 4],
+    acts: &Acts<'_>,
+    k: usize,
+) -> Result<[f32; 4], Error> {
+    group_rows(
+        DType::Q8_0,
+        dtype,
+        rows,
+        acts,
+        k,
+        q8_0_rows::<4>,
+        avx2::q8_0_q8_0,
+    )
+}
+
+/// Validates `rows` and `acts` for F16 × F32, then runs the `R`-row kernel.
+fn f16_entry<const R: usize>(
+    dtype: DType,
+    rows: [&[u8]; R],
+    acts: &Acts<'_>,
+    k: usize,
+) -> Result<[f32; R], Error> {
+    let mut x: &[f32] = &[];
+    for row in rows {
+        x = check_f32(DType::F16, dtype, row, acts, k)?;
     }
-    let nb = k / DType::Q4_0.block_len();
-    let w = [
-        rows[0].as_ptr(),
-        rows[1].as_ptr(),
-        rows[2].as_ptr(),
-        rows[3].as_ptr(),
-    ];
-    // SAFETY: this function is only returned by `row_dot4`, which the
-    // dispatcher (`kernels::row_dot4`) consults only for an ISA that
-    // `Isa::is_supported()` confirmed (Avx512), so AVX-512 F/BW/VL/VNNI,
+    // SAFETY: only reached through `row_dot`/`row_dot4`, which the
+    // dispatcher consults only for a confirmed Avx512 ISA (AVX-512 F/BW/VL,
+    // AVX2, FMA, F16C present); `check_f32` verified that every row holds
+    // `2·k` bytes and `x` `k` values.
+    Ok(unsafe { f16_rows(rows.map(<[u8]>::as_ptr), x.as_ptr(), k) })
+}
+
+/// F16 × F32.
+fn dot_f16_f32(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
+    let [v] = f16_entry(dtype, [w_row], acts, k)?;
+    Ok(v)
+}
+
+/// F16 × F32, four rows.
+fn dot4_f16_f32(
+    dtype: DType,
+    rows: [&[u8]; 4],
+    acts: &Acts<'_>,
+    k: usize,
+) -> Result<[f32; 4], Error> {
+    f16_entry(dtype, rows, acts, k)
+}
+
+/// Validates `rows` and `acts` for a kernel of `kernel` weights against
+/// plain activation blocks, then runs the `R`-row kernel `imp`.
+fn block_rows<const R: usize>(
+    kernel: DType,
+    dtype: DType,
+    rows: [&[u8]; R],
+    acts: &Acts<'_>,
+    k: usize,
+    imp: unsafe fn([*const u8; R], *const u8, usize) -> [f32; R],
+) -> Result<[f32; R], Error> {
+    let mut y: &[u8] = &[];
+    for row in rows {
+        y = check_quant(kernel, dtype, row, acts, k)?;
+    }
+    let nb = k / kernel.block_len();
+    // SAFETY: `imp` is a kernel of this module, only reached through
+    // `row_dot`/`row_dot4`, which the dispatcher consults only for an ISA
+    // that `Isa::is_supported()` confirmed (Avx512), so AVX-512 F/BW/VL/VNNI,
     // AVX2, FMA and F16C are present. `check_quant` verified that every row
     // and `y` hold exactly `nb` blocks, which is all the kernel reads.
-    Ok(unsafe { q4_0_q8_0_x4(w, y.as_ptr(), nb) })
+    Ok(unsafe { imp(rows.map(<[u8]>::as_ptr), y.as_ptr(), nb) })
+}
+
+/// The one- and four-row entry points of an `R`-row kernel over plain
+/// activation blocks.
+macro_rules! quant_entry {
+    ($(#[$m:meta])* $one:ident, $four:ident, $dt:expr, $imp:ident) => {
+        $(#[$m])*
+        fn $one(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
+            let [v] = block_rows($dt, dtype, [w_row], acts, k, $imp::<1>)?;
+            Ok(v)
+        }
+
+        $(#[$m])*
+        /// Four rows.
+        fn $four(
+            dtype: DType,
+            rows: [&[u8]; 4],
+            acts: &Acts<'_>,
+            k: usize,
+        ) -> Result<[f32; 4], Error> {
+            block_rows($dt, dtype, rows, acts, k, $imp::<4>)
+        }
+    };
+}
+
+quant_entry!(
+    /// Q4_K × Q8_K.
+    dot_q4_k_q8_k, dot4_q4_k_q8_k, DType::Q4_K, q4_k_rows
+);
+quant_entry!(
+    /// Q6_K × Q8_K.
+    dot_q6_k_q8_k, dot4_q6_k_q8_k, DType::Q6_K, q6_k_rows
+);
+
+// ---------------------------------------------------------------------------
+// Q4_0 and Q8_0 against Q8_0 activations with side data.
+
+/// Hints that the cache line at `p` will be read soon: it is fetched into
+/// L2. Every kernel here prefetches, for each weight row it reads, the same
+/// position `R` rows further (the row that the next call for the next `R`
+/// rows will read at that point, since a matrix's rows are contiguous), so
+/// that the whole weight stream is requested once, one call ahead.
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    // SAFETY: a prefetch is only a hint: it never faults and has no
+    // observable effect whatever the address (`_mm_prefetch` is a safe
+    // function in newer Rust versions, hence the `allow`).
+    #[allow(unused_unsafe)]
+    unsafe {
+        _mm_prefetch::<_MM_HINT_T1>(p.cast())
+    }
+}
+
+/// Indices for `vpermw`/`vpermt2w`: output word `l` takes word `f(l)`.
+const fn word_idx(f: [i16; 32]) -> __m512i {
+    // SAFETY: `[i16; 32]` and `__m512i` are both 64 plain bytes, and every
+    // bit pattern is a valid `__m512i`.
+    unsafe { core::mem::transmute::<[i16; 32], __m512i>(f) }
+}
+
+/// Output word `8j + i` (`j < 4`, `i < 8`) takes word `base + stride·j + i`
+/// of a 64-word source; words 32.. are 0.
+const fn gather_words(stride: i16, base: i16) -> [i16; 32] {
+    let mut idx = [0i16; 32];
+    let mut l = 0;
+    while l < 32 {
+        idx[l] = base + stride * (l as i16 / 8) + l as i16 % 8;
+        l += 1;
+    }
+    idx
+}
+
+/// Output word `l < 16` takes word `stride·(l / 4)` (the `d` of block
+/// `l / 4`, once per i32 lane of the block); words 16.. are 0.
+const fn d_words(stride: i16) -> [i16; 32] {
+    let mut idx = [0i16; 32];
+    let mut l = 0;
+    while l < 16 {
+        idx[l] = stride * (l as i16 / 4);
+        l += 1;
+    }
+    idx
+}
+
+/// Q4_0 codes of a four-block group from `[bytes 0..64 | bytes 8..72]`:
+/// block `j`'s `qs` are words `9j + 1 .. 9j + 9` of the group, i.e. words
+/// `9j + 1 + i` of the first load while below 32, else `9j − 3 + i` of the
+/// second (word 32 + …).
+const Q4_0_QS: [i16; 32] = {
+    let mut idx = gather_words(9, 1);
+    let mut l = 0;
+    while l < 32 {
+        if idx[l] >= 32 {
+            idx[l] += 32 - 4;
+        }
+        l += 1;
+    }
+    idx
+};
+
+/// The side data of group `g`: low codes, high codes, offset term, `dy`.
+///
+/// # Safety
+/// AVX-512F present; `side` holds at least `g + 1` groups.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn side_group(side: *const u8, g: usize) -> (__m512i, __m512i, __m512i, __m512) {
+    // SAFETY: the caller guarantees the 256 bytes of group `g`.
+    unsafe {
+        let s = side.add(g * Q8_0_GROUP_BYTES);
+        (
+            _mm512_loadu_si512(s.cast()),
+            _mm512_loadu_si512(s.add(64).cast()),
+            _mm512_loadu_si512(s.add(128).cast()),
+            _mm512_loadu_ps(s.add(192).cast()),
+        )
+    }
+}
+
+/// `acc + Σ` of one Q4_0 group at `wp` (72 bytes) against the activation
+/// group `(ylo, yhi, off, dy)`, per lane; prefetches `wp + pf`.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI present; `wp..wp + 72` readable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn q4_0_group(
+    wp: *const u8,
+    y: (__m512i, __m512i, __m512i, __m512),
+    acc: __m512,
+    pf: usize,
+) -> __m512 {
+    let (ylo, yhi, off, dy) = y;
+    prefetch(wp.wrapping_add(pf));
+    prefetch(wp.wrapping_add(pf + 64));
+    // SAFETY: the caller guarantees 72 readable bytes: `0..64` and `8..72`.
+    let (a, b) = unsafe {
+        (
+            _mm512_loadu_si512(wp.cast()),
+            _mm512_loadu_si512(wp.add(8).cast()),
+        )
+    };
+    let v = _mm512_permutex2var_epi16(a, word_idx(Q4_0_QS), b);
+    let d = _mm512_permutexvar_epi16(word_idx(d_words(9)), a);
+    let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(d));
+    let m4 = _mm512_set1_epi8(0x0f);
+    let lo = _mm512_and_si512(v, m4);
+    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+    let t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(off, lo, ylo), hi, yhi);
+    _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dx, dy), acc)
+}
+
+/// `acc + Σ` of one Q8_0 group at `wp` (136 bytes) against the activation
+/// group `(ylo, yhi, off, dy)` (`off` already scaled to `−128·Σy`), per
+/// lane; prefetches `wp + pf`.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI present; `wp..wp + 136` readable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn q8_0_group(
+    wp: *const u8,
+    y: (__m512i, __m512i, __m512i, __m512),
+    acc: __m512,
+    pf: usize,
+) -> __m512 {
+    let (ylo, yhi, off, dy) = y;
+    prefetch(wp.wrapping_add(pf));
+    prefetch(wp.wrapping_add(pf + 64));
+    prefetch(wp.wrapping_add(pf + 128));
+    // SAFETY: the caller guarantees 136 readable bytes: `0..128`, `8..136`.
+    let (a0, a1, b0, b1) = unsafe {
+        (
+            _mm512_loadu_si512(wp.cast()),
+            _mm512_loadu_si512(wp.add(64).cast()),
+            _mm512_loadu_si512(wp.add(8).cast()),
+            _mm512_loadu_si512(wp.add(72).cast()),
+        )
+    };
+    // Block `j`'s `qs` are words `17j + 1 .. 17j + 17` of the group: the
+    // first eight from `[a0 | a1]` (words from 0), the last eight from
+    // `[b0 | b1]` (words from 4).
+    let bias = _mm512_set1_epi8(-128);
+    let lo = _mm512_permutex2var_epi16(a0, word_idx(gather_words(17, 1)), a1);
+    let hi = _mm512_permutex2var_epi16(b0, word_idx(gather_words(17, 5)), b1);
+    let d = _mm512_permutex2var_epi16(a0, word_idx(d_words(17)), a1);
+    let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(d));
+    let (lo, hi) = (_mm512_xor_si512(lo, bias), _mm512_xor_si512(hi, bias));
+    let t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(off, lo, ylo), hi, yhi);
+    _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dx, dy), acc)
+}
+
+/// Runs `$group` over the whole groups of `R` rows with two accumulators per
+/// row (even and odd groups), then the AVX2 kernel `$tail` over the last
+/// blocks. `$scale_off` turns the stored `−8·Σy` into the format's offset.
+macro_rules! group_kernel {
+    ($w:ident, $y:ident, $side:ident, $nb:ident, $WB:expr, $group:ident, $tail:path, |$off:ident| $scale_off:expr) => {{
+        let ng = $nb / Q8_0_GROUP_BLOCKS;
+        let pf = R * $nb * $WB;
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        macro_rules! step {
+            ($g:expr, $half:expr) => {{
+                let g = $g;
+                // SAFETY: group `g < ng` of the side data.
+                let (ylo, yhi, $off, dy) = unsafe { side_group($side, g) };
+                let ys = (ylo, yhi, $scale_off, dy);
+                for (a, wr) in acc.iter_mut().zip($w) {
+                    // SAFETY: group `g` of row `wr`: blocks `4g .. 4g + 4 ≤ nb`.
+                    let wg = unsafe { wr.add(g * Q8_0_GROUP_BLOCKS * $WB) };
+                    // SAFETY: the 4 blocks at `wg` are readable.
+                    a[$half] = unsafe { $group(wg, ys, a[$half], pf) };
+                }
+            }};
+        }
+        let mut g = 0;
+        while g + 2 <= ng {
+            step!(g, 0);
+            step!(g + 1, 1);
+            g += 2;
+        }
+        if g < ng {
+            step!(g, 0);
+        }
+        let b = ng * Q8_0_GROUP_BLOCKS;
+        let mut out = [0.0f32; R];
+        for ((o, a), wr) in out.iter_mut().zip(acc).zip($w) {
+            // SAFETY: the last `nb − b < 4` blocks of row `wr` and of `y`;
+            // AVX2/FMA/F16C are part of this function's features.
+            let tail = unsafe { $tail(wr.add(b * $WB), $y.add(b * 34), $nb - b) };
+            *o = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])) + tail;
+        }
+        out
+    }};
 }
 
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
-/// Q4_0 blocks and `y` `nb` Q8_0 blocks.
+/// Q4_0 blocks, `y` `nb` Q8_0 blocks and `side` their side data.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_0_q8_0_x4(w: [*const u8; 4], y: *const u8, nb: usize) -> [f32; 4] {
-    const WB: usize = 18;
-    const YB: usize = 34;
-    let m4 = _mm256_set1_epi8(0x0f);
-    let eight = _mm256_set1_epi8(8);
-    let zero = _mm256_setzero_si256();
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut b = 0usize;
-    while b + 8 <= nb {
-        let mut p = [[zero; 4]; 4];
-        for i in 0..4 {
-            // SAFETY: blocks `b + 2i` and `b + 2i + 1` are below `nb`; the
-            // reads are the activation blocks' `qs` fields.
-            let (y1, y2) = unsafe {
-                let yp = y.add((b + 2 * i) * YB);
-                (
-                    pair128(yp.add(2), yp.add(YB + 2)),
-                    pair128(yp.add(18), yp.add(YB + 18)),
-                )
-            };
-            let s = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, eight, y1), eight, y2);
-            for (r, pr) in p.iter_mut().enumerate() {
-                // SAFETY: the same two blocks of weight row `r`: its `qs`.
-                let v = unsafe {
-                    let wp = w[r].add((b + 2 * i) * WB);
-                    pair128(wp.add(2), wp.add(WB + 2))
-                };
-                let lo = _mm256_and_si256(v, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                let t = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, lo, y1), hi, y2);
-                pr[i] = _mm256_sub_epi32(t, s);
+unsafe fn q4_0_rows<const R: usize>(
+    w: [*const u8; R],
+    y: *const u8,
+    side: *const u8,
+    nb: usize,
+) -> [f32; R] {
+    group_kernel!(w, y, side, nb, 18, q4_0_group, avx2::q4_0_q8_0, |off| off)
+}
+
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
+/// Q8_0 blocks, `y` `nb` Q8_0 blocks and `side` their side data.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_0_rows<const R: usize>(
+    w: [*const u8; R],
+    y: *const u8,
+    side: *const u8,
+    nb: usize,
+) -> [f32; R] {
+    group_kernel!(w, y, side, nb, 34, q8_0_group, avx2::q8_0_q8_0, |off| {
+        _mm512_slli_epi32::<4>(off)
+    })
+}
+
+// ---------------------------------------------------------------------------
+// F16 against f32 activations.
+
+/// # Safety
+/// AVX-512F, AVX2, FMA and F16C present; each `w[r]` holds `k` f16 and `x`
+/// `k` f32.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn f16_rows<const R: usize>(w: [*const u8; R], x: *const f32, k: usize) -> [f32; R] {
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    let pf = R * 2 * k;
+    let mut i = 0usize;
+    while i + 64 <= k {
+        for j in 0..4 {
+            // SAFETY: elements `i + 16j .. i + 16j + 16 ≤ k`.
+            let xv = unsafe { _mm512_loadu_ps(x.add(i + 16 * j)) };
+            for (a, wr) in acc.iter_mut().zip(w) {
+                let p = wr.wrapping_add(2 * (i + 16 * j));
+                if j % 2 == 0 {
+                    prefetch(p.wrapping_add(pf));
+                }
+                // SAFETY: the same elements of row `wr`.
+                let wv = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) };
+                a[j] = _mm512_fmadd_ps(wv, xv, a[j]);
             }
         }
-        // SAFETY: blocks `b..b + 8` of the activations are in bounds (272
-        // bytes, 256 read).
-        let dy = unsafe { d8_q8_0(y.add(b * YB)) };
-        for r in 0..4 {
-            let isum = _mm256_cvtepi32_ps(reduce_pairs(&p[r]));
-            // SAFETY: blocks `b..b + 8` of row `r` (144 bytes, 128 read).
-            let dx = unsafe { d8_q4_0(w[r].add(b * WB)) };
-            acc[r] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc[r]);
-        }
-        b += 8;
+        i += 64;
     }
-    let mut out = [0.0f32; 4];
-    for r in 0..4 {
-        // SAFETY: the remaining `nb − b` blocks of row `r` and of `y`;
-        // AVX2/FMA/F16C are part of this function's features.
-        out[r] =
-            hsum_ps(acc[r]) + unsafe { avx2::q4_0_q8_0(w[r].add(b * WB), y.add(b * YB), nb - b) };
+    while i + 16 <= k {
+        // SAFETY: elements `i .. i + 16 ≤ k`.
+        let xv = unsafe { _mm512_loadu_ps(x.add(i)) };
+        for (a, wr) in acc.iter_mut().zip(w) {
+            // SAFETY: the same elements of row `wr`.
+            let wv = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(wr.add(2 * i).cast())) };
+            a[0] = _mm512_fmadd_ps(wv, xv, a[0]);
+        }
+        i += 16;
+    }
+    let mut out = [0.0f32; R];
+    for ((o, a), wr) in out.iter_mut().zip(acc).zip(w) {
+        let mut sum = _mm512_reduce_add_ps(_mm512_add_ps(
+            _mm512_add_ps(a[0], a[1]),
+            _mm512_add_ps(a[2], a[3]),
+        ));
+        for e in i..k {
+            // SAFETY: element `e < k` of row `wr` and of `x`.
+            sum += unsafe { avx2::rdf16(wr.add(2 * e)) * *x.add(e) };
+        }
+        *o = sum;
     }
     out
 }
 
-macro_rules! quant_entry {
-    ($(#[$m:meta])* $name:ident, $dt:expr, $imp:ident) => {
-        $(#[$m])*
-        fn $name(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
-            let y = check_quant($dt, dtype, w_row, acts, k)?;
-            let nb = k / $dt.block_len();
-            // SAFETY: this function is only returned by `row_dot`, which the
-            // dispatcher (`kernels::row_dot`) consults only for an ISA that
-            // `Isa::is_supported()` confirmed (Avx512 or better), so
-            // AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C are present.
-            // `check_quant` verified that `w_row` and `y` hold exactly `nb`
-            // blocks each, which is all the kernel reads.
-            Ok(unsafe { $imp(w_row.as_ptr(), y.as_ptr(), nb) })
-        }
-    };
-}
+// ---------------------------------------------------------------------------
+// K-quants against Q8_K.
 
-quant_entry!(
-    /// Q4_0 × Q8_0.
-    dot_q4_0_q8_0, DType::Q4_0, q4_0_q8_0
-);
-quant_entry!(
-    /// Q8_0 × Q8_0.
-    dot_q8_0_q8_0, DType::Q8_0, q8_0_q8_0
-);
-quant_entry!(
-    /// Q4_K × Q8_K.
-    dot_q4_k_q8_k, DType::Q4_K, q4_k_q8_k
-);
-quant_entry!(
-    /// Q6_K × Q8_K.
-    dot_q6_k_q8_k, DType::Q6_K, q6_k_q8_k
-);
-
-/// 16 bytes at `p` in the low half and 16 at `q` in the high half.
-///
-/// # Safety
-/// `p..p + 16` and `q..q + 16` must be readable.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn pair128(p: *const u8, q: *const u8) -> __m256i {
-    // SAFETY: the caller guarantees both 16-byte reads; unaligned loads.
-    let (a, b) = unsafe { (_mm_loadu_si128(p.cast()), _mm_loadu_si128(q.cast())) };
-    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b)
-}
-
-/// The i16 at word `i` of `[a | b]` (64 words) for each of the first eight
-/// lanes of `idx`, widened from f16 to f32.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-fn f16_pick(a: __m512i, idx: [i16; 8], b: __m512i) -> __m512i {
-    let [i0, i1, i2, i3, i4, i5, i6, i7] = idx;
-    let idx = _mm512_zextsi128_si512(_mm_setr_epi16(i0, i1, i2, i3, i4, i5, i6, i7));
-    _mm512_permutex2var_epi16(a, idx, b)
-}
-
-/// The `d` of eight 18-byte blocks at `p` (Q4_0), in the lane order
-/// `[0, 2, 4, 6, 1, 3, 5, 7]` that the pair reduction leaves.
-///
-/// # Safety
-/// `p..p + 128` must be readable (eight blocks hold 144 bytes).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn d8_q4_0(p: *const u8) -> __m256 {
-    // SAFETY: the caller guarantees 128 readable bytes; unaligned loads.
-    let (a, b) = unsafe {
-        (
-            _mm512_loadu_si512(p.cast()),
-            _mm512_loadu_si512(p.add(64).cast()),
-        )
-    };
-    let r = f16_pick(a, [0, 18, 36, 54, 9, 27, 45, 63], b);
-    _mm256_cvtph_ps(_mm512_castsi512_si128(r))
-}
-
-/// The `d` of eight 34-byte blocks at `p` (Q8_0), in the lane order
-/// `[0, 2, 4, 6, 1, 3, 5, 7]`.
-///
-/// # Safety
-/// `p..p + 256` must be readable (eight blocks hold 272 bytes).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn d8_q8_0(p: *const u8) -> __m256 {
-    // SAFETY: the caller guarantees 256 readable bytes; unaligned loads.
-    let (a, b, c, d) = unsafe {
-        (
-            _mm512_loadu_si512(p.cast()),
-            _mm512_loadu_si512(p.add(64).cast()),
-            _mm512_loadu_si512(p.add(128).cast()),
-            _mm512_loadu_si512(p.add(192).cast()),
-        )
-    };
-    // Blocks 0..4 have their `d` at words 0, 17, 34, 51 of `[a | b]`, blocks
-    // 4..8 at words 4, 21, 38, 55 of `[c | d]`.
-    let r1 = f16_pick(a, [0, 34, 0, 0, 17, 51, 0, 0], b);
-    let r2 = f16_pick(c, [0, 0, 4, 38, 0, 0, 21, 55], d);
-    let r = _mm512_mask_blend_epi16(0b1100_1100, r1, r2);
-    _mm256_cvtph_ps(_mm512_castsi512_si128(r))
-}
-
-/// Reduces four pair vectors (`[block 2i: 4 lanes | block 2i + 1: 4 lanes]`)
-/// to the eight block sums in lane order `[0, 2, 4, 6, 1, 3, 5, 7]`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-fn reduce_pairs(p: &[__m256i; 4]) -> __m256i {
-    _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]))
-}
-
-/// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; `w` holds `nb` Q4_0
-/// blocks and `y` `nb` Q8_0 blocks.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    const WB: usize = 18;
-    const YB: usize = 34;
-    let m4 = _mm256_set1_epi8(0x0f);
-    let eight = _mm256_set1_epi8(8);
-    let zero = _mm256_setzero_si256();
-    let mut acc = _mm256_setzero_ps();
-    let mut b = 0usize;
-    while b + 8 <= nb {
-        let mut p = [zero; 4];
-        for (i, pi) in p.iter_mut().enumerate() {
-            // SAFETY: blocks `b + 2i` and `b + 2i + 1` are below `nb`; the
-            // reads are their `qs` fields.
-            let (v, y1, y2) = unsafe {
-                let (wp, yp) = (w.add((b + 2 * i) * WB), y.add((b + 2 * i) * YB));
-                (
-                    pair128(wp.add(2), wp.add(WB + 2)),
-                    pair128(yp.add(2), yp.add(YB + 2)),
-                    pair128(yp.add(18), yp.add(YB + 18)),
-                )
-            };
-            let lo = _mm256_and_si256(v, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            let t = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, lo, y1), hi, y2);
-            let s = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, eight, y1), eight, y2);
-            *pi = _mm256_sub_epi32(t, s);
-        }
-        let isum = _mm256_cvtepi32_ps(reduce_pairs(&p));
-        // SAFETY: blocks `b..b + 8` are in bounds: 144 weight bytes and 272
-        // activation bytes, more than the 128 and 256 read.
-        let (dx, dy) = unsafe { (d8_q4_0(w.add(b * WB)), d8_q8_0(y.add(b * YB))) };
-        acc = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc);
-        b += 8;
+/// Word indices picking, for each half of a 64-code vector, the i16 scale
+/// of its sub-block from a vector of scales: output word `l` takes word
+/// `first + (l / per)·step`.
+const fn scale_words(first: i16, per: i16, step: i16) -> [i16; 32] {
+    let mut idx = [0i16; 32];
+    let mut l = 0;
+    while l < 32 {
+        idx[l] = first + (l as i16 / per) * step;
+        l += 1;
     }
-    let head = avx2::hsum_ps(acc);
-    // SAFETY: the remaining `nb − b` blocks of both rows; AVX2/FMA/F16C are
-    // part of this function's features.
-    head + unsafe { avx2::q4_0_q8_0(w.add(b * WB), y.add(b * YB), nb - b) }
+    idx
+}
+
+/// The two f16 at `p` and `p + 2`, widened with F16C (exact), times `dy`,
+/// in lanes 0 and 1. (`half`'s portable conversion, used by
+/// `avx2::rdf16`, is a branchy software routine; this is one instruction.)
+///
+/// # Safety
+/// F16C present; `p..p + 4` readable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_pair_times(p: *const u8, dy: f32) -> __m128 {
+    // SAFETY: the caller guarantees four readable bytes; unaligned read.
+    let bits = u32::from_le(unsafe { p.cast::<u32>().read_unaligned() });
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    _mm_mul_ps(v, _mm_set1_ps(dy))
+}
+
+/// The f16 at `p` widened with F16C (exact), times `dy`, in lane 0.
+///
+/// # Safety
+/// F16C present; `p..p + 2` readable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_times(p: *const u8, dy: f32) -> __m128 {
+    // SAFETY: the caller guarantees two readable bytes; unaligned read.
+    let bits = u16::from_le(unsafe { p.cast::<u16>().read_unaligned() });
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)));
+    _mm_mul_ps(v, _mm_set1_ps(dy))
+}
+
+/// Two 32-byte halves, `p` in the low and `q` in the high half.
+///
+/// # Safety
+/// AVX-512F present; `p..p + 32` and `q..q + 32` readable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn halves(p: *const u8, q: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees both 32-byte reads; unaligned loads.
+    let (a, b) = unsafe { (_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(q.cast())) };
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b)
 }
 
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; `w` holds `nb` Q4_K
-/// blocks and `y` `nb` Q8_K blocks.
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
+/// Q4_K blocks and `y` `nb` Q8_K blocks.
+///
+/// Per 64 weight bytes (half `h` of a block), the low nibbles are
+/// sub-blocks `4h` and `4h + 2` (activations `128h + 0..32` and
+/// `128h + 64..96`), the high nibbles sub-blocks `4h + 1` and `4h + 3`;
+/// `maddubs` (exact: codes ≤ 15) then `vpdpwssd` with the sub-block scales.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = _mm256_setzero_ps();
-    let mut accm = _mm256_setzero_ps();
+unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let pf = R * nb * Q4K_BYTES;
+    let sidx = [
+        [
+            word_idx(scale_words(0, 16, 2)),
+            word_idx(scale_words(1, 16, 2)),
+        ],
+        [
+            word_idx(scale_words(4, 16, 2)),
+            word_idx(scale_words(5, 16, 2)),
+        ],
+    ];
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm256_setzero_ps(); R];
     for b in 0..nb {
-        // SAFETY: block `b < nb`, in bounds of both rows.
-        let (wp, yp) = unsafe { (w.add(b * Q4K_BYTES), y.add(b * Q8K_BYTES)) };
-        // SAFETY: the header fields and `bsums` of the two blocks.
-        let (d, dmin, (sc, m), bsums) = unsafe {
-            let dy = avx2::rdf32(yp);
+        // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
+        // `bsums` and the four 64-code vectors in sub-block order.
+        let (dy, bsums, yv) = unsafe {
+            let yp = y.add(b * Q8K_BYTES);
+            let q = yp.add(4);
             (
-                avx2::rdf16(wp) * dy,
-                avx2::rdf16(wp.add(2)) * dy,
-                avx2::kscales(wp.add(4)),
+                avx2::rdf32(yp),
                 _mm256_loadu_si256(yp.add(260).cast()),
+                [
+                    [halves(q, q.add(64)), halves(q.add(32), q.add(96))],
+                    [
+                        halves(q.add(128), q.add(192)),
+                        halves(q.add(160), q.add(224)),
+                    ],
+                ],
             )
         };
-        let mins = _mm256_madd_epi16(bsums, avx2::dup_mins(m));
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(dmin), accm);
-        let scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
-        let mut i0 = _mm256_setzero_si256();
-        let mut i1 = _mm256_setzero_si256();
-        for c in 0..4 {
-            // SAFETY: `qs[32c..32c + 32]` and `qs[64c..64c + 64]` of the blocks.
-            let (q, y0, y1) = unsafe {
-                (
-                    _mm256_loadu_si256(wp.add(16 + 32 * c).cast()),
-                    _mm256_loadu_si256(yp.add(4 + 64 * c).cast()),
-                    _mm256_loadu_si256(yp.add(4 + 64 * c + 32).cast()),
-                )
-            };
-            let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            let s0 = _mm256_shuffle_epi8(scv, avx2::bcast16_mask(2 * c, 2 * c));
-            let s1 = _mm256_shuffle_epi8(scv, avx2::bcast16_mask(2 * c + 1, 2 * c + 1));
-            i0 = _mm256_dpwssd_epi32(i0, _mm256_maddubs_epi16(lo, y0), s0);
-            i1 = _mm256_dpwssd_epi32(i1, _mm256_maddubs_epi16(hi, y1), s1);
-        }
-        let isum = _mm256_add_epi32(i0, i1);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
-    }
-    avx2::hsum_ps(acc) - avx2::hsum_ps(accm)
-}
-
-/// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; `w` holds `nb` Q6_K
-/// blocks and `y` `nb` Q8_K blocks.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..nb {
-        // SAFETY: block `b < nb`, in bounds of both rows.
-        let (wp, yp) = unsafe { (w.add(b * Q6K_BYTES), y.add(b * Q8K_BYTES)) };
-        // SAFETY: `scales`, `d` of the weight block, `d`, `bsums` of the
-        // activation block.
-        let (d, sc8, bsums) = unsafe {
-            (
-                avx2::rdf16(wp.add(208)) * avx2::rdf32(yp),
-                _mm_loadu_si128(wp.add(192).cast()),
-                _mm256_loadu_si256(yp.add(260).cast()),
-            )
-        };
-        // Σ sc·(q − 32)·y = Σ sc·q·y − 32·Σ_g sc_g·bsum_g.
-        let corr = _mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(sc8));
-        let mut i0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
-        let mut i1 = _mm256_setzero_si256();
-        let sa = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
-        let sb = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
-        for h in 0..2 {
-            // SAFETY: `ql[64h..64h + 64]`, `qh[32h..32h + 32]`.
-            let q = unsafe { avx2::q6_half(wp.add(64 * h), wp.add(128 + 32 * h)) };
-            let sv = if h == 0 { sa } else { sb };
-            for (t, qt) in q.iter().enumerate() {
-                // SAFETY: activation codes `128h + 32t .. + 32`.
-                let yv = unsafe { _mm256_loadu_si256(yp.add(4 + 128 * h + 32 * t).cast()) };
-                let s = _mm256_shuffle_epi8(sv, avx2::bcast16_mask(2 * t, 2 * t + 1));
-                let p = _mm256_maddubs_epi16(*qt, yv);
-                if t % 2 == 0 {
-                    i0 = _mm256_dpwssd_epi32(i0, p, s);
-                } else {
-                    i1 = _mm256_dpwssd_epi32(i1, p, s);
-                }
+        for ((a, am), wr) in acc.iter_mut().zip(accm.iter_mut()).zip(w) {
+            // SAFETY: block `b < nb` of row `wr`.
+            let wp = unsafe { wr.add(b * Q4K_BYTES) };
+            prefetch(wp.wrapping_add(pf));
+            prefetch(wp.wrapping_add(pf + 64));
+            prefetch(wp.wrapping_add(pf + 128));
+            // SAFETY: the header fields of the weight block (`d`, `dmin`,
+            // `scales`).
+            let (dd, (sc, m)) = unsafe { (f16_pair_times(wp, dy), avx2::kscales(wp.add(4))) };
+            let (d, dmin) = (
+                _mm512_broadcastss_ps(dd),
+                _mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+            );
+            let mins = _mm256_madd_epi16(bsums, avx2::dup_mins(m));
+            *am = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin, *am);
+            let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+            let mut i0 = _mm512_setzero_si512();
+            let mut i1 = _mm512_setzero_si512();
+            for h in 0..2 {
+                // SAFETY: `qs[64h..64h + 64]` of the weight block.
+                let q = unsafe { _mm512_loadu_si512(wp.add(16 + 64 * h).cast()) };
+                let lo = _mm512_and_si512(q, m4);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
+                let slo = _mm512_permutexvar_epi16(sidx[h][0], s16);
+                let shi = _mm512_permutexvar_epi16(sidx[h][1], s16);
+                i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
+                i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
             }
+            let isum = _mm512_add_epi32(i0, i1);
+            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
         }
-        let isum = _mm256_add_epi32(i0, i1);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
     }
-    avx2::hsum_ps(acc)
+    let mut out = [0.0f32; R];
+    for ((o, a), am) in out.iter_mut().zip(acc).zip(accm) {
+        *o = _mm512_reduce_add_ps(a) - avx2::hsum_ps(am);
+    }
+    out
 }
 
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; `w` and `y` hold `nb`
-/// Q8_0 blocks each.
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
+/// Q6_K blocks and `y` `nb` Q8_K blocks.
+///
+/// Half `h` of a block gives two 64-code vectors: `[ql & 15 | ql' & 15]`
+/// and `[ql >> 4 | ql' >> 4]` (`ql`, `ql'` the two 32-byte runs of
+/// `ql[64h..64h + 64]`) with the two high bits from `qh[32h..32h + 32]`
+/// shifted per 256-bit half; they match activations `128h + 0..64` and
+/// `128h + 64..128` in order. `maddubs` (exact: codes ≤ 63) then `vpdpwssd`
+/// with the 16-element sub-block scales.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q8_0_q8_0(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    let bias = _mm256_set1_epi8(-128);
-    let zero = _mm256_setzero_si256();
-    legacy_loop!(w, y, nb, 34, 34, |wp, yp| {
-        // SAFETY: `qs` of both blocks.
-        let (x, q) = unsafe {
+unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
+    let pf = R * nb * Q6K_BYTES;
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m30 = _mm512_set1_epi8(0x30);
+    // Per-half shift counts: `qh << 4 | qh << 2` and `qh >> 0 | qh >> 2`.
+    let shl = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(2));
+    let shr = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
+    let sidx = [
+        [
+            word_idx(scale_words(0, 8, 1)),
+            word_idx(scale_words(4, 8, 1)),
+        ],
+        [
+            word_idx(scale_words(8, 8, 1)),
+            word_idx(scale_words(12, 8, 1)),
+        ],
+    ];
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
+        // `bsums` and the four 64-code vectors.
+        let (dy, bsums, yv) = unsafe {
+            let yp = y.add(b * Q8K_BYTES);
+            let q = yp.add(4);
             (
-                _mm256_loadu_si256(wp.add(2).cast()),
-                _mm256_loadu_si256(yp.add(2).cast()),
+                avx2::rdf32(yp),
+                _mm256_loadu_si256(yp.add(260).cast()),
+                [
+                    [
+                        _mm512_loadu_si512(q.cast()),
+                        _mm512_loadu_si512(q.add(64).cast()),
+                    ],
+                    [
+                        _mm512_loadu_si512(q.add(128).cast()),
+                        _mm512_loadu_si512(q.add(192).cast()),
+                    ],
+                ],
             )
         };
-        let u = _mm256_xor_si256(x, bias);
-        _mm256_sub_epi32(
-            _mm256_dpbusd_epi32(zero, u, q),
-            _mm256_dpbusd_epi32(zero, bias, q),
-        )
-    })
+        for (a, wr) in acc.iter_mut().zip(w) {
+            // SAFETY: block `b < nb` of row `wr`.
+            let wp = unsafe { wr.add(b * Q6K_BYTES) };
+            prefetch(wp.wrapping_add(pf));
+            prefetch(wp.wrapping_add(pf + 64));
+            prefetch(wp.wrapping_add(pf + 128));
+            prefetch(wp.wrapping_add(pf + 192));
+            // SAFETY: `scales` and `d` of the weight block.
+            let (d, sc8) = unsafe {
+                (
+                    _mm512_broadcastss_ps(f16_times(wp.add(208), dy)),
+                    _mm_loadu_si128(wp.add(192).cast()),
+                )
+            };
+            // Σ sc·(q − 32)·y = Σ sc·q·y − 32·Σ_g sc_g·bsum_g.
+            let sc16 = _mm256_cvtepi8_epi16(sc8);
+            let corr = _mm256_madd_epi16(bsums, sc16);
+            let corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+            let mut i0 = _mm512_zextsi256_si512(corr);
+            let mut i1 = _mm512_setzero_si512();
+            let s16 = _mm512_castsi256_si512(sc16);
+            for h in 0..2 {
+                // SAFETY: `ql[64h..64h + 64]` and `qh[32h..32h + 32]`.
+                let (l, qh) = unsafe {
+                    (
+                        _mm512_loadu_si512(wp.add(64 * h).cast()),
+                        _mm512_broadcast_i64x4(_mm256_loadu_si256(wp.add(128 + 32 * h).cast())),
+                    )
+                };
+                let c0 = _mm512_or_si512(
+                    _mm512_and_si512(l, m4),
+                    _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30),
+                );
+                let c1 = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(l), m4),
+                    _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30),
+                );
+                let s0 = _mm512_permutexvar_epi16(sidx[h][0], s16);
+                let s1 = _mm512_permutexvar_epi16(sidx[h][1], s16);
+                i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(c0, yv[h][0]), s0);
+                i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(c1, yv[h][1]), s1);
+            }
+            let isum = _mm512_add_epi32(i0, i1);
+            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
+        }
+    }
+    acc.map(|a| _mm512_reduce_add_ps(a))
 }

@@ -1,0 +1,296 @@
+//! The multi-column (GEMM) path: against the core reference in the same
+//! activation mode, fused == unfused bit for bit (plain and GLU), results
+//! independent of the thread count and of the row range, for every weight
+//! format, activation mode, ISA, column count and awkward shape.
+
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+use fused_core::quant::quantize_row;
+use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
+use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_cpu::acts::{column, prepared_bytes, quantize_columns};
+use fused_cpu::gemm::gemm_rows;
+use fused_cpu::kernels::gemm::gemm_kernel;
+use fused_cpu::{CpuBackend, Isa};
+
+struct Rng(u64);
+impl Rng {
+    fn f32(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+}
+
+const WEIGHT_FORMATS: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::IQ4_NL,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::TQ2_0,
+];
+
+fn weights(dtype: DType, m: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+    let rb = dtype.row_bytes(k).unwrap();
+    let mut w = vec![0u8; rb * m];
+    for row in w.chunks_exact_mut(rb) {
+        quantize_row(dtype, &rng.vec(k), row).unwrap();
+    }
+    w
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+        .collect()
+}
+
+fn nmse(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    num / den.max(1e-30)
+}
+
+/// NMSE allowed against the reference in the same mode: the scalar path is
+/// the reference's arithmetic; SIMD paths reorder f32 sums (integer sums
+/// stay exact).
+fn tolerance(isa: Isa) -> f64 {
+    if isa == Isa::Scalar { 0.0 } else { 1e-9 }
+}
+
+/// K values per format: not a multiple of the SIMD width (float formats),
+/// more than one K chunk with a short last one (block formats).
+fn ks(dtype: DType) -> &'static [usize] {
+    match dtype.block_len() {
+        1 => &[37, 600],
+        32 => &[96, 544],
+        _ => &[256, 768],
+    }
+}
+
+fn modes(dtype: DType) -> Vec<ActQuant> {
+    let mut m = vec![ActQuant::F32];
+    if ActQuant::ggml(dtype) != ActQuant::F32 {
+        m.push(ActQuant::ggml(dtype));
+    }
+    m
+}
+
+#[test]
+fn gemm_matches_reference_and_fused_matches_unfused() {
+    let mut rng = Rng(0x5eed_1234);
+    let backends: Vec<CpuBackend> = Isa::available()
+        .flat_map(|isa| [1, 2, 3].map(|t| CpuBackend::with_isa(isa, t).unwrap()))
+        .collect();
+    for dtype in WEIGHT_FORMATS {
+        for &k in ks(dtype) {
+            for &(m, n_cols) in &[
+                (1usize, 2usize),
+                (37, 3),
+                (70, 4),
+                (33, 5),
+                (45, 8),
+                (9, 33),
+            ] {
+                let w = weights(dtype, m, k, &mut rng);
+                let wm = WeightMatrix::new(dtype, m, k, &w).unwrap();
+                let x = rng.vec(k * n_cols);
+                let res = rng.vec(m * n_cols);
+                let bias = rng.vec(m);
+                let none = Epilogue::NONE.bind(&[], m, n_cols).unwrap();
+                let epi = Epilogue::NONE
+                    .then_act(Activation::GeluTanh)
+                    .and_then(|e| e.then_add())
+                    .and_then(|e| e.then_row_bias())
+                    .unwrap();
+                let bound = epi.bind(&[&res, &bias], m, n_cols).unwrap();
+                for mode in modes(dtype) {
+                    let mut want = vec![0.0f32; m * n_cols];
+                    gemm(&wm, &x, n_cols, mode, &none, &mut want).unwrap();
+                    let mut first: Option<(Isa, Vec<f32>)> = None;
+                    for be in &backends {
+                        let (isa, t) = (be.isa(), be.threads());
+                        let case = format!("{dtype} {mode:?} {isa} t{t} {m}x{k}x{n_cols}");
+                        let mut y = vec![0.0f32; m * n_cols];
+                        be.gemv(&wm, &x, n_cols, mode, &none, &mut y).unwrap();
+                        let e = nmse(&y, &want);
+                        assert!(e <= tolerance(isa), "{case}: NMSE {e:e}");
+                        // Same ISA, other thread count: the same bits.
+                        match &first {
+                            Some((i, y0)) if *i == isa => {
+                                assert_eq!(bits(&y), bits(y0), "{case}: thread count")
+                            }
+                            _ => first = Some((isa, y.clone())),
+                        }
+                        let mut fused = vec![0.0f32; m * n_cols];
+                        be.gemv(&wm, &x, n_cols, mode, &bound, &mut fused).unwrap();
+                        let mut t0 = vec![0.0f32; m * n_cols];
+                        be.unary(Activation::GeluTanh, &y, &mut t0).unwrap();
+                        let mut t1 = vec![0.0f32; m * n_cols];
+                        be.add(&t0, &res, &mut t1).unwrap();
+                        be.add_row_bias(&t1, &bias, &mut t0).unwrap();
+                        assert_eq!(bits(&fused), bits(&t0), "{case}: fused vs unfused");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_glu_fused_matches_unfused_and_reference() {
+    let mut rng = Rng(0xfeed);
+    for dtype in WEIGHT_FORMATS {
+        let k = ks(dtype)[1];
+        let (m, n_cols) = (41, 6);
+        let (wg, wu) = (
+            weights(dtype, m, k, &mut rng),
+            weights(dtype, m, k, &mut rng),
+        );
+        let pair = GluWeights::new(
+            WeightMatrix::new(dtype, m, k, &wg).unwrap(),
+            WeightMatrix::new(dtype, m, k, &wu).unwrap(),
+        )
+        .unwrap();
+        let x = rng.vec(k * n_cols);
+        let res = rng.vec(m * n_cols);
+        let bound = Epilogue::NONE
+            .then_add()
+            .unwrap()
+            .bind(&[&res], m, n_cols)
+            .unwrap();
+        let none = Epilogue::NONE.bind(&[], m, n_cols).unwrap();
+        for mode in modes(dtype) {
+            let mut want = vec![0.0f32; m * n_cols];
+            gemm_glu(&pair, &x, n_cols, mode, Activation::Silu, &bound, &mut want).unwrap();
+            for isa in Isa::available() {
+                for threads in [1, 2, 3] {
+                    let case = format!("{dtype} {mode:?} {isa} t{threads}");
+                    let be = CpuBackend::with_isa(isa, threads).unwrap();
+                    let mut fused = vec![0.0f32; m * n_cols];
+                    be.gemv_glu(
+                        &pair,
+                        Activation::Silu,
+                        &x,
+                        n_cols,
+                        mode,
+                        &bound,
+                        &mut fused,
+                    )
+                    .unwrap();
+                    let e = nmse(&fused, &want);
+                    assert!(e <= tolerance(isa) * 10.0, "{case}: NMSE {e:e}");
+                    let (mut g, mut u) = (vec![0.0f32; m * n_cols], vec![0.0f32; m * n_cols]);
+                    be.gemv(pair.gate(), &x, n_cols, mode, &none, &mut g)
+                        .unwrap();
+                    be.gemv(pair.up(), &x, n_cols, mode, &none, &mut u).unwrap();
+                    let mut t = vec![0.0f32; m * n_cols];
+                    be.glu(Activation::Silu, &g, &u, &mut t).unwrap();
+                    be.add(&t, &res, &mut g).unwrap();
+                    assert_eq!(bits(&fused), bits(&g), "{case}");
+                }
+            }
+        }
+    }
+}
+
+/// Prepared columns of `x` in `mode`.
+fn prepare(mode: ActQuant, x: &[f32], k: usize, n: usize) -> Vec<u8> {
+    let mut scratch = vec![0u8; prepared_bytes(mode, k).unwrap() * n];
+    quantize_columns(mode, x, k, &mut scratch).unwrap();
+    scratch
+}
+
+#[test]
+fn accumulators_do_not_depend_on_the_row_range() {
+    let mut rng = Rng(77);
+    for dtype in [
+        DType::Q4_0,
+        DType::Q8_0,
+        DType::Q4_K,
+        DType::Q6_K,
+        DType::F16,
+    ] {
+        let (m, k, n) = (70, 512, 5);
+        let w = weights(dtype, m, k, &mut rng);
+        let wm = WeightMatrix::new(dtype, m, k, &w).unwrap();
+        let x = rng.vec(k * n);
+        for isa in Isa::available() {
+            for mode in modes(dtype) {
+                let Some(kern) = gemm_kernel(isa, dtype, mode) else {
+                    continue;
+                };
+                let scratch = prepare(mode, &x, k, n);
+                let cols: Vec<_> = (0..n).map(|c| column(mode, &x, &scratch, k, c)).collect();
+                let mut full = vec![0.0f32; m * n];
+                gemm_rows(kern, [&wm], &cols, 0..m, |r, c, [a]| full[c * m + r] = a).unwrap();
+                let mut parts = vec![f32::NAN; m * n];
+                for rows in [0..5, 5..38, 38..39, 39..70] {
+                    gemm_rows(kern, [&wm], &cols, rows, |r, c, [a]| parts[c * m + r] = a).unwrap();
+                }
+                assert_eq!(bits(&full), bits(&parts), "{dtype} {isa} {mode:?}");
+                // The second matrix of a pair gets the same accumulators.
+                let mut second = vec![0.0f32; m * n];
+                gemm_rows(kern, [&wm, &wm], &cols, 0..m, |r, c, [a, b]| {
+                    assert_eq!(a.to_bits(), b.to_bits());
+                    second[c * m + r] = b;
+                })
+                .unwrap();
+                assert_eq!(bits(&full), bits(&second), "{dtype} {isa} {mode:?} pair");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_gemm_inputs_are_typed_errors() {
+    let mut rng = Rng(5);
+    let (m, k, n) = (8, 64, 3);
+    let w = weights(DType::Q4_0, m, k, &mut rng);
+    let wm = WeightMatrix::new(DType::Q4_0, m, k, &w).unwrap();
+    let x = rng.vec(k * n);
+    let kern = gemm_kernel(Isa::Scalar, DType::Q4_0, ActQuant::F32).unwrap();
+    let cols: Vec<_> = (0..n)
+        .map(|c| column(ActQuant::F32, &x, &[], k, c))
+        .collect();
+    // Rows past the matrix.
+    assert!(gemm_rows(kern, [&wm], &cols, 0..m + 1, |_, _, [_]| ()).is_err());
+    // Columns prepared in another mode.
+    let q = prepare(ActQuant::Q8_0, &x, k, n);
+    let qcols: Vec<_> = (0..n)
+        .map(|c| column(ActQuant::Q8_0, &x, &q, k, c))
+        .collect();
+    assert!(gemm_rows(kern, [&wm], &qcols, 0..m, |_, _, [_]| ()).is_err());
+    // A short column.
+    let short = [cols[0], fused_cpu::acts::Acts::F32(&x[..k - 1])];
+    assert!(gemm_rows(kern, [&wm], &short, 0..m, |_, _, [_]| ()).is_err());
+    // Weights of another format than the kernel's.
+    let w8 = weights(DType::Q8_0, m, k, &mut rng);
+    let wm8 = WeightMatrix::new(DType::Q8_0, m, k, &w8).unwrap();
+    assert!(gemm_rows(kern, [&wm8], &cols, 0..m, |_, _, [_]| ()).is_err());
+    // A pair of different shapes.
+    let w2 = weights(DType::Q4_0, m - 1, k, &mut rng);
+    let wm2 = WeightMatrix::new(DType::Q4_0, m - 1, k, &w2).unwrap();
+    assert!(gemm_rows(kern, [&wm, &wm2], &cols, 0..m - 1, |_, _, [_, _]| ()).is_err());
+    // No kernel for a mode the weights cannot take, nor for an int format
+    // without an int kernel.
+    assert!(gemm_kernel(Isa::Scalar, DType::Q4_0, ActQuant::Q8_K).is_none());
+    assert!(gemm_kernel(Isa::Scalar, DType::Q4_0, ActQuant::Q8_0).is_none());
+}
