@@ -27,8 +27,18 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Threads per block of the GEMV kernels (one warp per row).
+/// Threads per block of the GEMV kernels (8 warps).
 const GEMV_BLOCK: u32 = 256;
+
+/// Output rows one warp of the GEMV kernels computes: `RowsPerWarp` in
+/// `kernels/gemv.cu` (from 3 columns up, the quantized formats share each
+/// activation load between 4 rows).
+fn gemv_rows_per_warp(dtype: DType, n_cols: usize) -> usize {
+    match dtype {
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_K if n_cols >= 3 => 4,
+        _ => 1,
+    }
+}
 /// Threads per block of the element-wise kernels.
 const EW_BLOCK: u32 = 256;
 /// Threads per block of the warp FWHT kernels.
@@ -372,7 +382,8 @@ impl CudaBackend {
             if up.is_some() { "glu_" } else { "" },
             w.dtype.name()
         );
-        let grid = u32_of("GEMV grid", m.div_ceil((GEMV_BLOCK / 32) as usize))?;
+        let rows_per_block = gemv_rows_per_warp(w.dtype, n_cols) * (GEMV_BLOCK / 32) as usize;
+        let grid = u32_of("GEMV grid", m.div_ceil(rows_per_block))?;
         // SAFETY: one GemvParams argument, as the kernel takes; the weights
         // hold `m` rows of `row_bytes` (both of them for GLU, checked equal
         // above), `x` n_cols·k and `y` n_cols·m f32, and each epilogue
