@@ -1,17 +1,27 @@
 //! Build script of fused-cuda.
 //!
 //! Without the `cuda` feature it does nothing. With it, it compiles every
-//! kernel in `kernels/` to PTX with nvcc into `OUT_DIR`, where `src/` embeds
-//! it with `include_str!`. nvcc is, in this order: `$FUSED_NVCC`; the wheel
-//! nvcc that `scripts/test` installs in `<workspace>/.tools/cuda`; `nvcc` on
-//! `PATH`. The target architecture is `$FUSED_CUDA_ARCH`, default `sm_90`.
+//! kernel in `kernels/` twice with nvcc into `OUT_DIR`, where `src/` embeds
+//! both: a cubin for `$FUSED_CUDA_ARCH` (default `sm_90`, the H100/H200: no
+//! JIT at load) and portable PTX for `compute_80` (any GPU of compute
+//! capability 8.0 or newer; the driver JIT-compiles it). `src/device.rs`
+//! tries the cubin first and falls back to the PTX. nvcc is, in this order:
+//! `$FUSED_NVCC`; the wheel nvcc that `scripts/test` installs in
+//! `<workspace>/.tools/cuda`; `nvcc` on `PATH`.
+//!
+//! Every kernel is compiled with `-fmad=false`: no multiply-add contraction
+//! except where the source asks for `fmaf`, so the epilogue stages and the
+//! unfused element-wise kernels round the same way (see `kernels/common.cuh`).
 
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// The kernels, by file stem: `kernels/<stem>.cu` becomes `$OUT_DIR/<stem>.ptx`.
-const KERNELS: &[&str] = &["probe"];
+const KERNELS: &[&str] = &["probe", "elementwise", "gemv", "fwht"];
+
+/// The portable target, embedded as PTX beside the cubin.
+const PORTABLE_ARCH: &str = "compute_80";
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -26,19 +36,40 @@ fn main() {
     let nvcc = find_nvcc(&manifest);
     let arch = env::var("FUSED_CUDA_ARCH").unwrap_or_else(|_| "sm_90".to_owned());
 
+    let common = manifest.join("kernels").join("common.cuh");
+    println!("cargo:rerun-if-changed={}", common.display());
+    // All compilations run at once; each is checked when it ends.
+    let mut jobs = Vec::new();
     for stem in KERNELS {
         let src = manifest.join("kernels").join(format!("{stem}.cu"));
-        let ptx = out.join(format!("{stem}.ptx"));
         println!("cargo:rerun-if-changed={}", src.display());
-        let output = Command::new(&nvcc)
-            .arg("-ptx")
-            .arg(format!("-arch={arch}"))
-            .args(["-O3", "-std=c++17"])
-            .arg("-o")
-            .arg(&ptx)
-            .arg(&src)
-            .output()
-            .unwrap_or_else(|e| fail(&format!("could not run {}: {e}", nvcc.display())));
+        let targets = [
+            ("-cubin", arch.clone(), out.join(format!("{stem}.cubin"))),
+            (
+                "-ptx",
+                PORTABLE_ARCH.to_owned(),
+                out.join(format!("{stem}.ptx")),
+            ),
+        ];
+        for (kind, target, dst) in targets {
+            let child = Command::new(&nvcc)
+                .arg(kind)
+                .arg(format!("-arch={target}"))
+                .args(["-O3", "-std=c++17", "-fmad=false"])
+                .arg("-o")
+                .arg(&dst)
+                .arg(&src)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| fail(&format!("could not run {}: {e}", nvcc.display())));
+            jobs.push((src.clone(), child));
+        }
+    }
+    for (src, child) in jobs {
+        let output = child
+            .wait_with_output()
+            .unwrap_or_else(|e| fail(&format!("waiting for nvcc: {e}")));
         if !output.status.success() {
             fail(&format!(
                 "{} failed on {} ({}):\n{}{}",

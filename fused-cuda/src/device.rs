@@ -1,21 +1,56 @@
-//! The device, through the CUDA driver API (`cust`).
+//! The device, through the CUDA driver API (`cust`): context, stream and the
+//! crate's kernel modules.
 
-use crate::CudaError;
 use crate::error::check_axpy_lengths;
+use crate::{CudaError, KernelForm};
 use cust::context::{Context, CurrentContext};
-use cust::device::Device;
+use cust::device::{Device, DeviceAttribute};
+use cust::function::Function;
 use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use std::fmt;
 
-/// PTX of `kernels/probe.cu`, compiled by the build script.
-const PROBE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/probe.ptx"));
+/// Bytes aligned for the driver's ELF loader.
+#[repr(C, align(16))]
+struct Aligned<T: ?Sized>(T);
+
+/// One kernel file, as the build script compiled it.
+struct KernelImage {
+    name: &'static str,
+    cubin: &'static Aligned<[u8]>,
+    ptx: &'static str,
+}
+
+macro_rules! kernel_image {
+    ($stem:literal) => {
+        KernelImage {
+            name: $stem,
+            cubin: &Aligned(*include_bytes!(concat!(
+                env!("OUT_DIR"),
+                "/",
+                $stem,
+                ".cubin"
+            ))),
+            ptx: include_str!(concat!(env!("OUT_DIR"), "/", $stem, ".ptx")),
+        }
+    };
+}
+
+const PROBE: KernelImage = kernel_image!("probe");
+const ELEMENTWISE: KernelImage = kernel_image!("elementwise");
+const GEMV: KernelImage = kernel_image!("gemv");
+const FWHT: KernelImage = kernel_image!("fwht");
 
 /// Threads per block of the probe kernel.
 const PROBE_BLOCK: u32 = 256;
 
-fn driver(what: &'static str) -> impl FnOnce(cust::error::CudaError) -> CudaError {
+/// The largest dynamic shared memory a kernel of this crate asks for: one
+/// row of the widest FWHT (32768 f32).
+pub(crate) const MAX_DYNAMIC_SHARED: usize = fused_core::fwht::FWHT_MAX_N * 4;
+
+/// Maps a driver error to [`CudaError::Driver`], saying what was being done.
+pub(crate) fn driver(what: &'static str) -> impl FnOnce(cust::error::CudaError) -> CudaError {
     move |e| CudaError::Driver {
         what,
         message: format!("{e} ({e:?})"),
@@ -25,13 +60,19 @@ fn driver(what: &'static str) -> impl FnOnce(cust::error::CudaError) -> CudaErro
 /// A CUDA device, its context, stream and loaded kernels.
 ///
 /// [`CudaDevice::new`] opens device 0 with `cust::quick_init` (its primary
-/// context) and loads the crate's PTX, so a device that cannot run the
-/// kernels fails there, not at the first launch.
+/// context) and loads the crate's kernels (the cubin when the device can run
+/// it, else the portable PTX), so a device that cannot run them fails there,
+/// not at the first launch.
 pub struct CudaDevice {
-    // Field order is drop order: the module and the stream go before the context.
+    // Field order is drop order: the modules and the stream go before the context.
     probe: Module,
-    stream: Stream,
+    pub(crate) elementwise: Module,
+    pub(crate) gemv: Module,
+    pub(crate) fwht: Module,
+    pub(crate) stream: Stream,
+    form: KernelForm,
     name: String,
+    capability: (i32, i32),
     ctx: Context,
 }
 
@@ -39,26 +80,90 @@ impl fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CudaDevice")
             .field("name", &self.name)
+            .field("capability", &self.capability)
+            .field("form", &self.form)
             .finish_non_exhaustive()
+    }
+}
+
+/// Loads one kernel file in the given form.
+fn load(image: &KernelImage, form: KernelForm) -> Result<Module, CudaError> {
+    let loaded = match form {
+        KernelForm::Cubin => Module::from_cubin(&image.cubin.0, &[]),
+        KernelForm::PortablePtx => Module::from_ptx(image.ptx, &[]),
+    };
+    loaded.map_err(|e| CudaError::Driver {
+        what: "load a kernel module",
+        message: format!("{} ({form:?}): {e} ({e:?})", image.name),
+    })
+}
+
+/// Raises `function`'s dynamic shared-memory limit to `bytes`.
+fn allow_dynamic_shared(function: &Function<'_>, bytes: usize) -> Result<(), CudaError> {
+    let bytes = i32::try_from(bytes).map_err(|_| fused_core::Error::Overflow {
+        what: "dynamic shared memory",
+    })?;
+    // SAFETY: `function` is a live function handle of a loaded module (the
+    // borrow keeps the module alive); the attribute and value are plain
+    // integers; cust 0.3.2 has no safe wrapper for this call.
+    let r = unsafe {
+        cust::sys::cuFuncSetAttribute(
+            function.to_raw(),
+            cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes,
+        )
+    };
+    if r == cust::sys::cudaError_enum::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError::Driver {
+            what: "raise the dynamic shared-memory limit of fused_fwht_block",
+            message: format!("{r:?}"),
+        })
     }
 }
 
 impl CudaDevice {
     /// Opens the first CUDA device and loads the crate's kernels.
     ///
-    /// Fails with [`CudaError::Driver`] when there is no driver or no device.
+    /// Fails with [`CudaError::Driver`] when there is no driver or no device,
+    /// or when the device can run neither the cubin nor the portable PTX.
     pub fn new() -> Result<CudaDevice, CudaError> {
         let ctx = cust::quick_init().map_err(driver("initialise device 0"))?;
-        let name = Device::get_device(0)
-            .and_then(|d| d.name())
-            .map_err(driver("read the device name"))?;
-        let probe = Module::from_ptx(PROBE_PTX, &[]).map_err(driver("load probe.ptx"))?;
+        let device = Device::get_device(0).map_err(driver("open device 0"))?;
+        let name = device.name().map_err(driver("read the device name"))?;
+        let major = device
+            .get_attribute(DeviceAttribute::ComputeCapabilityMajor)
+            .map_err(driver("read the compute capability"))?;
+        let minor = device
+            .get_attribute(DeviceAttribute::ComputeCapabilityMinor)
+            .map_err(driver("read the compute capability"))?;
+        let form = match load(&PROBE, KernelForm::Cubin) {
+            Ok(_) => KernelForm::Cubin,
+            Err(_) => KernelForm::PortablePtx,
+        };
+        let probe = load(&PROBE, form)?;
+        let elementwise = load(&ELEMENTWISE, form)?;
+        let gemv = load(&GEMV, form)?;
+        let fwht = load(&FWHT, form)?;
+        // The FWHT rows of N = 16384 and 32768 need more than the default 48 KiB.
+        for (e, bytes) in [(16, MAX_DYNAMIC_SHARED / 2), (32, MAX_DYNAMIC_SHARED)] {
+            let f = fwht
+                .get_function(format!("fused_fwht_block_e{e}"))
+                .map_err(driver("find fused_fwht_block"))?;
+            allow_dynamic_shared(&f, bytes)?;
+        }
         let stream =
             Stream::new(StreamFlags::NON_BLOCKING, None).map_err(driver("create a stream"))?;
         Ok(CudaDevice {
             probe,
+            elementwise,
+            gemv,
+            fwht,
             stream,
+            form,
             name,
+            capability: (major, minor),
             ctx,
         })
     }
@@ -66,6 +171,21 @@ impl CudaDevice {
     /// The device's name, as the driver reports it.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The compute capability, `(major, minor)`.
+    pub fn capability(&self) -> (i32, i32) {
+        self.capability
+    }
+
+    /// Which compiled form of the kernels runs.
+    pub fn kernel_form(&self) -> KernelForm {
+        self.form
+    }
+
+    /// Makes the device's context current on the calling thread.
+    pub(crate) fn make_current(&self) -> Result<(), CudaError> {
+        CurrentContext::set_current(&self.ctx).map_err(driver("make the context current"))
     }
 
     /// Runs the probe kernel: `y[i] = a·x[i] + y[i]` (one fused multiply-add).
@@ -76,7 +196,7 @@ impl CudaDevice {
         if n == 0 {
             return Ok(());
         }
-        CurrentContext::set_current(&self.ctx).map_err(driver("make the context current"))?;
+        self.make_current()?;
         let x_dev = DeviceBuffer::from_slice(x).map_err(driver("copy x to the device"))?;
         let y_dev = DeviceBuffer::from_slice(y).map_err(driver("copy y to the device"))?;
         let function = self

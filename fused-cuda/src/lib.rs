@@ -1,10 +1,32 @@
-//! fused-cuda: the CUDA backend of `fused` (skeleton).
+//! fused-cuda: the CUDA backend of `fused`.
 //!
-//! What exists so far is the bring-up path, end to end: [`CudaDevice::new`]
-//! opens the first GPU through the driver API, loads the crate's PTX, and
-//! [`CudaDevice::probe_axpy`] runs a trivial kernel (`kernels/probe.cu`,
-//! `y = a·x + y` in `f32`) so that a test can prove the toolchain, the driver
-//! and the device all work. The fused kernels come in later issues.
+//! [`CudaBackend`] runs the fused kernels on the first GPU through the driver
+//! API (`cust`):
+//!
+//! - [`CudaBackend::gemv`]: `y = epilogue(W·x)` for 1..=8 activation columns,
+//!   weights F32, F16, Q8_0, Q4_0 or Q4_K ([`GEMV_DTYPES`]), the epilogue
+//!   chain (activations, adds, multiplies, row biases) applied in registers
+//!   before the store;
+//! - [`CudaBackend::gemv_glu`]: the gated dual form `act(W_g·x) ⊙ (W_u·x)`,
+//!   then an epilogue, in one pass;
+//! - [`CudaBackend::fwht`]: the signed or unsigned FWHT of every
+//!   N = 2^k (2..=32768), the sign multiply fused into the load;
+//! - the unfused element-wise kernels (add, mul, unary activation, GLU, row
+//!   bias), built from the same device functions as the epilogue.
+//!
+//! # Numerics
+//!
+//! Activation scheme: the activations stay f32 and the weights are
+//! dequantized in registers (the core's `ActQuant::F32` mode; no
+//! activation-quantization launch). The dot products accumulate with `fmaf`
+//! in a fixed order (per lane, then a shuffle butterfly), so they track the
+//! core's f32 reference within rounding, not bit for bit. The element
+//! functions are CUDA's `expf`/`erff`/`tanhf` (within 2 ulp of libm), so
+//! epilogues track the core within a tolerance; but every stage is one device
+//! function with contraction off (`-fmad=false` and `__f*_rn` intrinsics), so
+//! a fused epilogue and the same chain run as unfused kernels agree bit for
+//! bit. The FWHT does the reference's operations in the reference's order
+//! and equals `fused_core::fwht::fwht` bit for bit.
 //!
 //! # The `cuda` feature
 //!
@@ -14,12 +36,14 @@
 //! feature"), so code downstream compiles the same way in both cases.
 //!
 //! With it, the crate depends on `cust` 0.3.2 and its build script compiles
-//! every kernel in `kernels/` to PTX with `nvcc -ptx -arch=sm_90` (override
-//! with `FUSED_CUDA_ARCH`), taking nvcc from `$FUSED_NVCC`, else from the
-//! wheels that `scripts/test` installs in `.tools/cuda`, else from `PATH`.
-//! `cust` links against `libcuda`, which it looks for in
-//! `$CUDA_LIBRARY_PATH/lib64` and `$CUDA_LIBRARY_PATH/lib64/stubs`; on a
-//! machine without a driver, `scripts/gen-libcuda-stub` makes a stand-in.
+//! every kernel in `kernels/` with nvcc to a cubin for `sm_90` (override with
+//! `FUSED_CUDA_ARCH`) and to portable `compute_80` PTX; the device loads the
+//! cubin when it can run it, else JIT-compiles the PTX. nvcc is taken from
+//! `$FUSED_NVCC`, else from the wheels that `scripts/test` installs in
+//! `.tools/cuda`, else from `PATH`. `cust` links against `libcuda`, which it
+//! looks for in `$CUDA_LIBRARY_PATH/lib64` and
+//! `$CUDA_LIBRARY_PATH/lib64/stubs`; on a machine without a driver,
+//! `scripts/gen-libcuda-stub` makes a stand-in.
 //!
 //! A missing device is an `Err` at run time ([`CudaError::Driver`]), never a
 //! panic.
@@ -27,13 +51,46 @@
 mod error;
 
 #[cfg(feature = "cuda")]
+mod backend;
+#[cfg(feature = "cuda")]
 mod device;
-#[cfg(not(feature = "cuda"))]
-#[path = "stub.rs"]
-mod device;
+#[cfg(feature = "cuda")]
+mod params;
 
+#[cfg(not(feature = "cuda"))]
+mod stub;
+
+#[cfg(feature = "cuda")]
+pub use backend::{CudaBackend, DeviceVec, DeviceWeights};
+#[cfg(feature = "cuda")]
 pub use device::CudaDevice;
 pub use error::CudaError;
+#[cfg(not(feature = "cuda"))]
+pub use stub::{CudaBackend, CudaDevice, DeviceVec, DeviceWeights};
+
+use fused_core::DType;
+
+/// The weight formats the CUDA GEMV kernels take.
+pub const GEMV_DTYPES: [DType; 5] = [
+    DType::F32,
+    DType::F16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_K,
+];
+
+/// The most activation columns one GEMV launch takes.
+pub const MAX_COLS: usize = 8;
+
+/// Which compiled form of the kernels a device loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelForm {
+    /// The cubin for the build's architecture (`sm_90` unless
+    /// `FUSED_CUDA_ARCH` said otherwise): no JIT.
+    Cubin,
+    /// The portable `compute_80` PTX, JIT-compiled by the driver.
+    PortablePtx,
+}
 
 /// Whether this build of the crate can talk to a GPU (the `cuda` feature).
 pub const CUDA_ENABLED: bool = cfg!(feature = "cuda");

@@ -1,8 +1,14 @@
-//! The device when the crate is built without the `cuda` feature: the same
-//! public API as the real one, and no value of it can exist.
+//! The backend when the crate is built without the `cuda` feature: the same
+//! public API as the real one, and no value of its types can exist.
 
-use crate::CudaError;
+use crate::{CudaError, KernelForm};
 use core::convert::Infallible;
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+use fused_core::fwht::FwhtDesc;
+use fused_core::reference::WeightMatrix;
+use fused_core::reference::gemv::GluWeights;
 
 /// A CUDA device, its context, stream and loaded kernels.
 ///
@@ -25,8 +31,227 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// The compute capability, `(major, minor)`.
+    pub fn capability(&self) -> (i32, i32) {
+        match self.never {}
+    }
+
+    /// Which compiled form of the kernels runs.
+    pub fn kernel_form(&self) -> KernelForm {
+        match self.never {}
+    }
+
     /// Runs the probe kernel: `y[i] = a·x[i] + y[i]` (one fused multiply-add).
     pub fn probe_axpy(&self, _a: f32, _x: &[f32], _y: &mut [f32]) -> Result<(), CudaError> {
+        match self.never {}
+    }
+}
+
+/// An f32 vector in device memory (none can exist in this build).
+#[derive(Debug)]
+pub struct DeviceVec {
+    never: Infallible,
+}
+
+impl DeviceVec {
+    /// Number of f32 elements.
+    pub fn len(&self) -> usize {
+        match self.never {}
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        match self.never {}
+    }
+}
+
+/// A weight matrix in device memory (none can exist in this build).
+#[derive(Debug)]
+pub struct DeviceWeights {
+    never: Infallible,
+}
+
+impl DeviceWeights {
+    /// The format.
+    pub fn dtype(&self) -> DType {
+        match self.never {}
+    }
+
+    /// Output rows `M`.
+    pub fn rows(&self) -> usize {
+        match self.never {}
+    }
+
+    /// Inner dimension `K`.
+    pub fn cols(&self) -> usize {
+        match self.never {}
+    }
+
+    /// Bytes in device memory.
+    pub fn bytes(&self) -> usize {
+        match self.never {}
+    }
+}
+
+/// The CUDA backend. This build has no `cuda` feature: [`CudaBackend::new`]
+/// always fails with [`CudaError::NotCompiled`].
+#[derive(Debug)]
+pub struct CudaBackend {
+    never: Infallible,
+}
+
+#[allow(clippy::too_many_arguments, missing_docs)]
+impl CudaBackend {
+    /// Opens the first CUDA device. In this build: always
+    /// `Err(CudaError::NotCompiled)`.
+    pub fn new() -> Result<CudaBackend, CudaError> {
+        Err(CudaError::NotCompiled)
+    }
+    pub fn device(&self) -> &CudaDevice {
+        match self.never {}
+    }
+    pub fn launches(&self) -> u64 {
+        match self.never {}
+    }
+    pub fn reset_launches(&self) {
+        match self.never {}
+    }
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn upload(&self, _data: &[f32]) -> Result<DeviceVec, CudaError> {
+        match self.never {}
+    }
+    pub fn alloc(&self, _len: usize) -> Result<DeviceVec, CudaError> {
+        match self.never {}
+    }
+    pub fn download(&self, _v: &DeviceVec, _out: &mut [f32]) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn upload_weights(&self, _w: &WeightMatrix<'_>) -> Result<DeviceWeights, CudaError> {
+        match self.never {}
+    }
+    pub fn gemv(
+        &self,
+        _w: &DeviceWeights,
+        _x: &DeviceVec,
+        _n_cols: usize,
+        _epilogue: &Epilogue,
+        _operands: &[&DeviceVec],
+        _y: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn gemv_glu(
+        &self,
+        _gate: &DeviceWeights,
+        _up: &DeviceWeights,
+        _act: Activation,
+        _x: &DeviceVec,
+        _n_cols: usize,
+        _epilogue: &Epilogue,
+        _operands: &[&DeviceVec],
+        _y: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn gemv_host(
+        &self,
+        _w: &WeightMatrix<'_>,
+        _x: &[f32],
+        _n_cols: usize,
+        _epilogue: &Epilogue,
+        _operands: &[&[f32]],
+        _y: &mut [f32],
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn gemv_glu_host(
+        &self,
+        _w: &GluWeights<'_>,
+        _act: Activation,
+        _x: &[f32],
+        _n_cols: usize,
+        _epilogue: &Epilogue,
+        _operands: &[&[f32]],
+        _y: &mut [f32],
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn fwht(
+        &self,
+        _desc: &FwhtDesc,
+        _x: &DeviceVec,
+        _signs: Option<&DeviceVec>,
+        _out: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn fwht_host(
+        &self,
+        _desc: &FwhtDesc,
+        _x: &[f32],
+        _signs: Option<&[f32]>,
+        _out: &mut [f32],
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn add(
+        &self,
+        _a: &DeviceVec,
+        _b: &DeviceVec,
+        _out: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn mul(
+        &self,
+        _a: &DeviceVec,
+        _b: &DeviceVec,
+        _out: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn mul_cyclic(
+        &self,
+        _a: &DeviceVec,
+        _b: &DeviceVec,
+        _out: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn unary(
+        &self,
+        _act: Activation,
+        _a: &DeviceVec,
+        _out: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn glu(
+        &self,
+        _act: Activation,
+        _gate: &DeviceVec,
+        _up: &DeviceVec,
+        _out: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn add_row_bias(
+        &self,
+        _a: &DeviceVec,
+        _bias: &DeviceVec,
+        _out: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn copy(&self, _a: &DeviceVec, _out: &mut DeviceVec) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn copy_kernel(&self, _a: &DeviceVec, _out: &mut DeviceVec) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn time_ms(&self, _f: impl FnOnce() -> Result<(), CudaError>) -> Result<f32, CudaError> {
         match self.never {}
     }
 }
@@ -38,6 +263,7 @@ mod tests {
     #[test]
     fn new_says_not_compiled() {
         assert_eq!(CudaDevice::new().unwrap_err(), CudaError::NotCompiled);
+        assert_eq!(CudaBackend::new().unwrap_err(), CudaError::NotCompiled);
         const { assert!(!crate::CUDA_ENABLED) };
     }
 }

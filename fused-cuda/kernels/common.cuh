@@ -1,0 +1,108 @@
+// Shared device code of the fused-cuda kernels: the element functions, the
+// epilogue chain and the parameter structs that the host fills in
+// (src/params.rs mirrors them field for field, #[repr(C)]).
+//
+// Every .cu file of this crate is compiled with -fmad=false, and every
+// element-wise operation below also uses the explicit round-to-nearest
+// intrinsics (__fadd_rn, __fmul_rn, __fdiv_rn), so that an epilogue stage
+// applied inside a GEMV and the same stage run as an unfused element-wise
+// kernel give the same bits: both call these functions, and nothing can be
+// contracted into a fused multiply-add. Only the dot products use fmaf,
+// explicitly.
+#pragma once
+#include <stdint.h>
+
+// ------------------------------------------------------------ activations
+// The numbering matches src/params.rs (act_code).
+#define ACT_IDENTITY 0u
+#define ACT_SILU 1u
+#define ACT_SIGMOID 2u
+#define ACT_GELU_ERF 3u
+#define ACT_GELU_TANH 4u
+#define ACT_RELU 5u
+
+// The core's formulas (fused_core::element::Activation::apply), left to
+// right, one rounding per operation. expf/erff/tanhf are CUDA's (within 2
+// ulp), not libm's, so results track the core within a tolerance, and equal
+// themselves between fused and unfused kernels bit for bit.
+__device__ __forceinline__ float act_apply(uint32_t act, float x) {
+    switch (act) {
+    case ACT_SILU:
+        return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
+    case ACT_SIGMOID:
+        return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+    case ACT_GELU_ERF:
+        return __fmul_rn(__fmul_rn(0.5f, x),
+                         __fadd_rn(1.0f, erff(__fmul_rn(x, 0.70710678118654752440f))));
+    case ACT_GELU_TANH: {
+        float inner = __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, x), x));
+        float t = tanhf(__fmul_rn(__fmul_rn(0.7978846f, x), inner));
+        return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+    }
+    case ACT_RELU:
+        return (x > 0.0f || x != x) ? x : 0.0f;
+    default:
+        return x;
+    }
+}
+
+// act(gate) * up (fused_core::element::glu).
+__device__ __forceinline__ float glu_apply(uint32_t act, float gate, float up) {
+    return __fmul_rn(act_apply(act, gate), up);
+}
+
+// IEEE half (its 16 bits, in the low half of `bits`) to f32; exact. The
+// wheel nvcc has no CCCL headers, so cuda_fp16.h is not used.
+__device__ __forceinline__ float half_bits_to_float(uint32_t bits) {
+    unsigned short h = (unsigned short)(bits & 0xffffu);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+
+// ------------------------------------------------------------ epilogue
+// Stage kinds (src/params.rs: StageKind).
+#define STAGE_ACT 0u
+#define STAGE_ADD 1u
+#define STAGE_MUL 2u
+#define STAGE_ROW_BIAS 3u
+#define MAX_STAGES 8
+
+// One epilogue chain, passed by value as a kernel parameter.
+struct EpiParams {
+    uint32_t n_stages;
+    uint32_t kind[MAX_STAGES];
+    // ACT: the activation code; otherwise unused.
+    uint32_t act[MAX_STAGES];
+    // ADD/MUL: a rows x cols f32 operand (column-major); ROW_BIAS: rows f32.
+    const float *operand[MAX_STAGES];
+};
+
+// The chain applied to v for output (row, col) of a rows-row output,
+// in order, with the same per-stage functions as the unfused kernels.
+__device__ __forceinline__ float epilogue_apply(const EpiParams &e, float v, uint32_t row,
+                                                uint32_t col, uint32_t rows) {
+    size_t at = (size_t)col * rows + row;
+    for (uint32_t s = 0; s < e.n_stages; ++s) {
+        switch (e.kind[s]) {
+        case STAGE_ACT:
+            v = act_apply(e.act[s], v);
+            break;
+        case STAGE_ADD:
+            v = add_rn(v, e.operand[s][at]);
+            break;
+        case STAGE_MUL:
+            v = mul_rn(v, e.operand[s][at]);
+            break;
+        case STAGE_ROW_BIAS:
+            v = add_rn(v, e.operand[s][row]);
+            break;
+        default:
+            break;
+        }
+    }
+    return v;
+}

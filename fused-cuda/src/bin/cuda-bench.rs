@@ -1,0 +1,345 @@
+//! Benchmarks of the CUDA kernels on the first device, timed with CUDA
+//! events (median of many runs), printed as markdown tables.
+//!
+//! `cargo build -p fused-cuda --features cuda --release --bin cuda-bench`;
+//! `scripts/gpu-bundle` packs it for the GPU machine. Sections: the
+//! device-to-device copy ceiling (bytes read + written); GEMV 4096×14336 and
+//! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
+//! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
+//! the copy ceiling; the epilogue's cost over a bare GEMV; the signed FWHT
+//! fused against sign multiply + FWHT; a decode layer fused against unfused.
+
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+use fused_core::fwht::FwhtDesc;
+use fused_core::reference::WeightMatrix;
+use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights};
+
+/// Bytes the rotating weight copies must add up to: 4× the H200's 60 MB L2.
+const ROTATE_BYTES: usize = 240_000_000;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median milliseconds per call of `f(i)` for i = 0, 1, …: batches of
+/// `per_batch` calls timed with events, after `warm` batches.
+fn time_calls(
+    be: &CudaBackend,
+    per_batch: usize,
+    batches: usize,
+    mut f: impl FnMut(usize) -> Result<(), CudaError>,
+) -> Result<f64, CudaError> {
+    let mut i = 0;
+    let mut samples = Vec::with_capacity(batches);
+    for b in 0..batches + 3 {
+        let ms = be.time_ms(|| {
+            for _ in 0..per_batch {
+                f(i)?;
+                i += 1;
+            }
+            Ok(())
+        })?;
+        if b >= 3 {
+            samples.push(ms as f64 / per_batch as f64);
+        }
+    }
+    Ok(median(samples))
+}
+
+/// Deterministic pseudo-random f32 in [-1, 1).
+fn randv(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// `rows × k` weights in `dtype`: 64 distinct random rows, tiled.
+fn weight_bytes(dtype: DType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
+    let rb = dtype.row_bytes(k).expect("block-aligned K");
+    let distinct = 64.min(rows);
+    let mut tile = vec![0u8; distinct * rb];
+    for r in 0..distinct {
+        let row = randv(k, seed + r as u64);
+        fused_core::quant::quantize_row(dtype, &row, &mut tile[r * rb..(r + 1) * rb])
+            .expect("quantize");
+    }
+    let mut out = Vec::with_capacity(rows * rb);
+    while out.len() < rows * rb {
+        let take = (rows * rb - out.len()).min(tile.len());
+        out.extend_from_slice(&tile[..take]);
+    }
+    out
+}
+
+/// Enough device copies of one weight matrix to exceed [`ROTATE_BYTES`] (at least 2).
+fn weight_copies(
+    be: &CudaBackend,
+    dtype: DType,
+    rows: usize,
+    k: usize,
+) -> Result<Vec<DeviceWeights>, CudaError> {
+    let bytes = weight_bytes(dtype, rows, k, 7);
+    let w = WeightMatrix::new(dtype, rows, k, &bytes)?;
+    let copies = ROTATE_BYTES.div_ceil(bytes.len()).max(2);
+    (0..copies).map(|_| be.upload_weights(&w)).collect()
+}
+
+fn run() -> Result<(), CudaError> {
+    let be = CudaBackend::new()?;
+    let dev = be.device();
+    println!(
+        "# fused-cuda bench on {} (compute capability {:?}, kernels: {:?})\n",
+        dev.name(),
+        dev.capability(),
+        dev.kernel_form()
+    );
+
+    // ------------------------------------------------ copy ceiling
+    let n = 256 << 20; // 1 GiB of f32 per buffer
+    let a = be.upload(&randv(n, 1))?;
+    let mut b = be.alloc(n)?;
+    let bytes = 2.0 * (n * 4) as f64; // read + written
+    let t_memcpy = time_calls(&be, 5, 20, |_| be.copy(&a, &mut b))?;
+    let t_kernel = time_calls(&be, 5, 20, |_| be.copy_kernel(&a, &mut b))?;
+    let bw_memcpy = bytes / t_memcpy / 1e6;
+    let bw_kernel = bytes / t_kernel / 1e6;
+    let ceiling = bw_memcpy.max(bw_kernel);
+    drop((a, b));
+    println!("## Copy ceiling (1 GiB → 1 GiB, bytes read + written)\n");
+    println!("| copy | ms | GB/s |\n| --- | ---: | ---: |");
+    println!("| cuMemcpyDtoDAsync | {t_memcpy:.3} | {bw_memcpy:.0} |");
+    println!("| copy kernel (16-byte) | {t_kernel:.3} | {bw_kernel:.0} |");
+    println!("\nceiling used below: {ceiling:.0} GB/s\n");
+
+    // ------------------------------------------------ GEMV
+    println!("## GEMV y = W·x (rows × K), weights rotated over > 240 MB\n");
+    println!(
+        "| shape (rows × K) | format | cols | copies | µs/call | GB/s (weights + x + y) | % of copy |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    let mut q4_4096 = None;
+    for (m, k) in [(4096usize, 14336usize), (32768, 8192)] {
+        for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+            let ws = weight_copies(&be, dtype, m, k)?;
+            for n_cols in [1usize, 8] {
+                if n_cols == 8 && dtype != DType::Q4_0 {
+                    continue;
+                }
+                let x = be.upload(&randv(k * n_cols, 3))?;
+                let mut y = be.alloc(m * n_cols)?;
+                let t = time_calls(&be, ws.len() * 2, 25, |i| {
+                    be.gemv(&ws[i % ws.len()], &x, n_cols, &Epilogue::NONE, &[], &mut y)
+                })?;
+                let moved = (ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
+                let gbs = moved / t / 1e6;
+                println!(
+                    "| {m} × {k} | {dtype} | {n_cols} | {} | {:.1} | {gbs:.0} | {:.0}% |",
+                    ws.len(),
+                    t * 1e3,
+                    100.0 * gbs / ceiling
+                );
+                if m == 4096 && dtype == DType::Q4_0 && n_cols == 1 {
+                    q4_4096 = Some(t);
+                }
+            }
+            if m == 4096 && dtype == DType::Q4_0 {
+                // ------------------------------------ epilogue cost
+                let x = be.upload(&randv(k, 4))?;
+                let gate_like = be.upload(&randv(m, 5))?;
+                let residual = be.upload(&randv(m, 6))?;
+                let mut y = be.alloc(m)?;
+                let epi = Epilogue::NONE
+                    .then_act(Activation::Silu)
+                    .and_then(|e| e.then_mul())
+                    .and_then(|e| e.then_add())?;
+                let bare = time_calls(&be, ws.len() * 2, 25, |i| {
+                    be.gemv(&ws[i % ws.len()], &x, 1, &Epilogue::NONE, &[], &mut y)
+                })?;
+                let fused = time_calls(&be, ws.len() * 2, 25, |i| {
+                    be.gemv(
+                        &ws[i % ws.len()],
+                        &x,
+                        1,
+                        &epi,
+                        &[&gate_like, &residual],
+                        &mut y,
+                    )
+                })?;
+                let mut t1 = be.alloc(m)?;
+                let mut t2 = be.alloc(m)?;
+                let unfused = time_calls(&be, ws.len() * 2, 25, |i| {
+                    be.gemv(&ws[i % ws.len()], &x, 1, &Epilogue::NONE, &[], &mut y)?;
+                    be.unary(Activation::Silu, &y, &mut t1)?;
+                    be.mul(&t1, &gate_like, &mut t2)?;
+                    be.add(&t2, &residual, &mut t1)
+                })?;
+                println!(
+                    "\nEpilogue silu·mul + residual, Q4_0 4096 × 14336, 1 column: bare GEMV {:.1} µs, \
+                     fused epilogue {:.1} µs ({:+.1}%), unfused (GEMV + 3 element-wise launches) {:.1} µs\n",
+                    bare * 1e3,
+                    fused * 1e3,
+                    100.0 * (fused / bare - 1.0),
+                    unfused * 1e3
+                );
+                println!(
+                    "| shape (rows × K) | format | cols | copies | µs/call | GB/s (weights + x + y) | % of copy |"
+                );
+                println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+            }
+        }
+    }
+    let _ = q4_4096;
+
+    // ------------------------------------------------ FWHT
+    println!("\n## Signed FWHT on 64 MiB of f32 (bytes read + written)\n");
+    println!(
+        "| N | variant | launches | µs | GB/s (64 MiB in + 64 MiB out) | % of copy |\n| ---: | --- | ---: | ---: | ---: | ---: |"
+    );
+    let total = 16 << 20; // 64 MiB of f32
+    let x = be.upload(&randv(total, 8))?;
+    let mut out = be.alloc(total)?;
+    let mut mid = be.alloc(total)?;
+    for n in [1024usize, 32768] {
+        let signs = be.upload(
+            &randv(n, 9)
+                .iter()
+                .map(|v| if *v < 0.0 { -1.0 } else { 1.0 })
+                .collect::<Vec<f32>>(),
+        )?;
+        let plain = FwhtDesc::new(n)?;
+        let signed = plain.with_signs(n)?;
+        let io = 2.0 * (total * 4) as f64;
+        let t_plain = time_calls(&be, 10, 20, |_| be.fwht(&plain, &x, None, &mut out))?;
+        let t_fused = time_calls(&be, 10, 20, |_| {
+            be.fwht(&signed, &x, Some(&signs), &mut out)
+        })?;
+        let t_unfused = time_calls(&be, 10, 20, |_| {
+            be.mul_cyclic(&x, &signs, &mut mid)?;
+            be.fwht(&plain, &mid, None, &mut out)
+        })?;
+        for (name, launches, t) in [
+            ("unsigned FWHT", 1, t_plain),
+            ("signed, fused", 1, t_fused),
+            ("sign multiply + FWHT", 2, t_unfused),
+        ] {
+            let gbs = io / t / 1e6;
+            println!(
+                "| {n} | {name} | {launches} | {:.1} | {gbs:.0} | {:.0}% |",
+                t * 1e3,
+                100.0 * gbs / ceiling
+            );
+        }
+    }
+    drop((x, out, mid));
+
+    // ------------------------------------------------ decode layer
+    println!(
+        "\n## Decode layer (d = 4096, ff = 14336, Q4_0, 1 token): o-proj + residual, SiLU-GLU, down + residual\n"
+    );
+    let (d, ff) = (4096usize, 14336usize);
+    let dtype = DType::Q4_0;
+    struct Layer {
+        o: DeviceWeights,
+        g: DeviceWeights,
+        u: DeviceWeights,
+        down: DeviceWeights,
+    }
+    let mk = |rows, k, seed| -> Result<DeviceWeights, CudaError> {
+        let bytes = weight_bytes(dtype, rows, k, seed);
+        be.upload_weights(&WeightMatrix::new(dtype, rows, k, &bytes)?)
+    };
+    let layers = (0..3)
+        .map(|l| {
+            Ok(Layer {
+                o: mk(d, d, 10 + l)?,
+                g: mk(ff, d, 20 + l)?,
+                u: mk(ff, d, 30 + l)?,
+                down: mk(d, ff, 40 + l)?,
+            })
+        })
+        .collect::<Result<Vec<_>, CudaError>>()?;
+    let layer_bytes =
+        (layers[0].o.bytes() + layers[0].g.bytes() + layers[0].u.bytes() + layers[0].down.bytes())
+            as f64;
+    let attn = be.upload(&randv(d, 11))?;
+    let resid = be.upload(&randv(d, 12))?;
+    let mut h = be.alloc(d)?;
+    let mut t = be.alloc(d)?;
+    let mut gate = be.alloc(ff)?;
+    let mut up = be.alloc(ff)?;
+    let mut act = be.alloc(ff)?;
+    let mut out = be.alloc(d)?;
+    let add = Epilogue::NONE.then_add()?;
+    let fused_layer = |l: &Layer,
+                       h: &mut DeviceVec,
+                       act: &mut DeviceVec,
+                       out: &mut DeviceVec|
+     -> Result<(), CudaError> {
+        be.gemv(&l.o, &attn, 1, &add, &[&resid], h)?;
+        be.gemv_glu(
+            &l.g,
+            &l.u,
+            Activation::Silu,
+            h,
+            1,
+            &Epilogue::NONE,
+            &[],
+            act,
+        )?;
+        be.gemv(&l.down, act, 1, &add, &[h], out)
+    };
+    be.reset_launches();
+    fused_layer(&layers[0], &mut h, &mut act, &mut out)?;
+    let launches_fused = be.launches();
+    let mut unfused_layer = |l: &Layer| -> Result<(), CudaError> {
+        be.gemv(&l.o, &attn, 1, &Epilogue::NONE, &[], &mut t)?;
+        be.add(&t, &resid, &mut h)?;
+        be.gemv(&l.g, &h, 1, &Epilogue::NONE, &[], &mut gate)?;
+        be.gemv(&l.u, &h, 1, &Epilogue::NONE, &[], &mut up)?;
+        be.glu(Activation::Silu, &gate, &up, &mut act)?;
+        be.gemv(&l.down, &act, 1, &Epilogue::NONE, &[], &mut t)?;
+        be.add(&t, &h, &mut out)
+    };
+    be.reset_launches();
+    unfused_layer(&layers[0])?;
+    let launches_unfused = be.launches();
+    let t_unfused = time_calls(&be, 6, 30, |i| unfused_layer(&layers[i % layers.len()]))?;
+    let mut h2 = be.alloc(d)?;
+    let mut act2 = be.alloc(ff)?;
+    let mut out2 = be.alloc(d)?;
+    let t_fused = time_calls(&be, 6, 30, |i| {
+        fused_layer(&layers[i % layers.len()], &mut h2, &mut act2, &mut out2)
+    })?;
+    println!(
+        "| variant | launches/layer | µs/layer | weight GB/s | % of copy |\n| --- | ---: | ---: | ---: | ---: |"
+    );
+    for (name, launches, tm) in [
+        ("fused", launches_fused, t_fused),
+        ("unfused", launches_unfused, t_unfused),
+    ] {
+        let gbs = layer_bytes / tm / 1e6;
+        println!(
+            "| {name} | {launches} | {:.1} | {gbs:.0} | {:.0}% |",
+            tm * 1e3,
+            100.0 * gbs / ceiling
+        );
+    }
+    println!("\n(fused/unfused time: {:.3})", t_fused / t_unfused);
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("cuda-bench: {e}");
+        std::process::exit(1);
+    }
+}

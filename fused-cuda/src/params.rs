@@ -1,0 +1,93 @@
+//! Kernel parameter blocks: `#[repr(C)]` mirrors of the structs in
+//! `kernels/*.cu(h)`, field for field, passed by value to the kernels.
+
+use cust::memory::DeviceCopy;
+use fused_core::element::Activation;
+use fused_core::epilogue::{Epilogue, MAX_STAGES, Stage};
+
+/// The kernels' activation code (`ACT_*` in `kernels/common.cuh`).
+pub(crate) const fn act_code(act: Activation) -> u32 {
+    match act {
+        Activation::Identity => 0,
+        Activation::Silu => 1,
+        Activation::Sigmoid => 2,
+        Activation::GeluErf => 3,
+        Activation::GeluTanh => 4,
+        Activation::Relu => 5,
+    }
+}
+
+/// `EpiParams` in `kernels/common.cuh`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct EpiParams {
+    n_stages: u32,
+    kind: [u32; MAX_STAGES],
+    act: [u32; MAX_STAGES],
+    operand: [u64; MAX_STAGES],
+}
+
+impl EpiParams {
+    /// The chain, with stage `s` reading the device address `operand(slot)`.
+    pub(crate) fn new(epilogue: &Epilogue, operand: impl Fn(usize) -> u64) -> EpiParams {
+        let mut p = EpiParams::default();
+        for (i, st) in epilogue.stages().iter().enumerate() {
+            let (kind, act) = match st {
+                Stage::Act(a) => (0, act_code(*a)),
+                Stage::Add { .. } => (1, 0),
+                Stage::Mul { .. } => (2, 0),
+                Stage::AddRowBias { .. } => (3, 0),
+            };
+            p.kind[i] = kind;
+            p.act[i] = act;
+            p.operand[i] = st.slot().map_or(0, &operand);
+        }
+        p.n_stages = epilogue.len() as u32;
+        p
+    }
+}
+
+/// `GemvParams` in `kernels/gemv.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GemvParams {
+    pub(crate) w: u64,
+    pub(crate) w_up: u64,
+    pub(crate) x: u64,
+    pub(crate) y: u64,
+    pub(crate) rows: u32,
+    pub(crate) k: u32,
+    pub(crate) row_bytes: u32,
+    pub(crate) glu_act: u32,
+    pub(crate) epi: EpiParams,
+}
+
+/// `FwhtParams` in `kernels/fwht.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FwhtParams {
+    pub(crate) x: u64,
+    pub(crate) signs: u64,
+    pub(crate) out: u64,
+    pub(crate) rows: u32,
+    pub(crate) n: u32,
+    pub(crate) sign_blocks: u32,
+    pub(crate) scale: f32,
+}
+
+// SAFETY: plain `#[repr(C)]` data (integers, f32 and device addresses as
+// u64) with no host pointers or references: a bitwise copy to the device is
+// exactly what the kernels read.
+unsafe impl DeviceCopy for EpiParams {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for GemvParams {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for FwhtParams {}
+
+// The layouts the kernels assume (C rules on a 64-bit target).
+const _: () = {
+    assert!(core::mem::size_of::<EpiParams>() == 4 + 32 + 32 + 4 + 64);
+    assert!(core::mem::offset_of!(EpiParams, operand) == 72);
+    assert!(core::mem::offset_of!(GemvParams, epi) == 48);
+    assert!(core::mem::size_of::<FwhtParams>() == 40);
+};

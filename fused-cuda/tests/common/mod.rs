@@ -1,0 +1,98 @@
+//! Helpers shared by the device tests: opening the backend (or skipping),
+//! deterministic random data, weights in every format, error measures.
+#![allow(dead_code)]
+
+use fused_core::DType;
+use fused_cuda::{CudaBackend, CudaError};
+use std::io::Write;
+
+/// Opens the backend, or reports the skip and returns `None`.
+///
+/// Without a device (or without the `cuda` feature) the test passes and says
+/// `skipped: no CUDA device (<reason>)` on stderr; `FUSED_REQUIRE_CUDA=1`
+/// makes that a failure instead (for runs on a GPU machine).
+pub(crate) fn backend_or_skip() -> Option<CudaBackend> {
+    match CudaBackend::new() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            if !fused_cuda::CUDA_ENABLED {
+                assert_eq!(e, CudaError::NotCompiled);
+            }
+            if std::env::var_os("FUSED_REQUIRE_CUDA").is_some_and(|v| v != "0") {
+                panic!("FUSED_REQUIRE_CUDA is set, but: {e}");
+            }
+            let _ = writeln!(std::io::stderr(), "skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// A small deterministic generator (SplitMix64), so failures reproduce.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub(crate) fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    pub(crate) fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32() * scale).collect()
+    }
+
+    /// ±1 values.
+    pub(crate) fn signs(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| if self.next_u64() & 1 == 0 { 1.0 } else { -1.0 })
+            .collect()
+    }
+}
+
+/// `rows × k` random weights quantized into `dtype` (row by row).
+pub(crate) fn weights(rng: &mut Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
+    let rb = dtype.row_bytes(k).unwrap();
+    let mut out = vec![0u8; rows * rb];
+    for r in 0..rows {
+        let row = rng.vec(k, 1.0);
+        fused_core::quant::quantize_row(dtype, &row, &mut out[r * rb..(r + 1) * rb]).unwrap();
+    }
+    out
+}
+
+/// Normalised mean squared error of `got` against `want`.
+pub(crate) fn nmse(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (&g, &w) in got.iter().zip(want) {
+        assert!(g.is_finite(), "non-finite output {g} (want {w})");
+        num += (g as f64 - w) * (g as f64 - w);
+        den += w * w;
+    }
+    if den == 0.0 { num } else { num / den }
+}
+
+/// `want` widened to f64.
+pub(crate) fn wide(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+/// Asserts bit equality, naming the first differing index.
+pub(crate) fn assert_bits_eq(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.to_bits(), w.to_bits(), "{what}: index {i}: {g} vs {w}");
+    }
+}

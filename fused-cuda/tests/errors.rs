@@ -1,0 +1,127 @@
+//! Bad input gives typed errors before anything runs (needs a device to get
+//! a backend; skipped without one).
+
+mod common;
+
+use common::{Rng, backend_or_skip, weights};
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+use fused_core::fwht::FwhtDesc;
+use fused_core::reference::WeightMatrix;
+use fused_core::{DType, Error};
+use fused_cuda::CudaError;
+
+fn core_err<T: std::fmt::Debug>(r: Result<T, CudaError>) -> Error {
+    match r {
+        Err(CudaError::Core(e)) => e,
+        other => panic!("expected a core error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(8);
+    let (m, k) = (4, 64);
+    let bytes = weights(&mut rng, DType::Q4_0, m, k);
+    let w = WeightMatrix::new(DType::Q4_0, m, k, &bytes).unwrap();
+    let x = rng.vec(k, 1.0);
+    let mut y = vec![0.0; m];
+
+    // Unsupported weight format.
+    let b5 = weights(&mut rng, DType::Q5_0, m, k);
+    let w5 = WeightMatrix::new(DType::Q5_0, m, k, &b5).unwrap();
+    assert!(matches!(
+        core_err(be.upload_weights(&w5)),
+        Error::UnsupportedDType { .. }
+    ));
+    // Short activations, short output.
+    assert!(matches!(
+        core_err(be.gemv_host(&w, &x[1..], 1, &Epilogue::NONE, &[], &mut y)),
+        Error::LengthMismatch { .. }
+    ));
+    assert!(matches!(
+        core_err(be.gemv_host(&w, &x, 1, &Epilogue::NONE, &[], &mut y[1..])),
+        Error::LengthMismatch { .. }
+    ));
+    // Too many columns.
+    let x9 = rng.vec(9 * k, 1.0);
+    let mut y9 = vec![0.0; 9 * m];
+    assert!(matches!(
+        core_err(be.gemv_host(&w, &x9, 9, &Epilogue::NONE, &[], &mut y9)),
+        Error::LengthMismatch { .. }
+    ));
+    // Missing and short epilogue operands, on host and device paths.
+    let epi = Epilogue::NONE.then_add().unwrap();
+    assert!(matches!(
+        core_err(be.gemv_host(&w, &x, 1, &epi, &[], &mut y)),
+        Error::MissingOperand { slot: 0 }
+    ));
+    let wd = be.upload_weights(&w).unwrap();
+    let xd = be.upload(&x).unwrap();
+    let short = be.alloc(m - 1).unwrap();
+    let mut yd = be.alloc(m).unwrap();
+    assert!(matches!(
+        core_err(be.gemv(&wd, &xd, 1, &epi, &[&short], &mut yd)),
+        Error::LengthMismatch { .. }
+    ));
+    // GLU weights of different shapes.
+    let b2 = weights(&mut rng, DType::Q4_0, m + 1, k);
+    let w2 = be
+        .upload_weights(&WeightMatrix::new(DType::Q4_0, m + 1, k, &b2).unwrap())
+        .unwrap();
+    assert!(matches!(
+        core_err(be.gemv_glu(
+            &wd,
+            &w2,
+            Activation::Silu,
+            &xd,
+            1,
+            &Epilogue::NONE,
+            &[],
+            &mut yd
+        )),
+        Error::ShapeMismatch { .. }
+    ));
+    // FWHT: partial rows, wrong sign length, signs on an unsigned descriptor.
+    let d = FwhtDesc::new(8).unwrap();
+    let mut out = vec![0.0; 12];
+    assert!(matches!(
+        core_err(be.fwht_host(&d, &[0.0; 12], None, &mut out)),
+        Error::LengthMismatch { .. }
+    ));
+    let mut out = vec![0.0; 16];
+    let ds = d.with_signs(16).unwrap();
+    assert!(matches!(
+        core_err(be.fwht_host(&ds, &[0.0; 16], Some(&[1.0; 8]), &mut out)),
+        Error::LengthMismatch { .. }
+    ));
+    assert!(matches!(
+        core_err(be.fwht_host(&d, &[0.0; 16], Some(&[1.0; 8]), &mut out)),
+        Error::LengthMismatch { .. }
+    ));
+    // Element-wise length mismatches.
+    let a = be.alloc(10).unwrap();
+    let b = be.alloc(9).unwrap();
+    let mut o = be.alloc(10).unwrap();
+    assert!(matches!(
+        core_err(be.add(&a, &b, &mut o)),
+        Error::LengthMismatch { .. }
+    ));
+    assert!(matches!(
+        core_err(be.glu(Activation::Silu, &a, &b, &mut o)),
+        Error::LengthMismatch { .. }
+    ));
+    let bias = be.alloc(3).unwrap();
+    assert!(matches!(
+        core_err(be.add_row_bias(&a, &bias, &mut o)),
+        Error::LengthMismatch { .. }
+    ));
+    let mut host = vec![0.0; 9];
+    assert!(matches!(
+        core_err(be.download(&a, &mut host)),
+        Error::LengthMismatch { .. }
+    ));
+    // Nothing was launched by any of the refused calls.
+    assert_eq!(be.launches(), 0);
+}

@@ -1,0 +1,197 @@
+//! Fused epilogues against the same chains run as unfused kernels, bit for
+//! bit, on the first CUDA device (skipped without one); and the launch
+//! counts of both.
+
+mod common;
+
+use common::{Rng, assert_bits_eq, backend_or_skip, weights};
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::{Epilogue, Stage};
+use fused_core::reference::WeightMatrix;
+use fused_cuda::{CudaBackend, DeviceVec};
+
+/// Runs `epi`'s stages one unfused kernel each on `v` (operands by slot).
+fn unfused_chain(be: &CudaBackend, epi: &Epilogue, v: DeviceVec, ops: &[&DeviceVec]) -> DeviceVec {
+    let mut cur = v;
+    for st in epi.stages() {
+        let mut next = be.alloc(cur.len()).unwrap();
+        match *st {
+            Stage::Act(a) => be.unary(a, &cur, &mut next).unwrap(),
+            Stage::Add { slot } => be.add(&cur, ops[slot as usize], &mut next).unwrap(),
+            Stage::Mul { slot } => be.mul(&cur, ops[slot as usize], &mut next).unwrap(),
+            Stage::AddRowBias { slot } => be
+                .add_row_bias(&cur, ops[slot as usize], &mut next)
+                .unwrap(),
+        }
+        cur = next;
+    }
+    cur
+}
+
+fn download(be: &CudaBackend, v: &DeviceVec) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    be.download(v, &mut out).unwrap();
+    out
+}
+
+/// Chains that cover every activation and every operand stage.
+fn chains(act: Activation) -> Vec<Epilogue> {
+    vec![
+        Epilogue::NONE.then_act(act).unwrap(),
+        Epilogue::NONE
+            .then_act(act)
+            .and_then(|e| e.then_mul())
+            .and_then(|e| e.then_add())
+            .unwrap(),
+        Epilogue::NONE
+            .then_row_bias()
+            .and_then(|e| e.then_act(act))
+            .and_then(|e| e.then_add())
+            .and_then(|e| e.then_act(Activation::Sigmoid))
+            .and_then(|e| e.then_mul())
+            .unwrap(),
+    ]
+}
+
+#[test]
+fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(3);
+    for dtype in [DType::F16, DType::Q4_0, DType::Q4_K] {
+        let (m, k, n_cols) = (257, 512, 3);
+        let bytes = weights(&mut rng, dtype, m, k);
+        let w = be
+            .upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
+            .unwrap();
+        let x = be.upload(&rng.vec(k * n_cols, 2.0)).unwrap();
+        let bias = be.upload(&rng.vec(m, 1.0)).unwrap();
+        let a = be.upload(&rng.vec(m * n_cols, 1.0)).unwrap();
+        let b = be.upload(&rng.vec(m * n_cols, 1.0)).unwrap();
+        for act in Activation::ALL {
+            for epi in chains(act) {
+                // Operand slots in the order the builder assigned them.
+                let ops: Vec<&DeviceVec> = epi
+                    .stages()
+                    .iter()
+                    .filter_map(|st| match st {
+                        Stage::AddRowBias { .. } => Some(&bias),
+                        Stage::Add { slot } | Stage::Mul { slot } => {
+                            Some(if slot % 2 == 0 { &a } else { &b })
+                        }
+                        Stage::Act(_) => None,
+                    })
+                    .collect();
+                let poison = vec![f32::NAN; m * n_cols];
+                let mut fused = be.upload(&poison).unwrap();
+                be.reset_launches();
+                be.gemv(&w, &x, n_cols, &epi, &ops, &mut fused).unwrap();
+                assert_eq!(be.launches(), 1);
+                let mut acc = be.upload(&poison).unwrap();
+                be.reset_launches();
+                be.gemv(&w, &x, n_cols, &Epilogue::NONE, &[], &mut acc)
+                    .unwrap();
+                let unfused = unfused_chain(&be, &epi, acc, &ops);
+                assert_eq!(be.launches(), 1 + epi.len() as u64);
+                let (f, u) = (download(&be, &fused), download(&be, &unfused));
+                assert!(f.iter().all(|v| !v.is_nan()), "unwritten output");
+                assert_bits_eq(&f, &u, &format!("{dtype} {act} {:?}", epi.stages()));
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_glu_equals_unfused_kernels_bit_for_bit() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(4);
+    for dtype in [DType::F32, DType::Q8_0] {
+        let (m, k, n_cols) = (130, 256, 2);
+        let gb = weights(&mut rng, dtype, m, k);
+        let ub = weights(&mut rng, dtype, m, k);
+        let g = be
+            .upload_weights(&WeightMatrix::new(dtype, m, k, &gb).unwrap())
+            .unwrap();
+        let u = be
+            .upload_weights(&WeightMatrix::new(dtype, m, k, &ub).unwrap())
+            .unwrap();
+        let x = be.upload(&rng.vec(k * n_cols, 1.0)).unwrap();
+        let res = be.upload(&rng.vec(m * n_cols, 1.0)).unwrap();
+        let epi = Epilogue::NONE.then_add().unwrap();
+        for act in Activation::ALL {
+            let mut fused = be.alloc(m * n_cols).unwrap();
+            be.reset_launches();
+            be.gemv_glu(&g, &u, act, &x, n_cols, &epi, &[&res], &mut fused)
+                .unwrap();
+            assert_eq!(be.launches(), 1);
+            let mut gate = be.alloc(m * n_cols).unwrap();
+            let mut up = be.alloc(m * n_cols).unwrap();
+            let mut gated = be.alloc(m * n_cols).unwrap();
+            be.reset_launches();
+            be.gemv(&g, &x, n_cols, &Epilogue::NONE, &[], &mut gate)
+                .unwrap();
+            be.gemv(&u, &x, n_cols, &Epilogue::NONE, &[], &mut up)
+                .unwrap();
+            be.glu(act, &gate, &up, &mut gated).unwrap();
+            let unfused = unfused_chain(&be, &epi, gated, &[&res]);
+            assert_eq!(be.launches(), 4);
+            assert_bits_eq(
+                &download(&be, &fused),
+                &download(&be, &unfused),
+                &format!("glu {dtype} {act}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn unfused_kernels_track_the_core_element_functions() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(5);
+    let n = 100_003;
+    let a = rng.vec(n, 8.0);
+    let b = rng.vec(n, 8.0);
+    let (da, db) = (be.upload(&a).unwrap(), be.upload(&b).unwrap());
+    let mut out = be.alloc(n).unwrap();
+    let mut got = vec![0.0; n];
+    for act in Activation::ALL {
+        be.unary(act, &da, &mut out).unwrap();
+        be.download(&out, &mut got).unwrap();
+        for i in 0..n {
+            let want = act.apply(a[i]);
+            assert!(
+                (got[i] - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                "{act}({}) = {} on the GPU, {want} in the core",
+                a[i],
+                got[i]
+            );
+        }
+        be.glu(act, &da, &db, &mut out).unwrap();
+        be.download(&out, &mut got).unwrap();
+        for i in 0..n {
+            let want = fused_core::element::glu(act, a[i], b[i]);
+            assert!(
+                (got[i] - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "glu {act}"
+            );
+        }
+    }
+    be.add(&da, &db, &mut out).unwrap();
+    be.download(&out, &mut got).unwrap();
+    assert!((0..n).all(|i| got[i].to_bits() == (a[i] + b[i]).to_bits()));
+    be.mul(&da, &db, &mut out).unwrap();
+    be.download(&out, &mut got).unwrap();
+    assert!((0..n).all(|i| got[i].to_bits() == (a[i] * b[i]).to_bits()));
+    let m = 7;
+    let bias = &b[..m];
+    let dbias = be.upload(bias).unwrap();
+    let mut out2 = be.alloc(m * 1000).unwrap();
+    let a2 = be.upload(&a[..m * 1000]).unwrap();
+    be.add_row_bias(&a2, &dbias, &mut out2).unwrap();
+    let mut got2 = vec![0.0; m * 1000];
+    be.download(&out2, &mut got2).unwrap();
+    assert!((0..m * 1000).all(|i| got2[i].to_bits() == (a[i] + bias[i % m]).to_bits()));
+    be.copy(&da, &mut out).unwrap();
+    be.download(&out, &mut got).unwrap();
+    assert_eq!(got, a);
+}

@@ -1,0 +1,139 @@
+//! The GEMV and gated dual GEMV kernels against the core reference, on the
+//! first CUDA device (skipped without one; see `common::backend_or_skip`).
+//!
+//! Tolerances (NMSE, against the core's `ActQuant::F32` reference on the same
+//! dequantized weights and against the f64 reference): 1e-6 for every
+//! format. The kernels dequantize exactly as the core does and differ only
+//! in summation order (fmaf per lane, then a shuffle butterfly) and in the
+//! element functions (CUDA's expf/erff/tanhf, within 2 ulp); the largest
+//! NMSE seen is printed.
+
+mod common;
+
+use common::{Rng, backend_or_skip, nmse, weights, wide};
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+use fused_core::reference::gemv::{GluWeights, gemm, gemm_f64, gemm_glu, gemm_glu_f64};
+use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_cuda::{CudaBackend, GEMV_DTYPES};
+
+const TOL: f64 = 1e-6;
+
+/// K values for a format: whole blocks, odd counts of them, and for the
+/// float formats a K that is not a multiple of the 8-element vector.
+fn ks(dtype: DType) -> Vec<usize> {
+    let b = dtype.block_len();
+    if b == 1 {
+        vec![1, 37, 256, 2048 + 8, 2049]
+    } else {
+        vec![b, 3 * b, 2048 + b]
+    }
+}
+
+/// SiLU, then · operand 0, then + operand 1, then + row bias (operand 2).
+fn chain() -> Epilogue {
+    Epilogue::NONE
+        .then_act(Activation::Silu)
+        .and_then(|e| e.then_mul())
+        .and_then(|e| e.then_add())
+        .and_then(|e| e.then_row_bias())
+        .unwrap()
+}
+
+fn check_gemv(
+    be: &CudaBackend,
+    rng: &mut Rng,
+    dtype: DType,
+    m: usize,
+    k: usize,
+    n_cols: usize,
+    worst: &mut f64,
+) {
+    let bytes = weights(rng, dtype, m, k);
+    let w = WeightMatrix::new(dtype, m, k, &bytes).unwrap();
+    let x = rng.vec(k * n_cols, 1.0);
+    let (o0, o1, bias) = (
+        rng.vec(m * n_cols, 1.0),
+        rng.vec(m * n_cols, 1.0),
+        rng.vec(m, 1.0),
+    );
+    let ops: [&[f32]; 3] = [&o0, &o1, &bias];
+    for epi in [Epilogue::NONE, chain()] {
+        let bound = epi.bind(&ops, m, n_cols).unwrap();
+        let mut want = vec![0.0f32; m * n_cols];
+        gemm(&w, &x, n_cols, ActQuant::F32, &bound, &mut want).unwrap();
+        let mut want64 = vec![0.0f64; m * n_cols];
+        gemm_f64(&w, &x, n_cols, &bound, &mut want64).unwrap();
+        let mut got = vec![f32::NAN; m * n_cols];
+        be.gemv_host(&w, &x, n_cols, &epi, &ops, &mut got).unwrap();
+        let e32 = nmse(&got, &wide(&want));
+        let e64 = nmse(&got, &want64);
+        *worst = worst.max(e32).max(e64);
+        assert!(
+            e32 <= TOL && e64 <= TOL,
+            "{dtype} m={m} k={k} cols={n_cols} stages={}: nmse {e32:e} (f32 ref), {e64:e} (f64 ref)",
+            epi.len()
+        );
+    }
+}
+
+#[test]
+fn gemv_matches_the_reference_for_every_format_and_edge_shape() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(1);
+    for dtype in GEMV_DTYPES {
+        let mut worst = 0.0f64;
+        for k in ks(dtype) {
+            for m in [1, 37, 300] {
+                for n_cols in [1, 3, 8] {
+                    check_gemv(&be, &mut rng, dtype, m, k, n_cols, &mut worst);
+                }
+            }
+        }
+        // Every column count on one shape.
+        let k = 2 * dtype.block_len().max(128);
+        for n_cols in 1..=8 {
+            check_gemv(&be, &mut rng, dtype, 65, k, n_cols, &mut worst);
+        }
+        eprintln!("gemv {dtype}: worst nmse {worst:e} (tolerance {TOL:e})");
+    }
+}
+
+#[test]
+fn gated_gemv_matches_the_reference() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(2);
+    for dtype in GEMV_DTYPES {
+        let mut worst = 0.0f64;
+        for act in Activation::ALL {
+            let (m, k) = (70, 4 * dtype.block_len().max(64));
+            for n_cols in [1, 2, 8] {
+                let gb = weights(&mut rng, dtype, m, k);
+                let ub = weights(&mut rng, dtype, m, k);
+                let g = WeightMatrix::new(dtype, m, k, &gb).unwrap();
+                let u = WeightMatrix::new(dtype, m, k, &ub).unwrap();
+                let w = GluWeights::new(g, u).unwrap();
+                let x = rng.vec(k * n_cols, 1.0);
+                let res = rng.vec(m * n_cols, 1.0);
+                let epi = Epilogue::NONE.then_add().unwrap();
+                let bound = epi.bind(&[&res], m, n_cols).unwrap();
+                let mut want = vec![0.0f32; m * n_cols];
+                gemm_glu(&w, &x, n_cols, ActQuant::F32, act, &bound, &mut want).unwrap();
+                let mut want64 = vec![0.0f64; m * n_cols];
+                gemm_glu_f64(&w, &x, n_cols, act, &bound, &mut want64).unwrap();
+                let mut got = vec![f32::NAN; m * n_cols];
+                be.gemv_glu_host(&w, act, &x, n_cols, &epi, &[&res], &mut got)
+                    .unwrap();
+                let e32 = nmse(&got, &wide(&want));
+                let e64 = nmse(&got, &want64);
+                worst = worst.max(e32).max(e64);
+                assert!(
+                    e32 <= TOL && e64 <= TOL,
+                    "glu {dtype} {act} cols={n_cols}: nmse {e32:e} / {e64:e}"
+                );
+            }
+        }
+        eprintln!("gemv_glu {dtype}: worst nmse {worst:e} (tolerance {TOL:e})");
+    }
+}
