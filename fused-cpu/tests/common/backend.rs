@@ -1,0 +1,62 @@
+//! Fused vs unfused on the threaded backend: an epilogue chain bound into a
+//! GEMV, and the same chain run as separate element-wise steps.
+
+use fused_core::element::Activation;
+use fused_core::epilogue::{BoundEpilogue, Epilogue};
+use fused_cpu::CpuBackend;
+
+/// The epilogue `act → [× mul] → + res → + row bias` with its operands.
+pub(crate) struct Chain<'a> {
+    /// The activation applied first.
+    pub(crate) act: Activation,
+    /// The element-wise factor, if the chain multiplies.
+    pub(crate) mul: Option<&'a [f32]>,
+    /// The residual added.
+    pub(crate) res: &'a [f32],
+    /// The per-row bias added last.
+    pub(crate) bias: &'a [f32],
+}
+
+impl<'a> Chain<'a> {
+    /// The chain bound for an `m × n` output, to fuse into a GEMV.
+    pub(crate) fn bind(&self, m: usize, n: usize) -> BoundEpilogue<'a> {
+        let mut epi = Epilogue::NONE.then_act(self.act).unwrap();
+        let mut operands = Vec::new();
+        if let Some(mul) = self.mul {
+            epi = epi.then_mul().unwrap();
+            operands.push(mul);
+        }
+        let epi = epi.then_add().and_then(|e| e.then_row_bias()).unwrap();
+        operands.extend([self.res, self.bias]);
+        epi.bind(&operands, m, n).unwrap()
+    }
+
+    /// The chain applied to the plain GEMV output `y` one element-wise
+    /// kernel of `be` at a time (the unfused graph).
+    pub(crate) fn unfused(&self, be: &CpuBackend, y: &[f32]) -> Vec<f32> {
+        let (mut a, mut b) = (vec![0.0f32; y.len()], vec![0.0f32; y.len()]);
+        be.unary(self.act, y, &mut a).unwrap();
+        if let Some(mul) = self.mul {
+            be.mul(&a, mul, &mut b).unwrap();
+            core::mem::swap(&mut a, &mut b);
+        }
+        be.add(&a, self.res, &mut b).unwrap();
+        be.add_row_bias(&b, self.bias, &mut a).unwrap();
+        a
+    }
+}
+
+/// `act(gate) · up + res` one element-wise kernel of `be` at a time: the
+/// unfused GLU with a residual, from the two plain GEMV outputs.
+pub(crate) fn glu_add_unfused(
+    be: &CpuBackend,
+    act: Activation,
+    gate: &[f32],
+    up: &[f32],
+    res: &[f32],
+) -> Vec<f32> {
+    let (mut t, mut out) = (vec![0.0f32; gate.len()], vec![0.0f32; gate.len()]);
+    be.glu(act, gate, up, &mut t).unwrap();
+    be.add(&t, res, &mut out).unwrap();
+    out
+}
