@@ -7,14 +7,12 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::Isa;
-use fused_cpu::acts::column;
-use fused_cpu::gemv::{RowKernels, gemv_glu_rows, gemv_rows};
+use fused_cpu::gemv::RowKernels;
 
 mod common;
-use common::{WEIGHT_FORMATS, bits, quantized, vals};
+use common::{WEIGHT_FORMATS, assert_rows_equal_reference, quantized, vals};
 
 /// Small enough for Miri: the scalar GEMM path (f32 mode, every format) is
 /// the reference bit for bit, plain and GLU, through `gemv_rows`.
@@ -45,27 +43,6 @@ fn scalar_gemm_equals_reference_bit_for_bit() {
         let mode = ActQuant::F32;
         let kernels = RowKernels::new(Isa::Scalar, dtype, mode);
         assert!(kernels.gemm.is_some());
-        let cols: Vec<_> = (0..n).map(|c| column(mode, &x, &[], k, c)).collect();
-        let mut y = vec![0.0f32; m * n];
-        gemv_rows(kernels, &wm, &cols, 0..m, &bound, |r, c, v| {
-            y[c * m + r] = v
-        })
-        .unwrap();
-        let mut want = vec![0.0f32; m * n];
-        gemm(&wm, &x, n, mode, &bound, &mut want).unwrap();
-        assert_eq!(bits(&y), bits(&want), "{dtype}");
-        let pair = GluWeights::new(wm, wm).unwrap();
-        gemv_glu_rows(
-            kernels,
-            &pair,
-            Activation::Silu,
-            &cols,
-            0..m,
-            &bound,
-            |r, c, v| y[c * m + r] = v,
-        )
-        .unwrap();
-        gemm_glu(&pair, &x, n, mode, Activation::Silu, &bound, &mut want).unwrap();
-        assert_eq!(bits(&y), bits(&want), "{dtype} glu");
+        assert_rows_equal_reference(kernels, wm, &x, n, mode, &bound);
     }
 }

@@ -9,7 +9,7 @@ use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::{CpuBackend, Isa};
 
 mod common;
-use common::backend::{Chain, glu_add_unfused};
+use common::backend::{Chain, glu_add_fused_and_unfused};
 use common::{HOT_FORMATS, Rng, WEIGHT_FORMATS, bits, modes, nmse, tolerance, weights};
 
 #[test]
@@ -86,29 +86,14 @@ fn glu_fused_matches_unfused_and_reference() {
         let mode = ActQuant::ggml(dtype);
         let epi = Epilogue::NONE.then_add().unwrap();
         let bound = epi.bind(&[&res], m, n_cols).unwrap();
-        let none = Epilogue::NONE.bind(&[], m, n_cols).unwrap();
         let mut want = vec![0.0f32; m * n_cols];
         gemm_glu(&pair, &x, n_cols, mode, Activation::Silu, &bound, &mut want).unwrap();
         for isa in Isa::available() {
             for threads in [1, 2, 3] {
                 let be = CpuBackend::with_isa(isa, threads).unwrap();
-                let mut fused = vec![0.0f32; m * n_cols];
-                be.gemv_glu(
-                    &pair,
-                    Activation::Silu,
-                    &x,
-                    n_cols,
-                    mode,
-                    &bound,
-                    &mut fused,
-                )
-                .unwrap();
+                let (fused, unfused) =
+                    glu_add_fused_and_unfused(&be, &pair, Activation::Silu, &x, n_cols, mode, &res);
                 assert!(nmse(&fused, &want) <= tolerance(isa), "{dtype} {isa}");
-                let (mut g, mut u) = (vec![0.0f32; m * n_cols], vec![0.0f32; m * n_cols]);
-                be.gemv(pair.gate(), &x, n_cols, mode, &none, &mut g)
-                    .unwrap();
-                be.gemv(pair.up(), &x, n_cols, mode, &none, &mut u).unwrap();
-                let unfused = glu_add_unfused(&be, Activation::Silu, &g, &u, &res);
                 assert_eq!(bits(&fused), bits(&unfused), "{dtype} {isa} t{threads}");
             }
         }

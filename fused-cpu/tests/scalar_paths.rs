@@ -6,14 +6,11 @@ use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cpu::acts::column;
-use fused_cpu::gemv::{gemv_glu_rows, gemv_rows};
 use fused_cpu::kernels::{RowDot, scalar};
 
 mod common;
-use common::{prepare_columns, quantized, vals};
+use common::{assert_rows_equal_reference, quantized, vals};
 
 #[test]
 fn scalar_gemv_equals_reference_bit_for_bit() {
@@ -30,35 +27,8 @@ fn scalar_gemv_equals_reference_bit_for_bit() {
             .unwrap();
         let bound = epi.bind(&[&res], m, n).unwrap();
         let mode = ActQuant::ggml(dtype);
-        let scratch = prepare_columns(mode, &x, k, n);
-        let cols: Vec<_> = (0..n).map(|c| column(mode, &x, &scratch, k, c)).collect();
-        let mut y = vec![0.0f32; m * n];
-        gemv_rows(
-            (scalar::row_dot as RowDot).into(),
-            &wm,
-            &cols,
-            0..m,
-            &bound,
-            |r, c, v| y[c * m + r] = v,
-        )
-        .unwrap();
-        let mut want = vec![0.0f32; m * n];
-        gemm(&wm, &x, n, mode, &bound, &mut want).unwrap();
-        assert_eq!(y, want, "{dtype}");
-
-        let pair = GluWeights::new(wm, wm).unwrap();
-        gemv_glu_rows(
-            (scalar::row_dot as RowDot).into(),
-            &pair,
-            Activation::Silu,
-            &cols,
-            0..m,
-            &bound,
-            |r, c, v| y[c * m + r] = v,
-        )
-        .unwrap();
-        gemm_glu(&pair, &x, n, mode, Activation::Silu, &bound, &mut want).unwrap();
-        assert_eq!(y, want, "{dtype} glu");
+        let kernels = (scalar::row_dot as RowDot).into();
+        assert_rows_equal_reference(kernels, wm, &x, n, mode, &bound);
     }
 }
 

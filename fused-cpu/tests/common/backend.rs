@@ -3,6 +3,8 @@
 
 use fused_core::element::Activation;
 use fused_core::epilogue::{BoundEpilogue, Epilogue};
+use fused_core::reference::ActQuant;
+use fused_core::reference::gemv::GluWeights;
 use fused_cpu::CpuBackend;
 
 /// The epilogue `act → [× mul] → + res → + row bias` with its operands.
@@ -59,4 +61,32 @@ pub(crate) fn glu_add_unfused(
     be.glu(act, gate, up, &mut t).unwrap();
     be.add(&t, res, &mut out).unwrap();
     out
+}
+
+/// The GLU of `pair` (`act`) over the `n` columns of `x` in `mode`, plus the
+/// residual `res`: fused into one `gemv_glu`, and unfused as two plain GEMVs
+/// then [`glu_add_unfused`]. Returns (fused, unfused).
+pub(crate) fn glu_add_fused_and_unfused(
+    be: &CpuBackend,
+    pair: &GluWeights<'_>,
+    act: Activation,
+    x: &[f32],
+    n: usize,
+    mode: ActQuant,
+    res: &[f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let m = pair.gate().rows();
+    let bound = Epilogue::NONE
+        .then_add()
+        .unwrap()
+        .bind(&[res], m, n)
+        .unwrap();
+    let mut fused = vec![0.0f32; m * n];
+    be.gemv_glu(pair, act, x, n, mode, &bound, &mut fused)
+        .unwrap();
+    let none = Epilogue::NONE.bind(&[], m, n).unwrap();
+    let (mut g, mut u) = (vec![0.0f32; m * n], vec![0.0f32; m * n]);
+    be.gemv(pair.gate(), x, n, mode, &none, &mut g).unwrap();
+    be.gemv(pair.up(), x, n, mode, &none, &mut u).unwrap();
+    (fused, glu_add_unfused(be, act, &g, &u, res))
 }

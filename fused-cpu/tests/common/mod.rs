@@ -10,10 +10,14 @@
 pub(crate) mod backend;
 
 use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::BoundEpilogue;
 use fused_core::quant::quantize_row;
-use fused_core::reference::ActQuant;
+use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::Isa;
-use fused_cpu::acts::{Acts, prepared_bytes, quantize_columns};
+use fused_cpu::acts::{Acts, column, prepared_bytes, quantize_columns};
+use fused_cpu::gemv::{RowKernels, gemv_glu_rows, gemv_rows};
 
 /// Xorshift64 (13, 7, 17): reproducible test values in [-1, 1).
 pub(crate) struct Rng(pub(crate) u64);
@@ -155,4 +159,42 @@ pub(crate) fn without_side(a: Acts<'_>) -> Acts<'_> {
         },
         f => f,
     }
+}
+
+/// Runs the row drivers with `kernels` over the `n` columns of `x` prepared
+/// for `mode`, with `epilogue` fused: `gemv_rows` on `wm`, and
+/// `gemv_glu_rows` (SiLU) on `wm` as both gate and up; asserts each equals
+/// the core reference (`gemm`, `gemm_glu`) bit for bit.
+pub(crate) fn assert_rows_equal_reference(
+    kernels: RowKernels,
+    wm: WeightMatrix<'_>,
+    x: &[f32],
+    n: usize,
+    mode: ActQuant,
+    epilogue: &BoundEpilogue<'_>,
+) {
+    let (dtype, m, k) = (wm.dtype(), wm.rows(), wm.cols());
+    let scratch = prepare_columns(mode, x, k, n);
+    let cols: Vec<_> = (0..n).map(|c| column(mode, x, &scratch, k, c)).collect();
+    let mut y = vec![0.0f32; m * n];
+    gemv_rows(kernels, &wm, &cols, 0..m, epilogue, |r, c, v| {
+        y[c * m + r] = v
+    })
+    .unwrap();
+    let mut want = vec![0.0f32; m * n];
+    gemm(&wm, x, n, mode, epilogue, &mut want).unwrap();
+    assert_eq!(bits(&y), bits(&want), "{dtype} {mode:?}");
+    let pair = GluWeights::new(wm, wm).unwrap();
+    gemv_glu_rows(
+        kernels,
+        &pair,
+        Activation::Silu,
+        &cols,
+        0..m,
+        epilogue,
+        |r, c, v| y[c * m + r] = v,
+    )
+    .unwrap();
+    gemm_glu(&pair, x, n, mode, Activation::Silu, epilogue, &mut want).unwrap();
+    assert_eq!(bits(&y), bits(&want), "{dtype} {mode:?} glu");
 }
