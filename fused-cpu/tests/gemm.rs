@@ -6,7 +6,7 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
+use fused_core::reference::gemv::{gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::acts::column;
 use fused_cpu::gemm::gemm_rows;
@@ -16,7 +16,8 @@ use fused_cpu::{CpuBackend, Isa};
 mod common;
 use common::backend::{Chain, glu_add_fused_and_unfused};
 use common::{
-    HOT_FORMATS, Rng, WEIGHT_FORMATS, bits, modes, nmse, prepare_columns, tolerance, weights,
+    HOT_FORMATS, Rng, WEIGHT_FORMATS, bits, glu_pair, modes, nmse, prepare_columns, tolerance,
+    weights,
 };
 
 /// K values per format: not a multiple of the SIMD width (float formats),
@@ -97,11 +98,7 @@ fn gemm_glu_fused_matches_unfused_and_reference() {
             weights(dtype, m, k, &mut rng),
             weights(dtype, m, k, &mut rng),
         );
-        let pair = GluWeights::new(
-            WeightMatrix::new(dtype, m, k, &wg).unwrap(),
-            WeightMatrix::new(dtype, m, k, &wu).unwrap(),
-        )
-        .unwrap();
+        let pair = glu_pair(dtype, m, k, &wg, &wu);
         let x = rng.vec(k * n_cols);
         let res = rng.vec(m * n_cols);
         let bound = Epilogue::NONE

@@ -4,13 +4,13 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
+use fused_core::reference::gemv::{gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::{CpuBackend, Isa};
 
 mod common;
-use common::backend::{Chain, glu_add_fused_and_unfused};
-use common::{HOT_FORMATS, Rng, WEIGHT_FORMATS, bits, modes, nmse, tolerance, weights};
+use common::backend::{assert_every_chain_fuses, glu_add_fused_and_unfused};
+use common::{HOT_FORMATS, Rng, WEIGHT_FORMATS, bits, glu_pair, modes, nmse, tolerance, weights};
 
 #[test]
 fn gemv_matches_reference_and_fused_matches_unfused() {
@@ -39,26 +39,14 @@ fn gemv_matches_reference_and_fused_matches_unfused() {
                             e <= tolerance(isa),
                             "{dtype} {mode:?} {isa} t{threads} {m}x{k}x{n_cols}: NMSE {e:e}"
                         );
-                        for act in Activation::ALL {
-                            // Fused: act → mul → add → row bias.
-                            let chain = Chain {
-                                act,
-                                mul: Some(&mul),
-                                res: &res,
-                                bias: &bias,
-                            };
-                            let bound = chain.bind(m, n_cols);
-                            let mut fused = vec![0.0f32; m * n_cols];
-                            be.gemv(&wm, &x, n_cols, mode, &bound, &mut fused).unwrap();
-                            // Unfused on the same backend.
-                            let mut t0 = vec![0.0f32; m * n_cols];
-                            be.gemv(&wm, &x, n_cols, mode, &none, &mut t0).unwrap();
-                            assert_eq!(
-                                bits(&fused),
-                                bits(&chain.unfused(&be, &t0)),
-                                "{dtype} {mode:?} {isa} t{threads} {act}"
-                            );
-                        }
+                        assert_every_chain_fuses(
+                            &be,
+                            [&mul, &res, &bias],
+                            m,
+                            n_cols,
+                            |epi, out| be.gemv(&wm, &x, n_cols, mode, epi, out).unwrap(),
+                            &format!("{dtype} {mode:?} {isa} t{threads}"),
+                        );
                     }
                 }
             }
@@ -76,11 +64,7 @@ fn glu_fused_matches_unfused_and_reference() {
             weights(dtype, m, k, &mut rng),
             weights(dtype, m, k, &mut rng),
         );
-        let pair = GluWeights::new(
-            WeightMatrix::new(dtype, m, k, &wg).unwrap(),
-            WeightMatrix::new(dtype, m, k, &wu).unwrap(),
-        )
-        .unwrap();
+        let pair = glu_pair(dtype, m, k, &wg, &wu);
         let x = rng.vec(k * n_cols);
         let res = rng.vec(m * n_cols);
         let mode = ActQuant::ggml(dtype);

@@ -12,7 +12,7 @@ use fused_cpu::packed::PackedWeights;
 use fused_cpu::{CpuBackend, Isa};
 
 mod common;
-use common::backend::{Chain, glu_add_unfused};
+use common::backend::{assert_every_chain_fuses, glu_add_unfused};
 use common::{Rng, bits, nmse, weights};
 
 /// An `m × k` Q4_0 matrix from `rng`'s values.
@@ -70,21 +70,14 @@ fn packed_gemv_matches_reference_and_fused_matches_unfused() {
                     let e = nmse(&y, &want);
                     assert!(e <= 1e-9, "{isa} t{threads} {m}x{k}x{n}: NMSE {e:e}");
                 }
-                for act in Activation::ALL {
-                    let chain = Chain {
-                        act,
-                        mul: Some(&mul),
-                        res: &res,
-                        bias: &bias,
-                    };
-                    let bound = chain.bind(m, n);
-                    let mut fused = vec![0.0f32; m * n];
-                    be.gemv_packed(&p, &x, n, mode, &bound, &mut fused).unwrap();
-                    let mut t0 = vec![0.0f32; m * n];
-                    be.gemv_packed(&p, &x, n, mode, &none, &mut t0).unwrap();
-                    let unfused = chain.unfused(&be, &t0);
-                    assert_eq!(bits(&fused), bits(&unfused), "{isa} t{threads} {act}");
-                }
+                assert_every_chain_fuses(
+                    &be,
+                    [&mul, &res, &bias],
+                    m,
+                    n,
+                    |epi, out| be.gemv_packed(&p, &x, n, mode, epi, out).unwrap(),
+                    &format!("{isa} t{threads}"),
+                );
             }
         }
     }

@@ -7,6 +7,8 @@ use fused_core::reference::ActQuant;
 use fused_core::reference::gemv::GluWeights;
 use fused_cpu::CpuBackend;
 
+use super::bits;
+
 /// The epilogue `act → [× mul] → + res → + row bias` with its operands.
 pub(crate) struct Chain<'a> {
     /// The activation applied first.
@@ -89,4 +91,33 @@ pub(crate) fn glu_add_fused_and_unfused(
     be.gemv(pair.gate(), x, n, mode, &none, &mut g).unwrap();
     be.gemv(pair.up(), x, n, mode, &none, &mut u).unwrap();
     (fused, glu_add_unfused(be, act, &g, &u, res))
+}
+
+/// Asserts, for every activation `act`, that a GEMV (`gemv(epilogue, out)`)
+/// with `act → × mul → + res → + row bias` fused equals, bit for bit, the
+/// plain GEMV followed by the [`Chain::unfused`] steps on `be`; the output is
+/// `m × n`.
+pub(crate) fn assert_every_chain_fuses(
+    be: &CpuBackend,
+    [mul, res, bias]: [&[f32]; 3],
+    m: usize,
+    n: usize,
+    mut gemv: impl FnMut(&BoundEpilogue<'_>, &mut [f32]),
+    case: &str,
+) {
+    let none = Epilogue::NONE.bind(&[], m, n).unwrap();
+    for act in Activation::ALL {
+        let chain = Chain {
+            act,
+            mul: Some(mul),
+            res,
+            bias,
+        };
+        let mut fused = vec![0.0f32; m * n];
+        gemv(&chain.bind(m, n), &mut fused);
+        let mut y = vec![0.0f32; m * n];
+        gemv(&none, &mut y);
+        let unfused = chain.unfused(be, &y);
+        assert_eq!(bits(&fused), bits(&unfused), "{case} {act}");
+    }
 }

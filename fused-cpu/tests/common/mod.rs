@@ -96,6 +96,21 @@ pub(crate) fn tolerance(isa: Isa) -> f64 {
     if isa == Isa::Scalar { 0.0 } else { 1e-9 }
 }
 
+/// The gate/up pair of `m × k` matrices in `dtype` with bytes `gate`, `up`.
+pub(crate) fn glu_pair<'a>(
+    dtype: DType,
+    m: usize,
+    k: usize,
+    gate: &'a [u8],
+    up: &'a [u8],
+) -> GluWeights<'a> {
+    GluWeights::new(
+        WeightMatrix::new(dtype, m, k, gate).unwrap(),
+        WeightMatrix::new(dtype, m, k, up).unwrap(),
+    )
+    .unwrap()
+}
+
 /// Every weight format (all but the activation-only ones), in the order the
 /// tests draw their data in.
 pub(crate) const WEIGHT_FORMATS: [DType; 13] = [
