@@ -133,17 +133,11 @@ fn float_rows<const NM: usize>(
     mut sink: impl FnMut(usize, usize, [f32; NM]),
 ) -> Result<(), Error> {
     let k = mats[0].cols();
-    let mut xs: [&[f32]; NC] = [&[]; NC];
     let mut tile: FloatTile = [[0.0; KC]; RR];
     // Column blocks outside row tiles: a block's activations stay in L2.
     for c0 in (0..cols.len()).step_by(NC) {
         let cn = NC.min(cols.len() - c0);
-        for (x, col) in xs.iter_mut().zip(&cols[c0..c0 + cn]) {
-            // `check` verified the variant and the length.
-            if let Acts::F32(v) = col {
-                *x = v;
-            }
-        }
+        let xs = f32_columns(&cols[c0..c0 + cn]);
         for r0 in rows.clone().step_by(RR) {
             let rn = RR.min(rows.end - r0);
             let mut acc = [[[[0.0f32; MAX_LANES]; RR]; NC]; NM];
@@ -193,17 +187,11 @@ fn float_lanes_rows<const NM: usize>(
     use kern::x86_avx512::{self as v, FCN, FKC, FRT, FloatRows, FloatRowsAcc};
 
     let k = mats[0].cols();
-    let mut xs: [&[f32]; NC] = [&[]; NC];
     let mut tile = FloatRows::new();
     let mut wr: [&[u8]; FRT] = [&[]; FRT];
     for c0 in (0..cols.len()).step_by(NC) {
         let cn = NC.min(cols.len() - c0);
-        for (x, col) in xs.iter_mut().zip(&cols[c0..c0 + cn]) {
-            // `check` verified the variant and the length.
-            if let Acts::F32(v) = col {
-                *x = v;
-            }
-        }
+        let xs = f32_columns(&cols[c0..c0 + cn]);
         for r0 in rows.clone().step_by(FRT) {
             let rn = FRT.min(rows.end - r0);
             let mut acc = [[[[0.0f32; 16]; 2]; NC]; NM];
@@ -239,6 +227,18 @@ fn float_lanes_rows<const NM: usize>(
         }
     }
     Ok(())
+}
+
+/// The f32 values of a block of at most `NC` columns (`check` verified the
+/// variant and the length); the slots past the block stay empty.
+fn f32_columns<'a>(block: &[Acts<'a>]) -> [&'a [f32]; NC] {
+    let mut xs: [&[f32]; NC] = [&[]; NC];
+    for (x, col) in xs.iter_mut().zip(block) {
+        if let Acts::F32(v) = *col {
+            *x = v;
+        }
+    }
+    xs
 }
 
 fn float_decode(isa: Isa, dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), Error> {

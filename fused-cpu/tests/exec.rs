@@ -7,11 +7,13 @@ use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::graph::{Graph, NodeId, Place};
 use fused_core::planner::plan;
-use fused_core::quant::quantize_row;
 use fused_core::reference::eval::{GemvMode, Memory, eval_graph};
 use fused_core::tensor::TensorDesc;
 use fused_cpu::exec::{CpuMemory, Executor};
 use fused_cpu::{CpuBackend, Isa};
+
+mod common;
+use common::{bits, nmse, quantized};
 
 struct Layer {
     g: Graph,
@@ -43,11 +45,7 @@ fn layer(dtype: DType, h: usize, f: usize) -> Layer {
         let t = TensorDesc::contiguous(dtype, [k, m, 1, 1], fused_core::tensor::BufferId(0), wnext)
             .unwrap();
         wnext += (rb * m).div_ceil(64) * 64;
-        let mut bytes = vec![0u8; rb * m];
-        for row in bytes.chunks_exact_mut(rb) {
-            quantize_row(dtype, &rnd(k), row).unwrap();
-        }
-        inits.push((t, bytes));
+        inits.push((t, quantized(dtype, m, k, |_| rnd(k))));
         g.input(t).unwrap()
     };
     let w_o = weight(&mut g, h, h, &mut inits);
@@ -102,16 +100,6 @@ fn layer(dtype: DType, h: usize, f: usize) -> Layer {
     Layer { g, mem, out }
 }
 
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    num / den
-}
-
 #[test]
 fn decode_layer_fused_equals_unfused_and_reference() {
     for dtype in [DType::Q4_0, DType::F16, DType::Q8_0, DType::Q4_K] {
@@ -135,7 +123,6 @@ fn decode_layer_fused_equals_unfused_and_reference() {
                     m_fused.read_f32(&out_t).unwrap(),
                     m_unfused.read_f32(&out_t).unwrap(),
                 );
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(
                     bits(&yf),
                     bits(&yu),

@@ -4,14 +4,8 @@
 use fused_core::fwht::{FwhtDesc, fwht as reference};
 use fused_cpu::CpuBackend;
 
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed);
-            (h >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        })
-        .collect()
-}
+mod common;
+use common::vals;
 
 #[test]
 fn matches_reference_and_inverts_for_every_size() {
@@ -20,8 +14,8 @@ fn matches_reference_and_inverts_for_every_size() {
         for log_n in 1..=15 {
             let n = 1usize << log_n;
             let rows = if n >= 4096 { 2 } else { 5 };
-            let x = data(n * rows, log_n);
-            let signs: Vec<f32> = data(2 * n, 7)
+            let x = vals(n * rows, log_n);
+            let signs: Vec<f32> = vals(2 * n, 7)
                 .iter()
                 .map(|v| if *v < 0.0 { -1.0 } else { 1.0 })
                 .collect();
@@ -56,7 +50,7 @@ fn matches_reference_and_inverts_for_every_size() {
 fn equals_dense_hadamard() {
     let be = CpuBackend::new(2).unwrap();
     for n in [2usize, 8, 64, 256] {
-        let x = data(3 * n, 11);
+        let x = vals(3 * n, 11);
         let d = FwhtDesc::new(n).unwrap();
         let mut y = vec![0.0; 3 * n];
         be.fwht(&d, &x, None, &mut y).unwrap();

@@ -6,74 +6,19 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::quant::quantize_row;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
+use fused_core::reference::gemv::{gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cpu::acts::{column, prepared_bytes, quantize_columns};
+use fused_cpu::acts::column;
 use fused_cpu::gemm::gemm_rows;
 use fused_cpu::kernels::gemm::gemm_kernel;
 use fused_cpu::{CpuBackend, Isa};
 
-struct Rng(u64);
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
-
-const WEIGHT_FORMATS: [DType; 13] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::IQ4_NL,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::TQ2_0,
-];
-
-fn weights(dtype: DType, m: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
-    let rb = dtype.row_bytes(k).unwrap();
-    let mut w = vec![0u8; rb * m];
-    for row in w.chunks_exact_mut(rb) {
-        quantize_row(dtype, &rng.vec(k), row).unwrap();
-    }
-    w
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter()
-        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
-        .collect()
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    num / den.max(1e-30)
-}
-
-/// NMSE allowed against the reference in the same mode: the scalar path is
-/// the reference's arithmetic; SIMD paths reorder f32 sums (integer sums
-/// stay exact).
-fn tolerance(isa: Isa) -> f64 {
-    if isa == Isa::Scalar { 0.0 } else { 1e-9 }
-}
+mod common;
+use common::backend::{Chain, glu_add_fused_and_unfused};
+use common::{
+    HOT_FORMATS, Rng, WEIGHT_FORMATS, bits, glu_pair, modes, nmse, prepare_columns, tolerance,
+    weights,
+};
 
 /// K values per format: not a multiple of the SIMD width (float formats),
 /// more than one K chunk with a short last one (block formats).
@@ -83,14 +28,6 @@ fn ks(dtype: DType) -> &'static [usize] {
         32 => &[96, 544],
         _ => &[256, 768],
     }
-}
-
-fn modes(dtype: DType) -> Vec<ActQuant> {
-    let mut m = vec![ActQuant::F32];
-    if ActQuant::ggml(dtype) != ActQuant::F32 {
-        m.push(ActQuant::ggml(dtype));
-    }
-    m
 }
 
 #[test]
@@ -115,12 +52,13 @@ fn gemm_matches_reference_and_fused_matches_unfused() {
                 let res = rng.vec(m * n_cols);
                 let bias = rng.vec(m);
                 let none = Epilogue::NONE.bind(&[], m, n_cols).unwrap();
-                let epi = Epilogue::NONE
-                    .then_act(Activation::GeluTanh)
-                    .and_then(|e| e.then_add())
-                    .and_then(|e| e.then_row_bias())
-                    .unwrap();
-                let bound = epi.bind(&[&res, &bias], m, n_cols).unwrap();
+                let chain = Chain {
+                    act: Activation::GeluTanh,
+                    mul: None,
+                    res: &res,
+                    bias: &bias,
+                };
+                let bound = chain.bind(m, n_cols);
                 for mode in modes(dtype) {
                     let mut want = vec![0.0f32; m * n_cols];
                     gemm(&wm, &x, n_cols, mode, &none, &mut want).unwrap();
@@ -141,12 +79,8 @@ fn gemm_matches_reference_and_fused_matches_unfused() {
                         }
                         let mut fused = vec![0.0f32; m * n_cols];
                         be.gemv(&wm, &x, n_cols, mode, &bound, &mut fused).unwrap();
-                        let mut t0 = vec![0.0f32; m * n_cols];
-                        be.unary(Activation::GeluTanh, &y, &mut t0).unwrap();
-                        let mut t1 = vec![0.0f32; m * n_cols];
-                        be.add(&t0, &res, &mut t1).unwrap();
-                        be.add_row_bias(&t1, &bias, &mut t0).unwrap();
-                        assert_eq!(bits(&fused), bits(&t0), "{case}: fused vs unfused");
+                        let unfused = chain.unfused(be, &y);
+                        assert_eq!(bits(&fused), bits(&unfused), "{case}: fused vs unfused");
                     }
                 }
             }
@@ -164,11 +98,7 @@ fn gemm_glu_fused_matches_unfused_and_reference() {
             weights(dtype, m, k, &mut rng),
             weights(dtype, m, k, &mut rng),
         );
-        let pair = GluWeights::new(
-            WeightMatrix::new(dtype, m, k, &wg).unwrap(),
-            WeightMatrix::new(dtype, m, k, &wu).unwrap(),
-        )
-        .unwrap();
+        let pair = glu_pair(dtype, m, k, &wg, &wu);
         let x = rng.vec(k * n_cols);
         let res = rng.vec(m * n_cols);
         let bound = Epilogue::NONE
@@ -176,7 +106,6 @@ fn gemm_glu_fused_matches_unfused_and_reference() {
             .unwrap()
             .bind(&[&res], m, n_cols)
             .unwrap();
-        let none = Epilogue::NONE.bind(&[], m, n_cols).unwrap();
         for mode in modes(dtype) {
             let mut want = vec![0.0f32; m * n_cols];
             gemm_glu(&pair, &x, n_cols, mode, Activation::Silu, &bound, &mut want).unwrap();
@@ -184,50 +113,28 @@ fn gemm_glu_fused_matches_unfused_and_reference() {
                 for threads in [1, 2, 3] {
                     let case = format!("{dtype} {mode:?} {isa} t{threads}");
                     let be = CpuBackend::with_isa(isa, threads).unwrap();
-                    let mut fused = vec![0.0f32; m * n_cols];
-                    be.gemv_glu(
+                    let (fused, unfused) = glu_add_fused_and_unfused(
+                        &be,
                         &pair,
                         Activation::Silu,
                         &x,
                         n_cols,
                         mode,
-                        &bound,
-                        &mut fused,
-                    )
-                    .unwrap();
+                        &res,
+                    );
                     let e = nmse(&fused, &want);
                     assert!(e <= tolerance(isa) * 10.0, "{case}: NMSE {e:e}");
-                    let (mut g, mut u) = (vec![0.0f32; m * n_cols], vec![0.0f32; m * n_cols]);
-                    be.gemv(pair.gate(), &x, n_cols, mode, &none, &mut g)
-                        .unwrap();
-                    be.gemv(pair.up(), &x, n_cols, mode, &none, &mut u).unwrap();
-                    let mut t = vec![0.0f32; m * n_cols];
-                    be.glu(Activation::Silu, &g, &u, &mut t).unwrap();
-                    be.add(&t, &res, &mut g).unwrap();
-                    assert_eq!(bits(&fused), bits(&g), "{case}");
+                    assert_eq!(bits(&fused), bits(&unfused), "{case}");
                 }
             }
         }
     }
 }
 
-/// Prepared columns of `x` in `mode`.
-fn prepare(mode: ActQuant, x: &[f32], k: usize, n: usize) -> Vec<u8> {
-    let mut scratch = vec![0u8; prepared_bytes(mode, k).unwrap() * n];
-    quantize_columns(mode, x, k, &mut scratch).unwrap();
-    scratch
-}
-
 #[test]
 fn accumulators_do_not_depend_on_the_row_range() {
     let mut rng = Rng(77);
-    for dtype in [
-        DType::Q4_0,
-        DType::Q8_0,
-        DType::Q4_K,
-        DType::Q6_K,
-        DType::F16,
-    ] {
+    for dtype in HOT_FORMATS {
         let (m, k, n) = (70, 512, 5);
         let w = weights(dtype, m, k, &mut rng);
         let wm = WeightMatrix::new(dtype, m, k, &w).unwrap();
@@ -237,7 +144,7 @@ fn accumulators_do_not_depend_on_the_row_range() {
                 let Some(kern) = gemm_kernel(isa, dtype, mode) else {
                     continue;
                 };
-                let scratch = prepare(mode, &x, k, n);
+                let scratch = prepare_columns(mode, &x, k, n);
                 let cols: Vec<_> = (0..n).map(|c| column(mode, &x, &scratch, k, c)).collect();
                 let mut full = vec![0.0f32; m * n];
                 gemm_rows(kern, [&wm], &cols, 0..m, |r, c, [a]| full[c * m + r] = a).unwrap();
@@ -273,7 +180,7 @@ fn bad_gemm_inputs_are_typed_errors() {
     // Rows past the matrix.
     assert!(gemm_rows(kern, [&wm], &cols, 0..m + 1, |_, _, [_]| ()).is_err());
     // Columns prepared in another mode.
-    let q = prepare(ActQuant::Q8_0, &x, k, n);
+    let q = prepare_columns(ActQuant::Q8_0, &x, k, n);
     let qcols: Vec<_> = (0..n)
         .map(|c| column(ActQuant::Q8_0, &x, &q, k, c))
         .collect();

@@ -7,41 +7,12 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::quant::quantize_row;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::Isa;
-use fused_cpu::acts::column;
-use fused_cpu::gemv::{RowKernels, gemv_glu_rows, gemv_rows};
+use fused_cpu::gemv::RowKernels;
 
-const WEIGHT_FORMATS: [DType; 13] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::IQ4_NL,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::TQ2_0,
-];
-
-fn vals(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            (((i as u32).wrapping_mul(2_654_435_761) ^ seed) >> 9) as f32 / (1u32 << 23) as f32
-                - 0.5
-        })
-        .collect()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
+mod common;
+use common::{WEIGHT_FORMATS, assert_rows_equal_reference, quantized, vals};
 
 /// Small enough for Miri: the scalar GEMM path (f32 mode, every format) is
 /// the reference bit for bit, plain and GLU, through `gemv_rows`.
@@ -59,11 +30,7 @@ fn scalar_gemm_equals_reference_bit_for_bit() {
             dtype.block_len()
         };
         let (m, n) = (if cfg!(miri) { 5 } else { 11 }, 3);
-        let rb = dtype.row_bytes(k).unwrap();
-        let mut w = vec![0u8; rb * m];
-        for (r, row) in w.chunks_exact_mut(rb).enumerate() {
-            quantize_row(dtype, &vals(k, r as u32), row).unwrap();
-        }
+        let w = quantized(dtype, m, k, |r| vals(k, r as u32));
         let wm = WeightMatrix::new(dtype, m, k, &w).unwrap();
         let x = vals(k * n, 99);
         let res = vals(m * n, 7);
@@ -76,27 +43,6 @@ fn scalar_gemm_equals_reference_bit_for_bit() {
         let mode = ActQuant::F32;
         let kernels = RowKernels::new(Isa::Scalar, dtype, mode);
         assert!(kernels.gemm.is_some());
-        let cols: Vec<_> = (0..n).map(|c| column(mode, &x, &[], k, c)).collect();
-        let mut y = vec![0.0f32; m * n];
-        gemv_rows(kernels, &wm, &cols, 0..m, &bound, |r, c, v| {
-            y[c * m + r] = v
-        })
-        .unwrap();
-        let mut want = vec![0.0f32; m * n];
-        gemm(&wm, &x, n, mode, &bound, &mut want).unwrap();
-        assert_eq!(bits(&y), bits(&want), "{dtype}");
-        let pair = GluWeights::new(wm, wm).unwrap();
-        gemv_glu_rows(
-            kernels,
-            &pair,
-            Activation::Silu,
-            &cols,
-            0..m,
-            &bound,
-            |r, c, v| y[c * m + r] = v,
-        )
-        .unwrap();
-        gemm_glu(&pair, &x, n, mode, Activation::Silu, &bound, &mut want).unwrap();
-        assert_eq!(bits(&y), bits(&want), "{dtype} glu");
+        assert_rows_equal_reference(kernels, wm, &x, n, mode, &bound);
     }
 }

@@ -4,73 +4,13 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::quant::quantize_row;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
+use fused_core::reference::gemv::{gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cpu::{CpuBackend, Isa};
 
-struct Rng(u64);
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
-
-fn weights(dtype: DType, m: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
-    let rb = dtype.row_bytes(k).unwrap();
-    let mut w = vec![0u8; rb * m];
-    for row in w.chunks_exact_mut(rb) {
-        quantize_row(dtype, &rng.vec(k), row).unwrap();
-    }
-    w
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter()
-        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
-        .collect()
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    num / den.max(1e-30)
-}
-
-/// NMSE allowed between an ISA's kernel and the scalar reference in the same
-/// activation mode (the SIMD kernels reorder f32 sums).
-fn tolerance(dtype: DType, isa: Isa) -> f64 {
-    match (isa, dtype) {
-        (Isa::Scalar, _) => 0.0,
-        _ => 1e-9,
-    }
-}
-
-const WEIGHT_FORMATS: [DType; 13] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::IQ4_NL,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::TQ2_0,
-];
+mod common;
+use common::backend::{assert_every_chain_fuses, glu_add_fused_and_unfused};
+use common::{HOT_FORMATS, Rng, WEIGHT_FORMATS, bits, glu_pair, modes, nmse, tolerance, weights};
 
 #[test]
 fn gemv_matches_reference_and_fused_matches_unfused() {
@@ -84,7 +24,7 @@ fn gemv_matches_reference_and_fused_matches_unfused() {
             let res = rng.vec(m * n_cols);
             let mul = rng.vec(m * n_cols);
             let bias = rng.vec(m);
-            for mode in [ActQuant::F32, ActQuant::ggml(dtype)] {
+            for mode in modes(dtype) {
                 // Reference, no epilogue.
                 let none = Epilogue::NONE.bind(&[], m, n_cols).unwrap();
                 let mut want = vec![0.0f32; m * n_cols];
@@ -96,34 +36,17 @@ fn gemv_matches_reference_and_fused_matches_unfused() {
                         be.gemv(&wm, &x, n_cols, mode, &none, &mut y).unwrap();
                         let e = nmse(&y, &want);
                         assert!(
-                            e <= tolerance(dtype, isa),
+                            e <= tolerance(isa),
                             "{dtype} {mode:?} {isa} t{threads} {m}x{k}x{n_cols}: NMSE {e:e}"
                         );
-                        for act in Activation::ALL {
-                            // Fused: act → mul → add → row bias.
-                            let epi = Epilogue::NONE
-                                .then_act(act)
-                                .and_then(|e| e.then_mul())
-                                .and_then(|e| e.then_add())
-                                .and_then(|e| e.then_row_bias())
-                                .unwrap();
-                            let bound = epi.bind(&[&mul, &res, &bias], m, n_cols).unwrap();
-                            let mut fused = vec![0.0f32; m * n_cols];
-                            be.gemv(&wm, &x, n_cols, mode, &bound, &mut fused).unwrap();
-                            // Unfused on the same backend.
-                            let mut t0 = vec![0.0f32; m * n_cols];
-                            be.gemv(&wm, &x, n_cols, mode, &none, &mut t0).unwrap();
-                            let mut t1 = vec![0.0f32; m * n_cols];
-                            be.unary(act, &t0, &mut t1).unwrap();
-                            be.mul(&t1, &mul, &mut t0).unwrap();
-                            be.add(&t0, &res, &mut t1).unwrap();
-                            be.add_row_bias(&t1, &bias, &mut t0).unwrap();
-                            assert_eq!(
-                                bits(&fused),
-                                bits(&t0),
-                                "{dtype} {mode:?} {isa} t{threads} {act}"
-                            );
-                        }
+                        assert_every_chain_fuses(
+                            &be,
+                            [&mul, &res, &bias],
+                            m,
+                            n_cols,
+                            |epi, out| be.gemv(&wm, &x, n_cols, mode, epi, out).unwrap(),
+                            &format!("{dtype} {mode:?} {isa} t{threads}"),
+                        );
                     }
                 }
             }
@@ -134,58 +57,28 @@ fn gemv_matches_reference_and_fused_matches_unfused() {
 #[test]
 fn glu_fused_matches_unfused_and_reference() {
     let mut rng = Rng(0xabc);
-    for dtype in [
-        DType::Q4_0,
-        DType::Q8_0,
-        DType::F16,
-        DType::Q4_K,
-        DType::Q6_K,
-    ] {
+    for dtype in HOT_FORMATS {
         let k = if dtype.block_len() == 256 { 256 } else { 128 };
         let (m, n_cols) = (45, 2);
         let (wg, wu) = (
             weights(dtype, m, k, &mut rng),
             weights(dtype, m, k, &mut rng),
         );
-        let pair = GluWeights::new(
-            WeightMatrix::new(dtype, m, k, &wg).unwrap(),
-            WeightMatrix::new(dtype, m, k, &wu).unwrap(),
-        )
-        .unwrap();
+        let pair = glu_pair(dtype, m, k, &wg, &wu);
         let x = rng.vec(k * n_cols);
         let res = rng.vec(m * n_cols);
         let mode = ActQuant::ggml(dtype);
         let epi = Epilogue::NONE.then_add().unwrap();
         let bound = epi.bind(&[&res], m, n_cols).unwrap();
-        let none = Epilogue::NONE.bind(&[], m, n_cols).unwrap();
         let mut want = vec![0.0f32; m * n_cols];
         gemm_glu(&pair, &x, n_cols, mode, Activation::Silu, &bound, &mut want).unwrap();
         for isa in Isa::available() {
             for threads in [1, 2, 3] {
                 let be = CpuBackend::with_isa(isa, threads).unwrap();
-                let mut fused = vec![0.0f32; m * n_cols];
-                be.gemv_glu(
-                    &pair,
-                    Activation::Silu,
-                    &x,
-                    n_cols,
-                    mode,
-                    &bound,
-                    &mut fused,
-                )
-                .unwrap();
-                assert!(
-                    nmse(&fused, &want) <= tolerance(dtype, isa),
-                    "{dtype} {isa}"
-                );
-                let (mut g, mut u) = (vec![0.0f32; m * n_cols], vec![0.0f32; m * n_cols]);
-                be.gemv(pair.gate(), &x, n_cols, mode, &none, &mut g)
-                    .unwrap();
-                be.gemv(pair.up(), &x, n_cols, mode, &none, &mut u).unwrap();
-                let mut t = vec![0.0f32; m * n_cols];
-                be.glu(Activation::Silu, &g, &u, &mut t).unwrap();
-                be.add(&t, &res, &mut g).unwrap();
-                assert_eq!(bits(&fused), bits(&g), "{dtype} {isa} t{threads}");
+                let (fused, unfused) =
+                    glu_add_fused_and_unfused(&be, &pair, Activation::Silu, &x, n_cols, mode, &res);
+                assert!(nmse(&fused, &want) <= tolerance(isa), "{dtype} {isa}");
+                assert_eq!(bits(&fused), bits(&unfused), "{dtype} {isa} t{threads}");
             }
         }
     }

@@ -5,44 +5,11 @@ use fused_core::DType;
 use fused_core::quant::{dequantize_row, quantize_row};
 use fused_core::reference::ActQuant;
 use fused_cpu::Isa;
-use fused_cpu::acts::{Acts, column, prepared_bytes, quantize_columns};
+use fused_cpu::acts::{Acts, column};
 use fused_cpu::kernels::{has_native_kernel, row_dot, scalar};
 
-struct Rng(u64);
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
-
-const FORMATS: [DType; 13] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::IQ4_NL,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::TQ2_0,
-];
-
-const MODES: [ActQuant; 4] = [
-    ActQuant::F32,
-    ActQuant::Q8_0,
-    ActQuant::Q8_1,
-    ActQuant::Q8_K,
-];
+mod common;
+use common::{ACT_MODES, Rng, WEIGHT_FORMATS, prepare_columns, without_side};
 
 /// The (dtype, mode) pairs each SIMD ISA must have a native kernel for.
 fn claimed(isa: Isa) -> &'static [(DType, ActQuant)] {
@@ -103,8 +70,7 @@ fn bit_exact(isa: Isa, dtype: DType) -> bool {
 /// values (dequantized for the quantized modes) used for the error bound.
 fn prepare(mode: ActQuant, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
     let k = x.len();
-    let mut q = vec![0u8; prepared_bytes(mode, k).unwrap()];
-    quantize_columns(mode, x, k, &mut q).unwrap();
+    let q = prepare_columns(mode, x, k, 1);
     let xd = match mode.dtype() {
         None => x.to_vec(),
         Some(d) => {
@@ -138,17 +104,7 @@ fn check(isa: Isa, dtype: DType, mode: ActQuant, wf: &[f32], x: &[f32], what: &s
         .sum();
     // With the activations' side data, and without it (kernels then fall
     // back to the blocks alone).
-    let bare = match a {
-        Acts::Quant {
-            dtype: d, bytes, ..
-        } => Acts::Quant {
-            dtype: d,
-            bytes,
-            side: &[],
-        },
-        f => f,
-    };
-    for (a, how) in [(a, "side data"), (bare, "no side data")] {
+    for (a, how) in [(a, "side data"), (without_side(a), "no side data")] {
         let got = row_dot(isa, dtype, mode)(dtype, &w, &a, k).unwrap();
         if bit_exact(isa, dtype) {
             assert_eq!(
@@ -168,8 +124,8 @@ fn check(isa: Isa, dtype: DType, mode: ActQuant, wf: &[f32], x: &[f32], what: &s
 fn native_triples() -> Vec<(Isa, DType, ActQuant)> {
     let mut v = Vec::new();
     for isa in Isa::available() {
-        for dtype in FORMATS {
-            for mode in MODES {
+        for dtype in WEIGHT_FORMATS {
+            for mode in ACT_MODES {
                 if mode.check(dtype).is_ok() && has_native_kernel(isa, dtype, mode) {
                     v.push((isa, dtype, mode));
                 }

@@ -1,11 +1,13 @@
 //! Four-row kernels: equal, bit for bit, to their one-row kernel on each row.
 
 use fused_core::DType;
-use fused_core::quant::quantize_row;
 use fused_core::reference::ActQuant;
 use fused_cpu::Isa;
-use fused_cpu::acts::{Acts, column, prepared_bytes, quantize_columns};
+use fused_cpu::acts::column;
 use fused_cpu::kernels::{row_dot, row_dot4};
+
+mod common;
+use common::{HOT_FORMATS, prepare_columns, quantized, without_side};
 
 #[test]
 fn four_rows_equal_one_row_each() {
@@ -25,30 +27,17 @@ fn four_rows_equal_one_row_each() {
             let ks = [32usize, 224, 256, 288, 416, 1280, 4096, 4100, 4352];
             for k in ks.into_iter().filter(|k| k % dtype.block_len() == 0) {
                 let rb = dtype.row_bytes(k).unwrap();
-                let mut w = vec![0u8; 4 * rb];
-                for (r, row) in w.chunks_exact_mut(rb).enumerate() {
-                    let v: Vec<f32> = (0..k)
+                let w = quantized(dtype, 4, k, |r| {
+                    (0..k)
                         .map(|i| (((i * 7 + r * 13) % 29) as f32 - 14.0) * 0.1)
-                        .collect();
-                    quantize_row(dtype, &v, row).unwrap();
-                }
+                        .collect()
+                });
                 let x: Vec<f32> = (0..k).map(|i| ((i * 5 % 17) as f32 - 8.0) * 0.3).collect();
-                let mut q = vec![0u8; prepared_bytes(mode, k).unwrap()];
-                quantize_columns(mode, &x, k, &mut q).unwrap();
+                let q = prepare_columns(mode, &x, k, 1);
                 let a = column(mode, &x, &q, k, 0);
                 let rows = [&w[..rb], &w[rb..2 * rb], &w[2 * rb..3 * rb], &w[3 * rb..]];
                 // With side data and without (the fallback path).
-                let bare = match a {
-                    Acts::Quant {
-                        dtype: d, bytes, ..
-                    } => Acts::Quant {
-                        dtype: d,
-                        bytes,
-                        side: &[],
-                    },
-                    f => f,
-                };
-                for a in [a, bare] {
+                for a in [a, without_side(a)] {
                     let got = four(dtype, rows, &a, k).unwrap();
                     for r in 0..4 {
                         let want = one(dtype, rows[r], &a, k).unwrap();
@@ -67,13 +56,7 @@ fn four_rows_equal_one_row_each() {
         }
     }
     if Isa::detect() >= Isa::Avx512 {
-        for dtype in [
-            DType::Q4_0,
-            DType::Q8_0,
-            DType::F16,
-            DType::Q4_K,
-            DType::Q6_K,
-        ] {
+        for dtype in HOT_FORMATS {
             assert!(
                 checked.contains(&dtype),
                 "this machine has AVX-512 but the {dtype} four-row kernel was not checked"

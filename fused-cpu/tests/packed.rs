@@ -5,47 +5,19 @@
 
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::quant::quantize_row;
 use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 use fused_cpu::packed::PackedWeights;
 use fused_cpu::{CpuBackend, Isa};
 
-struct Rng(u64);
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
+mod common;
+use common::backend::{assert_every_chain_fuses, glu_add_unfused};
+use common::{Rng, bits, nmse, weights};
 
+/// An `m × k` Q4_0 matrix from `rng`'s values.
 fn q4_0(m: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
-    let rb = DType::Q4_0.row_bytes(k).unwrap();
-    let mut w = vec![0u8; rb * m];
-    for row in w.chunks_exact_mut(rb) {
-        quantize_row(DType::Q4_0, &rng.vec(k), row).unwrap();
-    }
-    w
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    num / den.max(1e-30)
+    weights(DType::Q4_0, m, k, rng)
 }
 
 const SHAPES: [(usize, usize, usize); 6] = [
@@ -98,25 +70,14 @@ fn packed_gemv_matches_reference_and_fused_matches_unfused() {
                     let e = nmse(&y, &want);
                     assert!(e <= 1e-9, "{isa} t{threads} {m}x{k}x{n}: NMSE {e:e}");
                 }
-                for act in Activation::ALL {
-                    let epi = Epilogue::NONE
-                        .then_act(act)
-                        .and_then(|e| e.then_mul())
-                        .and_then(|e| e.then_add())
-                        .and_then(|e| e.then_row_bias())
-                        .unwrap();
-                    let bound = epi.bind(&[&mul, &res, &bias], m, n).unwrap();
-                    let mut fused = vec![0.0f32; m * n];
-                    be.gemv_packed(&p, &x, n, mode, &bound, &mut fused).unwrap();
-                    let mut t0 = vec![0.0f32; m * n];
-                    be.gemv_packed(&p, &x, n, mode, &none, &mut t0).unwrap();
-                    let mut t1 = vec![0.0f32; m * n];
-                    be.unary(act, &t0, &mut t1).unwrap();
-                    be.mul(&t1, &mul, &mut t0).unwrap();
-                    be.add(&t0, &res, &mut t1).unwrap();
-                    be.add_row_bias(&t1, &bias, &mut t0).unwrap();
-                    assert_eq!(bits(&fused), bits(&t0), "{isa} t{threads} {act}");
-                }
+                assert_every_chain_fuses(
+                    &be,
+                    [&mul, &res, &bias],
+                    m,
+                    n,
+                    |epi, out| be.gemv_packed(&p, &x, n, mode, epi, out).unwrap(),
+                    &format!("{isa} t{threads}"),
+                );
             }
         }
     }
@@ -158,10 +119,8 @@ fn packed_glu_matches_reference_and_unfused() {
                 let (mut a, mut b) = (vec![0.0f32; m * n], vec![0.0f32; m * n]);
                 be.gemv_packed(&pg, &x, n, mode, &none, &mut a).unwrap();
                 be.gemv_packed(&pu, &x, n, mode, &none, &mut b).unwrap();
-                let mut t = vec![0.0f32; m * n];
-                be.glu(Activation::Silu, &a, &b, &mut t).unwrap();
-                be.add(&t, &res, &mut a).unwrap();
-                assert_eq!(bits(&fused), bits(&a), "{isa} t{threads}");
+                let unfused = glu_add_unfused(&be, Activation::Silu, &a, &b, &res);
+                assert_eq!(bits(&fused), bits(&unfused), "{isa} t{threads}");
             }
         }
     }

@@ -6,32 +6,18 @@ use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
-use fused_core::quant::quantize_row;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cpu::acts::{column, prepared_bytes, quantize_columns};
-use fused_cpu::gemv::{gemv_glu_rows, gemv_rows};
 use fused_cpu::kernels::{RowDot, scalar};
 
-fn vals(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            (((i as u32).wrapping_mul(2_654_435_761) ^ seed) >> 9) as f32 / (1u32 << 23) as f32
-                - 0.5
-        })
-        .collect()
-}
+mod common;
+use common::{assert_rows_equal_reference, quantized, vals};
 
 #[test]
 fn scalar_gemv_equals_reference_bit_for_bit() {
     for dtype in [DType::Q4_0, DType::Q4_1, DType::F16, DType::Q4_K] {
         let k = dtype.block_len().max(64);
         let (m, n) = (if cfg!(miri) { 5 } else { 19 }, 2);
-        let rb = dtype.row_bytes(k).unwrap();
-        let mut w = vec![0u8; rb * m];
-        for (r, row) in w.chunks_exact_mut(rb).enumerate() {
-            quantize_row(dtype, &vals(k, r as u32), row).unwrap();
-        }
+        let w = quantized(dtype, m, k, |r| vals(k, r as u32));
         let wm = WeightMatrix::new(dtype, m, k, &w).unwrap();
         let x = vals(k * n, 99);
         let res = vals(m * n, 5);
@@ -41,36 +27,8 @@ fn scalar_gemv_equals_reference_bit_for_bit() {
             .unwrap();
         let bound = epi.bind(&[&res], m, n).unwrap();
         let mode = ActQuant::ggml(dtype);
-        let mut scratch = vec![0u8; prepared_bytes(mode, k).unwrap() * n];
-        quantize_columns(mode, &x, k, &mut scratch).unwrap();
-        let cols: Vec<_> = (0..n).map(|c| column(mode, &x, &scratch, k, c)).collect();
-        let mut y = vec![0.0f32; m * n];
-        gemv_rows(
-            (scalar::row_dot as RowDot).into(),
-            &wm,
-            &cols,
-            0..m,
-            &bound,
-            |r, c, v| y[c * m + r] = v,
-        )
-        .unwrap();
-        let mut want = vec![0.0f32; m * n];
-        gemm(&wm, &x, n, mode, &bound, &mut want).unwrap();
-        assert_eq!(y, want, "{dtype}");
-
-        let pair = GluWeights::new(wm, wm).unwrap();
-        gemv_glu_rows(
-            (scalar::row_dot as RowDot).into(),
-            &pair,
-            Activation::Silu,
-            &cols,
-            0..m,
-            &bound,
-            |r, c, v| y[c * m + r] = v,
-        )
-        .unwrap();
-        gemm_glu(&pair, &x, n, mode, Activation::Silu, &bound, &mut want).unwrap();
-        assert_eq!(y, want, "{dtype} glu");
+        let kernels = (scalar::row_dot as RowDot).into();
+        assert_rows_equal_reference(kernels, wm, &x, n, mode, &bound);
     }
 }
 

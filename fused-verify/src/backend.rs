@@ -312,3 +312,24 @@ pub fn registry() -> Vec<Box<dyn Backend>> {
 pub fn selected(name: &str, patterns: &[String]) -> bool {
     patterns.is_empty() || patterns.iter().any(|p| name.starts_with(p.as_str()))
 }
+
+/// For the timing modes: whether `be` is unavailable and so to be skipped.
+/// Prints the reason when `print`; a backend named by `--backend` that
+/// cannot run is an error in `errors` unless `--allow-skip`.
+pub fn skip_unavailable(
+    be: &dyn Backend,
+    cli: &crate::cli::Cli,
+    print: bool,
+    errors: &mut Vec<String>,
+) -> bool {
+    let Availability::Skip(why) = be.availability() else {
+        return false;
+    };
+    if print {
+        println!("SKIP {}: {why}", be.name());
+    }
+    if !cli.backend.is_empty() && !cli.allow_skip {
+        errors.push(format!("backend {} ran no case ({why})", be.name()));
+    }
+    true
+}

@@ -17,10 +17,11 @@ use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
 
-use crate::backend::{Availability, Backend, RunConfig, registry, selected};
+use crate::backend::{Backend, RunConfig, registry, selected, skip_unavailable};
 use crate::cases::Rng;
 use crate::cli::Cli;
 use crate::metrics;
+use crate::perf::median;
 
 /// A stack of decode layers with its inputs.
 #[derive(Debug)]
@@ -169,11 +170,6 @@ pub struct DecodeReport {
 /// The formats the `decode` mode runs unless `--filter` picks others.
 pub const DEFAULT_DTYPES: [DType; 4] = [DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::F16];
 
-fn median(mut t: Vec<std::time::Duration>) -> f64 {
-    t.sort_unstable();
-    t.get(t.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e6)
-}
-
 fn decode_one(
     be: &dyn Backend,
     s: &DecodeStack,
@@ -190,7 +186,7 @@ fn decode_one(
     let mut t = be
         .time_plans(&s.graph, &[p, &unfused], &s.mem, cfg, reps)?
         .into_iter()
-        .map(median);
+        .map(|t| median(t).as_secs_f64() * 1e6);
     let (tf, tu) = (t.next().unwrap_or(0.0), t.next().unwrap_or(0.0));
     Ok((tf, tu, sf.barriers, su.barriers, same))
 }
@@ -226,15 +222,7 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
     }
     let backends = registry();
     for be in backends.iter().filter(|b| selected(b.name(), &cli.backend)) {
-        if let Availability::Skip(why) = be.availability() {
-            if print {
-                println!("SKIP {}: {why}", be.name());
-            }
-            if !cli.backend.is_empty() && !cli.allow_skip {
-                report
-                    .errors
-                    .push(format!("backend {} ran no case ({why})", be.name()));
-            }
+        if skip_unavailable(be.as_ref(), cli, print, &mut report.errors) {
             continue;
         }
         for &d in &dtypes {

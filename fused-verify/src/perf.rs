@@ -10,7 +10,7 @@ use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::planner::{Plan, plan};
 
-use crate::backend::{Availability, Backend, RunConfig, registry, selected};
+use crate::backend::{Backend, RunConfig, registry, selected, skip_unavailable};
 use crate::cases::{Case, Link, Pattern, Special, build, weight_dtypes};
 use crate::cli::Cli;
 use crate::run::Progress;
@@ -103,7 +103,8 @@ pub fn perf_cases(seed: u64, threads: usize) -> Vec<Case> {
     v
 }
 
-fn median(mut t: Vec<Duration>) -> Duration {
+/// The median of `t` (the upper one of an even count; zero when empty).
+pub(crate) fn median(mut t: Vec<Duration>) -> Duration {
     t.sort_unstable();
     t.get(t.len() / 2).copied().unwrap_or_default()
 }
@@ -176,15 +177,7 @@ pub fn run_perf(cli: &Cli, print: bool) -> PerfReport {
         );
     }
     for be in chosen {
-        if let Availability::Skip(why) = be.availability() {
-            if print {
-                println!("SKIP {}: {why}", be.name());
-            }
-            if !cli.backend.is_empty() && !cli.allow_skip {
-                report
-                    .errors
-                    .push(format!("backend {} ran no case ({why})", be.name()));
-            }
+        if skip_unavailable(be, cli, print, &mut report.errors) {
             continue;
         }
         let ceiling = be.bandwidth_gbs(threads);

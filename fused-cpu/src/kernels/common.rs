@@ -6,6 +6,27 @@ use fused_core::{DType, Error};
 
 use crate::acts::Acts;
 
+/// Errors unless `dtype` is `kernel`, the weight format the kernel is
+/// written for.
+fn check_weight_format(kernel: DType, dtype: DType) -> Result<(), Error> {
+    if dtype != kernel {
+        return Err(Error::UnsupportedDType {
+            what: "weights for this SIMD kernel",
+            dtype,
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `w_row` is one row of `k` weights in `kernel`'s format.
+fn check_weight_row(kernel: DType, w_row: &[u8], k: usize) -> Result<(), Error> {
+    check_len(
+        "SIMD kernel: weight row bytes",
+        kernel.row_bytes(k)?,
+        w_row.len(),
+    )
+}
+
 /// Checks a quantized-activation call for a kernel written for weights of
 /// `kernel`: the weight format, the activation variant and format, and both
 /// byte lengths. Returns the activation bytes.
@@ -16,12 +37,7 @@ pub(super) fn check_quant<'a>(
     acts: &Acts<'a>,
     k: usize,
 ) -> Result<&'a [u8], Error> {
-    if dtype != kernel {
-        return Err(Error::UnsupportedDType {
-            what: "weights for this SIMD kernel",
-            dtype,
-        });
-    }
+    check_weight_format(kernel, dtype)?;
     let Some(want) = kernel.vec_dot_type() else {
         return Err(Error::UnsupportedDType {
             what: "weights for a quantized SIMD kernel",
@@ -45,11 +61,7 @@ pub(super) fn check_quant<'a>(
             });
         }
     };
-    check_len(
-        "SIMD kernel: weight row bytes",
-        kernel.row_bytes(k)?,
-        w_row.len(),
-    )?;
+    check_weight_row(kernel, w_row, k)?;
     check_len(
         "SIMD kernel: activation bytes",
         want.row_bytes(k)?,
@@ -67,23 +79,14 @@ pub(super) fn check_f32<'a>(
     acts: &Acts<'a>,
     k: usize,
 ) -> Result<&'a [f32], Error> {
-    if dtype != kernel {
-        return Err(Error::UnsupportedDType {
-            what: "weights for this SIMD kernel",
-            dtype,
-        });
-    }
+    check_weight_format(kernel, dtype)?;
     let Acts::F32(x) = *acts else {
         return Err(Error::UnsupportedDType {
             what: "quantized activations for an f32 SIMD kernel",
             dtype,
         });
     };
-    check_len(
-        "SIMD kernel: weight row bytes",
-        kernel.row_bytes(k)?,
-        w_row.len(),
-    )?;
+    check_weight_row(kernel, w_row, k)?;
     check_len("SIMD kernel: activation length", k, x.len())?;
     Ok(x)
 }

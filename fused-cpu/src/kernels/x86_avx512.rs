@@ -110,69 +110,37 @@ fn group_rows<const R: usize>(
     }
 }
 
-/// Q4_0 × Q8_0.
-fn dot_q4_0_q8_0(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
-    let [v] = group_rows(
-        DType::Q4_0,
-        dtype,
-        [w_row],
-        acts,
-        k,
-        q4_0_rows::<1>,
-        avx2::q4_0_q8_0,
-    )?;
-    Ok(v)
+/// The one- and four-row entry points of an `R`-row kernel `imp`, run by
+/// `run` ([`group_rows`] with an AVX2 one-row fallback, or [`block_rows`]).
+macro_rules! row_entries {
+    ($(#[$m:meta])* $one:ident, $four:ident, $run:ident($dt:expr, $imp:ident $(, $fallback:path)?)) => {
+        $(#[$m])*
+        fn $one(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
+            let [v] = $run($dt, dtype, [w_row], acts, k, $imp::<1> $(, $fallback)?)?;
+            Ok(v)
+        }
+
+        $(#[$m])*
+        /// Four rows.
+        fn $four(
+            dtype: DType,
+            rows: [&[u8]; 4],
+            acts: &Acts<'_>,
+            k: usize,
+        ) -> Result<[f32; 4], Error> {
+            $run($dt, dtype, rows, acts, k, $imp::<4> $(, $fallback)?)
+        }
+    };
 }
 
-/// Q4_0 × Q8_0, four rows.
-fn dot4_q4_0_q8_0(
-    dtype: DType,
-    rows: [&[u8]; 4],
-    acts: &Acts<'_>,
-    k: usize,
-) -> Result<[f32; 4], Error> {
-    group_rows(
-        DType::Q4_0,
-        dtype,
-        rows,
-        acts,
-        k,
-        q4_0_rows::<4>,
-        avx2::q4_0_q8_0,
-    )
-}
-
-/// Q8_0 × Q8_0.
-fn dot_q8_0_q8_0(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
-    let [v] = group_rows(
-        DType::Q8_0,
-        dtype,
-        [w_row],
-        acts,
-        k,
-        q8_0_rows::<1>,
-        avx2::q8_0_q8_0,
-    )?;
-    Ok(v)
-}
-
-/// Q8_0 × Q8_0, four rows.
-fn dot4_q8_0_q8_0(
-    dtype: DType,
-    rows: [&[u8]; 4],
-    acts: &Acts<'_>,
-    k: usize,
-) -> Result<[f32; 4], Error> {
-    group_rows(
-        DType::Q8_0,
-        dtype,
-        rows,
-        acts,
-        k,
-        q8_0_rows::<4>,
-        avx2::q8_0_q8_0,
-    )
-}
+row_entries!(
+    /// Q4_0 × Q8_0.
+    dot_q4_0_q8_0, dot4_q4_0_q8_0, group_rows(DType::Q4_0, q4_0_rows, avx2::q4_0_q8_0)
+);
+row_entries!(
+    /// Q8_0 × Q8_0.
+    dot_q8_0_q8_0, dot4_q8_0_q8_0, group_rows(DType::Q8_0, q8_0_rows, avx2::q8_0_q8_0)
+);
 
 /// Validates `rows` and `acts` for F16 × F32, then runs the `R`-row kernel.
 fn f16_entry<const R: usize>(
@@ -231,36 +199,13 @@ fn block_rows<const R: usize>(
     Ok(unsafe { imp(rows.map(<[u8]>::as_ptr), y.as_ptr(), nb) })
 }
 
-/// The one- and four-row entry points of an `R`-row kernel over plain
-/// activation blocks.
-macro_rules! quant_entry {
-    ($(#[$m:meta])* $one:ident, $four:ident, $dt:expr, $imp:ident) => {
-        $(#[$m])*
-        fn $one(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
-            let [v] = block_rows($dt, dtype, [w_row], acts, k, $imp::<1>)?;
-            Ok(v)
-        }
-
-        $(#[$m])*
-        /// Four rows.
-        fn $four(
-            dtype: DType,
-            rows: [&[u8]; 4],
-            acts: &Acts<'_>,
-            k: usize,
-        ) -> Result<[f32; 4], Error> {
-            block_rows($dt, dtype, rows, acts, k, $imp::<4>)
-        }
-    };
-}
-
-quant_entry!(
+row_entries!(
     /// Q4_K × Q8_K.
-    dot_q4_k_q8_k, dot4_q4_k_q8_k, DType::Q4_K, q4_k_rows
+    dot_q4_k_q8_k, dot4_q4_k_q8_k, block_rows(DType::Q4_K, q4_k_rows)
 );
-quant_entry!(
+row_entries!(
     /// Q6_K × Q8_K.
-    dot_q6_k_q8_k, dot4_q6_k_q8_k, DType::Q6_K, q6_k_rows
+    dot_q6_k_q8_k, dot4_q6_k_q8_k, block_rows(DType::Q6_K, q6_k_rows)
 );
 
 // ---------------------------------------------------------------------------

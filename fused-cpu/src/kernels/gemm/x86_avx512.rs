@@ -623,6 +623,35 @@ fn bcast(a: &IntActs, c: usize, kg: usize) -> __m512i {
     _mm512_set1_epi32(unsafe { rd32(a.codes[c].as_ptr().add(4 * kg)) })
 }
 
+/// Adds, for each column `c`, the VNNI dot products of k group `kg` of row
+/// vectors `2h`, `2h + 1` with the broadcast activation word of prepared
+/// column `cols[c]` to `ia[c]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+fn dot_group(
+    t: &IntTile,
+    a: &IntActs,
+    cols: [usize; CN],
+    kg: usize,
+    h: usize,
+    ia: &mut [[__m512i; 2]; CN],
+) {
+    let (w0, w1) = (&t.codes[kg][2 * h], &t.codes[kg][2 * h + 1]);
+    // SAFETY: `w0` and `w1` are 64-byte arrays (bounds-checked above);
+    // unaligned loads.
+    let w = unsafe {
+        [
+            _mm512_loadu_si512(w0.as_ptr().cast()),
+            _mm512_loadu_si512(w1.as_ptr().cast()),
+        ]
+    };
+    for c in 0..CN {
+        let y = bcast(a, cols[c], kg);
+        ia[c][0] = _mm512_dpbusd_epi32(ia[c][0], y, w[0]);
+        ia[c][1] = _mm512_dpbusd_epi32(ia[c][1], y, w[1]);
+    }
+}
+
 /// Loads row vectors `2h`, `2h + 1` of the accumulators of `CN` columns.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
@@ -671,19 +700,7 @@ pub unsafe fn micro_legacy(
         let corr = ld2i(&t.corr[b], h);
         let mut ia = [corr; CN];
         for g in 0..8 {
-            let kg = 8 * b + g;
-            // SAFETY: k group `kg < KC/4`; two 64-byte row vectors.
-            let w = unsafe {
-                [
-                    _mm512_loadu_si512(t.codes[kg][2 * h].as_ptr().cast()),
-                    _mm512_loadu_si512(t.codes[kg][2 * h + 1].as_ptr().cast()),
-                ]
-            };
-            for c in 0..CN {
-                let y = bcast(a, cols[c], kg);
-                ia[c][0] = _mm512_dpbusd_epi32(ia[c][0], y, w[0]);
-                ia[c][1] = _mm512_dpbusd_epi32(ia[c][1], y, w[1]);
-            }
+            dot_group(t, a, cols, 8 * b + g, h, &mut ia);
         }
         let dx = ld2f(&t.scale[b], h);
         for c in 0..CN {
@@ -720,19 +737,7 @@ pub unsafe fn micro_kquant<const G: usize, const MIN: bool>(
         for gi in 0..groups {
             let mut ia = [[_mm512_setzero_si512(); 2]; CN];
             for g in 0..G {
-                let kg = 64 * sb + G * gi + g;
-                // SAFETY: k group `kg < KC/4`; two 64-byte row vectors.
-                let w = unsafe {
-                    [
-                        _mm512_loadu_si512(t.codes[kg][2 * h].as_ptr().cast()),
-                        _mm512_loadu_si512(t.codes[kg][2 * h + 1].as_ptr().cast()),
-                    ]
-                };
-                for c in 0..CN {
-                    let y = bcast(a, cols[c], kg);
-                    ia[c][0] = _mm512_dpbusd_epi32(ia[c][0], y, w[0]);
-                    ia[c][1] = _mm512_dpbusd_epi32(ia[c][1], y, w[1]);
-                }
+                dot_group(t, a, cols, 64 * sb + G * gi + g, h, &mut ia);
             }
             let sc = ld2i(&t.gsc[groups * sb + gi], h);
             for c in 0..CN {
