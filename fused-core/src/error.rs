@@ -185,6 +185,20 @@ pub fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(
     }
 }
 
+/// Checks that `period` (a repeated operand's length, e.g. a per-row bias
+/// or a sign vector) is non-zero and divides `len` (the output's length).
+pub fn check_divides(what: &'static str, period: usize, len: usize) -> Result<(), Error> {
+    if period != 0 && len.is_multiple_of(period) {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected: period,
+            actual: len,
+        })
+    }
+}
+
 impl From<Refusal> for Error {
     fn from(r: Refusal) -> Self {
         Error::Refused(r)

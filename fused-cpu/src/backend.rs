@@ -2,7 +2,7 @@
 //! [`WorkerPool`], with counters of parallel regions (each ends in a join:
 //! one barrier) and kernel invocations.
 
-use fused_core::error::check_len;
+use fused_core::error::{check_divides, check_len};
 use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -474,13 +474,7 @@ impl CpuBackend {
     /// Unfused `out = a + bias[row]` (column-major, `bias.len()` rows).
     pub fn add_row_bias(&self, a: &[f32], bias: &[f32], out: &mut [f32]) -> Result<(), Error> {
         check_len("row-bias output", a.len(), out.len())?;
-        if bias.is_empty() || !a.len().is_multiple_of(bias.len()) {
-            return Err(Error::LengthMismatch {
-                what: "row bias (must divide the output)",
-                expected: bias.len(),
-                actual: a.len(),
-            });
-        }
+        check_divides("row bias (must divide the output)", bias.len(), a.len())?;
         let m = bias.len();
         self.elementwise(a.len(), out, |s, o| {
             for (i, v) in o.iter_mut().enumerate() {

@@ -3,7 +3,7 @@
 
 use fused_core::Error;
 use fused_core::element::{Activation, glu as glu_fn};
-use fused_core::error::check_len;
+use fused_core::error::{check_divides, check_len};
 
 /// `out[i] = a[i] + b[i]`.
 pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
@@ -63,13 +63,7 @@ pub fn glu(act: Activation, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result
 /// `out[col·rows + r] = a[col·rows + r] + bias[r]` (column-major, `rows = bias.len()`).
 pub fn add_row_bias(a: &[f32], bias: &[f32], out: &mut [f32]) -> Result<(), Error> {
     check_len("row-bias output", a.len(), out.len())?;
-    if bias.is_empty() || !a.len().is_multiple_of(bias.len()) {
-        return Err(Error::LengthMismatch {
-            what: "row bias (must divide the output)",
-            expected: bias.len(),
-            actual: a.len(),
-        });
-    }
+    check_divides("row bias (must divide the output)", bias.len(), a.len())?;
     for (oc, ac) in out
         .chunks_exact_mut(bias.len())
         .zip(a.chunks_exact(bias.len()))

@@ -18,7 +18,7 @@ use cust::memory::{AsyncCopyDestination, CopyDestination, DeviceBuffer};
 use cust::module::Module;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::error::check_len;
+use fused_core::error::{check_divides, check_len};
 use fused_core::fwht::FwhtDesc;
 use fused_core::reference::WeightMatrix;
 use fused_core::reference::gemv::{GluWeights, check_gemm_args};
@@ -581,14 +581,11 @@ impl CudaBackend {
         out: &mut DeviceVec,
     ) -> Result<(), CudaError> {
         check_len("cyclic mul output", a.len(), out.len())?;
-        if b.is_empty() || !a.len().is_multiple_of(b.len()) {
-            return Err(Error::LengthMismatch {
-                what: "cyclic mul operand (must divide the output)",
-                expected: b.len(),
-                actual: a.len(),
-            }
-            .into());
-        }
+        check_divides(
+            "cyclic mul operand (must divide the output)",
+            b.len(),
+            a.len(),
+        )?;
         let n = ew_len(a.len())?;
         let b_len = b.len() as u32;
         let (pa, pb, po) = (a.addr(), b.addr(), out.addr());
@@ -655,14 +652,7 @@ impl CudaBackend {
         out: &mut DeviceVec,
     ) -> Result<(), CudaError> {
         check_len("row-bias output", a.len(), out.len())?;
-        if bias.is_empty() || !a.len().is_multiple_of(bias.len()) {
-            return Err(Error::LengthMismatch {
-                what: "row bias (must divide the output)",
-                expected: bias.len(),
-                actual: a.len(),
-            }
-            .into());
-        }
+        check_divides("row bias (must divide the output)", bias.len(), a.len())?;
         let n = ew_len(a.len())?;
         let rows = bias.len() as u32;
         let (pa, pb, po) = (a.addr(), bias.addr(), out.addr());
