@@ -109,7 +109,7 @@ impl BandwidthProbe {
     }
 }
 
-/// Sequential streams a thread reads side by side (see [`sum_u64`]).
+/// Sequential streams a thread reads side by side (see the module docs).
 pub const STREAMS: usize = 4;
 
 /// The wrapping sum of `xs` over eight independent lanes (vectorizable),

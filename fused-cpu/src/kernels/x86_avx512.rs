@@ -21,7 +21,7 @@
 //! their offsets (`dmin·Σ m·bsum`, `32·Σ sc·bsum`) come from the Q8_K
 //! block sums, as in the AVX2 kernels.
 //!
-//! Every kernel prefetches its weight rows one call ahead ([`prefetch`]).
+//! Every kernel prefetches its weight rows one call ahead (`prefetch`).
 //!
 //! The four-row kernels run the same code as the one-row kernels on each of
 //! their rows (one generic function over the row count), reading the
