@@ -39,9 +39,9 @@ use fused_core::epilogue::Epilogue;
 use fused_core::quant::quantize_row;
 use fused_core::reference::gemv::GluWeights;
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cpu::CpuBackend;
 use fused_cpu::packed::PackedWeights;
 use fused_cpu::probe::BandwidthProbe;
+use fused_cpu::{CpuBackend, Isa};
 
 /// Criterion samples per benchmark (flat sampling: equal iterations each).
 const SAMPLES: usize = 10;
@@ -718,7 +718,10 @@ fn breakdown(tag: &str, be: &CpuBackend, layers: &Layers, s: &mut Bufs) -> Strin
 /// process exits. `GEMV_WHERE` picks `cache` (4096×4096, one copy), `l2`
 /// (about 1.5 MiB of K = 4096 rows, one copy: in L2, compute-bound) and/or
 /// `dram` (16384×8192, rotated copies as in `gemv_dram`), `GEMV_THREADS`
-/// the thread counts (default `cache,dram` and `1,2`). Each DRAM line comes
+/// the thread counts (default `cache,dram` and `1,2`), `GEMV_ISA` the
+/// instruction set (`scalar`, `avx2`, `avx512`; default the best) and
+/// `GEMV_COLS` the activation columns (default 1; more runs the GEMM path,
+/// and the line then also gives GFLOP/s). Each DRAM line comes
 /// with the read ceiling measured just before it (median of 5 passes), so
 /// runs of two builds can be compared line by line on a loaded machine.
 fn focus(_c: &mut Criterion) {
@@ -741,6 +744,13 @@ fn focus(_c: &mut Criterion) {
         v.sort_by(f64::total_cmp);
         (v[0], v[v.len() / 2])
     };
+    let isa = std::env::var("GEMV_ISA").map_or(Isa::detect(), |name| {
+        Isa::ALL
+            .into_iter()
+            .find(|i| i.name() == name)
+            .expect("GEMV_ISA: an instruction set name")
+    });
+    let n: usize = list("GEMV_COLS", "1")[0].parse().expect("GEMV_COLS");
     let probe = BandwidthProbe::new(1 << 30);
     for f in formats.split(',') {
         let dtype = GEMV_FORMATS
@@ -760,11 +770,11 @@ fn focus(_c: &mut Criterion) {
             let bytes = dtype.row_bytes(k).expect("row bytes") * m;
             let copies = if rotate { copies_for(bytes) } else { 1 };
             let all = weights(dtype, m, k, copies, 11);
-            let x = Rng(7).vec(k, 1.0);
-            let mut y = vec![0.0f32; m];
-            let none = Epilogue::NONE.bind(&[], m, 1).expect("bind");
+            let x = Rng(7).vec(k * n, 1.0);
+            let mut y = vec![0.0f32; m * n];
+            let none = Epilogue::NONE.bind(&[], m, n).expect("bind");
             for &t in &threads {
-                let be = CpuBackend::new(t).expect("backend");
+                let be = CpuBackend::with_isa(isa, t).expect("backend");
                 let ceil = rotate.then(|| {
                     let v = (0..5)
                         .map(|_| {
@@ -784,7 +794,7 @@ fn focus(_c: &mut Criterion) {
                 for i in 0..calls + 2 {
                     let w = mat(dtype, m, k, &all, i % copies);
                     let s = Instant::now();
-                    be.gemv(&w, &x, 1, mode, &none, &mut y).expect("gemv");
+                    be.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
                     black_box(&y);
                     if i >= 2 {
                         times.push(s.elapsed().as_secs_f64());
@@ -799,12 +809,17 @@ fn focus(_c: &mut Criterion) {
                         gbs(min) / c * 100.0
                     )
                 });
+                let flops = (n > 1).then(|| {
+                    let gf = 2.0 * (m * k * n) as f64 / med / 1e9;
+                    format!(", {n} columns: {gf:.1} GFLOP/s (median)")
+                });
                 eprintln!(
-                    "focus {f} {place} {t}t: median {:.3} ms {:.2} GB/s, best {:.3} ms {:.2} GB/s{pct}",
+                    "focus {f} {place} {isa} {t}t: median {:.3} ms {:.2} GB/s, best {:.3} ms {:.2} GB/s{pct}{}",
                     med * 1e3,
                     gbs(med),
                     min * 1e3,
-                    gbs(min)
+                    gbs(min),
+                    flops.unwrap_or_default()
                 );
             }
         }

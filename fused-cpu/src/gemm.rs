@@ -7,14 +7,14 @@
 //!
 //! Loop nests (sizes in [`crate::kernels::gemm`]):
 //!
-//! - AVX-512 (int and float): for each block of columns (128 int, 64
-//!   float), for each tile of weight rows (64 int, 32 float), for each K
+//! - AVX2 and AVX-512 int, AVX-512 float: for each block of columns (128
+//!   int, 64 float), for each tile of weight rows (64 int, 32 float), for each K
 //!   chunk, for each matrix: decode the tile's weights once, (int) prepare
 //!   the block's activations `NC` columns at a time, and run the
 //!   micro-kernel over the columns, accumulating into the tile's
 //!   accumulators. The block's activations stay in L2 while every row tile
 //!   sweeps them; each decoded weight is reused for the whole block.
-//! - Scalar and AVX2 (float): for each block of `NC` columns, for each tile
+//! - Scalar and AVX2 float: for each block of `NC` columns, for each tile
 //!   of [`RR`] rows, for each K chunk: decode, then the micro-kernel `CN`
 //!   columns at a time.
 //!
@@ -55,7 +55,7 @@ pub fn gemm_rows<const NM: usize>(
         Path::Float(Isa::Avx512) => float_lanes_rows(kernel.dtype, mats, cols, rows, sink),
         Path::Float(isa) => float_rows(isa, kernel.dtype, mats, cols, rows, sink),
         #[cfg(target_arch = "x86_64")]
-        Path::Int(fmt) => int_rows(fmt, mats, cols, rows, sink),
+        Path::Int(isa, fmt) => int_rows(isa, fmt, mats, cols, rows, sink),
         #[cfg(not(target_arch = "x86_64"))]
         Path::Int(_) => Err(Error::UnsupportedDType {
             what: "integer GEMM kernel on this architecture",
@@ -279,14 +279,15 @@ const INT_COLS: usize = 2 * NC;
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop)] // as in `float_rows`
 fn int_rows<const NM: usize>(
+    isa: Isa,
     fmt: kern::IntFormat,
     mats: [&WeightMatrix<'_>; NM],
     cols: &[Acts<'_>],
     rows: Range<usize>,
     mut sink: impl FnMut(usize, usize, [f32; NM]),
 ) -> Result<(), Error> {
-    use kern::x86_avx512::{self as v, IntAcc, IntActs, IntTile};
-    use kern::{IntFormat, RT};
+    use kern::int::{IntAcc, IntActs, IntTile, RV};
+    use kern::{IntFormat, RT, x86_avx2 as v2};
 
     let (k, wdt) = (mats[0].cols(), mats[0].dtype());
     let adt = match fmt {
@@ -304,7 +305,7 @@ fn int_rows<const NM: usize>(
         let sn = INT_COLS.min(cols.len() - s0);
         for r0 in rows.clone().step_by(RT) {
             let rn = RT.min(rows.end - r0);
-            let mut acc = [[[[0.0f32; 16]; v::RV]; INT_COLS]; NM];
+            let mut acc = [[[[0.0f32; 16]; RV]; INT_COLS]; NM];
             for k0 in (0..k).step_by(KC) {
                 let len = KC.min(k - k0);
                 for (w, acc) in mats.iter().zip(acc.iter_mut()) {
@@ -313,15 +314,15 @@ fn int_rows<const NM: usize>(
                         *r = &row[blocks(wdt, row, 0, k0).len()..];
                     }
                     // SAFETY: the kernel was built by `gemm_kernel` only on
-                    // a supported Avx512; `len ≤ KC` is a whole number of
-                    // weight blocks and every row slice holds them.
-                    unsafe { v::decode_int(fmt, &wr, len, &mut tile) };
+                    // a supported AVX2 or AVX-512; `len ≤ KC` is a whole
+                    // number of weight blocks and every row slice holds them.
+                    unsafe { int_decode(isa, fmt, &wr, len, &mut tile) };
                     if k0 + KC >= k {
                         // Last chunk: ask for the next tile's first one.
                         let n = blocks(wdt, w.row(0)?, 0, KC.min(k)).len();
                         for r in (r0 + RT..rows.end).take(RT) {
                             // SAFETY: as above (a prefetch hint).
-                            unsafe { v::prefetch(&w.row(r)?[..n]) };
+                            unsafe { v2::prefetch(&w.row(r)?[..n]) };
                         }
                     }
                     for c0 in (0..sn).step_by(NC) {
@@ -334,7 +335,7 @@ fn int_rows<const NM: usize>(
                         }
                         // SAFETY: as above; `cn ≤ NC` and `len` is a whole
                         // number of Q8_0 / Q8_K blocks each column holds.
-                        unsafe { v::prep_acts(fmt, &cb[..cn], len, &mut acts) };
+                        unsafe { v2::prep_acts(fmt, &cb[..cn], len, &mut acts) };
                         let groups = acc[c0..c0 + cn.next_multiple_of(CN)].chunks_exact_mut(CN);
                         for (g, a) in groups.enumerate() {
                             let cs: [usize; CN] =
@@ -343,24 +344,9 @@ fn int_rows<const NM: usize>(
                                 a.try_into().map_err(|_| Error::Overflow {
                                     what: "GEMM column group",
                                 })?;
-                            for h in 0..RT / 32 {
-                                // SAFETY: as above; `tile` and `acts` hold
-                                // these `len` elements, every `cs[j] < cn ≤
-                                // NC` and `h < RT/32`.
-                                unsafe {
-                                    match fmt {
-                                        IntFormat::Legacy(_) => {
-                                            v::micro_legacy(&tile, &acts, cs, len, h, a)
-                                        }
-                                        IntFormat::Q4K => {
-                                            v::micro_kquant::<8, true>(&tile, &acts, cs, len, h, a)
-                                        }
-                                        IntFormat::Q6K => {
-                                            v::micro_kquant::<4, false>(&tile, &acts, cs, len, h, a)
-                                        }
-                                    }
-                                }
-                            }
+                            // SAFETY: as above; `tile` and `acts` hold these
+                            // `len` elements and every `cs[j] < cn ≤ NC`.
+                            unsafe { int_micro(isa, fmt, &tile, &acts, cs, len, a) };
                         }
                     }
                 }
@@ -374,4 +360,68 @@ fn int_rows<const NM: usize>(
         }
     }
     Ok(())
+}
+
+/// Decodes an int tile on `isa`.
+///
+/// # Safety
+/// `isa` (AVX2 or AVX-512) must be supported; as the decoders otherwise.
+#[cfg(target_arch = "x86_64")]
+unsafe fn int_decode(
+    isa: Isa,
+    fmt: kern::IntFormat,
+    rows: &[&[u8]; kern::RT],
+    len: usize,
+    tile: &mut kern::int::IntTile,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match isa {
+            Isa::Avx512 => kern::x86_avx512::decode_int(fmt, rows, len, tile),
+            _ => kern::x86_avx2::decode_int(fmt, rows, len, tile),
+        }
+    }
+}
+
+/// Runs the int micro-kernel of `isa` and `fmt` over every row of the tile
+/// for the prepared columns `cs`.
+///
+/// # Safety
+/// `isa` (AVX2 or AVX-512) must be supported; `tile` and `acts` hold `len`
+/// elements; every `cs[j] < NC`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn int_micro(
+    isa: Isa,
+    fmt: kern::IntFormat,
+    tile: &kern::int::IntTile,
+    acts: &kern::int::IntActs,
+    cs: [usize; CN],
+    len: usize,
+    a: &mut [kern::int::IntAcc; CN],
+) {
+    use kern::{IntFormat, RT, x86_avx2 as v2, x86_avx512 as v5};
+    // SAFETY: (every call below) forwarded from the caller; `h` stays below
+    // the ISA's number of calls per tile.
+    unsafe {
+        if isa == Isa::Avx512 {
+            for h in 0..RT / 32 {
+                match fmt {
+                    IntFormat::Legacy(_) => v5::micro_legacy(tile, acts, cs, len, h, a),
+                    IntFormat::Q4K => v5::micro_kquant::<8, true>(tile, acts, cs, len, h, a),
+                    IntFormat::Q6K => v5::micro_kquant::<4, false>(tile, acts, cs, len, h, a),
+                }
+            }
+            return;
+        }
+        for h in 0..v2::INT_CALLS {
+            match fmt {
+                IntFormat::Legacy(DType::Q8_0 | DType::IQ4_NL) => {
+                    v2::micro_legacy::<true>(tile, acts, cs, len, h, a)
+                }
+                IntFormat::Legacy(_) => v2::micro_legacy::<false>(tile, acts, cs, len, h, a),
+                IntFormat::Q4K => v2::micro_kquant::<8, true>(tile, acts, cs, len, h, a),
+                IntFormat::Q6K => v2::micro_kquant::<4, false>(tile, acts, cs, len, h, a),
+            }
+        }
+    }
 }

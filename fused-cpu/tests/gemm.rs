@@ -201,3 +201,72 @@ fn bad_gemm_inputs_are_typed_errors() {
     assert!(gemm_kernel(Isa::Scalar, DType::Q4_0, ActQuant::Q8_K).is_none());
     assert!(gemm_kernel(Isa::Scalar, DType::Q4_0, ActQuant::Q8_0).is_none());
 }
+
+/// Weights of an int format whose code bytes are random bit patterns, so
+/// the extreme codes (Q8_0 −128 and 127, Q6_K 63, IQ4_NL −127) are common;
+/// the f16 scales are set to small finite values.
+fn extreme_weights(dtype: DType, m: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+    let bb = dtype.block_bytes();
+    let mut w: Vec<u8> = (0..m * dtype.row_bytes(k).unwrap())
+        .map(|_| (rng.f32().to_bits() >> 7) as u8)
+        .collect();
+    // Byte offsets of the f16 scales in a block.
+    let scales: &[usize] = match dtype {
+        DType::Q4_K => &[0, 2],
+        DType::Q6_K => &[208],
+        _ => &[0],
+    };
+    for block in w.chunks_exact_mut(bb) {
+        for &at in scales {
+            let d = half::f16::from_f32(0.01 + 0.01 * rng.f32().abs());
+            block[at..at + 2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    w
+}
+
+/// The int GEMM kernels (AVX2 `vpmaddubsw` and AVX-512 VNNI) on codes at
+/// the ends of their ranges and large activations, where an i16 pair sum
+/// could saturate: within the reference tolerance, and the two ISAs give
+/// the same bits.
+#[test]
+fn int_gemm_exact_at_extreme_codes_and_equal_across_isas() {
+    let mut rng = Rng(0xe7e7);
+    let int_formats = [
+        DType::Q4_0,
+        DType::Q5_0,
+        DType::Q8_0,
+        DType::IQ4_NL,
+        DType::Q4_K,
+        DType::Q6_K,
+    ];
+    for dtype in int_formats {
+        let (m, k, n) = (70, 512, 6);
+        let w = extreme_weights(dtype, m, k, &mut rng);
+        let wm = WeightMatrix::new(dtype, m, k, &w).unwrap();
+        // Activations of one sign and full scale per block push the Q8
+        // codes to ±127.
+        let x: Vec<f32> = (0..k * n)
+            .map(|i| if (i / 3) % 2 == 0 { 4.0 } else { -4.0 } * (1.0 + rng.f32().abs()))
+            .collect();
+        let mode = ActQuant::ggml(dtype);
+        let none = Epilogue::NONE.bind(&[], m, n).unwrap();
+        let mut want = vec![0.0f32; m * n];
+        gemm(&wm, &x, n, mode, &none, &mut want).unwrap();
+        let scratch = prepare_columns(mode, &x, k, n);
+        let cols: Vec<_> = (0..n).map(|c| column(mode, &x, &scratch, k, c)).collect();
+        let mut seen: Vec<(Isa, Vec<f32>)> = Vec::new();
+        for isa in Isa::available().filter(|i| *i >= Isa::Avx2) {
+            let kern = gemm_kernel(isa, dtype, mode).expect("an int kernel");
+            assert!(kern.is_int(), "{dtype} {isa}");
+            let mut y = vec![f32::NAN; m * n];
+            gemm_rows(kern, [&wm], &cols, 0..m, |r, c, [a]| y[c * m + r] = a).unwrap();
+            let e = nmse(&y, &want);
+            assert!(e <= tolerance(isa), "{dtype} {isa}: NMSE {e:e}");
+            seen.push((isa, y));
+        }
+        if let [(a, ya), (b, yb), ..] = seen.as_slice() {
+            assert_eq!(bits(ya), bits(yb), "{dtype}: {a} vs {b}");
+        }
+    }
+}

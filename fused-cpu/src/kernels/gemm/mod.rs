@@ -12,12 +12,13 @@
 //!   one lane and adds `w·x` in `k` order, which is exactly the core's
 //!   reference ([`fused_core::reference::gemv::dot_f32`]). AVX-512
 //!   ([`x86_avx512::micro_rows`]): rows in lanes, like the int kernel.
-//! - **int** (Q8 activations, AVX-512 VNNI; Q4_0, Q5_0, Q8_0, IQ4_NL with
-//!   Q8_0, Q4_K and Q6_K with Q8_K): a tile of [`RT`] rows is decoded to
-//!   signed 8-bit codes in a rows-in-lanes layout (one 32-bit lane per row,
-//!   four consecutive `k` per lane), so one `vpdpbusd` of a broadcast
-//!   activation word adds four products to sixteen rows at once and no
-//!   horizontal sum is ever needed. See [`x86_avx512`].
+//! - **int** (Q8 activations, AVX2 and AVX-512 VNNI; Q4_0, Q5_0, Q8_0,
+//!   IQ4_NL with Q8_0, Q4_K and Q6_K with Q8_K): a tile of [`RT`] rows is
+//!   decoded to signed 8-bit codes in a rows-in-lanes layout (one 32-bit
+//!   lane per row, four consecutive `k` per lane), so one multiply-add of a
+//!   broadcast activation word adds four products to every row of a vector
+//!   at once and no horizontal sum is ever needed. See [`int`],
+//!   [`x86_avx512`] and [`x86_avx2`].
 //!
 //! Every accumulator is computed by the same operations whatever its place
 //! in a tile or chunk (short tiles are padded with copies of a real row or
@@ -29,6 +30,8 @@ use fused_core::reference::ActQuant;
 
 use crate::isa::Isa;
 
+#[cfg(target_arch = "x86_64")]
+pub mod int;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_avx2;
@@ -53,7 +56,7 @@ pub type FloatTile = [[f32; KC]; RR];
 /// The float accumulators of one column: per tile row, a lane vector.
 pub type FloatAcc = [[f32; MAX_LANES]; RR];
 
-/// The int formats: weight block layouts the AVX-512 int kernel decodes.
+/// The int formats: weight block layouts the int kernels decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntFormat {
     /// 32-element blocks with one f16 scale against Q8_0 (Q4_0, Q5_0, Q8_0,
@@ -70,8 +73,9 @@ pub enum IntFormat {
 pub(crate) enum Path {
     /// f32 activations on `Isa` (which this machine supports).
     Float(Isa),
-    /// Quantized activations on AVX-512 VNNI (which this machine supports).
-    Int(IntFormat),
+    /// Quantized activations on `Isa` (AVX2 or AVX-512 VNNI, which this
+    /// machine supports).
+    Int(Isa, IntFormat),
 }
 
 /// A GEMM kernel choice for one (ISA, weight format, activation mode).
@@ -96,13 +100,13 @@ impl GemmKernel {
 
     /// Whether this is the integer (quantized-activation) kernel.
     pub const fn is_int(&self) -> bool {
-        matches!(self.path, Path::Int(_))
+        matches!(self.path, Path::Int(..))
     }
 }
 
 /// The GEMM kernel for weights of `dtype` fed activations in `mode` on
 /// `isa`, or `None` where the per-column path is used instead (quantized
-/// activations below AVX-512 or formats without an int kernel, an ISA this
+/// activations below AVX2 or formats without an int kernel, an ISA this
 /// machine does not run, or a mode the weights cannot take).
 pub fn gemm_kernel(isa: Isa, dtype: DType, mode: ActQuant) -> Option<GemmKernel> {
     if !isa.is_supported() || mode.check(dtype).is_err() {
@@ -110,12 +114,15 @@ pub fn gemm_kernel(isa: Isa, dtype: DType, mode: ActQuant) -> Option<GemmKernel>
     }
     let path = match mode {
         ActQuant::F32 => Path::Float(isa),
-        _ if isa >= Isa::Avx512 && cfg!(target_arch = "x86_64") => Path::Int(match dtype {
-            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL => IntFormat::Legacy(dtype),
-            DType::Q4_K => IntFormat::Q4K,
-            DType::Q6_K => IntFormat::Q6K,
-            _ => return None,
-        }),
+        _ if matches!(isa, Isa::Avx2 | Isa::Avx512) && cfg!(target_arch = "x86_64") => Path::Int(
+            isa,
+            match dtype {
+                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL => IntFormat::Legacy(dtype),
+                DType::Q4_K => IntFormat::Q4K,
+                DType::Q6_K => IntFormat::Q6K,
+                _ => return None,
+            },
+        ),
         _ => return None,
     };
     Some(GemmKernel { path, dtype, mode })
