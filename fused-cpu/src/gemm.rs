@@ -57,7 +57,7 @@ pub fn gemm_rows<const NM: usize>(
         #[cfg(target_arch = "x86_64")]
         Path::Int(isa, fmt) => int_rows(isa, fmt, mats, cols, rows, sink),
         #[cfg(not(target_arch = "x86_64"))]
-        Path::Int(_) => Err(Error::UnsupportedDType {
+        Path::Int(..) => Err(Error::UnsupportedDType {
             what: "integer GEMM kernel on this architecture",
             dtype: kernel.dtype,
         }),

@@ -14,7 +14,7 @@
 //! Activations are stored with `+128` (the sign bit flipped) as unsigned
 //! bytes, so `Σ (y + 128)·w` is computed; the excess `128·Σw` is a per-row
 //! constant of the weights, subtracted through the starting value of each
-//! block's sum ([`start_values`]).
+//! block's sum (`start_values`).
 
 use super::{IntFormat, KC, RT};
 
