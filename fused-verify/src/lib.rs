@@ -26,6 +26,7 @@ pub mod cases;
 pub mod cli;
 pub mod decode;
 pub mod gguf;
+pub mod gpu;
 pub mod metrics;
 pub mod perf;
 pub mod plot;
