@@ -2,6 +2,42 @@
 
 use crate::dtype::DType;
 use crate::legality::Refusal;
+use crate::reference::gemv::ActQuant;
+
+/// What a backend does not implement (its kernels cannot run this input,
+/// although the input itself is valid): the reason a verifier reports a
+/// case as skipped on that backend rather than failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unsupported {
+    /// The backend has no GEMV kernel for this weight format.
+    WeightFormat(DType),
+    /// The backend does not feed activations to its GEMV this way (for
+    /// example a GPU that keeps them f32 asked for GGML's Q8 activations).
+    ActQuant(ActQuant),
+    /// More activation columns than one launch of the backend takes.
+    Columns {
+        /// The most it takes.
+        max: usize,
+        /// How many were asked for.
+        actual: usize,
+    },
+    /// An operation the backend does not offer at all.
+    Operation(&'static str),
+}
+
+impl core::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Unsupported::WeightFormat(d) => write!(f, "no GEMV kernel for {d} weights"),
+            Unsupported::ActQuant(m) => write!(f, "no GEMV with {m:?} activations"),
+            Unsupported::Columns { max, actual } => {
+                write!(f, "{actual} activation columns (at most {max})")
+            }
+            Unsupported::Operation(what) => write!(f, "{what} is not offered"),
+        }
+    }
+}
 
 /// Everything that can be wrong with an input to the core or a backend.
 ///
@@ -110,6 +146,8 @@ pub enum Error {
     },
     /// A fused entry point was called on inputs its legality predicate refuses.
     Refused(Refusal),
+    /// Valid input that this backend has no kernel for.
+    Unsupported(Unsupported),
 }
 
 impl core::fmt::Display for Error {
@@ -166,6 +204,7 @@ impl core::fmt::Display for Error {
             Error::BadBuffer { buffer } => write!(f, "buffer {buffer} does not exist"),
             Error::Overflow { what } => write!(f, "{what} overflows usize"),
             Error::Refused(r) => write!(f, "fusion refused: {r}"),
+            Error::Unsupported(u) => write!(f, "not supported by this backend: {u}"),
         }
     }
 }
@@ -202,5 +241,11 @@ pub fn check_divides(what: &'static str, period: usize, len: usize) -> Result<()
 impl From<Refusal> for Error {
     fn from(r: Refusal) -> Self {
         Error::Refused(r)
+    }
+}
+
+impl From<Unsupported> for Error {
+    fn from(u: Unsupported) -> Self {
+        Error::Unsupported(u)
     }
 }

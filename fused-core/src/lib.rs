@@ -15,6 +15,9 @@
 //!   the epilogue chain descriptor and the (signed) FWHT descriptor.
 //! - [`graph`], [`legality`], [`planner`]: a small compute graph, the legality
 //!   predicates (each refusal names its reason) and the planner.
+//! - `exec` (with `alloc`): the plan executor every backend shares — step
+//!   dispatch, operand gathering and aliasing over host buffers — calling a
+//!   backend's host-slice kernels (`exec::StepKernels`).
 //! - [`reference`](mod@reference): the scalar reference — GEMV in f32 with an explicit
 //!   activation-quantization mode or in f64, and graph / plan evaluators.
 //! - [`error`]: the one error type; nothing panics on bad input.
@@ -83,6 +86,8 @@ pub mod dtype;
 pub mod element;
 pub mod epilogue;
 pub mod error;
+#[cfg(feature = "alloc")]
+pub mod exec;
 pub mod fwht;
 pub mod graph;
 pub mod legality;

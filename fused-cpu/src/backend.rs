@@ -23,15 +23,11 @@ use crate::kernels::packed::packed_dot;
 use crate::packed::{PackedDot, PackedWeights, gemv_glu_packed_rows, gemv_packed_rows};
 use crate::pool::WorkerPool;
 
-/// Work and synchronisation done so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Parallel regions run; each ends when every thread is done (a barrier;
-    /// with one thread the region runs inline on the caller).
-    pub barriers: u64,
-    /// Kernel invocations (one per GEMV, FWHT or element-wise call).
-    pub kernel_calls: u64,
-}
+/// Work and synchronisation done so far: on this backend `barriers` counts
+/// parallel regions run (each ends when every thread is done; with one
+/// thread the region runs inline on the caller), `kernel_calls` one per
+/// GEMV, FWHT or element-wise call.
+pub use fused_core::exec::Counters;
 
 /// The CPU backend: an ISA and a thread pool.
 #[derive(Debug)]

@@ -12,7 +12,11 @@
 //! - [`CudaBackend::fwht`]: the signed or unsigned FWHT of every
 //!   N = 2^k (2..=32768), the sign multiply fused into the load;
 //! - the unfused element-wise kernels (add, mul, unary activation, GLU, row
-//!   bias), built from the same device functions as the epilogue.
+//!   bias), built from the same device functions as the epilogue;
+//! - `fused_core::exec::StepKernels` for [`CudaBackend`]: the core's plan
+//!   executor runs a plan on the GPU through the host-slice calls (f32
+//!   activations; formats and column counts it lacks are refused as
+//!   `fused_core::Error::Unsupported`).
 //!
 //! # Numerics
 //!
@@ -49,6 +53,7 @@
 //! panic.
 
 mod error;
+mod exec;
 
 #[cfg(feature = "cuda")]
 mod backend;

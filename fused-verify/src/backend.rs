@@ -6,15 +6,19 @@
 //! and the same graph unfused ([`Plan::unfused`]). The verifier compares the
 //! two with each other and with the reference. A backend that cannot run
 //! here says why ([`Availability::Skip`]); the registry keeps it listed, so
-//! a run shows the skip instead of passing silently.
+//! a run shows the skip instead of passing silently. A backend that can run
+//! but lacks a kernel for one case says so per case ([`Backend::supports`]):
+//! that case is reported as skipped on it, with the reason.
 //!
-//! To add a backend (Vulkan, CUDA): implement [`Backend`] in this crate
-//! behind the backend crate's feature and push it in [`registry`].
+//! The CPU backends are here; the GPU backends (Vulkan, CUDA) are in
+//! [`crate::gpu`]. To add a backend: implement [`Backend`] behind the
+//! backend crate's feature and push it in [`registry`].
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fused_core::Error;
+use fused_core::error::Unsupported;
 use fused_core::graph::Graph;
 use fused_core::planner::Plan;
 use fused_core::reference::eval::{GemvMode, Memory};
@@ -51,6 +55,32 @@ pub struct RunStats {
     pub kernel_calls: u64,
 }
 
+/// Why a backend run failed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunError {
+    /// Bad or unsupported input, as the core defines it.
+    Core(Error),
+    /// The device or its driver failed.
+    Device(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Core(e) => write!(f, "{e}"),
+            RunError::Device(e) => write!(f, "device: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<Error> for RunError {
+    fn from(e: Error) -> Self {
+        RunError::Core(e)
+    }
+}
+
 /// A backend under verification.
 pub trait Backend: Send + Sync {
     /// A unique name, e.g. `cpu-avx2`; `--backend` matches it by prefix.
@@ -64,6 +94,28 @@ pub trait Backend: Send + Sync {
     /// tolerance table.
     fn bit_exact_reference(&self) -> bool;
 
+    /// Whether it has a kernel for every step of `plan` (made for `g`) and
+    /// of the unfused graph with `cfg`; why not (a weight format, an
+    /// activation mode, a column count it lacks). The verifier reports an
+    /// unsupported case as skipped on this backend. Default: everything.
+    fn supports(&self, g: &Graph, plan: &Plan, cfg: RunConfig) -> Result<(), String> {
+        let _ = (g, plan, cfg);
+        Ok(())
+    }
+
+    /// Whether the timing modes (`perf`, `decode`) can time it here, and
+    /// why not. Default: when it can run at all.
+    fn timing_availability(&self) -> Availability {
+        self.availability()
+    }
+
+    /// What the backend's own checker (the Vulkan validation layer) reported
+    /// since the last call, or `None` when it has no checker running. The
+    /// verifier fails a case during which anything was reported.
+    fn take_diagnostics(&self) -> Option<Vec<String>> {
+        None
+    }
+
     /// Runs `plan` (made for `g`) over `mem`, reading the graph's inputs from
     /// it and leaving every computed tensor in it.
     fn run_plan(
@@ -72,10 +124,15 @@ pub trait Backend: Send + Sync {
         plan: &Plan,
         mem: &mut Memory,
         cfg: RunConfig,
-    ) -> Result<RunStats, Error>;
+    ) -> Result<RunStats, RunError>;
 
     /// Runs every node of `g` by itself.
-    fn run_unfused(&self, g: &Graph, mem: &mut Memory, cfg: RunConfig) -> Result<RunStats, Error> {
+    fn run_unfused(
+        &self,
+        g: &Graph,
+        mem: &mut Memory,
+        cfg: RunConfig,
+    ) -> Result<RunStats, RunError> {
         self.run_plan(g, &Plan::unfused(g), mem, cfg)
     }
 
@@ -91,7 +148,7 @@ pub trait Backend: Send + Sync {
         mem: &Memory,
         cfg: RunConfig,
         reps: usize,
-    ) -> Result<Vec<Vec<Duration>>, Error>;
+    ) -> Result<Vec<Vec<Duration>>, RunError>;
 
     /// The read-bandwidth ceiling in GB/s (10⁹ bytes/s) with `threads`
     /// threads, measured now, or `None` when the backend has no probe.
@@ -175,7 +232,7 @@ impl Backend for CpuIsaBackend {
         plan: &Plan,
         mem: &mut Memory,
         cfg: RunConfig,
-    ) -> Result<RunStats, Error> {
+    ) -> Result<RunStats, RunError> {
         let be = self.pool(cfg.threads)?;
         let n = buffer_count(mem);
         let mut cpu = CpuMemory::from_reference(mem, n)?;
@@ -195,7 +252,7 @@ impl Backend for CpuIsaBackend {
         mem: &Memory,
         cfg: RunConfig,
         reps: usize,
-    ) -> Result<Vec<Vec<Duration>>, Error> {
+    ) -> Result<Vec<Vec<Duration>>, RunError> {
         let be = self.pool(cfg.threads)?;
         let ex = Executor::new(&be, cfg.mode);
         let fresh = CpuMemory::from_reference(mem, buffer_count(mem))?;
@@ -251,11 +308,8 @@ impl Backend for Unbuilt {
         _: &Plan,
         _: &mut Memory,
         _: RunConfig,
-    ) -> Result<RunStats, Error> {
-        Err(Error::UnsupportedDType {
-            what: "backend not built",
-            dtype: fused_core::DType::F32,
-        })
+    ) -> Result<RunStats, RunError> {
+        Err(Error::Unsupported(Unsupported::Operation("a backend that is not built")).into())
     }
 
     fn time_plans(
@@ -265,11 +319,8 @@ impl Backend for Unbuilt {
         _: &Memory,
         _: RunConfig,
         _: usize,
-    ) -> Result<Vec<Vec<Duration>>, Error> {
-        Err(Error::UnsupportedDType {
-            what: "backend not built",
-            dtype: fused_core::DType::F32,
-        })
+    ) -> Result<Vec<Vec<Duration>>, RunError> {
+        Err(Error::Unsupported(Unsupported::Operation("a backend that is not built")).into())
     }
 
     fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
@@ -278,30 +329,31 @@ impl Backend for Unbuilt {
 }
 
 /// Every backend this build knows: one CPU backend per instruction set
-/// (those this machine lacks report a skip), then Vulkan and CUDA, which
-/// are listed as skipped (until their crates can run a plan, or when built
-/// without their feature).
+/// (those this machine lacks report a skip), then Vulkan and CUDA (a skip
+/// when no device can be opened, or when built without their feature).
 pub fn registry() -> Vec<Box<dyn Backend>> {
     let mut v: Vec<Box<dyn Backend>> = [Isa::Scalar, Isa::Avx2, Isa::Avx512]
         .into_iter()
         .filter(|isa| cfg!(target_arch = "x86_64") || *isa == Isa::Scalar)
         .map(|isa| Box::new(CpuIsaBackend::new(isa)) as Box<dyn Backend>)
         .collect();
+    #[cfg(feature = "vulkan")]
+    v.push(Box::new(crate::gpu::GpuBackend::<
+        fused_vulkan::VulkanBackend,
+    >::new()));
+    #[cfg(not(feature = "vulkan"))]
     v.push(Box::new(Unbuilt {
         name: "vulkan",
-        reason: if cfg!(feature = "vulkan") {
-            "fused-vulkan cannot run a plan yet (issue 6)"
-        } else {
-            "built without the `vulkan` feature"
-        },
+        reason: "built without the `vulkan` feature",
     }));
+    #[cfg(feature = "cuda")]
+    v.push(Box::new(
+        crate::gpu::GpuBackend::<fused_cuda::CudaBackend>::new(),
+    ));
+    #[cfg(not(feature = "cuda"))]
     v.push(Box::new(Unbuilt {
         name: "cuda",
-        reason: if cfg!(feature = "cuda") {
-            "fused-cuda cannot run a plan yet (issue 5)"
-        } else {
-            "built without the `cuda` feature (opt-in)"
-        },
+        reason: "built without the `cuda` feature (opt-in)",
     }));
     v
 }
@@ -313,7 +365,8 @@ pub fn selected(name: &str, patterns: &[String]) -> bool {
     patterns.is_empty() || patterns.iter().any(|p| name.starts_with(p.as_str()))
 }
 
-/// For the timing modes: whether `be` is unavailable and so to be skipped.
+/// For the timing modes: whether `be` cannot be timed here
+/// ([`Backend::timing_availability`]) and so is to be skipped.
 /// Prints the reason when `print`; a backend named by `--backend` that
 /// cannot run is an error in `errors` unless `--allow-skip`.
 pub fn skip_unavailable(
@@ -322,7 +375,7 @@ pub fn skip_unavailable(
     print: bool,
     errors: &mut Vec<String>,
 ) -> bool {
-    let Availability::Skip(why) = be.availability() else {
+    let Availability::Skip(why) = be.timing_availability() else {
         return false;
     };
     if print {

@@ -350,7 +350,8 @@ fn with_shape(mut c: Case, (name, m, k): (&'static str, usize, usize)) -> Case {
 
 /// A covering subset: for every format, every shape (with a rotating chain,
 /// column count and thread count), every chain on a small shape, every GLU
-/// activation, the NaN/Inf/bad-input kinds; every FWHT shape signed and not.
+/// activation, the NaN/Inf/bad-input kinds, and for the block formats every
+/// shape and a GLU with f32 activations; every FWHT shape signed and not.
 fn quick(seed: u64) -> Vec<Case> {
     let mut v = Vec::new();
     let chains = gemv_chains();
@@ -398,10 +399,30 @@ fn quick(seed: u64) -> Vec<Case> {
             v.push(c);
         }
         if d.is_quantized() {
-            let mut c = with_shape(base(Pattern::Gemv, d, seed + 4), sh[4]);
-            c.chain = vec![Link::Act(Activation::GeluTanh), Link::AddInPlace];
+            // f32 activations (the only mode of the GPU backends) on every
+            // shape, and one GLU.
+            for (si, &s) in sh.iter().enumerate() {
+                let mut c = with_shape(base(Pattern::Gemv, d, seed + 4), s);
+                c.mode = GemvMode::F32;
+                if si == 4 {
+                    c.chain = vec![Link::Act(Activation::GeluTanh), Link::AddInPlace];
+                    c.threads = 2;
+                } else {
+                    c.chain = chains[(si * 3 + di) % chains.len()].clone();
+                    c.cols = if s.0 == "large" {
+                        1
+                    } else {
+                        COLS[(si + di) % COLS.len()]
+                    };
+                    c.threads = THREADS[(si + di) % THREADS.len()];
+                }
+                v.push(c);
+            }
+            let mut c = with_shape(base(Pattern::Glu, d, seed + 4), sh[di % 5]);
+            c.glu = GLU_ACTS[di % GLU_ACTS.len()];
+            c.chain = glu[di % glu.len()].clone();
+            c.cols = 2;
             c.mode = GemvMode::F32;
-            c.threads = 2;
             v.push(c);
         }
     }

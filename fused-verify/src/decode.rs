@@ -17,7 +17,7 @@ use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
 
-use crate::backend::{Backend, RunConfig, registry, selected, skip_unavailable};
+use crate::backend::{Backend, RunConfig, RunError, registry, selected, skip_unavailable};
 use crate::cases::Rng;
 use crate::cli::Cli;
 use crate::metrics;
@@ -176,7 +176,7 @@ fn decode_one(
     p: &Plan,
     cfg: RunConfig,
     reps: usize,
-) -> Result<(f64, f64, u64, u64, bool), Error> {
+) -> Result<(f64, f64, u64, u64, bool), RunError> {
     let unfused = Plan::unfused(&s.graph);
     let (mut mf, mut mu) = (s.mem.clone(), s.mem.clone());
     let sf = be.run_plan(&s.graph, p, &mut mf, cfg)?;
@@ -230,10 +230,12 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
                 threads,
                 mode: GemvMode::Ggml,
             };
-            let res = build_stack(d, cli.layers, h, f, cli.seed).and_then(|s| {
-                let p = plan(&s.graph);
-                decode_one(be.as_ref(), &s, &p, cfg, cli.reps)
-            });
+            let res = build_stack(d, cli.layers, h, f, cli.seed)
+                .map_err(RunError::from)
+                .and_then(|s| {
+                    let p = plan(&s.graph);
+                    decode_one(be.as_ref(), &s, &p, cfg, cli.reps)
+                });
             match res {
                 Ok((tf, tu, bf, bu, same)) => {
                     let row = DecodeRow {

@@ -2,11 +2,17 @@
 //!
 //! The project's main job (`cargo run --release -p fused-verify`). It needs
 //! no GPU: the CPU backend runs in every instruction set the machine has
-//! (scalar, AVX2, AVX-512), each as its own backend.
+//! (scalar, AVX2, AVX-512), each as its own backend; the Vulkan backend
+//! (feature `vulkan`, default) runs wherever a Vulkan driver opens (lavapipe
+//! on a CPU-only machine) and the CUDA backend with the opt-in `cuda`
+//! feature on a machine with an NVIDIA driver. Where a GPU backend cannot
+//! open a device it is reported as skipped with the reason; cases it has no
+//! kernel for are skipped one by one, with the reason.
 //!
 //! - [`backend`]: the [`backend::Backend`] trait a backend implements (name,
 //!   availability, run a core plan fused or the graph unfused over host
 //!   buffers, timing, bandwidth probe, counters) and the registry.
+//! - [`gpu`]: the Vulkan and CUDA backends, through the core's executor.
 //! - [`cases`]: the case generator (pattern × format × shape × columns ×
 //!   chain × threads × seed) and the graph each case builds.
 //! - [`metrics`]: NMSE, max abs error, ulps, bit identity, finiteness.
@@ -26,6 +32,7 @@ pub mod cases;
 pub mod cli;
 pub mod decode;
 pub mod gguf;
+pub mod gpu;
 pub mod metrics;
 pub mod perf;
 pub mod plot;

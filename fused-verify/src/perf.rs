@@ -118,7 +118,7 @@ fn time_case(be: &dyn Backend, case: &Case, reps: usize) -> Result<PerfRow, Stri
         threads: case.threads,
         mode: case.mode,
     };
-    let err = |e: fused_core::Error| e.to_string();
+    let err = |e: crate::backend::RunError| e.to_string();
     let mut times = be
         .time_plans(&b.graph, &[&fused, &unfused], &b.mem, cfg, reps)
         .map_err(err)?

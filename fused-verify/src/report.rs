@@ -169,6 +169,9 @@ pub struct BackendStatus {
     pub requested: bool,
     /// Cases it ran.
     pub cases_run: usize,
+    /// Cases it skipped for want of a kernel (a weight format, an
+    /// activation mode or a column count it lacks).
+    pub cases_unsupported: usize,
 }
 
 /// The JSON document of a `test` run (schema `fused-verify/test/1`).

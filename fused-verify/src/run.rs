@@ -2,7 +2,9 @@
 //! every selected backend, then the report.
 //!
 //! Skip rules: a backend that cannot run here has all its cases counted as
-//! skipped and is reported (`SKIP name: reason`). When `--backend` names
+//! skipped and is reported (`SKIP name: reason`); a case a backend has no
+//! kernel for is counted as skipped on it, its reason in the case's result
+//! and a per-backend count printed. When `--backend` names
 //! it, or when an available backend ran no case (a filter that matches
 //! nothing), the run fails unless `--allow-skip`.
 
@@ -126,6 +128,7 @@ pub fn run_cases(
                 },
                 requested: explicit && selected(b.name(), &cli.backend),
                 cases_run: 0,
+                cases_unsupported: 0,
             }
         })
         .collect();
@@ -156,10 +159,15 @@ pub fn run_cases(
         for be in &chosen {
             match be.availability() {
                 Availability::Ready => {
-                    case_results.push(check_backend(*be, &p, cli.tolerance_scale));
+                    let r = check_backend(*be, &p, cli.tolerance_scale);
                     if let Some(s) = status.iter_mut().find(|s| s.name == be.name()) {
-                        s.cases_run += 1;
+                        if r.outcome == Outcome::Skip {
+                            s.cases_unsupported += 1;
+                        } else {
+                            s.cases_run += 1;
+                        }
                     }
+                    case_results.push(r);
                 }
                 Availability::Skip(reason) => {
                     case_results.push(CaseResult::skipped(be.name(), case, &reason));
@@ -182,16 +190,23 @@ pub fn run_cases(
         progress.inc(case.pattern.name());
     }
     progress.finish();
+    if print {
+        print_unsupported(&status, &results);
+    }
 
     for s in &status {
         let in_run = chosen.iter().any(|b| b.name() == s.name);
         if !in_run || s.cases_run > 0 {
             continue;
         }
-        let why = s
-            .skip_reason
-            .clone()
-            .unwrap_or_else(|| "no case matched".to_string());
+        let why = match &s.skip_reason {
+            Some(r) => r.clone(),
+            None if s.cases_unsupported > 0 => format!(
+                "it has no kernel for any of the {} matching cases",
+                s.cases_unsupported
+            ),
+            None => "no case matched".to_string(),
+        };
         let counts = s.requested || s.available;
         if counts && !cli.allow_skip {
             errors.push(format!(
@@ -233,6 +248,35 @@ pub fn run_cases(
         summary: totals,
         table,
         results,
+    }
+}
+
+/// `SKIP name: N cases unsupported` per backend that ran, with each
+/// distinct reason and its count.
+fn print_unsupported(status: &[BackendStatus], results: &[CaseResult]) {
+    for s in status
+        .iter()
+        .filter(|s| s.available && s.cases_unsupported > 0)
+    {
+        let mut reasons: Vec<(String, usize)> = Vec::new();
+        let why = results
+            .iter()
+            .filter(|r| r.backend == s.name && r.outcome == Outcome::Skip)
+            .filter_map(|r| r.checks.first().map(|c| c.detail.clone()));
+        for w in why {
+            match reasons.iter_mut().find(|(r, _)| *r == w) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((w, 1)),
+            }
+        }
+        reasons.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        println!(
+            "SKIP {}: {} cases it has no kernel for ({} run)",
+            s.name, s.cases_unsupported, s.cases_run
+        );
+        for (r, n) in reasons {
+            println!("     {n} × {r}");
+        }
     }
 }
 

@@ -8,7 +8,10 @@
 //! bit (also with NaN/Inf inputs); NMSE against f64 and ulps against the
 //! same-quantization reference within [`crate::tolerance`]; non-finite
 //! values where the reference has them; the plan needs fewer barriers than
-//! the unfused graph when it fuses; a short weight buffer is an error.
+//! the unfused graph when it fuses; a short weight buffer is an error; the
+//! backend's own checker (the Vulkan validation layer) reported nothing.
+//! A case the backend has no kernel for ([`Backend::supports`]) is skipped
+//! on it, with the reason.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -20,7 +23,7 @@ use fused_core::reference::eval::{Memory, eval_graph};
 use fused_core::reference::gemv::{GluWeights, gemm_f64, gemm_glu_f64};
 use fused_core::tensor::BufferId;
 
-use crate::backend::{Backend, RunConfig, RunStats};
+use crate::backend::{Backend, RunConfig, RunError, RunStats};
 use crate::cases::{Built, Case, Pattern, Special, build};
 use crate::metrics;
 use crate::tolerance::{self, Tolerance};
@@ -44,7 +47,7 @@ pub enum Outcome {
     Pass,
     /// A check failed.
     Fail,
-    /// Not run (the backend is not available).
+    /// Not run (the backend is not available, or has no kernel for the case).
     Skip,
 }
 
@@ -104,12 +107,21 @@ impl CaseResult {
         self.checks.push(Check { name, ok, detail });
     }
 
-    /// The result of a case the backend did not run.
+    /// The result of a case the backend did not run (it is not available).
     pub fn skipped(backend: &str, case: &Case, reason: &str) -> CaseResult {
+        CaseResult::not_run(backend, case, "available", reason)
+    }
+
+    /// The result of a case the backend has no kernel for.
+    pub fn unsupported(backend: &str, case: &Case, reason: &str) -> CaseResult {
+        CaseResult::not_run(backend, case, "supported", reason)
+    }
+
+    fn not_run(backend: &str, case: &Case, check: &'static str, reason: &str) -> CaseResult {
         let mut r = CaseResult::new(backend, case);
         r.outcome = Outcome::Skip;
         r.checks.push(Check {
-            name: "available",
+            name: check,
             ok: true,
             detail: reason.to_string(),
         });
@@ -256,7 +268,7 @@ pub fn prepare(case: &Case) -> Prepared {
 }
 
 /// Runs `f`, turning a panic into an error message.
-fn guarded<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, String> {
+fn guarded<T, E: std::fmt::Display>(f: impl FnOnce() -> Result<T, E>) -> Result<T, String> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(format!("error: {e}")),
@@ -272,7 +284,7 @@ fn run_once(
     mem: &Memory,
     cfg: RunConfig,
 ) -> Result<(Vec<f32>, RunStats), String> {
-    guarded(|| {
+    guarded(|| -> Result<_, RunError> {
         let mut m = mem.clone();
         let stats = match plan {
             Some(p) => be.run_plan(&b.graph, p, &mut m, cfg)?,
@@ -297,10 +309,46 @@ pub fn check_backend(be: &dyn Backend, p: &Prepared, scale: f64) -> CaseResult {
         threads: case.threads,
         mode: case.mode,
     };
+    if let Err(why) = be.supports(&b.graph, &p.plan, cfg) {
+        return CaseResult::unsupported(be.name(), case, &why);
+    }
+    // Messages from before this case are not its own.
+    let _ = be.take_diagnostics();
     if case.special == Special::BadInput {
         short_weights(be, b, &p.plan, cfg, &mut r);
+        diagnostics(be, &mut r);
         return r;
     }
+    check_runs(be, p, b, cfg, scale, &mut r);
+    diagnostics(be, &mut r);
+    r
+}
+
+/// Fails `r` when the backend's checker reported anything during the case.
+fn diagnostics(be: &dyn Backend, r: &mut CaseResult) {
+    if let Some(msgs) = be.take_diagnostics() {
+        r.check(
+            "validation",
+            msgs.is_empty(),
+            match msgs.first() {
+                None => "no validation messages".to_string(),
+                Some(first) => format!("{} validation message(s), first: {first}", msgs.len()),
+            },
+        );
+    }
+}
+
+/// The fused and unfused runs of a case with finite or non-finite inputs,
+/// and their checks.
+fn check_runs(
+    be: &dyn Backend,
+    p: &Prepared,
+    b: &Built,
+    cfg: RunConfig,
+    scale: f64,
+    r: &mut CaseResult,
+) {
+    let case = &p.case;
     let fused = run_once(be, b, Some(&p.plan), &b.mem, cfg);
     let unfused = run_once(be, b, None, &b.mem, cfg);
     let ((yf, sf), (yu, su)) = match (fused, unfused) {
@@ -312,7 +360,7 @@ pub fn check_backend(be: &dyn Backend, p: &Prepared, scale: f64) -> CaseResult {
                 false,
                 format!("fused: {}; unfused: {}", msg(&f), msg(&u)),
             );
-            return r;
+            return;
         }
     };
     r.metrics.fused = Some(sf);
@@ -359,7 +407,7 @@ pub fn check_backend(be: &dyn Backend, p: &Prepared, scale: f64) -> CaseResult {
             same,
             format!("non-finite pattern as in the reference: {same} ({n} non-finite outputs)"),
         );
-        return r;
+        return;
     }
     let tol = tolerance::for_case(case, be.bit_exact_reference(), scale);
     let nmse = metrics::nmse(&yf, &p.truth);
@@ -384,7 +432,6 @@ pub fn check_backend(be: &dyn Backend, p: &Prepared, scale: f64) -> CaseResult {
         ulp <= tol.ulp,
         format!("max {ulp} ulp (tolerance {})", tol.ulp),
     );
-    r
 }
 
 /// The weight buffer one byte short: both runs must return an error.

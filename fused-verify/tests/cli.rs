@@ -81,16 +81,62 @@ fn filtered_run_passes_and_writes_the_json_schema() {
 
 #[test]
 fn a_requested_backend_that_runs_nothing_fails_unless_allowed() {
-    let o = run(&["--backend", "vulkan", "--filter", "fwht/"]);
+    // These tests build fused-verify without the `cuda` feature.
+    let o = run(&["--backend", "cuda", "--filter", "fwht/"]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
-    assert!(stdout(&o).contains("backend vulkan ran no case"));
+    assert!(stdout(&o).contains("backend cuda ran no case"));
     let [passed, _, skipped] = counts(&last_line(&o));
     assert!(passed > 0, "the reference checks still run");
     assert!(skipped > 0);
 
-    let o = run(&["--backend", "vulkan", "--filter", "fwht/", "--allow-skip"]);
+    let o = run(&["--backend", "cuda", "--filter", "fwht/", "--allow-skip"]);
     assert!(o.status.success(), "{}", stdout(&o));
-    assert!(stdout(&o).contains("SKIP vulkan"));
+    assert!(stdout(&o).contains("SKIP cuda"));
+}
+
+#[test]
+fn cases_a_backend_has_no_kernel_for_are_skipped_with_the_reason() {
+    // Vulkan takes f32 activations only: GGML's Q8_0 activations for Q8_0
+    // weights are skipped per case, never passed or failed; without a device
+    // the whole backend is skipped.
+    let json = tmp("unsupported.json");
+    let o = run(&[
+        "--backend",
+        "vulkan",
+        "--filter",
+        "gemv/q8_0/63/",
+        "--allow-skip",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).ok();
+    let vk = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "vulkan")
+        .unwrap();
+    let mut unsupported = 0;
+    for r in v["results"].as_array().unwrap() {
+        if r["backend"] != "vulkan" || !r["case"].as_str().unwrap().contains("/ggml/") {
+            continue;
+        }
+        assert_eq!(r["outcome"], "skip", "{r}");
+        if vk["available"] == true {
+            assert_eq!(r["checks"][0]["name"], "supported", "{r}");
+            let why = r["checks"][0]["detail"].as_str().unwrap();
+            assert!(why.contains("Q8_0 activations"), "{why}");
+            unsupported += 1;
+        }
+    }
+    assert_eq!(vk["cases_unsupported"], unsupported);
+    if vk["available"] == true {
+        assert!(unsupported > 0);
+        assert!(stdout(&o).contains("SKIP vulkan: "), "{}", stdout(&o));
+    }
 }
 
 #[test]

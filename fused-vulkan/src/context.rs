@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ash::vk;
 use ash::vk::Handle;
@@ -97,6 +98,8 @@ pub struct VulkanContext {
     timestamp_mask: u64,
     info: DeviceInfo,
     pub(crate) kernels: Mutex<HashMap<KernelKey, Kernel>>,
+    /// Dispatches completed (each followed by a barrier or the host's wait).
+    dispatches: AtomicU64,
 }
 
 impl core::fmt::Debug for VulkanContext {
@@ -288,6 +291,7 @@ impl VulkanContext {
             timestamp_mask: opened.timestamp_mask,
             info: opened.info,
             kernels: Mutex::new(HashMap::new()),
+            dispatches: AtomicU64::new(0),
         })
     }
 
@@ -300,6 +304,14 @@ impl VulkanContext {
     /// validation).
     pub fn validation_messages(&self) -> Vec<String> {
         self.messages.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Compute dispatches completed so far. Every dispatch is followed by a
+    /// full barrier (before the next command of its submission) or by the
+    /// host's wait for the submission, so this counts both kernel calls and
+    /// synchronisation points.
+    pub fn dispatches(&self) -> u64 {
+        self.dispatches.load(Ordering::Relaxed)
     }
 
     /// Whether the validation layer is on.
@@ -681,6 +693,8 @@ impl VulkanContext {
             self.device
                 .wait_for_fences(&[res.fence], true, u64::MAX)
                 .map_err(VulkanError::vk("vkWaitForFences"))?;
+            self.dispatches
+                .fetch_add(u64::from(n_sets), Ordering::Relaxed);
             match period {
                 None => Ok(None),
                 Some(p) => {

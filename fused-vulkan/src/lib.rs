@@ -17,11 +17,15 @@
 //!   F32, F16, Q8_0, Q4_0 and Q4_K weights (1 to 8 f32 columns) and its gated dual
 //!   form, and the unfused element-wise kernels built from the same shader
 //!   functions as the epilogue (fused == unfused bit for bit).
+//! - `exec`: the core's plan executor on this backend — [`VulkanBackend`]
+//!   implements `fused_core::exec::StepKernels` (f32 activations; formats and
+//!   column counts it lacks are refused as `fused_core::Error::Unsupported`).
 //! - [`timing`]: device-timed kernels for the bench binary.
 
 mod backend;
 mod context;
 mod error;
+mod exec;
 mod kernels;
 pub mod timing;
 

@@ -70,6 +70,13 @@ impl Memory {
             .ok_or(Error::BadBuffer { buffer: id.0 })
     }
 
+    /// Buffer `id` itself (the executor takes it out while it writes it).
+    pub(crate) fn buffer_vec_mut(&mut self, id: BufferId) -> Result<&mut Vec<u8>, Error> {
+        self.buffers
+            .get_mut(id.0 as usize)
+            .ok_or(Error::BadBuffer { buffer: id.0 })
+    }
+
     /// Checks that `t` lies inside its buffer.
     pub fn check(&self, t: &TensorDesc) -> Result<(), Error> {
         let len = self.buffer(t.buffer())?.len();

@@ -1,0 +1,806 @@
+//! The plan executor every backend shares: runs a [`Plan`] (or a whole graph
+//! unfused) step by step over host byte buffers, one kernel call per step,
+//! through the host-slice kernels a backend offers ([`StepKernels`]).
+//!
+//! The executor does what does not depend on the backend: it finds each
+//! step's inputs in memory, borrows them in place where it can (contiguous
+//! F32 at a 4-byte-aligned address) or gathers them into a packed copy
+//! (strided tensors, F16/BF16 widened to f32), repeats a broadcast operand
+//! GGML-style, orders the epilogue operands by slot, and hands the backend
+//! f32 slices and packed weight rows. Reads that share the destination's
+//! buffer are borrowed from the parts of the buffer before and after the
+//! destination (the planner guarantees they do not overlap it, except an
+//! element-wise operand aliasing it exactly, which is copied first).
+//!
+//! Memory is anything that implements [`Buffers`]: the reference
+//! evaluator's [`Memory`] does, and so do backends' own host buffers.
+//! A backend that lacks a kernel for a valid input (a weight format, an
+//! activation mode, a column count) says so in
+//! [`StepKernels::supports_gemv`]; the executor then returns
+//! [`Error::Unsupported`] before anything runs for that step, and
+//! [`Executor::check`] asks the same question of a whole plan up front.
+
+use alloc::borrow::Cow;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::DType;
+use crate::element::Activation;
+use crate::epilogue::{Epilogue, MAX_STAGES};
+use crate::error::{Error, Unsupported};
+use crate::fwht::{FwhtDesc, check_fwht_size};
+use crate::graph::{Graph, MatHint, Node, NodeId, Op};
+use crate::planner::{Operands, Plan, Step};
+use crate::reference::eval::{GemvMode, Memory};
+use crate::reference::gemv::{ActQuant, GluWeights, WeightMatrix};
+use crate::tensor::{BufferId, Overlap, TensorDesc};
+
+/// Work and synchronisation a backend counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Synchronisation points: parallel regions joined (CPU), or waits for
+    /// the device to finish a dispatch (GPU host-slice calls).
+    pub barriers: u64,
+    /// Kernel invocations (one per GEMV, FWHT or element-wise call).
+    pub kernel_calls: u64,
+}
+
+/// What a run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Steps that launched a kernel (reshapes and views excluded).
+    pub kernel_steps: u64,
+    /// The backend's counters over the run (zero where it counts nothing).
+    pub counters: Counters,
+}
+
+/// The host-slice kernels a plan step needs. Every slice is packed f32
+/// (GGML order; several activation columns are column-major, `x[c·K..]`,
+/// `y[c·M..]`), weights are packed rows. A backend validates its own inputs
+/// and returns its own error type, which every core [`Error`] converts into.
+pub trait StepKernels {
+    /// The backend's error.
+    type Error: From<Error>;
+
+    /// Whether the backend has a GEMV kernel for weights of `dtype` with
+    /// activations fed per `mode`, for `n_cols` columns (default: all).
+    fn supports_gemv(
+        &self,
+        dtype: DType,
+        mode: ActQuant,
+        n_cols: usize,
+    ) -> Result<(), Unsupported> {
+        let _ = (dtype, mode, n_cols);
+        Ok(())
+    }
+
+    /// The backend's counters so far (default: none counted). The executor
+    /// reports the difference over a run.
+    fn counters(&self) -> Counters {
+        Counters::default()
+    }
+
+    /// `y = epilogue(w · x)` for `n_cols` columns; `operands` in slot order.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &self,
+        w: &WeightMatrix<'_>,
+        x: &[f32],
+        n_cols: usize,
+        mode: ActQuant,
+        epilogue: &Epilogue,
+        operands: &[&[f32]],
+        y: &mut [f32],
+    ) -> Result<(), Self::Error>;
+
+    /// `y = epilogue(act(W_gate · x) ⊙ (W_up · x))`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_glu(
+        &self,
+        w: &GluWeights<'_>,
+        act: Activation,
+        x: &[f32],
+        n_cols: usize,
+        mode: ActQuant,
+        epilogue: &Epilogue,
+        operands: &[&[f32]],
+        y: &mut [f32],
+    ) -> Result<(), Self::Error>;
+
+    /// The (signed) FWHT of every row of `x`.
+    fn fwht(
+        &self,
+        desc: &FwhtDesc,
+        x: &[f32],
+        signs: Option<&[f32]>,
+        y: &mut [f32],
+    ) -> Result<(), Self::Error>;
+
+    /// `y = a + b` (equal lengths).
+    fn add(&self, a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), Self::Error>;
+
+    /// `y = a · b` (equal lengths).
+    fn mul(&self, a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), Self::Error>;
+
+    /// `y = act(gate) · up`.
+    fn glu(
+        &self,
+        act: Activation,
+        gate: &[f32],
+        up: &[f32],
+        y: &mut [f32],
+    ) -> Result<(), Self::Error>;
+
+    /// `y = act(a)`.
+    fn unary(&self, act: Activation, a: &[f32], y: &mut [f32]) -> Result<(), Self::Error>;
+
+    /// `y[i] = a[i] + bias[i mod bias.len()]` (column-major, `bias.len()` rows).
+    fn add_row_bias(&self, a: &[f32], bias: &[f32], y: &mut [f32]) -> Result<(), Self::Error>;
+
+    /// `y = a` (stands in for ops the core does not model).
+    fn copy(&self, a: &[f32], y: &mut [f32]) -> Result<(), Self::Error>;
+}
+
+/// Host byte buffers the executor reads and writes, indexed by [`BufferId`].
+pub trait Buffers {
+    /// The bytes of buffer `id`.
+    fn buffer(&self, id: BufferId) -> Result<&[u8], Error>;
+
+    /// Calls `f` with the bytes of buffer `id` writable and `self` for
+    /// reading the other buffers (the executor never reads buffer `id`
+    /// through `self` meanwhile; an implementation may make that an error).
+    fn with_buffer_mut<R>(
+        &mut self,
+        id: BufferId,
+        f: impl FnOnce(&mut [u8], &Self) -> R,
+    ) -> Result<R, Error>;
+}
+
+impl Buffers for Memory {
+    fn buffer(&self, id: BufferId) -> Result<&[u8], Error> {
+        Memory::buffer(self, id)
+    }
+
+    fn with_buffer_mut<R>(
+        &mut self,
+        id: BufferId,
+        f: impl FnOnce(&mut [u8], &Self) -> R,
+    ) -> Result<R, Error> {
+        let mut bytes = core::mem::take(self.buffer_vec_mut(id)?);
+        let r = f(&mut bytes, self);
+        *self.buffer_vec_mut(id)? = bytes;
+        Ok(r)
+    }
+}
+
+/// A tensor's packed bytes (rows in order), borrowed when contiguous.
+pub fn packed<'a>(bytes: &'a [u8], t: &TensorDesc) -> Result<Cow<'a, [u8]>, Error> {
+    let ext = t.byte_extent();
+    if ext.end > bytes.len() {
+        return Err(Error::BufferTooShort {
+            what: "tensor extent",
+            needed: ext.end,
+            actual: bytes.len(),
+        });
+    }
+    if t.is_contiguous() {
+        return Ok(Cow::Borrowed(&bytes[ext.start..ext.end]));
+    }
+    if t.nb()[0] != t.dtype().block_bytes() {
+        return Err(Error::UnsupportedDType {
+            what: "executor input with strided blocks",
+            dtype: t.dtype(),
+        });
+    }
+    let rb = t.row_bytes();
+    let ne = t.ne();
+    let mut out = Vec::with_capacity(rb * t.n_rows());
+    for r in 0..t.n_rows() {
+        let at = t.element_offset([0, r % ne[1], r / ne[1] % ne[2], r / ne[1] / ne[2]]);
+        out.extend_from_slice(&bytes[at..at + rb]);
+    }
+    Ok(Cow::Owned(out))
+}
+
+/// Little-endian f32 values of `b` (a whole number of 4-byte words).
+fn f32_le(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A float tensor (F32, F16 or BF16) as packed f32 values, borrowed when
+/// F32, contiguous and 4-byte aligned.
+pub fn gather_f32<'a>(bytes: &'a [u8], t: &TensorDesc) -> Result<Cow<'a, [f32]>, Error> {
+    let p = packed(bytes, t)?;
+    match t.dtype() {
+        DType::F32 => match p {
+            Cow::Borrowed(b) => match bytemuck::try_cast_slice::<u8, f32>(b) {
+                Ok(f) => Ok(Cow::Borrowed(f)),
+                Err(_) => Ok(Cow::Owned(f32_le(b))),
+            },
+            Cow::Owned(b) => Ok(Cow::Owned(f32_le(&b))),
+        },
+        DType::F16 | DType::BF16 => {
+            let mut out = vec![0.0f32; t.n_elements()];
+            crate::quant::dequantize_row(t.dtype(), &p, &mut out)?;
+            Ok(Cow::Owned(out))
+        }
+        dtype => Err(Error::UnsupportedDType {
+            what: "element-wise input",
+            dtype,
+        }),
+    }
+}
+
+/// One read of a step: raw bytes (weights) or f32 values.
+enum Read<'a> {
+    Bytes(Cow<'a, [u8]>),
+    F32(Cow<'a, [f32]>),
+}
+
+impl Read<'_> {
+    fn f32(&self) -> &[f32] {
+        match self {
+            Read::F32(v) => v,
+            Read::Bytes(_) => &[],
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Read::Bytes(v) => v,
+            Read::F32(_) => &[],
+        }
+    }
+}
+
+/// Runs plans and graphs through a backend's [`StepKernels`].
+#[derive(Debug)]
+pub struct Executor<'k, K: ?Sized> {
+    kernels: &'k K,
+    mode: GemvMode,
+}
+
+impl<'k, K: StepKernels + ?Sized> Executor<'k, K> {
+    /// An executor on `kernels`, feeding GEMV activations per `mode`.
+    pub fn new(kernels: &'k K, mode: GemvMode) -> Executor<'k, K> {
+        Executor { kernels, mode }
+    }
+
+    /// Runs every node of `g` by itself.
+    pub fn run_graph<M: Buffers>(&self, g: &Graph, mem: &mut M) -> Result<RunStats, K::Error> {
+        self.run(g, &Plan::unfused(g), mem)
+    }
+
+    /// Runs `plan` (made for `g`) over `mem`.
+    pub fn run<M: Buffers>(
+        &self,
+        g: &Graph,
+        plan: &Plan,
+        mem: &mut M,
+    ) -> Result<RunStats, K::Error> {
+        let before = self.kernels.counters();
+        let mut kernel_steps = 0;
+        for step in &plan.steps {
+            if self.step(g, step, mem)? {
+                kernel_steps += 1;
+            }
+        }
+        let after = self.kernels.counters();
+        Ok(RunStats {
+            kernel_steps,
+            counters: Counters {
+                barriers: after.barriers.saturating_sub(before.barriers),
+                kernel_calls: after.kernel_calls.saturating_sub(before.kernel_calls),
+            },
+        })
+    }
+
+    /// Whether the backend has a kernel for every GEMV of `plan` (made for
+    /// `g`): the first one it lacks, as [`Error::Unsupported`], or a
+    /// malformed graph's error. Nothing runs.
+    pub fn check(&self, g: &Graph, plan: &Plan) -> Result<(), Error> {
+        for step in &plan.steps {
+            match step {
+                Step::Node(id) => {
+                    let node = g.node(*id)?;
+                    if let Op::MulMat(hint) = node.op() {
+                        let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
+                        if !(hint == MatHint::Hadamard && check_fwht_size(w.ne()[0]).is_ok()) {
+                            self.supports(&w, &x)?;
+                        }
+                    }
+                }
+                Step::Gemv(s) => {
+                    let mm = g.node(s.matmul)?;
+                    self.supports(&src(g, mm, 0)?, &src(g, mm, 1)?)?;
+                }
+                Step::GluGemv(s) => {
+                    let gn = g.node(s.gate)?;
+                    self.supports(&src(g, gn, 0)?, &src(g, gn, 1)?)?;
+                }
+                Step::SignedFwht(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The backend's answer for weights `w` times activations `x`.
+    fn supports(&self, w: &TensorDesc, x: &TensorDesc) -> Result<(), Error> {
+        let mode = self.mode.act_quant(w.dtype());
+        Ok(self.kernels.supports_gemv(w.dtype(), mode, x.n_rows())?)
+    }
+
+    /// Runs `f` with the destination borrowed mutably and every read
+    /// borrowed (or gathered) from memory.
+    fn with_io<M: Buffers>(
+        &self,
+        mem: &mut M,
+        dst: &TensorDesc,
+        reads: &[(TensorDesc, bool)],
+        f: impl FnOnce(&[Read<'_>], &mut [f32]) -> Result<(), K::Error>,
+    ) -> Result<(), K::Error> {
+        if dst.dtype() != DType::F32 || !dst.is_contiguous() {
+            return Err(Error::UnsupportedDType {
+                what: "executor destination (must be contiguous F32)",
+                dtype: dst.dtype(),
+            }
+            .into());
+        }
+        let ext = dst.byte_extent();
+        mem.with_buffer_mut(dst.buffer(), |all, mem| {
+            if ext.end > all.len() {
+                return Err(Error::BufferTooShort {
+                    what: "destination extent",
+                    needed: ext.end,
+                    actual: all.len(),
+                }
+                .into());
+            }
+            let (lo, rest) = all.split_at_mut(ext.start);
+            let (out, hi) = rest.split_at_mut(ext.len());
+            let mut owned: Vec<Read<'_>> = Vec::with_capacity(reads.len());
+            for (t, as_bytes) in reads {
+                let src: Cow<'_, [u8]> = if t.buffer() == dst.buffer() {
+                    let e = t.byte_extent();
+                    match t.overlap(dst) {
+                        Overlap::Disjoint if e.end <= ext.start => packed(lo, t)?,
+                        Overlap::Disjoint => {
+                            // Shift the tensor to `hi`'s coordinates.
+                            let shifted = TensorDesc::strided(
+                                t.dtype(),
+                                t.ne(),
+                                t.nb(),
+                                t.buffer(),
+                                e.start - ext.end,
+                            )?;
+                            packed(hi, &shifted)?
+                        }
+                        Overlap::Exact => Cow::Owned(out.to_vec()),
+                        Overlap::Partial => {
+                            return Err(Error::AliasViolation {
+                                what: "a read partially overlaps the destination",
+                            }
+                            .into());
+                        }
+                    }
+                } else {
+                    packed(mem.buffer(t.buffer())?, t)?
+                };
+                owned.push(if *as_bytes {
+                    Read::Bytes(src)
+                } else {
+                    let packed_t = TensorDesc::contiguous(t.dtype(), t.ne(), t.buffer(), 0)?;
+                    Read::F32(match src {
+                        Cow::Borrowed(bb) => gather_f32(bb, &packed_t)?,
+                        Cow::Owned(v) => Cow::Owned(gather_f32(&v, &packed_t)?.into_owned()),
+                    })
+                });
+            }
+            match bytemuck::try_cast_slice_mut::<u8, f32>(out) {
+                Ok(y) => f(&owned, y),
+                Err(_) => {
+                    // A buffer that is not 4-byte aligned in memory: compute
+                    // into an aligned copy and store its bytes.
+                    let mut y = f32_le(out);
+                    f(&owned, &mut y)?;
+                    for (o, v) in out.chunks_exact_mut(4).zip(&y) {
+                        o.copy_from_slice(&v.to_le_bytes());
+                    }
+                    Ok(())
+                }
+            }
+        })?
+    }
+
+    fn operand_reads(g: &Graph, ops: &Operands) -> Result<Vec<(TensorDesc, bool)>, Error> {
+        ops.iter()
+            .flatten()
+            .map(|id| Ok((*g.tensor(*id)?, false)))
+            .collect()
+    }
+
+    /// Runs one step; `Ok(true)` when it launched a kernel.
+    fn step<M: Buffers>(&self, g: &Graph, step: &Step, mem: &mut M) -> Result<bool, K::Error> {
+        let k = self.kernels;
+        match step {
+            Step::Node(id) => self.node(g, *id, mem),
+            Step::Gemv(s) => {
+                let mm = g.node(s.matmul)?;
+                let (w, x) = (src(g, mm, 0)?, src(g, mm, 1)?);
+                self.supports(&w, &x)?;
+                let mut reads = vec![(w, true), (x, false)];
+                reads.extend(Self::operand_reads(g, &s.operands)?);
+                let dst = *g.tensor(s.out)?;
+                self.with_io(mem, &dst, &reads, |r, y| {
+                    self.gemv(&w, &r[0], &r[1], x.n_rows(), &s.epilogue, &r[2..], y)
+                })?;
+                Ok(true)
+            }
+            Step::GluGemv(s) => {
+                let (gn, un) = (g.node(s.gate)?, g.node(s.up)?);
+                let (wg, wu, x) = (src(g, gn, 0)?, src(g, un, 0)?, src(g, gn, 1)?);
+                self.supports(&wg, &x)?;
+                let mut reads = vec![(wg, true), (wu, true), (x, false)];
+                reads.extend(Self::operand_reads(g, &s.operands)?);
+                let dst = *g.tensor(s.out)?;
+                let (m, kk, n) = (wg.ne()[1], wg.ne()[0], x.n_rows());
+                self.with_io(mem, &dst, &reads, |r, y| {
+                    let pair = GluWeights::new(
+                        WeightMatrix::new(wg.dtype(), m, kk, r[0].bytes())?,
+                        WeightMatrix::new(wu.dtype(), m, kk, r[1].bytes())?,
+                    )?;
+                    let ops: Vec<&[f32]> = r[3..].iter().map(Read::f32).collect();
+                    let mode = self.mode.act_quant(wg.dtype());
+                    let slots = slots(&s.epilogue, &ops);
+                    k.gemv_glu(&pair, s.act, r[2].f32(), n, mode, &s.epilogue, &slots, y)
+                })?;
+                Ok(true)
+            }
+            Step::SignedFwht(s) => {
+                let (x, signs) = (*g.tensor(s.x)?, *g.tensor(s.signs)?);
+                let dst = *g.tensor(s.matmul)?;
+                self.with_io(mem, &dst, &[(x, false), (signs, false)], |r, y| {
+                    k.fwht(&s.desc, r[0].f32(), Some(r[1].f32()), y)
+                })?;
+                Ok(true)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &self,
+        w: &TensorDesc,
+        wr: &Read<'_>,
+        xr: &Read<'_>,
+        n_cols: usize,
+        epilogue: &Epilogue,
+        operands: &[Read<'_>],
+        y: &mut [f32],
+    ) -> Result<(), K::Error> {
+        let (kk, m) = (w.ne()[0], w.ne()[1]);
+        let wm = WeightMatrix::new(w.dtype(), m, kk, wr.bytes())?;
+        let ops: Vec<&[f32]> = operands.iter().map(Read::f32).collect();
+        let mode = self.mode.act_quant(w.dtype());
+        let slots = slots(epilogue, &ops);
+        self.kernels
+            .gemv(&wm, xr.f32(), n_cols, mode, epilogue, &slots, y)
+    }
+
+    fn node<M: Buffers>(&self, g: &Graph, id: NodeId, mem: &mut M) -> Result<bool, K::Error> {
+        let k = self.kernels;
+        let node = g.node(id)?;
+        let dst = *node.tensor();
+        match node.op() {
+            Op::Input | Op::Reshape | Op::View => return Ok(false),
+            Op::MulMat(hint) => {
+                let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
+                let n = w.ne()[0];
+                if hint == MatHint::Hadamard && check_fwht_size(n).is_ok() {
+                    let d = FwhtDesc::new(n)?;
+                    self.with_io(mem, &dst, &[(x, false)], |r, y| {
+                        k.fwht(&d, r[0].f32(), None, y)
+                    })?;
+                } else {
+                    self.supports(&w, &x)?;
+                    self.with_io(mem, &dst, &[(w, true), (x, false)], |r, y| {
+                        self.gemv(&w, &r[0], &r[1], x.n_rows(), &Epilogue::NONE, &[], y)
+                    })?;
+                }
+            }
+            Op::Add | Op::Mul | Op::Glu(_) => {
+                let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
+                self.with_io(mem, &dst, &[(a, false), (b, false)], |r, y| {
+                    let bv = broadcast(r[1].f32(), b.ne(), a.ne());
+                    match node.op() {
+                        Op::Add => k.add(r[0].f32(), &bv, y),
+                        Op::Mul => k.mul(r[0].f32(), &bv, y),
+                        Op::Glu(act) => k.glu(act, r[0].f32(), &bv, y),
+                        _ => Ok(()),
+                    }
+                })?;
+            }
+            Op::AddRowBias => {
+                let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
+                self.with_io(mem, &dst, &[(a, false), (b, false)], |r, y| {
+                    k.add_row_bias(r[0].f32(), r[1].f32(), y)
+                })?;
+            }
+            Op::Unary(act) => {
+                let a = src(g, node, 0)?;
+                self.with_io(mem, &dst, &[(a, false)], |r, y| k.unary(act, r[0].f32(), y))?;
+            }
+            Op::Other(_) => match node.src(0) {
+                None => return Ok(false),
+                Some(s) => {
+                    let a = *g.tensor(s)?;
+                    self.with_io(mem, &dst, &[(a, false)], |r, y| k.copy(r[0].f32(), y))?;
+                }
+            },
+        }
+        Ok(true)
+    }
+}
+
+/// Source `i` of `node`.
+fn src(g: &Graph, node: &Node, i: usize) -> Result<TensorDesc, Error> {
+    let id = node.src(i).ok_or(Error::BadNode { index: usize::MAX })?;
+    Ok(*g.tensor(id)?)
+}
+
+/// The operand slices in slot order (the planner numbers slots in order).
+fn slots<'s>(e: &Epilogue, ops: &[&'s [f32]]) -> [&'s [f32]; MAX_STAGES] {
+    let mut out: [&[f32]; MAX_STAGES] = [&[]; MAX_STAGES];
+    for (o, v) in out.iter_mut().zip(ops).take(e.n_operands()) {
+        *o = v;
+    }
+    out
+}
+
+/// `b` (shape `bne`) repeated GGML-style to shape `ane`.
+fn broadcast<'a>(b: &'a [f32], bne: [usize; 4], ane: [usize; 4]) -> Cow<'a, [f32]> {
+    if bne == ane {
+        return Cow::Borrowed(b);
+    }
+    let n: usize = ane.iter().product();
+    let mut out = Vec::with_capacity(n);
+    for l in 0..n {
+        let i0 = l % ane[0];
+        let r = l / ane[0];
+        let (i1, r) = (r % ane[1], r / ane[1]);
+        let (i2, i3) = (r % ane[2], r / ane[2]);
+        let at = (i0 % bne[0])
+            + bne[0] * ((i1 % bne[1]) + bne[1] * ((i2 % bne[2]) + bne[2] * (i3 % bne[3])));
+        out.push(b[at]);
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use core::cell::Cell;
+
+    use super::*;
+    use crate::element::glu;
+    use crate::graph::Place;
+    use crate::planner::plan;
+    use crate::reference::eval::{eval_graph, eval_plan};
+    use crate::reference::gemv::{gemm, gemm_glu};
+
+    /// The core's reference arithmetic as a kernel set, counting calls and
+    /// refusing the weight formats in `refuse`.
+    struct RefKernels {
+        calls: Cell<u64>,
+        refuse: Option<DType>,
+    }
+
+    impl RefKernels {
+        fn new(refuse: Option<DType>) -> RefKernels {
+            RefKernels {
+                calls: Cell::new(0),
+                refuse,
+            }
+        }
+
+        fn call(&self) {
+            self.calls.set(self.calls.get() + 1);
+        }
+
+        fn each(&self, y: &mut [f32], f: impl Fn(usize) -> f32) -> Result<(), Error> {
+            self.call();
+            for (i, v) in y.iter_mut().enumerate() {
+                *v = f(i);
+            }
+            Ok(())
+        }
+    }
+
+    impl StepKernels for RefKernels {
+        type Error = Error;
+
+        fn supports_gemv(&self, d: DType, _: ActQuant, _: usize) -> Result<(), Unsupported> {
+            match self.refuse {
+                Some(r) if r == d => Err(Unsupported::WeightFormat(d)),
+                _ => Ok(()),
+            }
+        }
+
+        fn counters(&self) -> Counters {
+            Counters {
+                barriers: self.calls.get(),
+                kernel_calls: self.calls.get(),
+            }
+        }
+
+        fn gemv(
+            &self,
+            w: &WeightMatrix<'_>,
+            x: &[f32],
+            n: usize,
+            mode: ActQuant,
+            e: &Epilogue,
+            ops: &[&[f32]],
+            y: &mut [f32],
+        ) -> Result<(), Error> {
+            self.call();
+            gemm(w, x, n, mode, &e.bind(ops, w.rows(), n)?, y)
+        }
+
+        fn gemv_glu(
+            &self,
+            w: &GluWeights<'_>,
+            act: Activation,
+            x: &[f32],
+            n: usize,
+            mode: ActQuant,
+            e: &Epilogue,
+            ops: &[&[f32]],
+            y: &mut [f32],
+        ) -> Result<(), Error> {
+            self.call();
+            let bound = e.bind(ops, w.gate().rows(), n)?;
+            gemm_glu(w, x, n, mode, act, &bound, y)
+        }
+
+        fn fwht(
+            &self,
+            d: &FwhtDesc,
+            x: &[f32],
+            s: Option<&[f32]>,
+            y: &mut [f32],
+        ) -> Result<(), Error> {
+            self.call();
+            crate::fwht::fwht(d, x, s, y)
+        }
+
+        fn add(&self, a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), Error> {
+            self.each(y, |i| a[i] + b[i])
+        }
+
+        fn mul(&self, a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), Error> {
+            self.each(y, |i| a[i] * b[i])
+        }
+
+        fn glu(&self, act: Activation, g: &[f32], u: &[f32], y: &mut [f32]) -> Result<(), Error> {
+            self.each(y, |i| glu(act, g[i], u[i]))
+        }
+
+        fn unary(&self, act: Activation, a: &[f32], y: &mut [f32]) -> Result<(), Error> {
+            self.each(y, |i| act.apply(a[i]))
+        }
+
+        fn add_row_bias(&self, a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), Error> {
+            self.each(y, |i| a[i] + b[i % b.len()])
+        }
+
+        fn copy(&self, a: &[f32], y: &mut [f32]) -> Result<(), Error> {
+            self.each(y, |i| a[i])
+        }
+    }
+
+    /// `out = silu(W·x) + r` written over `r`, then `glu(silu)(Wg·x, Wu·x)
+    /// · m` and a signed FWHT of `x`, with Q8_0 weights in buffer 0 and
+    /// everything else in buffer 1 (in-place and same-buffer reads).
+    fn graph() -> Result<(Graph, Vec<NodeId>, Memory), Error> {
+        let (k, m) = (64, 8);
+        let rb = DType::Q8_0.row_bytes(k)?;
+        let mut g = Graph::new();
+        let t = |ne, b, off| TensorDesc::contiguous(DType::F32, ne, BufferId(b), off);
+        let wdesc = |off| TensorDesc::contiguous(DType::Q8_0, [k, m, 1, 1], BufferId(0), off);
+        let w = g.input(wdesc(0)?)?;
+        let wg = g.input(wdesc(m * rb)?)?;
+        let wu = g.input(wdesc(2 * m * rb)?)?;
+        let x = g.input(t([k, 1, 1, 1], 1, 0)?)?;
+        let r = g.input(t([m, 1, 1, 1], 1, 256)?)?;
+        let mu = g.input(t([m, 1, 1, 1], 1, 288)?)?;
+        let signs = g.input(t([k, 1, 1, 1], 1, 1536)?)?;
+        let y = g.mul_mat(w, x, Place::at(1, 512))?;
+        let a = g.unary(Activation::Silu, y, Place::at(1, 544))?;
+        let out = g.add(a, r, Place::at(1, 256))?;
+        let gate = g.mul_mat(wg, x, Place::at(1, 576))?;
+        let up = g.mul_mat(wu, x, Place::at(1, 608))?;
+        let h = g.glu(Activation::Silu, gate, up, Place::at(1, 640))?;
+        let out2 = g.mul(h, mu, Place::at(1, 672))?;
+        let sx = g.mul(x, signs, Place::at(1, 768))?;
+        let hd = TensorDesc::contiguous(DType::F32, [k, k, 1, 1], BufferId(2), 0)?;
+        let hm = g.input(hd)?;
+        let out3 = g.mul_mat_hadamard(hm, sx, Place::at(1, 1024))?;
+        for o in [out, out2, out3] {
+            g.mark_output(o)?;
+        }
+        let mut mem = Memory::new(&[3 * m * rb, 2048, 4 * k * k]);
+        let vals = |n: usize, s: usize| -> Vec<f32> {
+            (0..n).map(|i| ((i * s) % 17) as f32 / 8.0 - 1.0).collect()
+        };
+        let wv = vals(3 * m * k, 11);
+        crate::quant::quantize_row(DType::Q8_0, &wv, mem.buffer_mut(BufferId(0))?)?;
+        mem.write(g.tensor(x)?, &vals(k, 3))?;
+        mem.write(g.tensor(r)?, &vals(m, 5))?;
+        mem.write(g.tensor(mu)?, &vals(m, 7))?;
+        let sv: Vec<f32> = (0..k)
+            .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
+            .collect();
+        mem.write(g.tensor(signs)?, &sv)?;
+        Ok((g, vec![out, out2, out3], mem))
+    }
+
+    #[test]
+    fn executor_over_reference_memory_equals_the_evaluators() -> Result<(), Error> {
+        let (g, outs, mem) = graph()?;
+        let p = plan(&g);
+        assert_eq!(p.fused_steps(), 3, "{p:?}");
+        for mode in [GemvMode::F32, GemvMode::Ggml] {
+            let k = RefKernels::new(None);
+            let ex = Executor::new(&k, mode);
+            let (mut want_u, mut want_f) = (mem.clone(), mem.clone());
+            eval_graph(&g, &mut want_u, mode)?;
+            eval_plan(&g, &p, &mut want_f, mode)?;
+            let (mut got_u, mut got_f) = (mem.clone(), mem.clone());
+            let su = ex.run_graph(&g, &mut got_u)?;
+            let sf = ex.run(&g, &p, &mut got_f)?;
+            for o in &outs {
+                let t = g.tensor(*o)?;
+                assert_eq!(got_u.read(t)?, want_u.read(t)?);
+                assert_eq!(got_f.read(t)?, want_f.read(t)?);
+                assert_eq!(got_f.read(t)?, got_u.read(t)?);
+            }
+            assert_eq!(sf.kernel_steps as usize, p.kernel_steps(&g));
+            assert_eq!(sf.counters.kernel_calls, sf.kernel_steps);
+            assert!(sf.counters.barriers < su.counters.barriers, "{sf:?} {su:?}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn unsupported_weights_are_refused_before_anything_runs() -> Result<(), Error> {
+        let (g, _, mem) = graph()?;
+        let p = plan(&g);
+        let k = RefKernels::new(Some(DType::Q8_0));
+        let ex = Executor::new(&k, GemvMode::Ggml);
+        let want = Err(Error::Unsupported(Unsupported::WeightFormat(DType::Q8_0)));
+        assert_eq!(ex.check(&g, &p), want);
+        assert_eq!(ex.check(&g, &Plan::unfused(&g)), want);
+        let mut m = mem.clone();
+        assert_eq!(ex.run(&g, &p, &mut m).map(|_| ()), want);
+        assert_eq!(m, mem, "the refused first step wrote nothing");
+        assert_eq!(k.calls.get(), 0);
+        let ok = RefKernels::new(Some(DType::Q4_0));
+        assert_eq!(Executor::new(&ok, GemvMode::Ggml).check(&g, &p), Ok(()));
+        Ok(())
+    }
+
+    #[test]
+    fn a_short_buffer_is_an_error() -> Result<(), Error> {
+        let (g, _, mem) = graph()?;
+        let mut short = Memory::new(&[10, 2048, 4 * 64 * 64]);
+        short
+            .buffer_mut(BufferId(1))?
+            .copy_from_slice(mem.buffer(BufferId(1))?);
+        let k = RefKernels::new(None);
+        let r = Executor::new(&k, GemvMode::F32).run(&g, &plan(&g), &mut short);
+        assert!(matches!(r, Err(Error::BufferTooShort { .. })), "{r:?}");
+        Ok(())
+    }
+}

@@ -1,0 +1,233 @@
+//! The GPU backends under verification: Vulkan (feature `vulkan`, on by
+//! default; lavapipe runs it on the CPU) and CUDA (feature `cuda`, opt-in).
+//!
+//! Both run a plan with the core's executor ([`fused_core::exec`]) straight
+//! over the verifier's host [`Memory`], one host-slice kernel call per step
+//! (upload, one dispatch, read back). The device is opened on first use; a
+//! machine without one reports a skip with the reason. Their GEMV kernels
+//! take f32 activations only, a few weight formats and at most 8 columns:
+//! other cases are reported per case as skipped ([`Backend::supports`]).
+//! Their results are compared with the reference within the tolerance
+//! table (they accumulate in another order), and fused against unfused bit
+//! for bit.
+//!
+//! The timing modes skip them: the executor's host-slice calls time the
+//! transfers, not the kernels. The crates' own benches time the kernels
+//! (`fused-vulkan-bench`, `cuda-bench`).
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use fused_core::Error;
+use fused_core::exec::{Executor, StepKernels};
+use fused_core::graph::Graph;
+use fused_core::planner::Plan;
+use fused_core::reference::eval::Memory;
+
+use crate::backend::{Availability, Backend, RunConfig, RunError, RunStats};
+
+/// What the verifier needs of a GPU backend crate beyond its kernels.
+pub trait GpuDevice: StepKernels + Send + Sync + Sized + 'static {
+    /// The backend's name in reports.
+    const NAME: &'static str;
+
+    /// Opens the device, or says why it cannot be used here.
+    fn open() -> Result<Self, String>;
+
+    /// The backend's error as a run error.
+    fn run_error(e: Self::Error) -> RunError;
+
+    /// Every message its checker (a validation layer) reported so far, or
+    /// `None` when none is running.
+    fn messages(&self) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// The reason the timing modes give for skipping a GPU backend.
+pub const NO_GPU_TIMING: &str = "GPU perf: see fused-cuda/fused-vulkan benches \
+     (this executor's host-slice calls would time the transfers, not the kernels)";
+
+/// A GPU backend, its device opened on first use.
+#[derive(Debug)]
+pub struct GpuBackend<D> {
+    dev: OnceLock<Result<D, String>>,
+    /// Checker messages already reported.
+    seen: Mutex<usize>,
+}
+
+impl<D: GpuDevice> Default for GpuBackend<D> {
+    fn default() -> Self {
+        GpuBackend {
+            dev: OnceLock::new(),
+            seen: Mutex::new(0),
+        }
+    }
+}
+
+impl<D: GpuDevice> GpuBackend<D> {
+    /// The backend; nothing is opened yet.
+    pub fn new() -> GpuBackend<D> {
+        GpuBackend::default()
+    }
+
+    /// The device, or why there is none.
+    pub fn device(&self) -> Result<&D, &str> {
+        self.dev
+            .get_or_init(D::open)
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    fn ready(&self) -> Result<&D, RunError> {
+        self.device()
+            .map_err(|why| RunError::Device(format!("{} unavailable: {why}", D::NAME)))
+    }
+}
+
+impl<D: GpuDevice> Backend for GpuBackend<D> {
+    fn name(&self) -> &str {
+        D::NAME
+    }
+
+    fn availability(&self) -> Availability {
+        match self.device() {
+            Ok(_) => Availability::Ready,
+            Err(why) => Availability::Skip(why.to_string()),
+        }
+    }
+
+    fn bit_exact_reference(&self) -> bool {
+        false
+    }
+
+    fn supports(&self, g: &Graph, plan: &Plan, cfg: RunConfig) -> Result<(), String> {
+        let Ok(dev) = self.device() else {
+            return Ok(());
+        };
+        let ex = Executor::new(dev, cfg.mode);
+        match ex
+            .check(g, plan)
+            .and_then(|()| ex.check(g, &Plan::unfused(g)))
+        {
+            Err(Error::Unsupported(u)) => Err(format!("unsupported: {u}")),
+            // A malformed graph is the run's error to report.
+            _ => Ok(()),
+        }
+    }
+
+    fn timing_availability(&self) -> Availability {
+        match self.availability() {
+            Availability::Ready => Availability::Skip(NO_GPU_TIMING.to_string()),
+            skip => skip,
+        }
+    }
+
+    fn take_diagnostics(&self) -> Option<Vec<String>> {
+        let all = self.device().ok()?.messages()?;
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let new = all.get(*seen..).unwrap_or_default().to_vec();
+        *seen = all.len();
+        Some(new)
+    }
+
+    fn run_plan(
+        &self,
+        g: &Graph,
+        plan: &Plan,
+        mem: &mut Memory,
+        cfg: RunConfig,
+    ) -> Result<RunStats, RunError> {
+        let s = Executor::new(self.ready()?, cfg.mode)
+            .run(g, plan, mem)
+            .map_err(D::run_error)?;
+        Ok(RunStats {
+            kernel_steps: s.kernel_steps,
+            barriers: s.counters.barriers,
+            kernel_calls: s.counters.kernel_calls,
+        })
+    }
+
+    fn time_plans(
+        &self,
+        _: &Graph,
+        _: &[&Plan],
+        _: &Memory,
+        _: RunConfig,
+        _: usize,
+    ) -> Result<Vec<Vec<Duration>>, RunError> {
+        Err(RunError::Device(NO_GPU_TIMING.to_string()))
+    }
+
+    fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
+        None
+    }
+}
+
+#[cfg(feature = "vulkan")]
+mod vulkan {
+    use fused_vulkan::{ContextOptions, VulkanBackend, VulkanError};
+
+    use super::{GpuDevice, RunError};
+
+    /// Validation is on unless `FUSED_VK_VALIDATION=0`; where the layer is
+    /// not installed the device opens without it (and no checker runs).
+    impl GpuDevice for VulkanBackend {
+        const NAME: &'static str = "vulkan";
+
+        fn open() -> Result<VulkanBackend, String> {
+            let validation = std::env::var_os("FUSED_VK_VALIDATION").is_none_or(|v| v != "0");
+            let open = |validation| {
+                VulkanBackend::with_options(ContextOptions {
+                    validation,
+                    staged_buffers: false,
+                })
+            };
+            match open(validation) {
+                Err(VulkanError::NoValidationLayer) => open(false),
+                r => r,
+            }
+            .map_err(|e| {
+                if e.is_no_device() {
+                    e.to_string()
+                } else {
+                    format!("opening the Vulkan device failed: {e}")
+                }
+            })
+        }
+
+        fn run_error(e: VulkanError) -> RunError {
+            match e {
+                VulkanError::Core(e) => RunError::Core(e),
+                other => RunError::Device(other.to_string()),
+            }
+        }
+
+        fn messages(&self) -> Option<Vec<String>> {
+            let ctx = self.context();
+            ctx.validation_enabled().then(|| ctx.validation_messages())
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use fused_cuda::{CudaBackend, CudaError};
+
+    use super::{GpuDevice, RunError};
+
+    impl GpuDevice for CudaBackend {
+        const NAME: &'static str = "cuda";
+
+        fn open() -> Result<CudaBackend, String> {
+            CudaBackend::new().map_err(|e| e.to_string())
+        }
+
+        fn run_error(e: CudaError) -> RunError {
+            match e {
+                CudaError::Core(e) => RunError::Core(e),
+                other => RunError::Device(other.to_string()),
+            }
+        }
+    }
+}

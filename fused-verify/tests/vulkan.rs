@@ -1,0 +1,163 @@
+//! The quick case set on the Vulkan backend (lavapipe in CI): no failure,
+//! every case run or skipped for want of a kernel, under the validation
+//! layer with no message. Without a Vulkan device the test reports a skip,
+//! unless `FUSED_REQUIRE_VULKAN=1` (scripts/test sets it), which makes a
+//! missing device a failure.
+
+use std::io::Write;
+
+use clap::Parser;
+use fused_verify::backend::{Availability, Backend};
+use fused_verify::cases::{CaseSet, generate};
+use fused_verify::cli::Cli;
+use fused_verify::gpu::GpuBackend;
+use fused_verify::run::run_tests;
+use fused_verify::verify::{Outcome, check_backend, prepare};
+use fused_vulkan::VulkanBackend;
+
+/// Whether the backend can run here; panics when it cannot but must.
+fn available(be: &GpuBackend<VulkanBackend>) -> bool {
+    match be.availability() {
+        Availability::Ready => true,
+        Availability::Skip(why) => {
+            if std::env::var_os("FUSED_REQUIRE_VULKAN").is_some_and(|v| v != "0") {
+                panic!("FUSED_REQUIRE_VULKAN is set, but: {why}");
+            }
+            let _ = writeln!(std::io::stderr(), "skipped: no Vulkan device ({why})");
+            false
+        }
+    }
+}
+
+/// Whether the validation layer is asked for (as the backend decides).
+fn validation_wanted() -> bool {
+    std::env::var_os("FUSED_VK_VALIDATION").is_none_or(|v| v != "0")
+}
+
+#[test]
+fn quick_set_passes_on_vulkan() {
+    if !available(&GpuBackend::<VulkanBackend>::new()) {
+        return;
+    }
+    let cli = Cli::parse_from(["fused-verify", "--backend", "vulkan"]);
+    let r = run_tests(&cli, false);
+    let failures: Vec<String> = r
+        .results
+        .iter()
+        .filter(|c| c.outcome == Outcome::Fail)
+        .take(10)
+        .map(|c| format!("{} {}: {:?}", c.backend, c.case, c.checks))
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let vk = r.backends.iter().find(|b| b.name == "vulkan").unwrap();
+    assert!(vk.available);
+    assert!(vk.cases_run > 100, "{vk:?}");
+    assert_eq!(vk.cases_run + vk.cases_unsupported, r.n_cases, "{vk:?}");
+    for c in r.results.iter().filter(|c| c.backend == "vulkan") {
+        match c.outcome {
+            Outcome::Skip => assert_eq!(c.checks[0].name, "supported", "{c:?}"),
+            _ => {
+                let bad_input = c.case.contains("/bad_input/");
+                let names: Vec<&str> = c.checks.iter().map(|k| k.name).collect();
+                assert!(bad_input || names.contains(&"fused_eq_unfused"), "{c:?}");
+                if validation_wanted() {
+                    assert!(names.contains(&"validation"), "{c:?}");
+                }
+            }
+        }
+    }
+    // Every pattern and every format Vulkan has a kernel for ran.
+    for want in [
+        "gemv/f32/",
+        "gemv/f16/",
+        "gemv/q8_0/",
+        "gemv/q4_0/",
+        "gemv/q4_K/",
+    ] {
+        assert!(
+            r.results.iter().any(|c| c.backend == "vulkan"
+                && c.outcome == Outcome::Pass
+                && c.case.starts_with(want)),
+            "no {want} case ran"
+        );
+    }
+    for want in ["glu/", "fwht/", "fwht_signed/"] {
+        assert!(
+            r.results.iter().any(|c| c.backend == "vulkan"
+                && c.outcome == Outcome::Pass
+                && c.case.starts_with(want)),
+            "no {want} case ran"
+        );
+    }
+}
+
+#[test]
+fn a_validation_message_fails_the_case() {
+    let be = GpuBackend::<VulkanBackend>::new();
+    if !available(&be) {
+        return;
+    }
+    let ctx = be.device().unwrap().context();
+    if !ctx.validation_enabled() {
+        assert!(!validation_wanted() || std::env::var_os("FUSED_REQUIRE_VULKAN").is_none());
+        let _ = writeln!(std::io::stderr(), "skipped: validation layer not on");
+        return;
+    }
+    let case = generate(CaseSet::Quick, 1)
+        .into_iter()
+        .find(|c| c.id().starts_with("gemv/f32/63/"))
+        .unwrap();
+    let p = prepare(&case);
+    assert_eq!(check_backend(&be, &p, 1.0).outcome, Outcome::Pass);
+    // A message reported during the next case (here: before its runs but
+    // after the backend drained the older ones) must fail it.
+    struct Noisy<'a>(&'a GpuBackend<VulkanBackend>);
+    impl Backend for Noisy<'_> {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn availability(&self) -> Availability {
+            self.0.availability()
+        }
+        fn bit_exact_reference(&self) -> bool {
+            false
+        }
+        fn take_diagnostics(&self) -> Option<Vec<String>> {
+            self.0.take_diagnostics()
+        }
+        fn run_plan(
+            &self,
+            g: &fused_core::graph::Graph,
+            plan: &fused_core::planner::Plan,
+            mem: &mut fused_core::reference::eval::Memory,
+            cfg: fused_verify::backend::RunConfig,
+        ) -> Result<fused_verify::backend::RunStats, fused_verify::backend::RunError> {
+            let ctx = self.0.device().unwrap().context();
+            assert!(ctx.report_test_message(c"fused-verify test message"));
+            self.0.run_plan(g, plan, mem, cfg)
+        }
+        fn time_plans(
+            &self,
+            g: &fused_core::graph::Graph,
+            plans: &[&fused_core::planner::Plan],
+            mem: &fused_core::reference::eval::Memory,
+            cfg: fused_verify::backend::RunConfig,
+            reps: usize,
+        ) -> Result<Vec<Vec<std::time::Duration>>, fused_verify::backend::RunError> {
+            self.0.time_plans(g, plans, mem, cfg, reps)
+        }
+        fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
+            None
+        }
+    }
+    let r = check_backend(&Noisy(&be), &p, 1.0);
+    assert_eq!(r.outcome, Outcome::Fail, "{r:?}");
+    let v = r.checks.iter().find(|c| c.name == "validation").unwrap();
+    assert!(
+        !v.ok && v.detail.contains("fused-verify test message"),
+        "{v:?}"
+    );
+    // Drained: the next case is clean again.
+    assert_eq!(check_backend(&be, &p, 1.0).outcome, Outcome::Pass);
+}

@@ -1,0 +1,126 @@
+//! The core's plan executor on Vulkan: [`StepKernels`] for
+//! [`VulkanBackend`], through its host-slice entry points (each uploads
+//! its inputs, runs one dispatch and reads the result back).
+//!
+//! `fused_core::exec::Executor::new(&backend, GemvMode::F32).run(&g, &plan,
+//! &mut memory)` runs a plan step by step; the GEMV kernels take f32
+//! activations only ([`ActQuant::F32`]), weights F32, F16, Q8_0, Q4_0 or
+//! Q4_K, 1 to [`MAX_COLS`] columns; anything else is refused with
+//! [`fused_core::Error::Unsupported`] before the step runs.
+
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+use fused_core::error::Unsupported;
+use fused_core::exec::{Counters, StepKernels};
+use fused_core::fwht::FwhtDesc;
+use fused_core::reference::gemv::GluWeights;
+use fused_core::reference::{ActQuant, WeightMatrix};
+
+use crate::backend::{MAX_COLS, VulkanBackend, gemv_type};
+use crate::error::VulkanError;
+
+impl StepKernels for VulkanBackend {
+    type Error = VulkanError;
+
+    fn supports_gemv(
+        &self,
+        dtype: DType,
+        mode: ActQuant,
+        n_cols: usize,
+    ) -> Result<(), Unsupported> {
+        if mode != ActQuant::F32 {
+            return Err(Unsupported::ActQuant(mode));
+        }
+        if gemv_type(dtype).is_err() {
+            return Err(Unsupported::WeightFormat(dtype));
+        }
+        if !(1..=MAX_COLS).contains(&n_cols) {
+            return Err(Unsupported::Columns {
+                max: MAX_COLS,
+                actual: n_cols,
+            });
+        }
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        let d = self.context().dispatches();
+        Counters {
+            barriers: d,
+            kernel_calls: d,
+        }
+    }
+
+    fn gemv(
+        &self,
+        w: &WeightMatrix<'_>,
+        x: &[f32],
+        n_cols: usize,
+        mode: ActQuant,
+        epilogue: &Epilogue,
+        operands: &[&[f32]],
+        y: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        self.supports_gemv(w.dtype(), mode, n_cols)
+            .map_err(fused_core::Error::from)?;
+        VulkanBackend::gemv(self, w, x, n_cols, epilogue, operands, y)
+    }
+
+    fn gemv_glu(
+        &self,
+        w: &GluWeights<'_>,
+        act: Activation,
+        x: &[f32],
+        n_cols: usize,
+        mode: ActQuant,
+        epilogue: &Epilogue,
+        operands: &[&[f32]],
+        y: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        self.supports_gemv(w.gate().dtype(), mode, n_cols)
+            .map_err(fused_core::Error::from)?;
+        VulkanBackend::gemv_glu(self, w, act, x, n_cols, epilogue, operands, y)
+    }
+
+    fn fwht(
+        &self,
+        desc: &FwhtDesc,
+        x: &[f32],
+        signs: Option<&[f32]>,
+        y: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        VulkanBackend::fwht(self, desc, x, signs, y)
+    }
+
+    fn add(&self, a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), VulkanError> {
+        VulkanBackend::add(self, a, b, y)
+    }
+
+    fn mul(&self, a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), VulkanError> {
+        VulkanBackend::mul(self, a, b, y)
+    }
+
+    fn glu(
+        &self,
+        act: Activation,
+        gate: &[f32],
+        up: &[f32],
+        y: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        VulkanBackend::glu(self, act, gate, up, y)
+    }
+
+    fn unary(&self, act: Activation, a: &[f32], y: &mut [f32]) -> Result<(), VulkanError> {
+        VulkanBackend::unary(self, act, a, y)
+    }
+
+    fn add_row_bias(&self, a: &[f32], bias: &[f32], y: &mut [f32]) -> Result<(), VulkanError> {
+        VulkanBackend::add_row_bias(self, a, bias, y)
+    }
+
+    /// The identity activation: the element-wise kernel stores its input.
+    fn copy(&self, a: &[f32], y: &mut [f32]) -> Result<(), VulkanError> {
+        VulkanBackend::unary(self, Activation::Identity, a, y)
+    }
+}
