@@ -6,9 +6,10 @@ use fused_core::DType;
 use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
 
-use crate::backend::{ChainWords, EltOp, FwhtVariant, VulkanBackend, gemv_type};
-use crate::context::{Command, VulkanContext};
+use crate::backend::{ChainWords, EltOp, FwhtVariant, GemvShape, VulkanBackend, gemv_type};
+use crate::context::{Buffer, Command, Dispatch, VulkanContext};
 use crate::error::VulkanError;
+use crate::kernels::{GemvType, KernelKey, Shader};
 use fused_core::element::Activation;
 
 /// One measurement: the median device time and the bytes it moved.
@@ -61,6 +62,44 @@ pub fn copy(b: &VulkanBackend, bytes: u64, reps: usize) -> Result<Timing, Vulkan
     })
 }
 
+/// Threads per workgroup of the copy shader.
+const COPY_WG: u32 = 256;
+/// 16-byte words each copy-shader thread moves.
+const COPY_PER_THREAD: u32 = 4;
+
+/// A device-to-device copy of `bytes` bytes (a multiple of 16) by a compute
+/// shader with 16-byte loads and stores: the other candidate for the
+/// bandwidth ceiling (some drivers' `vkCmdCopyBuffer` is slower).
+pub fn copy_shader(b: &VulkanBackend, bytes: u64, reps: usize) -> Result<Timing, VulkanError> {
+    if !bytes.is_multiple_of(16) {
+        return Err(VulkanError::Unsupported(format!(
+            "shader copy of {bytes} bytes: not a multiple of 16"
+        )));
+    }
+    let quads = u32::try_from(bytes / 16).map_err(|_| fused_core::Error::Overflow {
+        what: "shader copy size",
+    })?;
+    let ctx = b.context();
+    let src = ctx.buffer(bytes)?;
+    let dst = ctx.buffer(bytes)?;
+    let key = KernelKey {
+        shader: Shader::Copy,
+        spec: [COPY_WG, COPY_PER_THREAD, 0, 0, 0],
+    };
+    ctx.kernel(key)?;
+    let d = Dispatch {
+        kernel: key,
+        buffers: vec![&src, &dst],
+        push: quads.to_ne_bytes().to_vec(),
+        groups: b.grid(u64::from(quads).div_ceil(u64::from(COPY_WG * COPY_PER_THREAD)))?,
+    };
+    let t = timed(ctx, &[Command::Dispatch(d)], reps)?;
+    Ok(Timing {
+        median_ns: t,
+        bytes: 2 * bytes,
+    })
+}
+
 /// Signed FWHT of block size `n` over `floats` values (one sign block):
 /// fused (signs multiplied at load, one dispatch) or unfused (sign-multiply
 /// dispatch, barrier, unsigned FWHT dispatch).
@@ -104,7 +143,118 @@ pub fn fwht(
     })
 }
 
-/// One-column GEMV of an `m × k` matrix in `dtype` with no epilogue.
+/// The L2 cache the GEMV bench defeats: the H200's is about 60 MB.
+pub const L2_BYTES: u64 = 60_000_000;
+
+/// One-column GEMVs of an `m × k` matrix in one weight format with no
+/// epilogue, over enough copies of the weights (at least two, at least
+/// `2 × L2_BYTES` in all) that every call reads them from memory, not L2.
+#[derive(Debug)]
+pub struct GemvBench<'a> {
+    backend: &'a VulkanBackend,
+    dtype: GemvType,
+    m: usize,
+    k: usize,
+    weight_bytes: usize,
+    weights: Vec<Buffer<'a>>,
+    x: Buffer<'a>,
+    ops: Buffer<'a>,
+    ys: Vec<Buffer<'a>>,
+}
+
+impl<'a> GemvBench<'a> {
+    /// Quantizes one row, repeats it over the matrix and uploads the copies.
+    pub fn new(
+        b: &'a VulkanBackend,
+        dtype: DType,
+        m: usize,
+        k: usize,
+    ) -> Result<GemvBench<'a>, VulkanError> {
+        let ctx = b.context();
+        let gt = gemv_type(dtype)?;
+        let rb = dtype.row_bytes(k)?;
+        let mut row = vec![0u8; rb];
+        quantize_row(dtype, &fill(k), &mut row)?;
+        let bytes = row.repeat(m);
+        let copies = (2 * L2_BYTES).div_ceil(bytes.len().max(1) as u64).max(2) as usize;
+        let weights = (0..copies)
+            .map(|_| ctx.upload(&bytes))
+            .collect::<Result<Vec<_>, _>>()?;
+        // One output per call of a submission, so that back-to-back calls
+        // need no barrier between them.
+        let calls = copies * 8usize.div_ceil(copies);
+        let ys = (0..calls)
+            .map(|_| ctx.buffer(4 * m as u64))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(GemvBench {
+            backend: b,
+            dtype: gt,
+            m,
+            k,
+            weight_bytes: bytes.len(),
+            weights,
+            x: ctx.upload_f32(&fill(k))?,
+            ops: ctx.buffer(4)?,
+            ys,
+        })
+    }
+
+    /// The number of weight copies.
+    pub fn copies(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// The median time of one call with `shape` (`None`: the backend's),
+    /// timed over a submission of calls rotating through the copies:
+    /// back to back (`ordered` false: no barriers, as independent calls
+    /// run) or with a full barrier between calls (as dependent calls run).
+    pub fn time(
+        &self,
+        shape: Option<GemvShape>,
+        ordered: bool,
+        reps: usize,
+    ) -> Result<Timing, VulkanError> {
+        let b = self.backend;
+        let shape = match shape {
+            Some(s) => s,
+            None => b.gemv_shape(1, false)?,
+        };
+        let commands = self
+            .ys
+            .iter()
+            .enumerate()
+            .map(|(i, y)| {
+                let w = &self.weights[i % self.weights.len()];
+                b.gemv_dispatch_shaped(
+                    shape,
+                    self.dtype,
+                    None,
+                    self.m,
+                    self.k,
+                    1,
+                    ChainWords::default(),
+                    vec![w, &self.x, y, &self.ops],
+                )
+                .map(Command::Dispatch)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let ctx = b.context();
+        let mut times = Vec::with_capacity(reps.max(1));
+        ctx.submit_with(&commands, false, ordered)?; // warm-up
+        for _ in 0..reps.max(1) {
+            let t = ctx.submit_with(&commands, true, ordered)?;
+            times.push(t.unwrap_or(f64::NAN) / commands.len() as f64);
+        }
+        Ok(Timing {
+            median_ns: median(times),
+            bytes: (self.weight_bytes + 4 * self.k + 4 * self.m) as u64,
+        })
+    }
+}
+
+/// One-column GEMV of an `m × k` matrix in `dtype` with no epilogue, with
+/// the backend's shape, back to back over rotating weight copies
+/// ([`GemvBench`]).
 pub fn gemv(
     b: &VulkanBackend,
     dtype: DType,
@@ -112,23 +262,5 @@ pub fn gemv(
     k: usize,
     reps: usize,
 ) -> Result<Timing, VulkanError> {
-    let ctx = b.context();
-    let gt = gemv_type(dtype)?;
-    let rb = dtype.row_bytes(k)?;
-    let row = fill(k);
-    let mut bytes = vec![0u8; rb * m];
-    for dst in bytes.chunks_exact_mut(rb) {
-        quantize_row(dtype, &row, dst)?;
-    }
-    let w = ctx.upload(&bytes)?;
-    let x = ctx.upload_f32(&fill(k))?;
-    let y = ctx.buffer(4 * m as u64)?;
-    let ops = ctx.buffer(4)?;
-    let chain = ChainWords::default();
-    let d = b.gemv_dispatch(gt, None, m, k, 1, chain, vec![&w, &x, &y, &ops])?;
-    let t = timed(ctx, &[Command::Dispatch(d)], reps)?;
-    Ok(Timing {
-        median_ns: t,
-        bytes: (bytes.len() + 4 * k + 4 * m) as u64,
-    })
+    GemvBench::new(b, dtype, m, k)?.time(None, false, reps)
 }
