@@ -422,9 +422,9 @@ void main() {
     }
     uint n_parts = 1u;
 #endif
-    if (tid < R * NC) {
-        uint r = tid / NC;
-        uint col = tid % NC;
+    for (uint t = tid; t < R * NC; t += WG) {
+        uint r = t / NC;
+        uint col = t % NC;
         uint row = row0 + r;
         if (row < pc.M) {
             precise float sums[NMAT];

@@ -785,4 +785,31 @@ mod tests {
         no_shuffle.subgroup_ops = vk::SubgroupFeatureFlags::BASIC;
         assert!(plan_fwht(&no_shuffle, FwhtVariant::Shuffle, 64).is_err());
     }
+
+    /// The picked GEMV shape fits lavapipe-, NVIDIA-, AMD-like and minimal
+    /// devices for every column count, plain and gated, and reduces through
+    /// subgroups only where the device has subgroup arithmetic.
+    #[test]
+    fn gemv_shapes_fit_every_device() {
+        let mut arith = device(8, 1024, 32);
+        arith.subgroup_ops |= vk::SubgroupFeatureFlags::ARITHMETIC;
+        for info in [
+            arith,
+            device(32, 1024, 48),
+            device(64, 256, 64),
+            device(4, 128, 16),
+            device(1, 64, 2),
+        ] {
+            for n_cols in 1..=MAX_COLS as u32 {
+                for glu in [false, true] {
+                    let s = pick_gemv_shape(&info, n_cols, glu);
+                    assert!(
+                        check_gemv_shape(&info, s, n_cols, glu).is_ok(),
+                        "{info:?} {s:?}"
+                    );
+                    assert_eq!(s.subgroup_reduce, has_subgroup_add(&info));
+                }
+            }
+        }
+    }
 }

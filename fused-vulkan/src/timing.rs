@@ -163,12 +163,26 @@ pub struct GemvBench<'a> {
 }
 
 impl<'a> GemvBench<'a> {
-    /// Quantizes one row, repeats it over the matrix and uploads the copies.
+    /// Quantizes one row, repeats it over the matrix and uploads enough
+    /// copies (at least two, at least `2 × L2_BYTES` in all).
     pub fn new(
         b: &'a VulkanBackend,
         dtype: DType,
         m: usize,
         k: usize,
+    ) -> Result<GemvBench<'a>, VulkanError> {
+        let bytes = dtype.row_bytes(k)?.saturating_mul(m).max(1) as u64;
+        let copies = (2 * L2_BYTES).div_ceil(bytes).max(2) as usize;
+        GemvBench::with_copies(b, dtype, m, k, copies)
+    }
+
+    /// [`GemvBench::new`] with a given number of copies (at least one).
+    pub fn with_copies(
+        b: &'a VulkanBackend,
+        dtype: DType,
+        m: usize,
+        k: usize,
+        copies: usize,
     ) -> Result<GemvBench<'a>, VulkanError> {
         let ctx = b.context();
         let gt = gemv_type(dtype)?;
@@ -176,7 +190,7 @@ impl<'a> GemvBench<'a> {
         let mut row = vec![0u8; rb];
         quantize_row(dtype, &fill(k), &mut row)?;
         let bytes = row.repeat(m);
-        let copies = (2 * L2_BYTES).div_ceil(bytes.len().max(1) as u64).max(2) as usize;
+        let copies = copies.max(1);
         let weights = (0..copies)
             .map(|_| ctx.upload(&bytes))
             .collect::<Result<Vec<_>, _>>()?;
