@@ -15,6 +15,7 @@
 // Every accumulation is `precise` (products through explicit fma()), so the
 // plain and the gated pipelines compute the same bits (fused == unfused).
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #ifdef SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -70,15 +71,6 @@ uvec4 quad_at(uint m, uint quad) {
 #endif
 }
 
-// The 4 bytes at byte `off` (even) as one word.
-uint word_at_even(uint m, uint off) {
-    uint lo = word_at(m, off >> 2u);
-    if ((off & 2u) == 0u) {
-        return lo;
-    }
-    return (lo >> 16u) | (word_at(m, (off >> 2u) + 1u) << 16u);
-}
-
 // The f16 at byte `off` (even).
 float half_at(uint m, uint off) {
     uint word = word_at(m, off >> 2u);
@@ -119,9 +111,58 @@ float half_at(uint m, uint off) {
 #endif
 #define UX (UV / 4u)
 
-// One unit of one row: raw code words and scales, loaded together.
+// One unit of one row as loaded: raw code words (q) and raw scale words
+// (h). Loading does no arithmetic on loaded data and takes no branch, so
+// that every load of a loop trip is in flight at once; decoding happens in
+// `accumulate`.
 struct Unit {
     uvec4 q;
+    uvec4 h;
+};
+
+// The 4 bytes at byte offset `sh / 8` (0 or 2) of the 8 bytes lo, hi.
+uint funnel(uint lo, uint hi, uint sh) {
+    // (hi << 1) << (31 - sh): hi << (32 - sh), and 0 for sh = 0.
+    return (lo >> sh) | ((hi << 1u) << (31u - sh));
+}
+
+// Loads unit u of the row starting at byte `base`.
+Unit load_unit(uint m, uint base, uint u) {
+    Unit r;
+    r.h = uvec4(0u);
+#if DTYPE <= 1
+    r.q = quad_at(m, (base >> 4u) + u);
+#elif DTYPE == 2
+    uint bo = base + (u >> 2u) * 34u;
+    uint off = bo + 2u + (u & 3u) * 8u;
+    // Words holding bytes off .. off + 7 (the last may repeat the second).
+    r.q = uvec4(word_at(m, off >> 2u), word_at(m, (off >> 2u) + 1u),
+                word_at(m, (off + 7u) >> 2u), off);
+    r.h.x = word_at(m, bo >> 2u);
+    r.h.y = bo;
+#elif DTYPE == 3
+    uint bo = base + (u >> 2u) * 18u;
+    uint off = bo + 2u + (u & 3u) * 4u;
+    // Words holding bytes off .. off + 3 (the same word twice when aligned).
+    r.q = uvec4(word_at(m, off >> 2u), word_at(m, (off + 3u) >> 2u), off, 0u);
+    r.h.x = word_at(m, bo >> 2u);
+    r.h.y = bo;
+#else
+    uint bq = (base >> 4u) + (u >> 4u) * 9u; // the block's first quad
+    uint c = (u >> 2u) & 3u;
+    uint j = u & 3u;
+    uvec4 codes = quad_at(m, bq + 1u + 2u * c + (j >> 1u));
+    r.q = uvec4(codes.xy, codes.zw);
+    r.h = quad_at(m, bq);
+#endif
+    return r;
+}
+
+// The code words of a loaded unit (Q8_0: two, Q4_0: one, Q4_K: the two of
+// unit u) and its scales: (d, 0, 0, 0), for Q4_K (d * scale, dmin * min) of
+// its low (xy) and high (zw) sub-block.
+struct Decoded {
+    uvec2 q;
     vec4 s;
 };
 
@@ -135,53 +176,31 @@ vec4 q4k_scales(uvec4 h, uint c) {
     uint a = (h.y >> sh) & 0xffffu; // scales 0..3 (+ high bits of 4..7)
     uint b = (h.z >> sh) & 0xffffu; // mins 0..3 (+ high bits of 4..7)
     uint e = (h.w >> sh) & 0xffffu; // low bits of scales and mins 4..7
-    uint sc;
-    uint mn;
-    if (c < 2u) {
-        sc = a & 0x3f3fu;
-        mn = b & 0x3f3fu;
-    } else {
-        sc = (e & 0x0f0fu) | ((a >> 2u) & 0x3030u);
-        mn = ((e >> 4u) & 0x0f0fu) | ((b >> 2u) & 0x3030u);
-    }
+    bool upper = c >= 2u;
+    uint sc = upper ? (e & 0x0f0fu) | ((a >> 2u) & 0x3030u) : a & 0x3f3fu;
+    uint mn = upper ? ((e >> 4u) & 0x0f0fu) | ((b >> 2u) & 0x3030u) : b & 0x3f3fu;
     precise vec4 r = vec4(dd.x, dd.y, dd.x, dd.y)
         * vec4(float(sc & 0xffu), float(mn & 0xffu), float(sc >> 8u), float(mn >> 8u));
     return r;
 }
 #endif
 
-// Loads unit u of the row starting at byte `base`.
-Unit load_unit(uint m, uint base, uint u) {
-    Unit r;
-    r.s = vec4(1.0, 0.0, 0.0, 0.0);
-#if DTYPE <= 1
-    r.q = quad_at(m, (base >> 4u) + u);
-#elif DTYPE == 2
-    uint bo = base + (u >> 2u) * 34u;
-    uint off = bo + 2u + (u & 3u) * 8u;
-    uint first = off >> 2u;
-    uint w0 = word_at(m, first);
-    uint w1 = word_at(m, first + 1u);
-    uint w2 = word_at(m, (off + 7u) >> 2u);
-    if ((off & 2u) == 0u) {
-        r.q = uvec4(w0, w1, 0u, 0u);
-    } else {
-        r.q = uvec4((w0 >> 16u) | (w1 << 16u), (w1 >> 16u) | (w2 << 16u), 0u, 0u);
-    }
-    r.s.x = half_at(m, bo);
+Decoded decode_unit(Unit un, uint u) {
+    Decoded d;
+    d.s = vec4(1.0, 0.0, 0.0, 0.0);
+    d.q = un.q.xy;
+#if DTYPE == 2
+    uint sh = (un.q.w & 2u) * 8u;
+    d.q = uvec2(funnel(un.q.x, un.q.y, sh), funnel(un.q.y, un.q.z, sh));
+    d.s.x = unpackHalf2x16(un.h.x >> ((un.h.y & 2u) * 8u)).x;
 #elif DTYPE == 3
-    uint bo = base + (u >> 2u) * 18u;
-    r.q = uvec4(word_at_even(m, bo + 2u + (u & 3u) * 4u), 0u, 0u, 0u);
-    r.s.x = half_at(m, bo);
-#else
-    uint bq = (base >> 4u) + (u >> 4u) * 9u; // the block's first quad
-    uint c = (u >> 2u) & 3u;
-    uint j = u & 3u;
-    uvec4 codes = quad_at(m, bq + 1u + 2u * c + (j >> 1u));
-    r.q = uvec4((j & 1u) == 0u ? codes.xy : codes.zw, 0u, 0u);
-    r.s = q4k_scales(quad_at(m, bq), c);
+    d.q.x = funnel(un.q.x, un.q.y, (un.q.z & 2u) * 8u);
+    d.s.x = unpackHalf2x16(un.h.x >> ((un.h.y & 2u) * 8u)).x;
+#elif DTYPE == 4
+    d.q = (u & 1u) == 0u ? un.q.xy : un.q.zw;
+    d.s = q4k_scales(un.h, (u >> 2u) & 3u);
 #endif
-    return r;
+    return d;
 }
 
 // The index of vec4 i (< UX) of unit u's x values within a column.
@@ -196,22 +215,23 @@ uint x_quad(uint u, uint i) {
 #endif
 }
 
-// Code values 4i..4i+3 of a unit (Q4_0 without the -8, Q4_K without scales).
-vec4 codes4(Unit un, uint i) {
+// Code values 4i..4i+3 of a unit (Q4_0 without the -8, Q4_K without scales);
+// `q` holds the unit's raw words (F32, F16) or decoded code words.
+vec4 codes4(uvec4 q, uint i) {
 #if DTYPE == 0
-    return uintBitsToFloat(un.q);
+    return uintBitsToFloat(q);
 #elif DTYPE == 1
-    return vec4(unpackHalf2x16(un.q[2u * i]), unpackHalf2x16(un.q[2u * i + 1u]));
+    return vec4(unpackHalf2x16(q[2u * i]), unpackHalf2x16(q[2u * i + 1u]));
 #elif DTYPE == 2
-    int v = int(un.q[i]);
+    int v = int(q[i]);
     return vec4(bitfieldExtract(v, 0, 8), bitfieldExtract(v, 8, 8),
                 bitfieldExtract(v, 16, 8), bitfieldExtract(v, 24, 8));
 #elif DTYPE == 3
-    uint v = (un.q.x >> (4u * i)) & 0x0f0f0f0fu;
+    uint v = (q.x >> (4u * i)) & 0x0f0f0f0fu;
     return vec4(v & 0xffu, (v >> 8u) & 0xffu, (v >> 16u) & 0xffu, v >> 24u);
 #else
     // i: 0, 1 low nibbles of words 0, 1; 2, 3 high nibbles.
-    uint v = (un.q[i & 1u] >> (4u * (i >> 1u))) & 0x0f0f0f0fu;
+    uint v = (q[i & 1u] >> (4u * (i >> 1u))) & 0x0f0f0f0fu;
     return vec4(v & 0xffu, (v >> 8u) & 0xffu, (v >> 16u) & 0xffu, v >> 24u);
 #endif
 }
@@ -243,46 +263,52 @@ float acc[NV];
 // un[j * NMAT * R + m * R + r] (unit index u) and every column.
 void accumulate(uint u, uint j) {
     uint first = j * NMAT * R;
-    for (uint col = 0u; col < NC; ++col) {
+#if DTYPE >= 2
+    Decoded dec[NMAT * R];
+    [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
+        dec[v] = decode_unit(un[first + v], u);
+    }
+#endif
+    [[unroll]] for (uint col = 0u; col < NC; ++col) {
         uint xb = (col * pc.K) >> 2u;
 #if DTYPE <= 1
         precise float s[NMAT * R];
-        for (uint i = 0u; i < NMAT * R; ++i) {
+        [[unroll]] for (uint i = 0u; i < NMAT * R; ++i) {
             s[i] = 0.0;
         }
-        for (uint i = 0u; i < UX; ++i) {
+        [[unroll]] for (uint i = 0u; i < UX; ++i) {
             vec4 xv = x4[xb + x_quad(u, i)];
-            for (uint v = 0u; v < NMAT * R; ++v) {
-                s[v] = dot4(codes4(un[first + v], i), xv, s[v]);
+            [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
+                s[v] = dot4(codes4(un[first + v].q, i), xv, s[v]);
             }
         }
-        for (uint v = 0u; v < NMAT * R; ++v) {
+        [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
             precise float t = acc[v * NC + col] + s[v];
             acc[v * NC + col] = t;
         }
 #elif DTYPE <= 3
         precise float s[NMAT * R];
         precise float sx = 0.0;
-        for (uint i = 0u; i < NMAT * R; ++i) {
+        [[unroll]] for (uint i = 0u; i < NMAT * R; ++i) {
             s[i] = 0.0;
         }
-        for (uint i = 0u; i < UX; ++i) {
+        [[unroll]] for (uint i = 0u; i < UX; ++i) {
             vec4 xv = x4[xb + x_quad(u, i)];
 #if DTYPE == 3
             sx = sum4(xv, sx);
 #endif
-            for (uint v = 0u; v < NMAT * R; ++v) {
-                s[v] = dot4(codes4(un[first + v], i), xv, s[v]);
+            [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
+                s[v] = dot4(codes4(uvec4(dec[v].q, 0u, 0u), i), xv, s[v]);
             }
         }
-        for (uint v = 0u; v < NMAT * R; ++v) {
+        [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
 #if DTYPE == 3
             // d * (sum q x - 8 sum x): Q4_0 codes are q - 8.
             precise float t = fma(-8.0, sx, s[v]);
 #else
             precise float t = s[v];
 #endif
-            precise float a = fma(un[first + v].s.x, t, acc[v * NC + col]);
+            precise float a = fma(dec[v].s.x, t, acc[v * NC + col]);
             acc[v * NC + col] = a;
         }
 #else
@@ -291,19 +317,19 @@ void accumulate(uint u, uint j) {
         precise float sx[2];
         sx[0] = 0.0;
         sx[1] = 0.0;
-        for (uint i = 0u; i < NMAT * R * 2u; ++i) {
+        [[unroll]] for (uint i = 0u; i < NMAT * R * 2u; ++i) {
             s[i] = 0.0;
         }
-        for (uint i = 0u; i < UX; ++i) {
+        [[unroll]] for (uint i = 0u; i < UX; ++i) {
             vec4 xv = x4[xb + x_quad(u, i)];
             uint h = i >> 1u;
             sx[h] = sum4(xv, sx[h]);
-            for (uint v = 0u; v < NMAT * R; ++v) {
-                s[2u * v + h] = dot4(codes4(un[first + v], i), xv, s[2u * v + h]);
+            [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
+                s[2u * v + h] = dot4(codes4(uvec4(dec[v].q, 0u, 0u), i), xv, s[2u * v + h]);
             }
         }
-        for (uint v = 0u; v < NMAT * R; ++v) {
-            vec4 sc = un[first + v].s;
+        [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
+            vec4 sc = dec[v].s;
             precise float t = fma(sc.x, s[2u * v], acc[v * NC + col]);
             t = fma(-sc.y, sx[0], t);
             t = fma(sc.z, s[2u * v + 1u], t);
@@ -350,31 +376,31 @@ void main() {
     uint tid = gl_LocalInvocationIndex;
     uint rb = ROW_BYTES(pc.K);
     uint base[R];
-    for (uint r = 0u; r < R; ++r) {
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
         // Rows past M repeat the last row; their sums are not written.
         base[r] = min(row0 + r, pc.M - 1u) * rb;
     }
-    for (uint i = 0u; i < NV; ++i) {
+    [[unroll]] for (uint i = 0u; i < NV; ++i) {
         acc[i] = 0.0;
     }
     if (VEC_OK(pc.K)) {
         uint n_units = pc.K / UV;
         uint u = tid;
-        for (; u + (U - 1u) * WG < n_units; u += U * WG) {
-            for (uint j = 0u; j < U; ++j) {
-                for (uint m = 0u; m < NMAT; ++m) {
-                    for (uint r = 0u; r < R; ++r) {
+        [[dont_unroll]] for (; u + (U - 1u) * WG < n_units; u += U * WG) {
+            [[unroll]] for (uint j = 0u; j < U; ++j) {
+                [[unroll]] for (uint m = 0u; m < NMAT; ++m) {
+                    [[unroll]] for (uint r = 0u; r < R; ++r) {
                         un[(j * NMAT + m) * R + r] = load_unit(m, base[r], u + j * WG);
                     }
                 }
             }
-            for (uint j = 0u; j < U; ++j) {
+            [[unroll]] for (uint j = 0u; j < U; ++j) {
                 accumulate(u + j * WG, j);
             }
         }
-        for (; u < n_units; u += WG) {
-            for (uint m = 0u; m < NMAT; ++m) {
-                for (uint r = 0u; r < R; ++r) {
+        [[dont_unroll]] for (; u < n_units; u += WG) {
+            [[unroll]] for (uint m = 0u; m < NMAT; ++m) {
+                [[unroll]] for (uint r = 0u; r < R; ++r) {
                     un[m * R + r] = load_unit(m, base[r], u);
                 }
             }
@@ -384,10 +410,10 @@ void main() {
 #if DTYPE <= 1
     else {
         for (uint k = tid; k < pc.K; k += WG) {
-            for (uint col = 0u; col < NC; ++col) {
+            [[unroll]] for (uint col = 0u; col < NC; ++col) {
                 float xv = x[col * pc.K + k];
-                for (uint m = 0u; m < NMAT; ++m) {
-                    for (uint r = 0u; r < R; ++r) {
+                [[unroll]] for (uint m = 0u; m < NMAT; ++m) {
+                    [[unroll]] for (uint r = 0u; r < R; ++r) {
                         uint v = (m * R + r) * NC + col;
                         precise float a = fma(scalar_weight(m, base[r], k), xv, acc[v]);
                         acc[v] = a;
@@ -399,7 +425,7 @@ void main() {
 #endif
 
 #ifdef SUBGROUP
-    for (uint v = 0u; v < NV; ++v) {
+    [[unroll]] for (uint v = 0u; v < NV; ++v) {
         float s = subgroupAdd(acc[v]);
         if (subgroupElect()) {
             red[v * SLOTS + gl_SubgroupID] = s;
@@ -408,13 +434,13 @@ void main() {
     barrier();
     uint n_parts = gl_NumSubgroups;
 #else
-    for (uint v = 0u; v < NV; ++v) {
+    [[unroll]] for (uint v = 0u; v < NV; ++v) {
         red[v * SLOTS + tid] = acc[v];
     }
     barrier();
     for (uint s = WG / 2u; s > 0u; s >>= 1u) {
         if (tid < s) {
-            for (uint v = 0u; v < NV; ++v) {
+            [[unroll]] for (uint v = 0u; v < NV; ++v) {
                 red[v * SLOTS + tid] = red[v * SLOTS + tid] + red[v * SLOTS + tid + s];
             }
         }
@@ -428,7 +454,7 @@ void main() {
         uint row = row0 + r;
         if (row < pc.M) {
             precise float sums[NMAT];
-            for (uint m = 0u; m < NMAT; ++m) {
+            [[unroll]] for (uint m = 0u; m < NMAT; ++m) {
                 uint v = (m * R + r) * NC + col;
                 sums[m] = red[v * SLOTS];
                 for (uint g = 1u; g < n_parts; ++g) {

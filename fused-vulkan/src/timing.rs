@@ -164,7 +164,7 @@ pub struct GemvBench<'a> {
 
 impl<'a> GemvBench<'a> {
     /// Quantizes one row, repeats it over the matrix and uploads enough
-    /// copies (at least two, at least `2 × L2_BYTES` in all).
+    /// copies (at least four, at least `2 × L2_BYTES` in all).
     pub fn new(
         b: &'a VulkanBackend,
         dtype: DType,
@@ -172,7 +172,7 @@ impl<'a> GemvBench<'a> {
         k: usize,
     ) -> Result<GemvBench<'a>, VulkanError> {
         let bytes = dtype.row_bytes(k)?.saturating_mul(m).max(1) as u64;
-        let copies = (2 * L2_BYTES).div_ceil(bytes).max(2) as usize;
+        let copies = (2 * L2_BYTES).div_ceil(bytes).max(4) as usize;
         GemvBench::with_copies(b, dtype, m, k, copies)
     }
 
@@ -194,10 +194,11 @@ impl<'a> GemvBench<'a> {
         let weights = (0..copies)
             .map(|_| ctx.upload(&bytes))
             .collect::<Result<Vec<_>, _>>()?;
-        // One output per call of a submission, so that back-to-back calls
-        // need no barrier between them.
-        let calls = copies * 8usize.div_ceil(copies);
-        let ys = (0..calls)
+        // One call per copy in a submission, each with its own output: no
+        // two calls of a submission read the same weights (calls running
+        // side by side cannot share them through L2), a copy's next read is
+        // a whole submission later, and back-to-back calls need no barrier.
+        let ys = (0..copies)
             .map(|_| ctx.buffer(4 * m as u64))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(GemvBench {
@@ -219,9 +220,9 @@ impl<'a> GemvBench<'a> {
     }
 
     /// The median time of one call with `shape` (`None`: the backend's),
-    /// timed over a submission of calls rotating through the copies:
-    /// back to back (`ordered` false: no barriers, as independent calls
-    /// run) or with a full barrier between calls (as dependent calls run).
+    /// timed over a submission of one call per copy: back to back
+    /// (`ordered` false: no barriers, as independent calls run) or with a
+    /// full barrier between calls (as dependent calls run).
     pub fn time(
         &self,
         shape: Option<GemvShape>,
@@ -236,9 +237,8 @@ impl<'a> GemvBench<'a> {
         let commands = self
             .ys
             .iter()
-            .enumerate()
-            .map(|(i, y)| {
-                let w = &self.weights[i % self.weights.len()];
+            .zip(&self.weights)
+            .map(|(y, w)| {
                 b.gemv_dispatch_shaped(
                     shape,
                     self.dtype,

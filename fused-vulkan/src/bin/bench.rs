@@ -8,7 +8,9 @@
 //! The ceiling is the faster of two device-to-device copies of 512 MiB:
 //! `vkCmdCopyBuffer` and a compute shader with 16-byte loads and stores
 //! (bytes read plus bytes written). GEMVs rotate over enough weight copies
-//! (at least 2 × 60 MB, the H200's L2 twice) that every call reads memory.
+//! (at least four, at least 2 × 60 MB: the H200's L2 twice) that every call
+//! reads memory: one call per copy per submission, back to back (no barrier)
+//! or with a barrier between calls.
 
 use fused_core::DType;
 use fused_vulkan::timing::{self, GemvBench, Timing};
@@ -27,18 +29,18 @@ fn line(what: &str, t: Timing, ceiling: f64) {
 fn sweep_shapes(subgroup_reduce: bool) -> Vec<GemvShape> {
     let mut v = Vec::new();
     for (workgroup, rows, unroll) in [
-        (64, 1, 1),
         (64, 2, 2),
-        (128, 1, 2),
-        (128, 2, 1),
+        (64, 4, 2),
         (128, 2, 2),
         (128, 4, 1),
         (128, 4, 2),
-        (256, 1, 2),
+        (128, 8, 1),
+        (128, 8, 2),
         (256, 2, 2),
         (256, 4, 1),
         (256, 4, 2),
-        (128, 8, 1),
+        (256, 8, 1),
+        (512, 4, 1),
     ] {
         v.push(GemvShape {
             workgroup,
@@ -124,13 +126,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut best: Option<(GemvShape, Timing)> = None;
                 for shape in sweep_shapes(b.gemv_shape(1, false)?.subgroup_reduce) {
                     let t = g.time(Some(shape), false, reps)?;
+                    let tb = g.time(Some(shape), true, reps)?;
                     println!(
-                        "  sweep {dtype:?} {m}x{k} wg {:>3} rows {} unroll {}: {:>8.1} GB/s {:>5.1} %",
+                        "  sweep {dtype:?} {m}x{k} wg {:>3} rows {} unroll {}: back to back {:>8.1} GB/s {:>5.1} %, barrier between {:>8.1} GB/s {:>5.1} %",
                         shape.workgroup,
                         shape.rows,
                         shape.unroll,
                         t.gb_per_s(),
-                        100.0 * t.gb_per_s() / ceiling
+                        100.0 * t.gb_per_s() / ceiling,
+                        tb.gb_per_s(),
+                        100.0 * tb.gb_per_s() / ceiling
                     );
                     if best.is_none_or(|(_, bt)| t.median_ns < bt.median_ns) {
                         best = Some((shape, t));
@@ -138,7 +143,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 if let Some((s, t)) = best {
                     println!(
-                        "  best {dtype:?} {m}x{k}: {s:?} {:.1} GB/s {:.1} %",
+                        "  best {dtype:?} {m}x{k} (back to back): {s:?} {:.1} GB/s {:.1} %",
                         t.gb_per_s(),
                         100.0 * t.gb_per_s() / ceiling
                     );
