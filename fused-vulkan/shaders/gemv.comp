@@ -137,16 +137,14 @@ Unit load_unit(uint m, uint base, uint u) {
     uint off = bo + 2u + (u & 3u) * 8u;
     // Words holding bytes off .. off + 7 (the last may repeat the second).
     r.q = uvec4(word_at(m, off >> 2u), word_at(m, (off >> 2u) + 1u),
-                word_at(m, (off + 7u) >> 2u), off);
+                word_at(m, (off + 7u) >> 2u), 0u);
     r.h.x = word_at(m, bo >> 2u);
-    r.h.y = bo;
 #elif DTYPE == 3
     uint bo = base + (u >> 2u) * 18u;
     uint off = bo + 2u + (u & 3u) * 4u;
     // Words holding bytes off .. off + 3 (the same word twice when aligned).
-    r.q = uvec4(word_at(m, off >> 2u), word_at(m, (off + 3u) >> 2u), off, 0u);
+    r.q = uvec4(word_at(m, off >> 2u), word_at(m, (off + 3u) >> 2u), 0u, 0u);
     r.h.x = word_at(m, bo >> 2u);
-    r.h.y = bo;
 #else
     uint bq = (base >> 4u) + (u >> 4u) * 9u; // the block's first quad
     uint c = (u >> 2u) & 3u;
@@ -185,17 +183,22 @@ vec4 q4k_scales(uvec4 h, uint c) {
 }
 #endif
 
-Decoded decode_unit(Unit un, uint u) {
+// Decodes unit u of the row starting at byte `base` as loaded.
+Decoded decode_unit(Unit un, uint u, uint base) {
     Decoded d;
     d.s = vec4(1.0, 0.0, 0.0, 0.0);
     d.q = un.q.xy;
 #if DTYPE == 2
-    uint sh = (un.q.w & 2u) * 8u;
-    d.q = uvec2(funnel(un.q.x, un.q.y, sh), funnel(un.q.y, un.q.z, sh));
-    d.s.x = unpackHalf2x16(un.h.x >> ((un.h.y & 2u) * 8u)).x;
+    // Blocks and their code bytes start at even offsets: shift by 0 or 16.
+    uint bo = base + (u >> 2u) * 34u;
+    uint sh = (bo & 2u) * 8u; // the codes at bo + 2 + 8p: the other half
+    d.q = uvec2(funnel(un.q.x, un.q.y, 16u - sh), funnel(un.q.y, un.q.z, 16u - sh));
+    d.s.x = unpackHalf2x16(un.h.x >> sh).x;
 #elif DTYPE == 3
-    d.q.x = funnel(un.q.x, un.q.y, (un.q.z & 2u) * 8u);
-    d.s.x = unpackHalf2x16(un.h.x >> ((un.h.y & 2u) * 8u)).x;
+    uint bo = base + (u >> 2u) * 18u;
+    uint sh = (bo & 2u) * 8u;
+    d.q.x = funnel(un.q.x, un.q.y, 16u - sh);
+    d.s.x = unpackHalf2x16(un.h.x >> sh).x;
 #elif DTYPE == 4
     d.q = (u & 1u) == 0u ? un.q.xy : un.q.zw;
     d.s = q4k_scales(un.h, (u >> 2u) & 3u);
@@ -258,6 +261,7 @@ float sum4(vec4 a, float acc) {
 // Every value stored in acc is computed by a `precise` expression.
 Unit un[U * NMAT * R];
 float acc[NV];
+uint base[R]; // byte offset of each row of the workgroup
 
 // acc[(m * R + r) * NC + col] += unit . x[col] for the loaded units
 // un[j * NMAT * R + m * R + r] (unit index u) and every column.
@@ -266,7 +270,7 @@ void accumulate(uint u, uint j) {
 #if DTYPE >= 2
     Decoded dec[NMAT * R];
     [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
-        dec[v] = decode_unit(un[first + v], u);
+        dec[v] = decode_unit(un[first + v], u, base[v % R]);
     }
 #endif
     [[unroll]] for (uint col = 0u; col < NC; ++col) {
@@ -375,7 +379,6 @@ void main() {
     }
     uint tid = gl_LocalInvocationIndex;
     uint rb = ROW_BYTES(pc.K);
-    uint base[R];
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         // Rows past M repeat the last row; their sums are not written.
         base[r] = min(row0 + r, pc.M - 1u) * rb;

@@ -29,8 +29,8 @@ fn line(what: &str, t: Timing, ceiling: f64) {
 fn sweep_shapes(subgroup_reduce: bool) -> Vec<GemvShape> {
     let mut v = Vec::new();
     for (workgroup, rows, unroll) in [
-        (64, 2, 2),
-        (64, 4, 2),
+        (256, 2, 4),
+        (128, 4, 4),
         (128, 2, 2),
         (128, 4, 1),
         (128, 4, 2),
