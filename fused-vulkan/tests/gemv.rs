@@ -3,9 +3,11 @@
 //!
 //! Tolerances (NMSE against the core's f32 reference):
 //! - GEMV, every weight format (F32, F16, Q8_0, Q4_0, Q4_K): 1e-6. The shader
-//!   dequantizes exactly as the core does (the products `q·d` are exact in
-//!   f32), so only the summation order differs (a tree over 64 threads
-//!   instead of one left-to-right sum).
+//!   computes the core's sum rearranged: per unit of 4 to 16 values
+//!   `d·Σ q·x` (Q4_0: `d·(Σ q·x − 8·Σ x)`; Q4_K: `d·sc·Σ q·x − dmin·m·Σ x`
+//!   per sub-block), partial sums per thread reduced over the workgroup,
+//!   instead of one left-to-right sum of dequantized products: only
+//!   rounding differs.
 //! - Gated GEMV and activations: 1e-6. The shader's `exp` (Vulkan allows
 //!   3 + 2·|x| ulp), its `erf` (Abramowitz–Stegun 7.1.26, |error| ≤ 1.5e-7)
 //!   and `tanh` (through `exp`) differ from libm by a few ulp.

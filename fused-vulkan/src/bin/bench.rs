@@ -151,6 +151,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    // The same copy again: a much slower one means the device's clocks
+    // changed during the run and the numbers above are not comparable.
+    line(
+        "copy 512 MiB, compute shader, again at the end",
+        timing::copy_shader(&b, copy_bytes, reps)?,
+        ceiling,
+    );
     let msgs = b.context().validation_messages();
     if !msgs.is_empty() {
         return Err(format!("{} validation messages: {}", msgs.len(), msgs.join("\n")).into());
