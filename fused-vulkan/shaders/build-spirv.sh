@@ -21,12 +21,15 @@ compile() { # name source defines...
     glslc --target-env=vulkan1.1 -O -fshader-stage=compute -I "$HERE" "$@" \
         -o "$DEST/$name.spv" "$HERE/$src"
 }
+compile copy copy.comp
 compile eltwise eltwise.comp
 compile fwht_shared fwht.comp
 compile fwht_shuffle fwht.comp -DSHUFFLE
 for d in f32:0 f16:1 q8_0:2 q4_0:3 q4_k:4; do
     compile "gemv_${d%%:*}" gemv.comp -DDTYPE="${d##*:}"
     compile "gemv_glu_${d%%:*}" gemv.comp -DDTYPE="${d##*:}" -DGLU
+    compile "gemv_sg_${d%%:*}" gemv.comp -DDTYPE="${d##*:}" -DSUBGROUP
+    compile "gemv_sg_glu_${d%%:*}" gemv.comp -DDTYPE="${d##*:}" -DGLU -DSUBGROUP
 done
 if [ "$CHECK" = 1 ]; then
     status=0

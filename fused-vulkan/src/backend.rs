@@ -11,7 +11,8 @@ use fused_core::{DType, Error};
 
 use crate::context::{Buffer, Command, ContextOptions, DeviceInfo, Dispatch, VulkanContext};
 use crate::error::VulkanError;
-use crate::kernels::{GemvType, KernelKey, Shader};
+use crate::kernels::{GemvType, KernelKey, SPEC_CONSTANTS, Shader};
+use ash::vk;
 
 /// The most columns one GEMV call takes.
 pub const MAX_COLS: usize = 8;
@@ -25,6 +26,29 @@ const FWHT_SHARED_FLOATS: u32 = 8192;
 const FWHT_VALUES_PER_THREAD: u32 = 8;
 /// The largest FWHT workgroup.
 const FWHT_MAX_WG: u32 = 1024;
+/// Threads per GEMV workgroup the default shape aims for.
+const GEMV_WG: u32 = 128;
+/// The most rows one GEMV workgroup computes.
+pub const GEMV_MAX_ROWS: u32 = 8;
+/// The most units each GEMV thread loads per loop trip.
+pub const GEMV_MAX_UNROLL: u32 = 4;
+
+/// The launch shape of a GEMV: each workgroup of `workgroup` threads
+/// computes `rows` consecutive rows; each thread loads `unroll` units (a few
+/// code words of every row and the matching x values) per loop trip; the
+/// partial sums are reduced with `subgroupAdd` or a shared-memory tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GemvShape {
+    /// Threads per workgroup (a power of two).
+    pub workgroup: u32,
+    /// Rows per workgroup (1 to [`GEMV_MAX_ROWS`]).
+    pub rows: u32,
+    /// Units per thread per loop trip (1 to [`GEMV_MAX_UNROLL`]).
+    pub unroll: u32,
+    /// Reduce with subgroup arithmetic (needs `ARITHMETIC` in compute
+    /// shaders); a shared-memory tree otherwise.
+    pub subgroup_reduce: bool,
+}
 
 /// How the FWHT kernel exchanges values between threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -113,6 +137,8 @@ fn push(bytes: &mut Vec<u8>, v: u32) {
 #[derive(Debug)]
 pub struct VulkanBackend {
     ctx: VulkanContext,
+    /// A GEMV shape used instead of the picked one (tests, tuning).
+    gemv_override: Option<GemvShape>,
 }
 
 impl VulkanBackend {
@@ -125,6 +151,7 @@ impl VulkanBackend {
     pub fn with_options(options: ContextOptions) -> Result<VulkanBackend, VulkanError> {
         Ok(VulkanBackend {
             ctx: VulkanContext::new(options)?,
+            gemv_override: None,
         })
     }
 
@@ -134,7 +161,7 @@ impl VulkanBackend {
     }
 
     /// The 2-D grid for `groups` workgroups within the device's limits.
-    fn grid(&self, groups: u64) -> Result<[u32; 3], VulkanError> {
+    pub(crate) fn grid(&self, groups: u64) -> Result<[u32; 3], VulkanError> {
         let [max_x, max_y] = self.ctx.info().max_groups;
         let x = groups.clamp(1, u64::from(max_x));
         let y = groups.div_ceil(x).max(1);
@@ -184,6 +211,7 @@ impl VulkanBackend {
                 plan.threads_per_row,
                 plan.values_per_thread,
                 plan.chunk,
+                0,
             ],
         };
         self.ctx.kernel(key)?;
@@ -250,7 +278,7 @@ impl VulkanBackend {
     ) -> Result<Dispatch<'b>, VulkanError> {
         let key = KernelKey {
             shader: Shader::Eltwise,
-            spec: [0; 4],
+            spec: [0; SPEC_CONSTANTS],
         };
         self.ctx.kernel(key)?;
         let mut p = Vec::new();
@@ -454,9 +482,34 @@ impl VulkanBackend {
         self.ctx.read_f32(&ob, y)
     }
 
+    /// Makes every later GEMV use `shape` (`None`: the shape picked for the
+    /// device, [`VulkanBackend::gemv_shape`]). Fails, leaving the setting
+    /// as it was, when the shape does not fit the device.
+    pub fn set_gemv_shape(&mut self, shape: Option<GemvShape>) -> Result<(), VulkanError> {
+        if let Some(s) = shape {
+            check_gemv_shape(self.ctx.info(), s, 1, false)?;
+        }
+        self.gemv_override = shape;
+        Ok(())
+    }
+
+    /// The GEMV shape for `n_cols` columns, plain or gated (`glu`): the one
+    /// set by [`VulkanBackend::set_gemv_shape`], or the one picked from the
+    /// device's subgroup properties and limits.
+    pub fn gemv_shape(&self, n_cols: usize, glu: bool) -> Result<GemvShape, VulkanError> {
+        let n_cols = u32_of("GEMV columns", n_cols)?;
+        let shape = match self.gemv_override {
+            Some(s) => s,
+            None => pick_gemv_shape(self.ctx.info(), n_cols, glu),
+        };
+        check_gemv_shape(self.ctx.info(), shape, n_cols, glu)?;
+        Ok(shape)
+    }
+
     /// The GEMV dispatch over uploaded buffers (weights, x, y, operands and,
-    /// for the gated form, the up weights); `chain` is the stage count, the
-    /// stage words and the operand offsets.
+    /// for the gated form, the up weights) with the shape of
+    /// [`VulkanBackend::gemv_shape`]; `chain` is the stage count, the stage
+    /// words and the operand offsets.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_dispatch<'b>(
         &self,
@@ -468,12 +521,38 @@ impl VulkanBackend {
         chain: ChainWords,
         buffers: Vec<&'b Buffer<'b>>,
     ) -> Result<Dispatch<'b>, VulkanError> {
+        let shape = self.gemv_shape(n_cols, glu_act.is_some())?;
+        self.gemv_dispatch_shaped(shape, dtype, glu_act, m, k, n_cols, chain, buffers)
+    }
+
+    /// [`VulkanBackend::gemv_dispatch`] with a given (checked) shape.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemv_dispatch_shaped<'b>(
+        &self,
+        shape: GemvShape,
+        dtype: GemvType,
+        glu_act: Option<Activation>,
+        m: usize,
+        k: usize,
+        n_cols: usize,
+        chain: ChainWords,
+        buffers: Vec<&'b Buffer<'b>>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let n_cols = u32_of("GEMV columns", n_cols)?;
+        check_gemv_shape(self.ctx.info(), shape, n_cols, glu_act.is_some())?;
         let key = KernelKey {
             shader: Shader::Gemv {
                 dtype,
                 glu: glu_act.is_some(),
+                subgroup: shape.subgroup_reduce,
             },
-            spec: [u32_of("GEMV columns", n_cols)?, 0, 0, 0],
+            spec: [
+                n_cols,
+                shape.workgroup,
+                shape.rows,
+                shape.unroll,
+                gemv_slots(self.ctx.info(), shape),
+            ],
         };
         self.ctx.kernel(key)?;
         let mut p = Vec::new();
@@ -488,7 +567,7 @@ impl VulkanBackend {
             kernel: key,
             buffers,
             push: p,
-            groups: self.grid(m as u64)?,
+            groups: self.grid((m as u64).div_ceil(u64::from(shape.rows)))?,
         })
     }
 
@@ -564,6 +643,87 @@ fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPl
     })
 }
 
+/// The GEMV shape picked for a device: subgroup reduction where compute
+/// shaders have subgroup arithmetic, [`GEMV_WG`] threads (fewer when the
+/// device allows fewer), two rows per workgroup for up to two columns (each
+/// x load serves both rows) and one for more (the weights are already reused
+/// across columns), two units in flight per thread.
+fn pick_gemv_shape(info: &DeviceInfo, n_cols: u32, glu: bool) -> GemvShape {
+    let subgroup_reduce = has_subgroup_add(info);
+    let workgroup = prev_pow2(info.max_invocations.min(GEMV_WG));
+    let mut shape = GemvShape {
+        workgroup,
+        rows: if n_cols <= 2 { 2 } else { 1 },
+        unroll: 2,
+        subgroup_reduce,
+    };
+    // Shrink until the partial sums fit in shared memory.
+    while check_gemv_shape(info, shape, n_cols, glu).is_err() && shape.workgroup > 1 {
+        if shape.rows > 1 {
+            shape.rows /= 2;
+        } else {
+            shape.workgroup /= 2;
+        }
+    }
+    shape
+}
+
+/// Whether compute shaders may use `subgroupAdd`.
+fn has_subgroup_add(info: &DeviceInfo) -> bool {
+    info.subgroup_size > 0
+        && info
+            .subgroup_ops
+            .contains(vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC)
+}
+
+/// The partial sums per value the GEMV shader keeps in shared memory: one
+/// per subgroup, or one per thread for the tree.
+fn gemv_slots(info: &DeviceInfo, shape: GemvShape) -> u32 {
+    if shape.subgroup_reduce {
+        shape.workgroup.div_ceil(info.subgroup_size.max(1))
+    } else {
+        shape.workgroup
+    }
+}
+
+/// Checks that `shape` is valid and fits the device for `n_cols` columns.
+fn check_gemv_shape(
+    info: &DeviceInfo,
+    shape: GemvShape,
+    n_cols: u32,
+    glu: bool,
+) -> Result<(), VulkanError> {
+    let bad = |why: String| {
+        Err(VulkanError::Unsupported(format!(
+            "GEMV shape {shape:?}: {why}"
+        )))
+    };
+    if !shape.workgroup.is_power_of_two() || shape.workgroup > info.max_invocations {
+        return bad(format!(
+            "the workgroup must be a power of two up to {}",
+            info.max_invocations
+        ));
+    }
+    if !(1..=GEMV_MAX_ROWS).contains(&shape.rows) || !(1..=GEMV_MAX_UNROLL).contains(&shape.unroll)
+    {
+        return bad(format!(
+            "rows 1 to {GEMV_MAX_ROWS}, unroll 1 to {GEMV_MAX_UNROLL}"
+        ));
+    }
+    if shape.subgroup_reduce && !has_subgroup_add(info) {
+        return bad("the device has no subgroup arithmetic in compute shaders".into());
+    }
+    let values = u64::from(shape.rows) * u64::from(n_cols) * if glu { 2 } else { 1 };
+    let shared = 4 * values * u64::from(gemv_slots(info, shape));
+    if shared > u64::from(info.max_shared_bytes) {
+        return bad(format!(
+            "{shared} bytes of shared memory for {n_cols} columns exceed {}",
+            info.max_shared_bytes
+        ));
+    }
+    Ok(())
+}
+
 /// The largest power of two `<= v` (1 for 0).
 fn prev_pow2(v: u32) -> u32 {
     if v == 0 { 1 } else { 1 << v.ilog2() }
@@ -624,5 +784,32 @@ mod tests {
         let mut no_shuffle = device(32, 1024, 48);
         no_shuffle.subgroup_ops = vk::SubgroupFeatureFlags::BASIC;
         assert!(plan_fwht(&no_shuffle, FwhtVariant::Shuffle, 64).is_err());
+    }
+
+    /// The picked GEMV shape fits lavapipe-, NVIDIA-, AMD-like and minimal
+    /// devices for every column count, plain and gated, and reduces through
+    /// subgroups only where the device has subgroup arithmetic.
+    #[test]
+    fn gemv_shapes_fit_every_device() {
+        let mut arith = device(8, 1024, 32);
+        arith.subgroup_ops |= vk::SubgroupFeatureFlags::ARITHMETIC;
+        for info in [
+            arith,
+            device(32, 1024, 48),
+            device(64, 256, 64),
+            device(4, 128, 16),
+            device(1, 64, 2),
+        ] {
+            for n_cols in 1..=MAX_COLS as u32 {
+                for glu in [false, true] {
+                    let s = pick_gemv_shape(&info, n_cols, glu);
+                    assert!(
+                        check_gemv_shape(&info, s, n_cols, glu).is_ok(),
+                        "{info:?} {s:?}"
+                    );
+                    assert_eq!(s.subgroup_reduce, has_subgroup_add(&info));
+                }
+            }
+        }
     }
 }

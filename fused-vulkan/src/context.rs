@@ -505,6 +505,18 @@ impl VulkanContext {
         commands: &[Command<'_>],
         timed: bool,
     ) -> Result<Option<f64>, VulkanError> {
+        self.submit_with(commands, timed, true)
+    }
+
+    /// [`VulkanContext::submit`], with the barriers between consecutive
+    /// commands left out when `ordered` is false: for commands that do not
+    /// touch each other's outputs (the bench's back-to-back GEMVs).
+    pub(crate) fn submit_with(
+        &self,
+        commands: &[Command<'_>],
+        timed: bool,
+        ordered: bool,
+    ) -> Result<Option<f64>, VulkanError> {
         let period = match (timed, self.info.timestamp_period_ns) {
             (false, _) => None,
             (true, Some(p)) => Some(p),
@@ -577,7 +589,7 @@ impl VulkanContext {
                 );
             }
             for (i, command) in commands.iter().enumerate() {
-                if i > 0 {
+                if i > 0 && ordered {
                     self.barrier(
                         cb,
                         vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,

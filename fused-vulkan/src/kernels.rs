@@ -10,18 +10,23 @@ use crate::error::VulkanError;
 /// `shaders/build-spirv.sh`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
+    /// A buffer copy in 16-byte words (`copy.comp`), for the bench.
+    Copy,
     /// Unfused element-wise kernels (`eltwise.comp`).
     Eltwise,
     /// FWHT exchanging through shared memory only.
     FwhtShared,
     /// FWHT with subgroup shuffles for half-widths below the subgroup size.
     FwhtShuffle,
-    /// GEMV for one weight format (`gemv.comp`), plain or gated (GLU).
+    /// GEMV for one weight format (`gemv.comp`), plain or gated (GLU),
+    /// reducing through subgroup arithmetic or a shared-memory tree.
     Gemv {
         /// The weight format.
         dtype: GemvType,
         /// The gated dual form.
         glu: bool,
+        /// `subgroupAdd` (needs subgroup arithmetic in compute shaders).
+        subgroup: bool,
     },
 }
 
@@ -49,22 +54,53 @@ impl Shader {
             };
         }
         match self {
+            Shader::Copy => spv!("copy"),
             Shader::Eltwise => spv!("eltwise"),
             Shader::FwhtShared => spv!("fwht_shared"),
             Shader::FwhtShuffle => spv!("fwht_shuffle"),
-            Shader::Gemv { dtype, glu: false } => match dtype {
+            Shader::Gemv {
+                dtype,
+                glu: false,
+                subgroup: false,
+            } => match dtype {
                 GemvType::F32 => spv!("gemv_f32"),
                 GemvType::F16 => spv!("gemv_f16"),
                 GemvType::Q8_0 => spv!("gemv_q8_0"),
                 GemvType::Q4_0 => spv!("gemv_q4_0"),
                 GemvType::Q4_K => spv!("gemv_q4_k"),
             },
-            Shader::Gemv { dtype, glu: true } => match dtype {
+            Shader::Gemv {
+                dtype,
+                glu: true,
+                subgroup: false,
+            } => match dtype {
                 GemvType::F32 => spv!("gemv_glu_f32"),
                 GemvType::F16 => spv!("gemv_glu_f16"),
                 GemvType::Q8_0 => spv!("gemv_glu_q8_0"),
                 GemvType::Q4_0 => spv!("gemv_glu_q4_0"),
                 GemvType::Q4_K => spv!("gemv_glu_q4_k"),
+            },
+            Shader::Gemv {
+                dtype,
+                glu: false,
+                subgroup: true,
+            } => match dtype {
+                GemvType::F32 => spv!("gemv_sg_f32"),
+                GemvType::F16 => spv!("gemv_sg_f16"),
+                GemvType::Q8_0 => spv!("gemv_sg_q8_0"),
+                GemvType::Q4_0 => spv!("gemv_sg_q4_0"),
+                GemvType::Q4_K => spv!("gemv_sg_q4_k"),
+            },
+            Shader::Gemv {
+                dtype,
+                glu: true,
+                subgroup: true,
+            } => match dtype {
+                GemvType::F32 => spv!("gemv_sg_glu_f32"),
+                GemvType::F16 => spv!("gemv_sg_glu_f16"),
+                GemvType::Q8_0 => spv!("gemv_sg_glu_q8_0"),
+                GemvType::Q4_0 => spv!("gemv_sg_glu_q4_0"),
+                GemvType::Q4_K => spv!("gemv_sg_glu_q4_k"),
             },
         }
     }
@@ -72,6 +108,7 @@ impl Shader {
     /// Storage buffers, bound 0, 1, ... in this order.
     fn bindings(self) -> u32 {
         match self {
+            Shader::Copy => 2,
             Shader::Eltwise | Shader::FwhtShared | Shader::FwhtShuffle => 3,
             Shader::Gemv { glu: false, .. } => 4,
             Shader::Gemv { glu: true, .. } => 5,
@@ -81,6 +118,7 @@ impl Shader {
     /// Push-constant bytes.
     fn push_bytes(self) -> u32 {
         match self {
+            Shader::Copy => 4,
             Shader::Eltwise => 20,
             Shader::FwhtShared | Shader::FwhtShuffle => 12,
             Shader::Gemv { .. } => 80,
@@ -88,11 +126,15 @@ impl Shader {
     }
 }
 
-/// A module with its specialization constants (`constant_id` 0, 1, ...).
+/// The number of specialization constants a kernel key carries.
+pub(crate) const SPEC_CONSTANTS: usize = 5;
+
+/// A module with its specialization constants (`constant_id` 0, 1, ...;
+/// modules with fewer ignore the rest).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct KernelKey {
     pub shader: Shader,
-    pub spec: [u32; 4],
+    pub spec: [u32; SPEC_CONSTANTS],
 }
 
 /// A compute pipeline and its layouts.
@@ -151,7 +193,7 @@ impl VulkanContext {
             offset: 0,
             size: key.shader.push_bytes(),
         }];
-        let entries: Vec<vk::SpecializationMapEntry> = (0..4u32)
+        let entries: Vec<vk::SpecializationMapEntry> = (0..SPEC_CONSTANTS as u32)
             .map(|i| vk::SpecializationMapEntry {
                 constant_id: i,
                 offset: 4 * i,

@@ -29,6 +29,8 @@ mod exec;
 mod kernels;
 pub mod timing;
 
-pub use backend::{FwhtPlan, FwhtVariant, MAX_COLS, VulkanBackend};
+pub use backend::{
+    FwhtPlan, FwhtVariant, GEMV_MAX_ROWS, GEMV_MAX_UNROLL, GemvShape, MAX_COLS, VulkanBackend,
+};
 pub use context::{Buffer, ContextOptions, DeviceInfo, VulkanContext};
 pub use error::VulkanError;

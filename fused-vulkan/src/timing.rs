@@ -2,13 +2,16 @@
 //! bench binary. Each function builds its buffers once, runs `reps` timed
 //! submissions and returns the median device time.
 
+use std::time::{Duration, Instant};
+
 use fused_core::DType;
 use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
 
-use crate::backend::{ChainWords, EltOp, FwhtVariant, VulkanBackend, gemv_type};
-use crate::context::{Command, VulkanContext};
+use crate::backend::{ChainWords, EltOp, FwhtVariant, GemvShape, VulkanBackend, gemv_type};
+use crate::context::{Buffer, Command, Dispatch, VulkanContext};
 use crate::error::VulkanError;
+use crate::kernels::{GemvType, KernelKey, Shader};
 use fused_core::element::Activation;
 
 /// One measurement: the median device time and the bytes it moved.
@@ -32,9 +35,31 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// How long each case runs untimed before it is timed. On the H200 the
+/// same GEMV ran at 107 % of the copy ceiling early in a bench run and at
+/// 45 % later, after seconds of host-side set-up with the GPU idle: the
+/// driver lowers clocks on a mostly idle device and short timed
+/// submissions do not raise them again.
+const WARM_UP: Duration = Duration::from_millis(250);
+
+/// Submits `commands` (untimed) until [`WARM_UP`] has passed, at least once.
+fn warm_up(
+    ctx: &VulkanContext,
+    commands: &[Command<'_>],
+    ordered: bool,
+) -> Result<(), VulkanError> {
+    let start = Instant::now();
+    loop {
+        ctx.submit_with(commands, false, ordered)?;
+        if start.elapsed() >= WARM_UP {
+            return Ok(());
+        }
+    }
+}
+
 fn timed(ctx: &VulkanContext, commands: &[Command<'_>], reps: usize) -> Result<f64, VulkanError> {
     let mut times = Vec::with_capacity(reps.max(1));
-    ctx.submit(commands, false)?; // warm-up
+    warm_up(ctx, commands, true)?;
     for _ in 0..reps.max(1) {
         let t = ctx.submit(commands, true)?;
         times.push(t.unwrap_or(f64::NAN));
@@ -55,6 +80,44 @@ pub fn copy(b: &VulkanBackend, bytes: u64, reps: usize) -> Result<Timing, Vulkan
     let src = ctx.buffer(bytes)?;
     let dst = ctx.buffer(bytes)?;
     let t = timed(ctx, &[Command::Copy(&src, &dst)], reps)?;
+    Ok(Timing {
+        median_ns: t,
+        bytes: 2 * bytes,
+    })
+}
+
+/// Threads per workgroup of the copy shader.
+const COPY_WG: u32 = 256;
+/// 16-byte words each copy-shader thread moves.
+const COPY_PER_THREAD: u32 = 4;
+
+/// A device-to-device copy of `bytes` bytes (a multiple of 16) by a compute
+/// shader with 16-byte loads and stores: the other candidate for the
+/// bandwidth ceiling (some drivers' `vkCmdCopyBuffer` is slower).
+pub fn copy_shader(b: &VulkanBackend, bytes: u64, reps: usize) -> Result<Timing, VulkanError> {
+    if !bytes.is_multiple_of(16) {
+        return Err(VulkanError::Unsupported(format!(
+            "shader copy of {bytes} bytes: not a multiple of 16"
+        )));
+    }
+    let quads = u32::try_from(bytes / 16).map_err(|_| fused_core::Error::Overflow {
+        what: "shader copy size",
+    })?;
+    let ctx = b.context();
+    let src = ctx.buffer(bytes)?;
+    let dst = ctx.buffer(bytes)?;
+    let key = KernelKey {
+        shader: Shader::Copy,
+        spec: [COPY_WG, COPY_PER_THREAD, 0, 0, 0],
+    };
+    ctx.kernel(key)?;
+    let d = Dispatch {
+        kernel: key,
+        buffers: vec![&src, &dst],
+        push: quads.to_ne_bytes().to_vec(),
+        groups: b.grid(u64::from(quads).div_ceil(u64::from(COPY_WG * COPY_PER_THREAD)))?,
+    };
+    let t = timed(ctx, &[Command::Dispatch(d)], reps)?;
     Ok(Timing {
         median_ns: t,
         bytes: 2 * bytes,
@@ -104,7 +167,132 @@ pub fn fwht(
     })
 }
 
-/// One-column GEMV of an `m × k` matrix in `dtype` with no epilogue.
+/// The L2 cache the GEMV bench defeats: the H200's is about 60 MB.
+pub const L2_BYTES: u64 = 60_000_000;
+
+/// One-column GEMVs of an `m × k` matrix in one weight format with no
+/// epilogue, over enough copies of the weights (at least two, at least
+/// `2 × L2_BYTES` in all) that every call reads them from memory, not L2.
+#[derive(Debug)]
+pub struct GemvBench<'a> {
+    backend: &'a VulkanBackend,
+    dtype: GemvType,
+    m: usize,
+    k: usize,
+    weight_bytes: usize,
+    weights: Vec<Buffer<'a>>,
+    x: Buffer<'a>,
+    ops: Buffer<'a>,
+    ys: Vec<Buffer<'a>>,
+}
+
+impl<'a> GemvBench<'a> {
+    /// Quantizes one row, repeats it over the matrix and uploads enough
+    /// copies (at least four, at least `2 × L2_BYTES` in all).
+    pub fn new(
+        b: &'a VulkanBackend,
+        dtype: DType,
+        m: usize,
+        k: usize,
+    ) -> Result<GemvBench<'a>, VulkanError> {
+        let bytes = dtype.row_bytes(k)?.saturating_mul(m).max(1) as u64;
+        let copies = (2 * L2_BYTES).div_ceil(bytes).max(4) as usize;
+        GemvBench::with_copies(b, dtype, m, k, copies)
+    }
+
+    /// [`GemvBench::new`] with a given number of copies (at least one).
+    pub fn with_copies(
+        b: &'a VulkanBackend,
+        dtype: DType,
+        m: usize,
+        k: usize,
+        copies: usize,
+    ) -> Result<GemvBench<'a>, VulkanError> {
+        let ctx = b.context();
+        let gt = gemv_type(dtype)?;
+        let rb = dtype.row_bytes(k)?;
+        let mut row = vec![0u8; rb];
+        quantize_row(dtype, &fill(k), &mut row)?;
+        let bytes = row.repeat(m);
+        let copies = copies.max(1);
+        let weights = (0..copies)
+            .map(|_| ctx.upload(&bytes))
+            .collect::<Result<Vec<_>, _>>()?;
+        // One call per copy in a submission, each with its own output: no
+        // two calls of a submission read the same weights (calls running
+        // side by side cannot share them through L2), a copy's next read is
+        // a whole submission later, and back-to-back calls need no barrier.
+        let ys = (0..copies)
+            .map(|_| ctx.buffer(4 * m as u64))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(GemvBench {
+            backend: b,
+            dtype: gt,
+            m,
+            k,
+            weight_bytes: bytes.len(),
+            weights,
+            x: ctx.upload_f32(&fill(k))?,
+            ops: ctx.buffer(4)?,
+            ys,
+        })
+    }
+
+    /// The number of weight copies.
+    pub fn copies(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// The median time of one call with `shape` (`None`: the backend's),
+    /// timed over a submission of one call per copy: back to back
+    /// (`ordered` false: no barriers, as independent calls run) or with a
+    /// full barrier between calls (as dependent calls run).
+    pub fn time(
+        &self,
+        shape: Option<GemvShape>,
+        ordered: bool,
+        reps: usize,
+    ) -> Result<Timing, VulkanError> {
+        let b = self.backend;
+        let shape = match shape {
+            Some(s) => s,
+            None => b.gemv_shape(1, false)?,
+        };
+        let commands = self
+            .ys
+            .iter()
+            .zip(&self.weights)
+            .map(|(y, w)| {
+                b.gemv_dispatch_shaped(
+                    shape,
+                    self.dtype,
+                    None,
+                    self.m,
+                    self.k,
+                    1,
+                    ChainWords::default(),
+                    vec![w, &self.x, y, &self.ops],
+                )
+                .map(Command::Dispatch)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let ctx = b.context();
+        let mut times = Vec::with_capacity(reps.max(1));
+        warm_up(ctx, &commands, ordered)?;
+        for _ in 0..reps.max(1) {
+            let t = ctx.submit_with(&commands, true, ordered)?;
+            times.push(t.unwrap_or(f64::NAN) / commands.len() as f64);
+        }
+        Ok(Timing {
+            median_ns: median(times),
+            bytes: (self.weight_bytes + 4 * self.k + 4 * self.m) as u64,
+        })
+    }
+}
+
+/// One-column GEMV of an `m × k` matrix in `dtype` with no epilogue, with
+/// the backend's shape, back to back over rotating weight copies
+/// ([`GemvBench`]).
 pub fn gemv(
     b: &VulkanBackend,
     dtype: DType,
@@ -112,23 +300,5 @@ pub fn gemv(
     k: usize,
     reps: usize,
 ) -> Result<Timing, VulkanError> {
-    let ctx = b.context();
-    let gt = gemv_type(dtype)?;
-    let rb = dtype.row_bytes(k)?;
-    let row = fill(k);
-    let mut bytes = vec![0u8; rb * m];
-    for dst in bytes.chunks_exact_mut(rb) {
-        quantize_row(dtype, &row, dst)?;
-    }
-    let w = ctx.upload(&bytes)?;
-    let x = ctx.upload_f32(&fill(k))?;
-    let y = ctx.buffer(4 * m as u64)?;
-    let ops = ctx.buffer(4)?;
-    let chain = ChainWords::default();
-    let d = b.gemv_dispatch(gt, None, m, k, 1, chain, vec![&w, &x, &y, &ops])?;
-    let t = timed(ctx, &[Command::Dispatch(d)], reps)?;
-    Ok(Timing {
-        median_ns: t,
-        bytes: (bytes.len() + 4 * k + 4 * m) as u64,
-    })
+    GemvBench::new(b, dtype, m, k)?.time(None, false, reps)
 }

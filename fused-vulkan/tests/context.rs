@@ -61,6 +61,20 @@ fn buffers_round_trip_and_copies_are_timed() {
     assert!(ctx.read_f32(&buf, &mut too_long).is_err());
     let t = timing::copy(&b, 1 << 20, 3).unwrap();
     assert!(t.median_ns > 0.0 && t.median_ns.is_finite(), "{t:?}");
+    let t = timing::copy_shader(&b, 1 << 20, 3).unwrap();
+    assert!(t.median_ns > 0.0 && t.median_ns.is_finite(), "{t:?}");
+    assert!(
+        timing::copy_shader(&b, 1000, 1).is_err(),
+        "not a multiple of 16"
+    );
+    // Back-to-back GEMVs without barriers and with them: synchronization
+    // validation checks that the unordered calls do not conflict.
+    let g = timing::GemvBench::with_copies(&b, DType::Q4_0, 64, 256, 2).unwrap();
+    assert_eq!(g.copies(), 2);
+    for ordered in [false, true] {
+        let t = g.time(None, ordered, 1).unwrap();
+        assert!(t.median_ns > 0.0 && t.median_ns.is_finite(), "{t:?}");
+    }
     // Two dispatches in one submission: synchronization validation checks
     // the barrier between them.
     let t = timing::fwht(&b, b.fwht_variant(), 64, 64 * 64, false, 1).unwrap();

@@ -1,37 +1,88 @@
 //! fused-vulkan-bench: device-timed medians (timestamp queries) of the copy
 //! bandwidth ceiling, signed FWHT fused vs unfused, and GEMV.
 //!
-//! `fused-vulkan-bench [REPS] [MIB]`: REPS timed runs per case (default 9),
-//! MIB MiB of FWHT input (default 64).
+//! `fused-vulkan-bench [REPS] [MIB] [sweep]`: REPS timed runs per case
+//! (default 9), MIB MiB of FWHT input (default 64); `sweep` also times every
+//! GEMV shape of a small grid.
+//!
+//! The ceiling is the faster of two device-to-device copies of 512 MiB:
+//! `vkCmdCopyBuffer` and a compute shader with 16-byte loads and stores
+//! (bytes read plus bytes written). GEMVs rotate over enough weight copies
+//! (at least four, at least 2 × 60 MB: the H200's L2 twice) that every call
+//! reads memory: one call per copy per submission, back to back (no barrier)
+//! or with a barrier between calls.
 
 use fused_core::DType;
-use fused_vulkan::timing::{self, Timing};
-use fused_vulkan::{ContextOptions, FwhtVariant, VulkanBackend};
+use fused_vulkan::timing::{self, GemvBench, Timing};
+use fused_vulkan::{ContextOptions, FwhtVariant, GemvShape, VulkanBackend};
 
-fn line(what: &str, t: Timing) {
+fn line(what: &str, t: Timing, ceiling: f64) {
     println!(
-        "{what:<52} {:>10.1} us  {:>8.2} GB/s",
+        "{what:<60} {:>10.1} us  {:>8.1} GB/s  {:>5.1} % of ceiling",
         t.median_ns / 1e3,
-        t.gb_per_s()
+        t.gb_per_s(),
+        100.0 * t.gb_per_s() / ceiling
     );
+}
+
+/// The shapes the sweep times.
+fn sweep_shapes(subgroup_reduce: bool) -> Vec<GemvShape> {
+    let mut v = Vec::new();
+    for (workgroup, rows, unroll) in [
+        (256, 2, 4),
+        (128, 4, 4),
+        (128, 2, 2),
+        (128, 4, 1),
+        (128, 4, 2),
+        (128, 8, 1),
+        (128, 8, 2),
+        (256, 2, 2),
+        (256, 4, 1),
+        (256, 4, 2),
+        (256, 8, 1),
+        (512, 4, 1),
+    ] {
+        v.push(GemvShape {
+            workgroup,
+            rows,
+            unroll,
+            subgroup_reduce,
+        });
+    }
+    v
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(9);
     let mib: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
+    let sweep = args.next().is_some_and(|a| a == "sweep");
     let b = VulkanBackend::with_options(ContextOptions::from_env())?;
     let info = b.context().info();
     println!(
-        "device: {} ({:?}), subgroup {}, FWHT variant {:?}, {} timed runs per case, medians",
+        "device: {} ({:?}), subgroup {} ops {:?}, FWHT variant {:?}, GEMV shape {:?}, {} timed runs per case, medians",
         info.name,
         info.device_type,
         info.subgroup_size,
+        info.subgroup_ops,
         b.fwht_variant(),
+        b.gemv_shape(1, false)?,
         reps
     );
-    let bytes = (mib as u64) << 20;
-    line(&format!("copy {mib} MiB"), timing::copy(&b, bytes, reps)?);
+    let copy_bytes = 512u64 << 20;
+    let cmd = timing::copy(&b, copy_bytes, reps)?;
+    let shader = timing::copy_shader(&b, copy_bytes, reps)?;
+    let ceiling = cmd.gb_per_s().max(shader.gb_per_s());
+    line("copy 512 MiB, vkCmdCopyBuffer", cmd, ceiling);
+    line("copy 512 MiB, compute shader (uvec4)", shader, ceiling);
+    println!(
+        "ceiling: {ceiling:.1} GB/s ({})",
+        if shader.gb_per_s() >= cmd.gb_per_s() {
+            "the compute-shader copy, the faster"
+        } else {
+            "vkCmdCopyBuffer, the faster"
+        }
+    );
     let floats = (mib << 20) / 4;
     let n = 1024;
     let mut variants = vec![b.fwht_variant()];
@@ -44,24 +95,69 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         line(
             &format!("FWHT N={n} signed {mib} MiB {variant:?}, fused"),
             fused,
+            ceiling,
         );
         line(
             &format!("FWHT N={n} signed {mib} MiB {variant:?}, mul+barrier+FWHT"),
             unfused,
+            ceiling,
         );
         println!(
-            "{:<52} {:>10.2}x",
-            "  fused speed-up",
-            unfused.median_ns / fused.median_ns
+            "{:<60} {:>10.2}x",
+            "  fused time / unfused time",
+            fused.median_ns / unfused.median_ns
         );
     }
-    let (m, k) = (4096, 14336);
-    for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
-        line(
-            &format!("GEMV {dtype:?} {m}x{k}, 1 column"),
-            timing::gemv(&b, dtype, m, k, reps)?,
-        );
+    for (m, k) in [(4096, 14336), (32768, 8192)] {
+        for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+            let g = GemvBench::new(&b, dtype, m, k)?;
+            let what = format!("GEMV {dtype:?} {m}x{k}, {} copies", g.copies());
+            line(
+                &format!("{what}, back to back"),
+                g.time(None, false, reps)?,
+                ceiling,
+            );
+            line(
+                &format!("{what}, barrier between"),
+                g.time(None, true, reps)?,
+                ceiling,
+            );
+            if sweep {
+                let mut best: Option<(GemvShape, Timing)> = None;
+                for shape in sweep_shapes(b.gemv_shape(1, false)?.subgroup_reduce) {
+                    let t = g.time(Some(shape), false, reps)?;
+                    let tb = g.time(Some(shape), true, reps)?;
+                    println!(
+                        "  sweep {dtype:?} {m}x{k} wg {:>3} rows {} unroll {}: back to back {:>8.1} GB/s {:>5.1} %, barrier between {:>8.1} GB/s {:>5.1} %",
+                        shape.workgroup,
+                        shape.rows,
+                        shape.unroll,
+                        t.gb_per_s(),
+                        100.0 * t.gb_per_s() / ceiling,
+                        tb.gb_per_s(),
+                        100.0 * tb.gb_per_s() / ceiling
+                    );
+                    if best.is_none_or(|(_, bt)| t.median_ns < bt.median_ns) {
+                        best = Some((shape, t));
+                    }
+                }
+                if let Some((s, t)) = best {
+                    println!(
+                        "  best {dtype:?} {m}x{k} (back to back): {s:?} {:.1} GB/s {:.1} %",
+                        t.gb_per_s(),
+                        100.0 * t.gb_per_s() / ceiling
+                    );
+                }
+            }
+        }
     }
+    // The same copy again: a much slower one means the device's clocks
+    // changed during the run and the numbers above are not comparable.
+    line(
+        "copy 512 MiB, compute shader, again at the end",
+        timing::copy_shader(&b, copy_bytes, reps)?,
+        ceiling,
+    );
     let msgs = b.context().validation_messages();
     if !msgs.is_empty() {
         return Err(format!("{} validation messages: {}", msgs.len(), msgs.join("\n")).into());
