@@ -368,7 +368,7 @@ impl VulkanBackend {
 
     /// Checks the epilogue operands and packs every operand into one buffer,
     /// with the stage words and operand offsets for the push constants.
-    fn pack_epilogue(
+    pub(crate) fn pack_epilogue(
         epilogue: &Epilogue,
         operands: &[&[f32]],
         rows: usize,

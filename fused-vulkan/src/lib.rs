@@ -20,6 +20,10 @@
 //! - `exec`: the core's plan executor on this backend — [`VulkanBackend`]
 //!   implements `fused_core::exec::StepKernels` (f32 activations; formats and
 //!   column counts it lacks are refused as `fused_core::Error::Unsupported`).
+//! - [`DevicePlan`]: a device-resident plan executor — the graph's buffers
+//!   stay on the device, the whole plan is one recorded command buffer
+//!   (one dispatch per kernel step, a barrier only between dependent
+//!   commands), re-run with one submission and timed with timestamps.
 //! - [`timing`]: device-timed kernels for the bench binary.
 
 mod backend;
@@ -27,8 +31,10 @@ mod context;
 mod error;
 mod exec;
 mod kernels;
+mod plan_exec;
 pub mod timing;
 
 pub use backend::{FwhtPlan, FwhtVariant, MAX_COLS, VulkanBackend};
 pub use context::{Buffer, ContextOptions, DeviceInfo, VulkanContext};
 pub use error::VulkanError;
+pub use plan_exec::{DevicePlan, DevicePlanStats, PlanTiming};
