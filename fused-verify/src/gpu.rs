@@ -11,12 +11,17 @@
 //! table (they accumulate in another order), and fused against unfused bit
 //! for bit.
 //!
-//! The timing modes skip them: the executor's host-slice calls time the
-//! transfers, not the kernels. The crates' own benches time the kernels
-//! (`fused-vulkan-bench`, `cuda-bench`).
+//! The timing modes (`perf`, `decode`) need a device-resident executor:
+//! the host-slice calls would time the transfers, not the kernels. Vulkan
+//! has one ([`fused_vulkan::DevicePlan`]): the graph's buffers are uploaded
+//! once, each plan is recorded into one command buffer, the inputs a plan
+//! overwrites in place are restored before each run (not timed), and a run
+//! is timed by GPU timestamps around the whole command buffer; its
+//! bandwidth ceiling is a device buffer copy measured the same way. CUDA
+//! has none yet and is skipped by the timing modes (its crate's bench
+//! `cuda-bench` times the kernels).
 
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
 
 use fused_core::Error;
 use fused_core::exec::{Executor, StepKernels};
@@ -24,7 +29,7 @@ use fused_core::graph::Graph;
 use fused_core::planner::Plan;
 use fused_core::reference::eval::Memory;
 
-use crate::backend::{Availability, Backend, RunConfig, RunError, RunStats};
+use crate::backend::{Availability, Backend, RunConfig, RunError, RunStats, TimedPlan};
 
 /// What the verifier needs of a GPU backend crate beyond its kernels.
 pub trait GpuDevice: StepKernels + Send + Sync + Sized + 'static {
@@ -42,11 +47,36 @@ pub trait GpuDevice: StepKernels + Send + Sync + Sized + 'static {
     fn messages(&self) -> Option<Vec<String>> {
         None
     }
+
+    /// Whether [`GpuDevice::time_plans`] times plans on the device (a
+    /// device-resident executor); the timing modes skip the backend
+    /// otherwise.
+    const DEVICE_TIMING: bool = false;
+
+    /// [`Backend::time_plans`] with the graph's buffers resident on the
+    /// device (default: refused with [`NO_GPU_TIMING`]).
+    fn time_plans(
+        &self,
+        g: &Graph,
+        plans: &[&Plan],
+        mem: &Memory,
+        cfg: RunConfig,
+        reps: usize,
+    ) -> Result<Vec<TimedPlan>, RunError> {
+        let _ = (g, plans, mem, cfg, reps);
+        Err(RunError::Device(NO_GPU_TIMING.to_string()))
+    }
+
+    /// The device's bandwidth ceiling in GB/s, measured now (default: none).
+    fn bandwidth_gbs(&self) -> Option<f64> {
+        None
+    }
 }
 
-/// The reason the timing modes give for skipping a GPU backend.
-pub const NO_GPU_TIMING: &str = "GPU perf: see fused-cuda/fused-vulkan benches \
-     (this executor's host-slice calls would time the transfers, not the kernels)";
+/// The reason the timing modes give for skipping a GPU backend without a
+/// device-resident executor.
+pub const NO_GPU_TIMING: &str = "GPU perf: no device-resident plan executor for this backend yet \
+     (its host-slice calls would time the transfers, not the kernels; see its crate's bench)";
 
 /// A GPU backend, its device opened on first use.
 #[derive(Debug)]
@@ -118,8 +148,10 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
 
     fn timing_availability(&self) -> Availability {
         match self.availability() {
-            Availability::Ready => Availability::Skip(NO_GPU_TIMING.to_string()),
-            skip => skip,
+            Availability::Ready if !D::DEVICE_TIMING => {
+                Availability::Skip(NO_GPU_TIMING.to_string())
+            }
+            a => a,
         }
     }
 
@@ -150,25 +182,33 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
 
     fn time_plans(
         &self,
-        _: &Graph,
-        _: &[&Plan],
-        _: &Memory,
-        _: RunConfig,
-        _: usize,
-    ) -> Result<Vec<Vec<Duration>>, RunError> {
-        Err(RunError::Device(NO_GPU_TIMING.to_string()))
+        g: &Graph,
+        plans: &[&Plan],
+        mem: &Memory,
+        cfg: RunConfig,
+        reps: usize,
+    ) -> Result<Vec<TimedPlan>, RunError> {
+        self.ready()?.time_plans(g, plans, mem, cfg, reps)
     }
 
     fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
-        None
+        self.device().ok()?.bandwidth_gbs()
     }
 }
 
 #[cfg(feature = "vulkan")]
 mod vulkan {
-    use fused_vulkan::{ContextOptions, VulkanBackend, VulkanError};
+    use fused_core::graph::Graph;
+    use fused_core::planner::Plan;
+    use fused_core::reference::eval::Memory;
+    use fused_core::tensor::BufferId;
+    use fused_vulkan::{ContextOptions, DevicePlan, VulkanBackend, VulkanError};
 
     use super::{GpuDevice, RunError};
+    use crate::backend::{RunConfig, RunStats, TimedPlan, buffer_count};
+
+    /// Bytes of the copy that measures the bandwidth ceiling (each way).
+    const CEILING_BYTES: u64 = 64 << 20;
 
     /// Validation is on unless `FUSED_VK_VALIDATION=0`; where the layer is
     /// not installed the device opens without it (and no checker runs).
@@ -206,6 +246,65 @@ mod vulkan {
         fn messages(&self) -> Option<Vec<String>> {
             let ctx = self.context();
             ctx.validation_enabled().then(|| ctx.validation_messages())
+        }
+
+        const DEVICE_TIMING: bool = true;
+
+        /// One [`DevicePlan`] per plan, each uploaded once; a run's time is
+        /// its GPU timestamps (the wall time from submission to the fence
+        /// where the queue has none); the inputs a plan overwrites are
+        /// restored before each run, outside the timed part.
+        fn time_plans(
+            &self,
+            g: &Graph,
+            plans: &[&Plan],
+            mem: &Memory,
+            cfg: RunConfig,
+            reps: usize,
+        ) -> Result<Vec<TimedPlan>, RunError> {
+            let sizes = (0..buffer_count(mem))
+                .map(|b| mem.buffer(BufferId(b)).map(<[u8]>::len))
+                .collect::<Result<Vec<_>, _>>()?;
+            let device_plans = plans
+                .iter()
+                .map(|p| {
+                    let mut dp = DevicePlan::new(self, g, p, cfg.mode, &sizes)?;
+                    dp.upload(mem)?;
+                    dp.restore_inputs()?;
+                    dp.run()?; // warm-up
+                    Ok(dp)
+                })
+                .collect::<Result<Vec<_>, VulkanError>>()
+                .map_err(Self::run_error)?;
+            let mut timed: Vec<TimedPlan> = device_plans
+                .iter()
+                .map(|dp| {
+                    let s = dp.stats();
+                    TimedPlan {
+                        times: Vec::with_capacity(reps),
+                        stats: RunStats {
+                            kernel_steps: s.kernel_steps,
+                            barriers: s.barriers,
+                            kernel_calls: s.dispatches,
+                        },
+                    }
+                })
+                .collect();
+            for _ in 0..reps.max(1) {
+                for (dp, t) in device_plans.iter().zip(timed.iter_mut()) {
+                    let run = dp.time_once().map_err(Self::run_error)?;
+                    t.times.push(run.device.unwrap_or(run.wall));
+                }
+            }
+            Ok(timed)
+        }
+
+        /// A device-to-device buffer copy (`vkCmdCopyBuffer`) of 64 MiB:
+        /// bytes read plus bytes written per second, GPU-timed.
+        fn bandwidth_gbs(&self) -> Option<f64> {
+            fused_vulkan::timing::copy(self, CEILING_BYTES, 5)
+                .ok()
+                .map(|t| t.gb_per_s())
         }
     }
 }

@@ -144,7 +144,8 @@ fn a_validation_message_fails_the_case() {
             mem: &fused_core::reference::eval::Memory,
             cfg: fused_verify::backend::RunConfig,
             reps: usize,
-        ) -> Result<Vec<Vec<std::time::Duration>>, fused_verify::backend::RunError> {
+        ) -> Result<Vec<fused_verify::backend::TimedPlan>, fused_verify::backend::RunError>
+        {
             self.0.time_plans(g, plans, mem, cfg, reps)
         }
         fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
