@@ -43,7 +43,9 @@
 //! What it refuses, as [`Error::Unsupported`] or a typed dtype error before
 //! anything is recorded: strided (non-contiguous) tensors, element-wise or
 //! GEMV activations that are not F32 (the host executor widens F16 on the
-//! host), a broadcast operand of an element-wise node, GEMV weight formats,
+//! host), a broadcast operand of an element-wise node other than one
+//! repeated over rows (a row-bias add, a multiply by `ne[1]` rows that the
+//! rows of the input repeat), GEMV weight formats,
 //! activation modes and column counts the kernels lack (as
 //! [`StepKernels::supports_gemv`] says).
 //!
@@ -596,10 +598,29 @@ impl<'a> Builder<'a, '_> {
             op @ (Op::Add | Op::Mul | Op::Glu(_)) => {
                 let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
                 if a.ne() != b.ne() {
-                    return Err(unsupported(
-                        "a broadcast element-wise operand on the Vulkan device plan",
-                    )
-                    .into());
+                    // GGML's broadcast of `b` over the rows of `a`: the
+                    // kernels' row-bias add and sign multiply index it so.
+                    let (ane, bne) = (a.ne(), b.ne());
+                    let whole_rows = bne[0] == ane[0]
+                        && bne[2] == 1
+                        && bne[3] == 1
+                        && bne[1] > 0
+                        && ane[1].is_multiple_of(bne[1]);
+                    let ne0 = u32_of("row length", ane[0] as u64)?;
+                    let (code, params) = match op {
+                        Op::Add if whole_rows && bne[1] == 1 => (EltOp::RowBias, [ne0, 0]),
+                        Op::Mul if whole_rows => {
+                            (EltOp::Signs, [ne0, u32_of("rows", bne[1] as u64)?])
+                        }
+                        _ => {
+                            return Err(unsupported(
+                                "a broadcast element-wise operand (other than over rows) on the Vulkan device plan",
+                            )
+                            .into());
+                        }
+                    };
+                    self.eltwise(code, id, params, &a, Some(&b), &dst)?;
+                    return Ok(true);
                 }
                 let (code, act) = match op {
                     Op::Add => (EltOp::Add, id),

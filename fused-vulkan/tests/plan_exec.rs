@@ -240,10 +240,10 @@ fn unsupported_plans_are_refused_with_typed_errors() {
             Unsupported::ActQuant(ActQuant::Q8_0)
         )))
     );
-    // A broadcast element-wise operand.
+    // An element-wise operand broadcast along a row (not over rows).
     let mut g2 = Graph::new();
     let a = TensorDesc::contiguous(DType::F32, [8, 2, 1, 1], BufferId(0), 0).unwrap();
-    let c = TensorDesc::contiguous(DType::F32, [8, 1, 1, 1], BufferId(0), 64).unwrap();
+    let c = TensorDesc::contiguous(DType::F32, [1, 2, 1, 1], BufferId(0), 64).unwrap();
     let (an, cn) = (g2.input(a).unwrap(), g2.input(c).unwrap());
     let y = g2.add(an, cn, Place::at(0, 128)).unwrap();
     g2.mark_output(y).unwrap();
