@@ -13,7 +13,7 @@
 //!
 //! The timing modes (`perf`, `decode`) need a device-resident executor:
 //! the host-slice calls would time the transfers, not the kernels. Vulkan
-//! has one ([`fused_vulkan::DevicePlan`]): the graph's buffers are uploaded
+//! has one (`fused_vulkan::DevicePlan`): the graph's buffers are uploaded
 //! once, each plan is recorded into one command buffer, the inputs a plan
 //! overwrites in place are restored before each run (not timed), and a run
 //! is timed by GPU timestamps around the whole command buffer; its
