@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{assert_no_validation_messages, backend_or_skip, data, first_bit_difference};
+use common::{
+    assert_no_validation_messages, backend_or_skip, backend_with_or_skip, data,
+    first_bit_difference, validation,
+};
 use fused_core::element::Activation;
 use fused_core::error::Unsupported;
 use fused_core::exec::Executor;
@@ -17,7 +20,7 @@ use fused_core::reference::ActQuant;
 use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
-use fused_vulkan::{DevicePlan, DevicePlanStats, VulkanBackend, VulkanError};
+use fused_vulkan::{ContextOptions, DevicePlan, DevicePlanStats, VulkanBackend, VulkanError};
 
 /// Hidden and FFN sizes of the test layer (whole Q4_0/Q4_K blocks).
 const H: usize = 256;
@@ -259,5 +262,29 @@ fn unsupported_plans_are_refused_with_typed_errors() {
         matches!(r, Err(VulkanError::Core(Error::BufferTooShort { .. }))),
         "{r:?}"
     );
+    assert_no_validation_messages(&b);
+}
+
+/// Device-local buffers reached through staging copies (as on a discrete
+/// GPU): upload, timed re-runs with restored inputs and download agree
+/// with the host-slice executor.
+#[test]
+fn staged_device_buffers_give_the_same_bits() {
+    let Some(b) = backend_with_or_skip(ContextOptions {
+        validation: validation(),
+        staged_buffers: true,
+    }) else {
+        return;
+    };
+    assert!(!b.context().info().host_visible_buffers);
+    let (g, mem, _) = decode_layer(DType::Q4_0, 0);
+    let p = plan(&g);
+    let want = host_run(&b, &g, &p, &mem);
+    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
+    dp.upload(&mem).unwrap();
+    dp.run_timed(2).unwrap();
+    let mut got = mem.clone();
+    dp.download_into(&mut got).unwrap();
+    assert_same_memory(&got, &want, "staged");
     assert_no_validation_messages(&b);
 }
