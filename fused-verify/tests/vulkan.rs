@@ -292,3 +292,49 @@ fn vulkan_times_plans_on_the_device() {
     assert!(t[0].stats.barriers <= t[1].stats.barriers, "{t:?}");
     assert!(be.bandwidth_gbs(1).is_some_and(|g| g > 0.0));
 }
+
+/// The `perf` mode on Vulkan: formats it has a kernel for are timed with
+/// f32 activations (GGML's Q8 ones are CPU-only), the others are listed as
+/// skipped; launches and barriers are the device plan's.
+#[test]
+fn perf_mode_times_vulkan_with_f32_activations() {
+    if !available(&GpuBackend::<VulkanBackend>::new()) {
+        return;
+    }
+    let cli = Cli::parse_from([
+        "fused-verify",
+        "perf",
+        "--backend",
+        "vulkan",
+        "--filter",
+        "gemv/q4_",
+        "--reps",
+        "1",
+    ]);
+    let r = fused_verify::perf::run_perf(&cli, false);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let timed: Vec<&str> = r.rows.iter().map(|row| row.case.as_str()).collect();
+    assert_eq!(timed.len(), 2, "{timed:?}");
+    for row in &r.rows {
+        assert!(row.case.contains("/f32acts/"), "{row:?}");
+        assert!(row.fused_us > 0.0 && row.gbs > 0.0, "{row:?}");
+        assert_eq!(
+            (row.launches_fused, row.launches_unfused),
+            (1, 2),
+            "{row:?}"
+        );
+        assert_eq!(
+            (row.barriers_fused, row.barriers_unfused),
+            (0, 1),
+            "{row:?}"
+        );
+    }
+    assert!(r.rows.iter().any(|row| row.case.starts_with("gemv/q4_0/")));
+    assert!(r.rows.iter().any(|row| row.case.starts_with("gemv/q4_K/")));
+    assert!(
+        r.skipped.iter().any(|s| s.contains("gemv/q4_1/")),
+        "{:?}",
+        r.skipped
+    );
+    assert!(r.ceilings[0].read_gbs.is_some_and(|g| g > 0.0));
+}
