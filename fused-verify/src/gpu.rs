@@ -1,9 +1,14 @@
 //! The GPU backends under verification: Vulkan (feature `vulkan`, on by
 //! default; lavapipe runs it on the CPU) and CUDA (feature `cuda`, opt-in).
 //!
-//! Both run a plan with the core's executor ([`fused_core::exec`]) straight
-//! over the verifier's host [`Memory`], one host-slice kernel call per step
-//! (upload, one dispatch, read back). The device is opened on first use; a
+//! Vulkan runs a plan through its device-resident executor
+//! (`fused_vulkan::DevicePlan`: the buffers of the verifier's host
+//! [`Memory`] uploaded, the whole plan one command buffer, every buffer read
+//! back), falling back to the host-slice path for a plan it refuses (see
+//! its docs). CUDA runs a plan with the core's executor
+//! ([`fused_core::exec`]) straight over the host [`Memory`], one host-slice
+//! kernel call per step (upload, one launch, read back). The device is
+//! opened on first use; a
 //! machine without one reports a skip with the reason. Their GEMV kernels
 //! take f32 activations only, a few weight formats and at most 8 columns:
 //! other cases are reported per case as skipped ([`Backend::supports`]).
@@ -48,6 +53,18 @@ pub trait GpuDevice: StepKernels + Send + Sync + Sized + 'static {
         None
     }
 
+    /// [`Backend::run_plan`] on this device. Default: the core's executor
+    /// over host slices ([`host_slice_run`]).
+    fn run_plan(
+        &self,
+        g: &Graph,
+        plan: &Plan,
+        mem: &mut Memory,
+        cfg: RunConfig,
+    ) -> Result<RunStats, RunError> {
+        host_slice_run(self, g, plan, mem, cfg)
+    }
+
     /// Whether [`GpuDevice::time_plans`] times plans on the device (a
     /// device-resident executor); the timing modes skip the backend
     /// otherwise.
@@ -71,6 +88,25 @@ pub trait GpuDevice: StepKernels + Send + Sync + Sized + 'static {
     fn bandwidth_gbs(&self) -> Option<f64> {
         None
     }
+}
+
+/// Runs `plan` with the core's executor over `mem`, one host-slice kernel
+/// call per step.
+pub fn host_slice_run<D: GpuDevice>(
+    dev: &D,
+    g: &Graph,
+    plan: &Plan,
+    mem: &mut Memory,
+    cfg: RunConfig,
+) -> Result<RunStats, RunError> {
+    let s = Executor::new(dev, cfg.mode)
+        .run(g, plan, mem)
+        .map_err(D::run_error)?;
+    Ok(RunStats {
+        kernel_steps: s.kernel_steps,
+        barriers: s.counters.barriers,
+        kernel_calls: s.counters.kernel_calls,
+    })
 }
 
 /// The reason the timing modes give for skipping a GPU backend without a
@@ -170,14 +206,7 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
         mem: &mut Memory,
         cfg: RunConfig,
     ) -> Result<RunStats, RunError> {
-        let s = Executor::new(self.ready()?, cfg.mode)
-            .run(g, plan, mem)
-            .map_err(D::run_error)?;
-        Ok(RunStats {
-            kernel_steps: s.kernel_steps,
-            barriers: s.counters.barriers,
-            kernel_calls: s.counters.kernel_calls,
-        })
+        self.ready()?.run_plan(g, plan, mem, cfg)
     }
 
     fn time_plans(
@@ -198,14 +227,31 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
 
 #[cfg(feature = "vulkan")]
 mod vulkan {
+    use fused_core::Error;
     use fused_core::graph::Graph;
     use fused_core::planner::Plan;
     use fused_core::reference::eval::Memory;
     use fused_core::tensor::BufferId;
-    use fused_vulkan::{ContextOptions, DevicePlan, VulkanBackend, VulkanError};
+    use fused_vulkan::{ContextOptions, DevicePlan, DevicePlanStats, VulkanBackend, VulkanError};
 
-    use super::{GpuDevice, RunError};
+    use super::{GpuDevice, RunError, host_slice_run};
     use crate::backend::{RunConfig, RunStats, TimedPlan, buffer_count};
+
+    /// The byte sizes of `mem`'s buffers.
+    fn sizes(mem: &Memory) -> Result<Vec<usize>, RunError> {
+        (0..buffer_count(mem))
+            .map(|b| mem.buffer(BufferId(b)).map(<[u8]>::len))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(RunError::from)
+    }
+
+    fn run_stats(s: DevicePlanStats) -> RunStats {
+        RunStats {
+            kernel_steps: s.kernel_steps,
+            barriers: s.barriers,
+            kernel_calls: s.dispatches,
+        }
+    }
 
     /// Bytes of the copy that measures the bandwidth ceiling (each way).
     const CEILING_BYTES: u64 = 64 << 20;
@@ -248,6 +294,33 @@ mod vulkan {
             ctx.validation_enabled().then(|| ctx.validation_messages())
         }
 
+        /// Through the device plan (buffers uploaded, the plan run as one
+        /// command buffer, every buffer read back); a plan it refuses
+        /// (strided tensors, non-F32 activations, broadcasts other than
+        /// over rows) runs through the host-slice executor instead, which
+        /// gives the same bits where both run.
+        fn run_plan(
+            &self,
+            g: &Graph,
+            plan: &Plan,
+            mem: &mut Memory,
+            cfg: RunConfig,
+        ) -> Result<RunStats, RunError> {
+            match DevicePlan::new(self, g, plan, cfg.mode, &sizes(mem)?) {
+                Ok(mut dp) => {
+                    dp.upload(mem)
+                        .and_then(|()| dp.run())
+                        .and_then(|()| dp.download_into(mem))
+                        .map_err(Self::run_error)?;
+                    Ok(run_stats(dp.stats()))
+                }
+                Err(VulkanError::Core(Error::Unsupported(_) | Error::UnsupportedDType { .. })) => {
+                    host_slice_run(self, g, plan, mem, cfg)
+                }
+                Err(e) => Err(Self::run_error(e)),
+            }
+        }
+
         const DEVICE_TIMING: bool = true;
 
         /// One [`DevicePlan`] per plan, each uploaded once; a run's time is
@@ -262,9 +335,7 @@ mod vulkan {
             cfg: RunConfig,
             reps: usize,
         ) -> Result<Vec<TimedPlan>, RunError> {
-            let sizes = (0..buffer_count(mem))
-                .map(|b| mem.buffer(BufferId(b)).map(<[u8]>::len))
-                .collect::<Result<Vec<_>, _>>()?;
+            let sizes = sizes(mem)?;
             let device_plans = plans
                 .iter()
                 .map(|p| {
@@ -278,16 +349,9 @@ mod vulkan {
                 .map_err(Self::run_error)?;
             let mut timed: Vec<TimedPlan> = device_plans
                 .iter()
-                .map(|dp| {
-                    let s = dp.stats();
-                    TimedPlan {
-                        times: Vec::with_capacity(reps),
-                        stats: RunStats {
-                            kernel_steps: s.kernel_steps,
-                            barriers: s.barriers,
-                            kernel_calls: s.dispatches,
-                        },
-                    }
+                .map(|dp| TimedPlan {
+                    times: Vec::with_capacity(reps),
+                    stats: run_stats(dp.stats()),
                 })
                 .collect();
             for _ in 0..reps.max(1) {
