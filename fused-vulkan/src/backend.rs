@@ -100,7 +100,7 @@ pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
     }
 }
 
-fn u32_of(what: &'static str, v: usize) -> Result<u32, Error> {
+pub(crate) fn u32_of(what: &'static str, v: usize) -> Result<u32, Error> {
     u32::try_from(v).map_err(|_| Error::Overflow { what })
 }
 

@@ -69,7 +69,7 @@ use fused_core::reference::eval::GemvMode;
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
 
-use crate::backend::{ChainWords, EltOp, VulkanBackend, gemv_type};
+use crate::backend::{ChainWords, EltOp, VulkanBackend, gemv_type, u32_of};
 use crate::context::{Buffer, Dispatch};
 use crate::error::VulkanError;
 use crate::kernels::KernelKey;
@@ -227,10 +227,6 @@ fn src(g: &Graph, node: &Node, i: usize) -> Result<TensorDesc, Error> {
     Ok(*g.tensor(id)?)
 }
 
-fn u32_of(what: &'static str, v: u64) -> Result<u32, Error> {
-    u32::try_from(v).map_err(|_| Error::Overflow { what })
-}
-
 impl<'a> Builder<'a, '_> {
     /// The bytes of `t` in its graph buffer (contiguous tensors only).
     fn region(&self, t: &TensorDesc) -> Result<Region, Error> {
@@ -260,12 +256,17 @@ impl<'a> Builder<'a, '_> {
         offset.is_multiple_of(self.align)
     }
 
-    /// A new zeroed scratch buffer of `size` bytes.
-    fn scratch(&mut self, size: u64) -> Result<Region, VulkanError> {
+    /// A new scratch buffer of `size` bytes: its index.
+    fn new_scratch(&mut self, size: u64) -> Result<usize, VulkanError> {
         let buf = self.backend.context().buffer(size)?;
         self.scratch.push(buf);
+        Ok(self.scratch.len() - 1)
+    }
+
+    /// All of a new scratch buffer of `size` bytes.
+    fn scratch(&mut self, size: u64) -> Result<Region, VulkanError> {
         Ok(Region {
-            slot: Slot::Scratch(self.scratch.len() - 1),
+            slot: Slot::Scratch(self.new_scratch(size)?),
             offset: 0,
             size,
         })
@@ -403,10 +404,8 @@ impl<'a> Builder<'a, '_> {
         if in_place {
             for (i, st) in epilogue.stages().iter().enumerate() {
                 if let Some(slot) = st.slot() {
-                    chain.offsets[i] = u32_of(
-                        "epilogue operand offset",
-                        (regions[slot].offset - start) / 4,
-                    )?;
+                    let words = (regions[slot].offset - start) / 4;
+                    chain.offsets[i] = u32_of("epilogue operand offset", words as usize)?;
                 }
             }
             let binding = Region {
@@ -580,6 +579,40 @@ impl<'a> Builder<'a, '_> {
         }
     }
 
+    /// `dst = a op b` for an add, multiply or GLU node; `b` may be repeated
+    /// over the rows of `a` (GGML's broadcast) where the kernels index it
+    /// so: a row-bias add, a sign multiply.
+    fn binary(
+        &mut self,
+        g: &Graph,
+        node: &Node,
+        op: EltOp,
+        act: Activation,
+    ) -> Result<(), VulkanError> {
+        let (a, b, dst) = (src(g, node, 0)?, src(g, node, 1)?, *node.tensor());
+        let (ane, bne) = (a.ne(), b.ne());
+        if ane == bne {
+            return self.eltwise(op, act, [0; 2], &a, Some(&b), &dst);
+        }
+        let whole_rows = bne[0] == ane[0]
+            && bne[2] == 1
+            && bne[3] == 1
+            && bne[1] > 0
+            && ane[1].is_multiple_of(bne[1]);
+        let ne0 = u32_of("row length", ane[0])?;
+        let (code, params) = match op {
+            EltOp::Add if whole_rows && bne[1] == 1 => (EltOp::RowBias, [ne0, 0]),
+            EltOp::Mul if whole_rows => (EltOp::Signs, [ne0, u32_of("rows", bne[1])?]),
+            _ => {
+                return Err(unsupported(
+                    "a broadcast element-wise operand (other than over rows) on the Vulkan device plan",
+                )
+                .into());
+            }
+        };
+        self.eltwise(code, act, params, &a, Some(&b), &dst)
+    }
+
     fn node(&mut self, g: &Graph, node: &Node) -> Result<bool, VulkanError> {
         let dst = *node.tensor();
         let id = Activation::Identity;
@@ -595,41 +628,9 @@ impl<'a> Builder<'a, '_> {
                     self.gemv(g, &w, None, &x, &Epilogue::NONE, &none, &dst)?;
                 }
             }
-            op @ (Op::Add | Op::Mul | Op::Glu(_)) => {
-                let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
-                if a.ne() != b.ne() {
-                    // GGML's broadcast of `b` over the rows of `a`: the
-                    // kernels' row-bias add and sign multiply index it so.
-                    let (ane, bne) = (a.ne(), b.ne());
-                    let whole_rows = bne[0] == ane[0]
-                        && bne[2] == 1
-                        && bne[3] == 1
-                        && bne[1] > 0
-                        && ane[1].is_multiple_of(bne[1]);
-                    let ne0 = u32_of("row length", ane[0] as u64)?;
-                    let (code, params) = match op {
-                        Op::Add if whole_rows && bne[1] == 1 => (EltOp::RowBias, [ne0, 0]),
-                        Op::Mul if whole_rows => {
-                            (EltOp::Signs, [ne0, u32_of("rows", bne[1] as u64)?])
-                        }
-                        _ => {
-                            return Err(unsupported(
-                                "a broadcast element-wise operand (other than over rows) on the Vulkan device plan",
-                            )
-                            .into());
-                        }
-                    };
-                    self.eltwise(code, id, params, &a, Some(&b), &dst)?;
-                    return Ok(true);
-                }
-                let (code, act) = match op {
-                    Op::Add => (EltOp::Add, id),
-                    Op::Mul => (EltOp::Mul, id),
-                    Op::Glu(act) => (EltOp::Glu, act),
-                    _ => unreachable!("matched above"),
-                };
-                self.eltwise(code, act, [0; 2], &a, Some(&b), &dst)?;
-            }
+            Op::Add => self.binary(g, node, EltOp::Add, id)?,
+            Op::Mul => self.binary(g, node, EltOp::Mul, id)?,
+            Op::Glu(act) => self.binary(g, node, EltOp::Glu, act)?,
             Op::AddRowBias => {
                 let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
                 let rows = b.n_elements();
@@ -641,7 +642,7 @@ impl<'a> Builder<'a, '_> {
                     }
                     .into());
                 }
-                let params = [u32_of("bias rows", rows as u64)?, 0];
+                let params = [u32_of("bias rows", rows)?, 0];
                 self.eltwise(EltOp::RowBias, id, params, &a, Some(&b), &dst)?;
             }
             Op::Unary(act) => {
@@ -723,11 +724,7 @@ impl<'a> DevicePlan<'a> {
                 continue; // never bound: nothing to keep
             };
             if written.iter().any(|w| w.overlaps(&r)) {
-                let copy = b.scratch(r.size)?;
-                let Slot::Scratch(i) = copy.slot else {
-                    unreachable!("scratch regions are in scratch buffers")
-                };
-                pristine.push((r, i));
+                pristine.push((r, b.new_scratch(r.size)?));
             }
         }
         let Builder {
