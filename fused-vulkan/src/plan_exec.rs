@@ -27,6 +27,10 @@
 //!   `minStorageBufferOffsetAlignment` (and of 4) is copied into an aligned
 //!   scratch buffer before the dispatch that reads it, or written there and
 //!   copied to its place after the dispatch that writes it;
+//! - an input of a GEMV or an FWHT that is the kernel's own output (an
+//!   in-place transform) is read from a copy made first: other workgroups
+//!   would read what one has already written (the element-wise kernels read
+//!   each element in the invocation that writes it, and read in place);
 //! - the GEMV shader reads every epilogue operand from one binding at
 //!   element offsets given in push constants: operands that share one
 //!   buffer (the usual case, e.g. the residual stream) are read in place
@@ -278,10 +282,30 @@ impl<'a> Builder<'a, '_> {
         self.cmds.push(Cmd::Copy { src, dst });
     }
 
-    /// The binding that reads `t`: in place, or an aligned copy.
-    fn read(&mut self, t: &TensorDesc) -> Result<Region, VulkanError> {
+    /// The binding that reads `t`, an input of a kernel that writes `dst`:
+    /// in place, or a copy made first when `t` is not at a valid descriptor
+    /// offset, or when it is `dst` itself and the kernel does not read each
+    /// element in the invocation that writes it (`per_element`: the
+    /// element-wise kernels do; a GEMV or an FWHT reads whole rows). A
+    /// partial overlap with `dst` is an error.
+    fn read(
+        &mut self,
+        t: &TensorDesc,
+        dst: &TensorDesc,
+        per_element: bool,
+    ) -> Result<Region, VulkanError> {
         let r = self.region(t)?;
-        if self.aligned(r.offset) {
+        let in_place = match t.overlap(dst) {
+            Overlap::Partial => {
+                return Err(Error::AliasViolation {
+                    what: "a kernel input partially overlaps its output",
+                }
+                .into());
+            }
+            Overlap::Exact => per_element,
+            Overlap::Disjoint => true,
+        };
+        if in_place && self.aligned(r.offset) {
             return Ok(r.words());
         }
         let s = self.scratch(r.size)?;
@@ -290,7 +314,13 @@ impl<'a> Builder<'a, '_> {
     }
 
     /// [`Builder::read`] of an f32 tensor.
-    fn read_f32(&mut self, t: &TensorDesc, what: &'static str) -> Result<Region, VulkanError> {
+    fn read_f32(
+        &mut self,
+        t: &TensorDesc,
+        dst: &TensorDesc,
+        per_element: bool,
+        what: &'static str,
+    ) -> Result<Region, VulkanError> {
         if t.dtype() != DType::F32 {
             return Err(Error::UnsupportedDType {
                 what,
@@ -298,7 +328,7 @@ impl<'a> Builder<'a, '_> {
             }
             .into());
         }
-        self.read(t)
+        self.read(t, dst, per_element)
     }
 
     /// The binding that writes `t` and, when it is a scratch buffer, the
@@ -476,12 +506,12 @@ impl<'a> Builder<'a, '_> {
             }
         }
         let gt = gemv_type(w.dtype())?;
-        let wr = self.read(w)?;
+        let wr = self.read(w, dst, false)?;
         let ur = match up {
-            Some((u, _)) => Some(self.read(u)?),
+            Some((u, _)) => Some(self.read(u, dst, false)?),
             None => None,
         };
-        let xr = self.read_f32(x, "device plan GEMV activations (must be F32)")?;
+        let xr = self.read_f32(x, dst, false, "device plan GEMV activations (must be F32)")?;
         let (opr, chain) = self.operands(g, epilogue, ops, dst, m, n)?;
         let out = self.write(dst)?;
         let n_bind = if up.is_some() { 5 } else { 4 };
@@ -510,9 +540,9 @@ impl<'a> Builder<'a, '_> {
     ) -> Result<(), VulkanError> {
         let sign_values = signs.map(|s| vec![0.0f32; s.n_elements()]);
         desc.check(x.n_elements(), sign_values.as_deref(), dst.n_elements())?;
-        let xr = self.read_f32(x, "device plan FWHT input (must be F32)")?;
+        let xr = self.read_f32(x, dst, false, "device plan FWHT input (must be F32)")?;
         let sr = match signs {
-            Some(s) => self.read_f32(s, "device plan FWHT signs (must be F32)")?,
+            Some(s) => self.read_f32(s, dst, false, "device plan FWHT signs (must be F32)")?,
             None => Self::dummy(),
         };
         let out = self.write(dst)?;
@@ -537,9 +567,11 @@ impl<'a> Builder<'a, '_> {
         let n = a.n_elements();
         check_len("element-wise output", n, dst.n_elements())?;
         let what = "device plan element-wise input (must be F32)";
-        let ar = self.read_f32(a, what)?;
+        // `b` is read per element unless broadcast over rows.
+        let b_per_element = params == [0; 2];
+        let ar = self.read_f32(a, dst, true, what)?;
         let br = match b {
-            Some(b) => self.read_f32(b, what)?,
+            Some(b) => self.read_f32(b, dst, b_per_element, what)?,
             None => Self::dummy(),
         };
         let out = self.write(dst)?;

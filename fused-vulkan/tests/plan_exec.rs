@@ -288,3 +288,41 @@ fn staged_device_buffers_give_the_same_bits() {
     assert_same_memory(&got, &want, "staged");
     assert_no_validation_messages(&b);
 }
+
+/// A GEMV and an FWHT that overwrite their own input: each reads a copy
+/// made first (other workgroups would otherwise read what one has
+/// already written), as the host executor copies an aliased input.
+#[test]
+fn kernels_that_overwrite_their_input_read_a_copy() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let k = 256;
+    let mut g = Graph::new();
+    let w = TensorDesc::contiguous(DType::Q8_0, [k, k, 1, 1], BufferId(0), 0).unwrap();
+    let x = TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0).unwrap();
+    let h = TensorDesc::strided(DType::F32, [k, k, 1, 1], [4, 0, 0, 0], BufferId(2), 0).unwrap();
+    let (wn, xn, hn) = (
+        g.input(w).unwrap(),
+        g.input(x).unwrap(),
+        g.input(h).unwrap(),
+    );
+    let y = g.mul_mat(wn, xn, Place::at(1, 0)).unwrap();
+    let z = g.mul_mat_hadamard(hn, y, Place::at(1, 0)).unwrap();
+    g.mark_output(z).unwrap();
+    let rb = DType::Q8_0.row_bytes(k).unwrap();
+    let mut mem = Memory::new(&[rb * k, 4 * k, 4 * k]);
+    let wv = data(k * k, 3);
+    let wb = mem.buffer_mut(BufferId(0)).unwrap();
+    for (src, dst) in wv.chunks_exact(k).zip(wb.chunks_exact_mut(rb)) {
+        quantize_row(DType::Q8_0, src, dst).unwrap();
+    }
+    mem.write(&x, &data(k, 4)).unwrap();
+    let p = plan(&g);
+    let want = host_run(&b, &g, &p, &mem);
+    let (got, stats) = device_run(&b, &g, &p, &mem);
+    assert_same_memory(&got, &want, "in place");
+    assert_eq!(stats.dispatches, 2);
+    assert_eq!(stats.copies, 2, "{stats:?}");
+    assert_no_validation_messages(&b);
+}
