@@ -37,4 +37,4 @@ pub mod timing;
 pub use backend::{FwhtPlan, FwhtVariant, MAX_COLS, VulkanBackend};
 pub use context::{Buffer, ContextOptions, DeviceInfo, VulkanContext};
 pub use error::VulkanError;
-pub use plan_exec::{DevicePlan, DevicePlanStats, PlanTiming};
+pub use plan_exec::{BINDING_ALIGN, DevicePlan, DevicePlanStats, PlanTiming};

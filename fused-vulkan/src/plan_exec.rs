@@ -24,7 +24,8 @@
 //! counted in [`DevicePlanStats::copies`]) stand in where a tensor cannot be
 //! bound in place:
 //! - a tensor whose byte offset is not a multiple of the device's
-//!   `minStorageBufferOffsetAlignment` (and of 4) is copied into an aligned
+//!   `minStorageBufferOffsetAlignment` and of 16 ([`BINDING_ALIGN`]: shaders
+//!   may load 16-byte vectors from a binding) is copied into an aligned
 //!   scratch buffer before the dispatch that reads it, or written there and
 //!   copied to its place after the dispatch that writes it;
 //! - an input of a GEMV or an FWHT that is the kernel's own output (an
@@ -77,6 +78,11 @@ use crate::backend::{ChainWords, EltOp, VulkanBackend, gemv_type, u32_of};
 use crate::context::{Buffer, Dispatch};
 use crate::error::VulkanError;
 use crate::kernels::KernelKey;
+
+/// The least alignment of a binding's offset, in bytes, on every device:
+/// the shaders may read a binding as 16-byte vectors (`vec4`, `uvec4`),
+/// which the host-slice path always binds at offset 0.
+pub const BINDING_ALIGN: u64 = 16;
 
 /// What one run of a [`DevicePlan`] records.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -213,7 +219,7 @@ struct Builder<'a, 'd> {
     /// kernel, push constants and grid are kept).
     placeholder: &'d Buffer<'a>,
     sizes: &'d [usize],
-    /// Descriptor offsets are multiples of this (and of 4).
+    /// Descriptor offsets are multiples of this.
     align: u64,
     mode: GemvMode,
     scratch: Vec<Buffer<'a>>,
@@ -729,7 +735,7 @@ impl<'a> DevicePlan<'a> {
             backend,
             placeholder: &placeholder,
             sizes,
-            align: ctx.storage_offset_alignment().max(4),
+            align: ctx.storage_offset_alignment().max(BINDING_ALIGN),
             mode,
             scratch: Vec::new(),
             cmds: Vec::new(),
