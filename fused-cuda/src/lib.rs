@@ -54,6 +54,8 @@ mod error;
 mod backend;
 #[cfg(feature = "cuda")]
 mod device;
+#[cfg(any(feature = "cuda", test))]
+mod layout;
 #[cfg(feature = "cuda")]
 mod params;
 

@@ -20,14 +20,17 @@ use fused_cuda::{CudaBackend, GEMV_DTYPES};
 
 const TOL: f64 = 1e-6;
 
-/// K values for a format: whole blocks, odd counts of them, and for the
-/// float formats a K that is not a multiple of the 8-element vector.
+/// K values for a format: whole blocks, odd counts of them, whole tiles of
+/// the device layout plus a rest, and for the float formats a K that is not
+/// a multiple of the 8-element vector.
 fn ks(dtype: DType) -> Vec<usize> {
     let b = dtype.block_len();
     if b == 1 {
-        vec![1, 37, 256, 2048 + 8, 2049]
+        vec![1, 37, 256, 2048 + 8, 2049, 8192 + 8]
     } else {
-        vec![b, 3 * b, 2048 + b]
+        // The last: more whole tiles (512 or 1024 elements) than a block's
+        // warps take in one pass, then one block of the rest.
+        vec![b, 3 * b, 2048 + b, 9216 + b]
     }
 }
 
