@@ -44,7 +44,16 @@ struct GemvParams {
 #define FMT_Q4_K 4
 
 // Warps per block; src/backend.rs (GEMV_BLOCK) launches 32·WARPS threads.
-constexpr int WARPS = 4;
+#ifndef GEMV_WARPS
+#define GEMV_WARPS 4
+#endif
+#ifndef GEMV_ROWS1
+#define GEMV_ROWS1 2
+#endif
+#ifndef GEMV_TILE_UNROLL
+#define GEMV_TILE_UNROLL 2
+#endif
+constexpr int WARPS = GEMV_WARPS;
 
 // Output rows per block. src/backend.rs (gemv_rows_per_block) mirrors this.
 // The float formats read 2–4 bytes of weights per activation float, the
@@ -52,7 +61,7 @@ constexpr int WARPS = 4;
 // (4 from 3 columns up), so that activation traffic through L1 stays below
 // the weight traffic's share of L1 bandwidth.
 template <int FMT, int NC> struct RowsPerBlock {
-    static constexpr int value = (FMT == FMT_F32 || FMT == FMT_F16) ? 1 : (NC >= 3 ? 4 : 2);
+    static constexpr int value = (FMT == FMT_F32 || FMT == FMT_F16) ? 1 : (NC >= 3 ? 4 : GEMV_ROWS1);
 };
 
 // ---------------------------------------------------------------- loads
@@ -110,6 +119,27 @@ __device__ __forceinline__ float chunk_dot(uint32_t w, float bias, const float4 
 
 __device__ __forceinline__ float sum4(const float4 &x) {
     return __fadd_rn(__fadd_rn(__fadd_rn(x.x, x.y), x.z), x.w);
+}
+
+#ifndef GEMV_Q4_UNIT
+#define GEMV_Q4_UNIT 1
+#endif
+// 4-bit codes as f = 1 + q/16, exact: the four codes of chunk t (see
+// nibbles) moved to bits 3..6 of their bytes, bit 7 set; then byte i placed
+// in bits 16..23 under the exponent byte 0x3F is the f32 1 + q/16.
+__device__ __forceinline__ uint32_t unit_codes(const uint4 &q, int t) {
+    const uint32_t w = word(q, t >> 1);
+    return ((t & 1) ? (w >> 1) & 0x78787878u : (w << 3) & 0x78787878u) | 0x80808080u;
+}
+__device__ __forceinline__ float unit_byte(uint32_t w, int i) {
+    return __uint_as_float(__byte_perm(w, 0x3F000000u, 0x7044u | ((uint32_t)i << 8)));
+}
+// sum_i (1 + q_i/16)·x_i over a chunk: one permute and one fmaf per element.
+__device__ __forceinline__ float unit_dot(uint32_t w, const float4 &x) {
+    float s = __fmul_rn(unit_byte(w, 0), x.x);
+    s = fmaf(unit_byte(w, 1), x.y, s);
+    s = fmaf(unit_byte(w, 2), x.z, s);
+    return fmaf(unit_byte(w, 3), x.w, s);
 }
 
 // ---------------------------------------------------------------- F32, F16
@@ -219,15 +249,23 @@ template <> struct Tile<FMT_Q4_0> {
     __device__ static void prepare(Raw &, uint32_t) {}
     // acc[c] += the chunk's contribution; xs[c]: the chunk's sum of x.
     template <int NC>
-    __device__ static void chunk(const Raw &r, int t, const float4 *xv, const float *,
+    __device__ static void chunk(const Raw &r, int t, const float4 *xv, const float *xs,
                                  float *acc) {
-        const uint32_t w = nibbles(r.q, t);
         const float d = half_bits_to_float(word(r.d, t >> 1) >> (16 * (t & 1)));
+#if GEMV_Q4_UNIT
+        // sum (q_i − 8)·x_i = 16·sum (1 + q_i/16)·x_i − 24·sum x_i.
+        const uint32_t w = unit_codes(r.q, t);
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+            acc[c] = fmaf(d, fmaf(16.0f, unit_dot(w, xv[c]), __fmul_rn(-24.0f, xs[c])), acc[c]);
+#else
+        const uint32_t w = nibbles(r.q, t);
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
             // The codes q − 8 = magic − (2^23 + 8), exactly.
             acc[c] = fmaf(d, chunk_dot(w, MAGIC + 8.0f, xv[c]), acc[c]);
         }
+#endif
     }
 };
 
@@ -286,29 +324,48 @@ template <> struct Tile<FMT_Q4_K> {
         r.h = ld_stream(scales + 16 * ((lane & 7u) >> 1));
         return r;
     }
+    // Sub-block j = 4(lane mod 2) + lane/8 of super-block (lane mod 8)/2:
+    // bytes g, g + 4, g + 8 (g = lane/8) of the packed scales give its scale
+    // and min (the core's scale_min, without branches).
     __device__ static void prepare(Raw &r, uint32_t lane) {
-        uint32_t sc, m;
-        q4k_scale_min(r.h, 4 * (lane & 1u) + (lane >> 3), sc, m);
+        const uint32_t sh = 8 * (lane >> 3);
+        const uint32_t a = (r.h.y >> sh) & 0xffu, b = (r.h.z >> sh) & 0xffu,
+                       c = (r.h.w >> sh) & 0xffu;
+        const bool high = (lane & 1u) != 0;
+        const uint32_t sc = high ? (c & 0x0fu) | ((a >> 6) << 4) : a & 63u;
+        const uint32_t m = high ? (c >> 4) | ((b >> 6) << 4) : b & 63u;
         r.dd = __fmul_rn(half_bits_to_float(r.h.x), (float)sc);
         r.mm = __fmul_rn(half_bits_to_float(r.h.x >> 16), (float)m);
+#if GEMV_Q4_UNIT
+        // dd·q − mm with q = 16(f − 1): 16dd·f − (16dd + mm).
+        r.mm = -__fadd_rn(__fmul_rn(16.0f, r.dd), r.mm);
+        r.dd = __fmul_rn(16.0f, r.dd);
+#endif
     }
     template <int NC>
     __device__ static void chunk(const Raw &r, int t, const float4 *xv, const float *xs,
                                  float *acc) {
-        const uint32_t w = nibbles(r.q, t);
         const float dd = __shfl_sync(0xffffffffu, r.dd, t, 8);
         const float mm = __shfl_sync(0xffffffffu, r.mm, t, 8);
+#if GEMV_Q4_UNIT
+        // (16dd)·sum (1 + q_i/16)·x_i − (16dd + mm)·sum x_i.
+        const uint32_t w = unit_codes(r.q, t);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) acc[c] = fmaf(mm, xs[c], fmaf(dd, unit_dot(w, xv[c]), acc[c]));
+#else
+        const uint32_t w = nibbles(r.q, t);
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
             const float s = chunk_dot(w, MAGIC, xv[c]);
             acc[c] = fmaf(-mm, xs[c], fmaf(dd, s, acc[c]));
         }
+#endif
     }
 };
 
 // Tiles a lane has in flight at once: 2 for 2 rows, 1 for 4 (registers).
 template <int R> struct TileUnroll {
-    static constexpr int value = R >= 4 ? 1 : 2;
+    static constexpr int value = R >= 4 ? 1 : GEMV_TILE_UNROLL;
 };
 
 // acc[r][c] += rows' full tiles · x_c; tile j goes to warp j mod WARPS.

@@ -3,10 +3,12 @@
 //!
 //! Tolerances (NMSE, against the core's `ActQuant::F32` reference on the same
 //! dequantized weights and against the f64 reference): 1e-6 for every
-//! format. The kernels dequantize exactly as the core does and differ only
-//! in summation order (fmaf per lane, then a shuffle butterfly) and in the
-//! element functions (CUDA's expf/erff/tanhf, within 2 ulp); the largest
-//! NMSE seen is printed.
+//! format. The kernels compute the core's dequantized products regrouped per
+//! 4-element chunk (codes as exact f32 values, then the block's scale
+//! factors; see `kernels/gemv.cu`), so they differ from the reference in
+//! rounding and summation order (fmaf per lane, a shuffle butterfly, the
+//! block's warps in order) and in the element functions (CUDA's
+//! expf/erff/tanhf, within 2 ulp); the largest NMSE seen is printed.
 
 mod common;
 

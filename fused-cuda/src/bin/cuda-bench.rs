@@ -120,6 +120,7 @@ fn run() -> Result<(), CudaError> {
     println!("| cuMemcpyDtoDAsync | {t_memcpy:.3} | {bw_memcpy:.0} |");
     println!("| copy kernel (16-byte) | {t_kernel:.3} | {bw_kernel:.0} |");
     println!("\nceiling used below: {ceiling:.0} GB/s\n");
+    let gemv_only = std::env::args().any(|a| a == "--gemv-only");
 
     // ------------------------------------------------ GEMV
     println!("## GEMV y = W·x (rows × K), weights rotated over > 240 MB\n");
@@ -199,6 +200,9 @@ fn run() -> Result<(), CudaError> {
         }
     }
     let _ = q4_4096;
+    if gemv_only {
+        return Ok(());
+    }
 
     // ------------------------------------------------ FWHT
     println!("\n## Signed FWHT on 64 MiB of f32 (bytes read + written)\n");
