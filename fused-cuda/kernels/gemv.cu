@@ -51,7 +51,7 @@ struct GemvParams {
 #define GEMV_ROWS1 2
 #endif
 #ifndef GEMV_TILE_UNROLL
-#define GEMV_TILE_UNROLL 2
+#define GEMV_TILE_UNROLL 1
 #endif
 constexpr int WARPS = GEMV_WARPS;
 
@@ -60,8 +60,16 @@ constexpr int WARPS = GEMV_WARPS;
 // quantized ones 0.56–1.06: these share each activation load between 2 rows
 // (4 from 3 columns up), so that activation traffic through L1 stays below
 // the weight traffic's share of L1 bandwidth.
+#ifndef GEMV_ROWS_Q4K
+#define GEMV_ROWS_Q4K 4
+#endif
+#ifndef GEMV_PIPELINE
+#define GEMV_PIPELINE 1
+#endif
 template <int FMT, int NC> struct RowsPerBlock {
-    static constexpr int value = (FMT == FMT_F32 || FMT == FMT_F16) ? 1 : (NC >= 3 ? 4 : GEMV_ROWS1);
+    static constexpr int value = (FMT == FMT_F32 || FMT == FMT_F16)
+                                     ? 1
+                                     : (NC >= 3 ? 4 : (FMT == FMT_Q4_K ? GEMV_ROWS_Q4K : GEMV_ROWS1));
 };
 
 // ---------------------------------------------------------------- loads
@@ -363,30 +371,36 @@ template <> struct Tile<FMT_Q4_K> {
     }
 };
 
-// Tiles a lane has in flight at once: 2 for 2 rows, 1 for 4 (registers).
+// Tiles per step of a warp: 1 for 4 rows (registers).
 template <int R> struct TileUnroll {
     static constexpr int value = R >= 4 ? 1 : GEMV_TILE_UNROLL;
 };
 
-// acc[r][c] += rows' full tiles · x_c; tile j goes to warp j mod WARPS.
+// acc[r][c] += rows' full tiles · x_c; tile j goes to warp j mod WARPS. A
+// warp takes TILE_UNROLL tiles per step and, software-pipelined, issues the
+// next step's weight loads before it computes the current one, so that its
+// loads stay in flight while it computes.
 template <int FMT, int NC, int R>
 __device__ __forceinline__ void tiles_dot(const uint8_t *const *codes, const uint8_t *const *scales,
                                           const float *x, uint32_t k, uint32_t nt, uint32_t lane,
                                           uint32_t warp, float (*acc)[NC]) {
     using T = Tile<FMT>;
+    using Raw = typename T::Raw;
     constexpr int TILE_UNROLL = TileUnroll<R>::value;
-    for (uint32_t j0 = warp; j0 < nt; j0 += TILE_UNROLL * WARPS) {
-        typename T::Raw raw[TILE_UNROLL][R];
+    constexpr uint32_t STEP = TILE_UNROLL * WARPS;
+    auto load = [&](Raw (*raw)[R], uint32_t j0) {
 #pragma unroll
         for (int u = 0; u < TILE_UNROLL; ++u) {
             const uint32_t j = j0 + u * WARPS;
             if (j < nt) {
 #pragma unroll
                 for (int r = 0; r < R; ++r)
-                    raw[u][r] = T::load(codes[r] + (size_t)j * 512, scales[r] + (size_t)j * T::SCALE_BYTES,
-                                        lane);
+                    raw[u][r] = T::load(codes[r] + (size_t)j * 512,
+                                        scales[r] + (size_t)j * T::SCALE_BYTES, lane);
             }
         }
+    };
+    auto compute = [&](Raw (*raw)[R], uint32_t j0) {
 #pragma unroll
         for (int u = 0; u < TILE_UNROLL; ++u) {
             const uint32_t j = j0 + u * WARPS;
@@ -407,7 +421,25 @@ __device__ __forceinline__ void tiles_dot(const uint8_t *const *codes, const uin
                 for (int r = 0; r < R; ++r) T::template chunk<NC>(raw[u][r], t, xv, xs, acc[r]);
             }
         }
+    };
+#if GEMV_PIPELINE
+    Raw cur[TILE_UNROLL][R], next[TILE_UNROLL][R];
+    if (warp < nt) load(cur, warp);
+    for (uint32_t j0 = warp; j0 < nt; j0 += STEP) {
+        if (j0 + STEP < nt) load(next, j0 + STEP);
+        compute(cur, j0);
+#pragma unroll
+        for (int u = 0; u < TILE_UNROLL; ++u)
+#pragma unroll
+            for (int r = 0; r < R; ++r) cur[u][r] = next[u][r];
     }
+#else
+    for (uint32_t j0 = warp; j0 < nt; j0 += STEP) {
+        Raw raw[TILE_UNROLL][R];
+        load(raw, j0);
+        compute(raw, j0);
+    }
+#endif
 }
 
 // ------------------------------------------- quantized: the rest, by blocks

@@ -44,6 +44,7 @@ const fn exp_env(v: Option<&str>, default: u32) -> u32 {
 fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
     match dtype {
         DType::Q8_0 | DType::Q4_0 | DType::Q4_K if n_cols >= 3 => 4,
+        DType::Q4_K => exp_env(option_env!("FUSED_GEMV_ROWS_Q4K"), 4) as usize,
         DType::Q8_0 | DType::Q4_0 | DType::Q4_K => {
             exp_env(option_env!("FUSED_GEMV_ROWS1"), 2) as usize
         }
