@@ -27,7 +27,6 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=FUSED_NVCC");
     println!("cargo:rerun-if-env-changed=FUSED_CUDA_ARCH");
-    println!("cargo:rerun-if-env-changed=FUSED_NVCC_DEFINES");
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
@@ -57,11 +56,6 @@ fn main() {
                 .arg(kind)
                 .arg(format!("-arch={target}"))
                 .args(["-O3", "-std=c++17", "-fmad=false"])
-                .args(
-                    env::var("FUSED_NVCC_DEFINES")
-                        .unwrap_or_default()
-                        .split_whitespace(),
-                )
                 .arg("-o")
                 .arg(&dst)
                 .arg(&src)

@@ -17,11 +17,13 @@
 // - Q8_0 / Q4_0 / Q4_K: the lane-interleaved tiles of src/layout.rs (16 bytes
 //   of codes per lane, coalesced f32 activation loads), the K % tile rest in
 //   the core's block layout. Per 4-element chunk of one 32-element block,
-//   a lane forms sum_i q_i·x_i with the codes q_i as exact f32 values and
-//   scales it by the block's factors in f32, e.g. Q4_0 d·(sum q_i·x_i −
-//   8·sum x_i), Q4_K (d·sc)·(sum q_i·x_i) − (dmin·m)·(sum x_i): the core's
-//   dequantized products regrouped per chunk, so equal to the reference up
-//   to f32 rounding (worst NMSE seen: tests/gemv.rs).
+//   a lane forms sum_i c_i·x_i with codes c_i that are exact f32 values
+//   (Q8_0: q; Q4_0, Q4_K: 1 + q/16) and scales it by the block's factors in
+//   f32: Q8_0 d·sum q_i·x_i; Q4_0 d·(16·sum c_i·x_i − 24·sum x_i), which is
+//   d·sum (q_i − 8)·x_i; Q4_K (16·d·sc)·sum c_i·x_i − (16·d·sc + dmin·m)·sum
+//   x_i, which is sum (d·sc·q_i − dmin·m)·x_i: the core's dequantized
+//   products regrouped per chunk, so equal to the reference up to f32
+//   rounding (worst NMSE seen: tests/gemv.rs).
 #include "common.cuh"
 
 // Parameters of one launch (src/params.rs: GemvParams).
@@ -44,32 +46,22 @@ struct GemvParams {
 #define FMT_Q4_K 4
 
 // Warps per block; src/backend.rs (GEMV_BLOCK) launches 32·WARPS threads.
-#ifndef GEMV_WARPS
-#define GEMV_WARPS 4
-#endif
-#ifndef GEMV_ROWS1
-#define GEMV_ROWS1 2
-#endif
-#ifndef GEMV_TILE_UNROLL
-#define GEMV_TILE_UNROLL 1
-#endif
-constexpr int WARPS = GEMV_WARPS;
+// 8 warps ran slower on the H200 (notes in the kernel comments below are
+// from A/B runs of cuda-bench there).
+constexpr int WARPS = 4;
 
 // Output rows per block. src/backend.rs (gemv_rows_per_block) mirrors this.
 // The float formats read 2–4 bytes of weights per activation float, the
 // quantized ones 0.56–1.06: these share each activation load between 2 rows
-// (4 from 3 columns up), so that activation traffic through L1 stays below
-// the weight traffic's share of L1 bandwidth.
-#ifndef GEMV_ROWS_Q4K
-#define GEMV_ROWS_Q4K 4
-#endif
-#ifndef GEMV_PIPELINE
-#define GEMV_PIPELINE 1
-#endif
+// (Q4_K, whose chunks also need the activation sums, and any format from 3
+// columns up: 4), so that activation traffic through L1 stays well below
+// the weights' share of L1 bandwidth. Measured on the H200, 1 column: Q4_K
+// 4 rows ran 1.04–1.08x faster than 2; Q4_0 and Q8_0 4 rows mixed (up to
+// 0.94x).
 template <int FMT, int NC> struct RowsPerBlock {
     static constexpr int value = (FMT == FMT_F32 || FMT == FMT_F16)
                                      ? 1
-                                     : (NC >= 3 ? 4 : (FMT == FMT_Q4_K ? GEMV_ROWS_Q4K : GEMV_ROWS1));
+                                     : ((NC >= 3 || FMT == FMT_Q4_K) ? 4 : 2);
 };
 
 // ---------------------------------------------------------------- loads
@@ -110,13 +102,6 @@ __device__ __forceinline__ float magic_byte(uint32_t w, int i) {
 }
 constexpr float MAGIC = 8388608.0f; // 2^23
 
-// The four 4-bit codes of chunk t of a lane's 16 bytes (see src/layout.rs),
-// one per byte.
-__device__ __forceinline__ uint32_t nibbles(const uint4 &q, int t) {
-    const uint32_t w = word(q, t >> 1);
-    return (t & 1) ? (w >> 4) & 0x0F0F0F0Fu : w & 0x0F0F0F0Fu;
-}
-
 // sum_i c_i·x_i over a chunk, the codes c_i = magic_byte(w, i) − bias exact.
 __device__ __forceinline__ float chunk_dot(uint32_t w, float bias, const float4 &x) {
     float s = __fmul_rn(__fsub_rn(magic_byte(w, 0), bias), x.x);
@@ -129,12 +114,14 @@ __device__ __forceinline__ float sum4(const float4 &x) {
     return __fadd_rn(__fadd_rn(__fadd_rn(x.x, x.y), x.z), x.w);
 }
 
-#ifndef GEMV_Q4_UNIT
-#define GEMV_Q4_UNIT 1
-#endif
-// 4-bit codes as f = 1 + q/16, exact: the four codes of chunk t (see
-// nibbles) moved to bits 3..6 of their bytes, bit 7 set; then byte i placed
-// in bits 16..23 under the exponent byte 0x3F is the f32 1 + q/16.
+// 4-bit codes as f = 1 + q/16, exact: the four codes of chunk t of a lane's
+// 16 bytes (src/layout.rs: the low nibbles of word t/2 for even t, the high
+// ones for odd t) moved to bits 3..6 of their bytes, bit 7 set; then byte i
+// placed in bits 16..23 under the exponent byte 0x3F is the f32 1 + q/16.
+// Against exact codes (q = permuted magic − 2^23) this saves one
+// subtraction per element; the chunk sums then carry the constant part,
+// which the per-chunk scale factors take off again (relative error of a
+// chunk's sum a few f32 ulps).
 __device__ __forceinline__ uint32_t unit_codes(const uint4 &q, int t) {
     const uint32_t w = word(q, t >> 1);
     return ((t & 1) ? (w >> 1) & 0x78787878u : (w << 3) & 0x78787878u) | 0x80808080u;
@@ -260,20 +247,11 @@ template <> struct Tile<FMT_Q4_0> {
     __device__ static void chunk(const Raw &r, int t, const float4 *xv, const float *xs,
                                  float *acc) {
         const float d = half_bits_to_float(word(r.d, t >> 1) >> (16 * (t & 1)));
-#if GEMV_Q4_UNIT
         // sum (q_i − 8)·x_i = 16·sum (1 + q_i/16)·x_i − 24·sum x_i.
         const uint32_t w = unit_codes(r.q, t);
 #pragma unroll
         for (int c = 0; c < NC; ++c)
             acc[c] = fmaf(d, fmaf(16.0f, unit_dot(w, xv[c]), __fmul_rn(-24.0f, xs[c])), acc[c]);
-#else
-        const uint32_t w = nibbles(r.q, t);
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            // The codes q − 8 = magic − (2^23 + 8), exactly.
-            acc[c] = fmaf(d, chunk_dot(w, MAGIC + 8.0f, xv[c]), acc[c]);
-        }
-#endif
     }
 };
 
@@ -344,49 +322,43 @@ template <> struct Tile<FMT_Q4_K> {
         const uint32_t m = high ? (c >> 4) | ((b >> 6) << 4) : b & 63u;
         r.dd = __fmul_rn(half_bits_to_float(r.h.x), (float)sc);
         r.mm = __fmul_rn(half_bits_to_float(r.h.x >> 16), (float)m);
-#if GEMV_Q4_UNIT
         // dd·q − mm with q = 16(f − 1): 16dd·f − (16dd + mm).
         r.mm = -__fadd_rn(__fmul_rn(16.0f, r.dd), r.mm);
         r.dd = __fmul_rn(16.0f, r.dd);
-#endif
     }
     template <int NC>
     __device__ static void chunk(const Raw &r, int t, const float4 *xv, const float *xs,
                                  float *acc) {
         const float dd = __shfl_sync(0xffffffffu, r.dd, t, 8);
         const float mm = __shfl_sync(0xffffffffu, r.mm, t, 8);
-#if GEMV_Q4_UNIT
         // (16dd)·sum (1 + q_i/16)·x_i − (16dd + mm)·sum x_i.
         const uint32_t w = unit_codes(r.q, t);
 #pragma unroll
         for (int c = 0; c < NC; ++c) acc[c] = fmaf(mm, xs[c], fmaf(dd, unit_dot(w, xv[c]), acc[c]));
-#else
-        const uint32_t w = nibbles(r.q, t);
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            const float s = chunk_dot(w, MAGIC, xv[c]);
-            acc[c] = fmaf(-mm, xs[c], fmaf(dd, s, acc[c]));
-        }
-#endif
     }
 };
 
-// Tiles per step of a warp: 1 for 4 rows (registers).
-template <int R> struct TileUnroll {
-    static constexpr int value = R >= 4 ? 1 : GEMV_TILE_UNROLL;
+// How a warp steps through its tiles, per format and rows per block
+// (A/B runs on the H200, 1 column): Q8_0 takes 2 tiles per step, loads then
+// computes (software pipelining ran 0.87x at 32768 x 8192); Q4_0 and Q4_K
+// take 1 tile per step, software-pipelined (1.02–1.04x over 2 tiles
+// unpipelined). 4 rows: 1 tile per step (registers).
+template <int FMT, int R> struct TileStep {
+    static constexpr bool PIPELINED = FMT != FMT_Q8_0;
+    static constexpr int UNROLL = (R >= 4 || PIPELINED) ? 1 : 2;
 };
 
 // acc[r][c] += rows' full tiles · x_c; tile j goes to warp j mod WARPS. A
-// warp takes TILE_UNROLL tiles per step and, software-pipelined, issues the
-// next step's weight loads before it computes the current one, so that its
-// loads stay in flight while it computes.
+// warp takes TileStep::UNROLL tiles per step; software-pipelined, it issues
+// the next step's weight loads before it computes the current one, so that
+// its loads stay in flight while it computes.
 template <int FMT, int NC, int R>
 __device__ __forceinline__ void tiles_dot(const uint8_t *const *codes, const uint8_t *const *scales,
                                           const float *x, uint32_t k, uint32_t nt, uint32_t lane,
                                           uint32_t warp, float (*acc)[NC]) {
     using T = Tile<FMT>;
     using Raw = typename T::Raw;
-    constexpr int TILE_UNROLL = TileUnroll<R>::value;
+    constexpr int TILE_UNROLL = TileStep<FMT, R>::UNROLL;
     constexpr uint32_t STEP = TILE_UNROLL * WARPS;
     auto load = [&](Raw (*raw)[R], uint32_t j0) {
 #pragma unroll
@@ -422,24 +394,24 @@ __device__ __forceinline__ void tiles_dot(const uint8_t *const *codes, const uin
             }
         }
     };
-#if GEMV_PIPELINE
-    Raw cur[TILE_UNROLL][R], next[TILE_UNROLL][R];
-    if (warp < nt) load(cur, warp);
-    for (uint32_t j0 = warp; j0 < nt; j0 += STEP) {
-        if (j0 + STEP < nt) load(next, j0 + STEP);
-        compute(cur, j0);
+    if constexpr (TileStep<FMT, R>::PIPELINED) {
+        Raw cur[TILE_UNROLL][R], next[TILE_UNROLL][R];
+        if (warp < nt) load(cur, warp);
+        for (uint32_t j0 = warp; j0 < nt; j0 += STEP) {
+            if (j0 + STEP < nt) load(next, j0 + STEP);
+            compute(cur, j0);
 #pragma unroll
-        for (int u = 0; u < TILE_UNROLL; ++u)
+            for (int u = 0; u < TILE_UNROLL; ++u)
 #pragma unroll
-            for (int r = 0; r < R; ++r) cur[u][r] = next[u][r];
+                for (int r = 0; r < R; ++r) cur[u][r] = next[u][r];
+        }
+    } else {
+        for (uint32_t j0 = warp; j0 < nt; j0 += STEP) {
+            Raw raw[TILE_UNROLL][R];
+            load(raw, j0);
+            compute(raw, j0);
+        }
     }
-#else
-    for (uint32_t j0 = warp; j0 < nt; j0 += STEP) {
-        Raw raw[TILE_UNROLL][R];
-        load(raw, j0);
-        compute(raw, j0);
-    }
-#endif
 }
 
 // ------------------------------------------- quantized: the rest, by blocks

@@ -29,25 +29,16 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Threads per block of the GEMV kernels (`WARPS` = 4 warps in `kernels/gemv.cu`).
-const GEMV_BLOCK: u32 = exp_env(option_env!("FUSED_GEMV_WARPS"), 4) * 32;
-
-const fn exp_env(v: Option<&str>, default: u32) -> u32 {
-    match v {
-        Some(s) => (s.as_bytes()[0] - b'0') as u32,
-        None => default,
-    }
-}
+const GEMV_BLOCK: u32 = 128;
 
 /// Output rows one block of the GEMV kernels computes: `RowsPerBlock` in
 /// `kernels/gemv.cu` (the quantized formats share each activation load
-/// between 2 rows, from 3 columns up between 4).
+/// between 2 rows; Q4_K, and any format from 3 columns up, between 4).
 fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
     match dtype {
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_K if n_cols >= 3 => 4,
-        DType::Q4_K => exp_env(option_env!("FUSED_GEMV_ROWS_Q4K"), 4) as usize,
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_K => {
-            exp_env(option_env!("FUSED_GEMV_ROWS1"), 2) as usize
-        }
+        DType::Q4_K => 4,
+        DType::Q8_0 | DType::Q4_0 if n_cols >= 3 => 4,
+        DType::Q8_0 | DType::Q4_0 => 2,
         _ => 1,
     }
 }

@@ -22,8 +22,9 @@
 //! lane-interleaved layout (same bytes, rearranged; `src/layout.rs`) so that
 //! every lane reads 16 bytes of codes and the activations stay coalesced;
 //! each 4-element chunk of a block is dotted with its codes as exact f32
-//! values and then scaled by the block's factors (Q4_0: `d·Σ(q−8)·x`,
-//! Q4_K: `(d·sc)·Σq·x − (dmin·m)·Σx`), the core's dequantized products
+//! values (4-bit codes as `1 + q/16`: one byte permute per element) and
+//! then scaled by the block's factors (Q4_0: `d·Σ(q−8)·x`, Q4_K:
+//! `(d·sc)·Σq·x − (dmin·m)·Σx`), the core's dequantized products
 //! regrouped. The dot products accumulate with `fmaf` in a fixed order (per
 //! lane, a shuffle butterfly per warp, then the block's warps in order), so
 //! they track the core's f32 reference within rounding, not bit for bit. The element

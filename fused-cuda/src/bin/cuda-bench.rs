@@ -2,7 +2,8 @@
 //! events (median of many runs), printed as markdown tables.
 //!
 //! `cargo build -p fused-cuda --features cuda --release --bin cuda-bench`;
-//! `scripts/gpu-bundle` packs it for the GPU machine. Sections: the
+//! `scripts/gpu-bundle` packs it for the GPU machine. `--gemv-only` stops
+//! after the GEMV section (for quick A/B runs). Sections: the
 //! device-to-device copy ceiling (bytes read + written); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
