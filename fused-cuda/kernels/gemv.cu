@@ -3,22 +3,32 @@
 //   y[c*rows + r] = epilogue(sum_k W[r][k] * x[c*k_len + k])            (plain)
 //   y[c*rows + r] = epilogue(act(W_g[r]·x_c) * (W_u[r]·x_c))              (GLU)
 //
-// Activation scheme: the activations stay f32; each weight is dequantized in
-// registers to the f32 value the core's dequantizer gives (fused_core::quant::
-// dequantize_row: e.g. Q4_0 (q-8)·d, Q4_K d·sc·q − dmin·m) and multiplied into
-// an f32 accumulator with fmaf. This is the core reference's ActQuant::F32
-// mode, up to the summation order: a warp computes one output row (or 4 rows
-// for the quantized formats from 3 columns up); each lane sums its own
-// elements in a fixed order (F32/F16: 8-element vectors, lane-strided;
-// quantized: 4 elements of a block that L lanes share, see below), then the
-// 32 lane sums are combined by a fixed butterfly of shuffles. The order never
-// depends on the epilogue, so the same call with and without an epilogue
-// gives the same accumulators.
+// Activation scheme: the activations stay f32 (the core reference's
+// ActQuant::F32 mode, up to rounding). A block of WARPS warps computes R
+// output rows (RowsPerBlock); its warps split K between them, each lane sums
+// its own elements in a fixed order, the 32 lane sums of a warp are combined
+// by a fixed butterfly of shuffles and the warps' sums in warp order through
+// shared memory. The order never depends on the epilogue, so the same call
+// with and without an epilogue gives the same accumulators, bit for bit.
+//
+// Weights:
+// - F32 / F16: the core's layout; 8-element units (16-byte loads), each
+//   element converted exactly and multiplied into the accumulator with fmaf.
+// - Q8_0 / Q4_0 / Q4_K: the lane-interleaved tiles of src/layout.rs (16 bytes
+//   of codes per lane, coalesced f32 activation loads), the K % tile rest in
+//   the core's block layout. Per 4-element chunk of one 32-element block,
+//   a lane forms sum_i c_i·x_i with codes c_i that are exact f32 values
+//   (Q8_0: q; Q4_0, Q4_K: 1 + q/16) and scales it by the block's factors in
+//   f32: Q8_0 d·sum q_i·x_i; Q4_0 d·(16·sum c_i·x_i − 24·sum x_i), which is
+//   d·sum (q_i − 8)·x_i; Q4_K (16·d·sc)·sum c_i·x_i − (16·d·sc + dmin·m)·sum
+//   x_i, which is sum (d·sc·q_i − dmin·m)·x_i: the core's dequantized
+//   products regrouped per chunk, so equal to the reference up to f32
+//   rounding (worst NMSE seen: tests/gemv.rs).
 #include "common.cuh"
 
 // Parameters of one launch (src/params.rs: GemvParams).
 struct GemvParams {
-    const uint8_t *w;    // weights (gate weights for GLU), rows x row_bytes
+    const uint8_t *w;    // weights (gate weights for GLU), device layout
     const uint8_t *w_up; // GLU: up weights, same shape; else null
     const float *x;      // n_cols columns of k floats
     float *y;            // n_cols columns of rows floats
@@ -35,23 +45,108 @@ struct GemvParams {
 #define FMT_Q4_0 3
 #define FMT_Q4_K 4
 
-// ---------------------------------------------------------------- units
-// acc[c] += sum over the unit's elements of w[e] * x_c[e], in element order.
+// Warps per block; src/backend.rs (GEMV_BLOCK) launches 32·WARPS threads.
+// 8 warps ran slower on the H200 (notes in the kernel comments below are
+// from A/B runs of cuda-bench there).
+constexpr int WARPS = 4;
+
+// Output rows per block. src/backend.rs (gemv_rows_per_block) mirrors this.
+// The float formats read 2–4 bytes of weights per activation float, the
+// quantized ones 0.56–1.06: these share each activation load between 2 rows
+// (Q4_K, whose chunks also need the activation sums, and any format from 3
+// columns up: 4), so that activation traffic through L1 stays well below
+// the weights' share of L1 bandwidth. Measured on the H200, 1 column: Q4_K
+// 4 rows ran 1.04–1.08x faster than 2; Q4_0 and Q8_0 4 rows mixed (up to
+// 0.94x).
+template <int FMT, int NC> struct RowsPerBlock {
+    static constexpr int value = (FMT == FMT_F32 || FMT == FMT_F16)
+                                     ? 1
+                                     : ((NC >= 3 || FMT == FMT_Q4_K) ? 4 : 2);
+};
+
+// ---------------------------------------------------------------- loads
+// Weights are read once per call: 16-byte loads that bypass L1, so that L1
+// keeps the activations, which every row group re-reads.
+__device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint2 ld_stream2(const uint8_t *p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+// Activations: read-only for the whole launch, cached in L1.
+__device__ __forceinline__ float4 ld_x4(const float *p) {
+    float4 v;
+    asm("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4 &v, int i) {
+    return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+// ------------------------------------------------------- code to f32, exact
+// Byte i of `w` (a value v < 256) as the f32 2^23 + v: the byte becomes the
+// low mantissa bits under the exponent of 2^23 (one byte permute).
+__device__ __forceinline__ float magic_byte(uint32_t w, int i) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (uint32_t)i));
+}
+constexpr float MAGIC = 8388608.0f; // 2^23
+
+// sum_i c_i·x_i over a chunk, the codes c_i = magic_byte(w, i) − bias exact.
+__device__ __forceinline__ float chunk_dot(uint32_t w, float bias, const float4 &x) {
+    float s = __fmul_rn(__fsub_rn(magic_byte(w, 0), bias), x.x);
+    s = fmaf(__fsub_rn(magic_byte(w, 1), bias), x.y, s);
+    s = fmaf(__fsub_rn(magic_byte(w, 2), bias), x.z, s);
+    return fmaf(__fsub_rn(magic_byte(w, 3), bias), x.w, s);
+}
+
+__device__ __forceinline__ float sum4(const float4 &x) {
+    return __fadd_rn(__fadd_rn(__fadd_rn(x.x, x.y), x.z), x.w);
+}
+
+// 4-bit codes as f = 1 + q/16, exact: the four codes of chunk t of a lane's
+// 16 bytes (src/layout.rs: the low nibbles of word t/2 for even t, the high
+// ones for odd t) moved to bits 3..6 of their bytes, bit 7 set; then byte i
+// placed in bits 16..23 under the exponent byte 0x3F is the f32 1 + q/16.
+// Against exact codes (q = permuted magic − 2^23) this saves one
+// subtraction per element; the chunk sums then carry the constant part,
+// which the per-chunk scale factors take off again (relative error of a
+// chunk's sum a few f32 ulps).
+__device__ __forceinline__ uint32_t unit_codes(const uint4 &q, int t) {
+    const uint32_t w = word(q, t >> 1);
+    return ((t & 1) ? (w >> 1) & 0x78787878u : (w << 3) & 0x78787878u) | 0x80808080u;
+}
+__device__ __forceinline__ float unit_byte(uint32_t w, int i) {
+    return __uint_as_float(__byte_perm(w, 0x3F000000u, 0x7044u | ((uint32_t)i << 8)));
+}
+// sum_i (1 + q_i/16)·x_i over a chunk: one permute and one fmaf per element.
+__device__ __forceinline__ float unit_dot(uint32_t w, const float4 &x) {
+    float s = __fmul_rn(unit_byte(w, 0), x.x);
+    s = fmaf(unit_byte(w, 1), x.y, s);
+    s = fmaf(unit_byte(w, 2), x.z, s);
+    return fmaf(unit_byte(w, 3), x.w, s);
+}
+
+// ---------------------------------------------------------------- F32, F16
+// acc[c] += sum over the unit's 8 elements of w[e] * x_c[e], in element order.
 template <int NC>
-__device__ __forceinline__ void fma_cols(const float *w, int n, const float *x, uint32_t k,
-                                         float *acc) {
-    // n is a multiple of 4 here; x is 16-byte aligned.
+__device__ __forceinline__ void fma8(const float *w, const float *x, uint32_t k, float *acc) {
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-        const float4 *xc = reinterpret_cast<const float4 *>(x + (size_t)c * k);
+        const float4 a = ld_x4(x + (size_t)c * k), b = ld_x4(x + (size_t)c * k + 4);
+        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-        for (int e = 0; e < n / 4; ++e) {
-            float4 xv = xc[e];
-            acc[c] = fmaf(w[4 * e + 0], xv.x, acc[c]);
-            acc[c] = fmaf(w[4 * e + 1], xv.y, acc[c]);
-            acc[c] = fmaf(w[4 * e + 2], xv.z, acc[c]);
-            acc[c] = fmaf(w[4 * e + 3], xv.w, acc[c]);
-        }
+        for (int e = 0; e < 8; ++e) acc[c] = fmaf(w[e], xv[e], acc[c]);
     }
 }
 
@@ -59,14 +154,18 @@ template <int FMT> struct Unit;
 
 // F32: 8 elements (two 16-byte loads) when k % 8 == 0, else 1.
 template <> struct Unit<FMT_F32> {
-    static constexpr int LEN = 8;
-    template <int NC>
-    __device__ static void vec(const uint8_t *wr, uint32_t u, const float *x, uint32_t k,
-                               float *acc) {
-        const float4 *w4 = reinterpret_cast<const float4 *>(wr) + 2 * u;
-        float4 a = w4[0], b = w4[1];
-        float w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        fma_cols<NC>(w, 8, x + (size_t)u * 8, k, acc);
+    struct Raw {
+        uint4 a, b;
+    };
+    __device__ static Raw load(const uint8_t *wr, uint32_t u) {
+        return Raw{ld_stream(wr + 32 * (size_t)u), ld_stream(wr + 32 * (size_t)u + 16)};
+    }
+    __device__ static void unpack(const Raw &r, float *w) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            w[j] = __uint_as_float(word(r.a, j));
+            w[4 + j] = __uint_as_float(word(r.b, j));
+        }
     }
     __device__ static float one(const uint8_t *wr, uint32_t i) {
         return reinterpret_cast<const float *>(wr)[i];
@@ -75,60 +174,262 @@ template <> struct Unit<FMT_F32> {
 
 // F16: 8 elements (one 16-byte load) when k % 8 == 0, else 1.
 template <> struct Unit<FMT_F16> {
-    static constexpr int LEN = 8;
-    template <int NC>
-    __device__ static void vec(const uint8_t *wr, uint32_t u, const float *x, uint32_t k,
-                               float *acc) {
-        uint4 raw = reinterpret_cast<const uint4 *>(wr)[u];
-        uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-        float w[8];
+    struct Raw {
+        uint4 a;
+    };
+    __device__ static Raw load(const uint8_t *wr, uint32_t u) {
+        return Raw{ld_stream(wr + 16 * (size_t)u)};
+    }
+    __device__ static void unpack(const Raw &r, float *w) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            w[2 * j] = half_bits_to_float(words[j]);
-            w[2 * j + 1] = half_bits_to_float(words[j] >> 16);
+            w[2 * j] = half_bits_to_float(word(r.a, j));
+            w[2 * j + 1] = half_bits_to_float(word(r.a, j) >> 16);
         }
-        fma_cols<NC>(w, 8, x + (size_t)u * 8, k, acc);
     }
     __device__ static float one(const uint8_t *wr, uint32_t i) {
         return half_bits_to_float(reinterpret_cast<const uint16_t *>(wr)[i]);
     }
 };
 
-// The quantized formats split each block across L lanes of the warp, each
-// lane taking groups of 4 consecutive elements, so that the lanes' f32
-// activation loads are 16-byte and contiguous (a full 128-byte line per 8
-// lanes). A warp computes R rows at once (RowsPerWarp below): one
-// activation load feeds the same 4 elements of every row. A warp covers
-// 32/L blocks per step and issues the weight loads of UNROLL steps before
-// using them, to keep enough bytes in flight.
-// Steps whose weight loads are issued together. 8 was tried on the H200
-// with one row per warp and 1 column: mixed (faster for Q4_0, slower for
-// Q8_0 and Q4_K; BENCHMARKS-cuda-draft.md).
-constexpr int UNROLL = 4;
+// Units of 8 elements a lane has in flight at once.
+constexpr int FLOAT_UNROLL = 4;
 
-// Output rows per warp. src/backend.rs (gemv_rows_per_warp) mirrors this
-// rule. Measured on the H200 (BENCHMARKS-cuda-draft.md): with 1 column, 2
-// rows per warp ran slower than 1 (fewer warps in flight); with 8 columns,
-// 4 rows per warp ran 1.4x faster than 1 (one activation load per 4 rows).
-template <int FMT, int NC> struct RowsPerWarp {
-    static constexpr int value = (FMT == FMT_F32 || FMT == FMT_F16) ? 1 : (NC >= 3 ? 4 : 1);
+// acc[c] += row wr · x_c; the block's warps take interleaved units.
+template <int FMT, int NC>
+__device__ __forceinline__ void float_row_dot(const uint8_t *wr, const float *x, uint32_t k,
+                                              uint32_t lane, uint32_t warp, float *acc) {
+    using U = Unit<FMT>;
+    const uint32_t first = warp * 32 + lane;
+    constexpr uint32_t STRIDE = WARPS * 32;
+    if ((k & 7u) != 0) {
+        for (uint32_t i = first; i < k; i += STRIDE) {
+            const float w = U::one(wr, i);
+#pragma unroll
+            for (int c = 0; c < NC; ++c) acc[c] = fmaf(w, x[(size_t)c * k + i], acc[c]);
+        }
+        return;
+    }
+    const uint32_t units = k / 8;
+    for (uint32_t u = first; u < units; u += FLOAT_UNROLL * STRIDE) {
+        typename U::Raw raw[FLOAT_UNROLL];
+#pragma unroll
+        for (int j = 0; j < FLOAT_UNROLL; ++j)
+            if (u + j * STRIDE < units) raw[j] = U::load(wr, u + j * STRIDE);
+#pragma unroll
+        for (int j = 0; j < FLOAT_UNROLL; ++j) {
+            if (u + j * STRIDE < units) {
+                float w[8];
+                U::unpack(raw[j], w);
+                fma8<NC>(w, x + 8 * (size_t)(u + j * STRIDE), k, acc);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------- quantized: whole tiles
+// One tile of R rows (src/layout.rs), lane `lane`: codes and scales.
+template <int FMT> struct Tile;
+
+// Q4_0: 1024 elements; 8 chunks per lane, chunk t in block 4t + lane/8;
+// the lane's 8 block scales d (f16) in one 16-byte word set.
+template <> struct Tile<FMT_Q4_0> {
+    static constexpr uint32_t ELEMS = 1024, SCALE_BYTES = 64, CHUNKS = 8;
+    struct Raw {
+        uint4 q, d;
+    };
+    __device__ static Raw load(const uint8_t *codes, const uint8_t *scales, uint32_t lane) {
+        return Raw{ld_stream(codes + 16 * lane), ld_stream(scales + 16 * (lane >> 3))};
+    }
+    __device__ static void prepare(Raw &, uint32_t) {}
+    // acc[c] += the chunk's contribution; xs[c]: the chunk's sum of x.
+    template <int NC>
+    __device__ static void chunk(const Raw &r, int t, const float4 *xv, const float *xs,
+                                 float *acc) {
+        const float d = half_bits_to_float(word(r.d, t >> 1) >> (16 * (t & 1)));
+        // sum (q_i − 8)·x_i = 16·sum (1 + q_i/16)·x_i − 24·sum x_i.
+        const uint32_t w = unit_codes(r.q, t);
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+            acc[c] = fmaf(d, fmaf(16.0f, unit_dot(w, xv[c]), __fmul_rn(-24.0f, xs[c])), acc[c]);
+    }
 };
+
+// Q8_0: 512 elements; 4 chunks per lane, chunk t in block 4t + lane/8; the
+// lane's 4 scales in 8 bytes.
+template <> struct Tile<FMT_Q8_0> {
+    static constexpr uint32_t ELEMS = 512, SCALE_BYTES = 32, CHUNKS = 4;
+    struct Raw {
+        uint4 q;
+        uint2 d;
+    };
+    __device__ static Raw load(const uint8_t *codes, const uint8_t *scales, uint32_t lane) {
+        return Raw{ld_stream(codes + 16 * lane), ld_stream2(scales + 8 * (lane >> 3))};
+    }
+    __device__ static void prepare(Raw &, uint32_t) {}
+    template <int NC>
+    __device__ static void chunk(const Raw &r, int t, const float4 *xv, const float *,
+                                 float *acc) {
+        // Signed codes biased to 0..255: q + 128 = magic − 2^23.
+        const uint32_t w = word(r.q, t) ^ 0x80808080u;
+        const float d = half_bits_to_float((t < 2 ? r.d.x : r.d.y) >> (16 * (t & 1)));
+#pragma unroll
+        for (int c = 0; c < NC; ++c) acc[c] = fmaf(d, chunk_dot(w, MAGIC + 128.0f, xv[c]), acc[c]);
+    }
+};
+
+// Q4_K sub-block j's 6-bit scale and min from the packed bytes in words
+// h.y, h.z, h.w of a header (the core's scale_min).
+__device__ __forceinline__ void q4k_scale_min(const uint4 &h, uint32_t j, uint32_t &sc,
+                                              uint32_t &m) {
+    auto byte = [&](uint32_t i) {
+        const uint32_t w = i < 4 ? h.y : (i < 8 ? h.z : h.w);
+        return (w >> (8 * (i & 3u))) & 0xffu;
+    };
+    if (j < 4) {
+        sc = byte(j) & 63u;
+        m = byte(j + 4) & 63u;
+    } else {
+        sc = (byte(j + 4) & 0x0fu) | ((byte(j - 4) >> 6) << 4);
+        m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+    }
+}
+
+// Q4_K: 1024 elements = 4 super-blocks; chunk t of lane l in super-block t/2,
+// sub-block 4(t mod 2) + l/8. Lane 8g + i decodes the factors of its group's
+// chunk t = i (d·sc and dmin·m, in f32 as the core) and passes them round.
+template <> struct Tile<FMT_Q4_K> {
+    static constexpr uint32_t ELEMS = 1024, SCALE_BYTES = 64, CHUNKS = 8;
+    struct Raw {
+        uint4 q, h;   // h: the header of super-block (lane mod 8) / 2
+        float dd, mm; // after prepare: the factors of chunk lane mod 8
+    };
+    __device__ static Raw load(const uint8_t *codes, const uint8_t *scales, uint32_t lane) {
+        Raw r;
+        r.q = ld_stream(codes + 16 * lane);
+        r.h = ld_stream(scales + 16 * ((lane & 7u) >> 1));
+        return r;
+    }
+    // Sub-block j = 4(lane mod 2) + lane/8 of super-block (lane mod 8)/2:
+    // bytes g, g + 4, g + 8 (g = lane/8) of the packed scales give its scale
+    // and min (the core's scale_min, without branches).
+    __device__ static void prepare(Raw &r, uint32_t lane) {
+        const uint32_t sh = 8 * (lane >> 3);
+        const uint32_t a = (r.h.y >> sh) & 0xffu, b = (r.h.z >> sh) & 0xffu,
+                       c = (r.h.w >> sh) & 0xffu;
+        const bool high = (lane & 1u) != 0;
+        const uint32_t sc = high ? (c & 0x0fu) | ((a >> 6) << 4) : a & 63u;
+        const uint32_t m = high ? (c >> 4) | ((b >> 6) << 4) : b & 63u;
+        r.dd = __fmul_rn(half_bits_to_float(r.h.x), (float)sc);
+        r.mm = __fmul_rn(half_bits_to_float(r.h.x >> 16), (float)m);
+        // dd·q − mm with q = 16(f − 1): 16dd·f − (16dd + mm).
+        r.mm = -__fadd_rn(__fmul_rn(16.0f, r.dd), r.mm);
+        r.dd = __fmul_rn(16.0f, r.dd);
+    }
+    template <int NC>
+    __device__ static void chunk(const Raw &r, int t, const float4 *xv, const float *xs,
+                                 float *acc) {
+        const float dd = __shfl_sync(0xffffffffu, r.dd, t, 8);
+        const float mm = __shfl_sync(0xffffffffu, r.mm, t, 8);
+        // (16dd)·sum (1 + q_i/16)·x_i − (16dd + mm)·sum x_i.
+        const uint32_t w = unit_codes(r.q, t);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) acc[c] = fmaf(mm, xs[c], fmaf(dd, unit_dot(w, xv[c]), acc[c]));
+    }
+};
+
+// How a warp steps through its tiles, per format and rows per block
+// (A/B runs on the H200, 1 column): Q8_0 takes 2 tiles per step, loads then
+// computes (software pipelining ran 0.87x at 32768 x 8192); Q4_0 and Q4_K
+// take 1 tile per step, software-pipelined (1.02–1.04x over 2 tiles
+// unpipelined). 4 rows: 1 tile per step (registers).
+template <int FMT, int R> struct TileStep {
+    static constexpr bool PIPELINED = FMT != FMT_Q8_0;
+    static constexpr int UNROLL = (R >= 4 || PIPELINED) ? 1 : 2;
+};
+
+// acc[r][c] += rows' full tiles · x_c; tile j goes to warp j mod WARPS. A
+// warp takes TileStep::UNROLL tiles per step; software-pipelined, it issues
+// the next step's weight loads before it computes the current one, so that
+// its loads stay in flight while it computes.
+template <int FMT, int NC, int R>
+__device__ __forceinline__ void tiles_dot(const uint8_t *const *codes, const uint8_t *const *scales,
+                                          const float *x, uint32_t k, uint32_t nt, uint32_t lane,
+                                          uint32_t warp, float (*acc)[NC]) {
+    using T = Tile<FMT>;
+    using Raw = typename T::Raw;
+    constexpr int TILE_UNROLL = TileStep<FMT, R>::UNROLL;
+    constexpr uint32_t STEP = TILE_UNROLL * WARPS;
+    auto load = [&](Raw (*raw)[R], uint32_t j0) {
+#pragma unroll
+        for (int u = 0; u < TILE_UNROLL; ++u) {
+            const uint32_t j = j0 + u * WARPS;
+            if (j < nt) {
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    raw[u][r] = T::load(codes[r] + (size_t)j * 512,
+                                        scales[r] + (size_t)j * T::SCALE_BYTES, lane);
+            }
+        }
+    };
+    auto compute = [&](Raw (*raw)[R], uint32_t j0) {
+#pragma unroll
+        for (int u = 0; u < TILE_UNROLL; ++u) {
+            const uint32_t j = j0 + u * WARPS;
+            if (j >= nt) break;
+#pragma unroll
+            for (int r = 0; r < R; ++r) T::prepare(raw[u][r], lane);
+            const float *xt = x + (size_t)j * T::ELEMS + 4 * lane;
+#pragma unroll
+            for (int t = 0; t < (int)T::CHUNKS; ++t) {
+                float4 xv[NC];
+                float xs[NC];
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    xv[c] = ld_x4(xt + (size_t)c * k + 128 * t);
+                    xs[c] = sum4(xv[c]);
+                }
+#pragma unroll
+                for (int r = 0; r < R; ++r) T::template chunk<NC>(raw[u][r], t, xv, xs, acc[r]);
+            }
+        }
+    };
+    if constexpr (TileStep<FMT, R>::PIPELINED) {
+        Raw cur[TILE_UNROLL][R], next[TILE_UNROLL][R];
+        if (warp < nt) load(cur, warp);
+        for (uint32_t j0 = warp; j0 < nt; j0 += STEP) {
+            if (j0 + STEP < nt) load(next, j0 + STEP);
+            compute(cur, j0);
+#pragma unroll
+            for (int u = 0; u < TILE_UNROLL; ++u)
+#pragma unroll
+                for (int r = 0; r < R; ++r) cur[u][r] = next[u][r];
+        }
+    } else {
+        for (uint32_t j0 = warp; j0 < nt; j0 += STEP) {
+            Raw raw[TILE_UNROLL][R];
+            load(raw, j0);
+            compute(raw, j0);
+        }
+    }
+}
+
+// ------------------------------------------- quantized: the rest, by blocks
+// Blocks after the last full tile, in the core's block layout. A block is
+// split across L lanes, each taking groups of 4 consecutive elements, so
+// that the lanes' activation loads are 16-byte and contiguous.
+template <int FMT> struct Block;
 
 // Q8_0: 34-byte blocks (2-byte aligned): d (f16), 32 signed codes. L = 8:
 // lane s takes elements 4s..4s+3 (code bytes 4s..4s+3).
-template <> struct Unit<FMT_Q8_0> {
-    static constexpr int L = 8;
-    static constexpr int BLOCK = 32;
-    static constexpr int GROUPS = 1;
+template <> struct Block<FMT_Q8_0> {
+    static constexpr int L = 8, BLOCK = 32, BYTES = 34, GROUPS = 1;
     struct Raw {
         uint32_t d, q;
     };
     __device__ static Raw load(const uint8_t *wr, uint32_t blk, uint32_t s) {
         const uint16_t *b = reinterpret_cast<const uint16_t *>(wr + (size_t)blk * 34);
-        Raw r;
-        r.d = b[0];
-        r.q = (uint32_t)b[1 + 2 * s] | ((uint32_t)b[2 + 2 * s] << 16);
-        return r;
+        return Raw{b[0], (uint32_t)b[1 + 2 * s] | ((uint32_t)b[2 + 2 * s] << 16)};
     }
     __device__ static void dequant(const Raw &r, uint32_t, int, float *w) {
         float d = half_bits_to_float(r.d);
@@ -142,20 +443,15 @@ template <> struct Unit<FMT_Q8_0> {
 // j holds element j (low) and j + 16 (high); value (q - 8)·d. L = 8: lane s
 // takes elements 4s..4s+3: the low (s < 4) or high (s >= 4) nibbles of bytes
 // 4(s mod 4)..4(s mod 4)+3.
-template <> struct Unit<FMT_Q4_0> {
-    static constexpr int L = 8;
-    static constexpr int BLOCK = 32;
-    static constexpr int GROUPS = 1;
+template <> struct Block<FMT_Q4_0> {
+    static constexpr int L = 8, BLOCK = 32, BYTES = 18, GROUPS = 1;
     struct Raw {
         uint32_t d, q;
     };
     __device__ static Raw load(const uint8_t *wr, uint32_t blk, uint32_t s) {
         const uint16_t *b = reinterpret_cast<const uint16_t *>(wr + (size_t)blk * 18);
         const uint32_t j = 2 * (s & 3u);
-        Raw r;
-        r.d = b[0];
-        r.q = (uint32_t)b[1 + j] | ((uint32_t)b[2 + j] << 16);
-        return r;
+        return Raw{b[0], (uint32_t)b[1 + j] | ((uint32_t)b[2 + j] << 16)};
     }
     __device__ static void dequant(const Raw &r, uint32_t s, int, float *w) {
         float d = half_bits_to_float(r.d);
@@ -175,29 +471,12 @@ template <> struct Unit<FMT_Q4_0> {
 // d·sc·q − dmin·m. L = 32: lane s takes chunk c = s/8, bytes l = 4(s mod 8)..+3:
 // group 0 the elements 64c + l (low nibbles, sub-block 2c), group 1 the
 // elements 64c + 32 + l (high nibbles, sub-block 2c + 1).
-template <> struct Unit<FMT_Q4_K> {
-    static constexpr int L = 32;
-    static constexpr int BLOCK = 256;
-    static constexpr int GROUPS = 2;
+template <> struct Block<FMT_Q4_K> {
+    static constexpr int L = 32, BLOCK = 256, BYTES = 144, GROUPS = 2;
     struct Raw {
         uint4 h;
         uint32_t q;
     };
-    // Byte i (0..11) of the packed scales: header byte 4 + i.
-    __device__ static uint32_t scale_byte(const uint4 &h, uint32_t i) {
-        uint32_t w = i < 4 ? h.y : (i < 8 ? h.z : h.w);
-        return (w >> (8 * (i & 3u))) & 0xffu;
-    }
-    // Sub-block j's 6-bit scale and min (the core's scale_min).
-    __device__ static void scale_min(const uint4 &h, uint32_t j, uint32_t &sc, uint32_t &m) {
-        if (j < 4) {
-            sc = scale_byte(h, j) & 63u;
-            m = scale_byte(h, j + 4) & 63u;
-        } else {
-            sc = (scale_byte(h, j + 4) & 0x0fu) | ((scale_byte(h, j - 4) >> 6) << 4);
-            m = (scale_byte(h, j + 4) >> 4) | ((scale_byte(h, j) >> 6) << 4);
-        }
-    }
     __device__ static Raw load(const uint8_t *wr, uint32_t blk, uint32_t s) {
         const uint8_t *b = wr + (size_t)blk * 144;
         Raw r;
@@ -207,7 +486,7 @@ template <> struct Unit<FMT_Q4_K> {
     }
     __device__ static void dequant(const Raw &r, uint32_t s, int g, float *w) {
         uint32_t sc, m;
-        scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
+        q4k_scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
         float d = half_bits_to_float(r.h.x); // low half of word 0
         float dmin = half_bits_to_float(r.h.x >> 16);
         float dd = __fmul_rn(d, (float)sc), mm = __fmul_rn(dmin, (float)m);
@@ -223,94 +502,69 @@ template <> struct Unit<FMT_Q4_K> {
     }
 };
 
-// ---------------------------------------------------------------- kernels
-template <int FMT> struct HasScalar {
-    static constexpr bool value = FMT == FMT_F32 || FMT == FMT_F16;
-};
-
-// acc[c] += one lane's share of one block of one row, dotted with the NC
-// columns of x.
-template <typename U, int NC>
-__device__ __forceinline__ void unit_dot(const typename U::Raw &raw, const float *x, uint32_t k,
-                                         uint32_t blk, uint32_t s, float *acc) {
+// acc[r][c] += the rest blocks (nb of them, rows wr[r], activations x from
+// the first rest element on) · x_c; the block's warps take interleaved blocks.
+template <int FMT, int NC, int R>
+__device__ __forceinline__ void blocks_dot(const uint8_t *const *wr, const float *x, uint32_t k,
+                                           uint32_t nb, uint32_t lane, uint32_t warp,
+                                           float (*acc)[NC]) {
+    using U = Block<FMT>;
+    constexpr uint32_t G = 32 / U::L; // blocks per warp step
+    const uint32_t s = lane % U::L;
+    for (uint32_t b = warp * G + lane / U::L; b < nb; b += WARPS * G) {
+        typename U::Raw raw[R];
 #pragma unroll
-    for (int g = 0; g < U::GROUPS; ++g) {
-        float w[4];
-        U::dequant(raw, s, g, w);
-        fma_cols<NC>(w, 4, x + U::x_offset(blk, s, g), k, acc);
+        for (int r = 0; r < R; ++r) raw[r] = U::load(wr[r], b, s);
+#pragma unroll
+        for (int g = 0; g < U::GROUPS; ++g) {
+            float w[R][4];
+#pragma unroll
+            for (int r = 0; r < R; ++r) U::dequant(raw[r], s, g, w[r]);
+            const size_t off = U::x_offset(b, s, g);
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                const float4 xv = ld_x4(x + (size_t)c * k + off);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    acc[r][c] = fmaf(w[r][0], xv.x, acc[r][c]);
+                    acc[r][c] = fmaf(w[r][1], xv.y, acc[r][c]);
+                    acc[r][c] = fmaf(w[r][2], xv.z, acc[r][c]);
+                    acc[r][c] = fmaf(w[r][3], xv.w, acc[r][c]);
+                }
+            }
+        }
     }
 }
 
-// acc[r][c] += the dot products of rows wr[r] with the NC columns of x.
+// acc[r][c] += row (w, rows r0 + r, clamped) · x_c, for every format.
 template <int FMT, int NC, int R>
-__device__ __forceinline__ void rows_dot(const uint8_t *const *wr, const float *x, uint32_t k,
-                                         uint32_t lane, float (*acc)[NC]) {
-    if constexpr (HasScalar<FMT>::value) {
-        static_assert(R == 1, "float formats run one row per warp");
-        if ((k & 7u) != 0) {
-            for (uint32_t i = lane; i < k; i += 32) {
-                float w = Unit<FMT>::one(wr[0], i);
+__device__ __forceinline__ void rows_dot(const GemvParams &p, const uint8_t *w, uint32_t row0,
+                                         uint32_t lane, uint32_t warp, float (*acc)[NC]) {
+    uint32_t row[R];
 #pragma unroll
-                for (int c = 0; c < NC; ++c) acc[0][c] = fmaf(w, x[(size_t)c * k + i], acc[0][c]);
-            }
-            return;
-        }
-        const uint32_t units = k / Unit<FMT>::LEN;
-        for (uint32_t u = lane; u < units; u += 32)
-            Unit<FMT>::template vec<NC>(wr[0], u, x, k, acc[0]);
+    for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
+    if constexpr (FMT == FMT_F32 || FMT == FMT_F16) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            float_row_dot<FMT, NC>(w + (size_t)row[r] * p.row_bytes, p.x, p.k, lane, warp, acc[r]);
     } else {
-        using U = Unit<FMT>;
-        constexpr uint32_t G = 32 / U::L; // blocks per warp step
-        const uint32_t s = lane % U::L;
-        const uint32_t nb = k / U::BLOCK;
-        uint32_t b = lane / U::L;
-        auto step = [&](const typename U::Raw *raw, uint32_t blk) {
+        using T = Tile<FMT>;
+        using U = Block<FMT>;
+        const uint32_t nt = p.k / T::ELEMS;
+        const size_t codes_bytes = (size_t)p.rows * nt * 512;
+        const size_t scales_bytes = (size_t)p.rows * nt * T::SCALE_BYTES;
+        const uint32_t nb = (p.k - nt * T::ELEMS) / U::BLOCK;
+        const size_t rest_bytes = (size_t)nb * U::BYTES;
+        const uint8_t *codes[R], *scales[R], *rest[R];
 #pragma unroll
-            for (int g = 0; g < U::GROUPS; ++g) {
-                float w[R][4];
-#pragma unroll
-                for (int r = 0; r < R; ++r) U::dequant(raw[r], s, g, w[r]);
-                const size_t off = U::x_offset(blk, s, g);
-#pragma unroll
-                for (int c = 0; c < NC; ++c) {
-                    float4 xv = *reinterpret_cast<const float4 *>(x + (size_t)c * k + off);
-#pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        acc[r][c] = fmaf(w[r][0], xv.x, acc[r][c]);
-                        acc[r][c] = fmaf(w[r][1], xv.y, acc[r][c]);
-                        acc[r][c] = fmaf(w[r][2], xv.z, acc[r][c]);
-                        acc[r][c] = fmaf(w[r][3], xv.w, acc[r][c]);
-                    }
-                }
-            }
-        };
-        if constexpr (R == 1) {
-            // One row: the plain loop (measured the fastest for 1-2 columns).
-            for (; b + (UNROLL - 1) * G < nb; b += UNROLL * G) {
-                typename U::Raw raw[UNROLL];
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) raw[u] = U::load(wr[0], b + u * G, s);
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) unit_dot<U, NC>(raw[u], x, k, b + u * G, s, acc[0]);
-            }
-            for (; b < nb; b += G) unit_dot<U, NC>(U::load(wr[0], b, s), x, k, b, s, acc[0]);
-            return;
+        for (int r = 0; r < R; ++r) {
+            codes[r] = w + (size_t)row[r] * nt * 512;
+            scales[r] = w + codes_bytes + (size_t)row[r] * nt * T::SCALE_BYTES;
+            rest[r] = w + codes_bytes + scales_bytes + (size_t)row[r] * rest_bytes;
         }
-        for (; b + (UNROLL - 1) * G < nb; b += UNROLL * G) {
-            typename U::Raw raw[UNROLL][R];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-                for (int r = 0; r < R; ++r) raw[u][r] = U::load(wr[r], b + u * G, s);
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) step(raw[u], b + u * G);
-        }
-        for (; b < nb; b += G) {
-            typename U::Raw raw[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) raw[r] = U::load(wr[r], b, s);
-            step(raw, b);
-        }
+        tiles_dot<FMT, NC, R>(codes, scales, p.x, p.k, nt, lane, warp, acc);
+        if (nb != 0)
+            blocks_dot<FMT, NC, R>(rest, p.x + (size_t)nt * T::ELEMS, p.k, nb, lane, warp, acc);
     }
 }
 
@@ -323,53 +577,56 @@ template <int NC> __device__ __forceinline__ void warp_sum(float *acc) {
     }
 }
 
-// R = RowsPerWarp output rows per warp; 8 warps (256 threads) per block.
-// Rows past the end are computed on the last row (in bounds) and not stored.
+// Block b computes rows R·b .. R·b + R − 1 (RowsPerBlock); rows past the end
+// are computed on the last row (in bounds) and not stored.
 template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
-    constexpr int R = RowsPerWarp<FMT, NC>::value;
-    const uint32_t row0 = ((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * R;
-    const uint32_t lane = threadIdx.x & 31u;
-    if (row0 >= p.rows) return; // whole warps leave together
-    const uint8_t *wg[R];
-    const uint8_t *wu[R];
+    constexpr int R = RowsPerBlock<FMT, NC>::value;
+    constexpr int V = GLU ? 2 : 1;
+    __shared__ float partial[V][WARPS][R * NC];
+    const uint32_t row0 = blockIdx.x * R;
+    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    if (row0 >= p.rows) return; // the whole block leaves together
+    float acc[V][R][NC];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const uint32_t row = min(row0 + (uint32_t)r, p.rows - 1);
-        wg[r] = p.w + (size_t)row * p.row_bytes;
-        wu[r] = GLU ? p.w_up + (size_t)row * p.row_bytes : nullptr;
-    }
-    float g[R][NC], up[R][NC];
+    for (int v = 0; v < V; ++v)
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int c = 0; c < NC; ++c) g[r][c] = up[r][c] = 0.0f;
-    rows_dot<FMT, NC, R>(wg, p.x, p.k, lane, g);
-    if constexpr (GLU) rows_dot<FMT, NC, R>(wu, p.x, p.k, lane, up);
+            for (int c = 0; c < NC; ++c) acc[v][r][c] = 0.0f;
+    rows_dot<FMT, NC, R>(p, p.w, row0, lane, warp, acc[0]);
+    if constexpr (GLU) rows_dot<FMT, NC, R>(p, p.w_up, row0, lane, warp, acc[V - 1]);
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        warp_sum<NC>(g[r]);
-        if constexpr (GLU) warp_sum<NC>(up[r]);
-    }
+    for (int v = 0; v < V; ++v)
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const uint32_t row = row0 + (uint32_t)r;
+        for (int r = 0; r < R; ++r) {
+            warp_sum<NC>(acc[v][r]);
+            if (lane == 0) {
 #pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            if (lane == (uint32_t)(r * NC + c) % 32u && row < p.rows) {
-                float v = GLU ? glu_apply(p.glu_act, g[r][c], up[r][c]) : g[r][c];
-                p.y[(size_t)c * p.rows + row] =
-                    epilogue_apply(p.epi, v, row, (uint32_t)c, p.rows);
+                for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
             }
         }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < (uint32_t)(R * NC); i += blockDim.x) {
+        const uint32_t row = row0 + i / NC, c = i % NC;
+        if (row >= p.rows) continue;
+        float sum[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            sum[v] = partial[v][0][i];
+#pragma unroll
+            for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], partial[v][wi][i]);
+        }
+        const float val = GLU ? glu_apply(p.glu_act, sum[0], sum[V - 1]) : sum[0];
+        p.y[(size_t)c * p.rows + row] = epilogue_apply(p.epi, val, row, c, p.rows);
     }
 }
 
 #define GEMV_KERNELS_NC(name, FMT, NC)                                                         \
-    extern "C" __global__ void __launch_bounds__(256)                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemv_##name##_c##NC(const GemvParams p) {                                        \
         gemv<FMT, NC, false>(p);                                                               \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(256)                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemv_glu_##name##_c##NC(const GemvParams p) {                                    \
         gemv<FMT, NC, true>(p);                                                                \
     }

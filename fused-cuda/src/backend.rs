@@ -11,6 +11,7 @@
 //! lengths (the backend's *shape shadow*).
 
 use crate::device::{CudaDevice, driver};
+use crate::layout;
 use crate::params::{EpiParams, FwhtParams, GemvParams, act_code};
 use crate::{CudaError, GEMV_DTYPES, MAX_COLS};
 use cust::event::{Event, EventFlags};
@@ -27,15 +28,17 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Threads per block of the GEMV kernels (8 warps).
-const GEMV_BLOCK: u32 = 256;
+/// Threads per block of the GEMV kernels (`WARPS` = 4 warps in `kernels/gemv.cu`).
+const GEMV_BLOCK: u32 = 128;
 
-/// Output rows one warp of the GEMV kernels computes: `RowsPerWarp` in
-/// `kernels/gemv.cu` (from 3 columns up, the quantized formats share each
-/// activation load between 4 rows).
-fn gemv_rows_per_warp(dtype: DType, n_cols: usize) -> usize {
+/// Output rows one block of the GEMV kernels computes: `RowsPerBlock` in
+/// `kernels/gemv.cu` (the quantized formats share each activation load
+/// between 2 rows; Q4_K, and any format from 3 columns up, between 4).
+fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
     match dtype {
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_K if n_cols >= 3 => 4,
+        DType::Q4_K => 4,
+        DType::Q8_0 | DType::Q4_0 if n_cols >= 3 => 4,
+        DType::Q8_0 | DType::Q4_0 => 2,
         _ => 1,
     }
 }
@@ -77,7 +80,9 @@ impl DeviceVec {
     }
 }
 
-/// A weight matrix in device memory, in one of [`GEMV_DTYPES`].
+/// A weight matrix in device memory, in one of [`GEMV_DTYPES`]; quantized
+/// formats in the kernels' lane-interleaved layout (`src/layout.rs`: the same
+/// bytes, rearranged once at upload).
 pub struct DeviceWeights {
     dtype: DType,
     rows: usize,
@@ -211,7 +216,8 @@ impl CudaBackend {
         v.buf.copy_to(out).map_err(driver("copy to the host"))
     }
 
-    /// Copies a weight matrix into device memory (formats: [`GEMV_DTYPES`]).
+    /// Copies a weight matrix into device memory (formats: [`GEMV_DTYPES`]),
+    /// quantized formats rearranged into the kernels' layout on the way.
     pub fn upload_weights(&self, w: &WeightMatrix<'_>) -> Result<DeviceWeights, CudaError> {
         if !GEMV_DTYPES.contains(&w.dtype()) {
             return Err(Error::UnsupportedDType {
@@ -224,9 +230,9 @@ impl CudaBackend {
         u32_of("weight rows", w.rows())?;
         u32_of("weight columns", w.cols())?;
         u32_of("weight row bytes", row_bytes)?;
+        let bytes = layout::to_device(w.dtype(), w.rows(), w.cols(), w.bytes());
         self.dev.make_current()?;
-        let buf =
-            DeviceBuffer::from_slice(w.bytes()).map_err(driver("copy weights to the device"))?;
+        let buf = DeviceBuffer::from_slice(&bytes).map_err(driver("copy weights to the device"))?;
         Ok(DeviceWeights {
             dtype: w.dtype(),
             rows: w.rows(),
@@ -382,8 +388,10 @@ impl CudaBackend {
             if up.is_some() { "glu_" } else { "" },
             w.dtype.name()
         );
-        let rows_per_block = gemv_rows_per_warp(w.dtype, n_cols) * (GEMV_BLOCK / 32) as usize;
-        let grid = u32_of("GEMV grid", m.div_ceil(rows_per_block))?;
+        let grid = u32_of(
+            "GEMV grid",
+            m.div_ceil(gemv_rows_per_block(w.dtype, n_cols)),
+        )?;
         // SAFETY: one GemvParams argument, as the kernel takes; the weights
         // hold `m` rows of `row_bytes` (both of them for GLU, checked equal
         // above), `x` n_cols·k and `y` n_cols·m f32, and each epilogue

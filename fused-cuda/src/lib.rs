@@ -21,10 +21,17 @@
 //! # Numerics
 //!
 //! Activation scheme: the activations stay f32 and the weights are
-//! dequantized in registers (the core's `ActQuant::F32` mode; no
-//! activation-quantization launch). The dot products accumulate with `fmaf`
-//! in a fixed order (per lane, then a shuffle butterfly), so they track the
-//! core's f32 reference within rounding, not bit for bit. The element
+//! decoded in registers (the core's `ActQuant::F32` mode; no
+//! activation-quantization launch). Quantized weights are uploaded once in a
+//! lane-interleaved layout (same bytes, rearranged; `src/layout.rs`) so that
+//! every lane reads 16 bytes of codes and the activations stay coalesced;
+//! each 4-element chunk of a block is dotted with its codes as exact f32
+//! values (4-bit codes as `1 + q/16`: one byte permute per element) and
+//! then scaled by the block's factors (Q4_0: `d·Σ(q−8)·x`, Q4_K:
+//! `(d·sc)·Σq·x − (dmin·m)·Σx`), the core's dequantized products
+//! regrouped. The dot products accumulate with `fmaf` in a fixed order (per
+//! lane, a shuffle butterfly per warp, then the block's warps in order), so
+//! they track the core's f32 reference within rounding, not bit for bit. The element
 //! functions are CUDA's `expf`/`erff`/`tanhf` (within 2 ulp of libm), so
 //! epilogues track the core within a tolerance; but every stage is one device
 //! function with contraction off (`-fmad=false` and `__f*_rn` intrinsics), so
@@ -59,6 +66,8 @@ mod exec;
 mod backend;
 #[cfg(feature = "cuda")]
 mod device;
+#[cfg(any(feature = "cuda", test))]
+mod layout;
 #[cfg(feature = "cuda")]
 mod params;
 

@@ -58,8 +58,13 @@ fn chains(act: Activation) -> Vec<Epilogue> {
 fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(3);
-    for dtype in [DType::F16, DType::Q4_0, DType::Q4_K] {
-        let (m, k, n_cols) = (257, 512, 3);
+    // K: two whole tiles of the quantized layout and a rest; 1 column (2
+    // rows per block) and 3 (4 rows per block).
+    for (dtype, n_cols) in [DType::F16, DType::Q4_0, DType::Q4_K]
+        .into_iter()
+        .flat_map(|d| [(d, 1), (d, 3)])
+    {
+        let (m, k) = (257, 2304);
         let bytes = weights(&mut rng, dtype, m, k);
         let w = be
             .upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
@@ -106,7 +111,7 @@ fn fused_glu_equals_unfused_kernels_bit_for_bit() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(4);
     for dtype in [DType::F32, DType::Q8_0] {
-        let (m, k, n_cols) = (130, 256, 2);
+        let (m, k, n_cols) = (130, 1056, 2);
         let gb = weights(&mut rng, dtype, m, k);
         let ub = weights(&mut rng, dtype, m, k);
         let g = be

@@ -3,10 +3,12 @@
 //!
 //! Tolerances (NMSE, against the core's `ActQuant::F32` reference on the same
 //! dequantized weights and against the f64 reference): 1e-6 for every
-//! format. The kernels dequantize exactly as the core does and differ only
-//! in summation order (fmaf per lane, then a shuffle butterfly) and in the
-//! element functions (CUDA's expf/erff/tanhf, within 2 ulp); the largest
-//! NMSE seen is printed.
+//! format. The kernels compute the core's dequantized products regrouped per
+//! 4-element chunk (codes as exact f32 values, then the block's scale
+//! factors; see `kernels/gemv.cu`), so they differ from the reference in
+//! rounding and summation order (fmaf per lane, a shuffle butterfly, the
+//! block's warps in order) and in the element functions (CUDA's
+//! expf/erff/tanhf, within 2 ulp); the largest NMSE seen is printed.
 
 mod common;
 
@@ -20,14 +22,17 @@ use fused_cuda::{CudaBackend, GEMV_DTYPES};
 
 const TOL: f64 = 1e-6;
 
-/// K values for a format: whole blocks, odd counts of them, and for the
-/// float formats a K that is not a multiple of the 8-element vector.
+/// K values for a format: whole blocks, odd counts of them, whole tiles of
+/// the device layout plus a rest, and for the float formats a K that is not
+/// a multiple of the 8-element vector.
 fn ks(dtype: DType) -> Vec<usize> {
     let b = dtype.block_len();
     if b == 1 {
-        vec![1, 37, 256, 2048 + 8, 2049]
+        vec![1, 37, 256, 2048 + 8, 2049, 8192 + 8]
     } else {
-        vec![b, 3 * b, 2048 + b]
+        // The last: more whole tiles (512 or 1024 elements) than a block's
+        // warps take in one pass, then one block of the rest.
+        vec![b, 3 * b, 2048 + b, 9216 + b]
     }
 }
 

@@ -2,12 +2,14 @@
 //! events (median of many runs), printed as markdown tables.
 //!
 //! `cargo build -p fused-cuda --features cuda --release --bin cuda-bench`;
-//! `scripts/gpu-bundle` packs it for the GPU machine. Sections: the
+//! `scripts/gpu-bundle` packs it for the GPU machine. `--gemv-only` stops
+//! after the GEMV section (for quick A/B runs). Sections: the
 //! device-to-device copy ceiling (bytes read + written); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
 //! the copy ceiling; the epilogue's cost over a bare GEMV; the signed FWHT
-//! fused against sign multiply + FWHT; a decode layer fused against unfused.
+//! fused against sign multiply + FWHT; a Q4_0 decode layer fused against
+//! unfused; the F16 FFN layer that `benches/torch_compare.py` runs in PyTorch.
 
 use fused_core::DType;
 use fused_core::element::Activation;
@@ -119,6 +121,7 @@ fn run() -> Result<(), CudaError> {
     println!("| cuMemcpyDtoDAsync | {t_memcpy:.3} | {bw_memcpy:.0} |");
     println!("| copy kernel (16-byte) | {t_kernel:.3} | {bw_kernel:.0} |");
     println!("\nceiling used below: {ceiling:.0} GB/s\n");
+    let gemv_only = std::env::args().any(|a| a == "--gemv-only");
 
     // ------------------------------------------------ GEMV
     println!("## GEMV y = W·x (rows × K), weights rotated over > 240 MB\n");
@@ -198,6 +201,9 @@ fn run() -> Result<(), CudaError> {
         }
     }
     let _ = q4_4096;
+    if gemv_only {
+        return Ok(());
+    }
 
     // ------------------------------------------------ FWHT
     println!("\n## Signed FWHT on 64 MiB of f32 (bytes read + written)\n");
@@ -334,6 +340,65 @@ fn run() -> Result<(), CudaError> {
         );
     }
     println!("\n(fused/unfused time: {:.3})", t_fused / t_unfused);
+    drop(layers);
+    ffn_f16(&be, ceiling)
+}
+
+/// The F16 FFN decode layer that `fused-cuda/benches/torch_compare.py`
+/// measures in PyTorch: `down · (silu(gate·h) ⊙ (up·h)) + h`, d = 4096,
+/// ff = 11008, one token, layers rotated over > 240 MB; µs per layer.
+fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
+    let (d, ff) = (4096usize, 11008usize);
+    println!(
+        "\n## F16 FFN decode layer (d = {d}, ff = {ff}, 1 token): down·(silu(gate·h) ⊙ up·h) + h\n"
+    );
+    let mk = |rows, k, seed| -> Result<DeviceWeights, CudaError> {
+        let bytes = weight_bytes(DType::F16, rows, k, seed);
+        be.upload_weights(&WeightMatrix::new(DType::F16, rows, k, &bytes)?)
+    };
+    let layer_bytes = 3 * d * ff * 2;
+    let n = ROTATE_BYTES.div_ceil(layer_bytes).max(2);
+    let layers = (0..n as u64)
+        .map(|l| Ok([mk(ff, d, 50 + l)?, mk(ff, d, 60 + l)?, mk(d, ff, 70 + l)?]))
+        .collect::<Result<Vec<_>, CudaError>>()?;
+    let h = be.upload(&randv(d, 13))?;
+    let (mut gate, mut up, mut act) = (be.alloc(ff)?, be.alloc(ff)?, be.alloc(ff)?);
+    let (mut t, mut out) = (be.alloc(d)?, be.alloc(d)?);
+    let add = Epilogue::NONE.then_add()?;
+    let t_fused = time_calls(be, 2 * n, 30, |i| {
+        let [g, u, down] = &layers[i % n];
+        be.gemv_glu(
+            g,
+            u,
+            Activation::Silu,
+            &h,
+            1,
+            &Epilogue::NONE,
+            &[],
+            &mut act,
+        )?;
+        be.gemv(down, &act, 1, &add, &[&h], &mut out)
+    })?;
+    let t_unfused = time_calls(be, 2 * n, 30, |i| {
+        let [g, u, down] = &layers[i % n];
+        be.gemv(g, &h, 1, &Epilogue::NONE, &[], &mut gate)?;
+        be.gemv(u, &h, 1, &Epilogue::NONE, &[], &mut up)?;
+        be.glu(Activation::Silu, &gate, &up, &mut act)?;
+        be.gemv(down, &act, 1, &Epilogue::NONE, &[], &mut t)?;
+        be.add(&t, &h, &mut out)
+    })?;
+    println!(
+        "| variant | launches/layer | µs/layer | weight GB/s | % of copy |\n| --- | ---: | ---: | ---: | ---: |"
+    );
+    for (name, launches, tm) in [("fused", 2, t_fused), ("unfused", 5, t_unfused)] {
+        let gbs = layer_bytes as f64 / tm / 1e6;
+        println!(
+            "| {name} | {launches} | {:.1} | {gbs:.0} | {:.0}% |",
+            tm * 1e3,
+            100.0 * gbs / ceiling
+        );
+    }
+    println!("\n({n} layer copies; PyTorch: fused-cuda/benches/torch_compare.py)");
     Ok(())
 }
 
