@@ -28,6 +28,8 @@ const FWHT_VALUES_PER_THREAD: u32 = 8;
 const FWHT_MAX_WG: u32 = 1024;
 /// Threads per GEMV workgroup the default shape aims for.
 const GEMV_WG: u32 = 128;
+/// Rows per workgroup the default shape of quantized GEMVs has.
+const GEMV_QUANT_ROWS: u32 = 4;
 /// The most rows one GEMV workgroup computes.
 pub const GEMV_MAX_ROWS: u32 = 8;
 /// The most units each GEMV thread loads per loop trip.
@@ -139,6 +141,9 @@ pub struct VulkanBackend {
     ctx: VulkanContext,
     /// A GEMV shape used instead of the picked one (tests, tuning).
     gemv_override: Option<GemvShape>,
+    /// Q8_0 and Q4_0 GEMVs read 16-bit words (where the device has
+    /// `storageBuffer16BitAccess`); 32-bit words otherwise.
+    gemv_16bit: bool,
 }
 
 impl VulkanBackend {
@@ -152,6 +157,7 @@ impl VulkanBackend {
         Ok(VulkanBackend {
             ctx: VulkanContext::new(options)?,
             gemv_override: None,
+            gemv_16bit: true,
         })
     }
 
@@ -493,17 +499,58 @@ impl VulkanBackend {
         Ok(())
     }
 
-    /// The GEMV shape for `n_cols` columns, plain or gated (`glu`): the one
-    /// set by [`VulkanBackend::set_gemv_shape`], or the one picked from the
-    /// device's subgroup properties and limits.
+    /// The GEMV shape for F32 and F16 weights ([`VulkanBackend::gemv_shape_for`]).
     pub fn gemv_shape(&self, n_cols: usize, glu: bool) -> Result<GemvShape, VulkanError> {
+        self.shape_for(GemvType::F16, n_cols, glu)
+    }
+
+    /// The GEMV shape for `dtype` weights and `n_cols` columns, plain or
+    /// gated (`glu`): the one set by [`VulkanBackend::set_gemv_shape`], or
+    /// the one picked from the weight format and the device's subgroup
+    /// properties and limits.
+    pub fn gemv_shape_for(
+        &self,
+        dtype: DType,
+        n_cols: usize,
+        glu: bool,
+    ) -> Result<GemvShape, VulkanError> {
+        self.shape_for(gemv_type(dtype)?, n_cols, glu)
+    }
+
+    pub(crate) fn shape_for(
+        &self,
+        dtype: GemvType,
+        n_cols: usize,
+        glu: bool,
+    ) -> Result<GemvShape, VulkanError> {
         let n_cols = u32_of("GEMV columns", n_cols)?;
         let shape = match self.gemv_override {
             Some(s) => s,
-            None => pick_gemv_shape(self.ctx.info(), n_cols, glu),
+            None => pick_gemv_shape(self.ctx.info(), dtype, n_cols, glu),
         };
         check_gemv_shape(self.ctx.info(), shape, n_cols, glu)?;
         Ok(shape)
+    }
+
+    /// Whether Q8_0 and Q4_0 GEMVs read their 2-byte-aligned blocks as
+    /// 16-bit words: on by default where the device has
+    /// `storageBuffer16BitAccess`; off, they cut 16-bit words out of 32-bit
+    /// loads. Turning it on fails on a device without the feature.
+    pub fn set_gemv_16bit_loads(&mut self, on: bool) -> Result<(), VulkanError> {
+        if on && !self.ctx.info().storage_16bit {
+            return Err(VulkanError::Unsupported(
+                "16-bit storage-buffer access (storageBuffer16BitAccess)".into(),
+            ));
+        }
+        self.gemv_16bit = on;
+        Ok(())
+    }
+
+    /// Whether GEMVs of `dtype` use 16-bit loads now.
+    pub(crate) fn gemv_uses_16bit(&self, dtype: GemvType) -> bool {
+        self.gemv_16bit
+            && self.ctx.info().storage_16bit
+            && matches!(dtype, GemvType::Q8_0 | GemvType::Q4_0)
     }
 
     /// The GEMV dispatch over uploaded buffers (weights, x, y, operands and,
@@ -521,15 +568,21 @@ impl VulkanBackend {
         chain: ChainWords,
         buffers: Vec<&'b Buffer<'b>>,
     ) -> Result<Dispatch<'b>, VulkanError> {
-        let shape = self.gemv_shape(n_cols, glu_act.is_some())?;
-        self.gemv_dispatch_shaped(shape, dtype, glu_act, m, k, n_cols, chain, buffers)
+        let shape = self.shape_for(dtype, n_cols, glu_act.is_some())?;
+        let storage16 = self.gemv_uses_16bit(dtype);
+        self.gemv_dispatch_shaped(
+            shape, storage16, dtype, glu_act, m, k, n_cols, chain, buffers,
+        )
     }
 
-    /// [`VulkanBackend::gemv_dispatch`] with a given (checked) shape.
+    /// [`VulkanBackend::gemv_dispatch`] with a given (checked) shape and
+    /// 16-bit loads on or off (`storage16`: only where
+    /// [`VulkanBackend::gemv_uses_16bit`] allows them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_dispatch_shaped<'b>(
         &self,
         shape: GemvShape,
+        storage16: bool,
         dtype: GemvType,
         glu_act: Option<Activation>,
         m: usize,
@@ -545,6 +598,7 @@ impl VulkanBackend {
                 dtype,
                 glu: glu_act.is_some(),
                 subgroup: shape.subgroup_reduce,
+                storage16: storage16 && self.gemv_uses_16bit(dtype),
             },
             spec: [
                 n_cols,
@@ -643,17 +697,25 @@ fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPl
     })
 }
 
-/// The GEMV shape picked for a device: subgroup reduction where compute
-/// shaders have subgroup arithmetic, [`GEMV_WG`] threads (fewer when the
-/// device allows fewer), two rows per workgroup for up to two columns (each
-/// x load serves both rows) and one for more (the weights are already reused
-/// across columns), two units in flight per thread.
-fn pick_gemv_shape(info: &DeviceInfo, n_cols: u32, glu: bool) -> GemvShape {
+/// The GEMV shape picked for a device and weight format: subgroup
+/// reduction where compute shaders have subgroup arithmetic, [`GEMV_WG`]
+/// threads (fewer when the device allows fewer), two units in flight per
+/// thread, and for up to two columns several rows per workgroup, so that
+/// each x load serves them all: two for F32 and F16, four for the quantized
+/// formats, whose x values (4 bytes each) outweigh their weights (0.56 to
+/// 1.06 bytes); one row for more columns (the weights are already reused
+/// across columns).
+fn pick_gemv_shape(info: &DeviceInfo, dtype: GemvType, n_cols: u32, glu: bool) -> GemvShape {
     let subgroup_reduce = has_subgroup_add(info);
     let workgroup = prev_pow2(info.max_invocations.min(GEMV_WG));
+    let rows = match (n_cols, dtype) {
+        (3.., _) => 1,
+        (_, GemvType::F32 | GemvType::F16) => 2,
+        _ => GEMV_QUANT_ROWS,
+    };
     let mut shape = GemvShape {
         workgroup,
-        rows: if n_cols <= 2 { 2 } else { 1 },
+        rows,
         unroll: 2,
         subgroup_reduce,
     };
@@ -747,6 +809,7 @@ mod tests {
             max_storage_range: u32::MAX,
             timestamp_period_ns: Some(1.0),
             host_visible_buffers: false,
+            storage_16bit: false,
         }
     }
 
@@ -802,12 +865,14 @@ mod tests {
         ] {
             for n_cols in 1..=MAX_COLS as u32 {
                 for glu in [false, true] {
-                    let s = pick_gemv_shape(&info, n_cols, glu);
-                    assert!(
-                        check_gemv_shape(&info, s, n_cols, glu).is_ok(),
-                        "{info:?} {s:?}"
-                    );
-                    assert_eq!(s.subgroup_reduce, has_subgroup_add(&info));
+                    for dtype in [GemvType::F16, GemvType::Q4_0] {
+                        let s = pick_gemv_shape(&info, dtype, n_cols, glu);
+                        assert!(
+                            check_gemv_shape(&info, s, n_cols, glu).is_ok(),
+                            "{info:?} {s:?}"
+                        );
+                        assert_eq!(s.subgroup_reduce, has_subgroup_add(&info));
+                    }
                 }
             }
         }

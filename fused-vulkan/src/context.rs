@@ -69,6 +69,9 @@ pub struct DeviceInfo {
     /// is host visible: a CPU or unified-memory device); otherwise they are
     /// device local and reached through staging copies.
     pub host_visible_buffers: bool,
+    /// Shaders may read storage buffers as 16-bit words
+    /// (`storageBuffer16BitAccess`, enabled on the device when present).
+    pub storage_16bit: bool,
 }
 
 impl DeviceInfo {
@@ -910,6 +913,11 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
                 vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
             )
         });
+    let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default();
+    let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
+    // SAFETY: a Vulkan 1.1 device; the chain points at a live local.
+    unsafe { instance.get_physical_device_features2(physical, &mut features2) };
+    let storage_16bit = storage16.storage_buffer16_bit_access == vk::TRUE;
     let compute_subgroups = subgroup
         .supported_stages
         .contains(vk::ShaderStageFlags::COMPUTE);
@@ -937,6 +945,7 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
             && props.limits.timestamp_compute_and_graphics == vk::TRUE)
             .then_some(props.limits.timestamp_period),
         host_visible_buffers,
+        storage_16bit,
     };
     let timestamp_mask = match family_props.timestamp_valid_bits {
         0 => 0,
@@ -947,7 +956,12 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
     let queues = [vk::DeviceQueueCreateInfo::default()
         .queue_family_index(family)
         .queue_priorities(&priorities)];
-    let create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+    // Only the features the shaders use, and only where present.
+    let mut enable16 = vk::PhysicalDevice16BitStorageFeatures::default()
+        .storage_buffer16_bit_access(storage_16bit);
+    let create = vk::DeviceCreateInfo::default()
+        .queue_create_infos(&queues)
+        .push_next(&mut enable16);
     // SAFETY: valid create info referring to live locals.
     let device = unsafe { instance.create_device(physical, &create, None) }
         .map_err(VulkanError::vk("vkCreateDevice"))?;

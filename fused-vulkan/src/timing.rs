@@ -253,10 +253,23 @@ impl<'a> GemvBench<'a> {
         ordered: bool,
         reps: usize,
     ) -> Result<Timing, VulkanError> {
+        self.time_loads(shape, ordered, reps, true)
+    }
+
+    /// [`GemvBench::time`] with 16-bit weight loads allowed (where the
+    /// backend uses them, see [`VulkanBackend::set_gemv_16bit_loads`]) or not.
+    pub fn time_loads(
+        &self,
+        shape: Option<GemvShape>,
+        ordered: bool,
+        reps: usize,
+        loads16: bool,
+    ) -> Result<Timing, VulkanError> {
         let b = self.backend;
+        let storage16 = loads16 && b.gemv_uses_16bit(self.dtype);
         let shape = match shape {
             Some(s) => s,
-            None => b.gemv_shape(1, false)?,
+            None => b.shape_for(self.dtype, 1, false)?,
         };
         let commands = self
             .ys
@@ -265,6 +278,7 @@ impl<'a> GemvBench<'a> {
             .map(|(y, w)| {
                 b.gemv_dispatch_shaped(
                     shape,
+                    storage16,
                     self.dtype,
                     None,
                     self.m,

@@ -29,15 +29,15 @@ fn line(what: &str, t: Timing, ceiling: f64) {
 fn sweep_shapes(subgroup_reduce: bool) -> Vec<GemvShape> {
     let mut v = Vec::new();
     for (workgroup, rows, unroll) in [
-        (256, 2, 4),
-        (128, 4, 4),
         (128, 2, 2),
         (128, 4, 1),
         (128, 4, 2),
+        (128, 4, 4),
         (128, 8, 1),
         (128, 8, 2),
-        (256, 2, 2),
-        (256, 4, 1),
+        (64, 4, 2),
+        (64, 8, 2),
+        (256, 2, 4),
         (256, 4, 2),
         (256, 8, 1),
         (512, 4, 1),
@@ -60,13 +60,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let b = VulkanBackend::with_options(ContextOptions::from_env())?;
     let info = b.context().info();
     println!(
-        "device: {} ({:?}), subgroup {} ops {:?}, FWHT variant {:?}, GEMV shape {:?}, {} timed runs per case, medians",
+        "device: {} ({:?}), subgroup {} ops {:?}, 16-bit storage {}, FWHT variant {:?} {:?}, {} timed runs per case, medians",
         info.name,
         info.device_type,
         info.subgroup_size,
         info.subgroup_ops,
+        info.storage_16bit,
         b.fwht_variant(),
-        b.gemv_shape(1, false)?,
+        b.fwht_plan(b.fwht_variant(), 1024)?,
         reps
     );
     let copy_bytes = 512u64 << 20;
@@ -111,6 +112,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (m, k) in [(4096, 14336), (32768, 8192)] {
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
             let g = GemvBench::new(&b, dtype, m, k)?;
+            let shape = b.gemv_shape_for(dtype, 1, false)?;
+            println!(
+                "GEMV {dtype:?} shape: workgroup {} rows {} unroll {}",
+                shape.workgroup, shape.rows, shape.unroll
+            );
             let what = format!("GEMV {dtype:?} {m}x{k}, {} copies", g.copies());
             line(
                 &format!("{what}, back to back"),
@@ -122,6 +128,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 g.time(None, true, reps)?,
                 ceiling,
             );
+            if matches!(dtype, DType::Q8_0 | DType::Q4_0) && info.storage_16bit {
+                line(
+                    &format!("{what}, back to back, 32-bit loads"),
+                    g.time_loads(None, false, reps, false)?,
+                    ceiling,
+                );
+            }
             if sweep {
                 let mut best: Option<(GemvShape, Timing)> = None;
                 for shape in sweep_shapes(b.gemv_shape(1, false)?.subgroup_reduce) {
