@@ -22,10 +22,18 @@ const ELTWISE_WG: u32 = 256;
 /// Shared memory the FWHT kernel may use for one exchange, in floats (32 KiB,
 /// what lavapipe and NVIDIA both have; less when the device has less).
 const FWHT_SHARED_FLOATS: u32 = 8192;
-/// Values each FWHT thread aims to hold in registers.
-const FWHT_VALUES_PER_THREAD: u32 = 8;
+/// Values each FWHT thread aims to hold in registers with subgroup
+/// shuffles: 32 make N = 1024 one subgroup of 32 per row (NVIDIA), whose
+/// exchanges are all shuffles, with no shared memory or barrier.
+const FWHT_VALUES_PER_THREAD_SHUFFLE: u32 = 32;
+/// Values each FWHT thread aims to hold in registers with shared memory
+/// only (fewer: more threads per row share the exchanges).
+const FWHT_VALUES_PER_THREAD_SHARED: u32 = 8;
 /// The largest FWHT workgroup.
 const FWHT_MAX_WG: u32 = 1024;
+/// The smallest FWHT workgroup the plan aims for (several rows per
+/// workgroup when rows are short).
+const FWHT_MIN_WG: u32 = 128;
 /// Threads per GEMV workgroup the default shape aims for.
 const GEMV_WG: u32 = 128;
 /// Rows per workgroup the default shape of quantized GEMVs has.
@@ -76,6 +84,9 @@ pub struct FwhtPlan {
     pub workgroup: u32,
     /// Register slots exchanged per shared-memory round.
     pub chunk: u32,
+    /// Consecutive values a thread loads and stores together: 4 (one
+    /// vec4) where `values_per_thread` allows it, else 1.
+    pub group: u32,
 }
 
 /// The unfused element-wise operations (codes of `eltwise.comp`).
@@ -217,7 +228,7 @@ impl VulkanBackend {
                 plan.threads_per_row,
                 plan.values_per_thread,
                 plan.chunk,
-                0,
+                plan.group,
             ],
         };
         self.ctx.kernel(key)?;
@@ -675,11 +686,12 @@ fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPl
     let sg = info.subgroup_size.max(1);
     let max_wg = prev_pow2(info.max_invocations.min(FWHT_MAX_WG));
     // At least a subgroup's worth of threads per row when N allows it.
-    let tpr = (n / FWHT_VALUES_PER_THREAD)
-        .max(n.min(sg))
-        .min(max_wg)
-        .max(1);
-    let workgroup = tpr.max(64.max(sg).min(max_wg));
+    let per_thread = match variant {
+        FwhtVariant::Shuffle => FWHT_VALUES_PER_THREAD_SHUFFLE,
+        FwhtVariant::Shared => FWHT_VALUES_PER_THREAD_SHARED,
+    };
+    let tpr = (n / per_thread).max(n.min(sg)).min(max_wg).max(1);
+    let workgroup = tpr.max(FWHT_MIN_WG.max(sg).min(max_wg));
     let shared = prev_pow2((info.max_shared_bytes / 4).min(FWHT_SHARED_FLOATS));
     let values = n / tpr;
     let chunk = (shared / workgroup).clamp(1, values);
@@ -694,6 +706,7 @@ fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPl
         values_per_thread: values,
         workgroup,
         chunk,
+        group: if values.is_multiple_of(4) { 4 } else { 1 },
     })
 }
 
@@ -835,6 +848,8 @@ mod tests {
                     }
                     assert_eq!(p.workgroup % p.threads_per_row, 0, "{what}");
                     assert_eq!(p.values_per_thread % p.chunk, 0, "{what}");
+                    assert_eq!(p.values_per_thread % p.group, 0, "{what}");
+                    assert!(p.group == 1 || p.group == 4, "{what}");
                     assert!(p.workgroup <= info.max_invocations, "{what}");
                     assert!(p.workgroup * p.chunk * 4 <= info.max_shared_bytes, "{what}");
                     if variant == FwhtVariant::Shuffle {
