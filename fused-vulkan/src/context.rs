@@ -192,7 +192,7 @@ impl Drop for Buffer<'_> {
 
 /// One compute dispatch: a kernel, its buffers in binding order, push
 /// constants and a workgroup grid.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Dispatch<'b> {
     pub kernel: KernelKey,
     pub buffers: Vec<&'b Buffer<'b>>,
@@ -201,7 +201,7 @@ pub(crate) struct Dispatch<'b> {
 }
 
 /// One command of a submission.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Command<'b> {
     /// A compute dispatch.
     Dispatch(Dispatch<'b>),

@@ -9,8 +9,10 @@
 //! `vkCmdCopyBuffer` and a compute shader with 16-byte loads and stores
 //! (bytes read plus bytes written). GEMVs rotate over enough weight copies
 //! (at least four, at least 2 × 60 MB: the H200's L2 twice) that every call
-//! reads memory: one call per copy per submission, back to back (no barrier)
-//! or with a barrier between calls.
+//! reads memory: rounds of one call per copy, back to back (no barrier) or
+//! with a barrier between calls. Every timed submission runs about 4 ms
+//! (passes or rounds repeated) so that the GPU stays busy and its driver
+//! keeps the clocks up.
 
 use fused_core::DType;
 use fused_vulkan::timing::{self, GemvBench, Timing};
@@ -117,7 +119,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "GEMV {dtype:?} shape: workgroup {} rows {} unroll {}",
                 shape.workgroup, shape.rows, shape.unroll
             );
-            let what = format!("GEMV {dtype:?} {m}x{k}, {} copies", g.copies());
+            let what = format!(
+                "GEMV {dtype:?} {m}x{k}, {} copies, {} calls",
+                g.copies(),
+                g.calls()
+            );
             line(
                 &format!("{what}, back to back"),
                 g.time(None, false, reps)?,
