@@ -3,9 +3,10 @@
 // 3 Q4_0, 4 Q4_K); see gemv_common.glsl for the output, the launch shape and
 // the reduction.
 //
-// A row is cut into units: a quarter block of Q8_0 (8 codes) or Q4_0 (4 code
-// bytes: values 4p..4p+3 and 16+4p..16+4p+3), one 16-byte code quad of Q4_K
-// (32 values of the 64-value chunk c: 16 in sub-block 2c, 16 in 2c + 1).
+// A row is cut into units: a quarter block of Q8_0 (8 codes), half a block
+// of Q4_0 (8 code bytes: values 8h..8h+7 and 16+8h..16+8h+7), one 16-byte
+// code quad of Q4_K (32 values of the 64-value chunk c: 16 in sub-block 2c,
+// 16 in 2c + 1).
 // Thread t takes units t, t + WG, ... (U per loop trip): consecutive threads
 // read neighbouring bytes of the row. A loop trip first loads the weights of
 // all its units (no arithmetic, no branch: every load in flight at once),
@@ -16,7 +17,8 @@
 // STORAGE16 the shader reads them as 16-bit words (storageBuffer16BitAccess),
 // otherwise it cuts 16-bit words out of 32-bit loads. Q4_K blocks (144 bytes)
 // are read as 16-byte quads. Codes become floats exactly without integer
-// conversions: the f32 with bits 0x4B000000 | b is 2^23 + b.
+// conversions: the f32 with bits 0x4B000000 | b is 2^23 + b (nibbles are
+// first masked in place, 4 per word: 0x0F0F0F0F).
 //
 // Weights are dequantized to f32 and multiplied by f32 activations (the
 // core's ActQuant::F32): per unit d * sum((q - 8) x) (Q4_0), d * sum(q x)
@@ -46,7 +48,7 @@ const uint MAGIC = 0x4B000000u;
 #define BLOCK_HALVES 17u // 16-bit words per block
 #elif DTYPE == 3
 #define BLOCK_VALUES 32u
-#define UNITS_PER_BLOCK 4u
+#define UNITS_PER_BLOCK 2u
 #define BLOCK_HALVES 9u
 #else
 #define BLOCK_VALUES 256u
@@ -68,9 +70,8 @@ uint half_at(uint m, uint i) {
 }
 
 // The loaded words of one loop trip; index s = (j * NMAT + m) * R + r for
-// unit j of matrix m, row r. Q8_0: q the 4 code halves, d the scale half;
-// Q4_0: q.xy the 2 code halves, d the scale half; Q4_K: q the code quad,
-// h the block's header quad.
+// unit j of matrix m, row r. Q8_0 and Q4_0: q the 4 code halves, d the
+// scale half; Q4_K: q the code quad, h the block's header quad.
 uvec4 lq[U * NMAT * R];
 #if DTYPE == 4
 uvec4 lh[U * NMAT * R];
@@ -86,10 +87,10 @@ void load_unit(uint s, uint m, uint r, uint u) {
     ld[s] = half_at(m, hb);
     lq[s] = uvec4(half_at(m, o), half_at(m, o + 1u), half_at(m, o + 2u), half_at(m, o + 3u));
 #elif DTYPE == 3
-    uint hb = base[r] + (u >> 2u) * BLOCK_HALVES;
-    uint o = hb + 1u + (u & 3u) * 2u;
+    uint hb = base[r] + (u >> 1u) * BLOCK_HALVES;
+    uint o = hb + 1u + (u & 1u) * 4u;
     ld[s] = half_at(m, hb);
-    lq[s] = uvec4(half_at(m, o), half_at(m, o + 1u), 0u, 0u);
+    lq[s] = uvec4(half_at(m, o), half_at(m, o + 1u), half_at(m, o + 2u), half_at(m, o + 3u));
 #else
     uint qb = base[r] + (u >> 3u) * BLOCK_QUADS;
     lq[s] = quad_at(m, qb + 1u + (u & 7u));
@@ -97,28 +98,14 @@ void load_unit(uint s, uint m, uint r, uint u) {
 #endif
 }
 
-#if DTYPE == 2
-// The two int8 codes of a 16-bit word as floats (exact).
-vec2 q8_pair(uint h) {
-    uint b = h ^ 0x8080u; // code + 128 in each byte
-    return vec2(uintBitsToFloat(MAGIC | (b & 0xffu)), uintBitsToFloat(MAGIC | (b >> 8u)))
-        - 8388736.0;
-}
-#elif DTYPE == 3
-// The low nibbles of the 4 bytes of v, minus 8, as floats (exact).
-vec4 q4_0_quad(uint v) {
-    return vec4(uintBitsToFloat(MAGIC | (v & 0xfu)), uintBitsToFloat(MAGIC | ((v >> 8u) & 0xfu)),
-                uintBitsToFloat(MAGIC | ((v >> 16u) & 0xfu)), uintBitsToFloat(MAGIC | ((v >> 24u) & 0xfu)))
-        - 8388616.0;
-}
-#else
-// The low nibbles of the 4 bytes of v as floats (exact).
-vec4 nibbles(uint v) {
-    return vec4(uintBitsToFloat(MAGIC | (v & 0xfu)), uintBitsToFloat(MAGIC | ((v >> 8u) & 0xfu)),
-                uintBitsToFloat(MAGIC | ((v >> 16u) & 0xfu)), uintBitsToFloat(MAGIC | ((v >> 24u) & 0xfu)))
-        - 8388608.0;
+// The 4 bytes of v as floats minus `bias` (exact for small results).
+vec4 bytes_minus(uint v, float bias) {
+    return vec4(uintBitsToFloat(MAGIC | (v & 0xffu)), uintBitsToFloat(MAGIC | ((v >> 8u) & 0xffu)),
+                uintBitsToFloat(MAGIC | ((v >> 16u) & 0xffu)), uintBitsToFloat(MAGIC | (v >> 24u)))
+        - (8388608.0 + bias);
 }
 
+#if DTYPE == 4
 // (d * scale, dmin * min) of sub-blocks 2c (xy) and 2c + 1 (zw) of the block
 // whose header words are h (d | dmin << 16, then the 12 scale bytes).
 vec4 q4k_scales(uvec4 h, uint c) {
@@ -148,19 +135,29 @@ void accumulate(uint u, uint j) {
         vec4 x1 = x4[xb + 2u * u + 1u];
         [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
             uvec4 q = lq[first + v];
-            precise float s = dot4(vec4(q8_pair(q.x), q8_pair(q.y)), x0, 0.0);
-            s = dot4(vec4(q8_pair(q.z), q8_pair(q.w)), x1, s);
+            // int8 codes + 128 in each byte.
+            uint w0 = (q.x | (q.y << 16u)) ^ 0x80808080u;
+            uint w1 = (q.z | (q.w << 16u)) ^ 0x80808080u;
+            precise float s = dot4(bytes_minus(w0, 128.0), x0, 0.0);
+            s = dot4(bytes_minus(w1, 128.0), x1, s);
             precise float a = fma(unpackHalf2x16(ld[first + v]).x, s, acc[v * NC + col]);
             acc[v * NC + col] = a;
         }
 #elif DTYPE == 3
-        uint xq = xb + (u >> 2u) * 8u + (u & 3u);
-        vec4 xlo = x4[xq];
-        vec4 xhi = x4[xq + 4u];
+        // Code bytes 8h..8h+7: low nibbles values 8h.., high 16 + 8h..
+        uint xq = xb + (u >> 1u) * 8u + (u & 1u) * 2u;
+        vec4 xl0 = x4[xq];
+        vec4 xl1 = x4[xq + 1u];
+        vec4 xh0 = x4[xq + 4u];
+        vec4 xh1 = x4[xq + 5u];
         [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
-            uint word = lq[first + v].x | (lq[first + v].y << 16u);
-            precise float s = dot4(q4_0_quad(word), xlo, 0.0);
-            s = dot4(q4_0_quad(word >> 4u), xhi, s);
+            uvec4 q = lq[first + v];
+            uint w0 = q.x | (q.y << 16u);
+            uint w1 = q.z | (q.w << 16u);
+            precise float s = dot4(bytes_minus(w0 & 0x0f0f0f0fu, 8.0), xl0, 0.0);
+            s = dot4(bytes_minus(w1 & 0x0f0f0f0fu, 8.0), xl1, s);
+            s = dot4(bytes_minus((w0 >> 4u) & 0x0f0f0f0fu, 8.0), xh0, s);
+            s = dot4(bytes_minus((w1 >> 4u) & 0x0f0f0f0fu, 8.0), xh1, s);
             precise float a = fma(unpackHalf2x16(ld[first + v]).x, s, acc[v * NC + col]);
             acc[v * NC + col] = a;
         }
@@ -183,8 +180,8 @@ void accumulate(uint u, uint j) {
             precise float sl = 0.0;
             precise float sh = 0.0;
             [[unroll]] for (uint k = 0u; k < 4u; ++k) {
-                sl = dot4(nibbles(q[k]), xl[k], sl);
-                sh = dot4(nibbles(q[k] >> 4u), xh[k], sh);
+                sl = dot4(bytes_minus(q[k] & 0x0f0f0f0fu, 0.0), xl[k], sl);
+                sh = dot4(bytes_minus((q[k] >> 4u) & 0x0f0f0f0fu, 0.0), xh[k], sh);
             }
             vec4 sc = q4k_scales(lh[first + v], qi >> 1u);
             precise float t = fma(sc.x, sl, acc[v * NC + col]);
