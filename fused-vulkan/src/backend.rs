@@ -207,6 +207,30 @@ impl VulkanBackend {
         plan_fwht(self.ctx.info(), variant, n)
     }
 
+    /// The launch shape for block size `n` aiming at `values_per_thread`
+    /// values per thread and at least `min_workgroup` threads per workgroup
+    /// (powers of two; the device's limits still apply): for tuning.
+    pub fn fwht_plan_tuned(
+        &self,
+        variant: FwhtVariant,
+        n: usize,
+        values_per_thread: u32,
+        min_workgroup: u32,
+    ) -> Result<FwhtPlan, VulkanError> {
+        if !values_per_thread.is_power_of_two() || !min_workgroup.is_power_of_two() {
+            return Err(VulkanError::Unsupported(format!(
+                "FWHT tuning: {values_per_thread} values per thread, workgroup {min_workgroup}: not powers of two"
+            )));
+        }
+        plan_fwht_tuned(
+            self.ctx.info(),
+            variant,
+            n,
+            values_per_thread,
+            min_workgroup,
+        )
+    }
+
     /// The FWHT dispatch of `rows` rows from `x` into `out`.
     pub(crate) fn fwht_dispatch<'b>(
         &self,
@@ -218,8 +242,28 @@ impl VulkanBackend {
         out: &'b Buffer<'b>,
     ) -> Result<Dispatch<'b>, VulkanError> {
         let plan = self.fwht_plan(variant, desc.n())?;
+        self.fwht_dispatch_planned(desc, plan, rows, x, signs, out)
+    }
+
+    /// [`VulkanBackend::fwht_dispatch`] with a plan for `desc.n()` from
+    /// [`VulkanBackend::fwht_plan`] or [`VulkanBackend::fwht_plan_tuned`].
+    pub(crate) fn fwht_dispatch_planned<'b>(
+        &self,
+        desc: &FwhtDesc,
+        plan: FwhtPlan,
+        rows: usize,
+        x: &'b Buffer<'b>,
+        signs: &'b Buffer<'b>,
+        out: &'b Buffer<'b>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        if plan.threads_per_row * plan.values_per_thread != u32_of("FWHT block size", desc.n())? {
+            return Err(VulkanError::Unsupported(format!(
+                "FWHT plan {plan:?} is not for N = {}",
+                desc.n()
+            )));
+        }
         let key = KernelKey {
-            shader: match variant {
+            shader: match plan.variant {
                 FwhtVariant::Shuffle => Shader::FwhtShuffle,
                 FwhtVariant::Shared => Shader::FwhtShared,
             },
@@ -677,6 +721,22 @@ impl VulkanBackend {
 
 /// The FWHT launch shape for block size `n` on a device with `info`.
 fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPlan, VulkanError> {
+    let per_thread = match variant {
+        FwhtVariant::Shuffle => FWHT_VALUES_PER_THREAD_SHUFFLE,
+        FwhtVariant::Shared => FWHT_VALUES_PER_THREAD_SHARED,
+    };
+    plan_fwht_tuned(info, variant, n, per_thread, FWHT_MIN_WG)
+}
+
+/// [`plan_fwht`] aiming at `per_thread` values per thread and at least
+/// `min_wg` threads per workgroup (both powers of two).
+fn plan_fwht_tuned(
+    info: &DeviceInfo,
+    variant: FwhtVariant,
+    n: usize,
+    per_thread: u32,
+    min_wg: u32,
+) -> Result<FwhtPlan, VulkanError> {
     if variant == FwhtVariant::Shuffle && !info.has_shuffle() {
         return Err(VulkanError::Unsupported(
             "subgroup shuffles in compute shaders".into(),
@@ -686,12 +746,8 @@ fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPl
     let sg = info.subgroup_size.max(1);
     let max_wg = prev_pow2(info.max_invocations.min(FWHT_MAX_WG));
     // At least a subgroup's worth of threads per row when N allows it.
-    let per_thread = match variant {
-        FwhtVariant::Shuffle => FWHT_VALUES_PER_THREAD_SHUFFLE,
-        FwhtVariant::Shared => FWHT_VALUES_PER_THREAD_SHARED,
-    };
     let tpr = (n / per_thread).max(n.min(sg)).min(max_wg).max(1);
-    let workgroup = tpr.max(FWHT_MIN_WG.max(sg).min(max_wg));
+    let workgroup = tpr.max(min_wg.max(sg).min(max_wg));
     let shared = prev_pow2((info.max_shared_bytes / 4).min(FWHT_SHARED_FLOATS));
     let values = n / tpr;
     let chunk = (shared / workgroup).clamp(1, values);
@@ -837,10 +893,20 @@ mod tests {
             device(4, 128, 16),
             device(128, 1024, 16),
         ] {
-            for variant in [FwhtVariant::Shuffle, FwhtVariant::Shared] {
+            for (variant, tuning) in [
+                (FwhtVariant::Shuffle, None),
+                (FwhtVariant::Shared, None),
+                (FwhtVariant::Shuffle, Some((16, 512))),
+                (FwhtVariant::Shared, Some((32, 64))),
+            ] {
                 let mut n = 2u32;
                 while n <= 32768 {
-                    let p = plan_fwht(&info, variant, n as usize).unwrap();
+                    let p = match tuning {
+                        None => plan_fwht(&info, variant, n as usize).unwrap(),
+                        Some((v, wg)) => {
+                            plan_fwht_tuned(&info, variant, n as usize, v, wg).unwrap()
+                        }
+                    };
                     let what = format!("{info:?} {p:?} N={n}");
                     assert_eq!(p.threads_per_row * p.values_per_thread, n, "{what}");
                     for v in [p.threads_per_row, p.values_per_thread, p.workgroup, p.chunk] {

@@ -8,7 +8,9 @@ use fused_core::DType;
 use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
 
-use crate::backend::{ChainWords, EltOp, FwhtVariant, GemvShape, VulkanBackend, gemv_type};
+use crate::backend::{
+    ChainWords, EltOp, FwhtPlan, FwhtVariant, GemvShape, VulkanBackend, gemv_type,
+};
 use crate::context::{Buffer, Command, Dispatch, VulkanContext};
 use crate::error::VulkanError;
 use crate::kernels::{GemvType, KernelKey, Shader};
@@ -174,6 +176,18 @@ pub fn fwht(
     fused: bool,
     reps: usize,
 ) -> Result<Timing, VulkanError> {
+    fwht_planned(b, b.fwht_plan(variant, n)?, n, floats, fused, reps)
+}
+
+/// [`fwht`] with a given plan for `n`.
+pub fn fwht_planned(
+    b: &VulkanBackend,
+    plan: FwhtPlan,
+    n: usize,
+    floats: usize,
+    fused: bool,
+    reps: usize,
+) -> Result<Timing, VulkanError> {
     let ctx = b.context();
     let rows = floats / n;
     let len = rows * n;
@@ -183,7 +197,7 @@ pub fn fwht(
     let s = ctx.upload_f32(&signs)?;
     let out = ctx.buffer(4 * len as u64)?;
     let t = if fused {
-        let d = b.fwht_dispatch(&signed, variant, rows, &x, &s, &out)?;
+        let d = b.fwht_dispatch_planned(&signed, plan, rows, &x, &s, &out)?;
         timed(ctx, &[Command::Dispatch(d)], reps)?
     } else {
         let tmp = ctx.buffer(4 * len as u64)?;
@@ -196,7 +210,7 @@ pub fn fwht(
             [&x, &s, &tmp],
         )?;
         let unsigned = FwhtDesc::new(n)?;
-        let f = b.fwht_dispatch(&unsigned, variant, rows, &tmp, &s, &out)?;
+        let f = b.fwht_dispatch_planned(&unsigned, plan, rows, &tmp, &s, &out)?;
         timed(ctx, &[Command::Dispatch(mul), Command::Dispatch(f)], reps)?
     };
     let traffic = if fused { 2 } else { 4 };

@@ -110,6 +110,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "  fused time / unfused time",
             fused.median_ns / unfused.median_ns
         );
+        if sweep {
+            for (per_thread, min_wg) in [(32, 64), (32, 256), (32, 512), (16, 128), (8, 128)] {
+                let run = b
+                    .fwht_plan_tuned(variant, n, per_thread, min_wg)
+                    .and_then(|plan| {
+                        timing::fwht_planned(&b, plan, n, floats, true, reps).map(|t| (plan, t))
+                    });
+                let (plan, t) = match run {
+                    Ok(v) => v,
+                    Err(e) => {
+                        println!(
+                            "  sweep FWHT {variant:?} {per_thread} values, workgroup {min_wg}: {e}"
+                        );
+                        continue;
+                    }
+                };
+                println!(
+                    "  sweep FWHT {variant:?} fused, {} threads per row, {} values each, workgroup {}: {:>8.1} GB/s {:>5.1} %",
+                    plan.threads_per_row,
+                    plan.values_per_thread,
+                    plan.workgroup,
+                    t.gb_per_s(),
+                    100.0 * t.gb_per_s() / ceiling
+                );
+            }
+        }
     }
     for (m, k) in [(4096, 14336), (32768, 8192)] {
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
