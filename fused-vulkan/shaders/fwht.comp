@@ -12,6 +12,10 @@
 // WG * CH floats); h >= V * TPR between groups in registers. The sign
 // multiply and the scale are fused into the load: v = (x * s) * scale, as
 // the reference rounds them.
+//
+// A workgroup transforms RPT slabs of WG / TPR consecutive rows, one after
+// the other; the loads of the next slab are issued before the current one
+// is transformed, so that they are in flight meanwhile.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #ifdef SHUFFLE
@@ -25,6 +29,7 @@ layout(constant_id = 1) const uint TPR = 64;  // threads per row (divides WG)
 layout(constant_id = 2) const uint E = 1;     // values per thread
 layout(constant_id = 3) const uint CH = 1;    // register slots per shared exchange (divides E)
 layout(constant_id = 4) const uint V = 1;     // values per group: 1 or 4 (divides E)
+layout(constant_id = 5) const uint RPT = 1;   // slabs of rows per workgroup
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
@@ -51,20 +56,15 @@ vec4 signed_scaled(vec4 a, vec4 sg, bool signed_) {
     return r;
 }
 
-void main() {
-#ifdef SHUFFLE
-    uint t = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
-#else
-    uint t = gl_LocalInvocationIndex;
-#endif
-    const uint N = TPR * E;
-    const uint G = E / V; // groups per thread
-    uint lane = t % TPR;
-    uint row = flat_group() * (WG / TPR) + t / TPR;
-    bool live = row < pc.rows;
+const uint N = TPR * E;
+const uint G = E / V; // groups per thread
+float v[E];           // the values being transformed
+float nx[E];          // the next slab's values, loaded ahead
+
+// Loads the row `row` (zeros when not `live`) into nx.
+void load_next(uint row, bool live, uint lane) {
     bool signed_ = pc.n_blk != 0u;
     uint srow = signed_ ? row % pc.n_blk : 0u;
-    float v[E];
     [[unroll]] for (uint g = 0u; g < G; ++g) {
         uint first = (g * TPR + lane) * V; // the group's first element
         vec4 a = vec4(0.0);
@@ -74,16 +74,20 @@ void main() {
                 a = signed_scaled(x4[q], signed_ ? s4[(srow * N + first) >> 2u] : vec4(1.0), signed_);
             }
             [[unroll]] for (uint c = 0u; c < 4u; ++c) {
-                v[g * V + c] = a[c];
+                nx[g * V + c] = a[c];
             }
         } else {
             if (live) {
                 float sg = signed_ ? s[srow * N + first] : 1.0;
                 a = signed_scaled(vec4(x[row * N + first]), vec4(sg), signed_);
             }
-            v[g] = a.x;
+            nx[g] = a.x;
         }
     }
+}
+
+// Transforms v (the row of this thread's lane) in place.
+void transform(uint t, uint lane) {
     // h < V: inside each group.
     [[unroll]] for (uint h = 1u; h < V; h <<= 1u) {
         [[unroll]] for (uint e = 0u; e < E; ++e) {
@@ -132,14 +136,37 @@ void main() {
             }
         }
     }
-    if (live) {
-        [[unroll]] for (uint g = 0u; g < G; ++g) {
-            uint first = (g * TPR + lane) * V;
-            if (V == 4u) {
-                o4[(row * N + first) >> 2u] = vec4(v[g * V], v[g * V + 1u], v[g * V + 2u], v[g * V + 3u]);
-            } else {
-                o[row * N + first] = v[g];
+}
+
+void main() {
+#ifdef SHUFFLE
+    uint t = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+#else
+    uint t = gl_LocalInvocationIndex;
+#endif
+    uint lane = t % TPR;
+    const uint SLAB = WG / TPR; // rows per slab
+    uint row = flat_group() * RPT * SLAB + t / TPR;
+    load_next(row, row < pc.rows, lane);
+    for (uint j = 0u; j < RPT; ++j) {
+        bool live = row < pc.rows;
+        [[unroll]] for (uint e = 0u; e < E; ++e) {
+            v[e] = nx[e];
+        }
+        if (j + 1u < RPT) {
+            load_next(row + SLAB, row + SLAB < pc.rows, lane);
+        }
+        transform(t, lane);
+        if (live) {
+            [[unroll]] for (uint g = 0u; g < G; ++g) {
+                uint first = (g * TPR + lane) * V;
+                if (V == 4u) {
+                    o4[(row * N + first) >> 2u] = vec4(v[g * V], v[g * V + 1u], v[g * V + 2u], v[g * V + 3u]);
+                } else {
+                    o[row * N + first] = v[g];
+                }
             }
         }
+        row += SLAB;
     }
 }

@@ -34,6 +34,10 @@ const FWHT_MAX_WG: u32 = 1024;
 /// The smallest FWHT workgroup the plan aims for (several rows per
 /// workgroup when rows are short).
 const FWHT_MIN_WG: u32 = 128;
+/// Slabs of rows each FWHT workgroup transforms in turn.
+const FWHT_SLABS: u32 = 1;
+/// The most slabs of rows an FWHT workgroup transforms.
+pub const FWHT_MAX_SLABS: u32 = 16;
 /// Threads per GEMV workgroup the default shape aims for.
 const GEMV_WG: u32 = 128;
 /// Rows per workgroup the default shape of quantized GEMVs has.
@@ -87,6 +91,9 @@ pub struct FwhtPlan {
     /// Consecutive values a thread loads and stores together: 4 (one
     /// vec4) where `values_per_thread` allows it, else 1.
     pub group: u32,
+    /// Slabs of `workgroup / threads_per_row` rows each workgroup
+    /// transforms in turn (the next slab's loads in flight meanwhile).
+    pub slabs: u32,
 }
 
 /// The unfused element-wise operations (codes of `eltwise.comp`).
@@ -209,26 +216,35 @@ impl VulkanBackend {
 
     /// The launch shape for block size `n` aiming at `values_per_thread`
     /// values per thread and at least `min_workgroup` threads per workgroup
-    /// (powers of two; the device's limits still apply): for tuning.
+    /// (powers of two; the device's limits still apply), each workgroup
+    /// transforming `slabs` (1 to [`FWHT_MAX_SLABS`]) slabs of rows: for
+    /// tuning.
     pub fn fwht_plan_tuned(
         &self,
         variant: FwhtVariant,
         n: usize,
         values_per_thread: u32,
         min_workgroup: u32,
+        slabs: u32,
     ) -> Result<FwhtPlan, VulkanError> {
-        if !values_per_thread.is_power_of_two() || !min_workgroup.is_power_of_two() {
+        if !values_per_thread.is_power_of_two()
+            || !min_workgroup.is_power_of_two()
+            || !(1..=FWHT_MAX_SLABS).contains(&slabs)
+        {
             return Err(VulkanError::Unsupported(format!(
-                "FWHT tuning: {values_per_thread} values per thread, workgroup {min_workgroup}: not powers of two"
+                "FWHT tuning: {values_per_thread} values per thread, workgroup {min_workgroup}: \
+                 not powers of two, or {slabs} slabs not 1 to {FWHT_MAX_SLABS}"
             )));
         }
-        plan_fwht_tuned(
+        let mut plan = plan_fwht_tuned(
             self.ctx.info(),
             variant,
             n,
             values_per_thread,
             min_workgroup,
-        )
+        )?;
+        plan.slabs = slabs;
+        Ok(plan)
     }
 
     /// The FWHT dispatch of `rows` rows from `x` into `out`.
@@ -273,10 +289,11 @@ impl VulkanBackend {
                 plan.values_per_thread,
                 plan.chunk,
                 plan.group,
+                plan.slabs,
             ],
         };
         self.ctx.kernel(key)?;
-        let rows_per_group = (plan.workgroup / plan.threads_per_row) as u64;
+        let rows_per_group = u64::from(plan.workgroup / plan.threads_per_row * plan.slabs);
         let groups = self.grid((rows as u64).div_ceil(rows_per_group))?;
         let mut p = Vec::new();
         push(&mut p, u32_of("FWHT rows", rows)?);
@@ -314,6 +331,19 @@ impl VulkanBackend {
         signs: Option<&[f32]>,
         out: &mut [f32],
     ) -> Result<(), VulkanError> {
+        self.fwht_planned(self.fwht_plan(variant, desc.n())?, desc, x, signs, out)
+    }
+
+    /// [`VulkanBackend::fwht`] with a given plan for `desc.n()` (from
+    /// [`VulkanBackend::fwht_plan`] or [`VulkanBackend::fwht_plan_tuned`]).
+    pub fn fwht_planned(
+        &self,
+        plan: FwhtPlan,
+        desc: &FwhtDesc,
+        x: &[f32],
+        signs: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
         desc.check(x.len(), signs, out.len())?;
         u32_of("FWHT input length", x.len())?;
         if x.is_empty() {
@@ -322,7 +352,7 @@ impl VulkanBackend {
         let xb = self.ctx.upload_f32(x)?;
         let sb = self.ctx.upload_f32(signs.unwrap_or(&[0.0]))?;
         let ob = self.ctx.buffer(core::mem::size_of_val(out) as u64)?;
-        let d = self.fwht_dispatch(desc, variant, x.len() / desc.n(), &xb, &sb, &ob)?;
+        let d = self.fwht_dispatch_planned(desc, plan, x.len() / desc.n(), &xb, &sb, &ob)?;
         self.ctx.submit(&[Command::Dispatch(d)], false)?;
         self.ctx.read_f32(&ob, out)
     }
@@ -661,6 +691,7 @@ impl VulkanBackend {
                 shape.rows,
                 shape.unroll,
                 gemv_slots(self.ctx.info(), shape),
+                0,
             ],
         };
         self.ctx.kernel(key)?;
@@ -763,6 +794,7 @@ fn plan_fwht_tuned(
         workgroup,
         chunk,
         group: if values.is_multiple_of(4) { 4 } else { 1 },
+        slabs: FWHT_SLABS,
     })
 }
 

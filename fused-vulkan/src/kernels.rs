@@ -116,7 +116,7 @@ impl Shader {
 }
 
 /// The number of specialization constants a kernel key carries.
-pub(crate) const SPEC_CONSTANTS: usize = 5;
+pub(crate) const SPEC_CONSTANTS: usize = 6;
 
 /// A module with its specialization constants (`constant_id` 0, 1, ...;
 /// modules with fewer ignore the rest).

@@ -149,7 +149,7 @@ pub fn copy_shader(b: &VulkanBackend, bytes: u64, reps: usize) -> Result<Timing,
     let dst = ctx.buffer(bytes)?;
     let key = KernelKey {
         shader: Shader::Copy,
-        spec: [COPY_WG, COPY_PER_THREAD, 0, 0, 0],
+        spec: [COPY_WG, COPY_PER_THREAD, 0, 0, 0, 0],
     };
     ctx.kernel(key)?;
     let d = Dispatch {

@@ -111,9 +111,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             fused.median_ns / unfused.median_ns
         );
         if sweep {
-            for (per_thread, min_wg) in [(32, 64), (32, 256), (32, 512), (16, 128), (8, 128)] {
+            for (per_thread, min_wg, slabs) in [
+                (32, 64, 1),
+                (32, 256, 1),
+                (32, 128, 2),
+                (32, 128, 4),
+                (32, 64, 4),
+                (16, 128, 1),
+                (16, 128, 4),
+                (8, 128, 1),
+            ] {
                 let run = b
-                    .fwht_plan_tuned(variant, n, per_thread, min_wg)
+                    .fwht_plan_tuned(variant, n, per_thread, min_wg, slabs)
                     .and_then(|plan| {
                         timing::fwht_planned(&b, plan, n, floats, true, reps).map(|t| (plan, t))
                     });
@@ -121,16 +130,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Ok(v) => v,
                     Err(e) => {
                         println!(
-                            "  sweep FWHT {variant:?} {per_thread} values, workgroup {min_wg}: {e}"
+                            "  sweep FWHT {variant:?} {per_thread} values, workgroup {min_wg}, {slabs} slabs: {e}"
                         );
                         continue;
                     }
                 };
                 println!(
-                    "  sweep FWHT {variant:?} fused, {} threads per row, {} values each, workgroup {}: {:>8.1} GB/s {:>5.1} %",
+                    "  sweep FWHT {variant:?} fused, {} threads per row, {} values each, workgroup {}, {} slabs: {:>8.1} GB/s {:>5.1} %",
                     plan.threads_per_row,
                     plan.values_per_thread,
                     plan.workgroup,
+                    plan.slabs,
                     t.gb_per_s(),
                     100.0 * t.gb_per_s() / ceiling
                 );
