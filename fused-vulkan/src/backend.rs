@@ -248,6 +248,10 @@ impl VulkanBackend {
     }
 
     /// The FWHT dispatch of `rows` rows from `x` into `out`.
+    #[allow(
+        dead_code,
+        reason = "the entry point of device-resident plans (the plan executor)"
+    )]
     pub(crate) fn fwht_dispatch<'b>(
         &self,
         desc: &FwhtDesc,
