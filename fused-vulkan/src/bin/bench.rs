@@ -2,8 +2,8 @@
 //! bandwidth ceiling, signed FWHT fused vs unfused, and GEMV.
 //!
 //! `fused-vulkan-bench [REPS] [MIB] [sweep]`: REPS timed runs per case
-//! (default 9), MIB MiB of FWHT input (default 64); `sweep` also times every
-//! GEMV shape of a small grid.
+//! (default 9), MIB MiB of FWHT input (default 64); `sweep` also times
+//! FWHT plans and GEMV shapes (back to back) of a small grid.
 //!
 //! The ceiling is the faster of two device-to-device copies of 512 MiB:
 //! `vkCmdCopyBuffer` and a compute shader with 16-byte loads and stores
@@ -181,16 +181,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut best: Option<(GemvShape, Timing)> = None;
                 for shape in sweep_shapes(b.gemv_shape(1, false)?.subgroup_reduce) {
                     let t = g.time(Some(shape), false, reps)?;
-                    let tb = g.time(Some(shape), true, reps)?;
                     println!(
-                        "  sweep {dtype:?} {m}x{k} wg {:>3} rows {} unroll {}: back to back {:>8.1} GB/s {:>5.1} %, barrier between {:>8.1} GB/s {:>5.1} %",
+                        "  sweep {dtype:?} {m}x{k} wg {:>3} rows {} unroll {}: back to back {:>8.1} GB/s {:>5.1} %",
                         shape.workgroup,
                         shape.rows,
                         shape.unroll,
                         t.gb_per_s(),
-                        100.0 * t.gb_per_s() / ceiling,
-                        tb.gb_per_s(),
-                        100.0 * tb.gb_per_s() / ceiling
+                        100.0 * t.gb_per_s() / ceiling
                     );
                     if best.is_none_or(|(_, bt)| t.median_ns < bt.median_ns) {
                         best = Some((shape, t));
