@@ -520,6 +520,24 @@ impl VulkanContext {
         timed: bool,
         ordered: bool,
     ) -> Result<Option<f64>, VulkanError> {
+        let mut times = Vec::with_capacity(1);
+        self.submit_times(commands, timed, ordered, 1, &mut times)?;
+        Ok(times.first().copied())
+    }
+
+    /// Records `commands` once (as [`VulkanContext::submit_with`]) and
+    /// submits the recording `submissions` times, waiting for each; with
+    /// `timed`, appends each submission's device time (nanoseconds) to
+    /// `times`. Repeated submissions cost the host no recording (the bench
+    /// keeps the GPU busy with them).
+    pub(crate) fn submit_times(
+        &self,
+        commands: &[Command<'_>],
+        timed: bool,
+        ordered: bool,
+        submissions: usize,
+        times: &mut Vec<f64>,
+    ) -> Result<(), VulkanError> {
         let period = match (timed, self.info.timestamp_period_ns) {
             (false, _) => None,
             (true, Some(p)) => Some(p),
@@ -572,8 +590,11 @@ impl VulkanContext {
         }
         .map_err(VulkanError::vk("vkCreateFence"))?;
         let cb = res.command_buffer;
-        let begin = vk::CommandBufferBeginInfo::default()
-            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let begin = vk::CommandBufferBeginInfo::default().flags(if submissions > 1 {
+            vk::CommandBufferUsageFlags::empty()
+        } else {
+            vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT
+        });
         // SAFETY: every handle recorded below belongs to this device and is
         // alive until the fence wait at the end of this function: buffers are
         // borrowed by `commands`, kernels by the held cache lock, the
@@ -696,23 +717,27 @@ impl VulkanContext {
                 .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
             let cbs = [cb];
             let submit = vk::SubmitInfo::default().command_buffers(&cbs);
-            {
-                let queue = self
-                    .queue
-                    .lock()
-                    .map_err(|_| VulkanError::Unsupported("queue lock poisoned".into()))?;
+            for i in 0..submissions {
+                if i > 0 {
+                    self.device
+                        .reset_fences(&[res.fence])
+                        .map_err(VulkanError::vk("vkResetFences"))?;
+                }
+                {
+                    let queue = self
+                        .queue
+                        .lock()
+                        .map_err(|_| VulkanError::Unsupported("queue lock poisoned".into()))?;
+                    self.device
+                        .queue_submit(*queue, &[submit], res.fence)
+                        .map_err(VulkanError::vk("vkQueueSubmit"))?;
+                }
                 self.device
-                    .queue_submit(*queue, &[submit], res.fence)
-                    .map_err(VulkanError::vk("vkQueueSubmit"))?;
-            }
-            self.device
-                .wait_for_fences(&[res.fence], true, u64::MAX)
-                .map_err(VulkanError::vk("vkWaitForFences"))?;
-            self.dispatches
-                .fetch_add(u64::from(n_sets), Ordering::Relaxed);
-            match period {
-                None => Ok(None),
-                Some(p) => {
+                    .wait_for_fences(&[res.fence], true, u64::MAX)
+                    .map_err(VulkanError::vk("vkWaitForFences"))?;
+                self.dispatches
+                    .fetch_add(u64::from(n_sets), Ordering::Relaxed);
+                if let Some(p) = period {
                     let mut ts = [0u64; 2];
                     self.device
                         .get_query_pool_results(
@@ -723,9 +748,10 @@ impl VulkanContext {
                         )
                         .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
                     let ticks = ts[1].wrapping_sub(ts[0]) & self.timestamp_mask;
-                    Ok(Some(ticks as f64 * f64::from(p)))
+                    times.push(ticks as f64 * f64::from(p));
                 }
             }
+            Ok(())
         }
     }
 

@@ -51,15 +51,20 @@ const SUBMISSION_NS: f64 = 4e6;
 /// The most repetitions of a command list in one submission.
 const MAX_ROUNDS: usize = 1024;
 
-/// Submits `commands` (untimed) until [`WARM_UP`] has passed, at least once.
+/// Submissions per host call while warming up.
+const WARM_UP_BATCH: usize = 4;
+
+/// Submits `commands` (recorded once, untimed) until [`WARM_UP`] has
+/// passed, at least once.
 fn warm_up(
     ctx: &VulkanContext,
     commands: &[Command<'_>],
     ordered: bool,
 ) -> Result<(), VulkanError> {
     let start = Instant::now();
+    let mut unused = Vec::new();
     loop {
-        ctx.submit_with(commands, false, ordered)?;
+        ctx.submit_times(commands, false, ordered, WARM_UP_BATCH, &mut unused)?;
         if start.elapsed() >= WARM_UP {
             return Ok(());
         }
@@ -101,11 +106,10 @@ fn timed_rounds(
 ) -> Result<f64, VulkanError> {
     warm_up(ctx, commands, ordered)?;
     let mut times = Vec::with_capacity(reps.max(1));
-    for _ in 0..reps.max(1) {
-        let t = ctx.submit_with(commands, true, ordered)?;
-        times.push(t.unwrap_or(f64::NAN) / per.max(1) as f64);
-    }
-    Ok(median(times))
+    ctx.submit_times(commands, true, ordered, reps.max(1), &mut times)?;
+    Ok(median(
+        times.into_iter().map(|t| t / per.max(1) as f64).collect(),
+    ))
 }
 
 /// A deterministic fill (values in [-1, 1)).
