@@ -16,9 +16,14 @@
 // Q8_0 and Q4_0 blocks (34 and 18 bytes) are only 2-byte aligned: with
 // STORAGE16 the shader reads them as 16-bit words (storageBuffer16BitAccess),
 // otherwise it cuts 16-bit words out of 32-bit loads. Q4_K blocks (144 bytes)
-// are read as 16-byte quads. Codes become floats exactly without integer
-// conversions: the f32 with bits 0x4B000000 | b is 2^23 + b (nibbles are
-// first masked in place, 4 per word: 0x0F0F0F0F).
+// are read as 16-byte quads. Codes become floats without integer
+// conversions (which issue at a quarter of the FMA rate): an int8 code c is
+// the f32 with bits 0x4B000000 | (c + 128), minus 2^23 + 128 (exact); a
+// nibble q (masked in place, 4 per word: 0x0F0F0F0F) is used as the f32
+// with bits 0x3F000000 | q << 16, which is 0.5 + q / 256 exactly, with no
+// subtraction per value: sum(q x) = 256 sum((0.5 + q/256) x) - 128 sum(x),
+// whose cancellation costs about 2^-17 sum|x| per unit, far below the
+// tolerance (and the rounding of long sums).
 //
 // Weights are dequantized to f32 and multiplied by f32 activations (the
 // core's ActQuant::F32): per unit d * sum((q - 8) x) (Q4_0), d * sum(q x)
@@ -98,12 +103,22 @@ void load_unit(uint s, uint m, uint r, uint u) {
 #endif
 }
 
+#if DTYPE == 2
 // The 4 bytes of v as floats minus `bias` (exact for small results).
 vec4 bytes_minus(uint v, float bias) {
     return vec4(uintBitsToFloat(MAGIC | (v & 0xffu)), uintBitsToFloat(MAGIC | ((v >> 8u) & 0xffu)),
                 uintBitsToFloat(MAGIC | ((v >> 16u) & 0xffu)), uintBitsToFloat(MAGIC | (v >> 24u)))
         - (8388608.0 + bias);
 }
+#else
+// The 4 bytes q of v (each < 128) as 0.5 + q / 256: the f32 with bits
+// 0x3F000000 | q << 16 (one byte move each).
+vec4 half_plus(uint v) {
+    const uint H = 0x3F000000u;
+    return uintBitsToFloat(uvec4(((v << 16u) & 0x00ff0000u) | H, ((v << 8u) & 0x00ff0000u) | H,
+                                 (v & 0x00ff0000u) | H, ((v >> 8u) & 0x00ff0000u) | H));
+}
+#endif
 
 #if DTYPE == 4
 // (d * scale, dmin * min) of sub-blocks 2c (xy) and 2c + 1 (zw) of the block
@@ -150,15 +165,21 @@ void accumulate(uint u, uint j) {
         vec4 xl1 = x4[xq + 1u];
         vec4 xh0 = x4[xq + 4u];
         vec4 xh1 = x4[xq + 5u];
+        precise float sx = sum4(xl0, 0.0);
+        sx = sum4(xl1, sx);
+        sx = sum4(xh0, sx);
+        sx = sum4(xh1, sx);
         [[unroll]] for (uint v = 0u; v < NMAT * R; ++v) {
             uvec4 q = lq[first + v];
             uint w0 = q.x | (q.y << 16u);
             uint w1 = q.z | (q.w << 16u);
-            precise float s = dot4(bytes_minus(w0 & 0x0f0f0f0fu, 8.0), xl0, 0.0);
-            s = dot4(bytes_minus(w1 & 0x0f0f0f0fu, 8.0), xl1, s);
-            s = dot4(bytes_minus((w0 >> 4u) & 0x0f0f0f0fu, 8.0), xh0, s);
-            s = dot4(bytes_minus((w1 >> 4u) & 0x0f0f0f0fu, 8.0), xh1, s);
-            precise float a = fma(unpackHalf2x16(ld[first + v]).x, s, acc[v * NC + col]);
+            // s = sum (0.5 + q/256) x; sum (q - 8) x = 256 s - 136 sum x.
+            precise float s = dot4(half_plus(w0 & 0x0f0f0f0fu), xl0, 0.0);
+            s = dot4(half_plus(w1 & 0x0f0f0f0fu), xl1, s);
+            s = dot4(half_plus((w0 >> 4u) & 0x0f0f0f0fu), xh0, s);
+            s = dot4(half_plus((w1 >> 4u) & 0x0f0f0f0fu), xh1, s);
+            precise float t = fma(-136.0, sx, 256.0 * s);
+            precise float a = fma(unpackHalf2x16(ld[first + v]).x, t, acc[v * NC + col]);
             acc[v * NC + col] = a;
         }
 #else
@@ -180,9 +201,12 @@ void accumulate(uint u, uint j) {
             precise float sl = 0.0;
             precise float sh = 0.0;
             [[unroll]] for (uint k = 0u; k < 4u; ++k) {
-                sl = dot4(bytes_minus(q[k] & 0x0f0f0f0fu, 0.0), xl[k], sl);
-                sh = dot4(bytes_minus((q[k] >> 4u) & 0x0f0f0f0fu, 0.0), xh[k], sh);
+                sl = dot4(half_plus(q[k] & 0x0f0f0f0fu), xl[k], sl);
+                sh = dot4(half_plus((q[k] >> 4u) & 0x0f0f0f0fu), xh[k], sh);
             }
+            // sum q x = 256 s - 128 sum x per half.
+            sl = fma(-128.0, sxl, 256.0 * sl);
+            sh = fma(-128.0, sxh, 256.0 * sh);
             vec4 sc = q4k_scales(lh[first + v], qi >> 1u);
             precise float t = fma(sc.x, sl, acc[v * NC + col]);
             t = fma(-sc.y, sxl, t);

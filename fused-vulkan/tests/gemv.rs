@@ -5,7 +5,9 @@
 //! - GEMV, every weight format (F32, F16, Q8_0, Q4_0, Q4_K): 1e-6. The shader
 //!   computes the core's sum rearranged: per unit of 4 to 32 values
 //!   `d·Σ q·x` (Q4_0: `d·Σ (q − 8)·x`; Q4_K: `d·sc·Σ q·x − dmin·m·Σ x`
-//!   per sub-block), partial sums per thread reduced over the workgroup,
+//!   per sub-block; for 4-bit codes `Σ q·x = 256·Σ (0.5 + q/256)·x −
+//!   128·Σ x`, NMSE about 1e-11 at K = 4096 against 1e-12 for the exact
+//!   formats), partial sums per thread reduced over the workgroup,
 //!   instead of one left-to-right sum of dequantized products: only
 //!   rounding differs.
 //! - Gated GEMV and activations: 1e-6. The shader's `exp` (Vulkan allows
