@@ -55,6 +55,15 @@ pub struct RunStats {
     pub kernel_calls: u64,
 }
 
+/// The timed runs of one plan ([`Backend::time_plans`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimedPlan {
+    /// The time of each run.
+    pub times: Vec<Duration>,
+    /// What one run of the timed executor launched and waited for.
+    pub stats: RunStats,
+}
+
 /// Why a backend run failed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunError {
@@ -137,10 +146,11 @@ pub trait Backend: Send + Sync {
     }
 
     /// The time of each of `reps` runs of every plan in `plans` (made for
-    /// `g`), one list per plan, with the inputs already on the device
-    /// (transfers not timed) and every run starting from `mem`. The plans
-    /// run interleaved (A, B, A, B, ...) after one untimed warm-up run each,
-    /// so that a change in the machine's load affects them alike.
+    /// `g`), one entry per plan with what one run launched and waited for,
+    /// with the inputs already on the device (transfers not timed) and
+    /// every run starting from `mem`. The plans run interleaved (A, B, A,
+    /// B, ...) after one untimed warm-up run each, so that a change in the
+    /// machine's load affects them alike.
     fn time_plans(
         &self,
         g: &Graph,
@@ -148,7 +158,7 @@ pub trait Backend: Send + Sync {
         mem: &Memory,
         cfg: RunConfig,
         reps: usize,
-    ) -> Result<Vec<Vec<Duration>>, RunError>;
+    ) -> Result<Vec<TimedPlan>, RunError>;
 
     /// The read-bandwidth ceiling in GB/s (10⁹ bytes/s) with `threads`
     /// threads, measured now, or `None` when the backend has no probe.
@@ -252,27 +262,35 @@ impl Backend for CpuIsaBackend {
         mem: &Memory,
         cfg: RunConfig,
         reps: usize,
-    ) -> Result<Vec<Vec<Duration>>, RunError> {
+    ) -> Result<Vec<TimedPlan>, RunError> {
         let be = self.pool(cfg.threads)?;
         let ex = Executor::new(&be, cfg.mode);
         let fresh = CpuMemory::from_reference(mem, buffer_count(mem))?;
         // In-place plans overwrite their inputs: every run starts from a
         // copy made outside the timed region.
         let mut work = fresh.clone();
+        let mut timed = Vec::with_capacity(plans.len());
         for p in plans {
             work.clone_from(&fresh);
-            ex.run(g, p, &mut work)?;
+            let s = ex.run(g, p, &mut work)?;
+            timed.push(TimedPlan {
+                times: Vec::with_capacity(reps),
+                stats: RunStats {
+                    kernel_steps: s.kernel_steps,
+                    barriers: s.counters.barriers,
+                    kernel_calls: s.counters.kernel_calls,
+                },
+            });
         }
-        let mut times = vec![Vec::with_capacity(reps); plans.len()];
         for _ in 0..reps.max(1) {
-            for (p, t) in plans.iter().zip(times.iter_mut()) {
+            for (p, t) in plans.iter().zip(timed.iter_mut()) {
                 work.clone_from(&fresh);
                 let start = Instant::now();
                 ex.run(g, p, &mut work)?;
-                t.push(start.elapsed());
+                t.times.push(start.elapsed());
             }
         }
-        Ok(times)
+        Ok(timed)
     }
 
     fn bandwidth_gbs(&self, threads: usize) -> Option<f64> {
@@ -319,7 +337,7 @@ impl Backend for Unbuilt {
         _: &Memory,
         _: RunConfig,
         _: usize,
-    ) -> Result<Vec<Vec<Duration>>, RunError> {
+    ) -> Result<Vec<TimedPlan>, RunError> {
         Err(Error::Unsupported(Unsupported::Operation("a backend that is not built")).into())
     }
 

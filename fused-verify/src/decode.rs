@@ -1,6 +1,9 @@
 //! Transformer decode layers as a core graph, and the `decode` mode: a
 //! stack of layers run fused and unfused on each backend, checked bit for
-//! bit against each other, timed per token, barriers per token.
+//! bit against each other, timed per token, kernel launches and barriers
+//! per token (as the timed executor counts them). GGML's activation mode,
+//! or f32 activations on a backend without GGML's quantized ones (the GPU
+//! kernels; the row's `acts` says which).
 //!
 //! One layer: `h += W_o · attn(h)`; `h += W_d · (silu(W_g · n) ⊙ (W_u · n))`
 //! with `n = norm(h)`; `h += W_r · H(norm(h) ⊙ signs)` (a Hadamard-rotated
@@ -148,6 +151,13 @@ pub struct DecodeRow {
     pub barriers_fused: u64,
     /// Barriers per token, unfused.
     pub barriers_unfused: u64,
+    /// Kernel launches per token, fused.
+    pub launches_fused: u64,
+    /// Kernel launches per token, unfused.
+    pub launches_unfused: u64,
+    /// How the GEMVs took their activations: `ggml` (GGML's quantized
+    /// activations) or `f32`.
+    pub acts: &'static str,
     /// Whether fused and unfused gave the same bits.
     pub fused_eq_unfused: bool,
 }
@@ -170,25 +180,54 @@ pub struct DecodeReport {
 /// The formats the `decode` mode runs unless `--filter` picks others.
 pub const DEFAULT_DTYPES: [DType; 4] = [DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::F16];
 
+/// One timed stack: µs per token fused and unfused, their counts, whether
+/// the outputs agree, and the activation mode used.
+struct Timed {
+    fused_us: f64,
+    unfused_us: f64,
+    fused: crate::backend::RunStats,
+    unfused: crate::backend::RunStats,
+    same: bool,
+    mode: GemvMode,
+}
+
 fn decode_one(
     be: &dyn Backend,
     s: &DecodeStack,
     p: &Plan,
     cfg: RunConfig,
     reps: usize,
-) -> Result<(f64, f64, u64, u64, bool), RunError> {
+) -> Result<Timed, RunError> {
     let unfused = Plan::unfused(&s.graph);
+    let mut cfg = cfg;
+    if let Err(why) = be.supports(&s.graph, p, cfg) {
+        let f32_acts = RunConfig {
+            mode: GemvMode::F32,
+            ..cfg
+        };
+        if cfg.mode == GemvMode::F32 || be.supports(&s.graph, p, f32_acts).is_err() {
+            return Err(RunError::Device(why));
+        }
+        cfg = f32_acts;
+    }
     let (mut mf, mut mu) = (s.mem.clone(), s.mem.clone());
-    let sf = be.run_plan(&s.graph, p, &mut mf, cfg)?;
-    let su = be.run_plan(&s.graph, &unfused, &mut mu, cfg)?;
+    be.run_plan(&s.graph, p, &mut mf, cfg)?;
+    be.run_plan(&s.graph, &unfused, &mut mu, cfg)?;
     let out = s.graph.tensor(s.out)?;
     let same = metrics::first_difference_nan_equal(&mf.read(out)?, &mu.read(out)?).is_none();
     let mut t = be
         .time_plans(&s.graph, &[p, &unfused], &s.mem, cfg, reps)?
-        .into_iter()
-        .map(|t| median(t).as_secs_f64() * 1e6);
-    let (tf, tu) = (t.next().unwrap_or(0.0), t.next().unwrap_or(0.0));
-    Ok((tf, tu, sf.barriers, su.barriers, same))
+        .into_iter();
+    let (f, u) = (t.next().unwrap_or_default(), t.next().unwrap_or_default());
+    let us = |t: Vec<std::time::Duration>| median(t).as_secs_f64() * 1e6;
+    Ok(Timed {
+        fused: f.stats,
+        unfused: u.stats,
+        fused_us: us(f.times),
+        unfused_us: us(u.times),
+        same,
+        mode: cfg.mode,
+    })
 }
 
 /// Runs the `decode` mode: `--layers` layers of hidden size 1024 and FFN
@@ -216,8 +255,16 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
     }
     if print {
         println!(
-            "{:<12} {:<7} {:>6} {:>14} {:>14} {:>8} {:>10}",
-            "backend", "dtype", "layers", "fused µs/tok", "unfused µs/tok", "speedup", "barriers"
+            "{:<12} {:<7} {:<5} {:>6} {:>14} {:>14} {:>8} {:>10} {:>10}",
+            "backend",
+            "dtype",
+            "acts",
+            "layers",
+            "fused µs/tok",
+            "unfused µs/tok",
+            "speedup",
+            "barriers",
+            "launches"
         );
     }
     let backends = registry();
@@ -237,29 +284,39 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
                     decode_one(be.as_ref(), &s, &p, cfg, cli.reps)
                 });
             match res {
-                Ok((tf, tu, bf, bu, same)) => {
+                Ok(t) => {
+                    let same = t.same;
                     let row = DecodeRow {
                         backend: be.name().to_string(),
                         dtype: d.name().to_string(),
                         layers: cli.layers,
-                        fused_us: tf,
-                        unfused_us: tu,
-                        speedup: tu / tf.max(1e-9),
-                        barriers_fused: bf,
-                        barriers_unfused: bu,
+                        fused_us: t.fused_us,
+                        unfused_us: t.unfused_us,
+                        speedup: t.unfused_us / t.fused_us.max(1e-9),
+                        barriers_fused: t.fused.barriers,
+                        barriers_unfused: t.unfused.barriers,
+                        launches_fused: t.fused.kernel_calls,
+                        launches_unfused: t.unfused.kernel_calls,
+                        acts: match t.mode {
+                            GemvMode::Ggml => "ggml",
+                            GemvMode::F32 => "f32",
+                        },
                         fused_eq_unfused: same,
                     };
                     if print {
                         println!(
-                            "{:<12} {:<7} {:>6} {:>14.1} {:>14.1} {:>8.2} {:>5}/{:<4}{}",
+                            "{:<12} {:<7} {:<5} {:>6} {:>14.1} {:>14.1} {:>8.2} {:>5}/{:<4} {:>5}/{:<4}{}",
                             row.backend,
                             row.dtype,
+                            row.acts,
                             row.layers,
                             row.fused_us,
                             row.unfused_us,
                             row.speedup,
                             row.barriers_fused,
                             row.barriers_unfused,
+                            row.launches_fused,
+                            row.launches_unfused,
                             if same { "" } else { "  FAIL fused != unfused" }
                         );
                     }

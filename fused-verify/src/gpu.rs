@@ -1,9 +1,14 @@
 //! The GPU backends under verification: Vulkan (feature `vulkan`, on by
 //! default; lavapipe runs it on the CPU) and CUDA (feature `cuda`, opt-in).
 //!
-//! Both run a plan with the core's executor ([`fused_core::exec`]) straight
-//! over the verifier's host [`Memory`], one host-slice kernel call per step
-//! (upload, one dispatch, read back). The device is opened on first use; a
+//! Vulkan runs a plan through its device-resident executor
+//! (`fused_vulkan::DevicePlan`: the buffers of the verifier's host
+//! [`Memory`] uploaded, the whole plan one command buffer, every buffer read
+//! back), falling back to the host-slice path for a plan it refuses (see
+//! its docs). CUDA runs a plan with the core's executor
+//! ([`fused_core::exec`]) straight over the host [`Memory`], one host-slice
+//! kernel call per step (upload, one launch, read back). The device is
+//! opened on first use; a
 //! machine without one reports a skip with the reason. Their GEMV kernels
 //! take f32 activations only, a few weight formats and at most 8 columns:
 //! other cases are reported per case as skipped ([`Backend::supports`]).
@@ -11,12 +16,17 @@
 //! table (they accumulate in another order), and fused against unfused bit
 //! for bit.
 //!
-//! The timing modes skip them: the executor's host-slice calls time the
-//! transfers, not the kernels. The crates' own benches time the kernels
-//! (`fused-vulkan-bench`, `cuda-bench`).
+//! The timing modes (`perf`, `decode`) need a device-resident executor:
+//! the host-slice calls would time the transfers, not the kernels. Vulkan
+//! has one (`fused_vulkan::DevicePlan`): the graph's buffers are uploaded
+//! once, each plan is recorded into one command buffer, the inputs a plan
+//! overwrites in place are restored before each run (not timed), and a run
+//! is timed by GPU timestamps around the whole command buffer; its
+//! bandwidth ceiling is a device buffer copy measured the same way. CUDA
+//! has none yet and is skipped by the timing modes (its crate's bench
+//! `cuda-bench` times the kernels).
 
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
 
 use fused_core::Error;
 use fused_core::exec::{Executor, StepKernels};
@@ -24,7 +34,7 @@ use fused_core::graph::Graph;
 use fused_core::planner::Plan;
 use fused_core::reference::eval::Memory;
 
-use crate::backend::{Availability, Backend, RunConfig, RunError, RunStats};
+use crate::backend::{Availability, Backend, RunConfig, RunError, RunStats, TimedPlan};
 
 /// What the verifier needs of a GPU backend crate beyond its kernels.
 pub trait GpuDevice: StepKernels + Send + Sync + Sized + 'static {
@@ -42,11 +52,67 @@ pub trait GpuDevice: StepKernels + Send + Sync + Sized + 'static {
     fn messages(&self) -> Option<Vec<String>> {
         None
     }
+
+    /// [`Backend::run_plan`] on this device. Default: the core's executor
+    /// over host slices ([`host_slice_run`]).
+    fn run_plan(
+        &self,
+        g: &Graph,
+        plan: &Plan,
+        mem: &mut Memory,
+        cfg: RunConfig,
+    ) -> Result<RunStats, RunError> {
+        host_slice_run(self, g, plan, mem, cfg)
+    }
+
+    /// Whether [`GpuDevice::time_plans`] times plans on the device (a
+    /// device-resident executor); the timing modes skip the backend
+    /// otherwise.
+    const DEVICE_TIMING: bool = false;
+
+    /// [`Backend::time_plans`] with the graph's buffers resident on the
+    /// device (default: refused with [`NO_GPU_TIMING`]).
+    fn time_plans(
+        &self,
+        g: &Graph,
+        plans: &[&Plan],
+        mem: &Memory,
+        cfg: RunConfig,
+        reps: usize,
+    ) -> Result<Vec<TimedPlan>, RunError> {
+        let _ = (g, plans, mem, cfg, reps);
+        Err(RunError::Device(NO_GPU_TIMING.to_string()))
+    }
+
+    /// The device's bandwidth ceiling in GB/s, measured now (default: none).
+    fn bandwidth_gbs(&self) -> Option<f64> {
+        None
+    }
 }
 
-/// The reason the timing modes give for skipping a GPU backend.
-pub const NO_GPU_TIMING: &str = "GPU perf: see fused-cuda/fused-vulkan benches \
-     (this executor's host-slice calls would time the transfers, not the kernels)";
+/// Runs `plan` with the core's executor over `mem`, one host-slice kernel
+/// call per step.
+pub fn host_slice_run<D: GpuDevice>(
+    dev: &D,
+    g: &Graph,
+    plan: &Plan,
+    mem: &mut Memory,
+    cfg: RunConfig,
+) -> Result<RunStats, RunError> {
+    let s = Executor::new(dev, cfg.mode)
+        .run(g, plan, mem)
+        .map_err(D::run_error)?;
+    Ok(RunStats {
+        kernel_steps: s.kernel_steps,
+        barriers: s.counters.barriers,
+        kernel_calls: s.counters.kernel_calls,
+    })
+}
+
+/// The reason the timing modes give for skipping a GPU backend without a
+/// device-resident executor.
+pub const NO_GPU_TIMING: &str = "GPU perf: no device-resident plan executor for this backend yet \
+     (its host-slice calls would time the transfers, not the kernels; see its crate's bench)";
 
 /// A GPU backend, its device opened on first use.
 #[derive(Debug)]
@@ -118,8 +184,10 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
 
     fn timing_availability(&self) -> Availability {
         match self.availability() {
-            Availability::Ready => Availability::Skip(NO_GPU_TIMING.to_string()),
-            skip => skip,
+            Availability::Ready if !D::DEVICE_TIMING => {
+                Availability::Skip(NO_GPU_TIMING.to_string())
+            }
+            a => a,
         }
     }
 
@@ -138,37 +206,55 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
         mem: &mut Memory,
         cfg: RunConfig,
     ) -> Result<RunStats, RunError> {
-        let s = Executor::new(self.ready()?, cfg.mode)
-            .run(g, plan, mem)
-            .map_err(D::run_error)?;
-        Ok(RunStats {
-            kernel_steps: s.kernel_steps,
-            barriers: s.counters.barriers,
-            kernel_calls: s.counters.kernel_calls,
-        })
+        self.ready()?.run_plan(g, plan, mem, cfg)
     }
 
     fn time_plans(
         &self,
-        _: &Graph,
-        _: &[&Plan],
-        _: &Memory,
-        _: RunConfig,
-        _: usize,
-    ) -> Result<Vec<Vec<Duration>>, RunError> {
-        Err(RunError::Device(NO_GPU_TIMING.to_string()))
+        g: &Graph,
+        plans: &[&Plan],
+        mem: &Memory,
+        cfg: RunConfig,
+        reps: usize,
+    ) -> Result<Vec<TimedPlan>, RunError> {
+        self.ready()?.time_plans(g, plans, mem, cfg, reps)
     }
 
     fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
-        None
+        self.device().ok()?.bandwidth_gbs()
     }
 }
 
 #[cfg(feature = "vulkan")]
 mod vulkan {
-    use fused_vulkan::{ContextOptions, VulkanBackend, VulkanError};
+    use fused_core::Error;
+    use fused_core::graph::Graph;
+    use fused_core::planner::Plan;
+    use fused_core::reference::eval::Memory;
+    use fused_core::tensor::BufferId;
+    use fused_vulkan::{ContextOptions, DevicePlan, DevicePlanStats, VulkanBackend, VulkanError};
 
-    use super::{GpuDevice, RunError};
+    use super::{GpuDevice, RunError, host_slice_run};
+    use crate::backend::{RunConfig, RunStats, TimedPlan, buffer_count};
+
+    /// The byte sizes of `mem`'s buffers.
+    fn sizes(mem: &Memory) -> Result<Vec<usize>, RunError> {
+        (0..buffer_count(mem))
+            .map(|b| mem.buffer(BufferId(b)).map(<[u8]>::len))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(RunError::from)
+    }
+
+    fn run_stats(s: DevicePlanStats) -> RunStats {
+        RunStats {
+            kernel_steps: s.kernel_steps,
+            barriers: s.barriers,
+            kernel_calls: s.dispatches,
+        }
+    }
+
+    /// Bytes of the copy that measures the bandwidth ceiling (each way).
+    const CEILING_BYTES: u64 = 64 << 20;
 
     /// Validation is on unless `FUSED_VK_VALIDATION=0`; where the layer is
     /// not installed the device opens without it (and no checker runs).
@@ -206,6 +292,88 @@ mod vulkan {
         fn messages(&self) -> Option<Vec<String>> {
             let ctx = self.context();
             ctx.validation_enabled().then(|| ctx.validation_messages())
+        }
+
+        /// Through the device plan (buffers uploaded, the plan run as one
+        /// command buffer, every buffer read back); a plan it refuses
+        /// (strided tensors, non-F32 activations, broadcasts other than
+        /// over rows) runs through the host-slice executor instead, which
+        /// gives the same bits where both run.
+        fn run_plan(
+            &self,
+            g: &Graph,
+            plan: &Plan,
+            mem: &mut Memory,
+            cfg: RunConfig,
+        ) -> Result<RunStats, RunError> {
+            match DevicePlan::new(self, g, plan, cfg.mode, &sizes(mem)?) {
+                Ok(mut dp) => {
+                    dp.upload(mem)
+                        .and_then(|()| dp.run())
+                        .and_then(|()| dp.download_into(mem))
+                        .map_err(Self::run_error)?;
+                    Ok(run_stats(dp.stats()))
+                }
+                Err(VulkanError::Core(Error::Unsupported(_) | Error::UnsupportedDType { .. })) => {
+                    host_slice_run(self, g, plan, mem, cfg)
+                }
+                Err(e) => Err(Self::run_error(e)),
+            }
+        }
+
+        const DEVICE_TIMING: bool = true;
+
+        /// One [`DevicePlan`] per plan, each uploaded once; a run's time is
+        /// its GPU timestamps (the wall time from submission to the fence
+        /// where the queue has none); the inputs a plan overwrites are
+        /// restored before each run, outside the timed part.
+        fn time_plans(
+            &self,
+            g: &Graph,
+            plans: &[&Plan],
+            mem: &Memory,
+            cfg: RunConfig,
+            reps: usize,
+        ) -> Result<Vec<TimedPlan>, RunError> {
+            let sizes = sizes(mem)?;
+            let device_plans = plans
+                .iter()
+                .map(|p| {
+                    let mut dp = DevicePlan::new(self, g, p, cfg.mode, &sizes)?;
+                    dp.upload(mem)?;
+                    dp.restore_inputs()?;
+                    dp.run()?; // warm-up
+                    Ok(dp)
+                })
+                .collect::<Result<Vec<_>, VulkanError>>()
+                .map_err(Self::run_error)?;
+            let mut timed: Vec<TimedPlan> = device_plans
+                .iter()
+                .map(|dp| TimedPlan {
+                    times: Vec::with_capacity(reps),
+                    stats: run_stats(dp.stats()),
+                })
+                .collect();
+            for _ in 0..reps.max(1) {
+                for (dp, t) in device_plans.iter().zip(timed.iter_mut()) {
+                    let run = dp.time_once().map_err(Self::run_error)?;
+                    t.times.push(run.device.unwrap_or(run.wall));
+                }
+            }
+            Ok(timed)
+        }
+
+        /// The faster of two device-to-device copies of 64 MiB, a transfer
+        /// (`vkCmdCopyBuffer`, which under-reads on NVIDIA: about 850 of
+        /// 4100 GB/s on the H200) and a compute shader with 16-byte loads:
+        /// bytes read plus bytes written per second, GPU-timed.
+        fn bandwidth_gbs(&self) -> Option<f64> {
+            let transfer = fused_vulkan::timing::copy(self, CEILING_BYTES, 5);
+            let shader = fused_vulkan::timing::copy_shader(self, CEILING_BYTES, 5);
+            [transfer, shader]
+                .into_iter()
+                .filter_map(|t| t.ok().map(|t| t.gb_per_s()))
+                .reduce(f64::max)
         }
     }
 }

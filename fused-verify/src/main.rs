@@ -30,9 +30,10 @@ fn main() -> ExitCode {
         Mode::Perf => {
             let r = fused_verify::perf::run_perf(&cli, true);
             let line = format!(
-                "{} passed, {} failed, 0 skipped",
+                "{} passed, {} failed, {} skipped",
                 r.rows.len(),
-                r.errors.len()
+                r.errors.len(),
+                r.skipped.len()
             );
             (
                 !r.errors.is_empty(),

@@ -1,17 +1,24 @@
 //! The `perf` mode: per backend and case, the median time of the fused
 //! plan and of the same graph unfused (timed interleaved), the fused plan's GB/s (weights,
 //! activations, operands and output, each moved once) as a share of the
-//! backend's read-bandwidth ceiling measured in the same run, the speedup
-//! and the barriers per plan.
+//! backend's bandwidth ceiling measured in the same run, the speedup
+//! and the kernel launches and barriers per plan (as the timed executor
+//! counts them).
+//!
+//! A backend without GGML's quantized activations (the GPU kernels take
+//! f32 activations) is timed on the same case with f32 activations (the
+//! case id says `f32acts`); a case it has no kernel for at all is listed
+//! as skipped with the reason.
 
 use std::time::Duration;
 
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::planner::{Plan, plan};
+use fused_core::reference::eval::GemvMode;
 
 use crate::backend::{Backend, RunConfig, registry, selected, skip_unavailable};
-use crate::cases::{Case, Link, Pattern, Special, build, weight_dtypes};
+use crate::cases::{Built, Case, Link, Pattern, Special, build, weight_dtypes};
 use crate::cli::Cli;
 use crate::run::Progress;
 
@@ -38,6 +45,10 @@ pub struct PerfRow {
     pub barriers_fused: u64,
     /// Barriers of the unfused graph.
     pub barriers_unfused: u64,
+    /// Kernel launches of the fused plan.
+    pub launches_fused: u64,
+    /// Kernel launches of the unfused graph.
+    pub launches_unfused: u64,
 }
 
 /// A backend's ceiling.
@@ -47,7 +58,8 @@ pub struct Ceiling {
     pub backend: String,
     /// Threads used by the probe.
     pub threads: usize,
-    /// Read bandwidth, GB/s.
+    /// Bandwidth ceiling, GB/s: the CPU's read bandwidth; on Vulkan a
+    /// device buffer copy's bytes read plus written per second.
     pub read_gbs: Option<f64>,
 }
 
@@ -64,6 +76,8 @@ pub struct PerfReport {
     pub rows: Vec<PerfRow>,
     /// Errors (a backend that failed to run a case, or ran none).
     pub errors: Vec<String>,
+    /// Cases a backend has no kernel for, with the reason.
+    pub skipped: Vec<String>,
 }
 
 /// The perf cases: per weight format a 4096×4096 GEMV with an in-place
@@ -109,28 +123,59 @@ pub(crate) fn median(mut t: Vec<Duration>) -> Duration {
     t.get(t.len() / 2).copied().unwrap_or_default()
 }
 
-/// Times one case on one backend.
-fn time_case(be: &dyn Backend, case: &Case, reps: usize) -> Result<PerfRow, String> {
+/// Why a case was not timed.
+#[derive(Debug)]
+enum NotTimed {
+    /// The backend has no kernel for it.
+    Skip(String),
+    /// It failed.
+    Fail(String),
+}
+
+/// The case as `be` can time it, built: as given, or with f32 activations
+/// where `be` lacks GGML's quantized ones; the first refusal when it has a
+/// kernel for neither.
+pub(crate) fn timing_case(be: &dyn Backend, case: &Case) -> Result<(Case, Built), String> {
+    let cfg = |c: &Case| RunConfig {
+        threads: c.threads,
+        mode: c.mode,
+    };
     let b = build(case).map_err(|e| e.to_string())?;
+    let why = match be.supports(&b.graph, &plan(&b.graph), cfg(case)) {
+        Ok(()) => return Ok((case.clone(), b)),
+        Err(why) => why,
+    };
+    if case.mode != GemvMode::Ggml {
+        return Err(why);
+    }
+    let mut f32_case = case.clone();
+    f32_case.mode = GemvMode::F32;
+    let b = build(&f32_case).map_err(|e| e.to_string())?;
+    match be.supports(&b.graph, &plan(&b.graph), cfg(&f32_case)) {
+        Ok(()) => Ok((f32_case, b)),
+        Err(_) => Err(why),
+    }
+}
+
+/// Times one case on one backend.
+fn time_case(be: &dyn Backend, case: &Case, reps: usize) -> Result<PerfRow, NotTimed> {
+    let (case, b) = timing_case(be, case).map_err(NotTimed::Skip)?;
     let fused = plan(&b.graph);
     let unfused = Plan::unfused(&b.graph);
     let cfg = RunConfig {
         threads: case.threads,
         mode: case.mode,
     };
-    let err = |e: crate::backend::RunError| e.to_string();
-    let mut times = be
+    let mut timed = be
         .time_plans(&b.graph, &[&fused, &unfused], &b.mem, cfg, reps)
-        .map_err(err)?
-        .into_iter()
-        .map(median);
-    let (tf, tu) = (
-        times.next().unwrap_or_default(),
-        times.next().unwrap_or_default(),
+        .map_err(|e| NotTimed::Fail(e.to_string()))?
+        .into_iter();
+    let (f, u) = (
+        timed.next().unwrap_or_default(),
+        timed.next().unwrap_or_default(),
     );
-    let (mut mf, mut mu) = (b.mem.clone(), b.mem.clone());
-    let sf = be.run_plan(&b.graph, &fused, &mut mf, cfg).map_err(err)?;
-    let su = be.run_plan(&b.graph, &unfused, &mut mu, cfg).map_err(err)?;
+    let (tf, tu) = (median(f.times), median(u.times));
+    let (sf, su) = (f.stats, u.stats);
     let bytes = case.min_bytes();
     let secs = tf.as_secs_f64().max(1e-12);
     Ok(PerfRow {
@@ -144,6 +189,8 @@ fn time_case(be: &dyn Backend, case: &Case, reps: usize) -> Result<PerfRow, Stri
         speedup: tu.as_secs_f64() / secs,
         barriers_fused: sf.barriers,
         barriers_unfused: su.barriers,
+        launches_fused: sf.kernel_calls,
+        launches_unfused: su.kernel_calls,
     })
 }
 
@@ -163,6 +210,7 @@ pub fn run_perf(cli: &Cli, print: bool) -> PerfReport {
         ceilings: Vec::new(),
         rows: Vec::new(),
         errors: Vec::new(),
+        skipped: Vec::new(),
     };
     let chosen: Vec<&dyn Backend> = backends
         .iter()
@@ -172,8 +220,16 @@ pub fn run_perf(cli: &Cli, print: bool) -> PerfReport {
     let mut progress = Progress::new((cases.len() * chosen.len()) as u64);
     if print {
         println!(
-            "{:<12} {:<44} {:>10} {:>10} {:>8} {:>7} {:>7} {:>9}",
-            "backend", "case", "fused µs", "unfused µs", "GB/s", "% ceil", "speedup", "barriers"
+            "{:<12} {:<44} {:>10} {:>10} {:>8} {:>7} {:>7} {:>9} {:>9}",
+            "backend",
+            "case",
+            "fused µs",
+            "unfused µs",
+            "GB/s",
+            "% ceil",
+            "speedup",
+            "barriers",
+            "launches"
         );
     }
     for be in chosen {
@@ -189,10 +245,7 @@ pub fn run_perf(cli: &Cli, print: bool) -> PerfReport {
         if print {
             let c = ceiling.map_or("-".to_string(), |g| format!("{g:.1} GB/s"));
             progress.bar_suspend(|| {
-                println!(
-                    "{}: read-bandwidth ceiling {c} ({threads} threads)",
-                    be.name()
-                )
+                println!("{}: bandwidth ceiling {c} ({threads} threads)", be.name())
             });
         }
         let mut ran = 0;
@@ -203,7 +256,7 @@ pub fn run_perf(cli: &Cli, print: bool) -> PerfReport {
                     if print {
                         progress.bar_suspend(|| {
                             println!(
-                                "{:<12} {:<44} {:>10.1} {:>10.1} {:>8.2} {:>7} {:>7.2} {:>4}/{:<4}",
+                                "{:<12} {:<44} {:>10.1} {:>10.1} {:>8.2} {:>7} {:>7.2} {:>4}/{:<4} {:>4}/{:<4}",
                                 row.backend,
                                 row.case,
                                 row.fused_us,
@@ -213,16 +266,27 @@ pub fn run_perf(cli: &Cli, print: bool) -> PerfReport {
                                     .map_or("-".into(), |p| format!("{p:.0}%")),
                                 row.speedup,
                                 row.barriers_fused,
-                                row.barriers_unfused
+                                row.barriers_unfused,
+                                row.launches_fused,
+                                row.launches_unfused
                             )
                         });
                     }
                     report.rows.push(row);
                     ran += 1;
                 }
-                Err(e) => report
-                    .errors
-                    .push(format!("{} {}: {e}", be.name(), case.id())),
+                Err(NotTimed::Fail(e)) => {
+                    report
+                        .errors
+                        .push(format!("{} {}: {e}", be.name(), case.id()))
+                }
+                Err(NotTimed::Skip(why)) => {
+                    let line = format!("{} {}: {why}", be.name(), case.id());
+                    if print {
+                        progress.bar_suspend(|| println!("SKIP {line}"));
+                    }
+                    report.skipped.push(line);
+                }
             }
             progress.inc(be.name());
         }

@@ -144,7 +144,8 @@ fn a_validation_message_fails_the_case() {
             mem: &fused_core::reference::eval::Memory,
             cfg: fused_verify::backend::RunConfig,
             reps: usize,
-        ) -> Result<Vec<Vec<std::time::Duration>>, fused_verify::backend::RunError> {
+        ) -> Result<Vec<fused_verify::backend::TimedPlan>, fused_verify::backend::RunError>
+        {
             self.0.time_plans(g, plans, mem, cfg, reps)
         }
         fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
@@ -160,4 +161,180 @@ fn a_validation_message_fails_the_case() {
     );
     // Drained: the next case is clean again.
     assert_eq!(check_backend(&be, &p, 1.0).outcome, Outcome::Pass);
+}
+
+/// The buffer sizes of `mem`.
+fn sizes(mem: &fused_core::reference::eval::Memory) -> Vec<usize> {
+    use fused_core::tensor::BufferId;
+    (0..fused_verify::backend::buffer_count(mem))
+        .map(|b| mem.buffer(BufferId(b)).unwrap().len())
+        .collect()
+}
+
+/// Every quick case Vulkan has a kernel for, fused and unfused, through the
+/// device-resident executor and through the host-slice executor: every
+/// buffer bit for bit the same, or a typed refusal (never a silently wrong
+/// result); a case the host executor rejects is rejected by the device plan
+/// too.
+#[test]
+fn device_plan_equals_the_host_slice_executor_on_the_quick_set() {
+    use fused_core::exec::Executor;
+    use fused_core::planner::{Plan, plan};
+    use fused_verify::backend::RunConfig;
+    use fused_verify::cases::build;
+    use fused_vulkan::{DevicePlan, VulkanError};
+
+    let be = GpuBackend::<VulkanBackend>::new();
+    if !available(&be) {
+        return;
+    }
+    let dev = be.device().unwrap();
+    let (mut ran, mut refused) = (0, Vec::new());
+    for case in generate(CaseSet::Quick, 1) {
+        let Ok(b) = build(&case) else { continue };
+        let cfg = RunConfig {
+            threads: 1,
+            mode: case.mode,
+        };
+        let fused = plan(&b.graph);
+        if be.supports(&b.graph, &fused, cfg).is_err() {
+            continue;
+        }
+        for p in [fused.clone(), Plan::unfused(&b.graph)] {
+            let id = case.id();
+            let mut want = b.mem.clone();
+            let host = Executor::new(dev, cfg.mode).run(&b.graph, &p, &mut want);
+            let dp = DevicePlan::new(dev, &b.graph, &p, cfg.mode, &sizes(&b.mem));
+            let mut dp = match (host, dp) {
+                (Err(_), Err(_)) => continue,
+                (Err(e), Ok(_)) => {
+                    panic!("{id}: the host executor refused ({e}), the device plan did not")
+                }
+                (Ok(_), Err(VulkanError::Core(e))) => {
+                    refused.push(format!("{id}: {e}"));
+                    continue;
+                }
+                (Ok(_), Err(e)) => panic!("{id}: {e}"),
+                (Ok(_), Ok(dp)) => dp,
+            };
+            dp.upload(&b.mem).unwrap();
+            dp.run().unwrap();
+            let mut got = b.mem.clone();
+            dp.download_into(&mut got).unwrap();
+            assert!(got == want, "{id}: the device plan differs");
+            assert_eq!(
+                dp.stats().dispatches as usize,
+                p.kernel_steps(&b.graph),
+                "{id}"
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran > 200, "{ran} runs; refused: {refused:#?}");
+    // Refusals are the documented ones only (strided or non-F32 inputs,
+    // broadcast operands).
+    for r in &refused {
+        assert!(
+            r.contains("strided") || r.contains("broadcast") || r.contains("must be"),
+            "{r}"
+        );
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "device plan: {ran} runs equal, {} refused: {refused:#?}",
+        refused.len()
+    );
+    if validation_wanted() && dev.context().validation_enabled() {
+        let msgs = dev.context().validation_messages();
+        assert!(msgs.is_empty(), "{msgs:#?}");
+    }
+}
+
+/// `time_plans` on Vulkan: device-timed runs of the fused plan and the
+/// unfused graph, with the device plan's launch and barrier counts.
+#[test]
+fn vulkan_times_plans_on_the_device() {
+    use fused_core::planner::{Plan, plan};
+    use fused_verify::backend::RunConfig;
+    use fused_verify::cases::build;
+
+    let be = GpuBackend::<VulkanBackend>::new();
+    if !available(&be) {
+        return;
+    }
+    assert_eq!(be.timing_availability(), Availability::Ready);
+    let case = generate(CaseSet::Quick, 1)
+        .into_iter()
+        .find(|c| c.id().starts_with("gemv/q4_0/") && c.id().contains("/f32acts/"))
+        .unwrap();
+    let b = build(&case).unwrap();
+    let (fused, unfused) = (plan(&b.graph), Plan::unfused(&b.graph));
+    let cfg = RunConfig {
+        threads: 1,
+        mode: case.mode,
+    };
+    let t = be
+        .time_plans(&b.graph, &[&fused, &unfused], &b.mem, cfg, 3)
+        .unwrap();
+    assert_eq!(t.len(), 2);
+    for p in &t {
+        assert_eq!(p.times.len(), 3);
+        assert!(p.times.iter().all(|d| !d.is_zero()), "{p:?}");
+    }
+    assert_eq!(
+        t[0].stats.kernel_calls as usize,
+        fused.kernel_steps(&b.graph)
+    );
+    assert_eq!(
+        t[1].stats.kernel_calls as usize,
+        unfused.kernel_steps(&b.graph)
+    );
+    assert!(t[0].stats.barriers <= t[1].stats.barriers, "{t:?}");
+    assert!(be.bandwidth_gbs(1).is_some_and(|g| g > 0.0));
+}
+
+/// The `perf` mode on Vulkan: formats it has a kernel for are timed with
+/// f32 activations (GGML's Q8 ones are CPU-only), the others are listed as
+/// skipped; launches and barriers are the device plan's.
+#[test]
+fn perf_mode_times_vulkan_with_f32_activations() {
+    if !available(&GpuBackend::<VulkanBackend>::new()) {
+        return;
+    }
+    let cli = Cli::parse_from([
+        "fused-verify",
+        "perf",
+        "--backend",
+        "vulkan",
+        "--filter",
+        "gemv/q4_",
+        "--reps",
+        "1",
+    ]);
+    let r = fused_verify::perf::run_perf(&cli, false);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let timed: Vec<&str> = r.rows.iter().map(|row| row.case.as_str()).collect();
+    assert_eq!(timed.len(), 2, "{timed:?}");
+    for row in &r.rows {
+        assert!(row.case.contains("/f32acts/"), "{row:?}");
+        assert!(row.fused_us > 0.0 && row.gbs > 0.0, "{row:?}");
+        assert_eq!(
+            (row.launches_fused, row.launches_unfused),
+            (1, 2),
+            "{row:?}"
+        );
+        assert_eq!(
+            (row.barriers_fused, row.barriers_unfused),
+            (0, 1),
+            "{row:?}"
+        );
+    }
+    assert!(r.rows.iter().any(|row| row.case.starts_with("gemv/q4_0/")));
+    assert!(r.rows.iter().any(|row| row.case.starts_with("gemv/q4_K/")));
+    assert!(
+        r.skipped.iter().any(|s| s.contains("gemv/q4_1/")),
+        "{:?}",
+        r.skipped
+    );
+    assert!(r.ceilings[0].read_gbs.is_some_and(|g| g > 0.0));
 }

@@ -144,7 +144,7 @@ pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
     }
 }
 
-fn u32_of(what: &'static str, v: usize) -> Result<u32, Error> {
+pub(crate) fn u32_of(what: &'static str, v: usize) -> Result<u32, Error> {
     u32::try_from(v).map_err(|_| Error::Overflow { what })
 }
 
@@ -248,10 +248,6 @@ impl VulkanBackend {
     }
 
     /// The FWHT dispatch of `rows` rows from `x` into `out`.
-    #[allow(
-        dead_code,
-        reason = "the entry point of device-resident plans (the plan executor)"
-    )]
     pub(crate) fn fwht_dispatch<'b>(
         &self,
         desc: &FwhtDesc,
@@ -491,7 +487,7 @@ impl VulkanBackend {
 
     /// Checks the epilogue operands and packs every operand into one buffer,
     /// with the stage words and operand offsets for the push constants.
-    fn pack_epilogue(
+    pub(crate) fn pack_epilogue(
         epilogue: &Epilogue,
         operands: &[&[f32]],
         rows: usize,

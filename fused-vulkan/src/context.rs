@@ -99,6 +99,8 @@ pub struct VulkanContext {
     query_pool: vk::QueryPool,
     memory: vk::PhysicalDeviceMemoryProperties,
     timestamp_mask: u64,
+    /// `minStorageBufferOffsetAlignment`: descriptor offsets are multiples.
+    storage_offset_alignment: u64,
     info: DeviceInfo,
     pub(crate) kernels: Mutex<HashMap<KernelKey, Kernel>>,
     /// Dispatches completed (each followed by a barrier or the host's wait).
@@ -292,6 +294,7 @@ impl VulkanContext {
             query_pool: opened.query_pool,
             memory: opened.memory,
             timestamp_mask: opened.timestamp_mask,
+            storage_offset_alignment: opened.storage_offset_alignment,
             info: opened.info,
             kernels: Mutex::new(HashMap::new()),
             dispatches: AtomicU64::new(0),
@@ -755,6 +758,61 @@ impl VulkanContext {
         }
     }
 
+    /// `minStorageBufferOffsetAlignment` (at least 1): a storage-buffer
+    /// descriptor's offset must be a multiple of it.
+    pub fn storage_offset_alignment(&self) -> u64 {
+        self.storage_offset_alignment
+    }
+
+    /// The bits of a timestamp that are valid (all ones for 64).
+    pub(crate) fn timestamp_mask(&self) -> u64 {
+        self.timestamp_mask
+    }
+
+    /// The command pool every command buffer of this context comes from.
+    /// Allocating, recording, resetting or freeing its command buffers is
+    /// done while holding the kernel-cache lock ([`VulkanContext::kernels`]),
+    /// as `submit` does.
+    pub(crate) fn command_pool(&self) -> vk::CommandPool {
+        self.command_pool
+    }
+
+    /// Submits the recorded command buffer `cb` alone, waits for `fence`
+    /// (unsignalled, of this device) and resets it.
+    ///
+    /// # Safety
+    /// `cb` is a command buffer of this device in the executable state, not
+    /// pending, and every object it refers to is alive until this returns.
+    pub(crate) unsafe fn submit_and_wait(
+        &self,
+        cb: vk::CommandBuffer,
+        fence: vk::Fence,
+    ) -> Result<(), VulkanError> {
+        let cbs = [cb];
+        let submit = vk::SubmitInfo::default().command_buffers(&cbs);
+        {
+            let queue = self
+                .queue
+                .lock()
+                .map_err(|_| VulkanError::Unsupported("queue lock poisoned".into()))?;
+            // SAFETY: guaranteed by the caller; the queue is externally
+            // synchronised by its lock.
+            unsafe { self.device.queue_submit(*queue, &[submit], fence) }
+                .map_err(VulkanError::vk("vkQueueSubmit"))?;
+        }
+        // SAFETY: the fence belongs to this device and was just submitted.
+        let waited = unsafe { self.device.wait_for_fences(&[fence], true, u64::MAX) };
+        if let Err(e) = waited {
+            // The command buffer may still be pending: wait for the device
+            // so that the caller may free what it refers to.
+            // SAFETY: plain wait.
+            let _ = unsafe { self.device.device_wait_idle() };
+            return Err(VulkanError::vk("vkWaitForFences")(e));
+        }
+        // SAFETY: the fence is signalled and no longer in use.
+        unsafe { self.device.reset_fences(&[fence]) }.map_err(VulkanError::vk("vkResetFences"))
+    }
+
     /// Records a global memory barrier.
     ///
     /// # Safety
@@ -870,6 +928,7 @@ struct Opened {
     query_pool: vk::QueryPool,
     memory: vk::PhysicalDeviceMemoryProperties,
     timestamp_mask: u64,
+    storage_offset_alignment: u64,
     info: DeviceInfo,
 }
 
@@ -1025,6 +1084,7 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
         query_pool,
         memory,
         timestamp_mask,
+        storage_offset_alignment: props.limits.min_storage_buffer_offset_alignment.max(1),
         info,
     })
 }

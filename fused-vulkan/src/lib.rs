@@ -20,6 +20,10 @@
 //! - `exec`: the core's plan executor on this backend — [`VulkanBackend`]
 //!   implements `fused_core::exec::StepKernels` (f32 activations; formats and
 //!   column counts it lacks are refused as `fused_core::Error::Unsupported`).
+//! - [`DevicePlan`]: a device-resident plan executor — the graph's buffers
+//!   stay on the device, the whole plan is one recorded command buffer
+//!   (one dispatch per kernel step, a barrier only between dependent
+//!   commands), re-run with one submission and timed with timestamps.
 //! - [`timing`]: device-timed kernels for the bench binary.
 
 mod backend;
@@ -27,6 +31,7 @@ mod context;
 mod error;
 mod exec;
 mod kernels;
+mod plan_exec;
 pub mod timing;
 
 pub use backend::{
@@ -35,3 +40,4 @@ pub use backend::{
 };
 pub use context::{Buffer, ContextOptions, DeviceInfo, VulkanContext};
 pub use error::VulkanError;
+pub use plan_exec::{BINDING_ALIGN, DevicePlan, DevicePlanStats, PlanTiming};

@@ -1,0 +1,1225 @@
+//! A device-resident plan executor: [`DevicePlan`] keeps every buffer of a
+//! graph on the device and runs a whole [`Plan`] as one recorded command
+//! buffer, one submission and one fence wait per run.
+//!
+//! Built once from a graph, a plan (fused, or [`Plan::unfused`]) and the
+//! graph's buffer sizes:
+//!
+//! - one device buffer per graph [`BufferId`] (device local where the device
+//!   has separate memory, host visible on unified-memory devices such as
+//!   lavapipe), filled by [`DevicePlan::upload`] from any core
+//!   [`Buffers`] (the reference evaluator's `Memory` among them);
+//! - every kernel step becomes one dispatch of the backend's own kernels
+//!   (the same pipelines and launch shapes as the host-slice entry points),
+//!   each tensor bound in place through a descriptor's offset and range;
+//! - a pipeline barrier (buffer memory barriers over the ranges written
+//!   since the previous barrier) is recorded only between commands that
+//!   depend on each other (read after write, write after read or write, by
+//!   byte range), and counted ([`DevicePlanStats::barriers`]);
+//! - the command buffer is recorded once and submitted again on every
+//!   [`DevicePlan::run`]; [`DevicePlan::run_timed`] brackets it with
+//!   timestamp queries and a wall clock.
+//!
+//! Copies (`vkCmdCopyBuffer`, recorded in the same command buffer and
+//! counted in [`DevicePlanStats::copies`]) stand in where a tensor cannot be
+//! bound in place:
+//! - a tensor whose byte offset is not a multiple of the device's
+//!   `minStorageBufferOffsetAlignment` and of 16 ([`BINDING_ALIGN`]: shaders
+//!   may load 16-byte vectors from a binding) is copied into an aligned
+//!   scratch buffer before the dispatch that reads it, or written there and
+//!   copied to its place after the dispatch that writes it;
+//! - an input of a GEMV or an FWHT that is the kernel's own output (an
+//!   in-place transform) is read from a copy made first: other workgroups
+//!   would read what one has already written (the element-wise kernels read
+//!   each element in the invocation that writes it, and read in place);
+//! - the GEMV shader reads every epilogue operand from one binding at
+//!   element offsets given in push constants: operands that share one
+//!   buffer (the usual case, e.g. the residual stream) are read in place
+//!   through a binding that spans them all; operands spread over several
+//!   buffers, or not 4-byte aligned, are copied into a per-step operand
+//!   buffer first.
+//!
+//! An operand that is the GEMV's own output (an in-place residual add) is
+//! read and written through two bindings of the same memory: each output
+//! element is read by the invocation that then writes it, and its new value
+//! depends on the read, so the read comes first. A partial overlap is an
+//! [`Error::AliasViolation`].
+//!
+//! What it refuses, as [`Error::Unsupported`] or a typed dtype error before
+//! anything is recorded: strided (non-contiguous) tensors, element-wise or
+//! GEMV activations that are not F32 (the host executor widens F16 on the
+//! host), a broadcast operand of an element-wise node other than one
+//! repeated over rows (a row-bias add, a multiply by `ne[1]` rows that the
+//! rows of the input repeat), GEMV weight formats,
+//! activation modes and column counts the kernels lack (as
+//! [`StepKernels::supports_gemv`] says).
+//!
+//! Graph inputs that the plan overwrites in place (a residual stream) are
+//! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
+//! copies them back (one more submission), so that every timed run of
+//! [`DevicePlan::run_timed`] starts from the same inputs.
+
+use std::time::{Duration, Instant};
+
+use ash::vk;
+use ash::vk::Handle;
+use fused_core::element::Activation;
+use fused_core::epilogue::{Epilogue, MAX_STAGES};
+use fused_core::error::{Unsupported, check_len};
+use fused_core::exec::{Buffers, StepKernels, gather_f32};
+use fused_core::fwht::{FwhtDesc, check_fwht_size};
+use fused_core::graph::{Graph, MatHint, Node, Op};
+use fused_core::planner::{Operands, Plan, Step};
+use fused_core::reference::eval::GemvMode;
+use fused_core::tensor::{BufferId, Overlap, TensorDesc};
+use fused_core::{DType, Error};
+
+use crate::backend::{ChainWords, EltOp, VulkanBackend, gemv_type, u32_of};
+use crate::context::{Buffer, Dispatch};
+use crate::error::VulkanError;
+use crate::kernels::KernelKey;
+
+/// The least alignment of a binding's offset, in bytes, on every device:
+/// the shaders may read a binding as 16-byte vectors (`vec4`, `uvec4`),
+/// which the host-slice path always binds at offset 0.
+pub const BINDING_ALIGN: u64 = 16;
+
+/// What one run of a [`DevicePlan`] records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevicePlanStats {
+    /// Plan steps that launch a kernel (reshapes, views and inputs excluded).
+    pub kernel_steps: u64,
+    /// Compute dispatches (one per kernel step).
+    pub dispatches: u64,
+    /// Pipeline barriers between dependent commands (the barrier that
+    /// orders a run after earlier submissions and the one that makes the
+    /// results visible to the host are not counted).
+    pub barriers: u64,
+    /// Buffer copies recorded for operands and misaligned tensors.
+    pub copies: u64,
+    /// Bytes those copies move.
+    pub copy_bytes: u64,
+}
+
+/// The time of one run of a [`DevicePlan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanTiming {
+    /// Device time between a timestamp before the first command and one
+    /// after the last; `None` when the queue has no timestamps.
+    pub device: Option<Duration>,
+    /// Host time from submission to the end of the fence wait.
+    pub wall: Duration,
+}
+
+/// Which buffer a region lies in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// A graph buffer (its [`BufferId`]).
+    Graph(usize),
+    /// A scratch buffer of the plan.
+    Scratch(usize),
+    /// The 4-byte placeholder bound where a kernel reads nothing.
+    Dummy,
+}
+
+/// Bytes `[offset, offset + size)` of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Region {
+    slot: Slot,
+    offset: u64,
+    size: u64,
+}
+
+impl Region {
+    fn overlaps(&self, other: &Region) -> bool {
+        self.slot == other.slot
+            && self.offset < other.offset + other.size
+            && other.offset < self.offset + self.size
+    }
+
+    /// The region grown to whole 4-byte words (shaders read words).
+    fn words(self) -> Region {
+        Region {
+            size: self.size.next_multiple_of(4).max(4),
+            ..self
+        }
+    }
+}
+
+/// One recorded command.
+#[derive(Debug)]
+enum Cmd {
+    /// A dispatch; `bindings` in binding order, `write` the written one.
+    Dispatch {
+        kernel: KernelKey,
+        bindings: Vec<Region>,
+        write: usize,
+        push: Vec<u8>,
+        groups: [u32; 3],
+    },
+    /// `src.size` bytes from `src` to `dst`.
+    Copy { src: Region, dst: Region },
+}
+
+impl Cmd {
+    /// The regions read and the region written.
+    fn access(&self) -> (Vec<Region>, Region) {
+        match self {
+            Cmd::Dispatch {
+                bindings, write, ..
+            } => {
+                let reads = bindings
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i != write)
+                    .map(|(_, r)| *r)
+                    .collect();
+                (reads, bindings[*write])
+            }
+            Cmd::Copy { src, dst } => (vec![*src], *dst),
+        }
+    }
+}
+
+/// A plan recorded for the device with its buffers; see the module docs.
+pub struct DevicePlan<'a> {
+    backend: &'a VulkanBackend,
+    /// Graph buffers, indexed by [`BufferId`].
+    buffers: Vec<Buffer<'a>>,
+    /// The byte sizes the graph buffers were asked for.
+    sizes: Vec<usize>,
+    scratch: Vec<Buffer<'a>>,
+    dummy: Buffer<'a>,
+    /// Graph-input ranges the plan overwrites, with their pristine copies
+    /// (scratch indices).
+    pristine: Vec<(Region, usize)>,
+    stats: DevicePlanStats,
+    descriptor_pool: vk::DescriptorPool,
+    run_cb: vk::CommandBuffer,
+    restore_cb: vk::CommandBuffer,
+    fence: vk::Fence,
+    queries: vk::QueryPool,
+}
+
+impl core::fmt::Debug for DevicePlan<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DevicePlan")
+            .field("sizes", &self.sizes)
+            .field("stats", &self.stats)
+            .field("scratch_buffers", &self.scratch.len())
+            .field("restored_inputs", &self.pristine.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The state while the plan's commands are built.
+struct Builder<'a, 'd> {
+    backend: &'a VulkanBackend,
+    /// Placeholder for the dispatch builders' buffer lists (only their
+    /// kernel, push constants and grid are kept).
+    placeholder: &'d Buffer<'a>,
+    sizes: &'d [usize],
+    /// Descriptor offsets are multiples of this.
+    align: u64,
+    mode: GemvMode,
+    scratch: Vec<Buffer<'a>>,
+    cmds: Vec<Cmd>,
+    stats: DevicePlanStats,
+}
+
+fn unsupported(what: &'static str) -> Error {
+    Error::Unsupported(Unsupported::Operation(what))
+}
+
+/// Source `i` of `node`.
+fn src(g: &Graph, node: &Node, i: usize) -> Result<TensorDesc, Error> {
+    let id = node.src(i).ok_or(Error::BadNode { index: usize::MAX })?;
+    Ok(*g.tensor(id)?)
+}
+
+impl<'a> Builder<'a, '_> {
+    /// The bytes of `t` in its graph buffer (contiguous tensors only).
+    fn region(&self, t: &TensorDesc) -> Result<Region, Error> {
+        if !t.is_contiguous() {
+            return Err(unsupported("a strided tensor on the Vulkan device plan"));
+        }
+        let b = t.buffer().0 as usize;
+        let size = *self.sizes.get(b).ok_or(Error::BadBuffer {
+            buffer: t.buffer().0,
+        })?;
+        let e = t.byte_extent();
+        if e.end > size {
+            return Err(Error::BufferTooShort {
+                what: "tensor extent in its device buffer",
+                needed: e.end,
+                actual: size,
+            });
+        }
+        Ok(Region {
+            slot: Slot::Graph(b),
+            offset: e.start as u64,
+            size: e.len() as u64,
+        })
+    }
+
+    fn aligned(&self, offset: u64) -> bool {
+        offset.is_multiple_of(self.align)
+    }
+
+    /// A new scratch buffer of `size` bytes: its index.
+    fn new_scratch(&mut self, size: u64) -> Result<usize, VulkanError> {
+        let buf = self.backend.context().buffer(size)?;
+        self.scratch.push(buf);
+        Ok(self.scratch.len() - 1)
+    }
+
+    /// All of a new scratch buffer of `size` bytes.
+    fn scratch(&mut self, size: u64) -> Result<Region, VulkanError> {
+        Ok(Region {
+            slot: Slot::Scratch(self.new_scratch(size)?),
+            offset: 0,
+            size,
+        })
+    }
+
+    fn copy(&mut self, src: Region, dst: Region) {
+        self.stats.copies += 1;
+        self.stats.copy_bytes += src.size;
+        self.cmds.push(Cmd::Copy { src, dst });
+    }
+
+    /// The binding that reads `t`, an input of a kernel that writes `dst`:
+    /// in place, or a copy made first when `t` is not at a valid descriptor
+    /// offset, or when it is `dst` itself and the kernel does not read each
+    /// element in the invocation that writes it (`per_element`: the
+    /// element-wise kernels do; a GEMV or an FWHT reads whole rows). A
+    /// partial overlap with `dst` is an error.
+    fn read(
+        &mut self,
+        t: &TensorDesc,
+        dst: &TensorDesc,
+        per_element: bool,
+    ) -> Result<Region, VulkanError> {
+        let r = self.region(t)?;
+        let in_place = match t.overlap(dst) {
+            Overlap::Partial => {
+                return Err(Error::AliasViolation {
+                    what: "a kernel input partially overlaps its output",
+                }
+                .into());
+            }
+            Overlap::Exact => per_element,
+            Overlap::Disjoint => true,
+        };
+        if in_place && self.aligned(r.offset) {
+            return Ok(r.words());
+        }
+        let s = self.scratch(r.size)?;
+        self.copy(r, s);
+        Ok(s.words())
+    }
+
+    /// [`Builder::read`] of an f32 tensor.
+    fn read_f32(
+        &mut self,
+        t: &TensorDesc,
+        dst: &TensorDesc,
+        per_element: bool,
+        what: &'static str,
+    ) -> Result<Region, VulkanError> {
+        if t.dtype() != DType::F32 {
+            return Err(Error::UnsupportedDType {
+                what,
+                dtype: t.dtype(),
+            }
+            .into());
+        }
+        self.read(t, dst, per_element)
+    }
+
+    /// The binding that writes `t` and, when it is a scratch buffer, the
+    /// place its bytes are copied to after the dispatch.
+    fn write(&mut self, t: &TensorDesc) -> Result<(Region, Option<Region>), VulkanError> {
+        if t.dtype() != DType::F32 {
+            return Err(Error::UnsupportedDType {
+                what: "device plan destination (must be contiguous F32)",
+                dtype: t.dtype(),
+            }
+            .into());
+        }
+        let r = self.region(t)?;
+        if self.aligned(r.offset) {
+            return Ok((r, None));
+        }
+        Ok((self.scratch(r.size)?, Some(r)))
+    }
+
+    /// Records `d` (from a backend dispatch builder) with `bindings`, the
+    /// binding at `write` writing `out`, then the copy of a scratch output
+    /// to its place.
+    fn dispatch(
+        &mut self,
+        d: Dispatch<'_>,
+        mut bindings: Vec<Region>,
+        write: usize,
+        out: (Region, Option<Region>),
+    ) {
+        bindings[write] = out.0;
+        self.stats.dispatches += 1;
+        self.cmds.push(Cmd::Dispatch {
+            kernel: d.kernel,
+            bindings,
+            write,
+            push: d.push,
+            groups: d.groups,
+        });
+        if let Some(place) = out.1 {
+            self.copy(out.0, place);
+        }
+    }
+
+    fn dummy() -> Region {
+        Region {
+            slot: Slot::Dummy,
+            offset: 0,
+            size: 4,
+        }
+    }
+
+    /// The epilogue operand binding and the chain words for the GEMV
+    /// shader: one binding over operands that share a buffer, or a packed
+    /// per-step copy.
+    fn operands(
+        &mut self,
+        g: &Graph,
+        epilogue: &Epilogue,
+        ops: &Operands,
+        dst: &TensorDesc,
+        m: usize,
+        n: usize,
+    ) -> Result<(Region, ChainWords), VulkanError> {
+        let descs: Vec<TensorDesc> = ops
+            .iter()
+            .flatten()
+            .map(|id| g.tensor(*id).copied())
+            .collect::<Result<_, _>>()?;
+        for d in &descs {
+            if d.dtype() != DType::F32 {
+                return Err(Error::UnsupportedDType {
+                    what: "device plan epilogue operand (must be F32)",
+                    dtype: d.dtype(),
+                }
+                .into());
+            }
+            if d.overlap(dst) == Overlap::Partial {
+                return Err(Error::AliasViolation {
+                    what: "an epilogue operand partially overlaps the destination",
+                }
+                .into());
+            }
+        }
+        // Lengths are checked here, against the core's rules.
+        let zeros: Vec<Vec<f32>> = descs.iter().map(|d| vec![0.0; d.n_elements()]).collect();
+        let mut slices: [&[f32]; MAX_STAGES] = [&[]; MAX_STAGES];
+        for (s, z) in slices.iter_mut().zip(&zeros) {
+            *s = z;
+        }
+        let (packed, mut chain) = VulkanBackend::pack_epilogue(epilogue, &slices, m, n)?;
+        if descs.is_empty() {
+            return Ok((Self::dummy(), chain));
+        }
+        let regions: Vec<Region> = descs
+            .iter()
+            .map(|d| self.region(d))
+            .collect::<Result<_, _>>()?;
+        let start = regions.iter().map(|r| r.offset).min().unwrap_or(0) / self.align * self.align;
+        let end = regions.iter().map(|r| r.offset + r.size).max().unwrap_or(0);
+        let in_place = regions
+            .iter()
+            .all(|r| r.slot == regions[0].slot && r.offset.is_multiple_of(4));
+        if in_place {
+            for (i, st) in epilogue.stages().iter().enumerate() {
+                if let Some(slot) = st.slot() {
+                    let words = (regions[slot].offset - start) / 4;
+                    chain.offsets[i] = u32_of("epilogue operand offset", words as usize)?;
+                }
+            }
+            let binding = Region {
+                slot: regions[0].slot,
+                offset: start,
+                size: end - start,
+            };
+            return Ok((binding, chain));
+        }
+        // Packed as `pack_epilogue` lays them out: each slot once, at the
+        // offset of the first stage that reads it.
+        let buf = self.scratch(4 * packed.len() as u64)?;
+        let mut done = [false; MAX_STAGES];
+        for (i, st) in epilogue.stages().iter().enumerate() {
+            if let Some(slot) = st.slot().filter(|s| !done[*s]) {
+                done[slot] = true;
+                let src = regions[slot];
+                let dst = Region {
+                    slot: buf.slot,
+                    offset: 4 * u64::from(chain.offsets[i]),
+                    size: src.size,
+                };
+                self.copy(src, dst);
+            }
+        }
+        Ok((buf, chain))
+    }
+
+    /// Whether the backend has a GEMV for `w` times `x`, as
+    /// [`StepKernels::supports_gemv`] says.
+    fn supports(&self, w: &TensorDesc, x: &TensorDesc) -> Result<(), Error> {
+        let mode = self.mode.act_quant(w.dtype());
+        StepKernels::supports_gemv(self.backend, w.dtype(), mode, x.n_rows())?;
+        Ok(())
+    }
+
+    /// A GEMV (gated when `up` is given) of `w` times `x` into `dst`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &mut self,
+        g: &Graph,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        ops: &Operands,
+        dst: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        self.supports(w, x)?;
+        let (k, m, n) = (w.ne()[0], w.ne()[1], x.n_rows());
+        check_len("GEMV activations", k * n, x.n_elements())?;
+        check_len("GEMV output", m * n, dst.n_elements())?;
+        if let Some((u, _)) = up {
+            if u.dtype() != w.dtype() {
+                return Err(Error::UnsupportedDType {
+                    what: "gated GEMV up weights (the gate's format)",
+                    dtype: u.dtype(),
+                }
+                .into());
+            }
+            if u.ne() != w.ne() {
+                return Err(Error::ShapeMismatch {
+                    what: "gated GEMV up weights (the gate's shape)",
+                    expected: w.ne(),
+                    actual: u.ne(),
+                }
+                .into());
+            }
+        }
+        let gt = gemv_type(w.dtype())?;
+        let wr = self.read(w, dst, false)?;
+        let ur = match up {
+            Some((u, _)) => Some(self.read(u, dst, false)?),
+            None => None,
+        };
+        let xr = self.read_f32(x, dst, false, "device plan GEMV activations (must be F32)")?;
+        let (opr, chain) = self.operands(g, epilogue, ops, dst, m, n)?;
+        let out = self.write(dst)?;
+        let n_bind = if up.is_some() { 5 } else { 4 };
+        let d = self.backend.gemv_dispatch(
+            gt,
+            up.map(|(_, a)| a),
+            m,
+            k,
+            n,
+            chain,
+            vec![self.placeholder; n_bind],
+        )?;
+        let mut bindings = vec![wr, xr, out.0, opr];
+        bindings.extend(ur);
+        self.dispatch(d, bindings, 2, out);
+        Ok(())
+    }
+
+    /// A (signed) FWHT of every row of `x` into `dst`.
+    fn fwht(
+        &mut self,
+        desc: &FwhtDesc,
+        x: &TensorDesc,
+        signs: Option<&TensorDesc>,
+        dst: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        let sign_values = signs.map(|s| vec![0.0f32; s.n_elements()]);
+        desc.check(x.n_elements(), sign_values.as_deref(), dst.n_elements())?;
+        let xr = self.read_f32(x, dst, false, "device plan FWHT input (must be F32)")?;
+        let sr = match signs {
+            Some(s) => self.read_f32(s, dst, false, "device plan FWHT signs (must be F32)")?,
+            None => Self::dummy(),
+        };
+        let out = self.write(dst)?;
+        let rows = x.n_elements() / desc.n();
+        let p = self.placeholder;
+        let variant = self.backend.fwht_variant();
+        let d = self.backend.fwht_dispatch(desc, variant, rows, p, p, p)?;
+        self.dispatch(d, vec![xr, sr, out.0], 2, out);
+        Ok(())
+    }
+
+    /// An element-wise kernel over `a` (and `b`) into `dst`.
+    fn eltwise(
+        &mut self,
+        op: EltOp,
+        act: Activation,
+        params: [u32; 2],
+        a: &TensorDesc,
+        b: Option<&TensorDesc>,
+        dst: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        let n = a.n_elements();
+        check_len("element-wise output", n, dst.n_elements())?;
+        let what = "device plan element-wise input (must be F32)";
+        // `b` is read per element unless broadcast over rows.
+        let b_per_element = params == [0; 2];
+        let ar = self.read_f32(a, dst, true, what)?;
+        let br = match b {
+            Some(b) => self.read_f32(b, dst, b_per_element, what)?,
+            None => Self::dummy(),
+        };
+        let out = self.write(dst)?;
+        let p = self.placeholder;
+        let d = self
+            .backend
+            .eltwise_dispatch(op, act, params, n, [p, p, p])?;
+        self.dispatch(d, vec![ar, br, out.0], 2, out);
+        Ok(())
+    }
+
+    /// Builds one step; `Ok(true)` when it launches a kernel.
+    fn step(&mut self, g: &Graph, step: &Step) -> Result<bool, VulkanError> {
+        match step {
+            Step::Node(id) => self.node(g, g.node(*id)?),
+            Step::Gemv(s) => {
+                let mm = g.node(s.matmul)?;
+                let (w, x) = (src(g, mm, 0)?, src(g, mm, 1)?);
+                let dst = *g.tensor(s.out)?;
+                self.gemv(g, &w, None, &x, &s.epilogue, &s.operands, &dst)?;
+                Ok(true)
+            }
+            Step::GluGemv(s) => {
+                let (gn, un) = (g.node(s.gate)?, g.node(s.up)?);
+                let (wg, wu, x) = (src(g, gn, 0)?, src(g, un, 0)?, src(g, gn, 1)?);
+                let dst = *g.tensor(s.out)?;
+                let up = Some((&wu, s.act));
+                self.gemv(g, &wg, up, &x, &s.epilogue, &s.operands, &dst)?;
+                Ok(true)
+            }
+            Step::SignedFwht(s) => {
+                let (x, signs) = (*g.tensor(s.x)?, *g.tensor(s.signs)?);
+                let dst = *g.tensor(s.matmul)?;
+                self.fwht(&s.desc, &x, Some(&signs), &dst)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// `dst = a op b` for an add, multiply or GLU node; `b` may be repeated
+    /// over the rows of `a` (GGML's broadcast) where the kernels index it
+    /// so: a row-bias add, a sign multiply.
+    fn binary(
+        &mut self,
+        g: &Graph,
+        node: &Node,
+        op: EltOp,
+        act: Activation,
+    ) -> Result<(), VulkanError> {
+        let (a, b, dst) = (src(g, node, 0)?, src(g, node, 1)?, *node.tensor());
+        let (ane, bne) = (a.ne(), b.ne());
+        if ane == bne {
+            return self.eltwise(op, act, [0; 2], &a, Some(&b), &dst);
+        }
+        let whole_rows = bne[0] == ane[0]
+            && bne[2] == 1
+            && bne[3] == 1
+            && bne[1] > 0
+            && ane[1].is_multiple_of(bne[1]);
+        let ne0 = u32_of("row length", ane[0])?;
+        let (code, params) = match op {
+            EltOp::Add if whole_rows && bne[1] == 1 => (EltOp::RowBias, [ne0, 0]),
+            EltOp::Mul if whole_rows => (EltOp::Signs, [ne0, u32_of("rows", bne[1])?]),
+            _ => {
+                return Err(unsupported(
+                    "a broadcast element-wise operand (other than over rows) on the Vulkan device plan",
+                )
+                .into());
+            }
+        };
+        self.eltwise(code, act, params, &a, Some(&b), &dst)
+    }
+
+    fn node(&mut self, g: &Graph, node: &Node) -> Result<bool, VulkanError> {
+        let dst = *node.tensor();
+        let id = Activation::Identity;
+        match node.op() {
+            Op::Input | Op::Reshape | Op::View => return Ok(false),
+            Op::MulMat(hint) => {
+                let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
+                let n = w.ne()[0];
+                if hint == MatHint::Hadamard && check_fwht_size(n).is_ok() {
+                    self.fwht(&FwhtDesc::new(n)?, &x, None, &dst)?;
+                } else {
+                    let none = [None; MAX_STAGES];
+                    self.gemv(g, &w, None, &x, &Epilogue::NONE, &none, &dst)?;
+                }
+            }
+            Op::Add => self.binary(g, node, EltOp::Add, id)?,
+            Op::Mul => self.binary(g, node, EltOp::Mul, id)?,
+            Op::Glu(act) => self.binary(g, node, EltOp::Glu, act)?,
+            Op::AddRowBias => {
+                let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
+                let rows = b.n_elements();
+                if rows == 0 || !a.n_elements().is_multiple_of(rows) {
+                    return Err(Error::LengthMismatch {
+                        what: "row-bias input (a whole number of columns of bias rows)",
+                        expected: a.n_elements().div_ceil(rows.max(1)) * rows,
+                        actual: a.n_elements(),
+                    }
+                    .into());
+                }
+                let params = [u32_of("bias rows", rows)?, 0];
+                self.eltwise(EltOp::RowBias, id, params, &a, Some(&b), &dst)?;
+            }
+            Op::Unary(act) => {
+                let a = src(g, node, 0)?;
+                self.eltwise(EltOp::Unary, act, [0; 2], &a, None, &dst)?;
+            }
+            // Ops the core does not model: a copy of the first source (the
+            // identity activation, as the host-slice executor does).
+            Op::Other(_) => match node.src(0) {
+                None => return Ok(false),
+                Some(s) => {
+                    let a = *g.tensor(s)?;
+                    self.eltwise(EltOp::Unary, id, [0; 2], &a, None, &dst)?;
+                }
+            },
+        }
+        Ok(true)
+    }
+}
+
+/// Every stage a barrier waits for and releases: compute and transfer.
+fn work_stages() -> vk::PipelineStageFlags {
+    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER
+}
+
+fn write_access() -> vk::AccessFlags {
+    vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE
+}
+
+fn any_access() -> vk::AccessFlags {
+    vk::AccessFlags::SHADER_READ
+        | vk::AccessFlags::SHADER_WRITE
+        | vk::AccessFlags::TRANSFER_READ
+        | vk::AccessFlags::TRANSFER_WRITE
+}
+
+impl<'a> DevicePlan<'a> {
+    /// Records `plan` (made for `g`) for `backend`, over zeroed device
+    /// buffers of `sizes` bytes (one per [`BufferId`], in order), with GEMV
+    /// activations fed per `mode`. Anything the device plan cannot run is
+    /// refused here, before a command is recorded (see the module docs).
+    pub fn new(
+        backend: &'a VulkanBackend,
+        g: &Graph,
+        plan: &Plan,
+        mode: GemvMode,
+        sizes: &[usize],
+    ) -> Result<DevicePlan<'a>, VulkanError> {
+        let ctx = backend.context();
+        let placeholder = ctx.buffer(4)?;
+        let mut b = Builder {
+            backend,
+            placeholder: &placeholder,
+            sizes,
+            align: ctx.storage_offset_alignment().max(BINDING_ALIGN),
+            mode,
+            scratch: Vec::new(),
+            cmds: Vec::new(),
+            stats: DevicePlanStats::default(),
+        };
+        for step in &plan.steps {
+            if b.step(g, step)? {
+                b.stats.kernel_steps += 1;
+            }
+        }
+        let buffers = sizes
+            .iter()
+            .map(|&s| ctx.buffer(s as u64))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Graph inputs a command overwrites: kept in pristine copies.
+        let written: Vec<Region> = b.cmds.iter().map(|c| c.access().1).collect();
+        let mut pristine = Vec::new();
+        for node in g.nodes() {
+            if node.op() != Op::Input {
+                continue;
+            }
+            let t = node.tensor();
+            let Ok(r) = b.region(t) else {
+                continue; // never bound: nothing to keep
+            };
+            if written.iter().any(|w| w.overlaps(&r)) {
+                pristine.push((r, b.new_scratch(r.size)?));
+            }
+        }
+        let Builder {
+            scratch,
+            cmds,
+            stats,
+            ..
+        } = b;
+        let mut dp = DevicePlan {
+            backend,
+            buffers,
+            sizes: sizes.to_vec(),
+            scratch,
+            dummy: placeholder,
+            pristine,
+            stats,
+            descriptor_pool: vk::DescriptorPool::null(),
+            run_cb: vk::CommandBuffer::null(),
+            restore_cb: vk::CommandBuffer::null(),
+            fence: vk::Fence::null(),
+            queries: vk::QueryPool::null(),
+        };
+        dp.record(&cmds)?;
+        Ok(dp)
+    }
+
+    /// What one run records.
+    pub fn stats(&self) -> DevicePlanStats {
+        self.stats
+    }
+
+    /// The number of graph buffers.
+    pub fn n_buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
+    fn vk_buffer(&self, slot: Slot) -> vk::Buffer {
+        match slot {
+            Slot::Graph(i) => self.buffers[i].buffer,
+            Slot::Scratch(i) => self.scratch[i].buffer,
+            Slot::Dummy => self.dummy.buffer,
+        }
+    }
+
+    /// Creates the fence, query and descriptor pools, and records the run
+    /// and restore command buffers.
+    fn record(&mut self, cmds: &[Cmd]) -> Result<(), VulkanError> {
+        let ctx = self.backend.context();
+        let d = &ctx.device;
+        // SAFETY: a fresh fence of this device.
+        self.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
+            .map_err(VulkanError::vk("vkCreateFence"))?;
+        if ctx.info().timestamp_period_ns.is_some() {
+            let info = vk::QueryPoolCreateInfo::default()
+                .query_type(vk::QueryType::TIMESTAMP)
+                .query_count(2);
+            // SAFETY: valid create info.
+            self.queries = unsafe { d.create_query_pool(&info, None) }
+                .map_err(VulkanError::vk("vkCreateQueryPool"))?;
+        }
+        let n_sets = cmds
+            .iter()
+            .filter(|c| matches!(c, Cmd::Dispatch { .. }))
+            .count() as u32;
+        let n_descriptors: u32 = cmds
+            .iter()
+            .map(|c| match c {
+                Cmd::Dispatch { bindings, .. } => bindings.len() as u32,
+                Cmd::Copy { .. } => 0,
+            })
+            .sum();
+        if n_sets > 0 {
+            let sizes = [vk::DescriptorPoolSize {
+                ty: vk::DescriptorType::STORAGE_BUFFER,
+                descriptor_count: n_descriptors,
+            }];
+            let info = vk::DescriptorPoolCreateInfo::default()
+                .max_sets(n_sets)
+                .pool_sizes(&sizes);
+            // SAFETY: valid create info.
+            self.descriptor_pool = unsafe { d.create_descriptor_pool(&info, None) }
+                .map_err(VulkanError::vk("vkCreateDescriptorPool"))?;
+        }
+        // The command pool is used under the kernel-cache lock, which also
+        // keeps the pipelines looked up below.
+        let kernels = ctx
+            .kernels
+            .lock()
+            .map_err(|_| VulkanError::Unsupported("kernel cache poisoned".into()))?;
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(ctx.command_pool())
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(2);
+        // SAFETY: the pool belongs to this device; the lock is held.
+        let cbs = unsafe { d.allocate_command_buffers(&alloc) }
+            .map_err(VulkanError::vk("vkAllocateCommandBuffers"))?;
+        (self.run_cb, self.restore_cb) = (cbs[0], cbs[1]);
+        let begin = vk::CommandBufferBeginInfo::default();
+        let cb = self.run_cb;
+        // SAFETY: every handle recorded belongs to this device and lives as
+        // long as the plan: buffers and pools are owned by it, pipelines by
+        // the context's cache (destroyed only with the context, which the
+        // plan borrows). The command pool is used under the lock.
+        unsafe {
+            d.begin_command_buffer(cb, &begin)
+                .map_err(VulkanError::vk("vkBeginCommandBuffer"))?;
+            if !self.queries.is_null() {
+                d.cmd_reset_query_pool(cb, self.queries, 0, 2);
+            }
+            self.entry_barrier(cb);
+            if !self.queries.is_null() {
+                d.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, self.queries, 0);
+            }
+            let mut pending_writes: Vec<Region> = Vec::new();
+            let mut pending_reads: Vec<Region> = Vec::new();
+            for cmd in cmds {
+                let (reads, write) = cmd.access();
+                let hazard = reads
+                    .iter()
+                    .any(|r| pending_writes.iter().any(|w| w.overlaps(r)))
+                    || pending_writes
+                        .iter()
+                        .chain(&pending_reads)
+                        .any(|p| p.overlaps(&write));
+                if hazard {
+                    self.barrier(cb, &pending_writes);
+                    self.stats.barriers += 1;
+                    pending_writes.clear();
+                    pending_reads.clear();
+                }
+                pending_reads.extend(reads);
+                pending_writes.push(write);
+                match cmd {
+                    Cmd::Copy { src, dst } => {
+                        let region = vk::BufferCopy {
+                            src_offset: src.offset,
+                            dst_offset: dst.offset,
+                            size: src.size,
+                        };
+                        d.cmd_copy_buffer(
+                            cb,
+                            self.vk_buffer(src.slot),
+                            self.vk_buffer(dst.slot),
+                            &[region],
+                        );
+                    }
+                    Cmd::Dispatch {
+                        kernel,
+                        bindings,
+                        push,
+                        groups,
+                        ..
+                    } => {
+                        let k = kernels.get(kernel).ok_or_else(|| {
+                            VulkanError::Unsupported(format!("kernel {kernel:?} not built"))
+                        })?;
+                        let layouts = [k.set_layout];
+                        let info = vk::DescriptorSetAllocateInfo::default()
+                            .descriptor_pool(self.descriptor_pool)
+                            .set_layouts(&layouts);
+                        let set = d
+                            .allocate_descriptor_sets(&info)
+                            .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?[0];
+                        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bindings
+                            .iter()
+                            .map(|r| {
+                                [vk::DescriptorBufferInfo {
+                                    buffer: self.vk_buffer(r.slot),
+                                    offset: r.offset,
+                                    range: r.size,
+                                }]
+                            })
+                            .collect();
+                        let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
+                            .iter()
+                            .enumerate()
+                            .map(|(binding, info)| {
+                                vk::WriteDescriptorSet::default()
+                                    .dst_set(set)
+                                    .dst_binding(binding as u32)
+                                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                                    .buffer_info(info)
+                            })
+                            .collect();
+                        d.update_descriptor_sets(&writes, &[]);
+                        d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, k.pipeline);
+                        d.cmd_bind_descriptor_sets(
+                            cb,
+                            vk::PipelineBindPoint::COMPUTE,
+                            k.layout,
+                            0,
+                            &[set],
+                            &[],
+                        );
+                        if !push.is_empty() {
+                            d.cmd_push_constants(
+                                cb,
+                                k.layout,
+                                vk::ShaderStageFlags::COMPUTE,
+                                0,
+                                push,
+                            );
+                        }
+                        d.cmd_dispatch(cb, groups[0], groups[1], groups[2]);
+                    }
+                }
+            }
+            if !self.queries.is_null() {
+                d.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, self.queries, 1);
+            }
+            self.exit_barrier(cb);
+            d.end_command_buffer(cb)
+                .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
+            let rb = self.restore_cb;
+            d.begin_command_buffer(rb, &begin)
+                .map_err(VulkanError::vk("vkBeginCommandBuffer"))?;
+            self.entry_barrier(rb);
+            for (r, i) in &self.pristine {
+                let region = vk::BufferCopy {
+                    src_offset: 0,
+                    dst_offset: r.offset,
+                    size: r.size,
+                };
+                d.cmd_copy_buffer(
+                    rb,
+                    self.scratch[*i].buffer,
+                    self.vk_buffer(r.slot),
+                    &[region],
+                );
+            }
+            self.exit_barrier(rb);
+            d.end_command_buffer(rb)
+                .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
+        }
+        Ok(())
+    }
+
+    /// Records a barrier that makes `writes` visible to every later
+    /// compute or transfer access (an execution dependency only when empty).
+    ///
+    /// # Safety
+    /// `cb` is recording.
+    unsafe fn barrier(&self, cb: vk::CommandBuffer, writes: &[Region]) {
+        let barriers: Vec<vk::BufferMemoryBarrier<'_>> = writes
+            .iter()
+            .map(|w| {
+                vk::BufferMemoryBarrier::default()
+                    .src_access_mask(write_access())
+                    .dst_access_mask(any_access())
+                    .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                    .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                    .buffer(self.vk_buffer(w.slot))
+                    .offset(w.offset)
+                    .size(w.size)
+            })
+            .collect();
+        // SAFETY: guaranteed by the caller; the buffers are the plan's.
+        unsafe {
+            self.backend.context().device.cmd_pipeline_barrier(
+                cb,
+                work_stages(),
+                work_stages(),
+                vk::DependencyFlags::empty(),
+                &[],
+                &barriers,
+                &[],
+            );
+        }
+    }
+
+    /// Orders the commands after everything submitted before (uploads,
+    /// restores, the previous run).
+    ///
+    /// # Safety
+    /// `cb` is recording.
+    unsafe fn entry_barrier(&self, cb: vk::CommandBuffer) {
+        let m = vk::MemoryBarrier::default()
+            .src_access_mask(write_access())
+            .dst_access_mask(any_access());
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            self.backend.context().device.cmd_pipeline_barrier(
+                cb,
+                work_stages(),
+                work_stages(),
+                vk::DependencyFlags::empty(),
+                &[m],
+                &[],
+                &[],
+            );
+        }
+    }
+
+    /// Makes every write visible to the host and to later submissions.
+    ///
+    /// # Safety
+    /// `cb` is recording.
+    unsafe fn exit_barrier(&self, cb: vk::CommandBuffer) {
+        let m = vk::MemoryBarrier::default()
+            .src_access_mask(write_access())
+            .dst_access_mask(any_access() | vk::AccessFlags::HOST_READ);
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            self.backend.context().device.cmd_pipeline_barrier(
+                cb,
+                work_stages(),
+                work_stages() | vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &[m],
+                &[],
+                &[],
+            );
+        }
+    }
+
+    /// Writes every graph buffer from `mem` (buffer `i` must hold the size
+    /// the plan was built with), and the pristine copies of the inputs the
+    /// plan overwrites.
+    pub fn upload<M: Buffers>(&mut self, mem: &M) -> Result<(), VulkanError> {
+        let ctx = self.backend.context();
+        for (i, (buf, &size)) in self.buffers.iter().zip(&self.sizes).enumerate() {
+            let bytes = mem.buffer(BufferId(i as u32))?;
+            check_len("host buffer for the device plan", size, bytes.len())?;
+            ctx.write(buf, bytes)?;
+        }
+        for (r, i) in &self.pristine {
+            let Slot::Graph(b) = r.slot else { continue };
+            let bytes = mem.buffer(BufferId(b as u32))?;
+            let range = r.offset as usize..(r.offset + r.size) as usize;
+            ctx.write(&self.scratch[*i], &bytes[range])?;
+        }
+        Ok(())
+    }
+
+    /// Runs the plan once over the device buffers as they are.
+    pub fn run(&self) -> Result<(), VulkanError> {
+        // SAFETY: the run command buffer is executable, not pending (every
+        // submission is waited for) and refers only to objects the plan
+        // owns or borrows.
+        unsafe {
+            self.backend
+                .context()
+                .submit_and_wait(self.run_cb, self.fence)
+        }
+    }
+
+    /// Copies the graph inputs the plan overwrites back from their pristine
+    /// copies (nothing to do when it overwrites none).
+    pub fn restore_inputs(&self) -> Result<(), VulkanError> {
+        if self.pristine.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: as in `run`, for the restore command buffer.
+        unsafe {
+            self.backend
+                .context()
+                .submit_and_wait(self.restore_cb, self.fence)
+        }
+    }
+
+    /// Runs the plan `reps` times, each run starting from the uploaded
+    /// inputs ([`DevicePlan::restore_inputs`] before it, not timed), after
+    /// one untimed warm-up run.
+    pub fn run_timed(&self, reps: usize) -> Result<Vec<PlanTiming>, VulkanError> {
+        self.restore_inputs()?;
+        self.run()?;
+        (0..reps).map(|_| self.time_once()).collect()
+    }
+
+    /// Restores the inputs, then one timed run.
+    pub fn time_once(&self) -> Result<PlanTiming, VulkanError> {
+        self.restore_inputs()?;
+        let start = Instant::now();
+        self.run()?;
+        let wall = start.elapsed();
+        let ctx = self.backend.context();
+        let device = match ctx.info().timestamp_period_ns {
+            Some(period) if !self.queries.is_null() => {
+                let mut ts = [0u64; 2];
+                // SAFETY: both queries were written by the run just waited for.
+                unsafe {
+                    ctx.device.get_query_pool_results(
+                        self.queries,
+                        0,
+                        &mut ts,
+                        vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                    )
+                }
+                .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
+                let ticks = ts[1].wrapping_sub(ts[0]) & ctx.timestamp_mask();
+                Some(Duration::from_nanos(
+                    (ticks as f64 * f64::from(period)).round() as u64,
+                ))
+            }
+            _ => None,
+        };
+        Ok(PlanTiming { device, wall })
+    }
+
+    /// The bytes of graph buffer `id` (the size the plan was built with).
+    pub fn download(&self, id: BufferId) -> Result<Vec<u8>, VulkanError> {
+        let i = id.0 as usize;
+        let buf = self
+            .buffers
+            .get(i)
+            .ok_or(Error::BadBuffer { buffer: id.0 })?;
+        let mut out = vec![0u8; self.sizes[i]];
+        self.backend.context().read(buf, &mut out)?;
+        Ok(out)
+    }
+
+    /// The values of tensor `t` (F32, F16 or BF16) as f32.
+    pub fn read_f32(&self, t: &TensorDesc) -> Result<Vec<f32>, VulkanError> {
+        let bytes = self.download(t.buffer())?;
+        Ok(gather_f32(&bytes, t)?.into_owned())
+    }
+
+    /// Copies every graph buffer back into `mem`.
+    pub fn download_into<M: Buffers>(&self, mem: &mut M) -> Result<(), VulkanError> {
+        for i in 0..self.buffers.len() {
+            let bytes = self.download(BufferId(i as u32))?;
+            mem.with_buffer_mut(BufferId(i as u32), |dst, _| {
+                check_len("host buffer for the device plan", bytes.len(), dst.len())?;
+                dst.copy_from_slice(&bytes);
+                Ok::<(), Error>(())
+            })??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DevicePlan<'_> {
+    fn drop(&mut self) {
+        let ctx = self.backend.context();
+        let d = &ctx.device;
+        // SAFETY: the objects belong to this device and no submission of
+        // them is pending (every submission is waited for, and a failed
+        // wait waits for the device). The command pool is used under the
+        // kernel-cache lock.
+        unsafe {
+            let cbs: Vec<vk::CommandBuffer> = [self.run_cb, self.restore_cb]
+                .into_iter()
+                .filter(|c| !c.is_null())
+                .collect();
+            if !cbs.is_empty() {
+                let _guard = ctx.kernels.lock();
+                d.free_command_buffers(ctx.command_pool(), &cbs);
+            }
+            if !self.descriptor_pool.is_null() {
+                d.destroy_descriptor_pool(self.descriptor_pool, None);
+            }
+            if !self.queries.is_null() {
+                d.destroy_query_pool(self.queries, None);
+            }
+            if !self.fence.is_null() {
+                d.destroy_fence(self.fence, None);
+            }
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The device-resident plan executor ([`DevicePlan`]) against the
+//! host-slice executor (the core's `Executor` over `VulkanBackend`): the
+//! same kernels, so every buffer must come out bit for bit the same, fused
+//! and unfused; dispatch, barrier and copy counts; typed refusals; timed
+//! re-runs that start from the same inputs; no validation message.
+
+mod common;
+
+use common::{
+    assert_no_validation_messages, backend_or_skip, backend_with_or_skip, data,
+    first_bit_difference, validation,
+};
+use fused_core::element::Activation;
+use fused_core::error::Unsupported;
+use fused_core::exec::Executor;
+use fused_core::graph::{Graph, NodeId, Place};
+use fused_core::planner::{Plan, plan};
+use fused_core::quant::quantize_row;
+use fused_core::reference::ActQuant;
+use fused_core::reference::eval::{GemvMode, Memory};
+use fused_core::tensor::{BufferId, TensorDesc};
+use fused_core::{DType, Error};
+use fused_vulkan::{
+    BINDING_ALIGN, ContextOptions, DevicePlan, DevicePlanStats, VulkanBackend, VulkanError,
+};
+
+/// Hidden and FFN sizes of the test layer (whole Q4_0/Q4_K blocks).
+const H: usize = 256;
+const F: usize = 512;
+
+/// A decode layer: `h += W_o · attn(h)`, then `h += W_d · (silu(W_g·h) ⊙
+/// (W_u·h))`, the residual stream updated in place at byte `res_at` of
+/// buffer 1; weights of `dtype` in buffer 0, `attn` an opaque copy.
+fn decode_layer(dtype: DType, res_at: usize) -> (Graph, Memory, NodeId) {
+    let mut g = Graph::new();
+    let mut inits: Vec<(TensorDesc, Vec<u8>)> = Vec::new();
+    let mut wnext = 0;
+    let mut weight = |g: &mut Graph, k: usize, m: usize, seed: u64| {
+        let rb = dtype.row_bytes(k).unwrap();
+        let t = TensorDesc::contiguous(dtype, [k, m, 1, 1], BufferId(0), wnext).unwrap();
+        wnext += (rb * m).next_multiple_of(256);
+        let scale = 1.0 / (k as f32).sqrt();
+        let v: Vec<f32> = data(k * m, seed).iter().map(|x| x * scale).collect();
+        let mut bytes = vec![0u8; rb * m];
+        for (src, dst) in v.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+            quantize_row(dtype, src, dst).unwrap();
+        }
+        inits.push((t, bytes));
+        g.input(t).unwrap()
+    };
+    let w_o = weight(&mut g, H, H, 1);
+    let w_g = weight(&mut g, H, F, 2);
+    let w_u = weight(&mut g, H, F, 3);
+    let w_d = weight(&mut g, F, H, 4);
+    let mut anext = 4096;
+    let mut act = |n: usize| {
+        let p = Place::at(1, anext);
+        anext += 4 * n;
+        p
+    };
+    let res = Place::at(1, res_at);
+    let h = TensorDesc::contiguous(DType::F32, [H, 1, 1, 1], BufferId(1), res_at).unwrap();
+    let hv: Vec<u8> = data(H, 9).iter().flat_map(|v| v.to_le_bytes()).collect();
+    inits.push((h, hv));
+    let h = g.input(h).unwrap();
+    let vec = [H, 1, 1, 1];
+    let attn = g.other("attention", &[h], vec, act(H)).unwrap();
+    let o = g.mul_mat(w_o, attn, act(H)).unwrap();
+    let h1 = g.add(o, h, res).unwrap();
+    let gate = g.mul_mat(w_g, h1, act(F)).unwrap();
+    let up = g.mul_mat(w_u, h1, act(F)).unwrap();
+    let a = g.glu(Activation::Silu, gate, up, act(F)).unwrap();
+    let down = g.mul_mat(w_d, a, act(H)).unwrap();
+    let h2 = g.add(down, h1, res).unwrap();
+    g.mark_output(h2).unwrap();
+    let mut mem = Memory::new(&[wnext, anext]);
+    for (t, bytes) in &inits {
+        mem.write_rows(t, bytes).unwrap();
+    }
+    (g, mem, h2)
+}
+
+/// Runs `p` through the host-slice executor.
+fn host_run(b: &VulkanBackend, g: &Graph, p: &Plan, mem: &Memory) -> Memory {
+    let mut m = mem.clone();
+    Executor::new(b, GemvMode::F32).run(g, p, &mut m).unwrap();
+    m
+}
+
+fn sizes(mem: &Memory) -> Vec<usize> {
+    (0u32..)
+        .map_while(|i| mem.buffer(BufferId(i)).ok().map(<[u8]>::len))
+        .collect()
+}
+
+/// Runs `p` once as a device plan; its memory afterwards and its counts.
+fn device_run(b: &VulkanBackend, g: &Graph, p: &Plan, mem: &Memory) -> (Memory, DevicePlanStats) {
+    let mut dp = DevicePlan::new(b, g, p, GemvMode::F32, &sizes(mem)).unwrap();
+    dp.upload(mem).unwrap();
+    dp.run().unwrap();
+    let mut out = mem.clone();
+    dp.download_into(&mut out).unwrap();
+    (out, dp.stats())
+}
+
+fn assert_same_memory(got: &Memory, want: &Memory, what: &str) {
+    for i in 0u32.. {
+        let (Ok(g), Ok(w)) = (got.buffer(BufferId(i)), want.buffer(BufferId(i))) else {
+            break;
+        };
+        assert!(g == w, "{what}: buffer {i} differs");
+    }
+}
+
+fn f32s(mem: &Memory, g: &Graph, id: NodeId) -> Vec<f32> {
+    mem.read(g.tensor(id).unwrap()).unwrap()
+}
+
+#[test]
+fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for dtype in [DType::F16, DType::Q4_0] {
+        let (g, mem, out) = decode_layer(dtype, 0);
+        let fused = plan(&g);
+        let unfused = Plan::unfused(&g);
+        assert_eq!(fused.fused_steps(), 3, "{fused:?}");
+        let mut outs = Vec::new();
+        for (p, name) in [(&fused, "fused"), (&unfused, "unfused")] {
+            let what = format!("{dtype} {name}");
+            let want = host_run(&b, &g, p, &mem);
+            let (got, stats) = device_run(&b, &g, p, &mem);
+            assert_same_memory(&got, &want, &what);
+            let kernel_steps = p.kernel_steps(&g) as u64;
+            assert_eq!(stats.kernel_steps, kernel_steps, "{what}");
+            assert_eq!(stats.dispatches, kernel_steps, "{what}");
+            assert_eq!(stats.copies, 0, "{what}: every tensor is bound in place");
+            // Every step reads the one before, except the unfused gate and
+            // up projections, which read the same input side by side.
+            let independent = if p.fused_steps() == 0 { 1 } else { 0 };
+            assert_eq!(stats.barriers, kernel_steps - 1 - independent, "{what}");
+            outs.push(f32s(&got, &g, out));
+        }
+        assert_eq!(
+            first_bit_difference(&outs[0], &outs[1]),
+            None,
+            "{dtype}: fused != unfused"
+        );
+    }
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn timed_runs_start_from_the_same_inputs() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (g, mem, out) = decode_layer(DType::Q4_0, 0);
+    let p = plan(&g);
+    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
+    dp.upload(&mem).unwrap();
+    dp.run().unwrap();
+    let once = dp.read_f32(g.tensor(out).unwrap()).unwrap();
+    // A second run without restoring updates the residual stream again.
+    dp.run().unwrap();
+    let twice = dp.read_f32(g.tensor(out).unwrap()).unwrap();
+    assert!(first_bit_difference(&once, &twice).is_some());
+    let times = dp.run_timed(3).unwrap();
+    assert_eq!(times.len(), 3);
+    for t in &times {
+        assert!(t.wall.as_nanos() > 0);
+        if b.context().info().timestamp_period_ns.is_some() {
+            assert!(t.device.is_some_and(|d| d.as_nanos() > 0), "{t:?}");
+        }
+    }
+    let timed = dp.read_f32(g.tensor(out).unwrap()).unwrap();
+    assert_eq!(first_bit_difference(&timed, &once), None);
+    assert_no_validation_messages(&b);
+}
+
+/// A GEMV whose input sits at byte 4 of its buffer (not a valid
+/// descriptor offset where the device asks for more) and whose epilogue
+/// operands live in two buffers (copied into one operand buffer).
+#[test]
+fn misaligned_tensors_and_spread_operands_are_copied() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (k, m) = (128, 64);
+    let mut g = Graph::new();
+    let rb = DType::Q4_0.row_bytes(k).unwrap();
+    let w = TensorDesc::contiguous(DType::Q4_0, [k, m, 1, 1], BufferId(0), 0).unwrap();
+    let x = TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 4).unwrap();
+    let r = TensorDesc::contiguous(DType::F32, [m, 1, 1, 1], BufferId(2), 0).unwrap();
+    let s = TensorDesc::contiguous(DType::F32, [m, 1, 1, 1], BufferId(1), 1024).unwrap();
+    let (wn, xn, rn, sn) = (
+        g.input(w).unwrap(),
+        g.input(x).unwrap(),
+        g.input(r).unwrap(),
+        g.input(s).unwrap(),
+    );
+    let y = g.mul_mat(wn, xn, Place::at(1, 2048)).unwrap();
+    let y = g.add(y, rn, Place::at(1, 2048)).unwrap();
+    let y = g.mul(y, sn, Place::at(1, 2048)).unwrap();
+    g.mark_output(y).unwrap();
+    let mut mem = Memory::new(&[rb * m, 4096, 4 * m]);
+    let wv = data(k * m, 5);
+    let wb = mem.buffer_mut(BufferId(0)).unwrap();
+    for (src, dst) in wv.chunks_exact(k).zip(wb.chunks_exact_mut(rb)) {
+        quantize_row(DType::Q4_0, src, dst).unwrap();
+    }
+    mem.write(&x, &data(k, 6)).unwrap();
+    mem.write(&r, &data(m, 7)).unwrap();
+    mem.write(&s, &data(m, 8)).unwrap();
+    let p = plan(&g);
+    assert_eq!(p.fused_steps(), 1, "{p:?}");
+    let want = host_run(&b, &g, &p, &mem);
+    let (got, stats) = device_run(&b, &g, &p, &mem);
+    assert_same_memory(&got, &want, "misaligned");
+    // x (byte 4 is never a multiple of BINDING_ALIGN) and both operands.
+    const { assert!(4 % BINDING_ALIGN != 0) };
+    assert_eq!(stats.copies, 3, "{stats:?}");
+    assert_eq!(stats.copy_bytes, (4 * k + 2 * 4 * m) as u64);
+    assert_eq!(stats.dispatches, 1);
+    assert_eq!(stats.barriers, 1, "the copies, then the GEMV");
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn unsupported_plans_are_refused_with_typed_errors() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (g, mem, _) = decode_layer(DType::Q4_0, 0);
+    let sz = sizes(&mem);
+    // GGML's Q8_0 activations: the GEMV kernels take f32 only.
+    let r = DevicePlan::new(&b, &g, &plan(&g), GemvMode::Ggml, &sz).map(|_| ());
+    assert_eq!(
+        r,
+        Err(VulkanError::Core(Error::Unsupported(
+            Unsupported::ActQuant(ActQuant::Q8_0)
+        )))
+    );
+    // An element-wise operand broadcast along a row (not over rows).
+    let mut g2 = Graph::new();
+    let a = TensorDesc::contiguous(DType::F32, [8, 2, 1, 1], BufferId(0), 0).unwrap();
+    let c = TensorDesc::contiguous(DType::F32, [1, 2, 1, 1], BufferId(0), 64).unwrap();
+    let (an, cn) = (g2.input(a).unwrap(), g2.input(c).unwrap());
+    let y = g2.add(an, cn, Place::at(0, 128)).unwrap();
+    g2.mark_output(y).unwrap();
+    let r = DevicePlan::new(&b, &g2, &plan(&g2), GemvMode::F32, &[256]).map(|_| ());
+    assert!(
+        matches!(r, Err(VulkanError::Core(Error::Unsupported(_)))),
+        "{r:?}"
+    );
+    // A buffer shorter than its tensors.
+    let short = [sz[0], 100];
+    let r = DevicePlan::new(&b, &g, &plan(&g), GemvMode::F32, &short).map(|_| ());
+    assert!(
+        matches!(r, Err(VulkanError::Core(Error::BufferTooShort { .. }))),
+        "{r:?}"
+    );
+    assert_no_validation_messages(&b);
+}
+
+/// Device-local buffers reached through staging copies (as on a discrete
+/// GPU): upload, timed re-runs with restored inputs and download agree
+/// with the host-slice executor.
+#[test]
+fn staged_device_buffers_give_the_same_bits() {
+    let Some(b) = backend_with_or_skip(ContextOptions {
+        validation: validation(),
+        staged_buffers: true,
+    }) else {
+        return;
+    };
+    assert!(!b.context().info().host_visible_buffers);
+    let (g, mem, _) = decode_layer(DType::Q4_0, 0);
+    let p = plan(&g);
+    let want = host_run(&b, &g, &p, &mem);
+    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
+    dp.upload(&mem).unwrap();
+    dp.run_timed(2).unwrap();
+    let mut got = mem.clone();
+    dp.download_into(&mut got).unwrap();
+    assert_same_memory(&got, &want, "staged");
+    assert_no_validation_messages(&b);
+}
+
+/// A GEMV and an FWHT that overwrite their own input: each reads a copy
+/// made first (other workgroups would otherwise read what one has
+/// already written), as the host executor copies an aliased input.
+#[test]
+fn kernels_that_overwrite_their_input_read_a_copy() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let k = 256;
+    let mut g = Graph::new();
+    let w = TensorDesc::contiguous(DType::Q8_0, [k, k, 1, 1], BufferId(0), 0).unwrap();
+    let x = TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0).unwrap();
+    let h = TensorDesc::strided(DType::F32, [k, k, 1, 1], [4, 0, 0, 0], BufferId(2), 0).unwrap();
+    let (wn, xn, hn) = (
+        g.input(w).unwrap(),
+        g.input(x).unwrap(),
+        g.input(h).unwrap(),
+    );
+    let y = g.mul_mat(wn, xn, Place::at(1, 0)).unwrap();
+    let z = g.mul_mat_hadamard(hn, y, Place::at(1, 0)).unwrap();
+    g.mark_output(z).unwrap();
+    let rb = DType::Q8_0.row_bytes(k).unwrap();
+    let mut mem = Memory::new(&[rb * k, 4 * k, 4 * k]);
+    let wv = data(k * k, 3);
+    let wb = mem.buffer_mut(BufferId(0)).unwrap();
+    for (src, dst) in wv.chunks_exact(k).zip(wb.chunks_exact_mut(rb)) {
+        quantize_row(DType::Q8_0, src, dst).unwrap();
+    }
+    mem.write(&x, &data(k, 4)).unwrap();
+    let p = plan(&g);
+    let want = host_run(&b, &g, &p, &mem);
+    let (got, stats) = device_run(&b, &g, &p, &mem);
+    assert_same_memory(&got, &want, "in place");
+    assert_eq!(stats.dispatches, 2);
+    assert_eq!(stats.copies, 2, "{stats:?}");
+    assert_no_validation_messages(&b);
+}
