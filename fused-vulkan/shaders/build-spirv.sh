@@ -25,11 +25,24 @@ compile copy copy.comp
 compile eltwise eltwise.comp
 compile fwht_shared fwht.comp
 compile fwht_shuffle fwht.comp -DSHUFFLE
-for d in f32:0 f16:1 q8_0:2 q4_0:3 q4_k:4; do
-    compile "gemv_${d%%:*}" gemv.comp -DDTYPE="${d##*:}"
-    compile "gemv_glu_${d%%:*}" gemv.comp -DDTYPE="${d##*:}" -DGLU
-    compile "gemv_sg_${d%%:*}" gemv.comp -DDTYPE="${d##*:}" -DSUBGROUP
-    compile "gemv_sg_glu_${d%%:*}" gemv.comp -DDTYPE="${d##*:}" -DGLU -DSUBGROUP
+# gemv{,_glu}{,_sg}_TYPE: F32 and F16 from gemv.comp, the quantized formats
+# from gemv_quant.comp; Q8_0 and Q4_0 also with 16-bit loads (_s16).
+gemv_variants() { # name-suffix source defines...
+    local suffix="$1" src="$2"
+    shift 2
+    compile "gemv_${suffix}" "$src" "$@"
+    compile "gemv_glu_${suffix}" "$src" "$@" -DGLU
+    compile "gemv_sg_${suffix}" "$src" "$@" -DSUBGROUP
+    compile "gemv_sg_glu_${suffix}" "$src" "$@" -DGLU -DSUBGROUP
+}
+for d in f32:0 f16:1; do
+    gemv_variants "${d%%:*}" gemv.comp -DDTYPE="${d##*:}"
+done
+for d in q8_0:2 q4_0:3 q4_k:4; do
+    gemv_variants "${d%%:*}" gemv_quant.comp -DDTYPE="${d##*:}"
+done
+for d in q8_0:2 q4_0:3; do
+    gemv_variants "${d%%:*}_s16" gemv_quant.comp -DDTYPE="${d##*:}" -DSTORAGE16
 done
 if [ "$CHECK" = 1 ]; then
     status=0

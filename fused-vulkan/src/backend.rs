@@ -22,12 +22,26 @@ const ELTWISE_WG: u32 = 256;
 /// Shared memory the FWHT kernel may use for one exchange, in floats (32 KiB,
 /// what lavapipe and NVIDIA both have; less when the device has less).
 const FWHT_SHARED_FLOATS: u32 = 8192;
-/// Values each FWHT thread aims to hold in registers.
-const FWHT_VALUES_PER_THREAD: u32 = 8;
+/// Values each FWHT thread aims to hold in registers with subgroup
+/// shuffles: 32 make N = 1024 one subgroup of 32 per row (NVIDIA), whose
+/// exchanges are all shuffles, with no shared memory or barrier.
+const FWHT_VALUES_PER_THREAD_SHUFFLE: u32 = 32;
+/// Values each FWHT thread aims to hold in registers with shared memory
+/// only (fewer: more threads per row share the exchanges).
+const FWHT_VALUES_PER_THREAD_SHARED: u32 = 8;
 /// The largest FWHT workgroup.
 const FWHT_MAX_WG: u32 = 1024;
+/// The smallest FWHT workgroup the plan aims for (several rows per
+/// workgroup when rows are short).
+const FWHT_MIN_WG: u32 = 128;
+/// Slabs of rows each FWHT workgroup transforms in turn.
+const FWHT_SLABS: u32 = 1;
+/// The most slabs of rows an FWHT workgroup transforms.
+pub const FWHT_MAX_SLABS: u32 = 16;
 /// Threads per GEMV workgroup the default shape aims for.
 const GEMV_WG: u32 = 128;
+/// Rows per workgroup the default shape of quantized GEMVs has.
+const GEMV_QUANT_ROWS: u32 = 4;
 /// The most rows one GEMV workgroup computes.
 pub const GEMV_MAX_ROWS: u32 = 8;
 /// The most units each GEMV thread loads per loop trip.
@@ -74,6 +88,12 @@ pub struct FwhtPlan {
     pub workgroup: u32,
     /// Register slots exchanged per shared-memory round.
     pub chunk: u32,
+    /// Consecutive values a thread loads and stores together: 4 (one
+    /// vec4) where `values_per_thread` allows it, else 1.
+    pub group: u32,
+    /// Slabs of `workgroup / threads_per_row` rows each workgroup
+    /// transforms in turn (the next slab's loads in flight meanwhile).
+    pub slabs: u32,
 }
 
 /// The unfused element-wise operations (codes of `eltwise.comp`).
@@ -139,6 +159,9 @@ pub struct VulkanBackend {
     ctx: VulkanContext,
     /// A GEMV shape used instead of the picked one (tests, tuning).
     gemv_override: Option<GemvShape>,
+    /// Q8_0 and Q4_0 GEMVs read 16-bit words (where the device has
+    /// `storageBuffer16BitAccess`); 32-bit words otherwise.
+    gemv_16bit: bool,
 }
 
 impl VulkanBackend {
@@ -152,6 +175,7 @@ impl VulkanBackend {
         Ok(VulkanBackend {
             ctx: VulkanContext::new(options)?,
             gemv_override: None,
+            gemv_16bit: true,
         })
     }
 
@@ -190,6 +214,39 @@ impl VulkanBackend {
         plan_fwht(self.ctx.info(), variant, n)
     }
 
+    /// The launch shape for block size `n` aiming at `values_per_thread`
+    /// values per thread and at least `min_workgroup` threads per workgroup
+    /// (powers of two; the device's limits still apply), each workgroup
+    /// transforming `slabs` (1 to [`FWHT_MAX_SLABS`]) slabs of rows: for
+    /// tuning.
+    pub fn fwht_plan_tuned(
+        &self,
+        variant: FwhtVariant,
+        n: usize,
+        values_per_thread: u32,
+        min_workgroup: u32,
+        slabs: u32,
+    ) -> Result<FwhtPlan, VulkanError> {
+        if !values_per_thread.is_power_of_two()
+            || !min_workgroup.is_power_of_two()
+            || !(1..=FWHT_MAX_SLABS).contains(&slabs)
+        {
+            return Err(VulkanError::Unsupported(format!(
+                "FWHT tuning: {values_per_thread} values per thread, workgroup {min_workgroup}: \
+                 not powers of two, or {slabs} slabs not 1 to {FWHT_MAX_SLABS}"
+            )));
+        }
+        let mut plan = plan_fwht_tuned(
+            self.ctx.info(),
+            variant,
+            n,
+            values_per_thread,
+            min_workgroup,
+        )?;
+        plan.slabs = slabs;
+        Ok(plan)
+    }
+
     /// The FWHT dispatch of `rows` rows from `x` into `out`.
     pub(crate) fn fwht_dispatch<'b>(
         &self,
@@ -201,8 +258,28 @@ impl VulkanBackend {
         out: &'b Buffer<'b>,
     ) -> Result<Dispatch<'b>, VulkanError> {
         let plan = self.fwht_plan(variant, desc.n())?;
+        self.fwht_dispatch_planned(desc, plan, rows, x, signs, out)
+    }
+
+    /// [`VulkanBackend::fwht_dispatch`] with a plan for `desc.n()` from
+    /// [`VulkanBackend::fwht_plan`] or [`VulkanBackend::fwht_plan_tuned`].
+    pub(crate) fn fwht_dispatch_planned<'b>(
+        &self,
+        desc: &FwhtDesc,
+        plan: FwhtPlan,
+        rows: usize,
+        x: &'b Buffer<'b>,
+        signs: &'b Buffer<'b>,
+        out: &'b Buffer<'b>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        if plan.threads_per_row * plan.values_per_thread != u32_of("FWHT block size", desc.n())? {
+            return Err(VulkanError::Unsupported(format!(
+                "FWHT plan {plan:?} is not for N = {}",
+                desc.n()
+            )));
+        }
         let key = KernelKey {
-            shader: match variant {
+            shader: match plan.variant {
                 FwhtVariant::Shuffle => Shader::FwhtShuffle,
                 FwhtVariant::Shared => Shader::FwhtShared,
             },
@@ -211,11 +288,12 @@ impl VulkanBackend {
                 plan.threads_per_row,
                 plan.values_per_thread,
                 plan.chunk,
-                0,
+                plan.group,
+                plan.slabs,
             ],
         };
         self.ctx.kernel(key)?;
-        let rows_per_group = (plan.workgroup / plan.threads_per_row) as u64;
+        let rows_per_group = u64::from(plan.workgroup / plan.threads_per_row * plan.slabs);
         let groups = self.grid((rows as u64).div_ceil(rows_per_group))?;
         let mut p = Vec::new();
         push(&mut p, u32_of("FWHT rows", rows)?);
@@ -253,6 +331,19 @@ impl VulkanBackend {
         signs: Option<&[f32]>,
         out: &mut [f32],
     ) -> Result<(), VulkanError> {
+        self.fwht_planned(self.fwht_plan(variant, desc.n())?, desc, x, signs, out)
+    }
+
+    /// [`VulkanBackend::fwht`] with a given plan for `desc.n()` (from
+    /// [`VulkanBackend::fwht_plan`] or [`VulkanBackend::fwht_plan_tuned`]).
+    pub fn fwht_planned(
+        &self,
+        plan: FwhtPlan,
+        desc: &FwhtDesc,
+        x: &[f32],
+        signs: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
         desc.check(x.len(), signs, out.len())?;
         u32_of("FWHT input length", x.len())?;
         if x.is_empty() {
@@ -261,7 +352,7 @@ impl VulkanBackend {
         let xb = self.ctx.upload_f32(x)?;
         let sb = self.ctx.upload_f32(signs.unwrap_or(&[0.0]))?;
         let ob = self.ctx.buffer(core::mem::size_of_val(out) as u64)?;
-        let d = self.fwht_dispatch(desc, variant, x.len() / desc.n(), &xb, &sb, &ob)?;
+        let d = self.fwht_dispatch_planned(desc, plan, x.len() / desc.n(), &xb, &sb, &ob)?;
         self.ctx.submit(&[Command::Dispatch(d)], false)?;
         self.ctx.read_f32(&ob, out)
     }
@@ -493,17 +584,58 @@ impl VulkanBackend {
         Ok(())
     }
 
-    /// The GEMV shape for `n_cols` columns, plain or gated (`glu`): the one
-    /// set by [`VulkanBackend::set_gemv_shape`], or the one picked from the
-    /// device's subgroup properties and limits.
+    /// The GEMV shape for F32 and F16 weights ([`VulkanBackend::gemv_shape_for`]).
     pub fn gemv_shape(&self, n_cols: usize, glu: bool) -> Result<GemvShape, VulkanError> {
+        self.shape_for(GemvType::F16, n_cols, glu)
+    }
+
+    /// The GEMV shape for `dtype` weights and `n_cols` columns, plain or
+    /// gated (`glu`): the one set by [`VulkanBackend::set_gemv_shape`], or
+    /// the one picked from the weight format and the device's subgroup
+    /// properties and limits.
+    pub fn gemv_shape_for(
+        &self,
+        dtype: DType,
+        n_cols: usize,
+        glu: bool,
+    ) -> Result<GemvShape, VulkanError> {
+        self.shape_for(gemv_type(dtype)?, n_cols, glu)
+    }
+
+    pub(crate) fn shape_for(
+        &self,
+        dtype: GemvType,
+        n_cols: usize,
+        glu: bool,
+    ) -> Result<GemvShape, VulkanError> {
         let n_cols = u32_of("GEMV columns", n_cols)?;
         let shape = match self.gemv_override {
             Some(s) => s,
-            None => pick_gemv_shape(self.ctx.info(), n_cols, glu),
+            None => pick_gemv_shape(self.ctx.info(), dtype, n_cols, glu),
         };
         check_gemv_shape(self.ctx.info(), shape, n_cols, glu)?;
         Ok(shape)
+    }
+
+    /// Whether Q8_0 and Q4_0 GEMVs read their 2-byte-aligned blocks as
+    /// 16-bit words: on by default where the device has
+    /// `storageBuffer16BitAccess`; off, they cut 16-bit words out of 32-bit
+    /// loads. Turning it on fails on a device without the feature.
+    pub fn set_gemv_16bit_loads(&mut self, on: bool) -> Result<(), VulkanError> {
+        if on && !self.ctx.info().storage_16bit {
+            return Err(VulkanError::Unsupported(
+                "16-bit storage-buffer access (storageBuffer16BitAccess)".into(),
+            ));
+        }
+        self.gemv_16bit = on;
+        Ok(())
+    }
+
+    /// Whether GEMVs of `dtype` use 16-bit loads now.
+    pub(crate) fn gemv_uses_16bit(&self, dtype: GemvType) -> bool {
+        self.gemv_16bit
+            && self.ctx.info().storage_16bit
+            && matches!(dtype, GemvType::Q8_0 | GemvType::Q4_0)
     }
 
     /// The GEMV dispatch over uploaded buffers (weights, x, y, operands and,
@@ -521,15 +653,21 @@ impl VulkanBackend {
         chain: ChainWords,
         buffers: Vec<&'b Buffer<'b>>,
     ) -> Result<Dispatch<'b>, VulkanError> {
-        let shape = self.gemv_shape(n_cols, glu_act.is_some())?;
-        self.gemv_dispatch_shaped(shape, dtype, glu_act, m, k, n_cols, chain, buffers)
+        let shape = self.shape_for(dtype, n_cols, glu_act.is_some())?;
+        let storage16 = self.gemv_uses_16bit(dtype);
+        self.gemv_dispatch_shaped(
+            shape, storage16, dtype, glu_act, m, k, n_cols, chain, buffers,
+        )
     }
 
-    /// [`VulkanBackend::gemv_dispatch`] with a given (checked) shape.
+    /// [`VulkanBackend::gemv_dispatch`] with a given (checked) shape and
+    /// 16-bit loads on or off (`storage16`: only where
+    /// [`VulkanBackend::gemv_uses_16bit`] allows them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_dispatch_shaped<'b>(
         &self,
         shape: GemvShape,
+        storage16: bool,
         dtype: GemvType,
         glu_act: Option<Activation>,
         m: usize,
@@ -545,6 +683,7 @@ impl VulkanBackend {
                 dtype,
                 glu: glu_act.is_some(),
                 subgroup: shape.subgroup_reduce,
+                storage16: storage16 && self.gemv_uses_16bit(dtype),
             },
             spec: [
                 n_cols,
@@ -552,6 +691,7 @@ impl VulkanBackend {
                 shape.rows,
                 shape.unroll,
                 gemv_slots(self.ctx.info(), shape),
+                0,
             ],
         };
         self.ctx.kernel(key)?;
@@ -612,6 +752,22 @@ impl VulkanBackend {
 
 /// The FWHT launch shape for block size `n` on a device with `info`.
 fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPlan, VulkanError> {
+    let per_thread = match variant {
+        FwhtVariant::Shuffle => FWHT_VALUES_PER_THREAD_SHUFFLE,
+        FwhtVariant::Shared => FWHT_VALUES_PER_THREAD_SHARED,
+    };
+    plan_fwht_tuned(info, variant, n, per_thread, FWHT_MIN_WG)
+}
+
+/// [`plan_fwht`] aiming at `per_thread` values per thread and at least
+/// `min_wg` threads per workgroup (both powers of two).
+fn plan_fwht_tuned(
+    info: &DeviceInfo,
+    variant: FwhtVariant,
+    n: usize,
+    per_thread: u32,
+    min_wg: u32,
+) -> Result<FwhtPlan, VulkanError> {
     if variant == FwhtVariant::Shuffle && !info.has_shuffle() {
         return Err(VulkanError::Unsupported(
             "subgroup shuffles in compute shaders".into(),
@@ -621,11 +777,8 @@ fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPl
     let sg = info.subgroup_size.max(1);
     let max_wg = prev_pow2(info.max_invocations.min(FWHT_MAX_WG));
     // At least a subgroup's worth of threads per row when N allows it.
-    let tpr = (n / FWHT_VALUES_PER_THREAD)
-        .max(n.min(sg))
-        .min(max_wg)
-        .max(1);
-    let workgroup = tpr.max(64.max(sg).min(max_wg));
+    let tpr = (n / per_thread).max(n.min(sg)).min(max_wg).max(1);
+    let workgroup = tpr.max(min_wg.max(sg).min(max_wg));
     let shared = prev_pow2((info.max_shared_bytes / 4).min(FWHT_SHARED_FLOATS));
     let values = n / tpr;
     let chunk = (shared / workgroup).clamp(1, values);
@@ -640,20 +793,30 @@ fn plan_fwht(info: &DeviceInfo, variant: FwhtVariant, n: usize) -> Result<FwhtPl
         values_per_thread: values,
         workgroup,
         chunk,
+        group: if values.is_multiple_of(4) { 4 } else { 1 },
+        slabs: FWHT_SLABS,
     })
 }
 
-/// The GEMV shape picked for a device: subgroup reduction where compute
-/// shaders have subgroup arithmetic, [`GEMV_WG`] threads (fewer when the
-/// device allows fewer), two rows per workgroup for up to two columns (each
-/// x load serves both rows) and one for more (the weights are already reused
-/// across columns), two units in flight per thread.
-fn pick_gemv_shape(info: &DeviceInfo, n_cols: u32, glu: bool) -> GemvShape {
+/// The GEMV shape picked for a device and weight format: subgroup
+/// reduction where compute shaders have subgroup arithmetic, [`GEMV_WG`]
+/// threads (fewer when the device allows fewer), two units in flight per
+/// thread, and for up to two columns several rows per workgroup, so that
+/// each x load serves them all: two for F32 and F16, four for the quantized
+/// formats, whose x values (4 bytes each) outweigh their weights (0.56 to
+/// 1.06 bytes); one row for more columns (the weights are already reused
+/// across columns).
+fn pick_gemv_shape(info: &DeviceInfo, dtype: GemvType, n_cols: u32, glu: bool) -> GemvShape {
     let subgroup_reduce = has_subgroup_add(info);
     let workgroup = prev_pow2(info.max_invocations.min(GEMV_WG));
+    let rows = match (n_cols, dtype) {
+        (3.., _) => 1,
+        (_, GemvType::F32 | GemvType::F16) => 2,
+        _ => GEMV_QUANT_ROWS,
+    };
     let mut shape = GemvShape {
         workgroup,
-        rows: if n_cols <= 2 { 2 } else { 1 },
+        rows,
         unroll: 2,
         subgroup_reduce,
     };
@@ -747,6 +910,7 @@ mod tests {
             max_storage_range: u32::MAX,
             timestamp_period_ns: Some(1.0),
             host_visible_buffers: false,
+            storage_16bit: false,
         }
     }
 
@@ -761,10 +925,20 @@ mod tests {
             device(4, 128, 16),
             device(128, 1024, 16),
         ] {
-            for variant in [FwhtVariant::Shuffle, FwhtVariant::Shared] {
+            for (variant, tuning) in [
+                (FwhtVariant::Shuffle, None),
+                (FwhtVariant::Shared, None),
+                (FwhtVariant::Shuffle, Some((16, 512))),
+                (FwhtVariant::Shared, Some((32, 64))),
+            ] {
                 let mut n = 2u32;
                 while n <= 32768 {
-                    let p = plan_fwht(&info, variant, n as usize).unwrap();
+                    let p = match tuning {
+                        None => plan_fwht(&info, variant, n as usize).unwrap(),
+                        Some((v, wg)) => {
+                            plan_fwht_tuned(&info, variant, n as usize, v, wg).unwrap()
+                        }
+                    };
                     let what = format!("{info:?} {p:?} N={n}");
                     assert_eq!(p.threads_per_row * p.values_per_thread, n, "{what}");
                     for v in [p.threads_per_row, p.values_per_thread, p.workgroup, p.chunk] {
@@ -772,6 +946,8 @@ mod tests {
                     }
                     assert_eq!(p.workgroup % p.threads_per_row, 0, "{what}");
                     assert_eq!(p.values_per_thread % p.chunk, 0, "{what}");
+                    assert_eq!(p.values_per_thread % p.group, 0, "{what}");
+                    assert!(p.group == 1 || p.group == 4, "{what}");
                     assert!(p.workgroup <= info.max_invocations, "{what}");
                     assert!(p.workgroup * p.chunk * 4 <= info.max_shared_bytes, "{what}");
                     if variant == FwhtVariant::Shuffle {
@@ -802,12 +978,14 @@ mod tests {
         ] {
             for n_cols in 1..=MAX_COLS as u32 {
                 for glu in [false, true] {
-                    let s = pick_gemv_shape(&info, n_cols, glu);
-                    assert!(
-                        check_gemv_shape(&info, s, n_cols, glu).is_ok(),
-                        "{info:?} {s:?}"
-                    );
-                    assert_eq!(s.subgroup_reduce, has_subgroup_add(&info));
+                    for dtype in [GemvType::F16, GemvType::Q4_0] {
+                        let s = pick_gemv_shape(&info, dtype, n_cols, glu);
+                        assert!(
+                            check_gemv_shape(&info, s, n_cols, glu).is_ok(),
+                            "{info:?} {s:?}"
+                        );
+                        assert_eq!(s.subgroup_reduce, has_subgroup_add(&info));
+                    }
                 }
             }
         }

@@ -69,6 +69,9 @@ pub struct DeviceInfo {
     /// is host visible: a CPU or unified-memory device); otherwise they are
     /// device local and reached through staging copies.
     pub host_visible_buffers: bool,
+    /// Shaders may read storage buffers as 16-bit words
+    /// (`storageBuffer16BitAccess`, enabled on the device when present).
+    pub storage_16bit: bool,
 }
 
 impl DeviceInfo {
@@ -191,7 +194,7 @@ impl Drop for Buffer<'_> {
 
 /// One compute dispatch: a kernel, its buffers in binding order, push
 /// constants and a workgroup grid.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Dispatch<'b> {
     pub kernel: KernelKey,
     pub buffers: Vec<&'b Buffer<'b>>,
@@ -200,7 +203,7 @@ pub(crate) struct Dispatch<'b> {
 }
 
 /// One command of a submission.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Command<'b> {
     /// A compute dispatch.
     Dispatch(Dispatch<'b>),
@@ -520,6 +523,24 @@ impl VulkanContext {
         timed: bool,
         ordered: bool,
     ) -> Result<Option<f64>, VulkanError> {
+        let mut times = Vec::with_capacity(1);
+        self.submit_times(commands, timed, ordered, 1, &mut times)?;
+        Ok(times.first().copied())
+    }
+
+    /// Records `commands` once (as [`VulkanContext::submit_with`]) and
+    /// submits the recording `submissions` times, waiting for each; with
+    /// `timed`, appends each submission's device time (nanoseconds) to
+    /// `times`. Repeated submissions cost the host no recording (the bench
+    /// keeps the GPU busy with them).
+    pub(crate) fn submit_times(
+        &self,
+        commands: &[Command<'_>],
+        timed: bool,
+        ordered: bool,
+        submissions: usize,
+        times: &mut Vec<f64>,
+    ) -> Result<(), VulkanError> {
         let period = match (timed, self.info.timestamp_period_ns) {
             (false, _) => None,
             (true, Some(p)) => Some(p),
@@ -572,8 +593,11 @@ impl VulkanContext {
         }
         .map_err(VulkanError::vk("vkCreateFence"))?;
         let cb = res.command_buffer;
-        let begin = vk::CommandBufferBeginInfo::default()
-            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let begin = vk::CommandBufferBeginInfo::default().flags(if submissions > 1 {
+            vk::CommandBufferUsageFlags::empty()
+        } else {
+            vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT
+        });
         // SAFETY: every handle recorded below belongs to this device and is
         // alive until the fence wait at the end of this function: buffers are
         // borrowed by `commands`, kernels by the held cache lock, the
@@ -696,23 +720,27 @@ impl VulkanContext {
                 .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
             let cbs = [cb];
             let submit = vk::SubmitInfo::default().command_buffers(&cbs);
-            {
-                let queue = self
-                    .queue
-                    .lock()
-                    .map_err(|_| VulkanError::Unsupported("queue lock poisoned".into()))?;
+            for i in 0..submissions {
+                if i > 0 {
+                    self.device
+                        .reset_fences(&[res.fence])
+                        .map_err(VulkanError::vk("vkResetFences"))?;
+                }
+                {
+                    let queue = self
+                        .queue
+                        .lock()
+                        .map_err(|_| VulkanError::Unsupported("queue lock poisoned".into()))?;
+                    self.device
+                        .queue_submit(*queue, &[submit], res.fence)
+                        .map_err(VulkanError::vk("vkQueueSubmit"))?;
+                }
                 self.device
-                    .queue_submit(*queue, &[submit], res.fence)
-                    .map_err(VulkanError::vk("vkQueueSubmit"))?;
-            }
-            self.device
-                .wait_for_fences(&[res.fence], true, u64::MAX)
-                .map_err(VulkanError::vk("vkWaitForFences"))?;
-            self.dispatches
-                .fetch_add(u64::from(n_sets), Ordering::Relaxed);
-            match period {
-                None => Ok(None),
-                Some(p) => {
+                    .wait_for_fences(&[res.fence], true, u64::MAX)
+                    .map_err(VulkanError::vk("vkWaitForFences"))?;
+                self.dispatches
+                    .fetch_add(u64::from(n_sets), Ordering::Relaxed);
+                if let Some(p) = period {
                     let mut ts = [0u64; 2];
                     self.device
                         .get_query_pool_results(
@@ -723,9 +751,10 @@ impl VulkanContext {
                         )
                         .map_err(VulkanError::vk("vkGetQueryPoolResults"))?;
                     let ticks = ts[1].wrapping_sub(ts[0]) & self.timestamp_mask;
-                    Ok(Some(ticks as f64 * f64::from(p)))
+                    times.push(ticks as f64 * f64::from(p));
                 }
             }
+            Ok(())
         }
     }
 
@@ -969,6 +998,11 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
                 vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
             )
         });
+    let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default();
+    let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
+    // SAFETY: a Vulkan 1.1 device; the chain points at a live local.
+    unsafe { instance.get_physical_device_features2(physical, &mut features2) };
+    let storage_16bit = storage16.storage_buffer16_bit_access == vk::TRUE;
     let compute_subgroups = subgroup
         .supported_stages
         .contains(vk::ShaderStageFlags::COMPUTE);
@@ -996,6 +1030,7 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
             && props.limits.timestamp_compute_and_graphics == vk::TRUE)
             .then_some(props.limits.timestamp_period),
         host_visible_buffers,
+        storage_16bit,
     };
     let timestamp_mask = match family_props.timestamp_valid_bits {
         0 => 0,
@@ -1006,7 +1041,12 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
     let queues = [vk::DeviceQueueCreateInfo::default()
         .queue_family_index(family)
         .queue_priorities(&priorities)];
-    let create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+    // Only the features the shaders use, and only where present.
+    let mut enable16 = vk::PhysicalDevice16BitStorageFeatures::default()
+        .storage_buffer16_bit_access(storage_16bit);
+    let create = vk::DeviceCreateInfo::default()
+        .queue_create_infos(&queues)
+        .push_next(&mut enable16);
     // SAFETY: valid create info referring to live locals.
     let device = unsafe { instance.create_device(physical, &create, None) }
         .map_err(VulkanError::vk("vkCreateDevice"))?;

@@ -18,7 +18,8 @@ pub(crate) enum Shader {
     FwhtShared,
     /// FWHT with subgroup shuffles for half-widths below the subgroup size.
     FwhtShuffle,
-    /// GEMV for one weight format (`gemv.comp`), plain or gated (GLU),
+    /// GEMV for one weight format (`gemv.comp` for F32 and F16,
+    /// `gemv_quant.comp` for the quantized formats), plain or gated (GLU),
     /// reducing through subgroup arithmetic or a shared-memory tree.
     Gemv {
         /// The weight format.
@@ -27,6 +28,9 @@ pub(crate) enum Shader {
         glu: bool,
         /// `subgroupAdd` (needs subgroup arithmetic in compute shaders).
         subgroup: bool,
+        /// 16-bit weight loads (Q8_0 and Q4_0 only; needs
+        /// `storageBuffer16BitAccess`).
+        storage16: bool,
     },
 }
 
@@ -44,7 +48,7 @@ pub(crate) enum GemvType {
 impl Shader {
     fn spirv(self) -> &'static [u8] {
         macro_rules! spv {
-            ($name:literal) => {
+            ($name:expr) => {
                 include_bytes!(concat!(
                     env!("CARGO_MANIFEST_DIR"),
                     "/spirv/",
@@ -60,48 +64,33 @@ impl Shader {
             Shader::FwhtShuffle => spv!("fwht_shuffle"),
             Shader::Gemv {
                 dtype,
-                glu: false,
-                subgroup: false,
-            } => match dtype {
-                GemvType::F32 => spv!("gemv_f32"),
-                GemvType::F16 => spv!("gemv_f16"),
-                GemvType::Q8_0 => spv!("gemv_q8_0"),
-                GemvType::Q4_0 => spv!("gemv_q4_0"),
-                GemvType::Q4_K => spv!("gemv_q4_k"),
-            },
-            Shader::Gemv {
-                dtype,
-                glu: true,
-                subgroup: false,
-            } => match dtype {
-                GemvType::F32 => spv!("gemv_glu_f32"),
-                GemvType::F16 => spv!("gemv_glu_f16"),
-                GemvType::Q8_0 => spv!("gemv_glu_q8_0"),
-                GemvType::Q4_0 => spv!("gemv_glu_q4_0"),
-                GemvType::Q4_K => spv!("gemv_glu_q4_k"),
-            },
-            Shader::Gemv {
-                dtype,
-                glu: false,
-                subgroup: true,
-            } => match dtype {
-                GemvType::F32 => spv!("gemv_sg_f32"),
-                GemvType::F16 => spv!("gemv_sg_f16"),
-                GemvType::Q8_0 => spv!("gemv_sg_q8_0"),
-                GemvType::Q4_0 => spv!("gemv_sg_q4_0"),
-                GemvType::Q4_K => spv!("gemv_sg_q4_k"),
-            },
-            Shader::Gemv {
-                dtype,
-                glu: true,
-                subgroup: true,
-            } => match dtype {
-                GemvType::F32 => spv!("gemv_sg_glu_f32"),
-                GemvType::F16 => spv!("gemv_sg_glu_f16"),
-                GemvType::Q8_0 => spv!("gemv_sg_glu_q8_0"),
-                GemvType::Q4_0 => spv!("gemv_sg_glu_q4_0"),
-                GemvType::Q4_K => spv!("gemv_sg_glu_q4_k"),
-            },
+                glu,
+                subgroup,
+                storage16,
+            } => {
+                // [glu][subgroup] for one weight format.
+                let pick = |v: [[&'static [u8]; 2]; 2]| v[usize::from(glu)][usize::from(subgroup)];
+                macro_rules! gemv {
+                    ($t:literal) => {
+                        pick([
+                            [spv!(concat!("gemv_", $t)), spv!(concat!("gemv_sg_", $t))],
+                            [
+                                spv!(concat!("gemv_glu_", $t)),
+                                spv!(concat!("gemv_sg_glu_", $t)),
+                            ],
+                        ])
+                    };
+                }
+                match (dtype, storage16) {
+                    (GemvType::F32, _) => gemv!("f32"),
+                    (GemvType::F16, _) => gemv!("f16"),
+                    (GemvType::Q8_0, false) => gemv!("q8_0"),
+                    (GemvType::Q8_0, true) => gemv!("q8_0_s16"),
+                    (GemvType::Q4_0, false) => gemv!("q4_0"),
+                    (GemvType::Q4_0, true) => gemv!("q4_0_s16"),
+                    (GemvType::Q4_K, _) => gemv!("q4_k"),
+                }
+            }
         }
     }
 
@@ -127,7 +116,7 @@ impl Shader {
 }
 
 /// The number of specialization constants a kernel key carries.
-pub(crate) const SPEC_CONSTANTS: usize = 5;
+pub(crate) const SPEC_CONSTANTS: usize = 6;
 
 /// A module with its specialization constants (`constant_id` 0, 1, ...;
 /// modules with fewer ignore the rest).

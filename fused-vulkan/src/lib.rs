@@ -35,7 +35,8 @@ mod plan_exec;
 pub mod timing;
 
 pub use backend::{
-    FwhtPlan, FwhtVariant, GEMV_MAX_ROWS, GEMV_MAX_UNROLL, GemvShape, MAX_COLS, VulkanBackend,
+    FWHT_MAX_SLABS, FwhtPlan, FwhtVariant, GEMV_MAX_ROWS, GEMV_MAX_UNROLL, GemvShape, MAX_COLS,
+    VulkanBackend,
 };
 pub use context::{Buffer, ContextOptions, DeviceInfo, VulkanContext};
 pub use error::VulkanError;

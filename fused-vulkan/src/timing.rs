@@ -8,7 +8,9 @@ use fused_core::DType;
 use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
 
-use crate::backend::{ChainWords, EltOp, FwhtVariant, GemvShape, VulkanBackend, gemv_type};
+use crate::backend::{
+    ChainWords, EltOp, FwhtPlan, FwhtVariant, GemvShape, VulkanBackend, gemv_type,
+};
 use crate::context::{Buffer, Command, Dispatch, VulkanContext};
 use crate::error::VulkanError;
 use crate::kernels::{GemvType, KernelKey, Shader};
@@ -35,36 +37,79 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// How long each case runs untimed before it is timed. On the H200 the
-/// same GEMV ran at 107 % of the copy ceiling early in a bench run and at
-/// 45 % later, after seconds of host-side set-up with the GPU idle: the
-/// driver lowers clocks on a mostly idle device and short timed
-/// submissions do not raise them again.
-const WARM_UP: Duration = Duration::from_millis(250);
+/// How long each case runs untimed before it is timed.
+const WARM_UP: Duration = Duration::from_millis(300);
 
-/// Submits `commands` (untimed) until [`WARM_UP`] has passed, at least once.
+/// The device time one timed submission aims for. NVIDIA's driver sets the
+/// SM clock from the GPU's utilization: with submissions of a few calls
+/// (tens to hundreds of microseconds) and the host's wait between them, an
+/// H200 ran 15 to 40 % utilized and its SM clock fell from 1980 MHz to
+/// 345 MHz within seconds (clock-event reason "GPU idle"), and the same
+/// GEMV measured 107 % and 45 % of the copy ceiling. Submissions of
+/// milliseconds keep it busy, as a model's stream of kernels does.
+const SUBMISSION_NS: f64 = 4e6;
+/// The most repetitions of a command list in one submission.
+const MAX_ROUNDS: usize = 1024;
+
+/// Submissions per host call while warming up.
+const WARM_UP_BATCH: usize = 4;
+
+/// Submits `commands` (recorded once, untimed) until [`WARM_UP`] has
+/// passed, at least once.
 fn warm_up(
     ctx: &VulkanContext,
     commands: &[Command<'_>],
     ordered: bool,
 ) -> Result<(), VulkanError> {
     let start = Instant::now();
+    let mut unused = Vec::new();
     loop {
-        ctx.submit_with(commands, false, ordered)?;
+        ctx.submit_times(commands, false, ordered, WARM_UP_BATCH, &mut unused)?;
         if start.elapsed() >= WARM_UP {
             return Ok(());
         }
     }
 }
 
+/// The median device time of one pass of `commands` (with barriers
+/// between them): passes repeated in each submission until it takes about
+/// [`SUBMISSION_NS`], after a warm-up.
 fn timed(ctx: &VulkanContext, commands: &[Command<'_>], reps: usize) -> Result<f64, VulkanError> {
-    let mut times = Vec::with_capacity(reps.max(1));
-    warm_up(ctx, commands, true)?;
-    for _ in 0..reps.max(1) {
-        let t = ctx.submit(commands, true)?;
-        times.push(t.unwrap_or(f64::NAN));
+    let one = ctx.submit(commands, true)?.unwrap_or(f64::NAN);
+    let rounds = rounds_for(one);
+    let repeated: Vec<Command<'_>> = commands
+        .iter()
+        .cycle()
+        .take(commands.len() * rounds)
+        .cloned()
+        .collect();
+    timed_rounds(ctx, &repeated, true, rounds, reps)
+}
+
+/// How many passes of `one_ns` fill a submission of [`SUBMISSION_NS`].
+fn rounds_for(one_ns: f64) -> usize {
+    if one_ns.is_finite() && one_ns > 0.0 {
+        ((SUBMISSION_NS / one_ns).ceil() as usize).clamp(1, MAX_ROUNDS)
+    } else {
+        1
     }
-    Ok(median(times))
+}
+
+/// The median device time of `commands` divided by `per` (the passes or
+/// calls they hold), after a warm-up.
+fn timed_rounds(
+    ctx: &VulkanContext,
+    commands: &[Command<'_>],
+    ordered: bool,
+    per: usize,
+    reps: usize,
+) -> Result<f64, VulkanError> {
+    warm_up(ctx, commands, ordered)?;
+    let mut times = Vec::with_capacity(reps.max(1));
+    ctx.submit_times(commands, true, ordered, reps.max(1), &mut times)?;
+    Ok(median(
+        times.into_iter().map(|t| t / per.max(1) as f64).collect(),
+    ))
 }
 
 /// A deterministic fill (values in [-1, 1)).
@@ -108,7 +153,7 @@ pub fn copy_shader(b: &VulkanBackend, bytes: u64, reps: usize) -> Result<Timing,
     let dst = ctx.buffer(bytes)?;
     let key = KernelKey {
         shader: Shader::Copy,
-        spec: [COPY_WG, COPY_PER_THREAD, 0, 0, 0],
+        spec: [COPY_WG, COPY_PER_THREAD, 0, 0, 0, 0],
     };
     ctx.kernel(key)?;
     let d = Dispatch {
@@ -135,6 +180,18 @@ pub fn fwht(
     fused: bool,
     reps: usize,
 ) -> Result<Timing, VulkanError> {
+    fwht_planned(b, b.fwht_plan(variant, n)?, n, floats, fused, reps)
+}
+
+/// [`fwht`] with a given plan for `n`.
+pub fn fwht_planned(
+    b: &VulkanBackend,
+    plan: FwhtPlan,
+    n: usize,
+    floats: usize,
+    fused: bool,
+    reps: usize,
+) -> Result<Timing, VulkanError> {
     let ctx = b.context();
     let rows = floats / n;
     let len = rows * n;
@@ -144,7 +201,7 @@ pub fn fwht(
     let s = ctx.upload_f32(&signs)?;
     let out = ctx.buffer(4 * len as u64)?;
     let t = if fused {
-        let d = b.fwht_dispatch(&signed, variant, rows, &x, &s, &out)?;
+        let d = b.fwht_dispatch_planned(&signed, plan, rows, &x, &s, &out)?;
         timed(ctx, &[Command::Dispatch(d)], reps)?
     } else {
         let tmp = ctx.buffer(4 * len as u64)?;
@@ -157,7 +214,7 @@ pub fn fwht(
             [&x, &s, &tmp],
         )?;
         let unsigned = FwhtDesc::new(n)?;
-        let f = b.fwht_dispatch(&unsigned, variant, rows, &tmp, &s, &out)?;
+        let f = b.fwht_dispatch_planned(&unsigned, plan, rows, &tmp, &s, &out)?;
         timed(ctx, &[Command::Dispatch(mul), Command::Dispatch(f)], reps)?
     };
     let traffic = if fused { 2 } else { 4 };
@@ -170,9 +227,15 @@ pub fn fwht(
 /// The L2 cache the GEMV bench defeats: the H200's is about 60 MB.
 pub const L2_BYTES: u64 = 60_000_000;
 
+/// Weight bytes one timed GEMV submission aims to read (about
+/// [`SUBMISSION_NS`] at 4 TB/s).
+const GEMV_SUBMISSION_BYTES: u64 = 16_000_000_000;
+
 /// One-column GEMVs of an `m × k` matrix in one weight format with no
-/// epilogue, over enough copies of the weights (at least two, at least
+/// epilogue, over enough copies of the weights (at least four, at least
 /// `2 × L2_BYTES` in all) that every call reads them from memory, not L2.
+/// A timed submission runs rounds of one call per copy, each call with its
+/// own output, until it has read about [`GEMV_SUBMISSION_BYTES`].
 #[derive(Debug)]
 pub struct GemvBench<'a> {
     backend: &'a VulkanBackend,
@@ -196,17 +259,22 @@ impl<'a> GemvBench<'a> {
         k: usize,
     ) -> Result<GemvBench<'a>, VulkanError> {
         let bytes = dtype.row_bytes(k)?.saturating_mul(m).max(1) as u64;
-        let copies = (2 * L2_BYTES).div_ceil(bytes).max(4) as usize;
-        GemvBench::with_copies(b, dtype, m, k, copies)
+        let copies = (2 * L2_BYTES).div_ceil(bytes).max(4);
+        let rounds = GEMV_SUBMISSION_BYTES
+            .div_ceil(bytes * copies)
+            .clamp(1, MAX_ROUNDS as u64);
+        GemvBench::with_copies(b, dtype, m, k, copies as usize, rounds as usize)
     }
 
-    /// [`GemvBench::new`] with a given number of copies (at least one).
+    /// [`GemvBench::new`] with a given number of copies and of rounds per
+    /// submission (each at least one).
     pub fn with_copies(
         b: &'a VulkanBackend,
         dtype: DType,
         m: usize,
         k: usize,
         copies: usize,
+        rounds: usize,
     ) -> Result<GemvBench<'a>, VulkanError> {
         let ctx = b.context();
         let gt = gemv_type(dtype)?;
@@ -218,11 +286,11 @@ impl<'a> GemvBench<'a> {
         let weights = (0..copies)
             .map(|_| ctx.upload(&bytes))
             .collect::<Result<Vec<_>, _>>()?;
-        // One call per copy in a submission, each with its own output: no
-        // two calls of a submission read the same weights (calls running
-        // side by side cannot share them through L2), a copy's next read is
-        // a whole submission later, and back-to-back calls need no barrier.
-        let ys = (0..copies)
+        // Rounds of one call per copy, each call with its own output: no
+        // two calls of a round read the same weights (calls running side by
+        // side cannot share them through L2), a copy's next read is a round
+        // later, and back-to-back calls need no barrier.
+        let ys = (0..copies * rounds.max(1))
             .map(|_| ctx.buffer(4 * m as u64))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(GemvBench {
@@ -243,6 +311,11 @@ impl<'a> GemvBench<'a> {
         self.weights.len()
     }
 
+    /// The calls one timed submission makes (rounds of one per copy).
+    pub fn calls(&self) -> usize {
+        self.ys.len()
+    }
+
     /// The median time of one call with `shape` (`None`: the backend's),
     /// timed over a submission of one call per copy: back to back
     /// (`ordered` false: no barriers, as independent calls run) or with a
@@ -253,18 +326,32 @@ impl<'a> GemvBench<'a> {
         ordered: bool,
         reps: usize,
     ) -> Result<Timing, VulkanError> {
+        self.time_loads(shape, ordered, reps, true)
+    }
+
+    /// [`GemvBench::time`] with 16-bit weight loads allowed (where the
+    /// backend uses them, see [`VulkanBackend::set_gemv_16bit_loads`]) or not.
+    pub fn time_loads(
+        &self,
+        shape: Option<GemvShape>,
+        ordered: bool,
+        reps: usize,
+        loads16: bool,
+    ) -> Result<Timing, VulkanError> {
         let b = self.backend;
+        let storage16 = loads16 && b.gemv_uses_16bit(self.dtype);
         let shape = match shape {
             Some(s) => s,
-            None => b.gemv_shape(1, false)?,
+            None => b.shape_for(self.dtype, 1, false)?,
         };
         let commands = self
             .ys
             .iter()
-            .zip(&self.weights)
+            .zip(self.weights.iter().cycle())
             .map(|(y, w)| {
                 b.gemv_dispatch_shaped(
                     shape,
+                    storage16,
                     self.dtype,
                     None,
                     self.m,
@@ -276,15 +363,9 @@ impl<'a> GemvBench<'a> {
                 .map(Command::Dispatch)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let ctx = b.context();
-        let mut times = Vec::with_capacity(reps.max(1));
-        warm_up(ctx, &commands, ordered)?;
-        for _ in 0..reps.max(1) {
-            let t = ctx.submit_with(&commands, true, ordered)?;
-            times.push(t.unwrap_or(f64::NAN) / commands.len() as f64);
-        }
+        let t = timed_rounds(b.context(), &commands, ordered, commands.len(), reps)?;
         Ok(Timing {
-            median_ns: median(times),
+            median_ns: t,
             bytes: (self.weight_bytes + 4 * self.k + 4 * self.m) as u64,
         })
     }

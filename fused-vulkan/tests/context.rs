@@ -69,8 +69,8 @@ fn buffers_round_trip_and_copies_are_timed() {
     );
     // Back-to-back GEMVs without barriers and with them: synchronization
     // validation checks that the unordered calls do not conflict.
-    let g = timing::GemvBench::with_copies(&b, DType::Q4_0, 64, 256, 2).unwrap();
-    assert_eq!(g.copies(), 2);
+    let g = timing::GemvBench::with_copies(&b, DType::Q4_0, 64, 256, 2, 2).unwrap();
+    assert_eq!((g.copies(), g.calls()), (2, 4));
     for ordered in [false, true] {
         let t = g.time(None, ordered, 1).unwrap();
         assert!(t.median_ns > 0.0 && t.median_ns.is_finite(), "{t:?}");

@@ -62,6 +62,54 @@ fn every_size_matches_the_core_bit_for_bit() {
     assert_no_validation_messages(&b);
 }
 
+/// Tuned plans (values per thread, workgroup size, several slabs of rows
+/// per workgroup with a partial last one) give the reference's bits too.
+#[test]
+fn tuned_plans_match_the_core_bit_for_bit() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for variant in variants(&b) {
+        for n in [16, 1024, 4096] {
+            let rows = (30_000 / n).max(5) | 1;
+            let x = data(rows * n, 40 + n as u64);
+            let signs: Vec<f32> = data(3 * n, 41)
+                .iter()
+                .map(|v| if *v < 0.0 { -1.0 } else { 1.0 })
+                .collect();
+            let desc = FwhtDesc::new(n).unwrap().with_signs(signs.len()).unwrap();
+            let mut want = vec![0.0; x.len()];
+            fwht(&desc, &x, Some(&signs), &mut want).unwrap();
+            for (per_thread, workgroup, slabs) in
+                [(32, 64, 3), (16, 128, 4), (8, 64, 2), (2, 32, 5)]
+            {
+                let plan = b
+                    .fwht_plan_tuned(variant, n, per_thread, workgroup, slabs)
+                    .unwrap();
+                let mut got = vec![f32::NAN; x.len()];
+                b.fwht_planned(plan, &desc, &x, Some(&signs), &mut got)
+                    .unwrap();
+                assert_eq!(
+                    first_bit_difference(&got, &want),
+                    None,
+                    "{variant:?} N={n} {plan:?}"
+                );
+            }
+        }
+    }
+    let plan = b.fwht_plan(b.fwht_variant(), 64).unwrap();
+    let desc = FwhtDesc::new(128).unwrap();
+    let x = data(256, 1);
+    let mut out = vec![0.0; 256];
+    assert!(
+        b.fwht_planned(plan, &desc, &x, None, &mut out).is_err(),
+        "plan for another N"
+    );
+    assert!(b.fwht_plan_tuned(b.fwht_variant(), 64, 3, 64, 1).is_err());
+    assert!(b.fwht_plan_tuned(b.fwht_variant(), 64, 8, 64, 0).is_err());
+    assert_no_validation_messages(&b);
+}
+
 #[test]
 fn fused_signs_equal_sign_multiply_then_transform() {
     let Some(b) = backend_or_skip() else {

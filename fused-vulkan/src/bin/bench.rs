@@ -2,15 +2,17 @@
 //! bandwidth ceiling, signed FWHT fused vs unfused, and GEMV.
 //!
 //! `fused-vulkan-bench [REPS] [MIB] [sweep]`: REPS timed runs per case
-//! (default 9), MIB MiB of FWHT input (default 64); `sweep` also times every
-//! GEMV shape of a small grid.
+//! (default 9), MIB MiB of FWHT input (default 64); `sweep` also times
+//! FWHT plans and GEMV shapes (back to back) of a small grid.
 //!
 //! The ceiling is the faster of two device-to-device copies of 512 MiB:
 //! `vkCmdCopyBuffer` and a compute shader with 16-byte loads and stores
 //! (bytes read plus bytes written). GEMVs rotate over enough weight copies
 //! (at least four, at least 2 × 60 MB: the H200's L2 twice) that every call
-//! reads memory: one call per copy per submission, back to back (no barrier)
-//! or with a barrier between calls.
+//! reads memory: rounds of one call per copy, back to back (no barrier) or
+//! with a barrier between calls. Every timed submission runs about 4 ms
+//! (passes or rounds repeated) so that the GPU stays busy and its driver
+//! keeps the clocks up.
 
 use fused_core::DType;
 use fused_vulkan::timing::{self, GemvBench, Timing};
@@ -29,15 +31,15 @@ fn line(what: &str, t: Timing, ceiling: f64) {
 fn sweep_shapes(subgroup_reduce: bool) -> Vec<GemvShape> {
     let mut v = Vec::new();
     for (workgroup, rows, unroll) in [
-        (256, 2, 4),
-        (128, 4, 4),
         (128, 2, 2),
         (128, 4, 1),
         (128, 4, 2),
+        (128, 4, 4),
         (128, 8, 1),
         (128, 8, 2),
-        (256, 2, 2),
-        (256, 4, 1),
+        (64, 4, 2),
+        (64, 8, 2),
+        (256, 2, 4),
         (256, 4, 2),
         (256, 8, 1),
         (512, 4, 1),
@@ -60,13 +62,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let b = VulkanBackend::with_options(ContextOptions::from_env())?;
     let info = b.context().info();
     println!(
-        "device: {} ({:?}), subgroup {} ops {:?}, FWHT variant {:?}, GEMV shape {:?}, {} timed runs per case, medians",
+        "device: {} ({:?}), subgroup {} ops {:?}, 16-bit storage {}, FWHT variant {:?} {:?}, {} timed runs per case, medians",
         info.name,
         info.device_type,
         info.subgroup_size,
         info.subgroup_ops,
+        info.storage_16bit,
         b.fwht_variant(),
-        b.gemv_shape(1, false)?,
+        b.fwht_plan(b.fwht_variant(), 1024)?,
         reps
     );
     let copy_bytes = 512u64 << 20;
@@ -107,11 +110,56 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "  fused time / unfused time",
             fused.median_ns / unfused.median_ns
         );
+        if sweep {
+            for (per_thread, min_wg, slabs) in [
+                (32, 64, 1),
+                (32, 256, 1),
+                (32, 128, 2),
+                (32, 128, 4),
+                (32, 64, 4),
+                (16, 128, 1),
+                (16, 128, 4),
+                (8, 128, 1),
+            ] {
+                let run = b
+                    .fwht_plan_tuned(variant, n, per_thread, min_wg, slabs)
+                    .and_then(|plan| {
+                        timing::fwht_planned(&b, plan, n, floats, true, reps).map(|t| (plan, t))
+                    });
+                let (plan, t) = match run {
+                    Ok(v) => v,
+                    Err(e) => {
+                        println!(
+                            "  sweep FWHT {variant:?} {per_thread} values, workgroup {min_wg}, {slabs} slabs: {e}"
+                        );
+                        continue;
+                    }
+                };
+                println!(
+                    "  sweep FWHT {variant:?} fused, {} threads per row, {} values each, workgroup {}, {} slabs: {:>8.1} GB/s {:>5.1} %",
+                    plan.threads_per_row,
+                    plan.values_per_thread,
+                    plan.workgroup,
+                    plan.slabs,
+                    t.gb_per_s(),
+                    100.0 * t.gb_per_s() / ceiling
+                );
+            }
+        }
     }
     for (m, k) in [(4096, 14336), (32768, 8192)] {
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
             let g = GemvBench::new(&b, dtype, m, k)?;
-            let what = format!("GEMV {dtype:?} {m}x{k}, {} copies", g.copies());
+            let shape = b.gemv_shape_for(dtype, 1, false)?;
+            println!(
+                "GEMV {dtype:?} shape: workgroup {} rows {} unroll {}",
+                shape.workgroup, shape.rows, shape.unroll
+            );
+            let what = format!(
+                "GEMV {dtype:?} {m}x{k}, {} copies, {} calls",
+                g.copies(),
+                g.calls()
+            );
             line(
                 &format!("{what}, back to back"),
                 g.time(None, false, reps)?,
@@ -122,20 +170,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 g.time(None, true, reps)?,
                 ceiling,
             );
+            if matches!(dtype, DType::Q8_0 | DType::Q4_0) && info.storage_16bit {
+                line(
+                    &format!("{what}, back to back, 32-bit loads"),
+                    g.time_loads(None, false, reps, false)?,
+                    ceiling,
+                );
+            }
             if sweep {
                 let mut best: Option<(GemvShape, Timing)> = None;
                 for shape in sweep_shapes(b.gemv_shape(1, false)?.subgroup_reduce) {
                     let t = g.time(Some(shape), false, reps)?;
-                    let tb = g.time(Some(shape), true, reps)?;
                     println!(
-                        "  sweep {dtype:?} {m}x{k} wg {:>3} rows {} unroll {}: back to back {:>8.1} GB/s {:>5.1} %, barrier between {:>8.1} GB/s {:>5.1} %",
+                        "  sweep {dtype:?} {m}x{k} wg {:>3} rows {} unroll {}: back to back {:>8.1} GB/s {:>5.1} %",
                         shape.workgroup,
                         shape.rows,
                         shape.unroll,
                         t.gb_per_s(),
-                        100.0 * t.gb_per_s() / ceiling,
-                        tb.gb_per_s(),
-                        100.0 * tb.gb_per_s() / ceiling
+                        100.0 * t.gb_per_s() / ceiling
                     );
                     if best.is_none_or(|(_, bt)| t.median_ns < bt.median_ns) {
                         best = Some((shape, t));
