@@ -211,7 +211,9 @@ fn timed_runs_start_from_the_same_inputs() {
     dp.run().unwrap();
     let twice = dp.read_f32(g.tensor(out).unwrap()).unwrap();
     assert!(
-        once.iter().zip(&twice).any(|(a, b)| a.to_bits() != b.to_bits()),
+        once.iter()
+            .zip(&twice)
+            .any(|(a, b)| a.to_bits() != b.to_bits()),
         "the second run should have changed the residual stream"
     );
     let times = dp.run_timed(3, Submission::Stream).unwrap();
