@@ -213,7 +213,13 @@ impl CudaBackend {
             what: "weight bytes",
         })?;
         self.dev.make_current()?;
-        let buf = DeviceBuffer::zeroed(bytes).map_err(driver("allocate weights"))?;
+        // An empty matrix allocates nothing (no zero-byte memset either).
+        let buf = if bytes == 0 {
+            DeviceBuffer::from_slice(&[])
+        } else {
+            DeviceBuffer::zeroed(bytes)
+        }
+        .map_err(driver("allocate weights"))?;
         Ok(DeviceWeights {
             dtype,
             rows,
