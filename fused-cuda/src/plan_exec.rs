@@ -333,12 +333,17 @@ impl Builder<'_, '_> {
                 .into());
             }
         }
-        let descs: Vec<TensorDesc> = ops
+        // Operands by slot (the epilogue indexes them so); slots after the
+        // last operand are left out.
+        let used = ops.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+        let descs: Vec<Option<TensorDesc>> = ops[..used]
             .iter()
-            .flatten()
-            .map(|id| g.tensor(*id).copied())
+            .map(|id| id.map(|id| g.tensor(id).copied()).transpose())
             .collect::<Result<_, _>>()?;
-        let op_lens: Vec<usize> = descs.iter().map(TensorDesc::n_elements).collect();
+        let op_lens: Vec<usize> = descs
+            .iter()
+            .map(|d| d.as_ref().map_or(0, TensorDesc::n_elements))
+            .collect();
         self.backend.check_gemv_lengths(
             epilogue,
             (m, k, n),
@@ -355,9 +360,11 @@ impl Builder<'_, '_> {
         let xa = self.read(x, dst, false, GEMV_X_ALIGN, what)?;
         let mut op_addrs = [0u64; MAX_STAGES];
         for (a, d) in op_addrs.iter_mut().zip(&descs) {
-            // Read by the thread that then writes that element: in place.
-            let what = "device plan epilogue operand (must be F32)";
-            *a = self.read(d, dst, true, F32_ALIGN, what)?;
+            if let Some(d) = d {
+                // Read by the thread that then writes that element: in place.
+                let what = "device plan epilogue operand (must be F32)";
+                *a = self.read(d, dst, true, F32_ALIGN, what)?;
+            }
         }
         let (ya, out) = self.write(dst)?;
         let wd = &self.weights[wi].1;
@@ -647,6 +654,9 @@ impl<'a> DevicePlan<'a> {
                 });
             }
         }
+        // The zero fills of the allocations above may still run on the
+        // legacy stream, which the backend's stream does not wait for.
+        backend.synchronize_context()?;
         let Builder {
             scratch,
             weights,
