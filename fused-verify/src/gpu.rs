@@ -401,12 +401,13 @@ mod cuda {
     }
 
     /// A device plan's counts as run stats: every launch (kernels and
-    /// added copies) is a kernel call, and each waits for the one before
-    /// on the stream.
+    /// added copies) is a kernel call; a barrier is a step's launch
+    /// waiting, in stream order, for the step before (the copies a step
+    /// adds are ordered inside it; the one wait for the host is not counted).
     fn run_stats(s: DevicePlanStats) -> RunStats {
         RunStats {
             kernel_steps: s.kernel_steps,
-            barriers: s.enqueued().saturating_sub(1),
+            barriers: s.launches.saturating_sub(1),
             kernel_calls: s.enqueued(),
         }
     }
