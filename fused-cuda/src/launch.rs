@@ -358,3 +358,90 @@ impl CudaBackend {
         self.launch_counter().fetch_add(1, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fused_core::epilogue::Epilogue;
+
+    fn shape(dtype: DType, rows: usize, n_cols: usize) -> GemvShape {
+        GemvShape {
+            dtype,
+            rows,
+            cols: 1024,
+            row_bytes: dtype.row_bytes(1024).unwrap(),
+            n_cols,
+        }
+    }
+
+    fn epi() -> EpiParams {
+        EpiParams::new(&Epilogue::NONE, |_| 0)
+    }
+
+    #[test]
+    fn gemv_launches_name_the_kernel_and_cover_every_row() {
+        let id = Activation::Identity;
+        let l = Launch::gemv(shape(DType::Q4_0, 257, 1), 1, None, id, 2, 3, epi()).unwrap();
+        let Some(Launch::Gemv { name, grid, params }) = l else {
+            panic!("{l:?}")
+        };
+        assert_eq!(name, "fused_gemv_q4_0_c1");
+        assert_eq!(grid, 129, "2 rows per block");
+        assert_eq!((params.w, params.w_up, params.x, params.y), (1, 0, 2, 3));
+        let l = Launch::gemv(shape(DType::F16, 10, 3), 1, Some(5), id, 2, 3, epi()).unwrap();
+        let Some(Launch::Gemv { name, grid, params }) = l else {
+            panic!("{l:?}")
+        };
+        assert_eq!(name, "fused_gemv_glu_f16_c3");
+        assert_eq!((grid, params.w_up), (10, 5));
+    }
+
+    #[test]
+    fn empty_launches_are_none_and_bad_ones_typed_errors() {
+        let id = Activation::Identity;
+        assert!(matches!(
+            Launch::gemv(shape(DType::Q8_0, 0, 1), 1, None, id, 2, 3, epi()),
+            Ok(None)
+        ));
+        assert!(matches!(
+            Launch::gemv(shape(DType::Q8_0, 4, 9), 1, None, id, 2, 3, epi()),
+            Err(CudaError::Core(Error::LengthMismatch { .. }))
+        ));
+        let k = EwKernel::Copy4 { a: 1, out: 2 };
+        assert!(matches!(Launch::ew(k, 0), Ok(None)));
+        assert!(matches!(
+            Launch::ew(k, 1 << 31),
+            Err(CudaError::Core(Error::Overflow { .. }))
+        ));
+        let d = FwhtDesc::new(64).unwrap();
+        assert!(matches!(Launch::fwht(&d, 0, 1, None, 2), Ok(None)));
+    }
+
+    #[test]
+    fn fwht_launches_pick_the_warp_or_block_kernel() {
+        let d = FwhtDesc::new(64).unwrap();
+        let Ok(Some(Launch::Fwht {
+            name, grid, shared, ..
+        })) = Launch::fwht(&d, 100, 1, None, 2)
+        else {
+            panic!()
+        };
+        // 64 = 32 lanes × 2: a warp per row, 8 warps per block.
+        assert_eq!((name.as_str(), grid, shared), ("fused_fwht_warp_e2", 13, 0));
+        let d = FwhtDesc::new(4096).unwrap();
+        let Ok(Some(Launch::Fwht {
+            name,
+            grid,
+            block,
+            shared,
+            ..
+        })) = Launch::fwht(&d, 3, 1, None, 2)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (name.as_str(), grid, block, shared),
+            ("fused_fwht_block_e4", 3, 1024, 4096 * 4)
+        );
+    }
+}
