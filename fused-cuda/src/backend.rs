@@ -230,8 +230,8 @@ impl CudaBackend {
     }
 
     /// Writes `w` (same format and shape) into `d`, rearranged into the
-    /// kernels' layout. Waits for the stream first: work already enqueued
-    /// may read `d`.
+    /// kernels' layout. Waits for the stream first (work already enqueued
+    /// may read `d`) and for the copy after.
     pub(crate) fn write_weights(
         &self,
         d: &mut DeviceWeights,
@@ -250,7 +250,10 @@ impl CudaBackend {
         self.synchronize()?;
         d.buf
             .copy_from(&bytes[..])
-            .map_err(driver("copy weights to the device"))
+            .map_err(driver("copy weights to the device"))?;
+        // A copy from pageable memory may return before its DMA is done,
+        // and the backend's (non-blocking) stream does not wait for it.
+        self.synchronize_context()
     }
 
     /// Runs `f` with host slices of the given lengths (zeros: the core's
