@@ -846,7 +846,9 @@ impl<'a> DevicePlan<'a> {
 impl Drop for DevicePlan<'_> {
     fn drop(&mut self) {
         // Work of this plan may still be queued after an error: wait for it
-        // before the graph and the buffers it points into are freed.
+        // before the graph and the buffers it points into are freed (in
+        // this context, which the frees below need current too).
+        let _ = self.backend.device().make_current();
         let _ = self.backend.synchronize();
     }
 }
