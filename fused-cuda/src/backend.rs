@@ -11,11 +11,12 @@
 //! lengths (the backend's *shape shadow*).
 
 use crate::device::{CudaDevice, driver};
+use crate::launch::{EwKernel, GemvShape, Launch, ew_len, u32_of};
 use crate::layout;
-use crate::params::{EpiParams, FwhtParams, GemvParams, act_code};
-use crate::{CudaError, GEMV_DTYPES, MAX_COLS};
+use crate::params::EpiParams;
+use crate::{CudaError, GEMV_DTYPES};
 use cust::event::{Event, EventFlags};
-use cust::memory::{AsyncCopyDestination, CopyDestination, DeviceBuffer};
+use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::module::Module;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
@@ -27,29 +28,6 @@ use fused_core::{DType, Error};
 use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Threads per block of the GEMV kernels (`WARPS` = 4 warps in `kernels/gemv.cu`).
-const GEMV_BLOCK: u32 = 128;
-
-/// Output rows one block of the GEMV kernels computes: `RowsPerBlock` in
-/// `kernels/gemv.cu` (the quantized formats share each activation load
-/// between 2 rows; Q4_K, and any format from 3 columns up, between 4).
-fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
-    match dtype {
-        DType::Q4_K => 4,
-        DType::Q8_0 | DType::Q4_0 if n_cols >= 3 => 4,
-        DType::Q8_0 | DType::Q4_0 => 2,
-        _ => 1,
-    }
-}
-/// Threads per block of the element-wise kernels.
-const EW_BLOCK: u32 = 256;
-/// Threads per block of the warp FWHT kernels.
-const FWHT_WARP_BLOCK: u32 = 256;
-/// Threads per block (one row each) of the shared-memory FWHT kernels.
-const FWHT_BLOCK_THREADS: u32 = 1024;
-/// Largest N of the warp FWHT kernels.
-const FWHT_WARP_MAX_N: usize = 1024;
 
 /// An f32 vector in device memory.
 pub struct DeviceVec {
@@ -75,7 +53,7 @@ impl DeviceVec {
         self.buf.len() == 0
     }
 
-    fn addr(&self) -> u64 {
+    pub(crate) fn addr(&self) -> u64 {
         self.buf.as_device_ptr().as_raw()
     }
 }
@@ -121,6 +99,15 @@ impl DeviceWeights {
     pub fn bytes(&self) -> usize {
         self.buf.len()
     }
+
+    /// Bytes of one row (in the core's layout).
+    pub(crate) fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.buf.as_device_ptr().as_raw()
+    }
 }
 
 /// The CUDA backend: a device, its stream, a launch counter.
@@ -137,27 +124,6 @@ impl std::fmt::Debug for CudaBackend {
             .field("launches", &self.launches())
             .finish()
     }
-}
-
-fn u32_of(what: &'static str, v: usize) -> Result<u32, CudaError> {
-    u32::try_from(v).map_err(|_| Error::Overflow { what }.into())
-}
-
-/// Element counts of the element-wise kernels: below 2^31 (their grid-stride
-/// index is a u32).
-fn ew_len(n: usize) -> Result<u32, CudaError> {
-    if n > i32::MAX as usize {
-        return Err(Error::Overflow {
-            what: "element-wise length as the kernel's index",
-        }
-        .into());
-    }
-    Ok(n as u32)
-}
-
-/// A kernel argument as the driver takes it.
-fn arg<T>(v: &T) -> *mut c_void {
-    v as *const T as *mut c_void
 }
 
 impl CudaBackend {
@@ -219,27 +185,75 @@ impl CudaBackend {
     /// Copies a weight matrix into device memory (formats: [`GEMV_DTYPES`]),
     /// quantized formats rearranged into the kernels' layout on the way.
     pub fn upload_weights(&self, w: &WeightMatrix<'_>) -> Result<DeviceWeights, CudaError> {
-        if !GEMV_DTYPES.contains(&w.dtype()) {
+        let mut d = self.alloc_weights(w.dtype(), w.rows(), w.cols())?;
+        self.write_weights(&mut d, w)?;
+        Ok(d)
+    }
+
+    /// Zeroed device memory for a `rows × cols` weight matrix of `dtype`
+    /// (one of [`GEMV_DTYPES`]), to be filled by [`CudaBackend::write_weights`].
+    pub(crate) fn alloc_weights(
+        &self,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+    ) -> Result<DeviceWeights, CudaError> {
+        if !GEMV_DTYPES.contains(&dtype) {
             return Err(Error::UnsupportedDType {
                 what: "CUDA GEMV weights",
-                dtype: w.dtype(),
+                dtype,
             }
             .into());
         }
-        let row_bytes = w.dtype().row_bytes(w.cols())?;
-        u32_of("weight rows", w.rows())?;
-        u32_of("weight columns", w.cols())?;
+        let row_bytes = dtype.row_bytes(cols)?;
+        u32_of("weight rows", rows)?;
+        u32_of("weight columns", cols)?;
         u32_of("weight row bytes", row_bytes)?;
-        let bytes = layout::to_device(w.dtype(), w.rows(), w.cols(), w.bytes());
+        let bytes = rows.checked_mul(row_bytes).ok_or(Error::Overflow {
+            what: "weight bytes",
+        })?;
         self.dev.make_current()?;
-        let buf = DeviceBuffer::from_slice(&bytes).map_err(driver("copy weights to the device"))?;
+        // An empty matrix allocates nothing (no zero-byte memset either).
+        let buf = if bytes == 0 {
+            DeviceBuffer::from_slice(&[])
+        } else {
+            DeviceBuffer::zeroed(bytes)
+        }
+        .map_err(driver("allocate weights"))?;
         Ok(DeviceWeights {
-            dtype: w.dtype(),
-            rows: w.rows(),
-            cols: w.cols(),
+            dtype,
+            rows,
+            cols,
             row_bytes,
             buf,
         })
+    }
+
+    /// Writes `w` (same format and shape) into `d`, rearranged into the
+    /// kernels' layout. Waits for the stream first (work already enqueued
+    /// may read `d`) and for the copy after.
+    pub(crate) fn write_weights(
+        &self,
+        d: &mut DeviceWeights,
+        w: &WeightMatrix<'_>,
+    ) -> Result<(), CudaError> {
+        if (w.dtype(), w.rows(), w.cols()) != (d.dtype, d.rows, d.cols) {
+            return Err(Error::ShapeMismatch {
+                what: "weights written into a device weight buffer",
+                expected: [d.cols, d.rows, 1, 1],
+                actual: [w.cols(), w.rows(), 1, 1],
+            }
+            .into());
+        }
+        let bytes = layout::to_device(w.dtype(), w.rows(), w.cols(), w.bytes());
+        check_len("device weight bytes", d.buf.len(), bytes.len())?;
+        self.synchronize()?;
+        d.buf
+            .copy_from(&bytes[..])
+            .map_err(driver("copy weights to the device"))?;
+        // A copy from pageable memory may return before its DMA is done,
+        // and the backend's (non-blocking) stream does not wait for it.
+        self.synchronize_context()
     }
 
     /// Runs `f` with host slices of the given lengths (zeros: the core's
@@ -254,6 +268,31 @@ impl CudaBackend {
         f(&slices)
     }
 
+    /// The core's checks of a GEMV call on device data: the epilogue bound
+    /// to operands of `op_lens` elements, and `x` / `y` lengths against
+    /// `(m, k, n_cols)`.
+    pub(crate) fn check_gemv_lengths(
+        &self,
+        epilogue: &Epilogue,
+        (m, k, n_cols): (usize, usize, usize),
+        x_len: usize,
+        op_lens: &[usize],
+        y_len: usize,
+    ) -> Result<(), CudaError> {
+        self.with_shadow(op_lens, |ops| -> Result<(), Error> {
+            let bound = epilogue.bind(ops, m, n_cols)?;
+            check_gemm_args(m, k, n_cols, x_len, &bound, y_len)
+        })?;
+        Ok(())
+    }
+
+    /// Waits for everything on the device in this context, the legacy
+    /// default stream included (which the synchronous copies of `cust` use).
+    pub(crate) fn synchronize_context(&self) -> Result<(), CudaError> {
+        self.dev.make_current()?;
+        cust::context::CurrentContext::synchronize().map_err(driver("wait for the device"))
+    }
+
     // ------------------------------------------------------------ launches
 
     /// Launches `name` from `module`.
@@ -262,7 +301,7 @@ impl CudaBackend {
     /// `args` must match the kernel's parameters in number, order and type,
     /// and every device address they carry must be valid for the accesses
     /// the kernel makes with this grid.
-    unsafe fn launch(
+    pub(crate) unsafe fn launch(
         &self,
         module: &Module,
         name: &str,
@@ -286,8 +325,26 @@ impl CudaBackend {
                 message: format!("{name}: {e}"),
             }
         })?;
-        self.launches.fetch_add(1, Ordering::Relaxed);
+        self.count_launch();
         Ok(())
+    }
+
+    /// The launch counter.
+    pub(crate) fn launch_counter(&self) -> &AtomicU64 {
+        &self.launches
+    }
+
+    /// Enqueues `l`, built from device vectors that the caller borrows for
+    /// the whole call (nothing to do for `None`).
+    ///
+    /// # Safety
+    /// As [`CudaBackend::enqueue`].
+    unsafe fn enqueue_opt(&self, l: Option<Launch>) -> Result<(), CudaError> {
+        match l {
+            // SAFETY: forwarded from the caller.
+            Some(l) => unsafe { self.enqueue(&l) },
+            None => Ok(()),
+        }
     }
 
     // ------------------------------------------------------------ GEMV
@@ -356,48 +413,32 @@ impl CudaBackend {
     ) -> Result<(), CudaError> {
         let (m, k) = (w.rows, w.cols);
         let lens: Vec<usize> = operands.iter().map(|o| o.len()).collect();
-        self.with_shadow(&lens, |ops| -> Result<(), Error> {
-            let bound = epilogue.bind(ops, m, n_cols)?;
-            check_gemm_args(m, k, n_cols, x.len(), &bound, y.len())
-        })?;
-        if n_cols > MAX_COLS {
-            return Err(Error::LengthMismatch {
-                what: "GEMV columns (the CUDA kernels take 1..=8)",
-                expected: MAX_COLS,
-                actual: n_cols,
-            }
-            .into());
-        }
-        if n_cols == 0 || m == 0 {
-            return Ok(());
-        }
+        self.check_gemv_lengths(epilogue, (m, k, n_cols), x.len(), &lens, y.len())?;
         let epi = EpiParams::new(epilogue, |slot| operands[slot].addr());
-        let params = GemvParams {
-            w: w.buf.as_device_ptr().as_raw(),
-            w_up: up.map_or(0, |u| u.buf.as_device_ptr().as_raw()),
-            x: x.addr(),
-            y: y.addr(),
-            rows: m as u32,
-            k: k as u32,
-            row_bytes: w.row_bytes as u32,
-            glu_act: act_code(act),
-            epi,
+        let shape = GemvShape {
+            dtype: w.dtype,
+            rows: m,
+            cols: k,
+            row_bytes: w.row_bytes,
+            n_cols,
         };
-        let name = format!(
-            "fused_gemv_{}{}_c{n_cols}",
-            if up.is_some() { "glu_" } else { "" },
-            w.dtype.name()
-        );
-        let grid = u32_of(
-            "GEMV grid",
-            m.div_ceil(gemv_rows_per_block(w.dtype, n_cols)),
+        let l = Launch::gemv(
+            shape,
+            w.buf.as_device_ptr().as_raw(),
+            up.map(|u| u.buf.as_device_ptr().as_raw()),
+            act,
+            x.addr(),
+            y.addr(),
+            epi,
         )?;
-        // SAFETY: one GemvParams argument, as the kernel takes; the weights
-        // hold `m` rows of `row_bytes` (both of them for GLU, checked equal
-        // above), `x` n_cols·k and `y` n_cols·m f32, and each epilogue
+        // SAFETY: the weights hold `m` rows of `row_bytes` in the kernels'
+        // layout (both of them for GLU, checked equal by the caller), `x`
+        // n_cols·k and `y` n_cols·m f32 (checked above), each epilogue
         // operand the length `bind` checked (n_cols·m, or m for a row bias);
-        // the kernel touches rows < m, columns < n_cols only.
-        unsafe { self.launch(&self.dev.gemv, &name, grid, GEMV_BLOCK, 0, &[arg(&params)]) }
+        // device vectors are 256-byte aligned (cuMemAlloc); the kernel
+        // touches rows < m, columns < n_cols only; all are borrowed for
+        // this call and freed only by cuMemFree, which waits for the device.
+        unsafe { self.enqueue_opt(l) }
     }
 
     /// [`CudaBackend::gemv`] on host slices: uploads, runs, downloads.
@@ -472,51 +513,13 @@ impl CudaBackend {
         self.with_shadow(&[sign_len.unwrap_or(0)], |s| {
             desc.check(x.len(), sign_len.map(|_| s[0]), out.len())
         })?;
-        let n = desc.n();
-        let rows = x.len() / n;
-        if rows == 0 {
-            return Ok(());
-        }
-        let params = FwhtParams {
-            x: x.addr(),
-            signs: signs.map_or(0, DeviceVec::addr),
-            out: out.addr(),
-            rows: u32_of("FWHT rows", rows)?,
-            n: n as u32,
-            sign_blocks: desc.sign_blocks().unwrap_or(1) as u32,
-            scale: desc.scale(),
-        };
-        let (name, grid, block, shared) = if n <= FWHT_WARP_MAX_N {
-            let e = (n / 32).max(1);
-            let rows_per_warp = 32 / (n / e);
-            let warps = rows.div_ceil(rows_per_warp);
-            let grid = warps.div_ceil((FWHT_WARP_BLOCK / 32) as usize);
-            (format!("fused_fwht_warp_e{e}"), grid, FWHT_WARP_BLOCK, 0)
-        } else {
-            let e = n / FWHT_BLOCK_THREADS as usize;
-            (
-                format!("fused_fwht_block_e{e}"),
-                rows,
-                FWHT_BLOCK_THREADS,
-                n * 4,
-            )
-        };
-        let grid = u32_of("FWHT grid", grid)?;
-        // SAFETY: one FwhtParams argument, as the kernel takes; `check` made
-        // `x` and `out` `rows` whole rows of `n` and the signs (if any)
-        // `sign_blocks` rows of `n`; the kernel touches rows < rows only and
-        // uses `shared` = n·4 bytes of dynamic shared memory, within the
-        // limit raised at load (MAX_DYNAMIC_SHARED).
-        unsafe {
-            self.launch(
-                &self.dev.fwht,
-                &name,
-                grid,
-                block,
-                shared as u32,
-                &[arg(&params)],
-            )
-        }
+        let rows = x.len() / desc.n();
+        let l = Launch::fwht(desc, rows, x.addr(), signs.map(DeviceVec::addr), out.addr())?;
+        // SAFETY: `check` made `x` and `out` `rows` whole rows of `n` and
+        // the signs (if any) `sign_blocks` rows of `n`; the kernel touches
+        // rows < rows only; the vectors are borrowed for this call and
+        // freed only by cuMemFree, which waits for the device.
+        unsafe { self.enqueue_opt(l) }
     }
 
     /// [`CudaBackend::fwht`] on host slices: uploads, runs, downloads.
@@ -537,17 +540,16 @@ impl CudaBackend {
 
     // ------------------------------------------------------------ element-wise
 
-    /// Launches an element-wise kernel over `n` elements.
+    /// Enqueues the element-wise `kernel` over `n` elements.
     ///
     /// # Safety
-    /// As [`CudaBackend::launch`]; the kernel's element count is `n`.
-    unsafe fn ew(&self, name: &str, n: u32, args: &[*mut c_void]) -> Result<(), CudaError> {
-        if n == 0 {
-            return Ok(());
-        }
-        let grid = n.div_ceil(EW_BLOCK);
+    /// Every address in `kernel` is one of the caller's borrowed device
+    /// vectors, long enough for `n` elements (the operand of a cyclic or
+    /// row-bias kernel: its own, nonzero, length).
+    unsafe fn ew(&self, kernel: EwKernel, n: usize) -> Result<(), CudaError> {
+        let l = Launch::ew(kernel, n)?;
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch(&self.dev.elementwise, name, grid, EW_BLOCK, 0, args) }
+        unsafe { self.enqueue_opt(l) }
     }
 
     /// Checks a binary element-wise call: `b` and `out` as long as `a`.
@@ -556,28 +558,27 @@ impl CudaBackend {
         a: &DeviceVec,
         b: &DeviceVec,
         out: &DeviceVec,
-    ) -> Result<u32, CudaError> {
+    ) -> Result<usize, CudaError> {
         check_len(what[0], a.len(), b.len())?;
         check_len(what[1], a.len(), out.len())?;
-        ew_len(a.len())
+        ew_len(a.len())?;
+        Ok(a.len())
     }
 
     /// Unfused `out = a + b`.
     pub fn add(&self, a: &DeviceVec, b: &DeviceVec, out: &mut DeviceVec) -> Result<(), CudaError> {
         let n = Self::check_binary(["add operand", "add output"], a, b, out)?;
-        let (pa, pb, po) = (a.addr(), b.addr(), out.addr());
-        // SAFETY: (const float*, const float*, float*, u32) as fused_ew_add
-        // takes; all three buffers hold n f32.
-        unsafe { self.ew("fused_ew_add", n, &[arg(&pa), arg(&pb), arg(&po), arg(&n)]) }
+        let (a, b, out) = (a.addr(), b.addr(), out.addr());
+        // SAFETY: all three vectors hold n f32.
+        unsafe { self.ew(EwKernel::Add { a, b, out }, n) }
     }
 
     /// Unfused `out = a · b`.
     pub fn mul(&self, a: &DeviceVec, b: &DeviceVec, out: &mut DeviceVec) -> Result<(), CudaError> {
         let n = Self::check_binary(["mul operand", "mul output"], a, b, out)?;
-        let (pa, pb, po) = (a.addr(), b.addr(), out.addr());
-        // SAFETY: (const float*, const float*, float*, u32) as fused_ew_mul
-        // takes; all three buffers hold n f32.
-        unsafe { self.ew("fused_ew_mul", n, &[arg(&pa), arg(&pb), arg(&po), arg(&n)]) }
+        let (a, b, out) = (a.addr(), b.addr(), out.addr());
+        // SAFETY: all three vectors hold n f32.
+        unsafe { self.ew(EwKernel::Mul { a, b, out }, n) }
     }
 
     /// Unfused `out[i] = a[i] · b[i mod b.len()]` (`b` repeated along `a`:
@@ -594,18 +595,16 @@ impl CudaBackend {
             b.len(),
             a.len(),
         )?;
-        let n = ew_len(a.len())?;
-        let b_len = b.len() as u32;
-        let (pa, pb, po) = (a.addr(), b.addr(), out.addr());
-        // SAFETY: (const float*, const float*, float*, u32, u32) as
-        // fused_ew_mul_cyclic takes; a and out hold n f32, b b_len > 0.
-        unsafe {
-            self.ew(
-                "fused_ew_mul_cyclic",
-                n,
-                &[arg(&pa), arg(&pb), arg(&po), arg(&n), arg(&b_len)],
-            )
-        }
+        let b_len = u32_of("cyclic mul operand", b.len())?;
+        let k = EwKernel::MulCyclic {
+            a: a.addr(),
+            b: b.addr(),
+            out: out.addr(),
+            b_len,
+        };
+        // SAFETY: a and out hold a.len() f32, b b_len > 0 (it divides a's
+        // length; an empty a launches nothing).
+        unsafe { self.ew(k, a.len()) }
     }
 
     /// Unfused `out = act(a)`.
@@ -616,18 +615,8 @@ impl CudaBackend {
         out: &mut DeviceVec,
     ) -> Result<(), CudaError> {
         check_len("activation output", a.len(), out.len())?;
-        let n = ew_len(a.len())?;
-        let code = act_code(act);
-        let (pa, po) = (a.addr(), out.addr());
-        // SAFETY: (u32, const float*, float*, u32) as fused_ew_unary takes;
-        // both buffers hold n f32.
-        unsafe {
-            self.ew(
-                "fused_ew_unary",
-                n,
-                &[arg(&code), arg(&pa), arg(&po), arg(&n)],
-            )
-        }
+        // SAFETY: both vectors hold a.len() f32.
+        unsafe { self.ew(EwKernel::unary(act, a.addr(), out.addr()), a.len()) }
     }
 
     /// Unfused `out = act(gate) · up`.
@@ -639,17 +628,9 @@ impl CudaBackend {
         out: &mut DeviceVec,
     ) -> Result<(), CudaError> {
         let n = Self::check_binary(["GLU up", "GLU output"], gate, up, out)?;
-        let code = act_code(act);
-        let (pg, pu, po) = (gate.addr(), up.addr(), out.addr());
-        // SAFETY: (u32, const float*, const float*, float*, u32) as
-        // fused_ew_glu takes; all three buffers hold n f32.
-        unsafe {
-            self.ew(
-                "fused_ew_glu",
-                n,
-                &[arg(&code), arg(&pg), arg(&pu), arg(&po), arg(&n)],
-            )
-        }
+        let k = EwKernel::glu(act, gate.addr(), up.addr(), out.addr());
+        // SAFETY: all three vectors hold n f32.
+        unsafe { self.ew(k, n) }
     }
 
     /// Unfused `out = a + bias[row]` (column-major, `bias.len()` rows).
@@ -661,31 +642,32 @@ impl CudaBackend {
     ) -> Result<(), CudaError> {
         check_len("row-bias output", a.len(), out.len())?;
         check_divides("row bias (must divide the output)", bias.len(), a.len())?;
-        let n = ew_len(a.len())?;
-        let rows = bias.len() as u32;
-        let (pa, pb, po) = (a.addr(), bias.addr(), out.addr());
-        // SAFETY: (const float*, const float*, float*, u32, u32) as
-        // fused_ew_add_row_bias takes; a and out hold n f32, bias rows > 0.
-        unsafe {
-            self.ew(
-                "fused_ew_add_row_bias",
-                n,
-                &[arg(&pa), arg(&pb), arg(&po), arg(&n), arg(&rows)],
-            )
-        }
+        let k = EwKernel::AddRowBias {
+            a: a.addr(),
+            bias: bias.addr(),
+            out: out.addr(),
+            rows: u32_of("row bias", bias.len())?,
+        };
+        // SAFETY: a and out hold a.len() f32, bias rows > 0 (it divides a's
+        // length; an empty a launches nothing).
+        unsafe { self.ew(k, a.len()) }
     }
 
     /// `out = a` by the driver's device-to-device copy (`cuMemcpyDtoDAsync`).
     pub fn copy(&self, a: &DeviceVec, out: &mut DeviceVec) -> Result<(), CudaError> {
         check_len("copy output", a.len(), out.len())?;
-        self.dev.make_current()?;
-        // SAFETY: both buffers are device allocations of the same length
-        // (checked); the copy is ordered on the backend's stream, and device
-        // memory is only freed by cuMemFree, which waits for it.
-        unsafe { out.buf.async_copy_from(&a.buf, &self.dev.stream) }
-            .map_err(driver("device-to-device copy"))?;
-        self.launches.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        if a.is_empty() {
+            return Ok(());
+        }
+        let l = Launch::Copy {
+            src: a.addr(),
+            dst: out.addr(),
+            bytes: a.len() * 4,
+        };
+        // SAFETY: both vectors are device allocations of a.len() f32
+        // (checked), borrowed for this call and freed only by cuMemFree,
+        // which waits for the device.
+        unsafe { self.enqueue(&l) }
     }
 
     /// `out = a` by the crate's own copy kernel (16-byte loads and stores;
@@ -700,11 +682,13 @@ impl CudaBackend {
             }
             .into());
         }
-        let n4 = ew_len(a.len() / 4)?;
-        let (pa, po) = (a.addr(), out.addr());
-        // SAFETY: (const float4*, float4*, u32) as fused_ew_copy4 takes; both
-        // buffers hold 4·n4 f32 and are 256-byte aligned (cuMemAlloc).
-        unsafe { self.ew("fused_ew_copy4", n4, &[arg(&pa), arg(&po), arg(&n4)]) }
+        let k = EwKernel::Copy4 {
+            a: a.addr(),
+            out: out.addr(),
+        };
+        // SAFETY: both vectors hold 4·(len/4) f32 and are 256-byte aligned
+        // (cuMemAlloc).
+        unsafe { self.ew(k, a.len() / 4) }
     }
 
     // ------------------------------------------------------------ timing

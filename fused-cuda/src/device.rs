@@ -113,11 +113,20 @@ fn allow_dynamic_shared(function: &Function<'_>, bytes: usize) -> Result<(), Cud
             bytes,
         )
     };
+    check_result(
+        r,
+        "raise the dynamic shared-memory limit of fused_fwht_block",
+    )
+}
+
+/// A raw driver result as `Ok`, or [`CudaError::Driver`] saying what was
+/// being done (for the calls cust 0.3.2 has no wrapper for).
+pub(crate) fn check_result(r: cust::sys::CUresult, what: &'static str) -> Result<(), CudaError> {
     if r == cust::sys::cudaError_enum::CUDA_SUCCESS {
         Ok(())
     } else {
         Err(CudaError::Driver {
-            what: "raise the dynamic shared-memory limit of fused_fwht_block",
+            what,
             message: format!("{r:?}"),
         })
     }

@@ -16,7 +16,11 @@
 //! - `fused_core::exec::StepKernels` for [`CudaBackend`]: the core's plan
 //!   executor runs a plan on the GPU through the host-slice calls (f32
 //!   activations; formats and column counts it lacks are refused as
-//!   `fused_core::Error::Unsupported`).
+//!   `fused_core::Error::Unsupported`);
+//! - [`DevicePlan`]: a device-resident plan executor (every graph buffer on
+//!   the device, uploaded once; GEMV weights prepared once; the plan's
+//!   launches enqueued on one stream and synchronised once per run, or
+//!   replayed as a captured CUDA graph, see [`Submission`]).
 //!
 //! # Numerics
 //!
@@ -61,15 +65,22 @@
 
 mod error;
 mod exec;
+mod plan;
 
 #[cfg(feature = "cuda")]
 mod backend;
 #[cfg(feature = "cuda")]
+mod cuda_graph;
+#[cfg(feature = "cuda")]
 mod device;
+#[cfg(feature = "cuda")]
+mod launch;
 #[cfg(any(feature = "cuda", test))]
 mod layout;
 #[cfg(feature = "cuda")]
 mod params;
+#[cfg(feature = "cuda")]
+mod plan_exec;
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
@@ -79,8 +90,11 @@ pub use backend::{CudaBackend, DeviceVec, DeviceWeights};
 #[cfg(feature = "cuda")]
 pub use device::CudaDevice;
 pub use error::CudaError;
+pub use plan::{DevicePlanStats, Submission};
+#[cfg(feature = "cuda")]
+pub use plan_exec::DevicePlan;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{CudaBackend, CudaDevice, DeviceVec, DeviceWeights};
+pub use stub::{CudaBackend, CudaDevice, DevicePlan, DeviceVec, DeviceWeights};
 
 use fused_core::DType;
 

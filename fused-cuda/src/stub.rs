@@ -1,14 +1,20 @@
 //! The backend when the crate is built without the `cuda` feature: the same
 //! public API as the real one, and no value of its types can exist.
 
-use crate::{CudaError, KernelForm};
+use crate::{CudaError, DevicePlanStats, KernelForm, Submission};
 use core::convert::Infallible;
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
+use fused_core::exec::Buffers;
 use fused_core::fwht::FwhtDesc;
+use fused_core::graph::Graph;
+use fused_core::planner::Plan;
 use fused_core::reference::WeightMatrix;
+use fused_core::reference::eval::GemvMode;
 use fused_core::reference::gemv::GluWeights;
+use fused_core::tensor::{BufferId, TensorDesc};
+use std::marker::PhantomData;
 
 /// A CUDA device, its context, stream and loaded kernels.
 ///
@@ -252,6 +258,68 @@ impl CudaBackend {
         match self.never {}
     }
     pub fn time_ms(&self, _f: impl FnOnce() -> Result<(), CudaError>) -> Result<f32, CudaError> {
+        match self.never {}
+    }
+}
+
+/// A plan built for the device with its buffers. This build has no `cuda`
+/// feature: no [`CudaBackend`] exists to build one on, so none can exist.
+#[derive(Debug)]
+pub struct DevicePlan<'a> {
+    never: Infallible,
+    backend: PhantomData<&'a CudaBackend>,
+}
+
+#[allow(missing_docs)]
+impl<'a> DevicePlan<'a> {
+    /// Builds `plan` for `backend` (which cannot exist in this build).
+    pub fn new(
+        backend: &'a CudaBackend,
+        _g: &Graph,
+        _plan: &Plan,
+        _mode: GemvMode,
+        _sizes: &[usize],
+    ) -> Result<DevicePlan<'a>, CudaError> {
+        match backend.never {}
+    }
+    pub fn stats(&self) -> DevicePlanStats {
+        let _ = self.backend;
+        match self.never {}
+    }
+    pub fn n_buffers(&self) -> usize {
+        match self.never {}
+    }
+    pub fn has_graph(&self) -> bool {
+        match self.never {}
+    }
+    pub fn upload<M: Buffers>(&mut self, _mem: &M) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn run(&self) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn run_as(&self, _how: Submission) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn capture_graph(&mut self) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn restore_inputs(&self) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn run_timed(&self, _reps: usize, _how: Submission) -> Result<Vec<f32>, CudaError> {
+        match self.never {}
+    }
+    pub fn time_once(&self, _how: Submission) -> Result<f32, CudaError> {
+        match self.never {}
+    }
+    pub fn download(&self, _id: BufferId) -> Result<Vec<u8>, CudaError> {
+        match self.never {}
+    }
+    pub fn read_f32(&self, _t: &TensorDesc) -> Result<Vec<f32>, CudaError> {
+        match self.never {}
+    }
+    pub fn download_into<M: Buffers>(&self, _mem: &mut M) -> Result<(), CudaError> {
         match self.never {}
     }
 }

@@ -1,14 +1,14 @@
 //! The GPU backends under verification: Vulkan (feature `vulkan`, on by
 //! default; lavapipe runs it on the CPU) and CUDA (feature `cuda`, opt-in).
 //!
-//! Vulkan runs a plan through its device-resident executor
-//! (`fused_vulkan::DevicePlan`: the buffers of the verifier's host
-//! [`Memory`] uploaded, the whole plan one command buffer, every buffer read
-//! back), falling back to the host-slice path for a plan it refuses (see
-//! its docs). CUDA runs a plan with the core's executor
-//! ([`fused_core::exec`]) straight over the host [`Memory`], one host-slice
-//! kernel call per step (upload, one launch, read back). The device is
-//! opened on first use; a
+//! Both run a plan through their device-resident executor
+//! (`fused_vulkan::DevicePlan`, `fused_cuda::DevicePlan`: the buffers of
+//! the verifier's host [`Memory`] uploaded, the whole plan one command
+//! buffer on Vulkan and one sequence of launches on one CUDA stream, every
+//! buffer read back), falling back to the core's executor
+//! ([`fused_core::exec`], one host-slice kernel call per step: upload, one
+//! launch, read back) for a plan the device plan refuses (see their docs).
+//! The device is opened on first use; a
 //! machine without one reports a skip with the reason. Their GEMV kernels
 //! take f32 activations only, a few weight formats and at most 8 columns:
 //! other cases are reported per case as skipped ([`Backend::supports`]).
@@ -17,14 +17,14 @@
 //! for bit.
 //!
 //! The timing modes (`perf`, `decode`) need a device-resident executor:
-//! the host-slice calls would time the transfers, not the kernels. Vulkan
-//! has one (`fused_vulkan::DevicePlan`): the graph's buffers are uploaded
-//! once, each plan is recorded into one command buffer, the inputs a plan
-//! overwrites in place are restored before each run (not timed), and a run
-//! is timed by GPU timestamps around the whole command buffer; its
-//! bandwidth ceiling is a device buffer copy measured the same way. CUDA
-//! has none yet and is skipped by the timing modes (its crate's bench
-//! `cuda-bench` times the kernels).
+//! the host-slice calls would time the transfers, not the kernels. With
+//! the device plans, the graph's buffers are uploaded once, the inputs a
+//! plan overwrites in place are restored before each run (not timed), and
+//! a run is timed on the device around the whole plan: Vulkan's command
+//! buffer by GPU timestamps, CUDA's launches (enqueued on the stream one by
+//! one; `cuda-bench` compares that with a CUDA graph replay) by CUDA
+//! events. The bandwidth ceiling is a device-to-device copy measured the
+//! same way (bytes read plus bytes written).
 
 use std::sync::{Mutex, OnceLock};
 
@@ -380,9 +380,54 @@ mod vulkan {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use fused_cuda::{CudaBackend, CudaError};
+    use std::time::Duration;
 
-    use super::{GpuDevice, RunError};
+    use fused_core::Error;
+    use fused_core::graph::Graph;
+    use fused_core::planner::Plan;
+    use fused_core::reference::eval::Memory;
+    use fused_core::tensor::BufferId;
+    use fused_cuda::{CudaBackend, CudaError, DevicePlan, DevicePlanStats, DeviceVec, Submission};
+
+    use super::{GpuDevice, RunError, host_slice_run};
+    use crate::backend::{RunConfig, RunStats, TimedPlan, buffer_count};
+
+    /// The byte sizes of `mem`'s buffers.
+    fn sizes(mem: &Memory) -> Result<Vec<usize>, RunError> {
+        (0..buffer_count(mem))
+            .map(|b| mem.buffer(BufferId(b)).map(<[u8]>::len))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(RunError::from)
+    }
+
+    /// A device plan's counts as run stats: every launch (kernels and
+    /// added copies) is a kernel call; a barrier is a step's launch
+    /// waiting, in stream order, for the step before (the copies a step
+    /// adds are ordered inside it; the one wait for the host is not counted).
+    fn run_stats(s: DevicePlanStats) -> RunStats {
+        RunStats {
+            kernel_steps: s.kernel_steps,
+            barriers: s.launches.saturating_sub(1),
+            kernel_calls: s.enqueued(),
+        }
+    }
+
+    /// f32 elements of the copy that measures the bandwidth ceiling (64 MiB each way).
+    const CEILING_ELEMS: usize = 16 << 20;
+
+    /// The median of `reps` event-timed runs of `f`, in milliseconds.
+    fn median_ms(
+        b: &CudaBackend,
+        reps: usize,
+        mut f: impl FnMut() -> Result<(), CudaError>,
+    ) -> Result<f32, CudaError> {
+        f()?; // warm-up
+        let mut t = (0..reps)
+            .map(|_| b.time_ms(&mut f))
+            .collect::<Result<Vec<f32>, _>>()?;
+        t.sort_by(f32::total_cmp);
+        Ok(t[t.len() / 2])
+    }
 
     impl GpuDevice for CudaBackend {
         const NAME: &'static str = "cuda";
@@ -396,6 +441,95 @@ mod cuda {
                 CudaError::Core(e) => RunError::Core(e),
                 other => RunError::Device(other.to_string()),
             }
+        }
+
+        /// Through the device plan (buffers uploaded, the plan's launches
+        /// enqueued on one stream, every buffer read back); a plan it
+        /// refuses (strided tensors, non-F32 activations, broadcasts other
+        /// than over rows) runs through the host-slice executor instead,
+        /// which gives the same bits where both run.
+        fn run_plan(
+            &self,
+            g: &Graph,
+            plan: &Plan,
+            mem: &mut Memory,
+            cfg: RunConfig,
+        ) -> Result<RunStats, RunError> {
+            match DevicePlan::new(self, g, plan, cfg.mode, &sizes(mem)?) {
+                Ok(mut dp) => {
+                    dp.upload(mem)
+                        .and_then(|()| dp.run())
+                        .and_then(|()| dp.download_into(mem))
+                        .map_err(Self::run_error)?;
+                    Ok(run_stats(dp.stats()))
+                }
+                Err(CudaError::Core(Error::Unsupported(_) | Error::UnsupportedDType { .. })) => {
+                    host_slice_run(self, g, plan, mem, cfg)
+                }
+                Err(e) => Err(Self::run_error(e)),
+            }
+        }
+
+        const DEVICE_TIMING: bool = true;
+
+        /// One [`DevicePlan`] per plan, each uploaded once; a run is every
+        /// launch enqueued on the stream ([`Submission::Stream`]: what a
+        /// host loop pays; `cuda-bench` compares it with a CUDA graph
+        /// replay), timed by CUDA events around the whole run; the inputs a
+        /// plan overwrites are restored before each run, outside the timed
+        /// part.
+        fn time_plans(
+            &self,
+            g: &Graph,
+            plans: &[&Plan],
+            mem: &Memory,
+            cfg: RunConfig,
+            reps: usize,
+        ) -> Result<Vec<TimedPlan>, RunError> {
+            let sizes = sizes(mem)?;
+            let device_plans = plans
+                .iter()
+                .map(|p| {
+                    let mut dp = DevicePlan::new(self, g, p, cfg.mode, &sizes)?;
+                    dp.upload(mem)?;
+                    dp.restore_inputs()?;
+                    dp.run()?; // warm-up
+                    Ok(dp)
+                })
+                .collect::<Result<Vec<_>, CudaError>>()
+                .map_err(Self::run_error)?;
+            let mut timed: Vec<TimedPlan> = device_plans
+                .iter()
+                .map(|dp| TimedPlan {
+                    times: Vec::with_capacity(reps),
+                    stats: run_stats(dp.stats()),
+                })
+                .collect();
+            for _ in 0..reps.max(1) {
+                for (dp, t) in device_plans.iter().zip(timed.iter_mut()) {
+                    let ms = dp.time_once(Submission::Stream).map_err(Self::run_error)?;
+                    t.times.push(Duration::from_secs_f64(f64::from(ms) / 1e3));
+                }
+            }
+            Ok(timed)
+        }
+
+        /// The faster of two device-to-device copies of 64 MiB, the
+        /// driver's (`cuMemcpyDtoDAsync`) and the crate's 16-byte copy
+        /// kernel: bytes read plus bytes written per second, the median of
+        /// 5 event-timed runs each.
+        fn bandwidth_gbs(&self) -> Option<f64> {
+            let src = self.alloc(CEILING_ELEMS).ok()?;
+            let mut dst = self.alloc(CEILING_ELEMS).ok()?;
+            let bytes = 2.0 * 4.0 * CEILING_ELEMS as f64;
+            type Copy = fn(&CudaBackend, &DeviceVec, &mut DeviceVec) -> Result<(), CudaError>;
+            let copies: [Copy; 2] = [CudaBackend::copy, CudaBackend::copy_kernel];
+            copies
+                .into_iter()
+                .filter_map(|copy| median_ms(self, 5, || copy(self, &src, &mut dst)).ok())
+                .filter(|ms| *ms > 0.0)
+                .map(|ms| bytes / (f64::from(ms) * 1e-3) / 1e9)
+                .reduce(f64::max)
         }
     }
 }

@@ -9,14 +9,21 @@
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
 //! the copy ceiling; the epilogue's cost over a bare GEMV; the signed FWHT
 //! fused against sign multiply + FWHT; a Q4_0 decode layer fused against
-//! unfused; the F16 FFN layer that `benches/torch_compare.py` runs in PyTorch.
+//! unfused; the F16 FFN layer that `benches/torch_compare.py` runs in
+//! PyTorch; a Q4_0 and an F16 decode layer through the device plan
+//! (`DevicePlan`), fused and unfused, launched on the stream and replayed
+//! as a CUDA graph.
 
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
+use fused_core::graph::{Graph, Place};
+use fused_core::planner::{Plan, plan};
 use fused_core::reference::WeightMatrix;
-use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights};
+use fused_core::reference::eval::{GemvMode, Memory};
+use fused_core::tensor::{BufferId, TensorDesc};
+use fused_cuda::{CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, Submission};
 
 /// Bytes the rotating weight copies must add up to: 4× the H200's 60 MB L2.
 const ROTATE_BYTES: usize = 240_000_000;
@@ -341,7 +348,103 @@ fn run() -> Result<(), CudaError> {
     }
     println!("\n(fused/unfused time: {:.3})", t_fused / t_unfused);
     drop(layers);
-    ffn_f16(&be, ceiling)
+    ffn_f16(&be, ceiling)?;
+    for dtype in [DType::Q4_0, DType::F16] {
+        plan_layer(&be, dtype, ceiling)?;
+    }
+    Ok(())
+}
+
+/// A decode layer as a core graph (`h += W_o · attn(h)`, then `h += W_d ·
+/// (silu(W_g·h) ⊙ (W_u·h))`, the residual stream updated in place; weights
+/// in buffer 0, activations in buffer 1, `attn` an opaque copy), its
+/// memory, and the weight bytes.
+fn layer_graph(dtype: DType, d: usize, ff: usize) -> Result<(Graph, Memory, usize), CudaError> {
+    let mut g = Graph::new();
+    let mut inits: Vec<(TensorDesc, Vec<u8>)> = Vec::new();
+    let mut wnext = 0;
+    let mut weight = |g: &mut Graph, k: usize, m: usize, seed: u64| -> Result<_, CudaError> {
+        let t = TensorDesc::contiguous(dtype, [k, m, 1, 1], BufferId(0), wnext)?;
+        wnext += (dtype.row_bytes(k)? * m).next_multiple_of(256);
+        inits.push((t, weight_bytes(dtype, m, k, seed)));
+        Ok(g.input(t)?)
+    };
+    let w_o = weight(&mut g, d, d, 80)?;
+    let w_g = weight(&mut g, d, ff, 81)?;
+    let w_u = weight(&mut g, d, ff, 82)?;
+    let w_d = weight(&mut g, ff, d, 83)?;
+    let mut anext = 4 * d;
+    let mut act = |n: usize| {
+        let p = Place::at(1, anext);
+        anext += (4 * n).next_multiple_of(256);
+        p
+    };
+    let res = Place::at(1, 0);
+    let h = TensorDesc::contiguous(DType::F32, [d, 1, 1, 1], BufferId(1), 0)?;
+    let hv: Vec<u8> = randv(d, 84).iter().flat_map(|v| v.to_le_bytes()).collect();
+    inits.push((h, hv));
+    let h = g.input(h)?;
+    let attn = g.other("attention", &[h], [d, 1, 1, 1], act(d))?;
+    let o = g.mul_mat(w_o, attn, act(d))?;
+    let h1 = g.add(o, h, res)?;
+    let gate = g.mul_mat(w_g, h1, act(ff))?;
+    let up = g.mul_mat(w_u, h1, act(ff))?;
+    let a = g.glu(Activation::Silu, gate, up, act(ff))?;
+    let down = g.mul_mat(w_d, a, act(d))?;
+    let h2 = g.add(down, h1, res)?;
+    g.mark_output(h2)?;
+    let mut mem = Memory::new(&[wnext, anext]);
+    for (t, bytes) in &inits {
+        mem.write_rows(t, bytes)?;
+    }
+    Ok((g, mem, wnext))
+}
+
+/// The decode layer through the device plan (`fused_cuda::DevicePlan`),
+/// fused and unfused, each run as launches enqueued on the stream and as a
+/// CUDA graph replay: µs per layer (median of 50 event-timed runs, the
+/// residual stream restored before each, outside the timing) and launches.
+fn plan_layer(be: &CudaBackend, dtype: DType, ceiling: f64) -> Result<(), CudaError> {
+    let (d, ff) = (4096usize, 14336usize);
+    println!(
+        "\n## Decode layer through the device plan ({dtype}, d = {d}, ff = {ff}, 1 token): stream vs CUDA graph\n"
+    );
+    let (g, mem, weight_bytes) = layer_graph(dtype, d, ff)?;
+    let sizes: Vec<usize> = (0u32..2)
+        .map(|b| mem.buffer(BufferId(b)).map(<[u8]>::len))
+        .collect::<Result<_, _>>()?;
+    println!(
+        "| plan | launches/layer | stream µs | graph µs | graph/stream | weight GB/s (best) | % of copy |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let mut best = [0.0f64; 2];
+    for (i, (name, p)) in [("fused", plan(&g)), ("unfused", Plan::unfused(&g))]
+        .into_iter()
+        .enumerate()
+    {
+        let mut dp = DevicePlan::new(be, &g, &p, GemvMode::F32, &sizes)?;
+        dp.upload(&mem)?;
+        dp.capture_graph()?;
+        let ms = |how| -> Result<f64, CudaError> {
+            let t = dp.run_timed(50, how)?;
+            Ok(median(t.into_iter().map(f64::from).collect()))
+        };
+        let (stream, graph) = (ms(Submission::Stream)?, ms(Submission::Graph)?);
+        best[i] = stream.min(graph);
+        let gbs = weight_bytes as f64 / best[i] / 1e6;
+        println!(
+            "| {name} | {} | {:.1} | {:.1} | {:.3} | {gbs:.0} | {:.0}% |",
+            dp.stats().enqueued(),
+            stream * 1e3,
+            graph * 1e3,
+            graph / stream,
+            100.0 * gbs / ceiling
+        );
+    }
+    println!(
+        "\n(fused/unfused, best of stream and graph: {:.3})",
+        best[0] / best[1]
+    );
+    Ok(())
 }
 
 /// The F16 FFN decode layer that `fused-cuda/benches/torch_compare.py`

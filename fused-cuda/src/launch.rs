@@ -1,0 +1,447 @@
+//! Kernel launches at the level of device addresses: a [`Launch`] names one
+//! kernel (or one device-to-device copy), its grid and its arguments, with
+//! every buffer as a raw device address (plus byte offset already added).
+//!
+//! Both front ends build them: the [`DeviceVec`](crate::DeviceVec) entry
+//! points of [`CudaBackend`] after the core's checks, and the device plan
+//! (`plan_exec.rs`) once per step when it is built. [`CudaBackend::enqueue`]
+//! is the one place that turns a [`Launch`] into a driver call, so the
+//! kernel names, grids and argument lists exist once.
+
+use crate::backend::CudaBackend;
+use crate::device::check_result;
+use crate::params::{EpiParams, FwhtParams, GemvParams, act_code};
+use crate::{CudaError, MAX_COLS};
+use fused_core::element::Activation;
+use fused_core::fwht::FwhtDesc;
+use fused_core::{DType, Error};
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+/// Threads per block of the GEMV kernels (`WARPS` = 4 warps in `kernels/gemv.cu`).
+const GEMV_BLOCK: u32 = 128;
+/// Threads per block of the element-wise kernels.
+const EW_BLOCK: u32 = 256;
+/// Threads per block of the warp FWHT kernels.
+const FWHT_WARP_BLOCK: u32 = 256;
+/// Threads per block (one row each) of the shared-memory FWHT kernels.
+const FWHT_BLOCK_THREADS: u32 = 1024;
+/// Largest N of the warp FWHT kernels.
+const FWHT_WARP_MAX_N: usize = 1024;
+
+/// The alignment, in bytes, the GEMV kernels need of their activations
+/// (16-byte vector loads, `ld_x4` in `kernels/gemv.cu`).
+pub(crate) const GEMV_X_ALIGN: u64 = 16;
+/// The alignment of every f32 address the kernels read or write.
+pub(crate) const F32_ALIGN: u64 = 4;
+
+/// Output rows one block of the GEMV kernels computes: `RowsPerBlock` in
+/// `kernels/gemv.cu` (the quantized formats share each activation load
+/// between 2 rows; Q4_K, and any format from 3 columns up, between 4).
+fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
+    match dtype {
+        DType::Q4_K => 4,
+        DType::Q8_0 | DType::Q4_0 if n_cols >= 3 => 4,
+        DType::Q8_0 | DType::Q4_0 => 2,
+        _ => 1,
+    }
+}
+
+/// `v` as a u32, or [`Error::Overflow`] naming `what`.
+pub(crate) fn u32_of(what: &'static str, v: usize) -> Result<u32, CudaError> {
+    u32::try_from(v).map_err(|_| Error::Overflow { what }.into())
+}
+
+/// Element counts of the element-wise kernels: below 2^31 (their grid-stride
+/// index is a u32).
+pub(crate) fn ew_len(n: usize) -> Result<u32, CudaError> {
+    if n > i32::MAX as usize {
+        return Err(Error::Overflow {
+            what: "element-wise length as the kernel's index",
+        }
+        .into());
+    }
+    Ok(n as u32)
+}
+
+/// A kernel argument as the driver takes it.
+fn arg<T>(v: &T) -> *mut c_void {
+    v as *const T as *mut c_void
+}
+
+/// One element-wise kernel of `kernels/elementwise.cu` with its device
+/// addresses (f32 arrays).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EwKernel {
+    /// `out = a + b`.
+    Add { a: u64, b: u64, out: u64 },
+    /// `out = a · b`.
+    Mul { a: u64, b: u64, out: u64 },
+    /// `out[i] = a[i] · b[i mod b_len]`.
+    MulCyclic {
+        a: u64,
+        b: u64,
+        out: u64,
+        b_len: u32,
+    },
+    /// `out = act(a)` (`act`: the kernels' activation code).
+    Unary { act: u32, a: u64, out: u64 },
+    /// `out = act(gate) · up`.
+    Glu {
+        act: u32,
+        gate: u64,
+        up: u64,
+        out: u64,
+    },
+    /// `out[i] = a[i] + bias[i mod rows]`.
+    AddRowBias {
+        a: u64,
+        bias: u64,
+        out: u64,
+        rows: u32,
+    },
+    /// `out = a` in 16-byte units (`n` counts float4s).
+    Copy4 { a: u64, out: u64 },
+}
+
+impl EwKernel {
+    /// The kernel's symbol.
+    fn name(&self) -> &'static str {
+        match self {
+            EwKernel::Add { .. } => "fused_ew_add",
+            EwKernel::Mul { .. } => "fused_ew_mul",
+            EwKernel::MulCyclic { .. } => "fused_ew_mul_cyclic",
+            EwKernel::Unary { .. } => "fused_ew_unary",
+            EwKernel::Glu { .. } => "fused_ew_glu",
+            EwKernel::AddRowBias { .. } => "fused_ew_add_row_bias",
+            EwKernel::Copy4 { .. } => "fused_ew_copy4",
+        }
+    }
+
+    /// `out = act(a)` for an [`Activation`].
+    pub(crate) fn unary(act: Activation, a: u64, out: u64) -> EwKernel {
+        EwKernel::Unary {
+            act: act_code(act),
+            a,
+            out,
+        }
+    }
+
+    /// `out = act(gate) · up` for an [`Activation`].
+    pub(crate) fn glu(act: Activation, gate: u64, up: u64, out: u64) -> EwKernel {
+        EwKernel::Glu {
+            act: act_code(act),
+            gate,
+            up,
+            out,
+        }
+    }
+}
+
+/// One launch (or device-to-device copy), ready to enqueue.
+#[derive(Clone, Debug)]
+pub(crate) enum Launch {
+    /// A GEMV (gated when `params.w_up` is not 0).
+    Gemv {
+        name: String,
+        grid: u32,
+        params: GemvParams,
+    },
+    /// A (signed) FWHT of every row.
+    Fwht {
+        name: String,
+        grid: u32,
+        block: u32,
+        shared: u32,
+        params: FwhtParams,
+    },
+    /// An element-wise kernel over `n` elements (float4s for `Copy4`).
+    Ew { kernel: EwKernel, n: u32 },
+    /// `bytes` bytes from `src` to `dst` (`cuMemcpyDtoDAsync`).
+    Copy { src: u64, dst: u64, bytes: usize },
+}
+
+/// The GEMV of one call: what [`Launch::gemv`] needs besides addresses.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GemvShape {
+    /// Weight format (one of [`crate::GEMV_DTYPES`]).
+    pub(crate) dtype: DType,
+    /// Output rows `M`.
+    pub(crate) rows: usize,
+    /// Inner dimension `K`.
+    pub(crate) cols: usize,
+    /// Bytes of one weight row.
+    pub(crate) row_bytes: usize,
+    /// Activation columns (1..=[`MAX_COLS`]).
+    pub(crate) n_cols: usize,
+}
+
+impl Launch {
+    /// The GEMV `y = epi(act(W·x) [⊙ (W_up·x)])` with weights at `w` (and
+    /// `w_up`, same shape and format, for the gated form) in the kernels'
+    /// layout, activations at `x`, output at `y`; `None` when there is
+    /// nothing to compute (no rows or no columns). The caller has checked
+    /// the lengths against `shape` and the epilogue's operands.
+    pub(crate) fn gemv(
+        shape: GemvShape,
+        w: u64,
+        w_up: Option<u64>,
+        act: Activation,
+        x: u64,
+        y: u64,
+        epi: EpiParams,
+    ) -> Result<Option<Launch>, CudaError> {
+        let GemvShape {
+            dtype,
+            rows: m,
+            cols: k,
+            row_bytes,
+            n_cols,
+        } = shape;
+        if n_cols > MAX_COLS {
+            return Err(Error::LengthMismatch {
+                what: "GEMV columns (the CUDA kernels take 1..=8)",
+                expected: MAX_COLS,
+                actual: n_cols,
+            }
+            .into());
+        }
+        if n_cols == 0 || m == 0 {
+            return Ok(None);
+        }
+        let params = GemvParams {
+            w,
+            w_up: w_up.unwrap_or(0),
+            x,
+            y,
+            rows: u32_of("weight rows", m)?,
+            k: u32_of("weight columns", k)?,
+            row_bytes: u32_of("weight row bytes", row_bytes)?,
+            glu_act: act_code(act),
+            epi,
+        };
+        let name = format!(
+            "fused_gemv_{}{}_c{n_cols}",
+            if w_up.is_some() { "glu_" } else { "" },
+            dtype.name()
+        );
+        let grid = u32_of("GEMV grid", m.div_ceil(gemv_rows_per_block(dtype, n_cols)))?;
+        Ok(Some(Launch::Gemv { name, grid, params }))
+    }
+
+    /// The FWHT of `rows` rows of `desc.n()` at `x` (signs at `signs`) into
+    /// `out`; `None` for no rows. The caller has run `desc.check`.
+    pub(crate) fn fwht(
+        desc: &FwhtDesc,
+        rows: usize,
+        x: u64,
+        signs: Option<u64>,
+        out: u64,
+    ) -> Result<Option<Launch>, CudaError> {
+        if rows == 0 {
+            return Ok(None);
+        }
+        let n = desc.n();
+        let params = FwhtParams {
+            x,
+            signs: signs.unwrap_or(0),
+            out,
+            rows: u32_of("FWHT rows", rows)?,
+            n: n as u32,
+            sign_blocks: desc.sign_blocks().unwrap_or(1) as u32,
+            scale: desc.scale(),
+        };
+        let (name, grid, block, shared) = if n <= FWHT_WARP_MAX_N {
+            let e = (n / 32).max(1);
+            let rows_per_warp = 32 / (n / e);
+            let warps = rows.div_ceil(rows_per_warp);
+            let grid = warps.div_ceil((FWHT_WARP_BLOCK / 32) as usize);
+            (format!("fused_fwht_warp_e{e}"), grid, FWHT_WARP_BLOCK, 0)
+        } else {
+            let e = n / FWHT_BLOCK_THREADS as usize;
+            (
+                format!("fused_fwht_block_e{e}"),
+                rows,
+                FWHT_BLOCK_THREADS,
+                n * 4,
+            )
+        };
+        Ok(Some(Launch::Fwht {
+            name,
+            grid: u32_of("FWHT grid", grid)?,
+            block,
+            shared: u32_of("FWHT shared memory", shared)?,
+            params,
+        }))
+    }
+
+    /// An element-wise kernel over `n` elements; `None` when `n` is 0.
+    pub(crate) fn ew(kernel: EwKernel, n: usize) -> Result<Option<Launch>, CudaError> {
+        let n = ew_len(n)?;
+        Ok((n > 0).then_some(Launch::Ew { kernel, n }))
+    }
+}
+
+impl CudaBackend {
+    /// Enqueues `l` on the backend's stream (nothing waits for it) and
+    /// counts it in [`CudaBackend::launches`].
+    ///
+    /// # Safety
+    /// Every device address in `l` must be valid for the accesses the
+    /// kernel (or copy) makes, until the stream has run it: the buffers
+    /// they point into must outlive the work enqueued here (device memory
+    /// is only freed by `cuMemFree`, which waits for the device), and the
+    /// lengths the kernel derives from its parameters must lie within them.
+    pub(crate) unsafe fn enqueue(&self, l: &Launch) -> Result<(), CudaError> {
+        let dev = self.device();
+        match l {
+            Launch::Gemv { name, grid, params } => {
+                // SAFETY: one GemvParams argument, as every GEMV kernel
+                // takes; the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(params)]) }
+            }
+            Launch::Fwht {
+                name,
+                grid,
+                block,
+                shared,
+                params,
+            } => {
+                // SAFETY: one FwhtParams argument, as every FWHT kernel
+                // takes; `shared` is within the limit raised at load
+                // (MAX_DYNAMIC_SHARED); the addresses are valid per the caller.
+                unsafe { self.launch(&dev.fwht, name, *grid, *block, *shared, &[arg(params)]) }
+            }
+            Launch::Ew { kernel, n } => {
+                let grid = n.div_ceil(EW_BLOCK);
+                let args: Vec<*mut c_void> = match kernel {
+                    EwKernel::Add { a, b, out } | EwKernel::Mul { a, b, out } => {
+                        vec![arg(a), arg(b), arg(out), arg(n)]
+                    }
+                    EwKernel::MulCyclic { a, b, out, b_len } => {
+                        vec![arg(a), arg(b), arg(out), arg(n), arg(b_len)]
+                    }
+                    EwKernel::Unary { act, a, out } => vec![arg(act), arg(a), arg(out), arg(n)],
+                    EwKernel::Glu { act, gate, up, out } => {
+                        vec![arg(act), arg(gate), arg(up), arg(out), arg(n)]
+                    }
+                    EwKernel::AddRowBias { a, bias, out, rows } => {
+                        vec![arg(a), arg(bias), arg(out), arg(n), arg(rows)]
+                    }
+                    EwKernel::Copy4 { a, out } => vec![arg(a), arg(out), arg(n)],
+                };
+                // SAFETY: the argument lists above follow the kernels'
+                // signatures in kernels/elementwise.cu in number, order and
+                // type (u64 device addresses for pointers, u32 counts and
+                // codes); each points into `l`, which outlives the call (the
+                // driver copies the values at launch); the addresses are
+                // valid per the caller.
+                unsafe { self.launch(&dev.elementwise, kernel.name(), grid, EW_BLOCK, 0, &args) }
+            }
+            Launch::Copy { src, dst, bytes } => {
+                dev.make_current()?;
+                // SAFETY: both ranges are device memory valid for `bytes`
+                // bytes per the caller; the copy is ordered on the
+                // backend's stream, which outlives this call.
+                let r = unsafe {
+                    cust::sys::cuMemcpyDtoDAsync_v2(*dst, *src, *bytes, dev.stream.as_inner())
+                };
+                check_result(r, "device-to-device copy")?;
+                self.count_launch();
+                Ok(())
+            }
+        }
+    }
+
+    /// Counts one launch or copy.
+    pub(crate) fn count_launch(&self) {
+        self.launch_counter().fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fused_core::epilogue::Epilogue;
+
+    fn shape(dtype: DType, rows: usize, n_cols: usize) -> GemvShape {
+        GemvShape {
+            dtype,
+            rows,
+            cols: 1024,
+            row_bytes: dtype.row_bytes(1024).unwrap(),
+            n_cols,
+        }
+    }
+
+    fn epi() -> EpiParams {
+        EpiParams::new(&Epilogue::NONE, |_| 0)
+    }
+
+    #[test]
+    fn gemv_launches_name_the_kernel_and_cover_every_row() {
+        let id = Activation::Identity;
+        let l = Launch::gemv(shape(DType::Q4_0, 257, 1), 1, None, id, 2, 3, epi()).unwrap();
+        let Some(Launch::Gemv { name, grid, params }) = l else {
+            panic!("{l:?}")
+        };
+        assert_eq!(name, "fused_gemv_q4_0_c1");
+        assert_eq!(grid, 129, "2 rows per block");
+        assert_eq!((params.w, params.w_up, params.x, params.y), (1, 0, 2, 3));
+        let l = Launch::gemv(shape(DType::F16, 10, 3), 1, Some(5), id, 2, 3, epi()).unwrap();
+        let Some(Launch::Gemv { name, grid, params }) = l else {
+            panic!("{l:?}")
+        };
+        assert_eq!(name, "fused_gemv_glu_f16_c3");
+        assert_eq!((grid, params.w_up), (10, 5));
+    }
+
+    #[test]
+    fn empty_launches_are_none_and_bad_ones_typed_errors() {
+        let id = Activation::Identity;
+        assert!(matches!(
+            Launch::gemv(shape(DType::Q8_0, 0, 1), 1, None, id, 2, 3, epi()),
+            Ok(None)
+        ));
+        assert!(matches!(
+            Launch::gemv(shape(DType::Q8_0, 4, 9), 1, None, id, 2, 3, epi()),
+            Err(CudaError::Core(Error::LengthMismatch { .. }))
+        ));
+        let k = EwKernel::Copy4 { a: 1, out: 2 };
+        assert!(matches!(Launch::ew(k, 0), Ok(None)));
+        assert!(matches!(
+            Launch::ew(k, 1 << 31),
+            Err(CudaError::Core(Error::Overflow { .. }))
+        ));
+        let d = FwhtDesc::new(64).unwrap();
+        assert!(matches!(Launch::fwht(&d, 0, 1, None, 2), Ok(None)));
+    }
+
+    #[test]
+    fn fwht_launches_pick_the_warp_or_block_kernel() {
+        let d = FwhtDesc::new(64).unwrap();
+        let Ok(Some(Launch::Fwht {
+            name, grid, shared, ..
+        })) = Launch::fwht(&d, 100, 1, None, 2)
+        else {
+            panic!()
+        };
+        // 64 = 32 lanes × 2: a warp per row, 8 warps per block.
+        assert_eq!((name.as_str(), grid, shared), ("fused_fwht_warp_e2", 13, 0));
+        let d = FwhtDesc::new(4096).unwrap();
+        let Ok(Some(Launch::Fwht {
+            name,
+            grid,
+            block,
+            shared,
+            ..
+        })) = Launch::fwht(&d, 3, 1, None, 2)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (name.as_str(), grid, block, shared),
+            ("fused_fwht_block_e4", 3, 1024, 4096 * 4)
+        );
+    }
+}

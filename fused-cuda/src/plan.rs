@@ -1,0 +1,33 @@
+//! What a device plan (`DevicePlan`) reports about a run, and how a run is
+//! submitted: plain data, the same with and without the `cuda` feature.
+
+/// What one run of a `DevicePlan` enqueues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevicePlanStats {
+    /// Plan steps that launch a kernel (reshapes, views and inputs excluded).
+    pub kernel_steps: u64,
+    /// Kernel launches (one per kernel step; a step that is a plain copy
+    /// counts here as one launch of the copy engine).
+    pub launches: u64,
+    /// Device-to-device copies added for misaligned or in-place tensors.
+    pub copies: u64,
+    /// Bytes those copies move.
+    pub copy_bytes: u64,
+}
+
+impl DevicePlanStats {
+    /// Everything enqueued per run: launches and added copies.
+    pub fn enqueued(&self) -> u64 {
+        self.launches + self.copies
+    }
+}
+
+/// How a run reaches the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submission {
+    /// Every launch enqueued on the stream by the host, one by one.
+    Stream,
+    /// The launches captured once into a CUDA graph
+    /// (`DevicePlan::capture_graph`) and replayed with one `cuGraphLaunch`.
+    Graph,
+}

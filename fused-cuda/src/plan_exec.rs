@@ -1,0 +1,854 @@
+//! A device-resident plan executor: [`DevicePlan`] keeps every buffer of a
+//! graph on the device and runs a whole [`Plan`] as one sequence of launches
+//! on the backend's stream, synchronised once per run; or replays the same
+//! launches as a captured CUDA graph ([`Submission::Graph`]).
+//!
+//! Built once from a graph, a plan (fused, or [`Plan::unfused`]) and the
+//! graph's buffer sizes:
+//!
+//! - one device buffer per graph [`BufferId`], filled by
+//!   [`DevicePlan::upload`] from any core [`Buffers`] (the reference
+//!   evaluator's `Memory` among them);
+//! - the weights of every GEMV in a device buffer of their own, in the
+//!   kernels' layout (`src/layout.rs`), prepared at upload from the graph
+//!   buffer's bytes (so a weight tensor that a step writes is refused);
+//! - every kernel step becomes one launch of the backend's own kernels (the
+//!   same [`Launch`] values as the `DeviceVec` entry points build), each
+//!   tensor passed as its buffer's device address plus its byte offset. The
+//!   launches are built once and enqueued in order on one stream, which
+//!   orders them: no further synchronisation is needed between steps.
+//!
+//! Device-to-device copies (`cuMemcpyDtoDAsync`, on the same stream and
+//! counted in [`DevicePlanStats::copies`]) stand in where a tensor cannot be
+//! passed in place:
+//! - an f32 tensor whose byte offset is not a multiple of 4, or GEMV
+//!   activations not 16-byte aligned (the GEMV loads them as 16-byte
+//!   vectors), is copied into a scratch buffer (256-byte aligned) before
+//!   the launch that reads it, or written there and copied to its place
+//!   after the launch that writes it;
+//! - an input of a GEMV or an FWHT that is the kernel's own output (an
+//!   in-place transform) is read from a copy made first: other blocks would
+//!   read what one has already written. The element-wise kernels and the
+//!   GEMV's epilogue read each element in the thread that then writes it,
+//!   so an element-wise input or an epilogue operand exactly aliasing the
+//!   output is used in place (the core's rule); a partial overlap is an
+//!   [`Error::AliasViolation`].
+//!
+//! What it refuses, as [`Error::Unsupported`] or a typed dtype error before
+//! anything is enqueued: strided (non-contiguous) tensors, activations and
+//! element-wise inputs that are not F32, a broadcast operand other than one
+//! repeated over rows (an add or a multiply whose operand's rows the
+//! input's rows repeat), GEMV weight formats, activation modes and column
+//! counts the kernels lack (as `StepKernels::supports_gemv` says), and
+//! weights that the plan itself writes.
+//!
+//! Graph inputs that the plan overwrites in place (a residual stream) are
+//! copied to pristine device buffers at upload; [`DevicePlan::restore_inputs`]
+//! copies them back, so that every run of [`DevicePlan::run_timed`] starts
+//! from the same inputs (the restore is outside the timed part).
+
+use cust::memory::{CopyDestination, DeviceBuffer};
+use fused_core::element::Activation;
+use fused_core::epilogue::{Epilogue, MAX_STAGES};
+use fused_core::error::{Unsupported, check_len};
+use fused_core::exec::{Buffers, StepKernels, gather_f32, packed};
+use fused_core::fwht::{FwhtDesc, check_fwht_size};
+use fused_core::graph::{Graph, MatHint, Node, Op};
+use fused_core::planner::{Operands, Plan, Step};
+use fused_core::reference::WeightMatrix;
+use fused_core::reference::eval::GemvMode;
+use fused_core::tensor::{BufferId, Overlap, TensorDesc};
+use fused_core::{DType, Error};
+
+use crate::backend::{CudaBackend, DeviceWeights};
+use crate::cuda_graph::CapturedGraph;
+use crate::device::driver;
+use crate::launch::{EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, u32_of};
+use crate::params::EpiParams;
+use crate::{CudaError, DevicePlanStats, Submission};
+
+/// Which buffer a region lies in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// A graph buffer (its [`BufferId`]).
+    Graph(usize),
+    /// A scratch buffer of the plan.
+    Scratch(usize),
+}
+
+/// Bytes `[offset, offset + size)` of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Region {
+    slot: Slot,
+    offset: u64,
+    size: u64,
+}
+
+impl Region {
+    fn overlaps(&self, other: &Region) -> bool {
+        self.slot == other.slot
+            && self.offset < other.offset + other.size
+            && other.offset < self.offset + self.size
+    }
+}
+
+/// A plan built for the device with its buffers; see the module docs.
+pub struct DevicePlan<'a> {
+    // Field order is drop order: the captured graph goes before the
+    // buffers its launches point into.
+    graph: Option<CapturedGraph>,
+    backend: &'a CudaBackend,
+    /// One run, in order.
+    launches: Vec<Launch>,
+    /// Graph inputs to their pristine copies (at upload).
+    save: Vec<Launch>,
+    /// Pristine copies back to the graph inputs.
+    restore: Vec<Launch>,
+    /// Graph buffers, indexed by [`BufferId`].
+    buffers: Vec<DeviceBuffer<u8>>,
+    /// The byte sizes of the graph buffers.
+    sizes: Vec<usize>,
+    /// Each GEMV weight tensor and its device copy in the kernels' layout.
+    weights: Vec<(TensorDesc, DeviceWeights)>,
+    scratch: Vec<DeviceBuffer<u8>>,
+    stats: DevicePlanStats,
+}
+
+impl core::fmt::Debug for DevicePlan<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DevicePlan")
+            .field("sizes", &self.sizes)
+            .field("stats", &self.stats)
+            .field("weights", &self.weights.len())
+            .field("scratch_buffers", &self.scratch.len())
+            .field("restored_inputs", &self.restore.len())
+            .field("graph_captured", &self.graph.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unsupported(what: &'static str) -> Error {
+    Error::Unsupported(Unsupported::Operation(what))
+}
+
+/// Source `i` of `node`.
+fn src(g: &Graph, node: &Node, i: usize) -> Result<TensorDesc, Error> {
+    let id = node.src(i).ok_or(Error::BadNode { index: usize::MAX })?;
+    Ok(*g.tensor(id)?)
+}
+
+/// The state while the plan's launches are built.
+struct Builder<'a, 'd> {
+    backend: &'a CudaBackend,
+    sizes: &'d [usize],
+    /// Device addresses of the graph buffers.
+    bases: Vec<u64>,
+    mode: GemvMode,
+    scratch: Vec<DeviceBuffer<u8>>,
+    weights: Vec<(TensorDesc, DeviceWeights)>,
+    launches: Vec<Launch>,
+    /// Graph-buffer regions the launches write.
+    written: Vec<Region>,
+    stats: DevicePlanStats,
+}
+
+impl Builder<'_, '_> {
+    /// The device address of `r`.
+    fn addr(&self, r: Region) -> u64 {
+        let base = match r.slot {
+            Slot::Graph(i) => self.bases[i],
+            Slot::Scratch(i) => self.scratch[i].as_device_ptr().as_raw(),
+        };
+        base + r.offset
+    }
+
+    /// The bytes of `t` in its graph buffer (contiguous tensors only).
+    fn region(&self, t: &TensorDesc) -> Result<Region, Error> {
+        if !t.is_contiguous() {
+            return Err(unsupported("a strided tensor on the CUDA device plan"));
+        }
+        let b = t.buffer().0 as usize;
+        let size = *self.sizes.get(b).ok_or(Error::BadBuffer {
+            buffer: t.buffer().0,
+        })?;
+        let e = t.byte_extent();
+        if e.end > size {
+            return Err(Error::BufferTooShort {
+                what: "tensor extent in its device buffer",
+                needed: e.end,
+                actual: size,
+            });
+        }
+        Ok(Region {
+            slot: Slot::Graph(b),
+            offset: e.start as u64,
+            size: e.len() as u64,
+        })
+    }
+
+    /// All of a new scratch buffer of `size` bytes (256-byte aligned: cuMemAlloc).
+    fn scratch(&mut self, size: u64) -> Result<Region, CudaError> {
+        let len = usize::try_from(size).map_err(|_| Error::Overflow {
+            what: "scratch buffer size",
+        })?;
+        self.backend.device().make_current()?;
+        let buf = DeviceBuffer::zeroed(len.max(1)).map_err(driver("allocate a scratch buffer"))?;
+        self.scratch.push(buf);
+        Ok(Region {
+            slot: Slot::Scratch(self.scratch.len() - 1),
+            offset: 0,
+            size,
+        })
+    }
+
+    /// Appends the copy of `src` into `dst` (same size), counted.
+    fn copy(&mut self, src: Region, dst: Region) {
+        if src.size == 0 {
+            return;
+        }
+        self.stats.copies += 1;
+        self.stats.copy_bytes += src.size;
+        self.launches.push(Launch::Copy {
+            src: self.addr(src),
+            dst: self.addr(dst),
+            bytes: src.size as usize,
+        });
+    }
+
+    /// The address a kernel that writes `dst` reads f32 tensor `t` from: in
+    /// place, or a copy made first when `t` is not `align`-aligned, or when
+    /// it is `dst` itself and the kernel does not read each element in the
+    /// thread that writes it (`per_element`). A partial overlap with `dst`
+    /// is an error.
+    fn read(
+        &mut self,
+        t: &TensorDesc,
+        dst: &TensorDesc,
+        per_element: bool,
+        align: u64,
+        what: &'static str,
+    ) -> Result<u64, CudaError> {
+        if t.dtype() != DType::F32 {
+            return Err(Error::UnsupportedDType {
+                what,
+                dtype: t.dtype(),
+            }
+            .into());
+        }
+        let r = self.region(t)?;
+        let in_place = match t.overlap(dst) {
+            Overlap::Partial => {
+                return Err(Error::AliasViolation {
+                    what: "a kernel input partially overlaps its output",
+                }
+                .into());
+            }
+            Overlap::Exact => per_element,
+            Overlap::Disjoint => true,
+        };
+        if in_place && r.offset.is_multiple_of(align) {
+            return Ok(self.addr(r));
+        }
+        let s = self.scratch(r.size)?;
+        self.copy(r, s);
+        Ok(self.addr(s))
+    }
+
+    /// The address a kernel writes `t` at and, when it is a scratch buffer
+    /// (`t` not 4-byte aligned), the region its bytes are copied to after
+    /// the launch.
+    fn write(&mut self, t: &TensorDesc) -> Result<(u64, Option<(Region, Region)>), CudaError> {
+        if t.dtype() != DType::F32 {
+            return Err(Error::UnsupportedDType {
+                what: "device plan destination (must be contiguous F32)",
+                dtype: t.dtype(),
+            }
+            .into());
+        }
+        let r = self.region(t)?;
+        self.written.push(r);
+        if r.offset.is_multiple_of(F32_ALIGN) {
+            return Ok((self.addr(r), None));
+        }
+        let s = self.scratch(r.size)?;
+        Ok((self.addr(s), Some((s, r))))
+    }
+
+    /// Appends the step's launch (if any), then the copy of a scratch
+    /// output to its place.
+    fn launch(&mut self, l: Option<Launch>, out: Option<(Region, Region)>) {
+        if let Some(l) = l {
+            self.stats.launches += 1;
+            self.launches.push(l);
+            if let Some((s, place)) = out {
+                self.copy(s, place);
+            }
+        }
+    }
+
+    /// The device copy of weight tensor `w` (one per distinct tensor),
+    /// prepared at upload.
+    fn weights(&mut self, w: &TensorDesc) -> Result<usize, CudaError> {
+        if let Some(i) = self.weights.iter().position(|(t, _)| t == w) {
+            return Ok(i);
+        }
+        self.region(w)?;
+        let d = self
+            .backend
+            .alloc_weights(w.dtype(), w.ne()[1], w.ne()[0])?;
+        self.weights.push((*w, d));
+        Ok(self.weights.len() - 1)
+    }
+
+    /// A GEMV (gated when `up` is given) of `w` times `x` into `dst`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &mut self,
+        g: &Graph,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        ops: &Operands,
+        dst: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        let mode = self.mode.act_quant(w.dtype());
+        StepKernels::supports_gemv(self.backend, w.dtype(), mode, x.n_rows())
+            .map_err(Error::from)?;
+        let (k, m, n) = (w.ne()[0], w.ne()[1], x.n_rows());
+        if let Some((u, _)) = up {
+            if u.dtype() != w.dtype() {
+                return Err(Error::UnsupportedDType {
+                    what: "gated GEMV up weights (the gate's format)",
+                    dtype: u.dtype(),
+                }
+                .into());
+            }
+            if u.ne() != w.ne() {
+                return Err(Error::ShapeMismatch {
+                    what: "gated GEMV up weights (the gate's shape)",
+                    expected: w.ne(),
+                    actual: u.ne(),
+                }
+                .into());
+            }
+        }
+        // Operands by slot (the epilogue indexes them so); slots after the
+        // last operand are left out.
+        let used = ops.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+        let descs: Vec<Option<TensorDesc>> = ops[..used]
+            .iter()
+            .map(|id| id.map(|id| g.tensor(id).copied()).transpose())
+            .collect::<Result<_, _>>()?;
+        let op_lens: Vec<usize> = descs
+            .iter()
+            .map(|d| d.as_ref().map_or(0, TensorDesc::n_elements))
+            .collect();
+        self.backend.check_gemv_lengths(
+            epilogue,
+            (m, k, n),
+            x.n_elements(),
+            &op_lens,
+            dst.n_elements(),
+        )?;
+        let wi = self.weights(w)?;
+        let ui = match up {
+            Some((u, _)) => Some(self.weights(u)?),
+            None => None,
+        };
+        let what = "device plan GEMV activations (must be F32)";
+        let xa = self.read(x, dst, false, GEMV_X_ALIGN, what)?;
+        let mut op_addrs = [0u64; MAX_STAGES];
+        for (a, d) in op_addrs.iter_mut().zip(&descs) {
+            if let Some(d) = d {
+                // Read by the thread that then writes that element: in place.
+                let what = "device plan epilogue operand (must be F32)";
+                *a = self.read(d, dst, true, F32_ALIGN, what)?;
+            }
+        }
+        let (ya, out) = self.write(dst)?;
+        let wd = &self.weights[wi].1;
+        let shape = GemvShape {
+            dtype: w.dtype(),
+            rows: m,
+            cols: k,
+            row_bytes: wd.row_bytes(),
+            n_cols: n,
+        };
+        let w_up = ui.map(|i| self.weights[i].1.addr());
+        let act = up.map_or(Activation::Identity, |(_, a)| a);
+        let epi = EpiParams::new(epilogue, |slot| op_addrs[slot]);
+        let l = Launch::gemv(shape, wd.addr(), w_up, act, xa, ya, epi)?;
+        self.launch(l, out);
+        Ok(())
+    }
+
+    /// A (signed) FWHT of every row of `x` into `dst`.
+    fn fwht(
+        &mut self,
+        desc: &FwhtDesc,
+        x: &TensorDesc,
+        signs: Option<&TensorDesc>,
+        dst: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        let sign_values = signs.map(|s| vec![0.0f32; s.n_elements()]);
+        desc.check(x.n_elements(), sign_values.as_deref(), dst.n_elements())?;
+        let xa = self.read(
+            x,
+            dst,
+            false,
+            F32_ALIGN,
+            "device plan FWHT input (must be F32)",
+        )?;
+        let sa = match signs {
+            Some(s) => Some(self.read(
+                s,
+                dst,
+                false,
+                F32_ALIGN,
+                "device plan FWHT signs (must be F32)",
+            )?),
+            None => None,
+        };
+        let (ya, out) = self.write(dst)?;
+        let rows = x.n_elements() / desc.n();
+        let l = Launch::fwht(desc, rows, xa, sa, ya)?;
+        self.launch(l, out);
+        Ok(())
+    }
+
+    /// The element-wise kernel `make(a, b, out)` over `a` (and `b`) into
+    /// `dst`; `b_per_element`: `b` is read at the index written (not
+    /// repeated).
+    fn eltwise(
+        &mut self,
+        a: &TensorDesc,
+        b: Option<(&TensorDesc, bool)>,
+        dst: &TensorDesc,
+        make: impl FnOnce(u64, u64, u64) -> EwKernel,
+    ) -> Result<(), CudaError> {
+        let n = a.n_elements();
+        check_len("element-wise output", n, dst.n_elements())?;
+        let what = "device plan element-wise input (must be F32)";
+        let aa = self.read(a, dst, true, F32_ALIGN, what)?;
+        let ba = match b {
+            Some((b, per_element)) => self.read(b, dst, per_element, F32_ALIGN, what)?,
+            None => 0,
+        };
+        let (ya, out) = self.write(dst)?;
+        let l = Launch::ew(make(aa, ba, ya), n)?;
+        self.launch(l, out);
+        Ok(())
+    }
+
+    /// `dst = a op b` for an add, multiply or GLU node; `b` may be repeated
+    /// over the rows of `a` (GGML's broadcast) for an add or a multiply
+    /// (the cyclic kernels index it so).
+    fn binary(&mut self, g: &Graph, node: &Node) -> Result<(), CudaError> {
+        let (a, b, dst) = (src(g, node, 0)?, src(g, node, 1)?, *node.tensor());
+        let (ane, bne) = (a.ne(), b.ne());
+        let op = node.op();
+        if ane == bne {
+            return self.eltwise(&a, Some((&b, true)), &dst, |a, b, out| match op {
+                Op::Add => EwKernel::Add { a, b, out },
+                Op::Mul => EwKernel::Mul { a, b, out },
+                Op::Glu(act) => EwKernel::glu(act, a, b, out),
+                _ => unreachable!("binary() is called for Add, Mul and Glu only"),
+            });
+        }
+        let whole_rows = bne[0] == ane[0]
+            && bne[2] == 1
+            && bne[3] == 1
+            && bne[1] > 0
+            && ane[1].is_multiple_of(bne[1]);
+        if !whole_rows || !matches!(op, Op::Add | Op::Mul) {
+            return Err(unsupported(
+                "a broadcast element-wise operand (other than over rows) on the CUDA device plan",
+            )
+            .into());
+        }
+        let b_len = u32_of("broadcast operand length", b.n_elements())?;
+        self.eltwise(&a, Some((&b, false)), &dst, |a, b, out| match op {
+            Op::Add => EwKernel::AddRowBias {
+                a,
+                bias: b,
+                out,
+                rows: b_len,
+            },
+            _ => EwKernel::MulCyclic { a, b, out, b_len },
+        })
+    }
+
+    /// Builds one step; `Ok(true)` when it is a kernel step.
+    fn step(&mut self, g: &Graph, step: &Step) -> Result<bool, CudaError> {
+        match step {
+            Step::Node(id) => self.node(g, g.node(*id)?),
+            Step::Gemv(s) => {
+                let mm = g.node(s.matmul)?;
+                let (w, x) = (src(g, mm, 0)?, src(g, mm, 1)?);
+                let dst = *g.tensor(s.out)?;
+                self.gemv(g, &w, None, &x, &s.epilogue, &s.operands, &dst)?;
+                Ok(true)
+            }
+            Step::GluGemv(s) => {
+                let (gn, un) = (g.node(s.gate)?, g.node(s.up)?);
+                let (wg, wu, x) = (src(g, gn, 0)?, src(g, un, 0)?, src(g, gn, 1)?);
+                let dst = *g.tensor(s.out)?;
+                let up = Some((&wu, s.act));
+                self.gemv(g, &wg, up, &x, &s.epilogue, &s.operands, &dst)?;
+                Ok(true)
+            }
+            Step::SignedFwht(s) => {
+                let (x, signs) = (*g.tensor(s.x)?, *g.tensor(s.signs)?);
+                let dst = *g.tensor(s.matmul)?;
+                self.fwht(&s.desc, &x, Some(&signs), &dst)?;
+                Ok(true)
+            }
+        }
+    }
+
+    fn node(&mut self, g: &Graph, node: &Node) -> Result<bool, CudaError> {
+        let dst = *node.tensor();
+        match node.op() {
+            Op::Input | Op::Reshape | Op::View => return Ok(false),
+            Op::MulMat(hint) => {
+                let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
+                let n = w.ne()[0];
+                if hint == MatHint::Hadamard && check_fwht_size(n).is_ok() {
+                    self.fwht(&FwhtDesc::new(n)?, &x, None, &dst)?;
+                } else {
+                    let none = [None; MAX_STAGES];
+                    self.gemv(g, &w, None, &x, &Epilogue::NONE, &none, &dst)?;
+                }
+            }
+            Op::Add | Op::Mul | Op::Glu(_) => self.binary(g, node)?,
+            Op::AddRowBias => {
+                let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
+                let rows = b.n_elements();
+                if rows == 0 || !a.n_elements().is_multiple_of(rows) {
+                    return Err(Error::LengthMismatch {
+                        what: "row-bias input (a whole number of columns of bias rows)",
+                        expected: a.n_elements().div_ceil(rows.max(1)) * rows,
+                        actual: a.n_elements(),
+                    }
+                    .into());
+                }
+                let rows = u32_of("bias rows", rows)?;
+                self.eltwise(&a, Some((&b, false)), &dst, |a, bias, out| {
+                    EwKernel::AddRowBias { a, bias, out, rows }
+                })?;
+            }
+            Op::Unary(act) => {
+                let a = src(g, node, 0)?;
+                self.eltwise(&a, None, &dst, |a, _, out| EwKernel::unary(act, a, out))?;
+            }
+            // Ops the core does not model: a copy of the first source (as
+            // the host-slice executor does).
+            Op::Other(_) => match node.src(0) {
+                None => return Ok(false),
+                Some(s) => {
+                    let a = *g.tensor(s)?;
+                    self.copy_node(&a, &dst)?;
+                }
+            },
+        }
+        Ok(true)
+    }
+
+    /// `dst = a` by one device-to-device copy (nothing when `a` is `dst`).
+    fn copy_node(&mut self, a: &TensorDesc, dst: &TensorDesc) -> Result<(), CudaError> {
+        check_len("copy output", a.n_elements(), dst.n_elements())?;
+        if a.dtype() != DType::F32 {
+            return Err(Error::UnsupportedDType {
+                what: "device plan copy input (must be F32)",
+                dtype: a.dtype(),
+            }
+            .into());
+        }
+        let r = self.region(a)?;
+        let (ya, out) = self.write(dst)?;
+        match a.overlap(dst) {
+            Overlap::Exact => return Ok(()),
+            Overlap::Partial => {
+                return Err(Error::AliasViolation {
+                    what: "a copy's input partially overlaps its output",
+                }
+                .into());
+            }
+            Overlap::Disjoint => {}
+        }
+        let l = (r.size > 0).then(|| Launch::Copy {
+            src: self.addr(r),
+            dst: ya,
+            bytes: r.size as usize,
+        });
+        self.launch(l, out);
+        Ok(())
+    }
+}
+
+impl<'a> DevicePlan<'a> {
+    /// Builds `plan` (made for `g`) for `backend`, over zeroed device
+    /// buffers of `sizes` bytes (one per [`BufferId`], in order), with GEMV
+    /// activations fed per `mode`. Anything the device plan cannot run is
+    /// refused here, before anything is enqueued (see the module docs).
+    pub fn new(
+        backend: &'a CudaBackend,
+        g: &Graph,
+        plan: &Plan,
+        mode: GemvMode,
+        sizes: &[usize],
+    ) -> Result<DevicePlan<'a>, CudaError> {
+        backend.device().make_current()?;
+        let buffers = sizes
+            .iter()
+            .map(|&s| DeviceBuffer::<u8>::zeroed(s.max(1)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(driver("allocate the plan's buffers"))?;
+        let mut b = Builder {
+            backend,
+            sizes,
+            bases: buffers.iter().map(|b| b.as_device_ptr().as_raw()).collect(),
+            mode,
+            scratch: Vec::new(),
+            weights: Vec::new(),
+            launches: Vec::new(),
+            written: Vec::new(),
+            stats: DevicePlanStats::default(),
+        };
+        for step in &plan.steps {
+            if b.step(g, step)? {
+                b.stats.kernel_steps += 1;
+            }
+        }
+        // Weights are prepared from the uploaded bytes: the plan may not
+        // compute them.
+        for (w, _) in &b.weights {
+            let r = b.region(w)?;
+            if b.written.iter().any(|x| x.overlaps(&r)) {
+                return Err(unsupported("GEMV weights that the plan itself writes").into());
+            }
+        }
+        // Graph inputs a launch overwrites: kept in pristine copies.
+        let (mut save, mut restore) = (Vec::new(), Vec::new());
+        for node in g.nodes() {
+            if node.op() != Op::Input {
+                continue;
+            }
+            let Ok(r) = b.region(node.tensor()) else {
+                continue; // never read in place: nothing to keep
+            };
+            if r.size > 0 && b.written.iter().any(|w| w.overlaps(&r)) {
+                let s = b.scratch(r.size)?;
+                let (ra, sa) = (b.addr(r), b.addr(s));
+                let bytes = r.size as usize;
+                save.push(Launch::Copy {
+                    src: ra,
+                    dst: sa,
+                    bytes,
+                });
+                restore.push(Launch::Copy {
+                    src: sa,
+                    dst: ra,
+                    bytes,
+                });
+            }
+        }
+        // The zero fills of the allocations above may still run on the
+        // legacy stream, which the backend's stream does not wait for.
+        backend.synchronize_context()?;
+        let Builder {
+            scratch,
+            weights,
+            launches,
+            stats,
+            ..
+        } = b;
+        Ok(DevicePlan {
+            graph: None,
+            backend,
+            launches,
+            save,
+            restore,
+            buffers,
+            sizes: sizes.to_vec(),
+            weights,
+            scratch,
+            stats,
+        })
+    }
+
+    /// What one run enqueues.
+    pub fn stats(&self) -> DevicePlanStats {
+        self.stats
+    }
+
+    /// The number of graph buffers.
+    pub fn n_buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// Whether a CUDA graph of the run has been captured.
+    pub fn has_graph(&self) -> bool {
+        self.graph.is_some()
+    }
+
+    /// Enqueues `launches` in order (nothing waits for them).
+    fn enqueue(&self, launches: &[Launch]) -> Result<(), CudaError> {
+        for l in launches {
+            // SAFETY: every address in the plan's launches points into a
+            // buffer the plan owns (graph buffers, weights, scratch), within
+            // the extents checked when it was built (tensor extents against
+            // the buffer sizes, lengths by the core's checks); the plan
+            // outlives the work, as every path that enqueues either waits
+            // for it or leaves it to `Drop`, which waits before the buffers
+            // are freed.
+            unsafe { self.backend.enqueue(l)? };
+        }
+        Ok(())
+    }
+
+    /// Enqueues one run as `how` says (nothing waits for it).
+    fn enqueue_run(&self, how: Submission) -> Result<(), CudaError> {
+        match how {
+            Submission::Stream => self.enqueue(&self.launches),
+            Submission::Graph => match &self.graph {
+                Some(graph) => graph.launch(self.backend),
+                None => {
+                    Err(unsupported("a CUDA graph replay before DevicePlan::capture_graph").into())
+                }
+            },
+        }
+    }
+
+    /// Waits for the stream after `r`, keeping `r`'s error if both fail.
+    fn finish(&self, r: Result<(), CudaError>) -> Result<(), CudaError> {
+        let s = self.backend.synchronize();
+        r.and(s)
+    }
+
+    /// Writes every graph buffer from `mem` (buffer `i` must hold the size
+    /// the plan was built with), prepares the weights of every GEMV from
+    /// them, and saves pristine copies of the inputs the plan overwrites.
+    pub fn upload<M: Buffers>(&mut self, mem: &M) -> Result<(), CudaError> {
+        // Nothing enqueued may still read the buffers written below.
+        self.backend.synchronize()?;
+        for (i, (buf, &size)) in self.buffers.iter_mut().zip(&self.sizes).enumerate() {
+            let bytes = mem.buffer(BufferId(i as u32))?;
+            check_len("host buffer for the device plan", size, bytes.len())?;
+            if size > 0 {
+                let mut dst = buf.index(..size);
+                dst.copy_from(bytes)
+                    .map_err(driver("copy a plan buffer to the device"))?;
+            }
+        }
+        for (t, d) in &mut self.weights {
+            let t: &TensorDesc = t;
+            let bytes = packed(mem.buffer(t.buffer())?, t)?;
+            let w = WeightMatrix::new(t.dtype(), t.ne()[1], t.ne()[0], &bytes)?;
+            self.backend.write_weights(d, &w)?;
+        }
+        // The copies above ran on the legacy stream; make them visible to
+        // the backend's (non-blocking) stream before anything reads them.
+        self.backend.synchronize_context()?;
+        let r = self.enqueue(&self.save);
+        self.finish(r)
+    }
+
+    /// Runs the plan once over the device buffers as they are (every
+    /// launch enqueued on the stream, one synchronisation).
+    pub fn run(&self) -> Result<(), CudaError> {
+        self.run_as(Submission::Stream)
+    }
+
+    /// Runs the plan once, submitted as `how` says, and waits for it.
+    pub fn run_as(&self, how: Submission) -> Result<(), CudaError> {
+        let r = self.enqueue_run(how);
+        self.finish(r)
+    }
+
+    /// Captures one run's launches into a CUDA graph (stream capture) and
+    /// instantiates it, for [`Submission::Graph`]. Nothing runs.
+    pub fn capture_graph(&mut self) -> Result<(), CudaError> {
+        self.backend.synchronize()?;
+        self.graph = None;
+        let graph = CapturedGraph::capture(self.backend, || self.enqueue(&self.launches))?;
+        self.graph = Some(graph);
+        Ok(())
+    }
+
+    /// Copies the graph inputs the plan overwrites back from their pristine
+    /// copies, and waits (nothing to do when it overwrites none).
+    pub fn restore_inputs(&self) -> Result<(), CudaError> {
+        if self.restore.is_empty() {
+            return Ok(());
+        }
+        let r = self.enqueue(&self.restore);
+        self.finish(r)
+    }
+
+    /// Runs the plan `reps` times submitted as `how` says, each run
+    /// starting from the uploaded inputs ([`DevicePlan::restore_inputs`]
+    /// before it, not timed), after one untimed warm-up run: the device
+    /// milliseconds of each, from CUDA events recorded around the whole run.
+    pub fn run_timed(&self, reps: usize, how: Submission) -> Result<Vec<f32>, CudaError> {
+        self.restore_inputs()?;
+        self.run_as(how)?;
+        (0..reps).map(|_| self.time_once(how)).collect()
+    }
+
+    /// Restores the inputs, then one run timed by CUDA events (milliseconds).
+    pub fn time_once(&self, how: Submission) -> Result<f32, CudaError> {
+        self.restore_inputs()?;
+        let t = self.backend.time_ms(|| self.enqueue_run(how));
+        // On an error inside, the events were not waited for.
+        self.finish(t.as_ref().map(|_| ()).map_err(Clone::clone))?;
+        t
+    }
+
+    /// The bytes of graph buffer `id` (the size the plan was built with).
+    pub fn download(&self, id: BufferId) -> Result<Vec<u8>, CudaError> {
+        let i = id.0 as usize;
+        let buf = self
+            .buffers
+            .get(i)
+            .ok_or(Error::BadBuffer { buffer: id.0 })?;
+        let mut out = vec![0u8; self.sizes[i]];
+        self.backend.synchronize()?;
+        if !out.is_empty() {
+            buf.index(..out.len())
+                .copy_to(&mut out[..])
+                .map_err(driver("copy a plan buffer to the host"))?;
+        }
+        Ok(out)
+    }
+
+    /// The values of tensor `t` (F32, F16 or BF16) as f32.
+    pub fn read_f32(&self, t: &TensorDesc) -> Result<Vec<f32>, CudaError> {
+        let bytes = self.download(t.buffer())?;
+        Ok(gather_f32(&bytes, t)?.into_owned())
+    }
+
+    /// Copies every graph buffer back into `mem`.
+    pub fn download_into<M: Buffers>(&self, mem: &mut M) -> Result<(), CudaError> {
+        for i in 0..self.buffers.len() {
+            let bytes = self.download(BufferId(i as u32))?;
+            mem.with_buffer_mut(BufferId(i as u32), |dst, _| {
+                check_len("host buffer for the device plan", bytes.len(), dst.len())?;
+                dst.copy_from_slice(&bytes);
+                Ok::<(), Error>(())
+            })??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DevicePlan<'_> {
+    fn drop(&mut self) {
+        // Work of this plan may still be queued after an error: wait for it
+        // before the graph and the buffers it points into are freed (in
+        // this context, which the frees below need current too).
+        let _ = self.backend.device().make_current();
+        let _ = self.backend.synchronize();
+    }
+}

@@ -1,0 +1,340 @@
+//! The device-resident plan executor ([`DevicePlan`]) against the
+//! host-slice executor (the core's `Executor` over `CudaBackend`): the same
+//! kernels, so every buffer must come out bit for bit the same, fused and
+//! unfused, through the stream and through a CUDA graph replay; launch and
+//! copy counts; typed refusals; timed re-runs that start from the same
+//! inputs. On the first CUDA device (skipped without one).
+
+mod common;
+
+use common::{Rng, assert_bits_eq, backend_or_skip};
+use fused_core::element::Activation;
+use fused_core::error::Unsupported;
+use fused_core::exec::Executor;
+use fused_core::graph::{Graph, NodeId, Place};
+use fused_core::planner::{Plan, plan};
+use fused_core::quant::quantize_row;
+use fused_core::reference::ActQuant;
+use fused_core::reference::eval::{GemvMode, Memory};
+use fused_core::tensor::{BufferId, TensorDesc};
+use fused_core::{DType, Error};
+use fused_cuda::{CudaBackend, CudaError, DevicePlan, DevicePlanStats, Submission};
+
+/// Hidden and FFN sizes of the test layer (whole Q4_0 tiles and a rest).
+const H: usize = 1280;
+const F: usize = 2304;
+
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    Rng::new(seed).vec(n, 1.0)
+}
+
+/// `m × k` values of `seed` quantized into `dtype`, row by row.
+fn quantized(dtype: DType, k: usize, m: usize, seed: u64) -> Vec<u8> {
+    let rb = dtype.row_bytes(k).unwrap();
+    let scale = 1.0 / (k as f32).sqrt();
+    let v: Vec<f32> = data(k * m, seed).iter().map(|x| x * scale).collect();
+    let mut bytes = vec![0u8; rb * m];
+    for (src, dst) in v.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+        quantize_row(dtype, src, dst).unwrap();
+    }
+    bytes
+}
+
+/// A decode layer: `h += W_o · attn(h)`, then `h += W_d · (silu(W_g·h) ⊙
+/// (W_u·h))`, the residual stream updated in place at byte 0 of buffer 1;
+/// weights of `dtype` in buffer 0, `attn` an opaque copy.
+fn decode_layer(dtype: DType) -> (Graph, Memory, NodeId) {
+    let mut g = Graph::new();
+    let mut inits: Vec<(TensorDesc, Vec<u8>)> = Vec::new();
+    let mut wnext = 0;
+    let mut weight = |g: &mut Graph, k: usize, m: usize, seed: u64| {
+        let rb = dtype.row_bytes(k).unwrap();
+        let t = TensorDesc::contiguous(dtype, [k, m, 1, 1], BufferId(0), wnext).unwrap();
+        wnext += (rb * m).next_multiple_of(256);
+        inits.push((t, quantized(dtype, k, m, seed)));
+        g.input(t).unwrap()
+    };
+    let w_o = weight(&mut g, H, H, 1);
+    let w_g = weight(&mut g, H, F, 2);
+    let w_u = weight(&mut g, H, F, 3);
+    let w_d = weight(&mut g, F, H, 4);
+    let mut anext = 4 * H;
+    let mut act = |n: usize| {
+        let p = Place::at(1, anext);
+        anext += 4 * n;
+        p
+    };
+    let res = Place::at(1, 0);
+    let h = TensorDesc::contiguous(DType::F32, [H, 1, 1, 1], BufferId(1), 0).unwrap();
+    let hv: Vec<u8> = data(H, 9).iter().flat_map(|v| v.to_le_bytes()).collect();
+    inits.push((h, hv));
+    let h = g.input(h).unwrap();
+    let vec = [H, 1, 1, 1];
+    let attn = g.other("attention", &[h], vec, act(H)).unwrap();
+    let o = g.mul_mat(w_o, attn, act(H)).unwrap();
+    let h1 = g.add(o, h, res).unwrap();
+    let gate = g.mul_mat(w_g, h1, act(F)).unwrap();
+    let up = g.mul_mat(w_u, h1, act(F)).unwrap();
+    let a = g.glu(Activation::Silu, gate, up, act(F)).unwrap();
+    let down = g.mul_mat(w_d, a, act(H)).unwrap();
+    let h2 = g.add(down, h1, res).unwrap();
+    g.mark_output(h2).unwrap();
+    let mut mem = Memory::new(&[wnext, anext]);
+    for (t, bytes) in &inits {
+        mem.write_rows(t, bytes).unwrap();
+    }
+    (g, mem, h2)
+}
+
+/// Runs `p` through the host-slice executor.
+fn host_run(b: &CudaBackend, g: &Graph, p: &Plan, mem: &Memory) -> Memory {
+    let mut m = mem.clone();
+    Executor::new(b, GemvMode::F32).run(g, p, &mut m).unwrap();
+    m
+}
+
+fn sizes(mem: &Memory) -> Vec<usize> {
+    (0u32..)
+        .map_while(|i| mem.buffer(BufferId(i)).ok().map(<[u8]>::len))
+        .collect()
+}
+
+/// Runs `p` once as a device plan; its memory afterwards, its counts, and
+/// the launches the backend counted for the run.
+fn device_run(
+    b: &CudaBackend,
+    g: &Graph,
+    p: &Plan,
+    mem: &Memory,
+) -> (Memory, DevicePlanStats, u64) {
+    let mut dp = DevicePlan::new(b, g, p, GemvMode::F32, &sizes(mem)).unwrap();
+    dp.upload(mem).unwrap();
+    let before = b.launches();
+    dp.run().unwrap();
+    let launched = b.launches() - before;
+    let mut out = mem.clone();
+    dp.download_into(&mut out).unwrap();
+    (out, dp.stats(), launched)
+}
+
+fn assert_same_memory(got: &Memory, want: &Memory, what: &str) {
+    for i in 0u32.. {
+        let (Ok(g), Ok(w)) = (got.buffer(BufferId(i)), want.buffer(BufferId(i))) else {
+            break;
+        };
+        if g != w {
+            let first = g.iter().zip(w).position(|(a, b)| a != b);
+            panic!("{what}: buffer {i} differs (first byte {first:?})");
+        }
+    }
+}
+
+fn f32s(mem: &Memory, g: &Graph, id: NodeId) -> Vec<f32> {
+    mem.read(g.tensor(id).unwrap()).unwrap()
+}
+
+#[test]
+fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for dtype in [DType::F16, DType::Q4_0] {
+        let (g, mem, out) = decode_layer(dtype);
+        let fused = plan(&g);
+        let unfused = Plan::unfused(&g);
+        assert_eq!(fused.fused_steps(), 3, "{fused:?}");
+        let mut outs = Vec::new();
+        for (p, name) in [(&fused, "fused"), (&unfused, "unfused")] {
+            let what = format!("{dtype} {name}");
+            let want = host_run(&b, &g, p, &mem);
+            let (got, stats, launched) = device_run(&b, &g, p, &mem);
+            assert_same_memory(&got, &want, &what);
+            let kernel_steps = p.kernel_steps(&g) as u64;
+            assert_eq!(stats.kernel_steps, kernel_steps, "{what}");
+            assert_eq!(stats.launches, kernel_steps, "{what}: one launch per step");
+            assert_eq!(stats.copies, 0, "{what}: every tensor is used in place");
+            assert_eq!(launched, stats.enqueued(), "{what}: backend counter");
+            outs.push(f32s(&got, &g, out));
+        }
+        assert_bits_eq(&outs[0], &outs[1], &format!("{dtype}: fused vs unfused"));
+    }
+}
+
+#[test]
+fn graph_replay_equals_the_stream_run() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for dtype in [DType::F16, DType::Q4_0] {
+        let (g, mem, out) = decode_layer(dtype);
+        for p in [plan(&g), Plan::unfused(&g)] {
+            let what = format!("{dtype} {} fused steps", p.fused_steps());
+            let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
+            dp.upload(&mem).unwrap();
+            dp.run().unwrap();
+            let mut stream = mem.clone();
+            dp.download_into(&mut stream).unwrap();
+            assert!(!dp.has_graph());
+            dp.capture_graph().unwrap();
+            assert!(dp.has_graph());
+            // Capture enqueues nothing that runs: the buffers are as the
+            // stream run left them; restore, then replay.
+            dp.restore_inputs().unwrap();
+            let before = b.launches();
+            dp.run_as(Submission::Graph).unwrap();
+            assert_eq!(b.launches() - before, 1, "{what}: one graph launch");
+            let mut graph = mem.clone();
+            dp.download_into(&mut graph).unwrap();
+            assert_same_memory(&graph, &stream, &what);
+            // Timed replays start from the same inputs too.
+            let times = dp.run_timed(3, Submission::Graph).unwrap();
+            assert_eq!(times.len(), 3);
+            assert!(times.iter().all(|t| t.is_finite() && *t > 0.0), "{times:?}");
+            let timed = dp.read_f32(g.tensor(out).unwrap()).unwrap();
+            assert_bits_eq(&timed, &f32s(&stream, &g, out), &what);
+        }
+    }
+}
+
+#[test]
+fn timed_runs_start_from_the_same_inputs() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (g, mem, out) = decode_layer(DType::Q4_0);
+    let p = plan(&g);
+    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
+    dp.upload(&mem).unwrap();
+    dp.run().unwrap();
+    let once = dp.read_f32(g.tensor(out).unwrap()).unwrap();
+    // A second run without restoring updates the residual stream again.
+    dp.run().unwrap();
+    let twice = dp.read_f32(g.tensor(out).unwrap()).unwrap();
+    assert!(
+        once.iter()
+            .zip(&twice)
+            .any(|(a, b)| a.to_bits() != b.to_bits()),
+        "the second run should have changed the residual stream"
+    );
+    let times = dp.run_timed(3, Submission::Stream).unwrap();
+    assert_eq!(times.len(), 3);
+    assert!(times.iter().all(|t| t.is_finite() && *t > 0.0), "{times:?}");
+    let timed = dp.read_f32(g.tensor(out).unwrap()).unwrap();
+    assert_bits_eq(&timed, &once, "after timed runs");
+}
+
+/// A GEMV whose activations sit at byte 4 of their buffer (the kernel
+/// loads them as 16-byte vectors) and whose epilogue operand sits at byte
+/// 2 (not even 4-byte aligned): both are copied into scratch buffers first.
+#[test]
+fn misaligned_tensors_are_copied() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (k, m) = (1024 + 64, 96);
+    let mut g = Graph::new();
+    let rb = DType::Q4_0.row_bytes(k).unwrap();
+    let w = TensorDesc::contiguous(DType::Q4_0, [k, m, 1, 1], BufferId(0), 0).unwrap();
+    let x = TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 4).unwrap();
+    let r = TensorDesc::contiguous(DType::F32, [m, 1, 1, 1], BufferId(2), 2).unwrap();
+    let (wn, xn, rn) = (
+        g.input(w).unwrap(),
+        g.input(x).unwrap(),
+        g.input(r).unwrap(),
+    );
+    let y = g.mul_mat(wn, xn, Place::at(1, 8192)).unwrap();
+    let y = g.add(y, rn, Place::at(1, 8192)).unwrap();
+    g.mark_output(y).unwrap();
+    let mut mem = Memory::new(&[rb * m, 8192 + 4 * m, 4 * m + 4]);
+    mem.buffer_mut(BufferId(0))
+        .unwrap()
+        .copy_from_slice(&quantized(DType::Q4_0, k, m, 5));
+    mem.write(&x, &data(k, 6)).unwrap();
+    mem.write(&r, &data(m, 7)).unwrap();
+    let p = plan(&g);
+    assert_eq!(p.fused_steps(), 1, "{p:?}");
+    let want = host_run(&b, &g, &p, &mem);
+    let (got, stats, launched) = device_run(&b, &g, &p, &mem);
+    assert_same_memory(&got, &want, "misaligned");
+    assert_eq!(stats.launches, 1, "{stats:?}");
+    assert_eq!(stats.copies, 2, "{stats:?}");
+    assert_eq!(stats.copy_bytes, (4 * k + 4 * m) as u64);
+    assert_eq!(launched, 3);
+}
+
+/// A GEMV and an FWHT that overwrite their own input: each reads a copy
+/// made first (other blocks would otherwise read what one has already
+/// written), as the host executor copies an aliased input.
+#[test]
+fn kernels_that_overwrite_their_input_read_a_copy() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let k = 256;
+    let mut g = Graph::new();
+    let w = TensorDesc::contiguous(DType::Q8_0, [k, k, 1, 1], BufferId(0), 0).unwrap();
+    let x = TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0).unwrap();
+    let h = TensorDesc::strided(DType::F32, [k, k, 1, 1], [4, 0, 0, 0], BufferId(2), 0).unwrap();
+    let (wn, xn, hn) = (
+        g.input(w).unwrap(),
+        g.input(x).unwrap(),
+        g.input(h).unwrap(),
+    );
+    let y = g.mul_mat(wn, xn, Place::at(1, 0)).unwrap();
+    let z = g.mul_mat_hadamard(hn, y, Place::at(1, 0)).unwrap();
+    g.mark_output(z).unwrap();
+    let mut mem = Memory::new(&[DType::Q8_0.row_bytes(k).unwrap() * k, 4 * k, 4 * k]);
+    mem.buffer_mut(BufferId(0))
+        .unwrap()
+        .copy_from_slice(&quantized(DType::Q8_0, k, k, 3));
+    mem.write(&x, &data(k, 4)).unwrap();
+    let p = plan(&g);
+    let want = host_run(&b, &g, &p, &mem);
+    let (got, stats, _) = device_run(&b, &g, &p, &mem);
+    assert_same_memory(&got, &want, "in place");
+    assert_eq!(stats.launches, 2);
+    assert_eq!(stats.copies, 2, "{stats:?}");
+}
+
+#[test]
+fn unsupported_plans_are_refused_with_typed_errors() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (g, mem, _) = decode_layer(DType::Q4_0);
+    let sz = sizes(&mem);
+    // GGML's Q8_0 activations: the GEMV kernels take f32 only.
+    let r = DevicePlan::new(&b, &g, &plan(&g), GemvMode::Ggml, &sz).map(|_| ());
+    assert_eq!(
+        r,
+        Err(CudaError::Core(Error::Unsupported(Unsupported::ActQuant(
+            ActQuant::Q8_0
+        ))))
+    );
+    // An element-wise operand broadcast along a row (not over rows).
+    let mut g2 = Graph::new();
+    let a = TensorDesc::contiguous(DType::F32, [8, 2, 1, 1], BufferId(0), 0).unwrap();
+    let c = TensorDesc::contiguous(DType::F32, [1, 2, 1, 1], BufferId(0), 64).unwrap();
+    let (an, cn) = (g2.input(a).unwrap(), g2.input(c).unwrap());
+    let y = g2.add(an, cn, Place::at(0, 128)).unwrap();
+    g2.mark_output(y).unwrap();
+    let r = DevicePlan::new(&b, &g2, &plan(&g2), GemvMode::F32, &[256]).map(|_| ());
+    assert!(
+        matches!(r, Err(CudaError::Core(Error::Unsupported(_)))),
+        "{r:?}"
+    );
+    // A buffer shorter than its tensors.
+    let short = [sz[0], 100];
+    let r = DevicePlan::new(&b, &g, &plan(&g), GemvMode::F32, &short).map(|_| ());
+    assert!(
+        matches!(r, Err(CudaError::Core(Error::BufferTooShort { .. }))),
+        "{r:?}"
+    );
+    // A graph replay before a capture.
+    let dp = DevicePlan::new(&b, &g, &plan(&g), GemvMode::F32, &sz).unwrap();
+    let r = dp.run_as(Submission::Graph);
+    assert!(
+        matches!(r, Err(CudaError::Core(Error::Unsupported(_)))),
+        "{r:?}"
+    );
+}
