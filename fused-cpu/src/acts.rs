@@ -20,14 +20,19 @@ pub enum Acts<'a> {
         /// The blocks.
         bytes: &'a [u8],
         /// Side data derived from `bytes` ([`write_side`]; layout in
-        /// [`Q8_0_GROUP_BYTES`]), or empty. Kernels that use it check its
+        /// [`Q8_0_SUPER_BYTES`]), or empty. Kernels that use it check its
         /// length and fall back to `bytes` alone when it is missing.
         side: &'a [u8],
     },
 }
 
-/// Q8_0 blocks per side-data group.
+/// Q8_0 blocks per group: the codes of one group fill one 512-bit vector
+/// (low and high halves in two).
 pub const Q8_0_GROUP_BLOCKS: usize = 4;
+
+/// Groups per side-data super-group: the kernels sum the i32 lanes of four
+/// groups into one vector of sixteen per-block sums and scale it once.
+pub const Q8_0_SUPER_GROUPS: usize = 4;
 
 /// Bytes of side data per group of [`Q8_0_GROUP_BLOCKS`] Q8_0 activation
 /// blocks (`j` = block in the group, `i` = byte or lane):
@@ -36,17 +41,26 @@ pub const Q8_0_GROUP_BLOCKS: usize = 4;
 /// - `64..128`: the last 16, `hi[16j + i] = qs_j[16 + i]`;
 /// - `128..192`: sixteen little-endian i32, `−8·Σ qs_j` at lane `4j`, 0 in
 ///   the other lanes (the exact Q4_0 code-offset term; `·16` gives Q8_0's
-///   `−128·Σ qs_j`);
-/// - `192..256`: sixteen little-endian f32, `d_j` (widened from f16) at
-///   lanes `4j..4j + 4`.
+///   `−128·Σ qs_j`).
+pub const Q8_0_GROUP_BYTES: usize = 192;
+
+/// Bytes of side data per super-group of [`Q8_0_SUPER_GROUPS`] groups: the
+/// groups' side data ([`Q8_0_GROUP_BYTES`] each, zero for groups past the
+/// end of the column), then sixteen little-endian f32 `dy`: the `d` of block
+/// `j` of group `g` (widened from f16) at lane `4j + g` (0 for blocks past
+/// the end) — the lane where the kernels' sum of four groups puts that
+/// block.
 ///
 /// Only whole groups have side data; the last `nb mod 4` blocks have none.
-pub const Q8_0_GROUP_BYTES: usize = 256;
+pub const Q8_0_SUPER_BYTES: usize = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES + 64;
 
 /// Bytes of side data for one column of `k` activations quantized to `d`.
 pub fn side_bytes(d: DType, k: usize) -> usize {
     match d {
-        DType::Q8_0 => k / d.block_len() / Q8_0_GROUP_BLOCKS * Q8_0_GROUP_BYTES,
+        DType::Q8_0 => {
+            let groups = k / d.block_len() / Q8_0_GROUP_BLOCKS;
+            groups.div_ceil(Q8_0_SUPER_GROUPS) * Q8_0_SUPER_BYTES
+        }
         _ => 0,
     }
 }
@@ -60,11 +74,14 @@ pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<
         return Ok(());
     }
     const YB: usize = 34;
+    side.fill(0);
     let groups = blocks.chunks_exact(YB * Q8_0_GROUP_BLOCKS);
-    for (g, out) in groups.zip(side.chunks_exact_mut(Q8_0_GROUP_BYTES)) {
-        let (codes, rest) = out.split_at_mut(128);
-        let (off, dy) = rest.split_at_mut(64);
-        off.fill(0);
+    for (n, g) in groups.enumerate() {
+        let (s, gi) = (n / Q8_0_SUPER_GROUPS, n % Q8_0_SUPER_GROUPS);
+        let sg = &mut side[s * Q8_0_SUPER_BYTES..][..Q8_0_SUPER_BYTES];
+        let (all, dy) = sg.split_at_mut(Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES);
+        let out = &mut all[gi * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES];
+        let (codes, off) = out.split_at_mut(128);
         for (j, blk) in g.chunks_exact(YB).enumerate() {
             let qs = &blk[2..];
             codes[16 * j..16 * j + 16].copy_from_slice(&qs[..16]);
@@ -72,9 +89,8 @@ pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<
             let sum: i32 = qs.iter().map(|&q| i32::from(q as i8)).sum();
             off[16 * j..16 * j + 4].copy_from_slice(&(-8 * sum).to_le_bytes());
             let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-            for lane in dy[16 * j..16 * j + 16].chunks_exact_mut(4) {
-                lane.copy_from_slice(&d.to_le_bytes());
-            }
+            let lane = 4 * j + gi;
+            dy[4 * lane..4 * lane + 4].copy_from_slice(&d.to_le_bytes());
         }
     }
     Ok(())

@@ -293,10 +293,11 @@ fn native_kernels_reject_wrong_lengths() {
 
 #[test]
 fn q8_0_side_data_follows_its_layout() {
-    use fused_cpu::acts::{Q8_0_GROUP_BYTES, side_bytes, write_side};
+    use fused_cpu::acts::{Q8_0_GROUP_BYTES, Q8_0_SUPER_BYTES, side_bytes, write_side};
     let mut rng = Rng(7);
-    // 9 blocks: two whole groups of four and one block without side data.
-    let k = 9 * 32;
+    // 25 blocks: one whole super-group of four groups, a partial one of two
+    // groups, and one block without side data.
+    let k = 25 * 32;
     let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 5.0).collect();
     let mode = ActQuant::Q8_0;
     let (q, _) = prepare(mode, &x);
@@ -304,28 +305,42 @@ fn q8_0_side_data_follows_its_layout() {
         panic!("Q8_0 activations are quantized");
     };
     assert_eq!(side.len(), side_bytes(DType::Q8_0, k));
-    assert_eq!(side.len(), 2 * Q8_0_GROUP_BYTES);
-    for (b, blk) in bytes.chunks_exact(34).take(8).enumerate() {
-        let (g, j) = (&side[b / 4 * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES], b % 4);
+    assert_eq!(side.len(), 2 * Q8_0_SUPER_BYTES);
+    let lane =
+        |s: &[u8], o: usize, l: usize| <[u8; 4]>::try_from(&s[o + 4 * l..o + 4 * l + 4]).unwrap();
+    for (b, blk) in bytes.chunks_exact(34).take(24).enumerate() {
+        let sg = &side[b / 16 * Q8_0_SUPER_BYTES..][..Q8_0_SUPER_BYTES];
+        let (gi, j) = (b / 4 % 4, b % 4);
+        let g = &sg[gi * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES];
         assert_eq!(&g[16 * j..16 * j + 16], &blk[2..18], "low codes, block {b}");
         assert_eq!(
             &g[64 + 16 * j..64 + 16 * j + 16],
             &blk[18..34],
             "high codes, block {b}"
         );
-        let lane = |o: usize, l: usize| <[u8; 4]>::try_from(&g[o + 4 * l..o + 4 * l + 4]).unwrap();
         let sum: i32 = blk[2..].iter().map(|&c| i32::from(c as i8)).sum();
         assert_eq!(
-            i32::from_le_bytes(lane(128, 4 * j)),
+            i32::from_le_bytes(lane(g, 128, 4 * j)),
             -8 * sum,
             "offset, block {b}"
         );
+        for l in 1..4 {
+            assert_eq!(i32::from_le_bytes(lane(g, 128, 4 * j + l)), 0);
+        }
         let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-        for l in 0..4 {
-            if l > 0 {
-                assert_eq!(i32::from_le_bytes(lane(128, 4 * j + l)), 0);
-            }
-            assert_eq!(f32::from_le_bytes(lane(192, 4 * j + l)), d, "dy, block {b}");
+        let dy = f32::from_le_bytes(lane(sg, 4 * Q8_0_GROUP_BYTES, 4 * j + gi));
+        assert_eq!(dy, d, "dy, block {b}");
+    }
+    // The partial super-group is zero past its two groups.
+    let last = &side[Q8_0_SUPER_BYTES..];
+    assert!(
+        last[2 * Q8_0_GROUP_BYTES..4 * Q8_0_GROUP_BYTES]
+            .iter()
+            .all(|&v| v == 0)
+    );
+    for j in 0..4 {
+        for gi in 2..4 {
+            assert_eq!(lane(last, 4 * Q8_0_GROUP_BYTES, 4 * j + gi), [0; 4]);
         }
     }
     // Wrong lengths are errors, not panics.
