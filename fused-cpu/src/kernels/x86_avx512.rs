@@ -41,6 +41,7 @@ use core::arch::x86_64::*;
 use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 
+use super::common::check_rows_alike;
 use super::x86_avx2::{self as avx2, Q4K_BYTES, Q6K_BYTES, Q8K_BYTES, check_f32, check_quant};
 use super::{RowDot, RowDot4};
 use crate::acts::{
@@ -94,10 +95,8 @@ fn group_rows<const R: usize>(
     imp: GroupRows<R>,
     fallback: Avx2Row,
 ) -> Result<[f32; R], Error> {
-    let mut y: &[u8] = &[];
-    for row in rows {
-        y = check_quant(kernel, dtype, row, acts, k)?;
-    }
+    let y = check_quant(kernel, dtype, rows[0], acts, k)?;
+    check_rows_alike(&rows)?;
     let nb = k / kernel.block_len();
     let w = rows.map(<[u8]>::as_ptr);
     match *acts {
@@ -155,10 +154,8 @@ fn f16_entry<const R: usize>(
     acts: &Acts<'_>,
     k: usize,
 ) -> Result<[f32; R], Error> {
-    let mut x: &[f32] = &[];
-    for row in rows {
-        x = check_f32(DType::F16, dtype, row, acts, k)?;
-    }
+    let x = check_f32(DType::F16, dtype, rows[0], acts, k)?;
+    check_rows_alike(&rows)?;
     // SAFETY: only reached through `row_dot`/`row_dot4`, which the
     // dispatcher consults only for a confirmed Avx512 ISA (AVX-512 F/BW/VL,
     // AVX2, FMA, F16C present); `check_f32` verified that every row holds
@@ -192,10 +189,8 @@ fn block_rows<const R: usize>(
     k: usize,
     imp: unsafe fn([*const u8; R], *const u8, usize) -> [f32; R],
 ) -> Result<[f32; R], Error> {
-    let mut y: &[u8] = &[];
-    for row in rows {
-        y = check_quant(kernel, dtype, row, acts, k)?;
-    }
+    let y = check_quant(kernel, dtype, rows[0], acts, k)?;
+    check_rows_alike(&rows)?;
     let nb = k / kernel.block_len();
     // SAFETY: `imp` is a kernel of this module, only reached through
     // `row_dot`/`row_dot4`, which the dispatcher consults only for an ISA
