@@ -126,10 +126,23 @@ pub fn quantize_columns(
     }
     for (col, dst) in x.chunks_exact(k).zip(scratch.chunks_exact_mut(pb)) {
         let (blocks, side) = dst.split_at_mut(rb);
-        fused_core::quant::quantize_row(d, col, blocks)?;
+        quantize_row(d, col, blocks)?;
         write_side(d, blocks, k, side)?;
     }
     Ok(())
+}
+
+/// [`fused_core::quant::quantize_row`], through a vectorized quantizer
+/// with the same bytes where this machine has one (Q8_0 on AVX-512).
+fn quantize_row(d: DType, col: &[f32], blocks: &mut [u8]) -> Result<(), Error> {
+    #[cfg(target_arch = "x86_64")]
+    if d == DType::Q8_0 && crate::isa::Isa::detect() >= crate::isa::Isa::Avx512 {
+        fused_core::error::check_len("activation blocks", d.row_bytes(col.len())?, blocks.len())?;
+        // SAFETY: `Isa::detect()` confirmed AVX-512 F/BW/VL (its Avx512
+        // level requires them).
+        return unsafe { crate::kernels::x86_quant::quantize_q8_0(col, blocks) };
+    }
+    fused_core::quant::quantize_row(d, col, blocks)
 }
 
 /// Column `col` of prepared activations (`scratch` as filled by
