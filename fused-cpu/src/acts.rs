@@ -133,14 +133,23 @@ pub fn quantize_columns(
 }
 
 /// [`fused_core::quant::quantize_row`], through a vectorized quantizer
-/// with the same bytes where this machine has one (Q8_0 on AVX-512).
+/// with the same bytes where this machine has one (Q8_0 and Q8_K on
+/// AVX-512).
 fn quantize_row(d: DType, col: &[f32], blocks: &mut [u8]) -> Result<(), Error> {
     #[cfg(target_arch = "x86_64")]
-    if d == DType::Q8_0 && crate::isa::Isa::detect() >= crate::isa::Isa::Avx512 {
+    if matches!(d, DType::Q8_0 | DType::Q8_K)
+        && crate::isa::Isa::detect() >= crate::isa::Isa::Avx512
+    {
         fused_core::error::check_len("activation blocks", d.row_bytes(col.len())?, blocks.len())?;
         // SAFETY: `Isa::detect()` confirmed AVX-512 F/BW/VL (its Avx512
         // level requires them).
-        return unsafe { crate::kernels::x86_quant::quantize_q8_0(col, blocks) };
+        return unsafe {
+            if d == DType::Q8_0 {
+                crate::kernels::x86_quant::quantize_q8_0(col, blocks)
+            } else {
+                crate::kernels::x86_quant::quantize_q8_k(col, blocks)
+            }
+        };
     }
     fused_core::quant::quantize_row(d, col, blocks)
 }

@@ -353,44 +353,53 @@ fn q8_0_side_data_follows_its_layout() {
 }
 
 #[test]
-fn q8_0_activation_quantizer_matches_the_core() {
+fn activation_quantizers_match_the_core() {
     use fused_cpu::acts::{prepared_bytes, quantize_columns};
     let mut rng = Rng(0x051a_b1e5);
-    // Blocks of edge cases: exact ties after scaling (amax 127 gives
-    // d = 1), zeros, signed zeros, subnormals, huge values, NaN and
-    // infinities (the scalar fallback), then random blocks at several
-    // scales.
+    // Segments of 256 (whole Q8_0 and Q8_K blocks) of edge cases: exact
+    // ties after scaling (amax 127 gives Q8_0 d = 1 and Q8_K iscale = −1),
+    // the largest |v| twice with both signs (the first one sets Q8_K's
+    // sign), zeros, signed zeros and subnormals, huge values, NaN and
+    // infinities, then random values at several scales.
     let mut x: Vec<f32> = Vec::new();
-    let ties: Vec<f32> = (0..32)
-        .map(|i| match i {
+    let ties: Vec<f32> = (0..256)
+        .map(|i| match i % 32 {
             0 => 127.0,
-            _ => (i as f32 - 16.0) + if i % 2 == 0 { 0.5 } else { -0.5 },
+            j => (j as f32 - 16.0) + if i % 2 == 0 { 0.5 } else { -0.5 },
         })
         .collect();
     x.extend(&ties);
     x.extend(ties.iter().map(|v| -v));
-    x.extend([0.0f32; 32]);
-    x.extend((0..32).map(|i| if i % 2 == 0 { -0.0 } else { 1e-45 * i as f32 }));
-    x.extend((0..32).map(|i| 3.0e38 * if i % 3 == 0 { -1.0 } else { 0.5 }));
+    let mut twice = rng.vec(256);
+    (twice[3], twice[40]) = (-5.0, 5.0);
+    x.extend(twice);
+    x.extend([0.0f32; 256]);
+    x.extend((0..256).map(|i| if i % 2 == 0 { -0.0 } else { 1e-45 * i as f32 }));
+    x.extend((0..256).map(|i| 3.0e38 * if i % 3 == 0 { -1.0 } else { 0.5 }));
     for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-        let mut b = rng.vec(32);
+        let mut b = rng.vec(256);
         b[7] = special;
+        b[200] = special;
         x.extend(b);
     }
+    x.extend([f32::NAN; 256]);
     for scale in [1e-30f32, 1e-3, 1.0, 7.0, 1e20] {
-        x.extend(rng.vec(32 * 9).iter().map(|v| v * scale));
+        x.extend(rng.vec(256 * 3).iter().map(|v| v * scale));
     }
     let k = x.len();
-    let mode = ActQuant::Q8_0;
-    let mut scratch = vec![0u8; prepared_bytes(mode, k).unwrap()];
-    quantize_columns(mode, &x, k, &mut scratch).unwrap();
-    let mut want = vec![0u8; DType::Q8_0.row_bytes(k).unwrap()];
-    quantize_row(DType::Q8_0, &x, &mut want).unwrap();
-    for (b, (got, want)) in scratch
-        .chunks_exact(34)
-        .zip(want.chunks_exact(34))
-        .enumerate()
-    {
-        assert_eq!(got, want, "block {b}");
+    for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+        let d = mode.dtype().unwrap();
+        let mut scratch = vec![0u8; prepared_bytes(mode, k).unwrap()];
+        quantize_columns(mode, &x, k, &mut scratch).unwrap();
+        let mut want = vec![0u8; d.row_bytes(k).unwrap()];
+        quantize_row(d, &x, &mut want).unwrap();
+        let bb = d.row_bytes(d.block_len()).unwrap();
+        for (b, (got, want)) in scratch
+            .chunks_exact(bb)
+            .zip(want.chunks_exact(bb))
+            .enumerate()
+        {
+            assert_eq!(got, want, "{d} block {b}");
+        }
     }
 }
