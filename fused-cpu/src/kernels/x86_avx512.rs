@@ -677,7 +677,7 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
         ],
     ];
     let mut acc = [_mm512_setzero_ps(); R];
-    let mut accm = [_mm256_setzero_ps(); R];
+    let mut accm = [_mm_setzero_ps(); R];
     for b in 0..nb {
         // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
         // `bsums` and the four 64-code vectors in sub-block order.
@@ -686,7 +686,16 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
             let q = yp.add(4);
             (
                 avx2::rdf32(yp),
-                _mm256_loadu_si256(yp.add(260).cast()),
+                {
+                    // The eight 32-element sums `bsums[2i] + bsums[2i + 1]`
+                    // (|·| ≤ 32·127: exact in i16), once for all rows.
+                    let b16 = _mm256_loadu_si256(yp.add(260).cast());
+                    let b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));
+                    _mm_packs_epi32(
+                        _mm256_castsi256_si128(b32),
+                        _mm256_extracti128_si256::<1>(b32),
+                    )
+                },
                 [
                     [halves(q, q.add(64)), halves(q.add(32), q.add(96))],
                     [
@@ -705,12 +714,10 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
             // SAFETY: the header fields of the weight block (`d`, `dmin`,
             // `scales`).
             let (dd, (sc, m)) = unsafe { (f16_pair_times(wp, dy), avx2::kscales(wp.add(4))) };
-            let (d, dmin) = (
-                _mm512_broadcastss_ps(dd),
-                _mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
-            );
-            let mins = _mm256_madd_epi16(bsums, avx2::dup_mins(m));
-            *am = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin, *am);
+            let (d, dmin) = (_mm512_broadcastss_ps(dd), _mm_permute_ps::<0x55>(dd));
+            let m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(m as i64));
+            let mins = _mm_madd_epi16(bsums, m16);
+            *am = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), dmin, *am);
             let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
             let mut i0 = _mm512_setzero_si512();
             let mut i1 = _mm512_setzero_si512();
@@ -730,7 +737,9 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
     }
     let mut out = [0.0f32; R];
     for ((o, a), am) in out.iter_mut().zip(acc).zip(accm) {
-        *o = _mm512_reduce_add_ps(a) - avx2::hsum_ps(am);
+        let m2 = _mm_add_ps(am, _mm_movehl_ps(am, am));
+        let mins = _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+        *o = _mm512_reduce_add_ps(a) - mins;
     }
     out
 }
