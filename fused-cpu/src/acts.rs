@@ -41,8 +41,10 @@ pub const Q8_0_SUPER_GROUPS: usize = 4;
 /// - `64..128`: the last 16, `hi[16j + i] = qs_j[16 + i]`;
 /// - `128..192`: sixteen little-endian i32, `−8·Σ qs_j` at lane `4j`, 0 in
 ///   the other lanes (the exact Q4_0 code-offset term; `·16` gives Q8_0's
-///   `−128·Σ qs_j`).
-pub const Q8_0_GROUP_BYTES: usize = 192;
+///   `−128·Σ qs_j`);
+/// - `192..256`: sixteen little-endian f32, `d_j` (widened from f16) at
+///   lanes `4j..4j + 4` (the Q8_0 kernel's per-lane scale).
+pub const Q8_0_GROUP_BYTES: usize = 256;
 
 /// Bytes of side data per super-group of [`Q8_0_SUPER_GROUPS`] groups: the
 /// groups' side data ([`Q8_0_GROUP_BYTES`] each, zero for groups past the
@@ -81,7 +83,8 @@ pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<
         let sg = &mut side[s * Q8_0_SUPER_BYTES..][..Q8_0_SUPER_BYTES];
         let (all, dy) = sg.split_at_mut(Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES);
         let out = &mut all[gi * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES];
-        let (codes, off) = out.split_at_mut(128);
+        let (codes, rest) = out.split_at_mut(128);
+        let (off, lanes) = rest.split_at_mut(64);
         for (j, blk) in g.chunks_exact(YB).enumerate() {
             let qs = &blk[2..];
             codes[16 * j..16 * j + 16].copy_from_slice(&qs[..16]);
@@ -91,6 +94,9 @@ pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<
             let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
             let lane = 4 * j + gi;
             dy[4 * lane..4 * lane + 4].copy_from_slice(&d.to_le_bytes());
+            for l in lanes[16 * j..16 * j + 16].chunks_exact_mut(4) {
+                l.copy_from_slice(&d.to_le_bytes());
+            }
         }
     }
     Ok(())

@@ -328,6 +328,13 @@ fn q8_0_side_data_follows_its_layout() {
             assert_eq!(i32::from_le_bytes(lane(g, 128, 4 * j + l)), 0);
         }
         let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        for l in 0..4 {
+            assert_eq!(
+                f32::from_le_bytes(lane(g, 192, 4 * j + l)),
+                d,
+                "lane dy, block {b}"
+            );
+        }
         let dy = f32::from_le_bytes(lane(sg, 4 * Q8_0_GROUP_BYTES, 4 * j + gi));
         assert_eq!(dy, d, "dy, block {b}");
     }

@@ -287,7 +287,7 @@ const Q4_0_QS: [i16; 32] = {
 #[inline]
 unsafe fn side_group(sg: *const u8, g: usize) -> (__m512i, __m512i, __m512i) {
     // SAFETY: the caller guarantees the super-group; group `g < 4` is its
-    // bytes `192g .. 192g + 192`.
+    // bytes `256g .. 256g + 192`.
     unsafe {
         let s = sg.add(g * Q8_0_GROUP_BYTES);
         (
@@ -387,18 +387,6 @@ unsafe fn q8_0_group(
     _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dx, dy), acc)
 }
 
-/// Lane indices spreading the `dy` of group `g` of a super-group (lanes
-/// `4j + g`) to the four lanes `4j .. 4j + 4` of each of its blocks.
-const fn dy_lanes(g: i32) -> [i32; 16] {
-    let mut idx = [0i32; 16];
-    let mut l = 0;
-    while l < 16 {
-        idx[l] = (l as i32 / 4) * 4 + g;
-        l += 1;
-    }
-    idx
-}
-
 /// The sum of the four lanes of each block of four groups' i32 lanes
 /// (`t[g]` lane `4j + i`: part `i` of block `j` of group `g`): lane
 /// `4j + g` of the result is the whole dot of block `j` of group `g`.
@@ -454,7 +442,7 @@ unsafe fn q4_0_rows<const R: usize>(
                 *yg = unsafe { side_group(sg, g) };
             }
             let dy_at = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES;
-            // SAFETY: bytes `768..832` of the super-group: `dy`.
+            // SAFETY: bytes `1024..1088` of the super-group: `dy`.
             let dy = unsafe { _mm512_loadu_ps(sg.add(dy_at).cast()) };
             for (a, wr) in acc.iter_mut().zip(w) {
                 let mut t = [_mm512_setzero_si512(); Q8_0_SUPER_GROUPS];
@@ -514,16 +502,13 @@ unsafe fn q8_0_rows<const R: usize>(
     for g in 0..ng {
         let (s, gi) = (g / Q8_0_SUPER_GROUPS, g % Q8_0_SUPER_GROUPS);
         // SAFETY: super-group `s` of the side data (whole, zero-padded):
-        // group `gi` and the super-group's `dy`.
-        let (ys, dy16) = unsafe {
+        // group `gi` with its per-lane `dy`.
+        let (ys, dy) = unsafe {
             let sg = side.add(s * Q8_0_SUPER_BYTES);
             let (ylo, yhi, off) = side_group(sg, gi);
-            let dy = _mm512_loadu_ps(sg.add(Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES).cast());
+            let dy = _mm512_loadu_ps(sg.add(gi * Q8_0_GROUP_BYTES + 192).cast());
             ((ylo, yhi, _mm512_slli_epi32::<4>(off)), dy)
         };
-        // SAFETY: `[i32; 16]` and `__m512i` are both 64 plain bytes.
-        let idx = unsafe { core::mem::transmute::<[i32; 16], __m512i>(dy_lanes(gi as i32)) };
-        let dy = _mm512_permutexvar_ps(idx, dy16);
         for (a, wr) in acc.iter_mut().zip(w) {
             // SAFETY: group `g < ng` of row `wr`: blocks `4g .. 4g + 4 ≤ nb`.
             let wg = unsafe { wr.add(g * Q8_0_GROUP_BLOCKS * Q8_0_BYTES) };
