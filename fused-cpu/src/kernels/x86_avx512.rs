@@ -499,22 +499,35 @@ unsafe fn q8_0_rows<const R: usize>(
     let pf = R * nb * Q8_0_BYTES;
     // Two accumulators per row (even and odd groups).
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    for g in 0..ng {
-        let (s, gi) = (g / Q8_0_SUPER_GROUPS, g % Q8_0_SUPER_GROUPS);
-        // SAFETY: super-group `s` of the side data (whole, zero-padded):
-        // group `gi` with its per-lane `dy`.
-        let (ys, dy) = unsafe {
-            let sg = side.add(s * Q8_0_SUPER_BYTES);
-            let (ylo, yhi, off) = side_group(sg, gi);
-            let dy = _mm512_loadu_ps(sg.add(gi * Q8_0_GROUP_BYTES + 192).cast());
-            ((ylo, yhi, _mm512_slli_epi32::<4>(off)), dy)
-        };
-        for (a, wr) in acc.iter_mut().zip(w) {
-            // SAFETY: group `g < ng` of row `wr`: blocks `4g .. 4g + 4 ≤ nb`.
-            let wg = unsafe { wr.add(g * Q8_0_GROUP_BLOCKS * Q8_0_BYTES) };
-            // SAFETY: the 4 blocks at `wg` are readable.
-            a[g % 2] = unsafe { q8_0_group(wg, ys, dy, a[g % 2], pf) };
-        }
+    // Group `$g` into accumulator `$half` of every row.
+    macro_rules! step {
+        ($g:expr, $half:expr) => {{
+            let g = $g;
+            let (s, gi) = (g / Q8_0_SUPER_GROUPS, g % Q8_0_SUPER_GROUPS);
+            // SAFETY: super-group `s` of the side data (whole, zero-padded):
+            // group `gi` with its per-lane `dy`.
+            let (ys, dy) = unsafe {
+                let sg = side.add(s * Q8_0_SUPER_BYTES);
+                let (ylo, yhi, off) = side_group(sg, gi);
+                let dy = _mm512_loadu_ps(sg.add(gi * Q8_0_GROUP_BYTES + 192).cast());
+                ((ylo, yhi, _mm512_slli_epi32::<4>(off)), dy)
+            };
+            for (a, wr) in acc.iter_mut().zip(w) {
+                // SAFETY: group `g < ng` of row `wr`: blocks `4g .. 4g + 4 ≤ nb`.
+                let wg = unsafe { wr.add(g * Q8_0_GROUP_BLOCKS * Q8_0_BYTES) };
+                // SAFETY: the 4 blocks at `wg` are readable.
+                a[$half] = unsafe { q8_0_group(wg, ys, dy, a[$half], pf) };
+            }
+        }};
+    }
+    let mut g = 0;
+    while g + 2 <= ng {
+        step!(g, 0);
+        step!(g + 1, 1);
+        g += 2;
+    }
+    if g < ng {
+        step!(g, 0);
     }
     let b = ng * Q8_0_GROUP_BLOCKS;
     let mut out = [0.0f32; R];
