@@ -717,8 +717,7 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
             let mins = _mm_madd_epi16(bsums, m16);
             *am = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), dmin, *am);
             let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
-            let mut i0 = _mm512_setzero_si512();
-            let mut i1 = _mm512_setzero_si512();
+            let mut isum = _mm512_setzero_si512();
             for h in 0..2 {
                 // SAFETY: `qs[64h..64h + 64]` of the weight block.
                 let q = unsafe { _mm512_loadu_si512(wp.add(16 + 64 * h).cast()) };
@@ -726,10 +725,9 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
                 let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
                 let slo = _mm512_permutexvar_epi16(sidx[h][0], s16);
                 let shi = _mm512_permutexvar_epi16(sidx[h][1], s16);
-                i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
-                i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
             }
-            let isum = _mm512_add_epi32(i0, i1);
             *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
         }
     }
