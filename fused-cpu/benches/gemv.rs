@@ -723,7 +723,10 @@ fn breakdown(tag: &str, be: &CpuBackend, layers: &Layers, s: &mut Bufs) -> Strin
 /// `GEMV_COLS` the activation columns (default 1; more runs the GEMM path,
 /// and the line then also gives GFLOP/s). Each DRAM line comes
 /// with the read ceiling measured just before it (median of 5 passes), so
-/// runs of two builds can be compared line by line on a loaded machine.
+/// runs of two builds can be compared line by line on a loaded machine, and
+/// a `paired` line: the median over rounds of GEMV GB/s ÷ probe GB/s, each
+/// round timing one probe pass and one pass over the copies back to back
+/// ([`paired_rounds`]; `GEMV_ROUNDS`, default 15).
 fn focus(_c: &mut Criterion) {
     let Ok(formats) = std::env::var("GEMV_FOCUS") else {
         return;
@@ -801,6 +804,13 @@ fn focus(_c: &mut Criterion) {
                     }
                 }
                 let (min, med) = stats(times);
+                let paired = rotate.then(|| {
+                    paired_rounds(&probe, t, bytes, copies, |i| {
+                        let w = mat(dtype, m, k, &all, i % copies);
+                        be.gemv(&w, &x, 1, mode, &none, &mut y).expect("gemv");
+                        black_box(&y);
+                    })
+                });
                 let gbs = |s: f64| bytes as f64 / s / 1e9;
                 let pct = ceil.map_or(String::new(), |c| {
                     format!(
@@ -821,10 +831,66 @@ fn focus(_c: &mut Criterion) {
                     gbs(min),
                     flops.unwrap_or_default()
                 );
+                if let Some((ratio, g, p, n)) = paired {
+                    eprintln!(
+                        "focus {f} {place} {t}t paired: {:.1} % of the probe (median of {n} rounds; medians: gemv {g:.2} GB/s, probe {p:.2} GB/s)",
+                        ratio * 100.0
+                    );
+                }
             }
         }
     }
     std::process::exit(0);
+}
+
+/// GEMV bandwidth as a fraction of the probe's, measured in rounds that
+/// each time one probe pass (`probe.read_pass(threads)`) and one pass of
+/// GEMV calls over all `copies` rotated copies (`call(i)`, `bytes` each:
+/// about as many bytes as the probe reads), back to back, alternating which
+/// goes first: the ratio of each round sees the same machine conditions,
+/// which drift on a shared machine faster than a whole run. Returns the
+/// median ratio, the median GEMV and probe GB/s, and the round count.
+fn paired_rounds(
+    probe: &BandwidthProbe,
+    threads: usize,
+    bytes: usize,
+    copies: usize,
+    mut call: impl FnMut(usize),
+) -> (f64, f64, f64, usize) {
+    let rounds: usize = std::env::var("GEMV_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15);
+    let probe_pass = || {
+        let s = Instant::now();
+        black_box(probe.read_pass(threads));
+        probe.bytes() as f64 / s.elapsed().as_secs_f64() / 1e9
+    };
+    let mut gemv_pass = || {
+        let s = Instant::now();
+        for i in 0..copies {
+            call(i);
+        }
+        (bytes * copies) as f64 / s.elapsed().as_secs_f64() / 1e9
+    };
+    let (mut ratios, mut gs, mut ps) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rounds.max(1) {
+        let (g, p) = if r % 2 == 0 {
+            let p = probe_pass();
+            (gemv_pass(), p)
+        } else {
+            let g = gemv_pass();
+            (g, probe_pass())
+        };
+        ratios.push(g / p);
+        gs.push(g);
+        ps.push(p);
+    }
+    let med = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (med(ratios), med(gs), med(ps), rounds.max(1))
 }
 
 fn summary(_c: &mut Criterion) {

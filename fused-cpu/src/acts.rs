@@ -20,14 +20,19 @@ pub enum Acts<'a> {
         /// The blocks.
         bytes: &'a [u8],
         /// Side data derived from `bytes` ([`write_side`]; layout in
-        /// [`Q8_0_GROUP_BYTES`]), or empty. Kernels that use it check its
+        /// [`Q8_0_SUPER_BYTES`]), or empty. Kernels that use it check its
         /// length and fall back to `bytes` alone when it is missing.
         side: &'a [u8],
     },
 }
 
-/// Q8_0 blocks per side-data group.
+/// Q8_0 blocks per group: the codes of one group fill one 512-bit vector
+/// (low and high halves in two).
 pub const Q8_0_GROUP_BLOCKS: usize = 4;
+
+/// Groups per side-data super-group: the kernels sum the i32 lanes of four
+/// groups into one vector of sixteen per-block sums and scale it once.
+pub const Q8_0_SUPER_GROUPS: usize = 4;
 
 /// Bytes of side data per group of [`Q8_0_GROUP_BLOCKS`] Q8_0 activation
 /// blocks (`j` = block in the group, `i` = byte or lane):
@@ -38,15 +43,26 @@ pub const Q8_0_GROUP_BLOCKS: usize = 4;
 ///   the other lanes (the exact Q4_0 code-offset term; `·16` gives Q8_0's
 ///   `−128·Σ qs_j`);
 /// - `192..256`: sixteen little-endian f32, `d_j` (widened from f16) at
-///   lanes `4j..4j + 4`.
+///   lanes `4j..4j + 4` (the Q8_0 kernel's per-lane scale).
+pub const Q8_0_GROUP_BYTES: usize = 256;
+
+/// Bytes of side data per super-group of [`Q8_0_SUPER_GROUPS`] groups: the
+/// groups' side data ([`Q8_0_GROUP_BYTES`] each, zero for groups past the
+/// end of the column), then sixteen little-endian f32 `dy`: the `d` of block
+/// `j` of group `g` (widened from f16) at lane `4j + g` (0 for blocks past
+/// the end) — the lane where the kernels' sum of four groups puts that
+/// block.
 ///
 /// Only whole groups have side data; the last `nb mod 4` blocks have none.
-pub const Q8_0_GROUP_BYTES: usize = 256;
+pub const Q8_0_SUPER_BYTES: usize = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES + 64;
 
 /// Bytes of side data for one column of `k` activations quantized to `d`.
 pub fn side_bytes(d: DType, k: usize) -> usize {
     match d {
-        DType::Q8_0 => k / d.block_len() / Q8_0_GROUP_BLOCKS * Q8_0_GROUP_BYTES,
+        DType::Q8_0 => {
+            let groups = k / d.block_len() / Q8_0_GROUP_BLOCKS;
+            groups.div_ceil(Q8_0_SUPER_GROUPS) * Q8_0_SUPER_BYTES
+        }
         _ => 0,
     }
 }
@@ -60,11 +76,15 @@ pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<
         return Ok(());
     }
     const YB: usize = 34;
+    side.fill(0);
     let groups = blocks.chunks_exact(YB * Q8_0_GROUP_BLOCKS);
-    for (g, out) in groups.zip(side.chunks_exact_mut(Q8_0_GROUP_BYTES)) {
+    for (n, g) in groups.enumerate() {
+        let (s, gi) = (n / Q8_0_SUPER_GROUPS, n % Q8_0_SUPER_GROUPS);
+        let sg = &mut side[s * Q8_0_SUPER_BYTES..][..Q8_0_SUPER_BYTES];
+        let (all, dy) = sg.split_at_mut(Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES);
+        let out = &mut all[gi * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES];
         let (codes, rest) = out.split_at_mut(128);
-        let (off, dy) = rest.split_at_mut(64);
-        off.fill(0);
+        let (off, lanes) = rest.split_at_mut(64);
         for (j, blk) in g.chunks_exact(YB).enumerate() {
             let qs = &blk[2..];
             codes[16 * j..16 * j + 16].copy_from_slice(&qs[..16]);
@@ -72,8 +92,10 @@ pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<
             let sum: i32 = qs.iter().map(|&q| i32::from(q as i8)).sum();
             off[16 * j..16 * j + 4].copy_from_slice(&(-8 * sum).to_le_bytes());
             let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-            for lane in dy[16 * j..16 * j + 16].chunks_exact_mut(4) {
-                lane.copy_from_slice(&d.to_le_bytes());
+            let lane = 4 * j + gi;
+            dy[4 * lane..4 * lane + 4].copy_from_slice(&d.to_le_bytes());
+            for l in lanes[16 * j..16 * j + 16].chunks_exact_mut(4) {
+                l.copy_from_slice(&d.to_le_bytes());
             }
         }
     }
@@ -110,10 +132,32 @@ pub fn quantize_columns(
     }
     for (col, dst) in x.chunks_exact(k).zip(scratch.chunks_exact_mut(pb)) {
         let (blocks, side) = dst.split_at_mut(rb);
-        fused_core::quant::quantize_row(d, col, blocks)?;
+        quantize_row(d, col, blocks)?;
         write_side(d, blocks, k, side)?;
     }
     Ok(())
+}
+
+/// [`fused_core::quant::quantize_row`], through a vectorized quantizer
+/// with the same bytes where this machine has one (Q8_0 and Q8_K on
+/// AVX-512).
+fn quantize_row(d: DType, col: &[f32], blocks: &mut [u8]) -> Result<(), Error> {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(d, DType::Q8_0 | DType::Q8_K)
+        && crate::isa::Isa::detect() >= crate::isa::Isa::Avx512
+    {
+        fused_core::error::check_len("activation blocks", d.row_bytes(col.len())?, blocks.len())?;
+        // SAFETY: `Isa::detect()` confirmed AVX-512 F/BW/VL (its Avx512
+        // level requires them).
+        return unsafe {
+            if d == DType::Q8_0 {
+                crate::kernels::x86_quant::quantize_q8_0(col, blocks)
+            } else {
+                crate::kernels::x86_quant::quantize_q8_k(col, blocks)
+            }
+        };
+    }
+    fused_core::quant::quantize_row(d, col, blocks)
 }
 
 /// Column `col` of prepared activations (`scratch` as filled by

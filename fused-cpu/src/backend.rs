@@ -23,6 +23,10 @@ use crate::kernels::packed::packed_dot;
 use crate::packed::{PackedDot, PackedWeights, gemv_glu_packed_rows, gemv_packed_rows};
 use crate::pool::WorkerPool;
 
+/// Fewest weight bytes per GEMV row chunk when chunks are made finer than
+/// four per thread ([`CpuBackend::row_chunks`]).
+const MIN_CHUNK_BYTES: usize = 1 << 20;
+
 /// Work and synchronisation done so far: on this backend `barriers` counts
 /// parallel regions run (each ends when every thread is done; with one
 /// thread the region runs inline on the caller), `kernel_calls` one per
@@ -135,14 +139,28 @@ impl CpuBackend {
         self.kernel_calls.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Row chunks for `m` rows: about four per thread, whole tiles (of the
-    /// GEMM kernel when one is used for these `n_cols`).
-    fn row_chunks(&self, m: usize, kernels: &RowKernels, n_cols: usize) -> Vec<Range<usize>> {
+    /// Row chunks for `m` rows of `row_bytes` bytes each (per weight
+    /// matrix): whole tiles (of the GEMM kernel when one is used for these
+    /// `n_cols`), about sixteen per thread, but never fewer rows than
+    /// [`MIN_CHUNK_BYTES`] of weights or than a four-per-thread split
+    /// allows. Tasks are claimed one by one, so the threads finish at most
+    /// one chunk apart: finer chunks shrink that tail where a matrix is
+    /// large enough that a chunk's fixed costs do not count.
+    fn row_chunks(
+        &self,
+        m: usize,
+        row_bytes: usize,
+        kernels: &RowKernels,
+        n_cols: usize,
+    ) -> Vec<Range<usize>> {
         let tile = match kernels.gemm {
             Some(_) if n_cols >= 2 => TILE_ROWS.max(RT),
             _ => TILE_ROWS,
         };
-        let per = m.div_ceil(self.threads * 4).div_ceil(tile).max(1) * tile;
+        let fine = m.div_ceil(self.threads * 16);
+        let coarse = m.div_ceil(self.threads * 4);
+        let min_rows = MIN_CHUNK_BYTES.div_ceil(row_bytes.max(1));
+        let per = fine.max(coarse.min(min_rows)).div_ceil(tile).max(1) * tile;
         (0..m).step_by(per).map(|s| s..(s + per).min(m)).collect()
     }
 
@@ -181,7 +199,7 @@ impl CpuBackend {
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
         let kernel = RowKernels::new(self.isa, w.dtype(), mode);
         let out = SharedOut::new(y);
-        let chunks = self.row_chunks(m, &kernel, n_cols);
+        let chunks = self.row_chunks(m, w.dtype().row_bytes(k)?, &kernel, n_cols);
         self.parallel(chunks.len(), |i| {
             gemv_rows(kernel, w, &cols, chunks[i].clone(), epilogue, |r, c, v| {
                 // SAFETY: chunks are disjoint row ranges, so index c·m + r
@@ -212,7 +230,7 @@ impl CpuBackend {
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
         let kernel = RowKernels::new(self.isa, w.gate().dtype(), mode);
         let out = SharedOut::new(y);
-        let chunks = self.row_chunks(m, &kernel, n_cols);
+        let chunks = self.row_chunks(m, 2 * w.gate().dtype().row_bytes(k)?, &kernel, n_cols);
         self.parallel(chunks.len(), |i| {
             gemv_glu_rows(
                 kernel,

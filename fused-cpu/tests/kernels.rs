@@ -293,10 +293,11 @@ fn native_kernels_reject_wrong_lengths() {
 
 #[test]
 fn q8_0_side_data_follows_its_layout() {
-    use fused_cpu::acts::{Q8_0_GROUP_BYTES, side_bytes, write_side};
+    use fused_cpu::acts::{Q8_0_GROUP_BYTES, Q8_0_SUPER_BYTES, side_bytes, write_side};
     let mut rng = Rng(7);
-    // 9 blocks: two whole groups of four and one block without side data.
-    let k = 9 * 32;
+    // 25 blocks: one whole super-group of four groups, a partial one of two
+    // groups, and one block without side data.
+    let k = 25 * 32;
     let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 5.0).collect();
     let mode = ActQuant::Q8_0;
     let (q, _) = prepare(mode, &x);
@@ -304,28 +305,49 @@ fn q8_0_side_data_follows_its_layout() {
         panic!("Q8_0 activations are quantized");
     };
     assert_eq!(side.len(), side_bytes(DType::Q8_0, k));
-    assert_eq!(side.len(), 2 * Q8_0_GROUP_BYTES);
-    for (b, blk) in bytes.chunks_exact(34).take(8).enumerate() {
-        let (g, j) = (&side[b / 4 * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES], b % 4);
+    assert_eq!(side.len(), 2 * Q8_0_SUPER_BYTES);
+    let lane =
+        |s: &[u8], o: usize, l: usize| <[u8; 4]>::try_from(&s[o + 4 * l..o + 4 * l + 4]).unwrap();
+    for (b, blk) in bytes.chunks_exact(34).take(24).enumerate() {
+        let sg = &side[b / 16 * Q8_0_SUPER_BYTES..][..Q8_0_SUPER_BYTES];
+        let (gi, j) = (b / 4 % 4, b % 4);
+        let g = &sg[gi * Q8_0_GROUP_BYTES..][..Q8_0_GROUP_BYTES];
         assert_eq!(&g[16 * j..16 * j + 16], &blk[2..18], "low codes, block {b}");
         assert_eq!(
             &g[64 + 16 * j..64 + 16 * j + 16],
             &blk[18..34],
             "high codes, block {b}"
         );
-        let lane = |o: usize, l: usize| <[u8; 4]>::try_from(&g[o + 4 * l..o + 4 * l + 4]).unwrap();
         let sum: i32 = blk[2..].iter().map(|&c| i32::from(c as i8)).sum();
         assert_eq!(
-            i32::from_le_bytes(lane(128, 4 * j)),
+            i32::from_le_bytes(lane(g, 128, 4 * j)),
             -8 * sum,
             "offset, block {b}"
         );
+        for l in 1..4 {
+            assert_eq!(i32::from_le_bytes(lane(g, 128, 4 * j + l)), 0);
+        }
         let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
         for l in 0..4 {
-            if l > 0 {
-                assert_eq!(i32::from_le_bytes(lane(128, 4 * j + l)), 0);
-            }
-            assert_eq!(f32::from_le_bytes(lane(192, 4 * j + l)), d, "dy, block {b}");
+            assert_eq!(
+                f32::from_le_bytes(lane(g, 192, 4 * j + l)),
+                d,
+                "lane dy, block {b}"
+            );
+        }
+        let dy = f32::from_le_bytes(lane(sg, 4 * Q8_0_GROUP_BYTES, 4 * j + gi));
+        assert_eq!(dy, d, "dy, block {b}");
+    }
+    // The partial super-group is zero past its two groups.
+    let last = &side[Q8_0_SUPER_BYTES..];
+    assert!(
+        last[2 * Q8_0_GROUP_BYTES..4 * Q8_0_GROUP_BYTES]
+            .iter()
+            .all(|&v| v == 0)
+    );
+    for j in 0..4 {
+        for gi in 2..4 {
+            assert_eq!(lane(last, 4 * Q8_0_GROUP_BYTES, 4 * j + gi), [0; 4]);
         }
     }
     // Wrong lengths are errors, not panics.
@@ -335,4 +357,56 @@ fn q8_0_side_data_follows_its_layout() {
     assert!(write_side(DType::Q8_0, &bytes[1..], k, &mut out).is_err());
     assert!(write_side(DType::Q8_0, bytes, k, &mut out[1..]).is_err());
     assert!(write_side(DType::Q8_K, bytes, k, &mut out).is_err());
+}
+
+#[test]
+fn activation_quantizers_match_the_core() {
+    use fused_cpu::acts::{prepared_bytes, quantize_columns};
+    let mut rng = Rng(0x051a_b1e5);
+    // Segments of 256 (whole Q8_0 and Q8_K blocks) of edge cases: exact
+    // ties after scaling (amax 127 gives Q8_0 d = 1 and Q8_K iscale = −1),
+    // the largest |v| twice with both signs (the first one sets Q8_K's
+    // sign), zeros, signed zeros and subnormals, huge values, NaN and
+    // infinities, then random values at several scales.
+    let mut x: Vec<f32> = Vec::new();
+    let ties: Vec<f32> = (0..256)
+        .map(|i| match i % 32 {
+            0 => 127.0,
+            j => (j as f32 - 16.0) + if i % 2 == 0 { 0.5 } else { -0.5 },
+        })
+        .collect();
+    x.extend(&ties);
+    x.extend(ties.iter().map(|v| -v));
+    let mut twice = rng.vec(256);
+    (twice[3], twice[40]) = (-5.0, 5.0);
+    x.extend(twice);
+    x.extend([0.0f32; 256]);
+    x.extend((0..256).map(|i| if i % 2 == 0 { -0.0 } else { 1e-45 * i as f32 }));
+    x.extend((0..256).map(|i| 3.0e38 * if i % 3 == 0 { -1.0 } else { 0.5 }));
+    for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut b = rng.vec(256);
+        b[7] = special;
+        b[200] = special;
+        x.extend(b);
+    }
+    x.extend([f32::NAN; 256]);
+    for scale in [1e-30f32, 1e-3, 1.0, 7.0, 1e20] {
+        x.extend(rng.vec(256 * 3).iter().map(|v| v * scale));
+    }
+    let k = x.len();
+    for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+        let d = mode.dtype().unwrap();
+        let mut scratch = vec![0u8; prepared_bytes(mode, k).unwrap()];
+        quantize_columns(mode, &x, k, &mut scratch).unwrap();
+        let mut want = vec![0u8; d.row_bytes(k).unwrap()];
+        quantize_row(d, &x, &mut want).unwrap();
+        let bb = d.row_bytes(d.block_len()).unwrap();
+        for (b, (got, want)) in scratch
+            .chunks_exact(bb)
+            .zip(want.chunks_exact(bb))
+            .enumerate()
+        {
+            assert_eq!(got, want, "{d} block {b}");
+        }
+    }
 }

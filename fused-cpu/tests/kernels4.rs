@@ -51,6 +51,8 @@ fn four_rows_equal_one_row_each() {
                 // Bad input is an error, not a panic.
                 let short = [&w[..rb - 1], rows[1], rows[2], rows[3]];
                 assert!(four(dtype, short, &a, k).is_err());
+                let short_last = [rows[0], rows[1], rows[2], &w[..rb - 1]];
+                assert!(four(dtype, short_last, &a, k).is_err());
                 checked.push(dtype);
             }
         }

@@ -27,6 +27,20 @@ fn check_weight_row(kernel: DType, w_row: &[u8], k: usize) -> Result<(), Error> 
     )
 }
 
+/// Checks that every row of a multi-row call is as long as the first one,
+/// which the caller validated with [`check_quant`] or [`check_f32`]: the
+/// rows share the format and `k`, so this is their whole check, without
+/// recomputing the expected lengths (a division by the block length) per
+/// row.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) fn check_rows_alike(rows: &[&[u8]]) -> Result<(), Error> {
+    let want = rows.first().map_or(0, |r| r.len());
+    for row in rows {
+        check_len("SIMD kernel: weight row bytes", want, row.len())?;
+    }
+    Ok(())
+}
+
 /// Checks a quantized-activation call for a kernel written for weights of
 /// `kernel`: the weight format, the activation variant and format, and both
 /// byte lengths. Returns the activation bytes.

@@ -5,14 +5,18 @@
 //! the four blocks in one vector, their last 16 in another, gathered from
 //! two or four unaligned loads of the weight row with one `vpermt2w` each.
 //! The activations come pre-arranged in the same order with their offset
-//! terms and `dy` per lane ([`crate::acts::Q8_0_GROUP_BYTES`]), so per group
-//! and row two chained `vpdpbusd` (unsigned codes × signed activations),
-//! started from the exact i32 offset term, leave four i32 lanes per block;
-//! they are converted to f32 and multiplied by `dx·dy` per lane (the four
-//! `dx` picked with one `vpermw` and widened with `vcvtph2ps`) in one FMA.
-//! Lanes are summed once per row. Offsets are exact in i32: Q4_0 codes are
-//! `u − 8`, so `Σ(u − 8)·y = Σu·y − 8·Σy`; Q8_0 weights are biased to
-//! `x + 128`, so `Σx·y = Σ(x + 128)·y − 128·Σy`.
+//! terms ([`crate::acts::Q8_0_SUPER_BYTES`]), so per group and row two
+//! chained `vpdpbusd` (unsigned codes × signed activations), started from
+//! the exact i32 offset term, leave four i32 lanes per block. Offsets are
+//! exact in i32: Q4_0 codes are `u − 8`, so `Σ(u − 8)·y = Σu·y − 8·Σy`;
+//! Q8_0 weights are biased to `x + 128`, so `Σx·y = Σ(x + 128)·y − 128·Σy`.
+//!
+//! Q4_0 then sums the lanes of four groups (a super-group of sixteen
+//! blocks) into one vector of sixteen block dots with four shuffles and
+//! three adds, gathers the sixteen f16 `dx` with one masked `vpermw` per
+//! group and widens them with one `vcvtph2ps`, and scales by `dx·dy` in one
+//! FMA per super-group. Q8_0, whose codes already keep the shuffle port
+//! busy, converts its four lanes per block and scales them per group.
 //!
 //! F16 weights widen sixteen values per `vcvtph2ps` into four FMA
 //! accumulators per row. Q4_K and Q6_K take 64 unsigned codes per
@@ -37,9 +41,12 @@ use core::arch::x86_64::*;
 use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 
+use super::common::check_rows_alike;
 use super::x86_avx2::{self as avx2, Q4K_BYTES, Q6K_BYTES, Q8K_BYTES, check_f32, check_quant};
 use super::{RowDot, RowDot4};
-use crate::acts::{Acts, Q8_0_GROUP_BLOCKS, Q8_0_GROUP_BYTES, side_bytes};
+use crate::acts::{
+    Acts, Q8_0_GROUP_BLOCKS, Q8_0_GROUP_BYTES, Q8_0_SUPER_BYTES, Q8_0_SUPER_GROUPS, side_bytes,
+};
 
 /// The avx512 kernel for weights of `dtype` fed activations in `mode`, if any.
 pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
@@ -88,10 +95,8 @@ fn group_rows<const R: usize>(
     imp: GroupRows<R>,
     fallback: Avx2Row,
 ) -> Result<[f32; R], Error> {
-    let mut y: &[u8] = &[];
-    for row in rows {
-        y = check_quant(kernel, dtype, row, acts, k)?;
-    }
+    let y = check_quant(kernel, dtype, rows[0], acts, k)?;
+    check_rows_alike(&rows)?;
     let nb = k / kernel.block_len();
     let w = rows.map(<[u8]>::as_ptr);
     match *acts {
@@ -149,10 +154,8 @@ fn f16_entry<const R: usize>(
     acts: &Acts<'_>,
     k: usize,
 ) -> Result<[f32; R], Error> {
-    let mut x: &[f32] = &[];
-    for row in rows {
-        x = check_f32(DType::F16, dtype, row, acts, k)?;
-    }
+    let x = check_f32(DType::F16, dtype, rows[0], acts, k)?;
+    check_rows_alike(&rows)?;
     // SAFETY: only reached through `row_dot`/`row_dot4`, which the
     // dispatcher consults only for a confirmed Avx512 ISA (AVX-512 F/BW/VL,
     // AVX2, FMA, F16C present); `check_f32` verified that every row holds
@@ -186,10 +189,8 @@ fn block_rows<const R: usize>(
     k: usize,
     imp: unsafe fn([*const u8; R], *const u8, usize) -> [f32; R],
 ) -> Result<[f32; R], Error> {
-    let mut y: &[u8] = &[];
-    for row in rows {
-        y = check_quant(kernel, dtype, row, acts, k)?;
-    }
+    let y = check_quant(kernel, dtype, rows[0], acts, k)?;
+    check_rows_alike(&rows)?;
     let nb = k / kernel.block_len();
     // SAFETY: `imp` is a kernel of this module, only reached through
     // `row_dot`/`row_dot4`, which the dispatcher consults only for an ISA
@@ -258,6 +259,9 @@ const fn d_words(stride: i16) -> [i16; 32] {
     idx
 }
 
+/// Bytes of a Q8_0 block (weights or activations).
+const Q8_0_BYTES: usize = 34;
+
 /// Q4_0 codes of a four-block group from `[bytes 0..64 | bytes 8..72]`:
 /// block `j`'s `qs` are words `9j + 1 .. 9j + 9` of the group, i.e. words
 /// `9j + 1 + i` of the first load while below 32, else `9j − 3 + i` of the
@@ -274,27 +278,37 @@ const Q4_0_QS: [i16; 32] = {
     idx
 };
 
-/// The side data of group `g`: low codes, high codes, offset term, `dy`.
+/// The side data of group `g` of the super-group at `sg`: low codes, high
+/// codes, offset term.
 ///
 /// # Safety
-/// AVX-512F present; `side` holds at least `g + 1` groups.
+/// AVX-512F present; `sg` holds a whole super-group of side data.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn side_group(side: *const u8, g: usize) -> (__m512i, __m512i, __m512i, __m512) {
-    // SAFETY: the caller guarantees the 256 bytes of group `g`.
+unsafe fn side_group(sg: *const u8, g: usize) -> (__m512i, __m512i, __m512i) {
+    // SAFETY: the caller guarantees the super-group; group `g < 4` is its
+    // bytes `256g .. 256g + 192`.
     unsafe {
-        let s = side.add(g * Q8_0_GROUP_BYTES);
+        let s = sg.add(g * Q8_0_GROUP_BYTES);
         (
             _mm512_loadu_si512(s.cast()),
             _mm512_loadu_si512(s.add(64).cast()),
             _mm512_loadu_si512(s.add(128).cast()),
-            _mm512_loadu_ps(s.add(192).cast()),
         )
     }
 }
 
-/// `acc + Σ` of one Q4_0 group at `wp` (72 bytes) against the activation
-/// group `(ylo, yhi, off, dy)`, per lane; prefetches `wp + pf`.
+/// The mask of the f16 words `4j + g` (`j < 4`) where group `g` of a
+/// super-group puts the `d` of its block `j`.
+const fn d_mask(g: usize) -> __mmask32 {
+    0x1111 << g
+}
+
+/// The i32 lanes of one Q4_0 group at `wp` (72 bytes) against the
+/// activation group `(ylo, yhi, off)`: lane `4j + i` holds part `i` of the
+/// integer dot of block `j`, the offset term included. Also merges the
+/// group's four f16 `d` into words `4j + g` of `dh`, and prefetches
+/// `wp + pf`.
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI present; `wp..wp + 72` readable.
@@ -302,11 +316,12 @@ unsafe fn side_group(side: *const u8, g: usize) -> (__m512i, __m512i, __m512i, _
 #[inline]
 unsafe fn q4_0_group(
     wp: *const u8,
-    y: (__m512i, __m512i, __m512i, __m512),
-    acc: __m512,
+    y: (__m512i, __m512i, __m512i),
+    dh: __m512i,
+    g: usize,
     pf: usize,
-) -> __m512 {
-    let (ylo, yhi, off, dy) = y;
+) -> (__m512i, __m512i) {
+    let (ylo, yhi, off) = y;
     prefetch(wp.wrapping_add(pf));
     prefetch(wp.wrapping_add(pf + 64));
     // SAFETY: the caller guarantees 72 readable bytes: `0..64` and `8..72`.
@@ -317,18 +332,23 @@ unsafe fn q4_0_group(
         )
     };
     let v = _mm512_permutex2var_epi16(a, word_idx(Q4_0_QS), b);
-    let d = _mm512_permutexvar_epi16(word_idx(d_words(9)), a);
-    let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(d));
+    let dh = _mm512_mask_permutexvar_epi16(dh, d_mask(g), word_idx(d_words(9)), a);
     let m4 = _mm512_set1_epi8(0x0f);
     let lo = _mm512_and_si512(v, m4);
     let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
     let t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(off, lo, ylo), hi, yhi);
-    _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dx, dy), acc)
+    (t, dh)
 }
 
 /// `acc + Σ` of one Q8_0 group at `wp` (136 bytes) against the activation
-/// group `(ylo, yhi, off, dy)` (`off` already scaled to `−128·Σy`), per
-/// lane; prefetches `wp + pf`.
+/// group `(ylo, yhi, off)` (`off` already scaled to `−128·Σy`) with `dy`
+/// per lane (lane `4j + i`: the `dy` of block `j`), per lane; prefetches
+/// `wp + pf`.
+///
+/// Q8_0 keeps one FMA per group (the lanes scaled by `dx·dy` per lane)
+/// rather than [`sum_parts`]: its codes already take three two-source
+/// word permutes per group, and the sum's four shuffles would be a fourth
+/// on the same port.
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI present; `wp..wp + 136` readable.
@@ -336,11 +356,12 @@ unsafe fn q4_0_group(
 #[inline]
 unsafe fn q8_0_group(
     wp: *const u8,
-    y: (__m512i, __m512i, __m512i, __m512),
+    y: (__m512i, __m512i, __m512i),
+    dy: __m512,
     acc: __m512,
     pf: usize,
 ) -> __m512 {
-    let (ylo, yhi, off, dy) = y;
+    let (ylo, yhi, off) = y;
     prefetch(wp.wrapping_add(pf));
     prefetch(wp.wrapping_add(pf + 64));
     prefetch(wp.wrapping_add(pf + 128));
@@ -366,49 +387,29 @@ unsafe fn q8_0_group(
     _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dx, dy), acc)
 }
 
-/// Runs `$group` over the whole groups of `R` rows with two accumulators per
-/// row (even and odd groups), then the AVX2 kernel `$tail` over the last
-/// blocks. `$scale_off` turns the stored `−8·Σy` into the format's offset.
-macro_rules! group_kernel {
-    ($w:ident, $y:ident, $side:ident, $nb:ident, $WB:expr, $group:ident, $tail:path, |$off:ident| $scale_off:expr) => {{
-        let ng = $nb / Q8_0_GROUP_BLOCKS;
-        let pf = R * $nb * $WB;
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        macro_rules! step {
-            ($g:expr, $half:expr) => {{
-                let g = $g;
-                // SAFETY: group `g < ng` of the side data.
-                let (ylo, yhi, $off, dy) = unsafe { side_group($side, g) };
-                let ys = (ylo, yhi, $scale_off, dy);
-                for (a, wr) in acc.iter_mut().zip($w) {
-                    // SAFETY: group `g` of row `wr`: blocks `4g .. 4g + 4 ≤ nb`.
-                    let wg = unsafe { wr.add(g * Q8_0_GROUP_BLOCKS * $WB) };
-                    // SAFETY: the 4 blocks at `wg` are readable.
-                    a[$half] = unsafe { $group(wg, ys, a[$half], pf) };
-                }
-            }};
-        }
-        let mut g = 0;
-        while g + 2 <= ng {
-            step!(g, 0);
-            step!(g + 1, 1);
-            g += 2;
-        }
-        if g < ng {
-            step!(g, 0);
-        }
-        let b = ng * Q8_0_GROUP_BLOCKS;
-        let mut out = [0.0f32; R];
-        for ((o, a), wr) in out.iter_mut().zip(acc).zip($w) {
-            // SAFETY: the last `nb − b < 4` blocks of row `wr` and of `y`;
-            // AVX2/FMA/F16C are part of this function's features.
-            let tail = unsafe { $tail(wr.add(b * $WB), $y.add(b * 34), $nb - b) };
-            *o = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])) + tail;
-        }
-        out
-    }};
+/// The sum of the four lanes of each block of four groups' i32 lanes
+/// (`t[g]` lane `4j + i`: part `i` of block `j` of group `g`): lane
+/// `4j + g` of the result is the whole dot of block `j` of group `g`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+fn sum_parts(t: [__m512i; 4]) -> __m512i {
+    let pair = |a, b| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    // Lane `4j`: parts 0 + 2 of the first, `4j + 1` of the second; lanes
+    // `4j + 2`, `4j + 3`: parts 1 + 3.
+    let (s01, s23) = (pair(t[0], t[1]), pair(t[2], t[3]));
+    _mm512_add_epi32(
+        _mm512_unpacklo_epi64(s01, s23),
+        _mm512_unpackhi_epi64(s01, s23),
+    )
 }
 
+/// Q4_0 × Q8_0 over super-groups (four groups of four blocks) of `R` rows:
+/// per row, the four groups' i32 lanes are summed to sixteen block dots
+/// ([`sum_parts`]) and scaled by `dx·dy` (the sixteen `dx` gathered as f16
+/// into `dh` and widened at once) in one FMA. The last, partial
+/// super-group runs the same steps over its groups; then the AVX2 kernel
+/// takes the last blocks.
+///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
 /// Q4_0 blocks, `y` `nb` Q8_0 blocks and `side` their side data.
@@ -419,7 +420,69 @@ unsafe fn q4_0_rows<const R: usize>(
     side: *const u8,
     nb: usize,
 ) -> [f32; R] {
-    group_kernel!(w, y, side, nb, 18, q4_0_group, avx2::q4_0_q8_0, |off| off)
+    const WB: usize = 18;
+    const SG_BLOCKS: usize = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BLOCKS;
+    let ng = nb / Q8_0_GROUP_BLOCKS;
+    let pf = R * nb * WB;
+    let mut acc = [_mm512_setzero_ps(); R];
+    // Super-group `$s`, of `$n` groups.
+    macro_rules! step {
+        ($s:expr, $n:expr) => {{
+            let s = $s;
+            // SAFETY: super-group `s` of the side data, whole (the last one
+            // is zero-padded).
+            let sg = unsafe { side.add(s * Q8_0_SUPER_BYTES) };
+            let mut ys = [(
+                _mm512_setzero_si512(),
+                _mm512_setzero_si512(),
+                _mm512_setzero_si512(),
+            ); $n];
+            for (g, yg) in ys.iter_mut().enumerate() {
+                // SAFETY: group `g < 4` of the super-group.
+                *yg = unsafe { side_group(sg, g) };
+            }
+            let dy_at = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES;
+            // SAFETY: bytes `1024..1088` of the super-group: `dy`.
+            let dy = unsafe { _mm512_loadu_ps(sg.add(dy_at).cast()) };
+            for (a, wr) in acc.iter_mut().zip(w) {
+                let mut t = [_mm512_setzero_si512(); Q8_0_SUPER_GROUPS];
+                let mut dh = _mm512_setzero_si512();
+                for (g, (tg, yg)) in t.iter_mut().zip(ys).enumerate() {
+                    // SAFETY: group `4s + g < ng` of row `wr`: blocks up to
+                    // `16s + 4g + 4 ≤ nb`.
+                    let wg = unsafe { wr.add((s * SG_BLOCKS + g * Q8_0_GROUP_BLOCKS) * WB) };
+                    // SAFETY: the 4 blocks at `wg` are readable.
+                    (*tg, dh) = unsafe { q4_0_group(wg, yg, dh, g, pf) };
+                }
+                let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(dh));
+                let u = _mm512_cvtepi32_ps(sum_parts(t));
+                *a = _mm512_fmadd_ps(u, _mm512_mul_ps(dx, dy), *a);
+            }
+        }};
+    }
+    let full = ng / Q8_0_SUPER_GROUPS;
+    for s in 0..full {
+        step!(s, 4);
+    }
+    match ng % Q8_0_SUPER_GROUPS {
+        1 => step!(full, 1),
+        2 => step!(full, 2),
+        3 => step!(full, 3),
+        _ => {}
+    }
+    let b = ng * Q8_0_GROUP_BLOCKS;
+    let mut out = [0.0f32; R];
+    for ((o, a), wr) in out.iter_mut().zip(acc).zip(w) {
+        let tail = if b < nb {
+            // SAFETY: the last `nb − b < 4` blocks of row `wr` and of `y`;
+            // AVX2/FMA/F16C are part of this function's features.
+            unsafe { avx2::q4_0_q8_0(wr.add(b * WB), y.add(b * Q8_0_BYTES), nb - b) }
+        } else {
+            0.0
+        };
+        *o = _mm512_reduce_add_ps(a) + tail;
+    }
+    out
 }
 
 /// # Safety
@@ -432,9 +495,53 @@ unsafe fn q8_0_rows<const R: usize>(
     side: *const u8,
     nb: usize,
 ) -> [f32; R] {
-    group_kernel!(w, y, side, nb, 34, q8_0_group, avx2::q8_0_q8_0, |off| {
-        _mm512_slli_epi32::<4>(off)
-    })
+    let ng = nb / Q8_0_GROUP_BLOCKS;
+    let pf = R * nb * Q8_0_BYTES;
+    // Two accumulators per row (even and odd groups).
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    // Group `$g` into accumulator `$half` of every row.
+    macro_rules! step {
+        ($g:expr, $half:expr) => {{
+            let g = $g;
+            let (s, gi) = (g / Q8_0_SUPER_GROUPS, g % Q8_0_SUPER_GROUPS);
+            // SAFETY: super-group `s` of the side data (whole, zero-padded):
+            // group `gi` with its per-lane `dy`.
+            let (ys, dy) = unsafe {
+                let sg = side.add(s * Q8_0_SUPER_BYTES);
+                let (ylo, yhi, off) = side_group(sg, gi);
+                let dy = _mm512_loadu_ps(sg.add(gi * Q8_0_GROUP_BYTES + 192).cast());
+                ((ylo, yhi, _mm512_slli_epi32::<4>(off)), dy)
+            };
+            for (a, wr) in acc.iter_mut().zip(w) {
+                // SAFETY: group `g < ng` of row `wr`: blocks `4g .. 4g + 4 ≤ nb`.
+                let wg = unsafe { wr.add(g * Q8_0_GROUP_BLOCKS * Q8_0_BYTES) };
+                // SAFETY: the 4 blocks at `wg` are readable.
+                a[$half] = unsafe { q8_0_group(wg, ys, dy, a[$half], pf) };
+            }
+        }};
+    }
+    let mut g = 0;
+    while g + 2 <= ng {
+        step!(g, 0);
+        step!(g + 1, 1);
+        g += 2;
+    }
+    if g < ng {
+        step!(g, 0);
+    }
+    let b = ng * Q8_0_GROUP_BLOCKS;
+    let mut out = [0.0f32; R];
+    for ((o, a), wr) in out.iter_mut().zip(acc).zip(w) {
+        let tail = if b < nb {
+            // SAFETY: the last `nb − b < 4` blocks of row `wr` and of `y`;
+            // AVX2/FMA/F16C are part of this function's features.
+            unsafe { avx2::q8_0_q8_0(wr.add(b * Q8_0_BYTES), y.add(b * Q8_0_BYTES), nb - b) }
+        } else {
+            0.0
+        };
+        *o = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])) + tail;
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------
@@ -568,7 +675,7 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
         ],
     ];
     let mut acc = [_mm512_setzero_ps(); R];
-    let mut accm = [_mm256_setzero_ps(); R];
+    let mut accm = [_mm_setzero_ps(); R];
     for b in 0..nb {
         // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
         // `bsums` and the four 64-code vectors in sub-block order.
@@ -577,7 +684,16 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
             let q = yp.add(4);
             (
                 avx2::rdf32(yp),
-                _mm256_loadu_si256(yp.add(260).cast()),
+                {
+                    // The eight 32-element sums `bsums[2i] + bsums[2i + 1]`
+                    // (|·| ≤ 32·127: exact in i16), once for all rows.
+                    let b16 = _mm256_loadu_si256(yp.add(260).cast());
+                    let b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));
+                    _mm_packs_epi32(
+                        _mm256_castsi256_si128(b32),
+                        _mm256_extracti128_si256::<1>(b32),
+                    )
+                },
                 [
                     [halves(q, q.add(64)), halves(q.add(32), q.add(96))],
                     [
@@ -596,15 +712,12 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
             // SAFETY: the header fields of the weight block (`d`, `dmin`,
             // `scales`).
             let (dd, (sc, m)) = unsafe { (f16_pair_times(wp, dy), avx2::kscales(wp.add(4))) };
-            let (d, dmin) = (
-                _mm512_broadcastss_ps(dd),
-                _mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
-            );
-            let mins = _mm256_madd_epi16(bsums, avx2::dup_mins(m));
-            *am = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin, *am);
+            let (d, dmin) = (_mm512_broadcastss_ps(dd), _mm_permute_ps::<0x55>(dd));
+            let m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(m as i64));
+            let mins = _mm_madd_epi16(bsums, m16);
+            *am = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), dmin, *am);
             let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
-            let mut i0 = _mm512_setzero_si512();
-            let mut i1 = _mm512_setzero_si512();
+            let mut isum = _mm512_setzero_si512();
             for h in 0..2 {
                 // SAFETY: `qs[64h..64h + 64]` of the weight block.
                 let q = unsafe { _mm512_loadu_si512(wp.add(16 + 64 * h).cast()) };
@@ -612,16 +725,17 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
                 let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
                 let slo = _mm512_permutexvar_epi16(sidx[h][0], s16);
                 let shi = _mm512_permutexvar_epi16(sidx[h][1], s16);
-                i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
-                i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
             }
-            let isum = _mm512_add_epi32(i0, i1);
             *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
         }
     }
     let mut out = [0.0f32; R];
     for ((o, a), am) in out.iter_mut().zip(acc).zip(accm) {
-        *o = _mm512_reduce_add_ps(a) - avx2::hsum_ps(am);
+        let m2 = _mm_add_ps(am, _mm_movehl_ps(am, am));
+        let mins = _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+        *o = _mm512_reduce_add_ps(a) - mins;
     }
     out
 }
