@@ -235,7 +235,7 @@ const GEMV_SUBMISSION_BYTES: u64 = 16_000_000_000;
 /// epilogue, over enough copies of the weights (at least four, at least
 /// `2 × L2_BYTES` in all) that every call reads them from memory, not L2.
 /// A timed submission runs rounds of one call per copy, each call with its
-/// own output, until it has read about [`GEMV_SUBMISSION_BYTES`].
+/// own output, until it has read about `GEMV_SUBMISSION_BYTES`.
 #[derive(Debug)]
 pub struct GemvBench<'a> {
     backend: &'a VulkanBackend,
