@@ -11,6 +11,14 @@
 //! fuse; the residual stream is updated in place. The planner fuses five
 //! steps per layer: the three residual projections with their adds, the
 //! GLU, and the signed FWHT.
+//!
+//! Weights: random ([`build_stack`], one stack per format), or those of a
+//! GGUF file (`decode FILE`, [`GgufWeights`]): per layer `blk.N.attn_output`,
+//! `blk.N.ffn_gate`, `blk.N.ffn_up` and `blk.N.ffn_down` in their stored
+//! formats, the hidden and FFN sizes from `blk.0.ffn_gate` (`ne[0]`, `ne[1]`).
+//! A GGUF file has no rotated projection: the stack reuses `attn_output`
+//! (same shape) for it, and leaves the rotation out (with a printed note)
+//! when the hidden size is not a power of two. Both build the same graph.
 
 use fused_core::element::Activation;
 use fused_core::graph::{Graph, NodeId, Place};
@@ -480,6 +488,9 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
                     w.hidden
                 );
             }
+            if print && cli.filter.is_some() {
+                println!("note: --filter is unused with a FILE: the file's formats run");
+            }
             vec![Source::File(w)]
         }
         None => match &cli.filter {
@@ -498,7 +509,7 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
     }
     if print {
         println!(
-            "{:<12} {:<7} {:<5} {:>6} {:>14} {:>14} {:>8} {:>10} {:>10}",
+            "{:<12} {:<9} {:<5} {:>6} {:>14} {:>14} {:>8} {:>10} {:>10}",
             "backend",
             "dtype",
             "acts",
@@ -554,7 +565,7 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
                     };
                     if print {
                         println!(
-                            "{:<12} {:<7} {:<5} {:>6} {:>14.1} {:>14.1} {:>8.2} {:>5}/{:<4} {:>5}/{:<4}{}",
+                            "{:<12} {:<9} {:<5} {:>6} {:>14.1} {:>14.1} {:>8.2} {:>5}/{:<4} {:>5}/{:<4}{}",
                             row.backend,
                             row.dtype,
                             row.acts,

@@ -1,4 +1,4 @@
-//! The `gguf FILE` mode's reader: the tensor directory of a GGUF file
+//! The reader of the `gguf FILE` and `decode FILE` modes: the tensor directory of a GGUF file
 //! (versions 2 and 3) and the packed rows of one tensor, read with seeks so
 //! that a multi-gigabyte model is never loaded whole.
 //!
