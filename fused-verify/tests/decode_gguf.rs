@@ -156,3 +156,16 @@ fn a_hidden_size_not_a_power_of_two_runs_without_the_rotation() {
         "{out}"
     );
 }
+
+#[test]
+fn a_truncated_file_is_named() {
+    let path = model("short", 2, H, "");
+    let len = std::fs::metadata(&path).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(len - 100).unwrap();
+    let o = decode(&path, &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("FAIL reading"), "{out}");
+    assert!(out.contains("blk.1.ffn_down.weight: "), "{out}");
+}
