@@ -17,7 +17,8 @@ pub enum Mode {
     /// rows) with a SiLU and a residual add, on every selected backend.
     Gguf,
     /// A stack of decode layers fused vs unfused: time and barriers per token
-    /// (`--filter` picks one weight format, e.g. `q4_0`).
+    /// (`--filter` picks one weight format, e.g. `q4_0`); `decode FILE`: the
+    /// first `--layers` layers of a GGUF file, with its weights.
     Decode,
 }
 
@@ -26,10 +27,10 @@ pub enum Mode {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "fused-verify", version, about)]
 pub struct Cli {
-    /// `test` (default), `perf`, `decode` or `gguf FILE`.
+    /// `test` (default), `perf`, `decode [FILE]` or `gguf FILE`.
     #[arg(value_enum, default_value_t = Mode::Test)]
     pub mode: Mode,
-    /// gguf: the GGUF file.
+    /// gguf, decode: the GGUF file.
     #[arg(value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// gguf: rows taken from each weight matrix.

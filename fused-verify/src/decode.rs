@@ -11,6 +11,14 @@
 //! fuse; the residual stream is updated in place. The planner fuses five
 //! steps per layer: the three residual projections with their adds, the
 //! GLU, and the signed FWHT.
+//!
+//! Weights: random ([`build_stack`], one stack per format), or those of a
+//! GGUF file (`decode FILE`, [`GgufWeights`]): per layer `blk.N.attn_output`,
+//! `blk.N.ffn_gate`, `blk.N.ffn_up` and `blk.N.ffn_down` in their stored
+//! formats, the hidden and FFN sizes from `blk.0.ffn_gate` (`ne[0]`, `ne[1]`).
+//! A GGUF file has no rotated projection: the stack reuses `attn_output`
+//! (same shape) for it, and leaves the rotation out (with a printed note)
+//! when the hidden size is not a power of two. Both build the same graph.
 
 use fused_core::element::Activation;
 use fused_core::graph::{Graph, NodeId, Place};
@@ -20,9 +28,12 @@ use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
 
+use std::path::Path;
+
 use crate::backend::{Backend, RunConfig, RunError, registry, selected, skip_unavailable};
 use crate::cases::Rng;
 use crate::cli::Cli;
+use crate::gguf;
 use crate::metrics;
 use crate::perf::median;
 
@@ -38,15 +49,90 @@ pub struct DecodeStack {
     pub out: NodeId,
 }
 
-/// `layers` decode layers of hidden size `h` and FFN size `f` with weights
-/// of `dtype`; `h` and `f` must be whole blocks of `dtype` and `h` a power
-/// of two (the Hadamard rotation spans the hidden vector).
+/// One weight matrix of a decode layer, by what it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// `W_o`, hidden × hidden: the attention output projection.
+    AttnOutput,
+    /// `W_g`, FFN × hidden: the GLU's gate.
+    FfnGate,
+    /// `W_u`, FFN × hidden: the GLU's up projection.
+    FfnUp,
+    /// `W_d`, hidden × FFN: the FFN's down projection.
+    FfnDown,
+    /// `W_r`, hidden × hidden: the projection after the Hadamard rotation.
+    Rotated,
+}
+
+impl Role {
+    /// The roles a GGUF file provides, in the order a layer uses them.
+    pub const FROM_FILE: [Role; 4] = [Role::AttnOutput, Role::FfnGate, Role::FfnUp, Role::FfnDown];
+
+    /// `(k, m)`: row length and rows, for hidden size `h` and FFN size `f`.
+    pub fn shape(self, h: usize, f: usize) -> (usize, usize) {
+        match self {
+            Role::AttnOutput | Role::Rotated => (h, h),
+            Role::FfnGate | Role::FfnUp => (h, f),
+            Role::FfnDown => (f, h),
+        }
+    }
+
+    /// The GGML name of its tensor in layer `layer`. A GGUF file has no
+    /// rotated projection: it reuses `attn_output`, of the same shape.
+    pub fn ggml_name(self, layer: usize) -> String {
+        let what = match self {
+            Role::AttnOutput | Role::Rotated => "attn_output",
+            Role::FfnGate => "ffn_gate",
+            Role::FfnUp => "ffn_up",
+            Role::FfnDown => "ffn_down",
+        };
+        format!("blk.{layer}.{what}.weight")
+    }
+}
+
+/// A weight matrix: its format and its packed rows.
+pub type PackedWeight = (DType, Vec<u8>);
+
+/// `m` rows of `k` random values of `dtype`, small enough to keep the
+/// residual stream in range over many layers.
+fn random_weight(dtype: DType, k: usize, m: usize, rng: &mut Rng) -> Result<PackedWeight, Error> {
+    let rb = dtype.row_bytes(k)?;
+    let mut bytes = vec![0u8; rb * m];
+    let scale = 1.0 / (k as f32).sqrt();
+    for row in bytes.chunks_exact_mut(rb) {
+        let v: Vec<f32> = rng.vec(k).iter().map(|x| x * scale).collect();
+        quantize_row(dtype, &v, row)?;
+    }
+    Ok((dtype, bytes))
+}
+
+/// `layers` decode layers of hidden size `h` and FFN size `f` with random
+/// weights of `dtype`; `h` and `f` must be whole blocks of `dtype` and `h` a
+/// power of two (the Hadamard rotation spans the hidden vector).
 pub fn build_stack(
     dtype: DType,
     layers: usize,
     h: usize,
     f: usize,
     seed: u64,
+) -> Result<DecodeStack, Error> {
+    build_graph(layers, h, f, true, seed, |_, role, rng| {
+        let (k, m) = role.shape(h, f);
+        random_weight(dtype, k, m, rng)
+    })
+}
+
+/// The stack of the graph: `layers` layers, each weight matrix from
+/// `weight(layer, role, rng)`; the rotated projection (and its Hadamard
+/// step) only where `rotate`. The residual input and the signs are random
+/// from `seed`.
+fn build_graph(
+    layers: usize,
+    h: usize,
+    f: usize,
+    rotate: bool,
+    seed: u64,
+    mut weight: impl FnMut(usize, Role, &mut Rng) -> Result<PackedWeight, Error>,
 ) -> Result<DecodeStack, Error> {
     let mut rng = Rng::new(seed);
     let mut g = Graph::new();
@@ -57,22 +143,16 @@ pub fn build_stack(
         anext += (4 * n).div_ceil(64) * 64;
         p
     };
-    let mut weight = |g: &mut Graph,
-                      k: usize,
-                      m: usize,
-                      rng: &mut Rng,
-                      inits: &mut Vec<(TensorDesc, Vec<u8>)>|
+    let mut weight_input = |g: &mut Graph,
+                            layer: usize,
+                            role: Role,
+                            rng: &mut Rng,
+                            inits: &mut Vec<(TensorDesc, Vec<u8>)>|
      -> Result<NodeId, Error> {
-        let rb = dtype.row_bytes(k)?;
+        let (k, m) = role.shape(h, f);
+        let (dtype, bytes) = weight(layer, role, rng)?;
         let t = TensorDesc::contiguous(dtype, [k, m, 1, 1], BufferId(0), wnext)?;
-        wnext += (rb * m).div_ceil(64) * 64;
-        let mut bytes = vec![0u8; rb * m];
-        // Small weights keep the residual stream in range over many layers.
-        let scale = 1.0 / (k as f32).sqrt();
-        for row in bytes.chunks_exact_mut(rb) {
-            let v: Vec<f32> = rng.vec(k).iter().map(|x| x * scale).collect();
-            quantize_row(dtype, &v, row)?;
-        }
+        wnext += bytes.len().div_ceil(64) * 64;
         inits.push((t, bytes));
         g.input(t)
     };
@@ -87,24 +167,34 @@ pub fn build_stack(
     };
     let residual = act(h);
     let mut cur = f32_input(&mut g, residual, rng.vec(h), &mut inits)?;
-    let had = g.input(TensorDesc::strided(
-        DType::F32,
-        [h, h, 1, 1],
-        [4, 0, 0, 0],
-        BufferId(2),
-        0,
-    )?)?;
+    let had = if rotate {
+        Some(g.input(TensorDesc::strided(
+            DType::F32,
+            [h, h, 1, 1],
+            [4, 0, 0, 0],
+            BufferId(2),
+            0,
+        )?)?)
+    } else {
+        None
+    };
     let vec = [h, 1, 1, 1];
-    for _ in 0..layers {
-        let w_o = weight(&mut g, h, h, &mut rng, &mut inits)?;
-        let w_g = weight(&mut g, h, f, &mut rng, &mut inits)?;
-        let w_u = weight(&mut g, h, f, &mut rng, &mut inits)?;
-        let w_d = weight(&mut g, f, h, &mut rng, &mut inits)?;
-        let w_r = weight(&mut g, h, h, &mut rng, &mut inits)?;
-        let signs: Vec<f32> = (0..h)
-            .map(|_| if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 })
-            .collect();
-        let signs = f32_input(&mut g, act(h), signs, &mut inits)?;
+    for l in 0..layers {
+        let mut w = |role| weight_input(&mut g, l, role, &mut rng, &mut inits);
+        let w_o = w(Role::AttnOutput)?;
+        let w_g = w(Role::FfnGate)?;
+        let w_u = w(Role::FfnUp)?;
+        let w_d = w(Role::FfnDown)?;
+        let rotated = match had {
+            Some(had) => {
+                let w_r = w(Role::Rotated)?;
+                let signs: Vec<f32> = (0..h)
+                    .map(|_| if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 })
+                    .collect();
+                Some((had, w_r, f32_input(&mut g, act(h), signs, &mut inits)?))
+            }
+            None => None,
+        };
         let attn = g.other("attention", &[cur], vec, act(h))?;
         let o = g.mul_mat(w_o, attn, act(h))?;
         let h1 = g.add(o, cur, residual)?;
@@ -114,11 +204,14 @@ pub fn build_stack(
         let a = g.glu(Activation::Silu, gate, up, act(f))?;
         let down = g.mul_mat(w_d, a, act(h))?;
         let h2 = g.add(down, h1, residual)?;
-        let norm2 = g.other("rms_norm", &[h2], vec, act(h))?;
-        let signed = g.mul(norm2, signs, act(h))?;
-        let rot = g.mul_mat_hadamard(had, signed, act(h))?;
-        let proj = g.mul_mat(w_r, rot, act(h))?;
-        cur = g.add(proj, h2, residual)?;
+        cur = h2;
+        if let Some((had, w_r, signs)) = rotated {
+            let norm2 = g.other("rms_norm", &[h2], vec, act(h))?;
+            let signed = g.mul(norm2, signs, act(h))?;
+            let rot = g.mul_mat_hadamard(had, signed, act(h))?;
+            let proj = g.mul_mat(w_r, rot, act(h))?;
+            cur = g.add(proj, h2, residual)?;
+        }
     }
     g.mark_output(cur)?;
     let mut mem = Memory::new(&[wnext.max(64), anext, 4 * h]);
@@ -130,6 +223,120 @@ pub fn build_stack(
         mem,
         out: cur,
     })
+}
+
+/// The weights of a decode stack read from a GGUF file: per layer
+/// `blk.N.attn_output`, `blk.N.ffn_gate`, `blk.N.ffn_up`, `blk.N.ffn_down`
+/// in their stored formats (the rotated projection reuses `attn_output`).
+#[derive(Clone, Debug)]
+pub struct GgufWeights {
+    /// Hidden size: `ne[0]` of `blk.0.ffn_gate.weight`.
+    pub hidden: usize,
+    /// FFN size: `ne[1]` of `blk.0.ffn_gate.weight`.
+    pub ffn: usize,
+    /// Per layer, the matrices of [`Role::FROM_FILE`] in that order.
+    pub layers: Vec<[PackedWeight; 4]>,
+}
+
+impl GgufWeights {
+    /// Reads the first `layers` layers of the file at `path` (fewer if the
+    /// file has fewer). Fails, naming the tensor, on a missing tensor, a
+    /// format the backends have no weight format for, a shape that does not
+    /// fit the hidden and FFN sizes, or a truncated file.
+    pub fn load(path: &Path, layers: usize) -> Result<Self, String> {
+        let tensors = gguf::read_tensors(path)?;
+        let in_file = tensors
+            .iter()
+            .filter_map(|t| {
+                t.name
+                    .strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max()
+            .map_or(0, |n| n + 1);
+        if layers == 0 || in_file == 0 {
+            return Err(format!(
+                "no layers to run (--layers {layers}, {in_file} `blk.N.` layers in the file)"
+            ));
+        }
+        let find = |name: &str| {
+            tensors
+                .iter()
+                .find(|t| t.name == name)
+                .ok_or_else(|| format!("{name}: not in the file"))
+        };
+        let (_, hidden, ffn) = gguf::weight_matrix(find(&Role::FfnGate.ggml_name(0))?)?;
+        let mut out = Vec::new();
+        for l in 0..layers.min(in_file) {
+            let mut layer = Vec::new();
+            for role in Role::FROM_FILE {
+                let name = role.ggml_name(l);
+                let t = find(&name)?;
+                let (dtype, k, m) = gguf::weight_matrix(t)?;
+                let (wk, wm) = role.shape(hidden, ffn);
+                if (k, m) != (wk, wm) {
+                    return Err(format!(
+                        "{name}: shape [{k}, {m}], the stack needs [{wk}, {wm}] \
+                         (hidden {hidden}, FFN {ffn} from blk.0.ffn_gate.weight)"
+                    ));
+                }
+                layer.push((dtype, gguf::read_rows(path, t, dtype, m)?));
+            }
+            out.push(
+                layer
+                    .try_into()
+                    .map_err(|_| "four weights per layer".to_string())?,
+            );
+        }
+        Ok(Self {
+            hidden,
+            ffn,
+            layers: out,
+        })
+    }
+
+    /// Whether the stack has the rotated projection: the Hadamard step
+    /// needs a power-of-two hidden size.
+    pub fn rotate(&self) -> bool {
+        self.hidden.is_power_of_two()
+    }
+
+    /// The weight formats, e.g. `q8_0` or `q4_k+q6_k`.
+    pub fn formats(&self) -> String {
+        let mut names: Vec<&str> = self
+            .layers
+            .iter()
+            .flatten()
+            .map(|(d, _)| d.name())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.join("+")
+    }
+
+    /// The stack of these weights; the residual input and the signs are
+    /// random from `seed`.
+    pub fn build_stack(&self, seed: u64) -> Result<DecodeStack, Error> {
+        build_graph(
+            self.layers.len(),
+            self.hidden,
+            self.ffn,
+            self.rotate(),
+            seed,
+            |l, role, _| {
+                let slot = match role {
+                    Role::AttnOutput | Role::Rotated => 0,
+                    Role::FfnGate => 1,
+                    Role::FfnUp => 2,
+                    Role::FfnDown => 3,
+                };
+                Ok(self.layers[l][slot].clone())
+            },
+        )
+    }
 }
 
 /// One backend × format of the `decode` mode.
@@ -171,6 +378,8 @@ pub struct DecodeReport {
     pub hidden: usize,
     /// FFN size.
     pub ffn: usize,
+    /// The GGUF file the weights came from (`decode FILE`); none: random.
+    pub gguf: Option<String>,
     /// Every measurement.
     pub rows: Vec<DecodeRow>,
     /// Failures.
@@ -230,32 +439,77 @@ fn decode_one(
     })
 }
 
+/// What the rows of the `decode` mode run: random weights of a format, or
+/// the weights of a GGUF file.
+enum Source<'a> {
+    Random(DType),
+    File(&'a GgufWeights),
+}
+
 /// Runs the `decode` mode: `--layers` layers of hidden size 1024 and FFN
-/// size 2816, one token.
+/// size 2816 with random weights of each format, one token; or, given a
+/// GGUF `FILE`, the first `--layers` layers of the file with its weights,
+/// sizes and formats (`--filter` is then unused).
 pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
-    let (h, f) = (1024, 2816);
     let threads = cli
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let dtypes: Vec<DType> = match &cli.filter {
-        Some(name) => DType::from_name(name).into_iter().collect(),
-        None => DEFAULT_DTYPES.to_vec(),
-    };
     let mut report = DecodeReport {
         schema: "fused-verify/decode/1",
-        hidden: h,
-        ffn: f,
+        hidden: 1024,
+        ffn: 2816,
+        gguf: cli.file.as_ref().map(|p| p.display().to_string()),
         rows: Vec::new(),
         errors: Vec::new(),
     };
-    if dtypes.is_empty() {
+    let file = match cli
+        .file
+        .as_deref()
+        .map(|p| (p, GgufWeights::load(p, cli.layers)))
+    {
+        None => None,
+        Some((_, Ok(w))) => Some(w),
+        Some((path, Err(e))) => {
+            report
+                .errors
+                .push(format!("reading {}: {e}", path.display()));
+            if print {
+                println!("FAIL {}", report.errors[0]);
+            }
+            return report;
+        }
+    };
+    let sources: Vec<Source> = match &file {
+        Some(w) => {
+            (report.hidden, report.ffn) = (w.hidden, w.ffn);
+            if print && !w.rotate() {
+                println!(
+                    "note: hidden size {} is not a power of two: no Hadamard-rotated projection",
+                    w.hidden
+                );
+            }
+            if print && cli.filter.is_some() {
+                println!("note: --filter is unused with a FILE: the file's formats run");
+            }
+            vec![Source::File(w)]
+        }
+        None => match &cli.filter {
+            Some(name) => DType::from_name(name)
+                .map(Source::Random)
+                .into_iter()
+                .collect(),
+            None => DEFAULT_DTYPES.map(Source::Random).into(),
+        },
+    };
+    let (h, f) = (report.hidden, report.ffn);
+    if sources.is_empty() {
         report
             .errors
             .push("--filter names no weight format (e.g. q4_0)".to_string());
     }
     if print {
         println!(
-            "{:<12} {:<7} {:<5} {:>6} {:>14} {:>14} {:>8} {:>10} {:>10}",
+            "{:<12} {:<9} {:<5} {:>6} {:>14} {:>14} {:>8} {:>10} {:>10}",
             "backend",
             "dtype",
             "acts",
@@ -272,24 +526,30 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
         if skip_unavailable(be.as_ref(), cli, print, &mut report.errors) {
             continue;
         }
-        for &d in &dtypes {
+        for src in &sources {
             let cfg = RunConfig {
                 threads,
                 mode: GemvMode::Ggml,
             };
-            let res = build_stack(d, cli.layers, h, f, cli.seed)
-                .map_err(RunError::from)
-                .and_then(|s| {
-                    let p = plan(&s.graph);
-                    decode_one(be.as_ref(), &s, &p, cfg, cli.reps)
-                });
+            let (d, layers, stack) = match src {
+                Source::Random(d) => (
+                    d.name().to_string(),
+                    cli.layers,
+                    build_stack(*d, cli.layers, h, f, cli.seed),
+                ),
+                Source::File(w) => (w.formats(), w.layers.len(), w.build_stack(cli.seed)),
+            };
+            let res = stack.map_err(RunError::from).and_then(|s| {
+                let p = plan(&s.graph);
+                decode_one(be.as_ref(), &s, &p, cfg, cli.reps)
+            });
             match res {
                 Ok(t) => {
                     let same = t.same;
                     let row = DecodeRow {
                         backend: be.name().to_string(),
-                        dtype: d.name().to_string(),
-                        layers: cli.layers,
+                        dtype: d.clone(),
+                        layers,
                         fused_us: t.fused_us,
                         unfused_us: t.unfused_us,
                         speedup: t.unfused_us / t.fused_us.max(1e-9),
@@ -305,7 +565,7 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
                     };
                     if print {
                         println!(
-                            "{:<12} {:<7} {:<5} {:>6} {:>14.1} {:>14.1} {:>8.2} {:>5}/{:<4} {:>5}/{:<4}{}",
+                            "{:<12} {:<9} {:<5} {:>6} {:>14.1} {:>14.1} {:>8.2} {:>5}/{:<4} {:>5}/{:<4}{}",
                             row.backend,
                             row.dtype,
                             row.acts,

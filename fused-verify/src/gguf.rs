@@ -1,4 +1,4 @@
-//! The `gguf FILE` mode's reader: the tensor directory of a GGUF file
+//! The reader of the `gguf FILE` and `decode FILE` modes: the tensor directory of a GGUF file
 //! (versions 2 and 3) and the packed rows of one tensor, read with seeks so
 //! that a multi-gigabyte model is never loaded whole.
 //!
@@ -168,6 +168,25 @@ pub fn read_rows(
     Ok(b)
 }
 
+/// The weight format and the shape `(k, m)` (row length, rows) of `t`, or
+/// why it is not a weight matrix: a GGML type the backends have no weight
+/// format for, or not two-dimensional (the message names the tensor).
+pub fn weight_matrix(t: &GgufTensor) -> Result<(DType, usize, usize), String> {
+    let dtype = match DType::from_ggml_id(t.ggml_type) {
+        Ok(d) if d.is_weight_format() => d,
+        _ => {
+            return Err(format!(
+                "{}: GGML type {} not supported",
+                t.name, t.ggml_type
+            ));
+        }
+    };
+    match t.ne.as_slice() {
+        [k, m] | [k, m, 1] | [k, m, 1, 1] if *m > 1 => Ok((dtype, *k as usize, *m as usize)),
+        _ => Err(format!("{}: shape {:?} is not a matrix", t.name, t.ne)),
+    }
+}
+
 /// The GEMV cases of a GGUF file: one per 2-D tensor of a weight format,
 /// on its first `max_rows` rows, with a SiLU and an in-place residual add,
 /// random activations; and the tensors passed over, with the reason.
@@ -180,20 +199,10 @@ pub fn gguf_cases(
     let mut cases = Vec::new();
     let mut passed_over = Vec::new();
     for t in read_tensors(path)? {
-        let dtype = match DType::from_ggml_id(t.ggml_type) {
-            Ok(d) if d.is_weight_format() => d,
-            _ => {
-                passed_over.push(format!(
-                    "{}: GGML type {} not supported",
-                    t.name, t.ggml_type
-                ));
-                continue;
-            }
-        };
-        let (k, m) = match t.ne.as_slice() {
-            [k, m] | [k, m, 1] | [k, m, 1, 1] if *m > 1 => (*k as usize, *m as usize),
-            _ => {
-                passed_over.push(format!("{}: shape {:?} is not a matrix", t.name, t.ne));
+        let (dtype, k, m) = match weight_matrix(&t) {
+            Ok(x) => x,
+            Err(why) => {
+                passed_over.push(why);
                 continue;
             }
         };

@@ -19,7 +19,8 @@
 //! - [`tolerance`]: the documented tolerance table.
 //! - [`verify`]: the checks of one case on the references and on a backend.
 //! - [`run`]: the `test` mode; [`perf`]: the `perf` mode; [`decode`]: a
-//!   stack of decode layers fused vs unfused, per token; [`gguf`]: the
+//!   stack of decode layers fused vs unfused, per token, with random
+//!   weights or those of a GGUF file; [`gguf`]: the GGUF reader, and the
 //!   weight matrices of a GGUF file as cases.
 //! - [`plot`]: `--plot FILE.svg` for `perf` and `decode`.
 //! - [`report`]: summary table, JSON, the closing `N passed, N failed, N skipped` line.
