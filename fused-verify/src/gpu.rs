@@ -27,14 +27,18 @@
 //! same way (bytes read plus bytes written).
 
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use fused_core::Error;
 use fused_core::exec::{Executor, StepKernels};
 use fused_core::graph::Graph;
 use fused_core::planner::Plan;
-use fused_core::reference::eval::Memory;
+use fused_core::reference::eval::{GemvMode, Memory};
+use fused_core::tensor::BufferId;
 
-use crate::backend::{Availability, Backend, RunConfig, RunError, RunStats, TimedPlan};
+use crate::backend::{
+    Availability, Backend, RunConfig, RunError, RunStats, TimedPlan, buffer_count,
+};
 
 /// What the verifier needs of a GPU backend crate beyond its kernels.
 pub trait GpuDevice: StepKernels + Send + Sync + Sized + 'static {
@@ -113,6 +117,125 @@ pub fn host_slice_run<D: GpuDevice>(
 /// device-resident executor.
 pub const NO_GPU_TIMING: &str = "GPU perf: no device-resident plan executor for this backend yet \
      (its host-slice calls would time the transfers, not the kernels; see its crate's bench)";
+
+/// A device-resident plan executor (`fused_vulkan::DevicePlan`,
+/// `fused_cuda::DevicePlan`): what the shared run and timing code below
+/// needs of one plan made for one graph.
+pub trait ResidentPlan {
+    /// The backend's error.
+    type Error;
+
+    /// Copies every graph buffer of `mem` to the device.
+    fn upload(&mut self, mem: &Memory) -> Result<(), Self::Error>;
+
+    /// Runs the plan once and waits for it.
+    fn run(&self) -> Result<(), Self::Error>;
+
+    /// Copies every graph buffer back into `mem`.
+    fn download_into(&self, mem: &mut Memory) -> Result<(), Self::Error>;
+
+    /// Restores the graph inputs the plan overwrites in place.
+    fn restore_inputs(&self) -> Result<(), Self::Error>;
+
+    /// One run (inputs restored first, not timed), timed on the device.
+    fn time_once(&self) -> Result<Duration, Self::Error>;
+
+    /// The plan's launches, barriers and kernel steps as run stats.
+    fn run_stats(&self) -> RunStats;
+}
+
+/// A GPU device with a device-resident plan executor.
+pub trait ResidentDevice: GpuDevice {
+    /// Its plan executor, borrowing the device.
+    type Plan<'a>: ResidentPlan<Error = Self::Error>
+    where
+        Self: 'a;
+
+    /// Builds the resident plan of `plan` (made for `g`) over buffers of
+    /// the byte sizes `sizes`; refuses what it cannot run with a typed error.
+    fn resident<'a>(
+        &'a self,
+        g: &Graph,
+        plan: &Plan,
+        mode: GemvMode,
+        sizes: &[usize],
+    ) -> Result<Self::Plan<'a>, Self::Error>;
+}
+
+/// The byte sizes of `mem`'s buffers.
+fn sizes(mem: &Memory) -> Result<Vec<usize>, RunError> {
+    (0..buffer_count(mem))
+        .map(|b| mem.buffer(BufferId(b)).map(<[u8]>::len))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(RunError::from)
+}
+
+/// [`Backend::run_plan`] through the device plan (buffers uploaded, the
+/// plan run, every buffer read back); a plan it refuses (strided tensors,
+/// non-F32 activations, broadcasts other than over rows) runs through the
+/// host-slice executor instead, which gives the same bits where both run.
+pub fn resident_run<D: ResidentDevice>(
+    dev: &D,
+    g: &Graph,
+    plan: &Plan,
+    mem: &mut Memory,
+    cfg: RunConfig,
+) -> Result<RunStats, RunError> {
+    match dev.resident(g, plan, cfg.mode, &sizes(mem)?) {
+        Ok(mut dp) => {
+            dp.upload(mem)
+                .and_then(|()| dp.run())
+                .and_then(|()| dp.download_into(mem))
+                .map_err(D::run_error)?;
+            Ok(dp.run_stats())
+        }
+        Err(e) => match D::run_error(e) {
+            RunError::Core(Error::Unsupported(_) | Error::UnsupportedDType { .. }) => {
+                host_slice_run(dev, g, plan, mem, cfg)
+            }
+            other => Err(other),
+        },
+    }
+}
+
+/// [`Backend::time_plans`] through device plans: one per plan, each
+/// uploaded once and run once untimed; then the plans run interleaved,
+/// each run timed on the device with the inputs it overwrites restored
+/// first (not timed).
+pub fn resident_time<D: ResidentDevice>(
+    dev: &D,
+    g: &Graph,
+    plans: &[&Plan],
+    mem: &Memory,
+    cfg: RunConfig,
+    reps: usize,
+) -> Result<Vec<TimedPlan>, RunError> {
+    let sizes = sizes(mem)?;
+    let device_plans = plans
+        .iter()
+        .map(|p| {
+            let mut dp = dev.resident(g, p, cfg.mode, &sizes)?;
+            dp.upload(mem)?;
+            dp.restore_inputs()?;
+            dp.run()?; // warm-up
+            Ok(dp)
+        })
+        .collect::<Result<Vec<_>, D::Error>>()
+        .map_err(D::run_error)?;
+    let mut timed: Vec<TimedPlan> = device_plans
+        .iter()
+        .map(|dp| TimedPlan {
+            times: Vec::with_capacity(reps),
+            stats: dp.run_stats(),
+        })
+        .collect();
+    for _ in 0..reps.max(1) {
+        for (dp, t) in device_plans.iter().zip(timed.iter_mut()) {
+            t.times.push(dp.time_once().map_err(D::run_error)?);
+        }
+    }
+    Ok(timed)
+}
 
 /// A GPU backend, its device opened on first use.
 #[derive(Debug)]
@@ -227,29 +350,61 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
 
 #[cfg(feature = "vulkan")]
 mod vulkan {
-    use fused_core::Error;
+    use std::time::Duration;
+
     use fused_core::graph::Graph;
     use fused_core::planner::Plan;
-    use fused_core::reference::eval::Memory;
-    use fused_core::tensor::BufferId;
-    use fused_vulkan::{ContextOptions, DevicePlan, DevicePlanStats, VulkanBackend, VulkanError};
+    use fused_core::reference::eval::{GemvMode, Memory};
+    use fused_vulkan::{ContextOptions, DevicePlan, VulkanBackend, VulkanError};
 
-    use super::{GpuDevice, RunError, host_slice_run};
-    use crate::backend::{RunConfig, RunStats, TimedPlan, buffer_count};
+    use super::{GpuDevice, ResidentDevice, ResidentPlan, RunError, resident_run, resident_time};
+    use crate::backend::{RunConfig, RunStats, TimedPlan};
 
-    /// The byte sizes of `mem`'s buffers.
-    fn sizes(mem: &Memory) -> Result<Vec<usize>, RunError> {
-        (0..buffer_count(mem))
-            .map(|b| mem.buffer(BufferId(b)).map(<[u8]>::len))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(RunError::from)
+    impl ResidentPlan for DevicePlan<'_> {
+        type Error = VulkanError;
+
+        fn upload(&mut self, mem: &Memory) -> Result<(), VulkanError> {
+            DevicePlan::upload(self, mem)
+        }
+
+        fn run(&self) -> Result<(), VulkanError> {
+            DevicePlan::run(self)
+        }
+
+        fn download_into(&self, mem: &mut Memory) -> Result<(), VulkanError> {
+            DevicePlan::download_into(self, mem)
+        }
+
+        fn restore_inputs(&self) -> Result<(), VulkanError> {
+            DevicePlan::restore_inputs(self)
+        }
+
+        fn time_once(&self) -> Result<Duration, VulkanError> {
+            let t = DevicePlan::time_once(self)?;
+            Ok(t.device.unwrap_or(t.wall))
+        }
+
+        fn run_stats(&self) -> RunStats {
+            let s = self.stats();
+            RunStats {
+                kernel_steps: s.kernel_steps,
+                barriers: s.barriers,
+                kernel_calls: s.dispatches,
+            }
+        }
     }
 
-    fn run_stats(s: DevicePlanStats) -> RunStats {
-        RunStats {
-            kernel_steps: s.kernel_steps,
-            barriers: s.barriers,
-            kernel_calls: s.dispatches,
+    impl ResidentDevice for VulkanBackend {
+        type Plan<'a> = DevicePlan<'a>;
+
+        fn resident<'a>(
+            &'a self,
+            g: &Graph,
+            plan: &Plan,
+            mode: GemvMode,
+            sizes: &[usize],
+        ) -> Result<DevicePlan<'a>, VulkanError> {
+            DevicePlan::new(self, g, plan, mode, sizes)
         }
     }
 
@@ -294,11 +449,6 @@ mod vulkan {
             ctx.validation_enabled().then(|| ctx.validation_messages())
         }
 
-        /// Through the device plan (buffers uploaded, the plan run as one
-        /// command buffer, every buffer read back); a plan it refuses
-        /// (strided tensors, non-F32 activations, broadcasts other than
-        /// over rows) runs through the host-slice executor instead, which
-        /// gives the same bits where both run.
         fn run_plan(
             &self,
             g: &Graph,
@@ -306,27 +456,14 @@ mod vulkan {
             mem: &mut Memory,
             cfg: RunConfig,
         ) -> Result<RunStats, RunError> {
-            match DevicePlan::new(self, g, plan, cfg.mode, &sizes(mem)?) {
-                Ok(mut dp) => {
-                    dp.upload(mem)
-                        .and_then(|()| dp.run())
-                        .and_then(|()| dp.download_into(mem))
-                        .map_err(Self::run_error)?;
-                    Ok(run_stats(dp.stats()))
-                }
-                Err(VulkanError::Core(Error::Unsupported(_) | Error::UnsupportedDType { .. })) => {
-                    host_slice_run(self, g, plan, mem, cfg)
-                }
-                Err(e) => Err(Self::run_error(e)),
-            }
+            resident_run(self, g, plan, mem, cfg)
         }
 
         const DEVICE_TIMING: bool = true;
 
-        /// One [`DevicePlan`] per plan, each uploaded once; a run's time is
-        /// its GPU timestamps (the wall time from submission to the fence
-        /// where the queue has none); the inputs a plan overwrites are
-        /// restored before each run, outside the timed part.
+        /// A run's time is its GPU timestamps around the plan's one command
+        /// buffer (the wall time from submission to the fence where the
+        /// queue has none).
         fn time_plans(
             &self,
             g: &Graph,
@@ -335,32 +472,7 @@ mod vulkan {
             cfg: RunConfig,
             reps: usize,
         ) -> Result<Vec<TimedPlan>, RunError> {
-            let sizes = sizes(mem)?;
-            let device_plans = plans
-                .iter()
-                .map(|p| {
-                    let mut dp = DevicePlan::new(self, g, p, cfg.mode, &sizes)?;
-                    dp.upload(mem)?;
-                    dp.restore_inputs()?;
-                    dp.run()?; // warm-up
-                    Ok(dp)
-                })
-                .collect::<Result<Vec<_>, VulkanError>>()
-                .map_err(Self::run_error)?;
-            let mut timed: Vec<TimedPlan> = device_plans
-                .iter()
-                .map(|dp| TimedPlan {
-                    times: Vec::with_capacity(reps),
-                    stats: run_stats(dp.stats()),
-                })
-                .collect();
-            for _ in 0..reps.max(1) {
-                for (dp, t) in device_plans.iter().zip(timed.iter_mut()) {
-                    let run = dp.time_once().map_err(Self::run_error)?;
-                    t.times.push(run.device.unwrap_or(run.wall));
-                }
-            }
-            Ok(timed)
+            resident_time(self, g, plans, mem, cfg, reps)
         }
 
         /// The faster of two device-to-device copies of 64 MiB, a transfer
@@ -382,33 +494,63 @@ mod vulkan {
 mod cuda {
     use std::time::Duration;
 
-    use fused_core::Error;
     use fused_core::graph::Graph;
     use fused_core::planner::Plan;
-    use fused_core::reference::eval::Memory;
-    use fused_core::tensor::BufferId;
-    use fused_cuda::{CudaBackend, CudaError, DevicePlan, DevicePlanStats, DeviceVec, Submission};
+    use fused_core::reference::eval::{GemvMode, Memory};
+    use fused_cuda::{CudaBackend, CudaError, DevicePlan, DeviceVec, Submission};
 
-    use super::{GpuDevice, RunError, host_slice_run};
-    use crate::backend::{RunConfig, RunStats, TimedPlan, buffer_count};
+    use super::{GpuDevice, ResidentDevice, ResidentPlan, RunError, resident_run, resident_time};
+    use crate::backend::{RunConfig, RunStats, TimedPlan};
 
-    /// The byte sizes of `mem`'s buffers.
-    fn sizes(mem: &Memory) -> Result<Vec<usize>, RunError> {
-        (0..buffer_count(mem))
-            .map(|b| mem.buffer(BufferId(b)).map(<[u8]>::len))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(RunError::from)
+    impl ResidentPlan for DevicePlan<'_> {
+        type Error = CudaError;
+
+        fn upload(&mut self, mem: &Memory) -> Result<(), CudaError> {
+            DevicePlan::upload(self, mem)
+        }
+
+        fn run(&self) -> Result<(), CudaError> {
+            DevicePlan::run(self)
+        }
+
+        fn download_into(&self, mem: &mut Memory) -> Result<(), CudaError> {
+            DevicePlan::download_into(self, mem)
+        }
+
+        fn restore_inputs(&self) -> Result<(), CudaError> {
+            DevicePlan::restore_inputs(self)
+        }
+
+        fn time_once(&self) -> Result<Duration, CudaError> {
+            let ms = DevicePlan::time_once(self, Submission::Stream)?;
+            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+        }
+
+        /// Every launch (kernels and added copies) is a kernel call; a
+        /// barrier is a step's launch waiting, in stream order, for the step
+        /// before (the copies a step adds are ordered inside it; the one
+        /// wait for the host is not counted).
+        fn run_stats(&self) -> RunStats {
+            let s = self.stats();
+            RunStats {
+                kernel_steps: s.kernel_steps,
+                barriers: s.launches.saturating_sub(1),
+                kernel_calls: s.enqueued(),
+            }
+        }
     }
 
-    /// A device plan's counts as run stats: every launch (kernels and
-    /// added copies) is a kernel call; a barrier is a step's launch
-    /// waiting, in stream order, for the step before (the copies a step
-    /// adds are ordered inside it; the one wait for the host is not counted).
-    fn run_stats(s: DevicePlanStats) -> RunStats {
-        RunStats {
-            kernel_steps: s.kernel_steps,
-            barriers: s.launches.saturating_sub(1),
-            kernel_calls: s.enqueued(),
+    impl ResidentDevice for CudaBackend {
+        type Plan<'a> = DevicePlan<'a>;
+
+        fn resident<'a>(
+            &'a self,
+            g: &Graph,
+            plan: &Plan,
+            mode: GemvMode,
+            sizes: &[usize],
+        ) -> Result<DevicePlan<'a>, CudaError> {
+            DevicePlan::new(self, g, plan, mode, sizes)
         }
     }
 
@@ -443,11 +585,6 @@ mod cuda {
             }
         }
 
-        /// Through the device plan (buffers uploaded, the plan's launches
-        /// enqueued on one stream, every buffer read back); a plan it
-        /// refuses (strided tensors, non-F32 activations, broadcasts other
-        /// than over rows) runs through the host-slice executor instead,
-        /// which gives the same bits where both run.
         fn run_plan(
             &self,
             g: &Graph,
@@ -455,29 +592,15 @@ mod cuda {
             mem: &mut Memory,
             cfg: RunConfig,
         ) -> Result<RunStats, RunError> {
-            match DevicePlan::new(self, g, plan, cfg.mode, &sizes(mem)?) {
-                Ok(mut dp) => {
-                    dp.upload(mem)
-                        .and_then(|()| dp.run())
-                        .and_then(|()| dp.download_into(mem))
-                        .map_err(Self::run_error)?;
-                    Ok(run_stats(dp.stats()))
-                }
-                Err(CudaError::Core(Error::Unsupported(_) | Error::UnsupportedDType { .. })) => {
-                    host_slice_run(self, g, plan, mem, cfg)
-                }
-                Err(e) => Err(Self::run_error(e)),
-            }
+            resident_run(self, g, plan, mem, cfg)
         }
 
         const DEVICE_TIMING: bool = true;
 
-        /// One [`DevicePlan`] per plan, each uploaded once; a run is every
-        /// launch enqueued on the stream ([`Submission::Stream`]: what a
-        /// host loop pays; `cuda-bench` compares it with a CUDA graph
-        /// replay), timed by CUDA events around the whole run; the inputs a
-        /// plan overwrites are restored before each run, outside the timed
-        /// part.
+        /// A run is every launch enqueued on the stream
+        /// ([`Submission::Stream`]: what a host loop pays; `cuda-bench`
+        /// compares it with a CUDA graph replay), timed by CUDA events
+        /// around the whole run.
         fn time_plans(
             &self,
             g: &Graph,
@@ -486,32 +609,7 @@ mod cuda {
             cfg: RunConfig,
             reps: usize,
         ) -> Result<Vec<TimedPlan>, RunError> {
-            let sizes = sizes(mem)?;
-            let device_plans = plans
-                .iter()
-                .map(|p| {
-                    let mut dp = DevicePlan::new(self, g, p, cfg.mode, &sizes)?;
-                    dp.upload(mem)?;
-                    dp.restore_inputs()?;
-                    dp.run()?; // warm-up
-                    Ok(dp)
-                })
-                .collect::<Result<Vec<_>, CudaError>>()
-                .map_err(Self::run_error)?;
-            let mut timed: Vec<TimedPlan> = device_plans
-                .iter()
-                .map(|dp| TimedPlan {
-                    times: Vec::with_capacity(reps),
-                    stats: run_stats(dp.stats()),
-                })
-                .collect();
-            for _ in 0..reps.max(1) {
-                for (dp, t) in device_plans.iter().zip(timed.iter_mut()) {
-                    let ms = dp.time_once(Submission::Stream).map_err(Self::run_error)?;
-                    t.times.push(Duration::from_secs_f64(f64::from(ms) / 1e3));
-                }
-            }
-            Ok(timed)
+            resident_time(self, g, plans, mem, cfg, reps)
         }
 
         /// The faster of two device-to-device copies of 64 MiB, the
