@@ -156,6 +156,28 @@ pub trait Buffers {
     ) -> Result<R, Error>;
 }
 
+/// Fills every buffer of `mem` (`n` of them, numbered from 0) with the
+/// bytes `download` returns for it (a device-resident executor reading its
+/// buffers back); a length that differs from the host buffer's is an error.
+pub fn fill_buffers<M: Buffers, E: From<Error>>(
+    mem: &mut M,
+    n: usize,
+    mut download: impl FnMut(BufferId) -> Result<Vec<u8>, E>,
+) -> Result<(), E> {
+    for i in 0..n {
+        let id = BufferId(u32::try_from(i).map_err(|_| Error::Overflow {
+            what: "buffer index",
+        })?);
+        let bytes = download(id)?;
+        mem.with_buffer_mut(id, |dst, _| {
+            crate::error::check_len("host buffer for the device plan", bytes.len(), dst.len())?;
+            dst.copy_from_slice(&bytes);
+            Ok::<(), Error>(())
+        })??;
+    }
+    Ok(())
+}
+
 impl Buffers for Memory {
     fn buffer(&self, id: BufferId) -> Result<&[u8], Error> {
         Memory::buffer(self, id)

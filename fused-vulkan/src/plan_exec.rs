@@ -66,7 +66,7 @@ use ash::vk::Handle;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
-use fused_core::exec::{Buffers, StepKernels, gather_f32};
+use fused_core::exec::{Buffers, StepKernels, fill_buffers, gather_f32};
 use fused_core::fwht::{FwhtDesc, check_fwht_size};
 use fused_core::graph::{Graph, MatHint, Node, Op};
 use fused_core::planner::{Operands, Plan, Step};
@@ -1182,15 +1182,7 @@ impl<'a> DevicePlan<'a> {
 
     /// Copies every graph buffer back into `mem`.
     pub fn download_into<M: Buffers>(&self, mem: &mut M) -> Result<(), VulkanError> {
-        for i in 0..self.buffers.len() {
-            let bytes = self.download(BufferId(i as u32))?;
-            mem.with_buffer_mut(BufferId(i as u32), |dst, _| {
-                check_len("host buffer for the device plan", bytes.len(), dst.len())?;
-                dst.copy_from_slice(&bytes);
-                Ok::<(), Error>(())
-            })??;
-        }
-        Ok(())
+        fill_buffers(mem, self.buffers.len(), |id| self.download(id))
     }
 }
 
