@@ -262,17 +262,23 @@ fn check_rules(g: &Graph, step: &Step) -> Result<(), String> {
     let (dst, must_be_disjoint, may_alias): (TensorDesc, Vec<NodeId>, Vec<NodeId>) = match step {
         Step::Node(_) => return Ok(()),
         Step::Gemv(s) => {
-            let ops = s.operands.iter().flatten().copied();
-            let (biases, ews): (Vec<NodeId>, Vec<NodeId>) = ops.partition(|&o| {
-                g.node(o).unwrap().tensor().ne()[1..] == [1, 1, 1]
-                    && t(o).ne()[0] == t(s.matmul).ne()[0]
-                    && s.epilogue
-                        .stages()
-                        .iter()
-                        .any(|st| matches!(st, fused_core::epilogue::Stage::AddRowBias { .. }))
-            });
+            // Row biases are the operands of the AddRowBias stages' slots
+            // (by slot, not by shape: with one row and one column a
+            // residual has a bias's shape and may alias the destination).
+            let bias_slots: Vec<usize> = s
+                .epilogue
+                .stages()
+                .iter()
+                .filter(|st| matches!(st, fused_core::epilogue::Stage::AddRowBias { .. }))
+                .filter_map(|st| st.slot())
+                .collect();
+            let ops = s.operands.iter().enumerate();
+            let (biases, ews): (Vec<_>, Vec<_>) = ops
+                .filter_map(|(slot, o)| o.map(|o| (slot, o)))
+                .partition(|(slot, _)| bias_slots.contains(slot));
+            let ews: Vec<NodeId> = ews.into_iter().map(|(_, o)| o).collect();
             let mut d = vec![src(s.matmul, 0), src(s.matmul, 1)];
-            d.extend(biases);
+            d.extend(biases.into_iter().map(|(_, o)| o));
             (t(s.out), d, ews)
         }
         Step::GluGemv(s) => {
