@@ -36,6 +36,11 @@ pub struct Cli {
     /// gguf: rows taken from each weight matrix.
     #[arg(long, default_value_t = 256)]
     pub rows: usize,
+    /// gguf: also write each tensor's input as `DIR/<tensor>.x.npy` and
+    /// each selected backend's output (the fused plan) as
+    /// `DIR/<tensor>.<backend>.y.npy` (little-endian f32 `.npy`).
+    #[arg(long, value_name = "DIR")]
+    pub dump: Option<PathBuf>,
     /// Backends to run, matched by prefix (`cpu` = every CPU instruction
     /// set; `cpu-avx2`, `vulkan`, `cuda`); repeatable. Default: every
     /// backend, unavailable ones reported as skipped. A backend named here

@@ -15,9 +15,11 @@ use std::sync::Arc;
 
 use fused_core::DType;
 use fused_core::element::Activation;
+use fused_core::planner::plan;
 use fused_core::reference::eval::GemvMode;
 
-use crate::cases::{Case, Link, Pattern, Special};
+use crate::backend::{Availability, Backend, RunConfig};
+use crate::cases::{Case, Link, Pattern, Special, build};
 
 /// One tensor of a GGUF file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -225,4 +227,65 @@ pub fn gguf_cases(
         });
     }
     Ok((cases, passed_over))
+}
+
+/// Writes `values` as a one-dimensional little-endian f32 `.npy` file
+/// (format version 1.0: magic, header length, a Python dict literal padded
+/// so that the data starts at a multiple of 64 bytes).
+pub fn write_npy(path: &Path, values: &[f32]) -> Result<(), String> {
+    let dict = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({},), }}",
+        values.len()
+    );
+    // 10 bytes of magic, version and length, then the dict and a newline.
+    let pad = (64 - (10 + dict.len() + 1) % 64) % 64;
+    let header = format!("{dict}{}\n", " ".repeat(pad));
+    let len = u16::try_from(header.len()).map_err(|_| "npy header too long".to_string())?;
+    let mut out = Vec::with_capacity(10 + header.len() + 4 * values.len());
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `--dump DIR`: for every case (one per tensor), the input as
+/// `DIR/<tensor>.x.npy` and the fused plan's output on every selected,
+/// available backend that supports the case as `DIR/<tensor>.<backend>.y.npy`.
+/// Returns the number of files written.
+pub fn dump(dir: &Path, cases: &[Case], backends: &[Box<dyn Backend>]) -> Result<usize, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files = 0;
+    for case in cases {
+        let Some(named) = &case.weights else {
+            continue;
+        };
+        let name = &named.0;
+        let b = build(case).map_err(|e| format!("{name}: {e}"))?;
+        write_npy(&dir.join(format!("{name}.x.npy")), &b.x)?;
+        files += 1;
+        let p = plan(&b.graph);
+        let cfg = RunConfig {
+            threads: case.threads,
+            mode: case.mode,
+        };
+        for be in backends {
+            if be.availability() != Availability::Ready || be.supports(&b.graph, &p, cfg).is_err() {
+                continue;
+            }
+            let mut mem = b.mem.clone();
+            be.run_plan(&b.graph, &p, &mut mem, cfg)
+                .map_err(|e| format!("{name} on {}: {e}", be.name()))?;
+            let y = b
+                .graph
+                .tensor(b.out)
+                .and_then(|t| mem.read(t))
+                .map_err(|e| format!("{name}: {e}"))?;
+            write_npy(&dir.join(format!("{name}.{}.y.npy", be.name())), &y)?;
+            files += 1;
+        }
+    }
+    Ok(files)
 }

@@ -54,8 +54,26 @@ fn main() -> ExitCode {
                     for p in &passed_over {
                         println!("SKIP tensor {p}");
                     }
+                    let dumped = match &cli.dump {
+                        None => Ok(()),
+                        Some(dir) => {
+                            let backends: Vec<_> = fused_verify::backend::registry()
+                                .into_iter()
+                                .filter(|b| fused_verify::backend::selected(b.name(), &cli.backend))
+                                .collect();
+                            fused_verify::gguf::dump(dir, &cases, &backends).map(|n| {
+                                println!("dumped {n} .npy files to {}", dir.display());
+                            })
+                        }
+                    };
                     let r = fused_verify::run::run_cases(&cli, cases, "gguf", false, true);
-                    (r.failed(), r.summary.line(), write_json(&cli, &r))
+                    match dumped {
+                        Ok(()) => (r.failed(), r.summary.line(), write_json(&cli, &r)),
+                        Err(e) => {
+                            println!("FAIL --dump: {e}");
+                            (true, r.summary.line(), write_json(&cli, &r))
+                        }
+                    }
                 }
                 Err(e) => {
                     println!("FAIL reading {}: {e}", path.display());

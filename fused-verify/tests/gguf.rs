@@ -114,3 +114,48 @@ fn a_file_that_is_not_gguf_fails() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn dump_writes_npy_inputs_and_outputs() {
+    let path = tiny_model("dump");
+    let dir = path.with_extension("dump");
+    let o = Command::new(env!("CARGO_BIN_EXE_fused-verify"))
+        .args([
+            "gguf",
+            path.to_str().unwrap(),
+            "--backend",
+            "cpu-scalar",
+            "--dump",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).ok();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    // Little-endian f32 .npy: magic, version 1.0, the header, the data at a
+    // multiple of 64 bytes.
+    let npy = |name: &str| -> Vec<f32> {
+        let b = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(&b[..8], b"\x93NUMPY\x01\x00", "{name}");
+        let hl = u16::from_le_bytes([b[8], b[9]]) as usize;
+        assert_eq!((10 + hl) % 64, 0, "{name}");
+        let header = std::str::from_utf8(&b[10..10 + hl]).unwrap();
+        assert!(header.contains("'descr': '<f4'"), "{header}");
+        let data: Vec<f32> = b[10 + hl..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert!(
+            header.contains(&format!("'shape': ({},)", data.len())),
+            "{header}"
+        );
+        data
+    };
+    let x = npy("blk.0.ffn_up.weight.x.npy");
+    let y = npy("blk.0.ffn_up.weight.cpu-scalar.y.npy");
+    assert_eq!((x.len(), y.len()), (64, 8));
+    assert!(y.iter().all(|v| v.is_finite()) && y.iter().any(|v| *v != 0.0));
+    assert_eq!(npy("blk.0.attn_q.weight.cpu-scalar.y.npy").len(), 3);
+    std::fs::remove_dir_all(&dir).ok();
+}
