@@ -36,8 +36,15 @@ fn main() {
     let nvcc = find_nvcc(&manifest);
     let arch = env::var("FUSED_CUDA_ARCH").unwrap_or_else(|_| "sm_90".to_owned());
 
-    let common = manifest.join("kernels").join("common.cuh");
-    println!("cargo:rerun-if-changed={}", common.display());
+    // Every header the kernels include.
+    let kernels = manifest.join("kernels");
+    let headers = std::fs::read_dir(&kernels)
+        .unwrap_or_else(|e| fail(&format!("reading {}: {e}", kernels.display())));
+    for entry in headers.flatten() {
+        if entry.path().extension().is_some_and(|x| x == "cuh") {
+            println!("cargo:rerun-if-changed={}", entry.path().display());
+        }
+    }
     // All compilations run at once; each is checked when it ends.
     let mut jobs = Vec::new();
     for stem in KERNELS {

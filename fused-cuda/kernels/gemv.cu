@@ -12,8 +12,12 @@
 // with and without an epilogue gives the same accumulators, bit for bit.
 //
 // Weights:
-// - F32 / F16: the core's layout; 8-element units (16-byte loads), each
-//   element converted exactly and multiplied into the accumulator with fmaf.
+// - F32 / F16 / BF16: the core's layout; 8-element units (16-byte loads),
+//   each element converted exactly and multiplied into the accumulator with
+//   fmaf.
+// - Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / Q6_K / TQ2_0: the core's block
+//   layout (blocks.cuh); each lane dequantizes groups of 4 elements exactly
+//   as the core does and multiplies them into the accumulator with fmaf.
 // - Q8_0 / Q4_0 / Q4_K: the lane-interleaved tiles of src/layout.rs (16 bytes
 //   of codes per lane, coalesced f32 activation loads), the K % tile rest in
 //   the core's block layout. Per 4-element chunk of one 32-element block,
@@ -44,6 +48,20 @@ struct GemvParams {
 #define FMT_Q8_0 2
 #define FMT_Q4_0 3
 #define FMT_Q4_K 4
+#define FMT_BF16 5
+#define FMT_Q4_1 6
+#define FMT_Q5_0 7
+#define FMT_Q5_1 8
+#define FMT_IQ4_NL 9
+#define FMT_Q5_K 10
+#define FMT_Q6_K 11
+#define FMT_TQ2_0 12
+
+// The float formats: F32, F16 and BF16 (read in 8-element units).
+__host__ __device__ constexpr bool is_float_fmt(int fmt) { return fmt == FMT_F32 || fmt == FMT_F16 || fmt == FMT_BF16; }
+// The formats with a lane-interleaved device layout (src/layout.rs); the
+// other quantized formats are read in the core's block layout (blocks.cuh).
+__host__ __device__ constexpr bool is_tiled_fmt(int fmt) { return fmt == FMT_Q8_0 || fmt == FMT_Q4_0 || fmt == FMT_Q4_K; }
 
 // Warps per block; src/backend.rs (GEMV_BLOCK) launches 32·WARPS threads.
 // 8 warps ran slower on the H200 (notes in the kernel comments below are
@@ -59,7 +77,7 @@ constexpr int WARPS = 4;
 // 4 rows ran 1.04–1.08x faster than 2; Q4_0 and Q8_0 4 rows mixed (up to
 // 0.94x).
 template <int FMT, int NC> struct RowsPerBlock {
-    static constexpr int value = (FMT == FMT_F32 || FMT == FMT_F16)
+    static constexpr int value = is_float_fmt(FMT)
                                      ? 1
                                      : ((NC >= 3 || FMT == FMT_Q4_K) ? 4 : 2);
 };
@@ -189,6 +207,27 @@ template <> struct Unit<FMT_F16> {
     }
     __device__ static float one(const uint8_t *wr, uint32_t i) {
         return half_bits_to_float(reinterpret_cast<const uint16_t *>(wr)[i]);
+    }
+};
+
+// BF16: 8 elements (one 16-byte load) when k % 8 == 0, else 1; a bfloat16
+// is the high half of its f32.
+template <> struct Unit<FMT_BF16> {
+    struct Raw {
+        uint4 a;
+    };
+    __device__ static Raw load(const uint8_t *wr, uint32_t u) {
+        return Raw{ld_stream(wr + 16 * (size_t)u)};
+    }
+    __device__ static void unpack(const Raw &r, float *w) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            w[2 * j] = __uint_as_float(word(r.a, j) << 16);
+            w[2 * j + 1] = __uint_as_float(word(r.a, j) & 0xffff0000u);
+        }
+    }
+    __device__ static float one(const uint8_t *wr, uint32_t i) {
+        return __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(wr)[i] << 16);
     }
 };
 
@@ -502,6 +541,8 @@ template <> struct Block<FMT_Q4_K> {
     }
 };
 
+#include "blocks.cuh"
+
 // acc[r][c] += the rest blocks (nb of them, rows wr[r], activations x from
 // the first rest element on) · x_c; the block's warps take interleaved blocks.
 template <int FMT, int NC, int R>
@@ -543,10 +584,16 @@ __device__ __forceinline__ void rows_dot(const GemvParams &p, const uint8_t *w, 
     uint32_t row[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
-    if constexpr (FMT == FMT_F32 || FMT == FMT_F16) {
+    if constexpr (is_float_fmt(FMT)) {
 #pragma unroll
         for (int r = 0; r < R; ++r)
             float_row_dot<FMT, NC>(w + (size_t)row[r] * p.row_bytes, p.x, p.k, lane, warp, acc[r]);
+    } else if constexpr (!is_tiled_fmt(FMT)) {
+        // The core's block layout, whole rows.
+        const uint8_t *rows[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) rows[r] = w + (size_t)row[r] * p.row_bytes;
+        blocks_dot<FMT, NC, R>(rows, p.x, p.k, p.k / Block<FMT>::BLOCK, lane, warp, acc);
     } else {
         using T = Tile<FMT>;
         using U = Block<FMT>;
@@ -646,3 +693,11 @@ GEMV_KERNELS(f16, FMT_F16)
 GEMV_KERNELS(q8_0, FMT_Q8_0)
 GEMV_KERNELS(q4_0, FMT_Q4_0)
 GEMV_KERNELS(q4_K, FMT_Q4_K)
+GEMV_KERNELS(bf16, FMT_BF16)
+GEMV_KERNELS(q4_1, FMT_Q4_1)
+GEMV_KERNELS(q5_0, FMT_Q5_0)
+GEMV_KERNELS(q5_1, FMT_Q5_1)
+GEMV_KERNELS(iq4_nl, FMT_IQ4_NL)
+GEMV_KERNELS(q5_K, FMT_Q5_K)
+GEMV_KERNELS(q6_K, FMT_Q6_K)
+GEMV_KERNELS(tq2_0, FMT_TQ2_0)

@@ -36,14 +36,15 @@ pub(crate) const GEMV_X_ALIGN: u64 = 16;
 pub(crate) const F32_ALIGN: u64 = 4;
 
 /// Output rows one block of the GEMV kernels computes: `RowsPerBlock` in
-/// `kernels/gemv.cu` (the quantized formats share each activation load
-/// between 2 rows; Q4_K, and any format from 3 columns up, between 4).
+/// `kernels/gemv.cu` (the float formats 1; the quantized formats share each
+/// activation load between 2 rows; Q4_K, and any quantized format from 3
+/// columns up, between 4).
 fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
     match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => 1,
         DType::Q4_K => 4,
-        DType::Q8_0 | DType::Q4_0 if n_cols >= 3 => 4,
-        DType::Q8_0 | DType::Q4_0 => 2,
-        _ => 1,
+        _ if n_cols >= 3 => 4,
+        _ => 2,
     }
 }
 

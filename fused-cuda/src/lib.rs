@@ -4,7 +4,7 @@
 //! API (`cust`):
 //!
 //! - [`CudaBackend::gemv`]: `y = epilogue(W·x)` for 1..=8 activation columns,
-//!   weights F32, F16, Q8_0, Q4_0 or Q4_K ([`GEMV_DTYPES`]), the epilogue
+//!   weights in any of the core's weight formats ([`GEMV_DTYPES`]), the epilogue
 //!   chain (activations, adds, multiplies, row biases) applied in registers
 //!   before the store;
 //! - [`CudaBackend::gemv_glu`]: the gated dual form `act(W_g·x) ⊙ (W_u·x)`,
@@ -98,13 +98,22 @@ pub use stub::{CudaBackend, CudaDevice, DevicePlan, DeviceVec, DeviceWeights};
 
 use fused_core::DType;
 
-/// The weight formats the CUDA GEMV kernels take.
-pub const GEMV_DTYPES: [DType; 5] = [
+/// The weight formats the CUDA GEMV kernels take: every weight format of
+/// the core (the activation-only Q8_1 and Q8_K aside).
+pub const GEMV_DTYPES: [DType; 13] = [
     DType::F32,
     DType::F16,
-    DType::Q8_0,
+    DType::BF16,
     DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
     DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_NL,
+    DType::TQ2_0,
 ];
 
 /// The most activation columns one GEMV launch takes.

@@ -59,10 +59,17 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(3);
     // K: two whole tiles of the quantized layout and a rest; 1 column (2
-    // rows per block) and 3 (4 rows per block).
-    for (dtype, n_cols) in [DType::F16, DType::Q4_0, DType::Q4_K]
-        .into_iter()
-        .flat_map(|d| [(d, 1), (d, 3)])
+    // rows per block) and 3 (4 rows per block). BF16 and Q6_K stand for the
+    // formats read in the core's block layout.
+    for (dtype, n_cols) in [
+        DType::F16,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_K,
+        DType::Q6_K,
+    ]
+    .into_iter()
+    .flat_map(|d| [(d, 1), (d, 3)])
     {
         let (m, k) = (257, 2304);
         let bytes = weights(&mut rng, dtype, m, k);

@@ -7,7 +7,8 @@
 //! device-to-device copy ceiling (bytes read + written); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
-//! the copy ceiling; the epilogue's cost over a bare GEMV; the signed FWHT
+//! the copy ceiling; the other weight formats at 4096×14336, 1 column; the
+//! epilogue's cost over a bare GEMV; the signed FWHT
 //! fused against sign multiply + FWHT; a Q4_0 decode layer fused against
 //! unfused; the F16 FFN layer that `benches/torch_compare.py` runs in
 //! PyTorch; a Q4_0 and an F16 decode layer through the device plan
@@ -208,6 +209,7 @@ fn run() -> Result<(), CudaError> {
         }
     }
     let _ = q4_4096;
+    other_formats(&be, ceiling)?;
     if gemv_only {
         return Ok(());
     }
@@ -502,6 +504,35 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         );
     }
     println!("\n({n} layer copies; PyTorch: fused-cuda/benches/torch_compare.py)");
+    Ok(())
+}
+
+/// The formats outside the targets (read in the core's block layout, or
+/// BF16 and F32), one column at 4096 × 14336, weights rotated.
+fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
+    let (m, k) = (4096usize, 14336usize);
+    println!("\n## GEMV, the other weight formats, {m} × {k}, 1 column\n");
+    println!("| format | copies | µs/call | GB/s (weights + x + y) | % of copy |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    let x = be.upload(&randv(k, 3))?;
+    let mut y = be.alloc(m)?;
+    for dtype in fused_cuda::GEMV_DTYPES {
+        if matches!(dtype, DType::F16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_K) {
+            continue;
+        }
+        let ws = weight_copies(be, dtype, m, k)?;
+        let t = time_calls(be, ws.len() * 2, 25, |i| {
+            be.gemv(&ws[i % ws.len()], &x, 1, &Epilogue::NONE, &[], &mut y)
+        })?;
+        let gbs = (ws[0].bytes() + 4 * (k + m)) as f64 / t / 1e6;
+        println!(
+            "| {dtype} | {} | {:.1} | {gbs:.0} | {:.0}% |",
+            ws.len(),
+            t * 1e3,
+            100.0 * gbs / ceiling
+        );
+    }
+    println!();
     Ok(())
 }
 
