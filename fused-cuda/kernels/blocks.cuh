@@ -4,7 +4,7 @@
 //
 // Each Block<FMT> splits one block across L lanes; lane s takes GROUPS
 // groups of 4 consecutive elements, so that its activation loads are 16
-// bytes and the L lanes' loads contiguous:
+// bytes:
 //   load(row, blk, s)       the bytes lane s needs of block `blk`
 //   dequant(raw, s, g, w)   the 4 weights of group g, exactly the core's
 //                           dequantized values (same f32 operations, no
@@ -22,44 +22,45 @@ __device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
 
 __device__ __forceinline__ uint32_t byte_of(uint32_t w, int i) { return (w >> (8 * i)) & 0xffu; }
 
-// Lane s of the 32-element formats (L = 8) takes elements 4s..4s+3: the low
-// nibbles (s < 4) or the high nibbles (s >= 4) of code bytes 4(s mod 4)..+3
-// (byte j holds element j low and j + 16 high, GGML's nibble order).
-__device__ __forceinline__ uint32_t nibble_shift(uint32_t s) { return s >= 4 ? 4u : 0u; }
+// Lane s of the 32-element formats (L = 4) takes code bytes 4s..4s+3: group
+// 0 their low nibbles, elements 4s..4s+3, group 1 their high nibbles,
+// elements 16 + 4s..+3 (byte j holds element j low and j + 16 high, GGML's
+// nibble order).
+__device__ __forceinline__ size_t x_offset32(uint32_t blk, uint32_t s, int g) {
+    return (size_t)blk * 32 + 16 * (uint32_t)g + 4 * s;
+}
+__device__ __forceinline__ uint32_t nibble(uint32_t q, int g, int i) { return (q >> (8 * i + 4 * g)) & 15u; }
 
 // Q4_1: 20-byte blocks (4-byte aligned): d, m (f16), 16 bytes of nibbles;
 // value q·d + m.
 template <> struct Block<FMT_Q4_1> {
-    static constexpr int L = 8, BLOCK = 32, BYTES = 20, GROUPS = 1;
+    static constexpr int L = 4, BLOCK = 32, BYTES = 20, GROUPS = 2;
     struct Raw {
         uint32_t dm, q;
     };
     __device__ static Raw load(const uint8_t *wr, uint32_t blk, uint32_t s) {
         const uint8_t *b = wr + (size_t)blk * BYTES;
         return Raw{*reinterpret_cast<const uint32_t *>(b),
-                   *reinterpret_cast<const uint32_t *>(b + 4 + 4 * (s & 3u))};
+                   *reinterpret_cast<const uint32_t *>(b + 4 + 4 * s)};
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int, float *w) {
+    __device__ static void dequant(const Raw &r, uint32_t, int g, float *w) {
         const float d = half_bits_to_float(r.dm), m = half_bits_to_float(r.dm >> 16);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const uint32_t q = (r.q >> (8 * i + nibble_shift(s))) & 15u;
-            w[i] = __fadd_rn(__fmul_rn((float)q, d), m);
-        }
+        for (int i = 0; i < 4; ++i) w[i] = __fadd_rn(__fmul_rn((float)nibble(r.q, g, i), d), m);
     }
-    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int) { return (size_t)blk * 32 + 4 * s; }
+    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
 // IQ4_NL: 18-byte blocks (2-byte aligned): d (f16), 16 bytes of 4-bit
 // indices into GGML's kvalues_iq4nl table; value d·table[q].
 template <> struct Block<FMT_IQ4_NL> {
-    static constexpr int L = 8, BLOCK = 32, BYTES = 18, GROUPS = 1;
+    static constexpr int L = 4, BLOCK = 32, BYTES = 18, GROUPS = 2;
     struct Raw {
         uint32_t d, q;
     };
     __device__ static Raw load(const uint8_t *wr, uint32_t blk, uint32_t s) {
         const uint8_t *b = wr + (size_t)blk * BYTES;
-        return Raw{*reinterpret_cast<const uint16_t *>(b), ld_u32_a2(b + 2 + 4 * (s & 3u))};
+        return Raw{*reinterpret_cast<const uint16_t *>(b), ld_u32_a2(b + 2 + 4 * s)};
     }
     // The table's 16 signed bytes, four per word: entry q is byte q mod 4 of
     // word q / 4 (−127, −104, −83, −65, −49, −35, −22, −10, 1, 13, 25, 38,
@@ -70,59 +71,59 @@ template <> struct Block<FMT_IQ4_NL> {
         const uint32_t b = (q & 8u) ? __byte_perm(T2, T3, sel) : __byte_perm(T0, T1, sel);
         return (float)(int8_t)(b & 0xffu);
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int, float *w) {
+    __device__ static void dequant(const Raw &r, uint32_t, int g, float *w) {
         const float d = half_bits_to_float(r.d);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = __fmul_rn(d, value((r.q >> (8 * i + nibble_shift(s))) & 15u));
+        for (int i = 0; i < 4; ++i) w[i] = __fmul_rn(d, value(nibble(r.q, g, i)));
     }
-    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int) { return (size_t)blk * 32 + 4 * s; }
+    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
-// The 5-bit codes of elements 4s..4s+3 of a Q5_0/Q5_1 block: the nibbles
-// of code bytes 4(s mod 4)..+3 and bits 4s..4s+3 of the little-endian qh.
-__device__ __forceinline__ uint32_t q5_code(uint32_t q, uint32_t qh, uint32_t s, int i) {
-    const uint32_t e = 4 * s + (uint32_t)i;
-    return ((q >> (8 * i + nibble_shift(s))) & 15u) | (((qh >> e) & 1u) << 4);
+// The 5-bit code of element i of lane s's group g in a Q5_0/Q5_1 block:
+// its nibble and bit e of the little-endian qh (e the element's index).
+__device__ __forceinline__ uint32_t q5_code(uint32_t q, uint32_t qh, uint32_t s, int g, int i) {
+    const uint32_t e = 16 * (uint32_t)g + 4 * s + (uint32_t)i;
+    return nibble(q, g, i) | (((qh >> e) & 1u) << 4);
 }
 
 // Q5_0: 22-byte blocks (2-byte aligned): d (f16), qh (32 fifth bits),
 // 16 bytes of nibbles; value (q − 16)·d.
 template <> struct Block<FMT_Q5_0> {
-    static constexpr int L = 8, BLOCK = 32, BYTES = 22, GROUPS = 1;
+    static constexpr int L = 4, BLOCK = 32, BYTES = 22, GROUPS = 2;
     struct Raw {
         uint32_t d, qh, q;
     };
     __device__ static Raw load(const uint8_t *wr, uint32_t blk, uint32_t s) {
         const uint8_t *b = wr + (size_t)blk * BYTES;
         return Raw{*reinterpret_cast<const uint16_t *>(b), ld_u32_a2(b + 2),
-                   ld_u32_a2(b + 6 + 4 * (s & 3u))};
+                   ld_u32_a2(b + 6 + 4 * s)};
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int, float *w) {
+    __device__ static void dequant(const Raw &r, uint32_t s, int g, float *w) {
         const float d = half_bits_to_float(r.d);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = __fmul_rn((float)((int)q5_code(r.q, r.qh, s, i) - 16), d);
+        for (int i = 0; i < 4; ++i) w[i] = __fmul_rn((float)((int)q5_code(r.q, r.qh, s, g, i) - 16), d);
     }
-    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int) { return (size_t)blk * 32 + 4 * s; }
+    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
 // Q5_1: 24-byte blocks (4-byte aligned): d, m (f16), qh, 16 bytes of
 // nibbles; value q·d + m.
 template <> struct Block<FMT_Q5_1> {
-    static constexpr int L = 8, BLOCK = 32, BYTES = 24, GROUPS = 1;
+    static constexpr int L = 4, BLOCK = 32, BYTES = 24, GROUPS = 2;
     struct Raw {
         uint32_t dm, qh, q;
     };
     __device__ static Raw load(const uint8_t *wr, uint32_t blk, uint32_t s) {
         const uint32_t *b = reinterpret_cast<const uint32_t *>(wr + (size_t)blk * BYTES);
-        return Raw{b[0], b[1], b[2 + (s & 3u)]};
+        return Raw{b[0], b[1], b[2 + s]};
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int, float *w) {
+    __device__ static void dequant(const Raw &r, uint32_t s, int g, float *w) {
         const float d = half_bits_to_float(r.dm), m = half_bits_to_float(r.dm >> 16);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-            w[i] = __fadd_rn(__fmul_rn((float)q5_code(r.q, r.qh, s, i), d), m);
+            w[i] = __fadd_rn(__fmul_rn((float)q5_code(r.q, r.qh, s, g, i), d), m);
     }
-    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int) { return (size_t)blk * 32 + 4 * s; }
+    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
 // Q5_K: 176-byte super-blocks (16-byte aligned): d, dmin (f16), 12 bytes of

@@ -543,39 +543,58 @@ template <> struct Block<FMT_Q4_K> {
 
 #include "blocks.cuh"
 
-// acc[r][c] += the rest blocks (nb of them, rows wr[r], activations x from
-// the first rest element on) · x_c; the block's warps take interleaved blocks.
-template <int FMT, int NC, int R>
+// acc[r][c] += the blocks (nb of them, rows wr[r], activations x from the
+// first of them on) · x_c; the block's warps take interleaved blocks. A lane
+// issues the loads of BU of its blocks before it computes them (memory-level
+// parallelism for the formats read in the core's layout); each lane still
+// takes its blocks in increasing order.
+template <int FMT, int NC, int R, int BU>
 __device__ __forceinline__ void blocks_dot(const uint8_t *const *wr, const float *x, uint32_t k,
                                            uint32_t nb, uint32_t lane, uint32_t warp,
                                            float (*acc)[NC]) {
     using U = Block<FMT>;
     constexpr uint32_t G = 32 / U::L; // blocks per warp step
+    constexpr uint32_t STEP = WARPS * G;
     const uint32_t s = lane % U::L;
-    for (uint32_t b = warp * G + lane / U::L; b < nb; b += WARPS * G) {
-        typename U::Raw raw[R];
+    for (uint32_t b0 = warp * G + lane / U::L; b0 < nb; b0 += BU * STEP) {
+        typename U::Raw raw[BU][R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) raw[r] = U::load(wr[r], b, s);
+        for (int u = 0; u < BU; ++u)
+            if (b0 + u * STEP < nb) {
 #pragma unroll
-        for (int g = 0; g < U::GROUPS; ++g) {
-            float w[R][4];
+                for (int r = 0; r < R; ++r) raw[u][r] = U::load(wr[r], b0 + u * STEP, s);
+            }
 #pragma unroll
-            for (int r = 0; r < R; ++r) U::dequant(raw[r], s, g, w[r]);
-            const size_t off = U::x_offset(b, s, g);
+        for (int u = 0; u < BU; ++u) {
+            const uint32_t b = b0 + u * STEP;
+            if (b >= nb) break;
 #pragma unroll
-            for (int c = 0; c < NC; ++c) {
-                const float4 xv = ld_x4(x + (size_t)c * k + off);
+            for (int g = 0; g < U::GROUPS; ++g) {
+                float w[R][4];
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    acc[r][c] = fmaf(w[r][0], xv.x, acc[r][c]);
-                    acc[r][c] = fmaf(w[r][1], xv.y, acc[r][c]);
-                    acc[r][c] = fmaf(w[r][2], xv.z, acc[r][c]);
-                    acc[r][c] = fmaf(w[r][3], xv.w, acc[r][c]);
+                for (int r = 0; r < R; ++r) U::dequant(raw[u][r], s, g, w[r]);
+                const size_t off = U::x_offset(b, s, g);
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    const float4 xv = ld_x4(x + (size_t)c * k + off);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        acc[r][c] = fmaf(w[r][0], xv.x, acc[r][c]);
+                        acc[r][c] = fmaf(w[r][1], xv.y, acc[r][c]);
+                        acc[r][c] = fmaf(w[r][2], xv.z, acc[r][c]);
+                        acc[r][c] = fmaf(w[r][3], xv.w, acc[r][c]);
+                    }
                 }
             }
         }
     }
 }
+
+// Blocks a lane loads ahead in the formats read in the core's layout: 4,
+// or 2 where a lane's share of a block takes more than 12 bytes of registers.
+template <int FMT> struct BlockUnroll {
+    static constexpr int value = sizeof(typename Block<FMT>::Raw) <= 12 ? 4 : 2;
+};
 
 // acc[r][c] += row (w, rows r0 + r, clamped) · x_c, for every format.
 template <int FMT, int NC, int R>
@@ -593,7 +612,8 @@ __device__ __forceinline__ void rows_dot(const GemvParams &p, const uint8_t *w, 
         const uint8_t *rows[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) rows[r] = w + (size_t)row[r] * p.row_bytes;
-        blocks_dot<FMT, NC, R>(rows, p.x, p.k, p.k / Block<FMT>::BLOCK, lane, warp, acc);
+        blocks_dot<FMT, NC, R, BlockUnroll<FMT>::value>(rows, p.x, p.k, p.k / Block<FMT>::BLOCK,
+                                                         lane, warp, acc);
     } else {
         using T = Tile<FMT>;
         using U = Block<FMT>;
@@ -611,7 +631,7 @@ __device__ __forceinline__ void rows_dot(const GemvParams &p, const uint8_t *w, 
         }
         tiles_dot<FMT, NC, R>(codes, scales, p.x, p.k, nt, lane, warp, acc);
         if (nb != 0)
-            blocks_dot<FMT, NC, R>(rest, p.x + (size_t)nt * T::ELEMS, p.k, nb, lane, warp, acc);
+            blocks_dot<FMT, NC, R, 1>(rest, p.x + (size_t)nt * T::ELEMS, p.k, nb, lane, warp, acc);
     }
 }
 
