@@ -1,16 +1,10 @@
-// Block decoders of the weight formats the GEMV reads in the core's own
-// block layout (no device re-layout): Q4_1, Q5_0, Q5_1, IQ4_NL, Q5_K, Q6_K,
-// TQ2_0. Included by gemv.cu after its Block<FMT> template is declared.
-//
-// Each Block<FMT> splits one block across L lanes; lane s takes GROUPS
-// groups of 4 consecutive elements, so that its activation loads are 16
-// bytes:
-//   load(row, blk, s)       the bytes lane s needs of block `blk`
-//   dequant(raw, s, g, w)   the 4 weights of group g, exactly the core's
-//                           dequantized values (same f32 operations, no
-//                           contraction: __fmul_rn/__fadd_rn/__fsub_rn)
-//   x_offset(blk, s, g)     the activation index of the group's first element
-// Block sizes that are not a multiple of 4 bytes leave blocks 2-byte aligned:
+// The weight formats the GEMV reads in the core's own block layout only (no
+// device re-layout): Q4_1, Q5_0, Q5_1, IQ4_NL, Q5_K, Q6_K, TQ2_0. Included by
+// gemv.cu after its Block<FMT> template; the interface (load, codes, BIAS,
+// scale, minimum, x_offset) is described there. Code bytes are built four
+// at a time with word operations; constant code offsets (Q5_0's 16, Q6_K's
+// 32, ...) go into BIAS, so that a group's sum needs no minimum term.
+// Blocks whose size is not a multiple of 4 bytes are only 2-byte aligned:
 // their 32-bit words are read as two 16-bit halves (ld_u32_a2).
 #pragma once
 
@@ -20,8 +14,6 @@ __device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
     return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
 }
 
-__device__ __forceinline__ uint32_t byte_of(uint32_t w, int i) { return (w >> (8 * i)) & 0xffu; }
-
 // Lane s of the 32-element formats (L = 4) takes code bytes 4s..4s+3: group
 // 0 their low nibbles, elements 4s..4s+3, group 1 their high nibbles,
 // elements 16 + 4s..+3 (byte j holds element j low and j + 16 high, GGML's
@@ -29,25 +21,30 @@ __device__ __forceinline__ uint32_t byte_of(uint32_t w, int i) { return (w >> (8
 __device__ __forceinline__ size_t x_offset32(uint32_t blk, uint32_t s, int g) {
     return (size_t)blk * 32 + 16 * (uint32_t)g + 4 * s;
 }
-__device__ __forceinline__ uint32_t nibble(uint32_t q, int g, int i) { return (q >> (8 * i + 4 * g)) & 15u; }
+__device__ __forceinline__ uint32_t nibbles(uint32_t q, int g) { return (q >> (4 * g)) & 0x0f0f0f0fu; }
+
+// Bits 0..3 of `h` moved to bit 4 of bytes 0..3 (a fifth code bit per byte):
+// h·0x204081 places bit i at bit 8i (the four shifted copies do not overlap).
+__device__ __forceinline__ uint32_t fifth_bits(uint32_t h) {
+    return (((h & 15u) * 0x00204081u) & 0x01010101u) << 4;
+}
 
 // Q4_1: 20-byte blocks (4-byte aligned): d, m (f16), 16 bytes of nibbles;
 // value q·d + m.
 template <> struct Block<FMT_Q4_1> {
     static constexpr int L = 4, BLOCK = 32, BYTES = 20, GROUPS = 2;
+    static constexpr bool HAS_MIN = true;
+    static constexpr float BIAS = MAGIC;
     struct Raw {
         uint32_t dm, q;
     };
     __device__ static Raw load(const uint8_t *wr, uint32_t blk, uint32_t s) {
-        const uint8_t *b = wr + (size_t)blk * BYTES;
-        return Raw{*reinterpret_cast<const uint32_t *>(b),
-                   *reinterpret_cast<const uint32_t *>(b + 4 + 4 * s)};
+        const uint32_t *b = reinterpret_cast<const uint32_t *>(wr + (size_t)blk * BYTES);
+        return Raw{b[0], b[1 + s]};
     }
-    __device__ static void dequant(const Raw &r, uint32_t, int g, float *w) {
-        const float d = half_bits_to_float(r.dm), m = half_bits_to_float(r.dm >> 16);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = __fadd_rn(__fmul_rn((float)nibble(r.q, g, i), d), m);
-    }
+    __device__ static uint32_t codes(const Raw &r, uint32_t, int g) { return nibbles(r.q, g); }
+    __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.dm); }
+    __device__ static float minimum(const Raw &r, uint32_t, int) { return half_bits_to_float(r.dm >> 16); }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
@@ -55,6 +52,8 @@ template <> struct Block<FMT_Q4_1> {
 // indices into GGML's kvalues_iq4nl table; value d·table[q].
 template <> struct Block<FMT_IQ4_NL> {
     static constexpr int L = 4, BLOCK = 32, BYTES = 18, GROUPS = 2;
+    static constexpr bool HAS_MIN = false;
+    static constexpr float BIAS = MAGIC + 128.0f;
     struct Raw {
         uint32_t d, q;
     };
@@ -62,47 +61,48 @@ template <> struct Block<FMT_IQ4_NL> {
         const uint8_t *b = wr + (size_t)blk * BYTES;
         return Raw{*reinterpret_cast<const uint16_t *>(b), ld_u32_a2(b + 2 + 4 * s)};
     }
-    // The table's 16 signed bytes, four per word: entry q is byte q mod 4 of
-    // word q / 4 (−127, −104, −83, −65, −49, −35, −22, −10, 1, 13, 25, 38,
-    // 53, 69, 89, 113).
-    __device__ static float value(uint32_t q) {
+    // The table's 16 signed bytes, entry q byte q mod 4 of word q / 4: −127,
+    // −104, −83, −65 | −49, −35, −22, −10 | 1, 13, 25, 38 | 53, 69, 89, 113.
+    // The four indices become the nibbles of one byte-permute selector; bit
+    // 3 of each picks the upper or lower half of the table; the signed
+    // entries are biased to 0..255 (BIAS).
+    __device__ static uint32_t codes(const Raw &r, uint32_t, int g) {
         constexpr uint32_t T0 = 0xBFAD9881u, T1 = 0xF6EADDCFu, T2 = 0x26190D01u, T3 = 0x71594535u;
-        const uint32_t sel = q & 7u;
-        const uint32_t b = (q & 8u) ? __byte_perm(T2, T3, sel) : __byte_perm(T0, T1, sel);
-        return (float)(int8_t)(b & 0xffu);
+        const uint32_t idx = nibbles(r.q, g);
+        uint32_t sel = (idx | (idx >> 4)) & 0x00ff00ffu;
+        sel = (sel | (sel >> 8)) & 0x7777u; // byte indices 0..7 (bit 3 would be prmt's sign mode)
+        const uint32_t lo = __byte_perm(T0, T1, sel), hi = __byte_perm(T2, T3, sel);
+        const uint32_t upper = ((idx >> 3) & 0x01010101u) * 0xffu;
+        return ((hi & upper) | (lo & ~upper)) ^ 0x80808080u;
     }
-    __device__ static void dequant(const Raw &r, uint32_t, int g, float *w) {
-        const float d = half_bits_to_float(r.d);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = __fmul_rn(d, value(nibble(r.q, g, i)));
-    }
+    __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.d); }
+    __device__ static float minimum(const Raw &, uint32_t, int) { return 0.0f; }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
-// The 5-bit code of element i of lane s's group g in a Q5_0/Q5_1 block:
-// its nibble and bit e of the little-endian qh (e the element's index).
-__device__ __forceinline__ uint32_t q5_code(uint32_t q, uint32_t qh, uint32_t s, int g, int i) {
-    const uint32_t e = 16 * (uint32_t)g + 4 * s + (uint32_t)i;
-    return nibble(q, g, i) | (((qh >> e) & 1u) << 4);
+// The 5-bit codes of lane s's group g in a Q5_0/Q5_1 block: the nibbles and
+// bits e..e+3 (e = 16g + 4s, the group's first element) of the
+// little-endian qh.
+__device__ __forceinline__ uint32_t q5_codes(uint32_t q, uint32_t qh, uint32_t s, int g) {
+    return nibbles(q, g) | fifth_bits(qh >> (16 * (uint32_t)g + 4 * s));
 }
 
 // Q5_0: 22-byte blocks (2-byte aligned): d (f16), qh (32 fifth bits),
 // 16 bytes of nibbles; value (q − 16)·d.
 template <> struct Block<FMT_Q5_0> {
     static constexpr int L = 4, BLOCK = 32, BYTES = 22, GROUPS = 2;
+    static constexpr bool HAS_MIN = false;
+    static constexpr float BIAS = MAGIC + 16.0f;
     struct Raw {
         uint32_t d, qh, q;
     };
     __device__ static Raw load(const uint8_t *wr, uint32_t blk, uint32_t s) {
         const uint8_t *b = wr + (size_t)blk * BYTES;
-        return Raw{*reinterpret_cast<const uint16_t *>(b), ld_u32_a2(b + 2),
-                   ld_u32_a2(b + 6 + 4 * s)};
+        return Raw{*reinterpret_cast<const uint16_t *>(b), ld_u32_a2(b + 2), ld_u32_a2(b + 6 + 4 * s)};
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int g, float *w) {
-        const float d = half_bits_to_float(r.d);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = __fmul_rn((float)((int)q5_code(r.q, r.qh, s, g, i) - 16), d);
-    }
+    __device__ static uint32_t codes(const Raw &r, uint32_t s, int g) { return q5_codes(r.q, r.qh, s, g); }
+    __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.d); }
+    __device__ static float minimum(const Raw &, uint32_t, int) { return 0.0f; }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
@@ -110,6 +110,8 @@ template <> struct Block<FMT_Q5_0> {
 // nibbles; value q·d + m.
 template <> struct Block<FMT_Q5_1> {
     static constexpr int L = 4, BLOCK = 32, BYTES = 24, GROUPS = 2;
+    static constexpr bool HAS_MIN = true;
+    static constexpr float BIAS = MAGIC;
     struct Raw {
         uint32_t dm, qh, q;
     };
@@ -117,12 +119,9 @@ template <> struct Block<FMT_Q5_1> {
         const uint32_t *b = reinterpret_cast<const uint32_t *>(wr + (size_t)blk * BYTES);
         return Raw{b[0], b[1], b[2 + s]};
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int g, float *w) {
-        const float d = half_bits_to_float(r.dm), m = half_bits_to_float(r.dm >> 16);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            w[i] = __fadd_rn(__fmul_rn((float)q5_code(r.q, r.qh, s, g, i), d), m);
-    }
+    __device__ static uint32_t codes(const Raw &r, uint32_t s, int g) { return q5_codes(r.q, r.qh, s, g); }
+    __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.dm); }
+    __device__ static float minimum(const Raw &r, uint32_t, int) { return half_bits_to_float(r.dm >> 16); }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
@@ -130,11 +129,12 @@ template <> struct Block<FMT_Q5_1> {
 // packed 6-bit scales/mins (as Q4_K), qh[32], qs[128]. In chunk c (64
 // elements) element 64c + l is the low nibble of qs[32c + l] plus 16·bit 2c
 // of qh[l], element 64c + 32 + l the high nibble plus 16·bit 2c + 1; value
-// d·sc·q − dmin·m. Lanes as Q4_K's rest blocks: L = 32, lane s takes chunk
-// c = s/8, l = 4(s mod 8)..+3, group 0 low nibbles (sub-block 2c), group 1
-// high (2c + 1).
+// d·sc·q − dmin·m. Lanes as Q4_K: L = 32, lane s takes chunk c = s/8,
+// l = 4(s mod 8)..+3, group 0 low nibbles (sub-block 2c), group 1 high (2c + 1).
 template <> struct Block<FMT_Q5_K> {
     static constexpr int L = 32, BLOCK = 256, BYTES = 176, GROUPS = 2;
+    static constexpr bool HAS_MIN = true;
+    static constexpr float BIAS = MAGIC;
     struct Raw {
         uint4 h;
         uint32_t qh, q;
@@ -147,18 +147,19 @@ template <> struct Block<FMT_Q5_K> {
         r.q = *reinterpret_cast<const uint32_t *>(b + 48 + 32 * (s >> 3) + 4 * (s & 7u));
         return r;
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int g, float *w) {
-        const uint32_t c = s >> 3;
+    __device__ static uint32_t codes(const Raw &r, uint32_t s, int g) {
+        const uint32_t bit = 2 * (s >> 3) + (uint32_t)g;
+        return nibbles(r.q, g) | (((r.qh >> bit) & 0x01010101u) << 4);
+    }
+    __device__ static float scale(const Raw &r, uint32_t s, int g) {
         uint32_t sc, m;
-        q4k_scale_min(r.h, 2 * c + (uint32_t)g, sc, m);
-        const float dd = __fmul_rn(half_bits_to_float(r.h.x), (float)sc);
-        const float mm = __fmul_rn(half_bits_to_float(r.h.x >> 16), (float)m);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const uint32_t lo = (r.q >> (8 * i + 4 * g)) & 15u;
-            const uint32_t hi = (r.qh >> (8 * i + 2 * c + (uint32_t)g)) & 1u;
-            w[i] = __fsub_rn(__fmul_rn(dd, (float)(lo | (hi << 4))), mm);
-        }
+        q4k_scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
+        return __fmul_rn(half_bits_to_float(r.h.x), (float)sc);
+    }
+    __device__ static float minimum(const Raw &r, uint32_t s, int g) {
+        uint32_t sc, m;
+        q4k_scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
+        return -__fmul_rn(half_bits_to_float(r.h.x >> 16), (float)m);
     }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) {
         return (size_t)blk * 256 + 64 * (s >> 3) + 4 * (s & 7u) + 32 * (uint32_t)g;
@@ -169,11 +170,13 @@ template <> struct Block<FMT_Q5_K> {
 // 8-bit scales, d (f16) last. In half h (128 elements), for l in 0..32:
 // element l is ql[64h + l] low | qh[32h + l] bits 0–1, l + 32 is
 // ql[64h + 32 + l] low | bits 2–3, l + 64 is ql[64h + l] high | bits 4–5,
-// l + 96 is ql[64h + 32 + l] high | bits 6–7 (the qh bits are code bits 4–5);
-// value (d·scale[e/16])·(q − 32). L = 16: lane s takes half h = s/8 and
-// l = 4(s mod 8)..+3, group g the elements 128h + 32g + l.
+// l + 96 is ql[64h + 32 + l] high | bits 6–7 (the qh bits are code bits
+// 4–5); value (d·scale[e/16])·(q − 32). L = 16: lane s takes half h = s/8
+// and l = 4(s mod 8)..+3, group g the elements 128h + 32g + l.
 template <> struct Block<FMT_Q6_K> {
     static constexpr int L = 16, BLOCK = 256, BYTES = 210, GROUPS = 4;
+    static constexpr bool HAS_MIN = false;
+    static constexpr float BIAS = MAGIC + 32.0f;
     struct Raw {
         uint32_t qa, qb, qh, sc_lo, sc_hi, d;
     };
@@ -184,25 +187,22 @@ template <> struct Block<FMT_Q6_K> {
         r.qa = ld_u32_a2(b + 64 * h + l);
         r.qb = ld_u32_a2(b + 64 * h + 32 + l);
         r.qh = ld_u32_a2(b + 128 + 32 * h + l);
-        // The half's 8 scales: groups g use scale 8h + 2g + l/16.
+        // The half's 8 scales: group g uses scale 8h + 2g + l/16.
         r.sc_lo = ld_u32_a2(b + 192 + 8 * h);
         r.sc_hi = ld_u32_a2(b + 196 + 8 * h);
         r.d = *reinterpret_cast<const uint16_t *>(b + 208);
         return r;
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int g, float *w) {
-        const uint32_t i8 = 2 * (uint32_t)g + ((s & 7u) >= 4 ? 1u : 0u); // scale index in the half
-        const int sc = (int8_t)byte_of(i8 < 4 ? r.sc_lo : r.sc_hi, (int)(i8 & 3u));
-        const float ds = __fmul_rn(half_bits_to_float(r.d), (float)sc);
-        const uint32_t q = (g & 1) ? r.qb : r.qa;
-        const uint32_t lo_shift = g >= 2 ? 4u : 0u;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const uint32_t lo = (q >> (8 * i + lo_shift)) & 15u;
-            const uint32_t hi = (r.qh >> (8 * i + 2 * g)) & 3u;
-            w[i] = __fmul_rn(ds, (float)((int)(lo | (hi << 4)) - 32));
-        }
+    __device__ static uint32_t codes(const Raw &r, uint32_t, int g) {
+        const uint32_t lo = ((g & 1) ? r.qb : r.qa) >> (g >= 2 ? 4u : 0u);
+        return (lo & 0x0f0f0f0fu) | (((r.qh >> (2 * g)) & 0x03030303u) << 4);
     }
+    __device__ static float scale(const Raw &r, uint32_t s, int g) {
+        const uint32_t i = 2 * (uint32_t)g + ((s & 7u) >= 4 ? 1u : 0u); // in the half
+        const int sc = (int8_t)(((i < 4 ? r.sc_lo : r.sc_hi) >> (8 * (i & 3u))) & 0xffu);
+        return __fmul_rn(half_bits_to_float(r.d), (float)sc);
+    }
+    __device__ static float minimum(const Raw &, uint32_t, int) { return 0.0f; }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) {
         return (size_t)blk * 256 + 128 * (s >> 3) + 32 * (uint32_t)g + 4 * (s & 7u);
     }
@@ -214,6 +214,8 @@ template <> struct Block<FMT_Q6_K> {
 // codes l = g.
 template <> struct Block<FMT_TQ2_0> {
     static constexpr int L = 16, BLOCK = 256, BYTES = 66, GROUPS = 4;
+    static constexpr bool HAS_MIN = false;
+    static constexpr float BIAS = MAGIC + 1.0f;
     struct Raw {
         uint32_t q, d;
     };
@@ -222,12 +224,9 @@ template <> struct Block<FMT_TQ2_0> {
         return Raw{ld_u32_a2(b + 32 * (s >> 3) + 4 * (s & 7u)),
                    *reinterpret_cast<const uint16_t *>(b + 64)};
     }
-    __device__ static void dequant(const Raw &r, uint32_t, int g, float *w) {
-        const float d = half_bits_to_float(r.d);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            w[i] = __fmul_rn((float)((int)((r.q >> (8 * i + 2 * g)) & 3u) - 1), d);
-    }
+    __device__ static uint32_t codes(const Raw &r, uint32_t, int g) { return (r.q >> (2 * g)) & 0x03030303u; }
+    __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.d); }
+    __device__ static float minimum(const Raw &, uint32_t, int) { return 0.0f; }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) {
         return (size_t)blk * 256 + 128 * (s >> 3) + 32 * (uint32_t)g + 4 * (s & 7u);
     }

@@ -453,16 +453,27 @@ __device__ __forceinline__ void tiles_dot(const uint8_t *const *codes, const uin
     }
 }
 
-// ------------------------------------------- quantized: the rest, by blocks
-// Blocks after the last full tile, in the core's block layout. A block is
-// split across L lanes, each taking groups of 4 consecutive elements, so
-// that the lanes' activation loads are 16-byte and contiguous.
+// ------------------------------------------------- quantized: by blocks
+// Blocks read in the core's block layout: the rest after the last full tile
+// of the tiled formats, whole rows of the others (blocks.cuh). A block is
+// split across L lanes; lane s takes GROUPS groups of 4 consecutive
+// elements (16-byte activation loads). Per group a format gives
+//   codes(raw, s, g)  4 code bytes c_i (byte i: element i), with
+//   BIAS              such that magic_byte(codes, i) − BIAS is the exact
+//                     f32 integer q_i the format scales (BIAS = 2^23 + the
+//                     format's code offset: the subtraction is exact)
+//   scale(raw, s, g)  and, where HAS_MIN, minimum(raw, s, g): the group's
+//                     values are scale·q_i (+ min), as the core dequantizes
+// and the lane adds scale·Σ q_i·x_i (+ min·Σ x_i): the core's dequantized
+// products regrouped per 4 elements, equal up to f32 rounding.
 template <int FMT> struct Block;
 
 // Q8_0: 34-byte blocks (2-byte aligned): d (f16), 32 signed codes. L = 8:
-// lane s takes elements 4s..4s+3 (code bytes 4s..4s+3).
+// lane s takes elements 4s..4s+3 (code bytes 4s..4s+3), biased to 0..255.
 template <> struct Block<FMT_Q8_0> {
     static constexpr int L = 8, BLOCK = 32, BYTES = 34, GROUPS = 1;
+    static constexpr bool HAS_MIN = false;
+    static constexpr float BIAS = MAGIC + 128.0f;
     struct Raw {
         uint32_t d, q;
     };
@@ -470,20 +481,20 @@ template <> struct Block<FMT_Q8_0> {
         const uint16_t *b = reinterpret_cast<const uint16_t *>(wr + (size_t)blk * 34);
         return Raw{b[0], (uint32_t)b[1 + 2 * s] | ((uint32_t)b[2 + 2 * s] << 16)};
     }
-    __device__ static void dequant(const Raw &r, uint32_t, int, float *w) {
-        float d = half_bits_to_float(r.d);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = __fmul_rn((float)(int8_t)((r.q >> (8 * i)) & 0xffu), d);
-    }
+    __device__ static uint32_t codes(const Raw &r, uint32_t, int) { return r.q ^ 0x80808080u; }
+    __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.d); }
+    __device__ static float minimum(const Raw &, uint32_t, int) { return 0.0f; }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int) { return (size_t)blk * 32 + 4 * s; }
 };
 
 // Q4_0: 18-byte blocks (2-byte aligned): d (f16), 16 bytes of nibbles; byte
-// j holds element j (low) and j + 16 (high); value (q - 8)·d. L = 8: lane s
-// takes elements 4s..4s+3: the low (s < 4) or high (s >= 4) nibbles of bytes
-// 4(s mod 4)..4(s mod 4)+3.
+// j holds element j (low) and j + 16 (high); value (q − 8)·d. L = 8: lane s
+// takes elements 4s..4s+3: the low (s < 4) or high (s >= 4) nibbles of
+// bytes 4(s mod 4)..4(s mod 4)+3.
 template <> struct Block<FMT_Q4_0> {
     static constexpr int L = 8, BLOCK = 32, BYTES = 18, GROUPS = 1;
+    static constexpr bool HAS_MIN = false;
+    static constexpr float BIAS = MAGIC + 8.0f;
     struct Raw {
         uint32_t d, q;
     };
@@ -492,15 +503,11 @@ template <> struct Block<FMT_Q4_0> {
         const uint32_t j = 2 * (s & 3u);
         return Raw{b[0], (uint32_t)b[1 + j] | ((uint32_t)b[2 + j] << 16)};
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int, float *w) {
-        float d = half_bits_to_float(r.d);
-        const uint32_t shift = s >= 4 ? 4u : 0u;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            int q = (int)((r.q >> (8 * i + shift)) & 15u);
-            w[i] = __fmul_rn((float)(q - 8), d);
-        }
+    __device__ static uint32_t codes(const Raw &r, uint32_t s, int) {
+        return (r.q >> (s >= 4 ? 4u : 0u)) & 0x0f0f0f0fu;
     }
+    __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.d); }
+    __device__ static float minimum(const Raw &, uint32_t, int) { return 0.0f; }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int) { return (size_t)blk * 32 + 4 * s; }
 };
 
@@ -512,6 +519,8 @@ template <> struct Block<FMT_Q4_0> {
 // elements 64c + 32 + l (high nibbles, sub-block 2c + 1).
 template <> struct Block<FMT_Q4_K> {
     static constexpr int L = 32, BLOCK = 256, BYTES = 144, GROUPS = 2;
+    static constexpr bool HAS_MIN = true;
+    static constexpr float BIAS = MAGIC;
     struct Raw {
         uint4 h;
         uint32_t q;
@@ -523,18 +532,16 @@ template <> struct Block<FMT_Q4_K> {
         r.q = *reinterpret_cast<const uint32_t *>(b + 16 + 32 * (s >> 3) + 4 * (s & 7u));
         return r;
     }
-    __device__ static void dequant(const Raw &r, uint32_t s, int g, float *w) {
+    __device__ static uint32_t codes(const Raw &r, uint32_t, int g) { return (r.q >> (4 * g)) & 0x0f0f0f0fu; }
+    __device__ static float scale(const Raw &r, uint32_t s, int g) {
         uint32_t sc, m;
         q4k_scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
-        float d = half_bits_to_float(r.h.x); // low half of word 0
-        float dmin = half_bits_to_float(r.h.x >> 16);
-        float dd = __fmul_rn(d, (float)sc), mm = __fmul_rn(dmin, (float)m);
-        const uint32_t shift = g == 0 ? 0u : 4u;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            uint32_t q = (r.q >> (8 * i + shift)) & 15u;
-            w[i] = __fsub_rn(__fmul_rn(dd, (float)q), mm);
-        }
+        return __fmul_rn(half_bits_to_float(r.h.x), (float)sc);
+    }
+    __device__ static float minimum(const Raw &r, uint32_t s, int g) {
+        uint32_t sc, m;
+        q4k_scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
+        return -__fmul_rn(half_bits_to_float(r.h.x >> 16), (float)m);
     }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) {
         return (size_t)blk * 256 + 64 * (s >> 3) + 4 * (s & 7u) + 32 * (uint32_t)g;
@@ -570,19 +577,23 @@ __device__ __forceinline__ void blocks_dot(const uint8_t *const *wr, const float
             if (b >= nb) break;
 #pragma unroll
             for (int g = 0; g < U::GROUPS; ++g) {
-                float w[R][4];
-#pragma unroll
-                for (int r = 0; r < R; ++r) U::dequant(raw[u][r], s, g, w[r]);
                 const size_t off = U::x_offset(b, s, g);
+                float4 xv[NC];
+                float xs[NC];
 #pragma unroll
                 for (int c = 0; c < NC; ++c) {
-                    const float4 xv = ld_x4(x + (size_t)c * k + off);
+                    xv[c] = ld_x4(x + (size_t)c * k + off);
+                    xs[c] = U::HAS_MIN ? sum4(xv[c]) : 0.0f;
+                }
 #pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        acc[r][c] = fmaf(w[r][0], xv.x, acc[r][c]);
-                        acc[r][c] = fmaf(w[r][1], xv.y, acc[r][c]);
-                        acc[r][c] = fmaf(w[r][2], xv.z, acc[r][c]);
-                        acc[r][c] = fmaf(w[r][3], xv.w, acc[r][c]);
+                for (int r = 0; r < R; ++r) {
+                    const uint32_t cw = U::codes(raw[u][r], s, g);
+                    const float sc = U::scale(raw[u][r], s, g);
+#pragma unroll
+                    for (int c = 0; c < NC; ++c) {
+                        acc[r][c] = fmaf(sc, chunk_dot(cw, U::BIAS, xv[c]), acc[r][c]);
+                        if constexpr (U::HAS_MIN)
+                            acc[r][c] = fmaf(U::minimum(raw[u][r], s, g), xs[c], acc[r][c]);
                     }
                 }
             }
