@@ -15,6 +15,7 @@
 //! keeps the clocks up.
 
 use fused_core::DType;
+use fused_core::reference::gemv::ActQuant;
 use fused_vulkan::timing::{self, GemvBench, Timing};
 use fused_vulkan::{ContextOptions, FwhtVariant, GemvShape, VulkanBackend};
 
@@ -27,9 +28,42 @@ fn line(what: &str, t: Timing, ceiling: f64) {
     );
 }
 
-/// The shapes the sweep times.
-fn sweep_shapes(subgroup_reduce: bool) -> Vec<GemvShape> {
+/// The shapes the sweep times: with f32 activations, and in the Q8 mode
+/// (`lanes`: the picked lanes, also tried with 1 and half).
+fn sweep_shapes(subgroup_reduce: bool, lanes: Option<u32>) -> Vec<GemvShape> {
     let mut v = Vec::new();
+    if let Some(l) = lanes {
+        let mut ls = vec![l];
+        if l > 1 {
+            ls.push(l / 2);
+            ls.push(1);
+        }
+        for lanes in ls {
+            for (workgroup, rows, unroll) in [
+                (128, 1, 2),
+                (128, 2, 1),
+                (128, 2, 2),
+                (128, 4, 1),
+                (128, 4, 2),
+                (64, 2, 2),
+                (64, 4, 2),
+                (256, 1, 2),
+                (256, 2, 1),
+                (256, 2, 2),
+                (256, 4, 1),
+                (512, 2, 1),
+            ] {
+                v.push(GemvShape {
+                    workgroup,
+                    rows,
+                    unroll,
+                    subgroup_reduce,
+                    lanes,
+                });
+            }
+        }
+        return v;
+    }
     for (workgroup, rows, unroll) in [
         (128, 2, 2),
         (128, 4, 1),
@@ -49,6 +83,7 @@ fn sweep_shapes(subgroup_reduce: bool) -> Vec<GemvShape> {
             rows,
             unroll,
             subgroup_reduce,
+            lanes: 1,
         });
     }
     v
@@ -62,12 +97,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let b = VulkanBackend::with_options(ContextOptions::from_env())?;
     let info = b.context().info();
     println!(
-        "device: {} ({:?}), subgroup {} ops {:?}, 16-bit storage {}, FWHT variant {:?} {:?}, {} timed runs per case, medians",
+        "device: {} ({:?}), subgroup {} ops {:?}, 16-bit storage {}, integer dot {}, FWHT variant {:?} {:?}, {} timed runs per case, medians",
         info.name,
         info.device_type,
         info.subgroup_size,
         info.subgroup_ops,
         info.storage_16bit,
+        info.integer_dot,
         b.fwht_variant(),
         b.fwht_plan(b.fwht_variant(), 1024)?,
         reps
@@ -148,57 +184,81 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     for (m, k) in [(4096, 14336), (32768, 8192)] {
+        for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+            line(
+                &format!("quantize {mode:?} activations, K={k}, 1 column"),
+                timing::quantize(&b, mode, k, 1, reps)?,
+                ceiling,
+            );
+        }
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
-            let g = GemvBench::new(&b, dtype, m, k)?;
-            let shape = b.gemv_shape_for(dtype, 1, false)?;
-            println!(
-                "GEMV {dtype:?} shape: workgroup {} rows {} unroll {}",
-                shape.workgroup, shape.rows, shape.unroll
-            );
-            let what = format!(
-                "GEMV {dtype:?} {m}x{k}, {} copies, {} calls",
-                g.copies(),
-                g.calls()
-            );
-            line(
-                &format!("{what}, back to back"),
-                g.time(None, false, reps)?,
-                ceiling,
-            );
-            line(
-                &format!("{what}, barrier between"),
-                g.time(None, true, reps)?,
-                ceiling,
-            );
-            if matches!(dtype, DType::Q8_0 | DType::Q4_0) && info.storage_16bit {
+            let mut g = GemvBench::new(&b, dtype, m, k)?;
+            let modes = if dtype == DType::F16 {
+                vec![ActQuant::F32]
+            } else {
+                vec![ActQuant::F32, ActQuant::ggml(dtype)]
+            };
+            for mode in modes {
+                g.set_mode(mode)?;
+                let shape = b.gemv_shape_for(dtype, mode, 1, false)?;
+                println!(
+                    "GEMV {dtype:?} {mode:?}-mode shape: workgroup {} rows {} unroll {} lanes {}",
+                    shape.workgroup, shape.rows, shape.unroll, shape.lanes
+                );
+                let what = format!(
+                    "GEMV {dtype:?} x {mode:?} {m}x{k}, {} copies, {} calls",
+                    g.copies(),
+                    g.calls()
+                );
                 line(
-                    &format!("{what}, back to back, 32-bit loads"),
-                    g.time_loads(None, false, reps, false)?,
+                    &format!("{what}, back to back"),
+                    g.time(None, false, reps)?,
                     ceiling,
                 );
-            }
-            if sweep {
-                let mut best: Option<(GemvShape, Timing)> = None;
-                for shape in sweep_shapes(b.gemv_shape(1, false)?.subgroup_reduce) {
-                    let t = g.time(Some(shape), false, reps)?;
-                    println!(
-                        "  sweep {dtype:?} {m}x{k} wg {:>3} rows {} unroll {}: back to back {:>8.1} GB/s {:>5.1} %",
-                        shape.workgroup,
-                        shape.rows,
-                        shape.unroll,
-                        t.gb_per_s(),
-                        100.0 * t.gb_per_s() / ceiling
+                line(
+                    &format!("{what}, barrier between"),
+                    g.time(None, true, reps)?,
+                    ceiling,
+                );
+                if matches!(dtype, DType::Q8_0 | DType::Q4_0) && info.storage_16bit {
+                    line(
+                        &format!("{what}, back to back, 32-bit loads"),
+                        g.time_loads(None, false, reps, false)?,
+                        ceiling,
                     );
-                    if best.is_none_or(|(_, bt)| t.median_ns < bt.median_ns) {
-                        best = Some((shape, t));
-                    }
                 }
-                if let Some((s, t)) = best {
-                    println!(
-                        "  best {dtype:?} {m}x{k} (back to back): {s:?} {:.1} GB/s {:.1} %",
-                        t.gb_per_s(),
-                        100.0 * t.gb_per_s() / ceiling
-                    );
+                if sweep {
+                    let q8 = mode != ActQuant::F32;
+                    let lanes = q8.then_some(shape.lanes);
+                    let mut best: Option<(GemvShape, Timing)> = None;
+                    for s in sweep_shapes(shape.subgroup_reduce, lanes) {
+                        let t = match g.time(Some(s), true, reps) {
+                            Ok(t) => t,
+                            Err(e) => {
+                                println!("  sweep {dtype:?} {mode:?} {s:?}: {e}");
+                                continue;
+                            }
+                        };
+                        println!(
+                            "  sweep {dtype:?} {mode:?} {m}x{k} wg {:>3} rows {} unroll {} lanes {}: barrier between {:>8.1} GB/s {:>5.1} %",
+                            s.workgroup,
+                            s.rows,
+                            s.unroll,
+                            s.lanes,
+                            t.gb_per_s(),
+                            100.0 * t.gb_per_s() / ceiling
+                        );
+                        if best.is_none_or(|(_, bt)| t.median_ns < bt.median_ns) {
+                            best = Some((s, t));
+                        }
+                    }
+                    if let Some((s, t)) = best {
+                        println!(
+                            "  best {dtype:?} {mode:?} {m}x{k} (barrier between): {s:?} {:.1} GB/s {:.1} %",
+                            t.gb_per_s(),
+                            100.0 * t.gb_per_s() / ceiling
+                        );
+                    }
                 }
             }
         }
