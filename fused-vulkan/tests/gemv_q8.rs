@@ -293,21 +293,23 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
         .unwrap()
         .subgroup_reduce;
     // Rows not dividing M, more outputs than threads, loop tails, every
-    // lane count a format allows (lanes above 1 need the subgroup path).
+    // lane count a format allows (lanes above 1 need the subgroup path;
+    // more than a format's units are refused). Shapes stay small: lavapipe
+    // compiles every unrolled load slot.
     let mut shapes = vec![
         GemvShape {
             workgroup: 32,
             rows: 3,
-            unroll: 3,
+            unroll: 1,
             subgroup_reduce: false,
             lanes: 1,
         },
         GemvShape {
             workgroup: 16,
-            rows: 8,
-            unroll: 4,
+            rows: 5,
+            unroll: 2,
             subgroup_reduce: sg,
-            lanes: 1,
+            lanes: if sg { 2 } else { 1 },
         },
     ];
     if sg {
