@@ -3,7 +3,13 @@
 //!
 //! `fused-vulkan-bench [REPS] [MIB] [sweep]`: REPS timed runs per case
 //! (default 9), MIB MiB of FWHT input (default 64); `sweep` also times
-//! FWHT plans and GEMV shapes (back to back) of a small grid.
+//! FWHT plans and the Q8-mode GEMV shapes (barrier between calls) of a
+//! small grid.
+//!
+//! Quantized weights are timed with f32 activations (the `F32` mode) and
+//! with activations quantized as GGML does (`Q8_0` for Q8_0 and Q4_0,
+//! `Q8_K` for Q4_K; quantized once before timing, the quantizer timed on
+//! its own line).
 //!
 //! The ceiling is the faster of two device-to-device copies of 512 MiB:
 //! `vkCmdCopyBuffer` and a compute shader with 16-byte loads and stores
@@ -33,11 +39,9 @@ fn line(what: &str, t: Timing, ceiling: f64) {
 fn sweep_shapes(subgroup_reduce: bool, lanes: Option<u32>) -> Vec<GemvShape> {
     let mut v = Vec::new();
     if let Some(l) = lanes {
-        let mut ls = vec![l];
-        if l > 1 {
-            ls.push(l / 2);
-            ls.push(1);
-        }
+        let mut ls = vec![l, l / 2, 1];
+        ls.retain(|&v| v >= 1);
+        ls.dedup();
         for lanes in ls {
             for (workgroup, rows, unroll) in [
                 (128, 1, 2),
@@ -227,9 +231,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         ceiling,
                     );
                 }
-                if sweep {
-                    let q8 = mode != ActQuant::F32;
-                    let lanes = q8.then_some(shape.lanes);
+                // The f32-mode shapes were swept before (BENCHMARKS.md).
+                if sweep && mode != ActQuant::F32 {
+                    let lanes = Some(shape.lanes);
                     let mut best: Option<(GemvShape, Timing)> = None;
                     for s in sweep_shapes(shape.subgroup_reduce, lanes) {
                         let t = match g.time(Some(s), true, reps) {
