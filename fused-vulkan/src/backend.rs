@@ -24,9 +24,12 @@ const ELTWISE_WG: u32 = 256;
 /// what lavapipe and NVIDIA both have; less when the device has less).
 const FWHT_SHARED_FLOATS: u32 = 8192;
 /// Values each FWHT thread aims to hold in registers with subgroup
-/// shuffles: 32 make N = 1024 one subgroup of 32 per row (NVIDIA), whose
-/// exchanges are all shuffles, with no shared memory or barrier.
-const FWHT_VALUES_PER_THREAD_SHUFFLE: u32 = 32;
+/// shuffles. On the H200 (NVIDIA 580, 2026-11-30, signed N = 1024 over
+/// 256 MiB) 8 values (128 threads per row: shuffles below the subgroup
+/// size, shared memory above) reached 90 % of the copy bandwidth, 16
+/// values 82 %, 32 values (one subgroup of 32 per row, all shuffles, no
+/// barrier) 72 to 76 %: more threads keep more loads in flight.
+const FWHT_VALUES_PER_THREAD_SHUFFLE: u32 = 8;
 /// Values each FWHT thread aims to hold in registers with shared memory
 /// only (fewer: more threads per row share the exchanges).
 const FWHT_VALUES_PER_THREAD_SHARED: u32 = 8;
@@ -1018,14 +1021,17 @@ fn plan_fwht_tuned(
 /// The GEMV shape picked for a device, weight format and activation mode
 /// (`q8`: quantized activations): subgroup reduction where compute shaders
 /// have subgroup arithmetic (and shuffles, in the Q8 mode), [`GEMV_WG`]
-/// threads (fewer when the device allows fewer), two units in flight per
-/// thread, and for up to two columns several rows per workgroup, so that
-/// each x load serves them all: two for F32 and F16, four for the quantized
-/// formats with f32 activations, whose x values (4 bytes each) outweigh
-/// their weights (0.56 to 1.06 bytes), two with Q8 activations (1 byte);
-/// one row for more columns (the weights are already reused across
-/// columns). In the Q8 mode a weight block is shared by as many lanes as it
-/// has units where the subgroup allows it.
+/// threads (fewer when the device allows fewer), and for up to two columns
+/// several rows per workgroup, so that each x load serves them all: two
+/// for F32 and F16, four for the quantized formats with f32 activations,
+/// whose x values (4 bytes each) outweigh their weights (0.56 to 1.06
+/// bytes); one row for more columns (the weights are already reused across
+/// columns). Two units in flight per thread, except in the Q8 mode, whose
+/// (rows, unroll, lanes) per format come from a sweep on the H200 (NVIDIA
+/// 580, 2026-11-30, one column, barrier between calls, 4096×14336 and
+/// 32768×8192): Q8_0 (2, 1, 2) 70 / 88 % of the copy bandwidth, Q4_0
+/// (4, 2, 1) 56 / 80 %, Q4_K (2, 1, 4) 57 / 80 % (lanes only where the
+/// subgroup reduction and its size allow them).
 fn pick_gemv_shape(
     info: &DeviceInfo,
     dtype: GemvType,
@@ -1035,20 +1041,23 @@ fn pick_gemv_shape(
 ) -> GemvShape {
     let subgroup_reduce = has_subgroup_add(info) && (!q8 || info.has_shuffle());
     let workgroup = prev_pow2(info.max_invocations.min(GEMV_WG));
-    let rows = match (n_cols, dtype, q8) {
-        (3.., _, _) => 1,
-        (_, GemvType::F32 | GemvType::F16, _) | (_, _, true) => 2,
-        _ => GEMV_QUANT_ROWS,
+    let (rows, unroll, lanes) = match (q8, dtype) {
+        (false, GemvType::F32 | GemvType::F16) => (2, 2, 1),
+        (false, _) => (GEMV_QUANT_ROWS, 2, 1),
+        (true, GemvType::Q8_0) => (2, 1, 2),
+        (true, GemvType::Q4_K) => (2, 1, 4),
+        (true, _) => (4, 2, 1),
     };
-    let lanes = if q8 && subgroup_reduce {
-        units_per_block(dtype).min(prev_pow2(info.subgroup_size.max(1)))
+    let rows = if n_cols >= 3 { 1 } else { rows };
+    let lanes = if subgroup_reduce {
+        lanes.min(prev_pow2(info.subgroup_size.max(1)))
     } else {
         1
     };
     let mut shape = GemvShape {
         workgroup,
         rows,
-        unroll: 2,
+        unroll,
         subgroup_reduce,
         lanes: lanes.min(workgroup),
     };

@@ -152,6 +152,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         if sweep {
             for (per_thread, min_wg, slabs) in [
+                (4, 128, 1),
+                (4, 256, 1),
+                (8, 256, 1),
+                (8, 128, 2),
                 (32, 64, 1),
                 (32, 256, 1),
                 (32, 128, 2),
