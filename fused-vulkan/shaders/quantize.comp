@@ -19,8 +19,8 @@
 // Divisions are correctly rounded in integer arithmetic (a shader's `/` need
 // not be), the f16 conversion rounds to nearest even in integer arithmetic,
 // and every float product and sum is `precise`. The codes equal the core's
-// for finite activations that are zero or normal (a device may flush
-// subnormal activations to zero).
+// for activations that are zero, normal or infinite (a device may flush
+// subnormal activations to zero; NaN codes are 0, as on x86 and Arm).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -55,9 +55,16 @@ void unpack_pos(float v, out uint m, out int e) {
     }
 }
 
-// a / b rounded to nearest even, for positive finite a and b (IEEE
-// division, by long division of the significands).
+// a / b rounded to nearest even, for positive a and b, finite or infinite
+// (IEEE division, by long division of the significands; a finite / 0 is
+// infinite, finite / infinite 0, infinite / finite infinite).
 float div_pos(float a, float b) {
+    if (isinf(a) || b == 0.0) {
+        return uintBitsToFloat(0x7f800000u);
+    }
+    if (isinf(b)) {
+        return 0.0;
+    }
     uint ma, mb;
     int ea, eb;
     unpack_pos(a, ma, ea);
@@ -112,7 +119,7 @@ uint f16_bits(float v) {
     uint e = (x >> 23u) & 0xffu;
     uint m = x & 0x7fffffu;
     if (e == 0xffu) {
-        return sign | 0x7c00u | (m != 0u ? 0x200u : 0u);
+        return sign | 0x7c00u | (m != 0u ? 0x200u : 0u) | (m >> 13u);
     }
     int ee = int(e) - 112;
     if (ee >= 31) {
@@ -140,8 +147,12 @@ uint f16_bits(float v) {
     return h;
 }
 
-// C's roundf (ties away from zero) of |p| < 2^23, saturated to int8.
+// C's roundf (ties away from zero) of |p| < 2^23, saturated to int8 as
+// Rust's `as i8` (NaN: 0).
 int round_away_i8(float p) {
+    if (isnan(p)) {
+        return 0;
+    }
     float t = trunc(p);
     precise float f = p - t; // exact
     if (abs(f) >= 0.5) {
@@ -150,8 +161,12 @@ int round_away_i8(float p) {
     return int(clamp(t, -128.0, 127.0));
 }
 
-// GGML's nearest_int (ties to even) through the 1.5 * 2^23 trick.
+// GGML's nearest_int (ties to even) through the 1.5 * 2^23 trick (NaN: 0,
+// what the trick gives for the CPU's default NaN).
 int nearest_int(float p) {
+    if (isnan(p)) {
+        return 0;
+    }
     precise float v = p + 12582912.0;
     return int(floatBitsToUint(v) & 0x7fffffu) - 0x400000;
 }
@@ -182,8 +197,11 @@ void main() {
             amax = amax > a ? amax : a;
         }
     }
-    float d = amax > 0.0 ? div_pos(amax, 127.0) : 0.0;
-    float id = d != 0.0 ? div_pos(1.0, d) : 0.0;
+    // A NaN last in the block is the maximum (as the core's fold has it);
+    // NaN / 127 is that NaN, quieted.
+    float d = isnan(amax) ? uintBitsToFloat(floatBitsToUint(amax) | 0x400000u)
+                          : (amax > 0.0 ? div_pos(amax, 127.0) : 0.0);
+    float id = isnan(d) ? d : (d != 0.0 ? div_pos(1.0, d) : 0.0);
     [[unroll]] for (uint i = 0u; i < 8u; ++i) {
         precise vec4 p = v[i] * id;
         q[g * 8u + i] = pack_codes(ivec4(round_away_i8(p.x), round_away_i8(p.y),

@@ -54,6 +54,12 @@
 //! activation modes and column counts the kernels lack (as
 //! [`StepKernels::supports_gemv`] says).
 //!
+//! With GGML's quantized activations ([`GemvMode::Ggml`]: Q8_0 for Q8_0
+//! and Q4_0 weights, Q8_K for Q4_K), each GEMV step first dispatches the
+//! activation quantizer into one scratch buffer that every step reuses
+//! (a gated step quantizes once for both weights); the barrier rules
+//! above order the reuse.
+//!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
 //! copies them back (one more submission), so that every timed run of
@@ -89,8 +95,12 @@ pub const BINDING_ALIGN: u64 = 16;
 pub struct DevicePlanStats {
     /// Plan steps that launch a kernel (reshapes, views and inputs excluded).
     pub kernel_steps: u64,
-    /// Compute dispatches (one per kernel step).
+    /// Compute dispatches: one per kernel step, plus the activation
+    /// quantizers ([`DevicePlanStats::quantizations`]).
     pub dispatches: u64,
+    /// Dispatches of the activation quantizer (one per GEMV step with
+    /// GGML's quantized activations), counted in `dispatches` too.
+    pub quantizations: u64,
     /// Pipeline barriers between dependent commands (the barrier that
     /// orders a run after earlier submissions and the one that makes the
     /// results visible to the host are not counted).
@@ -551,6 +561,7 @@ impl<'a> Builder<'a, '_> {
             let p = self.placeholder;
             let d = self.backend.quantize_dispatch(mode, k, n, p, p)?;
             self.dispatch(d, vec![xr, qr], 1, (qr, None));
+            self.stats.quantizations += 1;
             xr = qr;
         }
         let n_bind = if up.is_some() { 5 } else { 4 };

@@ -145,7 +145,7 @@ fn activations(k: usize, n_cols: usize, seed: u64) -> Vec<f32> {
         for v in blk.iter_mut() {
             *v *= scale;
         }
-        match i % 11 {
+        match i % 17 {
             // amax 127: d = 1, id = 1; halves round away from zero (Q8_0).
             3 => {
                 blk[0] = 127.0;
@@ -165,6 +165,14 @@ fn activations(k: usize, n_cols: usize, seed: u64) -> Vec<f32> {
             7 => {
                 blk[5] = 0.9;
                 blk[9] = -0.9;
+            }
+            // Infinities (d infinite, codes 0) and a NaN last in a Q8_0
+            // block (the core's maximum: d NaN), one in the middle.
+            9 => blk[6] = f32::INFINITY,
+            10 => blk[31] = f32::NAN,
+            13 if blk.len() > 20 => {
+                blk[20] = f32::NAN;
+                blk[21] = f32::NEG_INFINITY;
             }
             _ => {}
         }

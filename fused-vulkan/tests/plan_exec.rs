@@ -192,6 +192,7 @@ fn quantized_activations_equal_the_host_slice_executor_bit_for_bit() {
             let kernel_steps = p.kernel_steps(&g) as u64;
             assert_eq!(stats.kernel_steps, kernel_steps, "{what}");
             assert_eq!(stats.dispatches, kernel_steps + gemv_steps, "{what}");
+            assert_eq!(stats.quantizations, gemv_steps, "{what}");
             assert_eq!(stats.copies, 0, "{what}");
             outs.push(f32s(&got, &g, out));
         }

@@ -1,10 +1,10 @@
 //! fused-vulkan-bench: device-timed medians (timestamp queries) of the copy
 //! bandwidth ceiling, signed FWHT fused vs unfused, and GEMV.
 //!
-//! `fused-vulkan-bench [REPS] [MIB] [sweep]`: REPS timed runs per case
-//! (default 9), MIB MiB of FWHT input (default 64); `sweep` also times
-//! FWHT plans and the Q8-mode GEMV shapes (barrier between calls) of a
-//! small grid.
+//! `fused-vulkan-bench [REPS] [MIB] [sweep|fwht]`: REPS timed runs per
+//! case (default 9), MIB MiB of FWHT input (default 64); `sweep` also
+//! times FWHT plans and the Q8-mode GEMV shapes (barrier between calls) of
+//! a small grid, `fwht` the FWHT plans only.
 //!
 //! Quantized weights are timed with f32 activations (the `F32` mode) and
 //! with activations quantized as GGML does (`Q8_0` for Q8_0 and Q4_0,
@@ -97,7 +97,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(9);
     let mib: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
-    let sweep = args.next().is_some_and(|a| a == "sweep");
+    let sweep_arg = args.next();
+    // `sweep`: FWHT plans and Q8-mode GEMV shapes; `fwht`: FWHT plans only.
+    let sweep = sweep_arg.as_deref() == Some("sweep");
+    let sweep_fwht = sweep || sweep_arg.as_deref() == Some("fwht");
     let b = VulkanBackend::with_options(ContextOptions::from_env())?;
     let info = b.context().info();
     println!(
@@ -150,7 +153,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "  fused time / unfused time",
             fused.median_ns / unfused.median_ns
         );
-        if sweep {
+        if sweep_fwht {
             for (per_thread, min_wg, slabs) in [
                 (4, 128, 1),
                 (4, 256, 1),
