@@ -44,6 +44,31 @@ done
 for d in q8_0:2 q4_0:3; do
     gemv_variants "${d%%:*}_s16" gemv_quant.comp -DDTYPE="${d##*:}" -DSTORAGE16
 done
+# Q8-mode (quantized activations): the activation quantizers and
+# gemv_q8{,_glu}{,_sg}{,_dot}_TYPE, Q8_0 and Q4_0 also with 16-bit loads.
+compile quantize_q8_0 quantize.comp -DDTYPE=2
+compile quantize_q8_k quantize.comp -DDTYPE=4
+q8_variants() { # name-suffix defines...
+    local suffix="$1"
+    shift
+    for glu in "" _glu; do
+        for sg in "" _sg; do
+            for dot in "" _dot; do
+                local defs=()
+                [ -n "$glu" ] && defs+=(-DGLU)
+                [ -n "$sg" ] && defs+=(-DSUBGROUP)
+                [ -n "$dot" ] && defs+=(-DDOT)
+                compile "gemv_q8${glu}${sg}${dot}_${suffix}" gemv_q8.comp "$@" "${defs[@]}"
+            done
+        done
+    done
+}
+for d in q8_0:2 q4_0:3 q4_k:4; do
+    q8_variants "${d%%:*}" -DDTYPE="${d##*:}"
+done
+for d in q8_0:2 q4_0:3; do
+    q8_variants "${d%%:*}_s16" -DDTYPE="${d##*:}" -DSTORAGE16
+done
 if [ "$CHECK" = 1 ]; then
     status=0
     for f in "$DEST"/*.spv; do

@@ -3,9 +3,10 @@
 
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES, Stage};
-use fused_core::error::check_len;
+use fused_core::error::{Unsupported, check_len};
 use fused_core::fwht::FwhtDesc;
 use fused_core::reference::WeightMatrix;
+use fused_core::reference::gemv::ActQuant;
 use fused_core::reference::gemv::{GluWeights, check_gemm_args};
 use fused_core::{DType, Error};
 
@@ -23,9 +24,12 @@ const ELTWISE_WG: u32 = 256;
 /// what lavapipe and NVIDIA both have; less when the device has less).
 const FWHT_SHARED_FLOATS: u32 = 8192;
 /// Values each FWHT thread aims to hold in registers with subgroup
-/// shuffles: 32 make N = 1024 one subgroup of 32 per row (NVIDIA), whose
-/// exchanges are all shuffles, with no shared memory or barrier.
-const FWHT_VALUES_PER_THREAD_SHUFFLE: u32 = 32;
+/// shuffles. On the H200 (NVIDIA 580, 2026-11-30, signed N = 1024 over
+/// 256 MiB) 8 values (128 threads per row: shuffles below the subgroup
+/// size, shared memory above) reached 90 % of the copy bandwidth, 16
+/// values 82 %, 32 values (one subgroup of 32 per row, all shuffles, no
+/// barrier) 72 to 76 %: more threads keep more loads in flight.
+const FWHT_VALUES_PER_THREAD_SHUFFLE: u32 = 8;
 /// Values each FWHT thread aims to hold in registers with shared memory
 /// only (fewer: more threads per row share the exchanges).
 const FWHT_VALUES_PER_THREAD_SHARED: u32 = 8;
@@ -46,6 +50,10 @@ const GEMV_QUANT_ROWS: u32 = 4;
 pub const GEMV_MAX_ROWS: u32 = 8;
 /// The most units each GEMV thread loads per loop trip.
 pub const GEMV_MAX_UNROLL: u32 = 4;
+/// Threads per workgroup of the activation quantizer (`quantize.comp`).
+const QUANTIZE_WG: u32 = 64;
+/// Values one quantizer thread takes.
+const QUANTIZE_PER_THREAD: usize = 32;
 
 /// The launch shape of a GEMV: each workgroup of `workgroup` threads
 /// computes `rows` consecutive rows; each thread loads `unroll` units (a few
@@ -60,8 +68,14 @@ pub struct GemvShape {
     /// Units per thread per loop trip (1 to [`GEMV_MAX_UNROLL`]).
     pub unroll: u32,
     /// Reduce with subgroup arithmetic (needs `ARITHMETIC` in compute
-    /// shaders); a shared-memory tree otherwise.
+    /// shaders; in the Q8 mode also `SHUFFLE`); a shared-memory tree
+    /// otherwise.
     pub subgroup_reduce: bool,
+    /// Q8 mode only (ignored with f32 activations): consecutive threads
+    /// sharing one weight block, their integer sums added through subgroup
+    /// shuffles (a power of two up to the block's units: Q8_0 4, Q4_0 2,
+    /// Q4_K 8; more than 1 needs `subgroup_reduce`).
+    pub lanes: u32,
 }
 
 /// How the FWHT kernel exchanges values between threads.
@@ -144,6 +158,58 @@ pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
     }
 }
 
+/// Checks that the GEMV of `dtype` weights has a shader for activations
+/// fed per `mode`: f32 for every format, Q8_0 for Q8_0 and Q4_0 weights,
+/// Q8_K for Q4_K.
+pub(crate) fn check_mode(dtype: GemvType, mode: ActQuant) -> Result<(), Error> {
+    match (dtype, mode) {
+        (_, ActQuant::F32)
+        | (GemvType::Q8_0 | GemvType::Q4_0, ActQuant::Q8_0)
+        | (GemvType::Q4_K, ActQuant::Q8_K) => Ok(()),
+        _ => Err(Error::Unsupported(Unsupported::ActQuant(mode))),
+    }
+}
+
+/// Units a quantized weight block is cut into in the Q8 mode (the most
+/// lanes that can share it).
+fn units_per_block(dtype: GemvType) -> u32 {
+    match dtype {
+        GemvType::Q8_0 => 4,
+        GemvType::Q4_0 => 2,
+        GemvType::Q4_K => 8,
+        GemvType::F32 | GemvType::F16 => 1,
+    }
+}
+
+/// The bytes of `n_cols` columns of `k` activations quantized per `mode`
+/// in the layout of `shaders/quantize.comp` (codes, then one 32-bit scale
+/// per block, then for Q8_K one 32-bit sum per 32 codes); `None` for f32.
+pub(crate) fn quantized_bytes(
+    mode: ActQuant,
+    k: usize,
+    n_cols: usize,
+) -> Result<Option<u64>, Error> {
+    let Some(block) = mode.dtype() else {
+        return Ok(None);
+    };
+    let (blk, sums) = match mode {
+        ActQuant::Q8_0 => (32, false),
+        ActQuant::Q8_K => (256, true),
+        _ => return Err(Error::Unsupported(Unsupported::ActQuant(mode))),
+    };
+    if !k.is_multiple_of(blk) {
+        return Err(Error::NotBlockAligned {
+            dtype: block,
+            len: k,
+        });
+    }
+    let n = k.checked_mul(n_cols).ok_or(Error::Overflow {
+        what: "quantized activations",
+    })?;
+    let words = n / 4 + n / blk + if sums { n / 32 } else { 0 };
+    Ok(Some(4 * words as u64))
+}
+
 pub(crate) fn u32_of(what: &'static str, v: usize) -> Result<u32, Error> {
     u32::try_from(v).map_err(|_| Error::Overflow { what })
 }
@@ -162,6 +228,9 @@ pub struct VulkanBackend {
     /// Q8_0 and Q4_0 GEMVs read 16-bit words (where the device has
     /// `storageBuffer16BitAccess`); 32-bit words otherwise.
     gemv_16bit: bool,
+    /// Q8-mode GEMVs use integer dot products (where the device has
+    /// `shaderIntegerDotProduct`); plain integer arithmetic otherwise.
+    gemv_dot: bool,
 }
 
 impl VulkanBackend {
@@ -176,6 +245,7 @@ impl VulkanBackend {
             ctx: VulkanContext::new(options)?,
             gemv_override: None,
             gemv_16bit: true,
+            gemv_dot: true,
         })
     }
 
@@ -536,6 +606,7 @@ impl VulkanBackend {
         up: Option<(&WeightMatrix<'_>, Activation)>,
         x: &[f32],
         n_cols: usize,
+        mode: ActQuant,
         epilogue: &Epilogue,
         operands: &[&[f32]],
         y: &mut [f32],
@@ -552,6 +623,8 @@ impl VulkanBackend {
         let bound = epilogue.bind(operands, m, n_cols)?;
         check_gemm_args(m, k, n_cols, x.len(), &bound, y.len())?;
         let dtype = gemv_type(w.dtype())?;
+        check_mode(dtype, mode)?;
+        let q_bytes = quantized_bytes(mode, k, n_cols)?;
         if m == 0 {
             return Ok(());
         }
@@ -562,15 +635,106 @@ impl VulkanBackend {
             None => None,
         };
         let xb = self.ctx.upload_f32(x)?;
+        let qb = match q_bytes {
+            Some(bytes) => Some(self.ctx.buffer(bytes)?),
+            None => None,
+        };
         let ob = self.ctx.buffer(core::mem::size_of_val(y) as u64)?;
         let pb = self.ctx.upload_f32(&packed)?;
-        let mut buffers = vec![&wb, &xb, &ob, &pb];
+        let mut commands = Vec::new();
+        if let Some(q) = &qb {
+            let d = self.quantize_dispatch(mode, k, n_cols, &xb, q)?;
+            commands.push(Command::Dispatch(d));
+        }
+        let mut buffers = vec![&wb, qb.as_ref().unwrap_or(&xb), &ob, &pb];
         if let Some(u) = &ub {
             buffers.push(u);
         }
-        let d = self.gemv_dispatch(dtype, up.map(|(_, a)| a), m, k, n_cols, chain, buffers)?;
-        self.ctx.submit(&[Command::Dispatch(d)], false)?;
+        let d = self.gemv_dispatch(
+            dtype,
+            mode,
+            up.map(|(_, a)| a),
+            m,
+            k,
+            n_cols,
+            chain,
+            buffers,
+        )?;
+        commands.push(Command::Dispatch(d));
+        self.ctx.submit(&commands, false)?;
         self.ctx.read_f32(&ob, y)
+    }
+
+    /// The dispatch that quantizes `n_cols` columns of `k` activations
+    /// from `x` into `out` per `mode` (Q8_0 or Q8_K), in the layout
+    /// [`VulkanBackend::quantize_activations`] returns.
+    pub(crate) fn quantize_dispatch<'b>(
+        &self,
+        mode: ActQuant,
+        k: usize,
+        n_cols: usize,
+        x: &'b Buffer<'b>,
+        out: &'b Buffer<'b>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        quantized_bytes(mode, k, n_cols)?;
+        let key = KernelKey {
+            shader: Shader::Quantize {
+                q8k: mode == ActQuant::Q8_K,
+            },
+            spec: [0; SPEC_CONSTANTS],
+        };
+        self.ctx.kernel(key)?;
+        let threads = (k / QUANTIZE_PER_THREAD)
+            .checked_mul(n_cols)
+            .ok_or(Error::Overflow {
+                what: "quantized activations",
+            })?;
+        let mut p = Vec::new();
+        push(&mut p, u32_of("GEMV inner dimension", k)?);
+        push(&mut p, u32_of("GEMV columns", n_cols)?);
+        Ok(Dispatch {
+            kernel: key,
+            buffers: vec![x, out],
+            push: p,
+            groups: self.grid((threads as u64).div_ceil(u64::from(QUANTIZE_WG)))?,
+        })
+    }
+
+    /// `n_cols` columns of `k = x.len() / n_cols` activations quantized on
+    /// the device per `mode` (Q8_0 or Q8_K), as the Q8-mode GEMV reads
+    /// them: 32-bit words holding first the int8 codes (column after
+    /// column, four a word, little-endian), then one scale per block (Q8_0:
+    /// the f16 bits of `d`; Q8_K: the f32 bits of `d`), then for Q8_K the
+    /// sum of every 32 codes (an i32). Codes and scales are those of
+    /// `fused_core::quant::quantize_row`.
+    pub fn quantize_activations(
+        &self,
+        mode: ActQuant,
+        x: &[f32],
+        n_cols: usize,
+    ) -> Result<Vec<u32>, VulkanError> {
+        if n_cols == 0 || !x.len().is_multiple_of(n_cols) {
+            return Err(Error::LengthMismatch {
+                what: "activations (a whole number of columns)",
+                expected: x.len().div_ceil(n_cols.max(1)) * n_cols.max(1),
+                actual: x.len(),
+            }
+            .into());
+        }
+        let k = x.len() / n_cols;
+        let Some(bytes) = quantized_bytes(mode, k, n_cols)? else {
+            return Err(Error::Unsupported(Unsupported::ActQuant(mode)).into());
+        };
+        let mut out = vec![0u32; (bytes / 4) as usize];
+        if x.is_empty() {
+            return Ok(out);
+        }
+        let xb = self.ctx.upload_f32(x)?;
+        let qb = self.ctx.buffer(bytes)?;
+        let d = self.quantize_dispatch(mode, k, n_cols, &xb, &qb)?;
+        self.ctx.submit(&[Command::Dispatch(d)], false)?;
+        self.ctx.read(&qb, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
     }
 
     /// Makes every later GEMV use `shape` (`None`: the shape picked for the
@@ -578,7 +742,7 @@ impl VulkanBackend {
     /// as it was, when the shape does not fit the device.
     pub fn set_gemv_shape(&mut self, shape: Option<GemvShape>) -> Result<(), VulkanError> {
         if let Some(s) = shape {
-            check_gemv_shape(self.ctx.info(), s, 1, false)?;
+            check_gemv_shape(self.ctx.info(), s, 1, false, None)?;
         }
         self.gemv_override = shape;
         Ok(())
@@ -586,34 +750,39 @@ impl VulkanBackend {
 
     /// The GEMV shape for F32 and F16 weights ([`VulkanBackend::gemv_shape_for`]).
     pub fn gemv_shape(&self, n_cols: usize, glu: bool) -> Result<GemvShape, VulkanError> {
-        self.shape_for(GemvType::F16, n_cols, glu)
+        self.shape_for(GemvType::F16, ActQuant::F32, n_cols, glu)
     }
 
-    /// The GEMV shape for `dtype` weights and `n_cols` columns, plain or
-    /// gated (`glu`): the one set by [`VulkanBackend::set_gemv_shape`], or
-    /// the one picked from the weight format and the device's subgroup
-    /// properties and limits.
+    /// The GEMV shape for `dtype` weights, activations fed per `mode`, and
+    /// `n_cols` columns, plain or gated (`glu`): the one set by
+    /// [`VulkanBackend::set_gemv_shape`], or the one picked from the weight
+    /// format, the mode and the device's subgroup properties and limits.
     pub fn gemv_shape_for(
         &self,
         dtype: DType,
+        mode: ActQuant,
         n_cols: usize,
         glu: bool,
     ) -> Result<GemvShape, VulkanError> {
-        self.shape_for(gemv_type(dtype)?, n_cols, glu)
+        let t = gemv_type(dtype)?;
+        check_mode(t, mode)?;
+        self.shape_for(t, mode, n_cols, glu)
     }
 
     pub(crate) fn shape_for(
         &self,
         dtype: GemvType,
+        mode: ActQuant,
         n_cols: usize,
         glu: bool,
     ) -> Result<GemvShape, VulkanError> {
         let n_cols = u32_of("GEMV columns", n_cols)?;
+        let q8 = (mode != ActQuant::F32).then_some(dtype);
         let shape = match self.gemv_override {
             Some(s) => s,
-            None => pick_gemv_shape(self.ctx.info(), dtype, n_cols, glu),
+            None => pick_gemv_shape(self.ctx.info(), dtype, q8.is_some(), n_cols, glu),
         };
-        check_gemv_shape(self.ctx.info(), shape, n_cols, glu)?;
+        check_gemv_shape(self.ctx.info(), shape, n_cols, glu, q8)?;
         Ok(shape)
     }
 
@@ -631,6 +800,20 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// Whether Q8-mode GEMVs use integer dot products: on by default where
+    /// the device has `shaderIntegerDotProduct`; off, the same integer sums
+    /// in plain integer arithmetic (the same bits). Turning it on fails on
+    /// a device without the feature.
+    pub fn set_gemv_integer_dot(&mut self, on: bool) -> Result<(), VulkanError> {
+        if on && !self.ctx.info().integer_dot {
+            return Err(VulkanError::Unsupported(
+                "integer dot products (shaderIntegerDotProduct)".into(),
+            ));
+        }
+        self.gemv_dot = on;
+        Ok(())
+    }
+
     /// Whether GEMVs of `dtype` use 16-bit loads now.
     pub(crate) fn gemv_uses_16bit(&self, dtype: GemvType) -> bool {
         self.gemv_16bit
@@ -638,14 +821,21 @@ impl VulkanBackend {
             && matches!(dtype, GemvType::Q8_0 | GemvType::Q4_0)
     }
 
-    /// The GEMV dispatch over uploaded buffers (weights, x, y, operands and,
-    /// for the gated form, the up weights) with the shape of
-    /// [`VulkanBackend::gemv_shape`]; `chain` is the stage count, the stage
-    /// words and the operand offsets.
+    /// Whether Q8-mode GEMVs use integer dot products now.
+    pub(crate) fn gemv_uses_dot(&self) -> bool {
+        self.gemv_dot && self.ctx.info().integer_dot
+    }
+
+    /// The GEMV dispatch over uploaded buffers (weights, x — quantized per
+    /// `mode` by [`VulkanBackend::quantize_dispatch`] unless f32 — y,
+    /// operands and, for the gated form, the up weights) with the shape of
+    /// [`VulkanBackend::gemv_shape_for`]; `chain` is the stage count, the
+    /// stage words and the operand offsets.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_dispatch<'b>(
         &self,
         dtype: GemvType,
+        mode: ActQuant,
         glu_act: Option<Activation>,
         m: usize,
         k: usize,
@@ -653,10 +843,10 @@ impl VulkanBackend {
         chain: ChainWords,
         buffers: Vec<&'b Buffer<'b>>,
     ) -> Result<Dispatch<'b>, VulkanError> {
-        let shape = self.shape_for(dtype, n_cols, glu_act.is_some())?;
+        let shape = self.shape_for(dtype, mode, n_cols, glu_act.is_some())?;
         let storage16 = self.gemv_uses_16bit(dtype);
         self.gemv_dispatch_shaped(
-            shape, storage16, dtype, glu_act, m, k, n_cols, chain, buffers,
+            shape, storage16, dtype, mode, glu_act, m, k, n_cols, chain, buffers,
         )
     }
 
@@ -669,6 +859,7 @@ impl VulkanBackend {
         shape: GemvShape,
         storage16: bool,
         dtype: GemvType,
+        mode: ActQuant,
         glu_act: Option<Activation>,
         m: usize,
         k: usize,
@@ -676,22 +867,41 @@ impl VulkanBackend {
         chain: ChainWords,
         buffers: Vec<&'b Buffer<'b>>,
     ) -> Result<Dispatch<'b>, VulkanError> {
+        check_mode(dtype, mode)?;
+        quantized_bytes(mode, k, n_cols)?;
         let n_cols = u32_of("GEMV columns", n_cols)?;
-        check_gemv_shape(self.ctx.info(), shape, n_cols, glu_act.is_some())?;
-        let key = KernelKey {
-            shader: Shader::Gemv {
+        let glu = glu_act.is_some();
+        let q8 = mode != ActQuant::F32;
+        check_gemv_shape(self.ctx.info(), shape, n_cols, glu, q8.then_some(dtype))?;
+        let storage16 = storage16 && self.gemv_uses_16bit(dtype);
+        let subgroup = shape.subgroup_reduce;
+        let (shader, lanes) = if q8 {
+            let shader = Shader::GemvQ8 {
                 dtype,
-                glu: glu_act.is_some(),
-                subgroup: shape.subgroup_reduce,
-                storage16: storage16 && self.gemv_uses_16bit(dtype),
-            },
+                glu,
+                subgroup,
+                storage16,
+                dot: self.gemv_uses_dot(),
+            };
+            (shader, shape.lanes)
+        } else {
+            let shader = Shader::Gemv {
+                dtype,
+                glu,
+                subgroup,
+                storage16,
+            };
+            (shader, 0)
+        };
+        let key = KernelKey {
+            shader,
             spec: [
                 n_cols,
                 shape.workgroup,
                 shape.rows,
                 shape.unroll,
                 gemv_slots(self.ctx.info(), shape),
-                0,
+                lanes,
             ],
         };
         self.ctx.kernel(key)?;
@@ -711,22 +921,30 @@ impl VulkanBackend {
         })
     }
 
-    /// `y = epilogue(W · x)` for `n_cols` (1 to 8) f32 columns, weights
-    /// dequantized in the shader (the core's [`fused_core::reference::ActQuant::F32`]
-    /// mode). Output column-major (`y[col·M + row]`), as the core's `gemm`.
+    /// `y = epilogue(W · x)` for `n_cols` (1 to 8) f32 columns, with the
+    /// activations fed per `mode`: f32 against weights dequantized in the
+    /// shader ([`ActQuant::F32`], every format), or quantized on the device
+    /// first as the core does ([`ActQuant::Q8_0`] for Q8_0 and Q4_0
+    /// weights, [`ActQuant::Q8_K`] for Q4_K) and dotted in integers; other
+    /// pairs are [`fused_core::Error::Unsupported`]. Output column-major
+    /// (`y[col·M + row]`), as the core's `gemm`.
+    #[allow(clippy::too_many_arguments)]
     pub fn gemv(
         &self,
         w: &WeightMatrix<'_>,
         x: &[f32],
         n_cols: usize,
+        mode: ActQuant,
         epilogue: &Epilogue,
         operands: &[&[f32]],
         y: &mut [f32],
     ) -> Result<(), VulkanError> {
-        self.gemv_impl(w, None, x, n_cols, epilogue, operands, y)
+        self.gemv_impl(w, None, x, n_cols, mode, epilogue, operands, y)
     }
 
-    /// The gated dual GEMV `y = epilogue(act(W_gate·x) ⊙ (W_up·x))`.
+    /// The gated dual GEMV `y = epilogue(act(W_gate·x) ⊙ (W_up·x))`, the
+    /// activations fed per `mode` as in [`VulkanBackend::gemv`] (quantized
+    /// once for both weights).
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_glu(
         &self,
@@ -734,6 +952,7 @@ impl VulkanBackend {
         act: Activation,
         x: &[f32],
         n_cols: usize,
+        mode: ActQuant,
         epilogue: &Epilogue,
         operands: &[&[f32]],
         y: &mut [f32],
@@ -743,6 +962,7 @@ impl VulkanBackend {
             Some((w.up(), act)),
             x,
             n_cols,
+            mode,
             epilogue,
             operands,
             y,
@@ -798,34 +1018,57 @@ fn plan_fwht_tuned(
     })
 }
 
-/// The GEMV shape picked for a device and weight format: subgroup
-/// reduction where compute shaders have subgroup arithmetic, [`GEMV_WG`]
-/// threads (fewer when the device allows fewer), two units in flight per
-/// thread, and for up to two columns several rows per workgroup, so that
-/// each x load serves them all: two for F32 and F16, four for the quantized
-/// formats, whose x values (4 bytes each) outweigh their weights (0.56 to
-/// 1.06 bytes); one row for more columns (the weights are already reused
-/// across columns).
-fn pick_gemv_shape(info: &DeviceInfo, dtype: GemvType, n_cols: u32, glu: bool) -> GemvShape {
-    let subgroup_reduce = has_subgroup_add(info);
+/// The GEMV shape picked for a device, weight format and activation mode
+/// (`q8`: quantized activations): subgroup reduction where compute shaders
+/// have subgroup arithmetic (and shuffles, in the Q8 mode), [`GEMV_WG`]
+/// threads (fewer when the device allows fewer), and for up to two columns
+/// several rows per workgroup, so that each x load serves them all: two
+/// for F32 and F16, four for the quantized formats with f32 activations,
+/// whose x values (4 bytes each) outweigh their weights (0.56 to 1.06
+/// bytes); one row for more columns (the weights are already reused across
+/// columns). Two units in flight per thread, except in the Q8 mode, whose
+/// (rows, unroll, lanes) per format come from a sweep on the H200 (NVIDIA
+/// 580, 2026-11-30, one column, barrier between calls, 4096×14336 and
+/// 32768×8192): Q8_0 (2, 1, 2) 70 / 88 % of the copy bandwidth, Q4_0
+/// (4, 2, 1) 56 / 80 %, Q4_K (2, 1, 4) 57 / 80 % (lanes only where the
+/// subgroup reduction and its size allow them).
+fn pick_gemv_shape(
+    info: &DeviceInfo,
+    dtype: GemvType,
+    q8: bool,
+    n_cols: u32,
+    glu: bool,
+) -> GemvShape {
+    let subgroup_reduce = has_subgroup_add(info) && (!q8 || info.has_shuffle());
     let workgroup = prev_pow2(info.max_invocations.min(GEMV_WG));
-    let rows = match (n_cols, dtype) {
-        (3.., _) => 1,
-        (_, GemvType::F32 | GemvType::F16) => 2,
-        _ => GEMV_QUANT_ROWS,
+    let (rows, unroll, lanes) = match (q8, dtype) {
+        (false, GemvType::F32 | GemvType::F16) => (2, 2, 1),
+        (false, _) => (GEMV_QUANT_ROWS, 2, 1),
+        (true, GemvType::Q8_0) => (2, 1, 2),
+        (true, GemvType::Q4_K) => (2, 1, 4),
+        (true, _) => (4, 2, 1),
+    };
+    let rows = if n_cols >= 3 { 1 } else { rows };
+    let lanes = if subgroup_reduce {
+        lanes.min(prev_pow2(info.subgroup_size.max(1)))
+    } else {
+        1
     };
     let mut shape = GemvShape {
         workgroup,
         rows,
-        unroll: 2,
+        unroll,
         subgroup_reduce,
+        lanes: lanes.min(workgroup),
     };
+    let q8_type = q8.then_some(dtype);
     // Shrink until the partial sums fit in shared memory.
-    while check_gemv_shape(info, shape, n_cols, glu).is_err() && shape.workgroup > 1 {
+    while check_gemv_shape(info, shape, n_cols, glu, q8_type).is_err() && shape.workgroup > 1 {
         if shape.rows > 1 {
             shape.rows /= 2;
         } else {
             shape.workgroup /= 2;
+            shape.lanes = shape.lanes.min(shape.workgroup);
         }
     }
     shape
@@ -849,12 +1092,14 @@ fn gemv_slots(info: &DeviceInfo, shape: GemvShape) -> u32 {
     }
 }
 
-/// Checks that `shape` is valid and fits the device for `n_cols` columns.
+/// Checks that `shape` is valid and fits the device for `n_cols` columns,
+/// with f32 activations (`q8` `None`) or in the Q8 mode for weights `q8`.
 fn check_gemv_shape(
     info: &DeviceInfo,
     shape: GemvShape,
     n_cols: u32,
     glu: bool,
+    q8: Option<GemvType>,
 ) -> Result<(), VulkanError> {
     let bad = |why: String| {
         Err(VulkanError::Unsupported(format!(
@@ -875,6 +1120,25 @@ fn check_gemv_shape(
     }
     if shape.subgroup_reduce && !has_subgroup_add(info) {
         return bad("the device has no subgroup arithmetic in compute shaders".into());
+    }
+    if !shape.lanes.is_power_of_two() || shape.lanes > shape.workgroup {
+        return bad("lanes must be a power of two up to the workgroup".into());
+    }
+    if let Some(dtype) = q8 {
+        if shape.subgroup_reduce && !info.has_shuffle() {
+            return bad("the device has no subgroup shuffles in compute shaders".into());
+        }
+        if shape.lanes > units_per_block(dtype)
+            || (shape.lanes > 1
+                && (!shape.subgroup_reduce || shape.lanes > info.subgroup_size.max(1)))
+        {
+            return bad(format!(
+                "lanes above 1 need the subgroup reduction, at most {} (the block's units) \
+                 and the subgroup size {}",
+                units_per_block(dtype),
+                info.subgroup_size
+            ));
+        }
     }
     let values = u64::from(shape.rows) * u64::from(n_cols) * if glu { 2 } else { 1 };
     let shared = 4 * values * u64::from(gemv_slots(info, shape));
@@ -911,6 +1175,7 @@ mod tests {
             timestamp_period_ns: Some(1.0),
             host_visible_buffers: false,
             storage_16bit: false,
+            integer_dot: false,
         }
     }
 
@@ -978,13 +1243,21 @@ mod tests {
         ] {
             for n_cols in 1..=MAX_COLS as u32 {
                 for glu in [false, true] {
-                    for dtype in [GemvType::F16, GemvType::Q4_0] {
-                        let s = pick_gemv_shape(&info, dtype, n_cols, glu);
+                    for (dtype, q8) in [
+                        (GemvType::F16, false),
+                        (GemvType::Q4_0, false),
+                        (GemvType::Q8_0, true),
+                        (GemvType::Q4_0, true),
+                        (GemvType::Q4_K, true),
+                    ] {
+                        let s = pick_gemv_shape(&info, dtype, q8, n_cols, glu);
+                        let q8_type = q8.then_some(dtype);
                         assert!(
-                            check_gemv_shape(&info, s, n_cols, glu).is_ok(),
+                            check_gemv_shape(&info, s, n_cols, glu, q8_type).is_ok(),
                             "{info:?} {s:?}"
                         );
-                        assert_eq!(s.subgroup_reduce, has_subgroup_add(&info));
+                        let sg = has_subgroup_add(&info) && (!q8 || info.has_shuffle());
+                        assert_eq!(s.subgroup_reduce, sg);
                     }
                 }
             }

@@ -72,6 +72,10 @@ pub struct DeviceInfo {
     /// Shaders may read storage buffers as 16-bit words
     /// (`storageBuffer16BitAccess`, enabled on the device when present).
     pub storage_16bit: bool,
+    /// Shaders may use integer dot products of packed 4×8-bit vectors
+    /// (`VK_KHR_shader_integer_dot_product`, `shaderIntegerDotProduct`;
+    /// enabled on the device when present).
+    pub integer_dot: bool,
 }
 
 impl DeviceInfo {
@@ -998,11 +1002,22 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
                 vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
             )
         });
+    // SAFETY: plain query of a physical device of this instance.
+    let has_dot_ext = unsafe { instance.enumerate_device_extension_properties(physical) }
+        .map_err(VulkanError::vk("vkEnumerateDeviceExtensionProperties"))?
+        .iter()
+        .any(|e| e.extension_name_as_c_str() == Ok(ash::khr::shader_integer_dot_product::NAME));
     let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default();
+    let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
     let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
-    // SAFETY: a Vulkan 1.1 device; the chain points at a live local.
+    if has_dot_ext {
+        features2 = features2.push_next(&mut dot);
+    }
+    // SAFETY: a Vulkan 1.1 device; the chain points at live locals (the
+    // integer-dot struct only where the device has its extension).
     unsafe { instance.get_physical_device_features2(physical, &mut features2) };
     let storage_16bit = storage16.storage_buffer16_bit_access == vk::TRUE;
+    let integer_dot = has_dot_ext && dot.shader_integer_dot_product == vk::TRUE;
     let compute_subgroups = subgroup
         .supported_stages
         .contains(vk::ShaderStageFlags::COMPUTE);
@@ -1031,6 +1046,7 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
             .then_some(props.limits.timestamp_period),
         host_visible_buffers,
         storage_16bit,
+        integer_dot,
     };
     let timestamp_mask = match family_props.timestamp_valid_bits {
         0 => 0,
@@ -1044,9 +1060,17 @@ fn open_device(instance: &ash::Instance) -> Result<Opened, VulkanError> {
     // Only the features the shaders use, and only where present.
     let mut enable16 = vk::PhysicalDevice16BitStorageFeatures::default()
         .storage_buffer16_bit_access(storage_16bit);
-    let create = vk::DeviceCreateInfo::default()
+    let mut enable_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+        .shader_integer_dot_product(true);
+    let dot_ext = [ash::khr::shader_integer_dot_product::NAME.as_ptr()];
+    let mut create = vk::DeviceCreateInfo::default()
         .queue_create_infos(&queues)
         .push_next(&mut enable16);
+    if integer_dot {
+        create = create
+            .enabled_extension_names(&dot_ext)
+            .push_next(&mut enable_dot);
+    }
     // SAFETY: valid create info referring to live locals.
     let device = unsafe { instance.create_device(physical, &create, None) }
         .map_err(VulkanError::vk("vkCreateDevice"))?;

@@ -2,10 +2,12 @@
 //! [`VulkanBackend`], through its host-slice entry points (each uploads
 //! its inputs, runs one dispatch and reads the result back).
 //!
-//! `fused_core::exec::Executor::new(&backend, GemvMode::F32).run(&g, &plan,
-//! &mut memory)` runs a plan step by step; the GEMV kernels take f32
-//! activations only ([`ActQuant::F32`]), weights F32, F16, Q8_0, Q4_0 or
-//! Q4_K, 1 to [`MAX_COLS`] columns; anything else is refused with
+//! `fused_core::exec::Executor::new(&backend, mode).run(&g, &plan, &mut
+//! memory)` runs a plan step by step; the GEMV kernels take weights F32,
+//! F16, Q8_0, Q4_0 or Q4_K, 1 to [`MAX_COLS`] columns, with f32 activations
+//! ([`ActQuant::F32`], every format) or GGML's quantized activations
+//! ([`ActQuant::Q8_0`] for Q8_0 and Q4_0 weights, [`ActQuant::Q8_K`] for
+//! Q4_K, quantized on the device); anything else is refused with
 //! [`fused_core::Error::Unsupported`] before the step runs.
 
 use fused_core::DType;
@@ -17,7 +19,7 @@ use fused_core::fwht::FwhtDesc;
 use fused_core::reference::gemv::GluWeights;
 use fused_core::reference::{ActQuant, WeightMatrix};
 
-use crate::backend::{MAX_COLS, VulkanBackend, gemv_type};
+use crate::backend::{MAX_COLS, VulkanBackend, check_mode, gemv_type};
 use crate::error::VulkanError;
 
 impl StepKernels for VulkanBackend {
@@ -29,11 +31,11 @@ impl StepKernels for VulkanBackend {
         mode: ActQuant,
         n_cols: usize,
     ) -> Result<(), Unsupported> {
-        if mode != ActQuant::F32 {
-            return Err(Unsupported::ActQuant(mode));
-        }
-        if gemv_type(dtype).is_err() {
+        let Ok(t) = gemv_type(dtype) else {
             return Err(Unsupported::WeightFormat(dtype));
+        };
+        if check_mode(t, mode).is_err() {
+            return Err(Unsupported::ActQuant(mode));
         }
         if !(1..=MAX_COLS).contains(&n_cols) {
             return Err(Unsupported::Columns {
@@ -64,7 +66,7 @@ impl StepKernels for VulkanBackend {
     ) -> Result<(), VulkanError> {
         self.supports_gemv(w.dtype(), mode, n_cols)
             .map_err(fused_core::Error::from)?;
-        VulkanBackend::gemv(self, w, x, n_cols, epilogue, operands, y)
+        VulkanBackend::gemv(self, w, x, n_cols, mode, epilogue, operands, y)
     }
 
     fn gemv_glu(
@@ -80,7 +82,7 @@ impl StepKernels for VulkanBackend {
     ) -> Result<(), VulkanError> {
         self.supports_gemv(w.gate().dtype(), mode, n_cols)
             .map_err(fused_core::Error::from)?;
-        VulkanBackend::gemv_glu(self, w, act, x, n_cols, epilogue, operands, y)
+        VulkanBackend::gemv_glu(self, w, act, x, n_cols, mode, epilogue, operands, y)
     }
 
     fn fwht(

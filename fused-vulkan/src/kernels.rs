@@ -32,6 +32,27 @@ pub(crate) enum Shader {
         /// `storageBuffer16BitAccess`).
         storage16: bool,
     },
+    /// The activation quantizer of the Q8 mode (`quantize.comp`): Q8_0
+    /// (`q8k` false) or Q8_K.
+    Quantize {
+        /// Q8_K (256-value blocks) instead of Q8_0.
+        q8k: bool,
+    },
+    /// GEMV against quantized activations (`gemv_q8.comp`): Q8_0 and Q4_0
+    /// weights with Q8_0 activations, Q4_K with Q8_K.
+    GemvQ8 {
+        /// The weight format (Q8_0, Q4_0 or Q4_K).
+        dtype: GemvType,
+        /// The gated dual form.
+        glu: bool,
+        /// `subgroupAdd` reduction and lanes sharing a block through
+        /// shuffles (needs subgroup arithmetic and shuffles).
+        subgroup: bool,
+        /// 16-bit weight loads (Q8_0 and Q4_0 only).
+        storage16: bool,
+        /// Integer dot products (`shaderIntegerDotProduct`).
+        dot: bool,
+    },
 }
 
 /// The weight formats the GEMV shaders read (named as GGML names them).
@@ -91,6 +112,55 @@ impl Shader {
                     (GemvType::Q4_K, _) => gemv!("q4_k"),
                 }
             }
+            Shader::Quantize { q8k: false } => spv!("quantize_q8_0"),
+            Shader::Quantize { q8k: true } => spv!("quantize_q8_k"),
+            Shader::GemvQ8 {
+                dtype,
+                glu,
+                subgroup,
+                storage16,
+                dot,
+            } => {
+                // [glu][subgroup][dot] for one weight format.
+                let pick = |v: [[[&'static [u8]; 2]; 2]; 2]| {
+                    v[usize::from(glu)][usize::from(subgroup)][usize::from(dot)]
+                };
+                macro_rules! q8 {
+                    ($t:literal) => {
+                        pick([
+                            [
+                                [
+                                    spv!(concat!("gemv_q8_", $t)),
+                                    spv!(concat!("gemv_q8_dot_", $t)),
+                                ],
+                                [
+                                    spv!(concat!("gemv_q8_sg_", $t)),
+                                    spv!(concat!("gemv_q8_sg_dot_", $t)),
+                                ],
+                            ],
+                            [
+                                [
+                                    spv!(concat!("gemv_q8_glu_", $t)),
+                                    spv!(concat!("gemv_q8_glu_dot_", $t)),
+                                ],
+                                [
+                                    spv!(concat!("gemv_q8_glu_sg_", $t)),
+                                    spv!(concat!("gemv_q8_glu_sg_dot_", $t)),
+                                ],
+                            ],
+                        ])
+                    };
+                }
+                match (dtype, storage16) {
+                    (GemvType::Q8_0, false) => q8!("q8_0"),
+                    (GemvType::Q8_0, true) => q8!("q8_0_s16"),
+                    (GemvType::Q4_0, false) => q8!("q4_0"),
+                    (GemvType::Q4_0, true) => q8!("q4_0_s16"),
+                    // F32 and F16 have no Q8-mode shader (refused before a
+                    // key is built); Q4_K never uses 16-bit loads.
+                    (GemvType::Q4_K | GemvType::F32 | GemvType::F16, _) => q8!("q4_k"),
+                }
+            }
         }
     }
 
@@ -101,6 +171,9 @@ impl Shader {
             Shader::Eltwise | Shader::FwhtShared | Shader::FwhtShuffle => 3,
             Shader::Gemv { glu: false, .. } => 4,
             Shader::Gemv { glu: true, .. } => 5,
+            Shader::Quantize { .. } => 2,
+            Shader::GemvQ8 { glu: false, .. } => 4,
+            Shader::GemvQ8 { glu: true, .. } => 5,
         }
     }
 
@@ -110,7 +183,8 @@ impl Shader {
             Shader::Copy => 4,
             Shader::Eltwise => 20,
             Shader::FwhtShared | Shader::FwhtShuffle => 12,
-            Shader::Gemv { .. } => 80,
+            Shader::Gemv { .. } | Shader::GemvQ8 { .. } => 80,
+            Shader::Quantize { .. } => 8,
         }
     }
 }

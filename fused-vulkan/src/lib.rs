@@ -15,11 +15,15 @@
 //!   32768 (subgroup-shuffle and shared-memory variants, picked from the
 //!   device's subgroup properties), GEMV with the core's epilogue chain for
 //!   F32, F16, Q8_0, Q4_0 and Q4_K weights (1 to 8 f32 columns) and its gated dual
-//!   form, and the unfused element-wise kernels built from the same shader
-//!   functions as the epilogue (fused == unfused bit for bit).
+//!   form, with f32 activations or, for the quantized formats, GGML's
+//!   quantized activations (Q8_0 / Q8_K, quantized on the device exactly as
+//!   the core does and dotted in integers), and the unfused element-wise
+//!   kernels built from the same shader functions as the epilogue (fused ==
+//!   unfused bit for bit).
 //! - `exec`: the core's plan executor on this backend — [`VulkanBackend`]
-//!   implements `fused_core::exec::StepKernels` (f32 activations; formats and
-//!   column counts it lacks are refused as `fused_core::Error::Unsupported`).
+//!   implements `fused_core::exec::StepKernels` (formats, activation modes
+//!   and column counts it lacks are refused as
+//!   `fused_core::Error::Unsupported`).
 //! - [`DevicePlan`]: a device-resident plan executor — the graph's buffers
 //!   stay on the device, the whole plan is one recorded command buffer
 //!   (one dispatch per kernel step, a barrier only between dependent

@@ -54,6 +54,12 @@
 //! activation modes and column counts the kernels lack (as
 //! [`StepKernels::supports_gemv`] says).
 //!
+//! With GGML's quantized activations ([`GemvMode::Ggml`]: Q8_0 for Q8_0
+//! and Q4_0 weights, Q8_K for Q4_K), each GEMV step first dispatches the
+//! activation quantizer into one scratch buffer that every step reuses
+//! (a gated step quantizes once for both weights); the barrier rules
+//! above order the reuse.
+//!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
 //! copies them back (one more submission), so that every timed run of
@@ -74,7 +80,7 @@ use fused_core::reference::eval::GemvMode;
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
 
-use crate::backend::{ChainWords, EltOp, VulkanBackend, gemv_type, u32_of};
+use crate::backend::{ChainWords, EltOp, VulkanBackend, gemv_type, quantized_bytes, u32_of};
 use crate::context::{Buffer, Dispatch};
 use crate::error::VulkanError;
 use crate::kernels::KernelKey;
@@ -89,8 +95,12 @@ pub const BINDING_ALIGN: u64 = 16;
 pub struct DevicePlanStats {
     /// Plan steps that launch a kernel (reshapes, views and inputs excluded).
     pub kernel_steps: u64,
-    /// Compute dispatches (one per kernel step).
+    /// Compute dispatches: one per kernel step, plus the activation
+    /// quantizers ([`DevicePlanStats::quantizations`]).
     pub dispatches: u64,
+    /// Dispatches of the activation quantizer (one per GEMV step with
+    /// GGML's quantized activations), counted in `dispatches` too.
+    pub quantizations: u64,
     /// Pipeline barriers between dependent commands (the barrier that
     /// orders a run after earlier submissions and the one that makes the
     /// results visible to the host are not counted).
@@ -223,6 +233,9 @@ struct Builder<'a, 'd> {
     align: u64,
     mode: GemvMode,
     scratch: Vec<Buffer<'a>>,
+    /// The scratch buffer quantized activations are written to (its index
+    /// and size), reused by every step whose activations fit.
+    quantized: Option<(usize, u64)>,
     cmds: Vec<Cmd>,
     stats: DevicePlanStats,
 }
@@ -478,7 +491,28 @@ impl<'a> Builder<'a, '_> {
         Ok(())
     }
 
-    /// A GEMV (gated when `up` is given) of `w` times `x` into `dst`.
+    /// The reusable scratch region for `bytes` of quantized activations
+    /// (a larger buffer replaces it when it is too small; commands already
+    /// built keep theirs).
+    fn quantized_scratch(&mut self, bytes: u64) -> Result<Region, VulkanError> {
+        let slot = match self.quantized {
+            Some((i, size)) if size >= bytes => i,
+            _ => {
+                let i = self.new_scratch(bytes)?;
+                self.quantized = Some((i, bytes));
+                i
+            }
+        };
+        Ok(Region {
+            slot: Slot::Scratch(slot),
+            offset: 0,
+            size: bytes,
+        })
+    }
+
+    /// A GEMV (gated when `up` is given) of `w` times `x` into `dst`; with
+    /// quantized activations, `x` is quantized first (once for both weights
+    /// of a gated GEMV) into the reusable scratch.
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
@@ -517,12 +551,23 @@ impl<'a> Builder<'a, '_> {
             Some((u, _)) => Some(self.read(u, dst, false)?),
             None => None,
         };
-        let xr = self.read_f32(x, dst, false, "device plan GEMV activations (must be F32)")?;
+        let mode = self.mode.act_quant(w.dtype());
+        let q_bytes = quantized_bytes(mode, k, n)?;
+        let mut xr = self.read_f32(x, dst, false, "device plan GEMV activations (must be F32)")?;
         let (opr, chain) = self.operands(g, epilogue, ops, dst, m, n)?;
         let out = self.write(dst)?;
+        if let Some(bytes) = q_bytes {
+            let qr = self.quantized_scratch(bytes)?;
+            let p = self.placeholder;
+            let d = self.backend.quantize_dispatch(mode, k, n, p, p)?;
+            self.dispatch(d, vec![xr, qr], 1, (qr, None));
+            self.stats.quantizations += 1;
+            xr = qr;
+        }
         let n_bind = if up.is_some() { 5 } else { 4 };
         let d = self.backend.gemv_dispatch(
             gt,
+            mode,
             up.map(|(_, a)| a),
             m,
             k,
@@ -738,6 +783,7 @@ impl<'a> DevicePlan<'a> {
             align: ctx.storage_offset_alignment().max(BINDING_ALIGN),
             mode,
             scratch: Vec::new(),
+            quantized: None,
             cmds: Vec::new(),
             stats: DevicePlanStats::default(),
         };

@@ -9,12 +9,14 @@ use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
 
 use crate::backend::{
-    ChainWords, EltOp, FwhtPlan, FwhtVariant, GemvShape, VulkanBackend, gemv_type,
+    ChainWords, EltOp, FwhtPlan, FwhtVariant, GemvShape, VulkanBackend, check_mode, gemv_type,
+    quantized_bytes,
 };
 use crate::context::{Buffer, Command, Dispatch, VulkanContext};
 use crate::error::VulkanError;
 use crate::kernels::{GemvType, KernelKey, Shader};
 use fused_core::element::Activation;
+use fused_core::reference::gemv::ActQuant;
 
 /// One measurement: the median device time and the bytes it moved.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -224,6 +226,32 @@ pub fn fwht_planned(
     })
 }
 
+/// The activation quantizer of the Q8 mode: `n_cols` columns of `k`
+/// values quantized per `mode` (Q8_0 or Q8_K), one dispatch timed alone
+/// (bytes: the f32 values read and the quantized bytes written).
+pub fn quantize(
+    b: &VulkanBackend,
+    mode: ActQuant,
+    k: usize,
+    n_cols: usize,
+    reps: usize,
+) -> Result<Timing, VulkanError> {
+    let Some(q_bytes) = quantized_bytes(mode, k, n_cols)? else {
+        return Err(
+            fused_core::Error::Unsupported(fused_core::error::Unsupported::ActQuant(mode)).into(),
+        );
+    };
+    let ctx = b.context();
+    let x = ctx.upload_f32(&fill(k * n_cols))?;
+    let q = ctx.buffer(q_bytes)?;
+    let d = b.quantize_dispatch(mode, k, n_cols, &x, &q)?;
+    let t = timed(ctx, &[Command::Dispatch(d)], reps)?;
+    Ok(Timing {
+        median_ns: t,
+        bytes: 4 * (k * n_cols) as u64 + q_bytes,
+    })
+}
+
 /// The L2 cache the GEMV bench defeats: the H200's is about 60 MB.
 pub const L2_BYTES: u64 = 60_000_000;
 
@@ -240,11 +268,14 @@ const GEMV_SUBMISSION_BYTES: u64 = 16_000_000_000;
 pub struct GemvBench<'a> {
     backend: &'a VulkanBackend,
     dtype: GemvType,
+    mode: ActQuant,
     m: usize,
     k: usize,
     weight_bytes: usize,
     weights: Vec<Buffer<'a>>,
     x: Buffer<'a>,
+    /// The activations quantized per `mode` (quantized once, untimed).
+    xq: Option<Buffer<'a>>,
     ops: Buffer<'a>,
     ys: Vec<Buffer<'a>>,
 }
@@ -258,12 +289,47 @@ impl<'a> GemvBench<'a> {
         m: usize,
         k: usize,
     ) -> Result<GemvBench<'a>, VulkanError> {
+        GemvBench::with_mode(b, dtype, ActQuant::F32, m, k)
+    }
+
+    /// [`GemvBench::new`] with the activations fed per `mode`: f32, or
+    /// quantized (once, before timing; the GEMVs read the quantized
+    /// activations, see [`quantize`] for the quantizer's own time).
+    pub fn with_mode(
+        b: &'a VulkanBackend,
+        dtype: DType,
+        mode: ActQuant,
+        m: usize,
+        k: usize,
+    ) -> Result<GemvBench<'a>, VulkanError> {
         let bytes = dtype.row_bytes(k)?.saturating_mul(m).max(1) as u64;
         let copies = (2 * L2_BYTES).div_ceil(bytes).max(4);
         let rounds = GEMV_SUBMISSION_BYTES
             .div_ceil(bytes * copies)
             .clamp(1, MAX_ROUNDS as u64);
-        GemvBench::with_copies(b, dtype, m, k, copies as usize, rounds as usize)
+        let mut g = GemvBench::with_copies(b, dtype, m, k, copies as usize, rounds as usize)?;
+        g.set_mode(mode)?;
+        Ok(g)
+    }
+
+    /// Feeds the activations per `mode` from now on (quantizing them once
+    /// on the device for a quantized mode).
+    pub fn set_mode(&mut self, mode: ActQuant) -> Result<(), VulkanError> {
+        check_mode(self.dtype, mode)?;
+        self.xq = match quantized_bytes(mode, self.k, 1)? {
+            Some(bytes) => {
+                let ctx = self.backend.context();
+                let q = ctx.buffer(bytes)?;
+                let d = self
+                    .backend
+                    .quantize_dispatch(mode, self.k, 1, &self.x, &q)?;
+                ctx.submit(&[Command::Dispatch(d)], false)?;
+                Some(q)
+            }
+            None => None,
+        };
+        self.mode = mode;
+        Ok(())
     }
 
     /// [`GemvBench::new`] with a given number of copies and of rounds per
@@ -296,11 +362,13 @@ impl<'a> GemvBench<'a> {
         Ok(GemvBench {
             backend: b,
             dtype: gt,
+            mode: ActQuant::F32,
             m,
             k,
             weight_bytes: bytes.len(),
             weights,
             x: ctx.upload_f32(&fill(k))?,
+            xq: None,
             ops: ctx.buffer(4)?,
             ys,
         })
@@ -342,7 +410,12 @@ impl<'a> GemvBench<'a> {
         let storage16 = loads16 && b.gemv_uses_16bit(self.dtype);
         let shape = match shape {
             Some(s) => s,
-            None => b.shape_for(self.dtype, 1, false)?,
+            None => b.shape_for(self.dtype, self.mode, 1, false)?,
+        };
+        let x = self.xq.as_ref().unwrap_or(&self.x);
+        let x_bytes = match &self.xq {
+            Some(q) => q.size(),
+            None => 4 * self.k as u64,
         };
         let commands = self
             .ys
@@ -353,12 +426,13 @@ impl<'a> GemvBench<'a> {
                     shape,
                     storage16,
                     self.dtype,
+                    self.mode,
                     None,
                     self.m,
                     self.k,
                     1,
                     ChainWords::default(),
-                    vec![w, &self.x, y, &self.ops],
+                    vec![w, x, y, &self.ops],
                 )
                 .map(Command::Dispatch)
             })
@@ -366,7 +440,7 @@ impl<'a> GemvBench<'a> {
         let t = timed_rounds(b.context(), &commands, ordered, commands.len(), reps)?;
         Ok(Timing {
             median_ns: t,
-            bytes: (self.weight_bytes + 4 * self.k + 4 * self.m) as u64,
+            bytes: self.weight_bytes as u64 + x_bytes + 4 * self.m as u64,
         })
     }
 }

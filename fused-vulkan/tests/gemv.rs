@@ -84,7 +84,8 @@ fn gemv_matches_the_reference_for_every_format_and_column_count() {
                 let mut want = vec![0.0; m * n_cols];
                 gemm(&w, &x, n_cols, ActQuant::F32, &bound, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
-                b.gemv(&w, &x, n_cols, &e, &ops, &mut got).unwrap();
+                b.gemv(&w, &x, n_cols, ActQuant::F32, &e, &ops, &mut got)
+                    .unwrap();
                 let err = nmse(&got, &want);
                 assert!(
                     err <= TOL,
@@ -121,7 +122,8 @@ fn gated_gemv_matches_the_reference_for_every_activation() {
                 let mut want = vec![0.0; m * n_cols];
                 gemm_glu(&w, &x, n_cols, ActQuant::F32, act, &bound, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
-                b.gemv_glu(&w, act, &x, n_cols, &e, &ops, &mut got).unwrap();
+                b.gemv_glu(&w, act, &x, n_cols, ActQuant::F32, &e, &ops, &mut got)
+                    .unwrap();
                 let err = nmse(&got, &want);
                 assert!(err <= TOL, "{dtype:?} {act} cols={n_cols}: nmse {err:e}");
             }
@@ -151,6 +153,7 @@ fn every_gemv_shape_matches_the_reference() {
             rows,
             unroll,
             subgroup_reduce: subgroup_reduce && default.subgroup_reduce,
+            lanes: 1,
         }));
     }
     let cases = [
@@ -178,20 +181,38 @@ fn every_gemv_shape_matches_the_reference() {
                 let mut want = vec![0.0; m * n_cols];
                 gemm(&w, &x, n_cols, ActQuant::F32, &bound, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
-                b.gemv(&w, &x, n_cols, &e, &ops, &mut got).unwrap();
+                b.gemv(&w, &x, n_cols, ActQuant::F32, &e, &ops, &mut got)
+                    .unwrap();
                 let err = nmse(&got, &want);
                 assert!(err <= TOL, "{what}: nmse {err:e}");
                 let mut plain = vec![0.0; m * n_cols];
-                b.gemv(&w, &x, n_cols, &Epilogue::NONE, &[], &mut plain)
-                    .unwrap();
+                b.gemv(
+                    &w,
+                    &x,
+                    n_cols,
+                    ActQuant::F32,
+                    &Epilogue::NONE,
+                    &[],
+                    &mut plain,
+                )
+                .unwrap();
                 let unfused = unfused_chain(&b, &e, &ops, plain.clone());
                 assert_eq!(first_bit_difference(&got, &unfused), None, "{what}");
                 let glu = GluWeights::new(w, u).unwrap();
                 let mut fused = vec![0.0; m * n_cols];
-                b.gemv_glu(&glu, Activation::GeluErf, &x, n_cols, &e, &ops, &mut fused)
-                    .unwrap();
+                b.gemv_glu(
+                    &glu,
+                    Activation::GeluErf,
+                    &x,
+                    n_cols,
+                    ActQuant::F32,
+                    &e,
+                    &ops,
+                    &mut fused,
+                )
+                .unwrap();
                 let mut up = vec![0.0; m * n_cols];
-                b.gemv(&u, &x, n_cols, &Epilogue::NONE, &[], &mut up)
+                b.gemv(&u, &x, n_cols, ActQuant::F32, &Epilogue::NONE, &[], &mut up)
                     .unwrap();
                 let mut gated = vec![0.0; m * n_cols];
                 b.glu(Activation::GeluErf, &plain, &up, &mut gated).unwrap();
@@ -244,13 +265,22 @@ fn quantized_gemv_without_16bit_loads_matches() {
                     continue;
                 }
                 b.set_gemv_16bit_loads(on).unwrap();
-                b.gemv(&w, &x, n_cols, &Epilogue::NONE, &[], &mut got[i])
-                    .unwrap();
+                b.gemv(
+                    &w,
+                    &x,
+                    n_cols,
+                    ActQuant::F32,
+                    &Epilogue::NONE,
+                    &[],
+                    &mut got[i],
+                )
+                .unwrap();
                 b.gemv_glu(
                     &glu,
                     Activation::Silu,
                     &x,
                     n_cols,
+                    ActQuant::F32,
                     &Epilogue::NONE,
                     &[],
                     &mut gated[i],
@@ -303,10 +333,19 @@ fn fused_equals_unfused_bit_for_bit() {
             for act in Activation::ALL {
                 let e = chain(act);
                 let mut fused = vec![0.0; m * n_cols];
-                b.gemv(&wg, &x, n_cols, &e, &ops, &mut fused).unwrap();
-                let mut acc = vec![0.0; m * n_cols];
-                b.gemv(&wg, &x, n_cols, &Epilogue::NONE, &[], &mut acc)
+                b.gemv(&wg, &x, n_cols, ActQuant::F32, &e, &ops, &mut fused)
                     .unwrap();
+                let mut acc = vec![0.0; m * n_cols];
+                b.gemv(
+                    &wg,
+                    &x,
+                    n_cols,
+                    ActQuant::F32,
+                    &Epilogue::NONE,
+                    &[],
+                    &mut acc,
+                )
+                .unwrap();
                 let unfused = unfused_chain(&b, &e, &ops, acc);
                 assert_eq!(
                     first_bit_difference(&fused, &unfused),
@@ -316,14 +355,30 @@ fn fused_equals_unfused_bit_for_bit() {
 
                 let glu = GluWeights::new(wg, wu).unwrap();
                 let mut fused = vec![0.0; m * n_cols];
-                b.gemv_glu(&glu, act, &x, n_cols, &e, &ops, &mut fused)
+                b.gemv_glu(&glu, act, &x, n_cols, ActQuant::F32, &e, &ops, &mut fused)
                     .unwrap();
                 let mut gate = vec![0.0; m * n_cols];
-                b.gemv(&wg, &x, n_cols, &Epilogue::NONE, &[], &mut gate)
-                    .unwrap();
+                b.gemv(
+                    &wg,
+                    &x,
+                    n_cols,
+                    ActQuant::F32,
+                    &Epilogue::NONE,
+                    &[],
+                    &mut gate,
+                )
+                .unwrap();
                 let mut up = vec![0.0; m * n_cols];
-                b.gemv(&wu, &x, n_cols, &Epilogue::NONE, &[], &mut up)
-                    .unwrap();
+                b.gemv(
+                    &wu,
+                    &x,
+                    n_cols,
+                    ActQuant::F32,
+                    &Epilogue::NONE,
+                    &[],
+                    &mut up,
+                )
+                .unwrap();
                 let mut gated = vec![0.0; m * n_cols];
                 b.glu(act, &gate, &up, &mut gated).unwrap();
                 let unfused = unfused_chain(&b, &e, &ops, gated);
@@ -398,13 +453,14 @@ fn bad_inputs_are_typed_errors() {
     let mut y = vec![0.0; m * 9];
     let core_err = |r: Result<(), VulkanError>| matches!(r, Err(VulkanError::Core(_)));
     assert!(
-        core_err(b.gemv(&w, &x, 9, &Epilogue::NONE, &[], &mut y)),
+        core_err(b.gemv(&w, &x, 9, ActQuant::F32, &Epilogue::NONE, &[], &mut y)),
         "9 columns"
     );
     assert!(core_err(b.gemv(
         &w,
         &x[..k - 1],
         1,
+        ActQuant::F32,
         &Epilogue::NONE,
         &[],
         &mut y[..m]
@@ -413,13 +469,14 @@ fn bad_inputs_are_typed_errors() {
         &w,
         &x[..k],
         1,
+        ActQuant::F32,
         &Epilogue::NONE,
         &[],
         &mut y[..m - 1]
     )));
     let e = chain(Activation::Relu);
     assert!(
-        core_err(b.gemv(&w, &x[..k], 1, &e, &[], &mut y[..m])),
+        core_err(b.gemv(&w, &x[..k], 1, ActQuant::F32, &e, &[], &mut y[..m])),
         "operands missing"
     );
     let short = [0.0f32; 3];
@@ -427,6 +484,7 @@ fn bad_inputs_are_typed_errors() {
         &w,
         &x[..k],
         1,
+        ActQuant::F32,
         &e,
         &[&short, &short, &short],
         &mut y[..m]
@@ -437,6 +495,7 @@ fn bad_inputs_are_typed_errors() {
         &wk,
         &data(256, 1),
         1,
+        ActQuant::F32,
         &Epilogue::NONE,
         &[],
         &mut y[..1]

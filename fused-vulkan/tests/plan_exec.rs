@@ -16,7 +16,6 @@ use fused_core::exec::Executor;
 use fused_core::graph::{Graph, NodeId, Place};
 use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
-use fused_core::reference::ActQuant;
 use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
@@ -82,8 +81,13 @@ fn decode_layer(dtype: DType, res_at: usize) -> (Graph, Memory, NodeId) {
 
 /// Runs `p` through the host-slice executor.
 fn host_run(b: &VulkanBackend, g: &Graph, p: &Plan, mem: &Memory) -> Memory {
+    host_run_mode(b, g, p, mem, GemvMode::F32)
+}
+
+/// [`host_run`] with the activations fed per `mode`.
+fn host_run_mode(b: &VulkanBackend, g: &Graph, p: &Plan, mem: &Memory, mode: GemvMode) -> Memory {
     let mut m = mem.clone();
-    Executor::new(b, GemvMode::F32).run(g, p, &mut m).unwrap();
+    Executor::new(b, mode).run(g, p, &mut m).unwrap();
     m
 }
 
@@ -95,7 +99,18 @@ fn sizes(mem: &Memory) -> Vec<usize> {
 
 /// Runs `p` once as a device plan; its memory afterwards and its counts.
 fn device_run(b: &VulkanBackend, g: &Graph, p: &Plan, mem: &Memory) -> (Memory, DevicePlanStats) {
-    let mut dp = DevicePlan::new(b, g, p, GemvMode::F32, &sizes(mem)).unwrap();
+    device_run_mode(b, g, p, mem, GemvMode::F32)
+}
+
+/// [`device_run`] with the activations fed per `mode`.
+fn device_run_mode(
+    b: &VulkanBackend,
+    g: &Graph,
+    p: &Plan,
+    mem: &Memory,
+    mode: GemvMode,
+) -> (Memory, DevicePlanStats) {
+    let mut dp = DevicePlan::new(b, g, p, mode, &sizes(mem)).unwrap();
     dp.upload(mem).unwrap();
     dp.run().unwrap();
     let mut out = mem.clone();
@@ -147,6 +162,48 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
             None,
             "{dtype}: fused != unfused"
         );
+    }
+    assert_no_validation_messages(&b);
+}
+
+/// GGML's quantized activations (Q8_0 for Q8_0 and Q4_0 weights, Q8_K for
+/// Q4_K): each GEMV step quantizes its input once (a gated step once for
+/// both weights) into a reused scratch buffer, then the Q8-mode GEMV reads
+/// it; the result equals the host-slice executor's bit for bit, fused and
+/// unfused alike.
+#[test]
+fn quantized_activations_equal_the_host_slice_executor_bit_for_bit() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+        let (g, mem, out) = decode_layer(dtype, 0);
+        let fused = plan(&g);
+        let unfused = Plan::unfused(&g);
+        let mut outs = Vec::new();
+        for (p, name) in [(&fused, "fused"), (&unfused, "unfused")] {
+            let what = format!("{dtype} {name}");
+            let want = host_run_mode(&b, &g, p, &mem, GemvMode::Ggml);
+            let (got, stats) = device_run_mode(&b, &g, p, &mem, GemvMode::Ggml);
+            assert_same_memory(&got, &want, &what);
+            // One quantizer per GEMV step: 3 fused (o, gated gate/up, down),
+            // 4 unfused.
+            let gemv_steps = if p.fused_steps() == 0 { 4 } else { 3 };
+            let kernel_steps = p.kernel_steps(&g) as u64;
+            assert_eq!(stats.kernel_steps, kernel_steps, "{what}");
+            assert_eq!(stats.dispatches, kernel_steps + gemv_steps, "{what}");
+            assert_eq!(stats.quantizations, gemv_steps, "{what}");
+            assert_eq!(stats.copies, 0, "{what}");
+            outs.push(f32s(&got, &g, out));
+        }
+        assert_eq!(
+            first_bit_difference(&outs[0], &outs[1]),
+            None,
+            "{dtype}: fused != unfused"
+        );
+        // Not the f32 mode's bits: the activations were quantized.
+        let f32_mode = device_run(&b, &g, &fused, &mem).0;
+        assert_ne!(f32s(&f32_mode, &g, out), outs[0], "{dtype}");
     }
     assert_no_validation_messages(&b);
 }
@@ -234,14 +291,17 @@ fn unsupported_plans_are_refused_with_typed_errors() {
     };
     let (g, mem, _) = decode_layer(DType::Q4_0, 0);
     let sz = sizes(&mem);
-    // GGML's Q8_0 activations: the GEMV kernels take f32 only.
-    let r = DevicePlan::new(&b, &g, &plan(&g), GemvMode::Ggml, &sz).map(|_| ());
-    assert_eq!(
-        r,
-        Err(VulkanError::Core(Error::Unsupported(
-            Unsupported::ActQuant(ActQuant::Q8_0)
-        )))
-    );
+    // Weights without a GEMV kernel (Q6_K), in either mode.
+    let (g6, mem6, _) = decode_layer(DType::Q6_K, 0);
+    for mode in [GemvMode::F32, GemvMode::Ggml] {
+        let r = DevicePlan::new(&b, &g6, &plan(&g6), mode, &sizes(&mem6)).map(|_| ());
+        assert_eq!(
+            r,
+            Err(VulkanError::Core(Error::Unsupported(
+                Unsupported::WeightFormat(DType::Q6_K)
+            )))
+        );
+    }
     // An element-wise operand broadcast along a row (not over rows).
     let mut g2 = Graph::new();
     let a = TensorDesc::contiguous(DType::F32, [8, 2, 1, 1], BufferId(0), 0).unwrap();

@@ -1,9 +1,15 @@
 //! fused-vulkan-bench: device-timed medians (timestamp queries) of the copy
 //! bandwidth ceiling, signed FWHT fused vs unfused, and GEMV.
 //!
-//! `fused-vulkan-bench [REPS] [MIB] [sweep]`: REPS timed runs per case
-//! (default 9), MIB MiB of FWHT input (default 64); `sweep` also times
-//! FWHT plans and GEMV shapes (back to back) of a small grid.
+//! `fused-vulkan-bench [REPS] [MIB] [sweep|fwht]`: REPS timed runs per
+//! case (default 9), MIB MiB of FWHT input (default 64); `sweep` also
+//! times FWHT plans and the Q8-mode GEMV shapes (barrier between calls) of
+//! a small grid, `fwht` the FWHT plans only.
+//!
+//! Quantized weights are timed with f32 activations (the `F32` mode) and
+//! with activations quantized as GGML does (`Q8_0` for Q8_0 and Q4_0,
+//! `Q8_K` for Q4_K; quantized once before timing, the quantizer timed on
+//! its own line).
 //!
 //! The ceiling is the faster of two device-to-device copies of 512 MiB:
 //! `vkCmdCopyBuffer` and a compute shader with 16-byte loads and stores
@@ -15,6 +21,7 @@
 //! keeps the clocks up.
 
 use fused_core::DType;
+use fused_core::reference::gemv::ActQuant;
 use fused_vulkan::timing::{self, GemvBench, Timing};
 use fused_vulkan::{ContextOptions, FwhtVariant, GemvShape, VulkanBackend};
 
@@ -27,9 +34,40 @@ fn line(what: &str, t: Timing, ceiling: f64) {
     );
 }
 
-/// The shapes the sweep times.
-fn sweep_shapes(subgroup_reduce: bool) -> Vec<GemvShape> {
+/// The shapes the sweep times: with f32 activations, and in the Q8 mode
+/// (`lanes`: the picked lanes, also tried with 1 and half).
+fn sweep_shapes(subgroup_reduce: bool, lanes: Option<u32>) -> Vec<GemvShape> {
     let mut v = Vec::new();
+    if let Some(l) = lanes {
+        let mut ls = vec![l, l / 2, 1];
+        ls.retain(|&v| v >= 1);
+        ls.dedup();
+        for lanes in ls {
+            for (workgroup, rows, unroll) in [
+                (128, 1, 2),
+                (128, 2, 1),
+                (128, 2, 2),
+                (128, 4, 1),
+                (128, 4, 2),
+                (64, 2, 2),
+                (64, 4, 2),
+                (256, 1, 2),
+                (256, 2, 1),
+                (256, 2, 2),
+                (256, 4, 1),
+                (512, 2, 1),
+            ] {
+                v.push(GemvShape {
+                    workgroup,
+                    rows,
+                    unroll,
+                    subgroup_reduce,
+                    lanes,
+                });
+            }
+        }
+        return v;
+    }
     for (workgroup, rows, unroll) in [
         (128, 2, 2),
         (128, 4, 1),
@@ -49,6 +87,7 @@ fn sweep_shapes(subgroup_reduce: bool) -> Vec<GemvShape> {
             rows,
             unroll,
             subgroup_reduce,
+            lanes: 1,
         });
     }
     v
@@ -58,16 +97,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(9);
     let mib: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
-    let sweep = args.next().is_some_and(|a| a == "sweep");
+    let sweep_arg = args.next();
+    // `sweep`: FWHT plans and Q8-mode GEMV shapes; `fwht`: FWHT plans only.
+    let sweep = sweep_arg.as_deref() == Some("sweep");
+    let sweep_fwht = sweep || sweep_arg.as_deref() == Some("fwht");
     let b = VulkanBackend::with_options(ContextOptions::from_env())?;
     let info = b.context().info();
     println!(
-        "device: {} ({:?}), subgroup {} ops {:?}, 16-bit storage {}, FWHT variant {:?} {:?}, {} timed runs per case, medians",
+        "device: {} ({:?}), subgroup {} ops {:?}, 16-bit storage {}, integer dot {}, FWHT variant {:?} {:?}, {} timed runs per case, medians",
         info.name,
         info.device_type,
         info.subgroup_size,
         info.subgroup_ops,
         info.storage_16bit,
+        info.integer_dot,
         b.fwht_variant(),
         b.fwht_plan(b.fwht_variant(), 1024)?,
         reps
@@ -110,8 +153,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "  fused time / unfused time",
             fused.median_ns / unfused.median_ns
         );
-        if sweep {
+        if sweep_fwht {
             for (per_thread, min_wg, slabs) in [
+                (4, 128, 1),
+                (4, 256, 1),
+                (8, 256, 1),
+                (8, 128, 2),
                 (32, 64, 1),
                 (32, 256, 1),
                 (32, 128, 2),
@@ -148,57 +195,81 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     for (m, k) in [(4096, 14336), (32768, 8192)] {
+        for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+            line(
+                &format!("quantize {mode:?} activations, K={k}, 1 column"),
+                timing::quantize(&b, mode, k, 1, reps)?,
+                ceiling,
+            );
+        }
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
-            let g = GemvBench::new(&b, dtype, m, k)?;
-            let shape = b.gemv_shape_for(dtype, 1, false)?;
-            println!(
-                "GEMV {dtype:?} shape: workgroup {} rows {} unroll {}",
-                shape.workgroup, shape.rows, shape.unroll
-            );
-            let what = format!(
-                "GEMV {dtype:?} {m}x{k}, {} copies, {} calls",
-                g.copies(),
-                g.calls()
-            );
-            line(
-                &format!("{what}, back to back"),
-                g.time(None, false, reps)?,
-                ceiling,
-            );
-            line(
-                &format!("{what}, barrier between"),
-                g.time(None, true, reps)?,
-                ceiling,
-            );
-            if matches!(dtype, DType::Q8_0 | DType::Q4_0) && info.storage_16bit {
+            let mut g = GemvBench::new(&b, dtype, m, k)?;
+            let modes = if dtype == DType::F16 {
+                vec![ActQuant::F32]
+            } else {
+                vec![ActQuant::F32, ActQuant::ggml(dtype)]
+            };
+            for mode in modes {
+                g.set_mode(mode)?;
+                let shape = b.gemv_shape_for(dtype, mode, 1, false)?;
+                println!(
+                    "GEMV {dtype:?} {mode:?}-mode shape: workgroup {} rows {} unroll {} lanes {}",
+                    shape.workgroup, shape.rows, shape.unroll, shape.lanes
+                );
+                let what = format!(
+                    "GEMV {dtype:?} x {mode:?} {m}x{k}, {} copies, {} calls",
+                    g.copies(),
+                    g.calls()
+                );
                 line(
-                    &format!("{what}, back to back, 32-bit loads"),
-                    g.time_loads(None, false, reps, false)?,
+                    &format!("{what}, back to back"),
+                    g.time(None, false, reps)?,
                     ceiling,
                 );
-            }
-            if sweep {
-                let mut best: Option<(GemvShape, Timing)> = None;
-                for shape in sweep_shapes(b.gemv_shape(1, false)?.subgroup_reduce) {
-                    let t = g.time(Some(shape), false, reps)?;
-                    println!(
-                        "  sweep {dtype:?} {m}x{k} wg {:>3} rows {} unroll {}: back to back {:>8.1} GB/s {:>5.1} %",
-                        shape.workgroup,
-                        shape.rows,
-                        shape.unroll,
-                        t.gb_per_s(),
-                        100.0 * t.gb_per_s() / ceiling
+                line(
+                    &format!("{what}, barrier between"),
+                    g.time(None, true, reps)?,
+                    ceiling,
+                );
+                if matches!(dtype, DType::Q8_0 | DType::Q4_0) && info.storage_16bit {
+                    line(
+                        &format!("{what}, back to back, 32-bit loads"),
+                        g.time_loads(None, false, reps, false)?,
+                        ceiling,
                     );
-                    if best.is_none_or(|(_, bt)| t.median_ns < bt.median_ns) {
-                        best = Some((shape, t));
-                    }
                 }
-                if let Some((s, t)) = best {
-                    println!(
-                        "  best {dtype:?} {m}x{k} (back to back): {s:?} {:.1} GB/s {:.1} %",
-                        t.gb_per_s(),
-                        100.0 * t.gb_per_s() / ceiling
-                    );
+                // The f32-mode shapes were swept before (BENCHMARKS.md).
+                if sweep && mode != ActQuant::F32 {
+                    let lanes = Some(shape.lanes);
+                    let mut best: Option<(GemvShape, Timing)> = None;
+                    for s in sweep_shapes(shape.subgroup_reduce, lanes) {
+                        let t = match g.time(Some(s), true, reps) {
+                            Ok(t) => t,
+                            Err(e) => {
+                                println!("  sweep {dtype:?} {mode:?} {s:?}: {e}");
+                                continue;
+                            }
+                        };
+                        println!(
+                            "  sweep {dtype:?} {mode:?} {m}x{k} wg {:>3} rows {} unroll {} lanes {}: barrier between {:>8.1} GB/s {:>5.1} %",
+                            s.workgroup,
+                            s.rows,
+                            s.unroll,
+                            s.lanes,
+                            t.gb_per_s(),
+                            100.0 * t.gb_per_s() / ceiling
+                        );
+                        if best.is_none_or(|(_, bt)| t.median_ns < bt.median_ns) {
+                            best = Some((s, t));
+                        }
+                    }
+                    if let Some((s, t)) = best {
+                        println!(
+                            "  best {dtype:?} {mode:?} {m}x{k} (barrier between): {s:?} {:.1} GB/s {:.1} %",
+                            t.gb_per_s(),
+                            100.0 * t.gb_per_s() / ceiling
+                        );
+                    }
                 }
             }
         }

@@ -1,0 +1,419 @@
+//! The Q8 mode: activations quantized on the device (GGML's Q8_0 for Q8_0
+//! and Q4_0 weights, Q8_K for Q4_K) and dotted in integers.
+//!
+//! Tolerances:
+//! - quantized activations vs `fused_core::quant::quantize_row`: bit for
+//!   bit (codes, scales and the Q8_K code sums).
+//! - GEMV and gated GEMV vs the core's same-quantization reference
+//!   (`gemm(ActQuant::Q8_0 / Q8_K)`): the integer block sums are exact and
+//!   each block's f32 term is the core's; only the order in which the terms
+//!   are added differs (and Q4_K rounds its block integer once instead of
+//!   in eight lane sums). Elements of magnitude at least 1e-2 of the largest
+//!   may differ by [`ULPS`] ulps (fused-verify's budget), and NMSE ≤ 1e-9.
+//! - integer dot products vs the plain integer fallback, and every lane
+//!   count and shape among themselves where the block order is the same:
+//!   the dot and the fallback bit for bit.
+//! - fused == unfused: bit for bit.
+
+mod common;
+
+use common::{assert_no_validation_messages, backend_or_skip, data, first_bit_difference, nmse};
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::{Epilogue, Stage};
+use fused_core::quant::quantize_row;
+use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
+use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::{Error, error::Unsupported};
+use fused_vulkan::{GemvShape, MAX_COLS, VulkanBackend, VulkanError};
+
+/// fused-verify's ulp budget for reordered sums.
+const ULPS: u64 = 4096;
+const NMSE: f64 = 1e-9;
+
+/// The weight formats with a Q8-mode shader and their activation mode.
+const PAIRS: [(DType, ActQuant); 3] = [
+    (DType::Q8_0, ActQuant::Q8_0),
+    (DType::Q4_0, ActQuant::Q8_0),
+    (DType::Q4_K, ActQuant::Q8_K),
+];
+
+fn weights(dtype: DType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
+    let w = data(rows * k, seed);
+    let rb = dtype.row_bytes(k).unwrap();
+    let mut bytes = vec![0u8; rows * rb];
+    for (src, dst) in w.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+        quantize_row(dtype, src, dst).unwrap();
+    }
+    bytes
+}
+
+fn chain(act: Activation) -> Epilogue {
+    Epilogue::NONE
+        .then_add()
+        .and_then(|e| e.then_act(act))
+        .and_then(|e| e.then_row_bias())
+        .and_then(|e| e.then_mul())
+        .unwrap()
+}
+
+fn operands(rows: usize, cols: usize) -> [Vec<f32>; 3] {
+    [
+        data(rows * cols, 11),
+        data(rows, 12),
+        data(rows * cols, 13).iter().map(|v| v + 1.5).collect(),
+    ]
+}
+
+fn ulps(a: f32, b: f32) -> u64 {
+    let key = |v: f32| {
+        let i = v.to_bits() as i32;
+        if i < 0 {
+            i64::from(i32::MIN) - i64::from(i)
+        } else {
+            i64::from(i)
+        }
+    };
+    key(a).abs_diff(key(b))
+}
+
+/// `got` is within the ulp budget of `want` on every element of magnitude
+/// at least 1e-2 of the largest, and within the NMSE budget.
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    let max = want.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g.is_finite(), "{what}: element {i} is {g}");
+        if w.abs() >= 1e-2 * max {
+            assert!(
+                ulps(*g, *w) <= ULPS,
+                "{what}: element {i}: {g} vs {w} ({} ulps)",
+                ulps(*g, *w)
+            );
+        }
+    }
+    let err = nmse(got, want);
+    assert!(err <= NMSE, "{what}: nmse {err:e}");
+}
+
+/// The device layout `VulkanBackend::quantize_activations` documents,
+/// built from the core's quantized blocks.
+fn expected_layout(mode: ActQuant, x: &[f32], n_cols: usize) -> Vec<u32> {
+    let k = x.len() / n_cols;
+    let d = mode.dtype().unwrap();
+    let mut codes = Vec::new();
+    let mut scales = Vec::new();
+    let mut sums = Vec::new();
+    for col in x.chunks_exact(k) {
+        let mut q = vec![0u8; d.row_bytes(k).unwrap()];
+        quantize_row(d, col, &mut q).unwrap();
+        for blk in q.chunks_exact(d.block_bytes()) {
+            match mode {
+                // d: f16, then 32 codes.
+                ActQuant::Q8_0 => {
+                    scales.push(u32::from(u16::from_le_bytes([blk[0], blk[1]])));
+                    codes.extend_from_slice(&blk[2..34]);
+                }
+                // d: f32, 256 codes, 16 i16 sums of 16.
+                _ => {
+                    scales.push(u32::from_le_bytes(blk[0..4].try_into().unwrap()));
+                    codes.extend_from_slice(&blk[4..260]);
+                    let bs: Vec<i32> = blk[260..292]
+                        .chunks_exact(2)
+                        .map(|c| i32::from(i16::from_le_bytes([c[0], c[1]])))
+                        .collect();
+                    for pair in bs.chunks_exact(2) {
+                        sums.push((pair[0] + pair[1]) as u32);
+                    }
+                }
+            }
+        }
+    }
+    let mut out: Vec<u32> = codes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    out.extend(scales);
+    out.extend(sums);
+    out
+}
+
+/// Activations of every magnitude the formats meet, with rounding ties.
+fn activations(k: usize, n_cols: usize, seed: u64) -> Vec<f32> {
+    let mut x = data(k * n_cols, seed);
+    for (i, blk) in x.chunks_mut(32).enumerate() {
+        let scale = [1.0, 3.7e-3, 1e-6, 250.0, 1e-30, 4e30, 0.0, 1.0][i % 8];
+        for v in blk.iter_mut() {
+            *v *= scale;
+        }
+        match i % 17 {
+            // amax 127: d = 1, id = 1; halves round away from zero (Q8_0).
+            3 => {
+                blk[0] = 127.0;
+                blk[1] = 2.5;
+                blk[2] = -3.5;
+                blk[3] = 0.5;
+                blk[4] = -0.49999997;
+            }
+            // max -127: iscale = 1; halves round to even (Q8_K).
+            5 => {
+                blk[0] = -127.0;
+                blk[1] = 2.5;
+                blk[2] = -3.5;
+                blk[3] = 126.5;
+            }
+            // The largest magnitude twice, with both signs: the first wins.
+            7 => {
+                blk[5] = 0.9;
+                blk[9] = -0.9;
+            }
+            // Infinities (d infinite, codes 0) and a NaN last in a Q8_0
+            // block (the core's maximum: d NaN), one in the middle.
+            9 => blk[6] = f32::INFINITY,
+            10 => blk[31] = f32::NAN,
+            13 if blk.len() > 20 => {
+                blk[20] = f32::NAN;
+                blk[21] = f32::NEG_INFINITY;
+            }
+            _ => {}
+        }
+    }
+    x
+}
+
+#[test]
+fn activations_are_quantized_as_the_core_does() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+        for (k, n_cols) in [(256, 1), (768, 3), (2560, 2)] {
+            let x = activations(k, n_cols, 21 + k as u64);
+            let got = b.quantize_activations(mode, &x, n_cols).unwrap();
+            let want = expected_layout(mode, &x, n_cols);
+            assert_eq!(got.len(), want.len());
+            let diff = got.iter().zip(&want).position(|(g, w)| g != w);
+            assert_eq!(diff, None, "{mode:?} k={k} cols={n_cols}");
+        }
+    }
+    // Not a whole number of blocks, or not a quantized mode: typed errors.
+    let x = vec![0.5f32; 96];
+    assert!(matches!(
+        b.quantize_activations(ActQuant::Q8_K, &x, 1),
+        Err(VulkanError::Core(Error::NotBlockAligned { .. }))
+    ));
+    assert!(matches!(
+        b.quantize_activations(ActQuant::F32, &x, 1),
+        Err(VulkanError::Core(Error::Unsupported(_)))
+    ));
+    assert_no_validation_messages(&b);
+}
+
+fn unfused_chain(b: &VulkanBackend, e: &Epilogue, ops: &[&[f32]], mut v: Vec<f32>) -> Vec<f32> {
+    for st in e.stages() {
+        let mut out = vec![0.0; v.len()];
+        match *st {
+            Stage::Act(a) => b.unary(a, &v, &mut out).unwrap(),
+            Stage::Add { slot } => b.add(&v, ops[slot as usize], &mut out).unwrap(),
+            Stage::Mul { slot } => b.mul(&v, ops[slot as usize], &mut out).unwrap(),
+            Stage::AddRowBias { slot } => b.add_row_bias(&v, ops[slot as usize], &mut out).unwrap(),
+        }
+        v = out;
+    }
+    v
+}
+
+/// Plain and gated GEMV, with and without a chain, against the core's
+/// same-quantization reference, and fused == unfused.
+fn check_all(b: &VulkanBackend, m: usize, cols: &[usize], what: &str) {
+    for (dtype, mode) in PAIRS {
+        let k = if dtype == DType::Q4_K { 768 } else { 320 };
+        let wb = weights(dtype, m, k, 1);
+        let ub = weights(dtype, m, k, 2);
+        let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
+        let u = WeightMatrix::new(dtype, m, k, &ub).unwrap();
+        let glu = GluWeights::new(w, u).unwrap();
+        for &n_cols in cols {
+            let what = format!("{what} {dtype:?} x {mode:?} k={k} cols={n_cols}");
+            let x: Vec<f32> = data(k * n_cols, 3 + n_cols as u64)
+                .iter()
+                .map(|v| v * 2.0)
+                .collect();
+            let ops = operands(m, n_cols);
+            let ops: Vec<&[f32]> = ops.iter().map(|v| &v[..]).collect();
+            let e = chain(Activation::Silu);
+            let bound = e.bind(&ops, m, n_cols).unwrap();
+            let none = Epilogue::NONE.bind(&[], m, n_cols).unwrap();
+            let mut want = vec![0.0; m * n_cols];
+            let mut got = vec![f32::NAN; m * n_cols];
+            // Plain, no chain.
+            gemm(&w, &x, n_cols, mode, &none, &mut want).unwrap();
+            b.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut got)
+                .unwrap();
+            assert_close(&got, &want, &what);
+            let plain = got.clone();
+            // With the chain; fused == GEMV + unfused kernels.
+            gemm(&w, &x, n_cols, mode, &bound, &mut want).unwrap();
+            b.gemv(&w, &x, n_cols, mode, &e, &ops, &mut got).unwrap();
+            assert_close(&got, &want, &format!("chain {what}"));
+            let unfused = unfused_chain(b, &e, &ops, plain.clone());
+            assert_eq!(first_bit_difference(&got, &unfused), None, "chain {what}");
+            // Gated; fused == 2 GEMV + glu + unfused chain.
+            for act in [Activation::Silu, Activation::GeluErf] {
+                gemm_glu(&glu, &x, n_cols, mode, act, &bound, &mut want).unwrap();
+                b.gemv_glu(&glu, act, &x, n_cols, mode, &e, &ops, &mut got)
+                    .unwrap();
+                let err = nmse(&got, &want);
+                assert!(err <= 1e-6, "glu {act:?} {what}: nmse {err:e}");
+                let mut up = vec![0.0; m * n_cols];
+                b.gemv(&u, &x, n_cols, mode, &Epilogue::NONE, &[], &mut up)
+                    .unwrap();
+                let mut gated = vec![0.0; m * n_cols];
+                b.glu(act, &plain, &up, &mut gated).unwrap();
+                let unfused = unfused_chain(b, &e, &ops, gated);
+                assert_eq!(
+                    first_bit_difference(&got, &unfused),
+                    None,
+                    "glu {act:?} {what}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_gemv_matches_the_reference_for_every_column_count() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let cols: Vec<usize> = (1..=MAX_COLS).collect();
+    check_all(&b, 37, &cols, "picked shape");
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
+    let Some(mut b) = backend_or_skip() else {
+        return;
+    };
+    let info = b.context().info().clone();
+    let sg = b
+        .gemv_shape_for(DType::Q4_K, ActQuant::Q8_K, 1, false)
+        .unwrap()
+        .subgroup_reduce;
+    // Rows not dividing M, more outputs than threads, loop tails, every
+    // lane count a format allows (lanes above 1 need the subgroup path;
+    // more than a format's units are refused). Shapes stay small: lavapipe
+    // compiles every unrolled load slot.
+    let mut shapes = vec![
+        GemvShape {
+            workgroup: 32,
+            rows: 3,
+            unroll: 1,
+            subgroup_reduce: false,
+            lanes: 1,
+        },
+        GemvShape {
+            workgroup: 16,
+            rows: 5,
+            unroll: 2,
+            subgroup_reduce: sg,
+            lanes: if sg { 2 } else { 1 },
+        },
+    ];
+    if sg {
+        for lanes in [2, 4, 8] {
+            if lanes <= info.subgroup_size {
+                shapes.push(GemvShape {
+                    workgroup: 64,
+                    rows: 2,
+                    unroll: 2,
+                    subgroup_reduce: true,
+                    lanes,
+                });
+            }
+        }
+    }
+    let m = 23;
+    for shape in shapes {
+        b.set_gemv_shape(Some(shape)).unwrap();
+        for (dtype, mode) in PAIRS {
+            let k = if dtype == DType::Q4_K { 1280 } else { 1056 };
+            let wb = weights(dtype, m, k, 5);
+            let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
+            for n_cols in [1, 5] {
+                let what = format!("{shape:?} {dtype:?} k={k} cols={n_cols}");
+                let x = data(k * n_cols, 6);
+                let none = Epilogue::NONE.bind(&[], m, n_cols).unwrap();
+                let mut want = vec![0.0; m * n_cols];
+                gemm(&w, &x, n_cols, mode, &none, &mut want).unwrap();
+                let mut got = vec![f32::NAN; m * n_cols];
+                let r = b.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut got);
+                let units = match dtype {
+                    DType::Q8_0 => 4,
+                    DType::Q4_0 => 2,
+                    _ => 8,
+                };
+                if shape.lanes > units {
+                    assert!(r.is_err(), "{what}");
+                    continue;
+                }
+                r.unwrap();
+                assert_close(&got, &want, &what);
+                if info.integer_dot {
+                    b.set_gemv_integer_dot(false).unwrap();
+                    let mut plain = vec![f32::NAN; m * n_cols];
+                    b.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut plain)
+                        .unwrap();
+                    b.set_gemv_integer_dot(true).unwrap();
+                    assert_eq!(first_bit_difference(&got, &plain), None, "fallback {what}");
+                }
+                if info.storage_16bit && dtype != DType::Q4_K {
+                    b.set_gemv_16bit_loads(false).unwrap();
+                    let mut w32 = vec![f32::NAN; m * n_cols];
+                    b.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut w32)
+                        .unwrap();
+                    b.set_gemv_16bit_loads(true).unwrap();
+                    assert_eq!(first_bit_difference(&got, &w32), None, "32-bit {what}");
+                }
+            }
+        }
+    }
+    b.set_gemv_shape(None).unwrap();
+    // The whole matrix again without integer dot products.
+    if info.integer_dot {
+        b.set_gemv_integer_dot(false).unwrap();
+        check_all(&b, 19, &[1, 3], "fallback");
+    } else {
+        assert!(b.set_gemv_integer_dot(true).is_err());
+    }
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn pairs_without_a_shader_are_unsupported() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (m, k) = (4, 256);
+    let x = data(k, 1);
+    let mut y = vec![0.0; m];
+    for (dtype, mode) in [
+        (DType::F16, ActQuant::Q8_0),
+        (DType::F32, ActQuant::Q8_K),
+        (DType::Q4_K, ActQuant::Q8_0),
+        (DType::Q8_0, ActQuant::Q8_K),
+        (DType::Q4_0, ActQuant::Q8_1),
+    ] {
+        let wb = weights(dtype, m, k, 3);
+        let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
+        let r = b.gemv(&w, &x, 1, mode, &Epilogue::NONE, &[], &mut y);
+        assert!(
+            matches!(
+                r,
+                Err(VulkanError::Core(Error::Unsupported(Unsupported::ActQuant(a)))) if a == mode
+            ),
+            "{dtype:?} {mode:?}: {r:?}"
+        );
+    }
+    assert_no_validation_messages(&b);
+}
