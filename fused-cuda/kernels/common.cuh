@@ -106,3 +106,46 @@ __device__ __forceinline__ float epilogue_apply(const EpiParams &e, float v, uin
     }
     return v;
 }
+
+// The chain's operands for output (row, col), loaded ahead of time (by the
+// thread that later applies the chain, so that their memory latency hides
+// behind the dot product): pre[s] is stage s's operand value (0 for an
+// activation stage or past the chain's end).
+__device__ __forceinline__ void epilogue_prefetch(const EpiParams &e, uint32_t row, uint32_t col,
+                                                  uint32_t rows, float *pre) {
+    const size_t at = (size_t)col * rows + row;
+#pragma unroll
+    for (uint32_t s = 0; s < MAX_STAGES; ++s) {
+        pre[s] = 0.0f;
+        if (s < e.n_stages) {
+            const uint32_t kind = e.kind[s];
+            if (kind == STAGE_ADD || kind == STAGE_MUL) pre[s] = e.operand[s][at];
+            else if (kind == STAGE_ROW_BIAS) pre[s] = e.operand[s][row];
+        }
+    }
+}
+
+// epilogue_apply with the operands from epilogue_prefetch: the same stage
+// functions in the same order, so the same bits.
+__device__ __forceinline__ float epilogue_apply_pre(const EpiParams &e, float v, const float *pre) {
+#pragma unroll
+    for (uint32_t s = 0; s < MAX_STAGES; ++s) {
+        if (s < e.n_stages) {
+            switch (e.kind[s]) {
+            case STAGE_ACT:
+                v = act_apply(e.act[s], v);
+                break;
+            case STAGE_ADD:
+            case STAGE_ROW_BIAS:
+                v = add_rn(v, pre[s]);
+                break;
+            case STAGE_MUL:
+                v = mul_rn(v, pre[s]);
+                break;
+            default:
+                break;
+            }
+        }
+    }
+    return v;
+}

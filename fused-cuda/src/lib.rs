@@ -79,6 +79,7 @@ mod launch;
 mod layout;
 #[cfg(feature = "cuda")]
 mod params;
+mod qacts;
 #[cfg(feature = "cuda")]
 mod plan_exec;
 
@@ -86,17 +87,20 @@ mod plan_exec;
 mod stub;
 
 #[cfg(feature = "cuda")]
-pub use backend::{CudaBackend, DeviceVec, DeviceWeights};
+pub use backend::{CudaBackend, DeviceActs, DeviceVec, DeviceWeights};
 #[cfg(feature = "cuda")]
 pub use device::CudaDevice;
 pub use error::CudaError;
 pub use plan::{DevicePlanStats, Submission};
 #[cfg(feature = "cuda")]
 pub use plan_exec::DevicePlan;
+pub use qacts::QuantizedActs;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{CudaBackend, CudaDevice, DevicePlan, DeviceVec, DeviceWeights};
+pub use stub::{CudaBackend, CudaDevice, DeviceActs, DevicePlan, DeviceVec, DeviceWeights};
 
 use fused_core::DType;
+use fused_core::error::Unsupported;
+use fused_core::reference::ActQuant;
 
 /// The weight formats the CUDA GEMV kernels take.
 pub const GEMV_DTYPES: [DType; 5] = [
@@ -106,6 +110,23 @@ pub const GEMV_DTYPES: [DType; 5] = [
     DType::Q4_0,
     DType::Q4_K,
 ];
+
+/// Whether the CUDA GEMV kernels take weights of `dtype` with activations
+/// fed per `mode`: every format of [`GEMV_DTYPES`] with f32 activations
+/// ([`ActQuant::F32`]); Q8_0 and Q4_0 weights with [`ActQuant::Q8_0`]
+/// activations and Q4_K with [`ActQuant::Q8_K`] (quantized on the device,
+/// integer dot products).
+pub fn check_gemv_mode(dtype: DType, mode: ActQuant) -> Result<(), Unsupported> {
+    if !GEMV_DTYPES.contains(&dtype) {
+        return Err(Unsupported::WeightFormat(dtype));
+    }
+    match (mode, dtype) {
+        (ActQuant::F32, _)
+        | (ActQuant::Q8_0, DType::Q8_0 | DType::Q4_0)
+        | (ActQuant::Q8_K, DType::Q4_K) => Ok(()),
+        _ => Err(Unsupported::ActQuant(mode)),
+    }
+}
 
 /// The most activation columns one GEMV launch takes.
 pub const MAX_COLS: usize = 8;
