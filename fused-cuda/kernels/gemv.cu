@@ -690,6 +690,23 @@ struct QuantParams {
     uint32_t n_blocks; // n_cols · k / block length: the warps that work
 };
 
+// Programmatic dependent launch (sm_90): the integer GEMV is launched so
+// that it may start while the quantizer before it still runs
+// (src/launch.rs); it issues its first weight loads, then waits for the
+// quantizer's results (griddep_wait) before it reads any activation or
+// epilogue operand. The quantizer lets it start at once. Below sm_90 (and
+// when launched normally) both are no-ops.
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // f32 to IEEE half bits, round to nearest even (as the core's f16_from).
 __device__ __forceinline__ uint32_t float_to_half_bits(float f) {
     unsigned short h;
@@ -701,6 +718,7 @@ __device__ __forceinline__ uint32_t float_to_half_bits(float f) {
 // d = amax/127, id = 1/d (0 for d = 0), q = roundf(x·id) (ties away from
 // zero), d stored as f16 (here: its f32 value).
 extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_0(const QuantParams p) {
+    griddep_launch_dependents();
     const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
     if (blk >= p.n_blocks) return; // whole warps leave together
     const float v = p.x[(size_t)blk * 32 + lane];
@@ -738,6 +756,7 @@ __device__ __forceinline__ int nearest_int(float x) {
 // q = min(127, nearest_int(iscale·x)), d = 1/iscale, bsums of 16; an
 // all-zero block gives zeros.
 extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const QuantParams p) {
+    griddep_launch_dependents();
     const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
     if (blk >= p.n_blocks) return;
     const float *xb = p.x + (size_t)blk * 256 + 8 * lane;
@@ -977,6 +996,7 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
     const uint32_t row0 = blockIdx.x * R;
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     if (row0 >= p.rows) return;
+    griddep_wait();
     const uint32_t out_row = row0 + threadIdx.x / NC, out_col = threadIdx.x % NC;
     const bool stores = threadIdx.x < (uint32_t)(R * NC) && out_row < p.rows;
     float pre[MAX_STAGES];
@@ -1036,15 +1056,107 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
                                       p.y + (size_t)out_col * p.rows + out_row);
 }
 
+// The warp-rows variant: each warp of a block owns R rows of its own (the
+// block: WARPS·R consecutive rows) and walks all of K, lane l taking units
+// l, l + 32, ...; a warp needs no other warp (no shared memory, no block
+// barrier), so one warp's reduction and epilogue overlap the others' loads.
+// Lane i < R·NC applies the epilogue to output i (row i / NC, column i mod
+// NC) after the butterfly, which leaves every sum in every lane.
+template <int FMT, int NC, int R, bool GLU> __device__ void gemvq_w(const GemvQParams &p) {
+    using U = QUnit<FMT>;
+    constexpr int V = GLU ? 2 : 1;
+    constexpr int UNROLL = V * R <= 2 ? 4 : 2;
+    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const uint32_t row0 = (blockIdx.x * WARPS + warp) * R;
+    if (row0 >= p.rows) return; // the whole warp leaves together
+    const uint32_t out_r = lane / NC, out_col = lane % NC, out_row = row0 + out_r;
+    const bool stores = lane < (uint32_t)(R * NC) && out_row < p.rows;
+    float pre[MAX_STAGES];
+    // After the first weight loads: wait for the quantizer, then load the
+    // epilogue's operands.
+    bool waited = false;
+    auto wait_then_prefetch = [&]() {
+        griddep_wait();
+        if (stores) epilogue_prefetch(p.epi, out_row, out_col, p.rows, pre);
+        waited = true;
+    };
+    float acc[V][R][NC];
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int c = 0; c < NC; ++c) acc[v][r][c] = 0.0f;
+    uint32_t row[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
+    const uint32_t units = p.k / U::ELEMS;
+    for (uint32_t u0 = lane; u0 < units; u0 += UNROLL * 32) {
+        typename U::WRaw w[UNROLL][V][R];
+#pragma unroll
+        for (int j = 0; j < UNROLL; ++j) {
+            const uint32_t u = u0 + j * 32;
+            if (u < units) {
+#pragma unroll
+                for (int v = 0; v < V; ++v)
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+                        w[j][v][r] = U::load(v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
+            }
+        }
+        if (!waited) wait_then_prefetch();
+#pragma unroll
+        for (int j = 0; j < UNROLL; ++j) {
+            const uint32_t u = u0 + j * 32;
+            if (u < units) {
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    const typename U::XRaw x = U::xload(p, c, u);
+#pragma unroll
+                    for (int v = 0; v < V; ++v)
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+                            acc[v][r][c] = __fadd_rn(acc[v][r][c], qterm<FMT>(w[j][v][r], x, u));
+                }
+            }
+        }
+    }
+    if (!waited) wait_then_prefetch();
+    float sum[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+        sum[v] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            warp_sum<NC>(acc[v][r]);
+#pragma unroll
+            for (int c = 0; c < NC; ++c)
+                if (out_r == (uint32_t)r && out_col == (uint32_t)c) sum[v] = acc[v][r][c];
+        }
+    }
+    if (stores) {
+        const float val = GLU ? glu_apply(p.glu_act, sum[0], sum[V - 1]) : sum[0];
+        p.y[(size_t)out_col * p.rows + out_row] = epilogue_apply_pre(p.epi, val, pre);
+    }
+}
+
 // Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/launch.rs picks R
 // (q_rows_per_block).
 #define GEMVQ_KERNEL(name, FMT, R, NC)                                                         \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemvq_##name##_r##R##_c##NC(const GemvQParams p) {                               \
-        gemvq<FMT, NC, R, false>(p);                                                           \
+        gemvq_w<FMT, NC, R, false>(p);                                                         \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemvq_glu_##name##_r##R##_c##NC(const GemvQParams p) {                           \
+        gemvq_w<FMT, NC, R, true>(p);                                                          \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemvqs_##name##_r##R##_c##NC(const GemvQParams p) {                              \
+        gemvq<FMT, NC, R, false>(p);                                                           \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemvqs_glu_##name##_r##R##_c##NC(const GemvQParams p) {                          \
         gemvq<FMT, NC, R, true>(p);                                                            \
     }
 

@@ -10,12 +10,13 @@
 //! for device buffers they are given zero-filled host slices of the same
 //! lengths (the backend's *shape shadow*).
 
-use crate::device::{CudaDevice, driver};
+use crate::device::{CudaDevice, check_result, driver};
+use crate::pdl;
 use crate::launch::{EwKernel, GemvShape, Launch, ew_len, u32_of};
 use crate::layout;
 use crate::params::EpiParams;
 use crate::qacts::{QactsLayout, QuantizedActs};
-use crate::{CudaError, GEMV_DTYPES, check_gemv_mode};
+use crate::{CudaError, GEMV_DTYPES, KernelForm, check_gemv_mode};
 use cust::event::{Event, EventFlags};
 use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::module::Module;
@@ -403,6 +404,43 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Whether the integer GEMV launches may overlap the quantizer before
+    /// them (programmatic dependent launch, `src/pdl.rs`): on devices of
+    /// compute capability 9.0 and up running the cubin (whose kernels wait
+    /// for their predecessor; the portable PTX is built for compute_80,
+    /// without the wait). `FUSED_CUDA_PDL=0` turns it off (A/B runs).
+    pub(crate) fn use_pdl(&self) -> bool {
+        self.dev.capability().0 >= 9
+            && self.dev.kernel_form() == KernelForm::Cubin
+            && std::env::var("FUSED_CUDA_PDL").map_or(true, |v| v != "0")
+    }
+
+    /// [`CudaBackend::launch`] as a programmatic dependent launch.
+    ///
+    /// # Safety
+    /// As [`CudaBackend::launch`], and the kernel must wait
+    /// (`griddepcontrol.wait`) before it reads anything that the kernel
+    /// before it on the stream writes.
+    pub(crate) unsafe fn launch_pdl(
+        &self,
+        module: &Module,
+        name: &str,
+        grid: u32,
+        block: u32,
+        args: &[*mut c_void],
+    ) -> Result<(), CudaError> {
+        self.dev.make_current()?;
+        let f = module.get_function(name).map_err(|e| CudaError::Driver {
+            what: "find a kernel",
+            message: format!("{name}: {e}"),
+        })?;
+        // SAFETY: forwarded from the caller (see `launch`).
+        let r = unsafe { pdl::launch(f.to_raw(), grid, block, self.dev.stream.as_inner(), args) };
+        check_result(r, "launch a kernel (programmatic dependent launch)")?;
+        self.count_launch();
+        Ok(())
+    }
+
     /// The launch counter.
     pub(crate) fn launch_counter(&self) -> &AtomicU64 {
         &self.launches
@@ -514,12 +552,15 @@ impl CudaBackend {
                 .unwrap_or_else(|p| p.into_inner());
             let layout = QactsLayout::new(mode, k, n_cols)?;
             if guard.as_ref().is_none_or(|b| b.len() < layout.bytes) {
-                *guard = None;
                 self.dev.make_current()?;
+                *guard = None;
                 *guard = Some(
                     DeviceBuffer::zeroed(layout.bytes)
                         .map_err(driver("allocate quantized activations"))?,
                 );
+                // The zero fill runs on the legacy stream, which the
+                // backend's stream does not wait for.
+                self.synchronize_context()?;
             }
             let q = guard.as_ref().map_or(0, |b| b.as_device_ptr().as_raw());
             // SAFETY: x holds n_cols·k f32 (checked above) and the scratch
@@ -609,6 +650,8 @@ impl CudaBackend {
         let buf = DeviceBuffer::zeroed(layout.bytes.max(1))
             .map_err(driver("allocate quantized activations"))?;
         let acts = DeviceActs { layout, buf };
+        // The zero fill runs on the legacy stream (see above).
+        self.synchronize_context()?;
         // SAFETY: x holds n_cols·k f32 and `acts` layout.bytes; both are
         // borrowed or owned past the enqueue and freed only by cuMemFree.
         unsafe { self.enqueue_opt(Launch::quantize(&layout, x.addr(), acts.addr())?)? };

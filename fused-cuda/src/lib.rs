@@ -81,6 +81,8 @@ mod layout;
 mod params;
 mod qacts;
 #[cfg(feature = "cuda")]
+mod pdl;
+#[cfg(feature = "cuda")]
 mod plan_exec;
 
 #[cfg(not(feature = "cuda"))]

@@ -105,6 +105,7 @@ fn bad_inputs_are_typed_errors() {
     // Quantized activations of another length than the weights' K, and a
     // quantizer input that is not whole columns.
     let acts = be.quantize_acts(ActQuant::Q8_0, &xd, 1).unwrap();
+    be.reset_launches();
     let b3 = weights(&mut rng, DType::Q4_0, m, 2 * k);
     let w3 = be
         .upload_weights(&WeightMatrix::new(DType::Q4_0, m, 2 * k, &b3).unwrap())
