@@ -3,8 +3,15 @@
 //   y[c*rows + r] = epilogue(sum_k W[r][k] * x[c*k_len + k])            (plain)
 //   y[c*rows + r] = epilogue(act(W_g[r]·x_c) * (W_u[r]·x_c))              (GLU)
 //
-// Activation scheme: the activations stay f32 (the core reference's
-// ActQuant::F32 mode, up to rounding). A block of WARPS warps computes R
+// Two activation schemes: f32 activations (the core reference's
+// ActQuant::F32 mode, up to rounding; this first part of the file), and
+// activations quantized on the device with integer dot products (GGML's
+// Q8_0 / Q8_K modes; the second part, "Quantized activations" below).
+// Both apply the epilogue the same way: the thread that stores an output
+// starts copying its epilogue operands into shared memory (cp.async)
+// before the dot product, so their latency hides behind it.
+//
+// f32 activations: A block of WARPS warps computes R
 // output rows (RowsPerBlock); its warps split K between them, each lane sums
 // its own elements in a fixed order, the 32 lane sums of a warp are combined
 // by a fixed butterfly of shuffles and the warps' sums in warp order through
@@ -582,7 +589,8 @@ template <int NC> __device__ __forceinline__ void warp_sum(float *acc) {
 // the epilogue chain with the prefetched operands; stored at y.
 template <int V, bool GLU>
 __device__ __forceinline__ void finish_output(const float *part, int stride, uint32_t glu_act,
-                                              const EpiParams &epi, const float *pre, float *y) {
+                                              const EpiParams &epi, const float *pre,
+                                              int pre_stride, float *y) {
     float sum[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -591,7 +599,7 @@ __device__ __forceinline__ void finish_output(const float *part, int stride, uin
         for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], part[(v * WARPS + wi) * stride]);
     }
     const float val = GLU ? glu_apply(glu_act, sum[0], sum[V - 1]) : sum[0];
-    *y = epilogue_apply_pre(epi, val, pre);
+    *y = epilogue_apply_pre(epi, val, pre, pre_stride);
 }
 
 // Block b computes rows R·b .. R·b + R − 1 (RowsPerBlock); rows past the end
@@ -603,12 +611,13 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
     const uint32_t row0 = blockIdx.x * R;
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     if (row0 >= p.rows) return; // the whole block leaves together
-    // The thread that applies the epilogue to output i = threadIdx.x loads
-    // its operands now, before the dot product (R·NC <= 32 < blockDim.x).
+    // The thread that applies the epilogue to output i = threadIdx.x starts
+    // the copies of its operands into shared memory now, before the dot
+    // product (R·NC <= 32 < blockDim.x).
     const uint32_t out_row = row0 + threadIdx.x / NC, out_col = threadIdx.x % NC;
     const bool stores = threadIdx.x < (uint32_t)(R * NC) && out_row < p.rows;
-    float pre[MAX_STAGES];
-    if (stores) epilogue_prefetch(p.epi, out_row, out_col, p.rows, pre);
+    __shared__ float pre[MAX_STAGES][R * NC];
+    if (stores) epilogue_prefetch_async(p.epi, out_row, out_col, p.rows, &pre[0][threadIdx.x], R * NC);
     float acc[V][R][NC];
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -628,9 +637,11 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
                 for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
             }
         }
+    cp_async_wait_all();
     __syncthreads();
-    if (stores) finish_output<V, GLU>(partial[0][0] + threadIdx.x, R * NC, p.glu_act, p.epi, pre,
-                                      p.y + (size_t)out_col * p.rows + out_row);
+    if (stores)
+        finish_output<V, GLU>(partial[0][0] + threadIdx.x, R * NC, p.glu_act, p.epi,
+                              &pre[0][threadIdx.x], R * NC, p.y + (size_t)out_col * p.rows + out_row);
 }
 
 #define GEMV_KERNELS_NC(name, FMT, NC)                                                         \
@@ -962,12 +973,16 @@ template <> struct QUnit<FMT_Q4_K> {
             lo = dp4(q & 0x0f0f0f0fu, word(x.lo, j), lo);
             hi = dp4((q >> 4) & 0x0f0f0f0fu, word(x.hi, j), hi);
         }
-        const uint32_t c = (u >> 1) & 3u;
-        uint32_t sc0, m0, sc1, m1;
-        q4k_scale_min(w.h, 2 * c, sc0, m0);
-        q4k_scale_min(w.h, 2 * c + 1, sc1, m1);
-        const int a = (int)sc0 * lo + (int)sc1 * hi;
-        const int mi = (int)m0 * x.s.x + (int)m1 * x.s.y;
+        // Sub-blocks 2c and 2c + 1: their packed bytes sit at byte
+        // 2(c mod 2) of the header's words y, z (c < 2: sc, m in 6 bits)
+        // or w, with the top bits in y, z (c >= 2); the core's scale_min.
+        const uint32_t c = (u >> 1) & 3u, sh = 16 * (c & 1u);
+        const uint32_t y2 = (w.h.y >> sh) & 0xffffu, z2 = (w.h.z >> sh) & 0xffffu,
+                       w2 = (w.h.w >> sh) & 0xffffu;
+        const uint32_t scs = c < 2 ? y2 & 0x3f3fu : (w2 & 0x0f0fu) | ((y2 >> 2) & 0x3030u);
+        const uint32_t ms = c < 2 ? z2 & 0x3f3fu : ((w2 >> 4) & 0x0f0fu) | ((z2 >> 2) & 0x3030u);
+        const int a = (int)(scs & 0xffu) * lo + (int)(scs >> 8) * hi;
+        const int mi = (int)(ms & 0xffu) * x.s.x + (int)(ms >> 8) * x.s.y;
         const float dd = __fmul_rn(half_bits_to_float(w.h.x), x.d);
         const float dm = __fmul_rn(half_bits_to_float(w.h.x >> 16), x.d);
         return __fsub_rn(__fmul_rn(dd, (float)a), __fmul_rn(dm, (float)mi));
@@ -984,8 +999,8 @@ __device__ __forceinline__ float qterm(const typename QUnit<FMT>::WRaw &w,
 // Units a lane has in flight at once.
 constexpr int Q_UNROLL = 2;
 
-// Block b computes rows R·b .. R·b + R − 1; its 4 warps take interleaved
-// runs of 32 units (lane l of warp w: units 32w + l + 128i), each lane adds
+// Block b computes rows R·b .. R·b + R − 1 (it waits for the quantizer
+// first: griddep_wait); its 4 warps take interleaved runs of 32 units (lane l of warp w: units 32w + l + 128i), each lane adds
 // its units' terms in unit order; then the reduction and epilogue of the
 // f32 kernels (finish_output).
 template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQParams &p) {
@@ -999,8 +1014,8 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
     griddep_wait();
     const uint32_t out_row = row0 + threadIdx.x / NC, out_col = threadIdx.x % NC;
     const bool stores = threadIdx.x < (uint32_t)(R * NC) && out_row < p.rows;
-    float pre[MAX_STAGES];
-    if (stores) epilogue_prefetch(p.epi, out_row, out_col, p.rows, pre);
+    __shared__ float pre[MAX_STAGES][R * NC];
+    if (stores) epilogue_prefetch_async(p.epi, out_row, out_col, p.rows, &pre[0][threadIdx.x], R * NC);
     float acc[V][R][NC];
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -1051,93 +1066,11 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
                 for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
             }
         }
+    cp_async_wait_all();
     __syncthreads();
-    if (stores) finish_output<V, GLU>(partial[0][0] + threadIdx.x, R * NC, p.glu_act, p.epi, pre,
-                                      p.y + (size_t)out_col * p.rows + out_row);
-}
-
-// The warp-rows variant: each warp of a block owns R rows of its own (the
-// block: WARPS·R consecutive rows) and walks all of K, lane l taking units
-// l, l + 32, ...; a warp needs no other warp (no shared memory, no block
-// barrier), so one warp's reduction and epilogue overlap the others' loads.
-// Lane i < R·NC applies the epilogue to output i (row i / NC, column i mod
-// NC) after the butterfly, which leaves every sum in every lane.
-template <int FMT, int NC, int R, bool GLU> __device__ void gemvq_w(const GemvQParams &p) {
-    using U = QUnit<FMT>;
-    constexpr int V = GLU ? 2 : 1;
-    constexpr int UNROLL = V * R <= 2 ? 4 : 2;
-    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const uint32_t row0 = (blockIdx.x * WARPS + warp) * R;
-    if (row0 >= p.rows) return; // the whole warp leaves together
-    const uint32_t out_r = lane / NC, out_col = lane % NC, out_row = row0 + out_r;
-    const bool stores = lane < (uint32_t)(R * NC) && out_row < p.rows;
-    float pre[MAX_STAGES];
-    // After the first weight loads: wait for the quantizer, then load the
-    // epilogue's operands.
-    bool waited = false;
-    auto wait_then_prefetch = [&]() {
-        griddep_wait();
-        if (stores) epilogue_prefetch(p.epi, out_row, out_col, p.rows, pre);
-        waited = true;
-    };
-    float acc[V][R][NC];
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int c = 0; c < NC; ++c) acc[v][r][c] = 0.0f;
-    uint32_t row[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
-    const uint32_t units = p.k / U::ELEMS;
-    for (uint32_t u0 = lane; u0 < units; u0 += UNROLL * 32) {
-        typename U::WRaw w[UNROLL][V][R];
-#pragma unroll
-        for (int j = 0; j < UNROLL; ++j) {
-            const uint32_t u = u0 + j * 32;
-            if (u < units) {
-#pragma unroll
-                for (int v = 0; v < V; ++v)
-#pragma unroll
-                    for (int r = 0; r < R; ++r)
-                        w[j][v][r] = U::load(v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
-            }
-        }
-        if (!waited) wait_then_prefetch();
-#pragma unroll
-        for (int j = 0; j < UNROLL; ++j) {
-            const uint32_t u = u0 + j * 32;
-            if (u < units) {
-#pragma unroll
-                for (int c = 0; c < NC; ++c) {
-                    const typename U::XRaw x = U::xload(p, c, u);
-#pragma unroll
-                    for (int v = 0; v < V; ++v)
-#pragma unroll
-                        for (int r = 0; r < R; ++r)
-                            acc[v][r][c] = __fadd_rn(acc[v][r][c], qterm<FMT>(w[j][v][r], x, u));
-                }
-            }
-        }
-    }
-    if (!waited) wait_then_prefetch();
-    float sum[V];
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-        sum[v] = 0.0f;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            warp_sum<NC>(acc[v][r]);
-#pragma unroll
-            for (int c = 0; c < NC; ++c)
-                if (out_r == (uint32_t)r && out_col == (uint32_t)c) sum[v] = acc[v][r][c];
-        }
-    }
-    if (stores) {
-        const float val = GLU ? glu_apply(p.glu_act, sum[0], sum[V - 1]) : sum[0];
-        p.y[(size_t)out_col * p.rows + out_row] = epilogue_apply_pre(p.epi, val, pre);
-    }
+    if (stores)
+        finish_output<V, GLU>(partial[0][0] + threadIdx.x, R * NC, p.glu_act, p.epi,
+                              &pre[0][threadIdx.x], R * NC, p.y + (size_t)out_col * p.rows + out_row);
 }
 
 // Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/launch.rs picks R
@@ -1145,18 +1078,10 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq_w(const GemvQP
 #define GEMVQ_KERNEL(name, FMT, R, NC)                                                         \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemvq_##name##_r##R##_c##NC(const GemvQParams p) {                               \
-        gemvq_w<FMT, NC, R, false>(p);                                                         \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_glu_##name##_r##R##_c##NC(const GemvQParams p) {                           \
-        gemvq_w<FMT, NC, R, true>(p);                                                          \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvqs_##name##_r##R##_c##NC(const GemvQParams p) {                              \
         gemvq<FMT, NC, R, false>(p);                                                           \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvqs_glu_##name##_r##R##_c##NC(const GemvQParams p) {                          \
+        fused_gemvq_glu_##name##_r##R##_c##NC(const GemvQParams p) {                           \
         gemvq<FMT, NC, R, true>(p);                                                            \
     }
 

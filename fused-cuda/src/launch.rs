@@ -20,10 +20,8 @@ use fused_core::{DType, Error};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
-/// Warps per block of the GEMV kernels (`WARPS` in `kernels/gemv.cu`).
-const GEMV_WARPS: usize = 4;
-/// Threads per block of the GEMV kernels.
-const GEMV_BLOCK: u32 = 32 * GEMV_WARPS as u32;
+/// Threads per block of the GEMV kernels (`WARPS` = 4 warps in `kernels/gemv.cu`).
+const GEMV_BLOCK: u32 = 128;
 /// Threads per block of the element-wise kernels.
 const EW_BLOCK: u32 = 256;
 /// Threads per block of the warp FWHT kernels.
@@ -331,18 +329,12 @@ impl Launch {
             epi,
         };
         let r = gemvq_rows_per_block(n_cols);
-        // A/B switch for cuda-bench: FUSED_CUDA_Q_SPLIT=1 picks the kernels
-        // whose warps split K (a block computes r rows) over the warp-rows
-        // kernels (each warp r rows of its own, a block 4·r rows).
-        let split = std::env::var("FUSED_CUDA_Q_SPLIT").is_ok_and(|v| v == "1");
         let name = format!(
-            "fused_gemvq{}_{}{}_r{r}_c{n_cols}",
-            if split { "s" } else { "" },
+            "fused_gemvq_{}{}_r{r}_c{n_cols}",
             if w_up.is_some() { "glu_" } else { "" },
             dtype.name()
         );
-        let per_block = if split { r } else { r * GEMV_WARPS };
-        let grid = u32_of("GEMV grid", rows.div_ceil(per_block))?;
+        let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
         Ok(Some(Launch::GemvQ { name, grid, params }))
     }
 
