@@ -727,20 +727,27 @@ __device__ __forceinline__ uint32_t float_to_half_bits(float f) {
 
 // Q8_0: one warp per 32-element block, lane i quantizes element i:
 // d = amax/127, id = 1/d (0 for d = 0), q = roundf(x·id) (ties away from
-// zero), d stored as f16 (here: its f32 value).
+// zero), d stored as f16 (here: its f32 value). Non-finite inputs as the
+// core: its amax fold (`if a > |v| { a } else { |v| }`) restarts after a
+// NaN, so amax is the largest |v| after the block's last NaN (NaN when the
+// last element is one); a code is Rust's saturating `as i8` of the rounded
+// value (NaN gives 0).
 extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_0(const QuantParams p) {
     griddep_launch_dependents();
     const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
     if (blk >= p.n_blocks) return; // whole warps leave together
     const float v = p.x[(size_t)blk * 32 + lane];
-    float amax = fabsf(v);
+    const uint32_t nans = __ballot_sync(0xffffffffu, v != v);
+    const int last_nan = nans ? 31 - __clz((int)nans) : -1;
+    float amax = (int)lane > last_nan ? fabsf(v) : 0.0f;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (last_nan == 31) amax = __int_as_float(0x7fc00000);
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    const float r = fminf(fmaxf(roundf(__fmul_rn(v, id)), -128.0f), 127.0f);
-    const int q = (int)r;
+    const float rv = roundf(__fmul_rn(v, id));
+    const int q = rv != rv ? 0 : (int)fminf(fmaxf(rv, -128.0f), 127.0f);
     p.codes[(size_t)blk * 32 + lane] = (int8_t)q;
     const int sum = __reduce_add_sync(0xffffffffu, q);
     if (lane == 0) {
@@ -756,10 +763,12 @@ __device__ __forceinline__ uint32_t bsum_slot(uint32_t g) {
     return 2 * (2 * (g >> 2) + (g & 1u)) + ((g >> 1) & 1u);
 }
 
-// GGML's nearest_int: 1.5·2^23 added, the low mantissa bits read.
+// GGML's nearest_int: 1.5·2^23 added, the low mantissa bits read. A NaN
+// gives 0, as on the CPU, where the sum keeps the quiet NaN's payload
+// (mantissa 0x400000); the GPU's NaNs carry another.
 __device__ __forceinline__ int nearest_int(float x) {
     const float v = __fadd_rn(x, 12582912.0f);
-    return (int)(__float_as_uint(v) & 0x007fffffu) - 0x00400000;
+    return x != x ? 0 : (int)(__float_as_uint(v) & 0x007fffffu) - 0x00400000;
 }
 
 // Q8_K: one warp per 256-element block, lane l quantizes elements 8l..8l+7:

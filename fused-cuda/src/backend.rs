@@ -11,10 +11,10 @@
 //! lengths (the backend's *shape shadow*).
 
 use crate::device::{CudaDevice, check_result, driver};
-use crate::pdl;
 use crate::launch::{EwKernel, GemvShape, Launch, ew_len, u32_of};
 use crate::layout;
 use crate::params::EpiParams;
+use crate::pdl;
 use crate::qacts::{QactsLayout, QuantizedActs};
 use crate::{CudaError, GEMV_DTYPES, KernelForm, check_gemv_mode};
 use cust::event::{Event, EventFlags};
@@ -24,8 +24,8 @@ use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::error::{Unsupported, check_divides, check_len};
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::reference::gemv::{GluWeights, check_gemm_args};
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -317,11 +317,12 @@ impl CudaBackend {
             .copy_from(&bytes[..])
             .map_err(driver("copy weights to the device"))?;
         if let Some(ib) = d.int_buf.as_mut() {
-            let bytes = layout::to_device_int(w.dtype(), w.rows(), w.cols(), w.bytes())
-                .ok_or(Error::UnsupportedDType {
+            let bytes = layout::to_device_int(w.dtype(), w.rows(), w.cols(), w.bytes()).ok_or(
+                Error::UnsupportedDType {
                     what: "integer GEMV weights",
                     dtype: w.dtype(),
-                })?;
+                },
+            )?;
             check_len("device weight bytes", ib.len(), bytes.len())?;
             ib.copy_from(&bytes[..])
                 .map_err(driver("copy weights to the device"))?;
@@ -546,10 +547,7 @@ impl CudaBackend {
             if n_cols == 0 || m == 0 {
                 return Ok(());
             }
-            let mut guard = self
-                .act_scratch
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut guard = self.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
             let layout = QactsLayout::new(mode, k, n_cols)?;
             if guard.as_ref().is_none_or(|b| b.len() < layout.bytes) {
                 self.dev.make_current()?;
@@ -612,7 +610,8 @@ impl CudaBackend {
         y: &mut DeviceVec,
     ) -> Result<(), CudaError> {
         let int_addr = |d: &DeviceWeights| {
-            d.int_addr().ok_or(Error::Unsupported(Unsupported::ActQuant(layout.mode)))
+            d.int_addr()
+                .ok_or(Error::Unsupported(Unsupported::ActQuant(layout.mode)))
         };
         let wa = int_addr(w)?;
         let ua = up.map(int_addr).transpose()?;

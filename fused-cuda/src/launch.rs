@@ -265,7 +265,11 @@ impl Launch {
 
     /// The quantizer of the `layout.n_cols` activation columns at `x` into
     /// the buffer at `q` (laid out as `layout`); `None` when empty.
-    pub(crate) fn quantize(layout: &QactsLayout, x: u64, q: u64) -> Result<Option<Launch>, CudaError> {
+    pub(crate) fn quantize(
+        layout: &QactsLayout,
+        x: u64,
+        q: u64,
+    ) -> Result<Option<Launch>, CudaError> {
         let blocks = layout.blocks();
         if blocks == 0 {
             return Ok(None);
@@ -283,7 +287,10 @@ impl Launch {
         } else {
             "fused_quantize_q8_0"
         };
-        let grid = u32_of("quantizer grid", blocks.div_ceil((QUANT_BLOCK / 32) as usize))?;
+        let grid = u32_of(
+            "quantizer grid",
+            blocks.div_ceil((QUANT_BLOCK / 32) as usize),
+        )?;
         Ok(Some(Launch::Quantize { name, grid, params }))
     }
 
@@ -420,7 +427,9 @@ impl CudaBackend {
                     // (griddep_wait) before they read activations or
                     // epilogue operands, and never read what the kernel
                     // before them writes otherwise (weights are constant).
-                    return unsafe { self.launch_pdl(&dev.gemv, name, *grid, GEMV_BLOCK, &[arg(params)]) };
+                    return unsafe {
+                        self.launch_pdl(&dev.gemv, name, *grid, GEMV_BLOCK, &[arg(params)])
+                    };
                 }
                 // SAFETY: one GemvQParams argument, as every integer GEMV
                 // kernel takes; the addresses are valid per the caller.

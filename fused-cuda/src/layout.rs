@@ -266,7 +266,14 @@ mod tests {
 
     /// Element `e` of row `r` read back from the integer layout the way
     /// `QUnit` in `kernels/gemv.cu` reads it, dequantized as the core does.
-    fn read_back_int(dtype: DType, dev: &[u8], rows: usize, cols: usize, r: usize, e: usize) -> f32 {
+    fn read_back_int(
+        dtype: DType,
+        dev: &[u8],
+        rows: usize,
+        cols: usize,
+        r: usize,
+        e: usize,
+    ) -> f32 {
         let nb = cols / dtype.block_len();
         let (b, i) = (e / dtype.block_len(), e % dtype.block_len());
         let at = r * nb + b;
@@ -344,7 +351,11 @@ mod tests {
                     dequantize_row(dtype, &bytes[r * rb..(r + 1) * rb], &mut want).unwrap();
                     for (e, w) in want.iter().enumerate() {
                         let got = read_back_int(dtype, &dev, rows, cols, r, e);
-                        assert_eq!(got.to_bits(), w.to_bits(), "{dtype} {rows}x{cols} r{r} e{e}");
+                        assert_eq!(
+                            got.to_bits(),
+                            w.to_bits(),
+                            "{dtype} {rows}x{cols} r{r} e{e}"
+                        );
                     }
                 }
             }

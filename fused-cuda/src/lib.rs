@@ -94,11 +94,11 @@ mod launch;
 mod layout;
 #[cfg(feature = "cuda")]
 mod params;
-mod qacts;
 #[cfg(feature = "cuda")]
 mod pdl;
 #[cfg(feature = "cuda")]
 mod plan_exec;
+mod qacts;
 
 #[cfg(not(feature = "cuda"))]
 mod stub;

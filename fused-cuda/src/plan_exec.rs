@@ -55,8 +55,8 @@ use fused_core::exec::{Buffers, StepKernels, fill_buffers, gather_f32, packed};
 use fused_core::fwht::{FwhtDesc, check_fwht_size};
 use fused_core::graph::{Graph, MatHint, Node, Op};
 use fused_core::planner::{Operands, Plan, Step};
-use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::reference::eval::GemvMode;
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
 
@@ -64,8 +64,8 @@ use crate::backend::{CudaBackend, DeviceWeights};
 use crate::cuda_graph::CapturedGraph;
 use crate::device::driver;
 use crate::launch::{EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, u32_of};
-use crate::qacts::QactsLayout;
 use crate::params::EpiParams;
+use crate::qacts::QactsLayout;
 use crate::{CudaError, DevicePlanStats, Submission};
 
 /// Which buffer a region lies in.

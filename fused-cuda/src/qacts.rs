@@ -12,9 +12,9 @@
 //!   `v = 2c + h` (0..8) needs sit together: group `g` at `2·(2·(g / 4) +
 //!   g mod 2) + (g / 2) mod 2`.
 
-use fused_core::{DType, Error};
 use fused_core::error::Unsupported;
 use fused_core::reference::ActQuant;
+use fused_core::{DType, Error};
 
 /// Quantized activations copied back to the host
 /// (`CudaBackend::download_acts`).
@@ -121,7 +121,10 @@ mod tests {
     #[test]
     fn layouts_are_aligned_and_refuse_other_modes() {
         let l = QactsLayout::new(ActQuant::Q8_0, 96, 3).unwrap();
-        assert_eq!((l.scales, l.sums, l.blocks(), l.n_sums()), (288, 288 + 48, 9, 9));
+        assert_eq!(
+            (l.scales, l.sums, l.blocks(), l.n_sums()),
+            (288, 288 + 48, 9, 9)
+        );
         assert_eq!(l.bytes, 288 + 48 + 48);
         let l = QactsLayout::new(ActQuant::Q8_K, 512, 1).unwrap();
         assert_eq!((l.scales, l.sums, l.bytes), (512, 528, 528 + 128));
@@ -145,7 +148,10 @@ mod tests {
         // Unit v = 2c + h reads groups 4c + h and 4c + 2 + h at 2v, 2v + 1.
         for v in 0..8 {
             let (c, h) = (v / 2, v % 2);
-            assert_eq!((bsum_slot(4 * c + h), bsum_slot(4 * c + 2 + h)), (2 * v, 2 * v + 1));
+            assert_eq!(
+                (bsum_slot(4 * c + h), bsum_slot(4 * c + 2 + h)),
+                (2 * v, 2 * v + 1)
+            );
         }
     }
 }

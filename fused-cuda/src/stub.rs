@@ -10,9 +10,9 @@ use fused_core::exec::Buffers;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::Graph;
 use fused_core::planner::Plan;
-use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::reference::eval::GemvMode;
 use fused_core::reference::gemv::GluWeights;
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use std::marker::PhantomData;
 

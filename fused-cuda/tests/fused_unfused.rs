@@ -69,10 +69,7 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
         (DType::Q8_0, ActQuant::Q8_0),
         (DType::Q4_K, ActQuant::Q8_K),
     ];
-    for (dtype, mode, n_cols) in cases
-        .into_iter()
-        .flat_map(|(d, m)| [(d, m, 1), (d, m, 3)])
-    {
+    for (dtype, mode, n_cols) in cases.into_iter().flat_map(|(d, m)| [(d, m, 1), (d, m, 3)]) {
         let q = u64::from(mode != ActQuant::F32);
         let (m, k) = (257, 2304);
         let bytes = weights(&mut rng, dtype, m, k);
@@ -100,7 +97,8 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
                 let poison = vec![f32::NAN; m * n_cols];
                 let mut fused = be.upload(&poison).unwrap();
                 be.reset_launches();
-                be.gemv(&w, &x, n_cols, mode, &epi, &ops, &mut fused).unwrap();
+                be.gemv(&w, &x, n_cols, mode, &epi, &ops, &mut fused)
+                    .unwrap();
                 assert_eq!(be.launches(), 1 + q);
                 let mut acc = be.upload(&poison).unwrap();
                 be.reset_launches();

@@ -71,7 +71,8 @@ fn check_gemv(
         let mut want64 = vec![0.0f64; m * n_cols];
         gemm_f64(&w, &x, n_cols, &bound, &mut want64).unwrap();
         let mut got = vec![f32::NAN; m * n_cols];
-        be.gemv_host(&w, &x, n_cols, ActQuant::F32, &epi, &ops, &mut got).unwrap();
+        be.gemv_host(&w, &x, n_cols, ActQuant::F32, &epi, &ops, &mut got)
+            .unwrap();
         let e32 = nmse(&got, &wide(&want));
         let e64 = nmse(&got, &want64);
         *worst = worst.max(e32).max(e64);

@@ -55,7 +55,22 @@ fn columns(rng: &mut Rng, k: usize) -> Vec<Vec<f32>> {
         }
     }
     cols.push(special);
+    // Non-finite values: an infinity in one block, NaNs before, inside and
+    // at the end of others (the core's amax fold restarts after a NaN).
+    let mut odd = rng.vec(k, 2.0);
+    odd[40] = f32::INFINITY;
+    odd[64] = f32::NAN;
+    odd[100] = f32::NAN;
+    odd[127] = f32::NAN;
+    odd[200] = f32::NEG_INFINITY;
+    cols.push(odd);
     cols
+}
+
+/// Equal bits, or both NaN (the NaN payloads of f16 conversions differ
+/// between the CPU and the GPU).
+fn same_scale(got: f32, want: f32) -> bool {
+    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan())
 }
 
 #[test]
@@ -85,12 +100,20 @@ fn quantizers_match_the_core_bit_for_bit() {
                         let want_codes: Vec<i8> = blk[2..].iter().map(|&v| v as i8).collect();
                         assert_eq!(codes, &want_codes[..], "{what}: codes");
                         let dq = half(blk[0], blk[1]);
-                        assert_eq!(got.scales[gb].to_bits(), dq.to_bits(), "{what}: d");
+                        assert!(
+                            same_scale(got.scales[gb], dq),
+                            "{what}: d {} vs {dq}",
+                            got.scales[gb]
+                        );
                         let sum: i32 = want_codes.iter().map(|&v| i32::from(v)).sum();
                         assert_eq!(got.sums[gb], sum, "{what}: sum");
                     } else {
                         let dk = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
-                        assert_eq!(got.scales[gb].to_bits(), dk.to_bits(), "{what}: d");
+                        assert!(
+                            same_scale(got.scales[gb], dk),
+                            "{what}: d {} vs {dk}",
+                            got.scales[gb]
+                        );
                         let want_codes: Vec<i8> = blk[4..260].iter().map(|&v| v as i8).collect();
                         assert_eq!(codes, &want_codes[..], "{what}: codes");
                         for g in 0..16 {
@@ -197,8 +220,14 @@ fn check(
         let e_same = nmse(&got, &wide(&want));
         worst.0 = worst.0.max(ulps);
         worst.1 = worst.1.max(e_same);
-        assert!(ulps <= ULPS, "{what}: {ulps} ulps from the same-mode reference");
-        assert!(e64 <= NMSE_Q8, "{what}: nmse {e64:e} against the f64 reference");
+        assert!(
+            ulps <= ULPS,
+            "{what}: {ulps} ulps from the same-mode reference"
+        );
+        assert!(
+            e64 <= NMSE_Q8,
+            "{what}: nmse {e64:e} against the f64 reference"
+        );
     }
 }
 
@@ -235,7 +264,17 @@ fn integer_glu_matches_the_same_mode_reference() {
     for (dtype, mode) in CASES {
         let k = ks(dtype)[2];
         for (n_cols, act) in [1, 2, 5, 8].into_iter().zip(Activation::ALL) {
-            check(&be, &mut rng, dtype, mode, 33, k, n_cols, Some(act), &mut worst);
+            check(
+                &be,
+                &mut rng,
+                dtype,
+                mode,
+                33,
+                k,
+                n_cols,
+                Some(act),
+                &mut worst,
+            );
         }
     }
     eprintln!(

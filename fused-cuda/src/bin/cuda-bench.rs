@@ -20,8 +20,8 @@ use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Place};
 use fused_core::planner::{Plan, plan};
-use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::reference::eval::{GemvMode, Memory};
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_cuda::{CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, Submission};
 
@@ -317,8 +317,9 @@ fn epilogue_cost(
 
 /// A Q4_0 decode layer (d = 4096, ff = 11008, 1 token) through the
 /// `DeviceVec` entry points with activations fed per `mode`, fused (o-proj
-/// + residual, SiLU-GLU, down + residual) against unfused (the same GEMV
-/// kernels, separate element-wise launches): launches and µs per layer.
+/// with the residual, SiLU-GLU, down with the residual) against unfused
+/// (the same GEMV kernels, separate element-wise launches): launches and
+/// µs per layer.
 fn decode_layer(be: &CudaBackend, mode: ActQuant, ceiling: f64) -> Result<(), CudaError> {
     let (d, ff) = (4096usize, 11008usize);
     println!(
