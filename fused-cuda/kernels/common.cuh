@@ -81,48 +81,24 @@ struct EpiParams {
     const float *operand[MAX_STAGES];
 };
 
-// The chain's operands for output (row, col), copied ahead of time into
-// shared memory (pre[s·stride] for stage s) by the thread that later
-// applies the chain, with cp.async: the copies run while the thread goes on
-// with the dot product, holding no registers, and cp_async_wait_all() waits
-// for them. Activation stages (and stages past the chain's end) copy nothing.
-__device__ __forceinline__ void epilogue_prefetch_async(const EpiParams &e, uint32_t row,
-                                                        uint32_t col, uint32_t rows, float *pre,
-                                                        int stride) {
-    const size_t at = (size_t)col * rows + row;
-    for (uint32_t s = 0; s < e.n_stages; ++s) {
-        const uint32_t kind = e.kind[s];
-        const float *src = kind == STAGE_ROW_BIAS ? e.operand[s] + row
-                           : (kind == STAGE_ADD || kind == STAGE_MUL) ? e.operand[s] + at
-                                                                      : nullptr;
-        if (src != nullptr) {
-            const uint32_t dst = (uint32_t)__cvta_generic_to_shared(pre + s * stride);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-        }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Waits for this thread's cp.async copies (epilogue_prefetch_async).
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
-// epilogue_apply with the operands that epilogue_prefetch_async copied: the
-// same stage functions in the same order, so the same bits.
-__device__ __forceinline__ float epilogue_apply_pre(const EpiParams &e, float v, const float *pre,
-                                                    int stride) {
+// The chain applied to v for output (row, col) of a rows-row output,
+// in order, with the same per-stage functions as the unfused kernels.
+__device__ __forceinline__ float epilogue_apply(const EpiParams &e, float v, uint32_t row,
+                                                uint32_t col, uint32_t rows) {
+    size_t at = (size_t)col * rows + row;
     for (uint32_t s = 0; s < e.n_stages; ++s) {
         switch (e.kind[s]) {
         case STAGE_ACT:
             v = act_apply(e.act[s], v);
             break;
         case STAGE_ADD:
-        case STAGE_ROW_BIAS:
-            v = add_rn(v, pre[s * stride]);
+            v = add_rn(v, e.operand[s][at]);
             break;
         case STAGE_MUL:
-            v = mul_rn(v, pre[s * stride]);
+            v = mul_rn(v, e.operand[s][at]);
+            break;
+        case STAGE_ROW_BIAS:
+            v = add_rn(v, e.operand[s][row]);
             break;
         default:
             break;

@@ -50,15 +50,17 @@ fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
 }
 
 /// Output rows one block of the integer GEMV kernels computes
-/// (`fused_gemvq_*_r<R>_c<NC>` in `kernels/gemv.cu`). `FUSED_CUDA_Q_ROWS`
-/// (1, 2 or 4) overrides it for one column, for A/B runs of `cuda-bench`.
-fn gemvq_rows_per_block(n_cols: usize) -> usize {
+/// (`fused_gemvq_*_r<R>_c<NC>` in `kernels/gemv.cu`). One column: Q8_0 and
+/// Q4_K 4 (on the H200 1.02–1.08x faster than 2), Q4_0 2 (4 ran 0.94–1.0x);
+/// `FUSED_CUDA_Q_ROWS` (1, 2 or 4) overrides it, for A/B runs of
+/// `cuda-bench`.
+fn gemvq_rows_per_block(dtype: DType, n_cols: usize) -> usize {
     match n_cols {
         1 => std::env::var("FUSED_CUDA_Q_ROWS")
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|r| [1, 2, 4].contains(r))
-            .unwrap_or(2),
+            .unwrap_or(if dtype == DType::Q4_0 { 2 } else { 4 }),
         2..=4 => 2,
         _ => 1,
     }
@@ -335,7 +337,7 @@ impl Launch {
             pad: 0,
             epi,
         };
-        let r = gemvq_rows_per_block(n_cols);
+        let r = gemvq_rows_per_block(dtype, n_cols);
         let name = format!(
             "fused_gemvq_{}{}_r{r}_c{n_cols}",
             if w_up.is_some() { "glu_" } else { "" },
@@ -529,6 +531,34 @@ mod tests {
         };
         assert_eq!(name, "fused_gemv_glu_f16_c3");
         assert_eq!((grid, params.w_up), (10, 5));
+    }
+
+    #[test]
+    fn integer_gemv_and_quantizer_launches_point_into_the_activation_buffer() {
+        let id = Activation::Identity;
+        let l = QactsLayout::new(ActQuant::Q8_K, 512, 3).unwrap();
+        let Ok(Some(Launch::Quantize { name, grid, params })) = Launch::quantize(&l, 7, 4096)
+        else {
+            panic!()
+        };
+        // 6 blocks of 256, one warp each, 8 warps per block; scales after
+        // the 1536 codes, sums after the 6 scales (padded to 16 bytes).
+        assert_eq!((name, grid, params.n_blocks), ("fused_quantize_q8_K", 1, 6));
+        assert_eq!((params.scales, params.sums), (4096 + 1536, 4096 + 1568));
+        let Ok(Some(Launch::GemvQ { name, grid, params })) =
+            Launch::gemv_q(DType::Q4_K, 9, &l, 1, Some(2), id, 4096, 3, epi())
+        else {
+            panic!()
+        };
+        assert_eq!((name.as_str(), grid), ("fused_gemvq_glu_q4_K_r2_c3", 5));
+        assert_eq!(
+            (params.codes, params.sums, params.k),
+            (4096, 4096 + 1568, 512)
+        );
+        assert!(matches!(
+            Launch::gemv_q(DType::Q4_K, 0, &l, 1, None, id, 4096, 3, epi()),
+            Ok(None)
+        ));
     }
 
     #[test]

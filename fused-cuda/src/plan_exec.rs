@@ -16,7 +16,11 @@
 //!   same [`Launch`] values as the `DeviceVec` entry points build), each
 //!   tensor passed as its buffer's device address plus its byte offset. The
 //!   launches are built once and enqueued in order on one stream, which
-//!   orders them: no further synchronisation is needed between steps.
+//!   orders them: no further synchronisation is needed between steps;
+//! - in a quantized activation mode (`GemvMode::Ggml` with Q8_0, Q4_0 or
+//!   Q4_K weights) each GEMV step first quantizes its activation input
+//!   once (a gated GEMV once for both weights) into one scratch buffer that
+//!   every step reuses, counted in [`DevicePlanStats::quantizations`].
 //!
 //! Device-to-device copies (`cuMemcpyDtoDAsync`, on the same stream and
 //! counted in [`DevicePlanStats::copies`]) stand in where a tensor cannot be
