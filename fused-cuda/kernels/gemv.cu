@@ -3,8 +3,13 @@
 //   y[c*rows + r] = epilogue(sum_k W[r][k] * x[c*k_len + k])            (plain)
 //   y[c*rows + r] = epilogue(act(W_g[r]·x_c) * (W_u[r]·x_c))              (GLU)
 //
-// Activation scheme: the activations stay f32 (the core reference's
-// ActQuant::F32 mode, up to rounding). A block of WARPS warps computes R
+// Two activation schemes: f32 activations (the core reference's
+// ActQuant::F32 mode, up to rounding; this first part of the file), and
+// activations quantized on the device with integer dot products (GGML's
+// Q8_0 / Q8_K modes; the second part, "Quantized activations" below).
+// Both reduce and apply the epilogue the same way (the end of gemv()).
+//
+// f32 activations: A block of WARPS warps computes R
 // output rows (RowsPerBlock); its warps split K between them, each lane sums
 // its own elements in a fixed order, the 32 lane sums of a warp are combined
 // by a fixed butterfly of shuffles and the warps' sums in warp order through
@@ -732,3 +737,450 @@ GEMV_KERNELS(iq4_nl, FMT_IQ4_NL)
 GEMV_KERNELS(q5_K, FMT_Q5_K)
 GEMV_KERNELS(q6_K, FMT_Q6_K)
 GEMV_KERNELS(tq2_0, FMT_TQ2_0)
+
+// ====================================================================
+// Quantized activations and integer dot products (the core's ActQuant::Q8_0
+// mode for Q8_0 / Q4_0 weights, ActQuant::Q8_K for Q4_K).
+//
+// The activation columns are quantized on the device exactly as
+// fused_core::quant::quantize_row does (same codes, same scales), into a
+// device layout of three arrays (src/qacts.rs, QactsLayout):
+//   codes  int8  [n_cols][k]          the codes in element order
+//   scales f32   [n_cols][k / B]      Q8_0: the f16 d, as f32; Q8_K: d
+//   sums   int32 [n_cols][k / S]      Q8_0: each block's sum of codes;
+//                                     Q8_K: the 16-element bsums, ordered
+//                                     per 256-block as the GEMV reads them
+// Weights in the integer layout (src/layout.rs, to_device_int): Q4_0 and
+// Q8_0 one lane per 32-element block, Q4_K one lane per 16 bytes of codes.
+// Each lane forms its unit's integer sum exactly (dp4a), scales it in f32
+// with GGML's formula for that block, and adds it to its accumulator; the
+// accumulators are combined, and the epilogue applied, as in the f32
+// kernels. So every block's integer sum is the reference's, and only the
+// f32 sum of the scaled block terms runs in another order.
+// ====================================================================
+
+// Parameters of one quantizer launch (src/params.rs: QuantParams).
+struct QuantParams {
+    const float *x; // n_cols columns of k floats
+    int8_t *codes;
+    float *scales;
+    int32_t *sums;
+    uint32_t k;
+    uint32_t n_blocks; // n_cols · k / block length: the warps that work
+};
+
+// Programmatic dependent launch (sm_90): the integer GEMV is launched so
+// that it may start while the quantizer before it still runs
+// (src/launch.rs); it issues its first weight loads, then waits for the
+// quantizer's results (griddep_wait) before it reads any activation or
+// epilogue operand. The quantizer lets it start at once. Below sm_90 (and
+// when launched normally) both are no-ops.
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// f32 to IEEE half bits, round to nearest even (as the core's f16_from).
+__device__ __forceinline__ uint32_t float_to_half_bits(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// Q8_0: one warp per 32-element block, lane i quantizes element i:
+// d = amax/127, id = 1/d (0 for d = 0), q = roundf(x·id) (ties away from
+// zero), d stored as f16 (here: its f32 value). Non-finite inputs as the
+// core: its amax fold (`if a > |v| { a } else { |v| }`) restarts after a
+// NaN, so amax is the largest |v| after the block's last NaN (NaN when the
+// last element is one); a code is Rust's saturating `as i8` of the rounded
+// value (NaN gives 0).
+extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_0(const QuantParams p) {
+    griddep_launch_dependents();
+    const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
+    if (blk >= p.n_blocks) return; // whole warps leave together
+    const float v = p.x[(size_t)blk * 32 + lane];
+    const uint32_t nans = __ballot_sync(0xffffffffu, v != v);
+    const int last_nan = nans ? 31 - __clz((int)nans) : -1;
+    float amax = (int)lane > last_nan ? fabsf(v) : 0.0f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (last_nan == 31) amax = __int_as_float(0x7fc00000);
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const float rv = roundf(__fmul_rn(v, id));
+    const int q = rv != rv ? 0 : (int)fminf(fmaxf(rv, -128.0f), 127.0f);
+    p.codes[(size_t)blk * 32 + lane] = (int8_t)q;
+    const int sum = __reduce_add_sync(0xffffffffu, q);
+    if (lane == 0) {
+        p.scales[blk] = half_bits_to_float(float_to_half_bits(d));
+        p.sums[blk] = sum;
+    }
+}
+
+// Where bsum g (0..15) of a 256-block lies among the block's 16 sums: the
+// GEMV's unit v = 2c + h (16 bytes of Q4_K codes: chunk c, half h) reads
+// its two groups 4c + h (low nibbles) and 4c + 2 + h (high) as one pair.
+__device__ __forceinline__ uint32_t bsum_slot(uint32_t g) {
+    return 2 * (2 * (g >> 2) + (g & 1u)) + ((g >> 1) & 1u);
+}
+
+// GGML's nearest_int: 1.5·2^23 added, the low mantissa bits read. A NaN
+// gives 0, as on the CPU, where the sum keeps the quiet NaN's payload
+// (mantissa 0x400000); the GPU's NaNs carry another.
+__device__ __forceinline__ int nearest_int(float x) {
+    const float v = __fadd_rn(x, 12582912.0f);
+    return x != x ? 0 : (int)(__float_as_uint(v) & 0x007fffffu) - 0x00400000;
+}
+
+// Q8_K: one warp per 256-element block, lane l quantizes elements 8l..8l+7:
+// max = the first element of largest magnitude (signed), iscale = −127/max,
+// q = min(127, nearest_int(iscale·x)), d = 1/iscale, bsums of 16; an
+// all-zero block gives zeros.
+extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const QuantParams p) {
+    griddep_launch_dependents();
+    const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
+    if (blk >= p.n_blocks) return;
+    const float *xb = p.x + (size_t)blk * 256 + 8 * lane;
+    const float4 a = *reinterpret_cast<const float4 *>(xb);
+    const float4 b = *reinterpret_cast<const float4 *>(xb + 4);
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float amax = 0.0f, mx = 0.0f;
+    uint32_t idx = 0xffffffffu;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (fabsf(v[i]) > amax) {
+            amax = fabsf(v[i]);
+            mx = v[i];
+            idx = 8 * lane + i;
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, off);
+        const float om = __shfl_xor_sync(0xffffffffu, mx, off);
+        const uint32_t oi = __shfl_xor_sync(0xffffffffu, idx, off);
+        if (oa > amax || (oa == amax && oi < idx)) {
+            amax = oa;
+            mx = om;
+            idx = oi;
+        }
+    }
+    int q[8];
+    float d = 0.0f;
+    if (amax == 0.0f) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q[i] = 0;
+    } else {
+        const float iscale = __fdiv_rn(-127.0f, mx);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q[i] = min(127, nearest_int(__fmul_rn(iscale, v[i])));
+        d = __fdiv_rn(1.0f, iscale);
+    }
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        lo |= ((uint32_t)q[i] & 0xffu) << (8 * i);
+        hi |= ((uint32_t)q[4 + i] & 0xffu) << (8 * i);
+    }
+    *reinterpret_cast<uint2 *>(p.codes + (size_t)blk * 256 + 8 * lane) = make_uint2(lo, hi);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s += q[i];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    if ((lane & 1u) == 0) p.sums[(size_t)blk * 16 + bsum_slot(lane >> 1)] = s;
+    if (lane == 0) p.scales[blk] = d;
+}
+
+// Parameters of one integer GEMV launch (src/params.rs: GemvQParams).
+struct GemvQParams {
+    const uint8_t *w;    // weights (GLU: gate), integer layout
+    const uint8_t *w_up; // GLU: up weights; else null
+    const int8_t *codes; // quantized activations (QuantParams' arrays)
+    const float *scales;
+    const int32_t *sums;
+    float *y;
+    uint32_t rows;
+    uint32_t k;
+    uint32_t glu_act;
+    uint32_t pad;
+    EpiParams epi;
+};
+
+__device__ __forceinline__ uint32_t ld_stream_u16(const uint8_t *p) {
+    unsigned short v;
+    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+// Activation codes: read by every row group of the launch, cached in L1.
+__device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
+    uint4 v;
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
+    return __dp4a((int)a, (int)b, c);
+}
+
+// One lane's unit of work per format: its weights (WRaw), its activations
+// for one column (XRaw) and the f32 term they add to the accumulator.
+template <int FMT> struct QUnit;
+
+// Q4_0 × Q8_0: a unit is a 32-element block. Weights: 16 bytes of codes
+// (the core's qs: byte j holds element j low, j + 16 high) at 16·(row·nb +
+// b), then the f16 d of every block at 2·(row·nb + b). Term: GGML's
+// ((isum as f32)·dx)·dy with isum = Σ q_j·y_j − 8·Σ y_j.
+template <> struct QUnit<FMT_Q4_0> {
+    static constexpr uint32_t ELEMS = 32;
+    struct WRaw {
+        uint4 q;
+        uint32_t d;
+    };
+    struct XRaw {
+        uint4 a, b;
+        float d;
+        int s;
+    };
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        const size_t at = (size_t)row * units + u;
+        return WRaw{ld_stream(w + 16 * at), ld_stream_u16(w + (size_t)rows * units * 16 + 2 * at)};
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
+        const size_t at = (size_t)col * (p.k / 32) + u;
+        return XRaw{ld_xq(c), ld_xq(c + 16), p.scales[at], p.sums[at]};
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x) {
+        int s = -8 * x.s;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t q = word(w.q, j);
+            s = dp4(q & 0x0f0f0f0fu, word(x.a, j), s);
+            s = dp4((q >> 4) & 0x0f0f0f0fu, word(x.b, j), s);
+        }
+        return __fmul_rn(__fmul_rn((float)s, half_bits_to_float(w.d)), x.d);
+    }
+};
+
+// Q8_0 × Q8_0: a unit is a 32-element block. Weights: per row, blocks in
+// groups of 32 (the last group g < 32 blocks), each group its blocks'
+// first 16 codes then their last 16 (block j of a group of g: at 16·j and
+// 16·(g + j)), so that a warp's loads are contiguous; then the f16 d of
+// every block at 2·(row·nb + b). Term: GGML's (isum as f32)·(dx·dy).
+template <> struct QUnit<FMT_Q8_0> {
+    static constexpr uint32_t ELEMS = 32;
+    struct WRaw {
+        uint4 a, b;
+        uint32_t d;
+    };
+    struct XRaw {
+        uint4 a, b;
+        float d;
+    };
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        const uint32_t grp = u >> 5, j = u & 31u, g = min(32u, units - 32 * grp);
+        const uint8_t *base = w + (size_t)row * units * 32 + 1024 * (size_t)grp;
+        const size_t at = (size_t)row * units + u;
+        return WRaw{ld_stream(base + 16 * j), ld_stream(base + 16 * (g + j)),
+                    ld_stream_u16(w + (size_t)rows * units * 32 + 2 * at)};
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
+        return XRaw{ld_xq(c), ld_xq(c + 16), p.scales[(size_t)col * (p.k / 32) + u]};
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x) {
+        int s = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            s = dp4(word(w.a, j), word(x.a, j), s);
+            s = dp4(word(w.b, j), word(x.b, j), s);
+        }
+        return __fmul_rn((float)s, __fmul_rn(half_bits_to_float(w.d), x.d));
+    }
+};
+
+// Q4_K × Q8_K: a unit is 16 bytes of codes, u = 8·sb + 2c + h: bytes
+// 16h..16h+15 of chunk c (64 elements) of super-block sb, whose low nibbles
+// are elements 64c + 16h + i of sub-block 2c and high nibbles elements
+// 64c + 32 + 16h + i of sub-block 2c + 1. Weights: the core's qs (128 bytes
+// per super-block) at 128·(row·nsb + sb), then the 16-byte headers (d,
+// dmin, packed scales) at 16·(row·nsb + sb). Term: dd·(A as f32) −
+// dm·(mi as f32), A = sc_2c·isum_lo + sc_2c+1·isum_hi, mi = m_2c·bsum_lo +
+// m_2c+1·bsum_hi, dd = d·dy, dm = dmin·dy (GGML's per-block factors).
+template <> struct QUnit<FMT_Q4_K> {
+    static constexpr uint32_t ELEMS = 16 * 2;
+    struct WRaw {
+        uint4 q, h;
+    };
+    struct XRaw {
+        uint4 lo, hi;
+        float d;
+        int2 s;
+    };
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        const size_t at = (size_t)row * units + u;
+        return WRaw{ld_stream(w + 16 * at),
+                    ld_stream(w + (size_t)rows * units * 16 + 16 * (at >> 3))};
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        const uint32_t sb = u >> 3, c = (u >> 1) & 3u, h = u & 1u;
+        const int8_t *x = p.codes + (size_t)col * p.k + 256 * (size_t)sb + 64 * c + 16 * h;
+        const size_t blk = (size_t)col * (p.k / 256) + sb;
+        return XRaw{ld_xq(x), ld_xq(x + 32), p.scales[blk],
+                    *reinterpret_cast<const int2 *>(p.sums + 16 * blk + 2 * (u & 7u))};
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x, uint32_t u) {
+        int lo = 0, hi = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t q = word(w.q, j);
+            lo = dp4(q & 0x0f0f0f0fu, word(x.lo, j), lo);
+            hi = dp4((q >> 4) & 0x0f0f0f0fu, word(x.hi, j), hi);
+        }
+        // Sub-blocks 2c and 2c + 1: their packed bytes sit at byte
+        // 2(c mod 2) of the header's words y, z (c < 2: sc, m in 6 bits)
+        // or w, with the top bits in y, z (c >= 2); the core's scale_min.
+        const uint32_t c = (u >> 1) & 3u, sh = 16 * (c & 1u);
+        const uint32_t y2 = (w.h.y >> sh) & 0xffffu, z2 = (w.h.z >> sh) & 0xffffu,
+                       w2 = (w.h.w >> sh) & 0xffffu;
+        const uint32_t scs = c < 2 ? y2 & 0x3f3fu : (w2 & 0x0f0fu) | ((y2 >> 2) & 0x3030u);
+        const uint32_t ms = c < 2 ? z2 & 0x3f3fu : ((w2 >> 4) & 0x0f0fu) | ((z2 >> 2) & 0x3030u);
+        const int a = (int)(scs & 0xffu) * lo + (int)(scs >> 8) * hi;
+        const int mi = (int)(ms & 0xffu) * x.s.x + (int)(ms >> 8) * x.s.y;
+        const float dd = __fmul_rn(half_bits_to_float(w.h.x), x.d);
+        const float dm = __fmul_rn(half_bits_to_float(w.h.x >> 16), x.d);
+        return __fsub_rn(__fmul_rn(dd, (float)a), __fmul_rn(dm, (float)mi));
+    }
+};
+
+template <int FMT>
+__device__ __forceinline__ float qterm(const typename QUnit<FMT>::WRaw &w,
+                                       const typename QUnit<FMT>::XRaw &x, uint32_t u) {
+    if constexpr (FMT == FMT_Q4_K) return QUnit<FMT>::term(w, x, u);
+    else return QUnit<FMT>::term(w, x);
+}
+
+// Units a lane has in flight at once.
+constexpr int Q_UNROLL = 2;
+
+// Block b computes rows R·b .. R·b + R − 1 (it waits for the quantizer
+// first: griddep_wait); its 4 warps take interleaved runs of 32 units
+// (lane l of warp w: units 32w + l + 128i), each lane adds its units' terms
+// in unit order; then the reduction and epilogue of the f32 kernels. (A
+// variant in which each warp owned its rows and walked all of K, with no
+// block barrier, ran 0.75–0.95x as fast on the H200.)
+template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQParams &p) {
+    using U = QUnit<FMT>;
+    constexpr int V = GLU ? 2 : 1;
+    constexpr uint32_t STRIDE = WARPS * 32;
+    __shared__ float partial[V][WARPS][R * NC];
+    const uint32_t row0 = blockIdx.x * R;
+    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    if (row0 >= p.rows) return;
+    griddep_wait();
+    float acc[V][R][NC];
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int c = 0; c < NC; ++c) acc[v][r][c] = 0.0f;
+    uint32_t row[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
+    const uint32_t units = p.k / U::ELEMS;
+    for (uint32_t u0 = warp * 32 + lane; u0 < units; u0 += Q_UNROLL * STRIDE) {
+        typename U::WRaw w[Q_UNROLL][V][R];
+#pragma unroll
+        for (int j = 0; j < Q_UNROLL; ++j) {
+            const uint32_t u = u0 + j * STRIDE;
+            if (u < units) {
+#pragma unroll
+                for (int v = 0; v < V; ++v)
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+                        w[j][v][r] = U::load(v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < Q_UNROLL; ++j) {
+            const uint32_t u = u0 + j * STRIDE;
+            if (u < units) {
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    const typename U::XRaw x = U::xload(p, c, u);
+#pragma unroll
+                    for (int v = 0; v < V; ++v)
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+                            acc[v][r][c] = __fadd_rn(acc[v][r][c], qterm<FMT>(w[j][v][r], x, u));
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            warp_sum<NC>(acc[v][r]);
+            if (lane == 0) {
+#pragma unroll
+                for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
+            }
+        }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < (uint32_t)(R * NC); i += blockDim.x) {
+        const uint32_t row = row0 + i / NC, c = i % NC;
+        if (row >= p.rows) continue;
+        float sum[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            sum[v] = partial[v][0][i];
+#pragma unroll
+            for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], partial[v][wi][i]);
+        }
+        const float val = GLU ? glu_apply(p.glu_act, sum[0], sum[V - 1]) : sum[0];
+        p.y[(size_t)c * p.rows + row] = epilogue_apply(p.epi, val, row, c, p.rows);
+    }
+}
+
+// Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/launch.rs picks R
+// (q_rows_per_block).
+#define GEMVQ_KERNEL(name, FMT, R, NC)                                                         \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemvq_##name##_r##R##_c##NC(const GemvQParams p) {                               \
+        gemvq<FMT, NC, R, false>(p);                                                           \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemvq_glu_##name##_r##R##_c##NC(const GemvQParams p) {                           \
+        gemvq<FMT, NC, R, true>(p);                                                            \
+    }
+
+#define GEMVQ_KERNELS(name, FMT)                                                               \
+    GEMVQ_KERNEL(name, FMT, 1, 1)                                                              \
+    GEMVQ_KERNEL(name, FMT, 2, 1)                                                              \
+    GEMVQ_KERNEL(name, FMT, 4, 1)                                                              \
+    GEMVQ_KERNEL(name, FMT, 2, 2)                                                              \
+    GEMVQ_KERNEL(name, FMT, 2, 3)                                                              \
+    GEMVQ_KERNEL(name, FMT, 2, 4)                                                              \
+    GEMVQ_KERNEL(name, FMT, 1, 5)                                                              \
+    GEMVQ_KERNEL(name, FMT, 1, 6)                                                              \
+    GEMVQ_KERNEL(name, FMT, 1, 7)                                                              \
+    GEMVQ_KERNEL(name, FMT, 1, 8)
+
+GEMVQ_KERNELS(q8_0, FMT_Q8_0)
+GEMVQ_KERNELS(q4_0, FMT_Q4_0)
+GEMVQ_KERNELS(q4_K, FMT_Q4_K)

@@ -10,20 +10,22 @@
 //! for device buffers they are given zero-filled host slices of the same
 //! lengths (the backend's *shape shadow*).
 
-use crate::device::{CudaDevice, driver};
+use crate::device::{CudaDevice, check_result, driver};
 use crate::launch::{EwKernel, GemvShape, Launch, ew_len, u32_of};
 use crate::layout;
 use crate::params::EpiParams;
-use crate::{CudaError, GEMV_DTYPES};
+use crate::pdl;
+use crate::qacts::{QactsLayout, QuantizedActs};
+use crate::{CudaError, GEMV_DTYPES, KernelForm, check_gemv_mode};
 use cust::event::{Event, EventFlags};
 use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::module::Module;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::error::{check_divides, check_len};
+use fused_core::error::{Unsupported, check_divides, check_len};
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::WeightMatrix;
 use fused_core::reference::gemv::{GluWeights, check_gemm_args};
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -59,14 +61,18 @@ impl DeviceVec {
 }
 
 /// A weight matrix in device memory, in one of [`GEMV_DTYPES`]; quantized
-/// formats in the kernels' lane-interleaved layout (`src/layout.rs`: the same
-/// bytes, rearranged once at upload).
+/// formats in the f32-activation kernels' lane-interleaved layout
+/// (`src/layout.rs`: the same bytes, rearranged once at upload), and Q8_0,
+/// Q4_0 and Q4_K also in the integer kernels' layout
+/// (`layout::to_device_int`), so that one upload serves every activation
+/// mode (at twice the device memory for those formats).
 pub struct DeviceWeights {
     dtype: DType,
     rows: usize,
     cols: usize,
     row_bytes: usize,
     buf: DeviceBuffer<u8>,
+    int_buf: Option<DeviceBuffer<u8>>,
 }
 
 impl std::fmt::Debug for DeviceWeights {
@@ -95,9 +101,14 @@ impl DeviceWeights {
         self.cols
     }
 
-    /// Bytes in device memory.
+    /// Bytes of the matrix (one layout; what one GEMV reads).
     pub fn bytes(&self) -> usize {
         self.buf.len()
+    }
+
+    /// The device address of the integer kernels' copy (Q8_0, Q4_0, Q4_K).
+    pub(crate) fn int_addr(&self) -> Option<u64> {
+        self.int_buf.as_ref().map(|b| b.as_device_ptr().as_raw())
     }
 
     /// Bytes of one row (in the core's layout).
@@ -110,11 +121,53 @@ impl DeviceWeights {
     }
 }
 
+/// Activation columns quantized on the device (the core's
+/// [`ActQuant::Q8_0`] or [`ActQuant::Q8_K`] mode), in the integer GEMV
+/// kernels' layout (`src/qacts.rs`).
+pub struct DeviceActs {
+    layout: QactsLayout,
+    buf: DeviceBuffer<u8>,
+}
+
+impl std::fmt::Debug for DeviceActs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceActs")
+            .field("mode", &self.layout.mode)
+            .field("k", &self.layout.k)
+            .field("n_cols", &self.layout.n_cols)
+            .finish()
+    }
+}
+
+impl DeviceActs {
+    /// The activation mode.
+    pub fn mode(&self) -> ActQuant {
+        self.layout.mode
+    }
+
+    /// Elements per column.
+    pub fn k(&self) -> usize {
+        self.layout.k
+    }
+
+    /// Columns.
+    pub fn n_cols(&self) -> usize {
+        self.layout.n_cols
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.buf.as_device_ptr().as_raw()
+    }
+}
+
 /// The CUDA backend: a device, its stream, a launch counter.
 pub struct CudaBackend {
     dev: CudaDevice,
     launches: AtomicU64,
     shadow: Mutex<Vec<f32>>,
+    /// The quantized activations of the latest [`CudaBackend::gemv`] call
+    /// in a quantized mode (reused, grown when too small).
+    act_scratch: Mutex<Option<DeviceBuffer<u8>>>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -133,6 +186,7 @@ impl CudaBackend {
             dev: CudaDevice::new()?,
             launches: AtomicU64::new(0),
             shadow: Mutex::new(Vec::new()),
+            act_scratch: Mutex::new(None),
         })
     }
 
@@ -214,18 +268,29 @@ impl CudaBackend {
         })?;
         self.dev.make_current()?;
         // An empty matrix allocates nothing (no zero-byte memset either).
-        let buf = if bytes == 0 {
-            DeviceBuffer::from_slice(&[])
+        let alloc = || {
+            if bytes == 0 {
+                DeviceBuffer::from_slice(&[])
+            } else {
+                DeviceBuffer::zeroed(bytes)
+            }
+            .map_err(driver("allocate weights"))
+        };
+        let buf = alloc()?;
+        let int_buf = if check_gemv_mode(dtype, ActQuant::ggml(dtype)).is_ok()
+            && ActQuant::ggml(dtype) != ActQuant::F32
+        {
+            Some(alloc()?)
         } else {
-            DeviceBuffer::zeroed(bytes)
-        }
-        .map_err(driver("allocate weights"))?;
+            None
+        };
         Ok(DeviceWeights {
             dtype,
             rows,
             cols,
             row_bytes,
             buf,
+            int_buf,
         })
     }
 
@@ -251,6 +316,17 @@ impl CudaBackend {
         d.buf
             .copy_from(&bytes[..])
             .map_err(driver("copy weights to the device"))?;
+        if let Some(ib) = d.int_buf.as_mut() {
+            let bytes = layout::to_device_int(w.dtype(), w.rows(), w.cols(), w.bytes()).ok_or(
+                Error::UnsupportedDType {
+                    what: "integer GEMV weights",
+                    dtype: w.dtype(),
+                },
+            )?;
+            check_len("device weight bytes", ib.len(), bytes.len())?;
+            ib.copy_from(&bytes[..])
+                .map_err(driver("copy weights to the device"))?;
+        }
         // A copy from pageable memory may return before its DMA is done,
         // and the backend's (non-blocking) stream does not wait for it.
         self.synchronize_context()
@@ -329,6 +405,43 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Whether the integer GEMV launches may overlap the quantizer before
+    /// them (programmatic dependent launch, `src/pdl.rs`): on devices of
+    /// compute capability 9.0 and up running the cubin (whose kernels wait
+    /// for their predecessor; the portable PTX is built for compute_80,
+    /// without the wait). `FUSED_CUDA_PDL=0` turns it off (A/B runs).
+    pub(crate) fn use_pdl(&self) -> bool {
+        self.dev.capability().0 >= 9
+            && self.dev.kernel_form() == KernelForm::Cubin
+            && std::env::var("FUSED_CUDA_PDL").map_or(true, |v| v != "0")
+    }
+
+    /// [`CudaBackend::launch`] as a programmatic dependent launch.
+    ///
+    /// # Safety
+    /// As [`CudaBackend::launch`], and the kernel must wait
+    /// (`griddepcontrol.wait`) before it reads anything that the kernel
+    /// before it on the stream writes.
+    pub(crate) unsafe fn launch_pdl(
+        &self,
+        module: &Module,
+        name: &str,
+        grid: u32,
+        block: u32,
+        args: &[*mut c_void],
+    ) -> Result<(), CudaError> {
+        self.dev.make_current()?;
+        let f = module.get_function(name).map_err(|e| CudaError::Driver {
+            what: "find a kernel",
+            message: format!("{name}: {e}"),
+        })?;
+        // SAFETY: forwarded from the caller (see `launch`).
+        let r = unsafe { pdl::launch(f.to_raw(), grid, block, self.dev.stream.as_inner(), args) };
+        check_result(r, "launch a kernel (programmatic dependent launch)")?;
+        self.count_launch();
+        Ok(())
+    }
+
     /// The launch counter.
     pub(crate) fn launch_counter(&self) -> &AtomicU64 {
         &self.launches
@@ -352,12 +465,18 @@ impl CudaBackend {
     /// `y = epilogue(w · x)` for `n_cols` (1..=8) columns on device buffers:
     /// `x` holds `n_cols` columns of `K`, `y` `n_cols` columns of `M`
     /// (column-major, as the core); `operands[slot]` are the epilogue's
-    /// operands. Activations stay f32 (the core's `ActQuant::F32` mode).
+    /// operands. `mode` says how the activations are fed
+    /// ([`check_gemv_mode`]): f32, or quantized on the device first (one
+    /// more launch, into a scratch buffer of the backend) and dotted with
+    /// integer arithmetic; a pair without a kernel is
+    /// [`Unsupported::ActQuant`].
+    #[allow(clippy::too_many_arguments)]
     pub fn gemv(
         &self,
         w: &DeviceWeights,
         x: &DeviceVec,
         n_cols: usize,
+        mode: ActQuant,
         epilogue: &Epilogue,
         operands: &[&DeviceVec],
         y: &mut DeviceVec,
@@ -368,6 +487,7 @@ impl CudaBackend {
             Activation::Identity,
             x,
             n_cols,
+            mode,
             epilogue,
             operands,
             y,
@@ -375,7 +495,8 @@ impl CudaBackend {
     }
 
     /// `y = epilogue(act(W_g·x) ⊙ (W_u·x))` on device buffers, one pass over
-    /// both weights (shapes as in [`CudaBackend::gemv`]).
+    /// both weights (shapes and `mode` as in [`CudaBackend::gemv`]; the
+    /// activations are quantized once for both).
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_glu(
         &self,
@@ -384,10 +505,16 @@ impl CudaBackend {
         act: Activation,
         x: &DeviceVec,
         n_cols: usize,
+        mode: ActQuant,
         epilogue: &Epilogue,
         operands: &[&DeviceVec],
         y: &mut DeviceVec,
     ) -> Result<(), CudaError> {
+        Self::check_glu_pair(gate, up)?;
+        self.gemv_launch(gate, Some(up), act, x, n_cols, mode, epilogue, operands, y)
+    }
+
+    fn check_glu_pair(gate: &DeviceWeights, up: &DeviceWeights) -> Result<(), CudaError> {
         if gate.dtype != up.dtype || gate.rows != up.rows || gate.cols != up.cols {
             return Err(Error::ShapeMismatch {
                 what: "GLU gate and up weights",
@@ -396,7 +523,7 @@ impl CudaBackend {
             }
             .into());
         }
-        self.gemv_launch(gate, Some(up), act, x, n_cols, epilogue, operands, y)
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -407,13 +534,39 @@ impl CudaBackend {
         act: Activation,
         x: &DeviceVec,
         n_cols: usize,
+        mode: ActQuant,
         epilogue: &Epilogue,
         operands: &[&DeviceVec],
         y: &mut DeviceVec,
     ) -> Result<(), CudaError> {
+        check_gemv_mode(w.dtype, mode).map_err(Error::from)?;
         let (m, k) = (w.rows, w.cols);
         let lens: Vec<usize> = operands.iter().map(|o| o.len()).collect();
         self.check_gemv_lengths(epilogue, (m, k, n_cols), x.len(), &lens, y.len())?;
+        if mode != ActQuant::F32 {
+            if n_cols == 0 || m == 0 {
+                return Ok(());
+            }
+            let mut guard = self.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
+            let layout = QactsLayout::new(mode, k, n_cols)?;
+            if guard.as_ref().is_none_or(|b| b.len() < layout.bytes) {
+                self.dev.make_current()?;
+                *guard = None;
+                *guard = Some(
+                    DeviceBuffer::zeroed(layout.bytes)
+                        .map_err(driver("allocate quantized activations"))?,
+                );
+                // The zero fill runs on the legacy stream, which the
+                // backend's stream does not wait for.
+                self.synchronize_context()?;
+            }
+            let q = guard.as_ref().map_or(0, |b| b.as_device_ptr().as_raw());
+            // SAFETY: x holds n_cols·k f32 (checked above) and the scratch
+            // at least layout.bytes; both outlive the enqueued work (device
+            // memory is freed only by cuMemFree, which waits for the device).
+            unsafe { self.enqueue_opt(Launch::quantize(&layout, x.addr(), q)?)? };
+            return self.gemv_q_launch(w, up, act, &layout, q, epilogue, operands, y);
+        }
         let epi = EpiParams::new(epilogue, |slot| operands[slot].addr());
         let shape = GemvShape {
             dtype: w.dtype,
@@ -441,22 +594,165 @@ impl CudaBackend {
         unsafe { self.enqueue_opt(l) }
     }
 
+    /// The integer GEMV on activations quantized at `q` (as `layout`).
+    /// The caller has checked the mode against the weights and every
+    /// length but the epilogue's (checked here).
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_q_launch(
+        &self,
+        w: &DeviceWeights,
+        up: Option<&DeviceWeights>,
+        act: Activation,
+        layout: &QactsLayout,
+        q: u64,
+        epilogue: &Epilogue,
+        operands: &[&DeviceVec],
+        y: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        let int_addr = |d: &DeviceWeights| {
+            d.int_addr()
+                .ok_or(Error::Unsupported(Unsupported::ActQuant(layout.mode)))
+        };
+        let wa = int_addr(w)?;
+        let ua = up.map(int_addr).transpose()?;
+        let epi = EpiParams::new(epilogue, |slot| operands[slot].addr());
+        let l = Launch::gemv_q(w.dtype, w.rows, layout, wa, ua, act, q, y.addr(), epi)?;
+        // SAFETY: the weights' integer copies hold `rows` rows of K in the
+        // integer layout (both of them for GLU, checked equal), the
+        // quantized activations `layout.bytes` at `q`, `y` n_cols·rows f32
+        // and each epilogue operand the length `bind` checked (by the
+        // caller); the kernel touches rows < rows and columns < n_cols
+        // only; everything is borrowed for the call and freed only by
+        // cuMemFree, which waits for the device.
+        unsafe { self.enqueue_opt(l) }
+    }
+
+    /// Quantizes `n_cols` columns of `x` (each of `x.len() / n_cols`
+    /// elements) on the device in `mode` ([`ActQuant::Q8_0`] or
+    /// [`ActQuant::Q8_K`]), exactly as `fused_core::quant::quantize_row`.
+    pub fn quantize_acts(
+        &self,
+        mode: ActQuant,
+        x: &DeviceVec,
+        n_cols: usize,
+    ) -> Result<DeviceActs, CudaError> {
+        if n_cols == 0 || !x.len().is_multiple_of(n_cols) {
+            return Err(Error::LengthMismatch {
+                what: "activations (whole columns)",
+                expected: x.len() / n_cols.max(1) * n_cols.max(1),
+                actual: x.len(),
+            }
+            .into());
+        }
+        let layout = QactsLayout::new(mode, x.len() / n_cols, n_cols)?;
+        self.dev.make_current()?;
+        let buf = DeviceBuffer::zeroed(layout.bytes.max(1))
+            .map_err(driver("allocate quantized activations"))?;
+        let acts = DeviceActs { layout, buf };
+        // The zero fill runs on the legacy stream (see above).
+        self.synchronize_context()?;
+        // SAFETY: x holds n_cols·k f32 and `acts` layout.bytes; both are
+        // borrowed or owned past the enqueue and freed only by cuMemFree.
+        unsafe { self.enqueue_opt(Launch::quantize(&layout, x.addr(), acts.addr())?)? };
+        Ok(acts)
+    }
+
+    /// Waits for the stream and copies quantized activations to the host.
+    pub fn download_acts(&self, acts: &DeviceActs) -> Result<QuantizedActs, CudaError> {
+        self.synchronize()?;
+        let mut all = vec![0u8; acts.buf.len()];
+        acts.buf
+            .copy_to(&mut all[..])
+            .map_err(driver("copy to the host"))?;
+        let l = &acts.layout;
+        let n = l.k * l.n_cols;
+        let word = |b: &[u8]| [b[0], b[1], b[2], b[3]];
+        Ok(QuantizedActs {
+            codes: all[..n].iter().map(|&b| b as i8).collect(),
+            scales: all[l.scales..l.scales + 4 * l.blocks()]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(word(b)))
+                .collect(),
+            sums: all[l.sums..l.sums + 4 * l.n_sums()]
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(word(b)))
+                .collect(),
+        })
+    }
+
+    /// [`CudaBackend::gemv`] on activations already quantized (the GEMV
+    /// launch alone): `acts` in the mode that the weights' format takes.
+    pub fn gemv_quantized(
+        &self,
+        w: &DeviceWeights,
+        acts: &DeviceActs,
+        epilogue: &Epilogue,
+        operands: &[&DeviceVec],
+        y: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        self.gemv_quantized_launch(w, None, Activation::Identity, acts, epilogue, operands, y)
+    }
+
+    /// [`CudaBackend::gemv_glu`] on activations already quantized.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_glu_quantized(
+        &self,
+        gate: &DeviceWeights,
+        up: &DeviceWeights,
+        act: Activation,
+        acts: &DeviceActs,
+        epilogue: &Epilogue,
+        operands: &[&DeviceVec],
+        y: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        Self::check_glu_pair(gate, up)?;
+        self.gemv_quantized_launch(gate, Some(up), act, acts, epilogue, operands, y)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_quantized_launch(
+        &self,
+        w: &DeviceWeights,
+        up: Option<&DeviceWeights>,
+        act: Activation,
+        acts: &DeviceActs,
+        epilogue: &Epilogue,
+        operands: &[&DeviceVec],
+        y: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        let l = acts.layout;
+        check_gemv_mode(w.dtype, l.mode).map_err(Error::from)?;
+        let lens: Vec<usize> = operands.iter().map(|o| o.len()).collect();
+        self.check_gemv_lengths(
+            epilogue,
+            (w.rows, w.cols, l.n_cols),
+            l.k * l.n_cols,
+            &lens,
+            y.len(),
+        )?;
+        check_len("quantized activation column", w.cols, l.k)?;
+        self.gemv_q_launch(w, up, act, &l, acts.addr(), epilogue, operands, y)
+    }
+
     /// [`CudaBackend::gemv`] on host slices: uploads, runs, downloads.
+    #[allow(clippy::too_many_arguments)]
     pub fn gemv_host(
         &self,
         w: &WeightMatrix<'_>,
         x: &[f32],
         n_cols: usize,
+        mode: ActQuant,
         epilogue: &Epilogue,
         operands: &[&[f32]],
         y: &mut [f32],
     ) -> Result<(), CudaError> {
+        check_gemv_mode(w.dtype(), mode).map_err(Error::from)?;
         let bound = epilogue.bind(operands, w.rows(), n_cols)?;
         check_gemm_args(w.rows(), w.cols(), n_cols, x.len(), &bound, y.len())?;
         let wd = self.upload_weights(w)?;
         let (xd, ops, mut yd) = self.upload_call(x, operands, y.len())?;
         let ops: Vec<&DeviceVec> = ops.iter().collect();
-        self.gemv(&wd, &xd, n_cols, epilogue, &ops, &mut yd)?;
+        self.gemv(&wd, &xd, n_cols, mode, epilogue, &ops, &mut yd)?;
         self.download(&yd, y)
     }
 
@@ -468,18 +764,20 @@ impl CudaBackend {
         act: Activation,
         x: &[f32],
         n_cols: usize,
+        mode: ActQuant,
         epilogue: &Epilogue,
         operands: &[&[f32]],
         y: &mut [f32],
     ) -> Result<(), CudaError> {
         let (m, k) = (w.gate().rows(), w.gate().cols());
+        check_gemv_mode(w.gate().dtype(), mode).map_err(Error::from)?;
         let bound = epilogue.bind(operands, m, n_cols)?;
         check_gemm_args(m, k, n_cols, x.len(), &bound, y.len())?;
         let gate = self.upload_weights(w.gate())?;
         let up = self.upload_weights(w.up())?;
         let (xd, ops, mut yd) = self.upload_call(x, operands, y.len())?;
         let ops: Vec<&DeviceVec> = ops.iter().collect();
-        self.gemv_glu(&gate, &up, act, &xd, n_cols, epilogue, &ops, &mut yd)?;
+        self.gemv_glu(&gate, &up, act, &xd, n_cols, mode, epilogue, &ops, &mut yd)?;
         self.download(&yd, y)
     }
 

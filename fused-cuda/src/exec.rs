@@ -3,9 +3,11 @@
 //! `*_host` calls; an element-wise step uploads its inputs, launches one
 //! kernel and downloads the result (the download waits for the stream).
 //!
-//! The GEMV kernels take f32 activations only ([`ActQuant::F32`]), weights
-//! in [`GEMV_DTYPES`], 1 to [`MAX_COLS`] columns; anything else is refused
-//! with [`fused_core::Error::Unsupported`] before the step runs. Without the
+//! The GEMV kernels take the weight formats and activation modes that
+//! [`check_gemv_mode`] lists (f32 activations for every format of
+//! [`crate::GEMV_DTYPES`]; GGML's Q8_0 / Q8_K activations for Q8_0, Q4_0
+//! and Q4_K), 1 to [`MAX_COLS`] columns; anything else is refused with
+//! [`fused_core::Error::Unsupported`] before the step runs. Without the
 //! `cuda` feature there is no [`CudaBackend`] to call this on (its
 //! constructor returns [`CudaError::NotCompiled`]).
 
@@ -18,7 +20,7 @@ use fused_core::fwht::FwhtDesc;
 use fused_core::reference::gemv::GluWeights;
 use fused_core::reference::{ActQuant, WeightMatrix};
 
-use crate::{CudaBackend, CudaError, DeviceVec, GEMV_DTYPES, MAX_COLS};
+use crate::{CudaBackend, CudaError, DeviceVec, MAX_COLS, check_gemv_mode};
 
 impl CudaBackend {
     /// Uploads `inputs`, runs `launch` into a new output of `out.len()`
@@ -51,12 +53,7 @@ impl StepKernels for CudaBackend {
         mode: ActQuant,
         n_cols: usize,
     ) -> Result<(), Unsupported> {
-        if mode != ActQuant::F32 {
-            return Err(Unsupported::ActQuant(mode));
-        }
-        if !GEMV_DTYPES.contains(&dtype) {
-            return Err(Unsupported::WeightFormat(dtype));
-        }
+        check_gemv_mode(dtype, mode)?;
         if !(1..=MAX_COLS).contains(&n_cols) {
             return Err(Unsupported::Columns {
                 max: MAX_COLS,
@@ -87,7 +84,7 @@ impl StepKernels for CudaBackend {
     ) -> Result<(), CudaError> {
         self.supports_gemv(w.dtype(), mode, n_cols)
             .map_err(fused_core::Error::from)?;
-        self.gemv_host(w, x, n_cols, epilogue, operands, y)
+        self.gemv_host(w, x, n_cols, mode, epilogue, operands, y)
     }
 
     fn gemv_glu(
@@ -103,7 +100,7 @@ impl StepKernels for CudaBackend {
     ) -> Result<(), CudaError> {
         self.supports_gemv(w.gate().dtype(), mode, n_cols)
             .map_err(fused_core::Error::from)?;
-        self.gemv_glu_host(w, act, x, n_cols, epilogue, operands, y)
+        self.gemv_glu_host(w, act, x, n_cols, mode, epilogue, operands, y)
     }
 
     fn fwht(

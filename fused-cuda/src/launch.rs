@@ -10,10 +10,12 @@
 
 use crate::backend::CudaBackend;
 use crate::device::check_result;
-use crate::params::{EpiParams, FwhtParams, GemvParams, act_code};
+use crate::params::{EpiParams, FwhtParams, GemvParams, GemvQParams, QuantParams, act_code};
+use crate::qacts::QactsLayout;
 use crate::{CudaError, MAX_COLS};
 use fused_core::element::Activation;
 use fused_core::fwht::FwhtDesc;
+use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
@@ -47,6 +49,27 @@ fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
         _ => 2,
     }
 }
+
+/// Output rows one block of the integer GEMV kernels computes
+/// (`fused_gemvq_*_r<R>_c<NC>` in `kernels/gemv.cu`). One column: Q8_0 and
+/// Q4_K 4 (on the H200 1.02–1.08x faster than 2), Q4_0 2 (4 ran 0.94–1.0x);
+/// `FUSED_CUDA_Q_ROWS` (1, 2 or 4) overrides it, for A/B runs of
+/// `cuda-bench`.
+fn gemvq_rows_per_block(dtype: DType, n_cols: usize) -> usize {
+    match n_cols {
+        1 => std::env::var("FUSED_CUDA_Q_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|r| [1, 2, 4].contains(r))
+            .unwrap_or(if dtype == DType::Q4_0 { 2 } else { 4 }),
+        2..=4 => 2,
+        _ => 1,
+    }
+}
+
+/// Threads per block of the activation quantizers (one warp per block of
+/// activations).
+const QUANT_BLOCK: u32 = 256;
 
 /// `v` as a u32, or [`Error::Overflow`] naming `what`.
 pub(crate) fn u32_of(what: &'static str, v: usize) -> Result<u32, CudaError> {
@@ -156,6 +179,19 @@ pub(crate) enum Launch {
         shared: u32,
         params: FwhtParams,
     },
+    /// An activation quantizer.
+    Quantize {
+        name: &'static str,
+        grid: u32,
+        params: QuantParams,
+    },
+    /// An integer GEMV on quantized activations (gated when `params.w_up`
+    /// is not 0).
+    GemvQ {
+        name: String,
+        grid: u32,
+        params: GemvQParams,
+    },
     /// An element-wise kernel over `n` elements (float4s for `Copy4`).
     Ew { kernel: EwKernel, n: u32 },
     /// `bytes` bytes from `src` to `dst` (`cuMemcpyDtoDAsync`).
@@ -230,6 +266,88 @@ impl Launch {
         Ok(Some(Launch::Gemv { name, grid, params }))
     }
 
+    /// The quantizer of the `layout.n_cols` activation columns at `x` into
+    /// the buffer at `q` (laid out as `layout`); `None` when empty.
+    pub(crate) fn quantize(
+        layout: &QactsLayout,
+        x: u64,
+        q: u64,
+    ) -> Result<Option<Launch>, CudaError> {
+        let blocks = layout.blocks();
+        if blocks == 0 {
+            return Ok(None);
+        }
+        let params = QuantParams {
+            x,
+            codes: q,
+            scales: q + layout.scales as u64,
+            sums: q + layout.sums as u64,
+            k: u32_of("activation column", layout.k)?,
+            n_blocks: u32_of("activation blocks", blocks)?,
+        };
+        let name = if layout.mode == ActQuant::Q8_K {
+            "fused_quantize_q8_K"
+        } else {
+            "fused_quantize_q8_0"
+        };
+        let grid = u32_of(
+            "quantizer grid",
+            blocks.div_ceil((QUANT_BLOCK / 32) as usize),
+        )?;
+        Ok(Some(Launch::Quantize { name, grid, params }))
+    }
+
+    /// The integer GEMV `y = epi(act(W·x) [⊙ (W_up·x)])` with weights at `w`
+    /// (and `w_up`) in the integer layout (`layout::to_device_int`) and the
+    /// activations quantized at `q` (laid out as `layout`, whose mode the
+    /// caller has checked against the format); `None` for nothing to do.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemv_q(
+        dtype: DType,
+        rows: usize,
+        layout: &QactsLayout,
+        w: u64,
+        w_up: Option<u64>,
+        act: Activation,
+        q: u64,
+        y: u64,
+        epi: EpiParams,
+    ) -> Result<Option<Launch>, CudaError> {
+        let n_cols = layout.n_cols;
+        if n_cols > MAX_COLS {
+            return Err(Error::LengthMismatch {
+                what: "GEMV columns (the CUDA kernels take 1..=8)",
+                expected: MAX_COLS,
+                actual: n_cols,
+            }
+            .into());
+        }
+        if n_cols == 0 || rows == 0 {
+            return Ok(None);
+        }
+        let params = GemvQParams {
+            w,
+            w_up: w_up.unwrap_or(0),
+            codes: q,
+            scales: q + layout.scales as u64,
+            sums: q + layout.sums as u64,
+            y,
+            rows: u32_of("weight rows", rows)?,
+            k: u32_of("weight columns", layout.k)?,
+            glu_act: act_code(act),
+            pad: 0,
+            epi,
+        };
+        let r = gemvq_rows_per_block(dtype, n_cols);
+        let name = format!(
+            "fused_gemvq_{}{}_r{r}_c{n_cols}",
+            if w_up.is_some() { "glu_" } else { "" },
+            dtype.name()
+        );
+        let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
+        Ok(Some(Launch::GemvQ { name, grid, params }))
+    }
+
     /// The FWHT of `rows` rows of `desc.n()` at `x` (signs at `signs`) into
     /// `out`; `None` for no rows. The caller has run `desc.check`.
     pub(crate) fn fwht(
@@ -299,6 +417,25 @@ impl CudaBackend {
             Launch::Gemv { name, grid, params } => {
                 // SAFETY: one GemvParams argument, as every GEMV kernel
                 // takes; the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(params)]) }
+            }
+            Launch::Quantize { name, grid, params } => {
+                // SAFETY: one QuantParams argument, as both quantizers
+                // take; the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
+            }
+            Launch::GemvQ { name, grid, params } => {
+                if self.use_pdl() {
+                    // SAFETY: as below; the integer GEMV kernels wait
+                    // (griddep_wait) before they read activations or
+                    // epilogue operands, and never read what the kernel
+                    // before them writes otherwise (weights are constant).
+                    return unsafe {
+                        self.launch_pdl(&dev.gemv, name, *grid, GEMV_BLOCK, &[arg(params)])
+                    };
+                }
+                // SAFETY: one GemvQParams argument, as every integer GEMV
+                // kernel takes; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(params)]) }
             }
             Launch::Fwht {
@@ -395,6 +532,34 @@ mod tests {
         };
         assert_eq!(name, "fused_gemv_glu_f16_c3");
         assert_eq!((grid, params.w_up), (10, 5));
+    }
+
+    #[test]
+    fn integer_gemv_and_quantizer_launches_point_into_the_activation_buffer() {
+        let id = Activation::Identity;
+        let l = QactsLayout::new(ActQuant::Q8_K, 512, 3).unwrap();
+        let Ok(Some(Launch::Quantize { name, grid, params })) = Launch::quantize(&l, 7, 4096)
+        else {
+            panic!()
+        };
+        // 6 blocks of 256, one warp each, 8 warps per block; scales after
+        // the 1536 codes, sums after the 6 scales (padded to 16 bytes).
+        assert_eq!((name, grid, params.n_blocks), ("fused_quantize_q8_K", 1, 6));
+        assert_eq!((params.scales, params.sums), (4096 + 1536, 4096 + 1568));
+        let Ok(Some(Launch::GemvQ { name, grid, params })) =
+            Launch::gemv_q(DType::Q4_K, 9, &l, 1, Some(2), id, 4096, 3, epi())
+        else {
+            panic!()
+        };
+        assert_eq!((name.as_str(), grid), ("fused_gemvq_glu_q4_K_r2_c3", 5));
+        assert_eq!(
+            (params.codes, params.sums, params.k),
+            (4096, 4096 + 1568, 512)
+        );
+        assert!(matches!(
+            Launch::gemv_q(DType::Q4_K, 0, &l, 1, None, id, 4096, 3, epi()),
+            Ok(None)
+        ));
     }
 
     #[test]

@@ -153,6 +153,53 @@ pub(crate) fn to_device(dtype: DType, rows: usize, cols: usize, bytes: &[u8]) ->
     out
 }
 
+/// `rows × cols` weights of `dtype` (Q8_0, Q4_0 or Q4_K; the core's layout,
+/// row-major, `bytes` exactly that long) in the layout of the integer
+/// (quantized-activation) kernels, `QUnit` in `kernels/gemv.cu`: every
+/// block's codes first (row `r`, block `b` at `C·(r·nb + b)`, `C` the code
+/// bytes of a block), then every block's scale header (at `codes + H·(r·nb +
+/// b)`: Q8_0 and Q4_0 their f16 `d`, `H` = 2; Q4_K its 16-byte `d`, `dmin`
+/// and packed scales). Q4_0 and Q4_K codes are the core's `qs` bytes as
+/// they are; Q8_0 codes go in groups of 32 blocks per row (the last group
+/// `g` ≤ 32 blocks), the group's first 16 codes of each block and then
+/// their last 16 (block `j` of a group at `16·j` and `16·(g + j)`), so that
+/// the kernels' 16-byte loads of one warp are contiguous. Same length and
+/// bytes as the original, rearranged. Other formats: `None`.
+pub(crate) fn to_device_int(
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    bytes: &[u8],
+) -> Option<Vec<u8>> {
+    let header = match dtype {
+        DType::Q8_0 | DType::Q4_0 => 2,
+        DType::Q4_K => 16,
+        _ => return None,
+    };
+    let (bb, nb) = (dtype.block_bytes(), cols / dtype.block_len());
+    let code_bytes = bb - header;
+    let mut out = vec![0u8; bytes.len()];
+    let (codes, scales) = out.split_at_mut(rows * nb * code_bytes);
+    for (r, row) in bytes.chunks_exact(nb * bb).enumerate().take(rows) {
+        for (b, blk) in row.chunks_exact(bb).enumerate() {
+            let at = r * nb + b;
+            scales[at * header..(at + 1) * header].copy_from_slice(&blk[..header]);
+            let q = &blk[header..];
+            let dst = &mut codes[r * nb * code_bytes..(r + 1) * nb * code_bytes];
+            if dtype == DType::Q8_0 {
+                let (grp, j) = (b / 32, b % 32);
+                let g = (nb - 32 * grp).min(32);
+                let base = 1024 * grp;
+                dst[base + 16 * j..base + 16 * j + 16].copy_from_slice(&q[..16]);
+                dst[base + 16 * (g + j)..base + 16 * (g + j) + 16].copy_from_slice(&q[16..]);
+            } else {
+                dst[b * code_bytes..(b + 1) * code_bytes].copy_from_slice(q);
+            }
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +262,105 @@ mod tests {
                 d * sc as f32 * q as f32 - dmin * m as f32
             }
         }
+    }
+
+    /// Element `e` of row `r` read back from the integer layout the way
+    /// `QUnit` in `kernels/gemv.cu` reads it, dequantized as the core does.
+    fn read_back_int(
+        dtype: DType,
+        dev: &[u8],
+        rows: usize,
+        cols: usize,
+        r: usize,
+        e: usize,
+    ) -> f32 {
+        let nb = cols / dtype.block_len();
+        let (b, i) = (e / dtype.block_len(), e % dtype.block_len());
+        let at = r * nb + b;
+        match dtype {
+            DType::Q4_0 => {
+                let q = dev[16 * at + i % 16];
+                let q = if i < 16 { q & 15 } else { q >> 4 };
+                let s = rows * nb * 16 + 2 * at;
+                (q as i32 - 8) as f32 * half(dev[s], dev[s + 1])
+            }
+            DType::Q8_0 => {
+                let (grp, j) = (b / 32, b % 32);
+                let g = (nb - 32 * grp).min(32);
+                let base = r * nb * 32 + 1024 * grp;
+                let q = if i < 16 {
+                    dev[base + 16 * j + i]
+                } else {
+                    dev[base + 16 * (g + j) + i - 16]
+                };
+                let s = rows * nb * 32 + 2 * at;
+                q as i8 as f32 * half(dev[s], dev[s + 1])
+            }
+            _ => {
+                // Unit u = 8·b + 2c + h: chunk c, byte 16h + p.
+                let (c, p) = (i / 64, i % 32);
+                let q = dev[128 * at + 32 * c + p];
+                let q = if i % 64 < 32 { q & 15 } else { q >> 4 };
+                let h = &dev[rows * nb * 128 + 16 * at..rows * nb * 128 + 16 * at + 16];
+                let sub = i / 32;
+                let s = &h[4..16];
+                let (sc, m) = if sub < 4 {
+                    (s[sub] & 63, s[sub + 4] & 63)
+                } else {
+                    (
+                        (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4),
+                        (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4),
+                    )
+                };
+                let (d, dmin) = (half(h[0], h[1]), half(h[2], h[3]));
+                d * sc as f32 * q as f32 - dmin * m as f32
+            }
+        }
+    }
+
+    /// Random rows of `dtype` in the core's layout.
+    fn random_rows(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+        let rb = dtype.row_bytes(cols).unwrap();
+        let mut bytes = vec![0u8; rows * rb];
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for r in 0..rows {
+            let row: Vec<f32> = (0..cols)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+                })
+                .collect();
+            quantize_row(dtype, &row, &mut bytes[r * rb..(r + 1) * rb]).unwrap();
+        }
+        bytes
+    }
+
+    #[test]
+    fn int_layout_holds_every_element_where_the_kernels_read_it() {
+        for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4_K] {
+            // Q8_0 rows of 40 blocks: one whole group of 32 and one of 8.
+            for (rows, cols) in [(3, 1280), (2, 256), (1, 2048 + 256)] {
+                let bytes = random_rows(dtype, rows, cols);
+                let dev = to_device_int(dtype, rows, cols, &bytes).unwrap();
+                assert_eq!(dev.len(), bytes.len());
+                let rb = dtype.row_bytes(cols).unwrap();
+                for r in 0..rows {
+                    let mut want = vec![0.0; cols];
+                    dequantize_row(dtype, &bytes[r * rb..(r + 1) * rb], &mut want).unwrap();
+                    for (e, w) in want.iter().enumerate() {
+                        let got = read_back_int(dtype, &dev, rows, cols, r, e);
+                        assert_eq!(
+                            got.to_bits(),
+                            w.to_bits(),
+                            "{dtype} {rows}x{cols} r{r} e{e}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(to_device_int(DType::F16, 1, 32, &[0; 64]).is_none());
     }
 
     #[test]

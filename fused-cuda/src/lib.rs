@@ -14,9 +14,9 @@
 //! - the unfused element-wise kernels (add, mul, unary activation, GLU, row
 //!   bias), built from the same device functions as the epilogue;
 //! - `fused_core::exec::StepKernels` for [`CudaBackend`]: the core's plan
-//!   executor runs a plan on the GPU through the host-slice calls (f32
-//!   activations; formats and column counts it lacks are refused as
-//!   `fused_core::Error::Unsupported`);
+//!   executor runs a plan on the GPU through the host-slice calls (the
+//!   activation modes of [`check_gemv_mode`]; formats, modes and column
+//!   counts it lacks are refused as `fused_core::Error::Unsupported`);
 //! - [`DevicePlan`]: a device-resident plan executor (every graph buffer on
 //!   the device, uploaded once; GEMV weights prepared once; the plan's
 //!   launches enqueued on one stream and synchronised once per run, or
@@ -24,9 +24,24 @@
 //!
 //! # Numerics
 //!
-//! Activation scheme: the activations stay f32 and the weights are
-//! decoded in registers (the core's `ActQuant::F32` mode; no
-//! activation-quantization launch). Quantized weights are uploaded once in a
+//! Every GEMV entry point takes the activation mode (`ActQuant`,
+//! [`check_gemv_mode`]).
+//!
+//! Quantized activations (`ActQuant::Q8_0` for Q8_0 / Q4_0 weights,
+//! `ActQuant::Q8_K` for Q4_K: GGML's CPU modes): one quantizer launch per
+//! call writes the columns' codes and scales exactly as
+//! `fused_core::quant::quantize_row` (bit for bit, in a layout of its own:
+//! `src/qacts.rs`; a gated GEMV quantizes once for both weights); the GEMV
+//! then forms each block's integer dot product exactly with `dp4a`
+//! (weights in a second, block-per-lane layout: `layout::to_device_int`)
+//! and scales it with GGML's f32 formula for that block; only the f32 sum
+//! of the scaled block terms runs in another order than the core's
+//! reference (within fused-verify's ulp budget). On compute capability 9.0
+//! the GEMV is a programmatic dependent launch that starts while the
+//! quantizer runs (`src/pdl.rs`).
+//!
+//! f32 activations (`ActQuant::F32`): the weights are decoded in registers
+//! (no activation-quantization launch). Quantized weights are uploaded once in a
 //! lane-interleaved layout (same bytes, rearranged; `src/layout.rs`) so that
 //! every lane reads 16 bytes of codes and the activations stay coalesced;
 //! each 4-element chunk of a block is dotted with its codes as exact f32
@@ -80,23 +95,29 @@ mod layout;
 #[cfg(feature = "cuda")]
 mod params;
 #[cfg(feature = "cuda")]
+mod pdl;
+#[cfg(feature = "cuda")]
 mod plan_exec;
+mod qacts;
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 
 #[cfg(feature = "cuda")]
-pub use backend::{CudaBackend, DeviceVec, DeviceWeights};
+pub use backend::{CudaBackend, DeviceActs, DeviceVec, DeviceWeights};
 #[cfg(feature = "cuda")]
 pub use device::CudaDevice;
 pub use error::CudaError;
 pub use plan::{DevicePlanStats, Submission};
 #[cfg(feature = "cuda")]
 pub use plan_exec::DevicePlan;
+pub use qacts::QuantizedActs;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{CudaBackend, CudaDevice, DevicePlan, DeviceVec, DeviceWeights};
+pub use stub::{CudaBackend, CudaDevice, DeviceActs, DevicePlan, DeviceVec, DeviceWeights};
 
 use fused_core::DType;
+use fused_core::error::Unsupported;
+use fused_core::reference::ActQuant;
 
 /// The weight formats the CUDA GEMV kernels take: every weight format of
 /// the core (the activation-only Q8_1 and Q8_K aside).
@@ -115,6 +136,23 @@ pub const GEMV_DTYPES: [DType; 13] = [
     DType::IQ4_NL,
     DType::TQ2_0,
 ];
+
+/// Whether the CUDA GEMV kernels take weights of `dtype` with activations
+/// fed per `mode`: every format of [`GEMV_DTYPES`] with f32 activations
+/// ([`ActQuant::F32`]); Q8_0 and Q4_0 weights with [`ActQuant::Q8_0`]
+/// activations and Q4_K with [`ActQuant::Q8_K`] (quantized on the device,
+/// integer dot products).
+pub fn check_gemv_mode(dtype: DType, mode: ActQuant) -> Result<(), Unsupported> {
+    if !GEMV_DTYPES.contains(&dtype) {
+        return Err(Unsupported::WeightFormat(dtype));
+    }
+    match (mode, dtype) {
+        (ActQuant::F32, _)
+        | (ActQuant::Q8_0, DType::Q8_0 | DType::Q4_0)
+        | (ActQuant::Q8_K, DType::Q4_K) => Ok(()),
+        _ => Err(Unsupported::ActQuant(mode)),
+    }
+}
 
 /// The most activation columns one GEMV launch takes.
 pub const MAX_COLS: usize = 8;

@@ -62,6 +62,35 @@ pub(crate) struct GemvParams {
     pub(crate) epi: EpiParams,
 }
 
+/// `QuantParams` in `kernels/gemv.cu`: one activation quantizer launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QuantParams {
+    pub(crate) x: u64,
+    pub(crate) codes: u64,
+    pub(crate) scales: u64,
+    pub(crate) sums: u64,
+    pub(crate) k: u32,
+    pub(crate) n_blocks: u32,
+}
+
+/// `GemvQParams` in `kernels/gemv.cu`: one integer GEMV launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GemvQParams {
+    pub(crate) w: u64,
+    pub(crate) w_up: u64,
+    pub(crate) codes: u64,
+    pub(crate) scales: u64,
+    pub(crate) sums: u64,
+    pub(crate) y: u64,
+    pub(crate) rows: u32,
+    pub(crate) k: u32,
+    pub(crate) glu_act: u32,
+    pub(crate) pad: u32,
+    pub(crate) epi: EpiParams,
+}
+
 /// `FwhtParams` in `kernels/fwht.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -83,6 +112,10 @@ unsafe impl DeviceCopy for EpiParams {}
 unsafe impl DeviceCopy for GemvParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for FwhtParams {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for QuantParams {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for GemvQParams {}
 
 // The layouts the kernels assume (C rules on a 64-bit target).
 const _: () = {
@@ -90,4 +123,6 @@ const _: () = {
     assert!(core::mem::offset_of!(EpiParams, operand) == 72);
     assert!(core::mem::offset_of!(GemvParams, epi) == 48);
     assert!(core::mem::size_of::<FwhtParams>() == 40);
+    assert!(core::mem::size_of::<QuantParams>() == 40);
+    assert!(core::mem::offset_of!(GemvQParams, epi) == 64);
 };

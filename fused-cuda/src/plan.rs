@@ -6,9 +6,14 @@
 pub struct DevicePlanStats {
     /// Plan steps that launch a kernel (reshapes, views and inputs excluded).
     pub kernel_steps: u64,
-    /// Kernel launches (one per kernel step; a step that is a plain copy
-    /// counts here as one launch of the copy engine).
+    /// Kernel launches (one per kernel step, plus the activation
+    /// quantizers; a step that is a plain copy counts here as one launch of
+    /// the copy engine).
     pub launches: u64,
+    /// Of the launches: activation quantizers (one per GEMV step in a
+    /// quantized activation mode; a gated GEMV quantizes once for both
+    /// weights).
+    pub quantizations: u64,
     /// Device-to-device copies added for misaligned or in-place tensors.
     pub copies: u64,
     /// Bytes those copies move.

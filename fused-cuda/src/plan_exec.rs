@@ -16,7 +16,11 @@
 //!   same [`Launch`] values as the `DeviceVec` entry points build), each
 //!   tensor passed as its buffer's device address plus its byte offset. The
 //!   launches are built once and enqueued in order on one stream, which
-//!   orders them: no further synchronisation is needed between steps.
+//!   orders them: no further synchronisation is needed between steps;
+//! - in a quantized activation mode (`GemvMode::Ggml` with Q8_0, Q4_0 or
+//!   Q4_K weights) each GEMV step first quantizes its activation input
+//!   once (a gated GEMV once for both weights) into one scratch buffer that
+//!   every step reuses, counted in [`DevicePlanStats::quantizations`].
 //!
 //! Device-to-device copies (`cuMemcpyDtoDAsync`, on the same stream and
 //! counted in [`DevicePlanStats::copies`]) stand in where a tensor cannot be
@@ -55,8 +59,8 @@ use fused_core::exec::{Buffers, StepKernels, fill_buffers, gather_f32, packed};
 use fused_core::fwht::{FwhtDesc, check_fwht_size};
 use fused_core::graph::{Graph, MatHint, Node, Op};
 use fused_core::planner::{Operands, Plan, Step};
-use fused_core::reference::WeightMatrix;
 use fused_core::reference::eval::GemvMode;
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
 
@@ -65,6 +69,7 @@ use crate::cuda_graph::CapturedGraph;
 use crate::device::driver;
 use crate::launch::{EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, u32_of};
 use crate::params::EpiParams;
+use crate::qacts::QactsLayout;
 use crate::{CudaError, DevicePlanStats, Submission};
 
 /// Which buffer a region lies in.
@@ -145,6 +150,8 @@ struct Builder<'a, 'd> {
     bases: Vec<u64>,
     mode: GemvMode,
     scratch: Vec<DeviceBuffer<u8>>,
+    /// The quantized-activation scratch: its slot and size.
+    act_scratch: Option<(usize, usize)>,
     weights: Vec<(TensorDesc, DeviceWeights)>,
     launches: Vec<Launch>,
     /// Graph-buffer regions the launches write.
@@ -199,6 +206,29 @@ impl Builder<'_, '_> {
             offset: 0,
             size,
         })
+    }
+
+    /// The device address of the plan's quantized-activation scratch, at
+    /// least `size` bytes: one buffer that every quantized GEMV step reuses
+    /// (the stream orders each step's quantizer and GEMV), replaced by a
+    /// larger one when a step needs more (launches built earlier keep the
+    /// old one, which the plan keeps too).
+    fn act_scratch(&mut self, size: usize) -> Result<u64, CudaError> {
+        match self.act_scratch {
+            Some((slot, have)) if have >= size => Ok(self.addr(Region {
+                slot: Slot::Scratch(slot),
+                offset: 0,
+                size: have as u64,
+            })),
+            _ => {
+                let r = self.scratch(size as u64)?;
+                let Slot::Scratch(slot) = r.slot else {
+                    unreachable!("scratch() returns a scratch region")
+                };
+                self.act_scratch = Some((slot, size));
+                Ok(self.addr(r))
+            }
+        }
     }
 
     /// Appends the copy of `src` into `dst` (same size), counted.
@@ -367,6 +397,28 @@ impl Builder<'_, '_> {
             }
         }
         let (ya, out) = self.write(dst)?;
+        let act = up.map_or(Activation::Identity, |(_, a)| a);
+        let epi = EpiParams::new(epilogue, |slot| op_addrs[slot]);
+        if mode != ActQuant::F32 {
+            // Quantized once into the plan's activation scratch, then the
+            // integer GEMV (gate and up both) reads it.
+            let layout = QactsLayout::new(mode, k, n)?;
+            let q = self.act_scratch(layout.bytes)?;
+            if let Some(l) = Launch::quantize(&layout, xa, q)? {
+                self.stats.launches += 1;
+                self.stats.quantizations += 1;
+                self.launches.push(l);
+            }
+            let int_addr = |d: &DeviceWeights| {
+                d.int_addr()
+                    .ok_or(Error::Unsupported(Unsupported::ActQuant(mode)))
+            };
+            let wa = int_addr(&self.weights[wi].1)?;
+            let ua = ui.map(|i| int_addr(&self.weights[i].1)).transpose()?;
+            let l = Launch::gemv_q(w.dtype(), m, &layout, wa, ua, act, q, ya, epi)?;
+            self.launch(l, out);
+            return Ok(());
+        }
         let wd = &self.weights[wi].1;
         let shape = GemvShape {
             dtype: w.dtype(),
@@ -376,8 +428,6 @@ impl Builder<'_, '_> {
             n_cols: n,
         };
         let w_up = ui.map(|i| self.weights[i].1.addr());
-        let act = up.map_or(Activation::Identity, |(_, a)| a);
-        let epi = EpiParams::new(epilogue, |slot| op_addrs[slot]);
         let l = Launch::gemv(shape, wd.addr(), w_up, act, xa, ya, epi)?;
         self.launch(l, out);
         Ok(())
@@ -611,6 +661,7 @@ impl<'a> DevicePlan<'a> {
             bases: buffers.iter().map(|b| b.as_device_ptr().as_raw()).collect(),
             mode,
             scratch: Vec::new(),
+            act_scratch: None,
             weights: Vec::new(),
             launches: Vec::new(),
             written: Vec::new(),

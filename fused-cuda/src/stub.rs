@@ -1,7 +1,7 @@
 //! The backend when the crate is built without the `cuda` feature: the same
 //! public API as the real one, and no value of its types can exist.
 
-use crate::{CudaError, DevicePlanStats, KernelForm, Submission};
+use crate::{CudaError, DevicePlanStats, KernelForm, QuantizedActs, Submission};
 use core::convert::Infallible;
 use fused_core::DType;
 use fused_core::element::Activation;
@@ -10,9 +10,9 @@ use fused_core::exec::Buffers;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::Graph;
 use fused_core::planner::Plan;
-use fused_core::reference::WeightMatrix;
 use fused_core::reference::eval::GemvMode;
 use fused_core::reference::gemv::GluWeights;
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use std::marker::PhantomData;
 
@@ -49,6 +49,27 @@ impl CudaDevice {
 
     /// Runs the probe kernel: `y[i] = a·x[i] + y[i]` (one fused multiply-add).
     pub fn probe_axpy(&self, _a: f32, _x: &[f32], _y: &mut [f32]) -> Result<(), CudaError> {
+        match self.never {}
+    }
+}
+
+/// Quantized activations in device memory (none can exist in this build).
+#[derive(Debug)]
+pub struct DeviceActs {
+    never: Infallible,
+}
+
+impl DeviceActs {
+    /// The activation mode.
+    pub fn mode(&self) -> ActQuant {
+        match self.never {}
+    }
+    /// Elements per column.
+    pub fn k(&self) -> usize {
+        match self.never {}
+    }
+    /// Columns.
+    pub fn n_cols(&self) -> usize {
         match self.never {}
     }
 }
@@ -142,6 +163,7 @@ impl CudaBackend {
         _w: &DeviceWeights,
         _x: &DeviceVec,
         _n_cols: usize,
+        _mode: ActQuant,
         _epilogue: &Epilogue,
         _operands: &[&DeviceVec],
         _y: &mut DeviceVec,
@@ -155,6 +177,41 @@ impl CudaBackend {
         _act: Activation,
         _x: &DeviceVec,
         _n_cols: usize,
+        _mode: ActQuant,
+        _epilogue: &Epilogue,
+        _operands: &[&DeviceVec],
+        _y: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn quantize_acts(
+        &self,
+        _mode: ActQuant,
+        _x: &DeviceVec,
+        _n_cols: usize,
+    ) -> Result<DeviceActs, CudaError> {
+        match self.never {}
+    }
+    pub fn download_acts(&self, _acts: &DeviceActs) -> Result<QuantizedActs, CudaError> {
+        match self.never {}
+    }
+    pub fn gemv_quantized(
+        &self,
+        _w: &DeviceWeights,
+        _acts: &DeviceActs,
+        _epilogue: &Epilogue,
+        _operands: &[&DeviceVec],
+        _y: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_glu_quantized(
+        &self,
+        _gate: &DeviceWeights,
+        _up: &DeviceWeights,
+        _act: Activation,
+        _acts: &DeviceActs,
         _epilogue: &Epilogue,
         _operands: &[&DeviceVec],
         _y: &mut DeviceVec,
@@ -166,6 +223,7 @@ impl CudaBackend {
         _w: &WeightMatrix<'_>,
         _x: &[f32],
         _n_cols: usize,
+        _mode: ActQuant,
         _epilogue: &Epilogue,
         _operands: &[&[f32]],
         _y: &mut [f32],
@@ -178,6 +236,7 @@ impl CudaBackend {
         _act: Activation,
         _x: &[f32],
         _n_cols: usize,
+        _mode: ActQuant,
         _epilogue: &Epilogue,
         _operands: &[&[f32]],
         _y: &mut [f32],

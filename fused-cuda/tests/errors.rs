@@ -6,8 +6,9 @@ mod common;
 use common::{Rng, backend_or_skip, weights};
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
+use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::WeightMatrix;
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 use fused_cuda::CudaError;
 
@@ -37,24 +38,24 @@ fn bad_inputs_are_typed_errors() {
     ));
     // Short activations, short output.
     assert!(matches!(
-        core_err(be.gemv_host(&w, &x[1..], 1, &Epilogue::NONE, &[], &mut y)),
+        core_err(be.gemv_host(&w, &x[1..], 1, ActQuant::F32, &Epilogue::NONE, &[], &mut y)),
         Error::LengthMismatch { .. }
     ));
     assert!(matches!(
-        core_err(be.gemv_host(&w, &x, 1, &Epilogue::NONE, &[], &mut y[1..])),
+        core_err(be.gemv_host(&w, &x, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut y[1..])),
         Error::LengthMismatch { .. }
     ));
     // Too many columns.
     let x9 = rng.vec(9 * k, 1.0);
     let mut y9 = vec![0.0; 9 * m];
     assert!(matches!(
-        core_err(be.gemv_host(&w, &x9, 9, &Epilogue::NONE, &[], &mut y9)),
+        core_err(be.gemv_host(&w, &x9, 9, ActQuant::F32, &Epilogue::NONE, &[], &mut y9)),
         Error::LengthMismatch { .. }
     ));
     // Missing and short epilogue operands, on host and device paths.
     let epi = Epilogue::NONE.then_add().unwrap();
     assert!(matches!(
-        core_err(be.gemv_host(&w, &x, 1, &epi, &[], &mut y)),
+        core_err(be.gemv_host(&w, &x, 1, ActQuant::F32, &epi, &[], &mut y)),
         Error::MissingOperand { slot: 0 }
     ));
     let wd = be.upload_weights(&w).unwrap();
@@ -62,7 +63,7 @@ fn bad_inputs_are_typed_errors() {
     let short = be.alloc(m - 1).unwrap();
     let mut yd = be.alloc(m).unwrap();
     assert!(matches!(
-        core_err(be.gemv(&wd, &xd, 1, &epi, &[&short], &mut yd)),
+        core_err(be.gemv(&wd, &xd, 1, ActQuant::F32, &epi, &[&short], &mut yd)),
         Error::LengthMismatch { .. }
     ));
     // GLU weights of different shapes.
@@ -77,11 +78,49 @@ fn bad_inputs_are_typed_errors() {
             Activation::Silu,
             &xd,
             1,
+            ActQuant::F32,
             &Epilogue::NONE,
             &[],
             &mut yd
         )),
         Error::ShapeMismatch { .. }
+    ));
+    // Activation modes without a kernel for the format: typed, before any launch.
+    be.reset_launches();
+    for (mode, dtype) in [
+        (ActQuant::Q8_K, DType::Q4_0),
+        (ActQuant::Q8_1, DType::Q4_0),
+        (ActQuant::Q8_0, DType::F16),
+    ] {
+        let b = weights(&mut rng, dtype, m, k);
+        let wm = WeightMatrix::new(dtype, m, k, &b).unwrap();
+        let wq = be.upload_weights(&wm).unwrap();
+        assert_eq!(
+            core_err(be.gemv(&wq, &xd, 1, mode, &Epilogue::NONE, &[], &mut yd)),
+            Error::Unsupported(Unsupported::ActQuant(mode)),
+            "{dtype} {mode:?}"
+        );
+    }
+    assert_eq!(be.launches(), 0);
+    // Quantized activations of another length than the weights' K, and a
+    // quantizer input that is not whole columns.
+    let acts = be.quantize_acts(ActQuant::Q8_0, &xd, 1).unwrap();
+    be.reset_launches();
+    let b3 = weights(&mut rng, DType::Q4_0, m, 2 * k);
+    let w3 = be
+        .upload_weights(&WeightMatrix::new(DType::Q4_0, m, 2 * k, &b3).unwrap())
+        .unwrap();
+    assert!(matches!(
+        core_err(be.gemv_quantized(&w3, &acts, &Epilogue::NONE, &[], &mut yd)),
+        Error::LengthMismatch { .. }
+    ));
+    assert!(matches!(
+        core_err(be.quantize_acts(ActQuant::Q8_0, &xd, 3)),
+        Error::LengthMismatch { .. }
+    ));
+    assert!(matches!(
+        core_err(be.quantize_acts(ActQuant::Q8_K, &xd, 1)),
+        Error::NotBlockAligned { .. }
     ));
     // FWHT: partial rows, wrong sign length, signs on an unsigned descriptor.
     let d = FwhtDesc::new(8).unwrap();

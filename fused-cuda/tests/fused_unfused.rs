@@ -8,7 +8,7 @@ use common::{Rng, assert_bits_eq, backend_or_skip, weights};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
-use fused_core::reference::WeightMatrix;
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cuda::{CudaBackend, DeviceVec};
 
 /// Runs `epi`'s stages one unfused kernel each on `v` (operands by slot).
@@ -59,18 +59,21 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(3);
     // K: two whole tiles of the quantized layout and a rest; 1 column (2
-    // rows per block) and 3 (4 rows per block). BF16 and Q6_K stand for the
+    // rows per block) and 3 (4 rows per block); BF16 and Q6_K stand for the
     // formats read in the core's block layout.
-    for (dtype, n_cols) in [
-        DType::F16,
-        DType::BF16,
-        DType::Q4_0,
-        DType::Q4_K,
-        DType::Q6_K,
-    ]
-    .into_iter()
-    .flat_map(|d| [(d, 1), (d, 3)])
-    {
+    // Quantized activation modes too (a quantizer launch before the GEMV).
+    let cases = [
+        (DType::F16, ActQuant::F32),
+        (DType::BF16, ActQuant::F32),
+        (DType::Q4_0, ActQuant::F32),
+        (DType::Q4_K, ActQuant::F32),
+        (DType::Q6_K, ActQuant::F32),
+        (DType::Q4_0, ActQuant::Q8_0),
+        (DType::Q8_0, ActQuant::Q8_0),
+        (DType::Q4_K, ActQuant::Q8_K),
+    ];
+    for (dtype, mode, n_cols) in cases.into_iter().flat_map(|(d, m)| [(d, m, 1), (d, m, 3)]) {
+        let q = u64::from(mode != ActQuant::F32);
         let (m, k) = (257, 2304);
         let bytes = weights(&mut rng, dtype, m, k);
         let w = be
@@ -97,17 +100,19 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
                 let poison = vec![f32::NAN; m * n_cols];
                 let mut fused = be.upload(&poison).unwrap();
                 be.reset_launches();
-                be.gemv(&w, &x, n_cols, &epi, &ops, &mut fused).unwrap();
-                assert_eq!(be.launches(), 1);
+                be.gemv(&w, &x, n_cols, mode, &epi, &ops, &mut fused)
+                    .unwrap();
+                assert_eq!(be.launches(), 1 + q);
                 let mut acc = be.upload(&poison).unwrap();
                 be.reset_launches();
-                be.gemv(&w, &x, n_cols, &Epilogue::NONE, &[], &mut acc)
+                be.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut acc)
                     .unwrap();
                 let unfused = unfused_chain(&be, &epi, acc, &ops);
-                assert_eq!(be.launches(), 1 + epi.len() as u64);
+                assert_eq!(be.launches(), 1 + q + epi.len() as u64);
                 let (f, u) = (download(&be, &fused), download(&be, &unfused));
                 assert!(f.iter().all(|v| !v.is_nan()), "unwritten output");
-                assert_bits_eq(&f, &u, &format!("{dtype} {act} {:?}", epi.stages()));
+                let what = format!("{dtype} {mode:?} {act} {:?}", epi.stages());
+                assert_bits_eq(&f, &u, &what);
             }
         }
     }
@@ -117,7 +122,15 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
 fn fused_glu_equals_unfused_kernels_bit_for_bit() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(4);
-    for dtype in [DType::F32, DType::Q8_0] {
+    // K = 33 blocks: Q8_0's integer layout has a group of 32 and one of 1.
+    let cases = [
+        (DType::F32, ActQuant::F32),
+        (DType::Q8_0, ActQuant::F32),
+        (DType::Q8_0, ActQuant::Q8_0),
+        (DType::Q4_0, ActQuant::Q8_0),
+    ];
+    for (dtype, mode) in cases {
+        let q = u64::from(mode != ActQuant::F32);
         let (m, k, n_cols) = (130, 1056, 2);
         let gb = weights(&mut rng, dtype, m, k);
         let ub = weights(&mut rng, dtype, m, k);
@@ -133,24 +146,24 @@ fn fused_glu_equals_unfused_kernels_bit_for_bit() {
         for act in Activation::ALL {
             let mut fused = be.alloc(m * n_cols).unwrap();
             be.reset_launches();
-            be.gemv_glu(&g, &u, act, &x, n_cols, &epi, &[&res], &mut fused)
+            be.gemv_glu(&g, &u, act, &x, n_cols, mode, &epi, &[&res], &mut fused)
                 .unwrap();
-            assert_eq!(be.launches(), 1);
+            assert_eq!(be.launches(), 1 + q, "one quantizer for both weights");
             let mut gate = be.alloc(m * n_cols).unwrap();
             let mut up = be.alloc(m * n_cols).unwrap();
             let mut gated = be.alloc(m * n_cols).unwrap();
             be.reset_launches();
-            be.gemv(&g, &x, n_cols, &Epilogue::NONE, &[], &mut gate)
+            be.gemv(&g, &x, n_cols, mode, &Epilogue::NONE, &[], &mut gate)
                 .unwrap();
-            be.gemv(&u, &x, n_cols, &Epilogue::NONE, &[], &mut up)
+            be.gemv(&u, &x, n_cols, mode, &Epilogue::NONE, &[], &mut up)
                 .unwrap();
             be.glu(act, &gate, &up, &mut gated).unwrap();
             let unfused = unfused_chain(&be, &epi, gated, &[&res]);
-            assert_eq!(be.launches(), 4);
+            assert_eq!(be.launches(), 4 + 2 * q);
             assert_bits_eq(
                 &download(&be, &fused),
                 &download(&be, &unfused),
-                &format!("glu {dtype} {act}"),
+                &format!("glu {dtype} {mode:?} {act}"),
             );
         }
     }

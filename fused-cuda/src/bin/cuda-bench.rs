@@ -21,8 +21,8 @@ use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Place};
 use fused_core::planner::{Plan, plan};
-use fused_core::reference::WeightMatrix;
 use fused_core::reference::eval::{GemvMode, Memory};
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_cuda::{CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, Submission};
 
@@ -134,81 +134,63 @@ fn run() -> Result<(), CudaError> {
     // ------------------------------------------------ GEMV
     println!("## GEMV y = W·x (rows × K), weights rotated over > 240 MB\n");
     println!(
-        "| shape (rows × K) | format | cols | copies | µs/call | GB/s (weights + x + y) | % of copy |"
+        "Activations: f32 (`F32`), or quantized on the device (`Q8_0`, `Q8_K`: \
+         GGML's CPU modes, integer dot products): \"µs/call\" includes the quantizer \
+         launch, \"GEMV alone\" runs on activations quantized beforehand.\n"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
-    let mut q4_4096 = None;
+    println!(
+        "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy |"
+    );
+    println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (m, k) in [(4096usize, 14336usize), (32768, 8192)] {
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
             let ws = weight_copies(&be, dtype, m, k)?;
-            for n_cols in [1usize, 8] {
-                if n_cols == 8 && dtype != DType::Q4_0 {
-                    continue;
-                }
-                let x = be.upload(&randv(k * n_cols, 3))?;
-                let mut y = be.alloc(m * n_cols)?;
-                let t = time_calls(&be, ws.len() * 2, 25, |i| {
-                    be.gemv(&ws[i % ws.len()], &x, n_cols, &Epilogue::NONE, &[], &mut y)
-                })?;
-                let moved = (ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
-                let gbs = moved / t / 1e6;
-                println!(
-                    "| {m} × {k} | {dtype} | {n_cols} | {} | {:.1} | {gbs:.0} | {:.0}% |",
-                    ws.len(),
-                    t * 1e3,
-                    100.0 * gbs / ceiling
-                );
-                if m == 4096 && dtype == DType::Q4_0 && n_cols == 1 {
-                    q4_4096 = Some(t);
+            let mut modes = vec![ActQuant::F32];
+            if ActQuant::ggml(dtype) != ActQuant::F32 {
+                modes.push(ActQuant::ggml(dtype));
+            }
+            for &mode in &modes {
+                for n_cols in [1usize, 8] {
+                    if n_cols == 8 && dtype != DType::Q4_0 {
+                        continue;
+                    }
+                    let x = be.upload(&randv(k * n_cols, 3))?;
+                    let mut y = be.alloc(m * n_cols)?;
+                    let t = time_calls(&be, ws.len() * 2, 25, |i| {
+                        let w = &ws[i % ws.len()];
+                        be.gemv(w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut y)
+                    })?;
+                    let moved = (ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
+                    let pct = |t: f64| 100.0 * moved / t / 1e6 / ceiling;
+                    let alone = if mode == ActQuant::F32 {
+                        "| | |".to_owned()
+                    } else {
+                        let q = be.quantize_acts(mode, &x, n_cols)?;
+                        let ta = time_calls(&be, ws.len() * 2, 25, |i| {
+                            be.gemv_quantized(&ws[i % ws.len()], &q, &Epilogue::NONE, &[], &mut y)
+                        })?;
+                        format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))
+                    };
+                    println!(
+                        "| {m} × {k} | {dtype} | {mode:?} | {n_cols} | {} | {:.1} | {:.0} | {:.0}% {alone}",
+                        ws.len(),
+                        t * 1e3,
+                        moved / t / 1e6,
+                        pct(t)
+                    );
                 }
             }
             if m == 4096 && dtype == DType::Q4_0 {
-                // ------------------------------------ epilogue cost
-                let x = be.upload(&randv(k, 4))?;
-                let gate_like = be.upload(&randv(m, 5))?;
-                let residual = be.upload(&randv(m, 6))?;
-                let mut y = be.alloc(m)?;
-                let epi = Epilogue::NONE
-                    .then_act(Activation::Silu)
-                    .and_then(|e| e.then_mul())
-                    .and_then(|e| e.then_add())?;
-                let bare = time_calls(&be, ws.len() * 2, 25, |i| {
-                    be.gemv(&ws[i % ws.len()], &x, 1, &Epilogue::NONE, &[], &mut y)
-                })?;
-                let fused = time_calls(&be, ws.len() * 2, 25, |i| {
-                    be.gemv(
-                        &ws[i % ws.len()],
-                        &x,
-                        1,
-                        &epi,
-                        &[&gate_like, &residual],
-                        &mut y,
-                    )
-                })?;
-                let mut t1 = be.alloc(m)?;
-                let mut t2 = be.alloc(m)?;
-                let unfused = time_calls(&be, ws.len() * 2, 25, |i| {
-                    be.gemv(&ws[i % ws.len()], &x, 1, &Epilogue::NONE, &[], &mut y)?;
-                    be.unary(Activation::Silu, &y, &mut t1)?;
-                    be.mul(&t1, &gate_like, &mut t2)?;
-                    be.add(&t2, &residual, &mut t1)
-                })?;
+                for &mode in &modes {
+                    epilogue_cost(&be, &ws, mode, m, k)?;
+                }
                 println!(
-                    "\nEpilogue silu·mul + residual, Q4_0 4096 × 14336, 1 column: bare GEMV {:.1} µs, \
-                     fused epilogue {:.1} µs ({:+.1}%), unfused (GEMV + 3 element-wise launches) {:.1} µs\n",
-                    bare * 1e3,
-                    fused * 1e3,
-                    100.0 * (fused / bare - 1.0),
-                    unfused * 1e3
+                    "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy |"
                 );
-                println!(
-                    "| shape (rows × K) | format | cols | copies | µs/call | GB/s (weights + x + y) | % of copy |"
-                );
-                println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+                println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
             }
         }
     }
-    let _ = q4_4096;
     other_formats(&be, ceiling)?;
     if gemv_only {
         return Ok(());
@@ -257,10 +239,95 @@ fn run() -> Result<(), CudaError> {
     drop((x, out, mid));
 
     // ------------------------------------------------ decode layer
+    for mode in [ActQuant::F32, ActQuant::Q8_0] {
+        decode_layer(&be, mode, ceiling)?;
+    }
+    ffn_f16(&be, ceiling)?;
+    for (dtype, mode) in [
+        (DType::Q4_0, GemvMode::Ggml),
+        (DType::Q4_0, GemvMode::F32),
+        (DType::F16, GemvMode::F32),
+    ] {
+        plan_layer(&be, dtype, mode, ceiling)?;
+    }
+    Ok(())
+}
+
+/// The cost of the epilogue silu·mul + residual over a bare GEMV of the
+/// weights `ws` (`m × k`, rotated) with activations fed per `mode`: bare,
+/// fused, and unfused (3 element-wise launches after the GEMV); in a
+/// quantized mode also the GEMV alone on activations quantized beforehand.
+fn epilogue_cost(
+    be: &CudaBackend,
+    ws: &[DeviceWeights],
+    mode: ActQuant,
+    m: usize,
+    k: usize,
+) -> Result<(), CudaError> {
+    let x = be.upload(&randv(k, 4))?;
+    let gate_like = be.upload(&randv(m, 5))?;
+    let residual = be.upload(&randv(m, 6))?;
+    let mut y = be.alloc(m)?;
+    let epi = Epilogue::NONE
+        .then_act(Activation::Silu)
+        .and_then(|e| e.then_mul())
+        .and_then(|e| e.then_add())?;
+    let ops = [&gate_like, &residual];
+    let n = ws.len();
+    let bare = time_calls(be, n * 2, 25, |i| {
+        be.gemv(&ws[i % n], &x, 1, mode, &Epilogue::NONE, &[], &mut y)
+    })?;
+    let fused = time_calls(be, n * 2, 25, |i| {
+        be.gemv(&ws[i % n], &x, 1, mode, &epi, &ops, &mut y)
+    })?;
+    let mut t1 = be.alloc(m)?;
+    let mut t2 = be.alloc(m)?;
+    let unfused = time_calls(be, n * 2, 25, |i| {
+        be.gemv(&ws[i % n], &x, 1, mode, &Epilogue::NONE, &[], &mut y)?;
+        be.unary(Activation::Silu, &y, &mut t1)?;
+        be.mul(&t1, &gate_like, &mut t2)?;
+        be.add(&t2, &residual, &mut t1)
+    })?;
+    let dtype = ws[0].dtype();
     println!(
-        "\n## Decode layer (d = 4096, ff = 14336, Q4_0, 1 token): o-proj + residual, SiLU-GLU, down + residual\n"
+        "\nEpilogue silu·mul + residual, {dtype} {m} × {k}, {mode:?} activations, 1 column: \
+         bare GEMV {:.2} µs, fused epilogue {:.2} µs ({:+.1}%), unfused (GEMV + 3 element-wise \
+         launches) {:.2} µs",
+        bare * 1e3,
+        fused * 1e3,
+        100.0 * (fused / bare - 1.0),
+        unfused * 1e3
     );
-    let (d, ff) = (4096usize, 14336usize);
+    if mode != ActQuant::F32 {
+        let q = be.quantize_acts(mode, &x, 1)?;
+        let bare = time_calls(be, n * 2, 25, |i| {
+            be.gemv_quantized(&ws[i % n], &q, &Epilogue::NONE, &[], &mut y)
+        })?;
+        let fused = time_calls(be, n * 2, 25, |i| {
+            be.gemv_quantized(&ws[i % n], &q, &epi, &ops, &mut y)
+        })?;
+        println!(
+            "GEMV alone (activations quantized beforehand): bare {:.2} µs, fused epilogue {:.2} µs ({:+.1}%)",
+            bare * 1e3,
+            fused * 1e3,
+            100.0 * (fused / bare - 1.0)
+        );
+    }
+    println!();
+    Ok(())
+}
+
+/// A Q4_0 decode layer (d = 4096, ff = 11008, 1 token) through the
+/// `DeviceVec` entry points with activations fed per `mode`, fused (o-proj
+/// with the residual, SiLU-GLU, down with the residual) against unfused
+/// (the same GEMV kernels, separate element-wise launches): launches and
+/// µs per layer.
+fn decode_layer(be: &CudaBackend, mode: ActQuant, ceiling: f64) -> Result<(), CudaError> {
+    let (d, ff) = (4096usize, 11008usize);
+    println!(
+        "\n## Decode layer (d = {d}, ff = {ff}, Q4_0, {mode:?} activations, 1 token): o-proj + residual, SiLU-GLU, down + residual\n"
+    );
+
     let dtype = DType::Q4_0;
     struct Layer {
         o: DeviceWeights,
@@ -299,39 +366,40 @@ fn run() -> Result<(), CudaError> {
                        act: &mut DeviceVec,
                        out: &mut DeviceVec|
      -> Result<(), CudaError> {
-        be.gemv(&l.o, &attn, 1, &add, &[&resid], h)?;
+        be.gemv(&l.o, &attn, 1, mode, &add, &[&resid], h)?;
         be.gemv_glu(
             &l.g,
             &l.u,
             Activation::Silu,
             h,
             1,
+            mode,
             &Epilogue::NONE,
             &[],
             act,
         )?;
-        be.gemv(&l.down, act, 1, &add, &[h], out)
+        be.gemv(&l.down, act, 1, mode, &add, &[h], out)
     };
     be.reset_launches();
     fused_layer(&layers[0], &mut h, &mut act, &mut out)?;
     let launches_fused = be.launches();
     let mut unfused_layer = |l: &Layer| -> Result<(), CudaError> {
-        be.gemv(&l.o, &attn, 1, &Epilogue::NONE, &[], &mut t)?;
+        be.gemv(&l.o, &attn, 1, mode, &Epilogue::NONE, &[], &mut t)?;
         be.add(&t, &resid, &mut h)?;
-        be.gemv(&l.g, &h, 1, &Epilogue::NONE, &[], &mut gate)?;
-        be.gemv(&l.u, &h, 1, &Epilogue::NONE, &[], &mut up)?;
+        be.gemv(&l.g, &h, 1, mode, &Epilogue::NONE, &[], &mut gate)?;
+        be.gemv(&l.u, &h, 1, mode, &Epilogue::NONE, &[], &mut up)?;
         be.glu(Activation::Silu, &gate, &up, &mut act)?;
-        be.gemv(&l.down, &act, 1, &Epilogue::NONE, &[], &mut t)?;
+        be.gemv(&l.down, &act, 1, mode, &Epilogue::NONE, &[], &mut t)?;
         be.add(&t, &h, &mut out)
     };
     be.reset_launches();
     unfused_layer(&layers[0])?;
     let launches_unfused = be.launches();
-    let t_unfused = time_calls(&be, 6, 30, |i| unfused_layer(&layers[i % layers.len()]))?;
+    let t_unfused = time_calls(be, 6, 30, |i| unfused_layer(&layers[i % layers.len()]))?;
     let mut h2 = be.alloc(d)?;
     let mut act2 = be.alloc(ff)?;
     let mut out2 = be.alloc(d)?;
-    let t_fused = time_calls(&be, 6, 30, |i| {
+    let t_fused = time_calls(be, 6, 30, |i| {
         fused_layer(&layers[i % layers.len()], &mut h2, &mut act2, &mut out2)
     })?;
     println!(
@@ -349,11 +417,6 @@ fn run() -> Result<(), CudaError> {
         );
     }
     println!("\n(fused/unfused time: {:.3})", t_fused / t_unfused);
-    drop(layers);
-    ffn_f16(&be, ceiling)?;
-    for dtype in [DType::Q4_0, DType::F16] {
-        plan_layer(&be, dtype, ceiling)?;
-    }
     Ok(())
 }
 
@@ -406,10 +469,16 @@ fn layer_graph(dtype: DType, d: usize, ff: usize) -> Result<(Graph, Memory, usiz
 /// fused and unfused, each run as launches enqueued on the stream and as a
 /// CUDA graph replay: µs per layer (median of 50 event-timed runs, the
 /// residual stream restored before each, outside the timing) and launches.
-fn plan_layer(be: &CudaBackend, dtype: DType, ceiling: f64) -> Result<(), CudaError> {
-    let (d, ff) = (4096usize, 14336usize);
+fn plan_layer(
+    be: &CudaBackend,
+    dtype: DType,
+    mode: GemvMode,
+    ceiling: f64,
+) -> Result<(), CudaError> {
+    let (d, ff) = (4096usize, 11008usize);
+    let acts = mode.act_quant(dtype);
     println!(
-        "\n## Decode layer through the device plan ({dtype}, d = {d}, ff = {ff}, 1 token): stream vs CUDA graph\n"
+        "\n## Decode layer through the device plan ({dtype}, {acts:?} activations, d = {d}, ff = {ff}, 1 token): stream vs CUDA graph\n"
     );
     let (g, mem, weight_bytes) = layer_graph(dtype, d, ff)?;
     let sizes: Vec<usize> = (0u32..2)
@@ -423,7 +492,7 @@ fn plan_layer(be: &CudaBackend, dtype: DType, ceiling: f64) -> Result<(), CudaEr
         .into_iter()
         .enumerate()
     {
-        let mut dp = DevicePlan::new(be, &g, &p, GemvMode::F32, &sizes)?;
+        let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
         dp.upload(&mem)?;
         dp.capture_graph()?;
         let ms = |how| -> Result<f64, CudaError> {
@@ -434,8 +503,9 @@ fn plan_layer(be: &CudaBackend, dtype: DType, ceiling: f64) -> Result<(), CudaEr
         best[i] = stream.min(graph);
         let gbs = weight_bytes as f64 / best[i] / 1e6;
         println!(
-            "| {name} | {} | {:.1} | {:.1} | {:.3} | {gbs:.0} | {:.0}% |",
+            "| {name} | {} ({} quantizers) | {:.1} | {:.1} | {:.3} | {gbs:.0} | {:.0}% |",
             dp.stats().enqueued(),
+            dp.stats().quantizations,
             stream * 1e3,
             graph * 1e3,
             graph / stream,
@@ -478,18 +548,19 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
             Activation::Silu,
             &h,
             1,
+            ActQuant::F32,
             &Epilogue::NONE,
             &[],
             &mut act,
         )?;
-        be.gemv(down, &act, 1, &add, &[&h], &mut out)
+        be.gemv(down, &act, 1, ActQuant::F32, &add, &[&h], &mut out)
     })?;
     let t_unfused = time_calls(be, 2 * n, 30, |i| {
         let [g, u, down] = &layers[i % n];
-        be.gemv(g, &h, 1, &Epilogue::NONE, &[], &mut gate)?;
-        be.gemv(u, &h, 1, &Epilogue::NONE, &[], &mut up)?;
+        be.gemv(g, &h, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut gate)?;
+        be.gemv(u, &h, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut up)?;
         be.glu(Activation::Silu, &gate, &up, &mut act)?;
-        be.gemv(down, &act, 1, &Epilogue::NONE, &[], &mut t)?;
+        be.gemv(down, &act, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut t)?;
         be.add(&t, &h, &mut out)
     })?;
     println!(
@@ -522,7 +593,7 @@ fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         }
         let ws = weight_copies(be, dtype, m, k)?;
         let t = time_calls(be, ws.len() * 2, 25, |i| {
-            be.gemv(&ws[i % ws.len()], &x, 1, &Epilogue::NONE, &[], &mut y)
+            be.gemv(&ws[i % ws.len()], &x, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut y)
         })?;
         let gbs = (ws[0].bytes() + 4 * (k + m)) as f64 / t / 1e6;
         println!(

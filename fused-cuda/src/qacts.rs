@@ -1,0 +1,157 @@
+//! The device layout of quantized activation columns (the core's
+//! [`ActQuant::Q8_0`] and [`ActQuant::Q8_K`] modes), as the quantizer
+//! kernels (`fused_quantize_*` in `kernels/gemv.cu`) write it and the
+//! integer GEMV kernels read it: three arrays, each 16-byte aligned.
+//!
+//! - codes: `n_cols · K` signed bytes, column after column, in element order
+//!   (the codes of [`fused_core::quant::quantize_row`]);
+//! - scales: one f32 per block (32 elements for Q8_0, 256 for Q8_K): Q8_0
+//!   its f16 `d` converted to f32, Q8_K its f32 `d`;
+//! - sums: i32. Q8_0: one per block, the sum of its codes. Q8_K: the 16
+//!   `bsums` of each block, reordered so that the sums the GEMV's unit
+//!   `v = 2c + h` (0..8) needs sit together: group `g` at `2·(2·(g / 4) +
+//!   g mod 2) + (g / 2) mod 2`.
+
+use fused_core::error::Unsupported;
+use fused_core::reference::ActQuant;
+use fused_core::{DType, Error};
+
+/// Quantized activations copied back to the host
+/// (`CudaBackend::download_acts`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuantizedActs {
+    /// The codes, column after column, in element order.
+    pub codes: Vec<i8>,
+    /// One per block (32 elements for Q8_0, 256 for Q8_K): Q8_0 its f16
+    /// scale as f32, Q8_K its f32 scale.
+    pub scales: Vec<f32>,
+    /// Q8_0: each block's sum of codes. Q8_K: each block's 16 sums of 16
+    /// codes, group `g` of a block at `2·(2·(g / 4) + g mod 2) + (g / 2) mod 2`
+    /// among its 16 (the order the Q4_K kernel reads them in).
+    pub sums: Vec<i32>,
+}
+
+/// Where the three arrays lie in one buffer of quantized activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct QactsLayout {
+    /// The mode (Q8_0 or Q8_K).
+    pub(crate) mode: ActQuant,
+    /// Elements per column.
+    pub(crate) k: usize,
+    /// Columns.
+    pub(crate) n_cols: usize,
+    /// Byte offset of the scales.
+    pub(crate) scales: usize,
+    /// Byte offset of the sums.
+    pub(crate) sums: usize,
+    /// Bytes in all.
+    pub(crate) bytes: usize,
+}
+
+/// `n` rounded up to a multiple of 16.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+const fn align16(n: usize) -> usize {
+    n.div_ceil(16) * 16
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+impl QactsLayout {
+    /// The layout of `n_cols` columns of `k` in `mode` (`k` a multiple of
+    /// the mode's block length).
+    pub(crate) fn new(mode: ActQuant, k: usize, n_cols: usize) -> Result<QactsLayout, Error> {
+        let (dtype, sums_per_block) = match mode {
+            ActQuant::Q8_0 => (DType::Q8_0, 1),
+            ActQuant::Q8_K => (DType::Q8_K, 16),
+            _ => return Err(Error::Unsupported(Unsupported::ActQuant(mode))),
+        };
+        let block = dtype.block_len();
+        if !k.is_multiple_of(block) {
+            return Err(Error::NotBlockAligned { dtype, len: k });
+        }
+        let overflow = Error::Overflow {
+            what: "quantized activation bytes",
+        };
+        let codes = k.checked_mul(n_cols).ok_or(overflow)?;
+        let blocks = codes / block;
+        let scales = align16(codes);
+        let sums = scales + align16(4 * blocks);
+        let bytes = sums + align16(4 * blocks * sums_per_block);
+        Ok(QactsLayout {
+            mode,
+            k,
+            n_cols,
+            scales,
+            sums,
+            bytes,
+        })
+    }
+
+    /// The block length (32 or 256).
+    pub(crate) fn block(&self) -> usize {
+        if self.mode == ActQuant::Q8_K { 256 } else { 32 }
+    }
+
+    /// Blocks over all columns.
+    pub(crate) fn blocks(&self) -> usize {
+        self.k * self.n_cols / self.block()
+    }
+
+    /// Sums over all columns.
+    pub(crate) fn n_sums(&self) -> usize {
+        if self.mode == ActQuant::Q8_K {
+            16 * self.blocks()
+        } else {
+            self.blocks()
+        }
+    }
+}
+
+/// Where bsum group `g` (0..16) of a Q8_K block lies among its 16 sums
+/// (`bsum_slot` in `kernels/gemv.cu`).
+#[cfg(test)]
+const fn bsum_slot(g: usize) -> usize {
+    2 * (2 * (g / 4) + g % 2) + (g / 2) % 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_are_aligned_and_refuse_other_modes() {
+        let l = QactsLayout::new(ActQuant::Q8_0, 96, 3).unwrap();
+        assert_eq!(
+            (l.scales, l.sums, l.blocks(), l.n_sums()),
+            (288, 288 + 48, 9, 9)
+        );
+        assert_eq!(l.bytes, 288 + 48 + 48);
+        let l = QactsLayout::new(ActQuant::Q8_K, 512, 1).unwrap();
+        assert_eq!((l.scales, l.sums, l.bytes), (512, 528, 528 + 128));
+        assert!(matches!(
+            QactsLayout::new(ActQuant::Q8_1, 32, 1),
+            Err(Error::Unsupported(Unsupported::ActQuant(ActQuant::Q8_1)))
+        ));
+        assert!(matches!(
+            QactsLayout::new(ActQuant::Q8_K, 32, 1),
+            Err(Error::NotBlockAligned { .. })
+        ));
+    }
+
+    #[test]
+    fn bsum_slots_are_a_permutation_pairing_each_units_groups() {
+        let mut seen = [false; 16];
+        for g in 0..16 {
+            seen[bsum_slot(g)] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+        // Unit v = 2c + h reads groups 4c + h and 4c + 2 + h at 2v, 2v + 1.
+        for v in 0..8 {
+            let (c, h) = (v / 2, v % 2);
+            assert_eq!(
+                (bsum_slot(4 * c + h), bsum_slot(4 * c + 2 + h)),
+                (2 * v, 2 * v + 1)
+            );
+        }
+    }
+}
