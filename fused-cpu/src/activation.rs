@@ -4,16 +4,18 @@
 //!
 //! The scalar ISA keeps the core's canonical functions
 //! ([`Activation::apply`], libm's `expf`), so it stays bit-exact with the
-//! core reference. The SIMD ISAs evaluate SiLU and sigmoid with [`expf`],
+//! core reference. The SIMD ISAs evaluate SiLU, sigmoid and GELU-tanh with [`expf`],
 //! an `exp` made of f32 additions, multiplications and bit operations only
 //! (no fused multiply-add, no table), so that one lane of a vector and the
 //! scalar code give the same bits: the slice functions run the same
 //! per-element code in a loop that the compiler vectorizes for the ISA's
-//! vector width, and every tail element is that code run alone. The other
-//! activations (GELU: `erff`, `tanhf`) keep the core's functions on every
-//! ISA.
+//! vector width, and every tail element is that code run alone. GELU-tanh
+//! is evaluated there as `x / (1 + e^(−2a))`, `a` the core's `tanh`
+//! argument ([`gelu_tanh_arg`]): the core's `x/2 · (1 + tanh a)` without its
+//! cancellation for negative `x`. GELU-erf (`erff`) and ReLU keep the
+//! core's functions on every ISA.
 
-use fused_core::element::Activation;
+use fused_core::element::{Activation, gelu_tanh_arg};
 
 use crate::isa::Isa;
 
@@ -22,7 +24,8 @@ use crate::isa::Isa;
 pub enum ActEval {
     /// The core's canonical functions ([`Activation::apply`]).
     Reference,
-    /// SiLU and sigmoid through [`expf`]; the rest as the core.
+    /// SiLU, sigmoid and GELU-tanh through [`expf`]; the rest as the
+    /// core.
     VectorExp,
 }
 
@@ -43,6 +46,7 @@ impl ActEval {
         match (self, act) {
             (ActEval::VectorExp, Activation::Silu) => x / (1.0 + expf(-x)),
             (ActEval::VectorExp, Activation::Sigmoid) => 1.0 / (1.0 + expf(-x)),
+            (ActEval::VectorExp, Activation::GeluTanh) => gelu_tanh(x),
             _ => act.apply(x),
         }
     }
@@ -59,6 +63,7 @@ impl ActEval {
         match (self, act) {
             (ActEval::VectorExp, Activation::Silu) => map(Op::Silu, out, a, a),
             (ActEval::VectorExp, Activation::Sigmoid) => map(Op::Sigmoid, out, a, a),
+            (ActEval::VectorExp, Activation::GeluTanh) => map(Op::GeluTanh, out, a, a),
             _ => {
                 for (o, x) in out.iter_mut().zip(a) {
                     *o = self.apply(act, *x);
@@ -72,6 +77,7 @@ impl ActEval {
         match (self, act) {
             (ActEval::VectorExp, Activation::Silu) => map(Op::GluSilu, out, gate, up),
             (ActEval::VectorExp, Activation::Sigmoid) => map(Op::GluSigmoid, out, gate, up),
+            (ActEval::VectorExp, Activation::GeluTanh) => map(Op::GluGeluTanh, out, gate, up),
             _ => {
                 for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
                     *o = self.glu(act, *g, *u);
@@ -93,6 +99,12 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + expf(-x))
 }
 
+/// GELU-tanh with [`expf`]: `x/2 · (1 + tanh a) = x / (1 + e^(−2a))`.
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    x / (1.0 + expf(-2.0 * gelu_tanh_arg(x)))
+}
+
 /// An element-wise operation with the vector `exp`.
 #[derive(Clone, Copy)]
 enum Op {
@@ -104,6 +116,10 @@ enum Op {
     GluSilu,
     /// `sigmoid(a) · b`.
     GluSigmoid,
+    /// `gelu_tanh(a)`.
+    GeluTanh,
+    /// `gelu_tanh(a) · b`.
+    GluGeluTanh,
 }
 
 /// `out[i] = op(a[i], b[i])` for `i` below the shortest length: one loop
@@ -117,6 +133,8 @@ fn each(op: Op, out: &mut [f32], a: &[f32], b: &[f32]) {
         Op::Sigmoid => it.for_each(|((o, x), _)| *o = sigmoid(*x)),
         Op::GluSilu => it.for_each(|((o, x), y)| *o = silu(*x) * y),
         Op::GluSigmoid => it.for_each(|((o, x), y)| *o = sigmoid(*x) * y),
+        Op::GeluTanh => it.for_each(|((o, x), _)| *o = gelu_tanh(*x)),
+        Op::GluGeluTanh => it.for_each(|((o, x), y)| *o = gelu_tanh(*x) * y),
     }
 }
 

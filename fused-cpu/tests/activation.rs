@@ -208,3 +208,42 @@ fn expf_worst_ulps() {
         worst.0, worst.1, worst.2
     );
 }
+
+#[test]
+fn vector_gelu_tanh_tracks_the_f64_function() {
+    // `x / (1 + e^(−2a))` is accurate to the f32 rounding of its argument
+    // `a` (four roundings and the constants': up to ≈ 3ε relative, times
+    // `2|a|` through the exponential) plus a few ulps; the core's f32
+    // `x/2 · (1 + tanh a)` loses more to cancellation for negative `x`,
+    // hence the comparison with the f64 function.
+    #![allow(clippy::excessive_precision)]
+    let eps = f64::from(f32::EPSILON);
+    for x in inputs() {
+        let got = ActEval::VectorExp.apply(Activation::GeluTanh, x);
+        // The f64 function in the same cancellation-free form (the core's
+        // `apply_f64` rounds `1 + tanh a` to 0 below x ≈ −9).
+        let xd = f64::from(x);
+        let a64 = 0.797_884_560_802_865_4 * xd * (1.0 + f64::from(0.044_715f32) * xd * xd);
+        let want = xd / (1.0 + libm::exp(-2.0 * a64));
+        if want.is_nan() {
+            assert!(got.is_nan(), "{x:e}");
+            continue;
+        }
+        if want.is_infinite() {
+            assert_eq!(f64::from(got), want, "{x:e}");
+            continue;
+        }
+        let a = f64::from(fused_core::element::gelu_tanh_arg(x)).abs();
+        if !a.is_finite() {
+            // `x²` overflowed: ±0 for negative `x`, `x` itself for positive.
+            assert_eq!(f64::from(got), want, "{x:e}");
+            continue;
+        }
+        let bound = (4.0 + 6.0 * a) * eps * want.abs() + 1e-37;
+        let err = (f64::from(got) - want).abs();
+        assert!(
+            err <= bound,
+            "{x:e}: {got:e} vs {want:e}, |err| {err:e} > {bound:e}"
+        );
+    }
+}
