@@ -3,9 +3,10 @@
 //! Every backend's fused epilogue and unfused element-wise kernel must compute
 //! exactly these f32 functions: the result depends only on the input value,
 //! never on its position, tile or vector lane. They use `libm`, so the CPU
-//! backend can call them directly and be bit-identical to the reference; the
-//! GPU backends compare against them with a tolerance but match themselves bit
-//! for bit between fused and unfused.
+//! backend's scalar path calls them directly and is bit-identical to the
+//! reference; the GPU backends and the CPU's SIMD paths (a vector `exp`)
+//! compare against them with a tolerance but match themselves bit for bit
+//! between fused and unfused.
 
 /// An element-wise activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,9 +61,7 @@ impl Activation {
             Activation::Silu => x / (1.0 + libm::expf(-x)),
             Activation::Sigmoid => 1.0 / (1.0 + libm::expf(-x)),
             Activation::GeluErf => 0.5 * x * (1.0 + libm::erff(x * FRAC_1_SQRT_2_F32)),
-            Activation::GeluTanh => {
-                0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI_F32 * x * (1.0 + GELU_COEF_A * x * x)))
-            }
+            Activation::GeluTanh => 0.5 * x * (1.0 + libm::tanhf(gelu_tanh_arg(x))),
             Activation::Relu => {
                 if x > 0.0 || x.is_nan() {
                     x
@@ -102,6 +101,14 @@ impl core::fmt::Display for Activation {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// The argument of `tanh` in [`Activation::GeluTanh`],
+/// `√(2/π) · x · (1 + 0.044715·x²)`, in the f32 operation order of
+/// [`Activation::apply`] (for backends that evaluate GELU-tanh in another
+/// form, e.g. `x · sigmoid(2·arg)`).
+pub fn gelu_tanh_arg(x: f32) -> f32 {
+    SQRT_2_OVER_PI_F32 * x * (1.0 + GELU_COEF_A * x * x)
 }
 
 /// The gated form used by GLU layers: `act(gate) · up`.

@@ -135,10 +135,23 @@ impl Epilogue {
     /// Applies the chain to `v` with operand values fetched by `operand(stage
     /// index, slot)`. This is the one definition of the chain's arithmetic;
     /// backends apply the stages in this order, one f32 rounding per stage.
-    pub fn apply_with(&self, mut v: f32, mut operand: impl FnMut(&Stage) -> f32) -> f32 {
+    pub fn apply_with(&self, v: f32, operand: impl FnMut(&Stage) -> f32) -> f32 {
+        self.apply_with_act(v, operand, Activation::apply)
+    }
+
+    /// [`Epilogue::apply_with`] with the activation stages evaluated by
+    /// `act` (a backend's own evaluation of [`Activation::apply`]'s
+    /// functions, e.g. with a vector `exp`) in place of the canonical f32
+    /// functions; every other stage is unchanged.
+    pub fn apply_with_act(
+        &self,
+        mut v: f32,
+        mut operand: impl FnMut(&Stage) -> f32,
+        act: impl Fn(Activation, f32) -> f32,
+    ) -> f32 {
         for st in self.stages() {
             v = match st {
-                Stage::Act(a) => a.apply(v),
+                Stage::Act(a) => act(*a, v),
                 Stage::Add { .. } | Stage::AddRowBias { .. } => v + operand(st),
                 Stage::Mul { .. } => v * operand(st),
             };
@@ -227,16 +240,35 @@ impl BoundEpilogue<'_> {
     /// # Panics
     /// If `row >= rows` or `col >= cols` (the bounds checked by `bind`).
     pub fn apply(&self, acc: f32, row: usize, col: usize) -> f32 {
+        self.apply_act(acc, row, col, Activation::apply)
+    }
+
+    /// [`BoundEpilogue::apply`] with the activation stages evaluated by
+    /// `act` ([`Epilogue::apply_with_act`]).
+    ///
+    /// # Panics
+    /// If `row >= rows` or `col >= cols` (the bounds checked by `bind`).
+    pub fn apply_act(
+        &self,
+        acc: f32,
+        row: usize,
+        col: usize,
+        act: impl Fn(Activation, f32) -> f32,
+    ) -> f32 {
         assert!(
             row < self.rows && col < self.cols,
             "output index out of range"
         );
         let at = col * self.rows + row;
-        self.epilogue.apply_with(acc, |st| match st {
-            Stage::AddRowBias { slot } => self.operands[*slot as usize][row],
-            Stage::Add { slot } | Stage::Mul { slot } => self.operands[*slot as usize][at],
-            Stage::Act(_) => 0.0,
-        })
+        self.epilogue.apply_with_act(
+            acc,
+            |st| match st {
+                Stage::AddRowBias { slot } => self.operands[*slot as usize][row],
+                Stage::Add { slot } | Stage::Mul { slot } => self.operands[*slot as usize][at],
+                Stage::Act(_) => 0.0,
+            },
+            act,
+        )
     }
 
     /// [`BoundEpilogue::apply`] in f64 (operands widened from f32).

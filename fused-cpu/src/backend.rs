@@ -15,6 +15,7 @@ use fused_core::reference::gemv::{GluWeights, check_gemm_args};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 
+use crate::activation::ActEval;
 use crate::acts::{Acts, column, prepared_bytes, quantize_columns};
 use crate::gemv::{RowKernels, TILE_ROWS, gemv_glu_rows, gemv_rows};
 use crate::isa::Isa;
@@ -463,8 +464,9 @@ impl CpuBackend {
     /// Unfused `out = act(a)`.
     pub fn unary(&self, act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
         check_len("activation output", a.len(), out.len())?;
+        let ev = ActEval::for_isa(self.isa);
         self.elementwise(a.len(), out, |s, o| {
-            let _ = crate::elementwise::unary(act, &a[s..s + o.len()], o);
+            let _ = crate::elementwise::unary_with(ev, act, &a[s..s + o.len()], o);
         });
         Ok(())
     }
@@ -479,8 +481,10 @@ impl CpuBackend {
     ) -> Result<(), Error> {
         check_len("GLU up", gate.len(), up.len())?;
         check_len("GLU output", gate.len(), out.len())?;
+        let ev = ActEval::for_isa(self.isa);
         self.elementwise(gate.len(), out, |s, o| {
-            let _ = crate::elementwise::glu(act, &gate[s..s + o.len()], &up[s..s + o.len()], o);
+            let (g, u) = (&gate[s..s + o.len()], &up[s..s + o.len()]);
+            let _ = crate::elementwise::glu_with(ev, act, g, u, o);
         });
         Ok(())
     }

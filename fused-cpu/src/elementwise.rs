@@ -1,9 +1,13 @@
 //! The unfused fallback: element-wise kernels built from the core's element
-//! functions, so a fused epilogue and these passes give the same bits.
+//! functions, with activations evaluated as the backend's fused epilogues
+//! evaluate them ([`ActEval`]; the `_with` forms), so a fused epilogue and
+//! these passes give the same bits.
 
 use fused_core::Error;
-use fused_core::element::{Activation, glu as glu_fn};
+use fused_core::element::Activation;
 use fused_core::error::{check_divides, check_len};
+
+use crate::activation::ActEval;
 
 /// `out[i] = a[i] + b[i]`.
 pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
@@ -36,10 +40,14 @@ pub fn mul(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
 
 /// `out[i] = act(a[i])`.
 pub fn unary(act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    unary_with(ActEval::Reference, act, a, out)
+}
+
+/// [`unary`] with the activation evaluated by `eval` (the backend's ISA's
+/// evaluation, the same as its fused epilogues').
+pub fn unary_with(eval: ActEval, act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
     check_len("activation output", a.len(), out.len())?;
-    for (o, x) in out.iter_mut().zip(a) {
-        *o = act.apply(*x);
-    }
+    eval.apply_slice(act, a, out);
     Ok(())
 }
 
@@ -52,11 +60,21 @@ pub fn unary_in_place(act: Activation, a: &mut [f32]) {
 
 /// `out[i] = act(gate[i]) · up[i]`.
 pub fn glu(act: Activation, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    glu_with(ActEval::Reference, act, gate, up, out)
+}
+
+/// [`glu`] with the activation evaluated by `eval` (the backend's ISA's
+/// evaluation, the same as its fused epilogues').
+pub fn glu_with(
+    eval: ActEval,
+    act: Activation,
+    gate: &[f32],
+    up: &[f32],
+    out: &mut [f32],
+) -> Result<(), Error> {
     check_len("GLU up", gate.len(), up.len())?;
     check_len("GLU output", gate.len(), out.len())?;
-    for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
-        *o = glu_fn(act, *g, *u);
-    }
+    eval.glu_slice(act, gate, up, out);
     Ok(())
 }
 

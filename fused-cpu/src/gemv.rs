@@ -8,12 +8,13 @@
 
 use core::ops::Range;
 
-use fused_core::element::glu;
+use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
 use fused_core::reference::WeightMatrix;
 use fused_core::reference::gemv::GluWeights;
 use fused_core::{DType, Error};
 
+use crate::activation::ActEval;
 use crate::acts::Acts;
 use crate::gemm::gemm_rows;
 use crate::isa::Isa;
@@ -28,6 +29,9 @@ pub struct RowKernels {
     pub dot: Dot,
     /// The GEMM kernel for two or more columns, if any.
     pub gemm: Option<GemmKernel>,
+    /// How the epilogue's activations (and a GLU's) are evaluated: the
+    /// same as the ISA's unfused element-wise kernels.
+    pub act: ActEval,
 }
 
 impl RowKernels {
@@ -36,14 +40,20 @@ impl RowKernels {
         RowKernels {
             dot: dot(isa, dtype, mode),
             gemm: gemm_kernel(isa, dtype, mode),
+            act: ActEval::for_isa(isa),
         }
     }
 }
 
 impl From<Dot> for RowKernels {
-    /// Row-dot kernels only: every column goes through them.
+    /// Row-dot kernels only: every column goes through them; activations
+    /// as the core evaluates them ([`ActEval::Reference`]).
     fn from(dot: Dot) -> RowKernels {
-        RowKernels { dot, gemm: None }
+        RowKernels {
+            dot,
+            gemm: None,
+            act: ActEval::Reference,
+        }
     }
 }
 
@@ -71,11 +81,13 @@ pub fn gemv_rows(
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
+    let ev = kernels.act;
+    let act = |a: Activation, v: f32| ev.apply(a, v);
     if cols.len() >= 2
         && let Some(g) = kernels.gemm
     {
         return gemm_rows(g, [w], cols, rows, |r, c, [acc]| {
-            store(r, c, epilogue.apply(acc, r, c))
+            store(r, c, epilogue.apply_act(acc, r, c, act))
         });
     }
     let mut acc = [0.0f32; TILE_ROWS];
@@ -85,7 +97,7 @@ pub fn gemv_rows(
         for (col, x) in cols.iter().enumerate() {
             tile_accs(kernels.dot, w, x, start..end, &mut acc)?;
             for (a, r) in acc.iter().zip(start..end) {
-                store(r, col, epilogue.apply(*a, r, col));
+                store(r, col, epilogue.apply_act(*a, r, col, act));
             }
         }
         start = end;
@@ -125,29 +137,34 @@ fn tile_accs(
 pub fn gemv_glu_rows(
     kernels: RowKernels,
     w: &GluWeights<'_>,
-    act: fused_core::element::Activation,
+    act: Activation,
     cols: &[Acts<'_>],
     rows: Range<usize>,
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
+    let ev = kernels.act;
+    let ev_act = |a: Activation, v: f32| ev.apply(a, v);
     if cols.len() >= 2
         && let Some(g) = kernels.gemm
     {
         return gemm_rows(g, [w.gate(), w.up()], cols, rows, |r, c, [g, u]| {
-            store(r, c, epilogue.apply(glu(act, g, u), r, c))
+            store(r, c, epilogue.apply_act(ev.glu(act, g, u), r, c, ev_act))
         });
     }
     let mut gate = [0.0f32; TILE_ROWS];
     let mut up = [0.0f32; TILE_ROWS];
+    let mut gated = [0.0f32; TILE_ROWS];
     let mut start = rows.start;
     while start < rows.end {
         let end = (start + TILE_ROWS).min(rows.end);
         for (col, x) in cols.iter().enumerate() {
             tile_accs(kernels.dot, w.gate(), x, start..end, &mut gate)?;
             tile_accs(kernels.dot, w.up(), x, start..end, &mut up)?;
-            for ((g, u), r) in gate.iter().zip(&up).zip(start..end) {
-                store(r, col, epilogue.apply(glu(act, *g, *u), r, col));
+            let n = end - start;
+            ev.glu_slice(act, &gate[..n], &up[..n], &mut gated[..n]);
+            for (v, r) in gated.iter().zip(start..end) {
+                store(r, col, epilogue.apply_act(*v, r, col, ev_act));
             }
         }
         start = end;

@@ -25,6 +25,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod activation;
 pub mod acts;
 #[cfg(feature = "std")]
 pub mod backend;

@@ -17,11 +17,12 @@ use core::ops::Range;
 use alloc::vec;
 use alloc::vec::Vec;
 use fused_core::blocks::BlockQ4_0;
-use fused_core::element::{Activation, glu};
+use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
 use fused_core::reference::WeightMatrix;
 use fused_core::{DType, Error};
 
+use crate::activation::ActEval;
 use crate::acts::Acts;
 use crate::kernels::RowDot;
 
@@ -186,6 +187,9 @@ pub struct PackedDot {
     pub group: GroupDot,
     /// One tail row.
     pub one: RowDot,
+    /// How the epilogue's activations (and a GLU's) are evaluated: the
+    /// same as the ISA's unfused element-wise kernels.
+    pub act: ActEval,
 }
 
 /// Computes groups `groups` of `epilogue(w · x)` (every row of each group)
@@ -201,7 +205,11 @@ pub fn gemv_packed_rows(
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
     each_acc(kernel, [w], cols, groups, tail, |r, c, [acc]| {
-        store(r, c, epilogue.apply(acc, r, c));
+        store(
+            r,
+            c,
+            epilogue.apply_act(acc, r, c, |a, v| kernel.act.apply(a, v)),
+        );
     })
 }
 
@@ -220,7 +228,12 @@ pub fn gemv_glu_packed_rows(
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
     each_acc(kernel, [gate, up], cols, groups, tail, |r, c, [g, u]| {
-        store(r, c, epilogue.apply(glu(act, g, u), r, c));
+        let ev = kernel.act;
+        store(
+            r,
+            c,
+            epilogue.apply_act(ev.glu(act, g, u), r, c, |a, v| ev.apply(a, v)),
+        );
     })
 }
 

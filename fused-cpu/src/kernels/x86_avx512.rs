@@ -23,7 +23,11 @@
 //! `maddubs` (exact: codes ≤ 63) and multiply-add the sub-block scales
 //! (picked per lane with `vpermw`) with `vpdpwssd` into two accumulators;
 //! their offsets (`dmin·Σ m·bsum`, `32·Σ sc·bsum`) come from the Q8_K
-//! block sums, as in the AVX2 kernels.
+//! block sums, as in the AVX2 kernels. Q4_K unpacks the block headers of
+//! its four rows together in vector registers (one shuffle and two or three
+//! bitwise operations for all their scales, the same for the mins, one
+//! conversion for all `d`, `dmin`), since every 512-bit µop counts: both
+//! 512-bit ports are busy.
 //!
 //! Every kernel prefetches its weight rows one call ahead (`prefetch`).
 //!
@@ -612,21 +616,6 @@ const fn scale_words(first: i16, per: i16, step: i16) -> [i16; 32] {
     idx
 }
 
-/// The two f16 at `p` and `p + 2`, widened with F16C (exact), times `dy`,
-/// in lanes 0 and 1. (`half`'s portable conversion, used by
-/// `avx2::rdf16`, is a branchy software routine; this is one instruction.)
-///
-/// # Safety
-/// F16C present; `p..p + 4` readable.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn f16_pair_times(p: *const u8, dy: f32) -> __m128 {
-    // SAFETY: the caller guarantees four readable bytes; unaligned read.
-    let bits = u32::from_le(unsafe { p.cast::<u32>().read_unaligned() });
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
-    _mm_mul_ps(v, _mm_set1_ps(dy))
-}
-
 /// The f16 at `p` widened with F16C (exact), times `dy`, in lane 0.
 ///
 /// # Safety
@@ -652,30 +641,153 @@ unsafe fn halves(p: *const u8, q: *const u8) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b)
 }
 
+/// `acc + a·b` by i16 pairs into i32 lanes (`vpdpwssd`), as that one
+/// instruction. Through `asm!` because LLVM's machine combiner otherwise
+/// rewrites links of a chain of `_mm512_dpwssd_epi32` into `vpmaddwd` +
+/// `vpaddd` to shorten the chain: one more µop on the two 512-bit ports
+/// the K-quant kernels are bound by, for a latency that the out-of-order
+/// core hides anyway (rows and blocks are independent).
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[inline]
+fn dpwssd(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    // SAFETY: a register-only AVX-512 VNNI instruction (enabled for this
+    // function): no memory access, no flags, no stack.
+    unsafe {
+        core::arch::asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+/// Per-lane (128-bit) `vpshufb` indices on a Q4_K block's first 16 bytes
+/// (`d`, `dmin`, then the twelve scale bytes `q` at 4..16) pairing, in
+/// word `j`, the bytes that scale `j` is made of: the low six bits of
+/// `q[j]` for `j < 4`; for `j ≥ 4` the low nibble of `q[j + 4]` (low byte)
+/// and the top two bits of `q[j − 4]` (high byte). `−1` gives a zero byte.
+const Q4K_SC_BYTES: [i8; 16] = [4, -1, 5, -1, 6, -1, 7, -1, 12, 4, 13, 5, 14, 6, 15, 7];
+/// The same for the mins: `q[j + 4]` for `j < 4`; for `j ≥ 4` the high
+/// nibble of `q[j + 4]` and the top two bits of `q[j]`.
+const Q4K_MIN_BYTES: [i8; 16] = [8, -1, 9, -1, 10, -1, 11, -1, 12, 8, 13, 9, 14, 10, 15, 11];
+/// Per-word right shifts of the mins' low-byte field: the high nibble for
+/// `j ≥ 4`.
+const Q4K_MIN_SHIFT: [i16; 8] = [0, 0, 0, 0, 4, 4, 4, 4];
+/// Per-word masks of the low-byte field (six bits for `j < 4`, a nibble
+/// for `j ≥ 4`); their complement takes the top two bits of the high byte,
+/// shifted down by 10 to bits 4..6.
+const Q4K_LOW: [i16; 8] = [63, 63, 63, 63, 15, 15, 15, 15];
+
+/// `v` repeated to `M` elements (a 128-bit lane pattern repeated in the
+/// four lanes of a 512-bit vector; `fill` only initializes).
+const fn lanes4<T: Copy, const N: usize, const M: usize>(v: [T; N], fill: T) -> [T; M] {
+    let mut out = [fill; M];
+    let mut i = 0;
+    while i < M {
+        out[i] = v[i % N];
+        i += 1;
+    }
+    out
+}
+
+/// The scales (words `8r..8r + 8`) and mins (likewise) of the Q4_K blocks
+/// at `p[r]`, zero-extended to i16 — [`avx2::kscales`]' values for up to
+/// four rows at once — and their `[d, dmin]` f16 pairs in dwords `0..R`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL present; `p[r]..p[r] + 16` readable; `R ≤ 4`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn q4_k_headers<const R: usize>(p: [*const u8; R]) -> (__m512i, __m512i, __m128i) {
+    use core::mem::transmute;
+    // SAFETY: the caller guarantees 16 readable bytes at each `p[r]`.
+    let h = unsafe {
+        let mut h = _mm512_zextsi128_si512(_mm_loadu_si128(p[0].cast()));
+        if R > 1 {
+            h = _mm512_inserti32x4::<1>(h, _mm_loadu_si128(p[1].cast()));
+        }
+        if R > 2 {
+            h = _mm512_inserti32x4::<2>(h, _mm_loadu_si128(p[2].cast()));
+        }
+        if R > 3 {
+            h = _mm512_inserti32x4::<3>(h, _mm_loadu_si128(p[3].cast()));
+        }
+        h
+    };
+    const SC_IDX: [i8; 64] = lanes4(Q4K_SC_BYTES, 0);
+    const MIN_IDX: [i8; 64] = lanes4(Q4K_MIN_BYTES, 0);
+    const MIN_SHIFT: [i16; 32] = lanes4(Q4K_MIN_SHIFT, 0);
+    const LOW: [i16; 32] = lanes4(Q4K_LOW, 0);
+    // SAFETY: `[i8; 64]`/`[i16; 32]` and `__m512i` are 64 plain bytes.
+    let (sc_idx, min_idx, min_shift, low) = unsafe {
+        (
+            transmute::<[i8; 64], __m512i>(SC_IDX),
+            transmute::<[i8; 64], __m512i>(MIN_IDX),
+            transmute::<[i16; 32], __m512i>(MIN_SHIFT),
+            transmute::<[i16; 32], __m512i>(LOW),
+        )
+    };
+    // Where `low` is set the low-byte field, elsewhere the high byte's top
+    // two bits moved to bits 4..6: `(a & low) | (b & !low)`.
+    let ws = _mm512_shuffle_epi8(h, sc_idx);
+    let sc = _mm512_ternarylogic_epi32::<0xE4>(ws, _mm512_srli_epi16::<10>(ws), low);
+    let wm = _mm512_shuffle_epi8(h, min_idx);
+    let mins = _mm512_ternarylogic_epi32::<0xE4>(
+        _mm512_srlv_epi16(wm, min_shift),
+        _mm512_srli_epi16::<10>(wm),
+        low,
+    );
+    let d = _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        h,
+    );
+    (sc, mins, _mm512_castsi512_si128(d))
+}
+
+/// `vpermw` indices picking row `r`'s scale (words `8r..8r + 8` of
+/// [`q4_k_headers`]' scales) for each word of half `h`'s low (`[r][h][0]`)
+/// and high (`[r][h][1]`) nibble codes.
+const Q4K_SIDX: [[[[i16; 32]; 2]; 2]; 4] = {
+    let mut t = [[[[0i16; 32]; 2]; 2]; 4];
+    let mut r = 0;
+    while r < 4 {
+        let f = 8 * r as i16;
+        t[r] = [
+            [scale_words(f, 16, 2), scale_words(f + 1, 16, 2)],
+            [scale_words(f + 4, 16, 2), scale_words(f + 5, 16, 2)],
+        ];
+        r += 1;
+    }
+    t
+};
+
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
-/// Q4_K blocks and `y` `nb` Q8_K blocks.
+/// Q4_K blocks and `y` `nb` Q8_K blocks; `R ≤ 4`.
 ///
 /// Per 64 weight bytes (half `h` of a block), the low nibbles are
 /// sub-blocks `4h` and `4h + 2` (activations `128h + 0..32` and
 /// `128h + 64..96`), the high nibbles sub-blocks `4h + 1` and `4h + 3`;
 /// `maddubs` (exact: codes ≤ 15) then `vpdpwssd` with the sub-block scales.
+///
+/// The `R` rows' block headers are unpacked together in vector registers
+/// ([`q4_k_headers`]): their `d`, `dmin` widened in one `vcvtph2ps` and
+/// scaled by `dy` in one multiply, their min terms `dmin·Σ m·bsum` in one
+/// 512-bit `madd`, convert and FMA (row `r` in lanes `4r..4r + 4`). Every
+/// lane sees the operations of the one-row form, so one and four rows give
+/// the same bits.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
+    const { assert!(R <= 4) };
     let m4 = _mm512_set1_epi8(0x0f);
     let pf = R * nb * Q4K_BYTES;
-    let sidx = [
-        [
-            word_idx(scale_words(0, 16, 2)),
-            word_idx(scale_words(1, 16, 2)),
-        ],
-        [
-            word_idx(scale_words(4, 16, 2)),
-            word_idx(scale_words(5, 16, 2)),
-        ],
-    ];
+    // `[d·dy, dmin·dy]` of row `r` sit in lanes `2r`, `2r + 1`.
+    let dmin_idx = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
     let mut acc = [_mm512_setzero_ps(); R];
-    let mut accm = [_mm_setzero_ps(); R];
+    let mut accm = _mm512_setzero_ps();
     for b in 0..nb {
         // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
         // `bsums` and the four 64-code vectors in sub-block order.
@@ -686,13 +798,14 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
                 avx2::rdf32(yp),
                 {
                     // The eight 32-element sums `bsums[2i] + bsums[2i + 1]`
-                    // (|·| ≤ 32·127: exact in i16), once for all rows.
+                    // (|·| ≤ 32·127: exact in i16), once for all rows, in
+                    // every 128-bit lane.
                     let b16 = _mm256_loadu_si256(yp.add(260).cast());
                     let b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));
-                    _mm_packs_epi32(
+                    _mm512_broadcast_i32x4(_mm_packs_epi32(
                         _mm256_castsi256_si128(b32),
                         _mm256_extracti128_si256::<1>(b32),
-                    )
+                    ))
                 },
                 [
                     [halves(q, q.add(64)), halves(q.add(32), q.add(96))],
@@ -703,34 +816,39 @@ unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
                 ],
             )
         };
-        for ((a, am), wr) in acc.iter_mut().zip(accm.iter_mut()).zip(w) {
-            // SAFETY: block `b < nb` of row `wr`.
-            let wp = unsafe { wr.add(b * Q4K_BYTES) };
-            prefetch(wp.wrapping_add(pf));
-            prefetch(wp.wrapping_add(pf + 64));
-            prefetch(wp.wrapping_add(pf + 128));
-            // SAFETY: the header fields of the weight block (`d`, `dmin`,
-            // `scales`).
-            let (dd, (sc, m)) = unsafe { (f16_pair_times(wp, dy), avx2::kscales(wp.add(4))) };
-            let (d, dmin) = (_mm512_broadcastss_ps(dd), _mm_permute_ps::<0x55>(dd));
-            let m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(m as i64));
-            let mins = _mm_madd_epi16(bsums, m16);
-            *am = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), dmin, *am);
-            let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+        let wp = w.map(|p| p.wrapping_add(b * Q4K_BYTES));
+        for &p in &wp {
+            prefetch(p.wrapping_add(pf));
+            prefetch(p.wrapping_add(pf + 64));
+            prefetch(p.wrapping_add(pf + 128));
+        }
+        // SAFETY: block `b < nb` of every row: its first 16 bytes.
+        let (sc, mins, dh) = unsafe { q4_k_headers(wp) };
+        let dd = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(dy)));
+        let mins = _mm512_madd_epi16(bsums, mins);
+        accm = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(mins),
+            _mm512_permutexvar_ps(dmin_idx, dd),
+            accm,
+        );
+        for (r, a) in acc.iter_mut().enumerate() {
+            let d = _mm512_permutexvar_ps(_mm512_set1_epi32(2 * r as i32), dd);
             let mut isum = _mm512_setzero_si512();
             for h in 0..2 {
-                // SAFETY: `qs[64h..64h + 64]` of the weight block.
-                let q = unsafe { _mm512_loadu_si512(wp.add(16 + 64 * h).cast()) };
+                // SAFETY: `qs[64h..64h + 64]` of block `b` of row `r`.
+                let q = unsafe { _mm512_loadu_si512(wp[r].add(16 + 64 * h).cast()) };
                 let lo = _mm512_and_si512(q, m4);
                 let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
-                let slo = _mm512_permutexvar_epi16(sidx[h][0], s16);
-                let shi = _mm512_permutexvar_epi16(sidx[h][1], s16);
-                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
-                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
+                let slo = _mm512_permutexvar_epi16(word_idx(Q4K_SIDX[r][h][0]), sc);
+                let shi = _mm512_permutexvar_epi16(word_idx(Q4K_SIDX[r][h][1]), sc);
+                isum = dpwssd(isum, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
+                isum = dpwssd(isum, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
             }
             *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
         }
     }
+    // SAFETY: `__m512` and `[__m128; 4]` are 64 plain bytes.
+    let accm: [__m128; 4] = unsafe { core::mem::transmute(accm) };
     let mut out = [0.0f32; R];
     for ((o, a), am) in out.iter_mut().zip(acc).zip(accm) {
         let m2 = _mm_add_ps(am, _mm_movehl_ps(am, am));
@@ -837,4 +955,62 @@ unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
         }
     }
     acc.map(|a| _mm512_reduce_add_ps(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The vector Q4_K header unpacking gives [`avx2::kscales`]' scales
+    /// and mins, and the `d`, `dmin` bits, for every row of one to four:
+    /// random headers, and each byte alone through all 256 values.
+    #[test]
+    fn q4_k_headers_match_kscales() {
+        if !crate::isa::Isa::Avx512.is_supported() {
+            return;
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut headers = [[0u8; 16]; 4];
+        for round in 0..(20_000 + 16 * 256) {
+            for (r, h) in headers.iter_mut().enumerate() {
+                if round < 20_000 {
+                    *h = core::array::from_fn(|_| next() as u8);
+                } else {
+                    let (pos, v) = ((round - 20_000) / 256, (round - 20_000) % 256);
+                    *h = [0; 16];
+                    h[pos] = (v as u8).wrapping_add(r as u8);
+                }
+            }
+            let p = headers.each_ref().map(|h| h.as_ptr());
+            // SAFETY: AVX-512 F/BW/VL confirmed above; 16 bytes at each `p[r]`.
+            let got = unsafe { q4_k_headers::<4>(p) };
+            // SAFETY: `__m512i` is `[u16; 32]`, `__m128i` `[u32; 4]`: plain bytes.
+            let (sc, mins, d): ([u16; 32], [u16; 32], [u32; 4]) = unsafe {
+                (
+                    core::mem::transmute::<__m512i, [u16; 32]>(got.0),
+                    core::mem::transmute::<__m512i, [u16; 32]>(got.1),
+                    core::mem::transmute::<__m128i, [u32; 4]>(got.2),
+                )
+            };
+            for (r, h) in headers.iter().enumerate() {
+                // SAFETY: `h` holds 16 bytes, the 12 scale bytes at 4.
+                let (s, m) = unsafe { avx2::kscales(h.as_ptr().add(4)) };
+                let bytes =
+                    |v: u64| -> [u16; 8] { core::array::from_fn(|i| (v >> (8 * i)) as u8 as u16) };
+                assert_eq!(sc[8 * r..8 * r + 8], bytes(s), "scales, header {h:?}");
+                assert_eq!(mins[8 * r..8 * r + 8], bytes(m), "mins, header {h:?}");
+                assert_eq!(
+                    d[r],
+                    u32::from_le_bytes([h[0], h[1], h[2], h[3]]),
+                    "d, header {h:?}"
+                );
+            }
+        }
+    }
 }

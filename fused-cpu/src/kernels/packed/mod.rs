@@ -20,16 +20,19 @@ pub fn packed_dot(isa: Isa, dtype: DType, mode: ActQuant) -> Option<PackedDot> {
         return None;
     }
     let one = row_dot(isa, dtype, mode);
+    let act = crate::activation::ActEval::for_isa(isa);
     #[cfg(target_arch = "x86_64")]
     if isa.is_supported() && isa >= Isa::Avx512 {
         return Some(PackedDot {
             group: x86_avx512::group_q4_0_q8_0,
             one,
+            act,
         });
     }
     Some(PackedDot {
         group: scalar::group_q4_0_q8_0,
         one,
+        act,
     })
 }
 
