@@ -593,7 +593,15 @@ fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         }
         let ws = weight_copies(be, dtype, m, k)?;
         let t = time_calls(be, ws.len() * 2, 25, |i| {
-            be.gemv(&ws[i % ws.len()], &x, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut y)
+            be.gemv(
+                &ws[i % ws.len()],
+                &x,
+                1,
+                ActQuant::F32,
+                &Epilogue::NONE,
+                &[],
+                &mut y,
+            )
         })?;
         let gbs = (ws[0].bytes() + 4 * (k + m)) as f64 / t / 1e6;
         println!(
