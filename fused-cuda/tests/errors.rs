@@ -29,9 +29,9 @@ fn bad_inputs_are_typed_errors() {
     let x = rng.vec(k, 1.0);
     let mut y = vec![0.0; m];
 
-    // Unsupported weight format.
-    let b5 = weights(&mut rng, DType::Q5_0, m, k);
-    let w5 = WeightMatrix::new(DType::Q5_0, m, k, &b5).unwrap();
+    // Unsupported weight format (Q8_1 is an activation format).
+    let b5 = weights(&mut rng, DType::Q8_1, m, k);
+    let w5 = WeightMatrix::new(DType::Q8_1, m, k, &b5).unwrap();
     assert!(matches!(
         core_err(be.upload_weights(&w5)),
         Error::UnsupportedDType { .. }

@@ -147,10 +147,17 @@ uint f16_bits(float v) {
     return h;
 }
 
+// NaN by its bits: drivers may compile isnan() and the NaN cases of
+// comparisons under no-NaN assumptions (NVIDIA's did: a NaN last in a Q8_0
+// block was lost by the amax fold).
+bool nan_bits(float x) {
+    return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
 // C's roundf (ties away from zero) of |p| < 2^23, saturated to int8 as
 // Rust's `as i8` (NaN: 0).
 int round_away_i8(float p) {
-    if (isnan(p)) {
+    if (nan_bits(p)) {
         return 0;
     }
     float t = trunc(p);
@@ -164,7 +171,7 @@ int round_away_i8(float p) {
 // GGML's nearest_int (ties to even) through the 1.5 * 2^23 trick (NaN: 0,
 // what the trick gives for the CPU's default NaN).
 int nearest_int(float p) {
-    if (isnan(p)) {
+    if (nan_bits(p)) {
         return 0;
     }
     precise float v = p + 12582912.0;
@@ -193,15 +200,17 @@ void main() {
     float amax = 0.0;
     [[unroll]] for (uint i = 0u; i < 8u; ++i) {
         [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+            // The core's fold `if amax > a { amax } else { a }`: a NaN
+            // operand on either side gives a.
             float a = abs(v[i][k]);
-            amax = amax > a ? amax : a;
+            amax = (nan_bits(amax) || nan_bits(a) || !(amax > a)) ? a : amax;
         }
     }
     // A NaN last in the block is the maximum (as the core's fold has it);
     // NaN / 127 is that NaN, quieted.
-    float d = isnan(amax) ? uintBitsToFloat(floatBitsToUint(amax) | 0x400000u)
+    float d = nan_bits(amax) ? uintBitsToFloat(floatBitsToUint(amax) | 0x400000u)
                           : (amax > 0.0 ? div_pos(amax, 127.0) : 0.0);
-    float id = isnan(d) ? d : (d != 0.0 ? div_pos(1.0, d) : 0.0);
+    float id = nan_bits(d) ? d : (d != 0.0 ? div_pos(1.0, d) : 0.0);
     [[unroll]] for (uint i = 0u; i < 8u; ++i) {
         precise vec4 p = v[i] * id;
         q[g * 8u + i] = pack_codes(ivec4(round_away_i8(p.x), round_away_i8(p.y),
