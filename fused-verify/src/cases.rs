@@ -399,8 +399,8 @@ fn quick(seed: u64) -> Vec<Case> {
             v.push(c);
         }
         if d.is_quantized() {
-            // f32 activations (the only mode of the GPU backends) on every
-            // shape, and one GLU.
+            // f32 activations (the GPU backends' mode for the formats
+            // without a Q8 kernel) on every shape, and one GLU.
             for (si, &s) in sh.iter().enumerate() {
                 let mut c = with_shape(base(Pattern::Gemv, d, seed + 4), s);
                 c.mode = GemvMode::F32;

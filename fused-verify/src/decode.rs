@@ -2,8 +2,8 @@
 //! stack of layers run fused and unfused on each backend, checked bit for
 //! bit against each other, timed per token, kernel launches and barriers
 //! per token (as the timed executor counts them). GGML's activation mode,
-//! or f32 activations on a backend without GGML's quantized ones (the GPU
-//! kernels; the row's `acts` says which).
+//! or f32 activations on a backend without a kernel for GGML's quantized
+//! ones for that format (the row's `acts` says which).
 //!
 //! One layer: `h += W_o · attn(h)`; `h += W_d · (silu(W_g · n) ⊙ (W_u · n))`
 //! with `n = norm(h)`; `h += W_r · H(norm(h) ⊙ signs)` (a Hadamard-rotated

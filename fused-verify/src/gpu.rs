@@ -10,8 +10,9 @@
 //! launch, read back) for a plan the device plan refuses (see their docs).
 //! The device is opened on first use; a
 //! machine without one reports a skip with the reason. Their GEMV kernels
-//! take f32 activations only, a few weight formats and at most 8 columns:
-//! other cases are reported per case as skipped ([`Backend::supports`]).
+//! take f32 activations, GGML's Q8 activations for some formats, and at
+//! most 8 columns: other cases are reported per case as skipped
+//! ([`Backend::supports`]).
 //! Their results are compared with the reference within the tolerance
 //! table (they accumulate in another order), and fused against unfused bit
 //! for bit.

@@ -5,10 +5,10 @@
 //! and the kernel launches and barriers per plan (as the timed executor
 //! counts them).
 //!
-//! A backend without GGML's quantized activations (the GPU kernels take
-//! f32 activations) is timed on the same case with f32 activations (the
-//! case id says `f32acts`); a case it has no kernel for at all is listed
-//! as skipped with the reason.
+//! A backend without a kernel for GGML's quantized activations of a format
+//! is timed on the same case with f32 activations (the case id says
+//! `f32acts`); a case it has no kernel for at all is listed as skipped with
+//! the reason.
 
 use std::time::Duration;
 
