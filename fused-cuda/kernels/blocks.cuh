@@ -151,19 +151,9 @@ template <> struct Block<FMT_Q5_K> {
         const uint32_t bit = 2 * (s >> 3) + (uint32_t)g;
         return nibbles(r.q, g) | (((r.qh >> bit) & 0x01010101u) << 4);
     }
-    __device__ static float scale(const Raw &r, uint32_t s, int g) {
-        uint32_t sc, m;
-        q4k_scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
-        return __fmul_rn(half_bits_to_float(r.h.x), (float)sc);
-    }
-    __device__ static float minimum(const Raw &r, uint32_t s, int g) {
-        uint32_t sc, m;
-        q4k_scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
-        return -__fmul_rn(half_bits_to_float(r.h.x >> 16), (float)m);
-    }
-    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) {
-        return (size_t)blk * 256 + 64 * (s >> 3) + 4 * (s & 7u) + 32 * (uint32_t)g;
-    }
+    __device__ static float scale(const Raw &r, uint32_t s, int g) { return kq_scale(r.h, s, g); }
+    __device__ static float minimum(const Raw &r, uint32_t s, int g) { return kq_minimum(r.h, s, g); }
+    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return kq_x_offset(blk, s, g); }
 };
 
 // Q6_K: 210-byte super-blocks (2-byte aligned): ql[128], qh[64], 16 signed

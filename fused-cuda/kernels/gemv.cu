@@ -195,8 +195,9 @@ template <> struct Unit<FMT_F32> {
     }
 };
 
-// F16: 8 elements (one 16-byte load) when k % 8 == 0, else 1.
-template <> struct Unit<FMT_F16> {
+// 16-bit floats: 8 elements (one 16-byte load) when k % 8 == 0, else 1;
+// `Widen::f` turns the low 16 bits of its argument into the exact f32.
+template <class Widen> struct Unit16 {
     struct Raw {
         uint4 a;
     };
@@ -206,35 +207,23 @@ template <> struct Unit<FMT_F16> {
     __device__ static void unpack(const Raw &r, float *w) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            w[2 * j] = half_bits_to_float(word(r.a, j));
-            w[2 * j + 1] = half_bits_to_float(word(r.a, j) >> 16);
+            w[2 * j] = Widen::f(word(r.a, j));
+            w[2 * j + 1] = Widen::f(word(r.a, j) >> 16);
         }
     }
     __device__ static float one(const uint8_t *wr, uint32_t i) {
-        return half_bits_to_float(reinterpret_cast<const uint16_t *>(wr)[i]);
+        return Widen::f(reinterpret_cast<const uint16_t *>(wr)[i]);
     }
 };
-
-// BF16: 8 elements (one 16-byte load) when k % 8 == 0, else 1; a bfloat16
-// is the high half of its f32.
-template <> struct Unit<FMT_BF16> {
-    struct Raw {
-        uint4 a;
-    };
-    __device__ static Raw load(const uint8_t *wr, uint32_t u) {
-        return Raw{ld_stream(wr + 16 * (size_t)u)};
-    }
-    __device__ static void unpack(const Raw &r, float *w) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            w[2 * j] = __uint_as_float(word(r.a, j) << 16);
-            w[2 * j + 1] = __uint_as_float(word(r.a, j) & 0xffff0000u);
-        }
-    }
-    __device__ static float one(const uint8_t *wr, uint32_t i) {
-        return __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(wr)[i] << 16);
-    }
+struct WidenF16 {
+    __device__ static float f(uint32_t bits) { return half_bits_to_float(bits); }
 };
+// A bfloat16 is the high half of its f32.
+struct WidenBF16 {
+    __device__ static float f(uint32_t bits) { return __uint_as_float(bits << 16); }
+};
+template <> struct Unit<FMT_F16> : Unit16<WidenF16> {};
+template <> struct Unit<FMT_BF16> : Unit16<WidenBF16> {};
 
 // Units of 8 elements a lane has in flight at once.
 constexpr int FLOAT_UNROLL = 4;
@@ -522,6 +511,25 @@ template <> struct Block<FMT_Q4_0> {
 // d·sc·q − dmin·m. L = 32: lane s takes chunk c = s/8, bytes l = 4(s mod 8)..+3:
 // group 0 the elements 64c + l (low nibbles, sub-block 2c), group 1 the
 // elements 64c + 32 + l (high nibbles, sub-block 2c + 1).
+// Q4_K and Q5_K lanes (L = 32): lane s takes chunk c = s/8 (64 elements),
+// bytes 4(s mod 8)..+3 of its codes; group g is sub-block 2c + g. From the
+// super-block header h (d, dmin, packed scales): the group's factor d·sc and
+// minus its min dmin·m (the core's dequantization factors, in f32), and the
+// activation index of its first element.
+__device__ __forceinline__ float kq_scale(const uint4 &h, uint32_t s, int g) {
+    uint32_t sc, m;
+    q4k_scale_min(h, 2 * (s >> 3) + (uint32_t)g, sc, m);
+    return __fmul_rn(half_bits_to_float(h.x), (float)sc);
+}
+__device__ __forceinline__ float kq_minimum(const uint4 &h, uint32_t s, int g) {
+    uint32_t sc, m;
+    q4k_scale_min(h, 2 * (s >> 3) + (uint32_t)g, sc, m);
+    return -__fmul_rn(half_bits_to_float(h.x >> 16), (float)m);
+}
+__device__ __forceinline__ size_t kq_x_offset(uint32_t blk, uint32_t s, int g) {
+    return (size_t)blk * 256 + 64 * (s >> 3) + 4 * (s & 7u) + 32 * (uint32_t)g;
+}
+
 template <> struct Block<FMT_Q4_K> {
     static constexpr int L = 32, BLOCK = 256, BYTES = 144, GROUPS = 2;
     static constexpr bool HAS_MIN = true;
@@ -538,19 +546,9 @@ template <> struct Block<FMT_Q4_K> {
         return r;
     }
     __device__ static uint32_t codes(const Raw &r, uint32_t, int g) { return (r.q >> (4 * g)) & 0x0f0f0f0fu; }
-    __device__ static float scale(const Raw &r, uint32_t s, int g) {
-        uint32_t sc, m;
-        q4k_scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
-        return __fmul_rn(half_bits_to_float(r.h.x), (float)sc);
-    }
-    __device__ static float minimum(const Raw &r, uint32_t s, int g) {
-        uint32_t sc, m;
-        q4k_scale_min(r.h, 2 * (s >> 3) + (uint32_t)g, sc, m);
-        return -__fmul_rn(half_bits_to_float(r.h.x >> 16), (float)m);
-    }
-    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) {
-        return (size_t)blk * 256 + 64 * (s >> 3) + 4 * (s & 7u) + 32 * (uint32_t)g;
-    }
+    __device__ static float scale(const Raw &r, uint32_t s, int g) { return kq_scale(r.h, s, g); }
+    __device__ static float minimum(const Raw &r, uint32_t s, int g) { return kq_minimum(r.h, s, g); }
+    __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return kq_x_offset(blk, s, g); }
 };
 
 #include "blocks.cuh"
@@ -660,6 +658,41 @@ template <int NC> __device__ __forceinline__ void warp_sum(float *acc) {
     }
 }
 
+// The end of every GEMV block: each warp's accumulators combined by the
+// butterfly, the warps' sums added in warp order through shared memory
+// (`partial`), the GLU and the epilogue chain applied, the outputs of rows
+// row0 .. row0 + R − 1 (those below `rows`) stored.
+template <int NC, int R, int V, bool GLU>
+__device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partial)[WARPS][R * NC],
+                                             uint32_t row0, uint32_t lane, uint32_t warp,
+                                             uint32_t rows, uint32_t glu_act, const EpiParams &epi,
+                                             float *y) {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            warp_sum<NC>(acc[v][r]);
+            if (lane == 0) {
+#pragma unroll
+                for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
+            }
+        }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < (uint32_t)(R * NC); i += blockDim.x) {
+        const uint32_t row = row0 + i / NC, c = i % NC;
+        if (row >= rows) continue;
+        float sum[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            sum[v] = partial[v][0][i];
+#pragma unroll
+            for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], partial[v][wi][i]);
+        }
+        const float val = GLU ? glu_apply(glu_act, sum[0], sum[V - 1]) : sum[0];
+        y[(size_t)c * rows + row] = epilogue_apply(epi, val, row, c, rows);
+    }
+}
+
 // Block b computes rows R·b .. R·b + R − 1 (RowsPerBlock); rows past the end
 // are computed on the last row (in bounds) and not stored.
 template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
@@ -678,30 +711,7 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
             for (int c = 0; c < NC; ++c) acc[v][r][c] = 0.0f;
     rows_dot<FMT, NC, R>(p, p.w, row0, lane, warp, acc[0]);
     if constexpr (GLU) rows_dot<FMT, NC, R>(p, p.w_up, row0, lane, warp, acc[V - 1]);
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            warp_sum<NC>(acc[v][r]);
-            if (lane == 0) {
-#pragma unroll
-                for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
-            }
-        }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < (uint32_t)(R * NC); i += blockDim.x) {
-        const uint32_t row = row0 + i / NC, c = i % NC;
-        if (row >= p.rows) continue;
-        float sum[V];
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-            sum[v] = partial[v][0][i];
-#pragma unroll
-            for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], partial[v][wi][i]);
-        }
-        const float val = GLU ? glu_apply(p.glu_act, sum[0], sum[V - 1]) : sum[0];
-        p.y[(size_t)c * p.rows + row] = epilogue_apply(p.epi, val, row, c, p.rows);
-    }
+    finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, p.y);
 }
 
 #define GEMV_KERNELS_NC(name, FMT, NC)                                                         \
@@ -1131,30 +1141,7 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
             }
         }
     }
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            warp_sum<NC>(acc[v][r]);
-            if (lane == 0) {
-#pragma unroll
-                for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
-            }
-        }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < (uint32_t)(R * NC); i += blockDim.x) {
-        const uint32_t row = row0 + i / NC, c = i % NC;
-        if (row >= p.rows) continue;
-        float sum[V];
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-            sum[v] = partial[v][0][i];
-#pragma unroll
-            for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], partial[v][wi][i]);
-        }
-        const float val = GLU ? glu_apply(p.glu_act, sum[0], sum[V - 1]) : sum[0];
-        p.y[(size_t)c * p.rows + row] = epilogue_apply(p.epi, val, row, c, p.rows);
-    }
+    finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, p.y);
 }
 
 // Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/launch.rs picks R

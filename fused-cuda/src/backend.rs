@@ -18,6 +18,7 @@ use crate::pdl;
 use crate::qacts::{QactsLayout, QuantizedActs};
 use crate::{CudaError, GEMV_DTYPES, KernelForm, check_gemv_mode};
 use cust::event::{Event, EventFlags};
+use cust::function::Function;
 use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::module::Module;
 use fused_core::element::Activation;
@@ -371,6 +372,15 @@ impl CudaBackend {
 
     // ------------------------------------------------------------ launches
 
+    /// Kernel `name` of `module`, with this backend's context current.
+    fn kernel<'m>(&self, module: &'m Module, name: &str) -> Result<Function<'m>, CudaError> {
+        self.dev.make_current()?;
+        module.get_function(name).map_err(|e| CudaError::Driver {
+            what: "find a kernel",
+            message: format!("{name}: {e}"),
+        })
+    }
+
     /// Launches `name` from `module`.
     ///
     /// # Safety
@@ -386,11 +396,7 @@ impl CudaBackend {
         shared: u32,
         args: &[*mut c_void],
     ) -> Result<(), CudaError> {
-        self.dev.make_current()?;
-        let f = module.get_function(name).map_err(|e| CudaError::Driver {
-            what: "find a kernel",
-            message: format!("{name}: {e}"),
-        })?;
+        let f = self.kernel(module, name)?;
         // SAFETY: the caller guarantees that `args` match the kernel and that
         // the addresses are valid; device memory is freed only by
         // `cuMemFree` (dropping a DeviceBuffer), which waits for the work
@@ -430,11 +436,7 @@ impl CudaBackend {
         block: u32,
         args: &[*mut c_void],
     ) -> Result<(), CudaError> {
-        self.dev.make_current()?;
-        let f = module.get_function(name).map_err(|e| CudaError::Driver {
-            what: "find a kernel",
-            message: format!("{name}: {e}"),
-        })?;
+        let f = self.kernel(module, name)?;
         // SAFETY: forwarded from the caller (see `launch`).
         let r = unsafe { pdl::launch(f.to_raw(), grid, block, self.dev.stream.as_inner(), args) };
         check_result(r, "launch a kernel (programmatic dependent launch)")?;

@@ -71,6 +71,20 @@ fn gemvq_rows_per_block(dtype: DType, n_cols: usize) -> usize {
 /// activations).
 const QUANT_BLOCK: u32 = 256;
 
+/// Whether a GEMV of `rows` rows and `n_cols` columns launches anything
+/// (not when either is 0); more than [`MAX_COLS`] columns is an error.
+fn gemv_has_work(rows: usize, n_cols: usize) -> Result<bool, CudaError> {
+    if n_cols > MAX_COLS {
+        return Err(Error::LengthMismatch {
+            what: "GEMV columns (the CUDA kernels take 1..=8)",
+            expected: MAX_COLS,
+            actual: n_cols,
+        }
+        .into());
+    }
+    Ok(n_cols != 0 && rows != 0)
+}
+
 /// `v` as a u32, or [`Error::Overflow`] naming `what`.
 pub(crate) fn u32_of(what: &'static str, v: usize) -> Result<u32, CudaError> {
     u32::try_from(v).map_err(|_| Error::Overflow { what }.into())
@@ -235,15 +249,7 @@ impl Launch {
             row_bytes,
             n_cols,
         } = shape;
-        if n_cols > MAX_COLS {
-            return Err(Error::LengthMismatch {
-                what: "GEMV columns (the CUDA kernels take 1..=8)",
-                expected: MAX_COLS,
-                actual: n_cols,
-            }
-            .into());
-        }
-        if n_cols == 0 || m == 0 {
+        if !gemv_has_work(m, n_cols)? {
             return Ok(None);
         }
         let params = GemvParams {
@@ -314,15 +320,7 @@ impl Launch {
         epi: EpiParams,
     ) -> Result<Option<Launch>, CudaError> {
         let n_cols = layout.n_cols;
-        if n_cols > MAX_COLS {
-            return Err(Error::LengthMismatch {
-                what: "GEMV columns (the CUDA kernels take 1..=8)",
-                expected: MAX_COLS,
-                actual: n_cols,
-            }
-            .into());
-        }
-        if n_cols == 0 || rows == 0 {
+        if !gemv_has_work(rows, n_cols)? {
             return Ok(None);
         }
         let params = GemvQParams {

@@ -248,18 +248,7 @@ mod tests {
             _ => {
                 // Super-block ch / 2, sub-block 4·(ch mod 2) + g.
                 let h = &scales[16 * (ch / 2)..16 * (ch / 2) + 16];
-                let sub = 4 * (ch % 2) + g;
-                let s = &h[4..16];
-                let (sc, m) = if sub < 4 {
-                    (s[sub] & 63, s[sub + 4] & 63)
-                } else {
-                    (
-                        (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4),
-                        (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4),
-                    )
-                };
-                let (d, dmin) = (half(h[0], h[1]), half(h[2], h[3]));
-                d * sc as f32 * q as f32 - dmin * m as f32
+                q4k_value(h, 4 * (ch % 2) + g, q)
             }
         }
     }
@@ -302,20 +291,26 @@ mod tests {
                 let q = dev[128 * at + 32 * c + p];
                 let q = if i % 64 < 32 { q & 15 } else { q >> 4 };
                 let h = &dev[rows * nb * 128 + 16 * at..rows * nb * 128 + 16 * at + 16];
-                let sub = i / 32;
-                let s = &h[4..16];
-                let (sc, m) = if sub < 4 {
-                    (s[sub] & 63, s[sub + 4] & 63)
-                } else {
-                    (
-                        (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4),
-                        (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4),
-                    )
-                };
-                let (d, dmin) = (half(h[0], h[1]), half(h[2], h[3]));
-                d * sc as f32 * q as f32 - dmin * m as f32
+                q4k_value(h, i / 32, q)
             }
         }
+    }
+
+    /// The value of code `q` in sub-block `sub` of the Q4_K super-block
+    /// whose 16-byte header (d, dmin, packed scales) is `h`, as the core
+    /// dequantizes it.
+    fn q4k_value(h: &[u8], sub: usize, q: u8) -> f32 {
+        let s = &h[4..16];
+        let (sc, m) = if sub < 4 {
+            (s[sub] & 63, s[sub + 4] & 63)
+        } else {
+            (
+                (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4),
+                (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4),
+            )
+        };
+        let (d, dmin) = (half(h[0], h[1]), half(h[2], h[3]));
+        d * sc as f32 * q as f32 - dmin * m as f32
     }
 
     /// Random rows of `dtype` in the core's layout.
@@ -369,19 +364,7 @@ mod tests {
             let t = tiling(dtype).unwrap();
             for (rows, cols) in [(3, 2 * t.elems), (2, t.elems + 3 * 256), (2, 256)] {
                 let rb = dtype.row_bytes(cols).unwrap();
-                let mut bytes = vec![0u8; rows * rb];
-                let mut s = 0x2545_f491_4f6c_dd1du64;
-                for r in 0..rows {
-                    let row: Vec<f32> = (0..cols)
-                        .map(|_| {
-                            s ^= s << 13;
-                            s ^= s >> 7;
-                            s ^= s << 17;
-                            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-                        })
-                        .collect();
-                    quantize_row(dtype, &row, &mut bytes[r * rb..(r + 1) * rb]).unwrap();
-                }
+                let bytes = random_rows(dtype, rows, cols);
                 let dev = to_device(dtype, rows, cols, &bytes);
                 assert_eq!(dev.len(), bytes.len());
                 for r in 0..rows {

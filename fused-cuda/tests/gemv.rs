@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{Rng, backend_or_skip, nmse, weights, wide};
+use common::{Rng, backend_or_skip, chain, chain_operands, nmse, weights, wide};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
@@ -36,16 +36,6 @@ fn ks(dtype: DType) -> Vec<usize> {
     }
 }
 
-/// SiLU, then · operand 0, then + operand 1, then + row bias (operand 2).
-fn chain() -> Epilogue {
-    Epilogue::NONE
-        .then_act(Activation::Silu)
-        .and_then(|e| e.then_mul())
-        .and_then(|e| e.then_add())
-        .and_then(|e| e.then_row_bias())
-        .unwrap()
-}
-
 fn check_gemv(
     be: &CudaBackend,
     rng: &mut Rng,
@@ -58,11 +48,7 @@ fn check_gemv(
     let bytes = weights(rng, dtype, m, k);
     let w = WeightMatrix::new(dtype, m, k, &bytes).unwrap();
     let x = rng.vec(k * n_cols, 1.0);
-    let (o0, o1, bias) = (
-        rng.vec(m * n_cols, 1.0),
-        rng.vec(m * n_cols, 1.0),
-        rng.vec(m, 1.0),
-    );
+    let [o0, o1, bias] = chain_operands(rng, m, n_cols);
     let ops: [&[f32]; 3] = [&o0, &o1, &bias];
     for epi in [Epilogue::NONE, chain()] {
         let bound = epi.bind(&ops, m, n_cols).unwrap();

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{Rng, backend_or_skip, nmse, weights, wide};
+use common::{Rng, backend_or_skip, chain, chain_operands, nmse, weights, wide};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
@@ -147,16 +147,6 @@ fn max_ulps(got: &[f32], want: &[f32]) -> u64 {
         .unwrap_or(0)
 }
 
-/// SiLU, then · operand 0, then + operand 1, then + row bias (operand 2).
-fn chain() -> Epilogue {
-    Epilogue::NONE
-        .then_act(Activation::Silu)
-        .and_then(|e| e.then_mul())
-        .and_then(|e| e.then_add())
-        .and_then(|e| e.then_row_bias())
-        .unwrap()
-}
-
 /// K values: one block, odd counts of blocks (Q8_0: groups of 32 blocks
 /// and a partial group), and more blocks than a launch's 128 lanes take in
 /// one pass.
@@ -185,11 +175,7 @@ fn check(
     let gw = WeightMatrix::new(dtype, m, k, &gb).unwrap();
     let uw = WeightMatrix::new(dtype, m, k, &ub).unwrap();
     let x = rng.vec(k * n_cols, 1.0);
-    let (o0, o1, bias) = (
-        rng.vec(m * n_cols, 1.0),
-        rng.vec(m * n_cols, 1.0),
-        rng.vec(m, 1.0),
-    );
+    let [o0, o1, bias] = chain_operands(rng, m, n_cols);
     let ops: [&[f32]; 3] = [&o0, &o1, &bias];
     for epi in [Epilogue::NONE, chain()] {
         let bound = epi.bind(&ops, m, n_cols).unwrap();

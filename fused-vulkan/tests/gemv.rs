@@ -18,11 +18,13 @@
 
 mod common;
 
-use common::{assert_no_validation_messages, backend_or_skip, data, first_bit_difference, nmse};
+use common::{
+    assert_no_validation_messages, backend_or_skip, chain, data, first_bit_difference, nmse,
+    operands, weights,
+};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
-use fused_core::quant::quantize_row;
 use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_vulkan::{GemvShape, MAX_COLS, VulkanBackend, VulkanError};
@@ -35,34 +37,6 @@ const DTYPES: [DType; 5] = [
     DType::Q4_0,
     DType::Q4_K,
 ];
-
-fn weights(dtype: DType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
-    let w = data(rows * k, seed);
-    let rb = dtype.row_bytes(k).unwrap();
-    let mut bytes = vec![0u8; rows * rb];
-    for (src, dst) in w.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
-        quantize_row(dtype, src, dst).unwrap();
-    }
-    bytes
-}
-
-/// residual add, activation, row bias, multiply: every stage kind.
-fn chain(act: Activation) -> Epilogue {
-    Epilogue::NONE
-        .then_add()
-        .and_then(|e| e.then_act(act))
-        .and_then(|e| e.then_row_bias())
-        .and_then(|e| e.then_mul())
-        .unwrap()
-}
-
-fn operands(rows: usize, cols: usize) -> [Vec<f32>; 3] {
-    [
-        data(rows * cols, 11),
-        data(rows, 12),
-        data(rows * cols, 13).iter().map(|v| v + 1.5).collect(),
-    ]
-}
 
 #[test]
 fn gemv_matches_the_reference_for_every_format_and_column_count() {

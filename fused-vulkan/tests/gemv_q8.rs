@@ -17,7 +17,10 @@
 
 mod common;
 
-use common::{assert_no_validation_messages, backend_or_skip, data, first_bit_difference, nmse};
+use common::{
+    assert_no_validation_messages, backend_or_skip, chain, data, first_bit_difference, nmse,
+    operands, weights,
+};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
@@ -37,33 +40,6 @@ const PAIRS: [(DType, ActQuant); 3] = [
     (DType::Q4_0, ActQuant::Q8_0),
     (DType::Q4_K, ActQuant::Q8_K),
 ];
-
-fn weights(dtype: DType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
-    let w = data(rows * k, seed);
-    let rb = dtype.row_bytes(k).unwrap();
-    let mut bytes = vec![0u8; rows * rb];
-    for (src, dst) in w.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
-        quantize_row(dtype, src, dst).unwrap();
-    }
-    bytes
-}
-
-fn chain(act: Activation) -> Epilogue {
-    Epilogue::NONE
-        .then_add()
-        .and_then(|e| e.then_act(act))
-        .and_then(|e| e.then_row_bias())
-        .and_then(|e| e.then_mul())
-        .unwrap()
-}
-
-fn operands(rows: usize, cols: usize) -> [Vec<f32>; 3] {
-    [
-        data(rows * cols, 11),
-        data(rows, 12),
-        data(rows * cols, 13).iter().map(|v| v + 1.5).collect(),
-    ]
-}
 
 fn ulps(a: f32, b: f32) -> u64 {
     let key = |v: f32| {

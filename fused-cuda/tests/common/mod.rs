@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
 use fused_cuda::{CudaBackend, CudaError};
 use std::io::Write;
 
@@ -95,4 +97,24 @@ pub(crate) fn assert_bits_eq(got: &[f32], want: &[f32], what: &str) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g.to_bits(), w.to_bits(), "{what}: index {i}: {g} vs {w}");
     }
+}
+
+/// SiLU, then · operand 0, then + operand 1, then + row bias (operand 2).
+pub(crate) fn chain() -> Epilogue {
+    Epilogue::NONE
+        .then_act(Activation::Silu)
+        .and_then(|e| e.then_mul())
+        .and_then(|e| e.then_add())
+        .and_then(|e| e.then_row_bias())
+        .unwrap()
+}
+
+/// Random operands of [`chain`] for `m` rows and `n_cols` columns: the
+/// multiplier, the addend, the row bias.
+pub(crate) fn chain_operands(rng: &mut Rng, m: usize, n_cols: usize) -> [Vec<f32>; 3] {
+    [
+        rng.vec(m * n_cols, 1.0),
+        rng.vec(m * n_cols, 1.0),
+        rng.vec(m, 1.0),
+    ]
 }

@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+use fused_core::quant::quantize_row;
 use fused_vulkan::{ContextOptions, VulkanBackend};
 use std::io::Write;
 
@@ -82,4 +86,36 @@ pub(crate) fn first_bit_difference(a: &[f32], b: &[f32]) -> Option<(usize, f32, 
         .enumerate()
         .find(|(_, (x, y))| x.to_bits() != y.to_bits())
         .map(|(i, (x, y))| (i, *x, *y))
+}
+
+/// `rows × k` weights of `dtype` from [`data`] (seed `seed`), in the core's
+/// layout.
+pub(crate) fn weights(dtype: DType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
+    let w = data(rows * k, seed);
+    let rb = dtype.row_bytes(k).unwrap();
+    let mut bytes = vec![0u8; rows * rb];
+    for (src, dst) in w.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+        quantize_row(dtype, src, dst).unwrap();
+    }
+    bytes
+}
+
+/// residual add, activation, row bias, multiply: every stage kind.
+pub(crate) fn chain(act: Activation) -> Epilogue {
+    Epilogue::NONE
+        .then_add()
+        .and_then(|e| e.then_act(act))
+        .and_then(|e| e.then_row_bias())
+        .and_then(|e| e.then_mul())
+        .unwrap()
+}
+
+/// The operands of [`chain`] for `rows × cols` outputs (the multiplier kept
+/// away from 0).
+pub(crate) fn operands(rows: usize, cols: usize) -> [Vec<f32>; 3] {
+    [
+        data(rows * cols, 11),
+        data(rows, 12),
+        data(rows * cols, 13).iter().map(|v| v + 1.5).collect(),
+    ]
 }
