@@ -58,37 +58,6 @@ pub trait GpuDevice: StepKernels + Send + Sync + Sized + 'static {
         None
     }
 
-    /// [`Backend::run_plan`] on this device. Default: the core's executor
-    /// over host slices ([`host_slice_run`]).
-    fn run_plan(
-        &self,
-        g: &Graph,
-        plan: &Plan,
-        mem: &mut Memory,
-        cfg: RunConfig,
-    ) -> Result<RunStats, RunError> {
-        host_slice_run(self, g, plan, mem, cfg)
-    }
-
-    /// Whether [`GpuDevice::time_plans`] times plans on the device (a
-    /// device-resident executor); the timing modes skip the backend
-    /// otherwise.
-    const DEVICE_TIMING: bool = false;
-
-    /// [`Backend::time_plans`] with the graph's buffers resident on the
-    /// device (default: refused with [`NO_GPU_TIMING`]).
-    fn time_plans(
-        &self,
-        g: &Graph,
-        plans: &[&Plan],
-        mem: &Memory,
-        cfg: RunConfig,
-        reps: usize,
-    ) -> Result<Vec<TimedPlan>, RunError> {
-        let _ = (g, plans, mem, cfg, reps);
-        Err(RunError::Device(NO_GPU_TIMING.to_string()))
-    }
-
     /// The device's bandwidth ceiling in GB/s, measured now (default: none).
     fn bandwidth_gbs(&self) -> Option<f64> {
         None
@@ -113,11 +82,6 @@ pub fn host_slice_run<D: GpuDevice>(
         kernel_calls: s.counters.kernel_calls,
     })
 }
-
-/// The reason the timing modes give for skipping a GPU backend without a
-/// device-resident executor.
-pub const NO_GPU_TIMING: &str = "GPU perf: no device-resident plan executor for this backend yet \
-     (its host-slice calls would time the transfers, not the kernels; see its crate's bench)";
 
 /// A device-resident plan executor (`fused_vulkan::DevicePlan`,
 /// `fused_cuda::DevicePlan`): what the shared run and timing code below
@@ -275,7 +239,9 @@ impl<D: GpuDevice> GpuBackend<D> {
     }
 }
 
-impl<D: GpuDevice> Backend for GpuBackend<D> {
+/// Plans run and are timed on the device ([`resident_run`],
+/// [`resident_time`]).
+impl<D: ResidentDevice> Backend for GpuBackend<D> {
     fn name(&self) -> &str {
         D::NAME
     }
@@ -306,15 +272,6 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
         }
     }
 
-    fn timing_availability(&self) -> Availability {
-        match self.availability() {
-            Availability::Ready if !D::DEVICE_TIMING => {
-                Availability::Skip(NO_GPU_TIMING.to_string())
-            }
-            a => a,
-        }
-    }
-
     fn take_diagnostics(&self) -> Option<Vec<String>> {
         let all = self.device().ok()?.messages()?;
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -330,7 +287,7 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
         mem: &mut Memory,
         cfg: RunConfig,
     ) -> Result<RunStats, RunError> {
-        self.ready()?.run_plan(g, plan, mem, cfg)
+        resident_run(self.ready()?, g, plan, mem, cfg)
     }
 
     fn time_plans(
@@ -341,7 +298,7 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
         cfg: RunConfig,
         reps: usize,
     ) -> Result<Vec<TimedPlan>, RunError> {
-        self.ready()?.time_plans(g, plans, mem, cfg, reps)
+        resident_time(self.ready()?, g, plans, mem, cfg, reps)
     }
 
     fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
@@ -358,8 +315,8 @@ mod vulkan {
     use fused_core::reference::eval::{GemvMode, Memory};
     use fused_vulkan::{ContextOptions, DevicePlan, VulkanBackend, VulkanError};
 
-    use super::{GpuDevice, ResidentDevice, ResidentPlan, RunError, resident_run, resident_time};
-    use crate::backend::{RunConfig, RunStats, TimedPlan};
+    use super::{GpuDevice, ResidentDevice, ResidentPlan, RunError};
+    use crate::backend::RunStats;
 
     impl ResidentPlan for DevicePlan<'_> {
         type Error = VulkanError;
@@ -450,32 +407,6 @@ mod vulkan {
             ctx.validation_enabled().then(|| ctx.validation_messages())
         }
 
-        fn run_plan(
-            &self,
-            g: &Graph,
-            plan: &Plan,
-            mem: &mut Memory,
-            cfg: RunConfig,
-        ) -> Result<RunStats, RunError> {
-            resident_run(self, g, plan, mem, cfg)
-        }
-
-        const DEVICE_TIMING: bool = true;
-
-        /// A run's time is its GPU timestamps around the plan's one command
-        /// buffer (the wall time from submission to the fence where the
-        /// queue has none).
-        fn time_plans(
-            &self,
-            g: &Graph,
-            plans: &[&Plan],
-            mem: &Memory,
-            cfg: RunConfig,
-            reps: usize,
-        ) -> Result<Vec<TimedPlan>, RunError> {
-            resident_time(self, g, plans, mem, cfg, reps)
-        }
-
         /// The faster of two device-to-device copies of 64 MiB, a transfer
         /// (`vkCmdCopyBuffer`, which under-reads on NVIDIA: about 850 of
         /// 4100 GB/s on the H200) and a compute shader with 16-byte loads:
@@ -500,8 +431,8 @@ mod cuda {
     use fused_core::reference::eval::{GemvMode, Memory};
     use fused_cuda::{CudaBackend, CudaError, DevicePlan, DeviceVec, Submission};
 
-    use super::{GpuDevice, ResidentDevice, ResidentPlan, RunError, resident_run, resident_time};
-    use crate::backend::{RunConfig, RunStats, TimedPlan};
+    use super::{GpuDevice, ResidentDevice, ResidentPlan, RunError};
+    use crate::backend::RunStats;
 
     impl ResidentPlan for DevicePlan<'_> {
         type Error = CudaError;
@@ -584,33 +515,6 @@ mod cuda {
                 CudaError::Core(e) => RunError::Core(e),
                 other => RunError::Device(other.to_string()),
             }
-        }
-
-        fn run_plan(
-            &self,
-            g: &Graph,
-            plan: &Plan,
-            mem: &mut Memory,
-            cfg: RunConfig,
-        ) -> Result<RunStats, RunError> {
-            resident_run(self, g, plan, mem, cfg)
-        }
-
-        const DEVICE_TIMING: bool = true;
-
-        /// A run is every launch enqueued on the stream
-        /// ([`Submission::Stream`]: what a host loop pays; `cuda-bench`
-        /// compares it with a CUDA graph replay), timed by CUDA events
-        /// around the whole run.
-        fn time_plans(
-            &self,
-            g: &Graph,
-            plans: &[&Plan],
-            mem: &Memory,
-            cfg: RunConfig,
-            reps: usize,
-        ) -> Result<Vec<TimedPlan>, RunError> {
-            resident_time(self, g, plans, mem, cfg, reps)
         }
 
         /// The faster of two device-to-device copies of 64 MiB, the
