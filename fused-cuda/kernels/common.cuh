@@ -12,6 +12,32 @@
 #pragma once
 #include <stdint.h>
 
+// ------------------------------------------------ dependent launches
+// Programmatic dependent launch (sm_90, src/pdl.rs): on the H200 every
+// kernel of this crate is launched so that it may start while the kernel
+// before it on the stream still runs. Each kernel lets the next one start
+// at once (griddep_launch_dependents: the next grid is scheduled once every
+// block of this one has started) and waits for the previous kernel's
+// results (griddep_wait: that grid complete, its writes visible) before it
+// reads or writes anything another kernel may touch; before the wait it
+// may only read constant data (GEMV weights). Below sm_90 (the portable
+// PTX), and when launched normally, both are no-ops.
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Entry of a kernel with nothing to do before the wait.
+__device__ __forceinline__ void griddep_enter() {
+    griddep_launch_dependents();
+    griddep_wait();
+}
+
 // ------------------------------------------------------------ activations
 // The numbering matches src/params.rs (act_code).
 #define ACT_IDENTITY 0u
@@ -80,6 +106,20 @@ struct EpiParams {
     // ADD/MUL: a rows x cols f32 operand (column-major); ROW_BIAS: rows f32.
     const float *operand[MAX_STAGES];
 };
+
+// Asks L1 for the operands of the chain at output (row, col) of a rows-row
+// output, so that a GEMV block's last step (the chain, after its weights
+// have streamed) finds them there instead of waiting on memory. Operands
+// come from earlier kernels: only after griddep_wait.
+__device__ __forceinline__ void epilogue_prefetch(const EpiParams &e, uint32_t row, uint32_t col,
+                                                  uint32_t rows) {
+    const size_t at = (size_t)col * rows + row;
+    for (uint32_t s = 0; s < e.n_stages; ++s) {
+        if (e.kind[s] == STAGE_ACT) continue;
+        const float *a = e.operand[s] + (e.kind[s] == STAGE_ROW_BIAS ? row : at);
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
+    }
+}
 
 // The chain applied to v for output (row, col) of a rows-row output,
 // in order, with the same per-stage functions as the unfused kernels.

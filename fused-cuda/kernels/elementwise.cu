@@ -5,7 +5,9 @@
 // Grid-stride loops over n elements (n < 2^31, checked on the host).
 #include "common.cuh"
 
+// Every kernel first waits for the kernel before it (griddep_enter).
 #define GRID_STRIDE(i, n)                                                                  \
+    griddep_enter();                                                                       \
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += blockDim.x * gridDim.x)
 

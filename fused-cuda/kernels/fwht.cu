@@ -125,11 +125,13 @@ template <int E> __device__ void fwht_block(const FwhtParams &p) {
 
 #define FWHT_WARP(E)                                                                           \
     extern "C" __global__ void __launch_bounds__(256) fused_fwht_warp_e##E(const FwhtParams p) { \
+        griddep_enter();                                                                       \
         fwht_warp<E>(p);                                                                       \
     }
 #define FWHT_BLOCK(E)                                                                          \
     extern "C" __global__ void __launch_bounds__(1024)                                         \
         fused_fwht_block_e##E(const FwhtParams p) {                                            \
+        griddep_enter();                                                                       \
         fwht_block<E>(p);                                                                      \
     }
 

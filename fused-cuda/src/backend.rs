@@ -10,13 +10,13 @@
 //! for device buffers they are given zero-filled host slices of the same
 //! lengths (the backend's *shape shadow*).
 
-use crate::device::{CudaDevice, check_result, driver};
+use crate::device::{CudaDevice, driver};
 use crate::launch::{EwKernel, GemvShape, Launch, ew_len, u32_of};
 use crate::layout;
 use crate::params::EpiParams;
 use crate::pdl;
 use crate::qacts::{QactsLayout, QuantizedActs};
-use crate::{CudaError, GEMV_DTYPES, KernelForm, check_gemv_mode};
+use crate::{CudaError, GEMV_DTYPES, KernelForm, LaunchOptions, check_gemv_mode};
 use cust::event::{Event, EventFlags};
 use cust::function::Function;
 use cust::memory::{CopyDestination, DeviceBuffer};
@@ -169,6 +169,7 @@ pub struct CudaBackend {
     /// The quantized activations of the latest [`CudaBackend::gemv`] call
     /// in a quantized mode (reused, grown when too small).
     act_scratch: Mutex<Option<DeviceBuffer<u8>>>,
+    options: Mutex<LaunchOptions>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -188,6 +189,7 @@ impl CudaBackend {
             launches: AtomicU64::new(0),
             shadow: Mutex::new(Vec::new()),
             act_scratch: Mutex::new(None),
+            options: Mutex::new(LaunchOptions::from_env()),
         })
     }
 
@@ -397,51 +399,59 @@ impl CudaBackend {
         args: &[*mut c_void],
     ) -> Result<(), CudaError> {
         let f = self.kernel(module, name)?;
-        // SAFETY: the caller guarantees that `args` match the kernel and that
-        // the addresses are valid; device memory is freed only by
-        // `cuMemFree` (dropping a DeviceBuffer), which waits for the work
-        // already enqueued on the device.
-        unsafe { self.dev.stream.launch(&f, grid, block, shared, args) }.map_err(|e| {
-            CudaError::Driver {
-                what: "launch a kernel",
-                message: format!("{name}: {e}"),
+        if self.options().pdl {
+            // SAFETY: as below; every kernel of the crate waits for the
+            // kernel before it (griddep_wait in kernels/common.cuh) before
+            // it touches anything but constant weights.
+            let r = unsafe {
+                pdl::launch(
+                    f.to_raw(),
+                    grid,
+                    block,
+                    shared,
+                    self.dev.stream.as_inner(),
+                    args,
+                )
+            };
+            if r != cust::sys::cudaError_enum::CUDA_SUCCESS {
+                return Err(CudaError::Driver {
+                    what: "launch a kernel (programmatic dependent launch)",
+                    message: format!("{name}: {r:?}"),
+                });
             }
-        })?;
+        } else {
+            // SAFETY: the caller guarantees that `args` match the kernel and
+            // that the addresses are valid; device memory is freed only by
+            // `cuMemFree` (dropping a DeviceBuffer), which waits for the
+            // work already enqueued on the device.
+            unsafe { self.dev.stream.launch(&f, grid, block, shared, args) }.map_err(|e| {
+                CudaError::Driver {
+                    what: "launch a kernel",
+                    message: format!("{name}: {e}"),
+                }
+            })?;
+        }
         self.count_launch();
         Ok(())
     }
 
-    /// Whether the integer GEMV launches may overlap the quantizer before
-    /// them (programmatic dependent launch, `src/pdl.rs`): on devices of
-    /// compute capability 9.0 and up running the cubin (whose kernels wait
-    /// for their predecessor; the portable PTX is built for compute_80,
-    /// without the wait). `FUSED_CUDA_PDL=0` turns it off (A/B runs).
-    pub(crate) fn use_pdl(&self) -> bool {
-        self.dev.capability().0 >= 9
-            && self.dev.kernel_form() == KernelForm::Cubin
-            && std::env::var("FUSED_CUDA_PDL").map_or(true, |v| v != "0")
+    /// The launch options in effect: [`LaunchOptions::pdl`] only on devices
+    /// of compute capability 9.0 and up running the cubin (whose kernels
+    /// wait for their predecessor; the portable PTX, built for compute_80,
+    /// has no wait), and no prefetch without it.
+    pub fn options(&self) -> LaunchOptions {
+        let set = *self.options.lock().unwrap_or_else(|e| e.into_inner());
+        let pdl =
+            set.pdl && self.dev.capability().0 >= 9 && self.dev.kernel_form() == KernelForm::Cubin;
+        LaunchOptions {
+            pdl,
+            prefetch_bytes: if pdl { set.prefetch_bytes } else { 0 },
+        }
     }
 
-    /// [`CudaBackend::launch`] as a programmatic dependent launch.
-    ///
-    /// # Safety
-    /// As [`CudaBackend::launch`], and the kernel must wait
-    /// (`griddepcontrol.wait`) before it reads anything that the kernel
-    /// before it on the stream writes.
-    pub(crate) unsafe fn launch_pdl(
-        &self,
-        module: &Module,
-        name: &str,
-        grid: u32,
-        block: u32,
-        args: &[*mut c_void],
-    ) -> Result<(), CudaError> {
-        let f = self.kernel(module, name)?;
-        // SAFETY: forwarded from the caller (see `launch`).
-        let r = unsafe { pdl::launch(f.to_raw(), grid, block, self.dev.stream.as_inner(), args) };
-        check_result(r, "launch a kernel (programmatic dependent launch)")?;
-        self.count_launch();
-        Ok(())
+    /// Sets the launch options (for work enqueued from now on).
+    pub fn set_options(&self, options: LaunchOptions) {
+        *self.options.lock().unwrap_or_else(|e| e.into_inner()) = options;
     }
 
     /// The launch counter.

@@ -80,6 +80,7 @@
 
 mod error;
 mod exec;
+mod options;
 mod plan;
 
 #[cfg(feature = "cuda")]
@@ -108,6 +109,7 @@ pub use backend::{CudaBackend, DeviceActs, DeviceVec, DeviceWeights};
 #[cfg(feature = "cuda")]
 pub use device::CudaDevice;
 pub use error::CudaError;
+pub use options::LaunchOptions;
 pub use plan::{DevicePlanStats, Submission};
 #[cfg(feature = "cuda")]
 pub use plan_exec::DevicePlan;

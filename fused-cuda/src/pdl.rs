@@ -49,8 +49,8 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 
-/// Launches `f` on `stream` (1-D grid and block, no dynamic shared memory)
-/// allowed to overlap the previous kernel on the stream.
+/// Launches `f` on `stream` (1-D grid and block, `shared` bytes of dynamic
+/// shared memory) allowed to overlap the previous kernel on the stream.
 ///
 /// # Safety
 /// As `cuLaunchKernel`: `args` must match the kernel's parameters and every
@@ -61,6 +61,7 @@ pub(crate) unsafe fn launch(
     f: CUfunction,
     grid: u32,
     block: u32,
+    shared: u32,
     stream: CUstream,
     args: &[*mut c_void],
 ) -> CUresult {
@@ -72,7 +73,7 @@ pub(crate) unsafe fn launch(
     let config = LaunchConfig {
         grid: [grid, 1, 1],
         block: [block, 1, 1],
-        shared_mem_bytes: 0,
+        shared_mem_bytes: shared,
         stream,
         attrs: &mut attr,
         num_attrs: 1,

@@ -1,7 +1,7 @@
 //! The backend when the crate is built without the `cuda` feature: the same
 //! public API as the real one, and no value of its types can exist.
 
-use crate::{CudaError, DevicePlanStats, KernelForm, QuantizedActs, Submission};
+use crate::{CudaError, DevicePlanStats, KernelForm, LaunchOptions, QuantizedActs, Submission};
 use core::convert::Infallible;
 use fused_core::DType;
 use fused_core::element::Activation;
@@ -141,6 +141,12 @@ impl CudaBackend {
         match self.never {}
     }
     pub fn reset_launches(&self) {
+        match self.never {}
+    }
+    pub fn options(&self) -> LaunchOptions {
+        match self.never {}
+    }
+    pub fn set_options(&self, _options: LaunchOptions) {
         match self.never {}
     }
     pub fn synchronize(&self) -> Result<(), CudaError> {

@@ -24,7 +24,9 @@ use fused_core::planner::{Plan, plan};
 use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
-use fused_cuda::{CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, Submission};
+use fused_cuda::{
+    CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, LaunchOptions, Submission,
+};
 
 /// Bytes the rotating weight copies must add up to: 4× the H200's 60 MB L2.
 const ROTATE_BYTES: usize = 240_000_000;
@@ -130,6 +132,10 @@ fn run() -> Result<(), CudaError> {
     println!("| copy kernel (16-byte) | {t_kernel:.3} | {bw_kernel:.0} |");
     println!("\nceiling used below: {ceiling:.0} GB/s\n");
     let gemv_only = std::env::args().any(|a| a == "--gemv-only");
+    launch_options(&be, ceiling)?;
+    if std::env::args().any(|a| a == "--launch-only") {
+        return Ok(());
+    }
 
     // ------------------------------------------------ GEMV
     println!("## GEMV y = W·x (rows × K), weights rotated over > 240 MB\n");
@@ -575,6 +581,102 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         );
     }
     println!("\n({n} layer copies; PyTorch: fused-cuda/benches/torch_compare.py)");
+    Ok(())
+}
+
+/// GEMV time per launch option (`LaunchOptions`: programmatic dependent
+/// launch, weight prefetch bytes), the options taking turns in 3 rounds
+/// (median of the rounds' medians), at both target shapes: f32
+/// activations, the quantized mode with its quantizer, and the GEMV alone.
+fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
+    let saved = be.options();
+    let opt = |pdl, prefetch_bytes| LaunchOptions {
+        pdl,
+        prefetch_bytes,
+    };
+    let variants = [
+        ("normal", opt(false, 0)),
+        ("PDL", opt(true, 0)),
+        ("PDL + 4 KiB", opt(true, 4096)),
+        ("PDL + 8 KiB", opt(true, 8192)),
+        ("PDL + 16 KiB", opt(true, 16384)),
+        ("PDL + 32 KiB", opt(true, 32768)),
+    ];
+    println!(
+        "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
+    );
+    println!(
+        "Kernels launched normally, with programmatic dependent launch (PDL), and with PDL \
+         plus each GEMV block prefetching its rows' first bytes into L2 before it waits for \
+         the kernel before it. Options take turns, 3 rounds.\n"
+    );
+    let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
+    println!("| shape | format | acts | {} |", names.join(" | "));
+    println!("| --- | --- | --- |{}", " ---: |".repeat(variants.len()));
+    for (m, k) in [(4096usize, 14336usize), (32768, 8192)] {
+        let x = be.upload(&randv(k, 3))?;
+        let mut y = be.alloc(m)?;
+        for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+            let ws = weight_copies(be, dtype, m, k)?;
+            let n = ws.len();
+            let moved = (ws[0].bytes() + 4 * (k + m)) as f64;
+            let mode = ActQuant::ggml(dtype);
+            let q = if mode == ActQuant::F32 {
+                None
+            } else {
+                Some(be.quantize_acts(mode, &x, 1)?)
+            };
+            // (label, call): f32 acts; the quantized mode; the GEMV alone.
+            let mut rows: Vec<(String, Vec<Vec<f64>>)> = Vec::new();
+            let labels = [
+                Some("F32".to_owned()),
+                q.as_ref().map(|_| format!("{mode:?}")),
+                q.as_ref().map(|_| format!("{mode:?}, GEMV alone")),
+            ];
+            for (which, label) in labels.iter().enumerate() {
+                let Some(label) = label else { continue };
+                let mut per_variant = vec![Vec::new(); variants.len()];
+                for _round in 0..3 {
+                    for (vi, (_, o)) in variants.iter().enumerate() {
+                        be.set_options(*o);
+                        let t = time_calls(be, n * 2, 9, |i| match which {
+                            0 => be.gemv(
+                                &ws[i % n],
+                                &x,
+                                1,
+                                ActQuant::F32,
+                                &Epilogue::NONE,
+                                &[],
+                                &mut y,
+                            ),
+                            1 => be.gemv(&ws[i % n], &x, 1, mode, &Epilogue::NONE, &[], &mut y),
+                            _ => be.gemv_quantized(
+                                &ws[i % n],
+                                q.as_ref().expect("quantized"),
+                                &Epilogue::NONE,
+                                &[],
+                                &mut y,
+                            ),
+                        })?;
+                        per_variant[vi].push(t);
+                    }
+                }
+                rows.push((label.clone(), per_variant));
+            }
+            for (label, per_variant) in rows {
+                let cells: Vec<String> = per_variant
+                    .into_iter()
+                    .map(|ts| {
+                        let t = median(ts);
+                        format!("{:.0}% ({:.1})", 100.0 * moved / t / 1e6 / ceiling, t * 1e3)
+                    })
+                    .collect();
+                println!("| {m} × {k} | {dtype} | {label} | {} |", cells.join(" | "));
+            }
+        }
+    }
+    be.set_options(saved);
+    println!("\nDefault options: {saved:?}\n");
     Ok(())
 }
 
