@@ -107,20 +107,6 @@ struct EpiParams {
     const float *operand[MAX_STAGES];
 };
 
-// Asks L1 for the operands of the chain at output (row, col) of a rows-row
-// output, so that a GEMV block's last step (the chain, after its weights
-// have streamed) finds them there instead of waiting on memory. Operands
-// come from earlier kernels: only after griddep_wait.
-__device__ __forceinline__ void epilogue_prefetch(const EpiParams &e, uint32_t row, uint32_t col,
-                                                  uint32_t rows) {
-    const size_t at = (size_t)col * rows + row;
-    for (uint32_t s = 0; s < e.n_stages; ++s) {
-        if (e.kind[s] == STAGE_ACT) continue;
-        const float *a = e.operand[s] + (e.kind[s] == STAGE_ROW_BIAS ? row : at);
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
-    }
-}
-
 // The chain applied to v for output (row, col) of a rows-row output,
 // in order, with the same per-stage functions as the unfused kernels.
 __device__ __forceinline__ float epilogue_apply(const EpiParams &e, float v, uint32_t row,

@@ -35,55 +35,6 @@
 //   rounding (worst NMSE seen: tests/gemv.rs).
 #include "common.cuh"
 
-// Where the rows of a weight matrix lie in its device layout (src/layout.rs:
-// row_regions): up to 3 row-major regions, row r of region i at off[i] +
-// r·row_bytes[i] (0 bytes: no region); and how many bytes of its rows a
-// block asks L2 for before it waits for the kernel before it (0: none).
-struct WeightRows {
-    uint64_t off[3];
-    uint32_t row_bytes[3];
-    uint32_t prefetch;
-};
-
-// Asks L2 for the first bytes of rows row0 .. row0 + n − 1 of the weights
-// at w, about g.prefetch bytes in all, each region's share in proportion to
-// its row bytes: the lines a block reads first (every kernel walks its rows
-// from the front). They stream in from HBM while the block waits for the
-// kernel before it (griddep_wait), which overlaps the end of that kernel
-// with the start of this one; weights are constant, so reading them early
-// is safe. Every address lies inside its row.
-__device__ __forceinline__ void prefetch_rows(const uint8_t *w, const WeightRows &g, uint32_t row0,
-                                              uint32_t n) {
-    const uint32_t total = g.row_bytes[0] + g.row_bytes[1] + g.row_bytes[2];
-    if (g.prefetch == 0 || w == nullptr || total == 0) return;
-    const uint64_t per_row = g.prefetch / n;
-#pragma unroll
-    for (int i = 0; i < 3; ++i) {
-        const uint32_t rb = g.row_bytes[i];
-        const uint32_t take = (uint32_t)min((uint64_t)rb, per_row * rb / total);
-        const uint32_t lines = (take + 127) / 128;
-        for (uint32_t j = threadIdx.x; j < n * lines; j += blockDim.x) {
-            const uint8_t *a = w + g.off[i] + (size_t)(row0 + j / lines) * rb + (j % lines) * 128;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-        }
-    }
-}
-
-// The start of every GEMV block computing rows row0 .. row0 + R − 1 (of
-// `rows`) for NC columns, after griddep_launch_dependents: the first
-// weights of the block's rows are requested, the block waits for the
-// kernel before it, then asks for its epilogue operands.
-template <int R, int NC>
-__device__ __forceinline__ void gemv_enter(const uint8_t *w, const uint8_t *w_up,
-                                           const WeightRows &g, const EpiParams &epi,
-                                           uint32_t row0, uint32_t rows) {
-    const uint32_t n = min((uint32_t)R, rows - row0);
-    prefetch_rows(w, g, row0, n);
-    prefetch_rows(w_up, g, row0, n);
-    griddep_wait();
-    if (threadIdx.x < n * NC) epilogue_prefetch(epi, row0 + threadIdx.x / NC, threadIdx.x % NC, rows);
-}
-
 // Parameters of one launch (src/params.rs: GemvParams).
 struct GemvParams {
     const uint8_t *w;    // weights (gate weights for GLU), device layout
@@ -95,7 +46,6 @@ struct GemvParams {
     uint32_t row_bytes;
     uint32_t glu_act; // GLU: the activation code
     EpiParams epi;
-    WeightRows layout;
 };
 
 #define FMT_F32 0
@@ -753,7 +703,7 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     griddep_launch_dependents();
     if (row0 >= p.rows) return; // the whole block leaves together
-    gemv_enter<R, NC>(p.w, p.w_up, p.layout, p.epi, row0, p.rows);
+    griddep_wait();
     float acc[V][R][NC];
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -956,7 +906,6 @@ struct GemvQParams {
     uint32_t glu_act;
     uint32_t pad;
     EpiParams epi;
-    WeightRows layout;
 };
 
 __device__ __forceinline__ uint32_t ld_stream_u16(const uint8_t *p) {
@@ -1123,7 +1072,7 @@ __device__ __forceinline__ float qterm(const typename QUnit<FMT>::WRaw &w,
 constexpr int Q_UNROLL = 2;
 
 // Block b computes rows R·b .. R·b + R − 1 (it waits for the quantizer
-// first: gemv_enter); its 4 warps take interleaved runs of 32 units
+// first: griddep_wait); its 4 warps take interleaved runs of 32 units
 // (lane l of warp w: units 32w + l + 128i), each lane adds its units' terms
 // in unit order; then the reduction and epilogue of the f32 kernels. (A
 // variant in which each warp owned its rows and walked all of K, with no
@@ -1137,7 +1086,7 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     griddep_launch_dependents();
     if (row0 >= p.rows) return;
-    gemv_enter<R, NC>(p.w, p.w_up, p.layout, p.epi, row0, p.rows);
+    griddep_wait();
     float acc[V][R][NC];
 #pragma unroll
     for (int v = 0; v < V; ++v)

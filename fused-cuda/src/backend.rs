@@ -438,14 +438,13 @@ impl CudaBackend {
     /// The launch options in effect: [`LaunchOptions::pdl`] only on devices
     /// of compute capability 9.0 and up running the cubin (whose kernels
     /// wait for their predecessor; the portable PTX, built for compute_80,
-    /// has no wait), and no prefetch without it.
+    /// has no wait).
     pub fn options(&self) -> LaunchOptions {
         let set = *self.options.lock().unwrap_or_else(|e| e.into_inner());
-        let pdl =
-            set.pdl && self.dev.capability().0 >= 9 && self.dev.kernel_form() == KernelForm::Cubin;
         LaunchOptions {
-            pdl,
-            prefetch_bytes: if pdl { set.prefetch_bytes } else { 0 },
+            pdl: set.pdl
+                && self.dev.capability().0 >= 9
+                && self.dev.kernel_form() == KernelForm::Cubin,
         }
     }
 

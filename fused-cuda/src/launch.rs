@@ -10,10 +10,7 @@
 
 use crate::backend::CudaBackend;
 use crate::device::check_result;
-use crate::layout::RowRegion;
-use crate::params::{
-    EpiParams, FwhtParams, GemvParams, GemvQParams, QuantParams, WeightRows, act_code,
-};
+use crate::params::{EpiParams, FwhtParams, GemvParams, GemvQParams, QuantParams, act_code};
 use crate::qacts::QactsLayout;
 use crate::{CudaError, MAX_COLS};
 use fused_core::element::Activation;
@@ -103,17 +100,6 @@ pub(crate) fn ew_len(n: usize) -> Result<u32, CudaError> {
         .into());
     }
     Ok(n as u32)
-}
-
-/// The kernels' description of a weight matrix's rows (no prefetch: the
-/// backend sets that when it launches, [`CudaBackend::enqueue`]).
-fn weight_rows(regions: [RowRegion; 3]) -> Result<WeightRows, CudaError> {
-    let mut g = WeightRows::default();
-    for (i, r) in regions.iter().enumerate() {
-        g.off[i] = r.offset as u64;
-        g.row_bytes[i] = u32_of("weight row bytes", r.row_bytes)?;
-    }
-    Ok(g)
 }
 
 /// A kernel argument as the driver takes it.
@@ -276,7 +262,6 @@ impl Launch {
             row_bytes: u32_of("weight row bytes", row_bytes)?,
             glu_act: act_code(act),
             epi,
-            layout: weight_rows(crate::layout::row_regions(dtype, m, k, row_bytes, false))?,
         };
         let name = format!(
             "fused_gemv_{}{}_c{n_cols}",
@@ -350,13 +335,6 @@ impl Launch {
             glu_act: act_code(act),
             pad: 0,
             epi,
-            layout: weight_rows(crate::layout::row_regions(
-                dtype,
-                rows,
-                layout.k,
-                dtype.row_bytes(layout.k)?,
-                true,
-            ))?,
         };
         let r = gemvq_rows_per_block(dtype, n_cols);
         let name = format!(
@@ -435,12 +413,9 @@ impl CudaBackend {
         let dev = self.device();
         match l {
             Launch::Gemv { name, grid, params } => {
-                let mut params = *params;
-                params.layout.prefetch = self.options().prefetch_bytes;
                 // SAFETY: one GemvParams argument, as every GEMV kernel
-                // takes; the addresses are valid per the caller; the
-                // prefetch stays inside the weights' rows (`prefetch_rows`).
-                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
+                // takes; the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(params)]) }
             }
             Launch::Quantize { name, grid, params } => {
                 // SAFETY: one QuantParams argument, as both quantizers
@@ -448,12 +423,9 @@ impl CudaBackend {
                 unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
             }
             Launch::GemvQ { name, grid, params } => {
-                let mut params = *params;
-                params.layout.prefetch = self.options().prefetch_bytes;
                 // SAFETY: one GemvQParams argument, as every integer GEMV
-                // kernel takes; the addresses are valid per the caller; the
-                // prefetch stays inside the weights' rows.
-                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
+                // kernel takes; the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(params)]) }
             }
             Launch::Fwht {
                 name,

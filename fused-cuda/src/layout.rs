@@ -171,7 +171,11 @@ pub(crate) fn to_device_int(
     cols: usize,
     bytes: &[u8],
 ) -> Option<Vec<u8>> {
-    let header = int_header_bytes(dtype)?;
+    let header = match dtype {
+        DType::Q8_0 | DType::Q4_0 => 2,
+        DType::Q4_K => 16,
+        _ => return None,
+    };
     let (bb, nb) = (dtype.block_bytes(), cols / dtype.block_len());
     let code_bytes = bb - header;
     let mut out = vec![0u8; bytes.len()];
@@ -196,68 +200,6 @@ pub(crate) fn to_device_int(
     Some(out)
 }
 
-/// Bytes of a block's scale header in the integer layout (the part of the
-/// block stored apart from its codes): Q8_0 and Q4_0 their f16 `d`, Q4_K its
-/// 16-byte header; `None` for the formats without an integer layout.
-fn int_header_bytes(dtype: DType) -> Option<usize> {
-    match dtype {
-        DType::Q8_0 | DType::Q4_0 => Some(2),
-        DType::Q4_K => Some(16),
-        _ => None,
-    }
-}
-
-/// One row-major region of a device weight matrix: row `r` at `offset + r ·
-/// row_bytes` (a region of 0-byte rows is absent).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RowRegion {
-    /// Bytes from the start of the matrix.
-    pub(crate) offset: usize,
-    /// Bytes of one row.
-    pub(crate) row_bytes: usize,
-}
-
-/// Where the rows of a `rows × cols` matrix of `dtype` (`row_bytes` per row
-/// in the core's layout) lie in its device layout: [`to_device_int`]'s when
-/// `int`, else [`to_device`]'s. Every layout is at most three row-major
-/// regions: codes, scales and the rest blocks of a tiled matrix; codes and
-/// scale headers of the integer layout; the whole rows otherwise.
-pub(crate) fn row_regions(
-    dtype: DType,
-    rows: usize,
-    cols: usize,
-    row_bytes: usize,
-    int: bool,
-) -> [RowRegion; 3] {
-    let region = |offset, row_bytes| RowRegion { offset, row_bytes };
-    if int && let Some(header) = int_header_bytes(dtype) {
-        let nb = cols / dtype.block_len();
-        let codes = nb * (dtype.block_bytes() - header);
-        return [
-            region(0, codes),
-            region(rows * codes, nb * header),
-            RowRegion::default(),
-        ];
-    }
-    let Some(t) = tiling(dtype) else {
-        return [
-            region(0, row_bytes),
-            RowRegion::default(),
-            RowRegion::default(),
-        ];
-    };
-    let nt = cols / t.elems;
-    let tile_src = t.elems / dtype.block_len() * dtype.block_bytes();
-    [
-        region(0, nt * TILE_CODE_BYTES),
-        region(rows * nt * TILE_CODE_BYTES, nt * t.scale_bytes),
-        region(
-            rows * nt * (TILE_CODE_BYTES + t.scale_bytes),
-            row_bytes - nt * tile_src,
-        ),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,17 +217,17 @@ mod tests {
         let t = tiling(dtype).unwrap();
         let nt = cols / t.elems;
         let (j, el) = (e / t.elems, e % t.elems);
-        // Row r of each region, as row_regions places them.
-        let [codes, scales, tail] =
-            row_regions(dtype, rows, cols, dtype.row_bytes(cols).unwrap(), false)
-                .map(|g| &dev[g.offset + r * g.row_bytes..g.offset + (r + 1) * g.row_bytes]);
         if j >= nt {
+            let tail_bytes =
+                dtype.row_bytes(cols).unwrap() - nt * dtype.row_bytes(t.elems).unwrap();
+            let base = rows * nt * (TILE_CODE_BYTES + t.scale_bytes) + r * tail_bytes;
             let mut out = vec![0.0; cols - nt * t.elems];
-            dequantize_row(dtype, tail, &mut out).unwrap();
+            dequantize_row(dtype, &dev[base..base + tail_bytes], &mut out).unwrap();
             return out[e - nt * t.elems];
         }
-        let codes = &codes[j * TILE_CODE_BYTES..];
-        let scales = &scales[j * t.scale_bytes..];
+        let at = r * nt + j;
+        let codes = &dev[at * TILE_CODE_BYTES..];
+        let scales = &dev[rows * nt * TILE_CODE_BYTES + at * t.scale_bytes..];
         let (ch, l, i) = (el / 128, (el % 128) / 4, el % 4);
         let (g, per_lane) = (l / 8, if dtype == DType::Q8_0 { 4 } else { 8 });
         let q = match dtype {
@@ -323,65 +265,33 @@ mod tests {
     ) -> f32 {
         let nb = cols / dtype.block_len();
         let (b, i) = (e / dtype.block_len(), e % dtype.block_len());
-        // Row r's codes and scale headers, as row_regions places them.
-        let [codes, heads, _] =
-            row_regions(dtype, rows, cols, dtype.row_bytes(cols).unwrap(), true)
-                .map(|g| &dev[g.offset + r * g.row_bytes..g.offset + (r + 1) * g.row_bytes]);
+        let at = r * nb + b;
         match dtype {
             DType::Q4_0 => {
-                let q = codes[16 * b + i % 16];
+                let q = dev[16 * at + i % 16];
                 let q = if i < 16 { q & 15 } else { q >> 4 };
-                (q as i32 - 8) as f32 * half(heads[2 * b], heads[2 * b + 1])
+                let s = rows * nb * 16 + 2 * at;
+                (q as i32 - 8) as f32 * half(dev[s], dev[s + 1])
             }
             DType::Q8_0 => {
                 let (grp, j) = (b / 32, b % 32);
                 let g = (nb - 32 * grp).min(32);
-                let base = 1024 * grp;
+                let base = r * nb * 32 + 1024 * grp;
                 let q = if i < 16 {
-                    codes[base + 16 * j + i]
+                    dev[base + 16 * j + i]
                 } else {
-                    codes[base + 16 * (g + j) + i - 16]
+                    dev[base + 16 * (g + j) + i - 16]
                 };
-                q as i8 as f32 * half(heads[2 * b], heads[2 * b + 1])
+                let s = rows * nb * 32 + 2 * at;
+                q as i8 as f32 * half(dev[s], dev[s + 1])
             }
             _ => {
                 // Unit u = 8·b + 2c + h: chunk c, byte 16h + p.
                 let (c, p) = (i / 64, i % 32);
-                let q = codes[128 * b + 32 * c + p];
+                let q = dev[128 * at + 32 * c + p];
                 let q = if i % 64 < 32 { q & 15 } else { q >> 4 };
-                q4k_value(&heads[16 * b..16 * b + 16], i / 32, q)
-            }
-        }
-    }
-
-    /// The regions follow each other without gap or overlap and end at `len`.
-    fn assert_regions_cover(regions: &[RowRegion; 3], rows: usize, len: usize) {
-        let mut end = 0;
-        for g in regions.iter().filter(|g| g.row_bytes > 0) {
-            assert_eq!(g.offset, end, "{regions:?}");
-            end += rows * g.row_bytes;
-        }
-        assert_eq!(end, len, "{regions:?}");
-    }
-
-    #[test]
-    fn formats_without_a_device_layout_are_one_region_of_whole_rows() {
-        for (dtype, int) in [
-            (DType::F16, false),
-            (DType::Q6_K, true),
-            (DType::Q4_0, false),
-        ] {
-            let rb = dtype.row_bytes(256).unwrap();
-            let g = row_regions(dtype, 5, 256, rb, int);
-            assert_regions_cover(&g, 5, 5 * rb);
-            if tiling(dtype).is_none() {
-                assert_eq!(
-                    g[0],
-                    RowRegion {
-                        offset: 0,
-                        row_bytes: rb
-                    }
-                );
+                let h = &dev[rows * nb * 128 + 16 * at..rows * nb * 128 + 16 * at + 16];
+                q4k_value(h, i / 32, q)
             }
         }
     }
@@ -431,7 +341,6 @@ mod tests {
                 let dev = to_device_int(dtype, rows, cols, &bytes).unwrap();
                 assert_eq!(dev.len(), bytes.len());
                 let rb = dtype.row_bytes(cols).unwrap();
-                assert_regions_cover(&row_regions(dtype, rows, cols, rb, true), rows, dev.len());
                 for r in 0..rows {
                     let mut want = vec![0.0; cols];
                     dequantize_row(dtype, &bytes[r * rb..(r + 1) * rb], &mut want).unwrap();
@@ -458,7 +367,6 @@ mod tests {
                 let bytes = random_rows(dtype, rows, cols);
                 let dev = to_device(dtype, rows, cols, &bytes);
                 assert_eq!(dev.len(), bytes.len());
-                assert_regions_cover(&row_regions(dtype, rows, cols, rb, false), rows, dev.len());
                 for r in 0..rows {
                     let mut want = vec![0.0; cols];
                     dequantize_row(dtype, &bytes[r * rb..(r + 1) * rb], &mut want).unwrap();

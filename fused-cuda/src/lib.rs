@@ -36,9 +36,13 @@
 //! (weights in a second, block-per-lane layout: `layout::to_device_int`)
 //! and scales it with GGML's f32 formula for that block; only the f32 sum
 //! of the scaled block terms runs in another order than the core's
-//! reference (within fused-verify's ulp budget). On compute capability 9.0
-//! the GEMV is a programmatic dependent launch that starts while the
-//! quantizer runs (`src/pdl.rs`).
+//! reference (within fused-verify's ulp budget).
+//!
+//! On compute capability 9.0 and up every kernel is a programmatic
+//! dependent launch (`src/pdl.rs`, [`LaunchOptions`]): its blocks start as
+//! the previous kernel's blocks retire and wait for that kernel's results
+//! (`griddepcontrol.wait`) before they touch them, so the gap between two
+//! launches on the stream mostly disappears.
 //!
 //! f32 activations (`ActQuant::F32`): the weights are decoded in registers
 //! (no activation-quantization launch). Quantized weights are uploaded once in a

@@ -47,20 +47,6 @@ impl EpiParams {
     }
 }
 
-/// `WeightRows` in `kernels/gemv.cu`: the row-major regions of a device
-/// weight matrix (`layout::row_regions`) and the bytes of its rows a block
-/// prefetches into L2 before it waits for the kernel before it.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct WeightRows {
-    /// Region `i` starts `off[i]` bytes into the matrix.
-    pub(crate) off: [u64; 3],
-    /// Bytes of one row in region `i` (0: no region).
-    pub(crate) row_bytes: [u32; 3],
-    /// Bytes a block prefetches (0: none).
-    pub(crate) prefetch: u32,
-}
-
 /// `GemvParams` in `kernels/gemv.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -74,7 +60,6 @@ pub(crate) struct GemvParams {
     pub(crate) row_bytes: u32,
     pub(crate) glu_act: u32,
     pub(crate) epi: EpiParams,
-    pub(crate) layout: WeightRows,
 }
 
 /// `QuantParams` in `kernels/gemv.cu`: one activation quantizer launch.
@@ -104,7 +89,6 @@ pub(crate) struct GemvQParams {
     pub(crate) glu_act: u32,
     pub(crate) pad: u32,
     pub(crate) epi: EpiParams,
-    pub(crate) layout: WeightRows,
 }
 
 /// `FwhtParams` in `kernels/fwht.cu`.
@@ -125,8 +109,6 @@ pub(crate) struct FwhtParams {
 // exactly what the kernels read.
 unsafe impl DeviceCopy for EpiParams {}
 // SAFETY: as above.
-unsafe impl DeviceCopy for WeightRows {}
-// SAFETY: as above.
 unsafe impl DeviceCopy for GemvParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for FwhtParams {}
@@ -140,9 +122,6 @@ const _: () = {
     assert!(core::mem::size_of::<EpiParams>() == 4 + 32 + 32 + 4 + 64);
     assert!(core::mem::offset_of!(EpiParams, operand) == 72);
     assert!(core::mem::offset_of!(GemvParams, epi) == 48);
-    assert!(core::mem::size_of::<WeightRows>() == 40);
-    assert!(core::mem::offset_of!(GemvParams, layout) == 184);
-    assert!(core::mem::offset_of!(GemvQParams, layout) == 200);
     assert!(core::mem::size_of::<FwhtParams>() == 40);
     assert!(core::mem::size_of::<QuantParams>() == 40);
     assert!(core::mem::offset_of!(GemvQParams, epi) == 64);

@@ -584,31 +584,23 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     Ok(())
 }
 
-/// GEMV time per launch option (`LaunchOptions`: programmatic dependent
-/// launch, weight prefetch bytes), the options taking turns in 3 rounds
+/// GEMV time per launch option (`LaunchOptions`: normal launches or
+/// programmatic dependent launch), the options taking turns in 3 rounds
 /// (median of the rounds' medians), at both target shapes: f32
 /// activations, the quantized mode with its quantizer, and the GEMV alone.
 fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let saved = be.options();
-    let opt = |pdl, prefetch_bytes| LaunchOptions {
-        pdl,
-        prefetch_bytes,
-    };
     let variants = [
-        ("normal", opt(false, 0)),
-        ("PDL", opt(true, 0)),
-        ("PDL + 4 KiB", opt(true, 4096)),
-        ("PDL + 8 KiB", opt(true, 8192)),
-        ("PDL + 16 KiB", opt(true, 16384)),
-        ("PDL + 32 KiB", opt(true, 32768)),
+        ("normal", LaunchOptions { pdl: false }),
+        ("PDL", LaunchOptions { pdl: true }),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
     );
     println!(
-        "Kernels launched normally, with programmatic dependent launch (PDL), and with PDL \
-         plus each GEMV block prefetching its rows' first bytes into L2 before it waits for \
-         the kernel before it. Options take turns, 3 rounds.\n"
+        "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
+         blocks start as the previous kernel's blocks retire, then wait for its results). \
+         Options take turns, 3 rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     println!("| shape | format | acts | {} |", names.join(" | "));
