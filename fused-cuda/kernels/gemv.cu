@@ -951,14 +951,6 @@ template <> struct QUnit<FMT_Q4_0> {
         const size_t at = (size_t)row * units + u;
         return WRaw{ld_stream(w + 16 * at), ld_stream_u16(w + (size_t)rows * units * 16 + 2 * at)};
     }
-    static constexpr uint32_t CODE_BYTES = 16;
-    // Unit j of a piece held in shared memory (gemvq_stream): its codes at
-    // `codes`, its headers at `heads`, `pu` units.
-    __device__ static WRaw sload(const uint8_t *codes, const uint8_t *heads, uint32_t j,
-                                 uint32_t) {
-        return WRaw{*reinterpret_cast<const uint4 *>(codes + 16 * j),
-                    *reinterpret_cast<const unsigned short *>(heads + 2 * j)};
-    }
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
         const size_t at = (size_t)col * (p.k / 32) + u;
@@ -999,16 +991,6 @@ template <> struct QUnit<FMT_Q8_0> {
         return WRaw{ld_stream(base + 16 * j), ld_stream(base + 16 * (g + j)),
                     ld_stream_u16(w + (size_t)rows * units * 32 + 2 * at)};
     }
-    static constexpr uint32_t CODE_BYTES = 32;
-    // A piece starts at a group of 32 blocks, so its groups are the row's.
-    __device__ static WRaw sload(const uint8_t *codes, const uint8_t *heads, uint32_t u,
-                                 uint32_t pu) {
-        const uint32_t grp = u >> 5, j = u & 31u, g = min(32u, pu - 32 * grp);
-        const uint8_t *base = codes + 1024 * grp;
-        return WRaw{*reinterpret_cast<const uint4 *>(base + 16 * j),
-                    *reinterpret_cast<const uint4 *>(base + 16 * (g + j)),
-                    *reinterpret_cast<const unsigned short *>(heads + 2 * u)};
-    }
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
         return XRaw{ld_xq(c), ld_xq(c + 16), p.scales[(size_t)col * (p.k / 32) + u]};
@@ -1047,13 +1029,6 @@ template <> struct QUnit<FMT_Q4_K> {
         const size_t at = (size_t)row * units + u;
         return WRaw{ld_stream(w + 16 * at),
                     ld_stream(w + (size_t)rows * units * 16 + 16 * (at >> 3))};
-    }
-    static constexpr uint32_t CODE_BYTES = 16;
-    // A piece starts at a super-block (8 units).
-    __device__ static WRaw sload(const uint8_t *codes, const uint8_t *heads, uint32_t j,
-                                 uint32_t) {
-        return WRaw{*reinterpret_cast<const uint4 *>(codes + 16 * j),
-                    *reinterpret_cast<const uint4 *>(heads + 16 * (j >> 3))};
     }
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const uint32_t sb = u >> 3, c = (u >> 1) & 3u, h = u & 1u;
@@ -1182,195 +1157,3 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
 GEMVQ_KERNELS(q8_0, FMT_Q8_0)
 GEMVQ_KERNELS(q4_0, FMT_Q4_0)
 GEMVQ_KERNELS(q4_K, FMT_Q4_K)
-
-// ====================================================================
-// Streaming integer GEMV, one column (decode): a block owns a run of whole
-// rows and streams their weights through a ring of shared-memory stages
-// with the Tensor Memory Accelerator's bulk copies (cp.async.bulk, sm_90),
-// so that many bytes are in flight per SM without registers to hold them.
-// A row is cut into pieces of at most p.piece units (a multiple of 32
-// units, so a piece starts at a Q8_0 group and a Q4_K super-block); piece
-// i of the block goes to stage i mod p.stages: its codes, then its 2 bytes
-// of header per unit (Q8_0/Q4_0 the f16 d, Q4_K 16 bytes per 8 units),
-// for each matrix (gate and up for the GLU). Thread 0 issues the first
-// stages before it waits for the kernel before it (weights are constant),
-// and refills a stage once every thread is done with it (one barrier per
-// piece). Each lane adds the terms of units lane, lane + 128, ... of the
-// piece in unit order; at a row's end the block's sums are combined as in
-// finish_block (butterfly, warps in order) and thread 0 applies the GLU
-// and the epilogue. Needs the row's units % 8 == 0 (16-byte aligned
-// header runs) and sm_90; src/launch.rs picks it (stream_shape).
-// ====================================================================
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FUSED_HAS_TMA 1
-#endif
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-// One mbarrier per stage: armed with the bytes its bulk copies deliver.
-__device__ __forceinline__ void mbar_init(uint64_t *bar) {
-#ifdef FUSED_HAS_TMA
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
-#endif
-}
-
-// Makes the initialised barriers visible to the bulk-copy unit.
-__device__ __forceinline__ void mbar_init_fence() {
-#ifdef FUSED_HAS_TMA
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-
-// Orders this thread's earlier shared-memory accesses (and those it has
-// synchronised with) before its next bulk copy into the same memory.
-__device__ __forceinline__ void async_proxy_fence() {
-#ifdef FUSED_HAS_TMA
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_expect(uint64_t *bar, uint32_t bytes) {
-#ifdef FUSED_HAS_TMA
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-                 "r"(bytes)
-                 : "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t phase) {
-#ifdef FUSED_HAS_TMA
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_addr(bar)), "r"(phase)
-                     : "memory");
-    }
-#endif
-}
-
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global
-// `src` to shared `dst`, completing on `bar`.
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes,
-                                          uint64_t *bar) {
-#ifdef FUSED_HAS_TMA
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-#endif
-}
-
-// Parameters of a streaming launch besides GemvQParams (src/params.rs:
-// StreamParams).
-struct StreamParams {
-    uint32_t piece;  // units per piece (a multiple of 32)
-    uint32_t stages; // ring stages (1..=MAX_STREAM_STAGES)
-};
-constexpr uint32_t MAX_STREAM_STAGES = 16;
-
-template <int FMT, bool GLU>
-__device__ void gemvq_stream(const GemvQParams &p, const StreamParams &sp) {
-#ifndef FUSED_HAS_TMA
-    __trap(); // the host launches these only on sm_90 and up (the cubin)
-#endif
-    using U = QUnit<FMT>;
-    constexpr int V = GLU ? 2 : 1;
-    constexpr uint32_t STRIDE = WARPS * 32;
-    extern __shared__ __align__(128) uint8_t ring[];
-    __shared__ __align__(8) uint64_t bars[MAX_STREAM_STAGES];
-    __shared__ float partial[V][WARPS][1];
-    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    griddep_launch_dependents();
-    const uint32_t r0 = (uint32_t)((uint64_t)blockIdx.x * p.rows / gridDim.x);
-    const uint32_t r1 = (uint32_t)((uint64_t)(blockIdx.x + 1) * p.rows / gridDim.x);
-    const uint32_t units = p.k / U::ELEMS, piece = sp.piece, stages = sp.stages;
-    const uint32_t per_row = (units + piece - 1) / piece;
-    const uint32_t n_pieces = (r1 - r0) * per_row;
-    // Stage layout: for each matrix v, piece·CODE_BYTES of codes, then
-    // piece·2 bytes of headers.
-    const uint32_t mat_bytes = piece * (U::CODE_BYTES + 2);
-    const size_t codes_all = (size_t)p.rows * units * U::CODE_BYTES;
-    auto issue = [&](uint32_t i) {
-        const uint32_t row = r0 + i / per_row, u0 = (i % per_row) * piece;
-        const uint32_t pu = min(piece, units - u0);
-        uint8_t *st = ring + (size_t)(i % stages) * V * mat_bytes;
-        uint64_t *bar = &bars[i % stages];
-        mbar_expect(bar, V * pu * (U::CODE_BYTES + 2));
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-            const uint8_t *w = v == 0 ? p.w : p.w_up;
-            const size_t at = (size_t)row * units + u0;
-            bulk_copy(st + v * mat_bytes, w + at * U::CODE_BYTES, pu * U::CODE_BYTES, bar);
-            bulk_copy(st + v * mat_bytes + piece * U::CODE_BYTES, w + codes_all + 2 * at, 2 * pu,
-                      bar);
-        }
-    };
-    if (threadIdx.x == 0) {
-        for (uint32_t s = 0; s < stages; ++s) mbar_init(&bars[s]);
-        mbar_init_fence();
-        for (uint32_t i = 0; i < min(stages, n_pieces); ++i) issue(i);
-    }
-    griddep_wait();
-    __syncthreads();
-    float acc[V] = {};
-    for (uint32_t i = 0; i < n_pieces; ++i) {
-        const uint32_t row = r0 + i / per_row, u0 = (i % per_row) * piece;
-        const uint32_t pu = min(piece, units - u0);
-        const uint8_t *st = ring + (size_t)(i % stages) * V * mat_bytes;
-        mbar_wait(&bars[i % stages], (i / stages) & 1u);
-        for (uint32_t j = threadIdx.x; j < pu; j += STRIDE) {
-            const typename U::XRaw x = U::xload(p, 0, u0 + j);
-#pragma unroll
-            for (int v = 0; v < V; ++v) {
-                const uint8_t *m = st + v * mat_bytes;
-                const typename U::WRaw w = U::sload(m, m + piece * U::CODE_BYTES, j, pu);
-                acc[v] = __fadd_rn(acc[v], qterm<FMT>(w, x, u0 + j));
-            }
-        }
-        __syncthreads(); // every thread is done with stage i mod stages
-        if (threadIdx.x == 0 && i + stages < n_pieces) {
-            async_proxy_fence();
-            issue(i + stages);
-        }
-        if (u0 + pu == units) { // the row's last piece
-#pragma unroll
-            for (int v = 0; v < V; ++v) {
-                warp_sum<1>(&acc[v]);
-                if (lane == 0) partial[v][warp][0] = acc[v];
-                acc[v] = 0.0f;
-            }
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                float sum[V];
-#pragma unroll
-                for (int v = 0; v < V; ++v) {
-                    sum[v] = partial[v][0][0];
-#pragma unroll
-                    for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], partial[v][wi][0]);
-                }
-                const float val = GLU ? glu_apply(p.glu_act, sum[0], sum[V - 1]) : sum[0];
-                p.y[row] = epilogue_apply(p.epi, val, row, 0, p.rows);
-            }
-        }
-    }
-}
-
-#define GEMVQ_STREAM_KERNELS(name, FMT)                                                        \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_stream_##name(const GemvQParams p, const StreamParams sp) {                \
-        gemvq_stream<FMT, false>(p, sp);                                                       \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_stream_glu_##name(const GemvQParams p, const StreamParams sp) {            \
-        gemvq_stream<FMT, true>(p, sp);                                                        \
-    }
-
-GEMVQ_STREAM_KERNELS(q8_0, FMT_Q8_0)
-GEMVQ_STREAM_KERNELS(q4_0, FMT_Q4_0)
-GEMVQ_STREAM_KERNELS(q4_K, FMT_Q4_K)

@@ -435,18 +435,16 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The launch options in effect: [`LaunchOptions::pdl`] and
-    /// [`LaunchOptions::stream`] only on devices of compute capability 9.0
-    /// and up running the cubin (whose kernels wait for their predecessor
-    /// and have the bulk copies; the portable PTX, built for compute_80,
-    /// has neither).
+    /// The launch options in effect: [`LaunchOptions::pdl`] only on devices
+    /// of compute capability 9.0 and up running the cubin (whose kernels
+    /// wait for their predecessor; the portable PTX, built for compute_80,
+    /// has no wait).
     pub fn options(&self) -> LaunchOptions {
         let set = *self.options.lock().unwrap_or_else(|e| e.into_inner());
         LaunchOptions {
             pdl: set.pdl
                 && self.dev.capability().0 >= 9
                 && self.dev.kernel_form() == KernelForm::Cubin,
-            stream: set.stream.filter(|_| self.dev.stream_shared > 0),
         }
     }
 

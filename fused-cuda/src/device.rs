@@ -73,10 +73,6 @@ pub struct CudaDevice {
     form: KernelForm,
     name: String,
     capability: (i32, i32),
-    sm_count: u32,
-    /// Dynamic shared memory the streaming GEMV kernels may take (0 where
-    /// they cannot run: below sm_90 or on the portable PTX).
-    pub(crate) stream_shared: u32,
     ctx: Context,
 }
 
@@ -102,16 +98,6 @@ fn load(image: &KernelImage, form: KernelForm) -> Result<Module, CudaError> {
     })
 }
 
-/// The streaming integer GEMV kernels (`gemvq_stream` in `kernels/gemv.cu`).
-pub(crate) const STREAM_KERNELS: [&str; 6] = [
-    "fused_gemvq_stream_q8_0",
-    "fused_gemvq_stream_glu_q8_0",
-    "fused_gemvq_stream_q4_0",
-    "fused_gemvq_stream_glu_q4_0",
-    "fused_gemvq_stream_q4_K",
-    "fused_gemvq_stream_glu_q4_K",
-];
-
 /// Raises `function`'s dynamic shared-memory limit to `bytes`.
 fn allow_dynamic_shared(function: &Function<'_>, bytes: usize) -> Result<(), CudaError> {
     let bytes = i32::try_from(bytes).map_err(|_| fused_core::Error::Overflow {
@@ -127,7 +113,10 @@ fn allow_dynamic_shared(function: &Function<'_>, bytes: usize) -> Result<(), Cud
             bytes,
         )
     };
-    check_result(r, "raise a kernel's dynamic shared-memory limit")
+    check_result(
+        r,
+        "raise the dynamic shared-memory limit of fused_fwht_block",
+    )
 }
 
 /// A raw driver result as `Ok`, or [`CudaError::Driver`] saying what was
@@ -173,36 +162,6 @@ impl CudaDevice {
                 .map_err(driver("find fused_fwht_block"))?;
             allow_dynamic_shared(&f, bytes)?;
         }
-        let sm_count = device
-            .get_attribute(DeviceAttribute::MultiprocessorCount)
-            .map_err(driver("read the multiprocessor count"))?;
-        // The streaming GEMV (bulk copies into shared memory) needs sm_90
-        // and the cubin; it may take all the shared memory a block can opt
-        // into, less the kernel's static part (barriers, partial sums).
-        let stream_shared = if major >= 9 && form == KernelForm::Cubin {
-            let mut optin = 0i32;
-            // SAFETY: `device` is a valid device handle; the driver writes
-            // one i32 through the pointer, which lives across the call (cust
-            // 0.3.2 has no name for this attribute).
-            let r = unsafe {
-                cust::sys::cuDeviceGetAttribute(
-                    &mut optin,
-                    cust::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                    device.as_raw(),
-                )
-            };
-            check_result(r, "read the shared-memory limit")?;
-            let bytes = usize::try_from(optin).unwrap_or(0).saturating_sub(1024);
-            for name in STREAM_KERNELS {
-                let f = gemv
-                    .get_function(name)
-                    .map_err(driver("find a streaming GEMV kernel"))?;
-                allow_dynamic_shared(&f, bytes)?;
-            }
-            bytes as u32
-        } else {
-            0
-        };
         let stream =
             Stream::new(StreamFlags::NON_BLOCKING, None).map_err(driver("create a stream"))?;
         Ok(CudaDevice {
@@ -214,8 +173,6 @@ impl CudaDevice {
             form,
             name,
             capability: (major, minor),
-            sm_count: u32::try_from(sm_count).unwrap_or(1).max(1),
-            stream_shared,
             ctx,
         })
     }
@@ -228,11 +185,6 @@ impl CudaDevice {
     /// The compute capability, `(major, minor)`.
     pub fn capability(&self) -> (i32, i32) {
         self.capability
-    }
-
-    /// The number of streaming multiprocessors.
-    pub fn sm_count(&self) -> u32 {
-        self.sm_count
     }
 
     /// Which compiled form of the kernels runs.

@@ -8,12 +8,9 @@
 //! is the one place that turns a [`Launch`] into a driver call, so the
 //! kernel names, grids and argument lists exist once.
 
-use crate::StreamShape;
 use crate::backend::CudaBackend;
 use crate::device::check_result;
-use crate::params::{
-    EpiParams, FwhtParams, GemvParams, GemvQParams, QuantParams, StreamParams, act_code,
-};
+use crate::params::{EpiParams, FwhtParams, GemvParams, GemvQParams, QuantParams, act_code};
 use crate::qacts::QactsLayout;
 use crate::{CudaError, MAX_COLS};
 use fused_core::element::Activation;
@@ -208,37 +205,11 @@ pub(crate) enum Launch {
         name: String,
         grid: u32,
         params: GemvQParams,
-        /// The streaming kernel that may run it instead (one column, rows
-        /// of a multiple of 8 units), where the device and the backend's
-        /// options allow ([`CudaBackend::enqueue`]).
-        stream: Option<StreamKernel>,
     },
     /// An element-wise kernel over `n` elements (float4s for `Copy4`).
     Ew { kernel: EwKernel, n: u32 },
     /// `bytes` bytes from `src` to `dst` (`cuMemcpyDtoDAsync`).
     Copy { src: u64, dst: u64, bytes: usize },
-}
-
-/// The streaming variant of an integer GEMV launch (`gemvq_stream` in
-/// `kernels/gemv.cu`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct StreamKernel {
-    /// The kernel's symbol.
-    pub(crate) name: String,
-    /// Bytes of codes and of headers per unit, per matrix.
-    pub(crate) unit_bytes: u32,
-    /// Matrices streamed (2 for the GLU).
-    pub(crate) matrices: u32,
-}
-
-impl StreamKernel {
-    /// Shared memory of the ring for `shape`.
-    fn shared_bytes(&self, shape: StreamShape) -> u64 {
-        u64::from(shape.stages)
-            * u64::from(self.matrices)
-            * u64::from(shape.piece_units)
-            * u64::from(self.unit_bytes)
-    }
 }
 
 /// The GEMV of one call: what [`Launch::gemv`] needs besides addresses.
@@ -372,24 +343,7 @@ impl Launch {
             dtype.name()
         );
         let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
-        // The ring's header runs are 2 bytes per unit, 16-byte aligned:
-        // whole rows of a multiple of 8 units.
-        let units = layout.k / 32;
-        let stream = (n_cols == 1 && units % 8 == 0).then(|| StreamKernel {
-            name: format!(
-                "fused_gemvq_stream_{}{}",
-                if w_up.is_some() { "glu_" } else { "" },
-                dtype.name()
-            ),
-            unit_bytes: if dtype == DType::Q8_0 { 34 } else { 18 },
-            matrices: if w_up.is_some() { 2 } else { 1 },
-        });
-        Ok(Some(Launch::GemvQ {
-            name,
-            grid,
-            params,
-            stream,
-        }))
+        Ok(Some(Launch::GemvQ { name, grid, params }))
     }
 
     /// The FWHT of `rows` rows of `desc.n()` at `x` (signs at `signs`) into
@@ -468,42 +422,7 @@ impl CudaBackend {
                 // take; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
             }
-            Launch::GemvQ {
-                name,
-                grid,
-                params,
-                stream,
-            } => {
-                if let (Some(sk), Some(shape)) = (stream, self.options().stream) {
-                    let shape = shape.clamped();
-                    let shared = sk.shared_bytes(shape);
-                    if shared <= u64::from(dev.stream_shared) {
-                        let sp = StreamParams {
-                            piece: shape.piece_units,
-                            stages: shape.stages,
-                        };
-                        let grid = params
-                            .rows
-                            .min(dev.sm_count().saturating_mul(shape.blocks_per_sm));
-                        // SAFETY: a GemvQParams and a StreamParams argument,
-                        // as the streaming kernels take; `shared` is within
-                        // the limit raised at load (`stream_shared`); the
-                        // kernel's bulk copies stay inside the weights'
-                        // rows (whole rows of a multiple of 8 units, checked
-                        // when `stream` was made); the addresses are valid
-                        // per the caller.
-                        return unsafe {
-                            self.launch(
-                                &dev.gemv,
-                                &sk.name,
-                                grid,
-                                GEMV_BLOCK,
-                                shared as u32,
-                                &[arg(params), arg(&sp)],
-                            )
-                        };
-                    }
-                }
+            Launch::GemvQ { name, grid, params } => {
                 // SAFETY: one GemvQParams argument, as every integer GEMV
                 // kernel takes; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(params)]) }
@@ -616,17 +535,12 @@ mod tests {
         // the 1536 codes, sums after the 6 scales (padded to 16 bytes).
         assert_eq!((name, grid, params.n_blocks), ("fused_quantize_q8_K", 1, 6));
         assert_eq!((params.scales, params.sums), (4096 + 1536, 4096 + 1568));
-        let Ok(Some(Launch::GemvQ {
-            name,
-            grid,
-            params,
-            stream,
-        })) = Launch::gemv_q(DType::Q4_K, 9, &l, 1, Some(2), id, 4096, 3, epi())
+        let Ok(Some(Launch::GemvQ { name, grid, params })) =
+            Launch::gemv_q(DType::Q4_K, 9, &l, 1, Some(2), id, 4096, 3, epi())
         else {
             panic!()
         };
         assert_eq!((name.as_str(), grid), ("fused_gemvq_glu_q4_K_r2_c3", 5));
-        assert_eq!(stream, None, "3 columns: no streaming kernel");
         assert_eq!(
             (params.codes, params.sums, params.k),
             (4096, 4096 + 1568, 512)
@@ -635,37 +549,6 @@ mod tests {
             Launch::gemv_q(DType::Q4_K, 0, &l, 1, None, id, 4096, 3, epi()),
             Ok(None)
         ));
-    }
-
-    #[test]
-    fn one_column_rows_of_whole_header_runs_have_a_streaming_kernel() {
-        let id = Activation::Identity;
-        let stream = |dtype, k, glu: bool| {
-            let l = QactsLayout::new(ActQuant::ggml(dtype), k, 1).unwrap();
-            let up = glu.then_some(2);
-            match Launch::gemv_q(dtype, 4, &l, 1, up, id, 4096, 3, epi()) {
-                Ok(Some(Launch::GemvQ { stream, .. })) => stream,
-                _ => panic!(),
-            }
-        };
-        let sk = stream(DType::Q8_0, 4096, true).unwrap();
-        assert_eq!(
-            (sk.name.as_str(), sk.unit_bytes, sk.matrices),
-            ("fused_gemvq_stream_glu_q8_0", 34, 2)
-        );
-        let sk = stream(DType::Q4_K, 512, false).unwrap();
-        assert_eq!(
-            (sk.name.as_str(), sk.unit_bytes),
-            ("fused_gemvq_stream_q4_K", 18)
-        );
-        // 129 units of 32: header runs not 16-byte aligned.
-        assert_eq!(stream(DType::Q4_0, 4128, false), None);
-        let shape = StreamShape {
-            piece_units: 256,
-            stages: 6,
-            blocks_per_sm: 2,
-        };
-        assert_eq!(sk.shared_bytes(shape), 6 * 256 * 18);
     }
 
     #[test]

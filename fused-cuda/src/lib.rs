@@ -113,7 +113,7 @@ pub use backend::{CudaBackend, DeviceActs, DeviceVec, DeviceWeights};
 #[cfg(feature = "cuda")]
 pub use device::CudaDevice;
 pub use error::CudaError;
-pub use options::{LaunchOptions, StreamShape};
+pub use options::LaunchOptions;
 pub use plan::{DevicePlanStats, Submission};
 #[cfg(feature = "cuda")]
 pub use plan_exec::DevicePlan;

@@ -91,17 +91,6 @@ pub(crate) struct GemvQParams {
     pub(crate) epi: EpiParams,
 }
 
-/// `StreamParams` in `kernels/gemv.cu`: the ring of a streaming integer
-/// GEMV launch.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct StreamParams {
-    /// Units (blocks of 32 elements) per piece, a multiple of 32.
-    pub(crate) piece: u32,
-    /// Stages of the ring.
-    pub(crate) stages: u32,
-}
-
 /// `FwhtParams` in `kernels/fwht.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -127,8 +116,6 @@ unsafe impl DeviceCopy for FwhtParams {}
 unsafe impl DeviceCopy for QuantParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for GemvQParams {}
-// SAFETY: as above.
-unsafe impl DeviceCopy for StreamParams {}
 
 // The layouts the kernels assume (C rules on a 64-bit target).
 const _: () = {

@@ -9,8 +9,6 @@
 //!   terms runs in another order, so every output within fused-verify's
 //!   ulp budget (4096 ulps where |ref| >= 1% of the largest) and the NMSE
 //!   against the f64 reference within its Q8 budget (5e-4).
-//! - The same for the streaming integer GEMV (one column, sm_90) under ring
-//!   shapes that cut rows into pieces, wrap the ring and leave blocks idle.
 
 mod common;
 
@@ -21,7 +19,7 @@ use fused_core::epilogue::Epilogue;
 use fused_core::quant::{dequantize_row, quantize_row};
 use fused_core::reference::gemv::{GluWeights, gemm, gemm_f64, gemm_glu, gemm_glu_f64};
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cuda::{CudaBackend, KernelForm, LaunchOptions, QuantizedActs, StreamShape};
+use fused_cuda::{CudaBackend, QuantizedActs};
 
 /// fused-verify's ulp budget (`tolerance::ulp_budget`) and floor.
 const ULPS: u64 = 4096;
@@ -267,51 +265,6 @@ fn integer_glu_matches_the_same_mode_reference() {
     }
     eprintln!(
         "integer GLU: worst {} ulps, NMSE {:e} against the same-mode reference",
-        worst.0, worst.1
-    );
-}
-
-#[test]
-fn streaming_integer_gemv_matches_the_same_mode_reference() {
-    let Some(be) = backend_or_skip() else { return };
-    let dev = be.device();
-    if dev.capability().0 < 9 || dev.kernel_form() != KernelForm::Cubin {
-        eprintln!("skipped: the streaming GEMV needs sm_90 and the cubin");
-        return;
-    }
-    let mut rng = Rng::new(24);
-    let mut worst = (0, 0.0);
-    let shape = |piece_units, stages, blocks_per_sm| StreamShape {
-        piece_units,
-        stages,
-        blocks_per_sm,
-    };
-    // Pieces of 32 units (several per row, the last one short), one stage,
-    // a 16-stage ring wrapped many times, more blocks than rows, and the
-    // default.
-    let shapes = [
-        shape(32, 1, 1),
-        shape(32, 2, 64),
-        shape(64, 16, 2),
-        LaunchOptions::default().stream.expect("default shape"),
-    ];
-    for s in shapes {
-        be.set_options(LaunchOptions {
-            pdl: true,
-            stream: Some(s),
-        });
-        for (dtype, mode) in CASES {
-            // Rows of 8, 136 (4 pieces of 32 and 8) and 256 units.
-            for k in [256usize, 4352, 8192] {
-                for (m, glu) in [(1, None), (67, None), (300, Some(Activation::Silu))] {
-                    check(&be, &mut rng, dtype, mode, m, k, 1, glu, &mut worst);
-                }
-            }
-        }
-    }
-    be.set_options(LaunchOptions::default());
-    eprintln!(
-        "streaming integer GEMV: worst {} ulps, NMSE {:e} against the same-mode reference",
         worst.0, worst.1
     );
 }

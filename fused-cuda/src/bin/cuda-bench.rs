@@ -25,8 +25,7 @@ use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_cuda::{
-    CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, LaunchOptions, StreamShape,
-    Submission,
+    CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, LaunchOptions, Submission,
 };
 
 /// Bytes the rotating weight copies must add up to: 4× the H200's 60 MB L2.
@@ -591,80 +590,17 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// activations, the quantized mode with its quantizer, and the GEMV alone.
 fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let saved = be.options();
-    let stream = |piece_units, stages, blocks_per_sm| {
-        Some(StreamShape {
-            piece_units,
-            stages,
-            blocks_per_sm,
-        })
-    };
     let variants = [
-        (
-            "normal",
-            LaunchOptions {
-                pdl: false,
-                stream: None,
-            },
-        ),
-        (
-            "PDL",
-            LaunchOptions {
-                pdl: true,
-                stream: None,
-            },
-        ),
-        (
-            "PDL + stream 256/4/2",
-            LaunchOptions {
-                pdl: true,
-                stream: stream(256, 4, 2),
-            },
-        ),
-        (
-            "PDL + stream 256/8/2",
-            LaunchOptions {
-                pdl: true,
-                stream: stream(256, 8, 2),
-            },
-        ),
-        (
-            "PDL + stream 128/8/3",
-            LaunchOptions {
-                pdl: true,
-                stream: stream(128, 8, 3),
-            },
-        ),
-        (
-            "PDL + stream 512/4/2",
-            LaunchOptions {
-                pdl: true,
-                stream: stream(512, 4, 2),
-            },
-        ),
-        (
-            "PDL + stream 256/6/3",
-            LaunchOptions {
-                pdl: true,
-                stream: stream(256, 6, 3),
-            },
-        ),
-        (
-            "PDL + stream 128/12/4",
-            LaunchOptions {
-                pdl: true,
-                stream: stream(128, 12, 4),
-            },
-        ),
+        ("normal", LaunchOptions { pdl: false }),
+        ("PDL", LaunchOptions { pdl: true }),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
     );
     println!(
-        "Kernels launched normally; with programmatic dependent launch (PDL: a kernel's \
-         blocks start as the previous kernel's blocks retire, then wait for its results); \
-         and with PDL and the streaming integer GEMV (weights copied into a ring of shared \
-         memory by the TMA; piece units / stages / blocks per SM). Options take turns, 3 \
-         rounds.\n"
+        "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
+         blocks start as the previous kernel's blocks retire, then wait for its results). \
+         Options take turns, 3 rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     println!("| shape | format | acts | {} |", names.join(" | "));
