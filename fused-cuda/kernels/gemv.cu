@@ -90,9 +90,12 @@ template <int FMT, int NC> struct RowsPerBlock {
 // ---------------------------------------------------------------- loads
 // Weights are read once per call: 16-byte loads that bypass L1, so that L1
 // keeps the activations, which every row group re-reads.
+//
+// The asm is volatile so that no load moves across griddepcontrol.wait:
+// the integer GEMV requests its first weights before it waits.
 __device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(p));
     return v;
@@ -910,7 +913,7 @@ struct GemvQParams {
 
 __device__ __forceinline__ uint32_t ld_stream_u16(const uint8_t *p) {
     unsigned short v;
-    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
     return v;
 }
 
@@ -1071,9 +1074,10 @@ __device__ __forceinline__ float qterm(const typename QUnit<FMT>::WRaw &w,
 // Units a lane has in flight at once.
 constexpr int Q_UNROLL = 2;
 
-// Block b computes rows R·b .. R·b + R − 1 (it waits for the quantizer
-// first: griddep_wait); its 4 warps take interleaved runs of 32 units
-// (lane l of warp w: units 32w + l + 128i), each lane adds its units' terms
+// Block b computes rows R·b .. R·b + R − 1 (it requests its first
+// weights, then waits for the quantizer: griddep_wait); its 4 warps take
+// interleaved runs of 32 units (lane l of warp w: units 32w + l + 128i),
+// each lane adds its units' terms
 // in unit order; then the reduction and epilogue of the f32 kernels. (A
 // variant in which each warp owned its rows and walked all of K, with no
 // block barrier, ran 0.75–0.95x as fast on the H200.)
@@ -1086,7 +1090,6 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     griddep_launch_dependents();
     if (row0 >= p.rows) return;
-    griddep_wait();
     float acc[V][R][NC];
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -1098,8 +1101,9 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
 #pragma unroll
     for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
     const uint32_t units = p.k / U::ELEMS;
-    for (uint32_t u0 = warp * 32 + lane; u0 < units; u0 += Q_UNROLL * STRIDE) {
-        typename U::WRaw w[Q_UNROLL][V][R];
+    // One step's weights: units u0 + j·STRIDE, j < Q_UNROLL, of every row.
+    typename U::WRaw w[Q_UNROLL][V][R];
+    auto load_step = [&](uint32_t u0) {
 #pragma unroll
         for (int j = 0; j < Q_UNROLL; ++j) {
             const uint32_t u = u0 + j * STRIDE;
@@ -1111,6 +1115,15 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
                         w[j][v][r] = U::load(v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
             }
         }
+    };
+    // The first step's weights are requested before the wait (weights are
+    // constant): under programmatic dependent launch they stream in while
+    // the kernel before this one finishes.
+    const uint32_t first = warp * 32 + lane;
+    load_step(first);
+    griddep_wait();
+    for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
+        if (u0 != first) load_step(u0);
 #pragma unroll
         for (int j = 0; j < Q_UNROLL; ++j) {
             const uint32_t u = u0 + j * STRIDE;
