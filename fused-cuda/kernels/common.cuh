@@ -107,28 +107,68 @@ struct EpiParams {
     const float *operand[MAX_STAGES];
 };
 
-// The chain applied to v for output (row, col) of a rows-row output,
-// in order, with the same per-stage functions as the unfused kernels.
-__device__ __forceinline__ float epilogue_apply(const EpiParams &e, float v, uint32_t row,
-                                                uint32_t col, uint32_t rows) {
-    size_t at = (size_t)col * rows + row;
+// Where stage s (ADD, MUL, ROW_BIAS) reads its operand for output
+// (row, col) of a rows-row output.
+__device__ __forceinline__ const float *epilogue_operand(const EpiParams &e, uint32_t s,
+                                                         uint32_t row, uint32_t col,
+                                                         uint32_t rows) {
+    return e.operand[s] + (e.kind[s] == STAGE_ROW_BIAS ? (size_t)row : (size_t)col * rows + row);
+}
+
+// The operands of the first EPI_EARLY stages of one output, loaded when a
+// GEMV block starts (after griddep_wait: earlier kernels write them), so
+// that their memory latency passes while the weights stream instead of
+// after the block's sums. The asm is volatile: the loads stay up front.
+constexpr uint32_t EPI_EARLY = 4;
+struct EpiEarly {
+    float v[EPI_EARLY];
+};
+
+__device__ __forceinline__ EpiEarly epilogue_load_early(const EpiParams &e, uint32_t row,
+                                                        uint32_t col, uint32_t rows) {
+    EpiEarly o;
+#pragma unroll
+    for (uint32_t s = 0; s < EPI_EARLY; ++s) {
+        o.v[s] = 0.0f;
+        if (s < e.n_stages && e.kind[s] != STAGE_ACT)
+            asm volatile("ld.global.f32 %0, [%1];"
+                         : "=f"(o.v[s])
+                         : "l"(epilogue_operand(e, s, row, col, rows)));
+    }
+    return o;
+}
+
+// The chain applied to v for output (row, col) of a rows-row output, in
+// order, with the same per-stage functions as the unfused kernels; the
+// first EPI_EARLY operands from `early` (epilogue_load_early for this
+// output), later ones loaded here.
+__device__ __forceinline__ float epilogue_apply(const EpiParams &e, const EpiEarly &early,
+                                                float v, uint32_t row, uint32_t col,
+                                                uint32_t rows) {
     for (uint32_t s = 0; s < e.n_stages; ++s) {
-        switch (e.kind[s]) {
-        case STAGE_ACT:
+        if (e.kind[s] == STAGE_ACT) {
             v = act_apply(e.act[s], v);
+            continue;
+        }
+        float o;
+        switch (s) { // constant indices keep `early` in registers
+        case 0:
+            o = early.v[0];
             break;
-        case STAGE_ADD:
-            v = add_rn(v, e.operand[s][at]);
+        case 1:
+            o = early.v[1];
             break;
-        case STAGE_MUL:
-            v = mul_rn(v, e.operand[s][at]);
+        case 2:
+            o = early.v[2];
             break;
-        case STAGE_ROW_BIAS:
-            v = add_rn(v, e.operand[s][row]);
+        case 3:
+            o = early.v[3];
             break;
         default:
-            break;
+            o = *epilogue_operand(e, s, row, col, rows);
         }
+        if (e.kind[s] == STAGE_MUL) v = mul_rn(v, o);
+        else if (e.kind[s] == STAGE_ADD || e.kind[s] == STAGE_ROW_BIAS) v = add_rn(v, o);
     }
     return v;
 }

@@ -661,6 +661,17 @@ template <int NC> __device__ __forceinline__ void warp_sum(float *acc) {
     }
 }
 
+// The early epilogue operands of the output this thread stores at the end
+// (finish_block: thread i < R·NC stores row row0 + i / NC, column i mod NC).
+template <int NC, int R>
+__device__ __forceinline__ EpiEarly block_epilogue_early(const EpiParams &epi, uint32_t row0,
+                                                         uint32_t rows) {
+    const uint32_t i = threadIdx.x;
+    if (i < (uint32_t)(R * NC) && row0 + i / NC < rows)
+        return epilogue_load_early(epi, row0 + i / NC, i % NC, rows);
+    return EpiEarly{};
+}
+
 // The end of every GEMV block: each warp's accumulators combined by the
 // butterfly, the warps' sums added in warp order through shared memory
 // (`partial`), the GLU and the epilogue chain applied, the outputs of rows
@@ -669,7 +680,8 @@ template <int NC, int R, int V, bool GLU>
 __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partial)[WARPS][R * NC],
                                              uint32_t row0, uint32_t lane, uint32_t warp,
                                              uint32_t rows, uint32_t glu_act, const EpiParams &epi,
-                                             float *y) {
+                                             const EpiEarly &early, float *y) {
+    static_assert(R * NC <= WARPS * 32, "one output per thread");
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
@@ -692,7 +704,7 @@ __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partia
             for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], partial[v][wi][i]);
         }
         const float val = GLU ? glu_apply(glu_act, sum[0], sum[V - 1]) : sum[0];
-        y[(size_t)c * rows + row] = epilogue_apply(epi, val, row, c, rows);
+        y[(size_t)c * rows + row] = epilogue_apply(epi, early, val, row, c, rows);
     }
 }
 
@@ -707,6 +719,7 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
     griddep_launch_dependents();
     if (row0 >= p.rows) return; // the whole block leaves together
     griddep_wait();
+    const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     float acc[V][R][NC];
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -716,7 +729,8 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
             for (int c = 0; c < NC; ++c) acc[v][r][c] = 0.0f;
     rows_dot<FMT, NC, R>(p, p.w, row0, lane, warp, acc[0]);
     if constexpr (GLU) rows_dot<FMT, NC, R>(p, p.w_up, row0, lane, warp, acc[V - 1]);
-    finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, p.y);
+    finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
+                                p.y);
 }
 
 #define GEMV_KERNELS_NC(name, FMT, NC)                                                         \
@@ -1122,6 +1136,7 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
     const uint32_t first = warp * 32 + lane;
     load_step(first);
     griddep_wait();
+    const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
         if (u0 != first) load_step(u0);
 #pragma unroll
@@ -1140,7 +1155,8 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
             }
         }
     }
-    finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, p.y);
+    finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
+                                p.y);
 }
 
 // Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/launch.rs picks R

@@ -590,17 +590,23 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// activations, the quantized mode with its quantizer, and the GEMV alone.
 fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let saved = be.options();
+    // (label, options, rows per block of the 1-column integer kernels:
+    // FUSED_CUDA_Q_ROWS, None for the default).
     let variants = [
-        ("normal", LaunchOptions { pdl: false }),
-        ("PDL", LaunchOptions { pdl: true }),
+        ("normal", LaunchOptions { pdl: false }, None),
+        ("PDL", LaunchOptions { pdl: true }, None),
+        ("PDL, int. R = 1", LaunchOptions { pdl: true }, Some("1")),
+        ("PDL, int. R = 2", LaunchOptions { pdl: true }, Some("2")),
+        ("PDL, int. R = 4", LaunchOptions { pdl: true }, Some("4")),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
     );
     println!(
         "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
-         blocks start as the previous kernel's blocks retire, then wait for its results). \
-         Options take turns, 3 rounds.\n"
+         blocks start as the previous kernel's blocks retire, then wait for its results); \
+         with PDL also the integer kernels' rows per block R (default: Q4_0 2, Q8_0 and Q4_K \
+         4). Options take turns, 3 rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     println!("| shape | format | acts | {} |", names.join(" | "));
@@ -629,8 +635,16 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
                 let Some(label) = label else { continue };
                 let mut per_variant = vec![Vec::new(); variants.len()];
                 for _round in 0..3 {
-                    for (vi, (_, o)) in variants.iter().enumerate() {
+                    for (vi, (_, o, rows)) in variants.iter().enumerate() {
                         be.set_options(*o);
+                        // SAFETY: the bench runs on one thread; nothing
+                        // reads the environment concurrently.
+                        unsafe {
+                            match rows {
+                                Some(r) => std::env::set_var("FUSED_CUDA_Q_ROWS", r),
+                                None => std::env::remove_var("FUSED_CUDA_Q_ROWS"),
+                            }
+                        }
                         let t = time_calls(be, n * 2, 9, |i| match which {
                             0 => be.gemv(
                                 &ws[i % n],
@@ -668,6 +682,8 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         }
     }
     be.set_options(saved);
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FUSED_CUDA_Q_ROWS") };
     println!("\nDefault options: {saved:?}\n");
     Ok(())
 }
