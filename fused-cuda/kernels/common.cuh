@@ -103,6 +103,9 @@ struct EpiParams {
     uint32_t kind[MAX_STAGES];
     // ACT: the activation code; otherwise unused.
     uint32_t act[MAX_STAGES];
+    // GEMV kernels: 1 to load the first operands when a block starts
+    // (epilogue_load_early), 0 to load them all at the end.
+    uint32_t early;
     // ADD/MUL: a rows x cols f32 operand (column-major); ROW_BIAS: rows f32.
     const float *operand[MAX_STAGES];
 };
@@ -130,7 +133,7 @@ __device__ __forceinline__ EpiEarly epilogue_load_early(const EpiParams &e, uint
 #pragma unroll
     for (uint32_t s = 0; s < EPI_EARLY; ++s) {
         o.v[s] = 0.0f;
-        if (s < e.n_stages && e.kind[s] != STAGE_ACT)
+        if (e.early && s < e.n_stages && e.kind[s] != STAGE_ACT)
             asm volatile("ld.global.f32 %0, [%1];"
                          : "=f"(o.v[s])
                          : "l"(epilogue_operand(e, s, row, col, rows)));
@@ -151,7 +154,7 @@ __device__ __forceinline__ float epilogue_apply(const EpiParams &e, const EpiEar
             continue;
         }
         float o;
-        switch (s) { // constant indices keep `early` in registers
+        switch (e.early ? s : EPI_EARLY) { // constant indices keep `early` in registers
         case 0:
             o = early.v[0];
             break;

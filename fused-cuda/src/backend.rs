@@ -445,6 +445,7 @@ impl CudaBackend {
             pdl: set.pdl
                 && self.dev.capability().0 >= 9
                 && self.dev.kernel_form() == KernelForm::Cubin,
+            ..set
         }
     }
 

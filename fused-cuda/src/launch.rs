@@ -413,9 +413,11 @@ impl CudaBackend {
         let dev = self.device();
         match l {
             Launch::Gemv { name, grid, params } => {
+                let mut params = *params;
+                params.epi.set_early(self.options().early_operands);
                 // SAFETY: one GemvParams argument, as every GEMV kernel
                 // takes; the addresses are valid per the caller.
-                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(params)]) }
+                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
             }
             Launch::Quantize { name, grid, params } => {
                 // SAFETY: one QuantParams argument, as both quantizers
@@ -423,9 +425,11 @@ impl CudaBackend {
                 unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
             }
             Launch::GemvQ { name, grid, params } => {
+                let mut params = *params;
+                params.epi.set_early(self.options().early_operands);
                 // SAFETY: one GemvQParams argument, as every integer GEMV
                 // kernel takes; the addresses are valid per the caller.
-                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(params)]) }
+                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
             }
             Launch::Fwht {
                 name,

@@ -3,8 +3,8 @@
 
 /// How a [`CudaBackend`](crate::CudaBackend) launches its kernels. The
 /// defaults are the fastest measured on the H200 (BENCHMARKS.md);
-/// `FUSED_CUDA_PDL=0` in the environment turns programmatic dependent launch
-/// off when the backend is created,
+/// `FUSED_CUDA_PDL=0` and `FUSED_CUDA_EARLY_OPERANDS=0` in the environment
+/// turn the options off when the backend is created,
 /// [`CudaBackend::set_options`](crate::CudaBackend::set_options) changes
 /// the options later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,19 +15,30 @@ pub struct LaunchOptions {
     /// kernel's results before it touches them. Only where the device
     /// supports it ([`CudaBackend::options`](crate::CudaBackend::options)).
     pub pdl: bool,
+    /// GEMV blocks load the operands of the first 4 epilogue stages when
+    /// they start (after the dependency wait) instead of after their sums,
+    /// so that the loads' latency passes while the weights stream.
+    pub early_operands: bool,
 }
 
 impl Default for LaunchOptions {
     fn default() -> LaunchOptions {
-        LaunchOptions { pdl: true }
+        LaunchOptions {
+            pdl: true,
+            early_operands: true,
+        }
     }
 }
 
 impl LaunchOptions {
-    /// The defaults, with `pdl` off where `FUSED_CUDA_PDL=0` is set.
+    /// The defaults, with `pdl` off where `FUSED_CUDA_PDL=0` is set and
+    /// `early_operands` off where `FUSED_CUDA_EARLY_OPERANDS=0` is.
     pub fn from_env() -> LaunchOptions {
+        let d = LaunchOptions::default();
+        let on = |var: &str, default: bool| std::env::var(var).map_or(default, |v| v != "0");
         LaunchOptions {
-            pdl: std::env::var("FUSED_CUDA_PDL").map_or(LaunchOptions::default().pdl, |v| v != "0"),
+            pdl: on("FUSED_CUDA_PDL", d.pdl),
+            early_operands: on("FUSED_CUDA_EARLY_OPERANDS", d.early_operands),
         }
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct EpiParams {
     n_stages: u32,
     kind: [u32; MAX_STAGES],
     act: [u32; MAX_STAGES],
+    /// GEMV kernels: 1 to load the first operands when a block starts.
+    early: u32,
     operand: [u64; MAX_STAGES],
 }
 
@@ -44,6 +46,12 @@ impl EpiParams {
         }
         p.n_stages = epilogue.len() as u32;
         p
+    }
+
+    /// Whether a GEMV block loads the first operands when it starts
+    /// (`LaunchOptions::early_operands`) rather than after its sums.
+    pub(crate) fn set_early(&mut self, early: bool) {
+        self.early = u32::from(early);
     }
 }
 
@@ -120,6 +128,7 @@ unsafe impl DeviceCopy for GemvQParams {}
 // The layouts the kernels assume (C rules on a 64-bit target).
 const _: () = {
     assert!(core::mem::size_of::<EpiParams>() == 4 + 32 + 32 + 4 + 64);
+    assert!(core::mem::offset_of!(EpiParams, early) == 68);
     assert!(core::mem::offset_of!(EpiParams, operand) == 72);
     assert!(core::mem::offset_of!(GemvParams, epi) == 48);
     assert!(core::mem::size_of::<FwhtParams>() == 40);

@@ -261,8 +261,10 @@ fn run() -> Result<(), CudaError> {
 
 /// The cost of the epilogue silu·mul + residual over a bare GEMV of the
 /// weights `ws` (`m × k`, rotated) with activations fed per `mode`: bare,
-/// fused, and unfused (3 element-wise launches after the GEMV); in a
-/// quantized mode also the GEMV alone on activations quantized beforehand.
+/// fused with the operands loaded after the block's sums and when it starts
+/// (`LaunchOptions::early_operands`, taking turns), and unfused (3
+/// element-wise launches after the GEMV); in a quantized mode also the GEMV
+/// alone on activations quantized beforehand.
 fn epilogue_cost(
     be: &CudaBackend,
     ws: &[DeviceWeights],
@@ -280,12 +282,47 @@ fn epilogue_cost(
         .and_then(|e| e.then_add())?;
     let ops = [&gate_like, &residual];
     let n = ws.len();
-    let bare = time_calls(be, n * 2, 25, |i| {
-        be.gemv(&ws[i % n], &x, 1, mode, &Epilogue::NONE, &[], &mut y)
-    })?;
-    let fused = time_calls(be, n * 2, 25, |i| {
-        be.gemv(&ws[i % n], &x, 1, mode, &epi, &ops, &mut y)
-    })?;
+    let q = (mode != ActQuant::F32)
+        .then(|| be.quantize_acts(mode, &x, 1))
+        .transpose()?;
+    let saved = be.options();
+    let late = LaunchOptions {
+        early_operands: false,
+        ..saved
+    };
+    let early = LaunchOptions {
+        early_operands: true,
+        ..saved
+    };
+    // Bare, fused with the operands loaded late and early, taking turns;
+    // with `alone` the GEMV on activations quantized beforehand.
+    let time = |alone: bool, epi: &Epilogue, ops: &[&DeviceVec], y: &mut DeviceVec| {
+        time_calls(be, n * 2, 9, |i| {
+            if alone {
+                be.gemv_quantized(&ws[i % n], q.as_ref().expect("quantized"), epi, ops, y)
+            } else {
+                be.gemv(&ws[i % n], &x, 1, mode, epi, ops, y)
+            }
+        })
+    };
+    let mut t: [Vec<f64>; 3] = Default::default();
+    let mut t_alone: [Vec<f64>; 3] = Default::default();
+    for _round in 0..3 {
+        for (slot, o) in [(0, saved), (1, late), (2, early)] {
+            be.set_options(o);
+            let (e, ops): (&Epilogue, &[&DeviceVec]) = if slot == 0 {
+                (&Epilogue::NONE, &[])
+            } else {
+                (&epi, &ops)
+            };
+            t[slot].push(time(false, e, ops, &mut y)?);
+            if mode != ActQuant::F32 {
+                t_alone[slot].push(time(true, e, ops, &mut y)?);
+            }
+        }
+    }
+    be.set_options(saved);
+    let [bare, late_t, early_t] = t.map(median);
     let mut t1 = be.alloc(m)?;
     let mut t2 = be.alloc(m)?;
     let unfused = time_calls(be, n * 2, 25, |i| {
@@ -295,28 +332,29 @@ fn epilogue_cost(
         be.add(&t2, &residual, &mut t1)
     })?;
     let dtype = ws[0].dtype();
+    let pct = |t: f64| 100.0 * (t / bare - 1.0);
     println!(
         "\nEpilogue silu·mul + residual, {dtype} {m} × {k}, {mode:?} activations, 1 column: \
-         bare GEMV {:.2} µs, fused epilogue {:.2} µs ({:+.1}%), unfused (GEMV + 3 element-wise \
+         bare GEMV {:.2} µs; fused epilogue, operands loaded after the sums {:.2} µs ({:+.1}%), \
+         loaded when the block starts {:.2} µs ({:+.1}%); unfused (GEMV + 3 element-wise \
          launches) {:.2} µs",
         bare * 1e3,
-        fused * 1e3,
-        100.0 * (fused / bare - 1.0),
+        late_t * 1e3,
+        pct(late_t),
+        early_t * 1e3,
+        pct(early_t),
         unfused * 1e3
     );
     if mode != ActQuant::F32 {
-        let q = be.quantize_acts(mode, &x, 1)?;
-        let bare = time_calls(be, n * 2, 25, |i| {
-            be.gemv_quantized(&ws[i % n], &q, &Epilogue::NONE, &[], &mut y)
-        })?;
-        let fused = time_calls(be, n * 2, 25, |i| {
-            be.gemv_quantized(&ws[i % n], &q, &epi, &ops, &mut y)
-        })?;
+        let [bare, late_t, early_t] = t_alone.map(median);
         println!(
-            "GEMV alone (activations quantized beforehand): bare {:.2} µs, fused epilogue {:.2} µs ({:+.1}%)",
+            "GEMV alone (activations quantized beforehand): bare {:.2} µs, fused late {:.2} µs \
+             ({:+.1}%), early {:.2} µs ({:+.1}%)",
             bare * 1e3,
-            fused * 1e3,
-            100.0 * (fused / bare - 1.0)
+            late_t * 1e3,
+            100.0 * (late_t / bare - 1.0),
+            early_t * 1e3,
+            100.0 * (early_t / bare - 1.0)
         );
     }
     println!();
@@ -590,14 +628,19 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// activations, the quantized mode with its quantizer, and the GEMV alone.
 fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let saved = be.options();
+    let pdl = LaunchOptions { pdl: true, ..saved };
+    let normal = LaunchOptions {
+        pdl: false,
+        ..saved
+    };
     // (label, options, rows per block of the 1-column integer kernels:
     // FUSED_CUDA_Q_ROWS, None for the default).
     let variants = [
-        ("normal", LaunchOptions { pdl: false }, None),
-        ("PDL", LaunchOptions { pdl: true }, None),
-        ("PDL, int. R = 1", LaunchOptions { pdl: true }, Some("1")),
-        ("PDL, int. R = 2", LaunchOptions { pdl: true }, Some("2")),
-        ("PDL, int. R = 4", LaunchOptions { pdl: true }, Some("4")),
+        ("normal", normal, None),
+        ("PDL", pdl, None),
+        ("PDL, int. R = 1", pdl, Some("1")),
+        ("PDL, int. R = 2", pdl, Some("2")),
+        ("PDL, int. R = 4", pdl, Some("4")),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
