@@ -9,7 +9,7 @@ use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cuda::{CudaBackend, DeviceVec};
+use fused_cuda::{CudaBackend, DeviceVec, LaunchOptions};
 
 /// Runs `epi`'s stages one unfused kernel each on `v` (operands by slot).
 fn unfused_chain(be: &CudaBackend, epi: &Epilogue, v: DeviceVec, ops: &[&DeviceVec]) -> DeviceVec {
@@ -98,21 +98,33 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
                     })
                     .collect();
                 let poison = vec![f32::NAN; m * n_cols];
-                let mut fused = be.upload(&poison).unwrap();
-                be.reset_launches();
-                be.gemv(&w, &x, n_cols, mode, &epi, &ops, &mut fused)
-                    .unwrap();
-                assert_eq!(be.launches(), 1 + q);
                 let mut acc = be.upload(&poison).unwrap();
                 be.reset_launches();
                 be.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut acc)
                     .unwrap();
                 let unfused = unfused_chain(&be, &epi, acc, &ops);
                 assert_eq!(be.launches(), 1 + q + epi.len() as u64);
-                let (f, u) = (download(&be, &fused), download(&be, &unfused));
-                assert!(f.iter().all(|v| !v.is_nan()), "unwritten output");
-                let what = format!("{dtype} {mode:?} {act} {:?}", epi.stages());
-                assert_bits_eq(&f, &u, &what);
+                let u = download(&be, &unfused);
+                // The operands loaded when a block starts, and after its sums.
+                for early_operands in [true, false] {
+                    be.set_options(LaunchOptions {
+                        early_operands,
+                        ..be.options()
+                    });
+                    let mut fused = be.upload(&poison).unwrap();
+                    be.reset_launches();
+                    be.gemv(&w, &x, n_cols, mode, &epi, &ops, &mut fused)
+                        .unwrap();
+                    assert_eq!(be.launches(), 1 + q);
+                    let f = download(&be, &fused);
+                    assert!(f.iter().all(|v| !v.is_nan()), "unwritten output");
+                    let what = format!(
+                        "{dtype} {mode:?} {act} {:?} early operands {early_operands}",
+                        epi.stages()
+                    );
+                    assert_bits_eq(&f, &u, &what);
+                }
+                be.set_options(LaunchOptions::default());
             }
         }
     }
