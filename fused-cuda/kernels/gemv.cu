@@ -1085,17 +1085,19 @@ __device__ __forceinline__ float qterm(const typename QUnit<FMT>::WRaw &w,
     else return QUnit<FMT>::term(w, x);
 }
 
-// Units a lane has in flight at once.
-constexpr int Q_UNROLL = 2;
+// Units a lane has in flight at once (the kernels' UNROLL): 2, and 1 in
+// the 1-column `_u1` variants (FUSED_CUDA_Q_UNROLL=1, for A/B runs of
+// cuda-bench: fewer registers, more blocks per SM).
 
 // Block b computes rows R·b .. R·b + R − 1 (it requests its first
 // weights, then waits for the quantizer: griddep_wait); its 4 warps take
 // interleaved runs of 32 units (lane l of warp w: units 32w + l + 128i),
-// each lane adds its units' terms
-// in unit order; then the reduction and epilogue of the f32 kernels. (A
+// each lane adds its units' terms in unit order; then the reduction and
+// epilogue of the f32 kernels. (A
 // variant in which each warp owned its rows and walked all of K, with no
 // block barrier, ran 0.75–0.95x as fast on the H200.)
-template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQParams &p) {
+template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2>
+__device__ void gemvq(const GemvQParams &p) {
     using U = QUnit<FMT>;
     constexpr int V = GLU ? 2 : 1;
     constexpr uint32_t STRIDE = WARPS * 32;
@@ -1171,10 +1173,23 @@ template <int FMT, int NC, int R, bool GLU> __device__ void gemvq(const GemvQPar
         gemvq<FMT, NC, R, true>(p);                                                            \
     }
 
+#define GEMVQ_KERNEL_U1(name, FMT, R)                                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemvq_##name##_r##R##_c1_u1(const GemvQParams p) {                               \
+        gemvq<FMT, 1, R, false, 1>(p);                                                         \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemvq_glu_##name##_r##R##_c1_u1(const GemvQParams p) {                           \
+        gemvq<FMT, 1, R, true, 1>(p);                                                          \
+    }
+
 #define GEMVQ_KERNELS(name, FMT)                                                               \
     GEMVQ_KERNEL(name, FMT, 1, 1)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 1)                                                              \
     GEMVQ_KERNEL(name, FMT, 4, 1)                                                              \
+    GEMVQ_KERNEL_U1(name, FMT, 1)                                                              \
+    GEMVQ_KERNEL_U1(name, FMT, 2)                                                              \
+    GEMVQ_KERNEL_U1(name, FMT, 4)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 2)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 3)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 4)                                                              \

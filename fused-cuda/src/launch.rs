@@ -67,6 +67,14 @@ fn gemvq_rows_per_block(dtype: DType, n_cols: usize) -> usize {
     }
 }
 
+/// The kernel-name suffix of the 1-column integer kernels with one unit in
+/// flight per lane (`_u1`, `FUSED_CUDA_Q_UNROLL=1`, for A/B runs of
+/// `cuda-bench`); otherwise none (two units).
+fn gemvq_unroll_suffix(n_cols: usize) -> &'static str {
+    let one = std::env::var("FUSED_CUDA_Q_UNROLL").is_ok_and(|v| v == "1");
+    if n_cols == 1 && one { "_u1" } else { "" }
+}
+
 /// Threads per block of the activation quantizers (one warp per block of
 /// activations).
 const QUANT_BLOCK: u32 = 256;
@@ -338,9 +346,10 @@ impl Launch {
         };
         let r = gemvq_rows_per_block(dtype, n_cols);
         let name = format!(
-            "fused_gemvq_{}{}_r{r}_c{n_cols}",
+            "fused_gemvq_{}{}_r{r}_c{n_cols}{}",
             if w_up.is_some() { "glu_" } else { "" },
-            dtype.name()
+            dtype.name(),
+            gemvq_unroll_suffix(n_cols)
         );
         let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
         Ok(Some(Launch::GemvQ { name, grid, params }))

@@ -633,14 +633,18 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         pdl: false,
         ..saved
     };
-    // (label, options, rows per block of the 1-column integer kernels:
-    // FUSED_CUDA_Q_ROWS, None for the default).
+    // (label, options, rows per block and units in flight per lane of the
+    // 1-column integer kernels: FUSED_CUDA_Q_ROWS, FUSED_CUDA_Q_UNROLL;
+    // None for the defaults).
     let variants = [
         ("normal", normal, None),
         ("PDL", pdl, None),
-        ("PDL, int. R = 1", pdl, Some("1")),
-        ("PDL, int. R = 2", pdl, Some("2")),
-        ("PDL, int. R = 4", pdl, Some("4")),
+        ("PDL, int. R = 1", pdl, Some(("1", "2"))),
+        ("PDL, int. R = 2", pdl, Some(("2", "2"))),
+        ("PDL, int. R = 4", pdl, Some(("4", "2"))),
+        ("PDL, int. R = 1, U = 1", pdl, Some(("1", "1"))),
+        ("PDL, int. R = 2, U = 1", pdl, Some(("2", "1"))),
+        ("PDL, int. R = 4, U = 1", pdl, Some(("4", "1"))),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
@@ -649,7 +653,7 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
          blocks start as the previous kernel's blocks retire, then wait for its results); \
          with PDL also the integer kernels' rows per block R (default: Q4_0 2, Q8_0 and Q4_K \
-         4). Options take turns, 3 rounds.\n"
+         4) and units in flight per lane U (default 2). Options take turns, 3 rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     println!("| shape | format | acts | {} |", names.join(" | "));
@@ -684,8 +688,14 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
                         // reads the environment concurrently.
                         unsafe {
                             match rows {
-                                Some(r) => std::env::set_var("FUSED_CUDA_Q_ROWS", r),
-                                None => std::env::remove_var("FUSED_CUDA_Q_ROWS"),
+                                Some((r, u)) => {
+                                    std::env::set_var("FUSED_CUDA_Q_ROWS", r);
+                                    std::env::set_var("FUSED_CUDA_Q_UNROLL", u);
+                                }
+                                None => {
+                                    std::env::remove_var("FUSED_CUDA_Q_ROWS");
+                                    std::env::remove_var("FUSED_CUDA_Q_UNROLL");
+                                }
                             }
                         }
                         let t = time_calls(be, n * 2, 9, |i| match which {
@@ -726,7 +736,10 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     }
     be.set_options(saved);
     // SAFETY: as above.
-    unsafe { std::env::remove_var("FUSED_CUDA_Q_ROWS") };
+    unsafe {
+        std::env::remove_var("FUSED_CUDA_Q_ROWS");
+        std::env::remove_var("FUSED_CUDA_Q_UNROLL");
+    }
     println!("\nDefault options: {saved:?}\n");
     Ok(())
 }
