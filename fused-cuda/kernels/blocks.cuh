@@ -48,19 +48,25 @@ template <> struct Block<FMT_Q4_1> {
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
-// The IQ4_NL table entries (GGML's kvalues_iq4nl, signed bytes) of the four
-// 4-bit indices in bytes 0..3 of `idx`, byte i for index byte i. The
-// table's 16 signed bytes, entry q byte q mod 4 of word q / 4: −127, −104,
-// −83, −65 | −49, −35, −22, −10 | 1, 13, 25, 38 | 53, 69, 89, 113. The four
-// indices become the nibbles of one byte-permute selector; bit 3 of each
-// picks the upper or lower half of the table.
-__device__ __forceinline__ uint32_t iq4nl_values(uint32_t idx) {
+// The IQ4_NL table entries (GGML's kvalues_iq4nl, signed bytes) of the 8
+// 4-bit indices in the code bytes `q` (byte i: index lo_i in its low nibble,
+// hi_i in its high one): x byte i the entry of lo_i, y byte i that of hi_i.
+// The table's 16 signed bytes, entry e byte e mod 4 of word e / 4: −127,
+// −104, −83, −65 | −49, −35, −22, −10 | 1, 13, 25, 38 | 53, 69, 89, 113.
+// The nibbles of q are byte-permute selectors in element order (lo_0, hi_0,
+// lo_1, hi_1, ...): with bit 3 cleared (in prmt it would be the sign mode)
+// they look up both halves of the table, 4 nibbles per permute; a third
+// permute per 4 nibbles keeps, per byte, the upper half's entry where the
+// index has bit 3 set (selector n + 4); two last permutes sort the bytes
+// into the low-nibble and high-nibble entries.
+__device__ __forceinline__ uint2 iq4nl_values(uint32_t q) {
     constexpr uint32_t T0 = 0xBFAD9881u, T1 = 0xF6EADDCFu, T2 = 0x26190D01u, T3 = 0x71594535u;
-    uint32_t sel = (idx | (idx >> 4)) & 0x00ff00ffu;
-    sel = (sel | (sel >> 8)) & 0x7777u; // byte indices 0..7 (bit 3 would be prmt's sign mode)
-    const uint32_t lo = __byte_perm(T0, T1, sel), hi = __byte_perm(T2, T3, sel);
-    const uint32_t upper = ((idx >> 3) & 0x01010101u) * 0xffu;
-    return (hi & upper) | (lo & ~upper);
+    const uint32_t idx = q & 0x77777777u;
+    const uint32_t pick = 0x32103210u | ((q & 0x88888888u) >> 1);
+    const uint32_t c0 = __byte_perm(__byte_perm(T0, T1, idx), __byte_perm(T2, T3, idx), pick);
+    const uint32_t c1 = __byte_perm(__byte_perm(T0, T1, idx >> 16), __byte_perm(T2, T3, idx >> 16),
+                                    pick >> 16);
+    return make_uint2(__byte_perm(c0, c1, 0x6420u), __byte_perm(c0, c1, 0x7531u));
 }
 
 // IQ4_NL: 18-byte blocks (2-byte aligned): d (f16), 16 bytes of 4-bit
@@ -78,7 +84,8 @@ template <> struct Block<FMT_IQ4_NL> {
     }
     // The signed table entries biased to 0..255 (BIAS).
     __device__ static uint32_t codes(const Raw &r, uint32_t, int g) {
-        return iq4nl_values(nibbles(r.q, g)) ^ 0x80808080u;
+        const uint2 v = iq4nl_values(r.q);
+        return (g == 0 ? v.x : v.y) ^ 0x80808080u;
     }
     __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.d); }
     __device__ static float minimum(const Raw &, uint32_t, int) { return 0.0f; }

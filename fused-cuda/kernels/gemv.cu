@@ -1007,19 +1007,16 @@ template <bool QH, int H> struct W32 {
     __device__ uint32_t codes(int j, int g) const {
         return QH ? q5_codes(word(q, j), qh, (uint32_t)j, g) : nibbles(word(q, j), g);
     }
-    // Σ c_e·y_e over the block, from `init`, codes c_e mapped by `f`.
-    template <class X, class F> __device__ int dot(const X &x, int init, F f) const {
+    // Σ c_e·y_e over the block (codes c_e), from `init`.
+    template <class X> __device__ int dot(const X &x, int init) const {
         int s = init;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            s = dp4(f(codes(j, 0)), word(x.a, j), s);
-            s = dp4(f(codes(j, 1)), word(x.b, j), s);
+            s = dp4(codes(j, 0), word(x.a, j), s);
+            s = dp4(codes(j, 1), word(x.b, j), s);
         }
         return s;
     }
-};
-struct SameCodes {
-    __device__ uint32_t operator()(uint32_t c) const { return c; }
 };
 
 // Q4_0 × Q8_0: a unit is a 32-element block (W32 without fifth bits, the f16
@@ -1036,7 +1033,7 @@ template <> struct QUnit<FMT_Q4_0> {
         return XRaw::xload(p, col, u);
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
-        const int s = w.dot(x, -8 * x.s, SameCodes{});
+        const int s = w.dot(x, -8 * x.s);
         return __fmul_rn(__fmul_rn((float)s, half_bits_to_float(w.h)), x.d);
     }
 };
@@ -1055,17 +1052,14 @@ template <> struct QUnit<FMT_Q5_0> {
         return XRaw::xload(p, col, u);
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
-        const int s = w.dot(x, -16 * x.s, SameCodes{});
+        const int s = w.dot(x, -16 * x.s);
         return __fmul_rn(__fmul_rn(half_bits_to_float(w.h), x.d), (float)s);
     }
 };
 
 // IQ4_NL × Q8_0: a unit is a block (W32 without fifth bits, the f16 d); the
-// 4-bit indices looked up as signed table entries. Term: GGML's
-// (dy·dx)·(isum as f32), isum = Σ table[q_j]·y_j.
-struct Iq4nlCodes {
-    __device__ uint32_t operator()(uint32_t c) const { return iq4nl_values(c); }
-};
+// 4-bit indices looked up as signed table entries, 8 at a time. Term:
+// GGML's (dy·dx)·(isum as f32), isum = Σ table[q_j]·y_j.
 template <> struct QUnit<FMT_IQ4_NL> {
     static constexpr uint32_t ELEMS = 32;
     using WRaw = W32<false, 2>;
@@ -1078,7 +1072,13 @@ template <> struct QUnit<FMT_IQ4_NL> {
         return XRaw::xload(p, col, u);
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
-        const int s = w.dot(x, 0, Iq4nlCodes{});
+        int s = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint2 v = iq4nl_values(word(w.q, j));
+            s = dp4(v.x, word(x.a, j), s);
+            s = dp4(v.y, word(x.b, j), s);
+        }
         return __fmul_rn(__fmul_rn(x.d, half_bits_to_float(w.h)), (float)s);
     }
 };
@@ -1098,7 +1098,7 @@ template <bool QH> struct QUnitQ8_1 {
         return XRaw::xload(p, col, u);
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
-        const int s = w.dot(x, 0, SameCodes{});
+        const int s = w.dot(x, 0);
         const float dx = half_bits_to_float(w.h), mx = half_bits_to_float(w.h >> 16);
         return __fadd_rn(__fmul_rn(__fmul_rn(dx, x.ds.x), (float)s), __fmul_rn(mx, x.ds.y));
     }
