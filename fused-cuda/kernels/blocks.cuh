@@ -48,6 +48,27 @@ template <> struct Block<FMT_Q4_1> {
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
+// The IQ4_NL table entries (GGML's kvalues_iq4nl, signed bytes) of the 8
+// 4-bit indices in the code bytes `q` (byte i: index lo_i in its low nibble,
+// hi_i in its high one): x byte i the entry of lo_i, y byte i that of hi_i.
+// The table's 16 signed bytes, entry e byte e mod 4 of word e / 4: −127,
+// −104, −83, −65 | −49, −35, −22, −10 | 1, 13, 25, 38 | 53, 69, 89, 113.
+// The nibbles of q are byte-permute selectors in element order (lo_0, hi_0,
+// lo_1, hi_1, ...): with bit 3 cleared (in prmt it would be the sign mode)
+// they look up both halves of the table, 4 nibbles per permute; a third
+// permute per 4 nibbles keeps, per byte, the upper half's entry where the
+// index has bit 3 set (selector n + 4); two last permutes sort the bytes
+// into the low-nibble and high-nibble entries.
+__device__ __forceinline__ uint2 iq4nl_values(uint32_t q) {
+    constexpr uint32_t T0 = 0xBFAD9881u, T1 = 0xF6EADDCFu, T2 = 0x26190D01u, T3 = 0x71594535u;
+    const uint32_t idx = q & 0x77777777u;
+    const uint32_t pick = 0x32103210u | ((q & 0x88888888u) >> 1);
+    const uint32_t c0 = __byte_perm(__byte_perm(T0, T1, idx), __byte_perm(T2, T3, idx), pick);
+    const uint32_t c1 = __byte_perm(__byte_perm(T0, T1, idx >> 16), __byte_perm(T2, T3, idx >> 16),
+                                    pick >> 16);
+    return make_uint2(__byte_perm(c0, c1, 0x6420u), __byte_perm(c0, c1, 0x7531u));
+}
+
 // IQ4_NL: 18-byte blocks (2-byte aligned): d (f16), 16 bytes of 4-bit
 // indices into GGML's kvalues_iq4nl table; value d·table[q].
 template <> struct Block<FMT_IQ4_NL> {
@@ -61,19 +82,10 @@ template <> struct Block<FMT_IQ4_NL> {
         const uint8_t *b = wr + (size_t)blk * BYTES;
         return Raw{*reinterpret_cast<const uint16_t *>(b), ld_u32_a2(b + 2 + 4 * s)};
     }
-    // The table's 16 signed bytes, entry q byte q mod 4 of word q / 4: −127,
-    // −104, −83, −65 | −49, −35, −22, −10 | 1, 13, 25, 38 | 53, 69, 89, 113.
-    // The four indices become the nibbles of one byte-permute selector; bit
-    // 3 of each picks the upper or lower half of the table; the signed
-    // entries are biased to 0..255 (BIAS).
+    // The signed table entries biased to 0..255 (BIAS).
     __device__ static uint32_t codes(const Raw &r, uint32_t, int g) {
-        constexpr uint32_t T0 = 0xBFAD9881u, T1 = 0xF6EADDCFu, T2 = 0x26190D01u, T3 = 0x71594535u;
-        const uint32_t idx = nibbles(r.q, g);
-        uint32_t sel = (idx | (idx >> 4)) & 0x00ff00ffu;
-        sel = (sel | (sel >> 8)) & 0x7777u; // byte indices 0..7 (bit 3 would be prmt's sign mode)
-        const uint32_t lo = __byte_perm(T0, T1, sel), hi = __byte_perm(T2, T3, sel);
-        const uint32_t upper = ((idx >> 3) & 0x01010101u) * 0xffu;
-        return ((hi & upper) | (lo & ~upper)) ^ 0x80808080u;
+        const uint2 v = iq4nl_values(r.q);
+        return (g == 0 ? v.x : v.y) ^ 0x80808080u;
     }
     __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.d); }
     __device__ static float minimum(const Raw &, uint32_t, int) { return 0.0f; }
@@ -125,6 +137,12 @@ template <> struct Block<FMT_Q5_1> {
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return x_offset32(blk, s, g); }
 };
 
+// The 5-bit codes of 4 elements of a Q5_K chunk c: nibble g (0 low, 1 high)
+// of the code bytes `q`, fifth bit 2c + g of the qh bytes `qh`.
+__device__ __forceinline__ uint32_t q5k_codes(uint32_t q, uint32_t qh, uint32_t c, int g) {
+    return nibbles(q, g) | (((qh >> (2 * c + (uint32_t)g)) & 0x01010101u) << 4);
+}
+
 // Q5_K: 176-byte super-blocks (16-byte aligned): d, dmin (f16), 12 bytes of
 // packed 6-bit scales/mins (as Q4_K), qh[32], qs[128]. In chunk c (64
 // elements) element 64c + l is the low nibble of qs[32c + l] plus 16·bit 2c
@@ -147,14 +165,17 @@ template <> struct Block<FMT_Q5_K> {
         r.q = *reinterpret_cast<const uint32_t *>(b + 48 + 32 * (s >> 3) + 4 * (s & 7u));
         return r;
     }
-    __device__ static uint32_t codes(const Raw &r, uint32_t s, int g) {
-        const uint32_t bit = 2 * (s >> 3) + (uint32_t)g;
-        return nibbles(r.q, g) | (((r.qh >> bit) & 0x01010101u) << 4);
-    }
+    __device__ static uint32_t codes(const Raw &r, uint32_t s, int g) { return q5k_codes(r.q, r.qh, s >> 3, g); }
     __device__ static float scale(const Raw &r, uint32_t s, int g) { return kq_scale(r.h, s, g); }
     __device__ static float minimum(const Raw &r, uint32_t s, int g) { return kq_minimum(r.h, s, g); }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) { return kq_x_offset(blk, s, g); }
 };
+
+// The 6-bit codes of 4 Q6_K elements: the low (high = false) or high nibbles
+// of the ql bytes `ql` and bits shift..shift+1 of the qh bytes `qh`.
+__device__ __forceinline__ uint32_t q6k_codes(uint32_t ql, uint32_t qh, bool high, uint32_t shift) {
+    return ((ql >> (high ? 4u : 0u)) & 0x0f0f0f0fu) | (((qh >> shift) & 0x03030303u) << 4);
+}
 
 // Q6_K: 210-byte super-blocks (2-byte aligned): ql[128], qh[64], 16 signed
 // 8-bit scales, d (f16) last. In half h (128 elements), for l in 0..32:
@@ -184,8 +205,7 @@ template <> struct Block<FMT_Q6_K> {
         return r;
     }
     __device__ static uint32_t codes(const Raw &r, uint32_t, int g) {
-        const uint32_t lo = ((g & 1) ? r.qb : r.qa) >> (g >= 2 ? 4u : 0u);
-        return (lo & 0x0f0f0f0fu) | (((r.qh >> (2 * g)) & 0x03030303u) << 4);
+        return q6k_codes((g & 1) ? r.qb : r.qa, r.qh, g >= 2, 2 * (uint32_t)g);
     }
     __device__ static float scale(const Raw &r, uint32_t s, int g) {
         const uint32_t i = 2 * (uint32_t)g + ((s & 7u) >= 4 ? 1u : 0u); // in the half
@@ -197,6 +217,9 @@ template <> struct Block<FMT_Q6_K> {
         return (size_t)blk * 256 + 128 * (s >> 3) + 32 * (uint32_t)g + 4 * (s & 7u);
     }
 };
+
+// Code l (0..3, bits 2l..2l+1) of each of the 4 TQ2_0 code bytes `q`.
+__device__ __forceinline__ uint32_t tq2_codes(uint32_t q, int l) { return (q >> (2 * l)) & 0x03030303u; }
 
 // TQ2_0: 66-byte super-blocks (2-byte aligned): qs[64], d (f16) last. Code
 // l (bits 2l..2l+1) of qs[32j + m] is element 128j + 32l + m; value
@@ -214,7 +237,7 @@ template <> struct Block<FMT_TQ2_0> {
         return Raw{ld_u32_a2(b + 32 * (s >> 3) + 4 * (s & 7u)),
                    *reinterpret_cast<const uint16_t *>(b + 64)};
     }
-    __device__ static uint32_t codes(const Raw &r, uint32_t, int g) { return (r.q >> (2 * g)) & 0x03030303u; }
+    __device__ static uint32_t codes(const Raw &r, uint32_t, int g) { return tq2_codes(r.q, g); }
     __device__ static float scale(const Raw &r, uint32_t, int) { return half_bits_to_float(r.d); }
     __device__ static float minimum(const Raw &, uint32_t, int) { return 0.0f; }
     __device__ static size_t x_offset(uint32_t blk, uint32_t s, int g) {

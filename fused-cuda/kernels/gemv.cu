@@ -768,24 +768,31 @@ GEMV_KERNELS(q6_K, FMT_Q6_K)
 GEMV_KERNELS(tq2_0, FMT_TQ2_0)
 
 // ====================================================================
-// Quantized activations and integer dot products (the core's ActQuant::Q8_0
-// mode for Q8_0 / Q4_0 weights, ActQuant::Q8_K for Q4_K).
+// Quantized activations and integer dot products (GGML's CPU modes, the
+// core's ActQuant::ggml: Q8_0 activations for Q8_0 / Q4_0 / Q5_0 / IQ4_NL
+// weights, Q8_1 for Q4_1 / Q5_1, Q8_K for Q4_K / Q5_K / Q6_K / TQ2_0).
 //
 // The activation columns are quantized on the device exactly as
 // fused_core::quant::quantize_row does (same codes, same scales), into a
 // device layout of three arrays (src/qacts.rs, QactsLayout):
 //   codes  int8  [n_cols][k]          the codes in element order
-//   scales f32   [n_cols][k / B]      Q8_0: the f16 d, as f32; Q8_K: d
+//   scales f32   [n_cols][k / B]      Q8_0: the f16 d, as f32; Q8_1: the
+//                                     pair (d, s) of f16s, as f32; Q8_K: d
 //   sums   int32 [n_cols][k / S]      Q8_0: each block's sum of codes;
-//                                     Q8_K: the 16-element bsums, ordered
-//                                     per 256-block as the GEMV reads them
-// Weights in the integer layout (src/layout.rs, to_device_int): Q4_0 and
-// Q8_0 one lane per 32-element block, Q4_K one lane per 16 bytes of codes.
-// Each lane forms its unit's integer sum exactly (dp4a), scales it in f32
-// with GGML's formula for that block, and adds it to its accumulator; the
-// accumulators are combined, and the epilogue applied, as in the f32
-// kernels. So every block's integer sum is the reference's, and only the
-// f32 sum of the scaled block terms runs in another order.
+//                                     Q8_1: none; Q8_K: the 16-element
+//                                     bsums, ordered per 256-block as the
+//                                     Q4_K GEMV reads them (bsum_slot)
+// Weights in the integer layout (src/layout.rs, to_device_int): the
+// 32-element formats one lane per block, the K-quants one lane per 16 bytes
+// of codes, TQ2_0 four lanes per block. Each lane forms its unit's integer
+// sum exactly (dp4a), scales it in f32 with GGML's formula for that block,
+// and adds it to its accumulator; the accumulators are combined, and the
+// epilogue applied, as in the f32 kernels. So every block's integer sum is
+// the reference's (TQ2_0: its 4 lanes' sums added exactly first), and only
+// the f32 sum of the scaled block terms runs in another order. (The
+// K-quants with 6-bit scales, Q4_K / Q5_K / Q6_K, where the reference
+// itself splits a block's scaled sum into 8 f32 lanes, scale each unit's
+// part of the block with the block's factors: the same products, regrouped.)
 // ====================================================================
 
 // Parameters of one quantizer launch (src/params.rs: QuantParams).
@@ -805,14 +812,15 @@ __device__ __forceinline__ uint32_t float_to_half_bits(float f) {
     return h;
 }
 
-// Q8_0: one warp per 32-element block, lane i quantizes element i:
-// d = amax/127, id = 1/d (0 for d = 0), q = roundf(x·id) (ties away from
-// zero), d stored as f16 (here: its f32 value). Non-finite inputs as the
-// core: its amax fold (`if a > |v| { a } else { |v| }`) restarts after a
-// NaN, so amax is the largest |v| after the block's last NaN (NaN when the
-// last element is one); a code is Rust's saturating `as i8` of the rounded
-// value (NaN gives 0).
-extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_0(const QuantParams p) {
+// Q8_0 and Q8_1 (S): one warp per 32-element block, lane i quantizes
+// element i: d = amax/127, id = 1/d (0 for d = 0), q = roundf(x·id) (ties
+// away from zero), d stored as f16 (here: its f32 value). Non-finite inputs
+// as the core: its amax fold (`if a > |v| { a } else { |v| }`) restarts
+// after a NaN, so amax is the largest |v| after the block's last NaN (NaN
+// when the last element is one); a code is Rust's saturating `as i8` of the
+// rounded value (NaN gives 0). Q8_0 writes d and the block's code sum; Q8_1
+// writes d and s = f16(Σq·d) (the f32 d) as a pair of f32, no sums.
+template <bool S> __device__ __forceinline__ void quantize_32(const QuantParams &p) {
     griddep_enter();
     const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
     if (blk >= p.n_blocks) return; // whole warps leave together
@@ -831,9 +839,23 @@ extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_0(const Quan
     p.codes[(size_t)blk * 32 + lane] = (int8_t)q;
     const int sum = __reduce_add_sync(0xffffffffu, q);
     if (lane == 0) {
-        p.scales[blk] = half_bits_to_float(float_to_half_bits(d));
-        p.sums[blk] = sum;
+        const float dh = half_bits_to_float(float_to_half_bits(d));
+        if constexpr (S) {
+            const float sh = half_bits_to_float(float_to_half_bits(__fmul_rn((float)sum, d)));
+            reinterpret_cast<float2 *>(p.scales)[blk] = make_float2(dh, sh);
+        } else {
+            p.scales[blk] = dh;
+            p.sums[blk] = sum;
+        }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_0(const QuantParams p) {
+    quantize_32<false>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_1(const QuantParams p) {
+    quantize_32<true>(p);
 }
 
 // Where bsum g (0..15) of a 256-block lies among the block's 16 sums: the
@@ -931,6 +953,12 @@ __device__ __forceinline__ uint32_t ld_stream_u16(const uint8_t *p) {
     return v;
 }
 
+__device__ __forceinline__ uint32_t ld_stream_u32(const uint8_t *p) {
+    uint32_t v;
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
 // Activation codes: read by every row group of the launch, cached in L1.
 __device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
     uint4 v;
@@ -945,45 +973,155 @@ __device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
 }
 
 // One lane's unit of work per format: its weights (WRaw), its activations
-// for one column (XRaw) and the f32 term they add to the accumulator.
+// for one column (XRaw) and the f32 term they add to the accumulator
+// (`term(w, x, u)`, u the unit's index in the row).
 template <int FMT> struct QUnit;
 
-// Q4_0 × Q8_0: a unit is a 32-element block. Weights: 16 bytes of codes
-// (the core's qs: byte j holds element j low, j + 16 high) at 16·(row·nb +
-// b), then the f16 d of every block at 2·(row·nb + b). Term: GGML's
-// ((isum as f32)·dx)·dy with isum = Σ q_j·y_j − 8·Σ y_j.
-template <> struct QUnit<FMT_Q4_0> {
-    static constexpr uint32_t ELEMS = 32;
-    struct WRaw {
-        uint4 q;
-        uint32_t d;
-    };
-    struct XRaw {
-        uint4 a, b;
-        float d;
-        int s;
-    };
-    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
-                                uint32_t u) {
-        const size_t at = (size_t)row * units + u;
-        return WRaw{ld_stream(w + 16 * at), ld_stream_u16(w + (size_t)rows * units * 16 + 2 * at)};
-    }
-    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+// The activations of a 32-element unit u (one block) in the Q8_0 mode:
+// codes of elements 0..15 (a) and 16..31 (b), the block's d and code sum.
+struct XQ8_0 {
+    uint4 a, b;
+    float d;
+    int s;
+    __device__ static XQ8_0 xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
         const size_t at = (size_t)col * (p.k / 32) + u;
-        return XRaw{ld_xq(c), ld_xq(c + 16), p.scales[at], p.sums[at]};
-    }
-    __device__ static float term(const WRaw &w, const XRaw &x) {
-        int s = -8 * x.s;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const uint32_t q = word(w.q, j);
-            s = dp4(q & 0x0f0f0f0fu, word(x.a, j), s);
-            s = dp4((q >> 4) & 0x0f0f0f0fu, word(x.b, j), s);
-        }
-        return __fmul_rn(__fmul_rn((float)s, half_bits_to_float(w.d)), x.d);
+        return XQ8_0{ld_xq(c), ld_xq(c + 16), p.scales[at], p.sums[at]};
     }
 };
+
+// The same in the Q8_1 mode: d and s (the f16 d·Σq, as f32) of the block.
+struct XQ8_1 {
+    uint4 a, b;
+    float2 ds;
+    __device__ static XQ8_1 xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
+        const size_t at = (size_t)col * (p.k / 32) + u;
+        return XQ8_1{ld_xq(c), ld_xq(c + 16), reinterpret_cast<const float2 *>(p.scales)[at]};
+    }
+};
+
+// Weights of the 32-element formats in the integer layout (src/layout.rs):
+// per block the 16 bytes of nibbles (the core's qs: byte j holds element j
+// low, j + 16 high) at 16·at (at = row·nb + b), then, where the format has
+// them, the 4 bytes of fifth bits (qh) at 16·N + 4·at (N = rows·nb), then
+// the block's header (d, or d and m) at B + H·at, B the bytes before it.
+template <bool QH, int H> struct W32 {
+    uint4 q;
+    uint32_t qh, h;
+    __device__ static W32 load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                               uint32_t u) {
+        const size_t at = (size_t)row * units + u, n = (size_t)rows * units;
+        W32 r;
+        r.q = ld_stream(w + 16 * at);
+        r.qh = QH ? ld_stream_u32(w + 16 * n + 4 * at) : 0u;
+        const uint8_t *hp = w + (QH ? 20 : 16) * n + H * at;
+        r.h = H == 2 ? ld_stream_u16(hp) : ld_stream_u32(hp);
+        return r;
+    }
+    // The codes of elements 4j..4j+3 (g = 0) or 16 + 4j..+3 (g = 1), the
+    // fifth bits added where the format has them.
+    __device__ uint32_t codes(int j, int g) const {
+        return QH ? q5_codes(word(q, j), qh, (uint32_t)j, g) : nibbles(word(q, j), g);
+    }
+    // Σ c_e·y_e over the block (codes c_e), from `init`.
+    template <class X> __device__ int dot(const X &x, int init) const {
+        int s = init;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            s = dp4(codes(j, 0), word(x.a, j), s);
+            s = dp4(codes(j, 1), word(x.b, j), s);
+        }
+        return s;
+    }
+};
+
+// Q4_0 × Q8_0: a unit is a 32-element block (W32 without fifth bits, the f16
+// d). Term: GGML's ((isum as f32)·dx)·dy with isum = Σ q_j·y_j − 8·Σ y_j.
+template <> struct QUnit<FMT_Q4_0> {
+    static constexpr uint32_t ELEMS = 32;
+    using WRaw = W32<false, 2>;
+    using XRaw = XQ8_0;
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        return WRaw::load(w, rows, units, row, u);
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        return XRaw::xload(p, col, u);
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
+        const int s = w.dot(x, -8 * x.s);
+        return __fmul_rn(__fmul_rn((float)s, half_bits_to_float(w.h)), x.d);
+    }
+};
+
+// Q5_0 × Q8_0: a unit is a block (W32 with fifth bits, the f16 d). Term:
+// GGML's (dx·dy)·(isum as f32), isum = Σ q5_j·y_j − 16·Σ y_j.
+template <> struct QUnit<FMT_Q5_0> {
+    static constexpr uint32_t ELEMS = 32;
+    using WRaw = W32<true, 2>;
+    using XRaw = XQ8_0;
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        return WRaw::load(w, rows, units, row, u);
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        return XRaw::xload(p, col, u);
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
+        const int s = w.dot(x, -16 * x.s);
+        return __fmul_rn(__fmul_rn(half_bits_to_float(w.h), x.d), (float)s);
+    }
+};
+
+// IQ4_NL × Q8_0: a unit is a block (W32 without fifth bits, the f16 d); the
+// 4-bit indices looked up as signed table entries, 8 at a time. Term:
+// GGML's (dy·dx)·(isum as f32), isum = Σ table[q_j]·y_j.
+template <> struct QUnit<FMT_IQ4_NL> {
+    static constexpr uint32_t ELEMS = 32;
+    using WRaw = W32<false, 2>;
+    using XRaw = XQ8_0;
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        return WRaw::load(w, rows, units, row, u);
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        return XRaw::xload(p, col, u);
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
+        int s = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint2 v = iq4nl_values(word(w.q, j));
+            s = dp4(v.x, word(x.a, j), s);
+            s = dp4(v.y, word(x.b, j), s);
+        }
+        return __fmul_rn(__fmul_rn(x.d, half_bits_to_float(w.h)), (float)s);
+    }
+};
+
+// Q4_1 and Q5_1 × Q8_1: a unit is a block (W32, the f16 d and m in one
+// word). Term: GGML's (dx·dy)·(isum as f32) + mx·sy, isum = Σ q_j·y_j
+// (unsigned codes).
+template <bool QH> struct QUnitQ8_1 {
+    static constexpr uint32_t ELEMS = 32;
+    using WRaw = W32<QH, 4>;
+    using XRaw = XQ8_1;
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        return WRaw::load(w, rows, units, row, u);
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        return XRaw::xload(p, col, u);
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
+        const int s = w.dot(x, 0);
+        const float dx = half_bits_to_float(w.h), mx = half_bits_to_float(w.h >> 16);
+        return __fadd_rn(__fmul_rn(__fmul_rn(dx, x.ds.x), (float)s), __fmul_rn(mx, x.ds.y));
+    }
+};
+template <> struct QUnit<FMT_Q4_1> : QUnitQ8_1<false> {};
+template <> struct QUnit<FMT_Q5_1> : QUnitQ8_1<true> {};
 
 // Q8_0 × Q8_0: a unit is a 32-element block. Weights: per row, blocks in
 // groups of 32 (the last group g < 32 blocks), each group its blocks'
@@ -1012,7 +1150,7 @@ template <> struct QUnit<FMT_Q8_0> {
         const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
         return XRaw{ld_xq(c), ld_xq(c + 16), p.scales[(size_t)col * (p.k / 32) + u]};
     }
-    __device__ static float term(const WRaw &w, const XRaw &x) {
+    __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
         int s = 0;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -1023,24 +1161,53 @@ template <> struct QUnit<FMT_Q8_0> {
     }
 };
 
-// Q4_K × Q8_K: a unit is 16 bytes of codes, u = 8·sb + 2c + h: bytes
-// 16h..16h+15 of chunk c (64 elements) of super-block sb, whose low nibbles
-// are elements 64c + 16h + i of sub-block 2c and high nibbles elements
-// 64c + 32 + 16h + i of sub-block 2c + 1. Weights: the core's qs (128 bytes
-// per super-block) at 128·(row·nsb + sb), then the 16-byte headers (d,
-// dmin, packed scales) at 16·(row·nsb + sb). Term: dd·(A as f32) −
-// dm·(mi as f32), A = sc_2c·isum_lo + sc_2c+1·isum_hi, mi = m_2c·bsum_lo +
-// m_2c+1·bsum_hi, dd = d·dy, dm = dmin·dy (GGML's per-block factors).
+// Q4_K and Q5_K × Q8_K: a unit is 16 bytes of codes, u = 8·sb + 2c + h:
+// bytes 16h..16h+15 of chunk c (64 elements) of super-block sb, whose low
+// nibbles are elements 64c + 16h + i of sub-block 2c and high nibbles
+// elements 64c + 32 + 16h + i of sub-block 2c + 1. Weights: the core's qs
+// (128 bytes per super-block) at 128·(row·nsb + sb), then the 16-byte
+// headers (d, dmin, packed scales) at 16·(row·nsb + sb); Q5_K then its qh
+// (32 bytes per super-block, byte l: the fifth bits of element l of each
+// chunk). Term: dd·(A as f32) − dm·(mi as f32), A = sc_2c·isum_lo +
+// sc_2c+1·isum_hi, mi = m_2c·bsum_lo + m_2c+1·bsum_hi, dd = d·dy, dm =
+// dmin·dy (GGML's per-block factors).
+struct XQ8_K2 {
+    uint4 lo, hi;
+    float d;
+    int2 s;
+    __device__ static XQ8_K2 xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        const uint32_t sb = u >> 3, c = (u >> 1) & 3u, h = u & 1u;
+        const int8_t *x = p.codes + (size_t)col * p.k + 256 * (size_t)sb + 64 * c + 16 * h;
+        const size_t blk = (size_t)col * (p.k / 256) + sb;
+        return XQ8_K2{ld_xq(x), ld_xq(x + 32), p.scales[blk],
+                      *reinterpret_cast<const int2 *>(p.sums + 16 * blk + 2 * (u & 7u))};
+    }
+};
+
+// The Q4_K / Q5_K term of unit u from its integer sums lo, hi and its
+// super-block's header h.
+__device__ __forceinline__ float kq_term(const uint4 &h, int lo, int hi, const XQ8_K2 &x,
+                                         uint32_t u) {
+    // Sub-blocks 2c and 2c + 1: their packed bytes sit at byte
+    // 2(c mod 2) of the header's words y, z (c < 2: sc, m in 6 bits)
+    // or w, with the top bits in y, z (c >= 2); the core's scale_min.
+    const uint32_t c = (u >> 1) & 3u, sh = 16 * (c & 1u);
+    const uint32_t y2 = (h.y >> sh) & 0xffffu, z2 = (h.z >> sh) & 0xffffu, w2 = (h.w >> sh) & 0xffffu;
+    const uint32_t scs = c < 2 ? y2 & 0x3f3fu : (w2 & 0x0f0fu) | ((y2 >> 2) & 0x3030u);
+    const uint32_t ms = c < 2 ? z2 & 0x3f3fu : ((w2 >> 4) & 0x0f0fu) | ((z2 >> 2) & 0x3030u);
+    const int a = (int)(scs & 0xffu) * lo + (int)(scs >> 8) * hi;
+    const int mi = (int)(ms & 0xffu) * x.s.x + (int)(ms >> 8) * x.s.y;
+    const float dd = __fmul_rn(half_bits_to_float(h.x), x.d);
+    const float dm = __fmul_rn(half_bits_to_float(h.x >> 16), x.d);
+    return __fsub_rn(__fmul_rn(dd, (float)a), __fmul_rn(dm, (float)mi));
+}
+
 template <> struct QUnit<FMT_Q4_K> {
     static constexpr uint32_t ELEMS = 16 * 2;
     struct WRaw {
         uint4 q, h;
     };
-    struct XRaw {
-        uint4 lo, hi;
-        float d;
-        int2 s;
-    };
+    using XRaw = XQ8_K2;
     __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
                                 uint32_t u) {
         const size_t at = (size_t)row * units + u;
@@ -1048,42 +1215,151 @@ template <> struct QUnit<FMT_Q4_K> {
                     ld_stream(w + (size_t)rows * units * 16 + 16 * (at >> 3))};
     }
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        const uint32_t sb = u >> 3, c = (u >> 1) & 3u, h = u & 1u;
-        const int8_t *x = p.codes + (size_t)col * p.k + 256 * (size_t)sb + 64 * c + 16 * h;
-        const size_t blk = (size_t)col * (p.k / 256) + sb;
-        return XRaw{ld_xq(x), ld_xq(x + 32), p.scales[blk],
-                    *reinterpret_cast<const int2 *>(p.sums + 16 * blk + 2 * (u & 7u))};
+        return XRaw::xload(p, col, u);
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t u) {
         int lo = 0, hi = 0;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const uint32_t q = word(w.q, j);
-            lo = dp4(q & 0x0f0f0f0fu, word(x.lo, j), lo);
-            hi = dp4((q >> 4) & 0x0f0f0f0fu, word(x.hi, j), hi);
+            lo = dp4(nibbles(q, 0), word(x.lo, j), lo);
+            hi = dp4(nibbles(q, 1), word(x.hi, j), hi);
         }
-        // Sub-blocks 2c and 2c + 1: their packed bytes sit at byte
-        // 2(c mod 2) of the header's words y, z (c < 2: sc, m in 6 bits)
-        // or w, with the top bits in y, z (c >= 2); the core's scale_min.
-        const uint32_t c = (u >> 1) & 3u, sh = 16 * (c & 1u);
-        const uint32_t y2 = (w.h.y >> sh) & 0xffffu, z2 = (w.h.z >> sh) & 0xffffu,
-                       w2 = (w.h.w >> sh) & 0xffffu;
-        const uint32_t scs = c < 2 ? y2 & 0x3f3fu : (w2 & 0x0f0fu) | ((y2 >> 2) & 0x3030u);
-        const uint32_t ms = c < 2 ? z2 & 0x3f3fu : ((w2 >> 4) & 0x0f0fu) | ((z2 >> 2) & 0x3030u);
-        const int a = (int)(scs & 0xffu) * lo + (int)(scs >> 8) * hi;
-        const int mi = (int)(ms & 0xffu) * x.s.x + (int)(ms >> 8) * x.s.y;
-        const float dd = __fmul_rn(half_bits_to_float(w.h.x), x.d);
-        const float dm = __fmul_rn(half_bits_to_float(w.h.x >> 16), x.d);
-        return __fsub_rn(__fmul_rn(dd, (float)a), __fmul_rn(dm, (float)mi));
+        return kq_term(w.h, lo, hi, x, u);
     }
 };
 
-template <int FMT>
-__device__ __forceinline__ float qterm(const typename QUnit<FMT>::WRaw &w,
-                                       const typename QUnit<FMT>::XRaw &x, uint32_t u) {
-    if constexpr (FMT == FMT_Q4_K) return QUnit<FMT>::term(w, x, u);
-    else return QUnit<FMT>::term(w, x);
-}
+// Q5_K: unit u also reads the 16 qh bytes 16h..16h+15 of its super-block
+// (the 4 units of one h read the same bytes in the same warp load).
+template <> struct QUnit<FMT_Q5_K> {
+    static constexpr uint32_t ELEMS = 16 * 2;
+    struct WRaw {
+        uint4 q, h, qh;
+    };
+    using XRaw = XQ8_K2;
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        const size_t at = (size_t)row * units + u, n = (size_t)rows * units;
+        return WRaw{ld_stream(w + 16 * at), ld_stream(w + 16 * n + 16 * (at >> 3)),
+                    ld_stream(w + 18 * n + 32 * (at >> 3) + 16 * (u & 1u))};
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        return XRaw::xload(p, col, u);
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x, uint32_t u) {
+        const uint32_t c = (u >> 1) & 3u;
+        int lo = 0, hi = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t q = word(w.q, j), qh = word(w.qh, j);
+            lo = dp4(q5k_codes(q, qh, c, 0), word(x.lo, j), lo);
+            hi = dp4(q5k_codes(q, qh, c, 1), word(x.hi, j), hi);
+        }
+        return kq_term(w.h, lo, hi, x, u);
+    }
+};
+
+// Q6_K × Q8_K: a unit is 16 bytes of ql, u = 8·sb + 4h + p: ql bytes
+// 64h + 16p + i (i < 16), whose low nibbles are elements e = 128h +
+// 32(p/2) + 16(p mod 2) + i (16-element group 8h + p) and high nibbles
+// elements e + 64 (group 8h + 4 + p); their two top bits are bits 2(p/2) (low) and 2(p/2) + 4 (high) of qh
+// byte 32h + 16(p mod 2) + i. Weights: the core's ql at 128·at (at = row·nsb
+// + sb), then qh at 128·N + 64·at, the 16 signed scales at 192·N + 16·at,
+// d at 208·N + 2·at (N = rows·nsb). Term: (d·dy)·(A as f32) with A =
+// sc_g·(isum_g − 32·bsum_g) + sc_g'·(isum_g' − 32·bsum_g') (codes q − 32).
+template <> struct QUnit<FMT_Q6_K> {
+    static constexpr uint32_t ELEMS = 16 * 2;
+    struct WRaw {
+        uint4 ql, qh;
+        uint2 sc; // the scales of groups 8h .. 8h + 7
+        uint32_t d;
+    };
+    struct XRaw {
+        uint4 lo, hi;
+        float d;
+        int slo, shi;
+    };
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        const size_t at = (size_t)row * units + u, n = (size_t)rows * units / 8, sb = at >> 3;
+        const uint32_t h = (u >> 2) & 1u, p = u & 3u;
+        return WRaw{ld_stream(w + 16 * at), ld_stream(w + 128 * n + 64 * sb + 32 * h + 16 * (p & 1u)),
+                    ld_stream2(w + 192 * n + 16 * sb + 8 * h), ld_stream_u16(w + 208 * n + 2 * sb)};
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        const uint32_t sb = u >> 3, h = (u >> 2) & 1u, q = u & 3u;
+        const int8_t *x =
+            p.codes + (size_t)col * p.k + 256 * (size_t)sb + 128 * h + 32 * (q >> 1) + 16 * (q & 1u);
+        const size_t blk = (size_t)col * (p.k / 256) + sb;
+        // Groups 8h + q and 8h + 4 + q at their bsum slots (bsum_slot).
+        const int32_t *s = p.sums + 16 * blk + 8 * h + 2 * (q & 1u) + (q >> 1);
+        return XRaw{ld_xq(x), ld_xq(x + 64), p.scales[blk], s[0], s[4]};
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x, uint32_t u) {
+        const uint32_t p = u & 3u, sh = 2 * (p >> 1);
+        int lo = -32 * x.slo, hi = -32 * x.shi;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t ql = word(w.ql, j), qh = word(w.qh, j);
+            lo = dp4(q6k_codes(ql, qh, false, sh), word(x.lo, j), lo);
+            hi = dp4(q6k_codes(ql, qh, true, sh + 4), word(x.hi, j), hi);
+        }
+        const int sc_lo = (int8_t)((w.sc.x >> (8 * p)) & 0xffu);
+        const int sc_hi = (int8_t)((w.sc.y >> (8 * p)) & 0xffu);
+        const int a = sc_lo * lo + sc_hi * hi;
+        return __fmul_rn(__fmul_rn(half_bits_to_float(w.d), x.d), (float)a);
+    }
+};
+
+// TQ2_0 × Q8_K: a unit is 16 bytes of codes, u = 4·sb + v, v = 2j + h:
+// qs bytes 32j + 16h + i, whose code l is element 128j + 32l + 16h + i.
+// Weights: the core's qs at 64·at (at = row·nsb + sb), then d at 64·N +
+// 2·at. The 4 units of a super-block sit in 4 neighbouring lanes (lanes
+// 4m..4m+3 take units 4m'..4m'+3), which add their integer sums
+// (shuffles), so that the block's isum = Σ t_e·y_e − Σ y_e is formed
+// whole; lane 4m returns GGML's (isum as f32)·(dy·dx), the others 0.
+template <> struct QUnit<FMT_TQ2_0> {
+    static constexpr uint32_t ELEMS = 64;
+    struct WRaw {
+        uint4 q;
+        uint32_t d;
+    };
+    struct XRaw {
+        uint4 x[4];
+        float d;
+        int s; // Σ y over a quarter of the block (bsum slots 4v..4v+3)
+    };
+    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
+                                uint32_t u) {
+        const size_t at = (size_t)row * units + u;
+        return WRaw{ld_stream(w + 16 * at), ld_stream_u16(w + (size_t)rows * units * 16 + 2 * (at >> 2))};
+    }
+    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
+        const uint32_t sb = u >> 2, v = u & 3u;
+        const int8_t *x = p.codes + (size_t)col * p.k + 256 * (size_t)sb + 128 * (v >> 1) + 16 * (v & 1u);
+        const size_t blk = (size_t)col * (p.k / 256) + sb;
+        const int4 s = *reinterpret_cast<const int4 *>(p.sums + 16 * blk + 4 * v);
+        XRaw r;
+#pragma unroll
+        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(x + 32 * l);
+        r.d = p.scales[blk];
+        r.s = s.x + s.y + s.z + s.w;
+        return r;
+    }
+    __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
+        int s = -x.s;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t q = word(w.q, j);
+#pragma unroll
+            for (int l = 0; l < 4; ++l) s = dp4(tq2_codes(q, l), word(x.x[l], j), s);
+        }
+        const uint32_t lane = threadIdx.x & 31u, group = 0xfu << (lane & 28u);
+        s += __shfl_xor_sync(group, s, 1);
+        s += __shfl_xor_sync(group, s, 2);
+        return (lane & 3u) == 0 ? __fmul_rn((float)s, __fmul_rn(x.d, half_bits_to_float(w.d))) : 0.0f;
+    }
+};
 
 // Units a lane has in flight at once (the kernels' UNROLL): 2, and 1 in
 // the 1-column `_u1` variants (FUSED_CUDA_Q_UNROLL=1, for A/B runs of
@@ -1152,7 +1428,7 @@ __device__ void gemvq(const GemvQParams &p) {
                     for (int v = 0; v < V; ++v)
 #pragma unroll
                         for (int r = 0; r < R; ++r)
-                            acc[v][r][c] = __fadd_rn(acc[v][r][c], qterm<FMT>(w[j][v][r], x, u));
+                            acc[v][r][c] = __fadd_rn(acc[v][r][c], U::term(w[j][v][r], x, u));
                 }
             }
         }
@@ -1201,3 +1477,10 @@ __device__ void gemvq(const GemvQParams &p) {
 GEMVQ_KERNELS(q8_0, FMT_Q8_0)
 GEMVQ_KERNELS(q4_0, FMT_Q4_0)
 GEMVQ_KERNELS(q4_K, FMT_Q4_K)
+GEMVQ_KERNELS(q5_0, FMT_Q5_0)
+GEMVQ_KERNELS(iq4_nl, FMT_IQ4_NL)
+GEMVQ_KERNELS(q6_K, FMT_Q6_K)
+GEMVQ_KERNELS(q5_K, FMT_Q5_K)
+GEMVQ_KERNELS(tq2_0, FMT_TQ2_0)
+GEMVQ_KERNELS(q4_1, FMT_Q4_1)
+GEMVQ_KERNELS(q5_1, FMT_Q5_1)

@@ -63,10 +63,10 @@ impl DeviceVec {
 
 /// A weight matrix in device memory, in one of [`GEMV_DTYPES`]; quantized
 /// formats in the f32-activation kernels' lane-interleaved layout
-/// (`src/layout.rs`: the same bytes, rearranged once at upload), and Q8_0,
-/// Q4_0 and Q4_K also in the integer kernels' layout
-/// (`layout::to_device_int`), so that one upload serves every activation
-/// mode (at twice the device memory for those formats).
+/// (`src/layout.rs`: the same bytes, rearranged once at upload), and also
+/// in the integer kernels' layout (`layout::to_device_int`), so that one
+/// upload serves every activation mode (at twice the device memory for the
+/// quantized formats).
 pub struct DeviceWeights {
     dtype: DType,
     rows: usize,
@@ -107,7 +107,8 @@ impl DeviceWeights {
         self.buf.len()
     }
 
-    /// The device address of the integer kernels' copy (Q8_0, Q4_0, Q4_K).
+    /// The device address of the integer kernels' copy (the quantized
+    /// formats).
     pub(crate) fn int_addr(&self) -> Option<u64> {
         self.int_buf.as_ref().map(|b| b.as_device_ptr().as_raw())
     }
@@ -123,7 +124,7 @@ impl DeviceWeights {
 }
 
 /// Activation columns quantized on the device (the core's
-/// [`ActQuant::Q8_0`] or [`ActQuant::Q8_K`] mode), in the integer GEMV
+/// [`ActQuant::Q8_0`], [`ActQuant::Q8_1`] or [`ActQuant::Q8_K`] mode), in the integer GEMV
 /// kernels' layout (`src/qacts.rs`).
 pub struct DeviceActs {
     layout: QactsLayout,
@@ -640,8 +641,9 @@ impl CudaBackend {
     }
 
     /// Quantizes `n_cols` columns of `x` (each of `x.len() / n_cols`
-    /// elements) on the device in `mode` ([`ActQuant::Q8_0`] or
-    /// [`ActQuant::Q8_K`]), exactly as `fused_core::quant::quantize_row`.
+    /// elements) on the device in `mode` ([`ActQuant::Q8_0`],
+    /// [`ActQuant::Q8_1`] or [`ActQuant::Q8_K`]), exactly as
+    /// `fused_core::quant::quantize_row`.
     pub fn quantize_acts(
         &self,
         mode: ActQuant,
@@ -681,7 +683,7 @@ impl CudaBackend {
         let word = |b: &[u8]| [b[0], b[1], b[2], b[3]];
         Ok(QuantizedActs {
             codes: all[..n].iter().map(|&b| b as i8).collect(),
-            scales: all[l.scales..l.scales + 4 * l.blocks()]
+            scales: all[l.scales..l.scales + 4 * l.n_scales()]
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes(word(b)))
                 .collect(),

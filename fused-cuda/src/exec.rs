@@ -5,8 +5,8 @@
 //!
 //! The GEMV kernels take the weight formats and activation modes that
 //! [`check_gemv_mode`] lists (f32 activations for every format of
-//! [`crate::GEMV_DTYPES`]; GGML's Q8_0 / Q8_K activations for Q8_0, Q4_0
-//! and Q4_K), 1 to [`MAX_COLS`] columns; anything else is refused with
+//! [`crate::GEMV_DTYPES`]; GGML's quantized activations for every
+//! quantized format), 1 to [`MAX_COLS`] columns; anything else is refused with
 //! [`fused_core::Error::Unsupported`] before the step runs. Without the
 //! `cuda` feature there is no [`CudaBackend`] to call this on (its
 //! constructor returns [`CudaError::NotCompiled`]).

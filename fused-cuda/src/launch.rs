@@ -53,15 +53,22 @@ fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
 /// Output rows one block of the integer GEMV kernels computes
 /// (`fused_gemvq_*_r<R>_c<NC>` in `kernels/gemv.cu`). One column: Q8_0 and
 /// Q4_K 4 (on the H200 1.02–1.08x faster than 2), Q4_0 2 (4 ran 0.94–1.0x);
-/// `FUSED_CUDA_Q_ROWS` (1, 2 or 4) overrides it, for A/B runs of
-/// `cuda-bench`.
+/// the other formats from an A/B of `cuda-bench --gemv-only` on the H200
+/// (00:07 UTC, 4096 × 14336, GEMV alone, 2 rows against 4): Q5_0 1.23x,
+/// Q5_1 1.24x, IQ4_NL 1.08x, TQ2_0 1.09x, Q4_1 equal: 2 rows; Q5_K and
+/// Q6_K within 1% (Q6_K with its quantizer 0.96x): 4. `FUSED_CUDA_Q_ROWS` (1, 2 or 4) overrides it, for A/B
+/// runs of `cuda-bench`.
 fn gemvq_rows_per_block(dtype: DType, n_cols: usize) -> usize {
+    let two = matches!(
+        dtype,
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL | DType::TQ2_0
+    );
     match n_cols {
         1 => std::env::var("FUSED_CUDA_Q_ROWS")
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|r| [1, 2, 4].contains(r))
-            .unwrap_or(if dtype == DType::Q4_0 { 2 } else { 4 }),
+            .unwrap_or(if two { 2 } else { 4 }),
         2..=4 => 2,
         _ => 1,
     }
@@ -299,10 +306,10 @@ impl Launch {
             k: u32_of("activation column", layout.k)?,
             n_blocks: u32_of("activation blocks", blocks)?,
         };
-        let name = if layout.mode == ActQuant::Q8_K {
-            "fused_quantize_q8_K"
-        } else {
-            "fused_quantize_q8_0"
+        let name = match layout.mode {
+            ActQuant::Q8_K => "fused_quantize_q8_K",
+            ActQuant::Q8_1 => "fused_quantize_q8_1",
+            _ => "fused_quantize_q8_0",
         };
         let grid = u32_of(
             "quantizer grid",

@@ -153,49 +153,73 @@ pub(crate) fn to_device(dtype: DType, rows: usize, cols: usize, bytes: &[u8]) ->
     out
 }
 
-/// `rows × cols` weights of `dtype` (Q8_0, Q4_0 or Q4_K; the core's layout,
+/// The planes of the integer (quantized-activation) layout of `dtype`: byte
+/// ranges `(offset, len)` of one of its blocks, in the order the planes lie
+/// in the matrix (codes first), or `None` for the formats without integer
+/// kernels. Each block's range `p` lies in plane `p` at `len·(r·nb + b)`.
+pub(crate) const fn int_planes(dtype: DType) -> Option<&'static [(usize, usize)]> {
+    Some(match dtype {
+        // qs, then d.
+        DType::Q8_0 => &[(2, 32), (0, 2)],
+        DType::Q4_0 | DType::IQ4_NL => &[(2, 16), (0, 2)],
+        // qs, then d and m.
+        DType::Q4_1 => &[(4, 16), (0, 4)],
+        // qs, qh, then d (and m).
+        DType::Q5_0 => &[(6, 16), (2, 4), (0, 2)],
+        DType::Q5_1 => &[(8, 16), (4, 4), (0, 4)],
+        // qs, then the 16-byte header (d, dmin, packed scales); Q5_K then qh.
+        DType::Q4_K => &[(16, 128), (0, 16)],
+        DType::Q5_K => &[(48, 128), (0, 16), (16, 32)],
+        // ql, qh, the 16 scales, d.
+        DType::Q6_K => &[(0, 128), (128, 64), (192, 16), (208, 2)],
+        // qs, d.
+        DType::TQ2_0 => &[(0, 64), (64, 2)],
+        _ => return None,
+    })
+}
+
+/// `rows × cols` weights of `dtype` (a quantized format; the core's layout,
 /// row-major, `bytes` exactly that long) in the layout of the integer
-/// (quantized-activation) kernels, `QUnit` in `kernels/gemv.cu`: every
-/// block's codes first (row `r`, block `b` at `C·(r·nb + b)`, `C` the code
-/// bytes of a block), then every block's scale header (at `codes + H·(r·nb +
-/// b)`: Q8_0 and Q4_0 their f16 `d`, `H` = 2; Q4_K its 16-byte `d`, `dmin`
-/// and packed scales). Q4_0 and Q4_K codes are the core's `qs` bytes as
-/// they are; Q8_0 codes go in groups of 32 blocks per row (the last group
-/// `g` ≤ 32 blocks), the group's first 16 codes of each block and then
-/// their last 16 (block `j` of a group at `16·j` and `16·(g + j)`), so that
-/// the kernels' 16-byte loads of one warp are contiguous. Same length and
-/// bytes as the original, rearranged. Other formats: `None`.
+/// (quantized-activation) kernels, `QUnit` in `kernels/gemv.cu`: each block
+/// cut into the byte ranges of [`int_planes`], every range in a plane of
+/// its own, the planes one after the other (block `b` of row `r` at
+/// `len·(r·nb + b)` in its plane), so that the kernels' loads of one warp
+/// are contiguous and aligned: the code bytes (qs, ql) first, as they are
+/// in the block, then the fifth or top bits (qh) and the scale headers.
+/// Within a plane the bytes keep the core's order, except Q8_0's codes: in
+/// groups of 32 blocks per row (the last group `g` ≤ 32 blocks), the
+/// group's first 16 codes of each block and then their last 16 (block `j`
+/// of a group at `16·j` and `16·(g + j)`). Same length and bytes as the
+/// original, rearranged. Other formats: `None`.
 pub(crate) fn to_device_int(
     dtype: DType,
     rows: usize,
     cols: usize,
     bytes: &[u8],
 ) -> Option<Vec<u8>> {
-    let header = match dtype {
-        DType::Q8_0 | DType::Q4_0 => 2,
-        DType::Q4_K => 16,
-        _ => return None,
-    };
+    let planes = int_planes(dtype)?;
     let (bb, nb) = (dtype.block_bytes(), cols / dtype.block_len());
-    let code_bytes = bb - header;
+    let n = rows * nb;
     let mut out = vec![0u8; bytes.len()];
-    let (codes, scales) = out.split_at_mut(rows * nb * code_bytes);
-    for (r, row) in bytes.chunks_exact(nb * bb).enumerate().take(rows) {
-        for (b, blk) in row.chunks_exact(bb).enumerate() {
-            let at = r * nb + b;
-            scales[at * header..(at + 1) * header].copy_from_slice(&blk[..header]);
-            let q = &blk[header..];
-            let dst = &mut codes[r * nb * code_bytes..(r + 1) * nb * code_bytes];
-            if dtype == DType::Q8_0 {
-                let (grp, j) = (b / 32, b % 32);
-                let g = (nb - 32 * grp).min(32);
-                let base = 1024 * grp;
-                dst[base + 16 * j..base + 16 * j + 16].copy_from_slice(&q[..16]);
-                dst[base + 16 * (g + j)..base + 16 * (g + j) + 16].copy_from_slice(&q[16..]);
-            } else {
-                dst[b * code_bytes..(b + 1) * code_bytes].copy_from_slice(q);
+    let mut base = 0;
+    for (p, &(off, len)) in planes.iter().enumerate() {
+        let plane = &mut out[base..base + n * len];
+        for (r, row) in bytes.chunks_exact(nb * bb).enumerate().take(rows) {
+            for (b, blk) in row.chunks_exact(bb).enumerate() {
+                let src = &blk[off..off + len];
+                if dtype == DType::Q8_0 && p == 0 {
+                    let (grp, j) = (b / 32, b % 32);
+                    let g = (nb - 32 * grp).min(32);
+                    let at = r * nb * 32 + 1024 * grp;
+                    plane[at + 16 * j..at + 16 * j + 16].copy_from_slice(&src[..16]);
+                    plane[at + 16 * (g + j)..at + 16 * (g + j) + 16].copy_from_slice(&src[16..]);
+                } else {
+                    let at = len * (r * nb + b);
+                    plane[at..at + len].copy_from_slice(src);
+                }
             }
         }
+        base += n * len;
     }
     Some(out)
 }
@@ -356,6 +380,39 @@ mod tests {
             }
         }
         assert!(to_device_int(DType::F16, 1, 32, &[0; 64]).is_none());
+    }
+
+    #[test]
+    fn int_planes_split_every_block_into_its_bytes() {
+        for dtype in crate::GEMV_DTYPES {
+            let Some(planes) = int_planes(dtype) else {
+                assert!(!dtype.is_quantized(), "{dtype}");
+                continue;
+            };
+            // The ranges tile the block exactly once.
+            let mut seen = vec![0u8; dtype.block_bytes()];
+            for &(off, len) in planes {
+                seen[off..off + len].iter_mut().for_each(|s| *s += 1);
+            }
+            assert!(seen.iter().all(|&s| s == 1), "{dtype}");
+            if dtype == DType::Q8_0 {
+                continue; // its grouped codes: the test above
+            }
+            let (rows, cols) = (3, 2 * 256);
+            let bytes = random_rows(dtype, rows, cols);
+            let dev = to_device_int(dtype, rows, cols, &bytes).unwrap();
+            let (bb, nb) = (dtype.block_bytes(), cols / dtype.block_len());
+            let n = rows * nb;
+            for (at, blk) in bytes.chunks_exact(bb).enumerate() {
+                let mut base = 0;
+                for &(off, len) in planes {
+                    let got = &dev[base + len * at..base + len * (at + 1)];
+                    assert_eq!(got, &blk[off..off + len], "{dtype} block {at}");
+                    base += n * len;
+                }
+                assert_eq!(base, dev.len());
+            }
+        }
     }
 
     #[test]

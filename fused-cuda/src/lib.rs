@@ -27,8 +27,9 @@
 //! Every GEMV entry point takes the activation mode (`ActQuant`,
 //! [`check_gemv_mode`]).
 //!
-//! Quantized activations (`ActQuant::Q8_0` for Q8_0 / Q4_0 weights,
-//! `ActQuant::Q8_K` for Q4_K: GGML's CPU modes): one quantizer launch per
+//! Quantized activations (GGML's CPU modes, `ActQuant::ggml`: `Q8_0` for
+//! Q8_0 / Q4_0 / Q5_0 / IQ4_NL weights, `Q8_1` for Q4_1 / Q5_1, `Q8_K` for
+//! Q4_K / Q5_K / Q6_K / TQ2_0): one quantizer launch per
 //! call writes the columns' codes and scales exactly as
 //! `fused_core::quant::quantize_row` (bit for bit, in a layout of its own:
 //! `src/qacts.rs`; a gated GEMV quantizes once for both weights); the GEMV
@@ -145,18 +146,18 @@ pub const GEMV_DTYPES: [DType; 13] = [
 
 /// Whether the CUDA GEMV kernels take weights of `dtype` with activations
 /// fed per `mode`: every format of [`GEMV_DTYPES`] with f32 activations
-/// ([`ActQuant::F32`]); Q8_0 and Q4_0 weights with [`ActQuant::Q8_0`]
-/// activations and Q4_K with [`ActQuant::Q8_K`] (quantized on the device,
-/// integer dot products).
+/// ([`ActQuant::F32`]), and every quantized one in GGML's CPU mode
+/// ([`ActQuant::ggml`]: Q8_0 activations for Q8_0, Q4_0, Q5_0 and IQ4_NL
+/// weights, Q8_1 for Q4_1 and Q5_1, Q8_K for Q4_K, Q5_K, Q6_K and TQ2_0;
+/// quantized on the device, integer dot products).
 pub fn check_gemv_mode(dtype: DType, mode: ActQuant) -> Result<(), Unsupported> {
     if !GEMV_DTYPES.contains(&dtype) {
         return Err(Unsupported::WeightFormat(dtype));
     }
-    match (mode, dtype) {
-        (ActQuant::F32, _)
-        | (ActQuant::Q8_0, DType::Q8_0 | DType::Q4_0)
-        | (ActQuant::Q8_K, DType::Q4_K) => Ok(()),
-        _ => Err(Unsupported::ActQuant(mode)),
+    if mode == ActQuant::F32 || mode == ActQuant::ggml(dtype) {
+        Ok(())
+    } else {
+        Err(Unsupported::ActQuant(mode))
     }
 }
 

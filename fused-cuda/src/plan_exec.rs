@@ -17,8 +17,8 @@
 //!   tensor passed as its buffer's device address plus its byte offset. The
 //!   launches are built once and enqueued in order on one stream, which
 //!   orders them: no further synchronisation is needed between steps;
-//! - in a quantized activation mode (`GemvMode::Ggml` with Q8_0, Q4_0 or
-//!   Q4_K weights) each GEMV step first quantizes its activation input
+//! - in a quantized activation mode (`GemvMode::Ggml` with quantized
+//!   weights) each GEMV step first quantizes its activation input
 //!   once (a gated GEMV once for both weights) into one scratch buffer that
 //!   every step reuses, counted in [`DevicePlanStats::quantizations`].
 //!

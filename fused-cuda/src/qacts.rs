@@ -1,16 +1,17 @@
 //! The device layout of quantized activation columns (the core's
-//! [`ActQuant::Q8_0`] and [`ActQuant::Q8_K`] modes), as the quantizer
-//! kernels (`fused_quantize_*` in `kernels/gemv.cu`) write it and the
-//! integer GEMV kernels read it: three arrays, each 16-byte aligned.
+//! [`ActQuant::Q8_0`], [`ActQuant::Q8_1`] and [`ActQuant::Q8_K`] modes), as
+//! the quantizer kernels (`fused_quantize_*` in `kernels/gemv.cu`) write it
+//! and the integer GEMV kernels read it: three arrays, each 16-byte aligned.
 //!
 //! - codes: `n_cols · K` signed bytes, column after column, in element order
 //!   (the codes of [`fused_core::quant::quantize_row`]);
-//! - scales: one f32 per block (32 elements for Q8_0, 256 for Q8_K): Q8_0
-//!   its f16 `d` converted to f32, Q8_K its f32 `d`;
-//! - sums: i32. Q8_0: one per block, the sum of its codes. Q8_K: the 16
-//!   `bsums` of each block, reordered so that the sums the GEMV's unit
-//!   `v = 2c + h` (0..8) needs sit together: group `g` at `2·(2·(g / 4) +
-//!   g mod 2) + (g / 2) mod 2`.
+//! - scales: f32, per block (32 elements for Q8_0 and Q8_1, 256 for Q8_K):
+//!   Q8_0 its f16 `d` converted to f32; Q8_1 two, its f16 `d` and `s` (the
+//!   f16 of `d·Σq`) converted to f32; Q8_K its f32 `d`;
+//! - sums: i32. Q8_0: one per block, the sum of its codes. Q8_1: none (its
+//!   kernels take `s`). Q8_K: the 16 `bsums` of each block, reordered so
+//!   that the sums the Q4_K GEMV's unit `v = 2c + h` (0..8) needs sit
+//!   together: group `g` at `2·(2·(g / 4) + g mod 2) + (g / 2) mod 2`.
 
 use fused_core::error::Unsupported;
 use fused_core::reference::ActQuant;
@@ -22,10 +23,11 @@ use fused_core::{DType, Error};
 pub struct QuantizedActs {
     /// The codes, column after column, in element order.
     pub codes: Vec<i8>,
-    /// One per block (32 elements for Q8_0, 256 for Q8_K): Q8_0 its f16
-    /// scale as f32, Q8_K its f32 scale.
+    /// Per block (32 elements for Q8_0 and Q8_1, 256 for Q8_K): Q8_0 its
+    /// f16 scale as f32; Q8_1 two, its f16 scale `d` and f16 `s = d·Σq` as
+    /// f32; Q8_K its f32 scale.
     pub scales: Vec<f32>,
-    /// Q8_0: each block's sum of codes. Q8_K: each block's 16 sums of 16
+    /// Q8_0: each block's sum of codes. Q8_1: empty. Q8_K: each block's 16 sums of 16
     /// codes, group `g` of a block at `2·(2·(g / 4) + g mod 2) + (g / 2) mod 2`
     /// among its 16 (the order the Q4_K kernel reads them in).
     pub sums: Vec<i32>,
@@ -35,7 +37,7 @@ pub struct QuantizedActs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct QactsLayout {
-    /// The mode (Q8_0 or Q8_K).
+    /// The mode (Q8_0, Q8_1 or Q8_K).
     pub(crate) mode: ActQuant,
     /// Elements per column.
     pub(crate) k: usize,
@@ -62,9 +64,11 @@ impl QactsLayout {
     pub(crate) fn new(mode: ActQuant, k: usize, n_cols: usize) -> Result<QactsLayout, Error> {
         let (dtype, sums_per_block) = match mode {
             ActQuant::Q8_0 => (DType::Q8_0, 1),
+            ActQuant::Q8_1 => (DType::Q8_1, 0),
             ActQuant::Q8_K => (DType::Q8_K, 16),
-            _ => return Err(Error::Unsupported(Unsupported::ActQuant(mode))),
+            ActQuant::F32 => return Err(Error::Unsupported(Unsupported::ActQuant(mode))),
         };
+        let scales_per_block = if mode == ActQuant::Q8_1 { 2 } else { 1 };
         let block = dtype.block_len();
         if !k.is_multiple_of(block) {
             return Err(Error::NotBlockAligned { dtype, len: k });
@@ -75,7 +79,7 @@ impl QactsLayout {
         let codes = k.checked_mul(n_cols).ok_or(overflow)?;
         let blocks = codes / block;
         let scales = align16(codes);
-        let sums = scales + align16(4 * blocks);
+        let sums = scales + align16(4 * blocks * scales_per_block);
         let bytes = sums + align16(4 * blocks * sums_per_block);
         Ok(QactsLayout {
             mode,
@@ -97,12 +101,21 @@ impl QactsLayout {
         self.k * self.n_cols / self.block()
     }
 
-    /// Sums over all columns.
-    pub(crate) fn n_sums(&self) -> usize {
-        if self.mode == ActQuant::Q8_K {
-            16 * self.blocks()
+    /// Scales over all columns.
+    pub(crate) fn n_scales(&self) -> usize {
+        if self.mode == ActQuant::Q8_1 {
+            2 * self.blocks()
         } else {
             self.blocks()
+        }
+    }
+
+    /// Sums over all columns.
+    pub(crate) fn n_sums(&self) -> usize {
+        match self.mode {
+            ActQuant::Q8_K => 16 * self.blocks(),
+            ActQuant::Q8_1 => 0,
+            _ => self.blocks(),
         }
     }
 }
@@ -128,9 +141,14 @@ mod tests {
         assert_eq!(l.bytes, 288 + 48 + 48);
         let l = QactsLayout::new(ActQuant::Q8_K, 512, 1).unwrap();
         assert_eq!((l.scales, l.sums, l.bytes), (512, 528, 528 + 128));
+        let l = QactsLayout::new(ActQuant::Q8_1, 96, 1).unwrap();
+        assert_eq!(
+            (l.scales, l.sums, l.bytes, l.n_scales(), l.n_sums()),
+            (96, 96 + 32, 96 + 32, 6, 0)
+        );
         assert!(matches!(
-            QactsLayout::new(ActQuant::Q8_1, 32, 1),
-            Err(Error::Unsupported(Unsupported::ActQuant(ActQuant::Q8_1)))
+            QactsLayout::new(ActQuant::F32, 32, 1),
+            Err(Error::Unsupported(Unsupported::ActQuant(ActQuant::F32)))
         ));
         assert!(matches!(
             QactsLayout::new(ActQuant::Q8_K, 32, 1),

@@ -71,6 +71,13 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
         (DType::Q4_0, ActQuant::Q8_0),
         (DType::Q8_0, ActQuant::Q8_0),
         (DType::Q4_K, ActQuant::Q8_K),
+        (DType::Q5_0, ActQuant::Q8_0),
+        (DType::IQ4_NL, ActQuant::Q8_0),
+        (DType::Q4_1, ActQuant::Q8_1),
+        (DType::Q5_1, ActQuant::Q8_1),
+        (DType::Q5_K, ActQuant::Q8_K),
+        (DType::Q6_K, ActQuant::Q8_K),
+        (DType::TQ2_0, ActQuant::Q8_K),
     ];
     for (dtype, mode, n_cols) in cases.into_iter().flat_map(|(d, m)| [(d, m, 1), (d, m, 3)]) {
         let q = u64::from(mode != ActQuant::F32);
@@ -140,6 +147,8 @@ fn fused_glu_equals_unfused_kernels_bit_for_bit() {
         (DType::Q8_0, ActQuant::F32),
         (DType::Q8_0, ActQuant::Q8_0),
         (DType::Q4_0, ActQuant::Q8_0),
+        (DType::Q5_1, ActQuant::Q8_1),
+        (DType::IQ4_NL, ActQuant::Q8_0),
     ];
     for (dtype, mode) in cases {
         let q = u64::from(mode != ActQuant::F32);

@@ -1,6 +1,7 @@
-//! Quantized activations on the device (the core's `ActQuant::Q8_0` and
-//! `ActQuant::Q8_K` modes) and the integer GEMV kernels, on the first CUDA
-//! device (skipped without one; see `common::backend_or_skip`).
+//! Quantized activations on the device (GGML's CPU modes, the core's
+//! `ActQuant::Q8_0`, `ActQuant::Q8_1` and `ActQuant::Q8_K`) and the integer
+//! GEMV kernels for every quantized weight format, on the first CUDA device
+//! (skipped without one; see `common::backend_or_skip`).
 //!
 //! - The quantizers give the core's `quantize_row` codes and scales bit for
 //!   bit (compared decoded: the device layout is not GGML's block layout).
@@ -77,7 +78,7 @@ fn same_scale(got: f32, want: f32) -> bool {
 fn quantizers_match_the_core_bit_for_bit() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(21);
-    for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+    for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
         let d = mode.dtype().unwrap();
         for k in [256usize, 1024 + 256, 4096] {
             let cols = columns(&mut rng, k);
@@ -107,6 +108,15 @@ fn quantizers_match_the_core_bit_for_bit() {
                         );
                         let sum: i32 = want_codes.iter().map(|&v| i32::from(v)).sum();
                         assert_eq!(got.sums[gb], sum, "{what}: sum");
+                    } else if mode == ActQuant::Q8_1 {
+                        let want_codes: Vec<i8> = blk[4..].iter().map(|&v| v as i8).collect();
+                        assert_eq!(codes, &want_codes[..], "{what}: codes");
+                        for (i, name) in [(0, "d"), (1, "s")] {
+                            let want = half(blk[2 * i], blk[2 * i + 1]);
+                            let got = got.scales[2 * gb + i];
+                            assert!(same_scale(got, want), "{what}: {name} {got} vs {want}");
+                        }
+                        assert!(got.sums.is_empty(), "{what}: Q8_1 keeps no sums");
                     } else {
                         let dk = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
                         assert!(
@@ -151,7 +161,7 @@ fn max_ulps(got: &[f32], want: &[f32]) -> u64 {
 /// and a partial group), and more blocks than a launch's 128 lanes take in
 /// one pass.
 fn ks(dtype: DType) -> Vec<usize> {
-    if dtype == DType::Q4_K {
+    if dtype.block_len() == 256 {
         vec![256, 768, 2304, 9216 + 256]
     } else {
         vec![32, 96, 1056, 8192 + 160]
@@ -169,6 +179,7 @@ fn check(
     n_cols: usize,
     glu: Option<Activation>,
     worst: &mut (u64, f64),
+    fails: &mut Vec<String>,
 ) {
     let gb = weights(rng, dtype, m, k);
     let ub = weights(rng, dtype, m, k);
@@ -206,65 +217,93 @@ fn check(
         let e_same = nmse(&got, &wide(&want));
         worst.0 = worst.0.max(ulps);
         worst.1 = worst.1.max(e_same);
-        assert!(
-            ulps <= ULPS,
-            "{what}: {ulps} ulps from the same-mode reference"
-        );
-        assert!(
-            e64 <= NMSE_Q8,
-            "{what}: nmse {e64:e} against the f64 reference"
-        );
+        if ulps > ULPS {
+            fails.push(format!("{what}: {ulps} ulps from the same-mode reference"));
+        }
+        if e64.is_nan() || e64 > NMSE_Q8 {
+            fails.push(format!("{what}: nmse {e64:e} against the f64 reference"));
+        }
     }
 }
 
-const CASES: [(DType, ActQuant); 3] = [
-    (DType::Q4_0, ActQuant::Q8_0),
-    (DType::Q8_0, ActQuant::Q8_0),
-    (DType::Q4_K, ActQuant::Q8_K),
-];
+/// Fails with every message in `fails` (all formats are checked before a
+/// test fails, so that one run shows every format's result).
+fn assert_no_failures(fails: &[String]) {
+    assert!(
+        fails.is_empty(),
+        "{} failures:\n{}",
+        fails.len(),
+        fails.join("\n")
+    );
+}
+
+/// Every quantized weight format in GGML's mode for it.
+fn cases() -> Vec<(DType, ActQuant)> {
+    fused_cuda::GEMV_DTYPES
+        .into_iter()
+        .filter(|d| d.is_quantized())
+        .map(|d| (d, ActQuant::ggml(d)))
+        .collect()
+}
+
+#[test]
+fn every_quantized_format_takes_ggmls_mode_and_no_other() {
+    for d in fused_cuda::GEMV_DTYPES {
+        for mode in [
+            ActQuant::F32,
+            ActQuant::Q8_0,
+            ActQuant::Q8_1,
+            ActQuant::Q8_K,
+        ] {
+            let ok = mode == ActQuant::F32 || (d.is_quantized() && mode == ActQuant::ggml(d));
+            assert_eq!(
+                fused_cuda::check_gemv_mode(d, mode).is_ok(),
+                ok,
+                "{d} {mode:?}"
+            );
+        }
+    }
+    assert_eq!(cases().len(), 10);
+}
 
 #[test]
 fn integer_gemv_matches_the_same_mode_reference() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(22);
-    let mut worst = (0, 0.0);
-    for (dtype, mode) in CASES {
+    let mut fails = Vec::new();
+    for (dtype, mode) in cases() {
+        let mut worst = (0, 0.0);
         for k in ks(dtype) {
             for n_cols in 1..=8 {
-                // Rows: not a multiple of the 1, 2 rows a block computes.
-                check(&be, &mut rng, dtype, mode, 67, k, n_cols, None, &mut worst);
+                // Rows: not a multiple of the 2 or 4 rows a block computes.
+                let (w, f) = (&mut worst, &mut fails);
+                check(&be, &mut rng, dtype, mode, 67, k, n_cols, None, w, f);
             }
         }
+        eprintln!(
+            "integer GEMV {dtype} {mode:?}: worst {} ulps, NMSE {:e} against the same-mode reference",
+            worst.0, worst.1
+        );
     }
-    eprintln!(
-        "integer GEMV: worst {} ulps, NMSE {:e} against the same-mode reference",
-        worst.0, worst.1
-    );
+    assert_no_failures(&fails);
 }
 
 #[test]
 fn integer_glu_matches_the_same_mode_reference() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(23);
-    let mut worst = (0, 0.0);
-    for (dtype, mode) in CASES {
+    let mut fails = Vec::new();
+    for (dtype, mode) in cases() {
+        let mut worst = (0, 0.0);
         let k = ks(dtype)[2];
         for (n_cols, act) in [1, 2, 5, 8].into_iter().zip(Activation::ALL) {
-            check(
-                &be,
-                &mut rng,
-                dtype,
-                mode,
-                33,
-                k,
-                n_cols,
-                Some(act),
-                &mut worst,
-            );
+            let (w, f) = (&mut worst, &mut fails);
+            check(&be, &mut rng, dtype, mode, 33, k, n_cols, Some(act), w, f);
         }
+        eprintln!(
+            "integer GLU {dtype} {mode:?}: worst {} ulps, NMSE {:e} against the same-mode reference",
+            worst.0, worst.1
+        );
     }
-    eprintln!(
-        "integer GLU: worst {} ulps, NMSE {:e} against the same-mode reference",
-        worst.0, worst.1
-    );
+    assert_no_failures(&fails);
 }

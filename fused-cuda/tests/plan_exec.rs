@@ -9,12 +9,10 @@ mod common;
 
 use common::{Rng, assert_bits_eq, backend_or_skip};
 use fused_core::element::Activation;
-use fused_core::error::Unsupported;
 use fused_core::exec::Executor;
 use fused_core::graph::{Graph, NodeId, Place};
 use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
-use fused_core::reference::ActQuant;
 use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
@@ -164,12 +162,15 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
     let Some(b) = backend_or_skip() else {
         return;
     };
-    // GemvMode::Ggml: Q4_0 with Q8_0 activations, quantized on the device
-    // once per GEMV step (the gated GEMV once for both weights).
+    // GemvMode::Ggml: Q4_0 with Q8_0 activations, Q5_1 with Q8_1 and Q6_K
+    // with Q8_K, quantized on the device once per GEMV step (the gated GEMV
+    // once for both weights).
     for (dtype, mode) in [
         (DType::F16, GemvMode::F32),
         (DType::Q4_0, GemvMode::F32),
         (DType::Q4_0, GemvMode::Ggml),
+        (DType::Q5_1, GemvMode::Ggml),
+        (DType::Q6_K, GemvMode::Ggml),
     ] {
         let (g, mem, out) = decode_layer(dtype);
         let fused = plan(&g);
@@ -348,17 +349,12 @@ fn unsupported_plans_are_refused_with_typed_errors() {
     let Some(b) = backend_or_skip() else {
         return;
     };
-    // Q5_0 weights: a kernel with f32 activations, none with GGML's Q8_0
+    // Q5_0 weights: kernels with f32 activations and with GGML's Q8_0
     // activations.
     let (g5, mem5, _) = decode_layer(DType::Q5_0);
     let build = |mode| DevicePlan::new(&b, &g5, &plan(&g5), mode, &sizes(&mem5)).map(|_| ());
     assert_eq!(build(GemvMode::F32), Ok(()));
-    assert_eq!(
-        build(GemvMode::Ggml),
-        Err(CudaError::Core(Error::Unsupported(Unsupported::ActQuant(
-            ActQuant::Q8_0
-        ))))
-    );
+    assert_eq!(build(GemvMode::Ggml), Ok(()));
     let (g, mem, _) = decode_layer(DType::Q4_0);
     let sz = sizes(&mem);
     // An element-wise operand broadcast along a row (not over rows).

@@ -7,7 +7,8 @@
 //! device-to-device copy ceiling (bytes read + written); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
-//! the copy ceiling; the other weight formats at 4096×14336, 1 column; the
+//! the copy ceiling; the other weight formats at 4096×14336, 1 column, with
+//! f32 activations and in GGML's quantized-activation mode; the
 //! epilogue's cost over a bare GEMV; the signed FWHT
 //! fused against sign multiply + FWHT; a Q4_0 decode layer fused against
 //! unfused; the F16 FFN layer that `benches/torch_compare.py` runs in
@@ -140,7 +141,7 @@ fn run() -> Result<(), CudaError> {
     // ------------------------------------------------ GEMV
     println!("## GEMV y = W·x (rows × K), weights rotated over > 240 MB\n");
     println!(
-        "Activations: f32 (`F32`), or quantized on the device (`Q8_0`, `Q8_K`: \
+        "Activations: f32 (`F32`), or quantized on the device (`Q8_0`, `Q8_1`, `Q8_K`: \
          GGML's CPU modes, integer dot products): \"µs/call\" includes the quantizer \
          launch, \"GEMV alone\" runs on activations quantized beforehand.\n"
     );
@@ -160,30 +161,8 @@ fn run() -> Result<(), CudaError> {
                     if n_cols == 8 && dtype != DType::Q4_0 {
                         continue;
                     }
-                    let x = be.upload(&randv(k * n_cols, 3))?;
-                    let mut y = be.alloc(m * n_cols)?;
-                    let t = time_calls(&be, ws.len() * 2, 25, |i| {
-                        let w = &ws[i % ws.len()];
-                        be.gemv(w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut y)
-                    })?;
-                    let moved = (ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
-                    let pct = |t: f64| 100.0 * moved / t / 1e6 / ceiling;
-                    let alone = if mode == ActQuant::F32 {
-                        "| | |".to_owned()
-                    } else {
-                        let q = be.quantize_acts(mode, &x, n_cols)?;
-                        let ta = time_calls(&be, ws.len() * 2, 25, |i| {
-                            be.gemv_quantized(&ws[i % ws.len()], &q, &Epilogue::NONE, &[], &mut y)
-                        })?;
-                        format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))
-                    };
-                    println!(
-                        "| {m} × {k} | {dtype} | {mode:?} | {n_cols} | {} | {:.1} | {:.0} | {:.0}% {alone}",
-                        ws.len(),
-                        t * 1e3,
-                        moved / t / 1e6,
-                        pct(t)
-                    );
+                    let cells = gemv_timing(&be, &ws, mode, m, k, n_cols, ceiling)?;
+                    println!("| {m} × {k} | {dtype} | {mode:?} | {n_cols} | {cells}");
                 }
             }
             if m == 4096 && dtype == DType::Q4_0 {
@@ -746,36 +725,70 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 
 /// The formats outside the targets (read in the core's block layout, or
 /// BF16 and F32), one column at 4096 × 14336, weights rotated.
+/// The timing cells of one GEMV table row: `W·x` over the weight copies
+/// `ws` (`m × k`) for `n_cols` columns in `mode` (a quantized mode: the
+/// quantizer launch included), µs per call, GB/s and % of `ceiling`; then,
+/// in a quantized mode, the GEMV alone on activations quantized
+/// beforehand (µs, % of copy), else two empty cells.
+fn gemv_timing(
+    be: &CudaBackend,
+    ws: &[DeviceWeights],
+    mode: ActQuant,
+    m: usize,
+    k: usize,
+    n_cols: usize,
+    ceiling: f64,
+) -> Result<String, CudaError> {
+    let x = be.upload(&randv(k * n_cols, 3))?;
+    let mut y = be.alloc(m * n_cols)?;
+    let t = time_calls(be, ws.len() * 2, 25, |i| {
+        let w = &ws[i % ws.len()];
+        be.gemv(w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut y)
+    })?;
+    let moved = (ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
+    let pct = |t: f64| 100.0 * moved / t / 1e6 / ceiling;
+    let alone = if mode == ActQuant::F32 {
+        "| | |".to_owned()
+    } else {
+        let q = be.quantize_acts(mode, &x, n_cols)?;
+        let ta = time_calls(be, ws.len() * 2, 25, |i| {
+            be.gemv_quantized(&ws[i % ws.len()], &q, &Epilogue::NONE, &[], &mut y)
+        })?;
+        format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))
+    };
+    Ok(format!(
+        "{} | {:.1} | {:.0} | {:.0}% {alone}",
+        ws.len(),
+        t * 1e3,
+        moved / t / 1e6,
+        pct(t)
+    ))
+}
+
 fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let (m, k) = (4096usize, 14336usize);
     println!("\n## GEMV, the other weight formats, {m} × {k}, 1 column\n");
-    println!("| format | copies | µs/call | GB/s (weights + x + y) | % of copy |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
-    let x = be.upload(&randv(k, 3))?;
-    let mut y = be.alloc(m)?;
+    println!(
+        "Activations f32, or quantized on the device in GGML's mode for the format \
+         (\"µs/call\" with the quantizer, \"GEMV alone\" without).\n"
+    );
+    println!(
+        "| format | acts | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for dtype in fused_cuda::GEMV_DTYPES {
         if matches!(dtype, DType::F16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_K) {
             continue;
         }
         let ws = weight_copies(be, dtype, m, k)?;
-        let t = time_calls(be, ws.len() * 2, 25, |i| {
-            be.gemv(
-                &ws[i % ws.len()],
-                &x,
-                1,
-                ActQuant::F32,
-                &Epilogue::NONE,
-                &[],
-                &mut y,
-            )
-        })?;
-        let gbs = (ws[0].bytes() + 4 * (k + m)) as f64 / t / 1e6;
-        println!(
-            "| {dtype} | {} | {:.1} | {gbs:.0} | {:.0}% |",
-            ws.len(),
-            t * 1e3,
-            100.0 * gbs / ceiling
-        );
+        let mut modes = vec![ActQuant::F32];
+        if ActQuant::ggml(dtype) != ActQuant::F32 {
+            modes.push(ActQuant::ggml(dtype));
+        }
+        for mode in modes {
+            let cells = gemv_timing(be, &ws, mode, m, k, 1, ceiling)?;
+            println!("| {dtype} | {mode:?} | {cells}");
+        }
     }
     println!();
     Ok(())
