@@ -56,8 +56,8 @@ fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
 /// the other formats from an A/B of `cuda-bench --gemv-only` on the H200
 /// (00:07 UTC, 4096 × 14336, GEMV alone, 2 rows against 4): Q5_0 1.23x,
 /// Q5_1 1.24x, IQ4_NL 1.08x, TQ2_0 1.09x, Q4_1 equal: 2 rows; Q5_K and
-/// Q6_K within 1% (Q6_K with its quantizer 0.96x): 4. `FUSED_CUDA_Q_ROWS` (1, 2 or 4) overrides it, for A/B
-/// runs of `cuda-bench`.
+/// Q6_K within 1% (Q6_K with its quantizer 0.96x): 4. `FUSED_CUDA_Q_ROWS`
+/// (1, 2 or 4) overrides it, for A/B runs of `cuda-bench`.
 fn gemvq_rows_per_block(dtype: DType, n_cols: usize) -> usize {
     let two = matches!(
         dtype,
