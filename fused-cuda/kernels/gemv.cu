@@ -1361,9 +1361,9 @@ template <> struct QUnit<FMT_TQ2_0> {
     }
 };
 
-// Units a lane has in flight at once (the kernels' UNROLL): 2, and 1 in
-// the 1-column `_u1` variants (FUSED_CUDA_Q_UNROLL=1, for A/B runs of
-// cuda-bench: fewer registers, more blocks per SM).
+// Units a lane has in flight at once (Q_UNROLL): 2, and 1 in the 1-column
+// `_u1` kernels (src/launch.rs: gemvq_unroll; fewer registers, more blocks
+// per SM).
 
 // Block b computes rows R·b .. R·b + R − 1 (it requests its first
 // weights, then waits for the quantizer: griddep_wait); its 4 warps take
@@ -1438,7 +1438,7 @@ __device__ void gemvq(const GemvQParams &p) {
 }
 
 // Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/launch.rs picks R
-// (q_rows_per_block).
+// and the units in flight (gemvq_rows_per_block, gemvq_unroll).
 #define GEMVQ_KERNEL(name, FMT, R, NC)                                                         \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemvq_##name##_r##R##_c##NC(const GemvQParams p) {                               \

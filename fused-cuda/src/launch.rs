@@ -51,35 +51,49 @@ fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
 }
 
 /// Output rows one block of the integer GEMV kernels computes
-/// (`fused_gemvq_*_r<R>_c<NC>` in `kernels/gemv.cu`). One column: Q8_0 and
-/// Q4_K 4 (on the H200 1.02–1.08x faster than 2), Q4_0 2 (4 ran 0.94–1.0x);
-/// the other formats from an A/B of `cuda-bench --gemv-only` on the H200
-/// (00:07 UTC, 4096 × 14336, GEMV alone, 2 rows against 4): Q5_0 1.23x,
-/// Q5_1 1.24x, IQ4_NL 1.08x, TQ2_0 1.09x, Q4_1 equal: 2 rows; Q5_K and
-/// Q6_K within 1% (Q6_K with its quantizer 0.96x): 4. `FUSED_CUDA_Q_ROWS`
-/// (1, 2 or 4) overrides it, for A/B runs of `cuda-bench`.
+/// (`fused_gemvq_*_r<R>_c<NC>` in `kernels/gemv.cu`). One column, with
+/// [`gemvq_unroll`], from a sweep of `cuda-bench` on the H200 (2026-12-01
+/// 00:19 UTC, R ∈ {1, 2, 4} × U ∈ {1, 2} taking turns, GEMV alone at 4096 ×
+/// 14336 / 32768 × 8192, % of copy): Q8_0 R 2, U 1 (92 / 103, was 87 / 104
+/// at R 4, U 2), Q4_0 R 4, U 1 (75 / 98, was 72 / 99 at R 2, U 2), Q4_K R 2,
+/// U 1 (71 / 89, was 65 / 90 at R 4, U 2). The other formats (A/B of 2 rows
+/// against 4 at 00:07 UTC, 4096 × 14336, GEMV alone): Q5_0 1.23x, Q5_1
+/// 1.24x, IQ4_NL 1.08x, TQ2_0 1.09x, Q4_1 equal: 2 rows; Q5_K and Q6_K
+/// within 1 % (Q6_K with its quantizer 0.96x): 4. `FUSED_CUDA_Q_ROWS` (1, 2
+/// or 4) overrides it, for A/B runs of `cuda-bench`.
 fn gemvq_rows_per_block(dtype: DType, n_cols: usize) -> usize {
-    let two = matches!(
-        dtype,
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL | DType::TQ2_0
-    );
+    let four = matches!(dtype, DType::Q4_0 | DType::Q5_K | DType::Q6_K);
     match n_cols {
         1 => std::env::var("FUSED_CUDA_Q_ROWS")
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|r| [1, 2, 4].contains(r))
-            .unwrap_or(if two { 2 } else { 4 }),
+            .unwrap_or(if four { 4 } else { 2 }),
         2..=4 => 2,
         _ => 1,
     }
 }
 
-/// The kernel-name suffix of the 1-column integer kernels with one unit in
-/// flight per lane (`_u1`, `FUSED_CUDA_Q_UNROLL=1`, for A/B runs of
-/// `cuda-bench`); otherwise none (two units).
-fn gemvq_unroll_suffix(n_cols: usize) -> &'static str {
-    let one = std::env::var("FUSED_CUDA_Q_UNROLL").is_ok_and(|v| v == "1");
-    if n_cols == 1 && one { "_u1" } else { "" }
+/// Units in flight per lane of the integer kernels (`Q_UNROLL` in
+/// `kernels/gemv.cu`): 1 for one column of Q8_0, Q4_0 and Q4_K (kernels
+/// `…_c1_u1`: fewer registers, more blocks per SM; see
+/// [`gemvq_rows_per_block`]), else 2. `FUSED_CUDA_Q_UNROLL` (1 or 2)
+/// overrides it at one column, for A/B runs of `cuda-bench`.
+fn gemvq_unroll(dtype: DType, n_cols: usize) -> usize {
+    if n_cols != 1 {
+        return 2;
+    }
+    std::env::var("FUSED_CUDA_Q_UNROLL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|u| [1, 2].contains(u))
+        .unwrap_or(
+            if matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_K) {
+                1
+            } else {
+                2
+            },
+        )
 }
 
 /// Threads per block of the activation quantizers (one warp per block of
@@ -356,7 +370,11 @@ impl Launch {
             "fused_gemvq_{}{}_r{r}_c{n_cols}{}",
             if w_up.is_some() { "glu_" } else { "" },
             dtype.name(),
-            gemvq_unroll_suffix(n_cols)
+            if gemvq_unroll(dtype, n_cols) == 1 {
+                "_u1"
+            } else {
+                ""
+            }
         );
         let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
         Ok(Some(Launch::GemvQ { name, grid, params }))

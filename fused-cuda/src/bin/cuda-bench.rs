@@ -631,8 +631,9 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     println!(
         "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
          blocks start as the previous kernel's blocks retire, then wait for its results); \
-         with PDL also the integer kernels' rows per block R (default: Q4_0 2, Q8_0 and Q4_K \
-         4) and units in flight per lane U (default 2). Options take turns, 3 rounds.\n"
+         with PDL also the integer kernels' rows per block R and units in flight per lane U \
+         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1). Options take turns, 3 \
+         rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     println!("| shape | format | acts | {} |", names.join(" | "));
