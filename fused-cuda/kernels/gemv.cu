@@ -1036,19 +1036,24 @@ template <bool QH, int H> struct W32 {
     }
 };
 
-// Q4_0 × Q8_0: a unit is a 32-element block (W32 without fifth bits, the f16
-// d). Term: GGML's ((isum as f32)·dx)·dy with isum = Σ q_j·y_j − 8·Σ y_j.
-template <> struct QUnit<FMT_Q4_0> {
+// A 32-element-block unit whose weights (W) and activations (X) load
+// themselves: QUnit's ELEMS, WRaw, XRaw, load and xload.
+template <class W, class X> struct UnitLoads {
     static constexpr uint32_t ELEMS = 32;
-    using WRaw = W32<false, 2>;
-    using XRaw = XQ8_0;
+    using WRaw = W;
+    using XRaw = X;
     __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
                                 uint32_t u) {
-        return WRaw::load(w, rows, units, row, u);
+        return W::load(w, rows, units, row, u);
     }
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        return XRaw::xload(p, col, u);
+        return X::xload(p, col, u);
     }
+};
+
+// Q4_0 × Q8_0: a unit is a 32-element block (W32 without fifth bits, the f16
+// d). Term: GGML's ((isum as f32)·dx)·dy with isum = Σ q_j·y_j − 8·Σ y_j.
+template <> struct QUnit<FMT_Q4_0> : UnitLoads<W32<false, 2>, XQ8_0> {
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
         const int s = w.dot(x, -8 * x.s);
         return __fmul_rn(__fmul_rn((float)s, half_bits_to_float(w.h)), x.d);
@@ -1057,17 +1062,7 @@ template <> struct QUnit<FMT_Q4_0> {
 
 // Q5_0 × Q8_0: a unit is a block (W32 with fifth bits, the f16 d). Term:
 // GGML's (dx·dy)·(isum as f32), isum = Σ q5_j·y_j − 16·Σ y_j.
-template <> struct QUnit<FMT_Q5_0> {
-    static constexpr uint32_t ELEMS = 32;
-    using WRaw = W32<true, 2>;
-    using XRaw = XQ8_0;
-    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
-                                uint32_t u) {
-        return WRaw::load(w, rows, units, row, u);
-    }
-    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        return XRaw::xload(p, col, u);
-    }
+template <> struct QUnit<FMT_Q5_0> : UnitLoads<W32<true, 2>, XQ8_0> {
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
         const int s = w.dot(x, -16 * x.s);
         return __fmul_rn(__fmul_rn(half_bits_to_float(w.h), x.d), (float)s);
@@ -1077,17 +1072,7 @@ template <> struct QUnit<FMT_Q5_0> {
 // IQ4_NL × Q8_0: a unit is a block (W32 without fifth bits, the f16 d); the
 // 4-bit indices looked up as signed table entries, 8 at a time. Term:
 // GGML's (dy·dx)·(isum as f32), isum = Σ table[q_j]·y_j.
-template <> struct QUnit<FMT_IQ4_NL> {
-    static constexpr uint32_t ELEMS = 32;
-    using WRaw = W32<false, 2>;
-    using XRaw = XQ8_0;
-    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
-                                uint32_t u) {
-        return WRaw::load(w, rows, units, row, u);
-    }
-    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        return XRaw::xload(p, col, u);
-    }
+template <> struct QUnit<FMT_IQ4_NL> : UnitLoads<W32<false, 2>, XQ8_0> {
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
         int s = 0;
 #pragma unroll
@@ -1103,17 +1088,9 @@ template <> struct QUnit<FMT_IQ4_NL> {
 // Q4_1 and Q5_1 × Q8_1: a unit is a block (W32, the f16 d and m in one
 // word). Term: GGML's (dx·dy)·(isum as f32) + mx·sy, isum = Σ q_j·y_j
 // (unsigned codes).
-template <bool QH> struct QUnitQ8_1 {
-    static constexpr uint32_t ELEMS = 32;
-    using WRaw = W32<QH, 4>;
-    using XRaw = XQ8_1;
-    __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
-                                uint32_t u) {
-        return WRaw::load(w, rows, units, row, u);
-    }
-    __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        return XRaw::xload(p, col, u);
-    }
+template <bool QH> struct QUnitQ8_1 : UnitLoads<W32<QH, 4>, XQ8_1> {
+    using typename UnitLoads<W32<QH, 4>, XQ8_1>::WRaw;
+    using typename UnitLoads<W32<QH, 4>, XQ8_1>::XRaw;
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
         const int s = w.dot(x, 0);
         const float dx = half_bits_to_float(w.h), mx = half_bits_to_float(w.h >> 16);
