@@ -91,8 +91,9 @@ template <int FMT, int NC> struct RowsPerBlock {
 // Weights are read once per call: 16-byte loads that bypass L1, so that L1
 // keeps the activations, which every row group re-reads.
 //
-// The asm is volatile so that no load moves across griddepcontrol.wait:
-// the integer GEMV requests its first weights before it waits.
+// Every weight load (all widths below) is volatile asm so that none moves
+// across griddepcontrol.wait: the integer GEMV requests its first weights
+// before it waits.
 __device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -103,7 +104,21 @@ __device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
 
 __device__ __forceinline__ uint2 ld_stream2(const uint8_t *p) {
     uint2 v;
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t ld_stream_u32(const uint8_t *p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t ld_stream_u16(const uint8_t *p) {
+    unsigned short v;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
     return v;
 }
 
@@ -946,18 +961,6 @@ struct GemvQParams {
     uint32_t pad;
     EpiParams epi;
 };
-
-__device__ __forceinline__ uint32_t ld_stream_u16(const uint8_t *p) {
-    unsigned short v;
-    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint32_t ld_stream_u32(const uint8_t *p) {
-    uint32_t v;
-    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
 
 // Activation codes: read by every row group of the launch, cached in L1.
 __device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
