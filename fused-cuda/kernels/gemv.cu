@@ -246,15 +246,41 @@ template <> struct Unit<FMT_BF16> : Unit16<WidenBF16> {};
 // Units of 8 elements a lane has in flight at once.
 constexpr int FLOAT_UNROLL = 4;
 
-// acc[c] += row wr · x_c; the block's warps take interleaved units.
+// One step of a lane's float weights: units first, first + STRIDE, …
+// (FLOAT_UNROLL of them, those below `units`); empty for the other formats.
+template <int FMT, bool IS_FLOAT = is_float_fmt(FMT)> struct FloatStep {
+    typename Unit<FMT>::Raw raw[FLOAT_UNROLL];
+    __device__ void load(const uint8_t *wr, uint32_t u, uint32_t units) {
+#pragma unroll
+        for (int j = 0; j < FLOAT_UNROLL; ++j)
+            if (u + j * WARPS * 32 < units) raw[j] = Unit<FMT>::load(wr, u + j * WARPS * 32);
+    }
+};
+template <int FMT> struct FloatStep<FMT, false> {};
+
+// The first step of row wr for this lane, requested before the block's
+// griddep_wait (weights are constant: under programmatic dependent launch
+// they stream in while the kernel before finishes); nothing when k % 8 != 0
+// (the one-element path loads as it goes).
+template <int FMT>
+__device__ __forceinline__ FloatStep<FMT> float_first_step(const uint8_t *wr, uint32_t k,
+                                                           uint32_t lane, uint32_t warp) {
+    FloatStep<FMT> s;
+    if ((k & 7u) == 0) s.load(wr, warp * 32 + lane, k / 8);
+    return s;
+}
+
+// acc[c] += row wr · x_c; the block's warps take interleaved units; the
+// lane's first step is `first` (float_first_step of the same row).
 template <int FMT, int NC>
 __device__ __forceinline__ void float_row_dot(const uint8_t *wr, const float *x, uint32_t k,
-                                              uint32_t lane, uint32_t warp, float *acc) {
+                                              uint32_t lane, uint32_t warp, float *acc,
+                                              const FloatStep<FMT> &first) {
     using U = Unit<FMT>;
-    const uint32_t first = warp * 32 + lane;
+    const uint32_t u0 = warp * 32 + lane;
     constexpr uint32_t STRIDE = WARPS * 32;
     if ((k & 7u) != 0) {
-        for (uint32_t i = first; i < k; i += STRIDE) {
+        for (uint32_t i = u0; i < k; i += STRIDE) {
             const float w = U::one(wr, i);
 #pragma unroll
             for (int c = 0; c < NC; ++c) acc[c] = fmaf(w, x[(size_t)c * k + i], acc[c]);
@@ -262,19 +288,21 @@ __device__ __forceinline__ void float_row_dot(const uint8_t *wr, const float *x,
         return;
     }
     const uint32_t units = k / 8;
-    for (uint32_t u = first; u < units; u += FLOAT_UNROLL * STRIDE) {
-        typename U::Raw raw[FLOAT_UNROLL];
-#pragma unroll
-        for (int j = 0; j < FLOAT_UNROLL; ++j)
-            if (u + j * STRIDE < units) raw[j] = U::load(wr, u + j * STRIDE);
+    auto consume = [&](const FloatStep<FMT> &step, uint32_t u) {
 #pragma unroll
         for (int j = 0; j < FLOAT_UNROLL; ++j) {
             if (u + j * STRIDE < units) {
                 float w[8];
-                U::unpack(raw[j], w);
+                U::unpack(step.raw[j], w);
                 fma8<NC>(w, x + 8 * (size_t)(u + j * STRIDE), k, acc);
             }
         }
+    };
+    consume(first, u0);
+    for (uint32_t u = u0 + FLOAT_UNROLL * STRIDE; u < units; u += FLOAT_UNROLL * STRIDE) {
+        FloatStep<FMT> step;
+        step.load(wr, u, units);
+        consume(step, u);
     }
 }
 
@@ -628,17 +656,37 @@ template <int FMT> struct BlockUnroll {
     static constexpr int value = sizeof(typename Block<FMT>::Raw) <= 12 ? 4 : 2;
 };
 
-// acc[r][c] += row (w, rows r0 + r, clamped) · x_c, for every format.
+// The float formats' first steps of rows r0 .. r0 + R − 1 (clamped) of w.
+template <int FMT, int R> struct FloatFirst {
+    FloatStep<FMT> s[R];
+};
+
+template <int FMT, int R>
+__device__ __forceinline__ FloatFirst<FMT, R> float_rows_first(const GemvParams &p,
+                                                               const uint8_t *w, uint32_t row0,
+                                                               uint32_t lane, uint32_t warp) {
+    FloatFirst<FMT, R> f;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        f.s[r] = float_first_step<FMT>(w + (size_t)min(row0 + (uint32_t)r, p.rows - 1) * p.row_bytes,
+                                       p.k, lane, warp);
+    return f;
+}
+
+// acc[r][c] += row (w, rows r0 + r, clamped) · x_c, for every format; the
+// float formats start from `first` (float_rows_first of the same rows).
 template <int FMT, int NC, int R>
 __device__ __forceinline__ void rows_dot(const GemvParams &p, const uint8_t *w, uint32_t row0,
-                                         uint32_t lane, uint32_t warp, float (*acc)[NC]) {
+                                         uint32_t lane, uint32_t warp, float (*acc)[NC],
+                                         const FloatFirst<FMT, R> *first) {
     uint32_t row[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
     if constexpr (is_float_fmt(FMT)) {
 #pragma unroll
         for (int r = 0; r < R; ++r)
-            float_row_dot<FMT, NC>(w + (size_t)row[r] * p.row_bytes, p.x, p.k, lane, warp, acc[r]);
+            float_row_dot<FMT, NC>(w + (size_t)row[r] * p.row_bytes, p.x, p.k, lane, warp, acc[r],
+                                   first->s[r]);
     } else if constexpr (!is_tiled_fmt(FMT)) {
         // The core's block layout, whole rows.
         const uint8_t *rows[R];
@@ -733,6 +781,10 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     griddep_launch_dependents();
     if (row0 >= p.rows) return; // the whole block leaves together
+    // The float formats request their first weights (the gate's, for GLU)
+    // before the wait; the other formats, and the up weights, after it.
+    FloatFirst<FMT, R> first[V];
+    if constexpr (is_float_fmt(FMT)) first[0] = float_rows_first<FMT, R>(p, p.w, row0, lane, warp);
     griddep_wait();
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     float acc[V][R][NC];
@@ -742,8 +794,12 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
         for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int c = 0; c < NC; ++c) acc[v][r][c] = 0.0f;
-    rows_dot<FMT, NC, R>(p, p.w, row0, lane, warp, acc[0]);
-    if constexpr (GLU) rows_dot<FMT, NC, R>(p, p.w_up, row0, lane, warp, acc[V - 1]);
+    rows_dot<FMT, NC, R>(p, p.w, row0, lane, warp, acc[0], &first[0]);
+    if constexpr (GLU) {
+        if constexpr (is_float_fmt(FMT))
+            first[V - 1] = float_rows_first<FMT, R>(p, p.w_up, row0, lane, warp);
+        rows_dot<FMT, NC, R>(p, p.w_up, row0, lane, warp, acc[V - 1], &first[V - 1]);
+    }
     finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
                                 p.y);
 }

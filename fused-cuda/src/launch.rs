@@ -59,10 +59,14 @@ fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
 /// U 1 (71 / 89, was 65 / 90 at R 4, U 2). The other formats (A/B of 2 rows
 /// against 4 at 00:07 UTC, 4096 × 14336, GEMV alone): Q5_0 1.23x, Q5_1
 /// 1.24x, IQ4_NL 1.08x, TQ2_0 1.09x, Q4_1 equal: 2 rows; Q5_K and Q6_K
-/// within 1 % (Q6_K with its quantizer 0.96x): 4. `FUSED_CUDA_Q_ROWS` (1, 2
-/// or 4) overrides it, for A/B runs of `cuda-bench`.
-fn gemvq_rows_per_block(dtype: DType, n_cols: usize) -> usize {
-    let four = matches!(dtype, DType::Q4_0 | DType::Q5_K | DType::Q6_K);
+/// within 1 % (Q6_K with its quantizer 0.96x): 4. Q4_K with many rows
+/// (`rows` above [`Q4K_FOUR_ROWS_FROM`]) takes 4 too: at 32768 × 8192 the
+/// same sweep gave R 4 93 % (87 with its quantizer) against R 2 89 % (84).
+/// `FUSED_CUDA_Q_ROWS` (1, 2 or 4) overrides it, for A/B runs of
+/// `cuda-bench`.
+fn gemvq_rows_per_block(dtype: DType, n_cols: usize, rows: usize) -> usize {
+    let four = matches!(dtype, DType::Q4_0 | DType::Q5_K | DType::Q6_K)
+        || (dtype == DType::Q4_K && rows >= Q4K_FOUR_ROWS_FROM);
     match n_cols {
         1 => std::env::var("FUSED_CUDA_Q_ROWS")
             .ok()
@@ -73,6 +77,10 @@ fn gemvq_rows_per_block(dtype: DType, n_cols: usize) -> usize {
         _ => 1,
     }
 }
+
+/// Rows from which one-column Q4_K takes 4 rows per block: between the
+/// sweep's two shapes (4096 rows: 2 is faster; 32768: 4 is).
+const Q4K_FOUR_ROWS_FROM: usize = 16384;
 
 /// Units in flight per lane of the integer kernels (`Q_UNROLL` in
 /// `kernels/gemv.cu`): 1 for one column of Q8_0, Q4_0 and Q4_K (kernels
@@ -365,7 +373,7 @@ impl Launch {
             pad: 0,
             epi,
         };
-        let r = gemvq_rows_per_block(dtype, n_cols);
+        let r = gemvq_rows_per_block(dtype, n_cols, rows);
         let name = format!(
             "fused_gemvq_{}{}_r{r}_c{n_cols}{}",
             if w_up.is_some() { "glu_" } else { "" },

@@ -37,8 +37,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+thread_local! {
+    /// The largest host/device time ratio of one batch since the last
+    /// [`report_host`], with that batch's host and device ms per call.
+    static HOST_SHARE: std::cell::Cell<(f64, f64, f64)> = const { std::cell::Cell::new((0.0, 0.0, 0.0)) };
+}
+
 /// Median milliseconds per call of `f(i)` for i = 0, 1, …: batches of
-/// `per_batch` calls timed with events, after `warm` batches.
+/// `per_batch` calls timed with events, after `warm` batches. Also times
+/// the host's enqueueing of each batch (wall clock): where that is close to
+/// the device time the device may have waited for the host, and
+/// [`report_host`] says so.
 fn time_calls(
     be: &CudaBackend,
     per_batch: usize,
@@ -47,19 +56,48 @@ fn time_calls(
 ) -> Result<f64, CudaError> {
     let mut i = 0;
     let mut samples = Vec::with_capacity(batches);
+    let mut host = Vec::with_capacity(batches);
     for b in 0..batches + 3 {
+        let mut wall = 0.0;
         let ms = be.time_ms(|| {
+            let t0 = std::time::Instant::now();
             for _ in 0..per_batch {
                 f(i)?;
                 i += 1;
             }
+            wall = t0.elapsed().as_secs_f64() * 1e3;
             Ok(())
         })?;
         if b >= 3 {
             samples.push(ms as f64 / per_batch as f64);
+            host.push(wall / per_batch as f64);
         }
     }
-    Ok(median(samples))
+    let (dev, host) = (median(samples), median(host));
+    HOST_SHARE.with(|c| {
+        if host / dev > c.get().0 {
+            c.set((host / dev, host, dev));
+        }
+    });
+    Ok(dev)
+}
+
+/// Prints the largest host/device ratio of the batches timed since the
+/// last call (for the section `what`), and starts over.
+fn report_host(what: &str) {
+    let (ratio, host, dev) = HOST_SHARE.with(|c| c.replace((0.0, 0.0, 0.0)));
+    println!(
+        "\nHost enqueue time, {what}: at most {:.0} % of the device time per call ({:.2} µs \
+         host, {:.2} µs device){}\n",
+        100.0 * ratio,
+        host * 1e3,
+        dev * 1e3,
+        if ratio > 0.8 {
+            ": the host may have held the device back there"
+        } else {
+            ""
+        }
+    );
 }
 
 /// Deterministic pseudo-random f32 in [-1, 1).
@@ -134,6 +172,7 @@ fn run() -> Result<(), CudaError> {
     println!("\nceiling used below: {ceiling:.0} GB/s\n");
     let gemv_only = std::env::args().any(|a| a == "--gemv-only");
     launch_options(&be, ceiling)?;
+    report_host("launch options");
     if std::env::args().any(|a| a == "--launch-only") {
         return Ok(());
     }
@@ -176,7 +215,9 @@ fn run() -> Result<(), CudaError> {
             }
         }
     }
+    report_host("GEMV table");
     other_formats(&be, ceiling)?;
+    report_host("other formats");
     if gemv_only {
         return Ok(());
     }
@@ -222,6 +263,7 @@ fn run() -> Result<(), CudaError> {
         }
     }
     drop((x, out, mid));
+    report_host("FWHT");
 
     // ------------------------------------------------ decode layer
     for mode in [ActQuant::F32, ActQuant::Q8_0] {
@@ -235,6 +277,7 @@ fn run() -> Result<(), CudaError> {
     ] {
         plan_layer(&be, dtype, mode, ceiling)?;
     }
+    report_host("decode layers");
     Ok(())
 }
 
@@ -300,7 +343,40 @@ fn epilogue_cost(
             }
         }
     }
+    // Each stage alone (operands early), taking turns with the bare GEMV:
+    // which part of the chain costs.
+    let one: [(&str, Epilogue, Vec<&DeviceVec>); 4] = [
+        ("bare", Epilogue::NONE, vec![]),
+        ("silu", Epilogue::NONE.then_act(Activation::Silu)?, vec![]),
+        ("mul", Epilogue::NONE.then_mul()?, vec![&gate_like]),
+        ("add", Epilogue::NONE.then_add()?, vec![&residual]),
+    ];
+    be.set_options(early);
+    let mut t_one: [Vec<f64>; 4] = Default::default();
+    for _round in 0..3 {
+        for (slot, (_, e, o)) in one.iter().enumerate() {
+            t_one[slot].push(time(false, e, o, &mut y)?);
+        }
+    }
     be.set_options(saved);
+    let t_one = t_one.map(median);
+    let stages: Vec<String> = one
+        .iter()
+        .zip(t_one)
+        .skip(1)
+        .map(|((name, _, _), t)| {
+            format!(
+                "{name} {:.2} µs ({:+.1}%)",
+                t * 1e3,
+                100.0 * (t / t_one[0] - 1.0)
+            )
+        })
+        .collect();
+    println!(
+        "Epilogue stages one at a time ({mode:?}, operands early): bare {:.2} µs; {}",
+        t_one[0] * 1e3,
+        stages.join(", ")
+    );
     let [bare, late_t, early_t] = t.map(median);
     let mut t1 = be.alloc(m)?;
     let mut t2 = be.alloc(m)?;
@@ -632,7 +708,7 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
          blocks start as the previous kernel's blocks retire, then wait for its results); \
          with PDL also the integer kernels' rows per block R and units in flight per lane U \
-         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1). Options take turns, 3 \
+         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1). Options take turns, 3 \
          rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();

@@ -194,6 +194,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    // The floor of a call: a GEMV that moves almost nothing (128 × 256 F16,
+    // 64 KiB), 256 calls per submission, with and without a barrier
+    // between calls. A bigger GEMV cannot take less than its bytes at the
+    // ceiling plus (with barriers) this.
+    let tiny = GemvBench::with_copies(&b, DType::F16, 128, 256, 4, 64)?;
+    for ordered in [false, true] {
+        line(
+            &format!(
+                "floor: GEMV F16 128x256, {} calls, {}",
+                tiny.calls(),
+                if ordered {
+                    "barrier between"
+                } else {
+                    "back to back"
+                }
+            ),
+            tiny.time(None, ordered, reps)?,
+            ceiling,
+        );
+    }
+    drop(tiny);
     for (m, k) in [(4096, 14336), (32768, 8192)] {
         for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
             line(
