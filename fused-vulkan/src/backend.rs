@@ -50,10 +50,23 @@ const GEMV_QUANT_ROWS: u32 = 4;
 pub const GEMV_MAX_ROWS: u32 = 8;
 /// The most units each GEMV thread loads per loop trip.
 pub const GEMV_MAX_UNROLL: u32 = 4;
-/// Threads per workgroup of the activation quantizer (`quantize.comp`).
-const QUANTIZE_WG: u32 = 64;
-/// Values one quantizer thread takes.
-const QUANTIZE_PER_THREAD: usize = 32;
+/// The activation quantizer's launch shape (`quantize.comp`).
+const QUANTIZE_SHAPE: QuantizeShape = QuantizeShape {
+    workgroup: 64,
+    values_per_thread: 4,
+};
+
+/// The launch shape of the activation quantizer: each thread loads and
+/// quantizes `values_per_thread` consecutive values; the threads of one
+/// block (Q8_0: 32 values, Q8_K: 256) share one workgroup of `workgroup`
+/// threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuantizeShape {
+    /// Threads per workgroup (a multiple of a block's threads).
+    pub workgroup: u32,
+    /// Values per thread: 4, 8, 16 or 32.
+    pub values_per_thread: u32,
+}
 
 /// The launch shape of a GEMV: each workgroup of `workgroup` threads
 /// computes `rows` consecutive rows; each thread loads `unroll` units (a few
@@ -676,19 +689,65 @@ impl VulkanBackend {
         x: &'b Buffer<'b>,
         out: &'b Buffer<'b>,
     ) -> Result<Dispatch<'b>, VulkanError> {
+        self.quantize_dispatch_shaped(QUANTIZE_SHAPE, mode, k, n_cols, x, out)
+    }
+
+    /// `Unsupported` unless `quantize.comp` can take `shape` for `mode`
+    /// (Q8_0 or Q8_K) on this device.
+    fn check_quantize_shape(
+        &self,
+        shape: QuantizeShape,
+        mode: ActQuant,
+    ) -> Result<(), VulkanError> {
+        let QuantizeShape {
+            workgroup,
+            values_per_thread,
+        } = shape;
+        let block = if mode == ActQuant::Q8_K { 256 } else { 32 };
+        if workgroup == 0
+            || ![4, 8, 16, 32].contains(&values_per_thread)
+            || !workgroup.is_multiple_of(block / values_per_thread)
+            || workgroup > self.ctx.info().max_invocations
+        {
+            return Err(VulkanError::Unsupported(format!(
+                "quantizer shape {shape:?} for {mode:?}: values per thread not 4, 8, 16 or 32, \
+                 or a workgroup not a multiple of a block's threads or above the device's limit"
+            )));
+        }
+        Ok(())
+    }
+
+    /// [`VulkanBackend::quantize_dispatch`] with a given launch shape (for
+    /// tuning); a shape the shader cannot take, or that the device's
+    /// workgroup limit refuses, is `Unsupported`.
+    pub(crate) fn quantize_dispatch_shaped<'b>(
+        &self,
+        shape: QuantizeShape,
+        mode: ActQuant,
+        k: usize,
+        n_cols: usize,
+        x: &'b Buffer<'b>,
+        out: &'b Buffer<'b>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
         quantized_bytes(mode, k, n_cols)?;
+        self.check_quantize_shape(shape, mode)?;
+        let QuantizeShape {
+            workgroup,
+            values_per_thread,
+        } = shape;
         let key = KernelKey {
             shader: Shader::Quantize {
                 q8k: mode == ActQuant::Q8_K,
             },
-            spec: [0; SPEC_CONSTANTS],
+            spec: [workgroup, values_per_thread, 0, 0, 0, 0],
         };
         self.ctx.kernel(key)?;
-        let threads = (k / QUANTIZE_PER_THREAD)
-            .checked_mul(n_cols)
-            .ok_or(Error::Overflow {
-                what: "quantized activations",
-            })?;
+        let threads =
+            (k / values_per_thread as usize)
+                .checked_mul(n_cols)
+                .ok_or(Error::Overflow {
+                    what: "quantized activations",
+                })?;
         let mut p = Vec::new();
         push(&mut p, u32_of("GEMV inner dimension", k)?);
         push(&mut p, u32_of("GEMV columns", n_cols)?);
@@ -696,7 +755,7 @@ impl VulkanBackend {
             kernel: key,
             buffers: vec![x, out],
             push: p,
-            groups: self.grid((threads as u64).div_ceil(u64::from(QUANTIZE_WG)))?,
+            groups: self.grid((threads as u64).div_ceil(u64::from(workgroup)))?,
         })
     }
 
@@ -713,6 +772,19 @@ impl VulkanBackend {
         x: &[f32],
         n_cols: usize,
     ) -> Result<Vec<u32>, VulkanError> {
+        self.quantize_activations_shaped(QUANTIZE_SHAPE, mode, x, n_cols)
+    }
+
+    /// [`VulkanBackend::quantize_activations`] with a given launch shape
+    /// (for tuning; every shape gives the same words). A shape the shader
+    /// cannot take is `Unsupported`.
+    pub fn quantize_activations_shaped(
+        &self,
+        shape: QuantizeShape,
+        mode: ActQuant,
+        x: &[f32],
+        n_cols: usize,
+    ) -> Result<Vec<u32>, VulkanError> {
         if n_cols == 0 || !x.len().is_multiple_of(n_cols) {
             return Err(Error::LengthMismatch {
                 what: "activations (a whole number of columns)",
@@ -725,13 +797,14 @@ impl VulkanBackend {
         let Some(bytes) = quantized_bytes(mode, k, n_cols)? else {
             return Err(Error::Unsupported(Unsupported::ActQuant(mode)).into());
         };
+        self.check_quantize_shape(shape, mode)?;
         let mut out = vec![0u32; (bytes / 4) as usize];
         if x.is_empty() {
             return Ok(out);
         }
         let xb = self.ctx.upload_f32(x)?;
         let qb = self.ctx.buffer(bytes)?;
-        let d = self.quantize_dispatch(mode, k, n_cols, &xb, &qb)?;
+        let d = self.quantize_dispatch_shaped(shape, mode, k, n_cols, &xb, &qb)?;
         self.ctx.submit(&[Command::Dispatch(d)], false)?;
         self.ctx.read(&qb, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
