@@ -100,6 +100,14 @@ const QUANTIZE_KS: [usize; 2] = [14336, 8192];
 /// The activation quantizer alone: its default shape, then every shape of
 /// a grid (time only: one dispatch moves too few bytes for a bandwidth).
 fn quantize_sweep(b: &VulkanBackend, reps: usize) -> Result<(), Box<dyn std::error::Error>> {
+    // For scale: a shader copy of one column's f32 values, about the
+    // shortest dispatch there is.
+    let bytes = 4 * QUANTIZE_KS[1] as u64;
+    let floor = timing::copy_shader(b, bytes, reps)?;
+    println!(
+        "copy {bytes} bytes, compute shader (a minimal dispatch) {:>10.2} us",
+        floor.median_ns / 1e3
+    );
     for k in QUANTIZE_KS {
         for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
             let t = timing::quantize(b, mode, k, 1, reps)?;
