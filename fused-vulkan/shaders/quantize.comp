@@ -289,7 +289,10 @@ void main() {
     // NaN / 127 is that NaN, quieted.
     float d = amax > INF_BITS ? uintBitsToFloat(amax | 0x400000u)
                               : (amax != 0u ? div_pos(uintBitsToFloat(amax), 127.0) : 0.0);
-    float id = nan_bits(d) ? d : (d != 0.0 ? div_pos(1.0, d) : 0.0);
+    // d is tested by its bits: a subnormal d (id infinite) is not zero
+    // (NVIDIA's driver flushed it in `d != 0.0`).
+    uint db = floatBitsToUint(d);
+    float id = nan_bits(d) ? d : (db != 0u ? div_pos(1.0, d) : 0.0);
     [[unroll]] for (uint i = 0u; i < NV; ++i) {
         precise vec4 p = v[i] * id;
         q[t * NV + i] = pack_codes(ivec4(round_away_i8(p.x), round_away_i8(p.y),
@@ -332,6 +335,9 @@ void main() {
         precise vec4 p = v[i] * iscale;
         ivec4 c = min(ivec4(nearest_int(p.x), nearest_int(p.y), nearest_int(p.z),
                             nearest_int(p.w)), ivec4(127));
+        // The codes as int8 (Rust's `as i8` wraps; the core sums those): an
+        // infinite product (127 / max overflowed) gives -2^22, code 0.
+        c = bitfieldExtract(c, 0, 8);
         total += c.x + c.y + c.z + c.w;
         if (live) {
             q[t * NV + i] = pack_codes(c);
