@@ -106,30 +106,10 @@ uint quotient_bits(uint ma, uint mb, out bool sticky) {
     return uint(int(c) + dq);
 }
 
-// a / b rounded to nearest even, for positive a and b, finite or infinite
-// (IEEE division; a finite / 0 is infinite, finite / infinite 0, infinite
-// / finite infinite).
-float div_pos(float a, float b) {
-    uint ba = floatBitsToUint(a);
-    uint bb = floatBitsToUint(b);
-    if (ba == INF_BITS || bb == 0u) {
-        return uintBitsToFloat(INF_BITS);
-    }
-    if (bb == INF_BITS) {
-        return 0.0;
-    }
-    uint ma, mb;
-    int ea, eb;
-    unpack_pos(a, ma, ea);
-    unpack_pos(b, mb, eb);
-    int e = ea - eb + 127; // biased exponent of the quotient in [1, 2)
-    if (ma < mb) {
-        ma <<= 1u;
-        e -= 1;
-    }
-    // 25 quotient bits (24 significant and a guard bit), remainder sticky.
-    bool sticky;
-    uint qt = quotient_bits(ma, mb, sticky);
+// The float nearest (ties to even) to qt 2^(e - 151) (plus a little when
+// `sticky`: the bits below qt are not all zero), qt in [2^24, 2^25): a
+// quotient's 25 leading bits and its biased exponent e.
+float round_quotient(uint qt, bool sticky, int e) {
     if (e >= 255) {
         return uintBitsToFloat(INF_BITS);
     }
@@ -155,6 +135,54 @@ float div_pos(float a, float b) {
     }
     return uintBitsToFloat(m);
 }
+
+// a / b rounded to nearest even, for positive a and b, finite or infinite
+// (IEEE division; a finite / 0 is infinite, finite / infinite 0, infinite
+// / finite infinite).
+float div_pos(float a, float b) {
+    uint ba = floatBitsToUint(a);
+    uint bb = floatBitsToUint(b);
+    if (ba == INF_BITS || bb == 0u) {
+        return uintBitsToFloat(INF_BITS);
+    }
+    if (bb == INF_BITS) {
+        return 0.0;
+    }
+    uint ma, mb;
+    int ea, eb;
+    unpack_pos(a, ma, ea);
+    unpack_pos(b, mb, eb);
+    int e = ea - eb + 127; // biased exponent of the quotient in [1, 2)
+    if (ma < mb) {
+        ma <<= 1u;
+        e -= 1;
+    }
+    // 25 quotient bits (24 significant and a guard bit), remainder sticky.
+    bool sticky;
+    uint qt = quotient_bits(ma, mb, sticky);
+    return round_quotient(qt, sticky, e);
+}
+
+// a / 127 rounded to nearest even, for a positive finite (Q8_0's d): the
+// significand's quotient by the constant in one 32-bit integer division
+// (which compilers make a multiplication).
+float div_127(float a) {
+    uint ma;
+    int ea;
+    unpack_pos(a, ma, ea);
+    // a / 127 = (ma 2^8 / 127) 2^(ea - 158), ma 2^8 / 127 in [2^24, 2^25.01).
+    uint n = ma << 8u;
+    uint qt = n / 127u;
+    bool sticky = n != qt * 127u;
+    int e = ea - 7;
+    if (qt >= 0x2000000u) {
+        sticky = sticky || (qt & 1u) != 0u;
+        qt >>= 1u;
+        e += 1;
+    }
+    return round_quotient(qt, sticky, e);
+}
+
 // The f16 bits of v rounded to nearest even (GGML_FP32_TO_FP16).
 uint f16_bits(float v) {
     uint x = floatBitsToUint(v);
@@ -288,7 +316,8 @@ void main() {
     // A NaN last in the block is the maximum (as the core's fold has it);
     // NaN / 127 is that NaN, quieted.
     float d = amax > INF_BITS ? uintBitsToFloat(amax | 0x400000u)
-                              : (amax != 0u ? div_pos(uintBitsToFloat(amax), 127.0) : 0.0);
+                              : (amax == INF_BITS ? uintBitsToFloat(INF_BITS)
+                                 : (amax != 0u ? div_127(uintBitsToFloat(amax)) : 0.0));
     // d is tested by its bits: a subnormal d (id infinite) is not zero
     // (NVIDIA's driver flushed it in `d != 0.0`).
     uint db = floatBitsToUint(d);

@@ -241,6 +241,13 @@ fn every_quantizer_shape_divides_as_the_core_does() {
     };
     let mut tried = 0;
     for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+        // Many blocks in the default shape (8192 Q8_0 scales, 1024 Q8_K).
+        let (k, n_cols) = (32768, 8);
+        let x = division_activations(k, n_cols, 78);
+        let got = b.quantize_activations(mode, &x, n_cols).unwrap();
+        let want = expected_layout(mode, &x, n_cols);
+        let diff = got.iter().zip(&want).position(|(g, w)| g != w);
+        assert_eq!(diff, None, "{mode:?} k={k} cols={n_cols}");
         let (k, n_cols) = (8192, 3);
         let x = division_activations(k, n_cols, 77);
         let want = expected_layout(mode, &x, n_cols);
