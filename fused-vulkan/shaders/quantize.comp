@@ -21,13 +21,15 @@
 // (every thread of a block the same divisions, so nothing is broadcast).
 // Maxima are folded on the bits (positive floats order as their bits), so
 // a driver's no-NaN assumptions cannot change them.
-// Divisions are correctly rounded: a float estimate of the quotient's
-// significand, made exact by integer remainders (a shader's `/` need not be
-// correctly rounded); the f16 conversion rounds to nearest even in integer
-// arithmetic, and every float product and sum is `precise`. The codes equal
-// the core's for activations that are zero, normal or infinite (a device
-// may flush subnormal activations to zero; NaN codes are 0, as on x86 and
-// Arm).
+// Divisions are correctly rounded (a shader's `/` need not be): Q8_0's
+// amax / 127 by an integer division of the significand by the constant,
+// the others by a float estimate of the quotient's significand made exact
+// by integer remainders; the f16 conversion rounds to nearest even in
+// integer arithmetic, every float product and sum is `precise`, and scales
+// are tested by their bits (a subnormal d is not zero). The codes equal the
+// core's for activations that are zero, normal or infinite, also where d
+// is subnormal or 127 / max overflows (a device may flush subnormal
+// activations to zero; NaN codes are 0, as on x86 and Arm).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"

@@ -51,17 +51,18 @@ pub const GEMV_MAX_ROWS: u32 = 8;
 /// The most units each GEMV thread loads per loop trip.
 pub const GEMV_MAX_UNROLL: u32 = 4;
 /// The activation quantizer's launch shape for Q8_0 (`quantize.comp`).
-/// On the H200 (NVIDIA's driver, K = 8192 and 14336, one column) 4 values
-/// per thread took 3.1 µs with workgroups of 32 to 256, 8 values 3.3 to 3.4
-/// µs, 16 values 3.8 to 4.1 µs, 32 values (one thread per block) 4.9 to 5.6
-/// µs; a minimal dispatch (a 32 KiB shader copy) 2.4 µs.
+/// On the H200 (NVIDIA's driver, K = 8192 and 14336, one column; `bench
+/// 9 1 quantize`, 2026-12-01) 4 values per thread took 3.05 to 3.25 µs with
+/// workgroups of 32 to 256, 8 values 3.25 to 3.4 µs, 16 values 3.75 to 4.1
+/// µs, 32 values (one thread per block, as before) 5.0 to 5.5 µs; a minimal
+/// dispatch (a 32 KiB shader copy) 2.4 to 2.5 µs.
 const QUANTIZE_SHAPE_Q8_0: QuantizeShape = QuantizeShape {
     workgroup: 64,
     values_per_thread: 4,
 };
 /// The quantizer's launch shape for Q8_K: on the H200 8 values per thread
-/// with workgroups of 64 and 128 took 2.9 to 3.0 µs, 4 or 16 values 3.0 to
-/// 3.2 µs, 32 values 3.3 to 5.5 µs.
+/// with workgroups of 32 to 128 took 2.9 to 3.1 µs, 4 or 16 values 3.1 to
+/// 3.6 µs, 32 values 3.3 to 5.5 µs.
 const QUANTIZE_SHAPE_Q8_K: QuantizeShape = QuantizeShape {
     workgroup: 64,
     values_per_thread: 8,
