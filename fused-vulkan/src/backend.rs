@@ -50,10 +50,44 @@ const GEMV_QUANT_ROWS: u32 = 4;
 pub const GEMV_MAX_ROWS: u32 = 8;
 /// The most units each GEMV thread loads per loop trip.
 pub const GEMV_MAX_UNROLL: u32 = 4;
-/// Threads per workgroup of the activation quantizer (`quantize.comp`).
-const QUANTIZE_WG: u32 = 64;
-/// Values one quantizer thread takes.
-const QUANTIZE_PER_THREAD: usize = 32;
+/// The activation quantizer's launch shape for Q8_0 (`quantize.comp`).
+/// On the H200 (NVIDIA's driver, K = 8192 and 14336, one column; `bench
+/// 9 1 quantize`, 2026-12-01) 4 values per thread took 3.05 to 3.25 µs with
+/// workgroups of 32 to 256, 8 values 3.25 to 3.4 µs, 16 values 3.75 to 4.1
+/// µs, 32 values (one thread per block, as before) 5.0 to 5.5 µs; a minimal
+/// dispatch (a 32 KiB shader copy) 2.4 to 2.5 µs.
+const QUANTIZE_SHAPE_Q8_0: QuantizeShape = QuantizeShape {
+    workgroup: 64,
+    values_per_thread: 4,
+};
+/// The quantizer's launch shape for Q8_K: on the H200 8 values per thread
+/// with workgroups of 32 to 128 took 2.9 to 3.1 µs, 4 or 16 values 3.1 to
+/// 3.6 µs, 32 values 3.3 to 5.5 µs.
+const QUANTIZE_SHAPE_Q8_K: QuantizeShape = QuantizeShape {
+    workgroup: 64,
+    values_per_thread: 8,
+};
+
+/// The quantizer's launch shape for `mode`.
+fn quantize_shape(mode: ActQuant) -> QuantizeShape {
+    if mode == ActQuant::Q8_K {
+        QUANTIZE_SHAPE_Q8_K
+    } else {
+        QUANTIZE_SHAPE_Q8_0
+    }
+}
+
+/// The launch shape of the activation quantizer: each thread loads and
+/// quantizes `values_per_thread` consecutive values; the threads of one
+/// block (Q8_0: 32 values, Q8_K: 256) share one workgroup of `workgroup`
+/// threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuantizeShape {
+    /// Threads per workgroup (a multiple of a block's threads).
+    pub workgroup: u32,
+    /// Values per thread: 4, 8, 16 or 32.
+    pub values_per_thread: u32,
+}
 
 /// The launch shape of a GEMV: each workgroup of `workgroup` threads
 /// computes `rows` consecutive rows; each thread loads `unroll` units (a few
@@ -676,19 +710,65 @@ impl VulkanBackend {
         x: &'b Buffer<'b>,
         out: &'b Buffer<'b>,
     ) -> Result<Dispatch<'b>, VulkanError> {
+        self.quantize_dispatch_shaped(quantize_shape(mode), mode, k, n_cols, x, out)
+    }
+
+    /// `Unsupported` unless `quantize.comp` can take `shape` for `mode`
+    /// (Q8_0 or Q8_K) on this device.
+    fn check_quantize_shape(
+        &self,
+        shape: QuantizeShape,
+        mode: ActQuant,
+    ) -> Result<(), VulkanError> {
+        let QuantizeShape {
+            workgroup,
+            values_per_thread,
+        } = shape;
+        let block = if mode == ActQuant::Q8_K { 256 } else { 32 };
+        if workgroup == 0
+            || ![4, 8, 16, 32].contains(&values_per_thread)
+            || !workgroup.is_multiple_of(block / values_per_thread)
+            || workgroup > self.ctx.info().max_invocations
+        {
+            return Err(VulkanError::Unsupported(format!(
+                "quantizer shape {shape:?} for {mode:?}: values per thread not 4, 8, 16 or 32, \
+                 or a workgroup not a multiple of a block's threads or above the device's limit"
+            )));
+        }
+        Ok(())
+    }
+
+    /// [`VulkanBackend::quantize_dispatch`] with a given launch shape (for
+    /// tuning); a shape the shader cannot take, or that the device's
+    /// workgroup limit refuses, is `Unsupported`.
+    pub(crate) fn quantize_dispatch_shaped<'b>(
+        &self,
+        shape: QuantizeShape,
+        mode: ActQuant,
+        k: usize,
+        n_cols: usize,
+        x: &'b Buffer<'b>,
+        out: &'b Buffer<'b>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
         quantized_bytes(mode, k, n_cols)?;
+        self.check_quantize_shape(shape, mode)?;
+        let QuantizeShape {
+            workgroup,
+            values_per_thread,
+        } = shape;
         let key = KernelKey {
             shader: Shader::Quantize {
                 q8k: mode == ActQuant::Q8_K,
             },
-            spec: [0; SPEC_CONSTANTS],
+            spec: [workgroup, values_per_thread, 0, 0, 0, 0],
         };
         self.ctx.kernel(key)?;
-        let threads = (k / QUANTIZE_PER_THREAD)
-            .checked_mul(n_cols)
-            .ok_or(Error::Overflow {
-                what: "quantized activations",
-            })?;
+        let threads =
+            (k / values_per_thread as usize)
+                .checked_mul(n_cols)
+                .ok_or(Error::Overflow {
+                    what: "quantized activations",
+                })?;
         let mut p = Vec::new();
         push(&mut p, u32_of("GEMV inner dimension", k)?);
         push(&mut p, u32_of("GEMV columns", n_cols)?);
@@ -696,7 +776,7 @@ impl VulkanBackend {
             kernel: key,
             buffers: vec![x, out],
             push: p,
-            groups: self.grid((threads as u64).div_ceil(u64::from(QUANTIZE_WG)))?,
+            groups: self.grid((threads as u64).div_ceil(u64::from(workgroup)))?,
         })
     }
 
@@ -713,6 +793,19 @@ impl VulkanBackend {
         x: &[f32],
         n_cols: usize,
     ) -> Result<Vec<u32>, VulkanError> {
+        self.quantize_activations_shaped(quantize_shape(mode), mode, x, n_cols)
+    }
+
+    /// [`VulkanBackend::quantize_activations`] with a given launch shape
+    /// (for tuning; every shape gives the same words). A shape the shader
+    /// cannot take is `Unsupported`.
+    pub fn quantize_activations_shaped(
+        &self,
+        shape: QuantizeShape,
+        mode: ActQuant,
+        x: &[f32],
+        n_cols: usize,
+    ) -> Result<Vec<u32>, VulkanError> {
         if n_cols == 0 || !x.len().is_multiple_of(n_cols) {
             return Err(Error::LengthMismatch {
                 what: "activations (a whole number of columns)",
@@ -725,13 +818,14 @@ impl VulkanBackend {
         let Some(bytes) = quantized_bytes(mode, k, n_cols)? else {
             return Err(Error::Unsupported(Unsupported::ActQuant(mode)).into());
         };
+        self.check_quantize_shape(shape, mode)?;
         let mut out = vec![0u32; (bytes / 4) as usize];
         if x.is_empty() {
             return Ok(out);
         }
         let xb = self.ctx.upload_f32(x)?;
         let qb = self.ctx.buffer(bytes)?;
-        let d = self.quantize_dispatch(mode, k, n_cols, &xb, &qb)?;
+        let d = self.quantize_dispatch_shaped(shape, mode, k, n_cols, &xb, &qb)?;
         self.ctx.submit(&[Command::Dispatch(d)], false)?;
         self.ctx.read(&qb, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)

@@ -40,7 +40,7 @@ pub mod timing;
 
 pub use backend::{
     FWHT_MAX_SLABS, FwhtPlan, FwhtVariant, GEMV_MAX_ROWS, GEMV_MAX_UNROLL, GemvShape, MAX_COLS,
-    VulkanBackend,
+    QuantizeShape, VulkanBackend,
 };
 pub use context::{Buffer, ContextOptions, DeviceInfo, VulkanContext};
 pub use error::VulkanError;

@@ -9,8 +9,8 @@ use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
 
 use crate::backend::{
-    ChainWords, EltOp, FwhtPlan, FwhtVariant, GemvShape, VulkanBackend, check_mode, gemv_type,
-    quantized_bytes,
+    ChainWords, EltOp, FwhtPlan, FwhtVariant, GemvShape, QuantizeShape, VulkanBackend, check_mode,
+    gemv_type, quantized_bytes,
 };
 use crate::context::{Buffer, Command, Dispatch, VulkanContext};
 use crate::error::VulkanError;
@@ -236,6 +236,29 @@ pub fn quantize(
     n_cols: usize,
     reps: usize,
 ) -> Result<Timing, VulkanError> {
+    quantize_with(b, None, mode, k, n_cols, reps)
+}
+
+/// [`quantize`] with a given launch shape (for tuning).
+pub fn quantize_shaped(
+    b: &VulkanBackend,
+    shape: QuantizeShape,
+    mode: ActQuant,
+    k: usize,
+    n_cols: usize,
+    reps: usize,
+) -> Result<Timing, VulkanError> {
+    quantize_with(b, Some(shape), mode, k, n_cols, reps)
+}
+
+fn quantize_with(
+    b: &VulkanBackend,
+    shape: Option<QuantizeShape>,
+    mode: ActQuant,
+    k: usize,
+    n_cols: usize,
+    reps: usize,
+) -> Result<Timing, VulkanError> {
     let Some(q_bytes) = quantized_bytes(mode, k, n_cols)? else {
         return Err(
             fused_core::Error::Unsupported(fused_core::error::Unsupported::ActQuant(mode)).into(),
@@ -244,7 +267,10 @@ pub fn quantize(
     let ctx = b.context();
     let x = ctx.upload_f32(&fill(k * n_cols))?;
     let q = ctx.buffer(q_bytes)?;
-    let d = b.quantize_dispatch(mode, k, n_cols, &x, &q)?;
+    let d = match shape {
+        Some(shape) => b.quantize_dispatch_shaped(shape, mode, k, n_cols, &x, &q)?,
+        None => b.quantize_dispatch(mode, k, n_cols, &x, &q)?,
+    };
     let t = timed(ctx, &[Command::Dispatch(d)], reps)?;
     Ok(Timing {
         median_ns: t,

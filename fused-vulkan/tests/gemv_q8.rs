@@ -28,7 +28,7 @@ use fused_core::quant::quantize_row;
 use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{Error, error::Unsupported};
-use fused_vulkan::{GemvShape, MAX_COLS, VulkanBackend, VulkanError};
+use fused_vulkan::{GemvShape, MAX_COLS, QuantizeShape, VulkanBackend, VulkanError};
 
 /// fused-verify's ulp budget for reordered sums.
 const ULPS: u64 = 4096;
@@ -181,6 +181,125 @@ fn activations_are_quantized_as_the_core_does() {
         b.quantize_activations(ActQuant::F32, &x, 1),
         Err(VulkanError::Core(Error::Unsupported(_)))
     ));
+    assert_no_validation_messages(&b);
+}
+
+/// Blocks whose scales take the divisions over their whole range: random
+/// magnitudes from 2^-100 to 2^100, maxima that 127 divides exactly or
+/// that divide 127 (exact quotients), and normal activations small enough
+/// that Q8_0's d is subnormal (id infinite) and Q8_K's 127 / max overflows
+/// (iscale infinite, codes 0 from nearest_int's -2^22) or its d is
+/// subnormal (every fifth 256 values are all that small).
+fn division_activations(k: usize, n_cols: usize, seed: u64) -> Vec<f32> {
+    let mut x = data(k * n_cols, seed);
+    let mut s = seed | 1;
+    let mut next = || {
+        s = s
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (s >> 33) as u32
+    };
+    for (i, blk) in x.chunks_mut(32).enumerate() {
+        let r = next();
+        let tiny = (i / 8) % 5 == 4;
+        match if tiny { 3 } else { i % 4 } {
+            0 | 1 => {
+                let scale = 2f32.powi((r % 201) as i32 - 100);
+                for v in blk.iter_mut() {
+                    *v *= scale;
+                }
+            }
+            2 => {
+                let m = [
+                    127.0,
+                    127.0 * 3.0,
+                    127.0 * 1021.0,
+                    1.0,
+                    127.0 * 2f32.powi(-90),
+                ][r as usize % 5];
+                for v in blk.iter_mut() {
+                    *v *= m * 0.99;
+                }
+                blk[(r >> 8) as usize % 32] = if r & 0x80 != 0 { m } else { -m };
+            }
+            _ => {
+                // Normal values from 2^-126 to 2^-121.
+                for v in blk.iter_mut() {
+                    let e = (next() % 5) as i32 - 126;
+                    *v = v.signum() * (1.0 + v.abs()) * 2f32.powi(e);
+                }
+            }
+        }
+    }
+    x
+}
+
+#[test]
+fn every_quantizer_shape_divides_as_the_core_does() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let mut tried = 0;
+    for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+        // Many blocks in the default shape (8192 Q8_0 scales, 1024 Q8_K).
+        let (k, n_cols) = (32768, 8);
+        let x = division_activations(k, n_cols, 78);
+        let got = b.quantize_activations(mode, &x, n_cols).unwrap();
+        let want = expected_layout(mode, &x, n_cols);
+        let diff = got.iter().zip(&want).position(|(g, w)| g != w);
+        assert_eq!(diff, None, "{mode:?} k={k} cols={n_cols}");
+        let (k, n_cols) = (8192, 3);
+        let x = division_activations(k, n_cols, 77);
+        let want = expected_layout(mode, &x, n_cols);
+        for values_per_thread in [4, 8, 16, 32] {
+            for workgroup in [32, 64, 96, 256] {
+                let shape = QuantizeShape {
+                    workgroup,
+                    values_per_thread,
+                };
+                let threads_per_block = match mode {
+                    ActQuant::Q8_K => 256 / values_per_thread,
+                    _ => 32 / values_per_thread,
+                };
+                let got = b.quantize_activations_shaped(shape, mode, &x, n_cols);
+                if workgroup % threads_per_block != 0 {
+                    assert!(
+                        matches!(got, Err(VulkanError::Unsupported(_))),
+                        "{mode:?} {shape:?}"
+                    );
+                    continue;
+                }
+                let got = got.unwrap();
+                assert_eq!(got.len(), want.len());
+                let diffs: Vec<(usize, u32, u32)> = got
+                    .iter()
+                    .zip(&want)
+                    .enumerate()
+                    .filter(|(_, (g, w))| g != w)
+                    .map(|(i, (&g, &w))| (i, g, w))
+                    .collect();
+                assert!(
+                    diffs.is_empty(),
+                    "{mode:?} {shape:?}: {} words differ, (word, got, want) {:x?}",
+                    diffs.len(),
+                    &diffs[..diffs.len().min(8)]
+                );
+                tried += 1;
+            }
+        }
+    }
+    assert!(tried >= 20, "{tried} shapes tried");
+    for values_per_thread in [0, 2, 64] {
+        let shape = QuantizeShape {
+            workgroup: 64,
+            values_per_thread,
+        };
+        let x = vec![0.5f32; 256];
+        assert!(matches!(
+            b.quantize_activations_shaped(shape, ActQuant::Q8_0, &x, 1),
+            Err(VulkanError::Unsupported(_))
+        ));
+    }
     assert_no_validation_messages(&b);
 }
 

@@ -1,10 +1,11 @@
 //! fused-vulkan-bench: device-timed medians (timestamp queries) of the copy
 //! bandwidth ceiling, signed FWHT fused vs unfused, and GEMV.
 //!
-//! `fused-vulkan-bench [REPS] [MIB] [sweep|fwht]`: REPS timed runs per
-//! case (default 9), MIB MiB of FWHT input (default 64); `sweep` also
+//! `fused-vulkan-bench [REPS] [MIB] [sweep|fwht|quantize]`: REPS timed runs
+//! per case (default 9), MIB MiB of FWHT input (default 64); `sweep` also
 //! times FWHT plans and the Q8-mode GEMV shapes (barrier between calls) of
-//! a small grid, `fwht` the FWHT plans only.
+//! a small grid, `fwht` the FWHT plans only, `quantize` the activation
+//! quantizer only, in its default shape and a grid of launch shapes.
 //!
 //! Quantized weights are timed with f32 activations (the `F32` mode) and
 //! with activations quantized as GGML does (`Q8_0` for Q8_0 and Q4_0,
@@ -23,7 +24,7 @@
 use fused_core::DType;
 use fused_core::reference::gemv::ActQuant;
 use fused_vulkan::timing::{self, GemvBench, Timing};
-use fused_vulkan::{ContextOptions, FwhtVariant, GemvShape, VulkanBackend};
+use fused_vulkan::{ContextOptions, FwhtVariant, GemvShape, QuantizeShape, VulkanBackend};
 
 fn line(what: &str, t: Timing, ceiling: f64) {
     println!(
@@ -93,6 +94,47 @@ fn sweep_shapes(subgroup_reduce: bool, lanes: Option<u32>) -> Vec<GemvShape> {
     v
 }
 
+/// The K values the quantizer lines time (those of the GEMV shapes).
+const QUANTIZE_KS: [usize; 2] = [14336, 8192];
+
+/// The activation quantizer alone: its default shape, then every shape of
+/// a grid (time only: one dispatch moves too few bytes for a bandwidth).
+fn quantize_sweep(b: &VulkanBackend, reps: usize) -> Result<(), Box<dyn std::error::Error>> {
+    // For scale: a shader copy of one column's f32 values, about the
+    // shortest dispatch there is.
+    let bytes = 4 * QUANTIZE_KS[1] as u64;
+    let floor = timing::copy_shader(b, bytes, reps)?;
+    println!(
+        "copy {bytes} bytes, compute shader (a minimal dispatch) {:>10.2} us",
+        floor.median_ns / 1e3
+    );
+    for k in QUANTIZE_KS {
+        for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+            let t = timing::quantize(b, mode, k, 1, reps)?;
+            println!(
+                "quantize {mode:?} activations, K={k}, 1 column, default shape {:>10.2} us",
+                t.median_ns / 1e3
+            );
+            for values_per_thread in [4, 8, 16, 32] {
+                for workgroup in [32, 64, 128, 256] {
+                    let shape = QuantizeShape {
+                        workgroup,
+                        values_per_thread,
+                    };
+                    // Shapes the shader cannot take are skipped.
+                    if let Ok(t) = timing::quantize_shaped(b, shape, mode, k, 1, reps) {
+                        println!(
+                            "  sweep quantize {mode:?} K={k}: {values_per_thread} values per thread, workgroup {workgroup}: {:>8.2} us",
+                            t.median_ns / 1e3
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(9);
@@ -115,6 +157,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         b.fwht_plan(b.fwht_variant(), 1024)?,
         reps
     );
+    if sweep_arg.as_deref() == Some("quantize") {
+        return quantize_sweep(&b, reps);
+    }
     let copy_bytes = 512u64 << 20;
     let cmd = timing::copy(&b, copy_bytes, reps)?;
     let shader = timing::copy_shader(&b, copy_bytes, reps)?;
