@@ -76,6 +76,22 @@ impl core::fmt::Display for Isa {
     }
 }
 
+/// Whether the x86-64 GFNI extension (Galois-field byte affine transforms)
+/// is present (detected at run time): the AVX-512 Q4_K kernel splits nibbles with
+/// it where it is. Without the `std` feature, whether the build targets it
+/// statically; `false` off x86-64.
+pub fn has_gfni() -> bool {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        // std caches the CPUID answer.
+        std::is_x86_feature_detected!("gfni")
+    }
+    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+    {
+        cfg!(all(target_arch = "x86_64", target_feature = "gfni"))
+    }
+}
+
 #[cfg(feature = "std")]
 fn detect_cached() -> Isa {
     use std::sync::OnceLock;

@@ -51,6 +51,7 @@ use super::{RowDot, RowDot4};
 use crate::acts::{
     Acts, Q8_0_GROUP_BLOCKS, Q8_0_GROUP_BYTES, Q8_0_SUPER_BYTES, Q8_0_SUPER_GROUPS, side_bytes,
 };
+use crate::isa::has_gfni;
 
 /// The avx512 kernel for weights of `dtype` fed activations in `mode`, if any.
 pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
@@ -58,6 +59,7 @@ pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
         (DType::Q4_0, ActQuant::Q8_0) => Some(dot_q4_0_q8_0),
         (DType::Q8_0, ActQuant::Q8_0) => Some(dot_q8_0_q8_0),
         (DType::F16, ActQuant::F32) => Some(dot_f16_f32),
+        (DType::Q4_K, ActQuant::Q8_K) if has_gfni() => Some(dot_q4_k_q8_k_gfni),
         (DType::Q4_K, ActQuant::Q8_K) => Some(dot_q4_k_q8_k),
         (DType::Q6_K, ActQuant::Q8_K) => Some(dot_q6_k_q8_k),
         _ => None,
@@ -71,6 +73,7 @@ pub fn row_dot4(dtype: DType, mode: ActQuant) -> Option<RowDot4> {
         (DType::Q4_0, ActQuant::Q8_0) => Some(dot4_q4_0_q8_0),
         (DType::Q8_0, ActQuant::Q8_0) => Some(dot4_q8_0_q8_0),
         (DType::F16, ActQuant::F32) => Some(dot4_f16_f32),
+        (DType::Q4_K, ActQuant::Q8_K) if has_gfni() => Some(dot4_q4_k_q8_k_gfni),
         (DType::Q4_K, ActQuant::Q8_K) => Some(dot4_q4_k_q8_k),
         (DType::Q6_K, ActQuant::Q8_K) => Some(dot4_q6_k_q8_k),
         _ => None,
@@ -207,6 +210,10 @@ fn block_rows<const R: usize>(
 row_entries!(
     /// Q4_K × Q8_K.
     dot_q4_k_q8_k, dot4_q4_k_q8_k, block_rows(DType::Q4_K, q4_k_rows)
+);
+row_entries!(
+    /// Q4_K × Q8_K, GFNI present (`isa::has_gfni`).
+    dot_q4_k_q8_k_gfni, dot4_q4_k_q8_k_gfni, block_rows(DType::Q4_K, q4_k_rows_gfni)
 );
 row_entries!(
     /// Q6_K × Q8_K.
@@ -747,116 +754,173 @@ unsafe fn q4_k_headers<const R: usize>(p: [*const u8; R]) -> (__m512i, __m512i, 
     (sc, mins, _mm512_castsi512_si128(d))
 }
 
-/// `vpermw` indices picking row `r`'s scale (words `8r..8r + 8` of
-/// [`q4_k_headers`]' scales) for each word of half `h`'s low (`[r][h][0]`)
-/// and high (`[r][h][1]`) nibble codes.
-const Q4K_SIDX: [[[[i16; 32]; 2]; 2]; 4] = {
-    let mut t = [[[[0i16; 32]; 2]; 2]; 4];
-    let mut r = 0;
-    while r < 4 {
-        let f = 8 * r as i16;
-        t[r] = [
-            [scale_words(f, 16, 2), scale_words(f + 1, 16, 2)],
-            [scale_words(f + 4, 16, 2), scale_words(f + 5, 16, 2)],
-        ];
-        r += 1;
+/// `vpshufb` indices on one row's eight i16 scales repeated in every 128-bit
+/// lane ([`q4_k_headers`]' words `8r..8r + 8`): every word of lanes 0–1
+/// takes scale `a`, every word of lanes 2–3 scale `b`.
+const fn scale_bytes(a: i8, b: i8) -> [i8; 64] {
+    let mut v = [0i8; 64];
+    let mut i = 0;
+    while i < 64 {
+        v[i] = 2 * if i < 32 { a } else { b } + (i % 2) as i8;
+        i += 1;
     }
-    t
-};
-
-/// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
-/// Q4_K blocks and `y` `nb` Q8_K blocks; `R ≤ 4`.
-///
-/// Per 64 weight bytes (half `h` of a block), the low nibbles are
-/// sub-blocks `4h` and `4h + 2` (activations `128h + 0..32` and
-/// `128h + 64..96`), the high nibbles sub-blocks `4h + 1` and `4h + 3`;
-/// `maddubs` (exact: codes ≤ 15) then `vpdpwssd` with the sub-block scales.
-///
-/// The `R` rows' block headers are unpacked together in vector registers
-/// ([`q4_k_headers`]): their `d`, `dmin` widened in one `vcvtph2ps` and
-/// scaled by `dy` in one multiply, their min terms `dmin·Σ m·bsum` in one
-/// 512-bit `madd`, convert and FMA (row `r` in lanes `4r..4r + 4`). Every
-/// lane sees the operations of the one-row form, so one and four rows give
-/// the same bits.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
-    const { assert!(R <= 4) };
-    let m4 = _mm512_set1_epi8(0x0f);
-    let pf = R * nb * Q4K_BYTES;
-    // `[d·dy, dmin·dy]` of row `r` sit in lanes `2r`, `2r + 1`.
-    let dmin_idx = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
-    let mut acc = [_mm512_setzero_ps(); R];
-    let mut accm = _mm512_setzero_ps();
-    for b in 0..nb {
-        // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
-        // `bsums` and the four 64-code vectors in sub-block order.
-        let (dy, bsums, yv) = unsafe {
-            let yp = y.add(b * Q8K_BYTES);
-            let q = yp.add(4);
-            (
-                avx2::rdf32(yp),
-                {
-                    // The eight 32-element sums `bsums[2i] + bsums[2i + 1]`
-                    // (|·| ≤ 32·127: exact in i16), once for all rows, in
-                    // every 128-bit lane.
-                    let b16 = _mm256_loadu_si256(yp.add(260).cast());
-                    let b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));
-                    _mm512_broadcast_i32x4(_mm_packs_epi32(
-                        _mm256_castsi256_si128(b32),
-                        _mm256_extracti128_si256::<1>(b32),
-                    ))
-                },
-                [
-                    [halves(q, q.add(64)), halves(q.add(32), q.add(96))],
-                    [
-                        halves(q.add(128), q.add(192)),
-                        halves(q.add(160), q.add(224)),
-                    ],
-                ],
-            )
-        };
-        let wp = w.map(|p| p.wrapping_add(b * Q4K_BYTES));
-        for &p in &wp {
-            prefetch(p.wrapping_add(pf));
-            prefetch(p.wrapping_add(pf + 64));
-            prefetch(p.wrapping_add(pf + 128));
-        }
-        // SAFETY: block `b < nb` of every row: its first 16 bytes.
-        let (sc, mins, dh) = unsafe { q4_k_headers(wp) };
-        let dd = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(dy)));
-        let mins = _mm512_madd_epi16(bsums, mins);
-        accm = _mm512_fmadd_ps(
-            _mm512_cvtepi32_ps(mins),
-            _mm512_permutexvar_ps(dmin_idx, dd),
-            accm,
-        );
-        for (r, a) in acc.iter_mut().enumerate() {
-            let d = _mm512_permutexvar_ps(_mm512_set1_epi32(2 * r as i32), dd);
-            let mut isum = _mm512_setzero_si512();
-            for h in 0..2 {
-                // SAFETY: `qs[64h..64h + 64]` of block `b` of row `r`.
-                let q = unsafe { _mm512_loadu_si512(wp[r].add(16 + 64 * h).cast()) };
-                let lo = _mm512_and_si512(q, m4);
-                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
-                let slo = _mm512_permutexvar_epi16(word_idx(Q4K_SIDX[r][h][0]), sc);
-                let shi = _mm512_permutexvar_epi16(word_idx(Q4K_SIDX[r][h][1]), sc);
-                isum = dpwssd(isum, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
-                isum = dpwssd(isum, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
-            }
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
-        }
-    }
-    // SAFETY: `__m512` and `[__m128; 4]` are 64 plain bytes.
-    let accm: [__m128; 4] = unsafe { core::mem::transmute(accm) };
-    let mut out = [0.0f32; R];
-    for ((o, a), am) in out.iter_mut().zip(acc).zip(accm) {
-        let m2 = _mm_add_ps(am, _mm_movehl_ps(am, am));
-        let mins = _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
-        *o = _mm512_reduce_add_ps(a) - mins;
-    }
-    out
+    v
 }
+
+/// The scales of half `h`'s low (`[h][0]`) and high (`[h][1]`) nibble
+/// codes, as [`scale_bytes`]: low nibbles are sub-blocks `4h` and `4h + 2`,
+/// high nibbles `4h + 1` and `4h + 3`.
+const Q4K_SCALE_BYTES: [[[i8; 64]; 2]; 2] = [
+    [scale_bytes(0, 2), scale_bytes(1, 3)],
+    [scale_bytes(4, 6), scale_bytes(5, 7)],
+];
+
+/// The high nibble of every byte of `q`, by shift and mask.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+fn high_nibbles(q: __m512i) -> __m512i {
+    _mm512_and_si512(_mm512_srli_epi16::<4>(q), _mm512_set1_epi8(0x0f))
+}
+
+/// The high nibble of every byte of `q` in one GFNI affine transform (bit
+/// `i` of each output byte is bit `i + 4` of the input byte, bits 4–7
+/// zero): one µop instead of two on the ports these kernels are bound by.
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+#[inline]
+fn high_nibbles_gfni(q: __m512i) -> __m512i {
+    // Row `i` of the bit matrix (byte `7 − i` of the qword) selects input
+    // bit `i + 4`.
+    _mm512_gf2p8affine_epi64_epi8::<0>(q, _mm512_set1_epi64(0x1020_4080_0000_0000))
+}
+
+/// The Q4_K × Q8_K `R`-row kernel `$name`, compiled for the features
+/// `$features`, taking the high nibbles with `$hi` (the two forms give the
+/// same bits).
+macro_rules! q4_k_kernel {
+    ($(#[$m:meta])* $name:ident, $features:literal, $hi:ident) => {
+        $(#[$m])*
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
+            const { assert!(R <= 4) };
+            let m4 = _mm512_set1_epi8(0x0f);
+            let pf = R * nb * Q4K_BYTES;
+            // `[d·dy, dmin·dy]` of row `r` sit in lanes `2r`, `2r + 1`.
+            let dmin_idx = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+            // SAFETY: `[i8; 64]` and `__m512i` are both 64 plain bytes.
+            let sidx = Q4K_SCALE_BYTES.map(|h| h.map(|v| unsafe { core::mem::transmute::<[i8; 64], __m512i>(v) }));
+            let mut acc = [_mm512_setzero_ps(); R];
+            let mut accm = _mm512_setzero_ps();
+            for b in 0..nb {
+                // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
+                // `bsums` and the four 64-code vectors in sub-block order.
+                let (dy, bsums, yv) = unsafe {
+                    let yp = y.add(b * Q8K_BYTES);
+                    let q = yp.add(4);
+                    (
+                        avx2::rdf32(yp),
+                        {
+                            // The eight 32-element sums `bsums[2i] + bsums[2i + 1]`
+                            // (|·| ≤ 32·127: exact in i16), once for all rows, in
+                            // every 128-bit lane.
+                            let b16 = _mm256_loadu_si256(yp.add(260).cast());
+                            let b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));
+                            _mm512_broadcast_i32x4(_mm_packs_epi32(
+                                _mm256_castsi256_si128(b32),
+                                _mm256_extracti128_si256::<1>(b32),
+                            ))
+                        },
+                        [
+                            [halves(q, q.add(64)), halves(q.add(32), q.add(96))],
+                            [
+                                halves(q.add(128), q.add(192)),
+                                halves(q.add(160), q.add(224)),
+                            ],
+                        ],
+                    )
+                };
+                let wp = w.map(|p| p.wrapping_add(b * Q4K_BYTES));
+                for &p in &wp {
+                    prefetch(p.wrapping_add(pf));
+                    prefetch(p.wrapping_add(pf + 64));
+                    prefetch(p.wrapping_add(pf + 128));
+                }
+                // SAFETY: block `b < nb` of every row: its first 16 bytes.
+                let (sc, mins, dh) = unsafe { q4_k_headers(wp) };
+                let dd = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(dy)));
+                let mins = _mm512_madd_epi16(bsums, mins);
+                accm = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(mins),
+                    _mm512_permutexvar_ps(dmin_idx, dd),
+                    accm,
+                );
+                for (r, a) in acc.iter_mut().enumerate() {
+                    // Row `r`'s scales (128-bit lane `r`) in every lane, for
+                    // the in-lane shuffles below (one µop each, where a
+                    // cross-lane word permute takes two).
+                    let scr = match r {
+                        0 => _mm512_shuffle_i32x4::<0x00>(sc, sc),
+                        1 => _mm512_shuffle_i32x4::<0x55>(sc, sc),
+                        2 => _mm512_shuffle_i32x4::<0xAA>(sc, sc),
+                        _ => _mm512_shuffle_i32x4::<0xFF>(sc, sc),
+                    };
+                    let d = _mm512_permutexvar_ps(_mm512_set1_epi32(2 * r as i32), dd);
+                    let mut isum = _mm512_setzero_si512();
+                    for (h, idx) in sidx.iter().enumerate() {
+                        // SAFETY: `qs[64h..64h + 64]` of block `b` of row `r`.
+                        let q = unsafe { _mm512_loadu_si512(wp[r].add(16 + 64 * h).cast()) };
+                        let lo = _mm512_and_si512(q, m4);
+                        let hi = $hi(q);
+                        let slo = _mm512_shuffle_epi8(scr, idx[0]);
+                        let shi = _mm512_shuffle_epi8(scr, idx[1]);
+                        isum = dpwssd(isum, _mm512_maddubs_epi16(lo, yv[h][0]), slo);
+                        isum = dpwssd(isum, _mm512_maddubs_epi16(hi, yv[h][1]), shi);
+                    }
+                    *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
+                }
+            }
+            // SAFETY: `__m512` and `[__m128; 4]` are 64 plain bytes.
+            let accm: [__m128; 4] = unsafe { core::mem::transmute(accm) };
+            let mut out = [0.0f32; R];
+            for ((o, a), am) in out.iter_mut().zip(acc).zip(accm) {
+                let m2 = _mm_add_ps(am, _mm_movehl_ps(am, am));
+                let mins = _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+                *o = _mm512_reduce_add_ps(a) - mins;
+            }
+            out
+        }
+    };
+}
+
+q4_k_kernel!(
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds
+    /// `nb` Q4_K blocks and `y` `nb` Q8_K blocks; `R ≤ 4`.
+    ///
+    /// Per 64 weight bytes (half `h` of a block), the low nibbles are
+    /// sub-blocks `4h` and `4h + 2` (activations `128h + 0..32` and
+    /// `128h + 64..96`), the high nibbles sub-blocks `4h + 1` and `4h + 3`;
+    /// `maddubs` (exact: codes ≤ 15) then `vpdpwssd` with the sub-block
+    /// scales, which in-lane byte shuffles spread from the row's scales.
+    ///
+    /// The `R` rows' block headers are unpacked together in vector
+    /// registers ([`q4_k_headers`]): their `d`, `dmin` widened in one
+    /// `vcvtph2ps` and scaled by `dy` in one multiply, their min terms
+    /// `dmin·Σ m·bsum` in one 512-bit `madd`, convert and FMA (row `r` in
+    /// lanes `4r..4r + 4`). Every lane sees the operations of the one-row
+    /// form, so one and four rows give the same bits.
+    q4_k_rows,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    high_nibbles
+);
+q4_k_kernel!(
+    /// [`q4_k_rows`] with the high nibbles taken by GFNI.
+    ///
+    /// # Safety
+    /// As [`q4_k_rows`], and GFNI present.
+    q4_k_rows_gfni,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni",
+    high_nibbles_gfni
+);
 
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
@@ -959,7 +1023,56 @@ unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
+    use std::{eprintln, vec};
+
+    /// The two Q4_K kernels (high nibbles by shift and mask, or by GFNI)
+    /// give the same bits, for one and four rows, on random blocks (`d`,
+    /// `dmin` kept finite) against random Q8_K activations.
+    #[test]
+    fn q4_k_gfni_matches_shift_and_mask() {
+        if !crate::isa::Isa::Avx512.is_supported() || !has_gfni() {
+            eprintln!("skipped: no AVX-512 with GFNI here");
+            return;
+        }
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let nb = 9;
+        for _ in 0..50 {
+            let mut w = vec![0u8; 4 * nb * Q4K_BYTES];
+            w.iter_mut().for_each(|b| *b = next() as u8);
+            for blk in w.chunks_exact_mut(Q4K_BYTES) {
+                // f16 `d`, `dmin` with exponents well inside the finite range.
+                blk[1] = 0x20 | (blk[1] & 0x1f);
+                blk[3] = 0x20 | (blk[3] & 0x1f);
+            }
+            let mut y = vec![0u8; nb * Q8K_BYTES];
+            y.iter_mut().for_each(|b| *b = next() as u8);
+            for blk in y.chunks_exact_mut(Q8K_BYTES) {
+                blk[..4].copy_from_slice(&(next() as f32 / u64::MAX as f32).to_le_bytes());
+            }
+            let rows: [*const u8; 4] = core::array::from_fn(|r| w[r * nb * Q4K_BYTES..].as_ptr());
+            // SAFETY: AVX-512 F/BW/VL/VNNI (with AVX2, FMA, F16C) and GFNI
+            // confirmed above; each row holds `nb` blocks, `y` `nb` blocks.
+            let (a4, b4, a1, b1) = unsafe {
+                (
+                    q4_k_rows::<4>(rows, y.as_ptr(), nb),
+                    q4_k_rows_gfni::<4>(rows, y.as_ptr(), nb),
+                    q4_k_rows::<1>([rows[2]], y.as_ptr(), nb),
+                    q4_k_rows_gfni::<1>([rows[2]], y.as_ptr(), nb),
+                )
+            };
+            assert_eq!(a4.map(f32::to_bits), b4.map(f32::to_bits));
+            assert_eq!(a1[0].to_bits(), b1[0].to_bits());
+            assert_eq!(a1[0].to_bits(), a4[2].to_bits());
+        }
+    }
 
     /// The vector Q4_K header unpacking gives [`avx2::kscales`]' scales
     /// and mins, and the `d`, `dmin` bits, for every row of one to four:
