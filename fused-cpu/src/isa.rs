@@ -77,7 +77,7 @@ impl core::fmt::Display for Isa {
 }
 
 /// Whether the x86-64 GFNI extension (Galois-field byte affine transforms)
-/// is present (detected at run time): the AVX-512 Q4_K kernel splits nibbles with
+/// is present (detected at run time): the AVX-512 Q4_0 and Q4_K kernels split nibbles with
 /// it where it is. Without the `std` feature, whether the build targets it
 /// statically; `false` off x86-64.
 pub fn has_gfni() -> bool {

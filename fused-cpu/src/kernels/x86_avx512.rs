@@ -56,6 +56,7 @@ use crate::isa::has_gfni;
 /// The avx512 kernel for weights of `dtype` fed activations in `mode`, if any.
 pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
     match (dtype, mode) {
+        (DType::Q4_0, ActQuant::Q8_0) if has_gfni() => Some(dot_q4_0_q8_0_gfni),
         (DType::Q4_0, ActQuant::Q8_0) => Some(dot_q4_0_q8_0),
         (DType::Q8_0, ActQuant::Q8_0) => Some(dot_q8_0_q8_0),
         (DType::F16, ActQuant::F32) => Some(dot_f16_f32),
@@ -70,6 +71,7 @@ pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
 /// `mode`, if any.
 pub fn row_dot4(dtype: DType, mode: ActQuant) -> Option<RowDot4> {
     match (dtype, mode) {
+        (DType::Q4_0, ActQuant::Q8_0) if has_gfni() => Some(dot4_q4_0_q8_0_gfni),
         (DType::Q4_0, ActQuant::Q8_0) => Some(dot4_q4_0_q8_0),
         (DType::Q8_0, ActQuant::Q8_0) => Some(dot4_q8_0_q8_0),
         (DType::F16, ActQuant::F32) => Some(dot4_f16_f32),
@@ -148,6 +150,10 @@ macro_rules! row_entries {
 row_entries!(
     /// Q4_0 × Q8_0.
     dot_q4_0_q8_0, dot4_q4_0_q8_0, group_rows(DType::Q4_0, q4_0_rows, avx2::q4_0_q8_0)
+);
+row_entries!(
+    /// Q4_0 × Q8_0, GFNI present (`isa::has_gfni`).
+    dot_q4_0_q8_0_gfni, dot4_q4_0_q8_0_gfni, group_rows(DType::Q4_0, q4_0_rows_gfni, avx2::q4_0_q8_0)
 );
 row_entries!(
     /// Q8_0 × Q8_0.
@@ -315,42 +321,6 @@ const fn d_mask(g: usize) -> __mmask32 {
     0x1111 << g
 }
 
-/// The i32 lanes of one Q4_0 group at `wp` (72 bytes) against the
-/// activation group `(ylo, yhi, off)`: lane `4j + i` holds part `i` of the
-/// integer dot of block `j`, the offset term included. Also merges the
-/// group's four f16 `d` into words `4j + g` of `dh`, and prefetches
-/// `wp + pf`.
-///
-/// # Safety
-/// AVX-512 F/BW/VNNI present; `wp..wp + 72` readable.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn q4_0_group(
-    wp: *const u8,
-    y: (__m512i, __m512i, __m512i),
-    dh: __m512i,
-    g: usize,
-    pf: usize,
-) -> (__m512i, __m512i) {
-    let (ylo, yhi, off) = y;
-    prefetch(wp.wrapping_add(pf));
-    prefetch(wp.wrapping_add(pf + 64));
-    // SAFETY: the caller guarantees 72 readable bytes: `0..64` and `8..72`.
-    let (a, b) = unsafe {
-        (
-            _mm512_loadu_si512(wp.cast()),
-            _mm512_loadu_si512(wp.add(8).cast()),
-        )
-    };
-    let v = _mm512_permutex2var_epi16(a, word_idx(Q4_0_QS), b);
-    let dh = _mm512_mask_permutexvar_epi16(dh, d_mask(g), word_idx(d_words(9)), a);
-    let m4 = _mm512_set1_epi8(0x0f);
-    let lo = _mm512_and_si512(v, m4);
-    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-    let t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(off, lo, ylo), hi, yhi);
-    (t, dh)
-}
-
 /// `acc + Σ` of one Q8_0 group at `wp` (136 bytes) against the activation
 /// group `(ylo, yhi, off)` (`off` already scaled to `−128·Σy`) with `dy`
 /// per lane (lane `4j + i`: the `dy` of block `j`), per lane; prefetches
@@ -414,87 +384,163 @@ fn sum_parts(t: [__m512i; 4]) -> __m512i {
     )
 }
 
-/// Q4_0 × Q8_0 over super-groups (four groups of four blocks) of `R` rows:
-/// per row, the four groups' i32 lanes are summed to sixteen block dots
-/// ([`sum_parts`]) and scaled by `dx·dy` (the sixteen `dx` gathered as f16
-/// into `dh` and widened at once) in one FMA. The last, partial
-/// super-group runs the same steps over its groups; then the AVX2 kernel
-/// takes the last blocks.
-///
-/// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
-/// Q4_0 blocks, `y` `nb` Q8_0 blocks and `side` their side data.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_0_rows<const R: usize>(
-    w: [*const u8; R],
-    y: *const u8,
-    side: *const u8,
-    nb: usize,
-) -> [f32; R] {
-    const WB: usize = 18;
-    const SG_BLOCKS: usize = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BLOCKS;
-    let ng = nb / Q8_0_GROUP_BLOCKS;
-    let pf = R * nb * WB;
-    let mut acc = [_mm512_setzero_ps(); R];
-    // Super-group `$s`, of `$n` groups.
-    macro_rules! step {
-        ($s:expr, $n:expr) => {{
-            let s = $s;
-            // SAFETY: super-group `s` of the side data, whole (the last one
-            // is zero-padded).
-            let sg = unsafe { side.add(s * Q8_0_SUPER_BYTES) };
-            let mut ys = [(
-                _mm512_setzero_si512(),
-                _mm512_setzero_si512(),
-                _mm512_setzero_si512(),
-            ); $n];
-            for (g, yg) in ys.iter_mut().enumerate() {
-                // SAFETY: group `g < 4` of the super-group.
-                *yg = unsafe { side_group(sg, g) };
-            }
-            let dy_at = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES;
-            // SAFETY: bytes `1024..1088` of the super-group: `dy`.
-            let dy = unsafe { _mm512_loadu_ps(sg.add(dy_at).cast()) };
-            for (a, wr) in acc.iter_mut().zip(w) {
-                let mut t = [_mm512_setzero_si512(); Q8_0_SUPER_GROUPS];
-                let mut dh = _mm512_setzero_si512();
-                for (g, (tg, yg)) in t.iter_mut().zip(ys).enumerate() {
-                    // SAFETY: group `4s + g < ng` of row `wr`: blocks up to
-                    // `16s + 4g + 4 ≤ nb`.
-                    let wg = unsafe { wr.add((s * SG_BLOCKS + g * Q8_0_GROUP_BLOCKS) * WB) };
-                    // SAFETY: the 4 blocks at `wg` are readable.
-                    (*tg, dh) = unsafe { q4_0_group(wg, yg, dh, g, pf) };
+/// The Q4_0 × Q8_0 group step `$group` and `R`-row kernel `$rows` (the
+/// latter documented at its invocation), compiled for the features
+/// `$features`, taking the high nibbles with `$hi` (the two forms give the
+/// same bits).
+macro_rules! q4_0_kernel {
+    ($(#[$m:meta])* $group:ident, $rows:ident, $features:literal, $hi:ident) => {
+        /// The i32 lanes of one Q4_0 group at `wp` (72 bytes) against the
+        /// activation group `(ylo, yhi, off)`: lane `4j + i` holds part `i` of the
+        /// integer dot of block `j`, the offset term included. Also merges the
+        /// group's four f16 `d` into words `4j + g` of `dh`, and prefetches
+        /// `wp + pf`.
+        ///
+        /// # Safety
+        /// AVX-512 F/BW/VNNI present; `wp..wp + 72` readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn $group(
+            wp: *const u8,
+            y: (__m512i, __m512i, __m512i),
+            dh: __m512i,
+            g: usize,
+            pf: usize,
+        ) -> (__m512i, __m512i) {
+            let (ylo, yhi, off) = y;
+            prefetch(wp.wrapping_add(pf));
+            prefetch(wp.wrapping_add(pf + 64));
+            // SAFETY: the caller guarantees 72 readable bytes: `0..64` and `8..72`.
+            let (a, b) = unsafe {
+                (
+                    _mm512_loadu_si512(wp.cast()),
+                    _mm512_loadu_si512(wp.add(8).cast()),
+                )
+            };
+            let v = _mm512_permutex2var_epi16(a, word_idx(Q4_0_QS), b);
+            let dh = _mm512_mask_permutexvar_epi16(dh, d_mask(g), word_idx(d_words(9)), a);
+            let m4 = _mm512_set1_epi8(0x0f);
+            let lo = _mm512_and_si512(v, m4);
+            let hi = $hi(v);
+            let t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(off, lo, ylo), hi, yhi);
+            (t, dh)
+        }
+
+        $(#[$m])*
+        #[target_feature(enable = $features)]
+        unsafe fn $rows<const R: usize>(
+            w: [*const u8; R],
+            y: *const u8,
+            side: *const u8,
+            nb: usize,
+        ) -> [f32; R] {
+            const WB: usize = 18;
+            const SG_BLOCKS: usize = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BLOCKS;
+            let ng = nb / Q8_0_GROUP_BLOCKS;
+            let pf = R * nb * WB;
+            let mut acc = [_mm512_setzero_ps(); R];
+            /// Super-group `s`, of `N` groups, into `acc`.
+            ///
+            /// # Safety
+            /// As the enclosing function's; super-group `s` of `side` whole, its
+            /// `N` groups in every row.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn step<const R: usize, const N: usize>(
+                acc: &mut [__m512; R],
+                w: [*const u8; R],
+                side: *const u8,
+                pf: usize,
+                s: usize,
+            ) {
+                // SAFETY: super-group `s` of the side data, whole (the last one
+                // is zero-padded).
+                let sg = unsafe { side.add(s * Q8_0_SUPER_BYTES) };
+                let mut ys = [(
+                    _mm512_setzero_si512(),
+                    _mm512_setzero_si512(),
+                    _mm512_setzero_si512(),
+                ); N];
+                for (g, yg) in ys.iter_mut().enumerate() {
+                    // SAFETY: group `g < 4` of the super-group.
+                    *yg = unsafe { side_group(sg, g) };
                 }
-                let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(dh));
-                let u = _mm512_cvtepi32_ps(sum_parts(t));
-                *a = _mm512_fmadd_ps(u, _mm512_mul_ps(dx, dy), *a);
+                let dy_at = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES;
+                // SAFETY: bytes `1024..1088` of the super-group: `dy`.
+                let dy = unsafe { _mm512_loadu_ps(sg.add(dy_at).cast()) };
+                for (a, wr) in acc.iter_mut().zip(w) {
+                    let mut t = [_mm512_setzero_si512(); Q8_0_SUPER_GROUPS];
+                    let mut dh = _mm512_setzero_si512();
+                    for (g, (tg, yg)) in t.iter_mut().zip(ys).enumerate() {
+                        // SAFETY: group `4s + g < ng` of row `wr`: blocks up to
+                        // `16s + 4g + 4 ≤ nb`.
+                        let wg = unsafe { wr.add((s * SG_BLOCKS + g * Q8_0_GROUP_BLOCKS) * WB) };
+                        // SAFETY: the 4 blocks at `wg` are readable.
+                        (*tg, dh) = unsafe { $group(wg, yg, dh, g, pf) };
+                    }
+                    let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(dh));
+                    let u = _mm512_cvtepi32_ps(sum_parts(t));
+                    *a = _mm512_fmadd_ps(u, _mm512_mul_ps(dx, dy), *a);
+                }
             }
-        }};
-    }
-    let full = ng / Q8_0_SUPER_GROUPS;
-    for s in 0..full {
-        step!(s, 4);
-    }
-    match ng % Q8_0_SUPER_GROUPS {
-        1 => step!(full, 1),
-        2 => step!(full, 2),
-        3 => step!(full, 3),
-        _ => {}
-    }
-    let b = ng * Q8_0_GROUP_BLOCKS;
-    let mut out = [0.0f32; R];
-    for ((o, a), wr) in out.iter_mut().zip(acc).zip(w) {
-        let tail = if b < nb {
-            // SAFETY: the last `nb − b < 4` blocks of row `wr` and of `y`;
-            // AVX2/FMA/F16C are part of this function's features.
-            unsafe { avx2::q4_0_q8_0(wr.add(b * WB), y.add(b * Q8_0_BYTES), nb - b) }
-        } else {
-            0.0
-        };
-        *o = _mm512_reduce_add_ps(a) + tail;
-    }
-    out
+            let full = ng / Q8_0_SUPER_GROUPS;
+            for s in 0..full {
+                // SAFETY: super-group `s < full` and its 4 groups.
+                unsafe { step::<R, 4>(&mut acc, w, side, pf, s) };
+            }
+            // SAFETY: the last, partial super-group `full` (zero-padded side data)
+            // and its `ng mod 4` groups.
+            unsafe {
+                match ng % Q8_0_SUPER_GROUPS {
+                    1 => step::<R, 1>(&mut acc, w, side, pf, full),
+                    2 => step::<R, 2>(&mut acc, w, side, pf, full),
+                    3 => step::<R, 3>(&mut acc, w, side, pf, full),
+                    _ => {}
+                }
+            }
+            let b = ng * Q8_0_GROUP_BLOCKS;
+            let mut out = [0.0f32; R];
+            for ((o, a), wr) in out.iter_mut().zip(acc).zip(w) {
+                let tail = if b < nb {
+                    // SAFETY: the last `nb − b < 4` blocks of row `wr` and of `y`;
+                    // AVX2/FMA/F16C are part of this function's features.
+                    unsafe { avx2::q4_0_q8_0(wr.add(b * WB), y.add(b * Q8_0_BYTES), nb - b) }
+                } else {
+                    0.0
+                };
+                *o = _mm512_reduce_add_ps(a) + tail;
+            }
+            out
+        }
+    };
 }
+
+q4_0_kernel!(
+    /// Q4_0 × Q8_0 over super-groups (four groups of four blocks) of `R` rows:
+    /// per row, the four groups' i32 lanes are summed to sixteen block dots
+    /// ([`sum_parts`]) and scaled by `dx·dy` (the sixteen `dx` gathered as f16
+    /// into `dh` and widened at once) in one FMA. The last, partial
+    /// super-group runs the same steps over its groups; then the AVX2 kernel
+    /// takes the last blocks.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
+    /// Q4_0 blocks, `y` `nb` Q8_0 blocks and `side` their side data.
+    q4_0_group,
+    q4_0_rows,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    high_nibbles
+);
+q4_0_kernel!(
+    /// [`q4_0_rows`] with the high nibbles taken by GFNI.
+    ///
+    /// # Safety
+    /// As [`q4_0_rows`], and GFNI present.
+    q4_0_group_gfni,
+    q4_0_rows_gfni,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni",
+    high_nibbles_gfni
+);
 
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
@@ -1026,6 +1072,57 @@ mod tests {
     extern crate std;
     use super::*;
     use std::{eprintln, vec};
+
+    /// The two Q4_0 kernels (high nibbles by shift and mask, or by GFNI)
+    /// give the same bits, for one and four rows and a partial last
+    /// super-group, on random blocks against random Q8_0 activations with
+    /// their side data.
+    #[test]
+    fn q4_0_gfni_matches_shift_and_mask() {
+        if !crate::isa::Isa::Avx512.is_supported() || !has_gfni() {
+            eprintln!("skipped: no AVX-512 with GFNI here");
+            return;
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        // 4 super-groups and 3 groups, then the AVX2 tail's block (the
+        // tail is the same code in both).
+        let nb = 16 * 4 + 4 * 3 + 1;
+        let k = 32 * nb;
+        for _ in 0..50 {
+            let mut w = vec![0u8; 4 * nb * 18];
+            w.iter_mut().for_each(|b| *b = next() as u8);
+            let mut y = vec![0u8; nb * Q8_0_BYTES];
+            y.iter_mut().for_each(|b| *b = next() as u8);
+            for blk in w.chunks_exact_mut(18).chain(y.chunks_exact_mut(Q8_0_BYTES)) {
+                // f16 `d` with an exponent well inside the finite range.
+                blk[1] = 0x20 | (blk[1] & 0x1f);
+            }
+            let mut side = vec![0u8; side_bytes(DType::Q8_0, k)];
+            crate::acts::write_side(DType::Q8_0, &y, k, &mut side).expect("side data");
+            let rows: [*const u8; 4] = core::array::from_fn(|r| w[r * nb * 18..].as_ptr());
+            let (yp, sp) = (y.as_ptr(), side.as_ptr());
+            // SAFETY: AVX-512 F/BW/VL/VNNI (with AVX2, FMA, F16C) and GFNI
+            // confirmed above; each row holds `nb` blocks, `y` `nb` blocks
+            // and `side` their side data.
+            let (a4, b4, a1, b1) = unsafe {
+                (
+                    q4_0_rows::<4>(rows, yp, sp, nb),
+                    q4_0_rows_gfni::<4>(rows, yp, sp, nb),
+                    q4_0_rows::<1>([rows[1]], yp, sp, nb),
+                    q4_0_rows_gfni::<1>([rows[1]], yp, sp, nb),
+                )
+            };
+            assert_eq!(a4.map(f32::to_bits), b4.map(f32::to_bits));
+            assert_eq!(a1[0].to_bits(), b1[0].to_bits());
+            assert_eq!(a1[0].to_bits(), a4[1].to_bits());
+        }
+    }
 
     /// The two Q4_K kernels (high nibbles by shift and mask, or by GFNI)
     /// give the same bits, for one and four rows, on random blocks (`d`,
