@@ -498,19 +498,10 @@ macro_rules! q4_0_kernel {
                     _ => {}
                 }
             }
-            let b = ng * Q8_0_GROUP_BLOCKS;
-            let mut out = [0.0f32; R];
-            for ((o, a), wr) in out.iter_mut().zip(acc).zip(w) {
-                let tail = if b < nb {
-                    // SAFETY: the last `nb − b < 4` blocks of row `wr` and of `y`;
-                    // AVX2/FMA/F16C are part of this function's features.
-                    unsafe { avx2::q4_0_q8_0(wr.add(b * WB), y.add(b * Q8_0_BYTES), nb - b) }
-                } else {
-                    0.0
-                };
-                *o = _mm512_reduce_add_ps(a) + tail;
-            }
-            out
+            let sums = acc.map(|a| _mm512_reduce_add_ps(a));
+            // SAFETY: the caller's guarantees; AVX2, FMA and F16C are part
+            // of this function's features.
+            unsafe { with_tail(sums, w, y, ng * Q8_0_GROUP_BLOCKS, nb, WB, avx2::q4_0_q8_0) }
         }
     };
 }
@@ -586,17 +577,40 @@ unsafe fn q8_0_rows<const R: usize>(
     if g < ng {
         step!(g, 0);
     }
+    let sums = acc.map(|a| _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])));
     let b = ng * Q8_0_GROUP_BLOCKS;
-    let mut out = [0.0f32; R];
-    for ((o, a), wr) in out.iter_mut().zip(acc).zip(w) {
-        let tail = if b < nb {
-            // SAFETY: the last `nb − b < 4` blocks of row `wr` and of `y`;
-            // AVX2/FMA/F16C are part of this function's features.
-            unsafe { avx2::q8_0_q8_0(wr.add(b * Q8_0_BYTES), y.add(b * Q8_0_BYTES), nb - b) }
+    // SAFETY: the caller's guarantees; AVX2, FMA and F16C are part of this
+    // function's features.
+    unsafe { with_tail(sums, w, y, b, nb, Q8_0_BYTES, avx2::q8_0_q8_0) }
+}
+
+/// `sums` (each row's dot over its first `b` blocks) plus, when `b < nb`,
+/// the AVX2 kernel `tail` over each row's last `nb − b` blocks (`wb`
+/// weight bytes each) against the same blocks of `y`.
+///
+/// # Safety
+/// AVX2, FMA and F16C present; each `w[r]` holds `nb` blocks of `wb`
+/// bytes and `y` `nb` Q8_0 blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn with_tail<const R: usize>(
+    sums: [f32; R],
+    w: [*const u8; R],
+    y: *const u8,
+    b: usize,
+    nb: usize,
+    wb: usize,
+    tail: Avx2Row,
+) -> [f32; R] {
+    let mut out = sums;
+    for (o, wr) in out.iter_mut().zip(w) {
+        *o += if b < nb {
+            // SAFETY: the last `nb − b` blocks of row `wr` and of `y`; the
+            // caller guarantees the features `tail` needs.
+            unsafe { tail(wr.add(b * wb), y.add(b * Q8_0_BYTES), nb - b) }
         } else {
             0.0
         };
-        *o = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])) + tail;
     }
     out
 }
@@ -1073,23 +1087,36 @@ mod tests {
     use super::*;
     use std::{eprintln, vec};
 
+    /// Whether this machine runs AVX-512 with GFNI (else the GFNI tests
+    /// say they are skipped).
+    fn avx512_gfni_here() -> bool {
+        let here = crate::isa::Isa::Avx512.is_supported() && has_gfni();
+        if !here {
+            eprintln!("skipped: no AVX-512 with GFNI here");
+        }
+        here
+    }
+
+    /// A xorshift64 generator from `state` (not 0).
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     /// The two Q4_0 kernels (high nibbles by shift and mask, or by GFNI)
     /// give the same bits, for one and four rows and a partial last
     /// super-group, on random blocks against random Q8_0 activations with
     /// their side data.
     #[test]
     fn q4_0_gfni_matches_shift_and_mask() {
-        if !crate::isa::Isa::Avx512.is_supported() || !has_gfni() {
-            eprintln!("skipped: no AVX-512 with GFNI here");
+        if !avx512_gfni_here() {
             return;
         }
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         // 4 super-groups and 3 groups, then the AVX2 tail's block (the
         // tail is the same code in both).
         let nb = 16 * 4 + 4 * 3 + 1;
@@ -1129,17 +1156,10 @@ mod tests {
     /// `dmin` kept finite) against random Q8_K activations.
     #[test]
     fn q4_k_gfni_matches_shift_and_mask() {
-        if !crate::isa::Isa::Avx512.is_supported() || !has_gfni() {
-            eprintln!("skipped: no AVX-512 with GFNI here");
+        if !avx512_gfni_here() {
             return;
         }
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let nb = 9;
         for _ in 0..50 {
             let mut w = vec![0u8; 4 * nb * Q4K_BYTES];
@@ -1179,13 +1199,7 @@ mod tests {
         if !crate::isa::Isa::Avx512.is_supported() {
             return;
         }
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let mut headers = [[0u8; 16]; 4];
         for round in 0..(20_000 + 16 * 256) {
             for (r, h) in headers.iter_mut().enumerate() {
