@@ -773,8 +773,8 @@ __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partia
 
 // Block b computes rows R·b .. R·b + R − 1 (RowsPerBlock); rows past the end
 // are computed on the last row (in bounds) and not stored.
-template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
-    constexpr int R = RowsPerBlock<FMT, NC>::value;
+template <int FMT, int NC, bool GLU, int R = RowsPerBlock<FMT, NC>::value>
+__device__ void gemv(const GemvParams &p) {
     constexpr int V = GLU ? 2 : 1;
     __shared__ float partial[V][WARPS][R * NC];
     const uint32_t row0 = blockIdx.x * R;
@@ -814,6 +814,18 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
         gemv<FMT, NC, true>(p);                                                                \
     }
 
+// One-column float kernels with R rows per block (fused_gemv[_glu]_<fmt>_r<R>_c1),
+// for A/B runs against the default 1 (src/launch.rs: FUSED_CUDA_F_ROWS).
+#define GEMV_KERNELS_ROWS(name, FMT, R)                                                        \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemv_##name##_r##R##_c1(const GemvParams p) {                                    \
+        gemv<FMT, 1, false, R>(p);                                                             \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemv_glu_##name##_r##R##_c1(const GemvParams p) {                                \
+        gemv<FMT, 1, true, R>(p);                                                              \
+    }
+
 #define GEMV_KERNELS(name, FMT)                                                                \
     GEMV_KERNELS_NC(name, FMT, 1)                                                              \
     GEMV_KERNELS_NC(name, FMT, 2)                                                              \
@@ -826,6 +838,8 @@ template <int FMT, int NC, bool GLU> __device__ void gemv(const GemvParams &p) {
 
 GEMV_KERNELS(f32, FMT_F32)
 GEMV_KERNELS(f16, FMT_F16)
+GEMV_KERNELS_ROWS(f16, FMT_F16, 2)
+GEMV_KERNELS_ROWS(f16, FMT_F16, 4)
 GEMV_KERNELS(q8_0, FMT_Q8_0)
 GEMV_KERNELS(q4_0, FMT_Q4_0)
 GEMV_KERNELS(q4_K, FMT_Q4_K)

@@ -50,6 +50,19 @@ fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
     }
 }
 
+/// Rows per block of the one-column F16 GEMV when `FUSED_CUDA_F_ROWS` (2 or
+/// 4) asks for other than the default 1 (`fused_gemv[_glu]_f16_r<R>_c1`,
+/// the same sums in the same order: A/B runs of `cuda-bench`).
+fn float_rows_override(dtype: DType, n_cols: usize) -> Option<usize> {
+    if dtype != DType::F16 || n_cols != 1 {
+        return None;
+    }
+    std::env::var("FUSED_CUDA_F_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|r| [2, 4].contains(r))
+}
+
 /// Output rows one block of the integer GEMV kernels computes
 /// (`fused_gemvq_*_r<R>_c<NC>` in `kernels/gemv.cu`). One column, with
 /// [`gemvq_unroll`], from a sweep of `cuda-bench` on the H200 (2026-12-01
@@ -300,12 +313,16 @@ impl Launch {
             glu_act: act_code(act),
             epi,
         };
+        let (r, tag) = match float_rows_override(dtype, n_cols) {
+            Some(r) => (r, format!("_r{r}")),
+            None => (gemv_rows_per_block(dtype, n_cols), String::new()),
+        };
         let name = format!(
-            "fused_gemv_{}{}_c{n_cols}",
+            "fused_gemv_{}{}{tag}_c{n_cols}",
             if w_up.is_some() { "glu_" } else { "" },
             dtype.name()
         );
-        let grid = u32_of("GEMV grid", m.div_ceil(gemv_rows_per_block(dtype, n_cols)))?;
+        let grid = u32_of("GEMV grid", m.div_ceil(r))?;
         Ok(Some(Launch::Gemv { name, grid, params }))
     }
 

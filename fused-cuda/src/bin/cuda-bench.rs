@@ -700,6 +700,8 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         ("PDL, int. R = 1, U = 1", pdl, Some(("1", "1"))),
         ("PDL, int. R = 2, U = 1", pdl, Some(("2", "1"))),
         ("PDL, int. R = 4, U = 1", pdl, Some(("4", "1"))),
+        ("PDL, F16 R = 2", pdl, Some(("F2", ""))),
+        ("PDL, F16 R = 4", pdl, Some(("F4", ""))),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
@@ -708,7 +710,8 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
          blocks start as the previous kernel's blocks retire, then wait for its results); \
          with PDL also the integer kernels' rows per block R and units in flight per lane U \
-         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1). Options take turns, 3 \
+         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1), and the \
+         F16 kernel's rows per block (default 1). Options take turns, 3 \
          rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
@@ -743,15 +746,18 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
                         // SAFETY: the bench runs on one thread; nothing
                         // reads the environment concurrently.
                         unsafe {
+                            std::env::remove_var("FUSED_CUDA_Q_ROWS");
+                            std::env::remove_var("FUSED_CUDA_Q_UNROLL");
+                            std::env::remove_var("FUSED_CUDA_F_ROWS");
                             match rows {
+                                Some((f, _)) if f.starts_with('F') => {
+                                    std::env::set_var("FUSED_CUDA_F_ROWS", &f[1..]);
+                                }
                                 Some((r, u)) => {
                                     std::env::set_var("FUSED_CUDA_Q_ROWS", r);
                                     std::env::set_var("FUSED_CUDA_Q_UNROLL", u);
                                 }
-                                None => {
-                                    std::env::remove_var("FUSED_CUDA_Q_ROWS");
-                                    std::env::remove_var("FUSED_CUDA_Q_UNROLL");
-                                }
+                                None => {}
                             }
                         }
                         let t = time_calls(be, n * 2, 9, |i| match which {
@@ -795,6 +801,7 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     unsafe {
         std::env::remove_var("FUSED_CUDA_Q_ROWS");
         std::env::remove_var("FUSED_CUDA_Q_UNROLL");
+        std::env::remove_var("FUSED_CUDA_F_ROWS");
     }
     println!("\nDefault options: {saved:?}\n");
     Ok(())
