@@ -12,7 +12,8 @@
 //! `Q8_K` for Q4_K; quantized once before timing, the quantizer timed on
 //! its own line).
 //!
-//! The ceiling is the faster of two device-to-device copies of 512 MiB:
+//! The ceiling is the faster of two device-to-device copies of 512 MiB (or
+//! the device's largest storage buffer, if smaller):
 //! `vkCmdCopyBuffer` and a compute shader with 16-byte loads and stores
 //! (bytes read plus bytes written). GEMVs rotate over enough weight copies
 //! (at least four, at least 2 × 60 MB: the H200's L2 twice) that every call
@@ -160,12 +161,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if sweep_arg.as_deref() == Some("quantize") {
         return quantize_sweep(&b, reps);
     }
-    let copy_bytes = 512u64 << 20;
+    // 512 MiB, or the most a storage buffer takes (lavapipe: 128 MiB).
+    let max_range = u64::from(info.max_storage_range);
+    let copy_bytes = (512u64 << 20).min(max_range & !((1 << 20) - 1));
+    let copy_mib = copy_bytes >> 20;
     let cmd = timing::copy(&b, copy_bytes, reps)?;
     let shader = timing::copy_shader(&b, copy_bytes, reps)?;
     let ceiling = cmd.gb_per_s().max(shader.gb_per_s());
-    line("copy 512 MiB, vkCmdCopyBuffer", cmd, ceiling);
-    line("copy 512 MiB, compute shader (uvec4)", shader, ceiling);
+    line(
+        &format!("copy {copy_mib} MiB, vkCmdCopyBuffer"),
+        cmd,
+        ceiling,
+    );
+    line(
+        &format!("copy {copy_mib} MiB, compute shader (uvec4)"),
+        shader,
+        ceiling,
+    );
     println!(
         "ceiling: {ceiling:.1} GB/s ({})",
         if shader.gb_per_s() >= cmd.gb_per_s() {
@@ -269,6 +281,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+            let bytes = dtype.row_bytes(k)? * m;
+            if bytes as u64 > max_range {
+                println!(
+                    "GEMV {dtype:?} {m}x{k}: skipped: its {bytes} bytes of weights exceed \
+                     maxStorageBufferRange {max_range}"
+                );
+                continue;
+            }
             let mut g = GemvBench::new(&b, dtype, m, k)?;
             let modes = if dtype == DType::F16 {
                 vec![ActQuant::F32]
@@ -343,7 +363,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The same copy again: a much slower one means the device's clocks
     // changed during the run and the numbers above are not comparable.
     line(
-        "copy 512 MiB, compute shader, again at the end",
+        &format!("copy {copy_mib} MiB, compute shader, again at the end"),
         timing::copy_shader(&b, copy_bytes, reps)?,
         ceiling,
     );
