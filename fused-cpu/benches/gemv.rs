@@ -760,8 +760,10 @@ type GemvCall<'a> = dyn FnMut(usize, &mut [f32]) + 'a;
 /// repacked), each packed line right after the plain line of the same
 /// place and thread count (`focus Q4_0_packed …`). `GEMV_ROWS` sets the
 /// weight rows of `cache` and `l2` (e.g. `GEMV_ROWS=64 GEMV_COLS=128`: a
-/// small-M GEMM, whose columns the backend splits across threads). Each
-/// DRAM line comes
+/// small-M GEMM, whose columns the backend splits across threads). In
+/// `cache` and `l2`, with `GEMV_THREADS` starting at 1, a `vs 1t paired`
+/// line gives each other thread count's time over the one-thread time,
+/// calls of the two alternated ([`paired_scaling`]). Each DRAM line comes
 /// with the read ceiling measured just before it (median of 5 passes), so
 /// runs of two builds can be compared line by line on a loaded machine, and
 /// a `paired` line: the median over rounds of GEMV GB/s ÷ probe GB/s, each
@@ -903,9 +905,51 @@ fn focus(_c: &mut Criterion) {
                     }
                 }
             }
+            if !rotate && threads.first() == Some(&1) {
+                let w = mat(dtype, m, k, &all, 0);
+                let base = CpuBackend::with_isa(isa, 1).expect("backend");
+                for &t in &threads[1..] {
+                    let be = CpuBackend::with_isa(isa, t).expect("backend");
+                    let pairs = (1_000_000_000 / bytes.max(1)).clamp(50, 2000);
+                    let ratio = paired_scaling(pairs, |many| {
+                        let b = if many { &be } else { &base };
+                        b.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
+                        black_box(&y);
+                    });
+                    eprintln!(
+                        "focus {f} {place} {isa} {t}t vs 1t paired: time ratio {ratio:.3} (median of {pairs} pairs)"
+                    );
+                }
+            }
         }
     }
     std::process::exit(0);
+}
+
+/// The median over `pairs` of `time(call(true)) / time(call(false))`, the
+/// two calls back to back, alternating which goes first: the speed-up of
+/// one setting over another (here: many threads over one) measured so that
+/// a change in the load of a shared machine hits both sides of each pair.
+fn paired_scaling(pairs: usize, mut call: impl FnMut(bool)) -> f64 {
+    let mut time = |many: bool| {
+        let s = Instant::now();
+        call(many);
+        s.elapsed().as_secs_f64()
+    };
+    let mut ratios: Vec<f64> = (0..pairs)
+        .map(|i| {
+            let (a, b) = if i % 2 == 0 {
+                let a = time(true);
+                (a, time(false))
+            } else {
+                let b = time(false);
+                (time(true), b)
+            };
+            a / b
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
 }
 
 /// GEMV bandwidth as a fraction of the probe's, measured in rounds that

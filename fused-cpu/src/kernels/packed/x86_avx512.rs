@@ -34,7 +34,11 @@ pub fn group_q4_0_q8_0(
 ) -> Result<[f32; GROUP_ROWS], Error> {
     let y = check_q4_0_group(group, nb, acts)?;
     let side = match *acts {
-        Acts::Quant { side, .. } if side.len() == side_bytes(DType::Q8_0, nb * 32) => side,
+        Acts::Quant { side, .. }
+            if side.len() == side_bytes(DType::Q8_0, nb * DType::Q8_0.block_len()) =>
+        {
+            side
+        }
         _ => &[],
     };
     // Side data covers whole groups of four activation blocks only.
