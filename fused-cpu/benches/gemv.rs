@@ -9,7 +9,8 @@
 //!   (far beyond L3), in Q4_0, Q8_0, F16, Q4_K, Q6_K with GGML's
 //!   activation mode; throughput in weight bytes.
 //! - `gemv_cache`: 4096×4096, same formats; GEMM with 32 and 512 columns
-//!   (Q4_0, Q8_0, F16), throughput in 2·M·K·N flops.
+//!   (Q4_0, Q8_0, F16), throughput in 2·M·K·N flops; a small-M GEMM (64
+//!   rows × 4096, 128 columns) of the same formats.
 //! - `decode_layer`: attention-out projection plus residual, gate/up GLU,
 //!   down plus residual; FUSED (epilogues, 3 kernels) vs UNFUSED (separate add/glu,
 //!   gate and up as two GEMVs); H=1024/F=2816 (in cache) and H=4096/F=11008
@@ -59,6 +60,10 @@ const GEMV_FORMATS: [DType; 5] = [
     DType::Q6_K,
 ];
 const GEMM_FORMATS: [DType; 3] = [DType::Q4_0, DType::Q8_0, DType::F16];
+/// Weight rows of the small-M GEMM in `gemv_cache` (one GEMM row tile).
+const SMALL_M: usize = 64;
+/// Columns of the small-M GEMM.
+const SMALL_M_COLS: usize = 128;
 
 /// Read ceilings (GB/s) by thread count, from the `probe` group.
 static CEILING: Mutex<[Option<f64>; 3]> = Mutex::new([None; 3]);
@@ -365,6 +370,9 @@ fn gemv_cache(c: &mut Criterion) {
                 });
             }
         }
+        if GEMM_FORMATS.contains(&dtype) {
+            small_m_gemm(&mut g, &bes, dtype, k);
+        }
         if dtype == DType::Q4_0 {
             let packed = PackedWeights::pack(&w).expect("pack");
             let x = Rng(17).vec(k, 1.0);
@@ -383,6 +391,29 @@ fn gemv_cache(c: &mut Criterion) {
         }
     }
     g.finish();
+}
+
+/// A GEMM of few weight rows ([`SMALL_M`]) against [`SMALL_M_COLS`]
+/// columns, `K = k` (a prompt through a small projection): fewer row tiles
+/// than threads, so the backend splits the columns across threads.
+fn small_m_gemm(g: &mut BenchmarkGroup<'_, WallTime>, bes: &[CpuBackend], dtype: DType, k: usize) {
+    let (m, n) = (SMALL_M, SMALL_M_COLS);
+    let bytes = dtype.row_bytes(k).expect("row bytes") * m;
+    let all = weights(dtype, m, k, 1, 19);
+    let w = mat(dtype, m, k, &all, 0);
+    let mode = ActQuant::ggml(dtype);
+    let x = Rng(17).vec(k * n, 1.0);
+    let mut y = vec![0.0f32; m * n];
+    let none = Epilogue::NONE.bind(&[], m, n).expect("bind");
+    for be in bes {
+        let t = be.threads();
+        let id = format!("{dtype:?}/gemm{n}_m{m}/{t}t");
+        let report = Report::Flops(2 * m * k * n, bytes, t);
+        bench(g, &format!("gemv_cache/{id}"), &id, report, || {
+            be.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
+            black_box(&y);
+        });
+    }
 }
 
 /// The weights of `copies` decode layers of one format.
@@ -713,6 +744,9 @@ fn breakdown(tag: &str, be: &CpuBackend, layers: &Layers, s: &mut Bufs) -> Strin
     )
 }
 
+/// One GEMV of a focused run: `(rotated copy, output)`.
+type GemvCall<'a> = dyn FnMut(usize, &mut [f32]) + 'a;
+
 /// Focused A/B mode: with `GEMV_FOCUS=Q4_0,Q8_0,…` set, only these formats'
 /// single-column GEMVs are timed (no criterion), call by call, and the
 /// process exits. `GEMV_WHERE` picks `cache` (4096×4096, one copy), `l2`
@@ -721,7 +755,15 @@ fn breakdown(tag: &str, be: &CpuBackend, layers: &Layers, s: &mut Bufs) -> Strin
 /// the thread counts (default `cache,dram` and `1,2`), `GEMV_ISA` the
 /// instruction set (`scalar`, `avx2`, `avx512`; default the best) and
 /// `GEMV_COLS` the activation columns (default 1; more runs the GEMM path,
-/// and the line then also gives GFLOP/s). Each DRAM line comes
+/// and the line then also gives GFLOP/s). With `GEMV_PACKED=1`, Q4_0 is
+/// also timed over packed weights ([`PackedWeights`], the same copies
+/// repacked), each packed line right after the plain line of the same
+/// place and thread count (`focus Q4_0_packed …`). `GEMV_ROWS` sets the
+/// weight rows of `cache` and `l2` (e.g. `GEMV_ROWS=64 GEMV_COLS=128`: a
+/// small-M GEMM, whose columns the backend splits across threads). In
+/// `cache` and `l2`, with `GEMV_THREADS` starting at 1, a `vs 1t paired`
+/// line gives each other thread count's time over the one-thread time,
+/// calls of the two alternated ([`paired_scaling`]). Each DRAM line comes
 /// with the read ceiling measured just before it (median of 5 passes), so
 /// runs of two builds can be compared line by line on a loaded machine, and
 /// a `paired` line: the median over rounds of GEMV GB/s ÷ probe GB/s, each
@@ -754,6 +796,10 @@ fn focus(_c: &mut Criterion) {
             .expect("GEMV_ISA: an instruction set name")
     });
     let n: usize = list("GEMV_COLS", "1")[0].parse().expect("GEMV_COLS");
+    let with_packed = std::env::var("GEMV_PACKED").is_ok_and(|v| v == "1");
+    let rows: Option<usize> = std::env::var("GEMV_ROWS")
+        .ok()
+        .map(|r| r.parse().expect("GEMV_ROWS"));
     let probe = BandwidthProbe::new(1 << 30);
     for f in formats.split(',') {
         let dtype = GEMV_FORMATS
@@ -770,77 +816,144 @@ fn focus(_c: &mut Criterion) {
                 }
                 _ => (16384, 8192, true),
             };
+            let m = if rotate { m } else { rows.unwrap_or(m) };
             let bytes = dtype.row_bytes(k).expect("row bytes") * m;
             let copies = if rotate { copies_for(bytes) } else { 1 };
             let all = weights(dtype, m, k, copies, 11);
             let x = Rng(7).vec(k * n, 1.0);
             let mut y = vec![0.0f32; m * n];
             let none = Epilogue::NONE.bind(&[], m, n).expect("bind");
+            let packed: Vec<PackedWeights> = if with_packed && dtype == DType::Q4_0 {
+                (0..copies)
+                    .map(|c| PackedWeights::pack(&mat(dtype, m, k, &all, c)).expect("pack"))
+                    .collect()
+            } else {
+                Vec::new()
+            };
             for &t in &threads {
                 let be = CpuBackend::with_isa(isa, t).expect("backend");
-                let ceil = rotate.then(|| {
-                    let v = (0..5)
-                        .map(|_| {
-                            let s = Instant::now();
-                            black_box(probe.read_pass(t));
-                            probe.bytes() as f64 / s.elapsed().as_secs_f64() / 1e9
-                        })
-                        .collect();
-                    stats(v).1
-                });
-                let calls = if rotate {
-                    4 * copies
-                } else {
-                    (2_000_000_000 / bytes.max(1)).clamp(50, 5000)
-                };
-                let mut times = Vec::with_capacity(calls);
-                for i in 0..calls + 2 {
+                let mut plain = |i: usize, y: &mut [f32]| {
                     let w = mat(dtype, m, k, &all, i % copies);
-                    let s = Instant::now();
-                    be.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
-                    black_box(&y);
-                    if i >= 2 {
-                        times.push(s.elapsed().as_secs_f64());
+                    be.gemv(&w, &x, n, mode, &none, y).expect("gemv");
+                };
+                let mut over_packed = |i: usize, y: &mut [f32]| {
+                    be.gemv_packed(&packed[i % copies], &x, n, mode, &none, y)
+                        .expect("gemv_packed");
+                };
+                let mut layouts: Vec<(String, &mut GemvCall<'_>)> =
+                    vec![(f.to_owned(), &mut plain)];
+                if !packed.is_empty() {
+                    layouts.push((format!("{f}_packed"), &mut over_packed));
+                }
+                for (label, call) in layouts {
+                    let ceil = rotate.then(|| {
+                        let v = (0..5)
+                            .map(|_| {
+                                let s = Instant::now();
+                                black_box(probe.read_pass(t));
+                                probe.bytes() as f64 / s.elapsed().as_secs_f64() / 1e9
+                            })
+                            .collect();
+                        stats(v).1
+                    });
+                    let calls = if rotate {
+                        4 * copies
+                    } else {
+                        (2_000_000_000 / bytes.max(1)).clamp(50, 5000)
+                    };
+                    let mut times = Vec::with_capacity(calls);
+                    for i in 0..calls + 2 {
+                        let s = Instant::now();
+                        call(i, &mut y);
+                        black_box(&y);
+                        if i >= 2 {
+                            times.push(s.elapsed().as_secs_f64());
+                        }
+                    }
+                    let (min, med) = stats(times);
+                    let paired = rotate.then(|| {
+                        paired_rounds(&probe, t, bytes, copies, |i| {
+                            call(i, &mut y);
+                            black_box(&y);
+                        })
+                    });
+                    let gbs = |s: f64| bytes as f64 / s / 1e9;
+                    let pct = ceil.map_or(String::new(), |c| {
+                        format!(
+                            ", ceiling {c:.2} GB/s: {:.0} % (median), {:.0} % (best)",
+                            gbs(med) / c * 100.0,
+                            gbs(min) / c * 100.0
+                        )
+                    });
+                    let flops = (n > 1).then(|| {
+                        let gf = 2.0 * (m * k * n) as f64 / med / 1e9;
+                        format!(", {n} columns: {gf:.1} GFLOP/s (median)")
+                    });
+                    eprintln!(
+                        "focus {label} {place} {isa} {t}t: median {:.3} ms {:.2} GB/s, best {:.3} ms {:.2} GB/s{pct}{}",
+                        med * 1e3,
+                        gbs(med),
+                        min * 1e3,
+                        gbs(min),
+                        flops.unwrap_or_default()
+                    );
+                    if let Some((ratio, g, p, n)) = paired {
+                        eprintln!(
+                            "focus {label} {place} {t}t paired: {:.1} % of the probe (median of {n} rounds; medians: gemv {g:.2} GB/s, probe {p:.2} GB/s)",
+                            ratio * 100.0
+                        );
                     }
                 }
-                let (min, med) = stats(times);
-                let paired = rotate.then(|| {
-                    paired_rounds(&probe, t, bytes, copies, |i| {
-                        let w = mat(dtype, m, k, &all, i % copies);
-                        be.gemv(&w, &x, 1, mode, &none, &mut y).expect("gemv");
+            }
+            if !rotate && threads.first() == Some(&1) {
+                let w = mat(dtype, m, k, &all, 0);
+                let base = CpuBackend::with_isa(isa, 1).expect("backend");
+                for &t in &threads[1..] {
+                    let be = CpuBackend::with_isa(isa, t).expect("backend");
+                    let pairs = (500_000_000 / bytes.max(1)).clamp(50, 1000);
+                    let ratio = paired_scaling(pairs, |many| {
+                        let b = if many { &be } else { &base };
+                        b.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
                         black_box(&y);
-                    })
-                });
-                let gbs = |s: f64| bytes as f64 / s / 1e9;
-                let pct = ceil.map_or(String::new(), |c| {
-                    format!(
-                        ", ceiling {c:.2} GB/s: {:.0} % (median), {:.0} % (best)",
-                        gbs(med) / c * 100.0,
-                        gbs(min) / c * 100.0
-                    )
-                });
-                let flops = (n > 1).then(|| {
-                    let gf = 2.0 * (m * k * n) as f64 / med / 1e9;
-                    format!(", {n} columns: {gf:.1} GFLOP/s (median)")
-                });
-                eprintln!(
-                    "focus {f} {place} {isa} {t}t: median {:.3} ms {:.2} GB/s, best {:.3} ms {:.2} GB/s{pct}{}",
-                    med * 1e3,
-                    gbs(med),
-                    min * 1e3,
-                    gbs(min),
-                    flops.unwrap_or_default()
-                );
-                if let Some((ratio, g, p, n)) = paired {
+                    });
                     eprintln!(
-                        "focus {f} {place} {t}t paired: {:.1} % of the probe (median of {n} rounds; medians: gemv {g:.2} GB/s, probe {p:.2} GB/s)",
-                        ratio * 100.0
+                        "focus {f} {place} {isa} {t}t vs 1t paired: time ratio {ratio:.3} (median of {pairs} pairs)"
                     );
                 }
             }
         }
     }
     std::process::exit(0);
+}
+
+/// The median over `pairs` of `time(call(true)) / time(call(false))`, the
+/// two sides back to back, alternating which goes first: the speed-up of
+/// one setting over another (here: many threads over one) measured so that
+/// a change in the load of a shared machine hits both sides of each pair.
+/// Each side makes one untimed call first, so that the timed one finds the
+/// pool's workers awake, as in a run of calls (the other side's call can
+/// outlast their spinning, [`fused_cpu::pool::SPIN`]).
+fn paired_scaling(pairs: usize, mut call: impl FnMut(bool)) -> f64 {
+    let mut time = |many: bool| {
+        call(many);
+        let s = Instant::now();
+        call(many);
+        s.elapsed().as_secs_f64()
+    };
+    let mut ratios: Vec<f64> = (0..pairs)
+        .map(|i| {
+            let (a, b) = if i % 2 == 0 {
+                let a = time(true);
+                (a, time(false))
+            } else {
+                let b = time(false);
+                (time(true), b)
+            };
+            a / b
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
 }
 
 /// GEMV bandwidth as a fraction of the probe's, measured in rounds that

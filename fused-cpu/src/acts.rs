@@ -56,6 +56,22 @@ pub const Q8_0_GROUP_BYTES: usize = 256;
 /// Only whole groups have side data; the last `nb mod 4` blocks have none.
 pub const Q8_0_SUPER_BYTES: usize = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES + 64;
 
+/// Where Q8_0 activation block `b` (of a whole group) keeps its exact
+/// Q4_0 offset term `−8·Σ qs_b` (a little-endian i32) in a column's side
+/// data; its `d` (a little-endian f32) lies [`Q8_0_D_AFTER_OFFSET`] bytes
+/// further (see [`Q8_0_GROUP_BYTES`] and [`Q8_0_SUPER_BYTES`]).
+pub const fn q8_0_offset_term_at(b: usize) -> usize {
+    let group = b / Q8_0_GROUP_BLOCKS;
+    (group / Q8_0_SUPER_GROUPS) * Q8_0_SUPER_BYTES
+        + (group % Q8_0_SUPER_GROUPS) * Q8_0_GROUP_BYTES
+        + 128
+        + 16 * (b % Q8_0_GROUP_BLOCKS)
+}
+
+/// Bytes from a block's offset term to its `d` in the side data
+/// ([`q8_0_offset_term_at`]).
+pub const Q8_0_D_AFTER_OFFSET: usize = 64;
+
 /// Bytes of side data for one column of `k` activations quantized to `d`.
 pub fn side_bytes(d: DType, k: usize) -> usize {
     match d {

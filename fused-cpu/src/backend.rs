@@ -17,7 +17,7 @@ use fused_core::{DType, Error};
 
 use crate::activation::ActEval;
 use crate::acts::{Acts, column, prepared_bytes, quantize_columns};
-use crate::gemv::{RowKernels, TILE_ROWS, gemv_glu_rows, gemv_rows};
+use crate::gemv::{RowKernels, TILE_ROWS, gemv_glu_rows_cols, gemv_rows_cols};
 use crate::isa::Isa;
 use crate::kernels::gemm::RT;
 use crate::kernels::packed::packed_dot;
@@ -53,7 +53,8 @@ struct SharedOut {
 
 // SAFETY: `SharedOut` is only built from a `&mut [f32]` that outlives the
 // parallel region using it, and every thread writes indices no other thread
-// writes (disjoint row ranges); no thread reads through it.
+// writes (disjoint row ranges, or disjoint row × column blocks); no thread
+// reads through it.
 unsafe impl Sync for SharedOut {}
 // SAFETY: as above.
 unsafe impl Send for SharedOut {}
@@ -165,6 +166,34 @@ impl CpuBackend {
         (0..m).step_by(per).map(|s| s..(s + per).min(m)).collect()
     }
 
+    /// Column blocks for a call of `n_cols` columns whose rows were split
+    /// into `row_chunks` chunks: all columns in one block while there are
+    /// at least as many row chunks as threads; otherwise (a few weight rows
+    /// against many columns) one contiguous block per thread, of near-equal
+    /// sizes, so that every thread gets work. Each (row chunk, column block)
+    /// pair is one task; the values do not depend on the split
+    /// ([`gemv_rows_cols`]).
+    fn column_blocks(&self, row_chunks: usize, n_cols: usize) -> Vec<Range<usize>> {
+        let blocks = if row_chunks < self.threads {
+            self.threads.min(n_cols).max(1)
+        } else {
+            1
+        };
+        (0..blocks)
+            .map(|b| b * n_cols / blocks..(b + 1) * n_cols / blocks)
+            .collect()
+    }
+
+    /// The tasks of a GEMV/GEMM region: every row chunk (from
+    /// [`CpuBackend::row_chunks`]) times every column block (from
+    /// [`CpuBackend::column_blocks`]).
+    fn tasks(&self, rows: Vec<Range<usize>>, n_cols: usize) -> Vec<(Range<usize>, Range<usize>)> {
+        let columns = self.column_blocks(rows.len(), n_cols);
+        rows.iter()
+            .flat_map(|r| columns.iter().map(move |c| (r.clone(), c.clone())))
+            .collect()
+    }
+
     fn prepare<'a>(
         &self,
         mode: ActQuant,
@@ -183,7 +212,10 @@ impl CpuBackend {
 
     /// `y = epilogue(w · x)` for `n_cols` columns (column-major `x`: column
     /// `c` is `x[c·K..(c+1)·K]`; `y` likewise with `M`). Activations are
-    /// prepared once for the call in `mode`, rows split across threads.
+    /// prepared once for the call in `mode`, rows split across threads (and
+    /// columns too when there are fewer row chunks than threads: a few
+    /// weight rows against many columns; the values do not depend on the
+    /// split).
     pub fn gemv(
         &self,
         w: &WeightMatrix<'_>,
@@ -200,11 +232,13 @@ impl CpuBackend {
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
         let kernel = RowKernels::new(self.isa, w.dtype(), mode);
         let out = SharedOut::new(y);
-        let chunks = self.row_chunks(m, w.dtype().row_bytes(k)?, &kernel, n_cols);
-        self.parallel(chunks.len(), |i| {
-            gemv_rows(kernel, w, &cols, chunks[i].clone(), epilogue, |r, c, v| {
-                // SAFETY: chunks are disjoint row ranges, so index c·m + r
-                // is written by this chunk only.
+        let rows = self.row_chunks(m, w.dtype().row_bytes(k)?, &kernel, n_cols);
+        let tasks = self.tasks(rows, n_cols);
+        self.parallel(tasks.len(), |i| {
+            let (rows, columns) = tasks[i].clone();
+            gemv_rows_cols(kernel, w, &cols, rows, columns, epilogue, |r, c, v| {
+                // SAFETY: tasks cover disjoint (row range, column range)
+                // pairs, so index c·m + r is written by this task only.
                 unsafe { out.store(c * m + r, v) }
             })
         })?;
@@ -231,21 +265,15 @@ impl CpuBackend {
         let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
         let kernel = RowKernels::new(self.isa, w.gate().dtype(), mode);
         let out = SharedOut::new(y);
-        let chunks = self.row_chunks(m, 2 * w.gate().dtype().row_bytes(k)?, &kernel, n_cols);
-        self.parallel(chunks.len(), |i| {
-            gemv_glu_rows(
-                kernel,
-                w,
-                act,
-                &cols,
-                chunks[i].clone(),
-                epilogue,
-                |r, c, v| {
-                    // SAFETY: chunks are disjoint row ranges, so index c·m + r
-                    // is written by this chunk only.
-                    unsafe { out.store(c * m + r, v) }
-                },
-            )
+        let rows = self.row_chunks(m, 2 * w.gate().dtype().row_bytes(k)?, &kernel, n_cols);
+        let tasks = self.tasks(rows, n_cols);
+        self.parallel(tasks.len(), |i| {
+            let (rows, columns) = tasks[i].clone();
+            gemv_glu_rows_cols(kernel, w, act, &cols, rows, columns, epilogue, |r, c, v| {
+                // SAFETY: tasks cover disjoint (row range, column range)
+                // pairs, so index c·m + r is written by this task only.
+                unsafe { out.store(c * m + r, v) }
+            })
         })?;
         Ok(())
     }

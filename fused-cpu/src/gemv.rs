@@ -68,25 +68,45 @@ impl From<RowDot> for RowKernels {
 pub const TILE_ROWS: usize = 16;
 
 /// Computes rows `rows` of `epilogue(w · x)` for every column in `cols` and
-/// hands each result to `store(row, col, value)`. Weight rows are walked in
-/// tiles of [`TILE_ROWS`]; inside a tile every column is processed, so the
-/// tile's weights are read from memory once per call. With two or more
-/// columns and a GEMM kernel, the GEMM driver computes the accumulators and
-/// the epilogue is applied to each one before `store`.
+/// hands each result to `store(row, col, value)`: [`gemv_rows_cols`] over
+/// all the columns.
 pub fn gemv_rows(
     kernels: RowKernels,
     w: &WeightMatrix<'_>,
     cols: &[Acts<'_>],
     rows: Range<usize>,
     epilogue: &BoundEpilogue<'_>,
+    store: impl FnMut(usize, usize, f32),
+) -> Result<(), Error> {
+    gemv_rows_cols(kernels, w, cols, rows, 0..cols.len(), epilogue, store)
+}
+
+/// Computes rows `rows` of `epilogue(w · x)` for the columns `columns` of
+/// `cols` and hands each result to `store(row, col, value)` (`col` an index
+/// of `cols`). Weight rows are walked in tiles of [`TILE_ROWS`]; inside a
+/// tile every column is processed, so the tile's weights are read from
+/// memory once per call. With two or more columns in `cols` (all of them,
+/// not only `columns`) and a GEMM kernel, the GEMM driver computes the
+/// accumulators and the epilogue is applied to each one before `store`.
+/// Every value is the same whatever `rows` and `columns` it was computed
+/// in, so a call may be split across threads by rows and by columns.
+pub fn gemv_rows_cols(
+    kernels: RowKernels,
+    w: &WeightMatrix<'_>,
+    cols: &[Acts<'_>],
+    rows: Range<usize>,
+    columns: Range<usize>,
+    epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
+    let (part, c0) = column_part(cols, &columns)?;
     let ev = kernels.act;
     let act = |a: Activation, v: f32| ev.apply(a, v);
     if cols.len() >= 2
         && let Some(g) = kernels.gemm
     {
-        return gemm_rows(g, [w], cols, rows, |r, c, [acc]| {
+        return gemm_rows(g, [w], part, rows, |r, c, [acc]| {
+            let c = c0 + c;
             store(r, c, epilogue.apply_act(acc, r, c, act))
         });
     }
@@ -94,7 +114,7 @@ pub fn gemv_rows(
     let mut start = rows.start;
     while start < rows.end {
         let end = (start + TILE_ROWS).min(rows.end);
-        for (col, x) in cols.iter().enumerate() {
+        for (col, x) in (c0..).zip(part) {
             tile_accs(kernels.dot, w, x, start..end, &mut acc)?;
             for (a, r) in acc.iter().zip(start..end) {
                 store(r, col, epilogue.apply_act(*a, r, col, act));
@@ -103,6 +123,22 @@ pub fn gemv_rows(
         start = end;
     }
     Ok(())
+}
+
+/// The columns `columns` of `cols` and the index of the first, or a typed
+/// error when the range does not lie inside `cols`.
+fn column_part<'c, 'a>(
+    cols: &'c [Acts<'a>],
+    columns: &Range<usize>,
+) -> Result<(&'c [Acts<'a>], usize), Error> {
+    match cols.get(columns.clone()) {
+        Some(part) => Ok((part, columns.start)),
+        None => Err(Error::LengthMismatch {
+            what: "GEMV column range (must be an ordered range inside the column count)",
+            expected: cols.len(),
+            actual: columns.end,
+        }),
+    }
 }
 
 /// The accumulators of weight rows `rows` (at most [`TILE_ROWS`]) against
@@ -141,14 +177,33 @@ pub fn gemv_glu_rows(
     cols: &[Acts<'_>],
     rows: Range<usize>,
     epilogue: &BoundEpilogue<'_>,
+    store: impl FnMut(usize, usize, f32),
+) -> Result<(), Error> {
+    let all = 0..cols.len();
+    gemv_glu_rows_cols(kernels, w, act, cols, rows, all, epilogue, store)
+}
+
+/// [`gemv_rows_cols`] for the gated dual form: `epilogue(act(W_g·x) ⊙
+/// (W_u·x))` for rows `rows` and columns `columns` of `cols`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_glu_rows_cols(
+    kernels: RowKernels,
+    w: &GluWeights<'_>,
+    act: Activation,
+    cols: &[Acts<'_>],
+    rows: Range<usize>,
+    columns: Range<usize>,
+    epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
+    let (part, c0) = column_part(cols, &columns)?;
     let ev = kernels.act;
     let ev_act = |a: Activation, v: f32| ev.apply(a, v);
     if cols.len() >= 2
         && let Some(g) = kernels.gemm
     {
-        return gemm_rows(g, [w.gate(), w.up()], cols, rows, |r, c, [g, u]| {
+        return gemm_rows(g, [w.gate(), w.up()], part, rows, |r, c, [g, u]| {
+            let c = c0 + c;
             store(r, c, epilogue.apply_act(ev.glu(act, g, u), r, c, ev_act))
         });
     }
@@ -158,7 +213,7 @@ pub fn gemv_glu_rows(
     let mut start = rows.start;
     while start < rows.end {
         let end = (start + TILE_ROWS).min(rows.end);
-        for (col, x) in cols.iter().enumerate() {
+        for (col, x) in (c0..).zip(part) {
             tile_accs(kernels.dot, w.gate(), x, start..end, &mut gate)?;
             tile_accs(kernels.dot, w.up(), x, start..end, &mut up)?;
             let n = end - start;

@@ -176,7 +176,8 @@ impl PackedWeights {
 
 /// A group kernel: the accumulators of the four rows of one packed group
 /// (`group` bytes of a [`PackedWeights`] with `nb` blocks per row) against
-/// one activation column.
+/// one activation column. Kernels may prefetch past the end of `group`
+/// (the next group's lines, which follow it in memory: a hint only).
 pub type GroupDot = fn(&[u8], usize, &Acts<'_>) -> Result<[f32; GROUP_ROWS], Error>;
 
 /// The kernels of a packed GEMV: the group kernel and the one-row kernel

@@ -270,3 +270,62 @@ fn int_gemm_exact_at_extreme_codes_and_equal_across_isas() {
         }
     }
 }
+
+/// A few weight rows against many columns (fewer row chunks than threads,
+/// so the backend splits the columns too): every thread count gives the
+/// one-thread bits, plain, with a fused chain whose operands differ per
+/// column, and GLU; and the plain result is the reference within the
+/// ISA's tolerance.
+#[test]
+fn small_m_gemm_splits_columns_bit_identically() {
+    let mut rng = Rng(0x5a11);
+    for dtype in HOT_FORMATS {
+        let k = ks(dtype)[0];
+        for &(m, n) in &[(64usize, 3usize), (64, 32), (128, 37), (5, 9)] {
+            let (w, w2) = (
+                weights(dtype, m, k, &mut rng),
+                weights(dtype, m, k, &mut rng),
+            );
+            let wm = WeightMatrix::new(dtype, m, k, &w).unwrap();
+            let pair = glu_pair(dtype, m, k, &w, &w2);
+            let x = rng.vec(k * n);
+            let (res, mul, bias) = (rng.vec(m * n), rng.vec(m * n), rng.vec(m));
+            let none = Epilogue::NONE.bind(&[], m, n).unwrap();
+            let chain = Chain {
+                act: Activation::Silu,
+                mul: Some(&mul),
+                res: &res,
+                bias: &bias,
+            };
+            let bound = chain.bind(m, n);
+            for mode in modes(dtype) {
+                let mut want = vec![0.0f32; m * n];
+                gemm(&wm, &x, n, mode, &none, &mut want).unwrap();
+                for isa in Isa::available() {
+                    let run = |threads: usize| {
+                        let be = CpuBackend::with_isa(isa, threads).unwrap();
+                        let mut out = [(); 3].map(|_| vec![f32::NAN; m * n]);
+                        let [plain, fused, glu] = &mut out;
+                        be.gemv(&wm, &x, n, mode, &none, plain).unwrap();
+                        be.gemv(&wm, &x, n, mode, &bound, fused).unwrap();
+                        be.gemv_glu(&pair, Activation::Silu, &x, n, mode, &bound, glu)
+                            .unwrap();
+                        out
+                    };
+                    let one = run(1);
+                    let case = format!("{dtype} {mode:?} {isa} {m}x{k}x{n}");
+                    let e = nmse(&one[0], &want);
+                    assert!(e <= tolerance(isa), "{case}: NMSE {e:e}");
+                    for threads in [2, 3] {
+                        let got = run(threads);
+                        for (what, (a, b)) in
+                            ["plain", "fused", "glu"].iter().zip(one.iter().zip(&got))
+                        {
+                            assert_eq!(bits(b), bits(a), "{case} t{threads} {what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

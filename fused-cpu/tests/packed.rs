@@ -13,7 +13,7 @@ use fused_cpu::{CpuBackend, Isa};
 
 mod common;
 use common::backend::{assert_every_chain_fuses, glu_add_unfused};
-use common::{Rng, bits, nmse, weights};
+use common::{Rng, bits, nmse, prepare_columns, weights, without_side};
 
 /// An `m × k` Q4_0 matrix from `rng`'s values.
 fn q4_0(m: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
@@ -121,6 +121,33 @@ fn packed_glu_matches_reference_and_unfused() {
                 be.gemv_packed(&pu, &x, n, mode, &none, &mut b).unwrap();
                 let unfused = glu_add_unfused(&be, Activation::Silu, &a, &b, &res);
                 assert_eq!(bits(&fused), bits(&unfused), "{isa} t{threads}");
+            }
+        }
+    }
+}
+
+/// The group kernels take the activation offset term and `dy` from the
+/// side data where it exists and compute them where it does not (the last
+/// `nb mod 4` blocks, or activations without side data): the same bits
+/// either way.
+#[test]
+fn group_kernels_with_and_without_side_data_agree() {
+    let mut rng = Rng(0x51de);
+    let mode = ActQuant::Q8_0;
+    for k in [32, 96, 128, 320, 544, 1024] {
+        let w = q4_0(8, k, &mut rng);
+        let p = PackedWeights::pack(&WeightMatrix::new(DType::Q4_0, 8, k, &w).unwrap()).unwrap();
+        let x = rng.vec(k);
+        let scratch = prepare_columns(mode, &x, k, 1);
+        let acts = fused_cpu::acts::column(mode, &x, &scratch, k, 0);
+        for isa in Isa::available() {
+            let kernel = fused_cpu::kernels::packed::packed_dot(isa, DType::Q4_0, mode).unwrap();
+            for g in 0..p.n_groups() {
+                let group = p.group(g).unwrap();
+                let nb = p.blocks_per_row();
+                let with = (kernel.group)(group, nb, &acts).unwrap();
+                let without = (kernel.group)(group, nb, &without_side(acts)).unwrap();
+                assert_eq!(bits(&with), bits(&without), "{isa} K={k} group {g}");
             }
         }
     }

@@ -235,7 +235,7 @@ row_entries!(
 /// rows will read at that point, since a matrix's rows are contiguous), so
 /// that the whole weight stream is requested once, one call ahead.
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     // SAFETY: a prefetch is only a hint: it never faults and has no
     // observable effect whatever the address (`_mm_prefetch` is a safe
     // function in newer Rust versions, hence the `allow`).

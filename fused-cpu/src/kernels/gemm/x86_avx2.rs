@@ -186,7 +186,14 @@ pub(super) unsafe fn rd32(p: *const u8) -> i32 {
 #[inline]
 pub fn prefetch(bytes: &[u8]) {
     for line in bytes.chunks(64) {
-        _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast());
+        // SAFETY: a prefetch is only a hint: it never faults and has no
+        // observable effect (`_mm_prefetch` is an unsafe function in Rust
+        // 1.89, the workspace's `rust-version`, and a safe one in newer
+        // versions, hence the `allow`).
+        #[allow(unused_unsafe)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast())
+        };
     }
 }
 
