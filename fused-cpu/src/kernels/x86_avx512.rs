@@ -21,13 +21,20 @@
 //! F16 weights widen sixteen values per `vcvtph2ps` into four FMA
 //! accumulators per row. Q4_K and Q6_K take 64 unsigned codes per
 //! `maddubs` (exact: codes ≤ 63) and multiply-add the sub-block scales
-//! (picked per lane with `vpermw`) with `vpdpwssd` into two accumulators;
+//! (Q6_K picks them per lane with `vpermw`; Q4_K broadcasts each row's
+//! scales to every 128-bit lane once and picks them with in-lane `vpshufb`,
+//! one µop against two) with `vpdpwssd` into two accumulators;
 //! their offsets (`dmin·Σ m·bsum`, `32·Σ sc·bsum`) come from the Q8_K
 //! block sums, as in the AVX2 kernels. Q4_K unpacks the block headers of
 //! its four rows together in vector registers (one shuffle and two or three
 //! bitwise operations for all their scales, the same for the mins, one
 //! conversion for all `d`, `dmin`), since every 512-bit µop counts: both
 //! 512-bit ports are busy.
+//!
+//! Where the CPU has GFNI (`isa::has_gfni`, checked when a kernel is
+//! picked), Q4_0 and Q4_K run variants compiled with it that take the high
+//! nibbles with one `gf2p8affineqb` instead of a shift and a mask: the same
+//! bits, one 512-bit µop less per 64 codes.
 //!
 //! Every kernel prefetches its weight rows one call ahead (`prefetch`).
 //!
