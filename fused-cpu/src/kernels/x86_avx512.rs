@@ -3,7 +3,8 @@
 //! Q4_0 and Q8_0 weights against Q8_0 activations work on groups of four
 //! 32-element blocks, one `zmm` per half-block set: the first 16 codes of
 //! the four blocks in one vector, their last 16 in another, gathered from
-//! two or four unaligned loads of the weight row with one `vpermt2w` each.
+//! unaligned loads of the weight row with one `vpermt2w` each (Q4_0: the
+//! group's first 64 bytes and its last 16).
 //! The activations come pre-arranged in the same order with their offset
 //! terms ([`crate::acts::Q8_0_SUPER_BYTES`]), so per group and row two
 //! chained `vpdpbusd` (unsigned codes × signed activations), started from
@@ -286,16 +287,17 @@ const fn d_words(stride: i16) -> [i16; 32] {
 /// Bytes of a Q8_0 block (weights or activations).
 const Q8_0_BYTES: usize = 34;
 
-/// Q4_0 codes of a four-block group from `[bytes 0..64 | bytes 8..72]`:
-/// block `j`'s `qs` are words `9j + 1 .. 9j + 9` of the group, i.e. words
-/// `9j + 1 + i` of the first load while below 32, else `9j − 3 + i` of the
-/// second (word 32 + …).
+/// Q4_0 codes of a four-block group from `[bytes 0..64 | bytes 56..72]`
+/// (the second source's low 16 bytes; words `28..36` of the group): block
+/// `j`'s `qs` are words `9j + 1 .. 9j + 9` of the group, i.e. words
+/// `9j + 1 + i` of the first load while below 32, else word `9j + 1 + i −
+/// 28` of the second (word 32 + …).
 const Q4_0_QS: [i16; 32] = {
     let mut idx = gather_words(9, 1);
     let mut l = 0;
     while l < 32 {
         if idx[l] >= 32 {
-            idx[l] += 32 - 4;
+            idx[l] += 4;
         }
         l += 1;
     }
@@ -417,11 +419,11 @@ macro_rules! q4_0_kernel {
             let (ylo, yhi, off) = y;
             prefetch(wp.wrapping_add(pf));
             prefetch(wp.wrapping_add(pf + 64));
-            // SAFETY: the caller guarantees 72 readable bytes: `0..64` and `8..72`.
+            // SAFETY: the caller guarantees 72 readable bytes: `0..64` and `56..72`.
             let (a, b) = unsafe {
                 (
                     _mm512_loadu_si512(wp.cast()),
-                    _mm512_loadu_si512(wp.add(8).cast()),
+                    _mm512_zextsi128_si512(_mm_loadu_si128(wp.add(56).cast())),
                 )
             };
             let v = _mm512_permutex2var_epi16(a, word_idx(Q4_0_QS), b);
