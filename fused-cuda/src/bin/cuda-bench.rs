@@ -681,6 +681,28 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// programmatic dependent launch), the options taking turns in 3 rounds
 /// (median of the rounds' medians), at both target shapes: f32
 /// activations, the quantized mode with its quantizer, and the GEMV alone.
+/// The launch-shape knobs of `src/launch.rs` (A/B runs only).
+const Q_ROWS: &str = "FUSED_CUDA_Q_ROWS";
+const Q_UNROLL: &str = "FUSED_CUDA_Q_UNROLL";
+const F_ROWS: &str = "FUSED_CUDA_F_ROWS";
+
+/// Knob settings: (environment variable, value).
+type Knobs<'a> = &'a [(&'a str, &'a str)];
+
+/// Sets exactly the knobs `knobs`, the others back to their defaults.
+fn set_knobs(knobs: Knobs) {
+    // SAFETY: the bench runs on one thread; nothing reads the environment
+    // concurrently.
+    unsafe {
+        for name in [Q_ROWS, Q_UNROLL, F_ROWS] {
+            std::env::remove_var(name);
+        }
+        for (name, value) in knobs {
+            std::env::set_var(name, value);
+        }
+    }
+}
+
 fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let saved = be.options();
     let pdl = LaunchOptions { pdl: true, ..saved };
@@ -688,20 +710,32 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         pdl: false,
         ..saved
     };
-    // (label, options, rows per block and units in flight per lane of the
-    // 1-column integer kernels: FUSED_CUDA_Q_ROWS, FUSED_CUDA_Q_UNROLL;
-    // None for the defaults).
-    let variants = [
-        ("normal", normal, None),
-        ("PDL", pdl, None),
-        ("PDL, int. R = 1", pdl, Some(("1", "2"))),
-        ("PDL, int. R = 2", pdl, Some(("2", "2"))),
-        ("PDL, int. R = 4", pdl, Some(("4", "2"))),
-        ("PDL, int. R = 1, U = 1", pdl, Some(("1", "1"))),
-        ("PDL, int. R = 2, U = 1", pdl, Some(("2", "1"))),
-        ("PDL, int. R = 4, U = 1", pdl, Some(("4", "1"))),
-        ("PDL, F16 R = 2", pdl, Some(("F2", ""))),
-        ("PDL, F16 R = 4", pdl, Some(("F4", ""))),
+    // (label, options, the shape knobs it sets: the 1-column integer
+    // kernels' rows per block and units in flight per lane, the F16
+    // kernel's rows per block; none for the defaults).
+    let variants: [(&str, LaunchOptions, Knobs); 10] = [
+        ("normal", normal, &[]),
+        ("PDL", pdl, &[]),
+        ("PDL, int. R = 1", pdl, &[(Q_ROWS, "1"), (Q_UNROLL, "2")]),
+        ("PDL, int. R = 2", pdl, &[(Q_ROWS, "2"), (Q_UNROLL, "2")]),
+        ("PDL, int. R = 4", pdl, &[(Q_ROWS, "4"), (Q_UNROLL, "2")]),
+        (
+            "PDL, int. R = 1, U = 1",
+            pdl,
+            &[(Q_ROWS, "1"), (Q_UNROLL, "1")],
+        ),
+        (
+            "PDL, int. R = 2, U = 1",
+            pdl,
+            &[(Q_ROWS, "2"), (Q_UNROLL, "1")],
+        ),
+        (
+            "PDL, int. R = 4, U = 1",
+            pdl,
+            &[(Q_ROWS, "4"), (Q_UNROLL, "1")],
+        ),
+        ("PDL, F16 R = 2", pdl, &[(F_ROWS, "2")]),
+        ("PDL, F16 R = 4", pdl, &[(F_ROWS, "4")]),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
@@ -741,25 +775,9 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
                 let Some(label) = label else { continue };
                 let mut per_variant = vec![Vec::new(); variants.len()];
                 for _round in 0..3 {
-                    for (vi, (_, o, rows)) in variants.iter().enumerate() {
+                    for (vi, (_, o, knobs)) in variants.iter().enumerate() {
                         be.set_options(*o);
-                        // SAFETY: the bench runs on one thread; nothing
-                        // reads the environment concurrently.
-                        unsafe {
-                            std::env::remove_var("FUSED_CUDA_Q_ROWS");
-                            std::env::remove_var("FUSED_CUDA_Q_UNROLL");
-                            std::env::remove_var("FUSED_CUDA_F_ROWS");
-                            match rows {
-                                Some((f, _)) if f.starts_with('F') => {
-                                    std::env::set_var("FUSED_CUDA_F_ROWS", &f[1..]);
-                                }
-                                Some((r, u)) => {
-                                    std::env::set_var("FUSED_CUDA_Q_ROWS", r);
-                                    std::env::set_var("FUSED_CUDA_Q_UNROLL", u);
-                                }
-                                None => {}
-                            }
-                        }
+                        set_knobs(knobs);
                         let t = time_calls(be, n * 2, 9, |i| match which {
                             0 => be.gemv(
                                 &ws[i % n],
@@ -797,12 +815,7 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         }
     }
     be.set_options(saved);
-    // SAFETY: as above.
-    unsafe {
-        std::env::remove_var("FUSED_CUDA_Q_ROWS");
-        std::env::remove_var("FUSED_CUDA_Q_UNROLL");
-        std::env::remove_var("FUSED_CUDA_F_ROWS");
-    }
+    set_knobs(&[]);
     println!("\nDefault options: {saved:?}\n");
     Ok(())
 }
