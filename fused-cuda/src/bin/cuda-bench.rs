@@ -4,7 +4,8 @@
 //! `cargo build -p fused-cuda --features cuda --release --bin cuda-bench`;
 //! `scripts/gpu-bundle` packs it for the GPU machine. `--gemv-only` stops
 //! after the GEMV section (for quick A/B runs). Sections: the
-//! device-to-device copy ceiling (bytes read + written); GEMV 4096×14336 and
+//! device-to-device copy ceiling (bytes read + written); the per-call
+//! floor (tiny dependent GEMVs whose bytes take no time); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
 //! the copy ceiling; the other weight formats at 4096×14336, 1 column, with
@@ -171,6 +172,8 @@ fn run() -> Result<(), CudaError> {
     println!("| copy kernel (16-byte) | {t_kernel:.3} | {bw_kernel:.0} |");
     println!("\nceiling used below: {ceiling:.0} GB/s\n");
     let gemv_only = std::env::args().any(|a| a == "--gemv-only");
+    per_call_floor(&be)?;
+    report_host("per-call floor");
     launch_options(&be, ceiling)?;
     report_host("launch options");
     if std::env::args().any(|a| a == "--launch-only") {
@@ -701,6 +704,59 @@ fn set_knobs(knobs: Knobs) {
             std::env::set_var(name, value);
         }
     }
+}
+
+/// The fixed cost of one dependent GEMV call: GEMVs so small that their
+/// bytes take no time (one copy of the weights, resident in L2), called
+/// back to back on the stream, each depending on the one before (as in a
+/// decode step), with programmatic dependent launch and without; in GGML's
+/// mode with the quantizer launch and without it (activations quantized
+/// beforehand). A call that moves `b` bytes cannot take less than
+/// `b / bandwidth` plus the part of this floor that its first weight loads
+/// (requested before the dependency wait) do not hide.
+fn per_call_floor(be: &CudaBackend) -> Result<(), CudaError> {
+    let saved = be.options();
+    println!("## Per-call floor: tiny dependent GEMVs (weights in L2, 1 column)\n");
+    println!(
+        "| format | acts | rows × K | weight bytes | µs/call, PDL | µs/call, normal launches | \
+         GEMV alone, PDL |"
+    );
+    println!("| --- | --- | --- | ---: | ---: | ---: | ---: |");
+    for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+        for (m, k) in [(4usize, 256usize), (64, 1024)] {
+            let bytes = weight_bytes(dtype, m, k, 5);
+            let w = be.upload_weights(&WeightMatrix::new(dtype, m, k, &bytes)?)?;
+            let x = be.upload(&randv(k, 3))?;
+            let mut y = be.alloc(m)?;
+            let mode = ActQuant::ggml(dtype);
+            let mut per_call = |pdl: bool| {
+                be.set_options(LaunchOptions { pdl, ..saved });
+                time_calls(be, 200, 15, |_| {
+                    be.gemv(&w, &x, 1, mode, &Epilogue::NONE, &[], &mut y)
+                })
+            };
+            let (t_pdl, t_normal) = (per_call(true)?, per_call(false)?);
+            be.set_options(LaunchOptions { pdl: true, ..saved });
+            let alone = if mode == ActQuant::F32 {
+                String::new()
+            } else {
+                let q = be.quantize_acts(mode, &x, 1)?;
+                let t = time_calls(be, 200, 15, |_| {
+                    be.gemv_quantized(&w, &q, &Epilogue::NONE, &[], &mut y)
+                })?;
+                format!("{:.2}", t * 1e3)
+            };
+            println!(
+                "| {dtype} | {mode:?} | {m} × {k} | {} | {:.2} | {:.2} | {alone} |",
+                bytes.len(),
+                t_pdl * 1e3,
+                t_normal * 1e3
+            );
+        }
+    }
+    be.set_options(saved);
+    println!();
+    Ok(())
 }
 
 fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
