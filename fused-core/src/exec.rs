@@ -28,8 +28,9 @@ use crate::DType;
 use crate::element::Activation;
 use crate::epilogue::{Epilogue, MAX_STAGES};
 use crate::error::{Error, Unsupported};
-use crate::fwht::{FwhtDesc, check_fwht_size};
-use crate::graph::{Graph, MatHint, Node, NodeId, Op};
+use crate::fwht::FwhtDesc;
+use crate::graph::Graph;
+use crate::lower::{BinaryOp, Broadcast, Command, CommandSink, lower, lower_into};
 use crate::planner::{Operands, Plan, Step};
 use crate::reference::eval::{GemvMode, Memory};
 use crate::reference::gemv::{ActQuant, GluWeights, WeightMatrix};
@@ -324,31 +325,13 @@ impl<'k, K: StepKernels + ?Sized> Executor<'k, K> {
     /// malformed graph's error. Nothing runs.
     pub fn check(&self, g: &Graph, plan: &Plan) -> Result<(), Error> {
         for step in &plan.steps {
-            match step {
-                Step::Node(id) => {
-                    let node = g.node(*id)?;
-                    if let Op::MulMat(hint) = node.op() {
-                        let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
-                        if !(hint == MatHint::Hadamard && check_fwht_size(w.ne()[0]).is_ok()) {
-                            self.supports(&w, &x)?;
-                        }
-                    }
-                }
-                Step::Gemv(s) => {
-                    let mm = g.node(s.matmul)?;
-                    self.supports(&src(g, mm, 0)?, &src(g, mm, 1)?)?;
-                }
-                Step::GluGemv(s) => {
-                    let gn = g.node(s.gate)?;
-                    self.supports(&src(g, gn, 0)?, &src(g, gn, 1)?)?;
-                }
-                Step::SignedFwht(_) => {}
+            if let Command::Gemv { w, x, .. } = lower(g, step)? {
+                self.supports(&w, &x)?;
             }
         }
         Ok(())
     }
 
-    /// The backend's answer for weights `w` times activations `x`.
     fn supports(&self, w: &TensorDesc, x: &TensorDesc) -> Result<(), Error> {
         let mode = self.mode.act_quant(w.dtype());
         Ok(self.kernels.supports_gemv(w.dtype(), mode, x.n_rows())?)
@@ -445,50 +428,7 @@ impl<'k, K: StepKernels + ?Sized> Executor<'k, K> {
 
     /// Runs one step; `Ok(true)` when it launched a kernel.
     fn step<M: Buffers>(&self, g: &Graph, step: &Step, mem: &mut M) -> Result<bool, K::Error> {
-        let k = self.kernels;
-        match step {
-            Step::Node(id) => self.node(g, *id, mem),
-            Step::Gemv(s) => {
-                let mm = g.node(s.matmul)?;
-                let (w, x) = (src(g, mm, 0)?, src(g, mm, 1)?);
-                self.supports(&w, &x)?;
-                let mut reads = vec![(w, true), (x, false)];
-                reads.extend(Self::operand_reads(g, &s.operands)?);
-                let dst = *g.tensor(s.out)?;
-                self.with_io(mem, &dst, &reads, |r, y| {
-                    self.gemv(&w, &r[0], &r[1], x.n_rows(), &s.epilogue, &r[2..], y)
-                })?;
-                Ok(true)
-            }
-            Step::GluGemv(s) => {
-                let (gn, un) = (g.node(s.gate)?, g.node(s.up)?);
-                let (wg, wu, x) = (src(g, gn, 0)?, src(g, un, 0)?, src(g, gn, 1)?);
-                self.supports(&wg, &x)?;
-                let mut reads = vec![(wg, true), (wu, true), (x, false)];
-                reads.extend(Self::operand_reads(g, &s.operands)?);
-                let dst = *g.tensor(s.out)?;
-                let (m, kk, n) = (wg.ne()[1], wg.ne()[0], x.n_rows());
-                self.with_io(mem, &dst, &reads, |r, y| {
-                    let pair = GluWeights::new(
-                        WeightMatrix::new(wg.dtype(), m, kk, r[0].bytes())?,
-                        WeightMatrix::new(wu.dtype(), m, kk, r[1].bytes())?,
-                    )?;
-                    let ops: Vec<&[f32]> = r[3..].iter().map(Read::f32).collect();
-                    let mode = self.mode.act_quant(wg.dtype());
-                    let slots = slots(&s.epilogue, &ops);
-                    k.gemv_glu(&pair, s.act, r[2].f32(), n, mode, &s.epilogue, &slots, y)
-                })?;
-                Ok(true)
-            }
-            Step::SignedFwht(s) => {
-                let (x, signs) = (*g.tensor(s.x)?, *g.tensor(s.signs)?);
-                let dst = *g.tensor(s.matmul)?;
-                self.with_io(mem, &dst, &[(x, false), (signs, false)], |r, y| {
-                    k.fwht(&s.desc, r[0].f32(), Some(r[1].f32()), y)
-                })?;
-                Ok(true)
-            }
-        }
+        lower_into(g, step, &mut HostRun { exec: self, mem })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -510,66 +450,114 @@ impl<'k, K: StepKernels + ?Sized> Executor<'k, K> {
         self.kernels
             .gemv(&wm, xr.f32(), n_cols, mode, epilogue, &slots, y)
     }
-
-    fn node<M: Buffers>(&self, g: &Graph, id: NodeId, mem: &mut M) -> Result<bool, K::Error> {
-        let k = self.kernels;
-        let node = g.node(id)?;
-        let dst = *node.tensor();
-        match node.op() {
-            Op::Input | Op::Reshape | Op::View => return Ok(false),
-            Op::MulMat(hint) => {
-                let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
-                let n = w.ne()[0];
-                if hint == MatHint::Hadamard && check_fwht_size(n).is_ok() {
-                    let d = FwhtDesc::new(n)?;
-                    self.with_io(mem, &dst, &[(x, false)], |r, y| {
-                        k.fwht(&d, r[0].f32(), None, y)
-                    })?;
-                } else {
-                    self.supports(&w, &x)?;
-                    self.with_io(mem, &dst, &[(w, true), (x, false)], |r, y| {
-                        self.gemv(&w, &r[0], &r[1], x.n_rows(), &Epilogue::NONE, &[], y)
-                    })?;
-                }
-            }
-            Op::Add | Op::Mul | Op::Glu(_) => {
-                let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
-                self.with_io(mem, &dst, &[(a, false), (b, false)], |r, y| {
-                    let bv = broadcast(r[1].f32(), b.ne(), a.ne());
-                    match node.op() {
-                        Op::Add => k.add(r[0].f32(), &bv, y),
-                        Op::Mul => k.mul(r[0].f32(), &bv, y),
-                        Op::Glu(act) => k.glu(act, r[0].f32(), &bv, y),
-                        _ => Ok(()),
-                    }
-                })?;
-            }
-            Op::AddRowBias => {
-                let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
-                self.with_io(mem, &dst, &[(a, false), (b, false)], |r, y| {
-                    k.add_row_bias(r[0].f32(), r[1].f32(), y)
-                })?;
-            }
-            Op::Unary(act) => {
-                let a = src(g, node, 0)?;
-                self.with_io(mem, &dst, &[(a, false)], |r, y| k.unary(act, r[0].f32(), y))?;
-            }
-            Op::Other(_) => match node.src(0) {
-                None => return Ok(false),
-                Some(s) => {
-                    let a = *g.tensor(s)?;
-                    self.with_io(mem, &dst, &[(a, false)], |r, y| k.copy(r[0].f32(), y))?;
-                }
-            },
-        }
-        Ok(true)
-    }
 }
 
-/// Source `i` of `node`.
-fn src(g: &Graph, node: &Node, i: usize) -> Result<TensorDesc, Error> {
-    let id = node.src(i).ok_or(Error::BadNode { index: usize::MAX })?;
-    Ok(*g.tensor(id)?)
+/// One step run on the host: the executor and the memory it runs over.
+struct HostRun<'e, 'k, 'm, K: ?Sized, M> {
+    exec: &'e Executor<'k, K>,
+    mem: &'m mut M,
+}
+
+impl<K: StepKernels + ?Sized, M: Buffers> CommandSink for HostRun<'_, '_, '_, K, M> {
+    type Error = K::Error;
+
+    fn gemv(
+        &mut self,
+        g: &Graph,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        operands: &Operands,
+        out: &TensorDesc,
+    ) -> Result<(), K::Error> {
+        let e = self.exec;
+        e.supports(w, x)?;
+        let mut reads = vec![(*w, true)];
+        reads.extend(up.map(|(u, _)| (*u, true)));
+        reads.push((*x, false));
+        reads.extend(Executor::<K>::operand_reads(g, operands)?);
+        let n = x.n_rows();
+        let Some((wu, act)) = up else {
+            return e.with_io(self.mem, out, &reads, |r, y| {
+                e.gemv(w, &r[0], &r[1], n, epilogue, &r[2..], y)
+            });
+        };
+        let (m, kk) = (w.ne()[1], w.ne()[0]);
+        e.with_io(self.mem, out, &reads, |r, y| {
+            let pair = GluWeights::new(
+                WeightMatrix::new(w.dtype(), m, kk, r[0].bytes())?,
+                WeightMatrix::new(wu.dtype(), m, kk, r[1].bytes())?,
+            )?;
+            let ops: Vec<&[f32]> = r[3..].iter().map(Read::f32).collect();
+            let mode = e.mode.act_quant(w.dtype());
+            let slots = slots(epilogue, &ops);
+            e.kernels
+                .gemv_glu(&pair, act, r[2].f32(), n, mode, epilogue, &slots, y)
+        })
+    }
+
+    fn fwht(
+        &mut self,
+        desc: &FwhtDesc,
+        x: &TensorDesc,
+        signs: Option<&TensorDesc>,
+        out: &TensorDesc,
+    ) -> Result<(), K::Error> {
+        let mut reads = vec![(*x, false)];
+        reads.extend(signs.map(|s| (*s, false)));
+        let k = self.exec.kernels;
+        self.exec.with_io(self.mem, out, &reads, |r, y| {
+            k.fwht(desc, r[0].f32(), r.get(1).map(Read::f32), y)
+        })
+    }
+
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        _: Broadcast,
+        a: &TensorDesc,
+        b: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), K::Error> {
+        let k = self.exec.kernels;
+        self.exec
+            .with_io(self.mem, out, &[(*a, false), (*b, false)], |r, y| {
+                let bv = broadcast(r[1].f32(), b.ne(), a.ne());
+                match op {
+                    BinaryOp::Add => k.add(r[0].f32(), &bv, y),
+                    BinaryOp::Mul => k.mul(r[0].f32(), &bv, y),
+                    BinaryOp::Glu(act) => k.glu(act, r[0].f32(), &bv, y),
+                }
+            })
+    }
+
+    fn add_row_bias(
+        &mut self,
+        a: &TensorDesc,
+        bias: &TensorDesc,
+        _: usize,
+        out: &TensorDesc,
+    ) -> Result<(), K::Error> {
+        let k = self.exec.kernels;
+        self.exec
+            .with_io(self.mem, out, &[(*a, false), (*bias, false)], |r, y| {
+                k.add_row_bias(r[0].f32(), r[1].f32(), y)
+            })
+    }
+
+    fn unary(&mut self, act: Activation, a: &TensorDesc, out: &TensorDesc) -> Result<(), K::Error> {
+        let k = self.exec.kernels;
+        self.exec.with_io(self.mem, out, &[(*a, false)], |r, y| {
+            k.unary(act, r[0].f32(), y)
+        })
+    }
+
+    fn copy(&mut self, a: &TensorDesc, out: &TensorDesc) -> Result<(), K::Error> {
+        let k = self.exec.kernels;
+        self.exec
+            .with_io(self.mem, out, &[(*a, false)], |r, y| k.copy(r[0].f32(), y))
+    }
 }
 
 /// The operand slices in slot order (the planner numbers slots in order).
@@ -606,7 +594,7 @@ mod tests {
 
     use super::*;
     use crate::element::glu;
-    use crate::graph::Place;
+    use crate::graph::{NodeId, Place};
     use crate::planner::plan;
     use crate::reference::eval::{eval_graph, eval_plan};
     use crate::reference::gemv::{gemm, gemm_glu};

@@ -92,6 +92,9 @@ pub mod fwht;
 pub mod graph;
 pub mod legality;
 #[cfg(feature = "alloc")]
+pub mod lower;
+pub mod placement;
+#[cfg(feature = "alloc")]
 pub mod planner;
 pub mod quant;
 pub mod reference;

@@ -56,9 +56,11 @@ use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
 use fused_core::exec::{Buffers, StepKernels, fill_buffers, gather_f32, packed};
-use fused_core::fwht::{FwhtDesc, check_fwht_size};
-use fused_core::graph::{Graph, MatHint, Node, Op};
-use fused_core::planner::{Operands, Plan, Step};
+use fused_core::fwht::FwhtDesc;
+use fused_core::graph::{Graph, Op};
+use fused_core::lower::{BinaryOp, Broadcast, CommandSink, lower_into};
+use fused_core::placement;
+use fused_core::planner::{Operands, Plan};
 use fused_core::reference::eval::GemvMode;
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
@@ -81,21 +83,8 @@ enum Slot {
     Scratch(usize),
 }
 
-/// Bytes `[offset, offset + size)` of a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Region {
-    slot: Slot,
-    offset: u64,
-    size: u64,
-}
-
-impl Region {
-    fn overlaps(&self, other: &Region) -> bool {
-        self.slot == other.slot
-            && self.offset < other.offset + other.size
-            && other.offset < self.offset + self.size
-    }
-}
+/// Bytes of one of the plan's buffers.
+type Region = placement::Region<Slot>;
 
 /// A plan built for the device with its buffers; see the module docs.
 pub struct DevicePlan<'a> {
@@ -136,12 +125,6 @@ fn unsupported(what: &'static str) -> Error {
     Error::Unsupported(Unsupported::Operation(what))
 }
 
-/// Source `i` of `node`.
-fn src(g: &Graph, node: &Node, i: usize) -> Result<TensorDesc, Error> {
-    let id = node.src(i).ok_or(Error::BadNode { index: usize::MAX })?;
-    Ok(*g.tensor(id)?)
-}
-
 /// The state while the plan's launches are built.
 struct Builder<'a, 'd> {
     backend: &'a CudaBackend,
@@ -171,21 +154,8 @@ impl Builder<'_, '_> {
 
     /// The bytes of `t` in its graph buffer (contiguous tensors only).
     fn region(&self, t: &TensorDesc) -> Result<Region, Error> {
-        if !t.is_contiguous() {
-            return Err(unsupported("a strided tensor on the CUDA device plan"));
-        }
-        let b = t.buffer().0 as usize;
-        let size = *self.sizes.get(b).ok_or(Error::BadBuffer {
-            buffer: t.buffer().0,
-        })?;
-        let e = t.byte_extent();
-        if e.end > size {
-            return Err(Error::BufferTooShort {
-                what: "tensor extent in its device buffer",
-                needed: e.end,
-                actual: size,
-            });
-        }
+        let strided = "a strided tensor on the CUDA device plan";
+        let (b, e) = placement::graph_extent(t, self.sizes, strided)?;
         Ok(Region {
             slot: Slot::Graph(b),
             offset: e.start as u64,
@@ -258,24 +228,9 @@ impl Builder<'_, '_> {
         align: u64,
         what: &'static str,
     ) -> Result<u64, CudaError> {
-        if t.dtype() != DType::F32 {
-            return Err(Error::UnsupportedDType {
-                what,
-                dtype: t.dtype(),
-            }
-            .into());
-        }
+        placement::require_f32(t, what)?;
         let r = self.region(t)?;
-        let in_place = match t.overlap(dst) {
-            Overlap::Partial => {
-                return Err(Error::AliasViolation {
-                    what: "a kernel input partially overlaps its output",
-                }
-                .into());
-            }
-            Overlap::Exact => per_element,
-            Overlap::Disjoint => true,
-        };
+        let in_place = placement::reads_in_place(t, dst, per_element)?;
         if in_place && r.offset.is_multiple_of(align) {
             return Ok(self.addr(r));
         }
@@ -288,13 +243,7 @@ impl Builder<'_, '_> {
     /// (`t` not 4-byte aligned), the region its bytes are copied to after
     /// the launch.
     fn write(&mut self, t: &TensorDesc) -> Result<(u64, Option<(Region, Region)>), CudaError> {
-        if t.dtype() != DType::F32 {
-            return Err(Error::UnsupportedDType {
-                what: "device plan destination (must be contiguous F32)",
-                dtype: t.dtype(),
-            }
-            .into());
-        }
+        placement::require_f32(t, "device plan destination (must be contiguous F32)")?;
         let r = self.region(t)?;
         self.written.push(r);
         if r.offset.is_multiple_of(F32_ALIGN) {
@@ -329,6 +278,65 @@ impl Builder<'_, '_> {
         self.weights.push((*w, d));
         Ok(self.weights.len() - 1)
     }
+
+    /// The element-wise kernel `make(a, b, out)` over `a` (and `b`) into
+    /// `dst`; `b_per_element`: `b` is read at the index written (not
+    /// repeated).
+    fn eltwise(
+        &mut self,
+        a: &TensorDesc,
+        b: Option<(&TensorDesc, bool)>,
+        dst: &TensorDesc,
+        make: impl FnOnce(u64, u64, u64) -> EwKernel,
+    ) -> Result<(), CudaError> {
+        let n = a.n_elements();
+        check_len("element-wise output", n, dst.n_elements())?;
+        let what = "device plan element-wise input (must be F32)";
+        let aa = self.read(a, dst, true, F32_ALIGN, what)?;
+        let ba = match b {
+            Some((b, per_element)) => self.read(b, dst, per_element, F32_ALIGN, what)?,
+            None => 0,
+        };
+        let (ya, out) = self.write(dst)?;
+        let l = Launch::ew(make(aa, ba, ya), n)?;
+        self.launch(l, out);
+        Ok(())
+    }
+
+    /// `dst = a` by one device-to-device copy (nothing when `a` is `dst`).
+    fn copy_node(&mut self, a: &TensorDesc, dst: &TensorDesc) -> Result<(), CudaError> {
+        check_len("copy output", a.n_elements(), dst.n_elements())?;
+        if a.dtype() != DType::F32 {
+            return Err(Error::UnsupportedDType {
+                what: "device plan copy input (must be F32)",
+                dtype: a.dtype(),
+            }
+            .into());
+        }
+        let r = self.region(a)?;
+        let (ya, out) = self.write(dst)?;
+        match a.overlap(dst) {
+            Overlap::Exact => return Ok(()),
+            Overlap::Partial => {
+                return Err(Error::AliasViolation {
+                    what: "a copy's input partially overlaps its output",
+                }
+                .into());
+            }
+            Overlap::Disjoint => {}
+        }
+        let l = (r.size > 0).then(|| Launch::Copy {
+            src: self.addr(r),
+            dst: ya,
+            bytes: r.size as usize,
+        });
+        self.launch(l, out);
+        Ok(())
+    }
+}
+
+impl CommandSink for Builder<'_, '_> {
+    type Error = CudaError;
 
     /// A GEMV (gated when `up` is given) of `w` times `x` into `dst`.
     #[allow(clippy::too_many_arguments)]
@@ -432,7 +440,6 @@ impl Builder<'_, '_> {
         self.launch(l, out);
         Ok(())
     }
-
     /// A (signed) FWHT of every row of `x` into `dst`.
     fn fwht(
         &mut self,
@@ -466,174 +473,70 @@ impl Builder<'_, '_> {
         self.launch(l, out);
         Ok(())
     }
-
-    /// The element-wise kernel `make(a, b, out)` over `a` (and `b`) into
-    /// `dst`; `b_per_element`: `b` is read at the index written (not
-    /// repeated).
-    fn eltwise(
-        &mut self,
-        a: &TensorDesc,
-        b: Option<(&TensorDesc, bool)>,
-        dst: &TensorDesc,
-        make: impl FnOnce(u64, u64, u64) -> EwKernel,
-    ) -> Result<(), CudaError> {
-        let n = a.n_elements();
-        check_len("element-wise output", n, dst.n_elements())?;
-        let what = "device plan element-wise input (must be F32)";
-        let aa = self.read(a, dst, true, F32_ALIGN, what)?;
-        let ba = match b {
-            Some((b, per_element)) => self.read(b, dst, per_element, F32_ALIGN, what)?,
-            None => 0,
-        };
-        let (ya, out) = self.write(dst)?;
-        let l = Launch::ew(make(aa, ba, ya), n)?;
-        self.launch(l, out);
-        Ok(())
-    }
-
     /// `dst = a op b` for an add, multiply or GLU node; `b` may be repeated
     /// over the rows of `a` (GGML's broadcast) for an add or a multiply
     /// (the cyclic kernels index it so).
-    fn binary(&mut self, g: &Graph, node: &Node) -> Result<(), CudaError> {
-        let (a, b, dst) = (src(g, node, 0)?, src(g, node, 1)?, *node.tensor());
-        let (ane, bne) = (a.ne(), b.ne());
-        let op = node.op();
-        if ane == bne {
-            return self.eltwise(&a, Some((&b, true)), &dst, |a, b, out| match op {
-                Op::Add => EwKernel::Add { a, b, out },
-                Op::Mul => EwKernel::Mul { a, b, out },
-                Op::Glu(act) => EwKernel::glu(act, a, b, out),
-                _ => unreachable!("binary() is called for Add, Mul and Glu only"),
-            });
-        }
-        let whole_rows = bne[0] == ane[0]
-            && bne[2] == 1
-            && bne[3] == 1
-            && bne[1] > 0
-            && ane[1].is_multiple_of(bne[1]);
-        if !whole_rows || !matches!(op, Op::Add | Op::Mul) {
-            return Err(unsupported(
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        broadcast: Broadcast,
+        a: &TensorDesc,
+        b: &TensorDesc,
+        dst: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        match (broadcast, op) {
+            (Broadcast::Elementwise, _) => {
+                self.eltwise(a, Some((b, true)), dst, |a, b, out| match op {
+                    BinaryOp::Add => EwKernel::Add { a, b, out },
+                    BinaryOp::Mul => EwKernel::Mul { a, b, out },
+                    BinaryOp::Glu(act) => EwKernel::glu(act, a, b, out),
+                })
+            }
+            (Broadcast::Rows { .. }, BinaryOp::Add) => {
+                let rows = u32_of("broadcast operand length", b.n_elements())?;
+                self.eltwise(a, Some((b, false)), dst, |a, bias, out| {
+                    EwKernel::AddRowBias { a, bias, out, rows }
+                })
+            }
+            (Broadcast::Rows { .. }, BinaryOp::Mul) => {
+                let b_len = u32_of("broadcast operand length", b.n_elements())?;
+                self.eltwise(a, Some((b, false)), dst, |a, b, out| EwKernel::MulCyclic {
+                    a,
+                    b,
+                    out,
+                    b_len,
+                })
+            }
+            _ => Err(unsupported(
                 "a broadcast element-wise operand (other than over rows) on the CUDA device plan",
             )
-            .into());
+            .into()),
         }
-        let b_len = u32_of("broadcast operand length", b.n_elements())?;
-        self.eltwise(&a, Some((&b, false)), &dst, |a, b, out| match op {
-            Op::Add => EwKernel::AddRowBias {
-                a,
-                bias: b,
-                out,
-                rows: b_len,
-            },
-            _ => EwKernel::MulCyclic { a, b, out, b_len },
+    }
+    fn add_row_bias(
+        &mut self,
+        a: &TensorDesc,
+        bias: &TensorDesc,
+        rows: usize,
+        out: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        let rows = u32_of("bias rows", rows)?;
+        self.eltwise(a, Some((bias, false)), out, |a, bias, out| {
+            EwKernel::AddRowBias { a, bias, out, rows }
         })
     }
 
-    /// Builds one step; `Ok(true)` when it is a kernel step.
-    fn step(&mut self, g: &Graph, step: &Step) -> Result<bool, CudaError> {
-        match step {
-            Step::Node(id) => self.node(g, g.node(*id)?),
-            Step::Gemv(s) => {
-                let mm = g.node(s.matmul)?;
-                let (w, x) = (src(g, mm, 0)?, src(g, mm, 1)?);
-                let dst = *g.tensor(s.out)?;
-                self.gemv(g, &w, None, &x, &s.epilogue, &s.operands, &dst)?;
-                Ok(true)
-            }
-            Step::GluGemv(s) => {
-                let (gn, un) = (g.node(s.gate)?, g.node(s.up)?);
-                let (wg, wu, x) = (src(g, gn, 0)?, src(g, un, 0)?, src(g, gn, 1)?);
-                let dst = *g.tensor(s.out)?;
-                let up = Some((&wu, s.act));
-                self.gemv(g, &wg, up, &x, &s.epilogue, &s.operands, &dst)?;
-                Ok(true)
-            }
-            Step::SignedFwht(s) => {
-                let (x, signs) = (*g.tensor(s.x)?, *g.tensor(s.signs)?);
-                let dst = *g.tensor(s.matmul)?;
-                self.fwht(&s.desc, &x, Some(&signs), &dst)?;
-                Ok(true)
-            }
-        }
+    fn unary(
+        &mut self,
+        act: Activation,
+        a: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        self.eltwise(a, None, out, |a, _, out| EwKernel::unary(act, a, out))
     }
 
-    fn node(&mut self, g: &Graph, node: &Node) -> Result<bool, CudaError> {
-        let dst = *node.tensor();
-        match node.op() {
-            Op::Input | Op::Reshape | Op::View => return Ok(false),
-            Op::MulMat(hint) => {
-                let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
-                let n = w.ne()[0];
-                if hint == MatHint::Hadamard && check_fwht_size(n).is_ok() {
-                    self.fwht(&FwhtDesc::new(n)?, &x, None, &dst)?;
-                } else {
-                    let none = [None; MAX_STAGES];
-                    self.gemv(g, &w, None, &x, &Epilogue::NONE, &none, &dst)?;
-                }
-            }
-            Op::Add | Op::Mul | Op::Glu(_) => self.binary(g, node)?,
-            Op::AddRowBias => {
-                let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
-                let rows = b.n_elements();
-                if rows == 0 || !a.n_elements().is_multiple_of(rows) {
-                    return Err(Error::LengthMismatch {
-                        what: "row-bias input (a whole number of columns of bias rows)",
-                        expected: a.n_elements().div_ceil(rows.max(1)) * rows,
-                        actual: a.n_elements(),
-                    }
-                    .into());
-                }
-                let rows = u32_of("bias rows", rows)?;
-                self.eltwise(&a, Some((&b, false)), &dst, |a, bias, out| {
-                    EwKernel::AddRowBias { a, bias, out, rows }
-                })?;
-            }
-            Op::Unary(act) => {
-                let a = src(g, node, 0)?;
-                self.eltwise(&a, None, &dst, |a, _, out| EwKernel::unary(act, a, out))?;
-            }
-            // Ops the core does not model: a copy of the first source (as
-            // the host-slice executor does).
-            Op::Other(_) => match node.src(0) {
-                None => return Ok(false),
-                Some(s) => {
-                    let a = *g.tensor(s)?;
-                    self.copy_node(&a, &dst)?;
-                }
-            },
-        }
-        Ok(true)
-    }
-
-    /// `dst = a` by one device-to-device copy (nothing when `a` is `dst`).
-    fn copy_node(&mut self, a: &TensorDesc, dst: &TensorDesc) -> Result<(), CudaError> {
-        check_len("copy output", a.n_elements(), dst.n_elements())?;
-        if a.dtype() != DType::F32 {
-            return Err(Error::UnsupportedDType {
-                what: "device plan copy input (must be F32)",
-                dtype: a.dtype(),
-            }
-            .into());
-        }
-        let r = self.region(a)?;
-        let (ya, out) = self.write(dst)?;
-        match a.overlap(dst) {
-            Overlap::Exact => return Ok(()),
-            Overlap::Partial => {
-                return Err(Error::AliasViolation {
-                    what: "a copy's input partially overlaps its output",
-                }
-                .into());
-            }
-            Overlap::Disjoint => {}
-        }
-        let l = (r.size > 0).then(|| Launch::Copy {
-            src: self.addr(r),
-            dst: ya,
-            bytes: r.size as usize,
-        });
-        self.launch(l, out);
-        Ok(())
+    fn copy(&mut self, a: &TensorDesc, out: &TensorDesc) -> Result<(), CudaError> {
+        self.copy_node(a, out)
     }
 }
 
@@ -668,7 +571,7 @@ impl<'a> DevicePlan<'a> {
             stats: DevicePlanStats::default(),
         };
         for step in &plan.steps {
-            if b.step(g, step)? {
+            if lower_into(g, step, &mut b)? {
                 b.stats.kernel_steps += 1;
             }
         }

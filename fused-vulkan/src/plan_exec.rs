@@ -73,9 +73,11 @@ use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
 use fused_core::exec::{Buffers, StepKernels, fill_buffers, gather_f32};
-use fused_core::fwht::{FwhtDesc, check_fwht_size};
-use fused_core::graph::{Graph, MatHint, Node, Op};
-use fused_core::planner::{Operands, Plan, Step};
+use fused_core::fwht::FwhtDesc;
+use fused_core::graph::{Graph, Op};
+use fused_core::lower::{BinaryOp, Broadcast, CommandSink, lower_into};
+use fused_core::placement;
+use fused_core::planner::{Operands, Plan};
 use fused_core::reference::eval::GemvMode;
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
@@ -132,27 +134,14 @@ enum Slot {
     Dummy,
 }
 
-/// Bytes `[offset, offset + size)` of a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Region {
-    slot: Slot,
-    offset: u64,
-    size: u64,
-}
+/// Bytes of one of the plan's buffers.
+type Region = placement::Region<Slot>;
 
-impl Region {
-    fn overlaps(&self, other: &Region) -> bool {
-        self.slot == other.slot
-            && self.offset < other.offset + other.size
-            && other.offset < self.offset + self.size
-    }
-
-    /// The region grown to whole 4-byte words (shaders read words).
-    fn words(self) -> Region {
-        Region {
-            size: self.size.next_multiple_of(4).max(4),
-            ..self
-        }
+/// `r` grown to whole 4-byte words (shaders read words).
+fn words(r: Region) -> Region {
+    Region {
+        size: r.size.next_multiple_of(4).max(4),
+        ..r
     }
 }
 
@@ -244,30 +233,11 @@ fn unsupported(what: &'static str) -> Error {
     Error::Unsupported(Unsupported::Operation(what))
 }
 
-/// Source `i` of `node`.
-fn src(g: &Graph, node: &Node, i: usize) -> Result<TensorDesc, Error> {
-    let id = node.src(i).ok_or(Error::BadNode { index: usize::MAX })?;
-    Ok(*g.tensor(id)?)
-}
-
 impl<'a> Builder<'a, '_> {
     /// The bytes of `t` in its graph buffer (contiguous tensors only).
     fn region(&self, t: &TensorDesc) -> Result<Region, Error> {
-        if !t.is_contiguous() {
-            return Err(unsupported("a strided tensor on the Vulkan device plan"));
-        }
-        let b = t.buffer().0 as usize;
-        let size = *self.sizes.get(b).ok_or(Error::BadBuffer {
-            buffer: t.buffer().0,
-        })?;
-        let e = t.byte_extent();
-        if e.end > size {
-            return Err(Error::BufferTooShort {
-                what: "tensor extent in its device buffer",
-                needed: e.end,
-                actual: size,
-            });
-        }
+        let strided = "a strided tensor on the Vulkan device plan";
+        let (b, e) = placement::graph_extent(t, self.sizes, strided)?;
         Ok(Region {
             slot: Slot::Graph(b),
             offset: e.start as u64,
@@ -314,22 +284,13 @@ impl<'a> Builder<'a, '_> {
         per_element: bool,
     ) -> Result<Region, VulkanError> {
         let r = self.region(t)?;
-        let in_place = match t.overlap(dst) {
-            Overlap::Partial => {
-                return Err(Error::AliasViolation {
-                    what: "a kernel input partially overlaps its output",
-                }
-                .into());
-            }
-            Overlap::Exact => per_element,
-            Overlap::Disjoint => true,
-        };
+        let in_place = placement::reads_in_place(t, dst, per_element)?;
         if in_place && self.aligned(r.offset) {
-            return Ok(r.words());
+            return Ok(words(r));
         }
         let s = self.scratch(r.size)?;
         self.copy(r, s);
-        Ok(s.words())
+        Ok(words(s))
     }
 
     /// [`Builder::read`] of an f32 tensor.
@@ -340,26 +301,14 @@ impl<'a> Builder<'a, '_> {
         per_element: bool,
         what: &'static str,
     ) -> Result<Region, VulkanError> {
-        if t.dtype() != DType::F32 {
-            return Err(Error::UnsupportedDType {
-                what,
-                dtype: t.dtype(),
-            }
-            .into());
-        }
+        placement::require_f32(t, what)?;
         self.read(t, dst, per_element)
     }
 
     /// The binding that writes `t` and, when it is a scratch buffer, the
     /// place its bytes are copied to after the dispatch.
     fn write(&mut self, t: &TensorDesc) -> Result<(Region, Option<Region>), VulkanError> {
-        if t.dtype() != DType::F32 {
-            return Err(Error::UnsupportedDType {
-                what: "device plan destination (must be contiguous F32)",
-                dtype: t.dtype(),
-            }
-            .into());
-        }
+        placement::require_f32(t, "device plan destination (must be contiguous F32)")?;
         let r = self.region(t)?;
         if self.aligned(r.offset) {
             return Ok((r, None));
@@ -510,6 +459,39 @@ impl<'a> Builder<'a, '_> {
         })
     }
 
+    /// An element-wise kernel over `a` (and `b`) into `dst`.
+    fn eltwise(
+        &mut self,
+        op: EltOp,
+        act: Activation,
+        params: [u32; 2],
+        a: &TensorDesc,
+        b: Option<&TensorDesc>,
+        dst: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        let n = a.n_elements();
+        check_len("element-wise output", n, dst.n_elements())?;
+        let what = "device plan element-wise input (must be F32)";
+        // `b` is read per element unless broadcast over rows.
+        let b_per_element = params == [0; 2];
+        let ar = self.read_f32(a, dst, true, what)?;
+        let br = match b {
+            Some(b) => self.read_f32(b, dst, b_per_element, what)?,
+            None => Self::dummy(),
+        };
+        let out = self.write(dst)?;
+        let p = self.placeholder;
+        let d = self
+            .backend
+            .eltwise_dispatch(op, act, params, n, [p, p, p])?;
+        self.dispatch(d, vec![ar, br, out.0], 2, out);
+        Ok(())
+    }
+}
+
+impl<'a> CommandSink for Builder<'a, '_> {
+    type Error = VulkanError;
+
     /// A GEMV (gated when `up` is given) of `w` times `x` into `dst`; with
     /// quantized activations, `x` is quantized first (once for both weights
     /// of a gated GEMV) into the reusable scratch.
@@ -580,7 +562,6 @@ impl<'a> Builder<'a, '_> {
         self.dispatch(d, bindings, 2, out);
         Ok(())
     }
-
     /// A (signed) FWHT of every row of `x` into `dst`.
     fn fwht(
         &mut self,
@@ -604,88 +585,30 @@ impl<'a> Builder<'a, '_> {
         self.dispatch(d, vec![xr, sr, out.0], 2, out);
         Ok(())
     }
-
-    /// An element-wise kernel over `a` (and `b`) into `dst`.
-    fn eltwise(
-        &mut self,
-        op: EltOp,
-        act: Activation,
-        params: [u32; 2],
-        a: &TensorDesc,
-        b: Option<&TensorDesc>,
-        dst: &TensorDesc,
-    ) -> Result<(), VulkanError> {
-        let n = a.n_elements();
-        check_len("element-wise output", n, dst.n_elements())?;
-        let what = "device plan element-wise input (must be F32)";
-        // `b` is read per element unless broadcast over rows.
-        let b_per_element = params == [0; 2];
-        let ar = self.read_f32(a, dst, true, what)?;
-        let br = match b {
-            Some(b) => self.read_f32(b, dst, b_per_element, what)?,
-            None => Self::dummy(),
-        };
-        let out = self.write(dst)?;
-        let p = self.placeholder;
-        let d = self
-            .backend
-            .eltwise_dispatch(op, act, params, n, [p, p, p])?;
-        self.dispatch(d, vec![ar, br, out.0], 2, out);
-        Ok(())
-    }
-
-    /// Builds one step; `Ok(true)` when it launches a kernel.
-    fn step(&mut self, g: &Graph, step: &Step) -> Result<bool, VulkanError> {
-        match step {
-            Step::Node(id) => self.node(g, g.node(*id)?),
-            Step::Gemv(s) => {
-                let mm = g.node(s.matmul)?;
-                let (w, x) = (src(g, mm, 0)?, src(g, mm, 1)?);
-                let dst = *g.tensor(s.out)?;
-                self.gemv(g, &w, None, &x, &s.epilogue, &s.operands, &dst)?;
-                Ok(true)
-            }
-            Step::GluGemv(s) => {
-                let (gn, un) = (g.node(s.gate)?, g.node(s.up)?);
-                let (wg, wu, x) = (src(g, gn, 0)?, src(g, un, 0)?, src(g, gn, 1)?);
-                let dst = *g.tensor(s.out)?;
-                let up = Some((&wu, s.act));
-                self.gemv(g, &wg, up, &x, &s.epilogue, &s.operands, &dst)?;
-                Ok(true)
-            }
-            Step::SignedFwht(s) => {
-                let (x, signs) = (*g.tensor(s.x)?, *g.tensor(s.signs)?);
-                let dst = *g.tensor(s.matmul)?;
-                self.fwht(&s.desc, &x, Some(&signs), &dst)?;
-                Ok(true)
-            }
-        }
-    }
-
     /// `dst = a op b` for an add, multiply or GLU node; `b` may be repeated
     /// over the rows of `a` (GGML's broadcast) where the kernels index it
     /// so: a row-bias add, a sign multiply.
     fn binary(
         &mut self,
-        g: &Graph,
-        node: &Node,
-        op: EltOp,
-        act: Activation,
+        op: BinaryOp,
+        broadcast: Broadcast,
+        a: &TensorDesc,
+        b: &TensorDesc,
+        dst: &TensorDesc,
     ) -> Result<(), VulkanError> {
-        let (a, b, dst) = (src(g, node, 0)?, src(g, node, 1)?, *node.tensor());
-        let (ane, bne) = (a.ne(), b.ne());
-        if ane == bne {
-            return self.eltwise(op, act, [0; 2], &a, Some(&b), &dst);
-        }
-        let whole_rows = bne[0] == ane[0]
-            && bne[2] == 1
-            && bne[3] == 1
-            && bne[1] > 0
-            && ane[1].is_multiple_of(bne[1]);
-        let ne0 = u32_of("row length", ane[0])?;
-        let (code, params) = match op {
-            EltOp::Add if whole_rows && bne[1] == 1 => (EltOp::RowBias, [ne0, 0]),
-            EltOp::Mul if whole_rows => (EltOp::Signs, [ne0, u32_of("rows", bne[1])?]),
+        let ne0 = u32_of("row length", a.ne()[0])?;
+        let (code, act, params) = match (broadcast, op) {
+            (Broadcast::Elementwise, BinaryOp::Add) => (EltOp::Add, Activation::Identity, [0; 2]),
+            (Broadcast::Elementwise, BinaryOp::Mul) => (EltOp::Mul, Activation::Identity, [0; 2]),
+            (Broadcast::Elementwise, BinaryOp::Glu(act)) => (EltOp::Glu, act, [0; 2]),
+            (Broadcast::Rows { rows: 1 }, BinaryOp::Add) => {
+                (EltOp::RowBias, Activation::Identity, [ne0, 0])
+            }
+            (Broadcast::Rows { rows }, BinaryOp::Mul) => (
+                EltOp::Signs,
+                Activation::Identity,
+                [ne0, u32_of("rows", rows)?],
+            ),
             _ => {
                 return Err(unsupported(
                     "a broadcast element-wise operand (other than over rows) on the Vulkan device plan",
@@ -693,56 +616,38 @@ impl<'a> Builder<'a, '_> {
                 .into());
             }
         };
-        self.eltwise(code, act, params, &a, Some(&b), &dst)
+        self.eltwise(code, act, params, a, Some(b), dst)
+    }
+    fn add_row_bias(
+        &mut self,
+        a: &TensorDesc,
+        bias: &TensorDesc,
+        rows: usize,
+        out: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        let params = [u32_of("bias rows", rows)?, 0];
+        self.eltwise(
+            EltOp::RowBias,
+            Activation::Identity,
+            params,
+            a,
+            Some(bias),
+            out,
+        )
     }
 
-    fn node(&mut self, g: &Graph, node: &Node) -> Result<bool, VulkanError> {
-        let dst = *node.tensor();
-        let id = Activation::Identity;
-        match node.op() {
-            Op::Input | Op::Reshape | Op::View => return Ok(false),
-            Op::MulMat(hint) => {
-                let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
-                let n = w.ne()[0];
-                if hint == MatHint::Hadamard && check_fwht_size(n).is_ok() {
-                    self.fwht(&FwhtDesc::new(n)?, &x, None, &dst)?;
-                } else {
-                    let none = [None; MAX_STAGES];
-                    self.gemv(g, &w, None, &x, &Epilogue::NONE, &none, &dst)?;
-                }
-            }
-            Op::Add => self.binary(g, node, EltOp::Add, id)?,
-            Op::Mul => self.binary(g, node, EltOp::Mul, id)?,
-            Op::Glu(act) => self.binary(g, node, EltOp::Glu, act)?,
-            Op::AddRowBias => {
-                let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
-                let rows = b.n_elements();
-                if rows == 0 || !a.n_elements().is_multiple_of(rows) {
-                    return Err(Error::LengthMismatch {
-                        what: "row-bias input (a whole number of columns of bias rows)",
-                        expected: a.n_elements().div_ceil(rows.max(1)) * rows,
-                        actual: a.n_elements(),
-                    }
-                    .into());
-                }
-                let params = [u32_of("bias rows", rows)?, 0];
-                self.eltwise(EltOp::RowBias, id, params, &a, Some(&b), &dst)?;
-            }
-            Op::Unary(act) => {
-                let a = src(g, node, 0)?;
-                self.eltwise(EltOp::Unary, act, [0; 2], &a, None, &dst)?;
-            }
-            // Ops the core does not model: a copy of the first source (the
-            // identity activation, as the host-slice executor does).
-            Op::Other(_) => match node.src(0) {
-                None => return Ok(false),
-                Some(s) => {
-                    let a = *g.tensor(s)?;
-                    self.eltwise(EltOp::Unary, id, [0; 2], &a, None, &dst)?;
-                }
-            },
-        }
-        Ok(true)
+    fn unary(
+        &mut self,
+        act: Activation,
+        a: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        self.eltwise(EltOp::Unary, act, [0; 2], a, None, out)
+    }
+
+    /// The identity activation: a copy, as the host-slice executor makes it.
+    fn copy(&mut self, a: &TensorDesc, out: &TensorDesc) -> Result<(), VulkanError> {
+        self.eltwise(EltOp::Unary, Activation::Identity, [0; 2], a, None, out)
     }
 }
 
@@ -788,7 +693,7 @@ impl<'a> DevicePlan<'a> {
             stats: DevicePlanStats::default(),
         };
         for step in &plan.steps {
-            if b.step(g, step)? {
+            if lower_into(g, step, &mut b)? {
                 b.stats.kernel_steps += 1;
             }
         }

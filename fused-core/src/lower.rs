@@ -1,0 +1,346 @@
+//! What one plan step runs, with its tensors looked up: the reading of a
+//! [`Step`] that every executor shares — the host-slice executor
+//! ([`crate::exec`]) and the CUDA and Vulkan device plans — so that a node
+//! means the same work on every backend and only the launching differs.
+//!
+//! [`lower`] turns a step into a [`Command`]: a fused or plain GEMV (gated
+//! or not), an FWHT (signed or not), a binary element-wise op with the way
+//! its second operand is broadcast, a row-bias add, an activation, a copy,
+//! or nothing (inputs, reshapes, views).
+
+use crate::element::Activation;
+use crate::epilogue::{Epilogue, MAX_STAGES};
+use crate::error::Error;
+use crate::fwht::{FwhtDesc, check_fwht_size};
+use crate::graph::{Graph, MatHint, Node, Op};
+use crate::planner::{Operands, Step};
+use crate::tensor::TensorDesc;
+
+/// A binary element-wise node's op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    /// `a + b`.
+    Add,
+    /// `a · b`.
+    Mul,
+    /// `act(a) · b`.
+    Glu(Activation),
+}
+
+/// How the second operand of a binary node meets the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Broadcast {
+    /// The same shape: read element by element.
+    Elementwise,
+    /// Whole rows of `a`'s length (`b`'s `ne[1] = rows`, dividing `a`'s
+    /// `ne[1]`; `ne[2] = ne[3] = 1`), repeated over `a`'s rows.
+    Rows {
+        /// `b`'s rows.
+        rows: usize,
+    },
+    /// Any other of GGML's broadcasts (repeated along higher dimensions).
+    Other,
+}
+
+impl Broadcast {
+    /// How `b` (shape `bne`) is repeated over `a` (shape `ane`).
+    pub fn of(ane: [usize; 4], bne: [usize; 4]) -> Broadcast {
+        if ane == bne {
+            Broadcast::Elementwise
+        } else if bne[0] == ane[0]
+            && bne[2] == 1
+            && bne[3] == 1
+            && bne[1] > 0
+            && ane[1].is_multiple_of(bne[1])
+        {
+            Broadcast::Rows { rows: bne[1] }
+        } else {
+            Broadcast::Other
+        }
+    }
+}
+
+/// The work of one plan step, its tensors looked up in the graph.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Command {
+    /// Nothing runs: an input, a reshape or a view (or an op the core does
+    /// not model that has no source).
+    Nothing,
+    /// `out = epilogue(w · x)`, or with `up = Some((w_up, act))`
+    /// `out = epilogue(act(w · x) ⊙ (w_up · x))`; the epilogue's operand
+    /// of slot `i` is node `operands[i]`.
+    Gemv {
+        /// The weights (the gate's, for a gated GEMV).
+        w: TensorDesc,
+        /// The up weights and the gate's activation of a gated GEMV.
+        up: Option<(TensorDesc, Activation)>,
+        /// The activations.
+        x: TensorDesc,
+        /// The chain applied to the result.
+        epilogue: Epilogue,
+        /// The operand node of each slot.
+        operands: Operands,
+        /// The destination.
+        out: TensorDesc,
+    },
+    /// The FWHT of every row of `x` (times `signs` first where given).
+    Fwht {
+        /// The transform.
+        desc: FwhtDesc,
+        /// The input.
+        x: TensorDesc,
+        /// The sign vector of a signed transform.
+        signs: Option<TensorDesc>,
+        /// The destination.
+        out: TensorDesc,
+    },
+    /// `out = a op b`, `b` repeated over `a` per `broadcast`.
+    Binary {
+        /// The op.
+        op: BinaryOp,
+        /// The first operand.
+        a: TensorDesc,
+        /// The second operand.
+        b: TensorDesc,
+        /// How `b` meets `a`.
+        broadcast: Broadcast,
+        /// The destination.
+        out: TensorDesc,
+    },
+    /// `out = a + bias`, the bias (`rows` values) added to every column of
+    /// `a` (checked: `a` holds a whole number of columns).
+    AddRowBias {
+        /// The input.
+        a: TensorDesc,
+        /// The bias.
+        bias: TensorDesc,
+        /// The bias's length: `a`'s rows.
+        rows: usize,
+        /// The destination.
+        out: TensorDesc,
+    },
+    /// `out = act(a)`.
+    Unary {
+        /// The activation.
+        act: Activation,
+        /// The input.
+        a: TensorDesc,
+        /// The destination.
+        out: TensorDesc,
+    },
+    /// `out = a`: an op the core does not model, run as a copy of its
+    /// first source (as GGML's view-like ops are).
+    Copy {
+        /// The source.
+        a: TensorDesc,
+        /// The destination.
+        out: TensorDesc,
+    },
+}
+
+/// Source `i` of `node`.
+pub fn src(g: &Graph, node: &Node, i: usize) -> Result<TensorDesc, Error> {
+    let id = node.src(i).ok_or(Error::BadNode { index: usize::MAX })?;
+    Ok(*g.tensor(id)?)
+}
+
+/// The command of `step` (made by the planner for `g`).
+pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
+    Ok(match step {
+        Step::Node(id) => lower_node(g, g.node(*id)?)?,
+        Step::Gemv(s) => {
+            let mm = g.node(s.matmul)?;
+            Command::Gemv {
+                w: src(g, mm, 0)?,
+                up: None,
+                x: src(g, mm, 1)?,
+                epilogue: s.epilogue,
+                operands: s.operands,
+                out: *g.tensor(s.out)?,
+            }
+        }
+        Step::GluGemv(s) => {
+            let (gn, un) = (g.node(s.gate)?, g.node(s.up)?);
+            Command::Gemv {
+                w: src(g, gn, 0)?,
+                up: Some((src(g, un, 0)?, s.act)),
+                x: src(g, gn, 1)?,
+                epilogue: s.epilogue,
+                operands: s.operands,
+                out: *g.tensor(s.out)?,
+            }
+        }
+        Step::SignedFwht(s) => Command::Fwht {
+            desc: s.desc,
+            x: *g.tensor(s.x)?,
+            signs: Some(*g.tensor(s.signs)?),
+            out: *g.tensor(s.matmul)?,
+        },
+    })
+}
+
+/// The command of one node run as is.
+fn lower_node(g: &Graph, node: &Node) -> Result<Command, Error> {
+    let out = *node.tensor();
+    Ok(match node.op() {
+        Op::Input | Op::Reshape | Op::View => Command::Nothing,
+        Op::MulMat(hint) => {
+            let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
+            let n = w.ne()[0];
+            if hint == MatHint::Hadamard && check_fwht_size(n).is_ok() {
+                Command::Fwht {
+                    desc: FwhtDesc::new(n)?,
+                    x,
+                    signs: None,
+                    out,
+                }
+            } else {
+                Command::Gemv {
+                    w,
+                    up: None,
+                    x,
+                    epilogue: Epilogue::NONE,
+                    operands: [None; MAX_STAGES],
+                    out,
+                }
+            }
+        }
+        Op::Add | Op::Mul | Op::Glu(_) => {
+            let (a, b) = (src(g, node, 0)?, src(g, node, 1)?);
+            let op = match node.op() {
+                Op::Add => BinaryOp::Add,
+                Op::Mul => BinaryOp::Mul,
+                Op::Glu(act) => BinaryOp::Glu(act),
+                _ => unreachable!("matched Add, Mul and Glu above"),
+            };
+            let broadcast = Broadcast::of(a.ne(), b.ne());
+            Command::Binary {
+                op,
+                a,
+                b,
+                broadcast,
+                out,
+            }
+        }
+        Op::AddRowBias => {
+            let (a, bias) = (src(g, node, 0)?, src(g, node, 1)?);
+            let rows = bias.n_elements();
+            if rows == 0 || !a.n_elements().is_multiple_of(rows) {
+                return Err(Error::LengthMismatch {
+                    what: "row-bias input (a whole number of columns of bias rows)",
+                    expected: a.n_elements().div_ceil(rows.max(1)) * rows,
+                    actual: a.n_elements(),
+                });
+            }
+            Command::AddRowBias { a, bias, rows, out }
+        }
+        Op::Unary(act) => Command::Unary {
+            act,
+            a: src(g, node, 0)?,
+            out,
+        },
+        Op::Other(_) => match node.src(0) {
+            None => Command::Nothing,
+            Some(s) => Command::Copy {
+                a: *g.tensor(s)?,
+                out,
+            },
+        },
+    })
+}
+
+/// What a backend does with each kind of [`Command`]: records a launch
+/// (the device plans) or runs a kernel. [`lower_into`] lowers a step and
+/// calls the method of its kind.
+pub trait CommandSink {
+    /// The backend's error type; every core error converts into it.
+    type Error: From<Error>;
+
+    /// A [`Command::Gemv`]; `g` is the graph the operand nodes belong to.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &mut self,
+        g: &Graph,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        operands: &Operands,
+        out: &TensorDesc,
+    ) -> Result<(), Self::Error>;
+
+    /// A [`Command::Fwht`].
+    fn fwht(
+        &mut self,
+        desc: &FwhtDesc,
+        x: &TensorDesc,
+        signs: Option<&TensorDesc>,
+        out: &TensorDesc,
+    ) -> Result<(), Self::Error>;
+
+    /// A [`Command::Binary`].
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        broadcast: Broadcast,
+        a: &TensorDesc,
+        b: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), Self::Error>;
+
+    /// A [`Command::AddRowBias`].
+    fn add_row_bias(
+        &mut self,
+        a: &TensorDesc,
+        bias: &TensorDesc,
+        rows: usize,
+        out: &TensorDesc,
+    ) -> Result<(), Self::Error>;
+
+    /// A [`Command::Unary`].
+    fn unary(
+        &mut self,
+        act: Activation,
+        a: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), Self::Error>;
+
+    /// A [`Command::Copy`].
+    fn copy(&mut self, a: &TensorDesc, out: &TensorDesc) -> Result<(), Self::Error>;
+}
+
+/// Lowers `step` (made by the planner for `g`) and hands its command to
+/// `sink`: `Ok(false)` when nothing runs, `Ok(true)` when a command did.
+pub fn lower_into<S: CommandSink>(g: &Graph, step: &Step, sink: &mut S) -> Result<bool, S::Error> {
+    match lower(g, step)? {
+        Command::Nothing => return Ok(false),
+        Command::Gemv {
+            w,
+            up,
+            x,
+            epilogue,
+            operands,
+            out,
+        } => {
+            let up = up.as_ref().map(|(u, act)| (u, *act));
+            sink.gemv(g, &w, up, &x, &epilogue, &operands, &out)?;
+        }
+        Command::Fwht {
+            desc,
+            x,
+            signs,
+            out,
+        } => sink.fwht(&desc, &x, signs.as_ref(), &out)?,
+        Command::Binary {
+            op,
+            a,
+            b,
+            broadcast,
+            out,
+        } => sink.binary(op, broadcast, &a, &b, &out)?,
+        Command::AddRowBias { a, bias, rows, out } => sink.add_row_bias(&a, &bias, rows, &out)?,
+        Command::Unary { act, a, out } => sink.unary(act, &a, &out)?,
+        Command::Copy { a, out } => sink.copy(&a, &out)?,
+    }
+    Ok(true)
+}
