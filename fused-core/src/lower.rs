@@ -344,3 +344,25 @@ pub fn lower_into<S: CommandSink>(g: &Graph, step: &Step, sink: &mut S) -> Resul
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_kinds() {
+        let a = [8, 6, 1, 1];
+        assert_eq!(Broadcast::of(a, a), Broadcast::Elementwise);
+        assert_eq!(Broadcast::of(a, [8, 1, 1, 1]), Broadcast::Rows { rows: 1 });
+        assert_eq!(Broadcast::of(a, [8, 3, 1, 1]), Broadcast::Rows { rows: 3 });
+        // 4 rows do not divide 6; another row length; higher dimensions.
+        assert_eq!(Broadcast::of(a, [8, 4, 1, 1]), Broadcast::Other);
+        assert_eq!(Broadcast::of(a, [4, 1, 1, 1]), Broadcast::Other);
+        assert_eq!(Broadcast::of([8, 6, 2, 1], [8, 1, 2, 1]), Broadcast::Other);
+        // Rows repeat across the higher dimensions too (flattened rows).
+        assert_eq!(
+            Broadcast::of([8, 6, 2, 1], [8, 6, 1, 1]),
+            Broadcast::Rows { rows: 6 }
+        );
+    }
+}
