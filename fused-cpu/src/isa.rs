@@ -92,6 +92,21 @@ pub fn has_gfni() -> bool {
     }
 }
 
+/// Whether AVX-512 VBMI (byte permutes across the whole register) is
+/// present (detected at run time): the AVX-512 Q4_0 kernel gathers its
+/// codes with it where it is. Without the `std` feature, whether the build
+/// targets it statically; `false` off x86-64.
+pub fn has_vbmi() -> bool {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        std::is_x86_feature_detected!("avx512vbmi")
+    }
+    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+    {
+        cfg!(all(target_arch = "x86_64", target_feature = "avx512vbmi"))
+    }
+}
+
 #[cfg(feature = "std")]
 fn detect_cached() -> Isa {
     use std::sync::OnceLock;
