@@ -571,3 +571,93 @@ impl CpuBackend {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acts::{column, quantize_columns};
+    use std::format;
+
+    /// The bytes an `Acts` points at: blocks and side data (or the f32s).
+    fn acts_bytes(a: &Acts<'_>) -> (Vec<u8>, Vec<u8>) {
+        match *a {
+            Acts::F32(v) => (bytemuck::cast_slice(v).to_vec(), Vec::new()),
+            Acts::Quant { bytes, side, .. } => (bytes.to_vec(), side.to_vec()),
+        }
+    }
+
+    /// Every column of a GEMV/GEMM region is quantized exactly once, by
+    /// whichever thread, into the bytes one thread writes for the whole
+    /// call, and every task sees its columns' bytes: 1, 2 and 3 threads,
+    /// row counts that split the columns (few rows) or the rows (many),
+    /// column counts not divisible by the thread count.
+    #[test]
+    fn region_quantizes_each_column_once_as_one_thread_does() {
+        let modes = [
+            (ActQuant::Q8_0, DType::Q4_0, &[160usize, 512][..]),
+            (ActQuant::Q8_1, DType::Q4_1, &[160, 512]),
+            (ActQuant::Q8_K, DType::Q4_K, &[512]),
+            (ActQuant::F32, DType::F16, &[40]),
+        ];
+        let mut seed = 0x2545_f491u32;
+        for (mode, dtype, ks) in modes {
+            for &k in ks {
+                for n in [1usize, 2, 5, 7, 37] {
+                    let x: Vec<f32> = (0..k * n)
+                        .map(|_| {
+                            seed ^= seed << 13;
+                            seed ^= seed >> 17;
+                            seed ^= seed << 5;
+                            seed as f32 / u32::MAX as f32 * 4.0 - 2.0
+                        })
+                        .collect();
+                    let mut want = vec![0u8; scratch_bytes(mode, k, n).unwrap()];
+                    quantize_columns(mode, &x, k, &mut want).unwrap();
+                    for threads in [1, 2, 3] {
+                        let be = CpuBackend::with_isa(Isa::detect(), threads).unwrap();
+                        let kernel = RowKernels::new(be.isa, dtype, mode);
+                        for m in [5usize, 64, 128, 4096] {
+                            let case = format!("{mode:?} k={k} n={n} t{threads} m={m}");
+                            let rows = be.row_chunks(m, dtype.row_bytes(k).unwrap(), &kernel, n);
+                            let mut y = vec![0.0f32; m * n];
+                            let mut got = Vec::new();
+                            let seen = Mutex::new(Vec::new());
+                            let quantized = be
+                                .gemm_region(
+                                    m,
+                                    rows,
+                                    &x,
+                                    k,
+                                    n,
+                                    mode,
+                                    &mut got,
+                                    &mut y,
+                                    |_, b, _| {
+                                        for (c, a) in (b.first()..).zip(b.acts()) {
+                                            let w = column(mode, &x, &want, k, c);
+                                            assert_eq!(
+                                                acts_bytes(a),
+                                                acts_bytes(&w),
+                                                "{case} col {c}"
+                                            );
+                                        }
+                                        let mut s = seen.lock().unwrap();
+                                        s.extend(b.first()..b.first() + b.acts().len());
+                                        Ok(())
+                                    },
+                                )
+                                .unwrap();
+                            let want_count = if mode == ActQuant::F32 { 0 } else { n };
+                            assert_eq!(quantized, want_count, "{case}: columns quantized");
+                            assert!(got == want, "{case}: bytes differ from one thread's");
+                            let mut seen = seen.into_inner().unwrap();
+                            seen.sort_unstable();
+                            seen.dedup();
+                            assert_eq!(seen, (0..n).collect::<Vec<_>>(), "{case}: columns read");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -179,3 +179,31 @@ impl<'a> RegionActs<'a> {
         self.quantized.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec;
+
+    #[test]
+    fn bad_pieces_and_ranges_are_typed_errors() {
+        let (mode, k, n) = (ActQuant::Q8_0, 64, 3);
+        let x = vec![0.5f32; k * n];
+        let pb = prepared_bytes(mode, k).unwrap();
+        let mut s = vec![0u8; pb * n];
+        let bad: [&[Range<usize>]; 4] = [&[0..1, 2..3], &[0..2], &[0..2, 2..4], &[1..3]];
+        for pieces in bad {
+            assert!(RegionActs::new(mode, &x, k, n, pieces, &mut s).is_err());
+        }
+        let mut short = vec![0u8; pb * n - 1];
+        assert!(RegionActs::new(mode, &x, k, n, &[0..3], &mut short).is_err());
+        assert!(RegionActs::new(mode, &x[1..], k, n, &[0..3], &mut s).is_err());
+        let acts = RegionActs::new(mode, &x, k, n, &[0..1, 1..3], &mut s).unwrap();
+        assert!(acts.columns(2..4).is_err());
+        assert_eq!(acts.quantized_columns(), 0);
+        // A range across both pieces prepares both, once.
+        assert_eq!(acts.columns(0..3).unwrap().len(), 3);
+        assert_eq!(acts.columns(1..2).unwrap().len(), 1);
+        assert_eq!(acts.quantized_columns(), 3);
+    }
+}
