@@ -216,7 +216,7 @@ impl CpuBackend {
     /// One GEMV/GEMM region over `m` rows (split into `rows`) and `n_cols`
     /// columns: the tasks are every row chunk times every column block
     /// ([`CpuBackend::column_blocks`]); each prepares the activations it
-    /// reads (in `mode`, into `scratch`, each piece once:
+    /// reads (in `mode`, into `scratch`: [`scratch_bytes`]; each piece once:
     /// [`CpuBackend::pieces`]) and runs `body(rows, columns, store)`, where
     /// `store(row, col, value)` writes `y`. Returns the columns quantized
     /// (`n_cols` in a quantized mode: each exactly once).
@@ -229,7 +229,7 @@ impl CpuBackend {
         k: usize,
         n_cols: usize,
         mode: ActQuant,
-        scratch: &mut Vec<u8>,
+        scratch: &mut [u8],
         y: &mut [f32],
         body: impl Fn(
             Range<usize>,
@@ -245,7 +245,6 @@ impl CpuBackend {
             .iter()
             .flat_map(|r| blocks.iter().map(move |c| (r.clone(), c.clone())))
             .collect();
-        scratch.resize(scratch_bytes(mode, k, n_cols)?, 0);
         let acts = RegionActs::new(mode, x, k, n_cols, &pieces, scratch)?;
         let out = SharedOut::new(y);
         self.parallel(tasks.len(), |i| {
@@ -282,7 +281,7 @@ impl CpuBackend {
         check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
         let kernel = RowKernels::new(self.isa, w.dtype(), mode);
         let rows = self.row_chunks(m, w.dtype().row_bytes(k)?, &kernel, n_cols);
-        let mut scratch = Vec::new();
+        let mut scratch = vec![0; scratch_bytes(mode, k, n_cols)?];
         let region = |rows, cols: ColumnBlock<'_, '_>, store: &mut dyn FnMut(usize, usize, f32)| {
             gemv_rows_cols(kernel, w, cols, rows, epilogue, store)
         };
@@ -308,7 +307,7 @@ impl CpuBackend {
         check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
         let kernel = RowKernels::new(self.isa, w.gate().dtype(), mode);
         let rows = self.row_chunks(m, 2 * w.gate().dtype().row_bytes(k)?, &kernel, n_cols);
-        let mut scratch = Vec::new();
+        let mut scratch = vec![0; scratch_bytes(mode, k, n_cols)?];
         let region = |rows, cols: ColumnBlock<'_, '_>, store: &mut dyn FnMut(usize, usize, f32)| {
             gemv_glu_rows_cols(kernel, w, act, cols, rows, epilogue, store)
         };
@@ -620,7 +619,7 @@ mod tests {
                             let case = format!("{mode:?} k={k} n={n} t{threads} m={m}");
                             let rows = be.row_chunks(m, dtype.row_bytes(k).unwrap(), &kernel, n);
                             let mut y = vec![0.0f32; m * n];
-                            let mut got = Vec::new();
+                            let mut got = vec![0u8; want.len()];
                             let seen = Mutex::new(Vec::new());
                             let quantized = be
                                 .gemm_region(
