@@ -400,7 +400,8 @@ impl CpuBackend {
         check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
         let chunks = self.group_chunks(w.n_groups());
         // Every task reads every column: they share its preparation.
-        let pieces = self.pieces(&[0..n_cols], chunks.len() + 1);
+        let all = 0..n_cols;
+        let pieces = self.pieces(core::slice::from_ref(&all), chunks.len() + 1);
         let mut scratch = vec![0; scratch_bytes(mode, k, n_cols)?];
         let acts = RegionActs::new(mode, x, k, n_cols, &pieces, &mut scratch)?;
         let out = SharedOut::new(y);

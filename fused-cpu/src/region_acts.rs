@@ -191,13 +191,20 @@ mod tests {
         let x = vec![0.5f32; k * n];
         let pb = prepared_bytes(mode, k).unwrap();
         let mut s = vec![0u8; pb * n];
-        let bad: [&[Range<usize>]; 4] = [&[0..1, 2..3], &[0..2], &[0..2, 2..4], &[1..3]];
+        let (short_of_end, not_from_0, whole) = (0..2, 1..3, 0..3);
+        let bad: [&[Range<usize>]; 4] = [
+            &[0..1, 2..3],
+            core::slice::from_ref(&short_of_end),
+            &[0..2, 2..4],
+            core::slice::from_ref(&not_from_0),
+        ];
         for pieces in bad {
             assert!(RegionActs::new(mode, &x, k, n, pieces, &mut s).is_err());
         }
+        let whole = core::slice::from_ref(&whole);
         let mut short = vec![0u8; pb * n - 1];
-        assert!(RegionActs::new(mode, &x, k, n, &[0..3], &mut short).is_err());
-        assert!(RegionActs::new(mode, &x[1..], k, n, &[0..3], &mut s).is_err());
+        assert!(RegionActs::new(mode, &x, k, n, whole, &mut short).is_err());
+        assert!(RegionActs::new(mode, &x[1..], k, n, whole, &mut s).is_err());
         let acts = RegionActs::new(mode, &x, k, n, &[0..1, 1..3], &mut s).unwrap();
         assert!(acts.columns(2..4).is_err());
         assert_eq!(acts.quantized_columns(), 0);
