@@ -6,6 +6,7 @@ use fused_core::error::{check_divides, check_len};
 use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::vec;
 use std::vec::Vec;
 
 use fused_core::element::Activation;
@@ -16,13 +17,14 @@ use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 
 use crate::activation::ActEval;
-use crate::acts::{Acts, column, prepared_bytes, quantize_columns};
-use crate::gemv::{RowKernels, TILE_ROWS, gemv_glu_rows_cols, gemv_rows_cols};
+use crate::acts::{Acts, prepared_bytes};
+use crate::gemv::{ColumnBlock, RowKernels, TILE_ROWS, gemv_glu_rows_cols, gemv_rows_cols};
 use crate::isa::Isa;
 use crate::kernels::gemm::RT;
 use crate::kernels::packed::packed_dot;
 use crate::packed::{PackedDot, PackedWeights, gemv_glu_packed_rows, gemv_packed_rows};
 use crate::pool::WorkerPool;
+use crate::region_acts::RegionActs;
 
 /// Fewest weight bytes per GEMV row chunk when chunks are made finer than
 /// four per thread ([`CpuBackend::row_chunks`]).
@@ -77,6 +79,21 @@ impl SharedOut {
         // the caller guarantees exclusive access to index `i`.
         unsafe { self.ptr.add(i).write(v) }
     }
+}
+
+/// `range` cut into `parts` (≥ 1) consecutive ranges of near-equal sizes.
+fn even_parts(range: Range<usize>, parts: usize) -> impl Iterator<Item = Range<usize>> {
+    let (start, len, parts) = (range.start, range.len(), parts.max(1));
+    (0..parts).map(move |p| start + p * len / parts..start + (p + 1) * len / parts)
+}
+
+/// Bytes of prepared activations for `n_cols` columns of `k` in `mode`.
+fn scratch_bytes(mode: ActQuant, k: usize, n_cols: usize) -> Result<usize, Error> {
+    prepared_bytes(mode, k)?
+        .checked_mul(n_cols)
+        .ok_or(Error::Overflow {
+            what: "activation scratch",
+        })
 }
 
 impl CpuBackend {
@@ -179,43 +196,77 @@ impl CpuBackend {
         } else {
             1
         };
-        (0..blocks)
-            .map(|b| b * n_cols / blocks..(b + 1) * n_cols / blocks)
+        even_parts(0..n_cols, blocks).collect()
+    }
+
+    /// The pieces the activation columns of a call are prepared in
+    /// ([`RegionActs`]): each column block cut into one piece per task
+    /// reading it (`readers`), at most two per thread, so that the tasks
+    /// reading a block share its quantization; one piece per block when
+    /// a single task reads it, which then prepares exactly the columns it
+    /// multiplies.
+    fn pieces(&self, blocks: &[Range<usize>], readers: usize) -> Vec<Range<usize>> {
+        let per_block = readers.min(2 * self.threads).max(1);
+        blocks
+            .iter()
+            .flat_map(|b| even_parts(b.clone(), per_block.min(b.len()).max(1)))
             .collect()
     }
 
-    /// The tasks of a GEMV/GEMM region: every row chunk (from
-    /// [`CpuBackend::row_chunks`]) times every column block (from
-    /// [`CpuBackend::column_blocks`]).
-    fn tasks(&self, rows: Vec<Range<usize>>, n_cols: usize) -> Vec<(Range<usize>, Range<usize>)> {
-        let columns = self.column_blocks(rows.len(), n_cols);
-        rows.iter()
-            .flat_map(|r| columns.iter().map(move |c| (r.clone(), c.clone())))
-            .collect()
-    }
-
-    fn prepare<'a>(
+    /// One GEMV/GEMM region over `m` rows (split into `rows`) and `n_cols`
+    /// columns: the tasks are every row chunk times every column block
+    /// ([`CpuBackend::column_blocks`]); each prepares the activations it
+    /// reads (in `mode`, into `scratch`: [`scratch_bytes`]; each piece once:
+    /// [`CpuBackend::pieces`]) and runs `body(rows, columns, store)`, where
+    /// `store(row, col, value)` writes `y`. Returns the columns quantized
+    /// (`n_cols` in a quantized mode: each exactly once).
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_region(
         &self,
-        mode: ActQuant,
-        x: &'a [f32],
+        m: usize,
+        rows: Vec<Range<usize>>,
+        x: &[f32],
         k: usize,
         n_cols: usize,
-        scratch: &'a mut Vec<u8>,
-    ) -> Result<Vec<Acts<'a>>, Error> {
-        scratch.resize(prepared_bytes(mode, k)? * n_cols, 0);
-        quantize_columns(mode, x, k, scratch)?;
-        let scratch: &'a [u8] = scratch;
-        Ok((0..n_cols)
-            .map(|c| column(mode, x, scratch, k, c))
-            .collect())
+        mode: ActQuant,
+        scratch: &mut [u8],
+        y: &mut [f32],
+        body: impl Fn(
+            Range<usize>,
+            ColumnBlock<'_, '_>,
+            &mut dyn FnMut(usize, usize, f32),
+        ) -> Result<(), Error>
+        + Sync,
+    ) -> Result<usize, Error> {
+        check_len("GEMM output", m.saturating_mul(n_cols), y.len())?;
+        let blocks = self.column_blocks(rows.len(), n_cols);
+        let pieces = self.pieces(&blocks, rows.len());
+        let tasks: Vec<_> = rows
+            .iter()
+            .flat_map(|r| blocks.iter().map(move |c| (r.clone(), c.clone())))
+            .collect();
+        let acts = RegionActs::new(mode, x, k, n_cols, &pieces, scratch)?;
+        let out = SharedOut::new(y);
+        self.parallel(tasks.len(), |i| {
+            let (rows, columns) = tasks[i].clone();
+            let cols = acts.columns(columns.clone())?;
+            let block = ColumnBlock::new(&cols, columns.start, n_cols)?;
+            body(rows, block, &mut |r, c, v| {
+                // SAFETY: tasks cover disjoint (row range, column range)
+                // pairs, so index c·m + r is written by this task only.
+                unsafe { out.store(c * m + r, v) }
+            })
+        })?;
+        Ok(acts.quantized_columns())
     }
 
     /// `y = epilogue(w · x)` for `n_cols` columns (column-major `x`: column
     /// `c` is `x[c·K..(c+1)·K]`; `y` likewise with `M`). Activations are
-    /// prepared once for the call in `mode`, rows split across threads (and
+    /// prepared once for the call in `mode`, inside the call's one parallel
+    /// region by the threads that read them; rows split across threads (and
     /// columns too when there are fewer row chunks than threads: a few
-    /// weight rows against many columns; the values do not depend on the
-    /// split).
+    /// weight rows against many columns, each thread then quantizing the
+    /// columns it multiplies; the values do not depend on the split).
     pub fn gemv(
         &self,
         w: &WeightMatrix<'_>,
@@ -228,20 +279,13 @@ impl CpuBackend {
         let (m, k) = (w.rows(), w.cols());
         mode.check(w.dtype())?;
         check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
-        let mut scratch = Vec::new();
-        let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
         let kernel = RowKernels::new(self.isa, w.dtype(), mode);
-        let out = SharedOut::new(y);
         let rows = self.row_chunks(m, w.dtype().row_bytes(k)?, &kernel, n_cols);
-        let tasks = self.tasks(rows, n_cols);
-        self.parallel(tasks.len(), |i| {
-            let (rows, columns) = tasks[i].clone();
-            gemv_rows_cols(kernel, w, &cols, rows, columns, epilogue, |r, c, v| {
-                // SAFETY: tasks cover disjoint (row range, column range)
-                // pairs, so index c·m + r is written by this task only.
-                unsafe { out.store(c * m + r, v) }
-            })
-        })?;
+        let mut scratch = vec![0; scratch_bytes(mode, k, n_cols)?];
+        let region = |rows, cols: ColumnBlock<'_, '_>, store: &mut dyn FnMut(usize, usize, f32)| {
+            gemv_rows_cols(kernel, w, cols, rows, epilogue, store)
+        };
+        self.gemm_region(m, rows, x, k, n_cols, mode, &mut scratch, y, region)?;
         Ok(())
     }
 
@@ -261,20 +305,13 @@ impl CpuBackend {
         let (m, k) = (w.gate().rows(), w.gate().cols());
         mode.check(w.gate().dtype())?;
         check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
-        let mut scratch = Vec::new();
-        let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
         let kernel = RowKernels::new(self.isa, w.gate().dtype(), mode);
-        let out = SharedOut::new(y);
         let rows = self.row_chunks(m, 2 * w.gate().dtype().row_bytes(k)?, &kernel, n_cols);
-        let tasks = self.tasks(rows, n_cols);
-        self.parallel(tasks.len(), |i| {
-            let (rows, columns) = tasks[i].clone();
-            gemv_glu_rows_cols(kernel, w, act, &cols, rows, columns, epilogue, |r, c, v| {
-                // SAFETY: tasks cover disjoint (row range, column range)
-                // pairs, so index c·m + r is written by this task only.
-                unsafe { out.store(c * m + r, v) }
-            })
-        })?;
+        let mut scratch = vec![0; scratch_bytes(mode, k, n_cols)?];
+        let region = |rows, cols: ColumnBlock<'_, '_>, store: &mut dyn FnMut(usize, usize, f32)| {
+            gemv_glu_rows_cols(kernel, w, act, cols, rows, epilogue, store)
+        };
+        self.gemm_region(m, rows, x, k, n_cols, mode, &mut scratch, y, region)?;
         Ok(())
     }
 
@@ -361,12 +398,16 @@ impl CpuBackend {
         let (m, k) = (w.rows(), w.cols());
         let kernel = self.packed_kernel(w.dtype(), mode)?;
         check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
-        let mut scratch = Vec::new();
-        let cols = self.prepare(mode, x, k, n_cols, &mut scratch)?;
-        let out = SharedOut::new(y);
         let chunks = self.group_chunks(w.n_groups());
+        // Every task reads every column: they share its preparation.
+        let all = 0..n_cols;
+        let pieces = self.pieces(core::slice::from_ref(&all), chunks.len() + 1);
+        let mut scratch = vec![0; scratch_bytes(mode, k, n_cols)?];
+        let acts = RegionActs::new(mode, x, k, n_cols, &pieces, &mut scratch)?;
+        let out = SharedOut::new(y);
         self.parallel(chunks.len() + 1, |i| {
             let (groups, tail) = chunks.get(i).map_or((0..0, true), |g| (g.clone(), false));
+            let cols = acts.columns(0..n_cols)?;
             rows(kernel, &cols, groups, tail, &mut |r, c, v| {
                 // SAFETY: tasks cover disjoint groups (or the tail rows
                 // after every group), so index c·m + r is written by this
@@ -528,5 +569,95 @@ impl CpuBackend {
             }
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acts::{column, quantize_columns};
+    use std::format;
+
+    /// The bytes an `Acts` points at: blocks and side data (or the f32s).
+    fn acts_bytes(a: &Acts<'_>) -> (Vec<u8>, Vec<u8>) {
+        match *a {
+            Acts::F32(v) => (bytemuck::cast_slice(v).to_vec(), Vec::new()),
+            Acts::Quant { bytes, side, .. } => (bytes.to_vec(), side.to_vec()),
+        }
+    }
+
+    /// Every column of a GEMV/GEMM region is quantized exactly once, by
+    /// whichever thread, into the bytes one thread writes for the whole
+    /// call, and every task sees its columns' bytes: 1, 2 and 3 threads,
+    /// row counts that split the columns (few rows) or the rows (many),
+    /// column counts not divisible by the thread count.
+    #[test]
+    fn region_quantizes_each_column_once_as_one_thread_does() {
+        let modes = [
+            (ActQuant::Q8_0, DType::Q4_0, &[160usize, 512][..]),
+            (ActQuant::Q8_1, DType::Q4_1, &[160, 512]),
+            (ActQuant::Q8_K, DType::Q4_K, &[512]),
+            (ActQuant::F32, DType::F16, &[40]),
+        ];
+        let mut seed = 0x2545_f491u32;
+        for (mode, dtype, ks) in modes {
+            for &k in ks {
+                for n in [1usize, 2, 5, 7, 37] {
+                    let x: Vec<f32> = (0..k * n)
+                        .map(|_| {
+                            seed ^= seed << 13;
+                            seed ^= seed >> 17;
+                            seed ^= seed << 5;
+                            seed as f32 / u32::MAX as f32 * 4.0 - 2.0
+                        })
+                        .collect();
+                    let mut want = vec![0u8; scratch_bytes(mode, k, n).unwrap()];
+                    quantize_columns(mode, &x, k, &mut want).unwrap();
+                    for threads in [1, 2, 3] {
+                        let be = CpuBackend::with_isa(Isa::detect(), threads).unwrap();
+                        let kernel = RowKernels::new(be.isa, dtype, mode);
+                        for m in [5usize, 64, 128, 4096] {
+                            let case = format!("{mode:?} k={k} n={n} t{threads} m={m}");
+                            let rows = be.row_chunks(m, dtype.row_bytes(k).unwrap(), &kernel, n);
+                            let mut y = vec![0.0f32; m * n];
+                            let mut got = vec![0u8; want.len()];
+                            let seen = Mutex::new(Vec::new());
+                            let quantized = be
+                                .gemm_region(
+                                    m,
+                                    rows,
+                                    &x,
+                                    k,
+                                    n,
+                                    mode,
+                                    &mut got,
+                                    &mut y,
+                                    |_, b, _| {
+                                        for (c, a) in (b.first()..).zip(b.acts()) {
+                                            let w = column(mode, &x, &want, k, c);
+                                            assert_eq!(
+                                                acts_bytes(a),
+                                                acts_bytes(&w),
+                                                "{case} col {c}"
+                                            );
+                                        }
+                                        let mut s = seen.lock().unwrap();
+                                        s.extend(b.first()..b.first() + b.acts().len());
+                                        Ok(())
+                                    },
+                                )
+                                .unwrap();
+                            let want_count = if mode == ActQuant::F32 { 0 } else { n };
+                            assert_eq!(quantized, want_count, "{case}: columns quantized");
+                            assert!(got == want, "{case}: bytes differ from one thread's");
+                            let mut seen = seen.into_inner().unwrap();
+                            seen.sort_unstable();
+                            seen.dedup();
+                            assert_eq!(seen, (0..n).collect::<Vec<_>>(), "{case}: columns read");
+                        }
+                    }
+                }
+            }
+        }
     }
 }

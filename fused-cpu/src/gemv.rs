@@ -67,6 +67,73 @@ impl From<RowDot> for RowKernels {
 /// Rows per accumulator tile.
 pub const TILE_ROWS: usize = 16;
 
+/// Some of the activation columns of a call: `acts` are columns
+/// `first..first + acts.len()` of the call's `total`. Which driver computes
+/// them depends on `total` (see [`gemv_rows_cols`]), so a call split into
+/// blocks gives the values of the whole.
+#[derive(Clone, Copy, Debug)]
+pub struct ColumnBlock<'c, 'a> {
+    acts: &'c [Acts<'a>],
+    first: usize,
+    total: usize,
+}
+
+impl<'c, 'a> ColumnBlock<'c, 'a> {
+    /// Every column of a call.
+    pub fn all(acts: &'c [Acts<'a>]) -> ColumnBlock<'c, 'a> {
+        ColumnBlock {
+            acts,
+            first: 0,
+            total: acts.len(),
+        }
+    }
+
+    /// Columns `first..first + acts.len()` of a call of `total` columns, or
+    /// a typed error when they do not lie inside it.
+    pub fn new(
+        acts: &'c [Acts<'a>],
+        first: usize,
+        total: usize,
+    ) -> Result<ColumnBlock<'c, 'a>, Error> {
+        match first.checked_add(acts.len()) {
+            Some(end) if end <= total => Ok(ColumnBlock { acts, first, total }),
+            _ => Err(Error::LengthMismatch {
+                what: "GEMV column block (must lie inside the column count)",
+                expected: total,
+                actual: first.saturating_add(acts.len()),
+            }),
+        }
+    }
+
+    /// Columns `columns` of `all` (every column of a call), or a typed
+    /// error when the range does not lie inside it.
+    pub fn part(all: &'c [Acts<'a>], columns: Range<usize>) -> Result<ColumnBlock<'c, 'a>, Error> {
+        match all.get(columns.clone()) {
+            Some(acts) => ColumnBlock::new(acts, columns.start, all.len()),
+            None => Err(Error::LengthMismatch {
+                what: "GEMV column range (must be an ordered range inside the column count)",
+                expected: all.len(),
+                actual: columns.end,
+            }),
+        }
+    }
+
+    /// The block's columns.
+    pub fn acts(&self) -> &'c [Acts<'a>] {
+        self.acts
+    }
+
+    /// The call's index of the block's first column.
+    pub fn first(&self) -> usize {
+        self.first
+    }
+
+    /// The call's column count.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+}
+
 /// Computes rows `rows` of `epilogue(w · x)` for every column in `cols` and
 /// hands each result to `store(row, col, value)`: [`gemv_rows_cols`] over
 /// all the columns.
@@ -78,31 +145,31 @@ pub fn gemv_rows(
     epilogue: &BoundEpilogue<'_>,
     store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
-    gemv_rows_cols(kernels, w, cols, rows, 0..cols.len(), epilogue, store)
+    gemv_rows_cols(kernels, w, ColumnBlock::all(cols), rows, epilogue, store)
 }
 
-/// Computes rows `rows` of `epilogue(w · x)` for the columns `columns` of
-/// `cols` and hands each result to `store(row, col, value)` (`col` an index
-/// of `cols`). Weight rows are walked in tiles of [`TILE_ROWS`]; inside a
-/// tile every column is processed, so the tile's weights are read from
-/// memory once per call. With two or more columns in `cols` (all of them,
-/// not only `columns`) and a GEMM kernel, the GEMM driver computes the
+/// Computes rows `rows` of `epilogue(w · x)` for the columns of `cols` and
+/// hands each result to `store(row, col, value)` (`col` the call's column
+/// index). Weight rows are walked in tiles of [`TILE_ROWS`]; inside a tile
+/// every column is processed, so the tile's weights are read from memory
+/// once per call. With two or more columns in the call (`cols.total()`, not
+/// only this block) and a GEMM kernel, the GEMM driver computes the
 /// accumulators and the epilogue is applied to each one before `store`.
-/// Every value is the same whatever `rows` and `columns` it was computed
-/// in, so a call may be split across threads by rows and by columns.
+/// Every value is the same whatever `rows` and column block it was
+/// computed in, so a call may be split across threads by rows and by
+/// columns.
 pub fn gemv_rows_cols(
     kernels: RowKernels,
     w: &WeightMatrix<'_>,
-    cols: &[Acts<'_>],
+    cols: ColumnBlock<'_, '_>,
     rows: Range<usize>,
-    columns: Range<usize>,
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
-    let (part, c0) = column_part(cols, &columns)?;
+    let (part, c0) = (cols.acts(), cols.first());
     let ev = kernels.act;
     let act = |a: Activation, v: f32| ev.apply(a, v);
-    if cols.len() >= 2
+    if cols.total() >= 2
         && let Some(g) = kernels.gemm
     {
         return gemm_rows(g, [w], part, rows, |r, c, [acc]| {
@@ -123,22 +190,6 @@ pub fn gemv_rows_cols(
         start = end;
     }
     Ok(())
-}
-
-/// The columns `columns` of `cols` and the index of the first, or a typed
-/// error when the range does not lie inside `cols`.
-fn column_part<'c, 'a>(
-    cols: &'c [Acts<'a>],
-    columns: &Range<usize>,
-) -> Result<(&'c [Acts<'a>], usize), Error> {
-    match cols.get(columns.clone()) {
-        Some(part) => Ok((part, columns.start)),
-        None => Err(Error::LengthMismatch {
-            what: "GEMV column range (must be an ordered range inside the column count)",
-            expected: cols.len(),
-            actual: columns.end,
-        }),
-    }
 }
 
 /// The accumulators of weight rows `rows` (at most [`TILE_ROWS`]) against
@@ -179,27 +230,25 @@ pub fn gemv_glu_rows(
     epilogue: &BoundEpilogue<'_>,
     store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
-    let all = 0..cols.len();
-    gemv_glu_rows_cols(kernels, w, act, cols, rows, all, epilogue, store)
+    let all = ColumnBlock::all(cols);
+    gemv_glu_rows_cols(kernels, w, act, all, rows, epilogue, store)
 }
 
 /// [`gemv_rows_cols`] for the gated dual form: `epilogue(act(W_g·x) ⊙
-/// (W_u·x))` for rows `rows` and columns `columns` of `cols`.
-#[allow(clippy::too_many_arguments)]
+/// (W_u·x))` for rows `rows` and the columns of `cols`.
 pub fn gemv_glu_rows_cols(
     kernels: RowKernels,
     w: &GluWeights<'_>,
     act: Activation,
-    cols: &[Acts<'_>],
+    cols: ColumnBlock<'_, '_>,
     rows: Range<usize>,
-    columns: Range<usize>,
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
-    let (part, c0) = column_part(cols, &columns)?;
+    let (part, c0) = (cols.acts(), cols.first());
     let ev = kernels.act;
     let ev_act = |a: Activation, v: f32| ev.apply(a, v);
-    if cols.len() >= 2
+    if cols.total() >= 2
         && let Some(g) = kernels.gemm
     {
         return gemm_rows(g, [w.gate(), w.up()], part, rows, |r, c, [g, u]| {

@@ -14,6 +14,8 @@
 //! - [`fwht`]: signed and unsigned FWHT, the sign multiply fused into the load.
 //! - `backend` (with `std`): [`CpuBackend`], the multi-threaded entry points
 //!   with input validation and barrier / kernel-call counters.
+//! - `region_acts` (with `std`): activations quantized inside a call's
+//!   parallel region, each piece once, by the tasks that read it.
 //! - `pool` (with `std`): the persistent worker pool behind the backend's
 //!   parallel regions (sub-microsecond barriers while its workers spin).
 //! - `exec` (with `std`): the executor that runs a core plan (or a graph
@@ -42,6 +44,8 @@ pub mod packed;
 pub mod pool;
 #[cfg(feature = "std")]
 pub mod probe;
+#[cfg(feature = "std")]
+pub mod region_acts;
 
 #[cfg(feature = "std")]
 pub use backend::{Counters, CpuBackend};

@@ -231,16 +231,7 @@ impl WorkerPool {
         // returns, after every task of the region is done (below).
         unsafe { s.take_tasks(epoch, job) };
         // Every task is claimed; wait for those still running elsewhere.
-        let t0 = Instant::now();
-        let mut spins = 0u32;
-        while s.done.load(Ordering::Acquire) != n {
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(64) && t0.elapsed() > SPIN {
-                thread::yield_now();
-            } else {
-                core::hint::spin_loop();
-            }
-        }
+        spin_for(|| (s.done.load(Ordering::Acquire) == n).then_some(()));
         *s.job.lock().unwrap_or_else(PoisonError::into_inner) = None;
         let payload = s
             .panic
@@ -249,6 +240,25 @@ impl WorkerPool {
             .take();
         if let Some(p) = payload {
             resume_unwind(p);
+        }
+    }
+}
+
+/// Waits until `ready()` gives a value, for work another thread of the
+/// region is running: spinning for [`SPIN`], then yielding the core between
+/// checks (that thread may be descheduled on a busy machine).
+pub(crate) fn spin_for<T>(mut ready: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if let Some(v) = ready() {
+            return v;
+        }
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(64) && t0.elapsed() > SPIN {
+            thread::yield_now();
+        } else {
+            core::hint::spin_loop();
         }
     }
 }
