@@ -718,12 +718,18 @@ fn per_call_floor(be: &CudaBackend) -> Result<(), CudaError> {
     let saved = be.options();
     println!("## Per-call floor: tiny dependent GEMVs (weights in L2, 1 column)\n");
     println!(
-        "| format | acts | rows × K | weight bytes | µs/call, PDL | µs/call, normal launches | \
-         GEMV alone, PDL |"
+        "Calls enqueued one by one from the host (PDL and normal launches; in GGML's mode also \
+         the GEMV alone on activations quantized beforehand), and a chain of {CHAIN} dependent \
+         GEMVs (each reading the one before's output) through the device plan, replayed as a \
+         CUDA graph: the device's own floor, without the host's enqueueing.\n"
     );
-    println!("| --- | --- | --- | ---: | ---: | ---: | ---: |");
+    println!(
+        "| format | acts | rows × K | weight bytes | µs/call, PDL | µs/call, normal launches | \
+         GEMV alone, PDL | graph chain µs/GEMV |"
+    );
+    println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |");
     for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
-        for (m, k) in [(4usize, 256usize), (64, 1024)] {
+        for (m, k) in [(4usize, 256usize), (256, 256), (64, 1024)] {
             let bytes = weight_bytes(dtype, m, k, 5);
             let w = be.upload_weights(&WeightMatrix::new(dtype, m, k, &bytes)?)?;
             let x = be.upload(&randv(k, 3))?;
@@ -746,8 +752,13 @@ fn per_call_floor(be: &CudaBackend) -> Result<(), CudaError> {
                 })?;
                 format!("{:.2}", t * 1e3)
             };
+            let chain = if m == k {
+                format!("{:.2}", chain_floor(be, dtype, k)? * 1e3)
+            } else {
+                String::new()
+            };
             println!(
-                "| {dtype} | {mode:?} | {m} × {k} | {} | {:.2} | {:.2} | {alone} |",
+                "| {dtype} | {mode:?} | {m} × {k} | {} | {:.2} | {:.2} | {alone} | {chain} |",
                 bytes.len(),
                 t_pdl * 1e3,
                 t_normal * 1e3
@@ -757,6 +768,37 @@ fn per_call_floor(be: &CudaBackend) -> Result<(), CudaError> {
     be.set_options(saved);
     println!();
     Ok(())
+}
+
+/// GEMVs in the chain of [`chain_floor`].
+const CHAIN: usize = 64;
+
+/// Milliseconds per GEMV of a chain of [`CHAIN`] dependent `d × d` GEMVs
+/// in `dtype` (GGML's activation mode: with the quantizer where the format
+/// has one), each reading the output of the one before, through the
+/// device plan replayed as a CUDA graph (median of 30 replays).
+fn chain_floor(be: &CudaBackend, dtype: DType, d: usize) -> Result<f64, CudaError> {
+    let mut g = Graph::new();
+    let wt = TensorDesc::contiguous(dtype, [d, d, 1, 1], BufferId(0), 0)?;
+    let w = g.input(wt)?;
+    let xt = TensorDesc::contiguous(DType::F32, [d, 1, 1, 1], BufferId(1), 0)?;
+    let mut x = g.input(xt)?;
+    let stride = (4 * d).next_multiple_of(256);
+    for i in 1..=CHAIN {
+        x = g.mul_mat(w, x, Place::at(1, i * stride))?;
+    }
+    g.mark_output(x)?;
+    let wbytes = weight_bytes(dtype, d, d, 90);
+    let mut mem = Memory::new(&[wbytes.len(), (CHAIN + 1) * stride]);
+    mem.write_rows(&wt, &wbytes)?;
+    let xv: Vec<u8> = randv(d, 91).iter().flat_map(|v| v.to_le_bytes()).collect();
+    mem.write_rows(&xt, &xv)?;
+    let sizes = [wbytes.len(), (CHAIN + 1) * stride];
+    let mut dp = DevicePlan::new(be, &g, &Plan::unfused(&g), GemvMode::Ggml, &sizes)?;
+    dp.upload(&mem)?;
+    dp.capture_graph()?;
+    let t = dp.run_timed(30, Submission::Graph)?;
+    Ok(median(t.into_iter().map(f64::from).collect()) / CHAIN as f64)
 }
 
 fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
