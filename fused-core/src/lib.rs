@@ -15,9 +15,16 @@
 //!   the epilogue chain descriptor and the (signed) FWHT descriptor.
 //! - [`graph`], [`legality`], [`planner`]: a small compute graph, the legality
 //!   predicates (each refusal names its reason) and the planner.
+//! - `lower` (with `alloc`): what each plan step runs, its tensors looked
+//!   up (`lower::Command`), and the one dispatch over it
+//!   (`lower::CommandSink`, `lower::lower_into`) that the host executor and
+//!   the CUDA and Vulkan device plans all use.
 //! - `exec` (with `alloc`): the plan executor every backend shares — step
 //!   dispatch, operand gathering and aliasing over host buffers — calling a
 //!   backend's host-slice kernels (`exec::StepKernels`).
+//! - [`placement`]: byte regions of a device plan's buffers and the checks a
+//!   device plan makes before it binds a tensor (contiguous, in bounds, f32,
+//!   read in place only where the overlap rule allows).
 //! - [`reference`](mod@reference): the scalar reference — GEMV in f32 with an explicit
 //!   activation-quantization mode or in f64, and graph / plan evaluators.
 //! - [`error`]: the one error type; nothing panics on bad input.
