@@ -513,6 +513,7 @@ impl CommandSink for Builder<'_, '_> {
             .into()),
         }
     }
+
     fn add_row_bias(
         &mut self,
         a: &TensorDesc,

@@ -618,6 +618,7 @@ impl<'a> CommandSink for Builder<'a, '_> {
         };
         self.eltwise(code, act, params, a, Some(b), dst)
     }
+
     fn add_row_bias(
         &mut self,
         a: &TensorDesc,
