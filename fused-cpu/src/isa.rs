@@ -76,36 +76,43 @@ impl core::fmt::Display for Isa {
     }
 }
 
-/// Whether the x86-64 GFNI extension (Galois-field byte affine transforms)
-/// is present (detected at run time): the AVX-512 Q4_0 and Q4_K kernels split nibbles with
-/// it where it is. Without the `std` feature, whether the build targets it
-/// statically; `false` off x86-64.
-pub fn has_gfni() -> bool {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    {
-        // std caches the CPUID answer.
-        std::is_x86_feature_detected!("gfni")
-    }
-    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
-    {
-        cfg!(all(target_arch = "x86_64", target_feature = "gfni"))
-    }
+// `$(#[$doc])* pub fn $name() -> bool`: whether the x86-64 feature
+// `$feature` is present, detected at run time (std caches the CPUID
+// answer); without the `std` feature, whether the build targets it
+// statically; `false` off x86-64.
+macro_rules! x86_feature {
+    ($(#[$doc:meta])* $name:ident, $feature:tt) => {
+        $(#[$doc])*
+        pub fn $name() -> bool {
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            {
+                std::is_x86_feature_detected!($feature)
+            }
+            #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+            {
+                cfg!(all(target_arch = "x86_64", target_feature = $feature))
+            }
+        }
+    };
 }
 
-/// Whether AVX-512 VBMI (byte permutes across the whole register) is
-/// present (detected at run time): the AVX-512 Q4_0 kernel gathers its
-/// codes with it where it is. Without the `std` feature, whether the build
-/// targets it statically; `false` off x86-64.
-pub fn has_vbmi() -> bool {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    {
-        std::is_x86_feature_detected!("avx512vbmi")
-    }
-    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
-    {
-        cfg!(all(target_arch = "x86_64", target_feature = "avx512vbmi"))
-    }
-}
+x86_feature!(
+    /// Whether the x86-64 GFNI extension (Galois-field byte affine
+    /// transforms) is present: the AVX-512 Q4_0 and Q4_K kernels split
+    /// nibbles with it where it is. Detected at run time (std caches the
+    /// CPUID answer); without the `std` feature, whether the build targets
+    /// it statically; `false` off x86-64.
+    has_gfni,
+    "gfni"
+);
+
+x86_feature!(
+    /// Whether AVX-512 VBMI (byte permutes across the whole register) is
+    /// present: the AVX-512 Q4_0 kernel gathers its codes with it where it
+    /// is (detected as [`has_gfni`]).
+    has_vbmi,
+    "avx512vbmi"
+);
 
 #[cfg(feature = "std")]
 fn detect_cached() -> Isa {
