@@ -243,39 +243,40 @@ struct WidenBF16 {
 template <> struct Unit<FMT_F16> : Unit16<WidenF16> {};
 template <> struct Unit<FMT_BF16> : Unit16<WidenBF16> {};
 
-// Units of 8 elements a lane has in flight at once.
+// Units of 8 elements a lane has in flight at once (the default; the
+// one-column F16 kernels also come with 8 and 16: GEMV_KERNELS_SHAPE).
 constexpr int FLOAT_UNROLL = 4;
 
 // One step of a lane's float weights: units first, first + STRIDE, …
 // (FLOAT_UNROLL of them, those below `units`); empty for the other formats.
-template <int FMT, bool IS_FLOAT = is_float_fmt(FMT)> struct FloatStep {
-    typename Unit<FMT>::Raw raw[FLOAT_UNROLL];
+template <int FMT, int FU = FLOAT_UNROLL, bool IS_FLOAT = is_float_fmt(FMT)> struct FloatStep {
+    typename Unit<FMT>::Raw raw[FU];
     __device__ void load(const uint8_t *wr, uint32_t u, uint32_t units) {
 #pragma unroll
-        for (int j = 0; j < FLOAT_UNROLL; ++j)
+        for (int j = 0; j < FU; ++j)
             if (u + j * WARPS * 32 < units) raw[j] = Unit<FMT>::load(wr, u + j * WARPS * 32);
     }
 };
-template <int FMT> struct FloatStep<FMT, false> {};
+template <int FMT, int FU> struct FloatStep<FMT, FU, false> {};
 
 // The first step of row wr for this lane, requested before the block's
 // griddep_wait (weights are constant: under programmatic dependent launch
 // they stream in while the kernel before finishes); nothing when k % 8 != 0
 // (the one-element path loads as it goes).
-template <int FMT>
-__device__ __forceinline__ FloatStep<FMT> float_first_step(const uint8_t *wr, uint32_t k,
+template <int FMT, int FU>
+__device__ __forceinline__ FloatStep<FMT, FU> float_first_step(const uint8_t *wr, uint32_t k,
                                                            uint32_t lane, uint32_t warp) {
-    FloatStep<FMT> s;
+    FloatStep<FMT, FU> s;
     if ((k & 7u) == 0) s.load(wr, warp * 32 + lane, k / 8);
     return s;
 }
 
 // acc[c] += row wr · x_c; the block's warps take interleaved units; the
 // lane's first step is `first` (float_first_step of the same row).
-template <int FMT, int NC>
+template <int FMT, int NC, int FU>
 __device__ __forceinline__ void float_row_dot(const uint8_t *wr, const float *x, uint32_t k,
                                               uint32_t lane, uint32_t warp, float *acc,
-                                              const FloatStep<FMT> &first) {
+                                              const FloatStep<FMT, FU> &first) {
     using U = Unit<FMT>;
     const uint32_t u0 = warp * 32 + lane;
     constexpr uint32_t STRIDE = WARPS * 32;
@@ -288,9 +289,9 @@ __device__ __forceinline__ void float_row_dot(const uint8_t *wr, const float *x,
         return;
     }
     const uint32_t units = k / 8;
-    auto consume = [&](const FloatStep<FMT> &step, uint32_t u) {
+    auto consume = [&](const FloatStep<FMT, FU> &step, uint32_t u) {
 #pragma unroll
-        for (int j = 0; j < FLOAT_UNROLL; ++j) {
+        for (int j = 0; j < FU; ++j) {
             if (u + j * STRIDE < units) {
                 float w[8];
                 U::unpack(step.raw[j], w);
@@ -299,8 +300,8 @@ __device__ __forceinline__ void float_row_dot(const uint8_t *wr, const float *x,
         }
     };
     consume(first, u0);
-    for (uint32_t u = u0 + FLOAT_UNROLL * STRIDE; u < units; u += FLOAT_UNROLL * STRIDE) {
-        FloatStep<FMT> step;
+    for (uint32_t u = u0 + FU * STRIDE; u < units; u += FU * STRIDE) {
+        FloatStep<FMT, FU> step;
         step.load(wr, u, units);
         consume(step, u);
     }
@@ -657,35 +658,35 @@ template <int FMT> struct BlockUnroll {
 };
 
 // The float formats' first steps of rows r0 .. r0 + R − 1 (clamped) of w.
-template <int FMT, int R> struct FloatFirst {
-    FloatStep<FMT> s[R];
+template <int FMT, int R, int FU> struct FloatFirst {
+    FloatStep<FMT, FU> s[R];
 };
 
-template <int FMT, int R>
-__device__ __forceinline__ FloatFirst<FMT, R> float_rows_first(const GemvParams &p,
+template <int FMT, int R, int FU>
+__device__ __forceinline__ FloatFirst<FMT, R, FU> float_rows_first(const GemvParams &p,
                                                                const uint8_t *w, uint32_t row0,
                                                                uint32_t lane, uint32_t warp) {
-    FloatFirst<FMT, R> f;
+    FloatFirst<FMT, R, FU> f;
 #pragma unroll
     for (int r = 0; r < R; ++r)
-        f.s[r] = float_first_step<FMT>(w + (size_t)min(row0 + (uint32_t)r, p.rows - 1) * p.row_bytes,
+        f.s[r] = float_first_step<FMT, FU>(w + (size_t)min(row0 + (uint32_t)r, p.rows - 1) * p.row_bytes,
                                        p.k, lane, warp);
     return f;
 }
 
 // acc[r][c] += row (w, rows r0 + r, clamped) · x_c, for every format; the
 // float formats start from `first` (float_rows_first of the same rows).
-template <int FMT, int NC, int R>
+template <int FMT, int NC, int R, int FU>
 __device__ __forceinline__ void rows_dot(const GemvParams &p, const uint8_t *w, uint32_t row0,
                                          uint32_t lane, uint32_t warp, float (*acc)[NC],
-                                         const FloatFirst<FMT, R> *first) {
+                                         const FloatFirst<FMT, R, FU> *first) {
     uint32_t row[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
     if constexpr (is_float_fmt(FMT)) {
 #pragma unroll
         for (int r = 0; r < R; ++r)
-            float_row_dot<FMT, NC>(w + (size_t)row[r] * p.row_bytes, p.x, p.k, lane, warp, acc[r],
+            float_row_dot<FMT, NC, FU>(w + (size_t)row[r] * p.row_bytes, p.x, p.k, lane, warp, acc[r],
                                    first->s[r]);
     } else if constexpr (!is_tiled_fmt(FMT)) {
         // The core's block layout, whole rows.
@@ -773,7 +774,8 @@ __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partia
 
 // Block b computes rows R·b .. R·b + R − 1 (RowsPerBlock); rows past the end
 // are computed on the last row (in bounds) and not stored.
-template <int FMT, int NC, bool GLU, int R = RowsPerBlock<FMT, NC>::value>
+template <int FMT, int NC, bool GLU, int R = RowsPerBlock<FMT, NC>::value,
+          int FU = FLOAT_UNROLL>
 __device__ void gemv(const GemvParams &p) {
     constexpr int V = GLU ? 2 : 1;
     __shared__ float partial[V][WARPS][R * NC];
@@ -783,8 +785,9 @@ __device__ void gemv(const GemvParams &p) {
     if (row0 >= p.rows) return; // the whole block leaves together
     // The float formats request their first weights (the gate's, for GLU)
     // before the wait; the other formats, and the up weights, after it.
-    FloatFirst<FMT, R> first[V];
-    if constexpr (is_float_fmt(FMT)) first[0] = float_rows_first<FMT, R>(p, p.w, row0, lane, warp);
+    FloatFirst<FMT, R, FU> first[V];
+    if constexpr (is_float_fmt(FMT))
+        first[0] = float_rows_first<FMT, R, FU>(p, p.w, row0, lane, warp);
     griddep_wait();
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     float acc[V][R][NC];
@@ -794,11 +797,11 @@ __device__ void gemv(const GemvParams &p) {
         for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int c = 0; c < NC; ++c) acc[v][r][c] = 0.0f;
-    rows_dot<FMT, NC, R>(p, p.w, row0, lane, warp, acc[0], &first[0]);
+    rows_dot<FMT, NC, R, FU>(p, p.w, row0, lane, warp, acc[0], &first[0]);
     if constexpr (GLU) {
         if constexpr (is_float_fmt(FMT))
-            first[V - 1] = float_rows_first<FMT, R>(p, p.w_up, row0, lane, warp);
-        rows_dot<FMT, NC, R>(p, p.w_up, row0, lane, warp, acc[V - 1], &first[V - 1]);
+            first[V - 1] = float_rows_first<FMT, R, FU>(p, p.w_up, row0, lane, warp);
+        rows_dot<FMT, NC, R, FU>(p, p.w_up, row0, lane, warp, acc[V - 1], &first[V - 1]);
     }
     finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
                                 p.y);
@@ -814,16 +817,20 @@ __device__ void gemv(const GemvParams &p) {
         gemv<FMT, NC, true>(p);                                                                \
     }
 
-// One-column float kernels with R rows per block (fused_gemv[_glu]_<fmt>_r<R>_c1),
-// for A/B runs against the default 1 (src/launch.rs: FUSED_CUDA_F_ROWS).
-#define GEMV_KERNELS_ROWS(name, FMT, R)                                                        \
+// One-column float kernels of another shape, fused_gemv[_glu]_<fmt>_<tag>_c1:
+// R rows per block and FU units of 8 weights in flight per lane (the
+// defaults: 1 and FLOAT_UNROLL). src/launch.rs (f16_shape) picks FU so that
+// a lane's first step, requested before griddep_wait, covers its whole row;
+// R = 2 is kept for A/B runs. The same sums in the same order as the
+// defaults.
+#define GEMV_KERNELS_SHAPE(name, FMT, tag, R, FU)                                              \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemv_##name##_r##R##_c1(const GemvParams p) {                                    \
-        gemv<FMT, 1, false, R>(p);                                                             \
+        fused_gemv_##name##_##tag##_c1(const GemvParams p) {                                   \
+        gemv<FMT, 1, false, R, FU>(p);                                                         \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemv_glu_##name##_r##R##_c1(const GemvParams p) {                                \
-        gemv<FMT, 1, true, R>(p);                                                              \
+        fused_gemv_glu_##name##_##tag##_c1(const GemvParams p) {                               \
+        gemv<FMT, 1, true, R, FU>(p);                                                          \
     }
 
 #define GEMV_KERNELS(name, FMT)                                                                \
@@ -838,8 +845,9 @@ __device__ void gemv(const GemvParams &p) {
 
 GEMV_KERNELS(f32, FMT_F32)
 GEMV_KERNELS(f16, FMT_F16)
-GEMV_KERNELS_ROWS(f16, FMT_F16, 2)
-GEMV_KERNELS_ROWS(f16, FMT_F16, 4)
+GEMV_KERNELS_SHAPE(f16, FMT_F16, r2, 2, FLOAT_UNROLL)
+GEMV_KERNELS_SHAPE(f16, FMT_F16, u8, 1, 8)
+GEMV_KERNELS_SHAPE(f16, FMT_F16, u16, 1, 16)
 GEMV_KERNELS(q8_0, FMT_Q8_0)
 GEMV_KERNELS(q4_0, FMT_Q4_0)
 GEMV_KERNELS(q4_K, FMT_Q4_K)
@@ -1499,23 +1507,23 @@ __device__ void gemvq(const GemvQParams &p) {
         gemvq<FMT, NC, R, true>(p);                                                            \
     }
 
-#define GEMVQ_KERNEL_U1(name, FMT, R)                                                          \
+#define GEMVQ_KERNEL_U(name, FMT, R, U)                                                        \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_##name##_r##R##_c1_u1(const GemvQParams p) {                               \
-        gemvq<FMT, 1, R, false, 1>(p);                                                         \
+        fused_gemvq_##name##_r##R##_c1_u##U(const GemvQParams p) {                             \
+        gemvq<FMT, 1, R, false, U>(p);                                                         \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_glu_##name##_r##R##_c1_u1(const GemvQParams p) {                           \
-        gemvq<FMT, 1, R, true, 1>(p);                                                          \
+        fused_gemvq_glu_##name##_r##R##_c1_u##U(const GemvQParams p) {                         \
+        gemvq<FMT, 1, R, true, U>(p);                                                          \
     }
 
 #define GEMVQ_KERNELS(name, FMT)                                                               \
     GEMVQ_KERNEL(name, FMT, 1, 1)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 1)                                                              \
     GEMVQ_KERNEL(name, FMT, 4, 1)                                                              \
-    GEMVQ_KERNEL_U1(name, FMT, 1)                                                              \
-    GEMVQ_KERNEL_U1(name, FMT, 2)                                                              \
-    GEMVQ_KERNEL_U1(name, FMT, 4)                                                              \
+    GEMVQ_KERNEL_U(name, FMT, 1, 1)                                                            \
+    GEMVQ_KERNEL_U(name, FMT, 2, 1)                                                            \
+    GEMVQ_KERNEL_U(name, FMT, 4, 1)                                                            \
     GEMVQ_KERNEL(name, FMT, 2, 2)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 3)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 4)                                                              \

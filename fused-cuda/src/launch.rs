@@ -50,17 +50,36 @@ fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
     }
 }
 
-/// Rows per block of the one-column F16 GEMV when `FUSED_CUDA_F_ROWS` (2 or
-/// 4) asks for other than the default 1 (`fused_gemv[_glu]_f16_r<R>_c1`,
-/// the same sums in the same order: A/B runs of `cuda-bench`).
-fn float_rows_override(dtype: DType, n_cols: usize) -> Option<usize> {
-    if dtype != DType::F16 || n_cols != 1 {
+/// The one-column F16 GEMV kernel for rows of `k` weights, as `(rows per
+/// block, kernel name tag)`: `fused_gemv[_glu]_f16_<tag>_c1` (no tag: the
+/// default kernel of every format, 4 units of 8 weights in flight per lane).
+/// A lane requests its first step of weights before the dependency wait, so
+/// its step covers the lane's whole row where it can: 8 units up to K =
+/// 8192, 16 up to 16384 (`u8`, `u16`; more units per lane than 16 use the
+/// default). From `cuda-bench` on the H200 (2026-12-01 08:27 UTC, two
+/// binaries × two runs, % of copy): at 4096 × 14336 `u16` 90–91 % against
+/// 86–87 % (`u8` 82–83 %), at 32768 × 8192 `u8` 102–103 % against
+/// 100–101 % (`u16` 88–89 %). `FUSED_CUDA_F16_SHAPE` (`u4`, `u8`, `u16`,
+/// or `r2`: 2 rows per block) overrides the choice for A/B runs; every
+/// shape computes the same sums in the same order.
+fn f16_shape(k: usize, n_cols: usize) -> Option<(usize, &'static str)> {
+    if n_cols != 1 {
         return None;
     }
-    std::env::var("FUSED_CUDA_F_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|r| [2, 4].contains(r))
+    if let Ok(v) = std::env::var("FUSED_CUDA_F16_SHAPE") {
+        match v.as_str() {
+            "u4" => return None,
+            "r2" => return Some((2, "r2")),
+            "u8" => return Some((1, "u8")),
+            "u16" => return Some((1, "u16")),
+            _ => {}
+        }
+    }
+    match k.div_ceil(8 * GEMV_BLOCK as usize) {
+        5..=8 => Some((1, "u8")),
+        9..=16 => Some((1, "u16")),
+        _ => None,
+    }
 }
 
 /// Output rows one block of the integer GEMV kernels computes
@@ -99,7 +118,10 @@ const Q4K_FOUR_ROWS_FROM: usize = 16384;
 /// `kernels/gemv.cu`): 1 for one column of Q8_0, Q4_0 and Q4_K (kernels
 /// `…_c1_u1`: fewer registers, more blocks per SM; see
 /// [`gemvq_rows_per_block`]), else 2. `FUSED_CUDA_Q_UNROLL` (1 or 2)
-/// overrides it at one column, for A/B runs of `cuda-bench`.
+/// overrides it at one column, for A/B runs of `cuda-bench`. (4 units, a
+/// lane's whole row at K = 8192 and 14336 requested before the dependency
+/// wait, as the F16 kernel does, ran slower at every R on the H200,
+/// 2026-12-01 08:36 UTC: BENCHMARKS.md.)
 fn gemvq_unroll(dtype: DType, n_cols: usize) -> usize {
     if n_cols != 1 {
         return 2;
@@ -313,8 +335,11 @@ impl Launch {
             glu_act: act_code(act),
             epi,
         };
-        let (r, tag) = match float_rows_override(dtype, n_cols) {
-            Some(r) => (r, format!("_r{r}")),
+        let shape = (dtype == DType::F16)
+            .then(|| f16_shape(k, n_cols))
+            .flatten();
+        let (r, tag) = match shape {
+            Some((r, tag)) => (r, format!("_{tag}")),
             None => (gemv_rows_per_block(dtype, n_cols), String::new()),
         };
         let name = format!(

@@ -207,9 +207,14 @@ fn run() -> Result<(), CudaError> {
                     println!("| {m} × {k} | {dtype} | {mode:?} | {n_cols} | {cells}");
                 }
             }
-            if m == 4096 && dtype == DType::Q4_0 {
+            // The epilogue's cost at both shapes (Q4_0: the shortest call
+            // at 4096 × 14336, where a fixed cost weighs most), every mode
+            // at the first, GGML's at the second.
+            if dtype == DType::Q4_0 {
                 for &mode in &modes {
-                    epilogue_cost(&be, &ws, mode, m, k)?;
+                    if m == 4096 || mode != ActQuant::F32 {
+                        epilogue_cost(&be, &ws, mode, m, k)?;
+                    }
                 }
                 println!(
                     "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy |"
@@ -687,7 +692,7 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// The launch-shape knobs of `src/launch.rs` (A/B runs only).
 const Q_ROWS: &str = "FUSED_CUDA_Q_ROWS";
 const Q_UNROLL: &str = "FUSED_CUDA_Q_UNROLL";
-const F_ROWS: &str = "FUSED_CUDA_F_ROWS";
+const F_SHAPE: &str = "FUSED_CUDA_F16_SHAPE";
 
 /// Knob settings: (environment variable, value).
 type Knobs<'a> = &'a [(&'a str, &'a str)];
@@ -697,7 +702,7 @@ fn set_knobs(knobs: Knobs) {
     // SAFETY: the bench runs on one thread; nothing reads the environment
     // concurrently.
     unsafe {
-        for name in [Q_ROWS, Q_UNROLL, F_ROWS] {
+        for name in [Q_ROWS, Q_UNROLL, F_SHAPE] {
             std::env::remove_var(name);
         }
         for (name, value) in knobs {
@@ -811,12 +816,9 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     // (label, options, the shape knobs it sets: the 1-column integer
     // kernels' rows per block and units in flight per lane, the F16
     // kernel's rows per block; none for the defaults).
-    let variants: [(&str, LaunchOptions, Knobs); 10] = [
+    let variants: [(&str, LaunchOptions, Knobs); 9] = [
         ("normal", normal, &[]),
         ("PDL", pdl, &[]),
-        ("PDL, int. R = 1", pdl, &[(Q_ROWS, "1"), (Q_UNROLL, "2")]),
-        ("PDL, int. R = 2", pdl, &[(Q_ROWS, "2"), (Q_UNROLL, "2")]),
-        ("PDL, int. R = 4", pdl, &[(Q_ROWS, "4"), (Q_UNROLL, "2")]),
         (
             "PDL, int. R = 1, U = 1",
             pdl,
@@ -832,8 +834,14 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
             pdl,
             &[(Q_ROWS, "4"), (Q_UNROLL, "1")],
         ),
-        ("PDL, F16 R = 2", pdl, &[(F_ROWS, "2")]),
-        ("PDL, F16 R = 4", pdl, &[(F_ROWS, "4")]),
+        (
+            "PDL, int. R = 2, U = 2",
+            pdl,
+            &[(Q_ROWS, "2"), (Q_UNROLL, "2")],
+        ),
+        ("PDL, F16 U = 4", pdl, &[(F_SHAPE, "u4")]),
+        ("PDL, F16 U = 8", pdl, &[(F_SHAPE, "u8")]),
+        ("PDL, F16 U = 16", pdl, &[(F_SHAPE, "u16")]),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
@@ -843,8 +851,8 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
          blocks start as the previous kernel's blocks retire, then wait for its results); \
          with PDL also the integer kernels' rows per block R and units in flight per lane U \
          (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1), and the \
-         F16 kernel's rows per block (default 1). Options take turns, 3 \
-         rounds.\n"
+         F16 kernel's units of 8 weights in flight per lane U (default: those that cover a \
+         lane's row, up to 16: 16 at K = 14336, 8 at K = 8192). Options take turns, 3 rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     println!("| shape | format | acts | {} |", names.join(" | "));
