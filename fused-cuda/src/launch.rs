@@ -612,6 +612,54 @@ mod tests {
     }
 
     #[test]
+    fn one_column_f16_kernels_take_a_lanes_whole_row_in_one_step() {
+        if std::env::var_os("FUSED_CUDA_F16_SHAPE").is_some() {
+            println!("skipped: FUSED_CUDA_F16_SHAPE is set");
+            return;
+        }
+        let id = Activation::Identity;
+        // (K, n_cols, kernel): a lane's units of 8 weights per row are
+        // K / 1024; the step covers them up to 16.
+        for (k, n_cols, glu, want) in [
+            (4096, 1, false, "fused_gemv_f16_c1"),
+            (4104, 1, false, "fused_gemv_f16_u8_c1"),
+            (8192, 1, true, "fused_gemv_glu_f16_u8_c1"),
+            (11008, 1, false, "fused_gemv_f16_u16_c1"),
+            (14336, 1, true, "fused_gemv_glu_f16_u16_c1"),
+            (16384, 1, false, "fused_gemv_f16_u16_c1"),
+            (16392, 1, false, "fused_gemv_f16_c1"),
+            (14336, 2, false, "fused_gemv_f16_c2"),
+        ] {
+            let sh = GemvShape {
+                dtype: DType::F16,
+                rows: 7,
+                cols: k,
+                row_bytes: 2 * k,
+                n_cols,
+            };
+            let l = Launch::gemv(sh, 1, glu.then_some(5), id, 2, 3, epi()).unwrap();
+            let Some(Launch::Gemv { name, grid, .. }) = l else {
+                panic!("{l:?}")
+            };
+            assert_eq!(
+                (name.as_str(), grid),
+                (want, 7),
+                "K = {k}, {n_cols} columns"
+            );
+        }
+        // BF16 shares the code but keeps the default shape (not measured).
+        let sh = GemvShape {
+            dtype: DType::BF16,
+            rows: 7,
+            cols: 14336,
+            row_bytes: 2 * 14336,
+            n_cols: 1,
+        };
+        let l = Launch::gemv(sh, 1, None, id, 2, 3, epi()).unwrap();
+        assert!(matches!(l, Some(Launch::Gemv { ref name, .. }) if name == "fused_gemv_bf16_c1"));
+    }
+
+    #[test]
     fn integer_gemv_and_quantizer_launches_point_into_the_activation_buffer() {
         let id = Activation::Identity;
         let l = QactsLayout::new(ActQuant::Q8_K, 512, 3).unwrap();
