@@ -265,7 +265,7 @@ template <int FMT, int FU> struct FloatStep<FMT, FU, false> {};
 // (the one-element path loads as it goes).
 template <int FMT, int FU>
 __device__ __forceinline__ FloatStep<FMT, FU> float_first_step(const uint8_t *wr, uint32_t k,
-                                                           uint32_t lane, uint32_t warp) {
+                                                               uint32_t lane, uint32_t warp) {
     FloatStep<FMT, FU> s;
     if ((k & 7u) == 0) s.load(wr, warp * 32 + lane, k / 8);
     return s;
@@ -664,13 +664,13 @@ template <int FMT, int R, int FU> struct FloatFirst {
 
 template <int FMT, int R, int FU>
 __device__ __forceinline__ FloatFirst<FMT, R, FU> float_rows_first(const GemvParams &p,
-                                                               const uint8_t *w, uint32_t row0,
-                                                               uint32_t lane, uint32_t warp) {
+                                                                   const uint8_t *w, uint32_t row0,
+                                                                   uint32_t lane, uint32_t warp) {
     FloatFirst<FMT, R, FU> f;
 #pragma unroll
     for (int r = 0; r < R; ++r)
-        f.s[r] = float_first_step<FMT, FU>(w + (size_t)min(row0 + (uint32_t)r, p.rows - 1) * p.row_bytes,
-                                       p.k, lane, warp);
+        f.s[r] = float_first_step<FMT, FU>(
+            w + (size_t)min(row0 + (uint32_t)r, p.rows - 1) * p.row_bytes, p.k, lane, warp);
     return f;
 }
 
@@ -686,8 +686,8 @@ __device__ __forceinline__ void rows_dot(const GemvParams &p, const uint8_t *w, 
     if constexpr (is_float_fmt(FMT)) {
 #pragma unroll
         for (int r = 0; r < R; ++r)
-            float_row_dot<FMT, NC, FU>(w + (size_t)row[r] * p.row_bytes, p.x, p.k, lane, warp, acc[r],
-                                   first->s[r]);
+            float_row_dot<FMT, NC, FU>(w + (size_t)row[r] * p.row_bytes, p.x, p.k, lane, warp,
+                                       acc[r], first->s[r]);
     } else if constexpr (!is_tiled_fmt(FMT)) {
         // The core's block layout, whole rows.
         const uint8_t *rows[R];
@@ -1507,23 +1507,23 @@ __device__ void gemvq(const GemvQParams &p) {
         gemvq<FMT, NC, R, true>(p);                                                            \
     }
 
-#define GEMVQ_KERNEL_U(name, FMT, R, U)                                                        \
+#define GEMVQ_KERNEL_U1(name, FMT, R)                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_##name##_r##R##_c1_u##U(const GemvQParams p) {                             \
-        gemvq<FMT, 1, R, false, U>(p);                                                         \
+        fused_gemvq_##name##_r##R##_c1_u1(const GemvQParams p) {                               \
+        gemvq<FMT, 1, R, false, 1>(p);                                                         \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_glu_##name##_r##R##_c1_u##U(const GemvQParams p) {                         \
-        gemvq<FMT, 1, R, true, U>(p);                                                          \
+        fused_gemvq_glu_##name##_r##R##_c1_u1(const GemvQParams p) {                           \
+        gemvq<FMT, 1, R, true, 1>(p);                                                          \
     }
 
 #define GEMVQ_KERNELS(name, FMT)                                                               \
     GEMVQ_KERNEL(name, FMT, 1, 1)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 1)                                                              \
     GEMVQ_KERNEL(name, FMT, 4, 1)                                                              \
-    GEMVQ_KERNEL_U(name, FMT, 1, 1)                                                            \
-    GEMVQ_KERNEL_U(name, FMT, 2, 1)                                                            \
-    GEMVQ_KERNEL_U(name, FMT, 4, 1)                                                            \
+    GEMVQ_KERNEL_U1(name, FMT, 1)                                                              \
+    GEMVQ_KERNEL_U1(name, FMT, 2)                                                              \
+    GEMVQ_KERNEL_U1(name, FMT, 4)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 2)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 3)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 4)                                                              \

@@ -51,29 +51,39 @@ fn gemv_rows_per_block(dtype: DType, n_cols: usize) -> usize {
 }
 
 /// The one-column F16 GEMV kernel for rows of `k` weights, as `(rows per
-/// block, kernel name tag)`: `fused_gemv[_glu]_f16_<tag>_c1` (no tag: the
+/// block, kernel name tag)`: [`f16_shape_for`], with
+/// `FUSED_CUDA_F16_SHAPE` from the environment.
+fn f16_shape(k: usize, n_cols: usize) -> Option<(usize, &'static str)> {
+    f16_shape_for(
+        k,
+        n_cols,
+        std::env::var("FUSED_CUDA_F16_SHAPE").ok().as_deref(),
+    )
+}
+
+/// The one-column F16 GEMV kernel for rows of `k` weights, as `(rows per
+/// block, kernel name tag)`: `fused_gemv[_glu]_f16_<tag>_c1` (`None`: the
 /// default kernel of every format, 4 units of 8 weights in flight per lane).
 /// A lane requests its first step of weights before the dependency wait, so
 /// its step covers the lane's whole row where it can: 8 units up to K =
 /// 8192, 16 up to 16384 (`u8`, `u16`; more units per lane than 16 use the
 /// default). From `cuda-bench` on the H200 (2026-12-01 08:27 UTC, two
-/// binaries × two runs, % of copy): at 4096 × 14336 `u16` 90–91 % against
-/// 86–87 % (`u8` 82–83 %), at 32768 × 8192 `u8` 102–103 % against
-/// 100–101 % (`u16` 88–89 %). `FUSED_CUDA_F16_SHAPE` (`u4`, `u8`, `u16`,
-/// or `r2`: 2 rows per block) overrides the choice for A/B runs; every
-/// shape computes the same sums in the same order.
-fn f16_shape(k: usize, n_cols: usize) -> Option<(usize, &'static str)> {
+/// binaries × two runs, % of each run's 16-byte copy kernel, 4274–4284
+/// GB/s): at 4096 × 14336 `u16` 90–91 % against 86–87 % (`u8` 82–83 %), at
+/// 32768 × 8192 `u8` 102–103 % against 100–101 % (`u16` 88–89 %).
+/// `forced` (`u4`, `u8`, `u16`, or `r2`: 2 rows per block) overrides the
+/// choice for A/B runs; every shape computes the same sums in the same
+/// order.
+fn f16_shape_for(k: usize, n_cols: usize, forced: Option<&str>) -> Option<(usize, &'static str)> {
     if n_cols != 1 {
         return None;
     }
-    if let Ok(v) = std::env::var("FUSED_CUDA_F16_SHAPE") {
-        match v.as_str() {
-            "u4" => return None,
-            "r2" => return Some((2, "r2")),
-            "u8" => return Some((1, "u8")),
-            "u16" => return Some((1, "u16")),
-            _ => {}
-        }
+    match forced {
+        Some("u4") => return None,
+        Some("r2") => return Some((2, "r2")),
+        Some("u8") => return Some((1, "u8")),
+        Some("u16") => return Some((1, "u16")),
+        _ => {}
     }
     match k.div_ceil(8 * GEMV_BLOCK as usize) {
         5..=8 => Some((1, "u8")),
@@ -613,39 +623,49 @@ mod tests {
 
     #[test]
     fn one_column_f16_kernels_take_a_lanes_whole_row_in_one_step() {
-        if std::env::var_os("FUSED_CUDA_F16_SHAPE").is_some() {
-            println!("skipped: FUSED_CUDA_F16_SHAPE is set");
-            return;
-        }
-        let id = Activation::Identity;
-        // (K, n_cols, kernel): a lane's units of 8 weights per row are
+        // (K, n_cols, shape): a lane's units of 8 weights per row are
         // K / 1024; the step covers them up to 16.
-        for (k, n_cols, glu, want) in [
-            (4096, 1, false, "fused_gemv_f16_c1"),
-            (4104, 1, false, "fused_gemv_f16_u8_c1"),
-            (8192, 1, true, "fused_gemv_glu_f16_u8_c1"),
-            (11008, 1, false, "fused_gemv_f16_u16_c1"),
-            (14336, 1, true, "fused_gemv_glu_f16_u16_c1"),
-            (16384, 1, false, "fused_gemv_f16_u16_c1"),
-            (16392, 1, false, "fused_gemv_f16_c1"),
-            (14336, 2, false, "fused_gemv_f16_c2"),
+        for (k, n_cols, want) in [
+            (4096, 1, None),
+            (4104, 1, Some((1, "u8"))),
+            (8192, 1, Some((1, "u8"))),
+            (11008, 1, Some((1, "u16"))),
+            (14336, 1, Some((1, "u16"))),
+            (16384, 1, Some((1, "u16"))),
+            (16392, 1, None),
+            (14336, 2, None),
         ] {
+            assert_eq!(
+                f16_shape_for(k, n_cols, None),
+                want,
+                "K = {k}, {n_cols} columns"
+            );
+        }
+        // A forced shape wins at one column only; an unknown one is ignored.
+        assert_eq!(f16_shape_for(14336, 1, Some("u4")), None);
+        assert_eq!(f16_shape_for(4096, 1, Some("r2")), Some((2, "r2")));
+        assert_eq!(f16_shape_for(4096, 1, Some("u16")), Some((1, "u16")));
+        assert_eq!(f16_shape_for(4096, 2, Some("u16")), None);
+        assert_eq!(f16_shape_for(8192, 1, Some("x")), Some((1, "u8")));
+        // The launch names the shape's kernel and covers every row.
+        let id = Activation::Identity;
+        for (k, glu) in [(4096, false), (8192, true), (14336, true)] {
             let sh = GemvShape {
                 dtype: DType::F16,
                 rows: 7,
                 cols: k,
                 row_bytes: 2 * k,
-                n_cols,
+                n_cols: 1,
             };
             let l = Launch::gemv(sh, 1, glu.then_some(5), id, 2, 3, epi()).unwrap();
             let Some(Launch::Gemv { name, grid, .. }) = l else {
                 panic!("{l:?}")
             };
-            assert_eq!(
-                (name.as_str(), grid),
-                (want, 7),
-                "K = {k}, {n_cols} columns"
-            );
+            let (r, tag) =
+                f16_shape(k, 1).map_or((1, String::new()), |(r, t)| (r, format!("_{t}")));
+            let glu = if glu { "glu_" } else { "" };
+            assert_eq!(name, format!("fused_gemv_{glu}f16{tag}_c1"), "K = {k}");
+            assert_eq!(grid as usize, 7usize.div_ceil(r), "K = {k}");
         }
         // BF16 shares the code but keeps the default shape (not measured).
         let sh = GemvShape {
