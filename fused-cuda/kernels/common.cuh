@@ -38,6 +38,39 @@ __device__ __forceinline__ void griddep_enter() {
     griddep_wait();
 }
 
+// How a GEMV launch orders itself against the kernel before it (the
+// `deps` parameter; src/params.rs: Deps). Only the GEMV kernels take it.
+//
+// DEPS_WAIT (the default): as above — let the next kernel start at once,
+// wait before touching shared data.
+// DEPS_TRIGGER_AFTER_WAIT: wait first, then let the next kernel start, so
+// that once the next kernel runs, the kernel before this one has completed
+// (what a following DEPS_INDEPENDENT launch relies on).
+// DEPS_INDEPENDENT: the host guarantees that this launch reads nothing the
+// kernel before it writes and writes nothing that kernel reads or writes
+// (and that kernel was DEPS_TRIGGER_AFTER_WAIT or DEPS_INDEPENDENT itself,
+// so every earlier result is complete when this one starts). It works
+// without waiting, and waits only before it exits: its completion still
+// implies its predecessor's, so a later kernel's wait covers both.
+#define DEPS_WAIT 0u
+#define DEPS_TRIGGER_AFTER_WAIT 1u
+#define DEPS_INDEPENDENT 2u
+
+// First statement of a GEMV: lets the next kernel start unless that must
+// wait for griddep_ready.
+__device__ __forceinline__ void griddep_begin(uint32_t deps) {
+    if (deps != DEPS_TRIGGER_AFTER_WAIT) griddep_launch_dependents();
+}
+// Before a GEMV reads its activations or epilogue operands, or writes.
+__device__ __forceinline__ void griddep_ready(uint32_t deps) {
+    if (deps != DEPS_INDEPENDENT) griddep_wait();
+    if (deps == DEPS_TRIGGER_AFTER_WAIT) griddep_launch_dependents();
+}
+// Last statement of a GEMV block.
+__device__ __forceinline__ void griddep_end(uint32_t deps) {
+    if (deps == DEPS_INDEPENDENT) griddep_wait();
+}
+
 // ------------------------------------------------------------ activations
 // The numbering matches src/params.rs (act_code).
 #define ACT_IDENTITY 0u

@@ -34,6 +34,7 @@
 //   products regrouped per chunk, so equal to the reference up to f32
 //   rounding (worst NMSE seen: tests/gemv.rs).
 #include "common.cuh"
+#include <stddef.h>
 
 // Parameters of one launch (src/params.rs: GemvParams).
 struct GemvParams {
@@ -45,8 +46,13 @@ struct GemvParams {
     uint32_t k;
     uint32_t row_bytes;
     uint32_t glu_act; // GLU: the activation code
+    uint32_t deps;    // DEPS_* (common.cuh)
+    uint32_t pad;
     EpiParams epi;
 };
+// The layouts src/params.rs asserts for its mirrors.
+static_assert(sizeof(EpiParams) == 136 && offsetof(EpiParams, operand) == 72, "EpiParams");
+static_assert(offsetof(GemvParams, deps) == 48 && offsetof(GemvParams, epi) == 56, "GemvParams");
 
 #define FMT_F32 0
 #define FMT_F16 1
@@ -781,14 +787,14 @@ __device__ void gemv(const GemvParams &p) {
     __shared__ float partial[V][WARPS][R * NC];
     const uint32_t row0 = blockIdx.x * R;
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    griddep_launch_dependents();
+    griddep_begin(p.deps);
     if (row0 >= p.rows) return; // the whole block leaves together
     // The float formats request their first weights (the gate's, for GLU)
     // before the wait; the other formats, and the up weights, after it.
     FloatFirst<FMT, R, FU> first[V];
     if constexpr (is_float_fmt(FMT))
         first[0] = float_rows_first<FMT, R, FU>(p, p.w, row0, lane, warp);
-    griddep_wait();
+    griddep_ready(p.deps);
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     float acc[V][R][NC];
 #pragma unroll
@@ -805,6 +811,7 @@ __device__ void gemv(const GemvParams &p) {
     }
     finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
                                 p.y);
+    griddep_end(p.deps);
 }
 
 #define GEMV_KERNELS_NC(name, FMT, NC)                                                         \
@@ -1036,9 +1043,10 @@ struct GemvQParams {
     uint32_t rows;
     uint32_t k;
     uint32_t glu_act;
-    uint32_t pad;
+    uint32_t deps; // DEPS_* (common.cuh)
     EpiParams epi;
 };
+static_assert(offsetof(GemvQParams, deps) == 60 && offsetof(GemvQParams, epi) == 64, "GemvQParams");
 
 // Activation codes: read by every row group of the launch, cached in L1.
 __device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
@@ -1438,7 +1446,7 @@ __device__ void gemvq(const GemvQParams &p) {
     __shared__ float partial[V][WARPS][R * NC];
     const uint32_t row0 = blockIdx.x * R;
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    griddep_launch_dependents();
+    griddep_begin(p.deps);
     if (row0 >= p.rows) return;
     float acc[V][R][NC];
 #pragma unroll
@@ -1471,7 +1479,7 @@ __device__ void gemvq(const GemvQParams &p) {
     // the kernel before this one finishes.
     const uint32_t first = warp * 32 + lane;
     load_step(first);
-    griddep_wait();
+    griddep_ready(p.deps);
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
         if (u0 != first) load_step(u0);
@@ -1493,6 +1501,7 @@ __device__ void gemvq(const GemvQParams &p) {
     }
     finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
                                 p.y);
+    griddep_end(p.deps);
 }
 
 // Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/launch.rs picks R

@@ -11,11 +11,13 @@
 //! lengths (the backend's *shape shadow*).
 
 use crate::device::{CudaDevice, driver};
+use crate::job::GemvJob;
 use crate::launch::{EwKernel, GemvShape, Launch, ew_len, u32_of};
 use crate::layout;
 use crate::params::EpiParams;
 use crate::pdl;
 use crate::qacts::{QactsLayout, QuantizedActs};
+use crate::schedule::{Access, LaunchKind, overlap_deps};
 use crate::{CudaError, GEMV_DTYPES, KernelForm, LaunchOptions, check_gemv_mode};
 use cust::event::{Event, EventFlags};
 use cust::function::Function;
@@ -25,6 +27,7 @@ use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::error::{Unsupported, check_divides, check_len};
 use fused_core::fwht::FwhtDesc;
+use fused_core::placement::Region;
 use fused_core::reference::gemv::{GluWeights, check_gemm_args};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
@@ -160,6 +163,15 @@ impl DeviceActs {
     pub(crate) fn addr(&self) -> u64 {
         self.buf.as_device_ptr().as_raw()
     }
+}
+
+/// The activations of a GEMV batch, as its launches read them.
+#[derive(Clone, Copy)]
+enum JobActs<'a> {
+    /// `n_cols` f32 columns.
+    F32 { x: &'a DeviceVec, n_cols: usize },
+    /// Quantized as `layout`, at device address `q`.
+    Quantized { layout: QactsLayout, q: u64 },
 }
 
 /// The CUDA backend: a device, its stream, a launch counter.
@@ -439,13 +451,14 @@ impl CudaBackend {
     /// The launch options in effect: [`LaunchOptions::pdl`] only on devices
     /// of compute capability 9.0 and up running the cubin (whose kernels
     /// wait for their predecessor; the portable PTX, built for compute_80,
-    /// has no wait).
+    /// has no wait), [`LaunchOptions::overlap`] only with `pdl`.
     pub fn options(&self) -> LaunchOptions {
         let set = *self.options.lock().unwrap_or_else(|e| e.into_inner());
+        let pdl =
+            set.pdl && self.dev.capability().0 >= 9 && self.dev.kernel_form() == KernelForm::Cubin;
         LaunchOptions {
-            pdl: set.pdl
-                && self.dev.capability().0 >= 9
-                && self.dev.kernel_form() == KernelForm::Cubin,
+            pdl,
+            overlap: set.overlap && pdl,
             ..set
         }
     }
@@ -494,17 +507,8 @@ impl CudaBackend {
         operands: &[&DeviceVec],
         y: &mut DeviceVec,
     ) -> Result<(), CudaError> {
-        self.gemv_launch(
-            w,
-            None,
-            Activation::Identity,
-            x,
-            n_cols,
-            mode,
-            epilogue,
-            operands,
-            y,
-        )
+        let job = GemvJob::new(w, y).with_epilogue(epilogue, operands);
+        self.gemv_batch(x, n_cols, mode, &mut [job])
     }
 
     /// `y = epilogue(act(W_g·x) ⊙ (W_u·x))` on device buffers, one pass over
@@ -523,121 +527,60 @@ impl CudaBackend {
         operands: &[&DeviceVec],
         y: &mut DeviceVec,
     ) -> Result<(), CudaError> {
-        Self::check_glu_pair(gate, up)?;
-        self.gemv_launch(gate, Some(up), act, x, n_cols, mode, epilogue, operands, y)
+        let job = GemvJob::new(gate, y)
+            .with_glu(up, act)
+            .with_epilogue(epilogue, operands);
+        self.gemv_batch(x, n_cols, mode, &mut [job])
     }
 
-    fn check_glu_pair(gate: &DeviceWeights, up: &DeviceWeights) -> Result<(), CudaError> {
-        if gate.dtype != up.dtype || gate.rows != up.rows || gate.cols != up.cols {
-            return Err(Error::ShapeMismatch {
-                what: "GLU gate and up weights",
-                expected: [gate.cols, gate.rows, 1, 1],
-                actual: [up.cols, up.rows, 1, 1],
-            }
-            .into());
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn gemv_launch(
+    /// Every job of `jobs` over the same activations `x` (`n_cols`
+    /// columns, fed per `mode` as in [`CudaBackend::gemv`]; a quantized
+    /// mode quantizes `x` once for the whole batch). Every job is checked
+    /// before anything is enqueued.
+    ///
+    /// The jobs after the first are independent of each other (each writes
+    /// its own output, which no other job reads: [`GemvJob`]'s borrows), so
+    /// on a device with programmatic dependent launch each of them starts
+    /// without waiting for the job before it and overlaps its tail: only the
+    /// first job waits for the kernel before the batch, and the batch's
+    /// last kernel completes only after all of them.
+    pub fn gemv_batch(
         &self,
-        w: &DeviceWeights,
-        up: Option<&DeviceWeights>,
-        act: Activation,
         x: &DeviceVec,
         n_cols: usize,
         mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&DeviceVec],
-        y: &mut DeviceVec,
+        jobs: &mut [GemvJob<'_>],
     ) -> Result<(), CudaError> {
-        check_gemv_mode(w.dtype, mode).map_err(Error::from)?;
-        let (m, k) = (w.rows, w.cols);
-        let lens: Vec<usize> = operands.iter().map(|o| o.len()).collect();
-        self.check_gemv_lengths(epilogue, (m, k, n_cols), x.len(), &lens, y.len())?;
-        if mode != ActQuant::F32 {
-            if n_cols == 0 || m == 0 {
-                return Ok(());
-            }
-            let mut guard = self.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
-            let layout = QactsLayout::new(mode, k, n_cols)?;
-            if guard.as_ref().is_none_or(|b| b.len() < layout.bytes) {
-                self.dev.make_current()?;
-                *guard = None;
-                *guard = Some(
-                    DeviceBuffer::zeroed(layout.bytes)
-                        .map_err(driver("allocate quantized activations"))?,
-                );
-                // The zero fill runs on the legacy stream, which the
-                // backend's stream does not wait for.
-                self.synchronize_context()?;
-            }
-            let q = guard.as_ref().map_or(0, |b| b.as_device_ptr().as_raw());
-            // SAFETY: x holds n_cols·k f32 (checked above) and the scratch
-            // at least layout.bytes; both outlive the enqueued work (device
-            // memory is freed only by cuMemFree, which waits for the device).
-            unsafe { self.enqueue_opt(Launch::quantize(&layout, x.addr(), q)?)? };
-            return self.gemv_q_launch(w, up, act, &layout, q, epilogue, operands, y);
+        for job in jobs.iter() {
+            self.check_gemv_job(job, mode, n_cols, x.len())?;
         }
-        let epi = EpiParams::new(epilogue, |slot| operands[slot].addr());
-        let shape = GemvShape {
-            dtype: w.dtype,
-            rows: m,
-            cols: k,
-            row_bytes: w.row_bytes,
-            n_cols,
-        };
-        let l = Launch::gemv(
-            shape,
-            w.buf.as_device_ptr().as_raw(),
-            up.map(|u| u.buf.as_device_ptr().as_raw()),
-            act,
-            x.addr(),
-            y.addr(),
-            epi,
-        )?;
-        // SAFETY: the weights hold `m` rows of `row_bytes` in the kernels'
-        // layout (both of them for GLU, checked equal by the caller), `x`
-        // n_cols·k and `y` n_cols·m f32 (checked above), each epilogue
-        // operand the length `bind` checked (n_cols·m, or m for a row bias);
-        // device vectors are 256-byte aligned (cuMemAlloc); the kernel
-        // touches rows < m, columns < n_cols only; all are borrowed for
-        // this call and freed only by cuMemFree, which waits for the device.
-        unsafe { self.enqueue_opt(l) }
-    }
-
-    /// The integer GEMV on activations quantized at `q` (as `layout`).
-    /// The caller has checked the mode against the weights and every
-    /// length but the epilogue's (checked here).
-    #[allow(clippy::too_many_arguments)]
-    fn gemv_q_launch(
-        &self,
-        w: &DeviceWeights,
-        up: Option<&DeviceWeights>,
-        act: Activation,
-        layout: &QactsLayout,
-        q: u64,
-        epilogue: &Epilogue,
-        operands: &[&DeviceVec],
-        y: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        let int_addr = |d: &DeviceWeights| {
-            d.int_addr()
-                .ok_or(Error::Unsupported(Unsupported::ActQuant(layout.mode)))
-        };
-        let wa = int_addr(w)?;
-        let ua = up.map(int_addr).transpose()?;
-        let epi = EpiParams::new(epilogue, |slot| operands[slot].addr());
-        let l = Launch::gemv_q(w.dtype, w.rows, layout, wa, ua, act, q, y.addr(), epi)?;
-        // SAFETY: the weights' integer copies hold `rows` rows of K in the
-        // integer layout (both of them for GLU, checked equal), the
-        // quantized activations `layout.bytes` at `q`, `y` n_cols·rows f32
-        // and each epilogue operand the length `bind` checked (by the
-        // caller); the kernel touches rows < rows and columns < n_cols
-        // only; everything is borrowed for the call and freed only by
-        // cuMemFree, which waits for the device.
-        unsafe { self.enqueue_opt(l) }
+        if mode == ActQuant::F32 {
+            let acts = JobActs::F32 { x, n_cols };
+            return self.enqueue_gemv_batch(jobs, acts);
+        }
+        if n_cols == 0 || jobs.iter().all(|j| j.w.rows == 0) {
+            return Ok(());
+        }
+        let mut guard = self.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let layout = QactsLayout::new(mode, x.len() / n_cols, n_cols)?;
+        if guard.as_ref().is_none_or(|b| b.len() < layout.bytes) {
+            self.dev.make_current()?;
+            *guard = None;
+            *guard = Some(
+                DeviceBuffer::zeroed(layout.bytes)
+                    .map_err(driver("allocate quantized activations"))?,
+            );
+            // The zero fill runs on the legacy stream, which the
+            // backend's stream does not wait for.
+            self.synchronize_context()?;
+        }
+        let q = guard.as_ref().map_or(0, |b| b.as_device_ptr().as_raw());
+        // SAFETY: x holds n_cols·k f32 (checked above) and the scratch at
+        // least layout.bytes; both outlive the enqueued work (device memory
+        // is freed only by cuMemFree, which waits for the device), and the
+        // guard keeps other calls from replacing the scratch meanwhile.
+        unsafe { self.enqueue_opt(Launch::quantize(&layout, x.addr(), q)?)? };
+        self.enqueue_gemv_batch(jobs, JobActs::Quantized { layout, q })
     }
 
     /// Quantizes `n_cols` columns of `x` (each of `x.len() / n_cols`
@@ -704,7 +647,8 @@ impl CudaBackend {
         operands: &[&DeviceVec],
         y: &mut DeviceVec,
     ) -> Result<(), CudaError> {
-        self.gemv_quantized_launch(w, None, Activation::Identity, acts, epilogue, operands, y)
+        let job = GemvJob::new(w, y).with_epilogue(epilogue, operands);
+        self.gemv_quantized_batch(acts, &mut [job])
     }
 
     /// [`CudaBackend::gemv_glu`] on activations already quantized.
@@ -719,33 +663,159 @@ impl CudaBackend {
         operands: &[&DeviceVec],
         y: &mut DeviceVec,
     ) -> Result<(), CudaError> {
-        Self::check_glu_pair(gate, up)?;
-        self.gemv_quantized_launch(gate, Some(up), act, acts, epilogue, operands, y)
+        let job = GemvJob::new(gate, y)
+            .with_glu(up, act)
+            .with_epilogue(epilogue, operands);
+        self.gemv_quantized_batch(acts, &mut [job])
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn gemv_quantized_launch(
+    /// [`CudaBackend::gemv_batch`] on activations already quantized: every
+    /// job's weights take `acts`' mode; the jobs after the first overlap as
+    /// there.
+    pub fn gemv_quantized_batch(
         &self,
-        w: &DeviceWeights,
-        up: Option<&DeviceWeights>,
-        act: Activation,
         acts: &DeviceActs,
-        epilogue: &Epilogue,
-        operands: &[&DeviceVec],
-        y: &mut DeviceVec,
+        jobs: &mut [GemvJob<'_>],
     ) -> Result<(), CudaError> {
         let l = acts.layout;
-        check_gemv_mode(w.dtype, l.mode).map_err(Error::from)?;
-        let lens: Vec<usize> = operands.iter().map(|o| o.len()).collect();
+        for job in jobs.iter() {
+            self.check_gemv_job(job, l.mode, l.n_cols, l.k * l.n_cols)?;
+            check_len("quantized activation column", job.w.cols, l.k)?;
+        }
+        let q = acts.addr();
+        self.enqueue_gemv_batch(jobs, JobActs::Quantized { layout: l, q })
+    }
+
+    /// The checks of one GEMV job on activations of `x_len` elements in
+    /// `n_cols` columns fed per `mode`: the GLU pair, the mode against the
+    /// format, every length.
+    fn check_gemv_job(
+        &self,
+        job: &GemvJob<'_>,
+        mode: ActQuant,
+        n_cols: usize,
+        x_len: usize,
+    ) -> Result<(), CudaError> {
+        let w = job.w;
+        if let Some((up, _)) = job.glu {
+            Self::check_glu_pair(w, up)?;
+        }
+        check_gemv_mode(w.dtype, mode).map_err(Error::from)?;
+        if mode != ActQuant::F32 && w.int_addr().is_none() {
+            return Err(Error::Unsupported(Unsupported::ActQuant(mode)).into());
+        }
+        let lens: Vec<usize> = job.operands.iter().map(|o| o.len()).collect();
         self.check_gemv_lengths(
-            epilogue,
-            (w.rows, w.cols, l.n_cols),
-            l.k * l.n_cols,
+            job.epilogue,
+            (w.rows, w.cols, n_cols),
+            x_len,
             &lens,
-            y.len(),
-        )?;
-        check_len("quantized activation column", w.cols, l.k)?;
-        self.gemv_q_launch(w, up, act, &l, acts.addr(), epilogue, operands, y)
+            job.y.len(),
+        )
+    }
+
+    fn check_glu_pair(gate: &DeviceWeights, up: &DeviceWeights) -> Result<(), CudaError> {
+        if gate.dtype != up.dtype || gate.rows != up.rows || gate.cols != up.cols {
+            return Err(Error::ShapeMismatch {
+                what: "GLU gate and up weights",
+                expected: [gate.cols, gate.rows, 1, 1],
+                actual: [up.cols, up.rows, 1, 1],
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The launch of one checked job ([`CudaBackend::check_gemv_job`]) on
+    /// `acts`; `None` for nothing to do.
+    fn gemv_job_launch(
+        &self,
+        job: &GemvJob<'_>,
+        acts: JobActs<'_>,
+    ) -> Result<Option<Launch>, CudaError> {
+        let w = job.w;
+        let epi = EpiParams::new(job.epilogue, |slot| job.operands[slot].addr());
+        let (up, act) = job
+            .glu
+            .map_or((None, Activation::Identity), |(u, a)| (Some(u), a));
+        match acts {
+            JobActs::F32 { x, n_cols } => {
+                let shape = GemvShape {
+                    dtype: w.dtype,
+                    rows: w.rows,
+                    cols: w.cols,
+                    row_bytes: w.row_bytes,
+                    n_cols,
+                };
+                let up = up.map(|u| u.buf.as_device_ptr().as_raw());
+                let w = w.buf.as_device_ptr().as_raw();
+                Launch::gemv(shape, w, up, act, x.addr(), job.y.addr(), epi)
+            }
+            JobActs::Quantized { layout, q } => {
+                let int_addr = |d: &DeviceWeights| {
+                    d.int_addr()
+                        .ok_or(Error::Unsupported(Unsupported::ActQuant(layout.mode)))
+                };
+                let (wa, ua) = (int_addr(w)?, up.map(int_addr).transpose()?);
+                Launch::gemv_q(w.dtype, w.rows, &layout, wa, ua, act, q, job.y.addr(), epi)
+            }
+        }
+    }
+
+    /// Enqueues the launches of the checked `jobs` on `acts`: one alone
+    /// waits as every kernel does; in a batch the first waits and only then
+    /// lets the next start, and the others run independent of the job before
+    /// them (`schedule::Deps`, `schedule::overlap_deps`).
+    fn enqueue_gemv_batch(
+        &self,
+        jobs: &mut [GemvJob<'_>],
+        acts: JobActs<'_>,
+    ) -> Result<(), CudaError> {
+        let (x, x_bytes) = match acts {
+            JobActs::F32 { x, .. } => (x.addr(), 4 * x.len() as u64),
+            JobActs::Quantized { layout, q } => (q, layout.bytes as u64),
+        };
+        let region = |offset: u64, size: u64| Region {
+            slot: (),
+            offset,
+            size,
+        };
+        let vec_region = |v: &DeviceVec| region(v.addr(), 4 * v.len() as u64);
+        let mut launches = Vec::with_capacity(jobs.len());
+        let mut access = Vec::with_capacity(jobs.len());
+        for job in jobs.iter() {
+            if let Some(l) = self.gemv_job_launch(job, acts)? {
+                launches.push(l);
+                let mut reads = vec![region(x, x_bytes)];
+                reads.extend(job.operands.iter().map(|o| vec_region(o)));
+                access.push(Access {
+                    kind: LaunchKind::Gemv,
+                    reads,
+                    writes: vec![vec_region(job.y)],
+                });
+            }
+        }
+        // The jobs' borrows already rule out every hazard between them, so
+        // all but the first come out independent; the same rule as the
+        // device plan's keeps that checked.
+        for (l, deps) in launches.iter_mut().zip(overlap_deps(&access)) {
+            l.set_deps(deps);
+        }
+        for l in &launches {
+            // SAFETY: every job was checked (check_gemv_job): its weights
+            // hold `rows` rows of K in the layout its launch reads (both of
+            // them for GLU, checked equal), the activations n_cols·K f32 or
+            // `layout.bytes` quantized bytes, `y` n_cols·rows f32 and each
+            // epilogue operand the length `bind` checked; device vectors
+            // are 256-byte aligned (cuMemAlloc); the kernels touch rows <
+            // rows and columns < n_cols only. The jobs' outputs are
+            // borrowed mutably and everything else shared, for the whole
+            // call, so no job writes what another reads or writes, which is
+            // what Deps::Independent requires; device memory is freed only
+            // by cuMemFree, which waits for the device.
+            unsafe { self.enqueue(l)? };
+        }
+        Ok(())
     }
 
     /// [`CudaBackend::gemv`] on host slices: uploads, runs, downloads.

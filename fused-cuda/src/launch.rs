@@ -12,6 +12,7 @@ use crate::backend::CudaBackend;
 use crate::device::check_result;
 use crate::params::{EpiParams, FwhtParams, GemvParams, GemvQParams, QuantParams, act_code};
 use crate::qacts::QactsLayout;
+use crate::schedule::Deps;
 use crate::{CudaError, MAX_COLS};
 use fused_core::element::Activation;
 use fused_core::fwht::FwhtDesc;
@@ -343,6 +344,8 @@ impl Launch {
             k: u32_of("weight columns", k)?,
             row_bytes: u32_of("weight row bytes", row_bytes)?,
             glu_act: act_code(act),
+            deps: Deps::Wait,
+            pad: 0,
             epi,
         };
         let shape = (dtype == DType::F16)
@@ -422,7 +425,7 @@ impl Launch {
             rows: u32_of("weight rows", rows)?,
             k: u32_of("weight columns", layout.k)?,
             glu_act: act_code(act),
-            pad: 0,
+            deps: Deps::Wait,
             epi,
         };
         let r = gemvq_rows_per_block(dtype, n_cols, rows);
@@ -486,6 +489,16 @@ impl Launch {
         }))
     }
 
+    /// Orders this launch against the kernel before it on the stream as
+    /// `deps` (GEMV launches; the other kernels always wait first).
+    pub(crate) fn set_deps(&mut self, deps: Deps) {
+        match self {
+            Launch::Gemv { params, .. } => params.deps = deps,
+            Launch::GemvQ { params, .. } => params.deps = deps,
+            _ => {}
+        }
+    }
+
     /// An element-wise kernel over `n` elements; `None` when `n` is 0.
     pub(crate) fn ew(kernel: EwKernel, n: usize) -> Result<Option<Launch>, CudaError> {
         let n = ew_len(n)?;
@@ -509,6 +522,7 @@ impl CudaBackend {
             Launch::Gemv { name, grid, params } => {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
+                params.deps = self.deps_in_effect(params.deps);
                 // SAFETY: one GemvParams argument, as every GEMV kernel
                 // takes; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
@@ -521,6 +535,7 @@ impl CudaBackend {
             Launch::GemvQ { name, grid, params } => {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
+                params.deps = self.deps_in_effect(params.deps);
                 // SAFETY: one GemvQParams argument, as every integer GEMV
                 // kernel takes; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
@@ -575,6 +590,17 @@ impl CudaBackend {
                 self.count_launch();
                 Ok(())
             }
+        }
+    }
+
+    /// A GEMV launch's `deps` as launched: as built where
+    /// [`LaunchOptions::overlap`](crate::LaunchOptions::overlap) is on, else
+    /// waiting like every other kernel.
+    fn deps_in_effect(&self, deps: Deps) -> Deps {
+        if self.options().overlap {
+            deps
+        } else {
+            Deps::Wait
         }
     }
 

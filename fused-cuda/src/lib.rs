@@ -9,6 +9,9 @@
 //!   before the store;
 //! - [`CudaBackend::gemv_glu`]: the gated dual form `act(W_g·x) ⊙ (W_u·x)`,
 //!   then an epilogue, in one pass;
+//! - [`CudaBackend::gemv_batch`]: several GEMVs ([`GemvJob`]) over the same
+//!   activations (quantized once), each after the first overlapping the one
+//!   before it instead of waiting for it;
 //! - [`CudaBackend::fwht`]: the signed or unsigned FWHT of every
 //!   N = 2^k (2..=32768), the sign multiply fused into the load;
 //! - the unfused element-wise kernels (add, mul, unary activation, GLU, row
@@ -85,6 +88,7 @@
 
 mod error;
 mod exec;
+mod job;
 mod options;
 mod plan;
 
@@ -105,6 +109,8 @@ mod pdl;
 #[cfg(feature = "cuda")]
 mod plan_exec;
 mod qacts;
+#[cfg(any(feature = "cuda", test))]
+mod schedule;
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
@@ -114,6 +120,7 @@ pub use backend::{CudaBackend, DeviceActs, DeviceVec, DeviceWeights};
 #[cfg(feature = "cuda")]
 pub use device::CudaDevice;
 pub use error::CudaError;
+pub use job::GemvJob;
 pub use options::LaunchOptions;
 pub use plan::{DevicePlanStats, Submission};
 #[cfg(feature = "cuda")]

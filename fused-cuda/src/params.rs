@@ -1,6 +1,7 @@
 //! Kernel parameter blocks: `#[repr(C)]` mirrors of the structs in
 //! `kernels/*.cu(h)`, field for field, passed by value to the kernels.
 
+use crate::schedule::Deps;
 use cust::memory::DeviceCopy;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES, Stage};
@@ -67,6 +68,8 @@ pub(crate) struct GemvParams {
     pub(crate) k: u32,
     pub(crate) row_bytes: u32,
     pub(crate) glu_act: u32,
+    pub(crate) deps: Deps,
+    pub(crate) pad: u32,
     pub(crate) epi: EpiParams,
 }
 
@@ -95,7 +98,7 @@ pub(crate) struct GemvQParams {
     pub(crate) rows: u32,
     pub(crate) k: u32,
     pub(crate) glu_act: u32,
-    pub(crate) pad: u32,
+    pub(crate) deps: Deps,
     pub(crate) epi: EpiParams,
 }
 
@@ -130,7 +133,9 @@ const _: () = {
     assert!(core::mem::size_of::<EpiParams>() == 4 + 32 + 32 + 4 + 64);
     assert!(core::mem::offset_of!(EpiParams, early) == 68);
     assert!(core::mem::offset_of!(EpiParams, operand) == 72);
-    assert!(core::mem::offset_of!(GemvParams, epi) == 48);
+    assert!(core::mem::offset_of!(GemvParams, deps) == 48);
+    assert!(core::mem::offset_of!(GemvParams, epi) == 56);
+    assert!(core::mem::offset_of!(GemvQParams, deps) == 60);
     assert!(core::mem::size_of::<FwhtParams>() == 40);
     assert!(core::mem::size_of::<QuantParams>() == 40);
     assert!(core::mem::offset_of!(GemvQParams, epi) == 64);

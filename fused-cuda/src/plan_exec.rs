@@ -20,7 +20,14 @@
 //! - in a quantized activation mode (`GemvMode::Ggml` with quantized
 //!   weights) each GEMV step first quantizes its activation input
 //!   once (a gated GEMV once for both weights) into one scratch buffer that
-//!   every step reuses, counted in [`DevicePlanStats::quantizations`].
+//!   every step reuses, counted in [`DevicePlanStats::quantizations`]; a
+//!   step whose input the latest quantization already holds (nothing wrote
+//!   that input or the scratch since, in the same layout: the unfused gate
+//!   and up GEMVs of one input) reads it without quantizing again;
+//! - every launch's reads and writes are recorded, and a GEMV step that
+//!   has no hazard with the GEMVs it would overlap (`src/schedule.rs`)
+//!   starts without waiting for them where
+//!   [`LaunchOptions::overlap`](crate::LaunchOptions::overlap) is on.
 //!
 //! Device-to-device copies (`cuMemcpyDtoDAsync`, on the same stream and
 //! counted in [`DevicePlanStats::copies`]) stand in where a tensor cannot be
@@ -72,6 +79,7 @@ use crate::device::driver;
 use crate::launch::{EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, u32_of};
 use crate::params::EpiParams;
 use crate::qacts::QactsLayout;
+use crate::schedule::{Access, LaunchKind, overlap_deps};
 use crate::{CudaError, DevicePlanStats, Submission};
 
 /// Which buffer a region lies in.
@@ -139,7 +147,23 @@ struct Builder<'a, 'd> {
     launches: Vec<Launch>,
     /// Graph-buffer regions the launches write.
     written: Vec<Region>,
+    /// What each launch of `launches` reads and writes (same order).
+    access: Vec<Access<Slot>>,
+    /// What the next kernel launch reads and writes, gathered by `read`
+    /// and `write` until `launch` records it.
+    pending: (Vec<Region>, Vec<Region>),
+    /// The latest activation quantization.
+    last_quant: Option<Quantized>,
     stats: DevicePlanStats,
+}
+
+/// One activation quantization of a plan: its input, layout, output and
+/// the index of its launch.
+struct Quantized {
+    x: Vec<Region>,
+    layout: QactsLayout,
+    q: Region,
+    at: usize,
 }
 
 impl Builder<'_, '_> {
@@ -183,22 +207,51 @@ impl Builder<'_, '_> {
     /// (the stream orders each step's quantizer and GEMV), replaced by a
     /// larger one when a step needs more (launches built earlier keep the
     /// old one, which the plan keeps too).
-    fn act_scratch(&mut self, size: usize) -> Result<u64, CudaError> {
+    fn act_scratch(&mut self, size: usize) -> Result<Region, CudaError> {
         match self.act_scratch {
-            Some((slot, have)) if have >= size => Ok(self.addr(Region {
+            Some((slot, have)) if have >= size => Ok(Region {
                 slot: Slot::Scratch(slot),
                 offset: 0,
-                size: have as u64,
-            })),
+                size: size as u64,
+            }),
             _ => {
                 let r = self.scratch(size as u64)?;
                 let Slot::Scratch(slot) = r.slot else {
                     unreachable!("scratch() returns a scratch region")
                 };
                 self.act_scratch = Some((slot, size));
-                Ok(self.addr(r))
+                Ok(r)
             }
         }
+    }
+
+    /// Appends `l` with what it reads and writes.
+    fn push(&mut self, l: Launch, reads: Vec<Region>, writes: Vec<Region>) {
+        let kind = match l {
+            Launch::Gemv { .. } | Launch::GemvQ { .. } => LaunchKind::Gemv,
+            Launch::Copy { .. } => LaunchKind::Copy,
+            _ => LaunchKind::Kernel,
+        };
+        self.launches.push(l);
+        self.access.push(Access {
+            kind,
+            reads,
+            writes,
+        });
+    }
+
+    /// The quantized activations of `x` (the regions its quantizer reads)
+    /// in `layout`, when the latest quantization made them and nothing
+    /// since wrote its input or its output.
+    fn quantized(&self, x: &[Region], layout: &QactsLayout) -> Option<Region> {
+        let last = self.last_quant.as_ref()?;
+        let same = last.x == x && last.layout == *layout;
+        let kept = self.access[last.at + 1..].iter().all(|a| {
+            a.writes
+                .iter()
+                .all(|w| !w.overlaps(&last.q) && last.x.iter().all(|r| !w.overlaps(r)))
+        });
+        (same && kept).then_some(last.q)
     }
 
     /// Appends the copy of `src` into `dst` (same size), counted.
@@ -208,11 +261,12 @@ impl Builder<'_, '_> {
         }
         self.stats.copies += 1;
         self.stats.copy_bytes += src.size;
-        self.launches.push(Launch::Copy {
+        let l = Launch::Copy {
             src: self.addr(src),
             dst: self.addr(dst),
             bytes: src.size as usize,
-        });
+        };
+        self.push(l, vec![src], vec![dst]);
     }
 
     /// The address a kernel that writes `dst` reads f32 tensor `t` from: in
@@ -232,10 +286,12 @@ impl Builder<'_, '_> {
         let r = self.region(t)?;
         let in_place = placement::reads_in_place(t, dst, per_element)?;
         if in_place && r.offset.is_multiple_of(align) {
+            self.pending.0.push(r);
             return Ok(self.addr(r));
         }
         let s = self.scratch(r.size)?;
         self.copy(r, s);
+        self.pending.0.push(s);
         Ok(self.addr(s))
     }
 
@@ -247,18 +303,21 @@ impl Builder<'_, '_> {
         let r = self.region(t)?;
         self.written.push(r);
         if r.offset.is_multiple_of(F32_ALIGN) {
+            self.pending.1.push(r);
             return Ok((self.addr(r), None));
         }
         let s = self.scratch(r.size)?;
+        self.pending.1.push(s);
         Ok((self.addr(s), Some((s, r))))
     }
 
-    /// Appends the step's launch (if any), then the copy of a scratch
-    /// output to its place.
+    /// Appends the step's launch (if any) with what `read` and `write`
+    /// gathered for it, then the copy of a scratch output to its place.
     fn launch(&mut self, l: Option<Launch>, out: Option<(Region, Region)>) {
+        let (reads, writes) = std::mem::take(&mut self.pending);
         if let Some(l) = l {
             self.stats.launches += 1;
-            self.launches.push(l);
+            self.push(l, reads, writes);
             if let Some((s, place)) = out {
                 self.copy(s, place);
             }
@@ -330,6 +389,7 @@ impl Builder<'_, '_> {
             dst: ya,
             bytes: r.size as usize,
         });
+        self.pending.0.push(r);
         self.launch(l, out);
         Ok(())
     }
@@ -396,6 +456,7 @@ impl CommandSink for Builder<'_, '_> {
         };
         let what = "device plan GEMV activations (must be F32)";
         let xa = self.read(x, dst, false, GEMV_X_ALIGN, what)?;
+        let x_reads = std::mem::take(&mut self.pending.0);
         let mut op_addrs = [0u64; MAX_STAGES];
         for (a, d) in op_addrs.iter_mut().zip(&descs) {
             if let Some(d) = d {
@@ -408,15 +469,30 @@ impl CommandSink for Builder<'_, '_> {
         let act = up.map_or(Activation::Identity, |(_, a)| a);
         let epi = EpiParams::new(epilogue, |slot| op_addrs[slot]);
         if mode != ActQuant::F32 {
-            // Quantized once into the plan's activation scratch, then the
-            // integer GEMV (gate and up both) reads it.
+            // Quantized once into the plan's activation scratch (unless the
+            // latest quantization left it there), then the integer GEMV
+            // (gate and up both) reads it.
             let layout = QactsLayout::new(mode, k, n)?;
-            let q = self.act_scratch(layout.bytes)?;
-            if let Some(l) = Launch::quantize(&layout, xa, q)? {
-                self.stats.launches += 1;
-                self.stats.quantizations += 1;
-                self.launches.push(l);
-            }
+            let qr = match self.quantized(&x_reads, &layout) {
+                Some(qr) => qr,
+                None => {
+                    let qr = self.act_scratch(layout.bytes)?;
+                    if let Some(l) = Launch::quantize(&layout, xa, self.addr(qr))? {
+                        self.stats.launches += 1;
+                        self.stats.quantizations += 1;
+                        self.push(l, x_reads.clone(), vec![qr]);
+                        self.last_quant = Some(Quantized {
+                            x: x_reads,
+                            layout,
+                            q: qr,
+                            at: self.access.len() - 1,
+                        });
+                    }
+                    qr
+                }
+            };
+            self.pending.0.push(qr);
+            let q = self.addr(qr);
             let int_addr = |d: &DeviceWeights| {
                 d.int_addr()
                     .ok_or(Error::Unsupported(Unsupported::ActQuant(mode)))
@@ -427,6 +503,7 @@ impl CommandSink for Builder<'_, '_> {
             self.launch(l, out);
             return Ok(());
         }
+        self.pending.0.extend(x_reads);
         let wd = &self.weights[wi].1;
         let shape = GemvShape {
             dtype: w.dtype(),
@@ -569,6 +646,9 @@ impl<'a> DevicePlan<'a> {
             weights: Vec::new(),
             launches: Vec::new(),
             written: Vec::new(),
+            access: Vec::new(),
+            pending: (Vec::new(), Vec::new()),
+            last_quant: None,
             stats: DevicePlanStats::default(),
         };
         for step in &plan.steps {
@@ -615,10 +695,16 @@ impl<'a> DevicePlan<'a> {
         let Builder {
             scratch,
             weights,
-            launches,
+            mut launches,
+            access,
             stats,
             ..
         } = b;
+        // GEMVs that may overlap the GEMVs before them do so where
+        // LaunchOptions::overlap is on (the launch applies it).
+        for (l, deps) in launches.iter_mut().zip(overlap_deps(&access)) {
+            l.set_deps(deps);
+        }
         Ok(DevicePlan {
             graph: None,
             backend,

@@ -1,7 +1,9 @@
 //! The backend when the crate is built without the `cuda` feature: the same
 //! public API as the real one, and no value of its types can exist.
 
-use crate::{CudaError, DevicePlanStats, KernelForm, LaunchOptions, QuantizedActs, Submission};
+use crate::{
+    CudaError, DevicePlanStats, GemvJob, KernelForm, LaunchOptions, QuantizedActs, Submission,
+};
 use core::convert::Infallible;
 use fused_core::DType;
 use fused_core::element::Activation;
@@ -190,6 +192,15 @@ impl CudaBackend {
     ) -> Result<(), CudaError> {
         match self.never {}
     }
+    pub fn gemv_batch(
+        &self,
+        _x: &DeviceVec,
+        _n_cols: usize,
+        _mode: ActQuant,
+        _jobs: &mut [GemvJob<'_>],
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
     pub fn quantize_acts(
         &self,
         _mode: ActQuant,
@@ -221,6 +232,13 @@ impl CudaBackend {
         _epilogue: &Epilogue,
         _operands: &[&DeviceVec],
         _y: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    pub fn gemv_quantized_batch(
+        &self,
+        _acts: &DeviceActs,
+        _jobs: &mut [GemvJob<'_>],
     ) -> Result<(), CudaError> {
         match self.never {}
     }

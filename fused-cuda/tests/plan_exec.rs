@@ -16,7 +16,7 @@ use fused_core::quant::quantize_row;
 use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
-use fused_cuda::{CudaBackend, CudaError, DevicePlan, DevicePlanStats, Submission};
+use fused_cuda::{CudaBackend, CudaError, DevicePlan, DevicePlanStats, LaunchOptions, Submission};
 
 /// Hidden and FFN sizes of the test layer (whole Q4_0 tiles and a rest).
 const H: usize = 1280;
@@ -163,22 +163,27 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
         return;
     };
     // GemvMode::Ggml: Q4_0 with Q8_0 activations, Q5_1 with Q8_1 and Q6_K
-    // with Q8_K, quantized on the device once per GEMV step (the gated GEMV
-    // once for both weights).
-    for (dtype, mode) in [
+    // with Q8_K, quantized on the device once per GEMV input (the gated
+    // GEMV once for both weights; the unfused gate and up GEMVs, which read
+    // the same input, once for both too). With LaunchOptions::overlap the
+    // unfused up GEMV runs alongside the gate GEMV.
+    let cases = [
         (DType::F16, GemvMode::F32),
         (DType::Q4_0, GemvMode::F32),
         (DType::Q4_0, GemvMode::Ggml),
         (DType::Q5_1, GemvMode::Ggml),
         (DType::Q6_K, GemvMode::Ggml),
-    ] {
+    ];
+    let saved = b.options();
+    for ((dtype, mode), overlap) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
+        b.set_options(LaunchOptions { overlap, ..saved });
         let (g, mem, out) = decode_layer(dtype);
         let fused = plan(&g);
         let unfused = Plan::unfused(&g);
         assert_eq!(fused.fused_steps(), 3, "{fused:?}");
         let mut outs = Vec::new();
-        for (p, name, gemvs) in [(&fused, "fused", 3), (&unfused, "unfused", 4)] {
-            let what = format!("{dtype} {mode:?} {name}");
+        for (p, name, gemvs) in [(&fused, "fused", 3), (&unfused, "unfused", 3)] {
+            let what = format!("{dtype} {mode:?} {name}, overlap {overlap}");
             let want = host_run_in(&b, &g, p, &mem, mode);
             let (got, stats, launched) = device_run_in(&b, &g, p, &mem, mode);
             assert_same_memory(&got, &want, &what);
@@ -201,6 +206,7 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
             &format!("{dtype} {mode:?}: fused vs unfused"),
         );
     }
+    b.set_options(saved);
 }
 
 #[test]
@@ -209,10 +215,17 @@ fn graph_replay_equals_the_stream_run() {
     let Some(b) = backend_or_skip() else {
         return;
     };
-    for dtype in [DType::F16, DType::Q4_0] {
+    // With LaunchOptions::overlap too: the unfused up GEMV, captured
+    // without its wait, runs alongside the gate GEMV.
+    let saved = b.options();
+    for (dtype, overlap) in [DType::F16, DType::Q4_0]
+        .into_iter()
+        .flat_map(|d| [(d, false), (d, true)])
+    {
+        b.set_options(LaunchOptions { overlap, ..saved });
         let (g, mem, out) = decode_layer(dtype);
         for p in [plan(&g), Plan::unfused(&g)] {
-            let what = format!("{dtype} {} fused steps", p.fused_steps());
+            let what = format!("{dtype} {} fused steps, overlap {overlap}", p.fused_steps());
             let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
             dp.upload(&mem).unwrap();
             dp.run().unwrap();
@@ -238,6 +251,7 @@ fn graph_replay_equals_the_stream_run() {
             assert_bits_eq(&timed, &f32s(&stream, &g, out), &what);
         }
     }
+    b.set_options(saved);
 }
 
 #[test]

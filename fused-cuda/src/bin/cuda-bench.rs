@@ -8,7 +8,9 @@
 //! floor (tiny dependent GEMVs whose bytes take no time); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
-//! the copy ceiling; the other weight formats at 4096×14336, 1 column, with
+//! the copy ceiling, each call waiting for the one before it and, in a
+//! last column, the same weight copies as one `gemv_batch` of independent
+//! calls (one output each, the activations shared); the other weight formats at 4096×14336, 1 column, with
 //! f32 activations and in GGML's quantized-activation mode; the
 //! epilogue's cost over a bare GEMV; the signed FWHT
 //! fused against sign multiply + FWHT; a Q4_0 decode layer fused against
@@ -27,7 +29,8 @@ use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_cuda::{
-    CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, LaunchOptions, Submission,
+    CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
+    Submission,
 };
 
 /// Bytes the rotating weight copies must add up to: 4× the H200's 60 MB L2.
@@ -185,12 +188,15 @@ fn run() -> Result<(), CudaError> {
     println!(
         "Activations: f32 (`F32`), or quantized on the device (`Q8_0`, `Q8_1`, `Q8_K`: \
          GGML's CPU modes, integer dot products): \"µs/call\" includes the quantizer \
-         launch, \"GEMV alone\" runs on activations quantized beforehand.\n"
+         launch, \"GEMV alone\" runs on activations quantized beforehand; each call waits \
+         for the one before it. \"batch\": the weight copies as one `gemv_batch` over the \
+         same activations (one quantizer launch per batch, included), one output each: the \
+         calls after a batch's first overlap the call before them.\n"
     );
     println!(
-        "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy |"
+        "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy |"
     );
-    println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (m, k) in [(4096usize, 14336usize), (32768, 8192)] {
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
             let ws = weight_copies(&be, dtype, m, k)?;
@@ -217,9 +223,11 @@ fn run() -> Result<(), CudaError> {
                     }
                 }
                 println!(
-                    "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy |"
+                    "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy |"
                 );
-                println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+                println!(
+                    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+                );
             }
         }
     }
@@ -407,6 +415,24 @@ fn epilogue_cost(
         early_t * 1e3,
         pct(early_t),
         unfused * 1e3
+    );
+    // Batched (independent calls, one output each; operands early), bare
+    // and fused taking turns.
+    be.set_options(early);
+    let mut t_batch: [Vec<f64>; 2] = Default::default();
+    for _round in 0..3 {
+        t_batch[0].push(batch_per_call(be, ws, &x, 1, mode, &Epilogue::NONE, &[])?);
+        t_batch[1].push(batch_per_call(be, ws, &x, 1, mode, &epi, &ops)?);
+    }
+    be.set_options(saved);
+    let [bare_b, fused_b] = t_batch.map(median);
+    println!(
+        "Batched ({mode:?} activations, one quantizer per batch where quantized; {n} \
+         independent calls, one output each): bare {:.2} µs/call, fused silu·mul + residual \
+         {:.2} µs/call ({:+.1}%)",
+        bare_b * 1e3,
+        fused_b * 1e3,
+        100.0 * (fused_b / bare_b - 1.0)
     );
     if mode != ActQuant::F32 {
         let [bare, late_t, early_t] = t_alone.map(median);
@@ -950,22 +976,58 @@ fn gemv_timing(
     })?;
     let moved = (ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
     let pct = |t: f64| 100.0 * moved / t / 1e6 / ceiling;
-    let alone = if mode == ActQuant::F32 {
-        "| | |".to_owned()
-    } else {
-        let q = be.quantize_acts(mode, &x, n_cols)?;
-        let ta = time_calls(be, ws.len() * 2, 25, |i| {
-            be.gemv_quantized(&ws[i % ws.len()], &q, &Epilogue::NONE, &[], &mut y)
-        })?;
-        format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))
+    let q = (mode != ActQuant::F32)
+        .then(|| be.quantize_acts(mode, &x, n_cols))
+        .transpose()?;
+    let alone = match &q {
+        None => "| | |".to_owned(),
+        Some(q) => {
+            let ta = time_calls(be, ws.len() * 2, 25, |i| {
+                be.gemv_quantized(&ws[i % ws.len()], q, &Epilogue::NONE, &[], &mut y)
+            })?;
+            format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))
+        }
     };
+    let tb = batch_per_call(be, ws, &x, n_cols, mode, &Epilogue::NONE, &[])?;
     Ok(format!(
-        "{} | {:.1} | {:.0} | {:.0}% {alone}",
+        "{} | {:.1} | {:.0} | {:.0}% {alone} {:.1} | {:.0}% |",
         ws.len(),
         t * 1e3,
         moved / t / 1e6,
-        pct(t)
+        pct(t),
+        tb * 1e3,
+        pct(tb)
     ))
+}
+
+/// Median milliseconds per GEMV of the weight copies `ws` run as one
+/// `gemv_batch` of independent calls on `x` (`n_cols` columns) fed per
+/// `mode` (a quantized mode: one quantizer launch per batch, included), one
+/// output each, epilogue `epi` over `ops`. The first call of each batch
+/// waits for the batch before it.
+fn batch_per_call(
+    be: &CudaBackend,
+    ws: &[DeviceWeights],
+    x: &DeviceVec,
+    n_cols: usize,
+    mode: ActQuant,
+    epi: &Epilogue,
+    ops: &[&DeviceVec],
+) -> Result<f64, CudaError> {
+    let m = ws[0].rows();
+    let mut ys = ws
+        .iter()
+        .map(|_| be.alloc(m * n_cols))
+        .collect::<Result<Vec<_>, _>>()?;
+    let t = time_calls(be, 2, 25, |_| {
+        let mut jobs: Vec<GemvJob<'_>> = ws
+            .iter()
+            .zip(ys.iter_mut())
+            .map(|(w, y)| GemvJob::new(w, y).with_epilogue(epi, ops))
+            .collect();
+        be.gemv_batch(x, n_cols, mode, &mut jobs)
+    })?;
+    Ok(t / ws.len() as f64)
 }
 
 fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
@@ -976,9 +1038,9 @@ fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
          (\"µs/call\" with the quantizer, \"GEMV alone\" without).\n"
     );
     println!(
-        "| format | acts | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy |"
+        "| format | acts | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for dtype in fused_cuda::GEMV_DTYPES {
         if matches!(dtype, DType::F16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_K) {
             continue;

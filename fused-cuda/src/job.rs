@@ -1,0 +1,72 @@
+//! [`GemvJob`]: one GEMV of a batch over shared activations
+//! ([`CudaBackend::gemv_batch`](crate::CudaBackend::gemv_batch)).
+
+use crate::{DeviceVec, DeviceWeights};
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+
+/// One GEMV of a batch: `y = epilogue(W·x)`, or the gated
+/// `y = epilogue(act(W_g·x) ⊙ (W_u·x))`, over the batch's activations.
+///
+/// The borrows are what make a batch safe to overlap: every job's output
+/// is borrowed mutably for the whole batch, so no output can be another
+/// job's weights, operands or output, nor the batch's activations.
+pub struct GemvJob<'a> {
+    /// The weights (the gate's, for the gated form).
+    pub w: &'a DeviceWeights,
+    /// The gated form: the up weights (same shape and format as `w`) and
+    /// the activation applied to the gate.
+    pub glu: Option<(&'a DeviceWeights, Activation)>,
+    /// The epilogue chain applied before the store.
+    pub epilogue: &'a Epilogue,
+    /// The epilogue's operands, by slot.
+    pub operands: &'a [&'a DeviceVec],
+    /// The output: `n_cols` columns of `w.rows()` floats.
+    pub y: &'a mut DeviceVec,
+}
+
+impl std::fmt::Debug for GemvJob<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GemvJob")
+            .field("w", &(self.w.dtype(), self.w.rows(), self.w.cols()))
+            .field("glu", &self.glu.map(|(_, act)| act))
+            .field("epilogue", self.epilogue)
+            .field("operands", &self.operands.len())
+            .field("y", &self.y.len())
+            .finish()
+    }
+}
+
+impl<'a> GemvJob<'a> {
+    /// `y = W·x`, no epilogue.
+    pub fn new(w: &'a DeviceWeights, y: &'a mut DeviceVec) -> GemvJob<'a> {
+        GemvJob {
+            w,
+            glu: None,
+            epilogue: &Epilogue::NONE,
+            operands: &[],
+            y,
+        }
+    }
+
+    /// The same job with the epilogue `epilogue` over `operands`.
+    pub fn with_epilogue(
+        self,
+        epilogue: &'a Epilogue,
+        operands: &'a [&'a DeviceVec],
+    ) -> GemvJob<'a> {
+        GemvJob {
+            epilogue,
+            operands,
+            ..self
+        }
+    }
+
+    /// The same job in the gated form: `act(W·x) ⊙ (up·x)`.
+    pub fn with_glu(self, up: &'a DeviceWeights, act: Activation) -> GemvJob<'a> {
+        GemvJob {
+            glu: Some((up, act)),
+            ..self
+        }
+    }
+}

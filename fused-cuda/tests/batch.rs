@@ -1,0 +1,222 @@
+//! GEMV batches (`gemv_batch`, `gemv_quantized_batch`: independent calls
+//! over shared activations, each after the first overlapping the one before
+//! it where `LaunchOptions::overlap` is on; both ways here) against the same
+//! jobs run one call at a time, bit for bit, on the
+//! first CUDA device (skipped without one); a batch's launch count; a bad
+//! job refusing the whole batch.
+
+mod common;
+
+use common::{Rng, assert_bits_eq, backend_or_skip, chain, chain_operands, weights};
+use fused_core::DType;
+use fused_core::element::Activation;
+use fused_core::epilogue::Epilogue;
+use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights, GemvJob, LaunchOptions};
+
+/// One job's data: weights (and up weights for the gated form), the chain's
+/// operands when it has the epilogue.
+struct JobData {
+    w: DeviceWeights,
+    up: Option<DeviceWeights>,
+    ops: Option<[DeviceVec; 3]>,
+}
+
+/// Jobs of different heights over one K: plain, with the epilogue chain,
+/// gated with the chain, and a one-row plain one.
+fn job_data(
+    be: &CudaBackend,
+    rng: &mut Rng,
+    dtype: DType,
+    k: usize,
+    n_cols: usize,
+) -> Vec<JobData> {
+    let up = |rng: &mut Rng, m: usize| {
+        let bytes = weights(rng, dtype, m, k);
+        be.upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
+            .unwrap()
+    };
+    let mut out = Vec::new();
+    for (m, epi, glu) in [
+        (96, false, false),
+        (33, true, false),
+        (130, true, true),
+        (1, false, false),
+    ] {
+        let w = up(rng, m);
+        let u = glu.then(|| up(rng, m));
+        let ops = epi.then(|| chain_operands(rng, m, n_cols).map(|v| be.upload(&v).unwrap()));
+        out.push(JobData { w, up: u, ops });
+    }
+    out
+}
+
+/// The jobs of `data` writing into `ys`.
+fn jobs<'a>(
+    data: &'a [JobData],
+    ops: &'a [Vec<&'a DeviceVec>],
+    epi: &'a Epilogue,
+    ys: &'a mut [DeviceVec],
+) -> Vec<GemvJob<'a>> {
+    data.iter()
+        .zip(ops)
+        .zip(ys.iter_mut())
+        .map(|((d, ops), y)| {
+            let mut j = GemvJob::new(&d.w, y);
+            if d.ops.is_some() {
+                j = j.with_epilogue(epi, ops);
+            }
+            if let Some(u) = &d.up {
+                j = j.with_glu(u, Activation::Silu);
+            }
+            j
+        })
+        .collect()
+}
+
+fn download(be: &CudaBackend, v: &DeviceVec) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    be.download(v, &mut out).unwrap();
+    out
+}
+
+fn poisoned(be: &CudaBackend, data: &[JobData], n_cols: usize) -> Vec<DeviceVec> {
+    data.iter()
+        .map(|d| be.upload(&vec![f32::NAN; d.w.rows() * n_cols]).unwrap())
+        .collect()
+}
+
+#[test]
+fn batched_gemvs_equal_single_calls_bit_for_bit() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(41);
+    let cases = [
+        (DType::F16, ActQuant::F32),
+        (DType::Q4_0, ActQuant::F32),
+        (DType::Q4_0, ActQuant::Q8_0),
+        (DType::Q8_0, ActQuant::Q8_0),
+        (DType::Q4_K, ActQuant::Q8_K),
+        (DType::Q4_1, ActQuant::Q8_1),
+        (DType::Q6_K, ActQuant::Q8_K),
+    ];
+    let epi = chain();
+    // Rounds of batches enqueued back to back before anything is read, each
+    // on new activations: a batch's quantizer overwrites the scratch that
+    // the previous batch's overlapping GEMVs read, so a job that ran ahead
+    // of its inputs, or a quantizer that ran ahead of the jobs before it,
+    // shows as a difference.
+    const ROUNDS: usize = 6;
+    let saved = be.options();
+    let runs = cases
+        .into_iter()
+        .flat_map(|c| [1usize, 3].map(|n| (c, n)))
+        .flat_map(|r| [(r, true), (r, false)]);
+    for (((dtype, mode), n_cols), overlap) in runs {
+        be.set_options(LaunchOptions { overlap, ..saved });
+        let k = 1024;
+        let data = job_data(&be, &mut rng, dtype, k, n_cols);
+        let ops: Vec<Vec<&DeviceVec>> = data
+            .iter()
+            .map(|d| d.ops.as_ref().map_or(vec![], |o| o.iter().collect()))
+            .collect();
+        let xs: Vec<DeviceVec> = (0..ROUNDS)
+            .map(|_| be.upload(&rng.vec(k * n_cols, 2.0)).unwrap())
+            .collect();
+        let mut batched: Vec<Vec<DeviceVec>> =
+            xs.iter().map(|_| poisoned(&be, &data, n_cols)).collect();
+        for (x, ys) in xs.iter().zip(batched.iter_mut()) {
+            be.reset_launches();
+            be.gemv_batch(x, n_cols, mode, &mut jobs(&data, &ops, &epi, ys))
+                .unwrap();
+            let quantizer = u64::from(mode != ActQuant::F32);
+            assert_eq!(
+                be.launches(),
+                data.len() as u64 + quantizer,
+                "one launch a job"
+            );
+        }
+        // The same on activations quantized beforehand, when quantized.
+        let pre: Option<Vec<Vec<DeviceVec>>> = (mode != ActQuant::F32).then(|| {
+            xs.iter()
+                .map(|x| {
+                    let acts = be.quantize_acts(mode, x, n_cols).unwrap();
+                    let mut ys = poisoned(&be, &data, n_cols);
+                    be.gemv_quantized_batch(&acts, &mut jobs(&data, &ops, &epi, &mut ys))
+                        .unwrap();
+                    be.synchronize().unwrap(); // `acts` is freed below
+                    ys
+                })
+                .collect()
+        });
+        for (round, x) in xs.iter().enumerate() {
+            for (j, d) in data.iter().enumerate() {
+                let mut y = be.upload(&vec![f32::NAN; d.w.rows() * n_cols]).unwrap();
+                let (e, o): (&Epilogue, &[&DeviceVec]) = match d.ops {
+                    Some(_) => (&epi, &ops[j]),
+                    None => (&Epilogue::NONE, &[]),
+                };
+                match &d.up {
+                    Some(u) => {
+                        be.gemv_glu(&d.w, u, Activation::Silu, x, n_cols, mode, e, o, &mut y)
+                    }
+                    None => be.gemv(&d.w, x, n_cols, mode, e, o, &mut y),
+                }
+                .unwrap();
+                let single = download(&be, &y);
+                assert!(single.iter().all(|v| !v.is_nan()), "unwritten output");
+                let what = format!(
+                    "{dtype} {mode:?} {n_cols} cols, overlap {overlap}, round {round}, job {j}"
+                );
+                assert_bits_eq(&download(&be, &batched[round][j]), &single, &what);
+                if let Some(pre) = &pre {
+                    let what = format!("{what}, quantized beforehand");
+                    assert_bits_eq(&download(&be, &pre[round][j]), &single, &what);
+                }
+            }
+        }
+    }
+    be.set_options(saved);
+}
+
+#[test]
+fn a_bad_job_refuses_the_whole_batch() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(42);
+    let (k, n_cols) = (256, 1);
+    let data = job_data(&be, &mut rng, DType::Q4_0, k, n_cols);
+    let ops: Vec<Vec<&DeviceVec>> = data
+        .iter()
+        .map(|d| d.ops.as_ref().map_or(vec![], |o| o.iter().collect()))
+        .collect();
+    let x = be.upload(&rng.vec(k, 1.0)).unwrap();
+    let epi = chain();
+    // The last job's output one element short.
+    let mut ys: Vec<DeviceVec> = data
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            be.alloc(d.w.rows() - usize::from(i == data.len() - 1))
+                .unwrap()
+        })
+        .collect();
+    for mode in [ActQuant::F32, ActQuant::Q8_0] {
+        be.reset_launches();
+        let r = be.gemv_batch(&x, n_cols, mode, &mut jobs(&data, &ops, &epi, &mut ys));
+        assert!(
+            matches!(
+                r,
+                Err(CudaError::Core(fused_core::Error::LengthMismatch { .. }))
+            ),
+            "{mode:?}: {r:?}"
+        );
+        assert_eq!(be.launches(), 0, "{mode:?}: nothing enqueued");
+    }
+    // Activations of another mode than the weights take.
+    let acts = be.quantize_acts(ActQuant::Q8_K, &x, n_cols).unwrap();
+    be.reset_launches();
+    let mut ys: Vec<DeviceVec> = data.iter().map(|d| be.alloc(d.w.rows()).unwrap()).collect();
+    let r = be.gemv_quantized_batch(&acts, &mut jobs(&data, &ops, &epi, &mut ys));
+    assert!(r.is_err(), "Q4_0 weights with Q8_K activations: {r:?}");
+    assert_eq!(be.launches(), 0);
+    be.synchronize().unwrap();
+}
