@@ -190,13 +190,17 @@ fn run() -> Result<(), CudaError> {
          GGML's CPU modes, integer dot products): \"µs/call\" includes the quantizer \
          launch, \"GEMV alone\" runs on activations quantized beforehand; each call waits \
          for the one before it. \"batch\": the weight copies as one `gemv_batch` over the \
-         same activations (one quantizer launch per batch, included), one output each: the \
-         calls after a batch's first overlap the call before them.\n"
+         same activations (one quantizer launch per batch, included), one output each; \
+         \"overlap\": the same with `LaunchOptions::overlap`, the calls after a batch's first \
+         starting without waiting for the call before them (the two batch columns taking \
+         turns).\n"
     );
     println!(
-        "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy |"
+        "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy |"
     );
-    println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for (m, k) in [(4096usize, 14336usize), (32768, 8192)] {
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
             let ws = weight_copies(&be, dtype, m, k)?;
@@ -223,10 +227,10 @@ fn run() -> Result<(), CudaError> {
                     }
                 }
                 println!(
-                    "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy |"
+                    "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy |"
                 );
                 println!(
-                    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+                    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
                 );
             }
         }
@@ -292,6 +296,9 @@ fn run() -> Result<(), CudaError> {
         (DType::F16, GemvMode::F32),
     ] {
         plan_layer(&be, dtype, mode, ceiling)?;
+    }
+    for (dtype, mode) in [(DType::Q4_0, GemvMode::Ggml), (DType::F16, GemvMode::F32)] {
+        qkv_layers(&be, dtype, mode, ceiling)?;
     }
     report_host("decode layers");
     Ok(())
@@ -416,19 +423,20 @@ fn epilogue_cost(
         pct(early_t),
         unfused * 1e3
     );
-    // Batched (independent calls, one output each; operands early), bare
-    // and fused taking turns.
+    // Batched with overlap (independent calls, one output each; operands
+    // early), bare and fused taking turns.
     be.set_options(early);
     let mut t_batch: [Vec<f64>; 2] = Default::default();
     for _round in 0..3 {
-        t_batch[0].push(batch_per_call(be, ws, &x, 1, mode, &Epilogue::NONE, &[])?);
-        t_batch[1].push(batch_per_call(be, ws, &x, 1, mode, &epi, &ops)?);
+        let none = &Epilogue::NONE;
+        t_batch[0].push(batch_per_call(be, ws, &x, 1, mode, true, none, &[])?);
+        t_batch[1].push(batch_per_call(be, ws, &x, 1, mode, true, &epi, &ops)?);
     }
     be.set_options(saved);
     let [bare_b, fused_b] = t_batch.map(median);
     println!(
-        "Batched ({mode:?} activations, one quantizer per batch where quantized; {n} \
-         independent calls, one output each): bare {:.2} µs/call, fused silu·mul + residual \
+        "Batched with overlap ({mode:?} activations, one quantizer per batch where quantized; \
+         {n} independent calls, one output each): bare {:.2} µs/call, fused silu·mul + residual \
          {:.2} µs/call ({:+.1}%)",
         bare_b * 1e3,
         fused_b * 1e3,
@@ -620,11 +628,17 @@ fn plan_layer(
     println!(
         "| plan | launches/layer | stream µs | graph µs | graph/stream | weight GB/s (best) | % of copy |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    let mut best = [0.0f64; 2];
-    for (i, (name, p)) in [("fused", plan(&g)), ("unfused", Plan::unfused(&g))]
-        .into_iter()
-        .enumerate()
-    {
+    let mut best = [0.0f64; 3];
+    let saved = be.options();
+    // The unfused plan also with LaunchOptions::overlap: its up GEMV, on
+    // the gate GEMV's input, starts without waiting for the gate GEMV.
+    let rows = [
+        ("fused", plan(&g), false),
+        ("unfused", Plan::unfused(&g), false),
+        ("unfused, overlap", Plan::unfused(&g), true),
+    ];
+    for (i, (name, p, overlap)) in rows.into_iter().enumerate() {
+        be.set_options(LaunchOptions { overlap, ..saved });
         let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
         dp.upload(&mem)?;
         dp.capture_graph()?;
@@ -633,6 +647,7 @@ fn plan_layer(
             Ok(median(t.into_iter().map(f64::from).collect()))
         };
         let (stream, graph) = (ms(Submission::Stream)?, ms(Submission::Graph)?);
+        be.set_options(saved);
         best[i] = stream.min(graph);
         let gbs = weight_bytes as f64 / best[i] / 1e6;
         println!(
@@ -646,8 +661,115 @@ fn plan_layer(
         );
     }
     println!(
-        "\n(fused/unfused, best of stream and graph: {:.3})",
-        best[0] / best[1]
+        "\n(fused/unfused, best of stream and graph: {:.3}; against the unfused plan with \
+         overlap: {:.3})",
+        best[0] / best[1],
+        best[0] / best[2]
+    );
+    Ok(())
+}
+
+/// Attention input projections of a stack of decode layers through the
+/// device plan: per layer q = W_q·h, k = W_k·h, v = W_v·h (d = 4096, GQA
+/// kv = 1024), then an opaque attention node (a device copy of q) that
+/// feeds the next layer; 8 layers, so the weights exceed L2. In a quantized
+/// mode h is quantized once per layer for the three GEMVs. Timed without
+/// and with `LaunchOptions::overlap` (k and v start without waiting for
+/// the GEMV before them), the two plans taking turns: µs per layer.
+fn qkv_layers(
+    be: &CudaBackend,
+    dtype: DType,
+    mode: GemvMode,
+    ceiling: f64,
+) -> Result<(), CudaError> {
+    let (d, kv, layers) = (4096usize, 1024usize, 8usize);
+    let acts = mode.act_quant(dtype);
+    println!(
+        "\n## Attention input projections through the device plan ({dtype}, {acts:?} activations, \
+         d = {d}, kv = {kv}, {layers} layers): without and with overlap\n"
+    );
+    let mut g = Graph::new();
+    let mut inits: Vec<(TensorDesc, Vec<u8>)> = Vec::new();
+    let (mut wnext, mut anext) = (0usize, 0usize);
+    let mut act = |n: usize| {
+        let p = Place::at(1, anext);
+        anext += (4 * n).next_multiple_of(256);
+        p
+    };
+    let h0 = TensorDesc::contiguous(DType::F32, [d, 1, 1, 1], BufferId(1), act(d).offset)?;
+    inits.push((
+        h0,
+        randv(d, 90).iter().flat_map(|v| v.to_le_bytes()).collect(),
+    ));
+    let mut h = g.input(h0)?;
+    for l in 0..layers as u64 {
+        let mut proj = |g: &mut Graph, m: usize, seed: u64| -> Result<_, CudaError> {
+            let t = TensorDesc::contiguous(dtype, [d, m, 1, 1], BufferId(0), wnext)?;
+            wnext += (dtype.row_bytes(d)? * m).next_multiple_of(256);
+            inits.push((t, weight_bytes(dtype, m, d, seed)));
+            let w = g.input(t)?;
+            Ok(g.mul_mat(w, h, act(m))?)
+        };
+        let q = proj(&mut g, d, 100 + 3 * l)?;
+        let k = proj(&mut g, kv, 101 + 3 * l)?;
+        let v = proj(&mut g, kv, 102 + 3 * l)?;
+        h = g.other("attention", &[q, k, v], [d, 1, 1, 1], act(d))?;
+    }
+    g.mark_output(h)?;
+    let mut mem = Memory::new(&[wnext, anext]);
+    for (t, bytes) in &inits {
+        mem.write_rows(t, bytes)?;
+    }
+    let sizes = [wnext, anext];
+    let p = plan(&g);
+    let saved = be.options();
+    let mut dps = Vec::new();
+    for overlap in [false, true] {
+        be.set_options(LaunchOptions { overlap, ..saved });
+        let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
+        dp.upload(&mem)?;
+        dp.capture_graph()?;
+        dps.push(dp);
+    }
+    // Rounds taking turns; the options as each plan was captured with.
+    let mut t: [[Vec<f64>; 2]; 2] = Default::default();
+    for _round in 0..3 {
+        for (i, dp) in dps.iter().enumerate() {
+            be.set_options(LaunchOptions {
+                overlap: i == 1,
+                ..saved
+            });
+            for (j, how) in [Submission::Stream, Submission::Graph]
+                .into_iter()
+                .enumerate()
+            {
+                let runs = dp.run_timed(20, how)?;
+                t[i][j].push(median(runs.into_iter().map(f64::from).collect()));
+            }
+        }
+    }
+    be.set_options(saved);
+    println!(
+        "| overlap | launches/run | quantizers | stream µs/layer | graph µs/layer | weight GB/s (best) | % of copy |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let mut best = [0.0f64; 2];
+    for (i, dp) in dps.iter().enumerate() {
+        let [stream, graph] = t[i].clone().map(median);
+        best[i] = stream.min(graph);
+        let gbs = wnext as f64 / best[i] / 1e6;
+        println!(
+            "| {} | {} | {} | {:.2} | {:.2} | {gbs:.0} | {:.0}% |",
+            if i == 1 { "on" } else { "off" },
+            dp.stats().enqueued(),
+            dp.stats().quantizations,
+            stream * 1e3 / layers as f64,
+            graph * 1e3 / layers as f64,
+            100.0 * gbs / ceiling
+        );
+    }
+    println!(
+        "\n(with overlap / without, best of stream and graph: {:.3})",
+        best[1] / best[0]
     );
     Ok(())
 }
@@ -988,32 +1110,46 @@ fn gemv_timing(
             format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))
         }
     };
-    let tb = batch_per_call(be, ws, &x, n_cols, mode, &Epilogue::NONE, &[])?;
+    let mut tb: [Vec<f64>; 2] = Default::default();
+    for _round in 0..3 {
+        for (i, overlap) in [false, true].into_iter().enumerate() {
+            let epi = &Epilogue::NONE;
+            tb[i].push(batch_per_call(be, ws, &x, n_cols, mode, overlap, epi, &[])?);
+        }
+    }
+    let [tb, to] = tb.map(median);
     Ok(format!(
-        "{} | {:.1} | {:.0} | {:.0}% {alone} {:.1} | {:.0}% |",
+        "{} | {:.1} | {:.0} | {:.0}% {alone} {:.1} | {:.0}% | {:.1} | {:.0}% |",
         ws.len(),
         t * 1e3,
         moved / t / 1e6,
         pct(t),
         tb * 1e3,
-        pct(tb)
+        pct(tb),
+        to * 1e3,
+        pct(to)
     ))
 }
 
 /// Median milliseconds per GEMV of the weight copies `ws` run as one
 /// `gemv_batch` of independent calls on `x` (`n_cols` columns) fed per
 /// `mode` (a quantized mode: one quantizer launch per batch, included), one
-/// output each, epilogue `epi` over `ops`. The first call of each batch
-/// waits for the batch before it.
+/// output each, epilogue `epi` over `ops`, with `LaunchOptions::overlap`
+/// set to `overlap` (the other options as they are). The first call of
+/// each batch waits for the batch before it.
+#[allow(clippy::too_many_arguments)]
 fn batch_per_call(
     be: &CudaBackend,
     ws: &[DeviceWeights],
     x: &DeviceVec,
     n_cols: usize,
     mode: ActQuant,
+    overlap: bool,
     epi: &Epilogue,
     ops: &[&DeviceVec],
 ) -> Result<f64, CudaError> {
+    let saved = be.options();
+    be.set_options(LaunchOptions { overlap, ..saved });
     let m = ws[0].rows();
     let mut ys = ws
         .iter()
@@ -1026,8 +1162,9 @@ fn batch_per_call(
             .map(|(w, y)| GemvJob::new(w, y).with_epilogue(epi, ops))
             .collect();
         be.gemv_batch(x, n_cols, mode, &mut jobs)
-    })?;
-    Ok(t / ws.len() as f64)
+    });
+    be.set_options(saved);
+    Ok(t? / ws.len() as f64)
 }
 
 fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
@@ -1038,9 +1175,9 @@ fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
          (\"µs/call\" with the quantizer, \"GEMV alone\" without).\n"
     );
     println!(
-        "| format | acts | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy |"
+        "| format | acts | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for dtype in fused_cuda::GEMV_DTYPES {
         if matches!(dtype, DType::F16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_K) {
             continue;
