@@ -10,10 +10,15 @@ pub struct DevicePlanStats {
     /// quantizers; a step that is a plain copy counts here as one launch of
     /// the copy engine).
     pub launches: u64,
-    /// Of the launches: activation quantizers (one per GEMV step in a
-    /// quantized activation mode; a gated GEMV quantizes once for both
-    /// weights).
+    /// Of the launches: activation quantizers (one per GEMV input in a
+    /// quantized activation mode: a gated GEMV quantizes once for both
+    /// weights, and a GEMV whose input the latest quantization still holds
+    /// needs none).
     pub quantizations: u64,
+    /// Of the launches: GEMVs that start without waiting for the launch
+    /// before them where `LaunchOptions::overlap` is on (they touch nothing
+    /// the GEMVs they overlap touch in a conflicting way).
+    pub overlapping: u64,
     /// Device-to-device copies added for misaligned or in-place tensors.
     pub copies: u64,
     /// Bytes those copies move.

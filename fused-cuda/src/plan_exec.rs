@@ -79,7 +79,7 @@ use crate::device::driver;
 use crate::launch::{EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, u32_of};
 use crate::params::EpiParams;
 use crate::qacts::QactsLayout;
-use crate::schedule::{Access, LaunchKind, overlap_deps};
+use crate::schedule::{Access, Deps, LaunchKind, overlap_deps};
 use crate::{CudaError, DevicePlanStats, Submission};
 
 /// Which buffer a region lies in.
@@ -702,7 +702,9 @@ impl<'a> DevicePlan<'a> {
         } = b;
         // GEMVs that may overlap the GEMVs before them do so where
         // LaunchOptions::overlap is on (the launch applies it).
+        let mut stats = stats;
         for (l, deps) in launches.iter_mut().zip(overlap_deps(&access)) {
+            stats.overlapping += u64::from(deps == Deps::Independent);
             l.set_deps(deps);
         }
         Ok(DevicePlan {
@@ -722,6 +724,23 @@ impl<'a> DevicePlan<'a> {
     /// What one run enqueues.
     pub fn stats(&self) -> DevicePlanStats {
         self.stats
+    }
+
+    /// Kernel launches that wait, in stream order, for the one before them
+    /// when the plan is enqueued now: all but the first
+    /// ([`DevicePlanStats::launches`] − 1; the copies a step adds are not
+    /// counted), less the [`DevicePlanStats::overlapping`] GEMVs where
+    /// [`LaunchOptions::overlap`](crate::LaunchOptions::overlap) is on.
+    pub fn waits(&self) -> u64 {
+        let overlapping = if self.backend.options().overlap {
+            self.stats.overlapping
+        } else {
+            0
+        };
+        self.stats
+            .launches
+            .saturating_sub(1)
+            .saturating_sub(overlapping)
     }
 
     /// The number of graph buffers.

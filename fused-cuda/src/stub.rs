@@ -375,6 +375,9 @@ impl<'a> DevicePlan<'a> {
     pub fn has_graph(&self) -> bool {
         match self.never {}
     }
+    pub fn waits(&self) -> u64 {
+        match self.never {}
+    }
     pub fn upload<M: Buffers>(&mut self, _mem: &M) -> Result<(), CudaError> {
         match self.never {}
     }

@@ -182,7 +182,10 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
         let unfused = Plan::unfused(&g);
         assert_eq!(fused.fused_steps(), 3, "{fused:?}");
         let mut outs = Vec::new();
-        for (p, name, gemvs) in [(&fused, "fused", 3), (&unfused, "unfused", 3)] {
+        // (plan, name, quantized inputs, GEMVs that may overlap the one
+        // before: the unfused up GEMV)
+        for (p, name, gemvs, overlapping) in [(&fused, "fused", 3, 0), (&unfused, "unfused", 3, 1)]
+        {
             let what = format!("{dtype} {mode:?} {name}, overlap {overlap}");
             let want = host_run_in(&b, &g, p, &mem, mode);
             let (got, stats, launched) = device_run_in(&b, &g, p, &mem, mode);
@@ -191,6 +194,7 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
             let quantizers = if mode == GemvMode::F32 { 0 } else { gemvs };
             assert_eq!(stats.kernel_steps, kernel_steps, "{what}");
             assert_eq!(stats.quantizations, quantizers, "{what}: quantizers");
+            assert_eq!(stats.overlapping, overlapping, "{what}: overlapping GEMVs");
             assert_eq!(
                 stats.launches,
                 kernel_steps + quantizers,

@@ -461,12 +461,14 @@ mod cuda {
         /// Every launch (kernels and added copies) is a kernel call; a
         /// barrier is a step's launch waiting, in stream order, for the step
         /// before (the copies a step adds are ordered inside it; the one
-        /// wait for the host is not counted).
+        /// wait for the host is not counted; with
+        /// `LaunchOptions::overlap`, GEMVs that start without waiting are
+        /// not either: `DevicePlan::waits`).
         fn run_stats(&self) -> RunStats {
             let s = self.stats();
             RunStats {
                 kernel_steps: s.kernel_steps,
-                barriers: s.launches.saturating_sub(1),
+                barriers: self.waits(),
                 kernel_calls: s.enqueued(),
             }
         }
