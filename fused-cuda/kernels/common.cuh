@@ -57,9 +57,17 @@ __device__ __forceinline__ void griddep_enter() {
 #define DEPS_INDEPENDENT 2u
 
 // First statement of a GEMV: lets the next kernel start unless that must
-// wait for griddep_ready.
+// wait for griddep_ready. An independent GEMV then invalidates its SM's L1
+// before its first load: no griddepcontrol.wait (ACQBULK in SASS) orders
+// its reads after the earlier kernels' writes, so a line an earlier kernel
+// left in L1 could otherwise be read stale; fence.acq_rel.gpu compiles to
+// MEMBAR.ALL.GPU and CCTL.IVALL (checked with cuobjdump on sm_90), and with
+// no load in flight yet it costs one fence per thread.
 __device__ __forceinline__ void griddep_begin(uint32_t deps) {
     if (deps != DEPS_TRIGGER_AFTER_WAIT) griddep_launch_dependents();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (deps == DEPS_INDEPENDENT) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
 }
 // Before a GEMV reads its activations or epilogue operands, or writes.
 __device__ __forceinline__ void griddep_ready(uint32_t deps) {
