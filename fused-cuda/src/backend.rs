@@ -538,12 +538,14 @@ impl CudaBackend {
     /// mode quantizes `x` once for the whole batch). Every job is checked
     /// before anything is enqueued.
     ///
-    /// The jobs after the first are independent of each other (each writes
-    /// its own output, which no other job reads: [`GemvJob`]'s borrows), so
-    /// on a device with programmatic dependent launch each of them starts
+    /// The jobs are independent of each other (each writes its own output,
+    /// which no other job reads: [`GemvJob`]'s borrows), so where
+    /// [`LaunchOptions::overlap`] is on each job after the first starts
     /// without waiting for the job before it and overlaps its tail: only the
     /// first job waits for the kernel before the batch, and the batch's
-    /// last kernel completes only after all of them.
+    /// last kernel completes only after all of them. Otherwise the jobs run
+    /// one after the other, as separate calls would (less the quantizer
+    /// launches after the first).
     pub fn gemv_batch(
         &self,
         x: &DeviceVec,

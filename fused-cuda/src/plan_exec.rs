@@ -697,12 +697,11 @@ impl<'a> DevicePlan<'a> {
             weights,
             mut launches,
             access,
-            stats,
+            mut stats,
             ..
         } = b;
         // GEMVs that may overlap the GEMVs before them do so where
         // LaunchOptions::overlap is on (the launch applies it).
-        let mut stats = stats;
         for (l, deps) in launches.iter_mut().zip(overlap_deps(&access)) {
             stats.overlapping += u64::from(deps == Deps::Independent);
             l.set_deps(deps);
@@ -828,7 +827,10 @@ impl<'a> DevicePlan<'a> {
     }
 
     /// Captures one run's launches into a CUDA graph (stream capture) and
-    /// instantiates it, for [`Submission::Graph`]. Nothing runs.
+    /// instantiates it, for [`Submission::Graph`]. Nothing runs. The graph
+    /// keeps the backend's launch options of the capture
+    /// ([`LaunchOptions`](crate::LaunchOptions)); capture again after
+    /// changing them.
     pub fn capture_graph(&mut self) -> Result<(), CudaError> {
         self.backend.synchronize()?;
         self.graph = None;
