@@ -46,12 +46,14 @@ __device__ __forceinline__ void griddep_enter() {
 // DEPS_TRIGGER_AFTER_WAIT: wait first, then let the next kernel start, so
 // that once the next kernel runs, the kernel before this one has completed
 // (what a following DEPS_INDEPENDENT launch relies on).
-// DEPS_INDEPENDENT: the host guarantees that this launch reads nothing the
-// kernel before it writes and writes nothing that kernel reads or writes
-// (and that kernel was DEPS_TRIGGER_AFTER_WAIT or DEPS_INDEPENDENT itself,
-// so every earlier result is complete when this one starts). It works
-// without waiting, and waits only before it exits: its completion still
-// implies its predecessor's, so a later kernel's wait covers both.
+// DEPS_INDEPENDENT: the host guarantees that the kernel before this one is
+// a GEMV launched DEPS_TRIGGER_AFTER_WAIT or DEPS_INDEPENDENT, so that when
+// this one starts every kernel before the run of GEMVs it joins (back to
+// the last DEPS_TRIGGER_AFTER_WAIT one) has completed, and that it reads
+// nothing a GEMV of that run writes and writes nothing they read or write
+// (src/schedule.rs). It works without waiting, and waits only before it
+// exits: its completion still implies its predecessor's, so a later
+// kernel's wait covers them all.
 #define DEPS_WAIT 0u
 #define DEPS_TRIGGER_AFTER_WAIT 1u
 #define DEPS_INDEPENDENT 2u
