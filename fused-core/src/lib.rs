@@ -25,6 +25,9 @@
 //! - [`placement`]: byte regions of a device plan's buffers and the checks a
 //!   device plan makes before it binds a tensor (contiguous, in bounds, f32,
 //!   read in place only where the overlap rule allows).
+//! - [`reuse`]: what a device plan may reuse from one step to a later one
+//!   (the latest activation quantization, while its input and output stay
+//!   unwritten).
 //! - [`reference`](mod@reference): the scalar reference — GEMV in f32 with an explicit
 //!   activation-quantization mode or in f64, and graph / plan evaluators.
 //! - [`error`]: the one error type; nothing panics on bad input.
@@ -105,6 +108,7 @@ pub mod placement;
 pub mod planner;
 pub mod quant;
 pub mod reference;
+pub mod reuse;
 pub mod tensor;
 
 pub use dtype::DType;

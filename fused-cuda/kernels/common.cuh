@@ -94,25 +94,24 @@ __device__ __forceinline__ void griddep_end(uint32_t deps) {
 // right, one rounding per operation. expf/erff/tanhf are CUDA's (within 2
 // ulp), not libm's, so results track the core within a tolerance, and equal
 // themselves between fused and unfused kernels bit for bit.
+//
+// Dispatched by comparisons, not a switch: a switch of this size compiles
+// to a jump table in constant bank 2 and an indirect branch, and a GEMV
+// reaches its epilogue only at a block's end, where that table's first
+// read misses the SM's constant cache on the block's critical path.
 __device__ __forceinline__ float act_apply(uint32_t act, float x) {
-    switch (act) {
-    case ACT_SILU:
-        return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
-    case ACT_SIGMOID:
-        return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
-    case ACT_GELU_ERF:
+    if (act == ACT_SILU) return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
+    if (act == ACT_SIGMOID) return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+    if (act == ACT_RELU) return (x > 0.0f || x != x) ? x : 0.0f;
+    if (act == ACT_GELU_ERF)
         return __fmul_rn(__fmul_rn(0.5f, x),
                          __fadd_rn(1.0f, erff(__fmul_rn(x, 0.70710678118654752440f))));
-    case ACT_GELU_TANH: {
+    if (act == ACT_GELU_TANH) {
         float inner = __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, x), x));
         float t = tanhf(__fmul_rn(__fmul_rn(0.7978846f, x), inner));
         return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
     }
-    case ACT_RELU:
-        return (x > 0.0f || x != x) ? x : 0.0f;
-    default:
-        return x;
-    }
+    return x;
 }
 
 // act(gate) * up (fused_core::element::glu).

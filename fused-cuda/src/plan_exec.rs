@@ -23,7 +23,8 @@
 //!   every step reuses, counted in [`DevicePlanStats::quantizations`]; a
 //!   step whose input the latest quantization already holds (nothing wrote
 //!   that input or the scratch since, in the same layout: the unfused gate
-//!   and up GEMVs of one input) reads it without quantizing again;
+//!   and up GEMVs of one input) reads it without quantizing again
+//!   ([`fused_core::reuse`], the Vulkan plan's rule too);
 //! - every launch's reads and writes are recorded, and a GEMV step that
 //!   has no hazard with the GEMVs it would overlap (`src/schedule.rs`)
 //!   starts without waiting for them where
@@ -70,6 +71,7 @@ use fused_core::placement;
 use fused_core::planner::{Operands, Plan};
 use fused_core::reference::eval::GemvMode;
 use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reuse::LatestQuantization;
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
 
@@ -152,18 +154,9 @@ struct Builder<'a, 'd> {
     /// What the next kernel launch reads and writes, gathered by `read`
     /// and `write` until `launch` records it.
     pending: (Vec<Region>, Vec<Region>),
-    /// The latest activation quantization.
-    last_quant: Option<Quantized>,
+    /// The latest activation quantization, while reusable.
+    quantized: LatestQuantization<Slot, QactsLayout>,
     stats: DevicePlanStats,
-}
-
-/// One activation quantization of a plan: its input, layout, output and
-/// the index of its launch.
-struct Quantized {
-    x: Vec<Region>,
-    layout: QactsLayout,
-    q: Region,
-    at: usize,
 }
 
 impl Builder<'_, '_> {
@@ -232,26 +225,15 @@ impl Builder<'_, '_> {
             Launch::Copy { .. } => LaunchKind::Copy,
             _ => LaunchKind::Kernel,
         };
+        for w in &writes {
+            self.quantized.wrote(w);
+        }
         self.launches.push(l);
         self.access.push(Access {
             kind,
             reads,
             writes,
         });
-    }
-
-    /// The quantized activations of `x` (the regions its quantizer reads)
-    /// in `layout`, when the latest quantization made them and nothing
-    /// since wrote its input or its output.
-    fn quantized(&self, x: &[Region], layout: &QactsLayout) -> Option<Region> {
-        let last = self.last_quant.as_ref()?;
-        let same = last.x == x && last.layout == *layout;
-        let kept = self.access[last.at + 1..].iter().all(|a| {
-            a.writes
-                .iter()
-                .all(|w| !w.overlaps(&last.q) && last.x.iter().all(|r| !w.overlaps(r)))
-        });
-        (same && kept).then_some(last.q)
     }
 
     /// Appends the copy of `src` into `dst` (same size), counted.
@@ -473,20 +455,18 @@ impl CommandSink for Builder<'_, '_> {
             // latest quantization left it there), then the integer GEMV
             // (gate and up both) reads it.
             let layout = QactsLayout::new(mode, k, n)?;
-            let qr = match self.quantized(&x_reads, &layout) {
+            let [x_region] = x_reads[..] else {
+                unreachable!("read() gathers one region")
+            };
+            let qr = match self.quantized.lookup(&x_region, &layout) {
                 Some(qr) => qr,
                 None => {
                     let qr = self.act_scratch(layout.bytes)?;
                     if let Some(l) = Launch::quantize(&layout, xa, self.addr(qr))? {
                         self.stats.launches += 1;
                         self.stats.quantizations += 1;
-                        self.push(l, x_reads.clone(), vec![qr]);
-                        self.last_quant = Some(Quantized {
-                            x: x_reads,
-                            layout,
-                            q: qr,
-                            at: self.access.len() - 1,
-                        });
+                        self.push(l, x_reads, vec![qr]);
+                        self.quantized.record(x_region, layout, qr);
                     }
                     qr
                 }
@@ -648,7 +628,7 @@ impl<'a> DevicePlan<'a> {
             written: Vec::new(),
             access: Vec::new(),
             pending: (Vec::new(), Vec::new()),
-            last_quant: None,
+            quantized: LatestQuantization::new(),
             stats: DevicePlanStats::default(),
         };
         for step in &plan.steps {

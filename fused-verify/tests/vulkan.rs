@@ -223,7 +223,8 @@ fn device_plan_equals_the_host_slice_executor_on_the_quick_set() {
             dp.download_into(&mut got).unwrap();
             assert!(got == want, "{id}: the device plan differs");
             // One dispatch per kernel step, plus the activation quantizer
-            // before each GEMV step with GGML's Q8 activations.
+            // before each GEMV step with GGML's Q8 activations whose input
+            // the latest quantization does not already hold.
             let stats = dp.stats();
             assert_eq!(
                 (stats.dispatches - stats.quantizations) as usize,

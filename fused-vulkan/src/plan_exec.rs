@@ -58,7 +58,11 @@
 //! and Q4_0 weights, Q8_K for Q4_K), each GEMV step first dispatches the
 //! activation quantizer into one scratch buffer that every step reuses
 //! (a gated step quantizes once for both weights); the barrier rules
-//! above order the reuse.
+//! above order the reuse. A step whose input the latest quantization
+//! already holds (nothing wrote that input or the scratch since, same
+//! mode and shape: the unfused gate and up GEMVs of one input) reads it
+//! without quantizing again ([`fused_core::reuse`], the CUDA plan's rule
+//! too).
 //!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
@@ -78,7 +82,9 @@ use fused_core::graph::{Graph, Op};
 use fused_core::lower::{BinaryOp, Broadcast, CommandSink, lower_into};
 use fused_core::placement;
 use fused_core::planner::{Operands, Plan};
+use fused_core::reference::ActQuant;
 use fused_core::reference::eval::GemvMode;
+use fused_core::reuse::LatestQuantization;
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
 
@@ -101,7 +107,8 @@ pub struct DevicePlanStats {
     /// quantizers ([`DevicePlanStats::quantizations`]).
     pub dispatches: u64,
     /// Dispatches of the activation quantizer (one per GEMV step with
-    /// GGML's quantized activations), counted in `dispatches` too.
+    /// GGML's quantized activations whose input the latest quantization
+    /// does not already hold), counted in `dispatches` too.
     pub quantizations: u64,
     /// Pipeline barriers between dependent commands (the barrier that
     /// orders a run after earlier submissions and the one that makes the
@@ -225,6 +232,9 @@ struct Builder<'a, 'd> {
     /// The scratch buffer quantized activations are written to (its index
     /// and size), reused by every step whose activations fit.
     quantized: Option<(usize, u64)>,
+    /// The latest activation quantization (its mode, K and columns), while
+    /// reusable.
+    latest_quant: LatestQuantization<Slot, (ActQuant, usize, usize)>,
     cmds: Vec<Cmd>,
     stats: DevicePlanStats,
 }
@@ -266,6 +276,7 @@ impl<'a> Builder<'a, '_> {
     }
 
     fn copy(&mut self, src: Region, dst: Region) {
+        self.latest_quant.wrote(&dst);
         self.stats.copies += 1;
         self.stats.copy_bytes += src.size;
         self.cmds.push(Cmd::Copy { src, dst });
@@ -327,6 +338,7 @@ impl<'a> Builder<'a, '_> {
         out: (Region, Option<Region>),
     ) {
         bindings[write] = out.0;
+        self.latest_quant.wrote(&out.0);
         self.stats.dispatches += 1;
         self.cmds.push(Cmd::Dispatch {
             kernel: d.kernel,
@@ -539,12 +551,19 @@ impl<'a> CommandSink for Builder<'a, '_> {
         let (opr, chain) = self.operands(g, epilogue, ops, dst, m, n)?;
         let out = self.write(dst)?;
         if let Some(bytes) = q_bytes {
-            let qr = self.quantized_scratch(bytes)?;
-            let p = self.placeholder;
-            let d = self.backend.quantize_dispatch(mode, k, n, p, p)?;
-            self.dispatch(d, vec![xr, qr], 1, (qr, None));
-            self.stats.quantizations += 1;
-            xr = qr;
+            let key = (mode, k, n);
+            xr = match self.latest_quant.lookup(&xr, &key) {
+                Some(qr) => qr,
+                None => {
+                    let qr = self.quantized_scratch(bytes)?;
+                    let p = self.placeholder;
+                    let d = self.backend.quantize_dispatch(mode, k, n, p, p)?;
+                    self.dispatch(d, vec![xr, qr], 1, (qr, None));
+                    self.stats.quantizations += 1;
+                    self.latest_quant.record(xr, key, qr);
+                    qr
+                }
+            };
         }
         let n_bind = if up.is_some() { 5 } else { 4 };
         let d = self.backend.gemv_dispatch(
@@ -690,6 +709,7 @@ impl<'a> DevicePlan<'a> {
             mode,
             scratch: Vec::new(),
             quantized: None,
+            latest_quant: LatestQuantization::new(),
             cmds: Vec::new(),
             stats: DevicePlanStats::default(),
         };
