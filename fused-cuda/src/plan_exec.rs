@@ -455,9 +455,8 @@ impl CommandSink for Builder<'_, '_> {
             // latest quantization left it there), then the integer GEMV
             // (gate and up both) reads it.
             let layout = QactsLayout::new(mode, k, n)?;
-            let [x_region] = x_reads[..] else {
-                unreachable!("read() gathers one region")
-            };
+            // The region read() gathered for x: in place, or its copy.
+            let x_region = *x_reads.last().expect("read() gathers the region it reads");
             let qr = match self.quantized.lookup(&x_region, &layout) {
                 Some(qr) => qr,
                 None => {
