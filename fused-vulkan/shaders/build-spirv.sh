@@ -25,7 +25,7 @@ compile copy copy.comp
 compile eltwise eltwise.comp
 compile fwht_shared fwht.comp
 compile fwht_shuffle fwht.comp -DSHUFFLE
-# gemv{,_glu}{,_sg}_TYPE: F32 and F16 from gemv.comp, the quantized formats
+# gemv{,_glu}{,_sg}_TYPE: F32, F16 and BF16 from gemv.comp, the quantized formats
 # from gemv_quant.comp; Q8_0 and Q4_0 also with 16-bit loads (_s16).
 gemv_variants() { # name-suffix source defines...
     local suffix="$1" src="$2"
@@ -35,7 +35,7 @@ gemv_variants() { # name-suffix source defines...
     compile "gemv_sg_${suffix}" "$src" "$@" -DSUBGROUP
     compile "gemv_sg_glu_${suffix}" "$src" "$@" -DGLU -DSUBGROUP
 }
-for d in f32:0 f16:1; do
+for d in f32:0 f16:1 bf16:5; do
     gemv_variants "${d%%:*}" gemv.comp -DDTYPE="${d##*:}"
 done
 for d in q8_0:2 q4_0:3 q4_k:4; do

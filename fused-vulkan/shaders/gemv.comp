@@ -1,8 +1,9 @@
 #version 450
-// GEMV over F32 or F16 weights (DTYPE 0 F32, 1 F16); see gemv_common.glsl
-// for the output, the launch shape and the reduction.
+// GEMV over F32, F16 or BF16 weights (DTYPE 0 F32, 1 F16, 5 BF16); see
+// gemv_common.glsl for the output, the launch shape and the reduction.
 //
-// A row is cut into units of one uvec4 (F32: 4 values, F16: 8); thread t
+// A row is cut into units of one uvec4 (F32: 4 values, F16 and BF16: 8);
+// thread t
 // takes units t, t + WG, t + 2 WG, ... (U of them per loop trip, their loads
 // issued together), so that consecutive threads read consecutive weight
 // quads and x vec4s. For every unit each thread loads the x values once per
@@ -31,10 +32,18 @@
 uvec4 un[U * NMAT * R];
 uint base[R]; // byte offset of each row of the workgroup
 
+// The two bf16 values of a 32-bit word (the low half first) as f32: a
+// bf16 is the high half of the f32 with the same bits (exact).
+vec2 unpack_bf16x2(uint w) {
+    return uintBitsToFloat(uvec2(w << 16u, w & 0xffff0000u));
+}
+
 // Values 4i..4i+3 of a loaded unit.
 vec4 values4(uvec4 q, uint i) {
 #if DTYPE == 0
     return uintBitsToFloat(q);
+#elif DTYPE == 5
+    return vec4(unpack_bf16x2(q[2u * i]), unpack_bf16x2(q[2u * i + 1u]));
 #else
     return vec4(unpackHalf2x16(q[2u * i]), unpackHalf2x16(q[2u * i + 1u]));
 #endif
@@ -70,7 +79,11 @@ float scalar_weight(uint m, uint base, uint k) {
 #else
     uint off = base + 2u * k;
     uint word = word_at(m, off >> 2u);
+#if DTYPE == 5
+    return unpack_bf16x2((off & 2u) == 0u ? word : word >> 16u).x;
+#else
     return unpackHalf2x16((off & 2u) == 0u ? word : word >> 16u).x;
+#endif
 #endif
 }
 

@@ -1,4 +1,4 @@
-// What the GEMV shaders (gemv.comp: F32, F16; gemv_quant.comp: Q8_0, Q4_0,
+// What the GEMV shaders (gemv.comp: F32, F16, BF16; gemv_quant.comp: Q8_0, Q4_0,
 // Q4_K) share: specialization constants, bindings, push constants, the
 // per-thread partial sums, and the reduction over the workgroup followed by
 // the GLU and the epilogue chain.

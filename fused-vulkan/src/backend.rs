@@ -182,11 +182,12 @@ pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
     match d {
         DType::F32 => Ok(GemvType::F32),
         DType::F16 => Ok(GemvType::F16),
+        DType::BF16 => Ok(GemvType::BF16),
         DType::Q8_0 => Ok(GemvType::Q8_0),
         DType::Q4_0 => Ok(GemvType::Q4_0),
         DType::Q4_K => Ok(GemvType::Q4_K),
         other => Err(Error::UnsupportedDType {
-            what: "fused-vulkan GEMV weights (F32, F16, Q8_0, Q4_0, Q4_K)",
+            what: "fused-vulkan GEMV weights (F32, F16, BF16, Q8_0, Q4_0, Q4_K)",
             dtype: other,
         }),
     }
@@ -211,7 +212,7 @@ fn units_per_block(dtype: GemvType) -> u32 {
         GemvType::Q8_0 => 4,
         GemvType::Q4_0 => 2,
         GemvType::Q4_K => 8,
-        GemvType::F32 | GemvType::F16 => 1,
+        GemvType::F32 | GemvType::F16 | GemvType::BF16 => 1,
     }
 }
 
@@ -842,7 +843,7 @@ impl VulkanBackend {
         Ok(())
     }
 
-    /// The GEMV shape for F32 and F16 weights ([`VulkanBackend::gemv_shape_for`]).
+    /// The GEMV shape for F32, F16 and BF16 weights ([`VulkanBackend::gemv_shape_for`]).
     pub fn gemv_shape(&self, n_cols: usize, glu: bool) -> Result<GemvShape, VulkanError> {
         self.shape_for(GemvType::F16, ActQuant::F32, n_cols, glu)
     }
@@ -1117,7 +1118,7 @@ fn plan_fwht_tuned(
 /// have subgroup arithmetic (and shuffles, in the Q8 mode), [`GEMV_WG`]
 /// threads (fewer when the device allows fewer), and for up to two columns
 /// several rows per workgroup, so that each x load serves them all: two
-/// for F32 and F16, four for the quantized formats with f32 activations,
+/// for F32, F16 and BF16, four for the quantized formats with f32 activations,
 /// whose x values (4 bytes each) outweigh their weights (0.56 to 1.06
 /// bytes); one row for more columns (the weights are already reused across
 /// columns). Two units in flight per thread, except in the Q8 mode, whose
@@ -1136,7 +1137,7 @@ fn pick_gemv_shape(
     let subgroup_reduce = has_subgroup_add(info) && (!q8 || info.has_shuffle());
     let workgroup = prev_pow2(info.max_invocations.min(GEMV_WG));
     let (rows, unroll, lanes) = match (q8, dtype) {
-        (false, GemvType::F32 | GemvType::F16) => (2, 2, 1),
+        (false, GemvType::F32 | GemvType::F16 | GemvType::BF16) => (2, 2, 1),
         (false, _) => (GEMV_QUANT_ROWS, 2, 1),
         (true, GemvType::Q8_0) => (2, 1, 2),
         (true, GemvType::Q4_K) => (2, 1, 4),
@@ -1339,6 +1340,7 @@ mod tests {
                 for glu in [false, true] {
                     for (dtype, q8) in [
                         (GemvType::F16, false),
+                        (GemvType::BF16, false),
                         (GemvType::Q4_0, false),
                         (GemvType::Q8_0, true),
                         (GemvType::Q4_0, true),

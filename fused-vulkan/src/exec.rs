@@ -4,7 +4,7 @@
 //!
 //! `fused_core::exec::Executor::new(&backend, mode).run(&g, &plan, &mut
 //! memory)` runs a plan step by step; the GEMV kernels take weights F32,
-//! F16, Q8_0, Q4_0 or Q4_K, 1 to [`MAX_COLS`] columns, with f32 activations
+//! F16, BF16, Q8_0, Q4_0 or Q4_K, 1 to [`MAX_COLS`] columns, with f32 activations
 //! ([`ActQuant::F32`], every format) or GGML's quantized activations
 //! ([`ActQuant::Q8_0`] for Q8_0 and Q4_0 weights, [`ActQuant::Q8_K`] for
 //! Q4_K, quantized on the device); anything else is refused with

@@ -18,7 +18,7 @@ pub(crate) enum Shader {
     FwhtShared,
     /// FWHT with subgroup shuffles for half-widths below the subgroup size.
     FwhtShuffle,
-    /// GEMV for one weight format (`gemv.comp` for F32 and F16,
+    /// GEMV for one weight format (`gemv.comp` for F32, F16 and BF16,
     /// `gemv_quant.comp` for the quantized formats), plain or gated (GLU),
     /// reducing through subgroup arithmetic or a shared-memory tree.
     Gemv {
@@ -61,6 +61,7 @@ pub(crate) enum Shader {
 pub(crate) enum GemvType {
     F32,
     F16,
+    BF16,
     Q8_0,
     Q4_0,
     Q4_K,
@@ -105,6 +106,7 @@ impl Shader {
                 match (dtype, storage16) {
                     (GemvType::F32, _) => gemv!("f32"),
                     (GemvType::F16, _) => gemv!("f16"),
+                    (GemvType::BF16, _) => gemv!("bf16"),
                     (GemvType::Q8_0, false) => gemv!("q8_0"),
                     (GemvType::Q8_0, true) => gemv!("q8_0_s16"),
                     (GemvType::Q4_0, false) => gemv!("q4_0"),
@@ -156,9 +158,11 @@ impl Shader {
                     (GemvType::Q8_0, true) => q8!("q8_0_s16"),
                     (GemvType::Q4_0, false) => q8!("q4_0"),
                     (GemvType::Q4_0, true) => q8!("q4_0_s16"),
-                    // F32 and F16 have no Q8-mode shader (refused before a
-                    // key is built); Q4_K never uses 16-bit loads.
-                    (GemvType::Q4_K | GemvType::F32 | GemvType::F16, _) => q8!("q4_k"),
+                    // F32, F16 and BF16 have no Q8-mode shader (refused
+                    // before a key is built); Q4_K never uses 16-bit loads.
+                    (GemvType::Q4_K | GemvType::F32 | GemvType::F16 | GemvType::BF16, _) => {
+                        q8!("q4_k")
+                    }
                 }
             }
         }

@@ -30,9 +30,10 @@ use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_vulkan::{GemvShape, MAX_COLS, VulkanBackend, VulkanError};
 
 const TOL: f64 = 1e-6;
-const DTYPES: [DType; 5] = [
+const DTYPES: [DType; 6] = [
     DType::F32,
     DType::F16,
+    DType::BF16,
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_K,
@@ -134,6 +135,8 @@ fn every_gemv_shape_matches_the_reference() {
         (DType::F32, 37),
         (DType::F16, 42),
         (DType::F16, 1032),
+        (DType::BF16, 42),
+        (DType::BF16, 1032),
         (DType::Q8_0, 1056),
         (DType::Q4_0, 1056),
         (DType::Q4_K, 1280),
