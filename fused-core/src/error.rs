@@ -15,6 +15,14 @@ pub enum Unsupported {
     /// The backend does not feed activations to its GEMV this way (for
     /// example a GPU that keeps them f32 asked for GGML's Q8 activations).
     ActQuant(ActQuant),
+    /// The backend has a GEMV for this weight format, but not with
+    /// activations fed this way.
+    WeightActs {
+        /// The weight format.
+        dtype: DType,
+        /// The activations asked for.
+        mode: ActQuant,
+    },
     /// More activation columns than one launch of the backend takes.
     Columns {
         /// The most it takes.
@@ -31,6 +39,9 @@ impl core::fmt::Display for Unsupported {
         match self {
             Unsupported::WeightFormat(d) => write!(f, "no GEMV kernel for {d} weights"),
             Unsupported::ActQuant(m) => write!(f, "no GEMV with {m:?} activations"),
+            Unsupported::WeightActs { dtype, mode } => {
+                write!(f, "no GEMV of {dtype} weights with {mode:?} activations")
+            }
             Unsupported::Columns { max, actual } => {
                 write!(f, "{actual} activation columns (at most {max})")
             }

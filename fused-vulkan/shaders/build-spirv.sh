@@ -41,6 +41,10 @@ done
 for d in q8_0:2 q4_0:3 q4_k:4; do
     gemv_variants "${d%%:*}" gemv_quant.comp -DDTYPE="${d##*:}"
 done
+# The other GGML formats (f32 activations only) from gemv_blocks.comp.
+for d in q4_1:6 q5_0:7 q5_1:8 iq4_nl:9 q5_k:10 q6_k:11 tq2_0:12; do
+    gemv_variants "${d%%:*}" gemv_blocks.comp -DDTYPE="${d##*:}"
+done
 for d in q8_0:2 q4_0:3; do
     gemv_variants "${d%%:*}_s16" gemv_quant.comp -DDTYPE="${d##*:}" -DSTORAGE16
 done

@@ -1,5 +1,5 @@
 // What the GEMV shaders (gemv.comp: F32, F16, BF16; gemv_quant.comp: Q8_0, Q4_0,
-// Q4_K) share: specialization constants, bindings, push constants, the
+// Q4_K; gemv_blocks.comp: the other formats) share: specialization constants, bindings, push constants, the
 // per-thread partial sums, and the reduction over the workgroup followed by
 // the GLU and the epilogue chain.
 //

@@ -186,8 +186,15 @@ pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
         DType::Q8_0 => Ok(GemvType::Q8_0),
         DType::Q4_0 => Ok(GemvType::Q4_0),
         DType::Q4_K => Ok(GemvType::Q4_K),
+        DType::Q4_1 => Ok(GemvType::Q4_1),
+        DType::Q5_0 => Ok(GemvType::Q5_0),
+        DType::Q5_1 => Ok(GemvType::Q5_1),
+        DType::IQ4_NL => Ok(GemvType::IQ4_NL),
+        DType::Q5_K => Ok(GemvType::Q5_K),
+        DType::Q6_K => Ok(GemvType::Q6_K),
+        DType::TQ2_0 => Ok(GemvType::TQ2_0),
         other => Err(Error::UnsupportedDType {
-            what: "fused-vulkan GEMV weights (F32, F16, BF16, Q8_0, Q4_0, Q4_K)",
+            what: "fused-vulkan GEMV weights (every GGML weight format but Q8_1 and Q8_K)",
             dtype: other,
         }),
     }
@@ -195,13 +202,17 @@ pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
 
 /// Checks that the GEMV of `dtype` weights has a shader for activations
 /// fed per `mode`: f32 for every format, Q8_0 for Q8_0 and Q4_0 weights,
-/// Q8_K for Q4_K.
+/// Q8_K for Q4_K (the formats of `shaders/gemv_blocks.comp` have no
+/// Q8-mode shader).
 pub(crate) fn check_mode(dtype: GemvType, mode: ActQuant) -> Result<(), Error> {
     match (dtype, mode) {
         (_, ActQuant::F32)
         | (GemvType::Q8_0 | GemvType::Q4_0, ActQuant::Q8_0)
         | (GemvType::Q4_K, ActQuant::Q8_K) => Ok(()),
-        _ => Err(Error::Unsupported(Unsupported::ActQuant(mode))),
+        _ => Err(Error::Unsupported(Unsupported::WeightActs {
+            dtype: dtype.dtype(),
+            mode,
+        })),
     }
 }
 
@@ -212,7 +223,7 @@ fn units_per_block(dtype: GemvType) -> u32 {
         GemvType::Q8_0 => 4,
         GemvType::Q4_0 => 2,
         GemvType::Q4_K => 8,
-        GemvType::F32 | GemvType::F16 | GemvType::BF16 => 1,
+        _ => 1,
     }
 }
 

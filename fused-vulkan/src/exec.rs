@@ -3,8 +3,8 @@
 //! its inputs, runs one dispatch and reads the result back).
 //!
 //! `fused_core::exec::Executor::new(&backend, mode).run(&g, &plan, &mut
-//! memory)` runs a plan step by step; the GEMV kernels take weights F32,
-//! F16, BF16, Q8_0, Q4_0 or Q4_K, 1 to [`MAX_COLS`] columns, with f32 activations
+//! memory)` runs a plan step by step; the GEMV kernels take weights of
+//! every core format, 1 to [`MAX_COLS`] columns, with f32 activations
 //! ([`ActQuant::F32`], every format) or GGML's quantized activations
 //! ([`ActQuant::Q8_0`] for Q8_0 and Q4_0 weights, [`ActQuant::Q8_K`] for
 //! Q4_K, quantized on the device); anything else is refused with
@@ -35,7 +35,7 @@ impl StepKernels for VulkanBackend {
             return Err(Unsupported::WeightFormat(dtype));
         };
         if check_mode(t, mode).is_err() {
-            return Err(Unsupported::ActQuant(mode));
+            return Err(Unsupported::WeightActs { dtype, mode });
         }
         if !(1..=MAX_COLS).contains(&n_cols) {
             return Err(Unsupported::Columns {

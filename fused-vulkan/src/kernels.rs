@@ -2,6 +2,7 @@
 //! cached per (module, specialization constants).
 
 use ash::vk;
+use fused_core::DType;
 
 use crate::context::VulkanContext;
 use crate::error::VulkanError;
@@ -65,6 +66,35 @@ pub(crate) enum GemvType {
     Q8_0,
     Q4_0,
     Q4_K,
+    // `gemv_blocks.comp`, f32 activations only:
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    IQ4_NL,
+    Q5_K,
+    Q6_K,
+    TQ2_0,
+}
+
+impl GemvType {
+    /// The weight format.
+    pub(crate) const fn dtype(self) -> DType {
+        match self {
+            GemvType::F32 => DType::F32,
+            GemvType::F16 => DType::F16,
+            GemvType::BF16 => DType::BF16,
+            GemvType::Q8_0 => DType::Q8_0,
+            GemvType::Q4_0 => DType::Q4_0,
+            GemvType::Q4_K => DType::Q4_K,
+            GemvType::Q4_1 => DType::Q4_1,
+            GemvType::Q5_0 => DType::Q5_0,
+            GemvType::Q5_1 => DType::Q5_1,
+            GemvType::IQ4_NL => DType::IQ4_NL,
+            GemvType::Q5_K => DType::Q5_K,
+            GemvType::Q6_K => DType::Q6_K,
+            GemvType::TQ2_0 => DType::TQ2_0,
+        }
+    }
 }
 
 impl Shader {
@@ -112,6 +142,13 @@ impl Shader {
                     (GemvType::Q4_0, false) => gemv!("q4_0"),
                     (GemvType::Q4_0, true) => gemv!("q4_0_s16"),
                     (GemvType::Q4_K, _) => gemv!("q4_k"),
+                    (GemvType::Q4_1, _) => gemv!("q4_1"),
+                    (GemvType::Q5_0, _) => gemv!("q5_0"),
+                    (GemvType::Q5_1, _) => gemv!("q5_1"),
+                    (GemvType::IQ4_NL, _) => gemv!("iq4_nl"),
+                    (GemvType::Q5_K, _) => gemv!("q5_k"),
+                    (GemvType::Q6_K, _) => gemv!("q6_k"),
+                    (GemvType::TQ2_0, _) => gemv!("tq2_0"),
                 }
             }
             Shader::Quantize { q8k: false } => spv!("quantize_q8_0"),
@@ -158,11 +195,10 @@ impl Shader {
                     (GemvType::Q8_0, true) => q8!("q8_0_s16"),
                     (GemvType::Q4_0, false) => q8!("q4_0"),
                     (GemvType::Q4_0, true) => q8!("q4_0_s16"),
-                    // F32, F16 and BF16 have no Q8-mode shader (refused
-                    // before a key is built); Q4_K never uses 16-bit loads.
-                    (GemvType::Q4_K | GemvType::F32 | GemvType::F16 | GemvType::BF16, _) => {
-                        q8!("q4_k")
-                    }
+                    (GemvType::Q4_K, _) => q8!("q4_k"),
+                    // The other formats have no Q8-mode shader (check_mode
+                    // refuses them before a key is built).
+                    (_, _) => q8!("q4_k"),
                 }
             }
         }

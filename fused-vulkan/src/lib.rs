@@ -14,8 +14,8 @@
 //! - [`VulkanBackend`]: signed and unsigned FWHT for every `N = 2^k` up to
 //!   32768 (subgroup-shuffle and shared-memory variants, picked from the
 //!   device's subgroup properties), GEMV with the core's epilogue chain for
-//!   F32, F16, BF16, Q8_0, Q4_0 and Q4_K weights (1 to 8 f32 columns) and its gated dual
-//!   form, with f32 activations or, for the quantized formats, GGML's
+//!   every core weight format (1 to 8 f32 columns) and its gated dual form,
+//!   with f32 activations or, for Q8_0, Q4_0 and Q4_K weights, GGML's
 //!   quantized activations (Q8_0 / Q8_K, quantized on the device exactly as
 //!   the core does and dotted in integers), and the unfused element-wise
 //!   kernels built from the same shader functions as the epilogue (fused ==

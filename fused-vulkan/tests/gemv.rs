@@ -30,13 +30,20 @@ use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_vulkan::{GemvShape, MAX_COLS, VulkanBackend, VulkanError};
 
 const TOL: f64 = 1e-6;
-const DTYPES: [DType; 6] = [
+const DTYPES: [DType; 13] = [
     DType::F32,
     DType::F16,
     DType::BF16,
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_K,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::IQ4_NL,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::TQ2_0,
 ];
 
 #[test]
@@ -47,7 +54,7 @@ fn gemv_matches_the_reference_for_every_format_and_column_count() {
     let m = 37;
     for dtype in DTYPES {
         // Not a power of two where the format allows it.
-        let k = if dtype == DType::Q4_K { 768 } else { 320 };
+        let k = if dtype.block_len() == 256 { 768 } else { 320 };
         let wb = weights(dtype, m, k, 1);
         let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
         for n_cols in 1..=MAX_COLS {
@@ -140,6 +147,8 @@ fn every_gemv_shape_matches_the_reference() {
         (DType::Q8_0, 1056),
         (DType::Q4_0, 1056),
         (DType::Q4_K, 1280),
+        (DType::Q5_0, 1056),
+        (DType::Q6_K, 1280),
     ];
     for shape in shapes {
         b.set_gemv_shape(shape).unwrap();
@@ -466,13 +475,15 @@ fn bad_inputs_are_typed_errors() {
         &[&short, &short, &short],
         &mut y[..m]
     )));
+    // Q6_K has a shader for f32 activations only: GGML's Q8_K mode is
+    // refused.
     let kb = weights(DType::Q6_K, 1, 256, 1);
     let wk = WeightMatrix::new(DType::Q6_K, 1, 256, &kb).unwrap();
     assert!(core_err(b.gemv(
         &wk,
         &data(256, 1),
         1,
-        ActQuant::F32,
+        ActQuant::Q8_K,
         &Epilogue::NONE,
         &[],
         &mut y[..1]

@@ -505,7 +505,10 @@ fn pairs_without_a_shader_are_unsupported() {
         assert!(
             matches!(
                 r,
-                Err(VulkanError::Core(Error::Unsupported(Unsupported::ActQuant(a)))) if a == mode
+                Err(VulkanError::Core(Error::Unsupported(Unsupported::WeightActs {
+                    dtype: d,
+                    mode: a
+                }))) if a == mode && d == dtype
             ),
             "{dtype:?} {mode:?}: {r:?}"
         );

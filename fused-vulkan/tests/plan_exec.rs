@@ -16,6 +16,7 @@ use fused_core::exec::Executor;
 use fused_core::graph::{Graph, NodeId, Place};
 use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
+use fused_core::reference::ActQuant;
 use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
@@ -136,7 +137,7 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
     let Some(b) = backend_or_skip() else {
         return;
     };
-    for dtype in [DType::F16, DType::Q4_0] {
+    for dtype in [DType::F16, DType::Q4_0, DType::Q6_K] {
         let (g, mem, out) = decode_layer(dtype, 0);
         let fused = plan(&g);
         let unfused = Plan::unfused(&g);
@@ -293,17 +294,20 @@ fn unsupported_plans_are_refused_with_typed_errors() {
     };
     let (g, mem, _) = decode_layer(DType::Q4_0, 0);
     let sz = sizes(&mem);
-    // Weights without a GEMV kernel (Q6_K), in either mode.
+    // Weights with a GEMV for f32 activations only (Q6_K): GGML's mode
+    // (Q8_K activations) is refused, naming both.
     let (g6, mem6, _) = decode_layer(DType::Q6_K, 0);
-    for mode in [GemvMode::F32, GemvMode::Ggml] {
-        let r = DevicePlan::new(&b, &g6, &plan(&g6), mode, &sizes(&mem6)).map(|_| ());
-        assert_eq!(
-            r,
-            Err(VulkanError::Core(Error::Unsupported(
-                Unsupported::WeightFormat(DType::Q6_K)
-            )))
-        );
-    }
+    let r = DevicePlan::new(&b, &g6, &plan(&g6), GemvMode::Ggml, &sizes(&mem6)).map(|_| ());
+    assert_eq!(
+        r,
+        Err(VulkanError::Core(Error::Unsupported(
+            Unsupported::WeightActs {
+                dtype: DType::Q6_K,
+                mode: ActQuant::Q8_K
+            }
+        )))
+    );
+    assert!(DevicePlan::new(&b, &g6, &plan(&g6), GemvMode::F32, &sizes(&mem6)).is_ok());
     // An element-wise operand broadcast along a row (not over rows).
     let mut g2 = Graph::new();
     let a = TensorDesc::contiguous(DType::F32, [8, 2, 1, 1], BufferId(0), 0).unwrap();

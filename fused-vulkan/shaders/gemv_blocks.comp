@@ -1,0 +1,243 @@
+#version 450
+// GEMV over the GGML formats that have no shader tuned for them, with f32
+// activations (the core's ActQuant::F32): DTYPE 6 Q4_1, 7 Q5_0, 8 Q5_1,
+// 9 IQ4_NL, 10 Q5_K, 11 Q6_K, 12 TQ2_0. See gemv_common.glsl for the
+// output, the launch shape and the reduction.
+//
+// A row is cut into units of 32 values: one block of the 32-value formats,
+// an eighth of a 256-value block (its values 32s .. 32s + 31) of Q5_K,
+// Q6_K and TQ2_0. Thread t takes units t, t + WG, ...; for each it
+// dequantizes the unit's 32 values as the core does (fused_core::quant,
+// the same products and sums in the same order), then dots them with each
+// column's 32 x values. Blocks are only 2-byte aligned (Q5_0: 22 bytes,
+// IQ4_NL 18, Q6_K 210, TQ2_0 66), so bytes are cut out of 32-bit words.
+//
+// Every accumulation is `precise` (products through explicit fma()), so the
+// plain and the gated pipelines compute the same bits (fused == unfused).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#include "gemv_common.glsl"
+
+#if DTYPE == 6
+#define BLOCK_BYTES 20u
+#define UNITS_PER_BLOCK 1u
+#elif DTYPE == 7
+#define BLOCK_BYTES 22u
+#define UNITS_PER_BLOCK 1u
+#elif DTYPE == 8
+#define BLOCK_BYTES 24u
+#define UNITS_PER_BLOCK 1u
+#elif DTYPE == 9
+#define BLOCK_BYTES 18u
+#define UNITS_PER_BLOCK 1u
+#elif DTYPE == 10
+#define BLOCK_BYTES 176u
+#define UNITS_PER_BLOCK 8u
+#elif DTYPE == 11
+#define BLOCK_BYTES 210u
+#define UNITS_PER_BLOCK 8u
+#else
+#define BLOCK_BYTES 66u
+#define UNITS_PER_BLOCK 8u
+#endif
+#define BLOCK_VALUES (32u * UNITS_PER_BLOCK)
+
+uint base[R]; // byte offset of each row of the workgroup
+
+// The 4 bytes of matrix m from byte `off` on (any alignment), the first in
+// the low byte. Reads only the words that hold them.
+uint bytes4(uint m, uint off) {
+    uint w0 = word_at(m, off >> 2u);
+    uint sh = (off & 3u) * 8u;
+    if (sh == 0u) {
+        return w0;
+    }
+    return (w0 >> sh) | (word_at(m, (off >> 2u) + 1u) << (32u - sh));
+}
+
+// The f16 at (2-aligned) byte `off` of matrix m, as f32.
+float half_at_byte(uint m, uint off) {
+    uint w = word_at(m, off >> 2u);
+    return unpackHalf2x16((off & 2u) == 0u ? w : w >> 16u).x;
+}
+
+// Byte i (0..3) of w.
+uint byte_of(uint w, uint i) {
+    return (w >> (8u * i)) & 0xffu;
+}
+
+// The 32 bytes of matrix m from byte `off` on, 4 to a word.
+void bytes32(uint m, uint off, out uint b[8]) {
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+        b[i] = bytes4(m, off + 4u * i);
+    }
+}
+
+// Byte l (0..31) of 32 bytes read by bytes32.
+uint byte32(uint b[8], uint l) {
+    return byte_of(b[l >> 2u], l & 3u);
+}
+
+#if DTYPE == 9
+const int KVALUES_IQ4NL[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53,
+                                      69, 89, 113);
+#endif
+
+#if DTYPE == 6 || DTYPE == 7 || DTYPE == 8 || DTYPE == 9
+// The 32 values of a 32-value block at byte b whose 16 code bytes start at
+// byte qs (low nibbles: values 0..15, high nibbles 16..31), with the fifth
+// bits `qh` (Q5_0, Q5_1: bit j for value j).
+void block32_values(uint m, uint b, uint qs, uint qh, out float v[32]) {
+    float d = half_at_byte(m, b);
+#if DTYPE == 6 || DTYPE == 8
+    float mn = half_at_byte(m, b + 2u);
+#endif
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        uint q = bytes4(m, qs + 4u * i);
+        [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+            uint j = 4u * i + k;
+            uint c = byte_of(q, k);
+            uint lo = c & 15u;
+            uint hi = c >> 4u;
+#if DTYPE == 7 || DTYPE == 8
+            lo |= ((qh >> j) & 1u) << 4u;
+            hi |= ((qh >> (j + 16u)) & 1u) << 4u;
+#endif
+#if DTYPE == 6 || DTYPE == 8
+            precise float a = float(lo) * d + mn;
+            precise float h = float(hi) * d + mn;
+#elif DTYPE == 7
+            precise float a = float(int(lo) - 16) * d;
+            precise float h = float(int(hi) - 16) * d;
+#else
+            precise float a = d * float(KVALUES_IQ4NL[lo]);
+            precise float h = d * float(KVALUES_IQ4NL[hi]);
+#endif
+            v[j] = a;
+            v[j + 16u] = h;
+        }
+    }
+}
+#endif
+
+// The 32 values of unit u of the row at byte rb of matrix m.
+void unit_values(uint m, uint rb, uint u, out float v[32]) {
+#if DTYPE == 6
+    uint b = rb + u * BLOCK_BYTES;
+    block32_values(m, b, b + 4u, 0u, v);
+#elif DTYPE == 7
+    uint b = rb + u * BLOCK_BYTES;
+    block32_values(m, b, b + 6u, bytes4(m, b + 2u), v);
+#elif DTYPE == 8
+    uint b = rb + u * BLOCK_BYTES;
+    block32_values(m, b, b + 8u, bytes4(m, b + 4u), v);
+#elif DTYPE == 9
+    uint b = rb + u * BLOCK_BYTES;
+    block32_values(m, b, b + 2u, 0u, v);
+#else
+    uint b = rb + (u / UNITS_PER_BLOCK) * BLOCK_BYTES;
+    uint s = u % UNITS_PER_BLOCK;
+    uint qs[8];
+#if DTYPE == 10
+    // Q5_K: d, dmin, 12 scale bytes, qh[32], qs[128]. Values 32s.. are the
+    // low (s even) or high nibbles of qs[32 (s / 2) ..], fifth bit s of qh.
+    float d = half_at_byte(m, b);
+    float dmin = half_at_byte(m, b + 2u);
+    uint sw[3] = uint[3](bytes4(m, b + 4u), bytes4(m, b + 8u), bytes4(m, b + 12u));
+    uint sc;
+    uint mn;
+    if (s < 4u) {
+        sc = byte_of(sw[s >> 2u], s & 3u) & 63u;
+        mn = byte_of(sw[(s + 4u) >> 2u], (s + 4u) & 3u) & 63u;
+    } else {
+        uint e = byte_of(sw[2], s - 4u);
+        sc = (e & 15u) | ((byte_of(sw[0], s - 4u) >> 6u) << 4u);
+        mn = (e >> 4u) | ((byte_of(sw[1], s - 4u) >> 6u) << 4u);
+    }
+    precise float d1 = d * float(sc);
+    precise float m1 = dmin * float(mn);
+    uint qh[8];
+    bytes32(m, b + 16u, qh);
+    bytes32(m, b + 48u + 32u * (s >> 1u), qs);
+    uint shift = 4u * (s & 1u);
+    [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+        uint q = ((byte32(qs, l) >> shift) & 15u) | (((byte32(qh, l) >> s) & 1u) << 4u);
+        precise float a = d1 * float(q) - m1;
+        v[l] = a;
+    }
+#elif DTYPE == 11
+    // Q6_K: ql[128], qh[64], 16 int8 scales, d. Values 128h + 32g + l (s =
+    // 4h + g): the low (g < 2) or high nibble of ql[64h + 32 (g mod 2) + l]
+    // with bits 2g, 2g + 1 of qh[32h + l], minus 32; scale 2s + l / 16.
+    uint h = s >> 2u;
+    uint g = s & 3u;
+    float d = half_at_byte(m, b + 208u);
+    uint qh[8];
+    bytes32(m, b + 128u + 32u * h, qh);
+    bytes32(m, b + 64u * h + 32u * (g & 1u), qs);
+    uint sw = bytes4(m, b + 192u + 2u * s);
+    uint shift = 4u * (g >> 1u);
+    [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+        uint sb = byte_of(sw, l >> 4u);
+        int scale = int(sb << 24u) >> 24;
+        uint c = ((byte32(qs, l) >> shift) & 15u) | (((byte32(qh, l) >> (2u * g)) & 3u) << 4u);
+        precise float a = d * float(scale) * float(int(c) - 32);
+        v[l] = a;
+    }
+#else
+    // TQ2_0: qs[64], d. Value 128 (s / 4) + 32 l + i is bits 2l, 2l + 1
+    // of qs[32 (s / 4) + i] (l = s mod 4), minus 1.
+    float d = half_at_byte(m, b + 64u);
+    bytes32(m, b + 32u * (s >> 2u), qs);
+    uint shift = 2u * (s & 3u);
+    [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+        precise float a = float(int((byte32(qs, l) >> shift) & 3u) - 1) * d;
+        v[l] = a;
+    }
+#endif
+#endif
+}
+
+// acc[(m * R + r) * NC + col] += unit u . x[col] for every matrix, row and
+// column.
+void accumulate(uint u) {
+    [[unroll]] for (uint m = 0u; m < NMAT; ++m) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
+            float v[32];
+            unit_values(m, base[r], u, v);
+            [[unroll]] for (uint col = 0u; col < NC; ++col) {
+                uint xb = ((col * pc.K) >> 2u) + 8u * u;
+                precise float s = 0.0;
+                [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+                    vec4 wv = vec4(v[4u * i], v[4u * i + 1u], v[4u * i + 2u], v[4u * i + 3u]);
+                    s = dot4(wv, x4[xb + i], s);
+                }
+                uint a = (m * R + r) * NC + col;
+                precise float t = acc[a] + s;
+                acc[a] = t;
+            }
+        }
+    }
+}
+
+void main() {
+    uint row0 = flat_group() * R;
+    if (row0 >= pc.M) {
+        return;
+    }
+    uint tid = gl_LocalInvocationIndex;
+    uint n_blocks = pc.K / BLOCK_VALUES;
+    uint row_bytes = n_blocks * BLOCK_BYTES;
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
+        // Rows past M repeat the last row; their sums are not written.
+        base[r] = min(row0 + r, pc.M - 1u) * row_bytes;
+    }
+    [[unroll]] for (uint i = 0u; i < NV; ++i) {
+        acc[i] = 0.0;
+    }
+    uint n_units = n_blocks * UNITS_PER_BLOCK;
+    [[dont_unroll]] for (uint u = tid; u < n_units; u += WG) {
+        accumulate(u);
+    }
+    reduce_and_store(row0, tid);
+}
