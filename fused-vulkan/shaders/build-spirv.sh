@@ -52,9 +52,9 @@ done
 # gemv_q8{,_glu}{,_sg}{,_dot}_TYPE, Q8_0 and Q4_0 also with 16-bit loads.
 compile quantize_q8_0 quantize.comp -DDTYPE=2
 compile quantize_q8_k quantize.comp -DDTYPE=4
-q8_variants() { # name-suffix defines...
-    local suffix="$1"
-    shift
+q8_variants() { # name-suffix source defines...
+    local suffix="$1" src="$2"
+    shift 2
     for glu in "" _glu; do
         for sg in "" _sg; do
             for dot in "" _dot; do
@@ -62,16 +62,20 @@ q8_variants() { # name-suffix defines...
                 [ -n "$glu" ] && defs+=(-DGLU)
                 [ -n "$sg" ] && defs+=(-DSUBGROUP)
                 [ -n "$dot" ] && defs+=(-DDOT)
-                compile "gemv_q8${glu}${sg}${dot}_${suffix}" gemv_q8.comp "$@" "${defs[@]}"
+                compile "gemv_q8${glu}${sg}${dot}_${suffix}" "$src" "$@" "${defs[@]}"
             done
         done
     done
 }
 for d in q8_0:2 q4_0:3 q4_k:4; do
-    q8_variants "${d%%:*}" -DDTYPE="${d##*:}"
+    q8_variants "${d%%:*}" gemv_q8.comp -DDTYPE="${d##*:}"
 done
 for d in q8_0:2 q4_0:3; do
-    q8_variants "${d%%:*}_s16" -DDTYPE="${d##*:}" -DSTORAGE16
+    q8_variants "${d%%:*}_s16" gemv_q8.comp -DDTYPE="${d##*:}" -DSTORAGE16
+done
+# Q5_0 and IQ4_NL against Q8_0 activations from gemv_blocks.comp.
+for d in q5_0:7 iq4_nl:9; do
+    q8_variants "${d%%:*}" gemv_blocks.comp -DDTYPE="${d##*:}" -DQ8
 done
 if [ "$CHECK" = 1 ]; then
     status=0

@@ -12,11 +12,27 @@
 // column's 32 x values. Blocks are only 2-byte aligned (Q5_0: 22 bytes,
 // IQ4_NL 18, Q6_K 210, TQ2_0 66), so bytes are cut out of 32-bit words.
 //
+// With Q8 defined (Q5_0 and IQ4_NL only) the activations are GGML's Q8_0,
+// already quantized by quantize.comp (its layout): a unit's 32 weight
+// codes (Q5_0: code - 16, IQ4_NL: the table value) are packed as int8s and
+// dotted with the block's activation codes in integers (int_dot.glsl),
+// then the core's formula (fused_core::quant::vec_dot) adds the block:
+//   acc += (d_w * d_x) * float(isum)
+// Only the order in which blocks are added differs from the core.
+//
 // Every accumulation is `precise` (products through explicit fma()), so the
 // plain and the gated pipelines compute the same bits (fused == unfused).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#ifdef Q8
+#include "int_dot.glsl"
+#endif
 #include "gemv_common.glsl"
+
+#ifdef Q8
+layout(constant_id = 5) const uint L = 1; // lanes per block: always 1 here
+layout(std430, binding = 1) readonly buffer XQ { uint xq[]; };
+#endif
 
 #if DTYPE == 6
 #define BLOCK_BYTES 20u
@@ -120,6 +136,43 @@ void block32_values(uint m, uint b, uint qs, uint qh, out float v[32]) {
 }
 #endif
 
+#ifdef Q8
+// The 32 integer codes of block u (Q5_0: code - 16, IQ4_NL: the table
+// value) of the row at byte rb of matrix m, packed 4 int8s a word (value j
+// in byte j mod 4 of word j / 4), and the block's scale.
+float block32_codes(uint m, uint rb, uint u, out uint c[8]) {
+    uint b = rb + u * BLOCK_BYTES;
+#if DTYPE == 7
+    uint qh = bytes4(m, b + 2u);
+    uint qs = b + 6u;
+#else
+    uint qs = b + 2u;
+#endif
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+        c[i] = 0u;
+    }
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        uint q = bytes4(m, qs + 4u * i);
+        [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+            uint j = 4u * i + k;
+            uint lo = byte_of(q, k) & 15u;
+            uint hi = byte_of(q, k) >> 4u;
+#if DTYPE == 7
+            int a = int(lo | (((qh >> j) & 1u) << 4u)) - 16;
+            int h = int(hi | (((qh >> (j + 16u)) & 1u) << 4u)) - 16;
+#else
+            int a = KVALUES_IQ4NL[lo];
+            int h = KVALUES_IQ4NL[hi];
+#endif
+            // Value j sits in word j / 4, value j + 16 in word 4 + j / 4.
+            c[i] |= (uint(a) & 0xffu) << (8u * k);
+            c[4u + i] |= (uint(h) & 0xffu) << (8u * k);
+        }
+    }
+    return half_at_byte(m, b);
+}
+#endif
+
 // The 32 values of unit u of the row at byte rb of matrix m.
 void unit_values(uint m, uint rb, uint u, out float v[32]) {
 #if DTYPE == 6
@@ -198,6 +251,33 @@ void unit_values(uint m, uint rb, uint u, out float v[32]) {
 #endif
 }
 
+#ifdef Q8
+// acc[(m * R + r) * NC + col] += block u . xq[col] for every matrix, row
+// and column (quantize.comp's layout: codes column after column, then one
+// f16 scale per block).
+void accumulate(uint u) {
+    uint n_blocks = pc.K / BLOCK_VALUES;
+    uint soff = NC * (pc.K / 4u);
+    [[unroll]] for (uint m = 0u; m < NMAT; ++m) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
+            uint c[8];
+            float dw = block32_codes(m, base[r], u, c);
+            [[unroll]] for (uint col = 0u; col < NC; ++col) {
+                uint xw = col * (pc.K / 4u) + u * 8u;
+                float dy = unpackHalf2x16(xq[soff + col * n_blocks + u]).x;
+                int isum = 0;
+                [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+                    isum += dot4x8(c[i], xq[xw + i]);
+                }
+                uint a = (m * R + r) * NC + col;
+                precise float t = (dw * dy) * float(isum);
+                precise float s = acc[a] + t;
+                acc[a] = s;
+            }
+        }
+    }
+}
+#else
 // acc[(m * R + r) * NC + col] += unit u . x[col] for every matrix, row and
 // column.
 void accumulate(uint u) {
@@ -219,6 +299,7 @@ void accumulate(uint u) {
         }
     }
 }
+#endif
 
 void main() {
     uint row0 = flat_group() * R;

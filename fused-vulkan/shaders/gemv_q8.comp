@@ -19,10 +19,8 @@
 // subgroup shuffles (SUBGROUP; L = 1 without), and lane 0 adds the block.
 // Groups take blocks g, g + WG / L, ... (U per loop trip, all loads first).
 //
-// DOT: OpSDot (SPV_KHR_integer_dot_product, declared through
-// GL_EXT_spirv_intrinsics as this glslang lacks GL_EXT_integer_dot_product);
-// otherwise the same integer sums with bitfieldExtract and multiplies.
-// Both give the same bits.
+// DOT: integer dot products (OpSDot, int_dot.glsl); otherwise the same
+// integer sums with bitfieldExtract and multiplies. Both give the same bits.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #ifdef STORAGE16
@@ -31,22 +29,7 @@
 #ifdef SUBGROUP
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
-#ifdef DOT
-#extension GL_EXT_spirv_intrinsics : require
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
-int sdot_packed(int a, int b, spirv_literal int packed_4x8);
-int dot4x8(uint a, uint b) {
-    return sdot_packed(int(a), int(b), 0);
-}
-#else
-int dot4x8(uint a, uint b) {
-    ivec4 va = ivec4(bitfieldExtract(int(a), 0, 8), bitfieldExtract(int(a), 8, 8),
-                     bitfieldExtract(int(a), 16, 8), bitfieldExtract(int(a), 24, 8));
-    ivec4 vb = ivec4(bitfieldExtract(int(b), 0, 8), bitfieldExtract(int(b), 8, 8),
-                     bitfieldExtract(int(b), 16, 8), bitfieldExtract(int(b), 24, 8));
-    return va.x * vb.x + va.y * vb.y + va.z * vb.z + va.w * vb.w;
-}
-#endif
+#include "int_dot.glsl"
 #include "gemv_common.glsl"
 
 layout(constant_id = 5) const uint L = 1; // lanes per block

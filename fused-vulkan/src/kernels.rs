@@ -39,10 +39,11 @@ pub(crate) enum Shader {
         /// Q8_K (256-value blocks) instead of Q8_0.
         q8k: bool,
     },
-    /// GEMV against quantized activations (`gemv_q8.comp`): Q8_0 and Q4_0
-    /// weights with Q8_0 activations, Q4_K with Q8_K.
+    /// GEMV against quantized activations (`gemv_q8.comp`: Q8_0 and Q4_0
+    /// weights with Q8_0 activations, Q4_K with Q8_K; `gemv_blocks.comp`
+    /// with `Q8`: Q5_0 and IQ4_NL with Q8_0).
     GemvQ8 {
-        /// The weight format (Q8_0, Q4_0 or Q4_K).
+        /// The weight format (Q8_0, Q4_0, Q4_K, Q5_0 or IQ4_NL).
         dtype: GemvType,
         /// The gated dual form.
         glu: bool,
@@ -196,6 +197,8 @@ impl Shader {
                     (GemvType::Q4_0, false) => q8!("q4_0"),
                     (GemvType::Q4_0, true) => q8!("q4_0_s16"),
                     (GemvType::Q4_K, _) => q8!("q4_k"),
+                    (GemvType::Q5_0, _) => q8!("q5_0"),
+                    (GemvType::IQ4_NL, _) => q8!("iq4_nl"),
                     // The other formats have no Q8-mode shader (check_mode
                     // refuses them before a key is built).
                     (_, _) => q8!("q4_k"),

@@ -35,10 +35,12 @@ const ULPS: u64 = 4096;
 const NMSE: f64 = 1e-9;
 
 /// The weight formats with a Q8-mode shader and their activation mode.
-const PAIRS: [(DType, ActQuant); 3] = [
+const PAIRS: [(DType, ActQuant); 5] = [
     (DType::Q8_0, ActQuant::Q8_0),
     (DType::Q4_0, ActQuant::Q8_0),
     (DType::Q4_K, ActQuant::Q8_K),
+    (DType::Q5_0, ActQuant::Q8_0),
+    (DType::IQ4_NL, ActQuant::Q8_0),
 ];
 
 fn ulps(a: f32, b: f32) -> u64 {
@@ -446,7 +448,8 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
                 let units = match dtype {
                     DType::Q8_0 => 4,
                     DType::Q4_0 => 2,
-                    _ => 8,
+                    DType::Q4_K => 8,
+                    _ => 1, // gemv_blocks.comp: one lane a block
                 };
                 if shape.lanes > units {
                     assert!(r.is_err(), "{what}");
