@@ -96,8 +96,8 @@ fn a_requested_backend_that_runs_nothing_fails_unless_allowed() {
 
 #[test]
 fn cases_a_backend_has_no_kernel_for_are_skipped_with_the_reason() {
-    // Vulkan has a GEMV for Q6_K weights with f32 activations only: the
-    // cases in GGML's mode (Q8_K activations) are skipped per case, with
+    // Vulkan has a GEMV for Q4_1 weights with f32 activations only: the
+    // cases in GGML's mode (Q8_1 activations) are skipped per case, with
     // the reason, never passed or failed; without a device the whole
     // backend is skipped.
     let json = tmp("unsupported.json");
@@ -105,7 +105,7 @@ fn cases_a_backend_has_no_kernel_for_are_skipped_with_the_reason() {
         "--backend",
         "vulkan",
         "--filter",
-        "gemv/q6_K/63/",
+        "gemv/q4_1/63/",
         "--allow-skip",
         "--json",
         json.to_str().unwrap(),
@@ -135,7 +135,7 @@ fn cases_a_backend_has_no_kernel_for_are_skipped_with_the_reason() {
         if vk["available"] == true {
             assert_eq!(r["checks"][0]["name"], "supported", "{r}");
             let why = r["checks"][0]["detail"].as_str().unwrap();
-            assert!(why.contains("q6_K weights with Q8_K"), "{why}");
+            assert!(why.contains("q4_1 weights with Q8_1"), "{why}");
             unsupported += 1;
         }
     }

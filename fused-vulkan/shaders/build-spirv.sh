@@ -73,8 +73,9 @@ done
 for d in q8_0:2 q4_0:3; do
     q8_variants "${d%%:*}_s16" gemv_q8.comp -DDTYPE="${d##*:}" -DSTORAGE16
 done
-# Q5_0 and IQ4_NL against Q8_0 activations from gemv_blocks.comp.
-for d in q5_0:7 iq4_nl:9; do
+# Q5_0 and IQ4_NL against Q8_0 activations, Q5_K, Q6_K and TQ2_0 against
+# Q8_K, from gemv_blocks.comp.
+for d in q5_0:7 iq4_nl:9 q5_k:10 q6_k:11 tq2_0:12; do
     q8_variants "${d%%:*}" gemv_blocks.comp -DDTYPE="${d##*:}" -DQ8
 done
 if [ "$CHECK" = 1 ]; then

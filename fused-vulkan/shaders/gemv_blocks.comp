@@ -12,13 +12,20 @@
 // column's 32 x values. Blocks are only 2-byte aligned (Q5_0: 22 bytes,
 // IQ4_NL 18, Q6_K 210, TQ2_0 66), so bytes are cut out of 32-bit words.
 //
-// With Q8 defined (Q5_0 and IQ4_NL only) the activations are GGML's Q8_0,
-// already quantized by quantize.comp (its layout): a unit's 32 weight
-// codes (Q5_0: code - 16, IQ4_NL: the table value) are packed as int8s and
-// dotted with the block's activation codes in integers (int_dot.glsl),
-// then the core's formula (fused_core::quant::vec_dot) adds the block:
-//   acc += (d_w * d_x) * float(isum)
-// Only the order in which blocks are added differs from the core.
+// With Q8 defined the activations are GGML's, already quantized by
+// quantize.comp (its layout): Q8_0 for Q5_0 and IQ4_NL, Q8_K for Q5_K,
+// Q6_K and TQ2_0. A thread takes whole blocks; their integer weight codes
+// (Q5_0: code - 16, IQ4_NL: the table value, Q5_K: 0 .. 31, Q6_K: -32 ..
+// 31, TQ2_0: -1 .. 1) are packed as int8s and dotted with the activation
+// codes in integers (int_dot.glsl), scaled per sub-block in integers, and
+// the core's formula (fused_core::quant::vec_dot) adds the block:
+//   Q5_0, IQ4_NL: acc += (d_w d_x) * float(isum)
+//   Q5_K: acc += (d d_x) * float(A) - (dmin d_x) * float(MI), A the sum of
+//         scale * code * q, MI the sum of min * (sum of 32 codes)
+//   Q6_K: acc += (d d_x) * float(A), A the sum of scale * code * q
+//   TQ2_0: acc += float(isum) * (d_x d)
+// Only the order in which blocks are added differs from the core (and the
+// K-quants round A once, not per lane as the core's eight lane sums).
 //
 // Every accumulation is `precise` (products through explicit fma()), so the
 // plain and the gated pipelines compute the same bits (fused == unfused).
@@ -136,7 +143,7 @@ void block32_values(uint m, uint b, uint qs, uint qh, out float v[32]) {
 }
 #endif
 
-#ifdef Q8
+#if defined(Q8) && (DTYPE == 7 || DTYPE == 9)
 // The 32 integer codes of block u (Q5_0: code - 16, IQ4_NL: the table
 // value) of the row at byte rb of matrix m, packed 4 int8s a word (value j
 // in byte j mod 4 of word j / 4), and the block's scale.
@@ -173,6 +180,73 @@ float block32_codes(uint m, uint rb, uint u, out uint c[8]) {
 }
 #endif
 
+#if DTYPE >= 10
+// The integer codes of values 32s .. 32s + 31 of the 256-value block at
+// byte b of matrix m:
+// - Q5_K (d, dmin, 12 scale bytes, qh[32], qs[128]): the low (s even) or
+//   high nibbles of qs[32 (s / 2) ..] with fifth bit s of qh, 0 .. 31;
+// - Q6_K (ql[128], qh[64], 16 int8 scales, d): value 128h + 32g + l (s =
+//   4h + g) the low (g < 2) or high nibble of ql[64h + 32 (g mod 2) + l]
+//   with bits 2g, 2g + 1 of qh[32h + l], minus 32;
+// - TQ2_0 (qs[64], d): value 128 (s / 4) + 32 l' + i is bits 2l', 2l' + 1
+//   of qs[32 (s / 4) + i] (l' = s mod 4), minus 1.
+void sub_codes(uint m, uint b, uint s, out int q[32]) {
+    uint qs[8];
+#if DTYPE == 10
+    uint qh[8];
+    bytes32(m, b + 16u, qh);
+    bytes32(m, b + 48u + 32u * (s >> 1u), qs);
+    uint shift = 4u * (s & 1u);
+    [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+        q[l] = int(((byte32(qs, l) >> shift) & 15u) | (((byte32(qh, l) >> s) & 1u) << 4u));
+    }
+#elif DTYPE == 11
+    uint h = s >> 2u;
+    uint g = s & 3u;
+    uint qh[8];
+    bytes32(m, b + 128u + 32u * h, qh);
+    bytes32(m, b + 64u * h + 32u * (g & 1u), qs);
+    uint shift = 4u * (g >> 1u);
+    [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+        uint c = ((byte32(qs, l) >> shift) & 15u) | (((byte32(qh, l) >> (2u * g)) & 3u) << 4u);
+        q[l] = int(c) - 32;
+    }
+#else
+    bytes32(m, b + 32u * (s >> 2u), qs);
+    uint shift = 2u * (s & 3u);
+    [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+        q[l] = int((byte32(qs, l) >> shift) & 3u) - 1;
+    }
+#endif
+}
+#endif
+
+#if DTYPE == 10
+// The 6-bit scale and min of sub-block s of the Q5_K block at byte b (the
+// core's scale_min).
+void q5k_scale_min(uint m, uint b, uint s, out uint sc, out uint mn) {
+    uint sw[3] = uint[3](bytes4(m, b + 4u), bytes4(m, b + 8u), bytes4(m, b + 12u));
+    if (s < 4u) {
+        sc = byte_of(sw[0], s) & 63u;
+        mn = byte_of(sw[1], s) & 63u;
+    } else {
+        uint e = byte_of(sw[2], s - 4u);
+        sc = (e & 15u) | ((byte_of(sw[0], s - 4u) >> 6u) << 4u);
+        mn = (e >> 4u) | ((byte_of(sw[1], s - 4u) >> 6u) << 4u);
+    }
+}
+#endif
+
+#if DTYPE == 11
+// The int8 scales of values 32s .. 32s + 15 and 32s + 16 .. 32s + 31 of the
+// Q6_K block at byte b (its scales 2s and 2s + 1).
+void q6k_scales(uint m, uint b, uint s, out int sc[2]) {
+    uint sw = bytes4(m, b + 192u + 2u * s);
+    sc[0] = int(sw << 24u) >> 24;
+    sc[1] = int(sw << 16u) >> 24;
+}
+#endif
+
 // The 32 values of unit u of the row at byte rb of matrix m.
 void unit_values(uint m, uint rb, uint u, out float v[32]) {
 #if DTYPE == 6
@@ -190,68 +264,114 @@ void unit_values(uint m, uint rb, uint u, out float v[32]) {
 #else
     uint b = rb + (u / UNITS_PER_BLOCK) * BLOCK_BYTES;
     uint s = u % UNITS_PER_BLOCK;
-    uint qs[8];
+    int q[32];
+    sub_codes(m, b, s, q);
 #if DTYPE == 10
-    // Q5_K: d, dmin, 12 scale bytes, qh[32], qs[128]. Values 32s.. are the
-    // low (s even) or high nibbles of qs[32 (s / 2) ..], fifth bit s of qh.
-    float d = half_at_byte(m, b);
-    float dmin = half_at_byte(m, b + 2u);
-    uint sw[3] = uint[3](bytes4(m, b + 4u), bytes4(m, b + 8u), bytes4(m, b + 12u));
     uint sc;
     uint mn;
-    if (s < 4u) {
-        sc = byte_of(sw[s >> 2u], s & 3u) & 63u;
-        mn = byte_of(sw[(s + 4u) >> 2u], (s + 4u) & 3u) & 63u;
-    } else {
-        uint e = byte_of(sw[2], s - 4u);
-        sc = (e & 15u) | ((byte_of(sw[0], s - 4u) >> 6u) << 4u);
-        mn = (e >> 4u) | ((byte_of(sw[1], s - 4u) >> 6u) << 4u);
-    }
-    precise float d1 = d * float(sc);
-    precise float m1 = dmin * float(mn);
-    uint qh[8];
-    bytes32(m, b + 16u, qh);
-    bytes32(m, b + 48u + 32u * (s >> 1u), qs);
-    uint shift = 4u * (s & 1u);
+    q5k_scale_min(m, b, s, sc, mn);
+    precise float d1 = half_at_byte(m, b) * float(sc);
+    precise float m1 = half_at_byte(m, b + 2u) * float(mn);
     [[unroll]] for (uint l = 0u; l < 32u; ++l) {
-        uint q = ((byte32(qs, l) >> shift) & 15u) | (((byte32(qh, l) >> s) & 1u) << 4u);
-        precise float a = d1 * float(q) - m1;
+        precise float a = d1 * float(q[l]) - m1;
         v[l] = a;
     }
 #elif DTYPE == 11
-    // Q6_K: ql[128], qh[64], 16 int8 scales, d. Values 128h + 32g + l (s =
-    // 4h + g): the low (g < 2) or high nibble of ql[64h + 32 (g mod 2) + l]
-    // with bits 2g, 2g + 1 of qh[32h + l], minus 32; scale 2s + l / 16.
-    uint h = s >> 2u;
-    uint g = s & 3u;
     float d = half_at_byte(m, b + 208u);
-    uint qh[8];
-    bytes32(m, b + 128u + 32u * h, qh);
-    bytes32(m, b + 64u * h + 32u * (g & 1u), qs);
-    uint sw = bytes4(m, b + 192u + 2u * s);
-    uint shift = 4u * (g >> 1u);
+    int sc[2];
+    q6k_scales(m, b, s, sc);
     [[unroll]] for (uint l = 0u; l < 32u; ++l) {
-        uint sb = byte_of(sw, l >> 4u);
-        int scale = int(sb << 24u) >> 24;
-        uint c = ((byte32(qs, l) >> shift) & 15u) | (((byte32(qh, l) >> (2u * g)) & 3u) << 4u);
-        precise float a = d * float(scale) * float(int(c) - 32);
+        precise float a = d * float(sc[l >> 4u]) * float(q[l]);
         v[l] = a;
     }
 #else
-    // TQ2_0: qs[64], d. Value 128 (s / 4) + 32 l + i is bits 2l, 2l + 1
-    // of qs[32 (s / 4) + i] (l = s mod 4), minus 1.
     float d = half_at_byte(m, b + 64u);
-    bytes32(m, b + 32u * (s >> 2u), qs);
-    uint shift = 2u * (s & 3u);
     [[unroll]] for (uint l = 0u; l < 32u; ++l) {
-        precise float a = float(int((byte32(qs, l) >> shift) & 3u) - 1) * d;
+        precise float a = float(q[l]) * d;
         v[l] = a;
     }
 #endif
 #endif
 }
 
-#ifdef Q8
+#if defined(Q8) && DTYPE >= 10
+// acc[(m * R + r) * NC + col] += block u . xq[col] for every matrix, row
+// and column (quantize.comp's Q8_K layout: codes column after column, one
+// f32 scale per block, then the sum of every 32 codes).
+void accumulate(uint u) {
+    uint n_blocks = pc.K / BLOCK_VALUES;
+    uint soff = NC * (pc.K / 4u);
+    uint moff = soff + NC * n_blocks;
+    [[unroll]] for (uint m = 0u; m < NMAT; ++m) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
+            uint b = base[r] + u * BLOCK_BYTES;
+#if DTYPE == 10
+            float dw = half_at_byte(m, b);
+            float dmin = half_at_byte(m, b + 2u);
+#elif DTYPE == 11
+            float dw = half_at_byte(m, b + 208u);
+#else
+            float dw = half_at_byte(m, b + 64u);
+#endif
+            int sum_a[NC]; // per column: the sum of scale * code * q
+            int sum_m[NC]; // Q5_K: the sum of min * (sum of 32 codes)
+            [[unroll]] for (uint col = 0u; col < NC; ++col) {
+                sum_a[col] = 0;
+                sum_m[col] = 0;
+            }
+            // One sub-block of 32 values at a time (not unrolled: one copy
+            // of the decoding).
+            [[dont_unroll]] for (uint s = 0u; s < 8u; ++s) {
+                int q[32];
+                sub_codes(m, b, s, q);
+                uint c[8]; // the codes, 4 int8s a word, in value order
+                [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+                    c[i] = (uint(q[4u * i]) & 0xffu) | ((uint(q[4u * i + 1u]) & 0xffu) << 8u)
+                        | ((uint(q[4u * i + 2u]) & 0xffu) << 16u) | (uint(q[4u * i + 3u]) << 24u);
+                }
+#if DTYPE == 10
+                uint sc;
+                uint mn;
+                q5k_scale_min(m, b, s, sc, mn);
+#elif DTYPE == 11
+                int sc2[2];
+                q6k_scales(m, b, s, sc2);
+#endif
+                [[unroll]] for (uint col = 0u; col < NC; ++col) {
+                    uint xw = col * (pc.K / 4u) + u * 64u + 8u * s;
+                    int lo = 0;
+                    int hi = 0;
+                    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+                        lo += dot4x8(c[i], xq[xw + i]);
+                        hi += dot4x8(c[4u + i], xq[xw + 4u + i]);
+                    }
+#if DTYPE == 10
+                    sum_a[col] += int(sc) * (lo + hi);
+                    sum_m[col] += int(mn) * int(xq[moff + col * (pc.K / 32u) + u * 8u + s]);
+#elif DTYPE == 11
+                    sum_a[col] += sc2[0] * lo + sc2[1] * hi;
+#else
+                    sum_a[col] += lo + hi;
+#endif
+                }
+            }
+            [[unroll]] for (uint col = 0u; col < NC; ++col) {
+                float dy = uintBitsToFloat(xq[soff + col * n_blocks + u]);
+                uint a = (m * R + r) * NC + col;
+#if DTYPE == 10
+                precise float t = (dw * dy) * float(sum_a[col]) - (dmin * dy) * float(sum_m[col]);
+#elif DTYPE == 11
+                precise float t = (dw * dy) * float(sum_a[col]);
+#else
+                precise float t = float(sum_a[col]) * (dy * dw);
+#endif
+                precise float sum = acc[a] + t;
+                acc[a] = sum;
+            }
+        }
+    }
+}
+#elif defined(Q8)
 // acc[(m * R + r) * NC + col] += block u . xq[col] for every matrix, row
 // and column (quantize.comp's layout: codes column after column, then one
 // f16 scale per block).
@@ -316,7 +436,11 @@ void main() {
     [[unroll]] for (uint i = 0u; i < NV; ++i) {
         acc[i] = 0.0;
     }
+#ifdef Q8
+    uint n_units = n_blocks; // a thread takes whole blocks
+#else
     uint n_units = n_blocks * UNITS_PER_BLOCK;
+#endif
     [[dont_unroll]] for (uint u = tid; u < n_units; u += WG) {
         accumulate(u);
     }

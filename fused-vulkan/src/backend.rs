@@ -202,13 +202,15 @@ pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
 
 /// Checks that the GEMV of `dtype` weights has a shader for activations
 /// fed per `mode`: f32 for every format, Q8_0 for Q8_0, Q4_0, Q5_0 and
-/// IQ4_NL weights, Q8_K for Q4_K (Q4_1, Q5_1, Q5_K, Q6_K and TQ2_0 have
-/// no Q8-mode shader).
+/// IQ4_NL weights, Q8_K for Q4_K, Q5_K, Q6_K and TQ2_0 (Q4_1 and Q5_1,
+/// whose GGML mode is Q8_1, have no Q8-mode shader).
 pub(crate) fn check_mode(dtype: GemvType, mode: ActQuant) -> Result<(), Error> {
     match (dtype, mode) {
         (_, ActQuant::F32)
         | (GemvType::Q8_0 | GemvType::Q4_0 | GemvType::Q5_0 | GemvType::IQ4_NL, ActQuant::Q8_0)
-        | (GemvType::Q4_K, ActQuant::Q8_K) => Ok(()),
+        | (GemvType::Q4_K | GemvType::Q5_K | GemvType::Q6_K | GemvType::TQ2_0, ActQuant::Q8_K) => {
+            Ok(())
+        }
         _ => Err(Error::Unsupported(Unsupported::WeightActs {
             dtype: dtype.dtype(),
             mode,

@@ -6,8 +6,9 @@
 //! memory)` runs a plan step by step; the GEMV kernels take weights of
 //! every core format, 1 to [`MAX_COLS`] columns, with f32 activations
 //! ([`ActQuant::F32`], every format) or GGML's quantized activations
-//! ([`ActQuant::Q8_0`] for Q8_0, Q4_0, Q5_0 and IQ4_NL weights, [`ActQuant::Q8_K`] for
-//! Q4_K, quantized on the device); anything else is refused with
+//! ([`ActQuant::Q8_0`] for Q8_0, Q4_0, Q5_0 and IQ4_NL weights,
+//! [`ActQuant::Q8_K`] for Q4_K, Q5_K, Q6_K and TQ2_0, quantized on the
+//! device); anything else is refused with
 //! [`fused_core::Error::Unsupported`] before the step runs.
 
 use fused_core::DType;

@@ -41,9 +41,10 @@ pub(crate) enum Shader {
     },
     /// GEMV against quantized activations (`gemv_q8.comp`: Q8_0 and Q4_0
     /// weights with Q8_0 activations, Q4_K with Q8_K; `gemv_blocks.comp`
-    /// with `Q8`: Q5_0 and IQ4_NL with Q8_0).
+    /// with `Q8`: Q5_0 and IQ4_NL with Q8_0, Q5_K, Q6_K and TQ2_0 with
+    /// Q8_K).
     GemvQ8 {
-        /// The weight format (Q8_0, Q4_0, Q4_K, Q5_0 or IQ4_NL).
+        /// The weight format (any but F32, F16, BF16, Q4_1 and Q5_1).
         dtype: GemvType,
         /// The gated dual form.
         glu: bool,
@@ -199,6 +200,9 @@ impl Shader {
                     (GemvType::Q4_K, _) => q8!("q4_k"),
                     (GemvType::Q5_0, _) => q8!("q5_0"),
                     (GemvType::IQ4_NL, _) => q8!("iq4_nl"),
+                    (GemvType::Q5_K, _) => q8!("q5_k"),
+                    (GemvType::Q6_K, _) => q8!("q6_k"),
+                    (GemvType::TQ2_0, _) => q8!("tq2_0"),
                     // The other formats have no Q8-mode shader (check_mode
                     // refuses them before a key is built).
                     (_, _) => q8!("q4_k"),

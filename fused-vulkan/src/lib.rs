@@ -15,8 +15,9 @@
 //!   32768 (subgroup-shuffle and shared-memory variants, picked from the
 //!   device's subgroup properties), GEMV with the core's epilogue chain for
 //!   every core weight format (1 to 8 f32 columns) and its gated dual form,
-//!   with f32 activations or, for Q8_0, Q4_0, Q5_0, IQ4_NL and Q4_K weights, GGML's
-//!   quantized activations (Q8_0 / Q8_K, quantized on the device exactly as
+//!   with f32 activations or, for every quantized format but Q4_1 and
+//!   Q5_1, GGML's quantized activations (Q8_0 / Q8_K, quantized on the
+//!   device exactly as
 //!   the core does and dotted in integers), and the unfused element-wise
 //!   kernels built from the same shader functions as the epilogue (fused ==
 //!   unfused bit for bit).

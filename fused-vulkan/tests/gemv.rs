@@ -475,15 +475,15 @@ fn bad_inputs_are_typed_errors() {
         &[&short, &short, &short],
         &mut y[..m]
     )));
-    // Q6_K has a shader for f32 activations only: GGML's Q8_K mode is
+    // Q4_1 has a shader for f32 activations only: GGML's Q8_1 mode is
     // refused.
-    let kb = weights(DType::Q6_K, 1, 256, 1);
-    let wk = WeightMatrix::new(DType::Q6_K, 1, 256, &kb).unwrap();
+    let kb = weights(DType::Q4_1, 1, 256, 1);
+    let wk = WeightMatrix::new(DType::Q4_1, 1, 256, &kb).unwrap();
     assert!(core_err(b.gemv(
         &wk,
         &data(256, 1),
         1,
-        ActQuant::Q8_K,
+        ActQuant::Q8_1,
         &Epilogue::NONE,
         &[],
         &mut y[..1]

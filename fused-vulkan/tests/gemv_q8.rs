@@ -35,12 +35,15 @@ const ULPS: u64 = 4096;
 const NMSE: f64 = 1e-9;
 
 /// The weight formats with a Q8-mode shader and their activation mode.
-const PAIRS: [(DType, ActQuant); 5] = [
+const PAIRS: [(DType, ActQuant); 8] = [
     (DType::Q8_0, ActQuant::Q8_0),
     (DType::Q4_0, ActQuant::Q8_0),
     (DType::Q4_K, ActQuant::Q8_K),
     (DType::Q5_0, ActQuant::Q8_0),
     (DType::IQ4_NL, ActQuant::Q8_0),
+    (DType::Q5_K, ActQuant::Q8_K),
+    (DType::Q6_K, ActQuant::Q8_K),
+    (DType::TQ2_0, ActQuant::Q8_K),
 ];
 
 fn ulps(a: f32, b: f32) -> u64 {
@@ -323,7 +326,7 @@ fn unfused_chain(b: &VulkanBackend, e: &Epilogue, ops: &[&[f32]], mut v: Vec<f32
 /// same-quantization reference, and fused == unfused.
 fn check_all(b: &VulkanBackend, m: usize, cols: &[usize], what: &str) {
     for (dtype, mode) in PAIRS {
-        let k = if dtype == DType::Q4_K { 768 } else { 320 };
+        let k = if dtype.block_len() == 256 { 768 } else { 320 };
         let wb = weights(dtype, m, k, 1);
         let ub = weights(dtype, m, k, 2);
         let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
@@ -434,7 +437,7 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
     for shape in shapes {
         b.set_gemv_shape(Some(shape)).unwrap();
         for (dtype, mode) in PAIRS {
-            let k = if dtype == DType::Q4_K { 1280 } else { 1056 };
+            let k = if dtype.block_len() == 256 { 1280 } else { 1056 };
             let wb = weights(dtype, m, k, 5);
             let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
             for n_cols in [1, 5] {

@@ -294,16 +294,16 @@ fn unsupported_plans_are_refused_with_typed_errors() {
     };
     let (g, mem, _) = decode_layer(DType::Q4_0, 0);
     let sz = sizes(&mem);
-    // Weights with a GEMV for f32 activations only (Q6_K): GGML's mode
-    // (Q8_K activations) is refused, naming both.
-    let (g6, mem6, _) = decode_layer(DType::Q6_K, 0);
+    // Weights with a GEMV for f32 activations only (Q4_1): GGML's mode
+    // (Q8_1 activations) is refused, naming both.
+    let (g6, mem6, _) = decode_layer(DType::Q4_1, 0);
     let r = DevicePlan::new(&b, &g6, &plan(&g6), GemvMode::Ggml, &sizes(&mem6)).map(|_| ());
     assert_eq!(
         r,
         Err(VulkanError::Core(Error::Unsupported(
             Unsupported::WeightActs {
-                dtype: DType::Q6_K,
-                mode: ActQuant::Q8_K
+                dtype: DType::Q4_1,
+                mode: ActQuant::Q8_1
             }
         )))
     );
