@@ -106,77 +106,57 @@ const int KVALUES_IQ4NL[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 
                                       69, 89, 113);
 #endif
 
-#if DTYPE == 6 || DTYPE == 7 || DTYPE == 8 || DTYPE == 9
-// The 32 values of a 32-value block at byte b whose 16 code bytes start at
-// byte qs (low nibbles: values 0..15, high nibbles 16..31), with the fifth
-// bits `qh` (Q5_0, Q5_1: bit j for value j).
-void block32_values(uint m, uint b, uint qs, uint qh, out float v[32]) {
-    float d = half_at_byte(m, b);
-#if DTYPE == 6 || DTYPE == 8
-    float mn = half_at_byte(m, b + 2u);
+#if DTYPE <= 9
+// The integer codes of the 32-value block at byte b of matrix m, value j
+// at q[j]: Q4_1 the nibble (0 .. 15), Q5_1 the nibble with its fifth bit
+// (0 .. 31), Q5_0 that minus 16, IQ4_NL the table value of the nibble.
+// The 16 code bytes hold values j (low nibble) and j + 16 (high); Q5_0 and
+// Q5_1 keep value j's fifth bit in bit j of the word qh.
+void block32_codes(uint m, uint b, out int q[32]) {
+#if DTYPE == 6
+    uint qs = b + 4u;
+#elif DTYPE == 7
+    uint qh = bytes4(m, b + 2u);
+    uint qs = b + 6u;
+#elif DTYPE == 8
+    uint qh = bytes4(m, b + 4u);
+    uint qs = b + 8u;
+#else
+    uint qs = b + 2u;
 #endif
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        uint q = bytes4(m, qs + 4u * i);
+        uint w = bytes4(m, qs + 4u * i);
         [[unroll]] for (uint k = 0u; k < 4u; ++k) {
             uint j = 4u * i + k;
-            uint c = byte_of(q, k);
-            uint lo = c & 15u;
-            uint hi = c >> 4u;
+            uint lo = byte_of(w, k) & 15u;
+            uint hi = byte_of(w, k) >> 4u;
 #if DTYPE == 7 || DTYPE == 8
             lo |= ((qh >> j) & 1u) << 4u;
             hi |= ((qh >> (j + 16u)) & 1u) << 4u;
 #endif
-#if DTYPE == 6 || DTYPE == 8
-            precise float a = float(lo) * d + mn;
-            precise float h = float(hi) * d + mn;
+#if DTYPE == 9
+            q[j] = KVALUES_IQ4NL[lo];
+            q[j + 16u] = KVALUES_IQ4NL[hi];
 #elif DTYPE == 7
-            precise float a = float(int(lo) - 16) * d;
-            precise float h = float(int(hi) - 16) * d;
+            q[j] = int(lo) - 16;
+            q[j + 16u] = int(hi) - 16;
 #else
-            precise float a = d * float(KVALUES_IQ4NL[lo]);
-            precise float h = d * float(KVALUES_IQ4NL[hi]);
+            q[j] = int(lo);
+            q[j + 16u] = int(hi);
 #endif
-            v[j] = a;
-            v[j + 16u] = h;
         }
     }
 }
 #endif
 
-#if defined(Q8) && (DTYPE == 7 || DTYPE == 9)
-// The 32 integer codes of block u (Q5_0: code - 16, IQ4_NL: the table
-// value) of the row at byte rb of matrix m, packed 4 int8s a word (value j
-// in byte j mod 4 of word j / 4), and the block's scale.
-float block32_codes(uint m, uint rb, uint u, out uint c[8]) {
-    uint b = rb + u * BLOCK_BYTES;
-#if DTYPE == 7
-    uint qh = bytes4(m, b + 2u);
-    uint qs = b + 6u;
-#else
-    uint qs = b + 2u;
-#endif
+#ifdef Q8
+// 32 codes (each in -128 .. 127) packed 4 int8s a word: value j in byte
+// j mod 4 of word j / 4, the order of the activation codes.
+void pack_int8(int q[32], out uint c[8]) {
     [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-        c[i] = 0u;
+        c[i] = (uint(q[4u * i]) & 0xffu) | ((uint(q[4u * i + 1u]) & 0xffu) << 8u)
+            | ((uint(q[4u * i + 2u]) & 0xffu) << 16u) | (uint(q[4u * i + 3u]) << 24u);
     }
-    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        uint q = bytes4(m, qs + 4u * i);
-        [[unroll]] for (uint k = 0u; k < 4u; ++k) {
-            uint j = 4u * i + k;
-            uint lo = byte_of(q, k) & 15u;
-            uint hi = byte_of(q, k) >> 4u;
-#if DTYPE == 7
-            int a = int(lo | (((qh >> j) & 1u) << 4u)) - 16;
-            int h = int(hi | (((qh >> (j + 16u)) & 1u) << 4u)) - 16;
-#else
-            int a = KVALUES_IQ4NL[lo];
-            int h = KVALUES_IQ4NL[hi];
-#endif
-            // Value j sits in word j / 4, value j + 16 in word 4 + j / 4.
-            c[i] |= (uint(a) & 0xffu) << (8u * k);
-            c[4u + i] |= (uint(h) & 0xffu) << (8u * k);
-        }
-    }
-    return half_at_byte(m, b);
 }
 #endif
 
@@ -249,18 +229,24 @@ void q6k_scales(uint m, uint b, uint s, out int sc[2]) {
 
 // The 32 values of unit u of the row at byte rb of matrix m.
 void unit_values(uint m, uint rb, uint u, out float v[32]) {
-#if DTYPE == 6
+#if DTYPE <= 9
     uint b = rb + u * BLOCK_BYTES;
-    block32_values(m, b, b + 4u, 0u, v);
+    int q[32];
+    block32_codes(m, b, q);
+    float d = half_at_byte(m, b);
+#if DTYPE == 6 || DTYPE == 8
+    float mn = half_at_byte(m, b + 2u);
+#endif
+    [[unroll]] for (uint j = 0u; j < 32u; ++j) {
+#if DTYPE == 6 || DTYPE == 8
+        precise float a = float(q[j]) * d + mn;
 #elif DTYPE == 7
-    uint b = rb + u * BLOCK_BYTES;
-    block32_values(m, b, b + 6u, bytes4(m, b + 2u), v);
-#elif DTYPE == 8
-    uint b = rb + u * BLOCK_BYTES;
-    block32_values(m, b, b + 8u, bytes4(m, b + 4u), v);
-#elif DTYPE == 9
-    uint b = rb + u * BLOCK_BYTES;
-    block32_values(m, b, b + 2u, 0u, v);
+        precise float a = float(q[j]) * d;
+#else
+        precise float a = d * float(q[j]);
+#endif
+        v[j] = a;
+    }
 #else
     uint b = rb + (u / UNITS_PER_BLOCK) * BLOCK_BYTES;
     uint s = u % UNITS_PER_BLOCK;
@@ -324,11 +310,8 @@ void accumulate(uint u) {
             [[dont_unroll]] for (uint s = 0u; s < 8u; ++s) {
                 int q[32];
                 sub_codes(m, b, s, q);
-                uint c[8]; // the codes, 4 int8s a word, in value order
-                [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-                    c[i] = (uint(q[4u * i]) & 0xffu) | ((uint(q[4u * i + 1u]) & 0xffu) << 8u)
-                        | ((uint(q[4u * i + 2u]) & 0xffu) << 16u) | (uint(q[4u * i + 3u]) << 24u);
-                }
+                uint c[8];
+                pack_int8(q, c);
 #if DTYPE == 10
                 uint sc;
                 uint mn;
@@ -380,8 +363,12 @@ void accumulate(uint u) {
     uint soff = NC * (pc.K / 4u);
     [[unroll]] for (uint m = 0u; m < NMAT; ++m) {
         [[unroll]] for (uint r = 0u; r < R; ++r) {
+            uint b = base[r] + u * BLOCK_BYTES;
+            int q[32];
+            block32_codes(m, b, q);
             uint c[8];
-            float dw = block32_codes(m, base[r], u, c);
+            pack_int8(q, c);
+            float dw = half_at_byte(m, b);
             [[unroll]] for (uint col = 0u; col < NC; ++col) {
                 uint xw = col * (pc.K / 4u) + u * 8u;
                 float dy = unpackHalf2x16(xq[soff + col * n_blocks + u]).x;
