@@ -17,7 +17,7 @@ use crate::layout;
 use crate::params::EpiParams;
 use crate::pdl;
 use crate::qacts::{QactsLayout, QuantizedActs};
-use crate::schedule::{Access, LaunchKind, overlap_deps};
+use crate::schedule::{Access, overlap_deps};
 use crate::{CudaError, GEMV_DTYPES, KernelForm, LaunchOptions, check_gemv_mode};
 use cust::event::{Event, EventFlags};
 use cust::function::Function;
@@ -787,14 +787,14 @@ impl CudaBackend {
         let mut access = Vec::with_capacity(jobs.len());
         for job in jobs.iter() {
             if let Some(l) = self.gemv_job_launch(job, acts)? {
-                launches.push(l);
                 let mut reads = vec![region(x, x_bytes)];
                 reads.extend(job.operands.iter().map(|o| vec_region(o)));
                 access.push(Access {
-                    kind: LaunchKind::Gemv,
+                    kind: l.kind(),
                     reads,
                     writes: vec![vec_region(job.y)],
                 });
+                launches.push(l);
             }
         }
         // The jobs' borrows already rule out every hazard between them, so

@@ -12,7 +12,7 @@ use crate::backend::CudaBackend;
 use crate::device::check_result;
 use crate::params::{EpiParams, FwhtParams, GemvParams, GemvQParams, QuantParams, act_code};
 use crate::qacts::QactsLayout;
-use crate::schedule::Deps;
+use crate::schedule::{Deps, LaunchKind};
 use crate::{CudaError, MAX_COLS};
 use fused_core::element::Activation;
 use fused_core::fwht::FwhtDesc;
@@ -267,6 +267,8 @@ pub(crate) enum Launch {
         name: String,
         grid: u32,
         params: GemvParams,
+        /// Whether it may overlap ([`LaunchKind::of_gemv`]).
+        kind: LaunchKind,
     },
     /// A (signed) FWHT of every row.
     Fwht {
@@ -288,6 +290,8 @@ pub(crate) enum Launch {
         name: String,
         grid: u32,
         params: GemvQParams,
+        /// Whether it may overlap ([`LaunchKind::of_gemv`]).
+        kind: LaunchKind,
     },
     /// An element-wise kernel over `n` elements (float4s for `Copy4`).
     Ew { kernel: EwKernel, n: u32 },
@@ -361,7 +365,14 @@ impl Launch {
             dtype.name()
         );
         let grid = u32_of("GEMV grid", m.div_ceil(r))?;
-        Ok(Some(Launch::Gemv { name, grid, params }))
+        let matrices = 1 + u64::from(w_up.is_some());
+        let kind = LaunchKind::of_gemv(matrices * (m * row_bytes) as u64, n_cols);
+        Ok(Some(Launch::Gemv {
+            name,
+            grid,
+            params,
+            kind,
+        }))
     }
 
     /// The quantizer of the `layout.n_cols` activation columns at `x` into
@@ -440,7 +451,17 @@ impl Launch {
             }
         );
         let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
-        Ok(Some(Launch::GemvQ { name, grid, params }))
+        // The weights' bytes in GGML's layout (the integer layout's differ
+        // by the scales' packing only).
+        let matrices = 1 + u64::from(w_up.is_some());
+        let row_bytes = dtype.row_bytes(layout.k).map_err(CudaError::from)?;
+        let kind = LaunchKind::of_gemv(matrices * (rows * row_bytes) as u64, n_cols);
+        Ok(Some(Launch::GemvQ {
+            name,
+            grid,
+            params,
+            kind,
+        }))
     }
 
     /// The FWHT of `rows` rows of `desc.n()` at `x` (signs at `signs`) into
@@ -489,6 +510,15 @@ impl Launch {
         }))
     }
 
+    /// What this launch is for [`crate::schedule::overlap_deps`].
+    pub(crate) fn kind(&self) -> LaunchKind {
+        match self {
+            Launch::Gemv { kind, .. } | Launch::GemvQ { kind, .. } => *kind,
+            Launch::Copy { .. } => LaunchKind::Copy,
+            _ => LaunchKind::Kernel,
+        }
+    }
+
     /// Orders this launch against the kernel before it on the stream as
     /// `deps` (GEMV launches; the other kernels always wait first).
     pub(crate) fn set_deps(&mut self, deps: Deps) {
@@ -519,7 +549,9 @@ impl CudaBackend {
     pub(crate) unsafe fn enqueue(&self, l: &Launch) -> Result<(), CudaError> {
         let dev = self.device();
         match l {
-            Launch::Gemv { name, grid, params } => {
+            Launch::Gemv {
+                name, grid, params, ..
+            } => {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
@@ -532,7 +564,9 @@ impl CudaBackend {
                 // take; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
             }
-            Launch::GemvQ { name, grid, params } => {
+            Launch::GemvQ {
+                name, grid, params, ..
+            } => {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
@@ -613,6 +647,7 @@ impl CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::OVERLAP_MAX_WEIGHT_BYTES;
     use fused_core::epilogue::Epilogue;
 
     fn shape(dtype: DType, rows: usize, n_cols: usize) -> GemvShape {
@@ -630,17 +665,57 @@ mod tests {
     }
 
     #[test]
+    fn gemv_launches_overlap_by_the_weights_they_stream_and_their_columns() {
+        let id = Activation::Identity;
+        // Q8_0 rows of K = 1024 are 1088 bytes: the most rows within the
+        // bound, one more, and half as many gated (two matrices).
+        let row = DType::Q8_0.row_bytes(1024).unwrap() as u64;
+        let most = (OVERLAP_MAX_WEIGHT_BYTES / row) as usize;
+        let layout = |n_cols| QactsLayout::new(ActQuant::Q8_0, 1024, n_cols).unwrap();
+        for (rows, glu, n_cols, want) in [
+            (most, false, 1, LaunchKind::Gemv),
+            (most + 1, false, 1, LaunchKind::Kernel),
+            (most / 2, true, 1, LaunchKind::Gemv),
+            (most / 2 + 1, true, 1, LaunchKind::Kernel),
+            (16, false, 2, LaunchKind::Kernel),
+        ] {
+            let up = glu.then_some(5);
+            let what = format!("{rows} rows, gated {glu}, {n_cols} columns");
+            let f = Launch::gemv(shape(DType::Q8_0, rows, n_cols), 1, up, id, 2, 3, epi());
+            assert_eq!(f.unwrap().unwrap().kind(), want, "{what}");
+            let q = Launch::gemv_q(DType::Q8_0, rows, &layout(n_cols), 1, up, id, 2, 3, epi());
+            assert_eq!(q.unwrap().unwrap().kind(), want, "{what}, integer");
+        }
+        let copy = Launch::Copy {
+            src: 1,
+            dst: 2,
+            bytes: 4,
+        };
+        assert_eq!(copy.kind(), LaunchKind::Copy);
+        let ew = Launch::ew(EwKernel::Add { a: 1, b: 2, out: 3 }, 8)
+            .unwrap()
+            .unwrap();
+        assert_eq!(ew.kind(), LaunchKind::Kernel);
+    }
+
+    #[test]
     fn gemv_launches_name_the_kernel_and_cover_every_row() {
         let id = Activation::Identity;
         let l = Launch::gemv(shape(DType::Q4_0, 257, 1), 1, None, id, 2, 3, epi()).unwrap();
-        let Some(Launch::Gemv { name, grid, params }) = l else {
+        let Some(Launch::Gemv {
+            name, grid, params, ..
+        }) = l
+        else {
             panic!("{l:?}")
         };
         assert_eq!(name, "fused_gemv_q4_0_c1");
         assert_eq!(grid, 129, "2 rows per block");
         assert_eq!((params.w, params.w_up, params.x, params.y), (1, 0, 2, 3));
         let l = Launch::gemv(shape(DType::F16, 10, 3), 1, Some(5), id, 2, 3, epi()).unwrap();
-        let Some(Launch::Gemv { name, grid, params }) = l else {
+        let Some(Launch::Gemv {
+            name, grid, params, ..
+        }) = l
+        else {
             panic!("{l:?}")
         };
         assert_eq!(name, "fused_gemv_glu_f16_c3");
@@ -717,8 +792,9 @@ mod tests {
         // the 1536 codes, sums after the 6 scales (padded to 16 bytes).
         assert_eq!((name, grid, params.n_blocks), ("fused_quantize_q8_K", 1, 6));
         assert_eq!((params.scales, params.sums), (4096 + 1536, 4096 + 1568));
-        let Ok(Some(Launch::GemvQ { name, grid, params })) =
-            Launch::gemv_q(DType::Q4_K, 9, &l, 1, Some(2), id, 4096, 3, epi())
+        let Ok(Some(Launch::GemvQ {
+            name, grid, params, ..
+        })) = Launch::gemv_q(DType::Q4_K, 9, &l, 1, Some(2), id, 4096, 3, epi())
         else {
             panic!()
         };

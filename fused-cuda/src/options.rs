@@ -2,10 +2,10 @@
 //! `cuda` feature, whose backend cannot be created).
 
 /// How a [`CudaBackend`](crate::CudaBackend) launches its kernels. The
-/// defaults are the fastest measured on the H200 (BENCHMARKS.md);
-/// `FUSED_CUDA_PDL=0` and `FUSED_CUDA_EARLY_OPERANDS=0` in the environment
-/// turn the options off when the backend is created (`FUSED_CUDA_OVERLAP=1`
-/// turns `overlap` on),
+/// defaults are the fastest measured on the H200 (BENCHMARKS.md), all on;
+/// `FUSED_CUDA_PDL=0`, `FUSED_CUDA_EARLY_OPERANDS=0` and
+/// `FUSED_CUDA_OVERLAP=0` in the environment turn them off when the
+/// backend is created,
 /// [`CudaBackend::set_options`](crate::CudaBackend::set_options) changes
 /// the options later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,8 +25,10 @@ pub struct LaunchOptions {
     /// tail (`src/schedule.rs`): the jobs of
     /// [`CudaBackend::gemv_batch`](crate::CudaBackend::gemv_batch) after
     /// the first, and such GEMV steps of a
-    /// [`DevicePlan`](crate::DevicePlan). Needs `pdl`. Off by default until
-    /// it is measured on the H200 (`FUSED_CUDA_OVERLAP=1` turns it on).
+    /// [`DevicePlan`](crate::DevicePlan). Only GEMVs of one column over at
+    /// most 64 MiB of weights overlap: on the H200 overlap sped those up
+    /// (4096 × 14336 Q4_0 batches 71 % → 89 % of copy) and slowed longer
+    /// ones (BENCHMARKS.md, 2026-12-02). Needs `pdl`.
     pub overlap: bool,
 }
 
@@ -35,7 +37,7 @@ impl Default for LaunchOptions {
         LaunchOptions {
             pdl: true,
             early_operands: true,
-            overlap: false,
+            overlap: true,
         }
     }
 }
@@ -43,7 +45,7 @@ impl Default for LaunchOptions {
 impl LaunchOptions {
     /// The defaults, with `pdl` off where `FUSED_CUDA_PDL=0` is set,
     /// `early_operands` off where `FUSED_CUDA_EARLY_OPERANDS=0` is, and
-    /// `overlap` on where `FUSED_CUDA_OVERLAP` is set to anything but `0`.
+    /// `overlap` off where `FUSED_CUDA_OVERLAP=0` is.
     pub fn from_env() -> LaunchOptions {
         let d = LaunchOptions::default();
         let on = |var: &str, default: bool| std::env::var(var).map_or(default, |v| v != "0");

@@ -81,7 +81,7 @@ use crate::device::driver;
 use crate::launch::{EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, u32_of};
 use crate::params::EpiParams;
 use crate::qacts::QactsLayout;
-use crate::schedule::{Access, Deps, LaunchKind, overlap_deps};
+use crate::schedule::{Access, Deps, overlap_deps};
 use crate::{CudaError, DevicePlanStats, Submission};
 
 /// Which buffer a region lies in.
@@ -220,11 +220,7 @@ impl Builder<'_, '_> {
 
     /// Appends `l` with what it reads and writes.
     fn push(&mut self, l: Launch, reads: Vec<Region>, writes: Vec<Region>) {
-        let kind = match l {
-            Launch::Gemv { .. } | Launch::GemvQ { .. } => LaunchKind::Gemv,
-            Launch::Copy { .. } => LaunchKind::Copy,
-            _ => LaunchKind::Kernel,
-        };
+        let kind = l.kind();
         for w in &writes {
             self.quantized.wrote(w);
         }

@@ -45,12 +45,39 @@ pub(crate) enum Deps {
 /// What one launch of a sequence is, for [`overlap_deps`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LaunchKind {
-    /// A GEMV kernel: takes any [`Deps`].
+    /// A GEMV kernel short enough to gain from overlap
+    /// ([`LaunchKind::of_gemv`]): takes any [`Deps`].
     Gemv,
-    /// Another kernel: lets the next start, then waits.
+    /// Another kernel, or a GEMV that is better not overlapped (it keeps
+    /// [`Deps::Wait`]): lets the next start, then waits.
     Kernel,
     /// A device-to-device copy: ordered by the stream like a full barrier.
     Copy,
+}
+
+/// The most weight bytes a GEMV may stream and still overlap the GEMVs
+/// before it (64 MiB).
+pub(crate) const OVERLAP_MAX_WEIGHT_BYTES: u64 = 64 << 20;
+
+impl LaunchKind {
+    /// The kind of a GEMV of `n_cols` activation columns that streams
+    /// `weight_bytes` of weights (both matrices of a gated GEMV):
+    /// [`LaunchKind::Gemv`], which may overlap, for one column over at most
+    /// [`OVERLAP_MAX_WEIGHT_BYTES`]; [`LaunchKind::Kernel`], which waits,
+    /// otherwise. On the H200 (BENCHMARKS.md, 2026-12-02) overlap took
+    /// 4096 × 14336 batches of one column over 15–62 MB of weights from
+    /// 71 % to 89 % of copy (Q4_0, Q8_0 activations) and 68 % to 75 %
+    /// (Q4_K), but slowed every batch over 117 MB or more by up to 10 %
+    /// (F16 4096 × 14336 90 % → 80 %, Q8_0 32768 × 8192 95 % → 88 %) and
+    /// integer batches of 8 columns by 5–9 %: a long GEMV has no tail worth
+    /// hiding, and blocks of two GEMVs sharing the SMs cost more there.
+    pub(crate) fn of_gemv(weight_bytes: u64, n_cols: usize) -> LaunchKind {
+        if n_cols == 1 && weight_bytes <= OVERLAP_MAX_WEIGHT_BYTES {
+            LaunchKind::Gemv
+        } else {
+            LaunchKind::Kernel
+        }
+    }
 }
 
 /// The device memory one launch reads and writes (GEMV weights, which no
@@ -187,5 +214,16 @@ mod tests {
             assert_eq!(overlap_deps(&seq), [W, W, T, I], "{kind:?}");
         }
         assert!(overlap_deps::<u8>(&[]).is_empty());
+    }
+
+    #[test]
+    fn only_short_one_column_gemvs_may_overlap() {
+        let max = OVERLAP_MAX_WEIGHT_BYTES;
+        assert_eq!(LaunchKind::of_gemv(0, 1), LaunchKind::Gemv);
+        assert_eq!(LaunchKind::of_gemv(max, 1), LaunchKind::Gemv);
+        assert_eq!(LaunchKind::of_gemv(max + 1, 1), LaunchKind::Kernel);
+        for n_cols in [2, 8] {
+            assert_eq!(LaunchKind::of_gemv(1024, n_cols), LaunchKind::Kernel);
+        }
     }
 }

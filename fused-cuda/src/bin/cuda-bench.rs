@@ -191,9 +191,9 @@ fn run() -> Result<(), CudaError> {
          launch, \"GEMV alone\" runs on activations quantized beforehand; each call waits \
          for the one before it. \"batch\": the weight copies as one `gemv_batch` over the \
          same activations (one quantizer launch per batch, included), one output each; \
-         \"overlap\": the same with `LaunchOptions::overlap`, the calls after a batch's first \
-         starting without waiting for the call before them (the two batch columns taking \
-         turns).\n"
+         \"overlap\": the same with `LaunchOptions::overlap` (the default), the calls after a \
+         batch's first starting without waiting for the call before them where they are of \
+         one column over at most 64 MiB of weights (the two batch columns taking turns).\n"
     );
     println!(
         "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy |"
