@@ -51,6 +51,7 @@ done
 # Q8-mode (quantized activations): the activation quantizers and
 # gemv_q8{,_glu}{,_sg}{,_dot}_TYPE, Q8_0 and Q4_0 also with 16-bit loads.
 compile quantize_q8_0 quantize.comp -DDTYPE=2
+compile quantize_q8_1 quantize.comp -DDTYPE=2 -DQ8_1
 compile quantize_q8_k quantize.comp -DDTYPE=4
 q8_variants() { # name-suffix source defines...
     local suffix="$1" src="$2"
@@ -73,9 +74,9 @@ done
 for d in q8_0:2 q4_0:3; do
     q8_variants "${d%%:*}_s16" gemv_q8.comp -DDTYPE="${d##*:}" -DSTORAGE16
 done
-# Q5_0 and IQ4_NL against Q8_0 activations, Q5_K, Q6_K and TQ2_0 against
-# Q8_K, from gemv_blocks.comp.
-for d in q5_0:7 iq4_nl:9 q5_k:10 q6_k:11 tq2_0:12; do
+# Q4_1 and Q5_1 against Q8_1 activations, Q5_0 and IQ4_NL against Q8_0,
+# Q5_K, Q6_K and TQ2_0 against Q8_K, from gemv_blocks.comp.
+for d in q4_1:6 q5_1:8 q5_0:7 iq4_nl:9 q5_k:10 q6_k:11 tq2_0:12; do
     q8_variants "${d%%:*}" gemv_blocks.comp -DDTYPE="${d##*:}" -DQ8
 done
 if [ "$CHECK" = 1 ]; then

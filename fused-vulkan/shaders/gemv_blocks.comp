@@ -13,12 +13,13 @@
 // IQ4_NL 18, Q6_K 210, TQ2_0 66), so bytes are cut out of 32-bit words.
 //
 // With Q8 defined the activations are GGML's, already quantized by
-// quantize.comp (its layout): Q8_0 for Q5_0 and IQ4_NL, Q8_K for Q5_K,
-// Q6_K and TQ2_0. A thread takes whole blocks; their integer weight codes
-// (Q5_0: code - 16, IQ4_NL: the table value, Q5_K: 0 .. 31, Q6_K: -32 ..
-// 31, TQ2_0: -1 .. 1) are packed as int8s and dotted with the activation
+// quantize.comp (its layout): Q8_1 for Q4_1 and Q5_1, Q8_0 for Q5_0 and
+// IQ4_NL, Q8_K for Q5_K, Q6_K and TQ2_0. A thread takes whole blocks; their
+// integer weight codes (Q4_1: 0 .. 15, Q5_1: 0 .. 31, Q5_0: code - 16,
+// IQ4_NL: the table value, Q5_K: 0 .. 31, Q6_K: -32 .. 31, TQ2_0: -1 .. 1) are packed as int8s and dotted with the activation
 // codes in integers (int_dot.glsl), scaled per sub-block in integers, and
 // the core's formula (fused_core::quant::vec_dot) adds the block:
+//   Q4_1, Q5_1: acc += (d_w d_x) * float(isum) + m_w s_x
 //   Q5_0, IQ4_NL: acc += (d_w d_x) * float(isum)
 //   Q5_K: acc += (d d_x) * float(A) - (dmin d_x) * float(MI), A the sum of
 //         scale * code * q, MI the sum of min * (sum of 32 codes)
@@ -357,7 +358,7 @@ void accumulate(uint u) {
 #elif defined(Q8)
 // acc[(m * R + r) * NC + col] += block u . xq[col] for every matrix, row
 // and column (quantize.comp's layout: codes column after column, then one
-// f16 scale per block).
+// f16 scale per block, Q8_1's with the f16 s in its high half).
 void accumulate(uint u) {
     uint n_blocks = pc.K / BLOCK_VALUES;
     uint soff = NC * (pc.K / 4u);
@@ -369,6 +370,9 @@ void accumulate(uint u) {
             uint c[8];
             pack_int8(q, c);
             float dw = half_at_byte(m, b);
+#if DTYPE == 6 || DTYPE == 8
+            float mw = half_at_byte(m, b + 2u);
+#endif
             [[unroll]] for (uint col = 0u; col < NC; ++col) {
                 uint xw = col * (pc.K / 4u) + u * 8u;
                 float dy = unpackHalf2x16(xq[soff + col * n_blocks + u]).x;
@@ -377,7 +381,12 @@ void accumulate(uint u) {
                     isum += dot4x8(c[i], xq[xw + i]);
                 }
                 uint a = (m * R + r) * NC + col;
+#if DTYPE == 6 || DTYPE == 8
+                float sy = unpackHalf2x16(xq[soff + col * n_blocks + u]).y;
+                precise float t = (dw * dy) * float(isum) + mw * sy;
+#else
                 precise float t = (dw * dy) * float(isum);
+#endif
                 precise float s = acc[a] + t;
                 acc[a] = s;
             }

@@ -2,7 +2,8 @@
 // Quantizes f32 activation columns for the Q8-mode GEMV (gemv_q8.comp)
 // exactly as fused_core::quant::quantize_row does: DTYPE 2 Q8_0 (GGML's
 // quantize_row_q8_0_ref: d = amax / 127, id = 1 / d, q = roundf(x id), d
-// stored as f16), DTYPE 4 Q8_K (quantize_row_q8_K_ref: max = the first value
+// stored as f16; with Q8_1 defined GGML's Q8_1, the same codes and d and
+// s = f16(d * sum of the 32 codes)), DTYPE 4 Q8_K (quantize_row_q8_K_ref: max = the first value
 // of largest magnitude, iscale = -127 / max, q = min(nearest_int(iscale x),
 // 127), d = 1 / iscale, sums of the codes).
 //
@@ -10,14 +11,16 @@
 // (Q8_0) or 256 (Q8_K)):
 //   [0, n_cols K / 4)        the int8 codes, column after column, 4 a word;
 //   [S, S + n_cols K / BLK)  one scale per block: Q8_0 the f16 bits of d,
-//                            Q8_K the f32 bits of d (S = n_cols K / 4);
+//                            Q8_1 those of d in the low half and of s in
+//                            the high half, Q8_K the f32 bits of d
+//                            (S = n_cols K / 4);
 //   Q8_K only: [S2, S2 + n_cols K / 32) the sum of each 32 codes (an int;
 //                            S2 = S + n_cols K / 256).
 //
 // Each thread loads VPT consecutive values (all its loads first) and folds
 // them; the threads of a block (Q8_0: 32 values, Q8_K: 256) exchange their
-// folds through shared memory once (Q8_K's 32-value code sums a second
-// time), and each of them combines the block's folds as a tree and divides
+// folds through shared memory once (the code sums of Q8_1's blocks and
+// Q8_K's 32 values a second time), and each of them combines the block's folds as a tree and divides
 // (every thread of a block the same divisions, so nothing is broadcast).
 // Maxima are folded on the bits (positive floats order as their bits), so
 // a driver's no-NaN assumptions cannot change them.
@@ -60,7 +63,7 @@ layout(push_constant) uniform PC {
 // Each thread's fold of its values (Q8_0: see amax_join; Q8_K: the bits
 // of its first value of largest magnitude).
 shared uint s_fold[WG];
-#if DTYPE == 4
+#if DTYPE == 4 || defined(Q8_1)
 // Each thread's sum of its codes.
 shared int s_sum[WG];
 #endif
@@ -311,9 +314,11 @@ void main() {
             f[j] = amax_join(f[2u * j], f[2u * j + 1u]);
         }
     }
+#ifndef Q8_1
     if (!live) {
         return;
     }
+#endif
     uint amax = f[0] & ABS_MASK;
     // A NaN last in the block is the maximum (as the core's fold has it);
     // NaN / 127 is that NaN, quieted.
@@ -324,6 +329,31 @@ void main() {
     // (NVIDIA's driver flushed it in `d != 0.0`).
     uint db = floatBitsToUint(d);
     float id = nan_bits(d) ? d : (db != 0u ? div_pos(1.0, d) : 0.0);
+#ifdef Q8_1
+    // Every thread of the workgroup reaches the barrier below; threads past
+    // the end quantize zeros and write nothing.
+    int total = 0;
+    [[unroll]] for (uint i = 0u; i < NV; ++i) {
+        precise vec4 p = v[i] * id;
+        ivec4 c = ivec4(round_away_i8(p.x), round_away_i8(p.y), round_away_i8(p.z),
+                        round_away_i8(p.w));
+        total += c.x + c.y + c.z + c.w;
+        if (live) {
+            q[t * NV + i] = pack_codes(c);
+        }
+    }
+    s_sum[tid] = total;
+    barrier();
+    if (live && tid == first) {
+        int sum = 0;
+        [[unroll]] for (uint j = 0u; j < TPB; ++j) {
+            sum += s_sum[first + j];
+        }
+        // s = d * sum (exact sum, one rounded product), both as f16.
+        precise float s = float(sum) * d;
+        q[soff + t / TPB] = f16_bits(d) | (f16_bits(s) << 16u);
+    }
+#else
     [[unroll]] for (uint i = 0u; i < NV; ++i) {
         precise vec4 p = v[i] * id;
         q[t * NV + i] = pack_codes(ivec4(round_away_i8(p.x), round_away_i8(p.y),
@@ -332,6 +362,7 @@ void main() {
     if (tid == first) {
         q[soff + t / TPB] = f16_bits(d);
     }
+#endif
 #else
     // This thread's first value of largest magnitude (NaNs never are), then
     // the block's.

@@ -12,7 +12,7 @@ use fused_core::{DType, Error};
 
 use crate::context::{Buffer, Command, ContextOptions, DeviceInfo, Dispatch, VulkanContext};
 use crate::error::VulkanError;
-use crate::kernels::{GemvType, KernelKey, SPEC_CONSTANTS, Shader};
+use crate::kernels::{GemvType, KernelKey, QuantFormat, SPEC_CONSTANTS, Shader};
 use ash::vk;
 
 /// The most columns one GEMV call takes.
@@ -68,7 +68,8 @@ const QUANTIZE_SHAPE_Q8_K: QuantizeShape = QuantizeShape {
     values_per_thread: 8,
 };
 
-/// The quantizer's launch shape for `mode`.
+/// The quantizer's launch shape for `mode` (Q8_1, the same blocks with one
+/// more shared-memory sum, takes Q8_0's; not measured on its own).
 fn quantize_shape(mode: ActQuant) -> QuantizeShape {
     if mode == ActQuant::Q8_K {
         QUANTIZE_SHAPE_Q8_K
@@ -201,13 +202,14 @@ pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
 }
 
 /// Checks that the GEMV of `dtype` weights has a shader for activations
-/// fed per `mode`: f32 for every format, Q8_0 for Q8_0, Q4_0, Q5_0 and
-/// IQ4_NL weights, Q8_K for Q4_K, Q5_K, Q6_K and TQ2_0 (Q4_1 and Q5_1,
-/// whose GGML mode is Q8_1, have no Q8-mode shader).
+/// fed per `mode`: f32 for every format, and GGML's mode for each quantized
+/// one: Q8_0 for Q8_0, Q4_0, Q5_0 and IQ4_NL weights, Q8_1 for Q4_1 and
+/// Q5_1, Q8_K for Q4_K, Q5_K, Q6_K and TQ2_0.
 pub(crate) fn check_mode(dtype: GemvType, mode: ActQuant) -> Result<(), Error> {
     match (dtype, mode) {
         (_, ActQuant::F32)
         | (GemvType::Q8_0 | GemvType::Q4_0 | GemvType::Q5_0 | GemvType::IQ4_NL, ActQuant::Q8_0)
+        | (GemvType::Q4_1 | GemvType::Q5_1, ActQuant::Q8_1)
         | (GemvType::Q4_K | GemvType::Q5_K | GemvType::Q6_K | GemvType::TQ2_0, ActQuant::Q8_K) => {
             Ok(())
         }
@@ -231,20 +233,17 @@ fn units_per_block(dtype: GemvType) -> u32 {
 
 /// The bytes of `n_cols` columns of `k` activations quantized per `mode`
 /// in the layout of `shaders/quantize.comp` (codes, then one 32-bit scale
-/// per block, then for Q8_K one 32-bit sum per 32 codes); `None` for f32.
+/// word per block, then for Q8_K one 32-bit sum per 32 codes); `None` for
+/// f32.
 pub(crate) fn quantized_bytes(
     mode: ActQuant,
     k: usize,
     n_cols: usize,
 ) -> Result<Option<u64>, Error> {
-    let Some(block) = mode.dtype() else {
+    let (Some(block), Some(format)) = (mode.dtype(), QuantFormat::of(mode)) else {
         return Ok(None);
     };
-    let (blk, sums) = match mode {
-        ActQuant::Q8_0 => (32, false),
-        ActQuant::Q8_K => (256, true),
-        _ => return Err(Error::Unsupported(Unsupported::ActQuant(mode))),
-    };
+    let (blk, sums) = (format.block(), format == QuantFormat::Q8_K);
     if !k.is_multiple_of(blk) {
         return Err(Error::NotBlockAligned {
             dtype: block,
@@ -714,7 +713,7 @@ impl VulkanBackend {
     }
 
     /// The dispatch that quantizes `n_cols` columns of `k` activations
-    /// from `x` into `out` per `mode` (Q8_0 or Q8_K), in the layout
+    /// from `x` into `out` per `mode` (Q8_0, Q8_1 or Q8_K), in the layout
     /// [`VulkanBackend::quantize_activations`] returns.
     pub(crate) fn quantize_dispatch<'b>(
         &self,
@@ -738,7 +737,7 @@ impl VulkanBackend {
             workgroup,
             values_per_thread,
         } = shape;
-        let block = if mode == ActQuant::Q8_K { 256 } else { 32 };
+        let block = QuantFormat::of(mode).map_or(32, QuantFormat::block) as u32;
         if workgroup == 0
             || ![4, 8, 16, 32].contains(&values_per_thread)
             || !workgroup.is_multiple_of(block / values_per_thread)
@@ -772,7 +771,8 @@ impl VulkanBackend {
         } = shape;
         let key = KernelKey {
             shader: Shader::Quantize {
-                q8k: mode == ActQuant::Q8_K,
+                format: QuantFormat::of(mode)
+                    .ok_or(Error::Unsupported(Unsupported::ActQuant(mode)))?,
             },
             spec: [workgroup, values_per_thread, 0, 0, 0, 0],
         };
@@ -797,8 +797,9 @@ impl VulkanBackend {
     /// `n_cols` columns of `k = x.len() / n_cols` activations quantized on
     /// the device per `mode` (Q8_0 or Q8_K), as the Q8-mode GEMV reads
     /// them: 32-bit words holding first the int8 codes (column after
-    /// column, four a word, little-endian), then one scale per block (Q8_0:
-    /// the f16 bits of `d`; Q8_K: the f32 bits of `d`), then for Q8_K the
+    /// column, four a word, little-endian), then one scale word per block
+    /// (Q8_0: the f16 bits of `d`; Q8_1: those of `d` in the low half and
+    /// of `s` in the high half; Q8_K: the f32 bits of `d`), then for Q8_K the
     /// sum of every 32 codes (an i32). Codes and scales are those of
     /// `fused_core::quant::quantize_row`.
     pub fn quantize_activations(
@@ -1032,9 +1033,11 @@ impl VulkanBackend {
     /// `y = epilogue(W · x)` for `n_cols` (1 to 8) f32 columns, with the
     /// activations fed per `mode`: f32 against weights dequantized in the
     /// shader ([`ActQuant::F32`], every format), or quantized on the device
-    /// first as the core does ([`ActQuant::Q8_0`] for Q8_0 and Q4_0
-    /// weights, [`ActQuant::Q8_K`] for Q4_K) and dotted in integers; other
-    /// pairs are [`fused_core::Error::Unsupported`]. Output column-major
+    /// first as the core does in GGML's mode for the format
+    /// ([`ActQuant::Q8_0`] for Q8_0, Q4_0, Q5_0 and IQ4_NL weights,
+    /// [`ActQuant::Q8_1`] for Q4_1 and Q5_1, [`ActQuant::Q8_K`] for Q4_K,
+    /// Q5_K, Q6_K and TQ2_0) and dotted in integers; other pairs are
+    /// [`fused_core::Error::Unsupported`]. Output column-major
     /// (`y[col·M + row]`), as the core's `gemm`.
     #[allow(clippy::too_many_arguments)]
     pub fn gemv(

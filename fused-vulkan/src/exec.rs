@@ -7,7 +7,8 @@
 //! every core format, 1 to [`MAX_COLS`] columns, with f32 activations
 //! ([`ActQuant::F32`], every format) or GGML's quantized activations
 //! ([`ActQuant::Q8_0`] for Q8_0, Q4_0, Q5_0 and IQ4_NL weights,
-//! [`ActQuant::Q8_K`] for Q4_K, Q5_K, Q6_K and TQ2_0, quantized on the
+//! [`ActQuant::Q8_1`] for Q4_1 and Q5_1, [`ActQuant::Q8_K`] for Q4_K, Q5_K,
+//! Q6_K and TQ2_0, quantized on the
 //! device); anything else is refused with
 //! [`fused_core::Error::Unsupported`] before the step runs.
 

@@ -3,6 +3,7 @@
 
 use ash::vk;
 use fused_core::DType;
+use fused_core::reference::ActQuant;
 
 use crate::context::VulkanContext;
 use crate::error::VulkanError;
@@ -33,18 +34,17 @@ pub(crate) enum Shader {
         /// `storageBuffer16BitAccess`).
         storage16: bool,
     },
-    /// The activation quantizer of the Q8 mode (`quantize.comp`): Q8_0
-    /// (`q8k` false) or Q8_K.
+    /// The activation quantizer of the Q8 mode (`quantize.comp`).
     Quantize {
-        /// Q8_K (256-value blocks) instead of Q8_0.
-        q8k: bool,
+        /// The activation format it writes.
+        format: QuantFormat,
     },
     /// GEMV against quantized activations (`gemv_q8.comp`: Q8_0 and Q4_0
     /// weights with Q8_0 activations, Q4_K with Q8_K; `gemv_blocks.comp`
-    /// with `Q8`: Q5_0 and IQ4_NL with Q8_0, Q5_K, Q6_K and TQ2_0 with
-    /// Q8_K).
+    /// with `Q8`: Q4_1 and Q5_1 with Q8_1, Q5_0 and IQ4_NL with Q8_0, Q5_K,
+    /// Q6_K and TQ2_0 with Q8_K).
     GemvQ8 {
-        /// The weight format (any but F32, F16, BF16, Q4_1 and Q5_1).
+        /// The weight format (any but F32, F16 and BF16).
         dtype: GemvType,
         /// The gated dual form.
         glu: bool,
@@ -56,6 +56,39 @@ pub(crate) enum Shader {
         /// Integer dot products (`shaderIntegerDotProduct`).
         dot: bool,
     },
+}
+
+/// The activation formats `quantize.comp` writes (GGML's, the core's
+/// [`ActQuant`] modes but F32).
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum QuantFormat {
+    /// 32-value blocks, an f16 scale.
+    Q8_0,
+    /// 32-value blocks, an f16 scale and the f16 scaled code sum.
+    Q8_1,
+    /// 256-value blocks, an f32 scale and the code sums of 32 values.
+    Q8_K,
+}
+
+impl QuantFormat {
+    /// The format of `mode`; `None` for f32 activations.
+    pub(crate) fn of(mode: ActQuant) -> Option<QuantFormat> {
+        match mode {
+            ActQuant::F32 => None,
+            ActQuant::Q8_0 => Some(QuantFormat::Q8_0),
+            ActQuant::Q8_1 => Some(QuantFormat::Q8_1),
+            ActQuant::Q8_K => Some(QuantFormat::Q8_K),
+        }
+    }
+
+    /// Values per block.
+    pub(crate) fn block(self) -> usize {
+        match self {
+            QuantFormat::Q8_0 | QuantFormat::Q8_1 => 32,
+            QuantFormat::Q8_K => 256,
+        }
+    }
 }
 
 /// The weight formats the GEMV shaders read (named as GGML names them).
@@ -153,8 +186,11 @@ impl Shader {
                     (GemvType::TQ2_0, _) => gemv!("tq2_0"),
                 }
             }
-            Shader::Quantize { q8k: false } => spv!("quantize_q8_0"),
-            Shader::Quantize { q8k: true } => spv!("quantize_q8_k"),
+            Shader::Quantize { format } => match format {
+                QuantFormat::Q8_0 => spv!("quantize_q8_0"),
+                QuantFormat::Q8_1 => spv!("quantize_q8_1"),
+                QuantFormat::Q8_K => spv!("quantize_q8_k"),
+            },
             Shader::GemvQ8 {
                 dtype,
                 glu,
@@ -198,12 +234,14 @@ impl Shader {
                     (GemvType::Q4_0, false) => q8!("q4_0"),
                     (GemvType::Q4_0, true) => q8!("q4_0_s16"),
                     (GemvType::Q4_K, _) => q8!("q4_k"),
+                    (GemvType::Q4_1, _) => q8!("q4_1"),
+                    (GemvType::Q5_1, _) => q8!("q5_1"),
                     (GemvType::Q5_0, _) => q8!("q5_0"),
                     (GemvType::IQ4_NL, _) => q8!("iq4_nl"),
                     (GemvType::Q5_K, _) => q8!("q5_k"),
                     (GemvType::Q6_K, _) => q8!("q6_k"),
                     (GemvType::TQ2_0, _) => q8!("tq2_0"),
-                    // The other formats have no Q8-mode shader (check_mode
+                    // F32, F16 and BF16 have no Q8-mode shader (check_mode
                     // refuses them before a key is built).
                     (_, _) => q8!("q4_k"),
                 }

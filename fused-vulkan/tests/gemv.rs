@@ -475,15 +475,15 @@ fn bad_inputs_are_typed_errors() {
         &[&short, &short, &short],
         &mut y[..m]
     )));
-    // Q4_1 has a shader for f32 activations only: GGML's Q8_1 mode is
-    // refused.
+    // Q4_1 weights have shaders for f32 activations and GGML's Q8_1 mode:
+    // Q8_0 activations are refused.
     let kb = weights(DType::Q4_1, 1, 256, 1);
     let wk = WeightMatrix::new(DType::Q4_1, 1, 256, &kb).unwrap();
     assert!(core_err(b.gemv(
         &wk,
         &data(256, 1),
         1,
-        ActQuant::Q8_1,
+        ActQuant::Q8_0,
         &Epilogue::NONE,
         &[],
         &mut y[..1]

@@ -35,9 +35,11 @@ const ULPS: u64 = 4096;
 const NMSE: f64 = 1e-9;
 
 /// The weight formats with a Q8-mode shader and their activation mode.
-const PAIRS: [(DType, ActQuant); 8] = [
+const PAIRS: [(DType, ActQuant); 10] = [
     (DType::Q8_0, ActQuant::Q8_0),
     (DType::Q4_0, ActQuant::Q8_0),
+    (DType::Q4_1, ActQuant::Q8_1),
+    (DType::Q5_1, ActQuant::Q8_1),
     (DType::Q4_K, ActQuant::Q8_K),
     (DType::Q5_0, ActQuant::Q8_0),
     (DType::IQ4_NL, ActQuant::Q8_0),
@@ -94,6 +96,11 @@ fn expected_layout(mode: ActQuant, x: &[f32], n_cols: usize) -> Vec<u32> {
                     scales.push(u32::from(u16::from_le_bytes([blk[0], blk[1]])));
                     codes.extend_from_slice(&blk[2..34]);
                 }
+                // d, s: f16 (one word, d low), then 32 codes.
+                ActQuant::Q8_1 => {
+                    scales.push(u32::from_le_bytes(blk[0..4].try_into().unwrap()));
+                    codes.extend_from_slice(&blk[4..36]);
+                }
                 // d: f32, 256 codes, 16 i16 sums of 16.
                 _ => {
                     scales.push(u32::from_le_bytes(blk[0..4].try_into().unwrap()));
@@ -116,6 +123,33 @@ fn expected_layout(mode: ActQuant, x: &[f32], n_cols: usize) -> Vec<u32> {
     out.extend(scales);
     out.extend(sums);
     out
+}
+
+/// The first word where `got` and `want` (layouts of `mode`) differ, and
+/// how many do. A Q8_1 scale word's `s` may be a NaN of another sign or
+/// payload: `d·Σq` is NaN where d is (the core's product keeps d's bits)
+/// or where d is infinite and the codes sum to 0, whose NaN is the
+/// platform's default (x86: negative).
+fn first_difference(mode: ActQuant, got: &[u32], want: &[u32]) -> (Option<usize>, usize) {
+    assert_eq!(got.len(), want.len(), "{mode:?}: layout length");
+    let nan16 = |h: u32| (h & 0x7fff) > 0x7c00;
+    let scales = match mode {
+        // Codes: 32 values in 8 words a block, then one scale word a block.
+        ActQuant::Q8_1 => (want.len() * 8 / 9)..want.len(),
+        _ => 0..0,
+    };
+    let same = |i: usize, g: u32, w: u32| {
+        g == w
+            || (scales.contains(&i) && g & 0xffff == w & 0xffff && nan16(g >> 16) && nan16(w >> 16))
+    };
+    let diffs: Vec<usize> = got
+        .iter()
+        .zip(want)
+        .enumerate()
+        .filter(|&(i, (&g, &w))| !same(i, g, w))
+        .map(|(i, _)| i)
+        .collect();
+    (diffs.first().copied(), diffs.len())
 }
 
 /// Activations of every magnitude the formats meet, with rounding ties.
@@ -166,14 +200,13 @@ fn activations_are_quantized_as_the_core_does() {
     let Some(b) = backend_or_skip() else {
         return;
     };
-    for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+    for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
         for (k, n_cols) in [(256, 1), (768, 3), (2560, 2)] {
             let x = activations(k, n_cols, 21 + k as u64);
             let got = b.quantize_activations(mode, &x, n_cols).unwrap();
             let want = expected_layout(mode, &x, n_cols);
-            assert_eq!(got.len(), want.len());
-            let diff = got.iter().zip(&want).position(|(g, w)| g != w);
-            assert_eq!(diff, None, "{mode:?} k={k} cols={n_cols}");
+            let (diff, n) = first_difference(mode, &got, &want);
+            assert_eq!(diff, None, "{mode:?} k={k} cols={n_cols}: {n} words differ");
         }
     }
     // Not a whole number of blocks, or not a quantized mode: typed errors.
@@ -245,14 +278,15 @@ fn every_quantizer_shape_divides_as_the_core_does() {
         return;
     };
     let mut tried = 0;
-    for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
-        // Many blocks in the default shape (8192 Q8_0 scales, 1024 Q8_K).
+    for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
+        // Many blocks in the default shape (8192 Q8_0 and Q8_1 scales, 1024
+        // Q8_K).
         let (k, n_cols) = (32768, 8);
         let x = division_activations(k, n_cols, 78);
         let got = b.quantize_activations(mode, &x, n_cols).unwrap();
         let want = expected_layout(mode, &x, n_cols);
-        let diff = got.iter().zip(&want).position(|(g, w)| g != w);
-        assert_eq!(diff, None, "{mode:?} k={k} cols={n_cols}");
+        let (diff, n) = first_difference(mode, &got, &want);
+        assert_eq!(diff, None, "{mode:?} k={k} cols={n_cols}: {n} words differ");
         let (k, n_cols) = (8192, 3);
         let x = division_activations(k, n_cols, 77);
         let want = expected_layout(mode, &x, n_cols);
@@ -504,6 +538,8 @@ fn pairs_without_a_shader_are_unsupported() {
         (DType::Q4_K, ActQuant::Q8_0),
         (DType::Q8_0, ActQuant::Q8_K),
         (DType::Q4_0, ActQuant::Q8_1),
+        (DType::Q4_1, ActQuant::Q8_0),
+        (DType::Q5_1, ActQuant::Q8_K),
     ] {
         let wb = weights(dtype, m, k, 3);
         let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();

@@ -11,12 +11,10 @@ use common::{
     first_bit_difference, validation,
 };
 use fused_core::element::Activation;
-use fused_core::error::Unsupported;
 use fused_core::exec::Executor;
 use fused_core::graph::{Graph, NodeId, Place};
 use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
-use fused_core::reference::ActQuant;
 use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
@@ -178,7 +176,7 @@ fn quantized_activations_equal_the_host_slice_executor_bit_for_bit() {
     let Some(b) = backend_or_skip() else {
         return;
     };
-    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q4_1] {
         let (g, mem, out) = decode_layer(dtype, 0);
         let fused = plan(&g);
         let unfused = Plan::unfused(&g);
@@ -294,20 +292,6 @@ fn unsupported_plans_are_refused_with_typed_errors() {
     };
     let (g, mem, _) = decode_layer(DType::Q4_0, 0);
     let sz = sizes(&mem);
-    // Weights with a GEMV for f32 activations only (Q4_1): GGML's mode
-    // (Q8_1 activations) is refused, naming both.
-    let (g6, mem6, _) = decode_layer(DType::Q4_1, 0);
-    let r = DevicePlan::new(&b, &g6, &plan(&g6), GemvMode::Ggml, &sizes(&mem6)).map(|_| ());
-    assert_eq!(
-        r,
-        Err(VulkanError::Core(Error::Unsupported(
-            Unsupported::WeightActs {
-                dtype: DType::Q4_1,
-                mode: ActQuant::Q8_1
-            }
-        )))
-    );
-    assert!(DevicePlan::new(&b, &g6, &plan(&g6), GemvMode::F32, &sizes(&mem6)).is_ok());
     // An element-wise operand broadcast along a row (not over rows).
     let mut g2 = Graph::new();
     let a = TensorDesc::contiguous(DType::F32, [8, 2, 1, 1], BufferId(0), 0).unwrap();
