@@ -400,6 +400,16 @@ impl<'a> GemvBench<'a> {
         })
     }
 
+    /// The weight format.
+    pub fn dtype(&self) -> DType {
+        self.dtype.dtype()
+    }
+
+    /// Weight rows `M` and columns `K`.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.m, self.k)
+    }
+
     /// The number of weight copies.
     pub fn copies(&self) -> usize {
         self.weights.len()

@@ -8,9 +8,10 @@
 //! quantizer only, in its default shape and a grid of launch shapes.
 //!
 //! Quantized weights are timed with f32 activations (the `F32` mode) and
-//! with activations quantized as GGML does (`Q8_0` for Q8_0 and Q4_0,
-//! `Q8_K` for Q4_K; quantized once before timing, the quantizer timed on
-//! its own line).
+//! with activations quantized as GGML does (`Q8_0`, `Q8_1` or `Q8_K` per
+//! format; quantized once before timing, the quantizer timed on its own
+//! line): F16, Q8_0, Q4_0 and Q4_K at 4096 × 14336 and 32768 × 8192, the
+//! other formats at 4096 × 14336.
 //!
 //! The ceiling is the faster of two device-to-device copies of 512 MiB (or
 //! the device's largest storage buffer, if smaller):
@@ -34,6 +35,41 @@ fn line(what: &str, t: Timing, ceiling: f64) {
         t.gb_per_s(),
         100.0 * t.gb_per_s() / ceiling
     );
+}
+
+/// Times `g` with activations fed per `mode` in its default shape, back to
+/// back and with a barrier between calls (after a line naming the shape);
+/// the shape and the case's name.
+fn time_gemv(
+    b: &VulkanBackend,
+    g: &mut GemvBench,
+    mode: ActQuant,
+    reps: usize,
+    ceiling: f64,
+) -> Result<(GemvShape, String), Box<dyn std::error::Error>> {
+    let (dtype, (m, k)) = (g.dtype(), g.shape());
+    g.set_mode(mode)?;
+    let shape = b.gemv_shape_for(dtype, mode, 1, false)?;
+    println!(
+        "GEMV {dtype:?} {mode:?}-mode shape: workgroup {} rows {} unroll {} lanes {}",
+        shape.workgroup, shape.rows, shape.unroll, shape.lanes
+    );
+    let what = format!(
+        "GEMV {dtype:?} x {mode:?} {m}x{k}, {} copies, {} calls",
+        g.copies(),
+        g.calls()
+    );
+    line(
+        &format!("{what}, back to back"),
+        g.time(None, false, reps)?,
+        ceiling,
+    );
+    line(
+        &format!("{what}, barrier between"),
+        g.time(None, true, reps)?,
+        ceiling,
+    );
+    Ok((shape, what))
 }
 
 /// The shapes the sweep times: with f32 activations, and in the Q8 mode
@@ -273,7 +309,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     drop(tiny);
     for (m, k) in [(4096, 14336), (32768, 8192)] {
-        for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+        for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
             line(
                 &format!("quantize {mode:?} activations, K={k}, 1 column"),
                 timing::quantize(&b, mode, k, 1, reps)?,
@@ -296,27 +332,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 vec![ActQuant::F32, ActQuant::ggml(dtype)]
             };
             for mode in modes {
-                g.set_mode(mode)?;
-                let shape = b.gemv_shape_for(dtype, mode, 1, false)?;
-                println!(
-                    "GEMV {dtype:?} {mode:?}-mode shape: workgroup {} rows {} unroll {} lanes {}",
-                    shape.workgroup, shape.rows, shape.unroll, shape.lanes
-                );
-                let what = format!(
-                    "GEMV {dtype:?} x {mode:?} {m}x{k}, {} copies, {} calls",
-                    g.copies(),
-                    g.calls()
-                );
-                line(
-                    &format!("{what}, back to back"),
-                    g.time(None, false, reps)?,
-                    ceiling,
-                );
-                line(
-                    &format!("{what}, barrier between"),
-                    g.time(None, true, reps)?,
-                    ceiling,
-                );
+                let (shape, what) = time_gemv(&b, &mut g, mode, reps, ceiling)?;
                 if matches!(dtype, DType::Q8_0 | DType::Q4_0) && info.storage_16bit {
                     line(
                         &format!("{what}, back to back, 32-bit loads"),
@@ -358,6 +374,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                 }
             }
+        }
+    }
+    // The formats without a tuned shader (gemv.comp's BF16, gemv_blocks.comp),
+    // at 4096 × 14336 in both activation modes.
+    let (m, k) = (4096, 14336);
+    for dtype in [
+        DType::F32,
+        DType::BF16,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::IQ4_NL,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::TQ2_0,
+    ] {
+        if (dtype.row_bytes(k)? * m) as u64 > max_range {
+            println!("GEMV {dtype:?} {m}x{k}: skipped: its weights exceed maxStorageBufferRange");
+            continue;
+        }
+        let mut g = GemvBench::new(&b, dtype, m, k)?;
+        let modes = if dtype.is_quantized() {
+            vec![ActQuant::F32, ActQuant::ggml(dtype)]
+        } else {
+            vec![ActQuant::F32]
+        };
+        for mode in modes {
+            time_gemv(&b, &mut g, mode, reps, ceiling)?;
         }
     }
     // The same copy again: a much slower one means the device's clocks
