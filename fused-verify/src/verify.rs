@@ -470,3 +470,65 @@ fn short_weights(be: &dyn Backend, b: &Built, plan: &Plan, cfg: RunConfig, r: &m
         r.check("short_buffer_is_error", ok, detail);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Availability, TimedPlan};
+    use crate::cases::{CaseSet, generate};
+    use fused_core::graph::Graph;
+    use fused_core::reference::eval::Memory;
+
+    /// A backend that has no kernel for anything and fails any run.
+    struct Refusing;
+
+    impl Backend for Refusing {
+        fn name(&self) -> &str {
+            "refusing"
+        }
+        fn availability(&self) -> Availability {
+            Availability::Ready
+        }
+        fn bit_exact_reference(&self) -> bool {
+            false
+        }
+        fn supports(&self, _: &Graph, _: &Plan, _: RunConfig) -> Result<(), String> {
+            Err("no kernel for this test".to_string())
+        }
+        fn run_plan(
+            &self,
+            _: &Graph,
+            _: &Plan,
+            _: &mut Memory,
+            _: RunConfig,
+        ) -> Result<RunStats, RunError> {
+            panic!("an unsupported case was run")
+        }
+        fn time_plans(
+            &self,
+            _: &Graph,
+            _: &[&Plan],
+            _: &Memory,
+            _: RunConfig,
+            _: usize,
+        ) -> Result<Vec<TimedPlan>, RunError> {
+            panic!("an unsupported case was timed")
+        }
+        fn bandwidth_gbs(&self, _: usize) -> Option<f64> {
+            None
+        }
+    }
+
+    #[test]
+    fn a_case_the_backend_has_no_kernel_for_is_skipped_with_the_reason() {
+        let case = generate(CaseSet::Quick, 1)
+            .into_iter()
+            .find(|c| c.pattern == Pattern::Gemv && c.special == Special::None)
+            .unwrap();
+        let r = check_backend(&Refusing, &prepare(&case), 1.0);
+        assert_eq!(r.outcome, Outcome::Skip, "{r:?}");
+        assert_eq!(r.checks.len(), 1, "{r:?}");
+        assert_eq!(r.checks[0].name, "supported");
+        assert_eq!(r.checks[0].detail, "no kernel for this test");
+    }
+}
