@@ -146,7 +146,7 @@ fn quantize_sweep(b: &VulkanBackend, reps: usize) -> Result<(), Box<dyn std::err
         floor.median_ns / 1e3
     );
     for k in QUANTIZE_KS {
-        for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+        for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
             let t = timing::quantize(b, mode, k, 1, reps)?;
             println!(
                 "quantize {mode:?} activations, K={k}, 1 column, default shape {:>10.2} us",
