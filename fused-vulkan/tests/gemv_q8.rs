@@ -309,19 +309,12 @@ fn every_quantizer_shape_divides_as_the_core_does() {
                     continue;
                 }
                 let got = got.unwrap();
-                assert_eq!(got.len(), want.len());
-                let diffs: Vec<(usize, u32, u32)> = got
-                    .iter()
-                    .zip(&want)
-                    .enumerate()
-                    .filter(|(_, (g, w))| g != w)
-                    .map(|(i, (&g, &w))| (i, g, w))
-                    .collect();
+                let (diff, n) = first_difference(mode, &got, &want);
                 assert!(
-                    diffs.is_empty(),
-                    "{mode:?} {shape:?}: {} words differ, (word, got, want) {:x?}",
-                    diffs.len(),
-                    &diffs[..diffs.len().min(8)]
+                    diff.is_none(),
+                    "{mode:?} {shape:?}: {n} words differ, the first {diff:?}: got {:x?}, want {:x?}",
+                    diff.map(|i| got[i]),
+                    diff.map(|i| want[i])
                 );
                 tried += 1;
             }
