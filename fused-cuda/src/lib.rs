@@ -12,7 +12,8 @@
 //! - [`CudaBackend::gemv_batch`]: several GEMVs ([`GemvJob`]) over the same
 //!   activations (quantized once), each after the first overlapping the one
 //!   before it instead of waiting for it where [`LaunchOptions::overlap`]
-//!   is on;
+//!   is on (the default; GEMVs of one column over at most 64 MiB of
+//!   weights);
 //! - [`CudaBackend::fwht`]: the signed or unsigned FWHT of every
 //!   N = 2^k (2..=32768), the sign multiply fused into the load;
 //! - the unfused element-wise kernels (add, mul, unary activation, GLU, row

@@ -26,9 +26,10 @@
 //!   and up GEMVs of one input) reads it without quantizing again
 //!   ([`fused_core::reuse`], the Vulkan plan's rule too);
 //! - every launch's reads and writes are recorded, and a GEMV step that
-//!   has no hazard with the GEMVs it would overlap (`src/schedule.rs`)
-//!   starts without waiting for them where
-//!   [`LaunchOptions::overlap`](crate::LaunchOptions::overlap) is on.
+//!   has no hazard with the GEMVs it would overlap (`src/schedule.rs`), of
+//!   one column over at most 64 MiB of weights, starts without waiting for
+//!   them where [`LaunchOptions::overlap`](crate::LaunchOptions::overlap) is
+//!   on (the default).
 //!
 //! Device-to-device copies (`cuMemcpyDtoDAsync`, on the same stream and
 //! counted in [`DevicePlanStats::copies`]) stand in where a tensor cannot be
