@@ -883,8 +883,9 @@ GEMV_KERNELS(tq2_0, FMT_TQ2_0)
 //                                     bsums, ordered per 256-block as the
 //                                     Q4_K GEMV reads them (bsum_slot)
 // Weights in the integer layout (src/layout.rs, to_device_int): the
-// 32-element formats one lane per block, the K-quants one lane per 16 bytes
-// of codes, TQ2_0 four lanes per block. Each lane forms its unit's integer
+// 32-element formats one lane per block, Q4_K one lane per 32 bytes of
+// codes (64 elements), Q5_K and Q6_K one lane per 16 bytes, TQ2_0 four
+// lanes per block. Each lane forms its unit's integer
 // sum exactly (dp4a), scales it in f32 with GGML's formula for that block,
 // and adds it to its accumulator; the accumulators are combined, and the
 // epilogue applied, as in the f32 kernels. So every block's integer sum is
@@ -1250,48 +1251,82 @@ struct XQ8_K2 {
     }
 };
 
-// The Q4_K / Q5_K term of unit u from its integer sums lo, hi and its
-// super-block's header h.
-__device__ __forceinline__ float kq_term(const uint4 &h, int lo, int hi, const XQ8_K2 &x,
-                                         uint32_t u) {
+// The Q4_K / Q5_K term of codes in chunk c of a super-block (header h):
+// lo, hi their integer sums with the activation codes in sub-blocks 2c and
+// 2c + 1, slo, shi the activation code sums there, dy the activations' d.
+__device__ __forceinline__ float kq_chunk_term(const uint4 &h, uint32_t c, int lo, int hi,
+                                               int slo, int shi, float dy) {
     // Sub-blocks 2c and 2c + 1: their packed bytes sit at byte
     // 2(c mod 2) of the header's words y, z (c < 2: sc, m in 6 bits)
     // or w, with the top bits in y, z (c >= 2); the core's scale_min.
-    const uint32_t c = (u >> 1) & 3u, sh = 16 * (c & 1u);
+    const uint32_t sh = 16 * (c & 1u);
     const uint32_t y2 = (h.y >> sh) & 0xffffu, z2 = (h.z >> sh) & 0xffffu, w2 = (h.w >> sh) & 0xffffu;
     const uint32_t scs = c < 2 ? y2 & 0x3f3fu : (w2 & 0x0f0fu) | ((y2 >> 2) & 0x3030u);
     const uint32_t ms = c < 2 ? z2 & 0x3f3fu : ((w2 >> 4) & 0x0f0fu) | ((z2 >> 2) & 0x3030u);
     const int a = (int)(scs & 0xffu) * lo + (int)(scs >> 8) * hi;
-    const int mi = (int)(ms & 0xffu) * x.s.x + (int)(ms >> 8) * x.s.y;
-    const float dd = __fmul_rn(half_bits_to_float(h.x), x.d);
-    const float dm = __fmul_rn(half_bits_to_float(h.x >> 16), x.d);
+    const int mi = (int)(ms & 0xffu) * slo + (int)(ms >> 8) * shi;
+    const float dd = __fmul_rn(half_bits_to_float(h.x), dy);
+    const float dm = __fmul_rn(half_bits_to_float(h.x >> 16), dy);
     return __fsub_rn(__fmul_rn(dd, (float)a), __fmul_rn(dm, (float)mi));
 }
 
+// The Q5_K term of unit u (16 code bytes, u = 8·sb + 2c + h).
+__device__ __forceinline__ float kq_term(const uint4 &h, int lo, int hi, const XQ8_K2 &x,
+                                         uint32_t u) {
+    return kq_chunk_term(h, (u >> 1) & 3u, lo, hi, x.s.x, x.s.y, x.d);
+}
+
+// Q4_K × Q8_K: a unit is chunk c (64 elements, 32 code bytes) of
+// super-block sb, u = 4·sb + c: its low nibbles are sub-block 2c, its high
+// nibbles sub-block 2c + 1 (byte i: elements 64c + i and 64c + 32 + i).
+// Weights: the codes in src/layout.rs's groups of 32 chunks per row (chunk
+// j of a group of g at 16·j and 16·(g + j), so that a warp's loads are
+// contiguous), then the 16-byte headers (d, dmin, packed scales) at
+// 16·(row·nsb + sb). One header and one float term per 64 elements: the
+// chunk's integer sums over both halves first (as Vulkan's shader does).
 template <> struct QUnit<FMT_Q4_K> {
-    static constexpr uint32_t ELEMS = 16 * 2;
+    static constexpr uint32_t ELEMS = 64;
     struct WRaw {
-        uint4 q, h;
+        uint4 a, b, h;
     };
-    using XRaw = XQ8_K2;
+    struct XRaw {
+        uint4 x[4];
+        float d;
+        int4 s;
+    };
     __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
                                 uint32_t u) {
-        const size_t at = (size_t)row * units + u;
-        return WRaw{ld_stream(w + 16 * at),
-                    ld_stream(w + (size_t)rows * units * 16 + 16 * (at >> 3))};
+        const uint32_t grp = u >> 5, j = u & 31u, g = min(32u, units - 32 * grp);
+        const uint8_t *base = w + (size_t)row * units * 32 + 1024 * (size_t)grp;
+        const size_t sb = (size_t)row * (units >> 2) + (u >> 2);
+        return WRaw{ld_stream(base + 16 * j), ld_stream(base + 16 * (g + j)),
+                    ld_stream(w + (size_t)rows * units * 32 + 16 * sb)};
     }
+    // Activation codes 64c .. 64c + 63 of super-block sb, its d and the
+    // code sums of the chunk's four groups of 16 (bsum_slot's order: low
+    // half 0, high half 0, low half 1, high half 1).
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        return XRaw::xload(p, col, u);
+        const uint32_t sb = u >> 2, c = u & 3u;
+        const int8_t *x = p.codes + (size_t)col * p.k + 256 * (size_t)sb + 64 * c;
+        const size_t blk = (size_t)col * (p.k / 256) + sb;
+        XRaw r;
+#pragma unroll
+        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(x + 16 * l);
+        r.d = p.scales[blk];
+        r.s = *reinterpret_cast<const int4 *>(p.sums + 16 * blk + 4 * c);
+        return r;
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t u) {
         int lo = 0, hi = 0;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const uint32_t q = word(w.q, j);
-            lo = dp4(nibbles(q, 0), word(x.lo, j), lo);
-            hi = dp4(nibbles(q, 1), word(x.hi, j), hi);
+            const uint32_t qa = word(w.a, j), qb = word(w.b, j);
+            lo = dp4(nibbles(qa, 0), word(x.x[0], j), lo);
+            lo = dp4(nibbles(qb, 0), word(x.x[1], j), lo);
+            hi = dp4(nibbles(qa, 1), word(x.x[2], j), hi);
+            hi = dp4(nibbles(qb, 1), word(x.x[3], j), hi);
         }
-        return kq_term(w.h, lo, hi, x, u);
+        return kq_chunk_term(w.h, u & 3u, lo, hi, x.s.x + x.s.z, x.s.y + x.s.w, x.d);
     }
 };
 

@@ -186,11 +186,10 @@ pub(crate) const fn int_planes(dtype: DType) -> Option<&'static [(usize, usize)]
 /// `len·(r·nb + b)` in its plane), so that the kernels' loads of one warp
 /// are contiguous and aligned: the code bytes (qs, ql) first, as they are
 /// in the block, then the fifth or top bits (qh) and the scale headers.
-/// Within a plane the bytes keep the core's order, except Q8_0's codes: in
-/// groups of 32 blocks per row (the last group `g` ≤ 32 blocks), the
-/// group's first 16 codes of each block and then their last 16 (block `j`
-/// of a group at `16·j` and `16·(g + j)`). Same length and bytes as the
-/// original, rearranged. Other formats: `None`.
+/// Within a plane the bytes keep the core's order, except the codes of
+/// Q8_0 (its 32-byte blocks) and Q4_K (the four 32-byte chunks of each
+/// super-block's qs): grouped per row by [`put_grouped_chunk`]. Same length
+/// and bytes as the original, rearranged. Other formats: `None`.
 pub(crate) fn to_device_int(
     dtype: DType,
     rows: usize,
@@ -208,11 +207,11 @@ pub(crate) fn to_device_int(
             for (b, blk) in row.chunks_exact(bb).enumerate() {
                 let src = &blk[off..off + len];
                 if dtype == DType::Q8_0 && p == 0 {
-                    let (grp, j) = (b / 32, b % 32);
-                    let g = (nb - 32 * grp).min(32);
-                    let at = r * nb * 32 + 1024 * grp;
-                    plane[at + 16 * j..at + 16 * j + 16].copy_from_slice(&src[..16]);
-                    plane[at + 16 * (g + j)..at + 16 * (g + j) + 16].copy_from_slice(&src[16..]);
+                    put_grouped_chunk(plane, r, nb, b, src);
+                } else if dtype == DType::Q4_K && p == 0 {
+                    for (c, chunk) in src.chunks_exact(32).enumerate() {
+                        put_grouped_chunk(plane, r, 4 * nb, 4 * b + c, chunk);
+                    }
                 } else {
                     let at = len * (r * nb + b);
                     plane[at..at + len].copy_from_slice(src);
@@ -222,6 +221,19 @@ pub(crate) fn to_device_int(
         base += n * len;
     }
     Some(out)
+}
+
+/// Chunk `j` (32 bytes) of the `n` chunks of row `r` into `plane`, in
+/// groups of 32 chunks per row (the last group `g` ≤ 32 chunks): the
+/// group's first 16 bytes of each chunk, then their last 16 (chunk `i` of
+/// a group at `16·i` and `16·(g + i)`), so that one warp's 16-byte loads
+/// of the first halves, and then of the second, are contiguous.
+fn put_grouped_chunk(plane: &mut [u8], r: usize, n: usize, j: usize, chunk: &[u8]) {
+    let (grp, i) = (j / 32, j % 32);
+    let g = (n - 32 * grp).min(32);
+    let at = r * n * 32 + 1024 * grp;
+    plane[at + 16 * i..at + 16 * i + 16].copy_from_slice(&chunk[..16]);
+    plane[at + 16 * (g + i)..at + 16 * (g + i) + 16].copy_from_slice(&chunk[16..]);
 }
 
 #[cfg(test)]
@@ -310,9 +322,18 @@ mod tests {
                 q as i8 as f32 * half(dev[s], dev[s + 1])
             }
             _ => {
-                // Unit u = 8·b + 2c + h: chunk c, byte 16h + p.
+                // Chunk c of block b: row chunk 4b + c, its byte p (the
+                // grouped order of put_grouped_chunk).
                 let (c, p) = (i / 64, i % 32);
-                let q = dev[128 * at + 32 * c + p];
+                let (n, j) = (4 * nb, 4 * b + c);
+                let (grp, jj) = (j / 32, j % 32);
+                let g = (n - 32 * grp).min(32);
+                let base = r * n * 32 + 1024 * grp;
+                let q = if p < 16 {
+                    dev[base + 16 * jj + p]
+                } else {
+                    dev[base + 16 * (g + jj) + p - 16]
+                };
                 let q = if i % 64 < 32 { q & 15 } else { q >> 4 };
                 let h = &dev[rows * nb * 128 + 16 * at..rows * nb * 128 + 16 * at + 16];
                 q4k_value(h, i / 32, q)
@@ -395,8 +416,8 @@ mod tests {
                 seen[off..off + len].iter_mut().for_each(|s| *s += 1);
             }
             assert!(seen.iter().all(|&s| s == 1), "{dtype}");
-            if dtype == DType::Q8_0 {
-                continue; // its grouped codes: the test above
+            if matches!(dtype, DType::Q8_0 | DType::Q4_K) {
+                continue; // their grouped codes: the test above
             }
             let (rows, cols) = (3, 2 * 256);
             let bytes = random_rows(dtype, rows, cols);
