@@ -14,19 +14,25 @@
 //
 // With Q8 defined the activations are GGML's, already quantized by
 // quantize.comp (its layout): Q8_1 for Q4_1 and Q5_1, Q8_0 for Q5_0 and
-// IQ4_NL, Q8_K for Q5_K, Q6_K and TQ2_0. A thread takes whole blocks; their
+// IQ4_NL, Q8_K for Q5_K, Q6_K and TQ2_0. A thread takes units of 32
+// values, as with f32 activations: a whole block of the 32-value formats,
+// one sub-block of the K-quants (a thread with whole 256-value blocks left
+// most of a workgroup idle at K = 14336 and ran at 11 % of the copy
+// bandwidth on the H200, 2026-12-02). Their
 // integer weight codes (Q4_1: 0 .. 15, Q5_1: 0 .. 31, Q5_0: code - 16,
 // IQ4_NL: the table value, Q5_K: 0 .. 31, Q6_K: -32 .. 31, TQ2_0: -1 .. 1) are packed as int8s and dotted with the activation
-// codes in integers (int_dot.glsl), scaled per sub-block in integers, and
-// the core's formula (fused_core::quant::vec_dot) adds the block:
+// codes in integers (int_dot.glsl), scaled in integers, and the core's
+// formula (fused_core::quant::vec_dot) adds the unit:
 //   Q4_1, Q5_1: acc += (d_w d_x) * float(isum) + m_w s_x
 //   Q5_0, IQ4_NL: acc += (d_w d_x) * float(isum)
-//   Q5_K: acc += (d d_x) * float(A) - (dmin d_x) * float(MI), A the sum of
-//         scale * code * q, MI the sum of min * (sum of 32 codes)
+//   Q5_K: acc += (d d_x) * float(A) - (dmin d_x) * float(MI), A the
+//         sub-block's scale * (sum of code * q), MI its min * (sum of its
+//         32 activation codes)
 //   Q6_K: acc += (d d_x) * float(A), A the sum of scale * code * q
 //   TQ2_0: acc += float(isum) * (d_x d)
-// Only the order in which blocks are added differs from the core (and the
-// K-quants round A once, not per lane as the core's eight lane sums).
+// Only the order in which the terms are added differs from the core (and
+// the K-quants round a float term per sub-block, where the core rounds
+// one per block from its eight lane sums).
 //
 // Every accumulation is `precise` (products through explicit fma()), so the
 // plain and the gated pipelines compute the same bits (fused == unfused).
@@ -105,6 +111,10 @@ uint byte32(uint b[8], uint l) {
 #if DTYPE == 9
 const int KVALUES_IQ4NL[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53,
                                       69, 89, 113);
+// The table where a thread indexes it: NVIDIA's compiler keeps a constant
+// array indexed at run time in local memory, and the GEMV ran at 4 % of
+// the copy bandwidth on the H200 so (2026-12-02); main() copies it here.
+shared int kvalues_iq4nl[16];
 #endif
 
 #if DTYPE <= 9
@@ -136,8 +146,8 @@ void block32_codes(uint m, uint b, out int q[32]) {
             hi |= ((qh >> (j + 16u)) & 1u) << 4u;
 #endif
 #if DTYPE == 9
-            q[j] = KVALUES_IQ4NL[lo];
-            q[j + 16u] = KVALUES_IQ4NL[hi];
+            q[j] = kvalues_iq4nl[lo];
+            q[j + 16u] = kvalues_iq4nl[hi];
 #elif DTYPE == 7
             q[j] = int(lo) - 16;
             q[j + 16u] = int(hi) - 16;
@@ -282,10 +292,12 @@ void unit_values(uint m, uint rb, uint u, out float v[32]) {
 }
 
 #if defined(Q8) && DTYPE >= 10
-// acc[(m * R + r) * NC + col] += block u . xq[col] for every matrix, row
-// and column (quantize.comp's Q8_K layout: codes column after column, one
-// f32 scale per block, then the sum of every 32 codes).
-void accumulate(uint u) {
+// acc[(m * R + r) * NC + col] += sub-block s of block u . xq[col] for every
+// matrix, row and column (quantize.comp's Q8_K layout: codes column after
+// column, one f32 scale per block, then the sum of every 32 codes): the
+// sub-block's integer sums, scaled in integers, then one float term with
+// the block's d (and dmin).
+void accumulate_sub(uint u, uint s) {
     uint n_blocks = pc.K / BLOCK_VALUES;
     uint soff = NC * (pc.K / 4u);
     uint moff = soff + NC * n_blocks;
@@ -301,14 +313,8 @@ void accumulate(uint u) {
             float dw = half_at_byte(m, b + 64u);
 #endif
             int sum_a[NC]; // per column: the sum of scale * code * q
-            int sum_m[NC]; // Q5_K: the sum of min * (sum of 32 codes)
-            [[unroll]] for (uint col = 0u; col < NC; ++col) {
-                sum_a[col] = 0;
-                sum_m[col] = 0;
-            }
-            // One sub-block of 32 values at a time (not unrolled: one copy
-            // of the decoding).
-            [[dont_unroll]] for (uint s = 0u; s < 8u; ++s) {
+            int sum_m[NC]; // Q5_K: min * (sum of the 32 activation codes)
+            {
                 int q[32];
                 sub_codes(m, b, s, q);
                 uint c[8];
@@ -330,12 +336,12 @@ void accumulate(uint u) {
                         hi += dot4x8(c[4u + i], xq[xw + 4u + i]);
                     }
 #if DTYPE == 10
-                    sum_a[col] += int(sc) * (lo + hi);
-                    sum_m[col] += int(mn) * int(xq[moff + col * (pc.K / 32u) + u * 8u + s]);
+                    sum_a[col] = int(sc) * (lo + hi);
+                    sum_m[col] = int(mn) * int(xq[moff + col * (pc.K / 32u) + u * 8u + s]);
 #elif DTYPE == 11
-                    sum_a[col] += sc2[0] * lo + sc2[1] * hi;
+                    sum_a[col] = sc2[0] * lo + sc2[1] * hi;
 #else
-                    sum_a[col] += lo + hi;
+                    sum_a[col] = lo + hi;
 #endif
                 }
             }
@@ -432,13 +438,19 @@ void main() {
     [[unroll]] for (uint i = 0u; i < NV; ++i) {
         acc[i] = 0.0;
     }
-#ifdef Q8
-    uint n_units = n_blocks; // a thread takes whole blocks
-#else
-    uint n_units = n_blocks * UNITS_PER_BLOCK;
+#if DTYPE == 9
+    if (tid < 16u) {
+        kvalues_iq4nl[tid] = KVALUES_IQ4NL[tid];
+    }
+    barrier();
 #endif
+    uint n_units = n_blocks * UNITS_PER_BLOCK;
     [[dont_unroll]] for (uint u = tid; u < n_units; u += WG) {
+#if defined(Q8) && DTYPE >= 10
+        accumulate_sub(u / UNITS_PER_BLOCK, u % UNITS_PER_BLOCK);
+#else
         accumulate(u);
+#endif
     }
     reduce_and_store(row0, tid);
 }
