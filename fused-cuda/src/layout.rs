@@ -310,14 +310,7 @@ mod tests {
                 (q as i32 - 8) as f32 * half(dev[s], dev[s + 1])
             }
             DType::Q8_0 => {
-                let (grp, j) = (b / 32, b % 32);
-                let g = (nb - 32 * grp).min(32);
-                let base = r * nb * 32 + 1024 * grp;
-                let q = if i < 16 {
-                    dev[base + 16 * j + i]
-                } else {
-                    dev[base + 16 * (g + j) + i - 16]
-                };
+                let q = grouped_chunk_byte(dev, r * nb * 32, nb, b, i);
                 let s = rows * nb * 32 + 2 * at;
                 q as i8 as f32 * half(dev[s], dev[s + 1])
             }
@@ -325,19 +318,26 @@ mod tests {
                 // Chunk c of block b: row chunk 4b + c, its byte p (the
                 // grouped order of put_grouped_chunk).
                 let (c, p) = (i / 64, i % 32);
-                let (n, j) = (4 * nb, 4 * b + c);
-                let (grp, jj) = (j / 32, j % 32);
-                let g = (n - 32 * grp).min(32);
-                let base = r * n * 32 + 1024 * grp;
-                let q = if p < 16 {
-                    dev[base + 16 * jj + p]
-                } else {
-                    dev[base + 16 * (g + jj) + p - 16]
-                };
+                let n = 4 * nb;
+                let q = grouped_chunk_byte(dev, r * n * 32, n, 4 * b + c, p);
                 let q = if i % 64 < 32 { q & 15 } else { q >> 4 };
                 let h = &dev[rows * nb * 128 + 16 * at..rows * nb * 128 + 16 * at + 16];
                 q4k_value(h, i / 32, q)
             }
+        }
+    }
+
+    /// Byte `p` (0..32) of chunk `j` of a row of `n` 32-byte chunks whose
+    /// codes start at `row_base`, in the grouped order of
+    /// `put_grouped_chunk` (groups of 32 chunks, first halves then second).
+    fn grouped_chunk_byte(dev: &[u8], row_base: usize, n: usize, j: usize, p: usize) -> u8 {
+        let (grp, jj) = (j / 32, j % 32);
+        let g = (n - 32 * grp).min(32);
+        let base = row_base + 1024 * grp;
+        if p < 16 {
+            dev[base + 16 * jj + p]
+        } else {
+            dev[base + 16 * (g + jj) + p - 16]
         }
     }
 
