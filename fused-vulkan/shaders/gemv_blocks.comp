@@ -313,37 +313,37 @@ void accumulate_sub(uint u, uint s) {
             float dw = half_at_byte(m, b + 64u);
 #endif
             int sum_a[NC]; // per column: the sum of scale * code * q
-            int sum_m[NC]; // Q5_K: min * (sum of the 32 activation codes)
-            {
-                int q[32];
-                sub_codes(m, b, s, q);
-                uint c[8];
-                pack_int8(q, c);
 #if DTYPE == 10
-                uint sc;
-                uint mn;
-                q5k_scale_min(m, b, s, sc, mn);
-#elif DTYPE == 11
-                int sc2[2];
-                q6k_scales(m, b, s, sc2);
+            int sum_m[NC]; // min * (sum of the 32 activation codes)
 #endif
-                [[unroll]] for (uint col = 0u; col < NC; ++col) {
-                    uint xw = col * (pc.K / 4u) + u * 64u + 8u * s;
-                    int lo = 0;
-                    int hi = 0;
-                    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-                        lo += dot4x8(c[i], xq[xw + i]);
-                        hi += dot4x8(c[4u + i], xq[xw + 4u + i]);
-                    }
+            int q[32];
+            sub_codes(m, b, s, q);
+            uint c[8];
+            pack_int8(q, c);
 #if DTYPE == 10
-                    sum_a[col] = int(sc) * (lo + hi);
-                    sum_m[col] = int(mn) * int(xq[moff + col * (pc.K / 32u) + u * 8u + s]);
+            uint sc;
+            uint mn;
+            q5k_scale_min(m, b, s, sc, mn);
 #elif DTYPE == 11
-                    sum_a[col] = sc2[0] * lo + sc2[1] * hi;
-#else
-                    sum_a[col] = lo + hi;
+            int sc2[2];
+            q6k_scales(m, b, s, sc2);
 #endif
+            [[unroll]] for (uint col = 0u; col < NC; ++col) {
+                uint xw = col * (pc.K / 4u) + u * 64u + 8u * s;
+                int lo = 0;
+                int hi = 0;
+                [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+                    lo += dot4x8(c[i], xq[xw + i]);
+                    hi += dot4x8(c[4u + i], xq[xw + 4u + i]);
                 }
+#if DTYPE == 10
+                sum_a[col] = int(sc) * (lo + hi);
+                sum_m[col] = int(mn) * int(xq[moff + col * (pc.K / 32u) + u * 8u + s]);
+#elif DTYPE == 11
+                sum_a[col] = sc2[0] * lo + sc2[1] * hi;
+#else
+                sum_a[col] = lo + hi;
+#endif
             }
             [[unroll]] for (uint col = 0u; col < NC; ++col) {
                 float dy = uintBitsToFloat(xq[soff + col * n_blocks + u]);
