@@ -974,6 +974,25 @@ __device__ __forceinline__ int nearest_int(float x) {
     return x != x ? 0 : (int)(__float_as_uint(v) & 0x007fffffu) - 0x00400000;
 }
 
+// Byte offset, within a column of k Q8_K codes (k a multiple of 256), of
+// the 16 codes from element e (e a multiple of 16). The codes lie in
+// groups of 32 chunks of 64 elements (2048 elements; the last group of a
+// column has g < 32 chunks): piece l (elements 16l .. 16l + 15) of chunk j
+// at 16·(g·l + j) in its group, so that the 32 lanes of a Q4_K warp, one
+// chunk each, read piece l of their chunks as one contiguous 512 bytes
+// (src/qacts.rs: q8k_code_offset, the same map).
+__device__ __forceinline__ uint32_t q8k_code_offset(uint32_t k, uint32_t e) {
+    const uint32_t base = e & ~2047u;
+    const uint32_t g = min(32u, (k - base) >> 6);
+    return base + 16 * (g * ((e >> 4) & 3u) + ((e - base) >> 6));
+}
+
+// The 16 Q8_K codes of column col from element e.
+__device__ __forceinline__ const int8_t *q8k_codes(const int8_t *codes, uint32_t k, uint32_t col,
+                                                   uint32_t e) {
+    return codes + (size_t)col * k + q8k_code_offset(k, e);
+}
+
 // Q8_K: one warp per 256-element block, lane l quantizes elements 8l..8l+7:
 // max = the first element of largest magnitude (signed), iscale = −127/max,
 // q = min(127, nearest_int(iscale·x)), d = 1/iscale, bsums of 16; an
@@ -1024,7 +1043,12 @@ extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const Quan
         lo |= ((uint32_t)q[i] & 0xffu) << (8 * i);
         hi |= ((uint32_t)q[4 + i] & 0xffu) << (8 * i);
     }
-    *reinterpret_cast<uint2 *>(p.codes + (size_t)blk * 256 + 8 * lane) = make_uint2(lo, hi);
+    {
+        const uint32_t per_col = p.k / 256, col = blk / per_col;
+        const uint32_t e = 256 * (blk - col * per_col) + 8 * lane;
+        int8_t *at = p.codes + (size_t)col * p.k + q8k_code_offset(p.k, e & ~15u) + (e & 8u);
+        *reinterpret_cast<uint2 *>(at) = make_uint2(lo, hi);
+    }
     int s = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) s += q[i];
@@ -1244,9 +1268,10 @@ struct XQ8_K2 {
     int2 s;
     __device__ static XQ8_K2 xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const uint32_t sb = u >> 3, c = (u >> 1) & 3u, h = u & 1u;
-        const int8_t *x = p.codes + (size_t)col * p.k + 256 * (size_t)sb + 64 * c + 16 * h;
+        const uint32_t e = 256 * sb + 64 * c + 16 * h;
         const size_t blk = (size_t)col * (p.k / 256) + sb;
-        return XQ8_K2{ld_xq(x), ld_xq(x + 32), p.scales[blk],
+        return XQ8_K2{ld_xq(q8k_codes(p.codes, p.k, col, e)), ld_xq(q8k_codes(p.codes, p.k, col, e + 32)),
+                      p.scales[blk],
                       *reinterpret_cast<const int2 *>(p.sums + 16 * blk + 2 * (u & 7u))};
     }
 };
@@ -1307,11 +1332,11 @@ template <> struct QUnit<FMT_Q4_K> {
     // half 0, high half 0, low half 1, high half 1).
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const uint32_t sb = u >> 2, c = u & 3u;
-        const int8_t *x = p.codes + (size_t)col * p.k + 256 * (size_t)sb + 64 * c;
+        const uint32_t e = 256 * sb + 64 * c;
         const size_t blk = (size_t)col * (p.k / 256) + sb;
         XRaw r;
 #pragma unroll
-        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(x + 16 * l);
+        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(q8k_codes(p.codes, p.k, col, e + 16 * l));
         r.d = p.scales[blk];
         r.s = *reinterpret_cast<const int4 *>(p.sums + 16 * blk + 4 * c);
         return r;
@@ -1389,12 +1414,12 @@ template <> struct QUnit<FMT_Q6_K> {
     }
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const uint32_t sb = u >> 3, h = (u >> 2) & 1u, q = u & 3u;
-        const int8_t *x =
-            p.codes + (size_t)col * p.k + 256 * (size_t)sb + 128 * h + 32 * (q >> 1) + 16 * (q & 1u);
+        const uint32_t e = 256 * sb + 128 * h + 32 * (q >> 1) + 16 * (q & 1u);
         const size_t blk = (size_t)col * (p.k / 256) + sb;
         // Groups 8h + q and 8h + 4 + q at their bsum slots (bsum_slot).
         const int32_t *s = p.sums + 16 * blk + 8 * h + 2 * (q & 1u) + (q >> 1);
-        return XRaw{ld_xq(x), ld_xq(x + 64), p.scales[blk], s[0], s[4]};
+        return XRaw{ld_xq(q8k_codes(p.codes, p.k, col, e)), ld_xq(q8k_codes(p.codes, p.k, col, e + 64)),
+                    p.scales[blk], s[0], s[4]};
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t u) {
         const uint32_t p = u & 3u, sh = 2 * (p >> 1);
@@ -1437,12 +1462,12 @@ template <> struct QUnit<FMT_TQ2_0> {
     }
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const uint32_t sb = u >> 2, v = u & 3u;
-        const int8_t *x = p.codes + (size_t)col * p.k + 256 * (size_t)sb + 128 * (v >> 1) + 16 * (v & 1u);
+        const uint32_t e = 256 * sb + 128 * (v >> 1) + 16 * (v & 1u);
         const size_t blk = (size_t)col * (p.k / 256) + sb;
         const int4 s = *reinterpret_cast<const int4 *>(p.sums + 16 * blk + 4 * v);
         XRaw r;
 #pragma unroll
-        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(x + 32 * l);
+        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(q8k_codes(p.codes, p.k, col, e + 32 * l));
         r.d = p.scales[blk];
         r.s = s.x + s.y + s.z + s.w;
         return r;

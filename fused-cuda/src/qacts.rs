@@ -3,8 +3,11 @@
 //! the quantizer kernels (`fused_quantize_*` in `kernels/gemv.cu`) write it
 //! and the integer GEMV kernels read it: three arrays, each 16-byte aligned.
 //!
-//! - codes: `n_cols · K` signed bytes, column after column, in element order
-//!   (the codes of [`fused_core::quant::quantize_row`]);
+//! - codes: `n_cols · K` signed bytes, column after column (the codes of
+//!   [`fused_core::quant::quantize_row`]): in element order for Q8_0 and
+//!   Q8_1; for Q8_K in pieces of 16 interleaved within groups of 2048
+//!   elements ([`q8k_code_offset`]), so that the lanes of a Q4_K warp read
+//!   contiguous bytes;
 //! - scales: f32, per block (32 elements for Q8_0 and Q8_1, 256 for Q8_K):
 //!   Q8_0 its f16 `d` converted to f32; Q8_1 two, its f16 `d` and `s` (the
 //!   f16 of `d·Σq`) converted to f32; Q8_K its f32 `d`;
@@ -120,6 +123,24 @@ impl QactsLayout {
     }
 }
 
+/// Byte offset, within a column of `k` Q8_K codes (`k` a multiple of
+/// 256), of the 16 codes from element `e` (a multiple of 16). A column's
+/// codes lie in groups of 32 chunks of 64 elements (the last group has
+/// `g` ≤ 32 chunks); piece `l` (elements `16l .. 16l + 15`) of chunk `j` of
+/// a group sits at `16·(g·l + j)` in it. `q8k_code_offset` in
+/// `kernels/gemv.cu` is the same map: 32 lanes taking one chunk each read
+/// piece `l` of their chunks as one contiguous 512 bytes.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) const fn q8k_code_offset(k: usize, e: usize) -> usize {
+    let base = e / 2048 * 2048;
+    let g = if (k - base) / 64 < 32 {
+        (k - base) / 64
+    } else {
+        32
+    };
+    base + 16 * (g * ((e / 16) % 4) + (e - base) / 64)
+}
+
 /// Where bsum group `g` (0..16) of a Q8_K block lies among its 16 sums
 /// (`bsum_slot` in `kernels/gemv.cu`).
 #[cfg(test)]
@@ -154,6 +175,35 @@ mod tests {
             QactsLayout::new(ActQuant::Q8_K, 32, 1),
             Err(Error::NotBlockAligned { .. })
         ));
+    }
+
+    #[test]
+    fn q8k_code_offsets_are_a_permutation_of_the_pieces() {
+        for k in [256usize, 1024 + 256, 2048, 4096, 11008, 14336] {
+            let mut seen = vec![false; k / 16];
+            for e in (0..k).step_by(16) {
+                let at = q8k_code_offset(k, e);
+                assert!(at.is_multiple_of(16) && at < k, "k={k} e={e}: {at}");
+                assert!(!seen[at / 16], "k={k} e={e}: {at} twice");
+                seen[at / 16] = true;
+                // The four pieces of a chunk stay in its group of 2048.
+                assert_eq!(at / 2048, e / 2048, "k={k} e={e}");
+            }
+            // Piece l of consecutive chunks is contiguous.
+            if k >= 2048 {
+                for l in 0..4 {
+                    let at: Vec<usize> = (0..32)
+                        .map(|j| q8k_code_offset(k, 64 * j + 16 * l))
+                        .collect();
+                    assert!(
+                        at.windows(2).all(|w| w[1] == w[0] + 16),
+                        "k={k} l={l}: {at:?}"
+                    );
+                }
+            }
+        }
+        // The last, partial group of k = 11008 (172 chunks: 12 in it).
+        assert_eq!(q8k_code_offset(11008, 5 * 2048 + 16), 5 * 2048 + 16 * 12);
     }
 
     #[test]
