@@ -16,7 +16,7 @@ use crate::launch::{EwKernel, GemvShape, Launch, ew_len, u32_of};
 use crate::layout;
 use crate::params::EpiParams;
 use crate::pdl;
-use crate::qacts::{QactsLayout, QuantizedActs, q8k_code_offset};
+use crate::qacts::{QactsLayout, QuantizedActs};
 use crate::schedule::{Access, overlap_deps};
 use crate::{CudaError, GEMV_DTYPES, KernelForm, LaunchOptions, check_gemv_mode};
 use cust::event::{Event, EventFlags};
@@ -624,25 +624,9 @@ impl CudaBackend {
             .copy_to(&mut all[..])
             .map_err(driver("copy to the host"))?;
         let l = &acts.layout;
-        let n = l.k * l.n_cols;
         let word = |b: &[u8]| [b[0], b[1], b[2], b[3]];
-        let codes = if l.mode == ActQuant::Q8_K {
-            // Back to element order (q8k_code_offset: the device's pieces).
-            let mut codes = vec![0i8; n];
-            for (c, col) in codes.chunks_exact_mut(l.k).enumerate() {
-                for (p, piece) in col.chunks_exact_mut(16).enumerate() {
-                    let at = c * l.k + q8k_code_offset(l.k, 16 * p);
-                    for (dst, &src) in piece.iter_mut().zip(&all[at..at + 16]) {
-                        *dst = src as i8;
-                    }
-                }
-            }
-            codes
-        } else {
-            all[..n].iter().map(|&b| b as i8).collect()
-        };
         Ok(QuantizedActs {
-            codes,
+            codes: l.codes_in_element_order(&all),
             scales: all[l.scales..l.scales + 4 * l.n_scales()]
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes(word(b)))

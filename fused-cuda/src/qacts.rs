@@ -121,6 +121,26 @@ impl QactsLayout {
             _ => self.blocks(),
         }
     }
+
+    /// The codes of all columns in element order, from the device's
+    /// `bytes` of this layout (codes first; Q8_K's pieces placed by
+    /// [`q8k_code_offset`]).
+    pub(crate) fn codes_in_element_order(&self, bytes: &[u8]) -> Vec<i8> {
+        let n = self.k * self.n_cols;
+        if self.mode != ActQuant::Q8_K {
+            return bytes[..n].iter().map(|&b| b as i8).collect();
+        }
+        let mut codes = vec![0i8; n];
+        for (c, col) in codes.chunks_exact_mut(self.k).enumerate() {
+            for (p, piece) in col.chunks_exact_mut(16).enumerate() {
+                let at = c * self.k + q8k_code_offset(self.k, 16 * p);
+                for (dst, &src) in piece.iter_mut().zip(&bytes[at..at + 16]) {
+                    *dst = src as i8;
+                }
+            }
+        }
+        codes
+    }
 }
 
 /// Byte offset, within a column of `k` Q8_K codes (`k` a multiple of
@@ -204,6 +224,28 @@ mod tests {
         }
         // The last, partial group of k = 11008 (172 chunks: 12 in it).
         assert_eq!(q8k_code_offset(11008, 5 * 2048 + 16), 5 * 2048 + 16 * 12);
+    }
+
+    #[test]
+    fn codes_come_back_in_element_order() {
+        for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+            let l = QactsLayout::new(mode, 2048 + 256, 2).unwrap();
+            let mut bytes = vec![0u8; l.bytes];
+            for e in 0..l.k * l.n_cols {
+                let (c, i) = (e / l.k, e % l.k);
+                let at = if mode == ActQuant::Q8_K {
+                    c * l.k + q8k_code_offset(l.k, i / 16 * 16) + i % 16
+                } else {
+                    e
+                };
+                bytes[at] = e as u8;
+            }
+            let codes = l.codes_in_element_order(&bytes);
+            assert!(
+                codes.iter().enumerate().all(|(e, &q)| q == e as u8 as i8),
+                "{mode:?}"
+            );
+        }
     }
 
     #[test]
