@@ -54,6 +54,31 @@ struct GemvParams {
 static_assert(sizeof(EpiParams) == 136 && offsetof(EpiParams, operand) == 72, "EpiParams");
 static_assert(offsetof(GemvParams, deps) == 48 && offsetof(GemvParams, epi) == 56, "GemvParams");
 
+// A group launch: up to GROUP_MAX independent GEMVs of one kernel shape
+// (one column, no GLU) in one grid. Job j (of n) owns the blocks from
+// first_block[j] (first_block[0] = 0, increasing) up to first_block[j + 1]
+// or the end of the grid, and each of them runs exactly the block that a
+// launch of job j alone would run at that index, so a group computes the
+// same bits as its jobs launched one by one. The jobs' parameters stay in
+// the kernel's parameter space (__grid_constant__: indexed there, not
+// copied). src/group.rs builds it; src/params.rs mirrors it.
+constexpr uint32_t GROUP_MAX = 8;
+template <class P> struct Group {
+    uint32_t n;
+    uint32_t first_block[GROUP_MAX];
+    uint32_t pad;
+    P job[GROUP_MAX];
+};
+static_assert(sizeof(Group<GemvParams>) == 40 + 8 * 192, "Group<GemvParams>");
+
+// The job whose blocks include this one.
+template <class P> __device__ __forceinline__ uint32_t group_job(const Group<P> &g) {
+    uint32_t j = 0;
+#pragma unroll
+    for (uint32_t i = 1; i < GROUP_MAX; ++i) j += (i < g.n && blockIdx.x >= g.first_block[i]);
+    return j;
+}
+
 #define FMT_F32 0
 #define FMT_F16 1
 #define FMT_Q8_0 2
@@ -780,12 +805,14 @@ __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partia
 
 // Block b computes rows R·b .. R·b + R − 1 (RowsPerBlock); rows past the end
 // are computed on the last row (in bounds) and not stored.
+// `block` is the block's index within its GEMV (blockIdx.x, or its place in
+// its job's share of a group launch).
 template <int FMT, int NC, bool GLU, int R = RowsPerBlock<FMT, NC>::value,
           int FU = FLOAT_UNROLL>
-__device__ void gemv(const GemvParams &p) {
+__device__ void gemv(const GemvParams &p, uint32_t block) {
     constexpr int V = GLU ? 2 : 1;
     __shared__ float partial[V][WARPS][R * NC];
-    const uint32_t row0 = blockIdx.x * R;
+    const uint32_t row0 = block * R;
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     griddep_begin(p.deps);
     if (row0 >= p.rows) return; // the whole block leaves together
@@ -817,11 +844,11 @@ __device__ void gemv(const GemvParams &p) {
 #define GEMV_KERNELS_NC(name, FMT, NC)                                                         \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemv_##name##_c##NC(const GemvParams p) {                                        \
-        gemv<FMT, NC, false>(p);                                                               \
+        gemv<FMT, NC, false>(p, blockIdx.x);                                                   \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemv_glu_##name##_c##NC(const GemvParams p) {                                    \
-        gemv<FMT, NC, true>(p);                                                                \
+        gemv<FMT, NC, true>(p, blockIdx.x);                                                    \
     }
 
 // One-column float kernels of another shape, fused_gemv[_glu]_<fmt>_<tag>_c1:
@@ -833,15 +860,29 @@ __device__ void gemv(const GemvParams &p) {
 #define GEMV_KERNELS_SHAPE(name, FMT, tag, R, FU)                                              \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemv_##name##_##tag##_c1(const GemvParams p) {                                   \
-        gemv<FMT, 1, false, R, FU>(p);                                                         \
+        gemv<FMT, 1, false, R, FU>(p, blockIdx.x);                                             \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemv_glu_##name##_##tag##_c1(const GemvParams p) {                               \
-        gemv<FMT, 1, true, R, FU>(p);                                                          \
+        gemv<FMT, 1, true, R, FU>(p, blockIdx.x);                                              \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemv_group_##name##_##tag##_c1(const __grid_constant__ Group<GemvParams> g) {    \
+        const uint32_t j = group_job(g);                                                       \
+        gemv<FMT, 1, false, R, FU>(g.job[j], blockIdx.x - g.first_block[j]);                   \
+    }
+
+// The group kernel of the default one-column shape, fused_gemv_group_<fmt>_c1.
+#define GEMV_GROUP_KERNEL(name, FMT)                                                           \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemv_group_##name##_c1(const __grid_constant__ Group<GemvParams> g) {            \
+        const uint32_t j = group_job(g);                                                       \
+        gemv<FMT, 1, false>(g.job[j], blockIdx.x - g.first_block[j]);                          \
     }
 
 #define GEMV_KERNELS(name, FMT)                                                                \
     GEMV_KERNELS_NC(name, FMT, 1)                                                              \
+    GEMV_GROUP_KERNEL(name, FMT)                                                               \
     GEMV_KERNELS_NC(name, FMT, 2)                                                              \
     GEMV_KERNELS_NC(name, FMT, 3)                                                              \
     GEMV_KERNELS_NC(name, FMT, 4)                                                              \
@@ -1072,6 +1113,7 @@ struct GemvQParams {
     EpiParams epi;
 };
 static_assert(offsetof(GemvQParams, deps) == 60 && offsetof(GemvQParams, epi) == 64, "GemvQParams");
+static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 200, "Group<GemvQParams>");
 
 // Activation codes: read by every row group of the launch, cached in L1.
 __device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
@@ -1498,13 +1540,14 @@ template <> struct QUnit<FMT_TQ2_0> {
 // epilogue of the f32 kernels. (A
 // variant in which each warp owned its rows and walked all of K, with no
 // block barrier, ran 0.75–0.95x as fast on the H200.)
+// `block` as in gemv.
 template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2>
-__device__ void gemvq(const GemvQParams &p) {
+__device__ void gemvq(const GemvQParams &p, uint32_t block) {
     using U = QUnit<FMT>;
     constexpr int V = GLU ? 2 : 1;
     constexpr uint32_t STRIDE = WARPS * 32;
     __shared__ float partial[V][WARPS][R * NC];
-    const uint32_t row0 = blockIdx.x * R;
+    const uint32_t row0 = block * R;
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     griddep_begin(p.deps);
     if (row0 >= p.rows) return;
@@ -1569,11 +1612,11 @@ __device__ void gemvq(const GemvQParams &p) {
 #define GEMVQ_KERNEL(name, FMT, R, NC)                                                         \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemvq_##name##_r##R##_c##NC(const GemvQParams p) {                               \
-        gemvq<FMT, NC, R, false>(p);                                                           \
+        gemvq<FMT, NC, R, false>(p, blockIdx.x);                                               \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemvq_glu_##name##_r##R##_c##NC(const GemvQParams p) {                           \
-        gemvq<FMT, NC, R, true>(p);                                                            \
+        gemvq<FMT, NC, R, true>(p, blockIdx.x);                                                \
     }
 
 // The launch bounds of the one-column `_u1` kernels. Declaring one block
@@ -1587,14 +1630,23 @@ __device__ void gemvq(const GemvQParams &p) {
 #define GEMVQ_PLAIN_BOUNDS __launch_bounds__(WARPS * 32)
 #define GEMVQ_U1_BOUNDS __launch_bounds__(WARPS * 32, 1)
 
+// The group kernels of one column, fused_gemvq_group_<fmt>_r<R>_c1[_u1]:
+// U units in flight (1: the `_u1` kernel's bounds, BOUNDS; 2: the plain ones).
+#define GEMVQ_GROUP_KERNEL(name, FMT, R, U, SUFFIX, BOUNDS)                                    \
+    extern "C" __global__ void BOUNDS fused_gemvq_group_##name##_r##R##_c1##SUFFIX(            \
+        const __grid_constant__ Group<GemvQParams> g) {                                        \
+        const uint32_t j = group_job(g);                                                       \
+        gemvq<FMT, 1, R, false, U>(g.job[j], blockIdx.x - g.first_block[j]);                   \
+    }
+
 #define GEMVQ_KERNEL_U1(name, FMT, R, BOUNDS)                                                  \
     extern "C" __global__ void BOUNDS                                                          \
         fused_gemvq_##name##_r##R##_c1_u1(const GemvQParams p) {                               \
-        gemvq<FMT, 1, R, false, 1>(p);                                                         \
+        gemvq<FMT, 1, R, false, 1>(p, blockIdx.x);                                             \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
         fused_gemvq_glu_##name##_r##R##_c1_u1(const GemvQParams p) {                           \
-        gemvq<FMT, 1, R, true, 1>(p);                                                          \
+        gemvq<FMT, 1, R, true, 1>(p, blockIdx.x);                                              \
     }
 
 #define GEMVQ_KERNELS_BOUNDS(name, FMT, U1_BOUNDS)                                             \
@@ -1604,6 +1656,12 @@ __device__ void gemvq(const GemvQParams &p) {
     GEMVQ_KERNEL_U1(name, FMT, 1, U1_BOUNDS)                                                   \
     GEMVQ_KERNEL_U1(name, FMT, 2, U1_BOUNDS)                                                   \
     GEMVQ_KERNEL_U1(name, FMT, 4, U1_BOUNDS)                                                   \
+    GEMVQ_GROUP_KERNEL(name, FMT, 1, 1, _u1, U1_BOUNDS)                                        \
+    GEMVQ_GROUP_KERNEL(name, FMT, 2, 1, _u1, U1_BOUNDS)                                        \
+    GEMVQ_GROUP_KERNEL(name, FMT, 4, 1, _u1, U1_BOUNDS)                                        \
+    GEMVQ_GROUP_KERNEL(name, FMT, 1, 2, , GEMVQ_PLAIN_BOUNDS)                                  \
+    GEMVQ_GROUP_KERNEL(name, FMT, 2, 2, , GEMVQ_PLAIN_BOUNDS)                                  \
+    GEMVQ_GROUP_KERNEL(name, FMT, 4, 2, , GEMVQ_PLAIN_BOUNDS)                                  \
     GEMVQ_KERNEL(name, FMT, 2, 2)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 3)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 4)                                                              \

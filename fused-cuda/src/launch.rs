@@ -10,6 +10,7 @@
 
 use crate::backend::CudaBackend;
 use crate::device::check_result;
+use crate::group::GroupJobs;
 use crate::params::{EpiParams, FwhtParams, GemvParams, GemvQParams, QuantParams, act_code};
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
@@ -269,6 +270,8 @@ pub(crate) enum Launch {
         params: GemvParams,
         /// Whether it may overlap ([`LaunchKind::of_gemv`]).
         kind: LaunchKind,
+        /// The weight bytes it streams (both matrices of a gated GEMV).
+        weight_bytes: u64,
     },
     /// A (signed) FWHT of every row.
     Fwht {
@@ -292,6 +295,20 @@ pub(crate) enum Launch {
         params: GemvQParams,
         /// Whether it may overlap ([`LaunchKind::of_gemv`]).
         kind: LaunchKind,
+        /// The weight bytes it streams (in GGML's layout).
+        weight_bytes: u64,
+    },
+    /// Independent one-column GEMVs of one kernel shape in one grid
+    /// (`src/group.rs`).
+    Group {
+        name: String,
+        grid: u32,
+        jobs: GroupJobs,
+        /// Whether it may overlap ([`LaunchKind::of_gemv`] of all its
+        /// jobs' weights).
+        kind: LaunchKind,
+        /// The weight bytes of all its jobs.
+        weight_bytes: u64,
     },
     /// An element-wise kernel over `n` elements (float4s for `Copy4`).
     Ew { kernel: EwKernel, n: u32 },
@@ -366,12 +383,13 @@ impl Launch {
         );
         let grid = u32_of("GEMV grid", m.div_ceil(r))?;
         let matrices = 1 + u64::from(w_up.is_some());
-        let kind = LaunchKind::of_gemv(matrices * (m * row_bytes) as u64, n_cols);
+        let weight_bytes = matrices * (m * row_bytes) as u64;
         Ok(Some(Launch::Gemv {
             name,
             grid,
             params,
-            kind,
+            kind: LaunchKind::of_gemv(weight_bytes, n_cols),
+            weight_bytes,
         }))
     }
 
@@ -455,12 +473,13 @@ impl Launch {
         // by the scales' packing only).
         let matrices = 1 + u64::from(w_up.is_some());
         let row_bytes = dtype.row_bytes(layout.k).map_err(CudaError::from)?;
-        let kind = LaunchKind::of_gemv(matrices * (rows * row_bytes) as u64, n_cols);
+        let weight_bytes = matrices * (rows * row_bytes) as u64;
         Ok(Some(Launch::GemvQ {
             name,
             grid,
             params,
-            kind,
+            kind: LaunchKind::of_gemv(weight_bytes, n_cols),
+            weight_bytes,
         }))
     }
 
@@ -513,7 +532,9 @@ impl Launch {
     /// What this launch is for [`crate::schedule::overlap_deps`].
     pub(crate) fn kind(&self) -> LaunchKind {
         match self {
-            Launch::Gemv { kind, .. } | Launch::GemvQ { kind, .. } => *kind,
+            Launch::Gemv { kind, .. } | Launch::GemvQ { kind, .. } | Launch::Group { kind, .. } => {
+                *kind
+            }
             Launch::Copy { .. } => LaunchKind::Copy,
             _ => LaunchKind::Kernel,
         }
@@ -525,7 +546,48 @@ impl Launch {
         match self {
             Launch::Gemv { params, .. } => params.deps = deps,
             Launch::GemvQ { params, .. } => params.deps = deps,
+            Launch::Group { jobs, .. } => jobs.set_deps(deps),
             _ => {}
+        }
+    }
+
+    /// The grid of a kernel launch (0 for a copy; an element-wise kernel's
+    /// is derived at launch).
+    pub(crate) fn grid(&self) -> u32 {
+        match self {
+            Launch::Gemv { grid, .. }
+            | Launch::GemvQ { grid, .. }
+            | Launch::Group { grid, .. }
+            | Launch::Fwht { grid, .. }
+            | Launch::Quantize { grid, .. } => *grid,
+            Launch::Ew { n, .. } => n.div_ceil(EW_BLOCK),
+            Launch::Copy { .. } => 0,
+        }
+    }
+
+    /// The weight bytes a GEMV launch streams (0 for other launches).
+    pub(crate) fn weight_bytes(&self) -> u64 {
+        match self {
+            Launch::Gemv { weight_bytes, .. }
+            | Launch::GemvQ { weight_bytes, .. }
+            | Launch::Group { weight_bytes, .. } => *weight_bytes,
+            _ => 0,
+        }
+    }
+
+    /// The parameters of a float-activation GEMV launch.
+    pub(crate) fn gemv_params(&self) -> Option<GemvParams> {
+        match self {
+            Launch::Gemv { params, .. } => Some(*params),
+            _ => None,
+        }
+    }
+
+    /// The parameters of an integer GEMV launch.
+    pub(crate) fn gemvq_params(&self) -> Option<GemvQParams> {
+        match self {
+            Launch::GemvQ { params, .. } => Some(*params),
+            _ => None,
         }
     }
 
@@ -573,6 +635,25 @@ impl CudaBackend {
                 // SAFETY: one GemvQParams argument, as every integer GEMV
                 // kernel takes; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
+            }
+            Launch::Group {
+                name, grid, jobs, ..
+            } => {
+                let mut jobs = jobs.clone();
+                jobs.set_early(self.options().early_operands);
+                jobs.set_deps(self.deps_in_effect(jobs.deps()));
+                let a = match &jobs {
+                    GroupJobs::Float(g) => arg(&**g),
+                    GroupJobs::Int(g) => arg(&**g),
+                };
+                // SAFETY: one Group<GemvParams> or Group<GemvQParams>
+                // argument, as the group kernels of each family take (the
+                // family follows from the name, group_kernel in
+                // src/group.rs); `jobs` outlives the call (the driver copies
+                // the parameters at launch); every job's addresses are valid
+                // per the caller, and the grid gives each job the blocks its
+                // own launch would have (group_params).
+                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[a]) }
             }
             Launch::Fwht {
                 name,

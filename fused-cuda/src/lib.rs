@@ -101,6 +101,8 @@ mod cuda_graph;
 #[cfg(feature = "cuda")]
 mod device;
 #[cfg(feature = "cuda")]
+mod group;
+#[cfg(feature = "cuda")]
 mod launch;
 #[cfg(any(feature = "cuda", test))]
 mod layout;

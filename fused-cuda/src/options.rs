@@ -4,8 +4,8 @@
 /// How a [`CudaBackend`](crate::CudaBackend) launches its kernels. The
 /// defaults are the fastest measured on the H200 (BENCHMARKS.md), all on;
 /// `FUSED_CUDA_PDL=0`, `FUSED_CUDA_EARLY_OPERANDS=0` and
-/// `FUSED_CUDA_OVERLAP=0` in the environment turn them off when the
-/// backend is created,
+/// `FUSED_CUDA_OVERLAP=0` and `FUSED_CUDA_GROUP=0` in the environment turn
+/// them off when the backend is created,
 /// [`CudaBackend::set_options`](crate::CudaBackend::set_options) changes
 /// the options later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +30,13 @@ pub struct LaunchOptions {
     /// (4096 × 14336 Q4_0 batches 71 % → 89 % of copy) and slowed longer
     /// ones (BENCHMARKS.md, 2026-12-02). Needs `pdl`.
     pub overlap: bool,
+    /// Consecutive jobs of a
+    /// [`CudaBackend::gemv_batch`](crate::CudaBackend::gemv_batch) that
+    /// run the same one-column kernel (no GLU) go out as one launch, up to
+    /// 8 a launch (`src/group.rs`): the blocks of one job fill the SMs
+    /// while the last blocks of the one before finish, and the group pays
+    /// one start and one drain. Same results bit for bit.
+    pub group: bool,
 }
 
 impl Default for LaunchOptions {
@@ -38,14 +45,16 @@ impl Default for LaunchOptions {
             pdl: true,
             early_operands: true,
             overlap: true,
+            group: true,
         }
     }
 }
 
 impl LaunchOptions {
     /// The defaults, with `pdl` off where `FUSED_CUDA_PDL=0` is set,
-    /// `early_operands` off where `FUSED_CUDA_EARLY_OPERANDS=0` is, and
-    /// `overlap` off where `FUSED_CUDA_OVERLAP=0` is.
+    /// `early_operands` off where `FUSED_CUDA_EARLY_OPERANDS=0` is,
+    /// `overlap` off where `FUSED_CUDA_OVERLAP=0` is, and `group` off where
+    /// `FUSED_CUDA_GROUP=0` is.
     pub fn from_env() -> LaunchOptions {
         let d = LaunchOptions::default();
         let on = |var: &str, default: bool| std::env::var(var).map_or(default, |v| v != "0");
@@ -53,6 +62,7 @@ impl LaunchOptions {
             pdl: on("FUSED_CUDA_PDL", d.pdl),
             early_operands: on("FUSED_CUDA_EARLY_OPERANDS", d.early_operands),
             overlap: on("FUSED_CUDA_OVERLAP", d.overlap),
+            group: on("FUSED_CUDA_GROUP", d.group),
         }
     }
 }

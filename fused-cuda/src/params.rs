@@ -102,6 +102,21 @@ pub(crate) struct GemvQParams {
     pub(crate) epi: EpiParams,
 }
 
+/// Jobs of one group launch at most (`GROUP_MAX` in `kernels/gemv.cu`).
+pub(crate) const GROUP_MAX: usize = 8;
+
+/// `Group<P>` in `kernels/gemv.cu`: up to [`GROUP_MAX`] GEMVs of one kernel
+/// shape in one grid, job `j` owning the blocks from `first_block[j]` on.
+/// Slots from `n` on are never read (they repeat the last job).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupParams<P> {
+    pub(crate) n: u32,
+    pub(crate) first_block: [u32; GROUP_MAX],
+    pub(crate) pad: u32,
+    pub(crate) job: [P; GROUP_MAX],
+}
+
 /// `FwhtParams` in `kernels/fwht.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -127,6 +142,11 @@ unsafe impl DeviceCopy for FwhtParams {}
 unsafe impl DeviceCopy for QuantParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for GemvQParams {}
+// SAFETY: as above: a `#[repr(C)]` header of u32 and an array of one of
+// the parameter blocks above.
+unsafe impl DeviceCopy for GroupParams<GemvParams> {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for GroupParams<GemvQParams> {}
 
 // The layouts the kernels assume (C rules on a 64-bit target).
 const _: () = {
@@ -139,4 +159,9 @@ const _: () = {
     assert!(core::mem::size_of::<FwhtParams>() == 40);
     assert!(core::mem::size_of::<QuantParams>() == 40);
     assert!(core::mem::offset_of!(GemvQParams, epi) == 64);
+    assert!(core::mem::size_of::<GemvParams>() == 192);
+    assert!(core::mem::size_of::<GemvQParams>() == 200);
+    assert!(core::mem::offset_of!(GroupParams<GemvQParams>, job) == 40);
+    assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 192);
+    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 200);
 };

@@ -1,7 +1,8 @@
 //! GEMV batches (`gemv_batch`, `gemv_quantized_batch`: independent calls
 //! over shared activations, each after the first overlapping the one before
-//! it where `LaunchOptions::overlap` is on; both ways here) against the same
-//! jobs run one call at a time, bit for bit, on the
+//! it where `LaunchOptions::overlap` is on, runs of one-column jobs of one
+//! kernel in one launch where `LaunchOptions::group` is; every combination
+//! here) against the same jobs run one call at a time, bit for bit, on the
 //! first CUDA device (skipped without one); a batch's launch count; a bad
 //! job refusing the whole batch.
 
@@ -23,7 +24,8 @@ struct JobData {
 }
 
 /// Jobs of different heights over one K: plain, with the epilogue chain,
-/// gated with the chain, and a one-row plain one.
+/// gated with the chain, a one-row plain one, then [`RUN`] more, plain and
+/// with the chain by turns (a run longer than one group launch takes).
 fn job_data(
     be: &CudaBackend,
     rng: &mut Rng,
@@ -37,18 +39,35 @@ fn job_data(
             .unwrap()
     };
     let mut out = Vec::new();
-    for (m, epi, glu) in [
+    let run = (0..RUN).map(|i| (64 + 13 * i, i % 2 == 0, false));
+    let first = [
         (96, false, false),
         (33, true, false),
         (130, true, true),
         (1, false, false),
-    ] {
+    ];
+    for (m, epi, glu) in first.into_iter().chain(run) {
         let w = up(rng, m);
         let u = glu.then(|| up(rng, m));
         let ops = epi.then(|| chain_operands(rng, m, n_cols).map(|v| be.upload(&v).unwrap()));
         out.push(JobData { w, up: u, ops });
     }
     out
+}
+
+/// Jobs after the first four of [`job_data`].
+const RUN: usize = 9;
+
+/// Launches of a batch of [`job_data`]'s jobs of `n_cols` columns, less the
+/// quantizer: one a job, or, with `group` and one column, one for the first
+/// two, one for the gated job, one for the next 8 (the most a group takes),
+/// one for the last 2.
+fn batch_launches(n_jobs: usize, n_cols: usize, group: bool) -> u64 {
+    if group && n_cols == 1 {
+        4
+    } else {
+        n_jobs as u64
+    }
 }
 
 /// The jobs of `data` writing into `ys`.
@@ -110,9 +129,13 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
     let runs = cases
         .into_iter()
         .flat_map(|c| [1usize, 3].map(|n| (c, n)))
-        .flat_map(|r| [(r, true), (r, false)]);
-    for (((dtype, mode), n_cols), overlap) in runs {
-        be.set_options(LaunchOptions { overlap, ..saved });
+        .flat_map(|r| [(true, true), (true, false), (false, true), (false, false)].map(|o| (r, o)));
+    for (((dtype, mode), n_cols), (overlap, group)) in runs {
+        be.set_options(LaunchOptions {
+            overlap,
+            group,
+            ..saved
+        });
         let k = 1024;
         let data = job_data(&be, &mut rng, dtype, k, n_cols);
         let ops: Vec<Vec<&DeviceVec>> = data
@@ -131,8 +154,8 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
             let quantizer = u64::from(mode != ActQuant::F32);
             assert_eq!(
                 be.launches(),
-                data.len() as u64 + quantizer,
-                "one launch a job"
+                batch_launches(data.len(), n_cols, group) + quantizer,
+                "{dtype} {n_cols} cols, group {group}"
             );
         }
         // The same on activations quantized beforehand, when quantized.
@@ -165,7 +188,7 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
                 let single = download(&be, &y);
                 assert!(single.iter().all(|v| !v.is_nan()), "unwritten output");
                 let what = format!(
-                    "{dtype} {mode:?} {n_cols} cols, overlap {overlap}, round {round}, job {j}"
+                    "{dtype} {mode:?} {n_cols} cols, overlap {overlap}, group {group}, round {round}, job {j}"
                 );
                 assert_bits_eq(&download(&be, &batched[round][j]), &single, &what);
                 if let Some(pre) = &pre {

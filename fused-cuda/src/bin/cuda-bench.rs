@@ -9,8 +9,9 @@
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
 //! the copy ceiling, each call waiting for the one before it and, in a
-//! last column, the same weight copies as one `gemv_batch` of independent
-//! calls (one output each, the activations shared); the other weight formats at 4096×14336, 1 column, with
+//! last columns, the same weight copies as one `gemv_batch` of independent
+//! calls (one output each, the activations shared; one after the other,
+//! overlapping, grouped into one launch); the other weight formats at 4096×14336, 1 column, with
 //! f32 activations and in GGML's quantized-activation mode; the
 //! epilogue's cost over a bare GEMV; the signed FWHT
 //! fused against sign multiply + FWHT; a Q4_0 decode layer fused against
@@ -190,16 +191,15 @@ fn run() -> Result<(), CudaError> {
          GGML's CPU modes, integer dot products): \"µs/call\" includes the quantizer \
          launch, \"GEMV alone\" runs on activations quantized beforehand; each call waits \
          for the one before it. \"batch\": the weight copies as one `gemv_batch` over the \
-         same activations (one quantizer launch per batch, included), one output each; \
-         \"overlap\": the same with `LaunchOptions::overlap` (the default), the calls after a \
-         batch's first starting without waiting for the call before them where they are of \
-         one column over at most 64 MiB of weights (the two batch columns taking turns).\n"
+         same activations (one quantizer launch per batch, included), one output each, \
+         one launch after the other; \"overlap\": the same with `LaunchOptions::overlap`, \
+         the calls after a batch's first starting without waiting for the call before them \
+         where they are of one column over at most 64 MiB of weights; \"group\": with \
+         `LaunchOptions::group` too (the defaults), up to 8 one-column calls of one kernel \
+         in one launch (the three batch columns taking turns).\n"
     );
     println!(
-        "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy |"
-    );
-    println!(
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| shape (rows × K) | format | acts | cols | copies | {GEMV_CELLS_HEADER}\n| --- | --- | --- | ---: | {GEMV_CELLS_RULE}"
     );
     for (m, k) in [(4096usize, 14336usize), (32768, 8192)] {
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
@@ -227,10 +227,7 @@ fn run() -> Result<(), CudaError> {
                     }
                 }
                 println!(
-                    "| shape (rows × K) | format | acts | cols | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy |"
-                );
-                println!(
-                    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+                    "| shape (rows × K) | format | acts | cols | copies | {GEMV_CELLS_HEADER}\n| --- | --- | --- | ---: | {GEMV_CELLS_RULE}"
                 );
             }
         }
@@ -423,25 +420,27 @@ fn epilogue_cost(
         pct(early_t),
         unfused * 1e3
     );
-    // Batched with overlap (independent calls, one output each; operands
-    // early), bare and fused taking turns.
+    // Batched with overlap, and grouped (independent calls, one output
+    // each; operands early), bare and fused taking turns.
     be.set_options(early);
-    let mut t_batch: [Vec<f64>; 2] = Default::default();
-    for _round in 0..3 {
-        let none = &Epilogue::NONE;
-        t_batch[0].push(batch_per_call(be, ws, &x, 1, mode, true, none, &[])?);
-        t_batch[1].push(batch_per_call(be, ws, &x, 1, mode, true, &epi, &ops)?);
+    for (what, batching) in [("with overlap", BATCHINGS[1]), ("grouped", BATCHINGS[2])] {
+        let mut t_batch: [Vec<f64>; 2] = Default::default();
+        for _round in 0..3 {
+            let none = &Epilogue::NONE;
+            t_batch[0].push(batch_per_call(be, ws, &x, 1, mode, batching, none, &[])?);
+            t_batch[1].push(batch_per_call(be, ws, &x, 1, mode, batching, &epi, &ops)?);
+        }
+        let [bare_b, fused_b] = t_batch.map(median);
+        println!(
+            "Batched {what} ({mode:?} activations, one quantizer per batch where quantized; \
+             {n} independent calls, one output each): bare {:.2} µs/call, fused silu·mul + \
+             residual {:.2} µs/call ({:+.1}%)",
+            bare_b * 1e3,
+            fused_b * 1e3,
+            100.0 * (fused_b / bare_b - 1.0)
+        );
     }
     be.set_options(saved);
-    let [bare_b, fused_b] = t_batch.map(median);
-    println!(
-        "Batched with overlap ({mode:?} activations, one quantizer per batch where quantized; \
-         {n} independent calls, one output each): bare {:.2} µs/call, fused silu·mul + residual \
-         {:.2} µs/call ({:+.1}%)",
-        bare_b * 1e3,
-        fused_b * 1e3,
-        100.0 * (fused_b / bare_b - 1.0)
-    );
     if mode != ActQuant::F32 {
         let [bare, late_t, early_t] = t_alone.map(median);
         println!(
@@ -1081,6 +1080,16 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// quantizer launch included), µs per call, GB/s and % of `ceiling`; then,
 /// in a quantized mode, the GEMV alone on activations quantized
 /// beforehand (µs, % of copy), else two empty cells.
+/// The columns of [`gemv_timing`]'s cells, and their rule.
+const GEMV_CELLS_HEADER: &str = "copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy | batch, group µs/call | % of copy |";
+const GEMV_CELLS_RULE: &str =
+    "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+
+/// The three ways [`batch_per_call`] runs a batch: one call after the other,
+/// overlapping (`LaunchOptions::overlap`), and overlapping with runs of one
+/// kernel grouped into one launch (`LaunchOptions::group`, the defaults).
+const BATCHINGS: [(bool, bool); 3] = [(false, false), (true, false), (true, true)];
+
 fn gemv_timing(
     be: &CudaBackend,
     ws: &[DeviceWeights],
@@ -1110,16 +1119,25 @@ fn gemv_timing(
             format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))
         }
     };
-    let mut tb: [Vec<f64>; 2] = Default::default();
+    let mut tb: [Vec<f64>; 3] = Default::default();
     for _round in 0..3 {
-        for (i, overlap) in [false, true].into_iter().enumerate() {
+        for (i, batching) in BATCHINGS.into_iter().enumerate() {
             let epi = &Epilogue::NONE;
-            tb[i].push(batch_per_call(be, ws, &x, n_cols, mode, overlap, epi, &[])?);
+            tb[i].push(batch_per_call(
+                be,
+                ws,
+                &x,
+                n_cols,
+                mode,
+                batching,
+                epi,
+                &[],
+            )?);
         }
     }
-    let [tb, to] = tb.map(median);
+    let [tb, to, tg] = tb.map(median);
     Ok(format!(
-        "{} | {:.1} | {:.0} | {:.0}% {alone} {:.1} | {:.0}% | {:.1} | {:.0}% |",
+        "{} | {:.1} | {:.0} | {:.0}% {alone} {:.1} | {:.0}% | {:.1} | {:.0}% | {:.1} | {:.0}% |",
         ws.len(),
         t * 1e3,
         moved / t / 1e6,
@@ -1127,7 +1145,9 @@ fn gemv_timing(
         tb * 1e3,
         pct(tb),
         to * 1e3,
-        pct(to)
+        pct(to),
+        tg * 1e3,
+        pct(tg)
     ))
 }
 
@@ -1135,7 +1155,8 @@ fn gemv_timing(
 /// `gemv_batch` of independent calls on `x` (`n_cols` columns) fed per
 /// `mode` (a quantized mode: one quantizer launch per batch, included), one
 /// output each, epilogue `epi` over `ops`, with `LaunchOptions::overlap`
-/// set to `overlap` (the other options as they are). The first call of
+/// and `LaunchOptions::group` set to `(overlap, group)` (the other options
+/// as they are). The first call of
 /// each batch waits for the batch before it.
 #[allow(clippy::too_many_arguments)]
 fn batch_per_call(
@@ -1144,12 +1165,16 @@ fn batch_per_call(
     x: &DeviceVec,
     n_cols: usize,
     mode: ActQuant,
-    overlap: bool,
+    (overlap, group): (bool, bool),
     epi: &Epilogue,
     ops: &[&DeviceVec],
 ) -> Result<f64, CudaError> {
     let saved = be.options();
-    be.set_options(LaunchOptions { overlap, ..saved });
+    be.set_options(LaunchOptions {
+        overlap,
+        group,
+        ..saved
+    });
     let m = ws[0].rows();
     let mut ys = ws
         .iter()
@@ -1174,10 +1199,7 @@ fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         "Activations f32, or quantized on the device in GGML's mode for the format \
          (\"µs/call\" with the quantizer, \"GEMV alone\" without).\n"
     );
-    println!(
-        "| format | acts | copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy |"
-    );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| format | acts | copies | {GEMV_CELLS_HEADER}\n| --- | --- | {GEMV_CELLS_RULE}");
     for dtype in fused_cuda::GEMV_DTYPES {
         if matches!(dtype, DType::F16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_K) {
             continue;

@@ -1,0 +1,274 @@
+//! Group launches: independent one-column GEMVs of one kernel shape run as
+//! one grid (`Group` and the `fused_gemv[q]_group_*` kernels in
+//! `kernels/gemv.cu`), up to [`GROUP_MAX`] of them.
+//!
+//! A GEMV of a few thousand rows is short next to its fixed costs: the grid
+//! starts, fills the SMs, and drains to its last block. Launched one after
+//! another (even overlapping, `schedule.rs`), every job pays them; in one
+//! grid the blocks of the next job fill the SMs while the last blocks of
+//! the one before finish, and only the group pays the drain. Each block
+//! computes exactly what the same block of its job launched alone would,
+//! so grouping changes no bit of any output.
+
+use crate::CudaError;
+use crate::launch::Launch;
+use crate::params::{GROUP_MAX, GemvParams, GemvQParams, GroupParams};
+use crate::schedule::{Deps, LaunchKind};
+use fused_core::Error;
+use std::ops::Range;
+
+/// The jobs of one group launch, by kernel family.
+#[derive(Clone, Debug)]
+pub(crate) enum GroupJobs {
+    /// Float activations (`fused_gemv_group_*`).
+    Float(Box<GroupParams<GemvParams>>),
+    /// Quantized activations (`fused_gemvq_group_*`).
+    Int(Box<GroupParams<GemvQParams>>),
+}
+
+impl GroupJobs {
+    /// Sets every job's `deps` (a group orders itself as one launch).
+    pub(crate) fn set_deps(&mut self, deps: Deps) {
+        match self {
+            GroupJobs::Float(g) => g.job.iter_mut().for_each(|j| j.deps = deps),
+            GroupJobs::Int(g) => g.job.iter_mut().for_each(|j| j.deps = deps),
+        }
+    }
+
+    /// The jobs' `deps` (all equal).
+    pub(crate) fn deps(&self) -> Deps {
+        match self {
+            GroupJobs::Float(g) => g.job[0].deps,
+            GroupJobs::Int(g) => g.job[0].deps,
+        }
+    }
+
+    /// Sets whether every job's blocks load their epilogue operands early.
+    pub(crate) fn set_early(&mut self, early: bool) {
+        match self {
+            GroupJobs::Float(g) => g.job.iter_mut().for_each(|j| j.epi.set_early(early)),
+            GroupJobs::Int(g) => g.job.iter_mut().for_each(|j| j.epi.set_early(early)),
+        }
+    }
+}
+
+/// The group kernel that runs `l`'s blocks, where there is one: GEMVs of
+/// one column without GLU, `fused_gemv[q]_…_c1[_u1]` →
+/// `fused_gemv[q]_group_…_c1[_u1]`.
+fn group_kernel(l: &Launch) -> Option<String> {
+    let (name, prefix) = match l {
+        Launch::Gemv { name, params, .. } if params.w_up == 0 => (name, "fused_gemv_"),
+        Launch::GemvQ { name, params, .. } if params.w_up == 0 => (name, "fused_gemvq_"),
+        _ => return None,
+    };
+    let one_col = name.ends_with("_c1") || name.ends_with("_c1_u1");
+    let rest = name.strip_prefix(prefix)?;
+    one_col.then(|| format!("{prefix}group_{rest}"))
+}
+
+/// The header and job array of a group over `jobs` (1 to [`GROUP_MAX`]),
+/// job `i` taking `grids[i]` blocks; the total grid.
+fn group_params<P: Copy>(jobs: &[P], grids: &[u32]) -> Result<(GroupParams<P>, u32), CudaError> {
+    let last = *jobs.last().expect("a group has a job");
+    let mut g = GroupParams {
+        n: jobs.len() as u32,
+        first_block: [0; GROUP_MAX],
+        pad: 0,
+        job: [last; GROUP_MAX],
+    };
+    let mut total = 0u32;
+    for (i, (job, grid)) in jobs.iter().zip(grids).enumerate() {
+        g.first_block[i] = total;
+        g.job[i] = *job;
+        total = total.checked_add(*grid).ok_or(Error::Overflow {
+            what: "group launch grid",
+        })?;
+    }
+    Ok((g, total))
+}
+
+/// One group launch over the run `members` (2 to [`GROUP_MAX`] launches of
+/// the group kernel `name`), streaming `weight_bytes` in all.
+fn group_of(members: &[Launch], name: String, weight_bytes: u64) -> Result<Launch, CudaError> {
+    let grids: Vec<u32> = members.iter().map(Launch::grid).collect();
+    let (jobs, grid) = if let Launch::Gemv { .. } = members[0] {
+        let p: Vec<GemvParams> = members.iter().filter_map(Launch::gemv_params).collect();
+        let (g, grid) = group_params(&p, &grids)?;
+        (GroupJobs::Float(Box::new(g)), grid)
+    } else {
+        let p: Vec<GemvQParams> = members.iter().filter_map(Launch::gemvq_params).collect();
+        let (g, grid) = group_params(&p, &grids)?;
+        (GroupJobs::Int(Box::new(g)), grid)
+    };
+    Ok(Launch::Group {
+        name,
+        grid,
+        jobs,
+        kind: LaunchKind::of_gemv(weight_bytes, 1),
+    })
+}
+
+/// `launches` (independent GEMVs in stream order, launch `i` streaming
+/// `weight_bytes[i]` of weights) with every run of consecutive launches
+/// that share a group kernel, cut at [`GROUP_MAX`], replaced by one group
+/// launch; each launch comes with the range of the inputs it runs.
+pub(crate) fn group_launches(
+    launches: Vec<Launch>,
+    weight_bytes: &[u64],
+) -> Result<Vec<(Launch, Range<usize>)>, CudaError> {
+    let names: Vec<Option<String>> = launches.iter().map(group_kernel).collect();
+    let mut out = Vec::with_capacity(launches.len());
+    let mut start = 0;
+    while start < launches.len() {
+        let mut end = start + 1;
+        while end < launches.len()
+            && end - start < GROUP_MAX
+            && names[start].is_some()
+            && names[end] == names[start]
+        {
+            end += 1;
+        }
+        let launch = match &names[start] {
+            Some(name) if end - start > 1 => {
+                let bytes = weight_bytes[start..end].iter().sum();
+                group_of(&launches[start..end], name.clone(), bytes)?
+            }
+            _ => launches[start].clone(),
+        };
+        out.push((launch, start..end));
+        start = end;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::GemvShape;
+    use crate::params::EpiParams;
+    use crate::qacts::QactsLayout;
+    use fused_core::DType;
+    use fused_core::element::Activation;
+    use fused_core::epilogue::Epilogue;
+    use fused_core::reference::ActQuant;
+
+    const ID: Activation = Activation::Identity;
+
+    fn epi() -> EpiParams {
+        EpiParams::new(&Epilogue::NONE, |_| 0)
+    }
+
+    /// An integer GEMV of `rows` rows of K = 4096, y at `y`, gated where `glu`.
+    fn q(dtype: DType, rows: usize, n_cols: usize, glu: bool, y: u64) -> Launch {
+        let mode = ActQuant::ggml(dtype);
+        let layout = QactsLayout::new(mode, 4096, n_cols).unwrap();
+        let up = glu.then_some(9);
+        Launch::gemv_q(dtype, rows, &layout, 1, up, ID, 2, y, epi())
+            .unwrap()
+            .unwrap()
+    }
+
+    fn f(dtype: DType, rows: usize, y: u64) -> Launch {
+        let shape = GemvShape {
+            dtype,
+            rows,
+            cols: 4096,
+            row_bytes: dtype.row_bytes(4096).unwrap(),
+            n_cols: 1,
+        };
+        Launch::gemv(shape, 1, None, ID, 2, y, epi())
+            .unwrap()
+            .unwrap()
+    }
+
+    fn ranges(g: &[(Launch, Range<usize>)]) -> Vec<Range<usize>> {
+        g.iter().map(|(_, r)| r.clone()).collect()
+    }
+
+    #[test]
+    fn runs_of_one_kernel_become_groups_of_at_most_eight() {
+        let ls: Vec<Launch> = (0..10)
+            .map(|i| q(DType::Q4_0, 4096, 1, false, 100 + i))
+            .collect();
+        let g = group_launches(ls.clone(), &[1; 10]).unwrap();
+        assert_eq!(ranges(&g), [0..8, 8..10]);
+        let Launch::Group {
+            name, grid, jobs, ..
+        } = &g[0].0
+        else {
+            panic!("a group: {:?}", g[0].0);
+        };
+        let Launch::GemvQ { name: single, .. } = &ls[0] else {
+            panic!()
+        };
+        assert_eq!(
+            name.as_str(),
+            single.replacen("fused_gemvq_", "fused_gemvq_group_", 1)
+        );
+        assert!(name.starts_with("fused_gemvq_group_q4_0_r") && name.ends_with("_c1_u1"));
+        assert_eq!(*grid, 8 * ls[0].grid());
+        let GroupJobs::Int(p) = jobs else { panic!() };
+        assert_eq!(p.n, 8);
+        for i in 0..8 {
+            assert_eq!(p.first_block[i], i as u32 * ls[0].grid());
+            assert_eq!(p.job[i].y, 100 + i as u64, "job {i} keeps its output");
+        }
+    }
+
+    #[test]
+    fn different_kernels_glu_and_several_columns_stay_apart() {
+        let ls = vec![
+            q(DType::Q4_0, 4096, 1, false, 1),
+            q(DType::Q8_0, 4096, 1, false, 2),
+            q(DType::Q8_0, 1024, 1, false, 3),
+            q(DType::Q8_0, 1024, 1, true, 4),
+            q(DType::Q8_0, 1024, 1, true, 5),
+            q(DType::Q8_0, 1024, 2, false, 6),
+            q(DType::Q8_0, 1024, 2, false, 7),
+            f(DType::F16, 1024, 8),
+            f(DType::F16, 4096, 9),
+        ];
+        let g = group_launches(ls, &[1; 9]).unwrap();
+        // Q8_0 of 4096 and 1024 rows share a kernel (and a group); the two
+        // F16 GEMVs too, whose K picks the same shape.
+        assert_eq!(ranges(&g), [0..1, 1..3, 3..4, 4..5, 5..6, 6..7, 7..9]);
+        let Launch::Group { grid, jobs, .. } = &g[1].0 else {
+            panic!()
+        };
+        let GroupJobs::Int(p) = jobs else { panic!() };
+        assert_eq!((p.n, p.first_block[1]), (2, 4096 / 2));
+        assert_eq!(*grid, (4096 + 1024) / 2);
+        let Launch::Group { name, jobs, .. } = &g[6].0 else {
+            panic!()
+        };
+        assert!(name.starts_with("fused_gemv_group_f16_"), "{name}");
+        assert!(matches!(jobs, GroupJobs::Float(_)));
+        for (l, _) in &g[2..6] {
+            assert!(!matches!(l, Launch::Group { .. }), "{l:?}");
+        }
+    }
+
+    #[test]
+    fn a_group_overlaps_by_the_weights_of_all_its_jobs() {
+        let ls: Vec<Launch> = (0..2).map(|i| q(DType::Q4_0, 64, 1, false, i)).collect();
+        let max = crate::schedule::OVERLAP_MAX_WEIGHT_BYTES;
+        let small = group_launches(ls.clone(), &[max / 2, max / 2]).unwrap();
+        assert_eq!(small[0].0.kind(), LaunchKind::Gemv);
+        let big = group_launches(ls, &[max / 2, max / 2 + 1]).unwrap();
+        assert_eq!(big[0].0.kind(), LaunchKind::Kernel);
+    }
+
+    #[test]
+    fn deps_and_early_operands_reach_every_job() {
+        let ls: Vec<Launch> = (0..3).map(|i| f(DType::F32, 256, i)).collect();
+        let mut g = group_launches(ls, &[1; 3]).unwrap().remove(0).0;
+        g.set_deps(Deps::TriggerAfterWait);
+        let Launch::Group { mut jobs, .. } = g else {
+            panic!()
+        };
+        assert_eq!(jobs.deps(), Deps::TriggerAfterWait);
+        jobs.set_early(true);
+        let GroupJobs::Float(p) = &jobs else { panic!() };
+        assert!(p.job.iter().all(|j| j.deps == Deps::TriggerAfterWait));
+    }
+}
