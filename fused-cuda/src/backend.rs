@@ -783,40 +783,22 @@ impl CudaBackend {
             size,
         };
         let vec_region = |v: &DeviceVec| region(v.addr(), 4 * v.len() as u64);
-        let mut singles = Vec::with_capacity(jobs.len());
-        let mut weight_bytes = Vec::with_capacity(jobs.len());
-        // Each launch's reads (past the activations) and writes.
-        let mut touches = Vec::with_capacity(jobs.len());
+        let mut launches = Vec::with_capacity(jobs.len());
+        let mut access = Vec::with_capacity(jobs.len());
         for job in jobs.iter() {
             if let Some(l) = self.gemv_job_launch(job, acts)? {
-                let up = job.glu.map_or(0, |(u, _)| u.bytes());
-                weight_bytes.push((job.w.bytes() + up) as u64);
-                let reads: Vec<_> = job.operands.iter().map(|o| vec_region(o)).collect();
-                touches.push((reads, vec_region(job.y)));
-                singles.push(l);
+                let mut reads = vec![region(x, x_bytes)];
+                reads.extend(job.operands.iter().map(|o| vec_region(o)));
+                access.push(Access {
+                    kind: l.kind(),
+                    reads,
+                    writes: vec![vec_region(job.y)],
+                });
+                launches.push(l);
             }
         }
-        let grouped = if self.options().group {
-            group_launches(singles, &weight_bytes)?
-        } else {
-            let n = singles.len();
-            singles.into_iter().zip((0..n).map(|i| i..i + 1)).collect()
-        };
-        let mut launches = Vec::with_capacity(grouped.len());
-        let mut access = Vec::with_capacity(grouped.len());
-        for (l, members) in grouped {
-            let mut reads = vec![region(x, x_bytes)];
-            let mut writes = Vec::with_capacity(members.len());
-            for (r, w) in &touches[members] {
-                reads.extend_from_slice(r);
-                writes.push(*w);
-            }
-            access.push(Access {
-                kind: l.kind(),
-                reads,
-                writes,
-            });
-            launches.push(l);
+        if self.options().group {
+            (launches, access) = group_launches(launches, access)?;
         }
         // The jobs' borrows already rule out every hazard between them, so
         // all but the first come out independent; the same rule as the

@@ -13,9 +13,8 @@
 use crate::CudaError;
 use crate::launch::Launch;
 use crate::params::{GROUP_MAX, GemvParams, GemvQParams, GroupParams};
-use crate::schedule::{Deps, LaunchKind};
+use crate::schedule::{Access, Deps, LaunchKind};
 use fused_core::Error;
-use std::ops::Range;
 
 /// The jobs of one group launch, by kernel family.
 #[derive(Clone, Debug)]
@@ -88,8 +87,8 @@ fn group_params<P: Copy>(jobs: &[P], grids: &[u32]) -> Result<(GroupParams<P>, u
 }
 
 /// One group launch over the run `members` (2 to [`GROUP_MAX`] launches of
-/// the group kernel `name`), streaming `weight_bytes` in all.
-fn group_of(members: &[Launch], name: String, weight_bytes: u64) -> Result<Launch, CudaError> {
+/// the group kernel `name`).
+fn group_of(members: &[Launch], name: String) -> Result<Launch, CudaError> {
     let grids: Vec<u32> = members.iter().map(Launch::grid).collect();
     let (jobs, grid) = if let Launch::Gemv { .. } = members[0] {
         let p: Vec<GemvParams> = members.iter().filter_map(Launch::gemv_params).collect();
@@ -100,24 +99,29 @@ fn group_of(members: &[Launch], name: String, weight_bytes: u64) -> Result<Launc
         let (g, grid) = group_params(&p, &grids)?;
         (GroupJobs::Int(Box::new(g)), grid)
     };
+    let weight_bytes = members.iter().map(Launch::weight_bytes).sum();
     Ok(Launch::Group {
         name,
         grid,
         jobs,
         kind: LaunchKind::of_gemv(weight_bytes, 1),
+        weight_bytes,
     })
 }
 
-/// `launches` (independent GEMVs in stream order, launch `i` streaming
-/// `weight_bytes[i]` of weights) with every run of consecutive launches
-/// that share a group kernel, cut at [`GROUP_MAX`], replaced by one group
-/// launch; each launch comes with the range of the inputs it runs.
-pub(crate) fn group_launches(
+/// `launches` in stream order, each with what it reads and writes
+/// (`access`, same order), with every run of consecutive launches that
+/// share a group kernel and have no hazard with each other (in a group they
+/// run at once), cut at [`GROUP_MAX`], replaced by one group launch that
+/// reads and writes what they all do. Each group waits for the launch before
+/// it as its first job would.
+pub(crate) fn group_launches<S: PartialEq + Clone>(
     launches: Vec<Launch>,
-    weight_bytes: &[u64],
-) -> Result<Vec<(Launch, Range<usize>)>, CudaError> {
+    access: Vec<Access<S>>,
+) -> Result<(Vec<Launch>, Vec<Access<S>>), CudaError> {
+    assert_eq!(launches.len(), access.len(), "an access per launch");
     let names: Vec<Option<String>> = launches.iter().map(group_kernel).collect();
-    let mut out = Vec::with_capacity(launches.len());
+    let (mut out, mut out_access) = (Vec::new(), Vec::new());
     let mut start = 0;
     while start < launches.len() {
         let mut end = start + 1;
@@ -125,20 +129,37 @@ pub(crate) fn group_launches(
             && end - start < GROUP_MAX
             && names[start].is_some()
             && names[end] == names[start]
+            && access[start..end]
+                .iter()
+                .all(|a| !a.conflicts(&access[end]))
         {
             end += 1;
         }
-        let launch = match &names[start] {
+        match &names[start] {
             Some(name) if end - start > 1 => {
-                let bytes = weight_bytes[start..end].iter().sum();
-                group_of(&launches[start..end], name.clone(), bytes)?
+                let members = &launches[start..end];
+                let l = group_of(members, name.clone())?;
+                out_access.push(Access {
+                    kind: l.kind(),
+                    reads: access[start..end]
+                        .iter()
+                        .flat_map(|a| a.reads.clone())
+                        .collect(),
+                    writes: access[start..end]
+                        .iter()
+                        .flat_map(|a| a.writes.clone())
+                        .collect(),
+                });
+                out.push(l);
             }
-            _ => launches[start].clone(),
-        };
-        out.push((launch, start..end));
+            _ => {
+                out.push(launches[start].clone());
+                out_access.push(access[start].clone());
+            }
+        }
         start = end;
     }
-    Ok(out)
+    Ok((out, out_access))
 }
 
 #[cfg(test)]
@@ -150,6 +171,7 @@ mod tests {
     use fused_core::DType;
     use fused_core::element::Activation;
     use fused_core::epilogue::Epilogue;
+    use fused_core::placement::Region;
     use fused_core::reference::ActQuant;
 
     const ID: Activation = Activation::Identity;
@@ -181,8 +203,37 @@ mod tests {
             .unwrap()
     }
 
-    fn ranges(g: &[(Launch, Range<usize>)]) -> Vec<Range<usize>> {
-        g.iter().map(|(_, r)| r.clone()).collect()
+    fn region(slot: u8, offset: u64) -> Region<u8> {
+        Region {
+            slot,
+            offset,
+            size: 64,
+        }
+    }
+
+    /// Launches that all read buffer 0 and each write their own part of 1.
+    fn independent(ls: &[Launch]) -> Vec<Access<u8>> {
+        (0..ls.len() as u64)
+            .zip(ls)
+            .map(|(i, l)| Access {
+                kind: l.kind(),
+                reads: vec![region(0, 0)],
+                writes: vec![region(1, 64 * i)],
+            })
+            .collect()
+    }
+
+    /// The inputs each output launch covers, as job counts.
+    fn sizes(ls: &[Launch]) -> Vec<u32> {
+        ls.iter()
+            .map(|l| match l {
+                Launch::Group { jobs, .. } => match jobs {
+                    GroupJobs::Float(g) => g.n,
+                    GroupJobs::Int(g) => g.n,
+                },
+                _ => 1,
+            })
+            .collect()
     }
 
     #[test]
@@ -190,13 +241,13 @@ mod tests {
         let ls: Vec<Launch> = (0..10)
             .map(|i| q(DType::Q4_0, 4096, 1, false, 100 + i))
             .collect();
-        let g = group_launches(ls.clone(), &[1; 10]).unwrap();
-        assert_eq!(ranges(&g), [0..8, 8..10]);
+        let (g, access) = group_launches(ls.clone(), independent(&ls)).unwrap();
+        assert_eq!(sizes(&g), [8, 2]);
         let Launch::Group {
             name, grid, jobs, ..
-        } = &g[0].0
+        } = &g[0]
         else {
-            panic!("a group: {:?}", g[0].0);
+            panic!("a group: {:?}", g[0]);
         };
         let Launch::GemvQ { name: single, .. } = &ls[0] else {
             panic!()
@@ -213,6 +264,11 @@ mod tests {
             assert_eq!(p.first_block[i], i as u32 * ls[0].grid());
             assert_eq!(p.job[i].y, 100 + i as u64, "job {i} keeps its output");
         }
+        // The group reads and writes what its jobs do.
+        assert_eq!(access.len(), 2);
+        assert_eq!(access[0].writes.len(), 8);
+        assert_eq!(access[1].writes, [region(1, 64 * 8), region(1, 64 * 9)]);
+        assert_eq!(access[0].reads.len(), 8);
     }
 
     #[test]
@@ -228,42 +284,56 @@ mod tests {
             f(DType::F16, 1024, 8),
             f(DType::F16, 4096, 9),
         ];
-        let g = group_launches(ls, &[1; 9]).unwrap();
+        let (g, _) = group_launches(ls.clone(), independent(&ls)).unwrap();
         // Q8_0 of 4096 and 1024 rows share a kernel (and a group); the two
         // F16 GEMVs too, whose K picks the same shape.
-        assert_eq!(ranges(&g), [0..1, 1..3, 3..4, 4..5, 5..6, 6..7, 7..9]);
-        let Launch::Group { grid, jobs, .. } = &g[1].0 else {
+        assert_eq!(sizes(&g), [1, 2, 1, 1, 1, 1, 2]);
+        let Launch::Group { grid, jobs, .. } = &g[1] else {
             panic!()
         };
         let GroupJobs::Int(p) = jobs else { panic!() };
         assert_eq!((p.n, p.first_block[1]), (2, 4096 / 2));
         assert_eq!(*grid, (4096 + 1024) / 2);
-        let Launch::Group { name, jobs, .. } = &g[6].0 else {
+        let Launch::Group { name, jobs, .. } = &g[6] else {
             panic!()
         };
         assert!(name.starts_with("fused_gemv_group_f16_"), "{name}");
         assert!(matches!(jobs, GroupJobs::Float(_)));
-        for (l, _) in &g[2..6] {
+        for l in &g[2..6] {
             assert!(!matches!(l, Launch::Group { .. }), "{l:?}");
         }
     }
 
     #[test]
+    fn a_launch_with_a_hazard_against_the_run_starts_a_new_one() {
+        let ls: Vec<Launch> = (0..4).map(|i| q(DType::Q4_0, 256, 1, false, i)).collect();
+        let mut access = independent(&ls);
+        // The third reads what the first writes: it cannot run alongside.
+        access[2].reads.push(region(1, 0));
+        let (g, out) = group_launches(ls, access).unwrap();
+        assert_eq!(sizes(&g), [2, 2]);
+        assert!(out[1].reads.contains(&region(1, 0)));
+    }
+
+    #[test]
     fn a_group_overlaps_by_the_weights_of_all_its_jobs() {
-        let ls: Vec<Launch> = (0..2).map(|i| q(DType::Q4_0, 64, 1, false, i)).collect();
-        let max = crate::schedule::OVERLAP_MAX_WEIGHT_BYTES;
-        let small = group_launches(ls.clone(), &[max / 2, max / 2]).unwrap();
-        assert_eq!(small[0].0.kind(), LaunchKind::Gemv);
-        let big = group_launches(ls, &[max / 2, max / 2 + 1]).unwrap();
-        assert_eq!(big[0].0.kind(), LaunchKind::Kernel);
+        // Q4_0 rows of K = 4096: 2304 bytes; 16384 rows twice is 72 MiB.
+        for (rows, want) in [(4096, LaunchKind::Gemv), (16384, LaunchKind::Kernel)] {
+            let ls: Vec<Launch> = (0..2).map(|i| q(DType::Q4_0, rows, 1, false, i)).collect();
+            assert!(ls.iter().all(|l| l.kind() == LaunchKind::Gemv));
+            let (g, access) = group_launches(ls.clone(), independent(&ls)).unwrap();
+            assert_eq!(g[0].kind(), want, "{rows} rows");
+            assert_eq!(access[0].kind, want);
+            assert_eq!(g[0].weight_bytes(), 2 * 2304 * rows as u64);
+        }
     }
 
     #[test]
     fn deps_and_early_operands_reach_every_job() {
         let ls: Vec<Launch> = (0..3).map(|i| f(DType::F32, 256, i)).collect();
-        let mut g = group_launches(ls, &[1; 3]).unwrap().remove(0).0;
-        g.set_deps(Deps::TriggerAfterWait);
-        let Launch::Group { mut jobs, .. } = g else {
+        let (mut g, _) = group_launches(ls.clone(), independent(&ls)).unwrap();
+        g[0].set_deps(Deps::TriggerAfterWait);
+        let Launch::Group { mut jobs, .. } = g.remove(0) else {
             panic!()
         };
         assert_eq!(jobs.deps(), Deps::TriggerAfterWait);

@@ -7,8 +7,8 @@ pub struct DevicePlanStats {
     /// Plan steps that launch a kernel (reshapes, views and inputs excluded).
     pub kernel_steps: u64,
     /// Kernel launches (one per kernel step, plus the activation
-    /// quantizers; a step that is a plain copy counts here as one launch of
-    /// the copy engine).
+    /// quantizers, less the [`DevicePlanStats::grouped`] GEMVs; a step that
+    /// is a plain copy counts here as one launch of the copy engine).
     pub launches: u64,
     /// Of the launches: activation quantizers (one per GEMV input in a
     /// quantized activation mode: a gated GEMV quantizes once for both
@@ -19,6 +19,11 @@ pub struct DevicePlanStats {
     /// before them where `LaunchOptions::overlap` is on (they touch nothing
     /// the GEMVs they overlap touch in a conflicting way).
     pub overlapping: u64,
+    /// GEMV steps that run in one group launch with the GEMV steps just
+    /// before them (one column, one kernel, no hazard between them; where
+    /// `LaunchOptions::group` was on when the plan was built): the
+    /// projections of one input, such as q, k and v.
+    pub grouped: u64,
     /// Device-to-device copies added for misaligned or in-place tensors.
     pub copies: u64,
     /// Bytes those copies move.

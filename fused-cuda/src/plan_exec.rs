@@ -29,7 +29,12 @@
 //!   has no hazard with the GEMVs it would overlap (`src/schedule.rs`), of
 //!   one column over at most 64 MiB of weights, starts without waiting for
 //!   them where [`LaunchOptions::overlap`](crate::LaunchOptions::overlap) is
-//!   on (the default).
+//!   on (the default);
+//! - consecutive one-column GEMV steps of one kernel with no hazard between
+//!   them (the q, k and v projections of one input) run as one group launch
+//!   (`src/group.rs`) where [`LaunchOptions::group`](crate::LaunchOptions::group)
+//!   is on when the plan is built (the default), counted in
+//!   [`DevicePlanStats::grouped`].
 //!
 //! Device-to-device copies (`cuMemcpyDtoDAsync`, on the same stream and
 //! counted in [`DevicePlanStats::copies`]) stand in where a tensor cannot be
@@ -79,6 +84,7 @@ use fused_core::{DType, Error};
 use crate::backend::{CudaBackend, DeviceWeights};
 use crate::cuda_graph::CapturedGraph;
 use crate::device::driver;
+use crate::group::group_launches;
 use crate::launch::{EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, u32_of};
 use crate::params::EpiParams;
 use crate::qacts::QactsLayout;
@@ -672,10 +678,18 @@ impl<'a> DevicePlan<'a> {
             scratch,
             weights,
             mut launches,
-            access,
+            mut access,
             mut stats,
             ..
         } = b;
+        // Independent one-column GEMVs of one kernel, one after the other:
+        // one launch where LaunchOptions::group is on.
+        if backend.options().group {
+            let before = launches.len();
+            (launches, access) = group_launches(launches, access)?;
+            stats.grouped = (before - launches.len()) as u64;
+            stats.launches -= stats.grouped;
+        }
         // GEMVs that may overlap the GEMVs before them do so where
         // LaunchOptions::overlap is on (the launch applies it).
         for (l, deps) in launches.iter_mut().zip(overlap_deps(&access)) {

@@ -92,7 +92,7 @@ pub(crate) struct Access<S> {
 impl<S: PartialEq> Access<S> {
     /// Whether `self` and `other` running at the same time could change
     /// what either reads or leaves behind.
-    fn conflicts(&self, other: &Access<S>) -> bool {
+    pub(crate) fn conflicts(&self, other: &Access<S>) -> bool {
         let any =
             |a: &[Region<S>], b: &[Region<S>]| a.iter().any(|x| b.iter().any(|y| x.overlaps(y)));
         any(&self.reads, &other.writes)

@@ -166,7 +166,8 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
     // with Q8_K, quantized on the device once per GEMV input (the gated
     // GEMV once for both weights; the unfused gate and up GEMVs, which read
     // the same input, once for both too). With LaunchOptions::overlap the
-    // unfused up GEMV runs alongside the gate GEMV.
+    // unfused up GEMV runs alongside the gate GEMV; with
+    // LaunchOptions::group the two are one launch.
     let cases = [
         (DType::F16, GemvMode::F32),
         (DType::Q4_0, GemvMode::F32),
@@ -175,18 +176,24 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
         (DType::Q6_K, GemvMode::Ggml),
     ];
     let saved = b.options();
-    for ((dtype, mode), overlap) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
-        b.set_options(LaunchOptions { overlap, ..saved });
+    let options = [(false, false), (true, false), (false, true), (true, true)];
+    for ((dtype, mode), (overlap, group)) in cases.into_iter().flat_map(|c| options.map(|o| (c, o)))
+    {
+        b.set_options(LaunchOptions {
+            overlap,
+            group,
+            ..saved
+        });
         let (g, mem, out) = decode_layer(dtype);
         let fused = plan(&g);
         let unfused = Plan::unfused(&g);
         assert_eq!(fused.fused_steps(), 3, "{fused:?}");
         let mut outs = Vec::new();
-        // (plan, name, quantized inputs, GEMVs that may overlap the one
-        // before: the unfused up GEMV)
-        for (p, name, gemvs, overlapping) in [(&fused, "fused", 3, 0), (&unfused, "unfused", 3, 1)]
-        {
-            let what = format!("{dtype} {mode:?} {name}, overlap {overlap}");
+        // (plan, name, quantized inputs, GEMVs that may overlap or group
+        // with the one before: the unfused up GEMV)
+        for (p, name, gemvs, pairs) in [(&fused, "fused", 3, 0), (&unfused, "unfused", 3, 1)] {
+            let what = format!("{dtype} {mode:?} {name}, overlap {overlap}, group {group}");
+            let (overlapping, grouped) = if group { (0, pairs) } else { (pairs, 0) };
             let want = host_run_in(&b, &g, p, &mem, mode);
             let (got, stats, launched) = device_run_in(&b, &g, p, &mem, mode);
             assert_same_memory(&got, &want, &what);
@@ -195,10 +202,11 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
             assert_eq!(stats.kernel_steps, kernel_steps, "{what}");
             assert_eq!(stats.quantizations, quantizers, "{what}: quantizers");
             assert_eq!(stats.overlapping, overlapping, "{what}: overlapping GEMVs");
+            assert_eq!(stats.grouped, grouped, "{what}: grouped GEMVs");
             assert_eq!(
                 stats.launches,
-                kernel_steps + quantizers,
-                "{what}: one launch per step and one per quantizer"
+                kernel_steps + quantizers - grouped,
+                "{what}: one launch per step and one per quantizer, less the grouped"
             );
             assert_eq!(stats.copies, 0, "{what}: every tensor is used in place");
             assert_eq!(launched, stats.enqueued(), "{what}: backend counter");
@@ -220,16 +228,25 @@ fn graph_replay_equals_the_stream_run() {
         return;
     };
     // With LaunchOptions::overlap too: the unfused up GEMV, captured
-    // without its wait, runs alongside the gate GEMV.
+    // without its wait, runs alongside the gate GEMV; with
+    // LaunchOptions::group, in one launch with it.
     let saved = b.options();
-    for (dtype, overlap) in [DType::F16, DType::Q4_0]
+    let options = [(false, true), (true, true), (true, false)];
+    for (dtype, (overlap, group)) in [DType::F16, DType::Q4_0]
         .into_iter()
-        .flat_map(|d| [(d, false), (d, true)])
+        .flat_map(|d| options.map(|o| (d, o)))
     {
-        b.set_options(LaunchOptions { overlap, ..saved });
+        b.set_options(LaunchOptions {
+            overlap,
+            group,
+            ..saved
+        });
         let (g, mem, out) = decode_layer(dtype);
         for p in [plan(&g), Plan::unfused(&g)] {
-            let what = format!("{dtype} {} fused steps, overlap {overlap}", p.fused_steps());
+            let what = format!(
+                "{dtype} {} fused steps, overlap {overlap}, group {group}",
+                p.fused_steps()
+            );
             let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
             dp.upload(&mem).unwrap();
             dp.run().unwrap();

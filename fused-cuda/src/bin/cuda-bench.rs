@@ -627,17 +627,23 @@ fn plan_layer(
     println!(
         "| plan | launches/layer | stream µs | graph µs | graph/stream | weight GB/s (best) | % of copy |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    let mut best = [0.0f64; 3];
+    let mut best = [0.0f64; 4];
     let saved = be.options();
-    // The unfused plan also with LaunchOptions::overlap: its up GEMV, on
-    // the gate GEMV's input, starts without waiting for the gate GEMV.
+    // The unfused plan also with LaunchOptions::overlap (its up GEMV, on
+    // the gate GEMV's input, starts without waiting for the gate GEMV) and
+    // LaunchOptions::group (the two GEMVs in one launch).
     let rows = [
-        ("fused", plan(&g), false),
-        ("unfused", Plan::unfused(&g), false),
-        ("unfused, overlap", Plan::unfused(&g), true),
+        ("fused", plan(&g), (saved.overlap, saved.group)),
+        ("unfused", Plan::unfused(&g), BATCHINGS[0]),
+        ("unfused, overlap", Plan::unfused(&g), BATCHINGS[1]),
+        ("unfused, group", Plan::unfused(&g), BATCHINGS[2]),
     ];
-    for (i, (name, p, overlap)) in rows.into_iter().enumerate() {
-        be.set_options(LaunchOptions { overlap, ..saved });
+    for (i, (name, p, (overlap, group))) in rows.into_iter().enumerate() {
+        be.set_options(LaunchOptions {
+            overlap,
+            group,
+            ..saved
+        });
         let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
         dp.upload(&mem)?;
         dp.capture_graph()?;
@@ -661,9 +667,10 @@ fn plan_layer(
     }
     println!(
         "\n(fused/unfused, best of stream and graph: {:.3}; against the unfused plan with \
-         overlap: {:.3})",
+         overlap: {:.3}, with overlap and group: {:.3})",
         best[0] / best[1],
-        best[0] / best[2]
+        best[0] / best[2],
+        best[0] / best[3]
     );
     Ok(())
 }
@@ -674,7 +681,8 @@ fn plan_layer(
 /// feeds the next layer; 8 layers, so the weights exceed L2. In a quantized
 /// mode h is quantized once per layer for the three GEMVs. Timed without
 /// and with `LaunchOptions::overlap` (k and v start without waiting for
-/// the GEMV before them), the two plans taking turns: µs per layer.
+/// the GEMV before them), and with `LaunchOptions::group` too (the three
+/// in one launch), the plans taking turns: µs per layer.
 fn qkv_layers(
     be: &CudaBackend,
     dtype: DType,
@@ -685,7 +693,7 @@ fn qkv_layers(
     let acts = mode.act_quant(dtype);
     println!(
         "\n## Attention input projections through the device plan ({dtype}, {acts:?} activations, \
-         d = {d}, kv = {kv}, {layers} layers): without and with overlap\n"
+         d = {d}, kv = {kv}, {layers} layers): without and with overlap, and grouped\n"
     );
     let mut g = Graph::new();
     let mut inits: Vec<(TensorDesc, Vec<u8>)> = Vec::new();
@@ -723,19 +731,25 @@ fn qkv_layers(
     let p = plan(&g);
     let saved = be.options();
     let mut dps = Vec::new();
-    for overlap in [false, true] {
-        be.set_options(LaunchOptions { overlap, ..saved });
+    for (overlap, group) in BATCHINGS {
+        be.set_options(LaunchOptions {
+            overlap,
+            group,
+            ..saved
+        });
         let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
         dp.upload(&mem)?;
         dp.capture_graph()?;
         dps.push(dp);
     }
     // Rounds taking turns; the options as each plan was captured with.
-    let mut t: [[Vec<f64>; 2]; 2] = Default::default();
+    let mut t: [[Vec<f64>; 2]; 3] = Default::default();
     for _round in 0..3 {
         for (i, dp) in dps.iter().enumerate() {
+            let (overlap, group) = BATCHINGS[i];
             be.set_options(LaunchOptions {
-                overlap: i == 1,
+                overlap,
+                group,
                 ..saved
             });
             for (j, how) in [Submission::Stream, Submission::Graph]
@@ -749,16 +763,19 @@ fn qkv_layers(
     }
     be.set_options(saved);
     println!(
-        "| overlap | launches/run | quantizers | stream µs/layer | graph µs/layer | weight GB/s (best) | % of copy |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| overlap | group | launches/run | quantizers | stream µs/layer | graph µs/layer | weight GB/s (best) | % of copy |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    let mut best = [0.0f64; 2];
+    let mut best = [0.0f64; 3];
+    let on = |b: bool| if b { "on" } else { "off" };
     for (i, dp) in dps.iter().enumerate() {
         let [stream, graph] = t[i].clone().map(median);
         best[i] = stream.min(graph);
         let gbs = wnext as f64 / best[i] / 1e6;
+        let (overlap, group) = BATCHINGS[i];
         println!(
-            "| {} | {} | {} | {:.2} | {:.2} | {gbs:.0} | {:.0}% |",
-            if i == 1 { "on" } else { "off" },
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {gbs:.0} | {:.0}% |",
+            on(overlap),
+            on(group),
             dp.stats().enqueued(),
             dp.stats().quantizations,
             stream * 1e3 / layers as f64,
@@ -767,8 +784,10 @@ fn qkv_layers(
         );
     }
     println!(
-        "\n(with overlap / without, best of stream and graph: {:.3})",
-        best[1] / best[0]
+        "\n(against neither, best of stream and graph: with overlap {:.3}, with overlap and \
+         group {:.3})",
+        best[1] / best[0],
+        best[2] / best[0]
     );
     Ok(())
 }
