@@ -51,10 +51,22 @@ impl GroupJobs {
     }
 }
 
+/// The most blocks a GEMV may launch and still join a group. On the H200
+/// (BENCHMARKS.md, 2026-12-02 15:14 UTC, batches of one column, grouped
+/// against overlapping) groups took 4096 × 14336 from 90 % to 97 % of copy
+/// for F16 (4096 blocks a job), Q4_K × Q8_K from 79 % to 89 % (2048) and
+/// 32768 × 8192 Q4_0 × Q8_0 from 95 % to 97 % (8192), but Q8_0 with f32
+/// activations at 32768 × 8192 from 93 % to 88 % (16384 blocks): a job that
+/// long has no start or drain worth sharing.
+pub(crate) const GROUP_MAX_JOB_BLOCKS: u32 = 8192;
+
 /// The group kernel that runs `l`'s blocks, where there is one: GEMVs of
-/// one column without GLU, `fused_gemv[q]_…_c1[_u1]` →
-/// `fused_gemv[q]_group_…_c1[_u1]`.
+/// one column without GLU of at most [`GROUP_MAX_JOB_BLOCKS`] blocks,
+/// `fused_gemv[q]_…_c1[_u1]` → `fused_gemv[q]_group_…_c1[_u1]`.
 fn group_kernel(l: &Launch) -> Option<String> {
+    if l.grid() > GROUP_MAX_JOB_BLOCKS {
+        return None;
+    }
     let (name, prefix) = match l {
         Launch::Gemv { name, params, .. } if params.w_up == 0 => (name, "fused_gemv_"),
         Launch::GemvQ { name, params, .. } if params.w_up == 0 => (name, "fused_gemvq_"),
@@ -301,6 +313,17 @@ mod tests {
         assert!(matches!(jobs, GroupJobs::Float(_)));
         for l in &g[2..6] {
             assert!(!matches!(l, Launch::Group { .. }), "{l:?}");
+        }
+    }
+
+    #[test]
+    fn long_gemvs_stay_alone() {
+        // Q4_0 takes 4 rows a block at one column.
+        let rows = 4 * GROUP_MAX_JOB_BLOCKS as usize;
+        for (rows, want) in [(rows, vec![2]), (rows + 1, vec![1, 1])] {
+            let ls: Vec<Launch> = (0..2).map(|i| q(DType::Q4_0, rows, 1, false, i)).collect();
+            let (g, _) = group_launches(ls.clone(), independent(&ls)).unwrap();
+            assert_eq!(sizes(&g), want, "{rows} rows");
         }
     }
 

@@ -199,7 +199,7 @@ fn run() -> Result<(), CudaError> {
          in one launch (the three batch columns taking turns).\n"
     );
     println!(
-        "| shape (rows × K) | format | acts | cols | copies | {GEMV_CELLS_HEADER}\n| --- | --- | --- | ---: | {GEMV_CELLS_RULE}"
+        "| shape (rows × K) | format | acts | cols | {GEMV_CELLS_HEADER}\n| --- | --- | --- | ---: | {GEMV_CELLS_RULE}"
     );
     for (m, k) in [(4096usize, 14336usize), (32768, 8192)] {
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
@@ -227,7 +227,7 @@ fn run() -> Result<(), CudaError> {
                     }
                 }
                 println!(
-                    "| shape (rows × K) | format | acts | cols | copies | {GEMV_CELLS_HEADER}\n| --- | --- | --- | ---: | {GEMV_CELLS_RULE}"
+                    "| shape (rows × K) | format | acts | cols | {GEMV_CELLS_HEADER}\n| --- | --- | --- | ---: | {GEMV_CELLS_RULE}"
                 );
             }
         }
@@ -1102,7 +1102,7 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// The columns of [`gemv_timing`]'s cells, and their rule.
 const GEMV_CELLS_HEADER: &str = "copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy | batch, group µs/call | % of copy |";
 const GEMV_CELLS_RULE: &str =
-    "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+    "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
 
 /// The three ways [`batch_per_call`] runs a batch: one call after the other,
 /// overlapping (`LaunchOptions::overlap`), and overlapping with runs of one
@@ -1218,7 +1218,7 @@ fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         "Activations f32, or quantized on the device in GGML's mode for the format \
          (\"µs/call\" with the quantizer, \"GEMV alone\" without).\n"
     );
-    println!("| format | acts | copies | {GEMV_CELLS_HEADER}\n| --- | --- | {GEMV_CELLS_RULE}");
+    println!("| format | acts | {GEMV_CELLS_HEADER}\n| --- | --- | {GEMV_CELLS_RULE}");
     for dtype in fused_cuda::GEMV_DTYPES {
         if matches!(dtype, DType::F16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_K) {
             continue;
