@@ -944,8 +944,11 @@ struct QuantParams {
     float *scales;
     int32_t *sums;
     uint32_t k;
-    uint32_t n_blocks; // n_cols · k / block length: the warps that work
+    uint32_t n_blocks;   // n_cols · k / block length: the warps that work
+    uint32_t interleave; // Q8_0 / Q8_1: 1 to write the codes as code_offset places them
+    uint32_t pad;
 };
+static_assert(sizeof(QuantParams) == 48, "QuantParams");
 
 // f32 to IEEE half bits, round to nearest even (as the core's f16_from).
 __device__ __forceinline__ uint32_t float_to_half_bits(float f) {
@@ -953,6 +956,35 @@ __device__ __forceinline__ uint32_t float_to_half_bits(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+
+// Byte offset, within a column of k activation codes, of the 16 codes
+// from element e (e a multiple of 16). The codes lie in groups of 32
+// chunks of CHUNK elements (the last group of a column has g < 32 chunks):
+// piece l (elements 16l .. 16l + 15) of chunk j at 16·(g·l + j) in its
+// group, so that 32 lanes taking one chunk each read piece l of their
+// chunks as one contiguous 512 bytes. CHUNK is a lane's unit: 64 for Q8_K
+// (a Q4_K chunk), 32 for Q8_0 and Q8_1 (a block); k is a multiple of it
+// (src/qacts.rs: code_offset, the same map). Q8_K codes always lie so; Q8_0
+// and Q8_1 codes only for more than one column (QuantParams::interleave,
+// the GEMV kernels' NC > 1): on the H200 (2026-12-02 12:19 UTC, A/B) the
+// interleave cut 8-column Q4_0 GEMVs by 21–33 % but cost one column up to
+// 3 points of copy (Q5_1 6), whose lanes read 32 contiguous bytes anyway.
+template <uint32_t CHUNK> __device__ __forceinline__ uint32_t code_offset(uint32_t k, uint32_t e) {
+    constexpr uint32_t GROUP = 32 * CHUNK, PIECES = CHUNK / 16;
+    const uint32_t base = e & ~(GROUP - 1u);
+    const uint32_t g = min(32u, (k - base) / CHUNK);
+    return base + 16 * (g * ((e >> 4) & (PIECES - 1u)) + (e - base) / CHUNK);
+}
+
+// The 16 codes of column col from element e: interleaved (IL) as
+// code_offset places them, else in element order.
+template <uint32_t CHUNK, bool IL>
+__device__ __forceinline__ const int8_t *codes_at(const int8_t *codes, uint32_t k, uint32_t col,
+                                                  uint32_t e) {
+    return codes + (size_t)col * k + (IL ? code_offset<CHUNK>(k, e) : e);
+}
+#define Q8K_CHUNK 64u
+#define Q8_32_CHUNK 32u
 
 // Q8_0 and Q8_1 (S): one warp per 32-element block, lane i quantizes
 // element i: d = amax/127, id = 1/d (0 for d = 0), q = roundf(x·id) (ties
@@ -978,7 +1010,12 @@ template <bool S> __device__ __forceinline__ void quantize_32(const QuantParams 
     const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     const float rv = roundf(__fmul_rn(v, id));
     const int q = rv != rv ? 0 : (int)fminf(fmaxf(rv, -128.0f), 127.0f);
-    p.codes[(size_t)blk * 32 + lane] = (int8_t)q;
+    {
+        const uint32_t per_col = p.k / 32, col = blk / per_col;
+        const uint32_t e = 32 * (blk - col * per_col) + lane;
+        const uint32_t at = p.interleave ? code_offset<Q8_32_CHUNK>(p.k, e & ~15u) + (e & 15u) : e;
+        p.codes[(size_t)col * p.k + at] = (int8_t)q;
+    }
     const int sum = __reduce_add_sync(0xffffffffu, q);
     if (lane == 0) {
         const float dh = half_bits_to_float(float_to_half_bits(d));
@@ -1013,25 +1050,6 @@ __device__ __forceinline__ uint32_t bsum_slot(uint32_t g) {
 __device__ __forceinline__ int nearest_int(float x) {
     const float v = __fadd_rn(x, 12582912.0f);
     return x != x ? 0 : (int)(__float_as_uint(v) & 0x007fffffu) - 0x00400000;
-}
-
-// Byte offset, within a column of k Q8_K codes (k a multiple of 256), of
-// the 16 codes from element e (e a multiple of 16). The codes lie in
-// groups of 32 chunks of 64 elements (2048 elements; the last group of a
-// column has g < 32 chunks): piece l (elements 16l .. 16l + 15) of chunk j
-// at 16·(g·l + j) in its group, so that the 32 lanes of a Q4_K warp, one
-// chunk each, read piece l of their chunks as one contiguous 512 bytes
-// (src/qacts.rs: q8k_code_offset, the same map).
-__device__ __forceinline__ uint32_t q8k_code_offset(uint32_t k, uint32_t e) {
-    const uint32_t base = e & ~2047u;
-    const uint32_t g = min(32u, (k - base) >> 6);
-    return base + 16 * (g * ((e >> 4) & 3u) + ((e - base) >> 6));
-}
-
-// The 16 Q8_K codes of column col from element e.
-__device__ __forceinline__ const int8_t *q8k_codes(const int8_t *codes, uint32_t k, uint32_t col,
-                                                   uint32_t e) {
-    return codes + (size_t)col * k + q8k_code_offset(k, e);
 }
 
 // Q8_K: one warp per 256-element block, lane l quantizes elements 8l..8l+7:
@@ -1087,7 +1105,7 @@ extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const Quan
     {
         const uint32_t per_col = p.k / 256, col = blk / per_col;
         const uint32_t e = 256 * (blk - col * per_col) + 8 * lane;
-        int8_t *at = p.codes + (size_t)col * p.k + q8k_code_offset(p.k, e & ~15u) + (e & 8u);
+        int8_t *at = p.codes + (size_t)col * p.k + code_offset<Q8K_CHUNK>(p.k, e & ~15u) + (e & 8u);
         *reinterpret_cast<uint2 *>(at) = make_uint2(lo, hi);
     }
     int s = 0;
@@ -1139,10 +1157,12 @@ struct XQ8_0 {
     uint4 a, b;
     float d;
     int s;
+    template <bool IL>
     __device__ static XQ8_0 xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
         const size_t at = (size_t)col * (p.k / 32) + u;
-        return XQ8_0{ld_xq(c), ld_xq(c + 16), p.scales[at], p.sums[at]};
+        return XQ8_0{ld_xq(codes_at<Q8_32_CHUNK, IL>(p.codes, p.k, col, 32 * u)),
+                     ld_xq(codes_at<Q8_32_CHUNK, IL>(p.codes, p.k, col, 32 * u + 16)), p.scales[at],
+                     p.sums[at]};
     }
 };
 
@@ -1150,10 +1170,12 @@ struct XQ8_0 {
 struct XQ8_1 {
     uint4 a, b;
     float2 ds;
+    template <bool IL>
     __device__ static XQ8_1 xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
         const size_t at = (size_t)col * (p.k / 32) + u;
-        return XQ8_1{ld_xq(c), ld_xq(c + 16), reinterpret_cast<const float2 *>(p.scales)[at]};
+        return XQ8_1{ld_xq(codes_at<Q8_32_CHUNK, IL>(p.codes, p.k, col, 32 * u)),
+                     ld_xq(codes_at<Q8_32_CHUNK, IL>(p.codes, p.k, col, 32 * u + 16)),
+                     reinterpret_cast<const float2 *>(p.scales)[at]};
     }
 };
 
@@ -1202,8 +1224,9 @@ template <class W, class X> struct UnitLoads {
                                 uint32_t u) {
         return W::load(w, rows, units, row, u);
     }
+    template <bool IL>
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        return X::xload(p, col, u);
+        return X::template xload<IL>(p, col, u);
     }
 };
 
@@ -1279,9 +1302,11 @@ template <> struct QUnit<FMT_Q8_0> {
         return WRaw{ld_stream(base + 16 * j), ld_stream(base + 16 * (g + j)),
                     ld_stream_u16(w + (size_t)rows * units * 32 + 2 * at)};
     }
+    template <bool IL>
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        const int8_t *c = p.codes + (size_t)col * p.k + 32 * (size_t)u;
-        return XRaw{ld_xq(c), ld_xq(c + 16), p.scales[(size_t)col * (p.k / 32) + u]};
+        return XRaw{ld_xq(codes_at<Q8_32_CHUNK, IL>(p.codes, p.k, col, 32 * u)),
+                    ld_xq(codes_at<Q8_32_CHUNK, IL>(p.codes, p.k, col, 32 * u + 16)),
+                    p.scales[(size_t)col * (p.k / 32) + u]};
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t) {
         int s = 0;
@@ -1308,11 +1333,12 @@ struct XQ8_K2 {
     uint4 lo, hi;
     float d;
     int2 s;
+    template <bool IL>
     __device__ static XQ8_K2 xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const uint32_t sb = u >> 3, c = (u >> 1) & 3u, h = u & 1u;
         const uint32_t e = 256 * sb + 64 * c + 16 * h;
         const size_t blk = (size_t)col * (p.k / 256) + sb;
-        return XQ8_K2{ld_xq(q8k_codes(p.codes, p.k, col, e)), ld_xq(q8k_codes(p.codes, p.k, col, e + 32)),
+        return XQ8_K2{ld_xq(codes_at<Q8K_CHUNK, true>(p.codes, p.k, col, e)), ld_xq(codes_at<Q8K_CHUNK, true>(p.codes, p.k, col, e + 32)),
                       p.scales[blk],
                       *reinterpret_cast<const int2 *>(p.sums + 16 * blk + 2 * (u & 7u))};
     }
@@ -1372,13 +1398,14 @@ template <> struct QUnit<FMT_Q4_K> {
     // Activation codes 64c .. 64c + 63 of super-block sb, its d and the
     // code sums of the chunk's four groups of 16 (bsum_slot's order: low
     // half 0, high half 0, low half 1, high half 1).
+    template <bool IL>
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const uint32_t sb = u >> 2, c = u & 3u;
         const uint32_t e = 256 * sb + 64 * c;
         const size_t blk = (size_t)col * (p.k / 256) + sb;
         XRaw r;
 #pragma unroll
-        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(q8k_codes(p.codes, p.k, col, e + 16 * l));
+        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(codes_at<Q8K_CHUNK, true>(p.codes, p.k, col, e + 16 * l));
         r.d = p.scales[blk];
         r.s = *reinterpret_cast<const int4 *>(p.sums + 16 * blk + 4 * c);
         return r;
@@ -1411,8 +1438,9 @@ template <> struct QUnit<FMT_Q5_K> {
         return WRaw{ld_stream(w + 16 * at), ld_stream(w + 16 * n + 16 * (at >> 3)),
                     ld_stream(w + 18 * n + 32 * (at >> 3) + 16 * (u & 1u))};
     }
+    template <bool IL>
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
-        return XRaw::xload(p, col, u);
+        return XRaw::template xload<IL>(p, col, u);
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t u) {
         const uint32_t c = (u >> 1) & 3u;
@@ -1454,13 +1482,14 @@ template <> struct QUnit<FMT_Q6_K> {
         return WRaw{ld_stream(w + 16 * at), ld_stream(w + 128 * n + 64 * sb + 32 * h + 16 * (p & 1u)),
                     ld_stream2(w + 192 * n + 16 * sb + 8 * h), ld_stream_u16(w + 208 * n + 2 * sb)};
     }
+    template <bool IL>
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const uint32_t sb = u >> 3, h = (u >> 2) & 1u, q = u & 3u;
         const uint32_t e = 256 * sb + 128 * h + 32 * (q >> 1) + 16 * (q & 1u);
         const size_t blk = (size_t)col * (p.k / 256) + sb;
         // Groups 8h + q and 8h + 4 + q at their bsum slots (bsum_slot).
         const int32_t *s = p.sums + 16 * blk + 8 * h + 2 * (q & 1u) + (q >> 1);
-        return XRaw{ld_xq(q8k_codes(p.codes, p.k, col, e)), ld_xq(q8k_codes(p.codes, p.k, col, e + 64)),
+        return XRaw{ld_xq(codes_at<Q8K_CHUNK, true>(p.codes, p.k, col, e)), ld_xq(codes_at<Q8K_CHUNK, true>(p.codes, p.k, col, e + 64)),
                     p.scales[blk], s[0], s[4]};
     }
     __device__ static float term(const WRaw &w, const XRaw &x, uint32_t u) {
@@ -1502,6 +1531,7 @@ template <> struct QUnit<FMT_TQ2_0> {
         const size_t at = (size_t)row * units + u;
         return WRaw{ld_stream(w + 16 * at), ld_stream_u16(w + (size_t)rows * units * 16 + 2 * (at >> 2))};
     }
+    template <bool IL>
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
         const uint32_t sb = u >> 2, v = u & 3u;
         const uint32_t e = 256 * sb + 128 * (v >> 1) + 16 * (v & 1u);
@@ -1509,7 +1539,7 @@ template <> struct QUnit<FMT_TQ2_0> {
         const int4 s = *reinterpret_cast<const int4 *>(p.sums + 16 * blk + 4 * v);
         XRaw r;
 #pragma unroll
-        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(q8k_codes(p.codes, p.k, col, e + 32 * l));
+        for (int l = 0; l < 4; ++l) r.x[l] = ld_xq(codes_at<Q8K_CHUNK, true>(p.codes, p.k, col, e + 32 * l));
         r.d = p.scales[blk];
         r.s = s.x + s.y + s.z + s.w;
         return r;
@@ -1592,7 +1622,7 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
             if (u < units) {
 #pragma unroll
                 for (int c = 0; c < NC; ++c) {
-                    const typename U::XRaw x = U::xload(p, c, u);
+                    const typename U::XRaw x = U::template xload<(NC > 1)>(p, c, u);
 #pragma unroll
                     for (int v = 0; v < V; ++v)
 #pragma unroll

@@ -411,6 +411,8 @@ impl Launch {
             sums: q + layout.sums as u64,
             k: u32_of("activation column", layout.k)?,
             n_blocks: u32_of("activation blocks", blocks)?,
+            interleave: u32::from(layout.interleaved()),
+            pad: 0,
         };
         let name = match layout.mode {
             ActQuant::Q8_K => "fused_quantize_q8_K",

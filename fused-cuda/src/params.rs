@@ -83,6 +83,10 @@ pub(crate) struct QuantParams {
     pub(crate) sums: u64,
     pub(crate) k: u32,
     pub(crate) n_blocks: u32,
+    /// Q8_0 and Q8_1: 1 to write the codes interleaved
+    /// (`QactsLayout::interleaved`); the Q8_K quantizer always does.
+    pub(crate) interleave: u32,
+    pub(crate) pad: u32,
 }
 
 /// `GemvQParams` in `kernels/gemv.cu`: one integer GEMV launch.
@@ -157,7 +161,7 @@ const _: () = {
     assert!(core::mem::offset_of!(GemvParams, epi) == 56);
     assert!(core::mem::offset_of!(GemvQParams, deps) == 60);
     assert!(core::mem::size_of::<FwhtParams>() == 40);
-    assert!(core::mem::size_of::<QuantParams>() == 40);
+    assert!(core::mem::size_of::<QuantParams>() == 48);
     assert!(core::mem::offset_of!(GemvQParams, epi) == 64);
     assert!(core::mem::size_of::<GemvParams>() == 192);
     assert!(core::mem::size_of::<GemvQParams>() == 200);

@@ -4,10 +4,12 @@
 //! and the integer GEMV kernels read it: three arrays, each 16-byte aligned.
 //!
 //! - codes: `n_cols · K` signed bytes, column after column (the codes of
-//!   [`fused_core::quant::quantize_row`]): in element order for Q8_0 and
-//!   Q8_1; for Q8_K in pieces of 16 interleaved within groups of 2048
-//!   elements ([`q8k_code_offset`]), so that the lanes of a Q4_K warp read
-//!   contiguous bytes;
+//!   [`fused_core::quant::quantize_row`]), in pieces of 16 interleaved
+//!   within groups of 32 chunks ([`code_offset`]: chunks of 32 elements for
+//!   Q8_0 and Q8_1, 64 for Q8_K), so that the 32 lanes of a warp, one chunk
+//!   each, read contiguous bytes: always for Q8_K, for Q8_0 and Q8_1 where
+//!   there is more than one column ([`QactsLayout::interleaved`]; one
+//!   column keeps element order, which measured faster there);
 //! - scales: f32, per block (32 elements for Q8_0 and Q8_1, 256 for Q8_K):
 //!   Q8_0 its f16 `d` converted to f32; Q8_1 two, its f16 `d` and `s` (the
 //!   f16 of `d·Σq`) converted to f32; Q8_K its f32 `d`;
@@ -99,6 +101,13 @@ impl QactsLayout {
         if self.mode == ActQuant::Q8_K { 256 } else { 32 }
     }
 
+    /// Whether the codes lie interleaved ([`code_offset`]) rather than in
+    /// element order: Q8_K always, Q8_0 and Q8_1 from two columns up
+    /// (`code_offset` in `kernels/gemv.cu` says why).
+    pub(crate) fn interleaved(&self) -> bool {
+        self.mode == ActQuant::Q8_K || self.n_cols > 1
+    }
+
     /// Blocks over all columns.
     pub(crate) fn blocks(&self) -> usize {
         self.k * self.n_cols / self.block()
@@ -123,17 +132,17 @@ impl QactsLayout {
     }
 
     /// The codes of all columns in element order, from the device's
-    /// `bytes` of this layout (codes first; Q8_K's pieces placed by
-    /// [`q8k_code_offset`]).
+    /// `bytes` of this layout (codes first, interleaved pieces placed by
+    /// [`code_offset`]).
     pub(crate) fn codes_in_element_order(&self, bytes: &[u8]) -> Vec<i8> {
         let n = self.k * self.n_cols;
-        if self.mode != ActQuant::Q8_K {
+        if !self.interleaved() {
             return bytes[..n].iter().map(|&b| b as i8).collect();
         }
         let mut codes = vec![0i8; n];
         for (c, col) in codes.chunks_exact_mut(self.k).enumerate() {
             for (p, piece) in col.chunks_exact_mut(16).enumerate() {
-                let at = c * self.k + q8k_code_offset(self.k, 16 * p);
+                let at = c * self.k + code_offset(self.mode, self.k, 16 * p);
                 for (dst, &src) in piece.iter_mut().zip(&bytes[at..at + 16]) {
                     *dst = src as i8;
                 }
@@ -143,22 +152,33 @@ impl QactsLayout {
     }
 }
 
-/// Byte offset, within a column of `k` Q8_K codes (`k` a multiple of
-/// 256), of the 16 codes from element `e` (a multiple of 16). A column's
-/// codes lie in groups of 32 chunks of 64 elements (the last group has
-/// `g` ≤ 32 chunks); piece `l` (elements `16l .. 16l + 15`) of chunk `j` of
-/// a group sits at `16·(g·l + j)` in it. `q8k_code_offset` in
-/// `kernels/gemv.cu` is the same map: 32 lanes taking one chunk each read
-/// piece `l` of their chunks as one contiguous 512 bytes.
+/// Elements of a lane's chunk in the code interleave of `mode`: a Q4_K
+/// chunk (64) for Q8_K, a block (32) for Q8_0 and Q8_1.
+const fn code_chunk(mode: ActQuant) -> usize {
+    match mode {
+        ActQuant::Q8_K => 64,
+        _ => 32,
+    }
+}
+
+/// Byte offset, within a column of `k` codes of `mode` (`k` a multiple of
+/// its block), of the 16 codes from element `e` (a multiple of 16). A
+/// column's codes lie in groups of 32 chunks ([`code_chunk`] elements each;
+/// the last group has `g` ≤ 32 chunks); piece `l` (elements `16l .. 16l +
+/// 15`) of chunk `j` of a group sits at `16·(g·l + j)` in it. `code_offset`
+/// in `kernels/gemv.cu` is the same map: 32 lanes taking one chunk each
+/// read piece `l` of their chunks as one contiguous 512 bytes.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) const fn q8k_code_offset(k: usize, e: usize) -> usize {
-    let base = e / 2048 * 2048;
-    let g = if (k - base) / 64 < 32 {
-        (k - base) / 64
+pub(crate) const fn code_offset(mode: ActQuant, k: usize, e: usize) -> usize {
+    let chunk = code_chunk(mode);
+    let group = 32 * chunk;
+    let base = e / group * group;
+    let g = if (k - base) / chunk < 32 {
+        (k - base) / chunk
     } else {
         32
     };
-    base + 16 * (g * ((e / 16) % 4) + (e - base) / 64)
+    base + 16 * (g * ((e / 16) % (chunk / 16)) + (e - base) / chunk)
 }
 
 /// Where bsum group `g` (0..16) of a Q8_K block lies among its 16 sums
@@ -198,53 +218,81 @@ mod tests {
     }
 
     #[test]
-    fn q8k_code_offsets_are_a_permutation_of_the_pieces() {
-        for k in [256usize, 1024 + 256, 2048, 4096, 11008, 14336] {
-            let mut seen = vec![false; k / 16];
-            for e in (0..k).step_by(16) {
-                let at = q8k_code_offset(k, e);
-                assert!(at.is_multiple_of(16) && at < k, "k={k} e={e}: {at}");
-                assert!(!seen[at / 16], "k={k} e={e}: {at} twice");
-                seen[at / 16] = true;
-                // The four pieces of a chunk stay in its group of 2048.
-                assert_eq!(at / 2048, e / 2048, "k={k} e={e}");
-            }
-            // Piece l of consecutive chunks is contiguous.
-            if k >= 2048 {
-                for l in 0..4 {
-                    let at: Vec<usize> = (0..32)
-                        .map(|j| q8k_code_offset(k, 64 * j + 16 * l))
-                        .collect();
+    fn code_offsets_are_a_permutation_of_the_pieces() {
+        for (mode, ks) in [
+            (
+                ActQuant::Q8_K,
+                &[256usize, 1024 + 256, 2048, 4096, 11008, 14336][..],
+            ),
+            (
+                ActQuant::Q8_0,
+                &[32, 96, 1024, 1024 + 32, 4096, 11008, 14336][..],
+            ),
+            (ActQuant::Q8_1, &[32, 2048 + 64][..]),
+        ] {
+            let chunk = code_chunk(mode);
+            for &k in ks {
+                let mut seen = vec![false; k / 16];
+                for e in (0..k).step_by(16) {
+                    let at = code_offset(mode, k, e);
                     assert!(
-                        at.windows(2).all(|w| w[1] == w[0] + 16),
-                        "k={k} l={l}: {at:?}"
+                        at.is_multiple_of(16) && at < k,
+                        "{mode:?} k={k} e={e}: {at}"
                     );
+                    assert!(!seen[at / 16], "{mode:?} k={k} e={e}: {at} twice");
+                    seen[at / 16] = true;
+                    // The pieces of a chunk stay in its group of 32 chunks.
+                    assert_eq!(at / (32 * chunk), e / (32 * chunk), "{mode:?} k={k} e={e}");
+                }
+                // Piece l of consecutive chunks is contiguous.
+                if k >= 32 * chunk {
+                    for l in 0..chunk / 16 {
+                        let at: Vec<usize> = (0..32)
+                            .map(|j| code_offset(mode, k, chunk * j + 16 * l))
+                            .collect();
+                        assert!(
+                            at.windows(2).all(|w| w[1] == w[0] + 16),
+                            "{mode:?} k={k} l={l}: {at:?}"
+                        );
+                    }
                 }
             }
         }
-        // The last, partial group of k = 11008 (172 chunks: 12 in it).
-        assert_eq!(q8k_code_offset(11008, 5 * 2048 + 16), 5 * 2048 + 16 * 12);
+        // The last, partial group of k = 11008: Q8_K 172 chunks, 12 in it;
+        // Q8_0 344 blocks, 24 in it.
+        let k = 11008;
+        assert_eq!(
+            code_offset(ActQuant::Q8_K, k, 5 * 2048 + 16),
+            5 * 2048 + 16 * 12
+        );
+        assert_eq!(
+            code_offset(ActQuant::Q8_0, k, 10 * 1024 + 16),
+            10 * 1024 + 16 * 24
+        );
     }
 
     #[test]
     fn codes_come_back_in_element_order() {
-        for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
-            let l = QactsLayout::new(mode, 2048 + 256, 2).unwrap();
-            let mut bytes = vec![0u8; l.bytes];
-            for e in 0..l.k * l.n_cols {
-                let (c, i) = (e / l.k, e % l.k);
-                let at = if mode == ActQuant::Q8_K {
-                    c * l.k + q8k_code_offset(l.k, i / 16 * 16) + i % 16
-                } else {
-                    e
-                };
-                bytes[at] = e as u8;
+        for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
+            for n_cols in [1, 2] {
+                let l = QactsLayout::new(mode, 2048 + 256, n_cols).unwrap();
+                assert_eq!(l.interleaved(), mode == ActQuant::Q8_K || n_cols == 2);
+                let mut bytes = vec![0u8; l.bytes];
+                for e in 0..l.k * l.n_cols {
+                    let (c, i) = (e / l.k, e % l.k);
+                    let at = if l.interleaved() {
+                        c * l.k + code_offset(mode, l.k, i / 16 * 16) + i % 16
+                    } else {
+                        e
+                    };
+                    bytes[at] = e as u8;
+                }
+                let codes = l.codes_in_element_order(&bytes);
+                assert!(
+                    codes.iter().enumerate().all(|(e, &q)| q == e as u8 as i8),
+                    "{mode:?} {n_cols} columns"
+                );
             }
-            let codes = l.codes_in_element_order(&bytes);
-            assert!(
-                codes.iter().enumerate().all(|(e, &q)| q == e as u8 as i8),
-                "{mode:?}"
-            );
         }
     }
 
