@@ -1010,11 +1010,15 @@ template <bool S> __device__ __forceinline__ void quantize_32(const QuantParams 
     const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     const float rv = roundf(__fmul_rn(v, id));
     const int q = rv != rv ? 0 : (int)fminf(fmaxf(rv, -128.0f), 127.0f);
-    {
+    if (p.interleave) {
         const uint32_t per_col = p.k / 32, col = blk / per_col;
         const uint32_t e = 32 * (blk - col * per_col) + lane;
-        const uint32_t at = p.interleave ? code_offset<Q8_32_CHUNK>(p.k, e & ~15u) + (e & 15u) : e;
-        p.codes[(size_t)col * p.k + at] = (int8_t)q;
+        p.codes[(size_t)col * p.k + code_offset<Q8_32_CHUNK>(p.k, e & ~15u) + (e & 15u)] = (int8_t)q;
+    } else {
+        // Element order: no divisions on the one-column path, which waits
+        // for this kernel (the H200 A/B of 15:35 UTC ran its dependent call
+        // 1–2 points slower with them).
+        p.codes[(size_t)blk * 32 + lane] = (int8_t)q;
     }
     const int sum = __reduce_add_sync(0xffffffffu, q);
     if (lane == 0) {

@@ -51,27 +51,37 @@ impl GroupJobs {
     }
 }
 
-/// The most blocks a GEMV may launch and still join a group. On the H200
-/// (BENCHMARKS.md, 2026-12-02 15:14 UTC, batches of one column, grouped
-/// against overlapping) groups took 4096 × 14336 from 90 % to 97 % of copy
-/// for F16 (4096 blocks a job), Q4_K × Q8_K from 79 % to 89 % (2048) and
-/// 32768 × 8192 Q4_0 × Q8_0 from 95 % to 97 % (8192), but Q8_0 with f32
-/// activations at 32768 × 8192 from 93 % to 88 % (16384 blocks): a job that
-/// long has no start or drain worth sharing.
-pub(crate) const GROUP_MAX_JOB_BLOCKS: u32 = 8192;
+/// The most blocks an integer GEMV (quantized activations) may launch and
+/// still join a group. On the H200 (BENCHMARKS.md, 2026-12-02 15:14 and
+/// 15:35 UTC, batches of one column, grouped against overlapping) groups
+/// took 4096 × 14336 Q4_K × Q8_K from 79 % to 88–89 % of copy (2048 blocks
+/// a job) and 32768 × 8192 Q4_0 × Q8_0 from 94 % to 96 % (8192).
+pub(crate) const GROUP_MAX_INT_JOB_BLOCKS: u32 = 8192;
+
+/// The same for a GEMV on f32 activations: 4096 × 14336 F16 went from 90 %
+/// to 97 % (4096 blocks a job), but 32768 × 8192 Q8_0 from 93 % to 88 %
+/// (16384 blocks) and Q4_K from 55 % to 53 % (8192) in every run: a job
+/// that long has no start or drain worth sharing, and the float kernels'
+/// dequantizing loop pays for reading its job's parameters by index.
+pub(crate) const GROUP_MAX_FLOAT_JOB_BLOCKS: u32 = 4096;
 
 /// The group kernel that runs `l`'s blocks, where there is one: GEMVs of
-/// one column without GLU of at most [`GROUP_MAX_JOB_BLOCKS`] blocks,
-/// `fused_gemv[q]_…_c1[_u1]` → `fused_gemv[q]_group_…_c1[_u1]`.
+/// one column without GLU, of at most [`GROUP_MAX_INT_JOB_BLOCKS`] or
+/// [`GROUP_MAX_FLOAT_JOB_BLOCKS`] blocks, `fused_gemv[q]_…_c1[_u1]` →
+/// `fused_gemv[q]_group_…_c1[_u1]`.
 fn group_kernel(l: &Launch) -> Option<String> {
-    if l.grid() > GROUP_MAX_JOB_BLOCKS {
-        return None;
-    }
-    let (name, prefix) = match l {
-        Launch::Gemv { name, params, .. } if params.w_up == 0 => (name, "fused_gemv_"),
-        Launch::GemvQ { name, params, .. } if params.w_up == 0 => (name, "fused_gemvq_"),
+    let (name, prefix, max_blocks) = match l {
+        Launch::Gemv { name, params, .. } if params.w_up == 0 => {
+            (name, "fused_gemv_", GROUP_MAX_FLOAT_JOB_BLOCKS)
+        }
+        Launch::GemvQ { name, params, .. } if params.w_up == 0 => {
+            (name, "fused_gemvq_", GROUP_MAX_INT_JOB_BLOCKS)
+        }
         _ => return None,
     };
+    if l.grid() > max_blocks {
+        return None;
+    }
     let one_col = name.ends_with("_c1") || name.ends_with("_c1_u1");
     let rest = name.strip_prefix(prefix)?;
     one_col.then(|| format!("{prefix}group_{rest}"))
@@ -318,12 +328,19 @@ mod tests {
 
     #[test]
     fn long_gemvs_stay_alone() {
-        // Q4_0 takes 4 rows a block at one column.
-        let rows = 4 * GROUP_MAX_JOB_BLOCKS as usize;
-        for (rows, want) in [(rows, vec![2]), (rows + 1, vec![1, 1])] {
+        // One column: Q4_0 takes 4 rows a block on quantized activations, 2
+        // on f32 ones.
+        let int_rows = 4 * GROUP_MAX_INT_JOB_BLOCKS as usize;
+        for (rows, want) in [(int_rows, vec![2]), (int_rows + 1, vec![1, 1])] {
             let ls: Vec<Launch> = (0..2).map(|i| q(DType::Q4_0, rows, 1, false, i)).collect();
             let (g, _) = group_launches(ls.clone(), independent(&ls)).unwrap();
             assert_eq!(sizes(&g), want, "{rows} rows");
+        }
+        let float_rows = 2 * GROUP_MAX_FLOAT_JOB_BLOCKS as usize;
+        for (rows, want) in [(float_rows, vec![2]), (float_rows + 1, vec![1, 1])] {
+            let ls: Vec<Launch> = (0..2).map(|i| f(DType::Q4_0, rows, i)).collect();
+            let (g, _) = group_launches(ls.clone(), independent(&ls)).unwrap();
+            assert_eq!(sizes(&g), want, "{rows} rows, f32 activations");
         }
     }
 
