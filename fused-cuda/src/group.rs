@@ -14,7 +14,7 @@ use crate::CudaError;
 use crate::launch::Launch;
 use crate::params::{GROUP_MAX, GemvParams, GemvQParams, GroupParams};
 use crate::schedule::{Access, Deps, LaunchKind};
-use fused_core::Error;
+use fused_core::{DType, Error};
 
 /// The jobs of one group launch, by kernel family.
 #[derive(Clone, Debug)]
@@ -58,21 +58,37 @@ impl GroupJobs {
 /// a job) and 32768 × 8192 Q4_0 × Q8_0 from 94 % to 96 % (8192).
 pub(crate) const GROUP_MAX_INT_JOB_BLOCKS: u32 = 8192;
 
-/// The same for a GEMV on f32 activations: 4096 × 14336 F16 went from 90 %
-/// to 97 % (4096 blocks a job), but 32768 × 8192 Q8_0 from 93 % to 88 %
+/// The same for a GEMV of quantized weights on f32 activations (weights
+/// dequantized in registers): 4096 × 14336 Q8_0 went from 83 % to 88 % of
+/// copy grouped (2048 blocks a job), but 32768 × 8192 Q8_0 from 93 % to 88 %
 /// (16384 blocks) and Q4_K from 55 % to 53 % (8192) in every run: a job
-/// that long has no start or drain worth sharing, and the float kernels'
-/// dequantizing loop pays for reading its job's parameters by index.
-pub(crate) const GROUP_MAX_FLOAT_JOB_BLOCKS: u32 = 4096;
+/// that long has no start or drain worth sharing, and the dequantizing loop
+/// pays for reading its job's parameters by index. F32, F16 and BF16
+/// weights join at any length (F16 4096 × 14336 went from 90 % to 97 %,
+/// 32768 × 8192 stayed at 102–104 %, the unfused F16 plan's gate and up of
+/// 11008 blocks ran 3.5 % faster as a group).
+pub(crate) const GROUP_MAX_DEQUANT_JOB_BLOCKS: u32 = 4096;
 
 /// The group kernel that runs `l`'s blocks, where there is one: GEMVs of
-/// one column without GLU, of at most [`GROUP_MAX_INT_JOB_BLOCKS`] or
-/// [`GROUP_MAX_FLOAT_JOB_BLOCKS`] blocks, `fused_gemv[q]_…_c1[_u1]` →
-/// `fused_gemv[q]_group_…_c1[_u1]`.
+/// one column without GLU (integer ones of at most
+/// [`GROUP_MAX_INT_JOB_BLOCKS`] blocks, float-activation ones of quantized
+/// weights of at most [`GROUP_MAX_DEQUANT_JOB_BLOCKS`]),
+/// `fused_gemv[q]_…_c1[_u1]` → `fused_gemv[q]_group_…_c1[_u1]`.
 fn group_kernel(l: &Launch) -> Option<String> {
     let (name, prefix, max_blocks) = match l {
-        Launch::Gemv { name, params, .. } if params.w_up == 0 => {
-            (name, "fused_gemv_", GROUP_MAX_FLOAT_JOB_BLOCKS)
+        Launch::Gemv {
+            name,
+            params,
+            dtype,
+            ..
+        } if params.w_up == 0 => {
+            let float = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+            let max = if float {
+                u32::MAX
+            } else {
+                GROUP_MAX_DEQUANT_JOB_BLOCKS
+            };
+            (name, "fused_gemv_", max)
         }
         Launch::GemvQ { name, params, .. } if params.w_up == 0 => {
             (name, "fused_gemvq_", GROUP_MAX_INT_JOB_BLOCKS)
@@ -190,7 +206,6 @@ mod tests {
     use crate::launch::GemvShape;
     use crate::params::EpiParams;
     use crate::qacts::QactsLayout;
-    use fused_core::DType;
     use fused_core::element::Activation;
     use fused_core::epilogue::Epilogue;
     use fused_core::placement::Region;
@@ -336,12 +351,16 @@ mod tests {
             let (g, _) = group_launches(ls.clone(), independent(&ls)).unwrap();
             assert_eq!(sizes(&g), want, "{rows} rows");
         }
-        let float_rows = 2 * GROUP_MAX_FLOAT_JOB_BLOCKS as usize;
+        let float_rows = 2 * GROUP_MAX_DEQUANT_JOB_BLOCKS as usize;
         for (rows, want) in [(float_rows, vec![2]), (float_rows + 1, vec![1, 1])] {
             let ls: Vec<Launch> = (0..2).map(|i| f(DType::Q4_0, rows, i)).collect();
             let (g, _) = group_launches(ls.clone(), independent(&ls)).unwrap();
             assert_eq!(sizes(&g), want, "{rows} rows, f32 activations");
         }
+        // Float weights group at any length.
+        let ls: Vec<Launch> = (0..2).map(|i| f(DType::F16, 65536, i)).collect();
+        let (g, _) = group_launches(ls.clone(), independent(&ls)).unwrap();
+        assert_eq!(sizes(&g), [2]);
     }
 
     #[test]

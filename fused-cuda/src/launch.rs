@@ -272,6 +272,8 @@ pub(crate) enum Launch {
         kind: LaunchKind,
         /// The weight bytes it streams (both matrices of a gated GEMV).
         weight_bytes: u64,
+        /// The weights' format.
+        dtype: DType,
     },
     /// A (signed) FWHT of every row.
     Fwht {
@@ -390,6 +392,7 @@ impl Launch {
             params,
             kind: LaunchKind::of_gemv(weight_bytes, n_cols),
             weight_bytes,
+            dtype,
         }))
     }
 
