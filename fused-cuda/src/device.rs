@@ -42,6 +42,13 @@ const ELEMENTWISE: KernelImage = kernel_image!("elementwise");
 const GEMV: KernelImage = kernel_image!("gemv");
 const FWHT: KernelImage = kernel_image!("fwht");
 
+/// The GEMV kernels' portable PTX, for host tests that check that a kernel
+/// name the launches build exists.
+#[cfg(test)]
+pub(crate) fn gemv_ptx() -> &'static str {
+    GEMV.ptx
+}
+
 /// Threads per block of the probe kernel.
 const PROBE_BLOCK: u32 = 256;
 

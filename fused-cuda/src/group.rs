@@ -342,6 +342,32 @@ mod tests {
     }
 
     #[test]
+    fn every_group_kernel_a_launch_names_exists() {
+        let ptx = crate::device::gemv_ptx();
+        let has = |name: &str| ptx.contains(&format!(".entry {name}("));
+        let mut groups = 0;
+        for dtype in crate::GEMV_DTYPES {
+            for rows in [64, 4096, 20000] {
+                let mut ls = vec![f(dtype, rows, 1)];
+                if ActQuant::ggml(dtype) != ActQuant::F32 {
+                    ls.push(q(dtype, rows, 1, false, 1));
+                }
+                for l in &ls {
+                    let (Launch::Gemv { name, .. } | Launch::GemvQ { name, .. }) = l else {
+                        panic!()
+                    };
+                    assert!(has(name), "{name}");
+                    if let Some(g) = group_kernel(l) {
+                        assert!(has(&g), "{g}, the group kernel of {name}");
+                        groups += 1;
+                    }
+                }
+            }
+        }
+        assert!(groups > 20, "{groups} group kernels checked");
+    }
+
+    #[test]
     fn long_gemvs_stay_alone() {
         // One column: Q4_0 takes 4 rows a block on quantized activations, 2
         // on f32 ones.
