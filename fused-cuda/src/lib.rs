@@ -13,7 +13,8 @@
 //!   activations (quantized once), each after the first overlapping the one
 //!   before it instead of waiting for it where [`LaunchOptions::overlap`]
 //!   is on (the default; GEMVs of one column over at most 64 MiB of
-//!   weights);
+//!   weights), and runs of one-column jobs of one kernel sent as one launch
+//!   where [`LaunchOptions::group`] is on (the default; same bits);
 //! - [`CudaBackend::fwht`]: the signed or unsigned FWHT of every
 //!   N = 2^k (2..=32768), the sign multiply fused into the load;
 //! - the unfused element-wise kernels (add, mul, unary activation, GLU, row
@@ -25,7 +26,9 @@
 //! - [`DevicePlan`]: a device-resident plan executor (every graph buffer on
 //!   the device, uploaded once; GEMV weights prepared once; the plan's
 //!   launches enqueued on one stream and synchronised once per run, or
-//!   replayed as a captured CUDA graph, see [`Submission`]).
+//!   replayed as a captured CUDA graph, see [`Submission`]; independent
+//!   one-column GEMV steps of one kernel, such as q, k and v, grouped into
+//!   one launch).
 //!
 //! # Numerics
 //!
