@@ -673,7 +673,7 @@ impl CudaBackend {
                 unsafe { self.launch(&dev.fwht, name, *grid, *block, *shared, &[arg(params)]) }
             }
             Launch::Ew { kernel, n } => {
-                let grid = n.div_ceil(EW_BLOCK);
+                let grid = l.grid();
                 let args: Vec<*mut c_void> = match kernel {
                     EwKernel::Add { a, b, out } | EwKernel::Mul { a, b, out } => {
                         vec![arg(a), arg(b), arg(out), arg(n)]
