@@ -61,9 +61,10 @@ pub(crate) const GROUP_MAX_INT_JOB_BLOCKS: u32 = 8192;
 /// The same for a GEMV of quantized weights on f32 activations (weights
 /// dequantized in registers): 4096 × 14336 Q8_0 went from 83 % to 88 % of
 /// copy grouped (2048 blocks a job), but 32768 × 8192 Q8_0 from 93 % to 88 %
-/// (16384 blocks) and Q4_K from 55 % to 53 % (8192) in every run: a job
-/// that long has no start or drain worth sharing, and the dequantizing loop
-/// pays for reading its job's parameters by index. F32, F16 and BF16
+/// (16384 blocks) and Q4_K from 55 % to 53 % (8192) in every run. Why is
+/// not measured: ptxas gives the group and single kernels the same
+/// registers and no spills (Q8_0: 56 each), and a job that long has little
+/// start or drain to share. F32, F16 and BF16
 /// weights join at any length (F16 4096 × 14336 went from 90 % to 97 %,
 /// 32768 × 8192 stayed at 102–104 %, the unfused F16 plan's gate and up of
 /// 11008 blocks ran 3.5 % faster as a group).
