@@ -12,7 +12,7 @@
 
 use crate::CudaError;
 use crate::launch::Launch;
-use crate::params::{GROUP_MAX, GemvParams, GemvQParams, GroupParams};
+use crate::params::{EpiParams, GROUP_MAX, GemvParams, GemvQParams, GroupParams};
 use crate::schedule::{Access, Deps, LaunchKind};
 use fused_core::{DType, Error};
 
@@ -26,12 +26,17 @@ pub(crate) enum GroupJobs {
 }
 
 impl GroupJobs {
+    /// Calls `f` with every job slot's `deps` and epilogue.
+    fn each_job(&mut self, mut f: impl FnMut(&mut Deps, &mut EpiParams)) {
+        match self {
+            GroupJobs::Float(g) => g.job.iter_mut().for_each(|j| f(&mut j.deps, &mut j.epi)),
+            GroupJobs::Int(g) => g.job.iter_mut().for_each(|j| f(&mut j.deps, &mut j.epi)),
+        }
+    }
+
     /// Sets every job's `deps` (a group orders itself as one launch).
     pub(crate) fn set_deps(&mut self, deps: Deps) {
-        match self {
-            GroupJobs::Float(g) => g.job.iter_mut().for_each(|j| j.deps = deps),
-            GroupJobs::Int(g) => g.job.iter_mut().for_each(|j| j.deps = deps),
-        }
+        self.each_job(|d, _| *d = deps);
     }
 
     /// The jobs' `deps` (all equal).
@@ -44,10 +49,7 @@ impl GroupJobs {
 
     /// Sets whether every job's blocks load their epilogue operands early.
     pub(crate) fn set_early(&mut self, early: bool) {
-        match self {
-            GroupJobs::Float(g) => g.job.iter_mut().for_each(|j| j.epi.set_early(early)),
-            GroupJobs::Int(g) => g.job.iter_mut().for_each(|j| j.epi.set_early(early)),
-        }
+        self.each_job(|_, e| e.set_early(early));
     }
 }
 
@@ -205,7 +207,6 @@ pub(crate) fn group_launches<S: PartialEq + Clone>(
 mod tests {
     use super::*;
     use crate::launch::GemvShape;
-    use crate::params::EpiParams;
     use crate::qacts::QactsLayout;
     use fused_core::element::Activation;
     use fused_core::epilogue::Epilogue;
