@@ -994,11 +994,10 @@ __device__ __forceinline__ const int8_t *codes_at(const int8_t *codes, uint32_t 
 // when the last element is one); a code is Rust's saturating `as i8` of the
 // rounded value (NaN gives 0). Q8_0 writes d and the block's code sum; Q8_1
 // writes d and s = f16(Σq·d) (the f32 d) as a pair of f32, no sums.
-template <bool S> __device__ __forceinline__ void quantize_32(const QuantParams &p) {
-    griddep_enter();
-    const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
-    if (blk >= p.n_blocks) return; // whole warps leave together
-    const float v = p.x[(size_t)blk * 32 + lane];
+// Block blk, lane `lane` holding its element v (the whole warp calls it).
+template <bool S>
+__device__ __forceinline__ void quantize_block_32(const QuantParams &p, uint32_t blk, uint32_t lane,
+                                                  float v) {
     const uint32_t nans = __ballot_sync(0xffffffffu, v != v);
     const int last_nan = nans ? 31 - __clz((int)nans) : -1;
     float amax = (int)lane > last_nan ? fabsf(v) : 0.0f;
@@ -1033,6 +1032,13 @@ template <bool S> __device__ __forceinline__ void quantize_32(const QuantParams 
     }
 }
 
+template <bool S> __device__ __forceinline__ void quantize_32(const QuantParams &p) {
+    griddep_enter();
+    const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
+    if (blk >= p.n_blocks) return; // whole warps leave together
+    quantize_block_32<S>(p, blk, lane, p.x[(size_t)blk * 32 + lane]);
+}
+
 extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_0(const QuantParams p) {
     quantize_32<false>(p);
 }
@@ -1059,14 +1065,10 @@ __device__ __forceinline__ int nearest_int(float x) {
 // Q8_K: one warp per 256-element block, lane l quantizes elements 8l..8l+7:
 // max = the first element of largest magnitude (signed), iscale = −127/max,
 // q = min(127, nearest_int(iscale·x)), d = 1/iscale, bsums of 16; an
-// all-zero block gives zeros.
-extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const QuantParams p) {
-    griddep_enter();
-    const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
-    if (blk >= p.n_blocks) return;
-    const float *xb = p.x + (size_t)blk * 256 + 8 * lane;
-    const float4 a = *reinterpret_cast<const float4 *>(xb);
-    const float4 b = *reinterpret_cast<const float4 *>(xb + 4);
+// all-zero block gives zeros. Block blk, lane `lane` holding elements
+// 8·lane .. 8·lane + 7 as a and b (the whole warp calls it).
+__device__ __forceinline__ void quantize_block_256(const QuantParams &p, uint32_t blk,
+                                                   uint32_t lane, float4 a, float4 b) {
     const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     float amax = 0.0f, mx = 0.0f;
     uint32_t idx = 0xffffffffu;
@@ -1120,6 +1122,62 @@ extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const Quan
     if (lane == 0) p.scales[blk] = d;
 }
 
+extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const QuantParams p) {
+    griddep_enter();
+    const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
+    if (blk >= p.n_blocks) return;
+    const float4 *xb = reinterpret_cast<const float4 *>(p.x + (size_t)blk * 256 + 8 * lane);
+    quantize_block_256(p, blk, lane, xb[0], xb[1]);
+}
+
+// ------------------------------------------------ quantized GEMV outputs
+// A one-column integer GEMV may also write its output y quantized for the
+// next integer GEMV (src/launch.rs: Launch::set_quant_out), which then
+// needs no quantizer launch of its own. Each block stores its R outputs,
+// then counts itself done for the activation block (32 or 256 rows) its
+// rows lie in; the block that completes the count quantizes that block of
+// y with the quantizer's own code (quantize_block_32 / _256), so the codes
+// are the bits the quantizer launch would write from the same y.
+#define QOUT_NONE 0u
+#define QOUT_Q8_0 1u
+#define QOUT_Q8_1 2u
+#define QOUT_Q8_K 3u
+struct QuantOut {
+    QuantParams q;      // x unused; k = the GEMV's rows; n_blocks its activation blocks
+    uint32_t *counters; // per activation block: blocks done, 0 between launches
+    uint32_t mode;      // QOUT_*
+    uint32_t pad;
+};
+static_assert(sizeof(QuantOut) == 64, "QuantOut");
+
+// After a block of R rows from row0 has stored its outputs to y (the
+// GEMV's rows a multiple of the activation block, which R divides).
+template <int R>
+__device__ __forceinline__ void quantize_output(const QuantOut &o, uint32_t row0, const float *y) {
+    __shared__ uint32_t last;
+    const uint32_t len = o.mode == QOUT_Q8_K ? 256u : 32u, blk = row0 / len;
+    __threadfence(); // this thread's stores of y, before the count below
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const uint32_t n = len / R; // blocks of this activation block; wraps to 0
+        last = atomicInc(&o.counters[blk], n - 1) == n - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x >= 32) return;
+    __threadfence(); // the other blocks' stores, seen through L2 (ld.cg)
+    const uint32_t lane = threadIdx.x;
+    if (o.mode == QOUT_Q8_K) {
+        const float4 *yb = reinterpret_cast<const float4 *>(y + (size_t)blk * 256 + 8 * lane);
+        quantize_block_256(o.q, blk, lane, __ldcg(yb), __ldcg(yb + 1));
+    } else {
+        const float v = __ldcg(y + (size_t)blk * 32 + lane);
+        if (o.mode == QOUT_Q8_1)
+            quantize_block_32<true>(o.q, blk, lane, v);
+        else
+            quantize_block_32<false>(o.q, blk, lane, v);
+    }
+}
+
 // Parameters of one integer GEMV launch (src/params.rs: GemvQParams).
 struct GemvQParams {
     const uint8_t *w;    // weights (GLU: gate), integer layout
@@ -1133,9 +1191,12 @@ struct GemvQParams {
     uint32_t glu_act;
     uint32_t deps; // DEPS_* (common.cuh)
     EpiParams epi;
+    QuantOut qout; // one column: y quantized too, unless mode is QOUT_NONE
 };
-static_assert(offsetof(GemvQParams, deps) == 60 && offsetof(GemvQParams, epi) == 64, "GemvQParams");
-static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 200, "Group<GemvQParams>");
+static_assert(offsetof(GemvQParams, deps) == 60 && offsetof(GemvQParams, epi) == 64 &&
+                  offsetof(GemvQParams, qout) == 200,
+              "GemvQParams");
+static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 264, "Group<GemvQParams>");
 
 // Activation codes: read by every row group of the launch, cached in L1.
 __device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
@@ -1638,6 +1699,9 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     }
     finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
                                 p.y);
+    if constexpr (NC == 1) {
+        if (p.qout.mode != QOUT_NONE) quantize_output<R>(p.qout, row0, p.y);
+    }
     griddep_end(p.deps);
 }
 

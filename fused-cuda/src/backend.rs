@@ -13,7 +13,7 @@
 use crate::device::{CudaDevice, driver};
 use crate::group::group_launches;
 use crate::job::GemvJob;
-use crate::launch::{EwKernel, GemvShape, Launch, ew_len, u32_of};
+use crate::launch::{EwKernel, GemvShape, Launch, check_quant_out, ew_len, u32_of};
 use crate::layout;
 use crate::params::EpiParams;
 use crate::pdl;
@@ -604,17 +604,31 @@ impl CudaBackend {
             }
             .into());
         }
-        let layout = QactsLayout::new(mode, x.len() / n_cols, n_cols)?;
-        self.dev.make_current()?;
-        let buf = DeviceBuffer::zeroed(layout.bytes.max(1))
-            .map_err(driver("allocate quantized activations"))?;
-        let acts = DeviceActs { layout, buf };
-        // The zero fill runs on the legacy stream (see above).
-        self.synchronize_context()?;
+        let acts = self.alloc_acts(mode, x.len() / n_cols, n_cols)?;
+        let layout = acts.layout;
         // SAFETY: x holds n_cols·k f32 and `acts` layout.bytes; both are
         // borrowed or owned past the enqueue and freed only by cuMemFree.
         unsafe { self.enqueue_opt(Launch::quantize(&layout, x.addr(), acts.addr())?)? };
         Ok(acts)
+    }
+
+    /// Zeroed quantized activations: `n_cols` columns of `k` in `mode`
+    /// ([`ActQuant::Q8_0`], [`ActQuant::Q8_1`] or [`ActQuant::Q8_K`]; `k` a
+    /// multiple of its block), for [`GemvJob::with_quantized_output`].
+    pub fn alloc_acts(
+        &self,
+        mode: ActQuant,
+        k: usize,
+        n_cols: usize,
+    ) -> Result<DeviceActs, CudaError> {
+        let layout = QactsLayout::new(mode, k, n_cols)?;
+        self.dev.make_current()?;
+        let buf = DeviceBuffer::zeroed(layout.bytes.max(1))
+            .map_err(driver("allocate quantized activations"))?;
+        // The zero fill runs on the legacy stream, which the backend's
+        // stream does not wait for.
+        self.synchronize_context()?;
+        Ok(DeviceActs { layout, buf })
     }
 
     /// Waits for the stream and copies quantized activations to the host.
@@ -706,6 +720,9 @@ impl CudaBackend {
         if mode != ActQuant::F32 && w.int_addr().is_none() {
             return Err(Error::Unsupported(Unsupported::ActQuant(mode)).into());
         }
+        if let Some(q) = &job.quantized_output {
+            check_quant_out(w.rows, n_cols, mode != ActQuant::F32, &q.layout)?;
+        }
         let lens: Vec<usize> = job.operands.iter().map(|o| o.len()).collect();
         self.check_gemv_lengths(
             job.epilogue,
@@ -759,7 +776,12 @@ impl CudaBackend {
                         .ok_or(Error::Unsupported(Unsupported::ActQuant(layout.mode)))
                 };
                 let (wa, ua) = (int_addr(w)?, up.map(int_addr).transpose()?);
-                Launch::gemv_q(w.dtype, w.rows, &layout, wa, ua, act, q, job.y.addr(), epi)
+                let mut l =
+                    Launch::gemv_q(w.dtype, w.rows, &layout, wa, ua, act, q, job.y.addr(), epi)?;
+                if let (Some(l), Some(out)) = (&mut l, &job.quantized_output) {
+                    l.set_quant_out(&out.layout, out.addr())?;
+                }
+                Ok(l)
             }
         }
     }
@@ -789,10 +811,14 @@ impl CudaBackend {
             if let Some(l) = self.gemv_job_launch(job, acts)? {
                 let mut reads = vec![region(x, x_bytes)];
                 reads.extend(job.operands.iter().map(|o| vec_region(o)));
+                let mut writes = vec![vec_region(job.y)];
+                if let Some(q) = &job.quantized_output {
+                    writes.push(region(q.addr(), q.layout.bytes as u64));
+                }
                 access.push(Access {
                     kind: l.kind(),
                     reads,
-                    writes: vec![vec_region(job.y)],
+                    writes,
                 });
                 launches.push(l);
             }

@@ -1,7 +1,7 @@
 //! [`GemvJob`]: one GEMV of a batch over shared activations
 //! ([`CudaBackend::gemv_batch`](crate::CudaBackend::gemv_batch)).
 
-use crate::{DeviceVec, DeviceWeights};
+use crate::{DeviceActs, DeviceVec, DeviceWeights};
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 
@@ -23,6 +23,11 @@ pub struct GemvJob<'a> {
     pub operands: &'a [&'a DeviceVec],
     /// The output: `n_cols` columns of `w.rows()` floats.
     pub y: &'a mut DeviceVec,
+    /// Also the output quantized, for the next integer GEMV: exactly what
+    /// [`CudaBackend::quantize_acts`](crate::CudaBackend::quantize_acts) of
+    /// `y` would hold, written by this GEMV's own launch (no quantizer
+    /// launch). One column of `w.rows()`, on quantized activations only.
+    pub quantized_output: Option<&'a mut DeviceActs>,
 }
 
 impl std::fmt::Debug for GemvJob<'_> {
@@ -33,6 +38,10 @@ impl std::fmt::Debug for GemvJob<'_> {
             .field("epilogue", self.epilogue)
             .field("operands", &self.operands.len())
             .field("y", &self.y.len())
+            .field(
+                "quantized_output",
+                &self.quantized_output.as_ref().map(|q| q.mode()),
+            )
             .finish()
     }
 }
@@ -46,6 +55,7 @@ impl<'a> GemvJob<'a> {
             epilogue: &Epilogue::NONE,
             operands: &[],
             y,
+            quantized_output: None,
         }
     }
 
@@ -58,6 +68,16 @@ impl<'a> GemvJob<'a> {
         GemvJob {
             epilogue,
             operands,
+            ..self
+        }
+    }
+
+    /// The same job also writing its output quantized into `acts` (one
+    /// column of `w.rows()`, in the mode the next GEMV's weights take:
+    /// [`CudaBackend::alloc_acts`](crate::CudaBackend::alloc_acts)).
+    pub fn with_quantized_output(self, acts: &'a mut DeviceActs) -> GemvJob<'a> {
+        GemvJob {
+            quantized_output: Some(acts),
             ..self
         }
     }

@@ -11,11 +11,14 @@
 use crate::backend::CudaBackend;
 use crate::device::check_result;
 use crate::group::GroupJobs;
-use crate::params::{EpiParams, FwhtParams, GemvParams, GemvQParams, QuantParams, act_code};
+use crate::params::{
+    EpiParams, FwhtParams, GemvParams, GemvQParams, QuantOut, QuantParams, act_code,
+};
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
 use crate::{CudaError, MAX_COLS};
 use fused_core::element::Activation;
+use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
 use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
@@ -186,6 +189,38 @@ pub(crate) fn ew_len(n: usize) -> Result<u32, CudaError> {
     Ok(n as u32)
 }
 
+fn refused(what: &'static str) -> Error {
+    Error::Unsupported(Unsupported::Operation(what))
+}
+
+/// Whether a GEMV of `rows` rows and `n_cols` columns (on quantized
+/// activations where `int`) may also write its output quantized as
+/// `out` ([`Launch::set_quant_out`]): integer kernels, one column, `out`
+/// one column of `rows`.
+pub(crate) fn check_quant_out(
+    rows: usize,
+    n_cols: usize,
+    int: bool,
+    out: &QactsLayout,
+) -> Result<(), Error> {
+    if !int {
+        return Err(refused(
+            "a quantized GEMV output from f32 activations (integer kernels only)",
+        ));
+    }
+    if n_cols != 1 || out.n_cols != 1 {
+        return Err(refused("a quantized GEMV output of more than one column"));
+    }
+    if rows != out.k {
+        return Err(Error::LengthMismatch {
+            what: "quantized GEMV output (the GEMV's rows)",
+            expected: rows,
+            actual: out.k,
+        });
+    }
+    Ok(())
+}
+
 /// A kernel argument as the driver takes it.
 fn arg<T>(v: &T) -> *mut c_void {
     v as *const T as *mut c_void
@@ -299,6 +334,8 @@ pub(crate) enum Launch {
         kind: LaunchKind,
         /// The weight bytes it streams (in GGML's layout).
         weight_bytes: u64,
+        /// Activation columns.
+        n_cols: usize,
     },
     /// Independent one-column GEMVs of one kernel shape in one grid
     /// (`src/group.rs`).
@@ -461,6 +498,7 @@ impl Launch {
             glu_act: act_code(act),
             deps: Deps::Wait,
             epi,
+            qout: QuantOut::default(),
         };
         let r = gemvq_rows_per_block(dtype, n_cols, rows);
         let name = format!(
@@ -485,7 +523,36 @@ impl Launch {
             params,
             kind: LaunchKind::of_gemv(weight_bytes, n_cols),
             weight_bytes,
+            n_cols,
         }))
+    }
+
+    /// Makes this integer GEMV also write its output quantized as `layout`
+    /// into the buffer at `q` (zeroed counters included, as every complete
+    /// launch leaves them): one column, `layout.k` its rows, a multiple of
+    /// the mode's block. The codes are those that [`Launch::quantize`] of
+    /// the output would write (`quantize_output` in `kernels/gemv.cu`).
+    /// Anything else is [`Unsupported`](fused_core::error::Unsupported).
+    pub(crate) fn set_quant_out(&mut self, layout: &QactsLayout, q: u64) -> Result<(), CudaError> {
+        let Launch::GemvQ { params, n_cols, .. } = self else {
+            return Err(refused("a quantized GEMV output on other than an integer GEMV").into());
+        };
+        check_quant_out(params.rows as usize, *n_cols, true, layout)?;
+        let Some(Launch::Quantize { params: qp, .. }) = Launch::quantize(layout, 0, q)? else {
+            return Ok(()); // no rows: the GEMV launches nothing either
+        };
+        let mode = match layout.mode {
+            ActQuant::Q8_0 => 1,
+            ActQuant::Q8_1 => 2,
+            _ => 3,
+        };
+        params.qout = QuantOut {
+            q: qp,
+            counters: q + layout.counters as u64,
+            mode,
+            pad: 0,
+        };
+        Ok(())
     }
 
     /// The FWHT of `rows` rows of `desc.n()` at `x` (signs at `signs`) into

@@ -4,7 +4,8 @@
 /// How a [`CudaBackend`](crate::CudaBackend) launches its kernels. The
 /// defaults are the fastest measured on the H200 (BENCHMARKS.md), all on;
 /// `FUSED_CUDA_PDL=0`, `FUSED_CUDA_EARLY_OPERANDS=0` and
-/// `FUSED_CUDA_OVERLAP=0` and `FUSED_CUDA_GROUP=0` in the environment turn
+/// `FUSED_CUDA_OVERLAP=0`, `FUSED_CUDA_GROUP=0` and
+/// `FUSED_CUDA_FOLD_QUANTIZERS=0` in the environment turn
 /// them off when the backend is created,
 /// [`CudaBackend::set_options`](crate::CudaBackend::set_options) changes
 /// the options later.
@@ -37,6 +38,13 @@ pub struct LaunchOptions {
     /// while the last blocks of the one before finish, and the group pays
     /// one start and one drain. Same results bit for bit.
     pub group: bool,
+    /// A [`DevicePlan`](crate::DevicePlan) built with this on lets a
+    /// one-column integer GEMV whose output the next step quantizes for
+    /// its own integer GEMV (a gated GEMV feeding the down projection)
+    /// write that quantization itself (`GemvJob::quantized_output`'s
+    /// kernels), instead of a quantizer launch: the same codes, one launch
+    /// less.
+    pub fold_quantizers: bool,
 }
 
 impl Default for LaunchOptions {
@@ -46,6 +54,7 @@ impl Default for LaunchOptions {
             early_operands: true,
             overlap: true,
             group: true,
+            fold_quantizers: true,
         }
     }
 }
@@ -53,8 +62,9 @@ impl Default for LaunchOptions {
 impl LaunchOptions {
     /// The defaults, with `pdl` off where `FUSED_CUDA_PDL=0` is set,
     /// `early_operands` off where `FUSED_CUDA_EARLY_OPERANDS=0` is,
-    /// `overlap` off where `FUSED_CUDA_OVERLAP=0` is, and `group` off where
-    /// `FUSED_CUDA_GROUP=0` is.
+    /// `overlap` off where `FUSED_CUDA_OVERLAP=0` is, `group` off where
+    /// `FUSED_CUDA_GROUP=0` is, and `fold_quantizers` off where
+    /// `FUSED_CUDA_FOLD_QUANTIZERS=0` is.
     pub fn from_env() -> LaunchOptions {
         let d = LaunchOptions::default();
         let on = |var: &str, default: bool| std::env::var(var).map_or(default, |v| v != "0");
@@ -63,6 +73,7 @@ impl LaunchOptions {
             early_operands: on("FUSED_CUDA_EARLY_OPERANDS", d.early_operands),
             overlap: on("FUSED_CUDA_OVERLAP", d.overlap),
             group: on("FUSED_CUDA_GROUP", d.group),
+            fold_quantizers: on("FUSED_CUDA_FOLD_QUANTIZERS", d.fold_quantizers),
         }
     }
 }

@@ -75,7 +75,7 @@ pub(crate) struct GemvParams {
 
 /// `QuantParams` in `kernels/gemv.cu`: one activation quantizer launch.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct QuantParams {
     pub(crate) x: u64,
     pub(crate) codes: u64,
@@ -86,6 +86,20 @@ pub(crate) struct QuantParams {
     /// Q8_0 and Q8_1: 1 to write the codes interleaved
     /// (`QactsLayout::interleaved`); the Q8_K quantizer always does.
     pub(crate) interleave: u32,
+    pub(crate) pad: u32,
+}
+
+/// `QuantOut` in `kernels/gemv.cu`: where a one-column integer GEMV also
+/// writes its output quantized (`mode` 0: it does not).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct QuantOut {
+    /// The quantizer's arrays (`x` unused, `k` the GEMV's rows).
+    pub(crate) q: QuantParams,
+    /// Per activation block, the GEMV blocks done (0 between launches).
+    pub(crate) counters: u64,
+    /// `QOUT_*`: 0 none, 1 Q8_0, 2 Q8_1, 3 Q8_K.
+    pub(crate) mode: u32,
     pub(crate) pad: u32,
 }
 
@@ -104,6 +118,8 @@ pub(crate) struct GemvQParams {
     pub(crate) glu_act: u32,
     pub(crate) deps: Deps,
     pub(crate) epi: EpiParams,
+    /// One column: the output quantized too (`QuantOut::mode` not 0).
+    pub(crate) qout: QuantOut,
 }
 
 /// Jobs of one group launch at most (`GROUP_MAX` in `kernels/gemv.cu`).
@@ -146,6 +162,8 @@ unsafe impl DeviceCopy for FwhtParams {}
 unsafe impl DeviceCopy for QuantParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for GemvQParams {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for QuantOut {}
 // SAFETY: as above: a `#[repr(C)]` header of u32 and an array of one of
 // the parameter blocks above.
 unsafe impl DeviceCopy for GroupParams<GemvParams> {}
@@ -164,8 +182,10 @@ const _: () = {
     assert!(core::mem::size_of::<QuantParams>() == 48);
     assert!(core::mem::offset_of!(GemvQParams, epi) == 64);
     assert!(core::mem::size_of::<GemvParams>() == 192);
-    assert!(core::mem::size_of::<GemvQParams>() == 200);
+    assert!(core::mem::size_of::<QuantOut>() == 64);
+    assert!(core::mem::offset_of!(GemvQParams, qout) == 200);
+    assert!(core::mem::size_of::<GemvQParams>() == 264);
     assert!(core::mem::offset_of!(GroupParams<GemvQParams>, job) == 40);
     assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 192);
-    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 200);
+    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 264);
 };

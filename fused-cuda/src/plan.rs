@@ -15,6 +15,10 @@ pub struct DevicePlanStats {
     /// weights, and a GEMV whose input the latest quantization still holds
     /// needs none).
     pub quantizations: u64,
+    /// Activation quantizations that the GEMV producing the input wrote
+    /// itself, with no quantizer launch (`LaunchOptions::fold_quantizers`):
+    /// not counted in [`DevicePlanStats::quantizations`].
+    pub folded_quantizations: u64,
     /// Of the launches: GEMVs that start without waiting for the launch
     /// before them where `LaunchOptions::overlap` is on (they touch nothing
     /// the GEMVs they overlap touch in a conflicting way).

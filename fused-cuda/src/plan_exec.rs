@@ -85,7 +85,9 @@ use crate::backend::{CudaBackend, DeviceWeights};
 use crate::cuda_graph::CapturedGraph;
 use crate::device::driver;
 use crate::group::group_launches;
-use crate::launch::{EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, u32_of};
+use crate::launch::{
+    EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, check_quant_out, u32_of,
+};
 use crate::params::EpiParams;
 use crate::qacts::QactsLayout;
 use crate::schedule::{Access, Deps, overlap_deps};
@@ -150,8 +152,8 @@ struct Builder<'a, 'd> {
     bases: Vec<u64>,
     mode: GemvMode,
     scratch: Vec<DeviceBuffer<u8>>,
-    /// The quantized-activation scratch: its slot and size.
-    act_scratch: Option<(usize, usize)>,
+    /// The two quantized-activation scratch buffers: slot and size of each.
+    act_scratch: [Option<(usize, usize)>; 2],
     weights: Vec<(TensorDesc, DeviceWeights)>,
     launches: Vec<Launch>,
     /// Graph-buffer regions the launches write.
@@ -202,13 +204,24 @@ impl Builder<'_, '_> {
         })
     }
 
-    /// The device address of the plan's quantized-activation scratch, at
-    /// least `size` bytes: one buffer that every quantized GEMV step reuses
-    /// (the stream orders each step's quantizer and GEMV), replaced by a
-    /// larger one when a step needs more (launches built earlier keep the
-    /// old one, which the plan keeps too).
-    fn act_scratch(&mut self, size: usize) -> Result<Region, CudaError> {
-        match self.act_scratch {
+    /// A quantized-activation scratch region of `size` bytes that none of
+    /// `avoid` lies in: of the plan's two buffers (each reused by every
+    /// quantized GEMV step that picks it; the stream orders each step's
+    /// quantizer and GEMV), the first not in `avoid`, replaced by a larger
+    /// one when a step needs more (launches built earlier keep the old one,
+    /// which the plan keeps too). Two, so that a GEMV reading its input
+    /// from one can write its output quantized into the other
+    /// ([`Builder::fold_quantization`]).
+    fn act_scratch(&mut self, size: usize, avoid: &[Region]) -> Result<Region, CudaError> {
+        let free = |have: &Option<(usize, usize)>| {
+            have.is_none_or(|(slot, _)| avoid.iter().all(|r| r.slot != Slot::Scratch(slot)))
+        };
+        let i = (0..2)
+            .find(|&i| free(&self.act_scratch[i]))
+            .ok_or(unsupported(
+                "a GEMV reading both quantized-activation buffers",
+            ))?;
+        match self.act_scratch[i] {
             Some((slot, have)) if have >= size => Ok(Region {
                 slot: Slot::Scratch(slot),
                 offset: 0,
@@ -219,10 +232,50 @@ impl Builder<'_, '_> {
                 let Slot::Scratch(slot) = r.slot else {
                     unreachable!("scratch() returns a scratch region")
                 };
-                self.act_scratch = Some((slot, size));
+                self.act_scratch[i] = Some((slot, size));
                 Ok(r)
             }
         }
+    }
+
+    /// Where the launch just built, when it is a one-column integer GEMV
+    /// whose one output is exactly `x`, also writes `x` quantized as
+    /// `layout` (into a scratch buffer it does not read;
+    /// `Launch::set_quant_out`), so that no quantizer launch is needed;
+    /// `None` where it is not so, or [`LaunchOptions::fold_quantizers`] was
+    /// off. Counted in [`DevicePlanStats::folded_quantizations`].
+    ///
+    /// [`LaunchOptions::fold_quantizers`]: crate::LaunchOptions::fold_quantizers
+    fn fold_quantization(
+        &mut self,
+        x: &Region,
+        layout: &QactsLayout,
+    ) -> Result<Option<Region>, CudaError> {
+        if !self.backend.options().fold_quantizers {
+            return Ok(None);
+        }
+        let (Some(Launch::GemvQ { params, n_cols, .. }), Some(a)) =
+            (self.launches.last(), self.access.last())
+        else {
+            return Ok(None);
+        };
+        if a.writes.as_slice() != [*x]
+            || check_quant_out(params.rows as usize, *n_cols, true, layout).is_err()
+        {
+            return Ok(None);
+        }
+        let avoid = a.reads.clone();
+        let qr = self.act_scratch(layout.bytes, &avoid)?;
+        let q = self.addr(qr);
+        let (Some(l), Some(a)) = (self.launches.last_mut(), self.access.last_mut()) else {
+            unreachable!("checked above")
+        };
+        l.set_quant_out(layout, q)?;
+        a.writes.push(qr);
+        self.quantized.wrote(&qr);
+        self.quantized.record(*x, *layout, qr);
+        self.stats.folded_quantizations += 1;
+        Ok(Some(qr))
     }
 
     /// Appends `l` with what it reads and writes.
@@ -460,10 +513,14 @@ impl CommandSink for Builder<'_, '_> {
             let layout = QactsLayout::new(mode, k, n)?;
             // The region read() gathered for x: in place, or its copy.
             let x_region = *x_reads.last().expect("read() gathers the region it reads");
-            let qr = match self.quantized.lookup(&x_region, &layout) {
+            let reused = match self.quantized.lookup(&x_region, &layout) {
+                Some(qr) => Some(qr),
+                None => self.fold_quantization(&x_region, &layout)?,
+            };
+            let qr = match reused {
                 Some(qr) => qr,
                 None => {
-                    let qr = self.act_scratch(layout.bytes)?;
+                    let qr = self.act_scratch(layout.bytes, &[])?;
                     if let Some(l) = Launch::quantize(&layout, xa, self.addr(qr))? {
                         self.stats.launches += 1;
                         self.stats.quantizations += 1;
@@ -624,7 +681,7 @@ impl<'a> DevicePlan<'a> {
             bases: buffers.iter().map(|b| b.as_device_ptr().as_raw()).collect(),
             mode,
             scratch: Vec::new(),
-            act_scratch: None,
+            act_scratch: [None; 2],
             weights: Vec::new(),
             launches: Vec::new(),
             written: Vec::new(),

@@ -1,7 +1,7 @@
 //! The device layout of quantized activation columns (the core's
 //! [`ActQuant::Q8_0`], [`ActQuant::Q8_1`] and [`ActQuant::Q8_K`] modes), as
 //! the quantizer kernels (`fused_quantize_*` in `kernels/gemv.cu`) write it
-//! and the integer GEMV kernels read it: three arrays, each 16-byte aligned.
+//! and the integer GEMV kernels read it: four arrays, each 16-byte aligned.
 //!
 //! - codes: `n_cols · K` signed bytes, column after column (the codes of
 //!   [`fused_core::quant::quantize_row`]), in pieces of 16 interleaved
@@ -16,7 +16,11 @@
 //! - sums: i32. Q8_0: one per block, the sum of its codes. Q8_1: none (its
 //!   kernels take `s`). Q8_K: the 16 `bsums` of each block, reordered so
 //!   that the sums the Q4_K GEMV's unit `v = 2c + h` (0..8) needs sit
-//!   together: group `g` at `2·(2·(g / 4) + g mod 2) + (g / 2) mod 2`.
+//!   together: group `g` at `2·(2·(g / 4) + g mod 2) + (g / 2) mod 2`;
+//! - counters: u32, one per block, zero whenever no launch runs: a GEMV
+//!   that writes these activations as its quantized output counts there
+//!   the GEMV blocks done with each activation block (`QuantOut` in
+//!   `kernels/gemv.cu`), the last one back to 0.
 
 use fused_core::error::Unsupported;
 use fused_core::reference::ActQuant;
@@ -38,7 +42,7 @@ pub struct QuantizedActs {
     pub sums: Vec<i32>,
 }
 
-/// Where the three arrays lie in one buffer of quantized activations.
+/// Where the four arrays lie in one buffer of quantized activations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct QactsLayout {
@@ -52,6 +56,10 @@ pub(crate) struct QactsLayout {
     pub(crate) scales: usize,
     /// Byte offset of the sums.
     pub(crate) sums: usize,
+    /// Byte offset of the completion counters (one u32 per block, 0
+    /// between launches) of a GEMV that writes these activations as its
+    /// quantized output (`Launch::set_quant_out`).
+    pub(crate) counters: usize,
     /// Bytes in all.
     pub(crate) bytes: usize,
 }
@@ -85,13 +93,15 @@ impl QactsLayout {
         let blocks = codes / block;
         let scales = align16(codes);
         let sums = scales + align16(4 * blocks * scales_per_block);
-        let bytes = sums + align16(4 * blocks * sums_per_block);
+        let counters = sums + align16(4 * blocks * sums_per_block);
+        let bytes = counters + align16(4 * blocks);
         Ok(QactsLayout {
             mode,
             k,
             n_cols,
             scales,
             sums,
+            counters,
             bytes,
         })
     }
@@ -199,13 +209,16 @@ mod tests {
             (l.scales, l.sums, l.blocks(), l.n_sums()),
             (288, 288 + 48, 9, 9)
         );
-        assert_eq!(l.bytes, 288 + 48 + 48);
+        assert_eq!((l.counters, l.bytes), (288 + 48 + 48, 288 + 48 + 48 + 48));
         let l = QactsLayout::new(ActQuant::Q8_K, 512, 1).unwrap();
-        assert_eq!((l.scales, l.sums, l.bytes), (512, 528, 528 + 128));
+        assert_eq!(
+            (l.scales, l.sums, l.counters, l.bytes),
+            (512, 528, 528 + 128, 528 + 128 + 16)
+        );
         let l = QactsLayout::new(ActQuant::Q8_1, 96, 1).unwrap();
         assert_eq!(
             (l.scales, l.sums, l.bytes, l.n_scales(), l.n_sums()),
-            (96, 96 + 32, 96 + 32, 6, 0)
+            (96, 96 + 32, 96 + 32 + 16, 6, 0)
         );
         assert!(matches!(
             QactsLayout::new(ActQuant::F32, 32, 1),

@@ -209,6 +209,14 @@ impl CudaBackend {
     ) -> Result<DeviceActs, CudaError> {
         match self.never {}
     }
+    pub fn alloc_acts(
+        &self,
+        _mode: ActQuant,
+        _k: usize,
+        _n_cols: usize,
+    ) -> Result<DeviceActs, CudaError> {
+        match self.never {}
+    }
     pub fn download_acts(&self, _acts: &DeviceActs) -> Result<QuantizedActs, CudaError> {
         match self.never {}
     }

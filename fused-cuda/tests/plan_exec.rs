@@ -167,7 +167,11 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
     // GEMV once for both weights; the unfused gate and up GEMVs, which read
     // the same input, once for both too). With LaunchOptions::overlap the
     // unfused up GEMV runs alongside the gate GEMV; with
-    // LaunchOptions::group the two are one launch.
+    // LaunchOptions::group the two are one launch. With
+    // LaunchOptions::fold_quantizers the fused plan's o-projection and
+    // gated GEMV write their outputs quantized for the next GEMV, so only
+    // the first input has a quantizer launch (the unfused plan's GEMV
+    // inputs come from element-wise kernels: nothing to fold).
     let cases = [
         (DType::F16, GemvMode::F32),
         (DType::Q4_0, GemvMode::F32),
@@ -176,12 +180,19 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
         (DType::Q6_K, GemvMode::Ggml),
     ];
     let saved = b.options();
-    let options = [(false, false), (true, false), (false, true), (true, true)];
-    for ((dtype, mode), (overlap, group)) in cases.into_iter().flat_map(|c| options.map(|o| (c, o)))
+    let options = [
+        (false, false, true),
+        (true, false, false),
+        (false, true, false),
+        (true, true, true),
+    ];
+    for ((dtype, mode), (overlap, group, fold)) in
+        cases.into_iter().flat_map(|c| options.map(|o| (c, o)))
     {
         b.set_options(LaunchOptions {
             overlap,
             group,
+            fold_quantizers: fold,
             ..saved
         });
         let (g, mem, out) = decode_layer(dtype);
@@ -189,18 +200,24 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
         let unfused = Plan::unfused(&g);
         assert_eq!(fused.fused_steps(), 3, "{fused:?}");
         let mut outs = Vec::new();
-        // (plan, name, quantized inputs, GEMVs that may overlap or group
-        // with the one before: the unfused up GEMV)
-        for (p, name, gemvs, pairs) in [(&fused, "fused", 3, 0), (&unfused, "unfused", 3, 1)] {
-            let what = format!("{dtype} {mode:?} {name}, overlap {overlap}, group {group}");
+        // (plan, name, quantized inputs, of them produced by a GEMV, GEMVs
+        // that may overlap or group with the one before: the unfused up GEMV)
+        for (p, name, gemvs, foldable, pairs) in
+            [(&fused, "fused", 3, 2, 0), (&unfused, "unfused", 3, 0, 1)]
+        {
+            let what =
+                format!("{dtype} {mode:?} {name}, overlap {overlap}, group {group}, fold {fold}");
             let (overlapping, grouped) = if group { (0, pairs) } else { (pairs, 0) };
             let want = host_run_in(&b, &g, p, &mem, mode);
             let (got, stats, launched) = device_run_in(&b, &g, p, &mem, mode);
             assert_same_memory(&got, &want, &what);
             let kernel_steps = p.kernel_steps(&g) as u64;
-            let quantizers = if mode == GemvMode::F32 { 0 } else { gemvs };
+            let quantized = mode != GemvMode::F32 && dtype != DType::F16;
+            let folded = if quantized && fold { foldable } else { 0 };
+            let quantizers = if quantized { gemvs - folded } else { 0 };
             assert_eq!(stats.kernel_steps, kernel_steps, "{what}");
             assert_eq!(stats.quantizations, quantizers, "{what}: quantizers");
+            assert_eq!(stats.folded_quantizations, folded, "{what}: folded");
             assert_eq!(stats.overlapping, overlapping, "{what}: overlapping GEMVs");
             assert_eq!(stats.grouped, grouped, "{what}: grouped GEMVs");
             assert_eq!(

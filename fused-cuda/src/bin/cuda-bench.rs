@@ -30,8 +30,8 @@ use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_cuda::{
-    CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
-    Submission,
+    CudaBackend, CudaError, DeviceActs, DevicePlan, DeviceVec, DeviceWeights, GemvJob,
+    LaunchOptions, Submission,
 };
 
 /// Bytes the rotating weight copies must add up to: 4× the H200's 60 MB L2.
@@ -520,9 +520,35 @@ fn decode_layer(be: &CudaBackend, mode: ActQuant, ceiling: f64) -> Result<(), Cu
         )?;
         be.gemv(&l.down, act, 1, mode, &add, &[h], out)
     };
+    // In a quantized mode, also with the o-projection and the gated GEMV
+    // writing their outputs quantized for the next GEMV
+    // (`GemvJob::with_quantized_output`): one quantizer launch a layer.
+    let folded = (mode != ActQuant::F32)
+        .then(|| Ok::<_, CudaError>((be.alloc_acts(mode, d, 1)?, be.alloc_acts(mode, ff, 1)?)))
+        .transpose()?;
+    let folded_layer = |l: &Layer,
+                        h: &mut DeviceVec,
+                        act: &mut DeviceVec,
+                        out: &mut DeviceVec,
+                        (qh, qa): &mut (DeviceActs, DeviceActs)|
+     -> Result<(), CudaError> {
+        let resid_op = [&resid];
+        let o = GemvJob::new(&l.o, h).with_epilogue(&add, &resid_op);
+        be.gemv_batch(&attn, 1, mode, &mut [o.with_quantized_output(qh)])?;
+        let glu = GemvJob::new(&l.g, act).with_glu(&l.u, Activation::Silu);
+        be.gemv_quantized_batch(qh, &mut [glu.with_quantized_output(qa)])?;
+        be.gemv_quantized(&l.down, qa, &add, &[h], out)
+    };
     be.reset_launches();
     fused_layer(&layers[0], &mut h, &mut act, &mut out)?;
     let launches_fused = be.launches();
+    let mut folded = folded
+        .map(|mut q| -> Result<_, CudaError> {
+            be.reset_launches();
+            folded_layer(&layers[0], &mut h, &mut act, &mut out, &mut q)?;
+            Ok((q, be.launches()))
+        })
+        .transpose()?;
     let mut unfused_layer = |l: &Layer| -> Result<(), CudaError> {
         be.gemv(&l.o, &attn, 1, mode, &Epilogue::NONE, &[], &mut t)?;
         be.add(&t, &resid, &mut h)?;
@@ -542,13 +568,24 @@ fn decode_layer(be: &CudaBackend, mode: ActQuant, ceiling: f64) -> Result<(), Cu
     let t_fused = time_calls(be, 6, 30, |i| {
         fused_layer(&layers[i % layers.len()], &mut h2, &mut act2, &mut out2)
     })?;
+    let t_folded = match &mut folded {
+        Some((q, launches)) => Some((
+            *launches,
+            time_calls(be, 6, 30, |i| {
+                folded_layer(&layers[i % layers.len()], &mut h2, &mut act2, &mut out2, q)
+            })?,
+        )),
+        None => None,
+    };
     println!(
         "| variant | launches/layer | µs/layer | weight GB/s | % of copy |\n| --- | ---: | ---: | ---: | ---: |"
     );
-    for (name, launches, tm) in [
-        ("fused", launches_fused, t_fused),
-        ("unfused", launches_unfused, t_unfused),
-    ] {
+    let mut rows = vec![("fused", launches_fused, t_fused)];
+    if let Some((launches, tm)) = t_folded {
+        rows.insert(0, ("fused, quantizers folded", launches, tm));
+    }
+    rows.push(("unfused", launches_unfused, t_unfused));
+    for (name, launches, tm) in rows {
         let gbs = layer_bytes / tm / 1e6;
         println!(
             "| {name} | {launches} | {:.1} | {gbs:.0} | {:.0}% |",
@@ -556,7 +593,11 @@ fn decode_layer(be: &CudaBackend, mode: ActQuant, ceiling: f64) -> Result<(), Cu
             100.0 * gbs / ceiling
         );
     }
-    println!("\n(fused/unfused time: {:.3})", t_fused / t_unfused);
+    print!("\n(fused/unfused time: {:.3}", t_fused / t_unfused);
+    if let Some((_, tm)) = t_folded {
+        print!("; with the quantizers folded: {:.3}", tm / t_unfused);
+    }
+    println!(")");
     Ok(())
 }
 
@@ -627,23 +668,31 @@ fn plan_layer(
     println!(
         "| plan | launches/layer | stream µs | graph µs | graph/stream | weight GB/s (best) | % of copy |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    let mut best = [0.0f64; 4];
+    let mut best = [0.0f64; 5];
     let saved = be.options();
-    // The unfused plan also with LaunchOptions::overlap (its up GEMV, on
-    // the gate GEMV's input, starts without waiting for the gate GEMV) and
-    // LaunchOptions::group (the two GEMVs in one launch).
+    // The fused plan also without LaunchOptions::fold_quantizers (a
+    // quantizer launch before every GEMV input); the unfused plan also
+    // with LaunchOptions::overlap (its up GEMV, on the gate GEMV's input,
+    // starts without waiting for the gate GEMV) and LaunchOptions::group
+    // (the two GEMVs in one launch).
+    let batched = |(overlap, group)| LaunchOptions {
+        overlap,
+        group,
+        ..saved
+    };
+    let not_folded = LaunchOptions {
+        fold_quantizers: false,
+        ..saved
+    };
     let rows = [
-        ("fused", plan(&g), (saved.overlap, saved.group)),
-        ("unfused", Plan::unfused(&g), BATCHINGS[0]),
-        ("unfused, overlap", Plan::unfused(&g), BATCHINGS[1]),
-        ("unfused, group", Plan::unfused(&g), BATCHINGS[2]),
+        ("fused", plan(&g), saved),
+        ("fused, quantizers not folded", plan(&g), not_folded),
+        ("unfused", Plan::unfused(&g), batched(BATCHINGS[0])),
+        ("unfused, overlap", Plan::unfused(&g), batched(BATCHINGS[1])),
+        ("unfused, group", Plan::unfused(&g), batched(BATCHINGS[2])),
     ];
-    for (i, (name, p, (overlap, group))) in rows.into_iter().enumerate() {
-        be.set_options(LaunchOptions {
-            overlap,
-            group,
-            ..saved
-        });
+    for (i, (name, p, options)) in rows.into_iter().enumerate() {
+        be.set_options(options);
         let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
         dp.upload(&mem)?;
         dp.capture_graph()?;
@@ -656,9 +705,10 @@ fn plan_layer(
         best[i] = stream.min(graph);
         let gbs = weight_bytes as f64 / best[i] / 1e6;
         println!(
-            "| {name} | {} ({} quantizers) | {:.1} | {:.1} | {:.3} | {gbs:.0} | {:.0}% |",
+            "| {name} | {} ({} quantizers, {} folded) | {:.1} | {:.1} | {:.3} | {gbs:.0} | {:.0}% |",
             dp.stats().enqueued(),
             dp.stats().quantizations,
+            dp.stats().folded_quantizations,
             stream * 1e3,
             graph * 1e3,
             graph / stream,
@@ -667,10 +717,12 @@ fn plan_layer(
     }
     println!(
         "\n(fused/unfused, best of stream and graph: {:.3}; against the unfused plan with \
-         overlap: {:.3}, with overlap and group: {:.3})",
-        best[0] / best[1],
+         overlap: {:.3}, with overlap and group: {:.3}; the fused plan without folded \
+         quantizers against the unfused: {:.3})",
         best[0] / best[2],
-        best[0] / best[3]
+        best[0] / best[3],
+        best[0] / best[4],
+        best[1] / best[2]
     );
     Ok(())
 }
