@@ -2,11 +2,11 @@
 //! `cuda` feature, whose backend cannot be created).
 
 /// How a [`CudaBackend`](crate::CudaBackend) launches its kernels. The
-/// defaults are the fastest measured on the H200 (BENCHMARKS.md), all on;
-/// `FUSED_CUDA_PDL=0`, `FUSED_CUDA_EARLY_OPERANDS=0` and
-/// `FUSED_CUDA_OVERLAP=0`, `FUSED_CUDA_GROUP=0` and
-/// `FUSED_CUDA_FOLD_QUANTIZERS=0` in the environment turn
-/// them off when the backend is created,
+/// defaults are the fastest measured on the H200 (BENCHMARKS.md): all on
+/// but `fold_quantizers`; `FUSED_CUDA_PDL=0`, `FUSED_CUDA_EARLY_OPERANDS=0`,
+/// `FUSED_CUDA_OVERLAP=0` and `FUSED_CUDA_GROUP=0` in the environment turn
+/// them off when the backend is created (`FUSED_CUDA_FOLD_QUANTIZERS=1`
+/// turns that one on),
 /// [`CudaBackend::set_options`](crate::CudaBackend::set_options) changes
 /// the options later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +43,12 @@ pub struct LaunchOptions {
     /// its own integer GEMV (a gated GEMV feeding the down projection)
     /// write that quantization itself (`GemvJob::quantized_output`'s
     /// kernels), instead of a quantizer launch: the same codes, one launch
-    /// less.
+    /// less. Off by default: on the H200 (BENCHMARKS.md, 2026-12-02 21:09
+    /// UTC) the fused Q4_0 × Q8_0 decode layer ran slower so (graph 35.5
+    /// against 33.1 µs, 2 of its 3 quantizers folded): each GEMV block's
+    /// fence and count before it retires cost more than the quantizer
+    /// launch, which under programmatic dependent launch overlaps the GEMV
+    /// before it. `FUSED_CUDA_FOLD_QUANTIZERS=1` turns it on.
     pub fold_quantizers: bool,
 }
 
@@ -54,7 +59,7 @@ impl Default for LaunchOptions {
             early_operands: true,
             overlap: true,
             group: true,
-            fold_quantizers: true,
+            fold_quantizers: false,
         }
     }
 }
@@ -63,8 +68,8 @@ impl LaunchOptions {
     /// The defaults, with `pdl` off where `FUSED_CUDA_PDL=0` is set,
     /// `early_operands` off where `FUSED_CUDA_EARLY_OPERANDS=0` is,
     /// `overlap` off where `FUSED_CUDA_OVERLAP=0` is, `group` off where
-    /// `FUSED_CUDA_GROUP=0` is, and `fold_quantizers` off where
-    /// `FUSED_CUDA_FOLD_QUANTIZERS=0` is.
+    /// `FUSED_CUDA_GROUP=0` is, and `fold_quantizers` on where
+    /// `FUSED_CUDA_FOLD_QUANTIZERS` is set to other than 0.
     pub fn from_env() -> LaunchOptions {
         let d = LaunchOptions::default();
         let on = |var: &str, default: bool| std::env::var(var).map_or(default, |v| v != "0");
