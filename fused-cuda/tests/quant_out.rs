@@ -52,6 +52,22 @@ fn job<'a>(
     }
 }
 
+/// [`job`] over each of `ws`, job `i` writing `ys[i]` and `qs[i]`.
+fn folded_jobs<'a>(
+    ws: &'a [DeviceWeights],
+    up: Option<&'a DeviceWeights>,
+    epi: &'a Epilogue,
+    ops: &'a [&'a DeviceVec],
+    ys: &'a mut [DeviceVec],
+    qs: &'a mut [DeviceActs],
+) -> Vec<GemvJob<'a>> {
+    ws.iter()
+        .zip(ys.iter_mut())
+        .zip(qs.iter_mut())
+        .map(|((w, y), q)| job(w, up, epi, ops, y).with_quantized_output(q))
+        .collect()
+}
+
 #[test]
 fn quantized_outputs_equal_the_quantizer_on_the_output() {
     let Some(be) = backend_or_skip() else { return };
@@ -92,12 +108,7 @@ fn quantized_outputs_equal_the_quantizer_on_the_output() {
                     .map(|_| be.alloc_acts(out_mode, m, 1).unwrap())
                     .collect();
                 let up = glu.then_some(&ws[2]);
-                let mut jobs: Vec<GemvJob<'_>> = ws
-                    .iter()
-                    .zip(ys.iter_mut())
-                    .zip(qs.iter_mut())
-                    .map(|((w, y), q)| job(w, up, epi, &op_refs, y).with_quantized_output(q))
-                    .collect();
+                let mut jobs = folded_jobs(&ws, up, epi, &op_refs, &mut ys, &mut qs);
                 be.gemv_batch(&x, 1, mode, &mut jobs).unwrap();
                 drop(jobs);
                 let mut jobs: Vec<GemvJob<'_>> = ws
@@ -117,12 +128,7 @@ fn quantized_outputs_equal_the_quantizer_on_the_output() {
                 // Again into the same buffers: every launch leaves the
                 // completion counters at 0 for the next.
                 let acts = be.quantize_acts(mode, &x, 1).unwrap();
-                let mut jobs: Vec<GemvJob<'_>> = ws
-                    .iter()
-                    .zip(ys.iter_mut())
-                    .zip(qs.iter_mut())
-                    .map(|((w, y), q)| job(w, up, epi, &op_refs, y).with_quantized_output(q))
-                    .collect();
+                let mut jobs = folded_jobs(&ws, up, epi, &op_refs, &mut ys, &mut qs);
                 be.gemv_quantized_batch(&acts, &mut jobs).unwrap();
                 drop(jobs);
                 check_outputs(&be, &ys, &qs, &format!("{what}, second run"));
