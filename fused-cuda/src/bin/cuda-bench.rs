@@ -427,8 +427,13 @@ fn epilogue_cost(
         let mut t_batch: [Vec<f64>; 2] = Default::default();
         for _round in 0..3 {
             let none = &Epilogue::NONE;
-            t_batch[0].push(batch_per_call(be, ws, &x, 1, mode, batching, none, &[])?);
-            t_batch[1].push(batch_per_call(be, ws, &x, 1, mode, batching, &epi, &ops)?);
+            let input = BatchInput::Vector {
+                x: &x,
+                n_cols: 1,
+                mode,
+            };
+            t_batch[0].push(batch_per_call(be, ws, input, batching, none, &[])?);
+            t_batch[1].push(batch_per_call(be, ws, input, batching, &epi, &ops)?);
         }
         let [bare_b, fused_b] = t_batch.map(median);
         println!(
@@ -911,17 +916,32 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 const Q_ROWS: &str = "FUSED_CUDA_Q_ROWS";
 const Q_UNROLL: &str = "FUSED_CUDA_Q_UNROLL";
 const F_SHAPE: &str = "FUSED_CUDA_F16_SHAPE";
+const Q_STAGE: &str = fused_cuda::Q_STAGE_VAR;
 
 /// Knob settings: (environment variable, value).
 type Knobs<'a> = &'a [(&'a str, &'a str)];
 
-/// Sets exactly the knobs `knobs`, the others back to their defaults.
+/// The knobs' values when the bench started (an A/B run may set them for
+/// the whole bench).
+static STARTING_KNOBS: std::sync::OnceLock<Vec<(&str, Option<String>)>> =
+    std::sync::OnceLock::new();
+
+/// Sets exactly the knobs `knobs`, the others back to their values when
+/// the bench started.
 fn set_knobs(knobs: Knobs) {
+    let start = STARTING_KNOBS.get_or_init(|| {
+        [Q_ROWS, Q_UNROLL, F_SHAPE, Q_STAGE]
+            .map(|name| (name, std::env::var(name).ok()))
+            .to_vec()
+    });
     // SAFETY: the bench runs on one thread; nothing reads the environment
     // concurrently.
     unsafe {
-        for name in [Q_ROWS, Q_UNROLL, F_SHAPE] {
-            std::env::remove_var(name);
+        for (name, value) in start {
+            match value {
+                Some(v) => std::env::set_var(name, v),
+                None => std::env::remove_var(name),
+            }
         }
         for (name, value) in knobs {
             std::env::set_var(name, value);
@@ -1038,28 +1058,24 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         ("normal", normal, &[]),
         ("PDL", pdl, &[]),
         (
-            "PDL, int. R = 1, U = 1",
-            pdl,
-            &[(Q_ROWS, "1"), (Q_UNROLL, "1")],
-        ),
-        (
             "PDL, int. R = 2, U = 1",
             pdl,
-            &[(Q_ROWS, "2"), (Q_UNROLL, "1")],
+            &[(Q_ROWS, "2"), (Q_UNROLL, "1"), (Q_STAGE, "0")],
         ),
         (
             "PDL, int. R = 4, U = 1",
             pdl,
-            &[(Q_ROWS, "4"), (Q_UNROLL, "1")],
+            &[(Q_ROWS, "4"), (Q_UNROLL, "1"), (Q_STAGE, "0")],
         ),
         (
             "PDL, int. R = 2, U = 2",
             pdl,
-            &[(Q_ROWS, "2"), (Q_UNROLL, "2")],
+            &[(Q_ROWS, "2"), (Q_UNROLL, "2"), (Q_STAGE, "0")],
         ),
-        ("PDL, F16 U = 4", pdl, &[(F_SHAPE, "u4")]),
+        ("PDL, int. staged S = 2", pdl, &[(Q_STAGE, "2")]),
+        ("PDL, int. staged S = 3", pdl, &[(Q_STAGE, "3")]),
+        ("PDL, int. staged S = 4", pdl, &[(Q_STAGE, "4")]),
         ("PDL, F16 U = 8", pdl, &[(F_SHAPE, "u8")]),
-        ("PDL, F16 U = 16", pdl, &[(F_SHAPE, "u16")]),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
@@ -1068,7 +1084,10 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
          blocks start as the previous kernel's blocks retire, then wait for its results); \
          with PDL also the integer kernels' rows per block R and units in flight per lane U \
-         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1), and the \
+         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1), the \
+         staged integer kernels' steps in flight S (`FUSED_CUDA_Q_STAGE`: each lane's weights \
+         S steps ahead through shared memory; Q8_0 and Q4_K at R = 2, Q4_0 at R = 4; other \
+         rows per block run the default kernel), and the \
          F16 kernel's units of 8 weights in flight per lane U (default: those that cover a \
          lane's row, up to 16: 16 at K = 14336, 8 at K = 8192). Options take turns, 3 rounds.\n"
     );
@@ -1152,9 +1171,8 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// in a quantized mode, the GEMV alone on activations quantized
 /// beforehand (µs, % of copy), else two empty cells.
 /// The columns of [`gemv_timing`]'s cells, and their rule.
-const GEMV_CELLS_HEADER: &str = "copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy | batch, group µs/call | % of copy |";
-const GEMV_CELLS_RULE: &str =
-    "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+const GEMV_CELLS_HEADER: &str = "copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy | batch, group µs/call | % of copy | batch, group, GEMV alone µs/call | % of copy |";
+const GEMV_CELLS_RULE: &str = "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
 
 /// The three ways [`batch_per_call`] runs a batch: one call after the other,
 /// overlapping (`LaunchOptions::overlap`), and overlapping with runs of one
@@ -1190,25 +1208,46 @@ fn gemv_timing(
             format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))
         }
     };
-    let mut tb: [Vec<f64>; 3] = Default::default();
+    // The three batchings on `x` (with the quantizer), then the grouped
+    // batch on the activations quantized beforehand, taking turns.
+    let mut tb: [Vec<f64>; 4] = Default::default();
+    let input = BatchInput::Vector {
+        x: &x,
+        n_cols,
+        mode,
+    };
     for _round in 0..3 {
         for (i, batching) in BATCHINGS.into_iter().enumerate() {
-            let epi = &Epilogue::NONE;
             tb[i].push(batch_per_call(
                 be,
                 ws,
-                &x,
-                n_cols,
-                mode,
+                input,
                 batching,
-                epi,
+                &Epilogue::NONE,
+                &[],
+            )?);
+        }
+        if let Some(q) = &q {
+            let input = BatchInput::Quantized(q);
+            tb[3].push(batch_per_call(
+                be,
+                ws,
+                input,
+                BATCHINGS[2],
+                &Epilogue::NONE,
                 &[],
             )?);
         }
     }
-    let [tb, to, tg] = tb.map(median);
+    let group_alone = if tb[3].is_empty() {
+        "| |".to_owned()
+    } else {
+        let t = median(std::mem::take(&mut tb[3]));
+        format!("| {:.1} | {:.0}% |", t * 1e3, pct(t))
+    };
+    let [tb, to, tg] = [0, 1, 2].map(|i| median(std::mem::take(&mut tb[i])));
     Ok(format!(
-        "{} | {:.1} | {:.0} | {:.0}% {alone} {:.1} | {:.0}% | {:.1} | {:.0}% | {:.1} | {:.0}% |",
+        "{} | {:.1} | {:.0} | {:.0}% {alone} {:.1} | {:.0}% | {:.1} | {:.0}% | {:.1} | {:.0}% {group_alone}",
         ws.len(),
         t * 1e3,
         moved / t / 1e6,
@@ -1222,20 +1261,29 @@ fn gemv_timing(
     ))
 }
 
+/// What a batch of [`batch_per_call`] reads: `n_cols` columns `x` fed per
+/// `mode` (a quantized mode: one quantizer launch per batch, included), or
+/// activations quantized beforehand (no quantizer launch).
+#[derive(Clone, Copy)]
+enum BatchInput<'a> {
+    Vector {
+        x: &'a DeviceVec,
+        n_cols: usize,
+        mode: ActQuant,
+    },
+    Quantized(&'a DeviceActs),
+}
+
 /// Median milliseconds per GEMV of the weight copies `ws` run as one
-/// `gemv_batch` of independent calls on `x` (`n_cols` columns) fed per
-/// `mode` (a quantized mode: one quantizer launch per batch, included), one
+/// `gemv_batch` of independent calls on `input` (`BatchInput`), one
 /// output each, epilogue `epi` over `ops`, with `LaunchOptions::overlap`
 /// and `LaunchOptions::group` set to `(overlap, group)` (the other options
 /// as they are). The first call of
 /// each batch waits for the batch before it.
-#[allow(clippy::too_many_arguments)]
 fn batch_per_call(
     be: &CudaBackend,
     ws: &[DeviceWeights],
-    x: &DeviceVec,
-    n_cols: usize,
-    mode: ActQuant,
+    input: BatchInput<'_>,
     (overlap, group): (bool, bool),
     epi: &Epilogue,
     ops: &[&DeviceVec],
@@ -1247,6 +1295,10 @@ fn batch_per_call(
         ..saved
     });
     let m = ws[0].rows();
+    let n_cols = match input {
+        BatchInput::Vector { n_cols, .. } => n_cols,
+        BatchInput::Quantized(acts) => acts.n_cols(),
+    };
     let mut ys = ws
         .iter()
         .map(|_| be.alloc(m * n_cols))
@@ -1257,7 +1309,10 @@ fn batch_per_call(
             .zip(ys.iter_mut())
             .map(|(w, y)| GemvJob::new(w, y).with_epilogue(epi, ops))
             .collect();
-        be.gemv_batch(x, n_cols, mode, &mut jobs)
+        match input {
+            BatchInput::Vector { x, n_cols, mode } => be.gemv_batch(x, n_cols, mode, &mut jobs),
+            BatchInput::Quantized(acts) => be.gemv_quantized_batch(acts, &mut jobs),
+        }
     });
     be.set_options(saved);
     Ok(t? / ws.len() as f64)
