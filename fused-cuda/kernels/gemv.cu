@@ -159,13 +159,19 @@ __device__ __forceinline__ uint32_t ld_stream_u16(const uint8_t *p) {
 // copies bypass L1 (.cg); 4-byte ones (the f16 scales) may only go through
 // it (.ca). Each lane reads back only what it copied itself, so waiting
 // for its own groups (cp_async_wait) is all the ordering it needs.
-__device__ __forceinline__ void cp_async16(uint4 *smem, const uint8_t *g) {
+// Where `valid` is false nothing is read (source size 0: the slot is
+// zero-filled), so that every lane issues the copy unconditionally.
+__device__ __forceinline__ void cp_async16(uint4 *smem, const uint8_t *g, bool valid) {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g),
+                 "r"(valid ? 16u : 0u)
+                 : "memory");
 }
-__device__ __forceinline__ void cp_async4(uint32_t *smem, const uint8_t *g) {
+__device__ __forceinline__ void cp_async4(uint32_t *smem, const uint8_t *g, bool valid) {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(g) : "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(g),
+                 "r"(valid ? 4u : 0u)
+                 : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -1301,12 +1307,12 @@ template <bool QH, int H> struct W32 {
         return w + (QH ? 20 : 16) * n + H * at;
     }
     __device__ static void stage(uint4 *s16, uint32_t *s4, uint32_t stride, const uint8_t *w,
-                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u) {
+                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u, bool valid) {
         const size_t at = (size_t)row * units + u, n = (size_t)rows * units;
-        cp_async16(s16, w + 16 * at);
+        cp_async16(s16, w + 16 * at, valid);
         const uint8_t *hp = header_at(w, n, at);
-        cp_async4(s4, H == 2 ? word_of_u16(hp) : hp);
-        if (QH) cp_async4(s4 + stride, w + 16 * n + 4 * at);
+        cp_async4(s4, H == 2 ? word_of_u16(hp) : hp, valid);
+        if (QH) cp_async4(s4 + stride, w + 16 * n + 4 * at, valid);
     }
     __device__ static W32 unstage(const uint4 *s16, const uint32_t *s4, uint32_t stride,
                                   const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
@@ -1347,8 +1353,9 @@ template <class W, class X> struct UnitLoads {
         return W::load(w, rows, units, row, u);
     }
     __device__ static void stage(uint4 *s16, uint32_t *s4, uint32_t stride, const uint8_t *w,
-                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u) {
-        W::stage(s16, s4, stride, w, rows, units, row, u);
+                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u,
+                                 bool valid) {
+        W::stage(s16, s4, stride, w, rows, units, row, u, valid);
     }
     __device__ static WRaw unstage(const uint4 *s16, const uint32_t *s4, uint32_t stride,
                                    const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
@@ -1436,13 +1443,14 @@ template <> struct QUnit<FMT_Q8_0> {
     // Staged: the two code halves, and the aligned word that holds d.
     static constexpr int F16 = 2, F4 = 1;
     __device__ static void stage(uint4 *s16, uint32_t *s4, uint32_t stride, const uint8_t *w,
-                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u) {
+                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u,
+                                 bool valid) {
         const uint32_t grp = u >> 5, j = u & 31u, g = min(32u, units - 32 * grp);
         const uint8_t *base = w + (size_t)row * units * 32 + 1024 * (size_t)grp;
         const size_t at = (size_t)row * units + u;
-        cp_async16(s16, base + 16 * j);
-        cp_async16(s16 + stride, base + 16 * (g + j));
-        cp_async4(s4, word_of_u16(w + (size_t)rows * units * 32 + 2 * at));
+        cp_async16(s16, base + 16 * j, valid);
+        cp_async16(s16 + stride, base + 16 * (g + j), valid);
+        cp_async4(s4, word_of_u16(w + (size_t)rows * units * 32 + 2 * at), valid);
     }
     __device__ static WRaw unstage(const uint4 *s16, const uint32_t *s4, uint32_t stride,
                                    const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
@@ -1547,13 +1555,14 @@ template <> struct QUnit<FMT_Q4_K> {
     // Staged: the two 16-byte halves of the chunk's codes and the header.
     static constexpr int F16 = 3, F4 = 0;
     __device__ static void stage(uint4 *s16, uint32_t *, uint32_t stride, const uint8_t *w,
-                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u) {
+                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u,
+                                 bool valid) {
         const uint32_t grp = u >> 5, j = u & 31u, g = min(32u, units - 32 * grp);
         const uint8_t *base = w + (size_t)row * units * 32 + 1024 * (size_t)grp;
         const size_t sb = (size_t)row * (units >> 2) + (u >> 2);
-        cp_async16(s16, base + 16 * j);
-        cp_async16(s16 + stride, base + 16 * (g + j));
-        cp_async16(s16 + 2 * stride, w + (size_t)rows * units * 32 + 16 * sb);
+        cp_async16(s16, base + 16 * j, valid);
+        cp_async16(s16 + stride, base + 16 * (g + j), valid);
+        cp_async16(s16 + 2 * stride, w + (size_t)rows * units * 32 + 16 * sb, valid);
     }
     __device__ static WRaw unstage(const uint4 *s16, const uint32_t *, uint32_t stride,
                                    const uint8_t *, uint32_t, uint32_t, uint32_t, uint32_t) {
@@ -1766,17 +1775,19 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
     const uint32_t units = p.k / U::ELEMS;
     const uint32_t first = warp * 32 + lane;
-    // acc += the terms of unit u, whose weights (every row) are w.
+    // acc += the terms of unit u, whose weights (every row) are w, with the
+    // activations x of column c (xload).
+    auto add_terms = [&](const typename U::WRaw (&w)[V][R], const typename U::XRaw &x, int c,
+                         uint32_t u) {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                acc[v][r][c] = __fadd_rn(acc[v][r][c], U::term(w[v][r], x, u));
+    };
     auto add_unit = [&](const typename U::WRaw (&w)[V][R], uint32_t u) {
 #pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            const typename U::XRaw x = U::template xload<(NC > 1)>(p, c, u);
-#pragma unroll
-            for (int v = 0; v < V; ++v)
-#pragma unroll
-                for (int r = 0; r < R; ++r)
-                    acc[v][r][c] = __fadd_rn(acc[v][r][c], U::term(w[v][r], x, u));
-        }
+        for (int c = 0; c < NC; ++c) add_terms(w, U::template xload<(NC > 1)>(p, c, u), c, u);
     };
     EpiEarly early;
     if constexpr (STAGE > 0) {
@@ -1789,19 +1800,21 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
         const uint32_t tid = threadIdx.x;
         auto slot = [&](uint32_t s, int v, int r) { return (s * V + v) * R + r; };
         // Requests step `step` (unit first + step·STRIDE of every row) into
-        // ring slot s; one commit group a step, empty past the row's end.
+        // ring slot s, one commit group a step. Past the row's end the
+        // copies read nothing (a unit in range as their address): issued
+        // by every lane without a branch.
         auto issue = [&](uint32_t step, uint32_t s) {
             const uint32_t u = first + step * STRIDE;
-            if (u < units) {
+            const bool valid = u < units;
+            const uint32_t uc = valid ? u : 0u;
 #pragma unroll
-                for (int v = 0; v < V; ++v)
+            for (int v = 0; v < V; ++v)
 #pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        const uint32_t k = slot(s, v, r);
-                        U::stage(s16 + k * F16 * STRIDE + tid, s4 + k * F4 * STRIDE + tid, STRIDE,
-                                 v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
-                    }
-            }
+                for (int r = 0; r < R; ++r) {
+                    const uint32_t k = slot(s, v, r);
+                    U::stage(s16 + k * F16 * STRIDE + tid, s4 + k * F4 * STRIDE + tid, STRIDE,
+                             v == 0 ? p.w : p.w_up, p.rows, units, row[r], uc, valid);
+                }
             cp_async_commit();
         };
 #pragma unroll
@@ -1810,6 +1823,9 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
         early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
         uint32_t s = 0;
         for (uint32_t step = 0, u = first; u < units; ++step, u += STRIDE) {
+            // The activations are requested before the wait for the
+            // weights, so that their latency passes alongside.
+            const typename U::XRaw x = U::template xload<false>(p, 0, u);
             cp_async_wait<STAGE - 1>();
             typename U::WRaw w[V][R];
 #pragma unroll
@@ -1820,7 +1836,7 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
                     w[v][r] = U::unstage(s16 + k * F16 * STRIDE + tid, s4 + k * F4 * STRIDE + tid,
                                          STRIDE, v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
                 }
-            add_unit(w, u);
+            add_terms(w, x, 0, u);
             // The slot's values are in registers and used: refill it.
             issue(step + STAGE, s);
             s = s + 1 == STAGE ? 0 : s + 1;
