@@ -153,42 +153,6 @@ __device__ __forceinline__ uint32_t ld_stream_u16(const uint8_t *p) {
     return v;
 }
 
-// Weights copied into shared memory without passing through registers
-// (cp.async, sm_80 and up): the staged integer GEMV (gemvq, STAGE > 0)
-// keeps several steps of a lane's weights in flight this way. 16-byte
-// copies bypass L1 (.cg); 4-byte ones (the f16 scales) may only go through
-// it (.ca). Each lane reads back only what it copied itself, so waiting
-// for its own groups (cp_async_wait) is all the ordering it needs.
-// Where `valid` is false nothing is read (source size 0: the slot is
-// zero-filled), so that every lane issues the copy unconditionally.
-__device__ __forceinline__ void cp_async16(uint4 *smem, const uint8_t *g, bool valid) {
-    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g),
-                 "r"(valid ? 16u : 0u)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t *smem, const uint8_t *g, bool valid) {
-    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(g),
-                 "r"(valid ? 4u : 0u)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most N of this thread's committed groups are pending.
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-// The 4-byte word holding the 2-byte value at p (p 2-byte aligned), and
-// that value from the word.
-__device__ __forceinline__ const uint8_t *word_of_u16(const uint8_t *p) {
-    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)3);
-}
-__device__ __forceinline__ uint32_t u16_of_word(uint32_t word, const uint8_t *p) {
-    return (reinterpret_cast<uintptr_t>(p) & 2u) ? word >> 16 : word & 0xffffu;
-}
-
 // Activations: read-only for the whole launch, cached in L1.
 __device__ __forceinline__ float4 ld_x4(const float *p) {
     float4 v;
@@ -1298,32 +1262,6 @@ template <bool QH, int H> struct W32 {
         r.h = H == 2 ? ld_stream_u16(hp) : ld_stream_u32(hp);
         return r;
     }
-    // Staged (gemvq, STAGE > 0): the same fields through shared memory,
-    // F16 16-byte and F4 4-byte slots a lane (slot f at s16[f·stride],
-    // s4[f·stride]): the codes; the header word (H = 2: the aligned word
-    // that holds d); the fifth bits.
-    static constexpr int F16 = 1, F4 = QH ? 2 : 1;
-    __device__ static const uint8_t *header_at(const uint8_t *w, size_t n, size_t at) {
-        return w + (QH ? 20 : 16) * n + H * at;
-    }
-    __device__ static void stage(uint4 *s16, uint32_t *s4, uint32_t stride, const uint8_t *w,
-                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u, bool valid) {
-        const size_t at = (size_t)row * units + u, n = (size_t)rows * units;
-        cp_async16(s16, w + 16 * at, valid);
-        const uint8_t *hp = header_at(w, n, at);
-        cp_async4(s4, H == 2 ? word_of_u16(hp) : hp, valid);
-        if (QH) cp_async4(s4 + stride, w + 16 * n + 4 * at, valid);
-    }
-    __device__ static W32 unstage(const uint4 *s16, const uint32_t *s4, uint32_t stride,
-                                  const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
-                                  uint32_t u) {
-        const size_t at = (size_t)row * units + u, n = (size_t)rows * units;
-        W32 r;
-        r.q = s16[0];
-        r.h = H == 2 ? u16_of_word(s4[0], header_at(w, n, at)) : s4[0];
-        r.qh = QH ? s4[stride] : 0u;
-        return r;
-    }
     // The codes of elements 4j..4j+3 (g = 0) or 16 + 4j..+3 (g = 1), the
     // fifth bits added where the format has them.
     __device__ uint32_t codes(int j, int g) const {
@@ -1345,22 +1283,11 @@ template <bool QH, int H> struct W32 {
 // themselves: QUnit's ELEMS, WRaw, XRaw, load and xload.
 template <class W, class X> struct UnitLoads {
     static constexpr uint32_t ELEMS = 32;
-    static constexpr int F16 = W::F16, F4 = W::F4;
     using WRaw = W;
     using XRaw = X;
     __device__ static WRaw load(const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
                                 uint32_t u) {
         return W::load(w, rows, units, row, u);
-    }
-    __device__ static void stage(uint4 *s16, uint32_t *s4, uint32_t stride, const uint8_t *w,
-                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u,
-                                 bool valid) {
-        W::stage(s16, s4, stride, w, rows, units, row, u, valid);
-    }
-    __device__ static WRaw unstage(const uint4 *s16, const uint32_t *s4, uint32_t stride,
-                                   const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
-                                   uint32_t u) {
-        return W::unstage(s16, s4, stride, w, rows, units, row, u);
     }
     template <bool IL>
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
@@ -1439,25 +1366,6 @@ template <> struct QUnit<FMT_Q8_0> {
         const size_t at = (size_t)row * units + u;
         return WRaw{ld_stream(base + 16 * j), ld_stream(base + 16 * (g + j)),
                     ld_stream_u16(w + (size_t)rows * units * 32 + 2 * at)};
-    }
-    // Staged: the two code halves, and the aligned word that holds d.
-    static constexpr int F16 = 2, F4 = 1;
-    __device__ static void stage(uint4 *s16, uint32_t *s4, uint32_t stride, const uint8_t *w,
-                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u,
-                                 bool valid) {
-        const uint32_t grp = u >> 5, j = u & 31u, g = min(32u, units - 32 * grp);
-        const uint8_t *base = w + (size_t)row * units * 32 + 1024 * (size_t)grp;
-        const size_t at = (size_t)row * units + u;
-        cp_async16(s16, base + 16 * j, valid);
-        cp_async16(s16 + stride, base + 16 * (g + j), valid);
-        cp_async4(s4, word_of_u16(w + (size_t)rows * units * 32 + 2 * at), valid);
-    }
-    __device__ static WRaw unstage(const uint4 *s16, const uint32_t *s4, uint32_t stride,
-                                   const uint8_t *w, uint32_t rows, uint32_t units, uint32_t row,
-                                   uint32_t u) {
-        const size_t at = (size_t)row * units + u;
-        return WRaw{s16[0], s16[stride],
-                    u16_of_word(s4[0], w + (size_t)rows * units * 32 + 2 * at)};
     }
     template <bool IL>
     __device__ static XRaw xload(const GemvQParams &p, uint32_t col, uint32_t u) {
@@ -1551,22 +1459,6 @@ template <> struct QUnit<FMT_Q4_K> {
         const size_t sb = (size_t)row * (units >> 2) + (u >> 2);
         return WRaw{ld_stream(base + 16 * j), ld_stream(base + 16 * (g + j)),
                     ld_stream(w + (size_t)rows * units * 32 + 16 * sb)};
-    }
-    // Staged: the two 16-byte halves of the chunk's codes and the header.
-    static constexpr int F16 = 3, F4 = 0;
-    __device__ static void stage(uint4 *s16, uint32_t *, uint32_t stride, const uint8_t *w,
-                                 uint32_t rows, uint32_t units, uint32_t row, uint32_t u,
-                                 bool valid) {
-        const uint32_t grp = u >> 5, j = u & 31u, g = min(32u, units - 32 * grp);
-        const uint8_t *base = w + (size_t)row * units * 32 + 1024 * (size_t)grp;
-        const size_t sb = (size_t)row * (units >> 2) + (u >> 2);
-        cp_async16(s16, base + 16 * j, valid);
-        cp_async16(s16 + stride, base + 16 * (g + j), valid);
-        cp_async16(s16 + 2 * stride, w + (size_t)rows * units * 32 + 16 * sb, valid);
-    }
-    __device__ static WRaw unstage(const uint4 *s16, const uint32_t *, uint32_t stride,
-                                   const uint8_t *, uint32_t, uint32_t, uint32_t, uint32_t) {
-        return WRaw{s16[0], s16[stride], s16[2 * stride]};
     }
     // Activation codes 64c .. 64c + 63 of super-block sb, its d and the
     // code sums of the chunk's four groups of 16 (bsum_slot's order: low
@@ -1735,15 +1627,6 @@ template <> struct QUnit<FMT_TQ2_0> {
 // Units a lane has in flight at once (Q_UNROLL): 2, and 1 in the 1-column
 // `_u1` kernels (src/launch.rs: gemvq_unroll; fewer registers, more blocks
 // per SM).
-//
-// Staged kernels (STAGE > 0, the 1-column `_s<STAGE>` kernels): a lane's
-// weights go to shared memory with cp.async instead of through registers,
-// STAGE steps of one unit per row ahead (a ring of STAGE slots a lane; the
-// first STAGE steps requested before the wait), so that the bytes in
-// flight no longer cost registers: per lane STAGE·R units against R in
-// the `_u1` kernels. Each lane reads back only its own slots (no barrier).
-// The units and their order are those of the register kernels, so the
-// sums are the same bits.
 
 // Block b computes rows R·b .. R·b + R − 1 (it requests its first
 // weights, then waits for the quantizer: griddep_wait); its 4 warps take
@@ -1753,7 +1636,7 @@ template <> struct QUnit<FMT_TQ2_0> {
 // variant in which each warp owned its rows and walked all of K, with no
 // block barrier, ran 0.75–0.95x as fast on the H200.)
 // `block` as in gemv.
-template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2, int STAGE = 0>
+template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2>
 __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     using U = QUnit<FMT>;
     constexpr int V = GLU ? 2 : 1;
@@ -1774,101 +1657,43 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
 #pragma unroll
     for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
     const uint32_t units = p.k / U::ELEMS;
-    const uint32_t first = warp * 32 + lane;
-    // acc += the terms of unit u, whose weights (every row) are w, with the
-    // activations x of column c (xload).
-    auto add_terms = [&](const typename U::WRaw (&w)[V][R], const typename U::XRaw &x, int c,
-                         uint32_t u) {
+    // One step's weights: units u0 + j·STRIDE, j < Q_UNROLL, of every row.
+    typename U::WRaw w[Q_UNROLL][V][R];
+    auto load_step = [&](uint32_t u0) {
 #pragma unroll
-        for (int v = 0; v < V; ++v)
+        for (int j = 0; j < Q_UNROLL; ++j) {
+            const uint32_t u = u0 + j * STRIDE;
+            if (u < units) {
 #pragma unroll
-            for (int r = 0; r < R; ++r)
-                acc[v][r][c] = __fadd_rn(acc[v][r][c], U::term(w[v][r], x, u));
-    };
-    auto add_unit = [&](const typename U::WRaw (&w)[V][R], uint32_t u) {
+                for (int v = 0; v < V; ++v)
 #pragma unroll
-        for (int c = 0; c < NC; ++c) add_terms(w, U::template xload<(NC > 1)>(p, c, u), c, u);
-    };
-    EpiEarly early;
-    if constexpr (STAGE > 0) {
-        static_assert(NC == 1, "staged kernels take one column");
-        constexpr int F16 = U::F16, F4 = U::F4 > 0 ? U::F4 : 1;
-        // Slot (s, v, r) of this lane: 16-byte fields at s16 + F16·STRIDE·slot
-        // + tid + f·STRIDE, 4-byte ones likewise in s4.
-        __shared__ uint4 s16[STAGE * V * R * F16 * STRIDE];
-        __shared__ uint32_t s4[STAGE * V * R * F4 * STRIDE];
-        const uint32_t tid = threadIdx.x;
-        auto slot = [&](uint32_t s, int v, int r) { return (s * V + v) * R + r; };
-        // Requests step `step` (unit first + step·STRIDE of every row) into
-        // ring slot s, one commit group a step. Past the row's end the
-        // copies read nothing (a unit in range as their address): issued
-        // by every lane without a branch.
-        auto issue = [&](uint32_t step, uint32_t s) {
-            const uint32_t u = first + step * STRIDE;
-            const bool valid = u < units;
-            const uint32_t uc = valid ? u : 0u;
-#pragma unroll
-            for (int v = 0; v < V; ++v)
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const uint32_t k = slot(s, v, r);
-                    U::stage(s16 + k * F16 * STRIDE + tid, s4 + k * F4 * STRIDE + tid, STRIDE,
-                             v == 0 ? p.w : p.w_up, p.rows, units, row[r], uc, valid);
-                }
-            cp_async_commit();
-        };
-#pragma unroll
-        for (int s = 0; s < STAGE; ++s) issue(s, s);
-        griddep_ready(p.deps);
-        early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
-        uint32_t s = 0;
-        for (uint32_t step = 0, u = first; u < units; ++step, u += STRIDE) {
-            // The activations are requested before the wait for the
-            // weights, so that their latency passes alongside.
-            const typename U::XRaw x = U::template xload<false>(p, 0, u);
-            cp_async_wait<STAGE - 1>();
-            typename U::WRaw w[V][R];
-#pragma unroll
-            for (int v = 0; v < V; ++v)
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const uint32_t k = slot(s, v, r);
-                    w[v][r] = U::unstage(s16 + k * F16 * STRIDE + tid, s4 + k * F4 * STRIDE + tid,
-                                         STRIDE, v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
-                }
-            add_terms(w, x, 0, u);
-            // The slot's values are in registers and used: refill it.
-            issue(step + STAGE, s);
-            s = s + 1 == STAGE ? 0 : s + 1;
+                    for (int r = 0; r < R; ++r)
+                        w[j][v][r] = U::load(v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
+            }
         }
-    } else {
-        // One step's weights: units u0 + j·STRIDE, j < Q_UNROLL, of every row.
-        typename U::WRaw w[Q_UNROLL][V][R];
-        auto load_step = [&](uint32_t u0) {
+    };
+    // The first step's weights are requested before the wait (weights are
+    // constant): under programmatic dependent launch they stream in while
+    // the kernel before this one finishes.
+    const uint32_t first = warp * 32 + lane;
+    load_step(first);
+    griddep_ready(p.deps);
+    const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
+    for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
+        if (u0 != first) load_step(u0);
 #pragma unroll
-            for (int j = 0; j < Q_UNROLL; ++j) {
-                const uint32_t u = u0 + j * STRIDE;
-                if (u < units) {
+        for (int j = 0; j < Q_UNROLL; ++j) {
+            const uint32_t u = u0 + j * STRIDE;
+            if (u < units) {
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    const typename U::XRaw x = U::template xload<(NC > 1)>(p, c, u);
 #pragma unroll
                     for (int v = 0; v < V; ++v)
 #pragma unroll
                         for (int r = 0; r < R; ++r)
-                            w[j][v][r] = U::load(v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
+                            acc[v][r][c] = __fadd_rn(acc[v][r][c], U::term(w[j][v][r], x, u));
                 }
-            }
-        };
-        // The first step's weights are requested before the wait (weights are
-        // constant): under programmatic dependent launch they stream in while
-        // the kernel before this one finishes.
-        load_step(first);
-        griddep_ready(p.deps);
-        early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
-        for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
-            if (u0 != first) load_step(u0);
-#pragma unroll
-            for (int j = 0; j < Q_UNROLL; ++j) {
-                const uint32_t u = u0 + j * STRIDE;
-                if (u < units) add_unit(w[j], u);
             }
         }
     }
@@ -1905,30 +1730,12 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
 
 // The group kernels of one column, fused_gemvq_group_<fmt>_r<R>_c1[_u1]:
 // U units in flight (1: the `_u1` kernel's bounds, BOUNDS; 2: the plain ones).
-// STAGE > 0: the staged kernel of that many steps (`_s<STAGE>`).
-#define GEMVQ_GROUP_KERNEL_S(name, FMT, R, U, STAGE, SUFFIX, BOUNDS)                           \
+#define GEMVQ_GROUP_KERNEL(name, FMT, R, U, SUFFIX, BOUNDS)                                    \
     extern "C" __global__ void BOUNDS fused_gemvq_group_##name##_r##R##_c1##SUFFIX(            \
         const __grid_constant__ Group<GemvQParams> g) {                                        \
         const uint32_t j = group_job(g);                                                       \
-        gemvq<FMT, 1, R, false, U, STAGE>(g.job[j], blockIdx.x - g.first_block[j]);           \
+        gemvq<FMT, 1, R, false, U>(g.job[j], blockIdx.x - g.first_block[j]);                   \
     }
-#define GEMVQ_GROUP_KERNEL(name, FMT, R, U, SUFFIX, BOUNDS)                                    \
-    GEMVQ_GROUP_KERNEL_S(name, FMT, R, U, 0, SUFFIX, BOUNDS)
-
-// The staged one-column kernels, fused_gemvq[_group]_<fmt>_r<R>_c1_s<S>
-// (src/launch.rs: gemvq_stage picks S), for the formats of the issue's
-// bandwidth targets at the rows per block they launch with. Static shared
-// memory: S·R·128 slots of 20 (Q4_0), 36 (Q8_0) or 48 (Q4_K) bytes, at
-// most 40 KiB. Their registers are capped at 64 (8 blocks an SM, as many
-// as the smallest rings' shared memory allows; ptxas: 58–64 registers, no
-// spills), since the bytes in flight no longer need them.
-#define GEMVQ_STAGED_BOUNDS __launch_bounds__(WARPS * 32, 8)
-#define GEMVQ_STAGED_KERNELS(name, FMT, R, S)                                                  \
-    extern "C" __global__ void GEMVQ_STAGED_BOUNDS fused_gemvq_##name##_r##R##_c1_s##S(        \
-        const GemvQParams p) {                                                                 \
-        gemvq<FMT, 1, R, false, 1, S>(p, blockIdx.x);                                          \
-    }                                                                                          \
-    GEMVQ_GROUP_KERNEL_S(name, FMT, R, 1, S, _s##S, GEMVQ_STAGED_BOUNDS)
 
 #define GEMVQ_KERNEL_U1(name, FMT, R, BOUNDS)                                                  \
     extern "C" __global__ void BOUNDS                                                          \
@@ -1972,11 +1779,3 @@ GEMVQ_KERNELS(q5_K, FMT_Q5_K)
 GEMVQ_KERNELS(tq2_0, FMT_TQ2_0)
 GEMVQ_KERNELS(q4_1, FMT_Q4_1)
 GEMVQ_KERNELS(q5_1, FMT_Q5_1)
-GEMVQ_STAGED_KERNELS(q4_0, FMT_Q4_0, 4, 2)
-GEMVQ_STAGED_KERNELS(q4_0, FMT_Q4_0, 4, 3)
-GEMVQ_STAGED_KERNELS(q4_0, FMT_Q4_0, 4, 4)
-GEMVQ_STAGED_KERNELS(q8_0, FMT_Q8_0, 2, 2)
-GEMVQ_STAGED_KERNELS(q8_0, FMT_Q8_0, 2, 3)
-GEMVQ_STAGED_KERNELS(q8_0, FMT_Q8_0, 2, 4)
-GEMVQ_STAGED_KERNELS(q4_K, FMT_Q4_K, 2, 2)
-GEMVQ_STAGED_KERNELS(q4_K, FMT_Q4_K, 2, 3)

@@ -285,7 +285,7 @@ impl CudaBackend {
         })?;
         self.dev.make_current()?;
         // An empty matrix allocates nothing (no zero-byte memset either).
-        let alloc = |bytes: usize| {
+        let alloc = || {
             if bytes == 0 {
                 DeviceBuffer::from_slice(&[])
             } else {
@@ -293,11 +293,11 @@ impl CudaBackend {
             }
             .map_err(driver("allocate weights"))
         };
-        let buf = alloc(bytes)?;
+        let buf = alloc()?;
         let int_buf = if check_gemv_mode(dtype, ActQuant::ggml(dtype)).is_ok()
             && ActQuant::ggml(dtype) != ActQuant::F32
         {
-            Some(alloc(layout::int_layout_len(bytes))?)
+            Some(alloc()?)
         } else {
             None
         };

@@ -126,34 +126,6 @@ fn allow_dynamic_shared(function: &Function<'_>, bytes: usize) -> Result<(), Cud
     )
 }
 
-/// Asks the driver to configure the SMs with `percent` % of the largest
-/// shared-memory carveout while `function` runs (a hint; the driver rounds
-/// it to a configuration the device has).
-fn prefer_shared_carveout(function: &Function<'_>, percent: i32) -> Result<(), CudaError> {
-    // SAFETY: as in allow_dynamic_shared.
-    let r = unsafe {
-        cust::sys::cuFuncSetAttribute(
-            function.to_raw(),
-            cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-            percent,
-        )
-    };
-    check_result(r, "set the shared-memory carveout of a staged GEMV kernel")
-}
-
-/// The carveout the staged integer GEMV kernels ask for, in % of the
-/// largest: `FUSED_CUDA_STAGE_CARVEOUT` (a negative value: none asked for),
-/// else 100. Without it the driver may keep the carveout of the kernels
-/// around them (the register kernels need almost no shared memory), where
-/// a staged block's 18–41 KiB fit once or twice an SM.
-fn staged_carveout() -> Option<i32> {
-    let v = std::env::var("FUSED_CUDA_STAGE_CARVEOUT")
-        .ok()
-        .and_then(|v| v.parse::<i32>().ok())
-        .unwrap_or(100);
-    (v >= 0).then_some(v.min(100))
-}
-
 /// A raw driver result as `Ok`, or [`CudaError::Driver`] saying what was
 /// being done (for the calls cust 0.3.2 has no wrapper for).
 pub(crate) fn check_result(r: cust::sys::CUresult, what: &'static str) -> Result<(), CudaError> {
@@ -196,19 +168,6 @@ impl CudaDevice {
                 .get_function(format!("fused_fwht_block_e{e}"))
                 .map_err(driver("find fused_fwht_block"))?;
             allow_dynamic_shared(&f, bytes)?;
-        }
-        if let Some(percent) = staged_carveout() {
-            for (dtype, r, stage) in crate::launch::STAGED_KERNELS {
-                let name =
-                    crate::launch::gemvq_kernel_name(false, dtype, r, 1, &format!("_s{stage}"));
-                let group = name.replacen("fused_gemvq_", "fused_gemvq_group_", 1);
-                for name in [name, group] {
-                    let f = gemv
-                        .get_function(&name)
-                        .map_err(driver("find a staged GEMV kernel"))?;
-                    prefer_shared_carveout(&f, percent)?;
-                }
-            }
         }
         let stream =
             Stream::new(StreamFlags::NON_BLOCKING, None).map_err(driver("create a stream"))?;

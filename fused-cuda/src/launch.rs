@@ -154,82 +154,6 @@ fn gemvq_unroll(dtype: DType, n_cols: usize) -> usize {
         )
 }
 
-/// The staged one-column integer kernels (`fused_gemvq[_group]_<fmt>_r<R>_c1_s<S>`
-/// in `kernels/gemv.cu`): (format, rows per block R, steps in flight S).
-/// Their lanes keep S steps of R units of weights in flight through shared
-/// memory (cp.async) rather than registers. No GLU kernels.
-pub(crate) const STAGED_KERNELS: [(DType, usize, usize); 8] = [
-    (DType::Q4_0, 4, 2),
-    (DType::Q4_0, 4, 3),
-    (DType::Q4_0, 4, 4),
-    (DType::Q8_0, 2, 2),
-    (DType::Q8_0, 2, 3),
-    (DType::Q8_0, 2, 4),
-    (DType::Q4_K, 2, 2),
-    (DType::Q4_K, 2, 3),
-];
-
-/// Steps in flight of the staged kernel a one-column integer GEMV (no GLU)
-/// of `dtype` with `r` rows per block runs, where [`STAGED_KERNELS`] has
-/// one for `stage` (the steps asked for:
-/// [`Q_STAGE_VAR`](crate::Q_STAGE_VAR), else none).
-fn gemvq_stage_for(
-    glu: bool,
-    dtype: DType,
-    r: usize,
-    n_cols: usize,
-    stage: usize,
-) -> Option<usize> {
-    (!glu && n_cols == 1 && STAGED_KERNELS.contains(&(dtype, r, stage))).then_some(stage)
-}
-
-/// The one-column kernel variant's name suffix: `_s<S>` (staged, see
-/// [`gemvq_stage_for`]), `_u1` (one unit in flight per lane,
-/// [`gemvq_unroll`]) or none.
-fn gemvq_suffix(glu: bool, dtype: DType, r: usize, n_cols: usize) -> String {
-    let stage = std::env::var(crate::options::Q_STAGE_VAR)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    match gemvq_stage_for(glu, dtype, r, n_cols, stage) {
-        Some(s) => format!("_s{s}"),
-        None if gemvq_unroll(dtype, n_cols) == 1 => "_u1".to_owned(),
-        None => String::new(),
-    }
-}
-
-/// `fused_gemvq_[glu_]<fmt>_r<R>_c<NC><suffix>`.
-pub(crate) fn gemvq_kernel_name(
-    glu: bool,
-    dtype: DType,
-    r: usize,
-    n_cols: usize,
-    suffix: &str,
-) -> String {
-    format!(
-        "fused_gemvq_{}{}_r{r}_c{n_cols}{suffix}",
-        if glu { "glu_" } else { "" },
-        dtype.name(),
-    )
-}
-
-/// Whether a GEMV kernel `name` takes one column: it ends in `_c1`, or in
-/// `_c1` and a variant suffix (`_u1`, `_s<S>`).
-pub(crate) fn is_one_column_kernel(name: &str) -> bool {
-    let base = match name.rsplit_once('_') {
-        Some((base, v))
-            if v == "u1"
-                || (v.len() > 1
-                    && v.starts_with('s')
-                    && v[1..].bytes().all(|b| b.is_ascii_digit())) =>
-        {
-            base
-        }
-        _ => name,
-    };
-    base.ends_with("_c1")
-}
-
 /// Threads per block of the activation quantizers (one warp per block of
 /// activations).
 const QUANT_BLOCK: u32 = 256;
@@ -577,8 +501,16 @@ impl Launch {
             qout: QuantOut::default(),
         };
         let r = gemvq_rows_per_block(dtype, n_cols, rows);
-        let glu = w_up.is_some();
-        let name = gemvq_kernel_name(glu, dtype, r, n_cols, &gemvq_suffix(glu, dtype, r, n_cols));
+        let name = format!(
+            "fused_gemvq_{}{}_r{r}_c{n_cols}{}",
+            if w_up.is_some() { "glu_" } else { "" },
+            dtype.name(),
+            if gemvq_unroll(dtype, n_cols) == 1 {
+                "_u1"
+            } else {
+                ""
+            }
+        );
         let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
         // The weights' bytes in GGML's layout (the integer layout's differ
         // by the scales' packing only).
@@ -917,47 +849,6 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(ew.kind(), LaunchKind::Kernel);
-    }
-
-    #[test]
-    fn staged_kernels_take_one_column_without_glu_where_one_exists() {
-        assert_eq!(gemvq_stage_for(false, DType::Q4_0, 4, 1, 3), Some(3));
-        assert_eq!(gemvq_stage_for(false, DType::Q4_K, 2, 1, 2), Some(2));
-        assert_eq!(gemvq_stage_for(true, DType::Q4_0, 4, 1, 3), None, "GLU");
-        assert_eq!(
-            gemvq_stage_for(false, DType::Q4_0, 4, 2, 3),
-            None,
-            "2 columns"
-        );
-        assert_eq!(gemvq_stage_for(false, DType::Q4_0, 2, 1, 3), None, "R = 2");
-        assert_eq!(gemvq_stage_for(false, DType::Q4_K, 2, 1, 4), None, "S = 4");
-        assert_eq!(gemvq_stage_for(false, DType::Q5_K, 4, 1, 2), None, "format");
-        assert_eq!(gemvq_stage_for(false, DType::Q4_0, 4, 1, 0), None, "off");
-        assert_eq!(
-            gemvq_kernel_name(false, DType::Q4_K, 2, 1, "_s3"),
-            "fused_gemvq_q4_K_r2_c1_s3"
-        );
-    }
-
-    #[test]
-    fn one_column_kernels_are_told_by_their_names() {
-        for name in [
-            "fused_gemv_f16_c1",
-            "fused_gemvq_q4_0_r4_c1_u1",
-            "fused_gemvq_q4_0_r4_c1_s3",
-            "fused_gemvq_q8_0_r2_c1_s12",
-        ] {
-            assert!(is_one_column_kernel(name), "{name}");
-        }
-        for name in [
-            "fused_gemv_f16_c2",
-            "fused_gemvq_q4_0_r2_c2",
-            "fused_gemvq_q4_0_r1_c8",
-            "fused_gemvq_q4_0_r4_c1_s",
-            "fused_gemvq_q4_0_r4_c1_x1",
-        ] {
-            assert!(!is_one_column_kernel(name), "{name}");
-        }
     }
 
     #[test]

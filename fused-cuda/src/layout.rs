@@ -188,17 +188,8 @@ pub(crate) const fn int_planes(dtype: DType) -> Option<&'static [(usize, usize)]
 /// in the block, then the fifth or top bits (qh) and the scale headers.
 /// Within a plane the bytes keep the core's order, except the codes of
 /// Q8_0 (its 32-byte blocks) and Q4_K (the four 32-byte chunks of each
-/// super-block's qs): grouped per row by [`put_grouped_chunk`]. The
-/// original's bytes, rearranged, then zeros up to [`int_layout_len`]. Other
-/// formats: `None`.
-/// Bytes of the integer layout of weights of `bytes` bytes: a whole number
-/// of 4-byte words. The staged kernels copy a 2-byte scale as the aligned
-/// word that holds it (cp.async moves at least 4 bytes), so the last scale's
-/// word must lie inside the buffer.
-pub(crate) fn int_layout_len(bytes: usize) -> usize {
-    bytes.next_multiple_of(4)
-}
-
+/// super-block's qs): grouped per row by [`put_grouped_chunk`]. Same length
+/// and bytes as the original, rearranged. Other formats: `None`.
 pub(crate) fn to_device_int(
     dtype: DType,
     rows: usize,
@@ -208,7 +199,7 @@ pub(crate) fn to_device_int(
     let planes = int_planes(dtype)?;
     let (bb, nb) = (dtype.block_bytes(), cols / dtype.block_len());
     let n = rows * nb;
-    let mut out = vec![0u8; int_layout_len(bytes.len())];
+    let mut out = vec![0u8; bytes.len()];
     let mut base = 0;
     for (p, &(off, len)) in planes.iter().enumerate() {
         let plane = &mut out[base..base + n * len];
@@ -393,8 +384,7 @@ mod tests {
             for (rows, cols) in [(3, 1280), (2, 256), (1, 2048 + 256)] {
                 let bytes = random_rows(dtype, rows, cols);
                 let dev = to_device_int(dtype, rows, cols, &bytes).unwrap();
-                assert_eq!(dev.len(), int_layout_len(bytes.len()));
-                assert!(dev.len() % 4 == 0 && dev[bytes.len()..].iter().all(|&b| b == 0));
+                assert_eq!(dev.len(), bytes.len());
                 let rb = dtype.row_bytes(cols).unwrap();
                 for r in 0..rows {
                     let mut want = vec![0.0; cols];

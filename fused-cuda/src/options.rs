@@ -82,10 +82,3 @@ impl LaunchOptions {
         }
     }
 }
-
-/// The environment variable that picks the steps in flight of the staged
-/// one-column integer GEMV kernels (`FUSED_CUDA_Q_STAGE=S`: each lane keeps
-/// S steps of its weights in flight through shared memory, where a staged
-/// kernel exists for the format and rows per block; 0: the register
-/// kernels), read when a launch is built. For A/B runs of `cuda-bench`.
-pub const Q_STAGE_VAR: &str = "FUSED_CUDA_Q_STAGE";

@@ -196,7 +196,8 @@ fn run() -> Result<(), CudaError> {
          the calls after a batch's first starting without waiting for the call before them \
          where they are of one column over at most 64 MiB of weights; \"group\": with \
          `LaunchOptions::group` too (the defaults), up to 8 one-column calls of one kernel \
-         in one launch (the three batch columns taking turns).\n"
+         in one launch; \"batch, group, GEMV alone\": the grouped batch on activations \
+         quantized beforehand, no quantizer launch (the four batch columns taking turns).\n"
     );
     println!(
         "| shape (rows × K) | format | acts | cols | {GEMV_CELLS_HEADER}\n| --- | --- | --- | ---: | {GEMV_CELLS_RULE}"
@@ -916,7 +917,6 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 const Q_ROWS: &str = "FUSED_CUDA_Q_ROWS";
 const Q_UNROLL: &str = "FUSED_CUDA_Q_UNROLL";
 const F_SHAPE: &str = "FUSED_CUDA_F16_SHAPE";
-const Q_STAGE: &str = fused_cuda::Q_STAGE_VAR;
 
 /// Knob settings: (environment variable, value).
 type Knobs<'a> = &'a [(&'a str, &'a str)];
@@ -930,7 +930,7 @@ static STARTING_KNOBS: std::sync::OnceLock<Vec<(&str, Option<String>)>> =
 /// the bench started.
 fn set_knobs(knobs: Knobs) {
     let start = STARTING_KNOBS.get_or_init(|| {
-        [Q_ROWS, Q_UNROLL, F_SHAPE, Q_STAGE]
+        [Q_ROWS, Q_UNROLL, F_SHAPE]
             .map(|name| (name, std::env::var(name).ok()))
             .to_vec()
     });
@@ -1058,24 +1058,28 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         ("normal", normal, &[]),
         ("PDL", pdl, &[]),
         (
+            "PDL, int. R = 1, U = 1",
+            pdl,
+            &[(Q_ROWS, "1"), (Q_UNROLL, "1")],
+        ),
+        (
             "PDL, int. R = 2, U = 1",
             pdl,
-            &[(Q_ROWS, "2"), (Q_UNROLL, "1"), (Q_STAGE, "0")],
+            &[(Q_ROWS, "2"), (Q_UNROLL, "1")],
         ),
         (
             "PDL, int. R = 4, U = 1",
             pdl,
-            &[(Q_ROWS, "4"), (Q_UNROLL, "1"), (Q_STAGE, "0")],
+            &[(Q_ROWS, "4"), (Q_UNROLL, "1")],
         ),
         (
             "PDL, int. R = 2, U = 2",
             pdl,
-            &[(Q_ROWS, "2"), (Q_UNROLL, "2"), (Q_STAGE, "0")],
+            &[(Q_ROWS, "2"), (Q_UNROLL, "2")],
         ),
-        ("PDL, int. staged S = 2", pdl, &[(Q_STAGE, "2")]),
-        ("PDL, int. staged S = 3", pdl, &[(Q_STAGE, "3")]),
-        ("PDL, int. staged S = 4", pdl, &[(Q_STAGE, "4")]),
+        ("PDL, F16 U = 4", pdl, &[(F_SHAPE, "u4")]),
         ("PDL, F16 U = 8", pdl, &[(F_SHAPE, "u8")]),
+        ("PDL, F16 U = 16", pdl, &[(F_SHAPE, "u16")]),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
@@ -1084,10 +1088,7 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
          blocks start as the previous kernel's blocks retire, then wait for its results); \
          with PDL also the integer kernels' rows per block R and units in flight per lane U \
-         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1), the \
-         staged integer kernels' steps in flight S (`FUSED_CUDA_Q_STAGE`: each lane's weights \
-         S steps ahead through shared memory; Q8_0 and Q4_K at R = 2, Q4_0 at R = 4; other \
-         rows per block run the default kernel), and the \
+         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1), and the \
          F16 kernel's units of 8 weights in flight per lane U (default: those that cover a \
          lane's row, up to 16: 16 at K = 14336, 8 at K = 8192). Options take turns, 3 rounds.\n"
     );
