@@ -1240,13 +1240,11 @@ fn gemv_timing(
             )?);
         }
     }
-    let group_alone = if tb[3].is_empty() {
-        "| |".to_owned()
-    } else {
-        let t = median(std::mem::take(&mut tb[3]));
+    let [tb, to, tg, ta] = tb.map(|v| (!v.is_empty()).then(|| median(v)));
+    let [tb, to, tg] = [tb, to, tg].map(|t| t.expect("timed every round"));
+    let group_alone = ta.map_or("| |".to_owned(), |t| {
         format!("| {:.1} | {:.0}% |", t * 1e3, pct(t))
-    };
-    let [tb, to, tg] = [0, 1, 2].map(|i| median(std::mem::take(&mut tb[i])));
+    });
     Ok(format!(
         "{} | {:.1} | {:.0} | {:.0}% {alone} {:.1} | {:.0}% | {:.1} | {:.0}% | {:.1} | {:.0}% {group_alone}",
         ws.len(),
