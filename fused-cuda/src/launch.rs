@@ -11,12 +11,13 @@
 use crate::backend::CudaBackend;
 use crate::device::check_result;
 use crate::group::GroupJobs;
+use crate::layout;
 use crate::params::{
-    EpiParams, FwhtParams, GemvParams, GemvQParams, QuantOut, QuantParams, act_code,
+    EpiParams, FwhtParams, GemvParams, GemvQParams, Lookahead, QuantOut, QuantParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
-use crate::{CudaError, MAX_COLS};
+use crate::{CudaError, MAX_COLS, WeightLookahead};
 use fused_core::element::Activation;
 use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
@@ -407,6 +408,8 @@ impl Launch {
             deps: Deps::Wait,
             pad: 0,
             epi,
+            ahead: Lookahead::planes(&layout::row_planes(dtype, m, k, row_bytes))
+                .unwrap_or_default(),
         };
         let shape = (dtype == DType::F16)
             .then(|| f16_shape(k, n_cols))
@@ -499,6 +502,9 @@ impl Launch {
             deps: Deps::Wait,
             epi,
             qout: QuantOut::default(),
+            ahead: layout::int_row_planes(dtype, rows, layout.k)
+                .and_then(|p| Lookahead::planes(&p))
+                .unwrap_or_default(),
         };
         let r = gemvq_rows_per_block(dtype, n_cols, rows);
         let name = format!(
@@ -689,6 +695,7 @@ impl CudaBackend {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
+                params.ahead = params.ahead.at(self.lookahead_blocks(name)?);
                 // SAFETY: one GemvParams argument, as every GEMV kernel
                 // takes; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
@@ -704,6 +711,7 @@ impl CudaBackend {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
+                params.ahead = params.ahead.at(self.lookahead_blocks(name)?);
                 // SAFETY: one GemvQParams argument, as every integer GEMV
                 // kernel takes; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
@@ -714,6 +722,7 @@ impl CudaBackend {
                 let mut jobs = jobs.clone();
                 jobs.set_early(self.options().early_operands);
                 jobs.set_deps(self.deps_in_effect(jobs.deps()));
+                jobs.set_lookahead(self.lookahead_blocks(name)?);
                 let a = match &jobs {
                     GroupJobs::Float(g) => arg(&**g),
                     GroupJobs::Int(g) => arg(&**g),
@@ -778,6 +787,17 @@ impl CudaBackend {
                 Ok(())
             }
         }
+    }
+
+    /// The lookahead distance of GEMV kernel `name`, in blocks:
+    /// [`LaunchOptions::lookahead`](crate::LaunchOptions::lookahead) (0
+    /// when that is off).
+    fn lookahead_blocks(&self, name: &str) -> Result<u32, CudaError> {
+        Ok(match self.options().lookahead {
+            WeightLookahead::Off => 0,
+            WeightLookahead::Blocks(n) => n,
+            WeightLookahead::Waves(n) => n.saturating_mul(self.gemv_wave(name, GEMV_BLOCK)?),
+        })
     }
 
     /// A GEMV launch's `deps` as launched: as built where

@@ -153,6 +153,48 @@ pub(crate) fn to_device(dtype: DType, rows: usize, cols: usize, bytes: &[u8]) ->
     out
 }
 
+/// Where the rows of `rows × cols` weights of `dtype` lie in the device
+/// layout ([`to_device`]; `row_bytes` the core's bytes per row): per plane,
+/// `(offset of row 0, bytes per row)`. One plane for the formats without a
+/// tiling; the codes, scales and remaining blocks of the tiled ones.
+pub(crate) fn row_planes(
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+) -> Vec<(u64, usize)> {
+    let Some(t) = tiling(dtype) else {
+        return vec![(0, row_bytes)];
+    };
+    let nt = cols / t.elems;
+    let tile_src = t.elems / dtype.block_len() * dtype.block_bytes();
+    let codes = (rows * nt * TILE_CODE_BYTES) as u64;
+    let scales = (rows * nt * t.scale_bytes) as u64;
+    vec![
+        (0, nt * TILE_CODE_BYTES),
+        (codes, nt * t.scale_bytes),
+        (codes + scales, row_bytes - nt * tile_src),
+    ]
+}
+
+/// Where the rows of `rows × cols` weights of `dtype` lie in the integer
+/// layout ([`to_device_int`]): per plane of [`int_planes`], `(offset of row
+/// 0, bytes per row)`; `None` for the formats without integer kernels.
+pub(crate) fn int_row_planes(dtype: DType, rows: usize, cols: usize) -> Option<Vec<(u64, usize)>> {
+    let nb = cols / dtype.block_len();
+    let mut base = 0u64;
+    Some(
+        int_planes(dtype)?
+            .iter()
+            .map(|&(_, len)| {
+                let plane = (base, nb * len);
+                base += (rows * nb * len) as u64;
+                plane
+            })
+            .collect(),
+    )
+}
+
 /// The planes of the integer (quantized-activation) layout of `dtype`: byte
 /// ranges `(offset, len)` of one of its blocks, in the order the planes lie
 /// in the matrix (codes first), or `None` for the formats without integer
@@ -459,5 +501,92 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Checks that `planes` (as `row_planes` / `int_row_planes` give them)
+    /// cover the device copy `dev` of `bytes` exactly, plane after plane,
+    /// and that every device byte that changes when one source row changes
+    /// lies in that row's bytes of the planes.
+    fn check_row_planes(
+        what: &str,
+        planes: &[(u64, usize)],
+        rows: usize,
+        bytes: &[u8],
+        to_dev: impl Fn(&[u8]) -> Vec<u8>,
+    ) {
+        let dev = to_dev(bytes);
+        let mut end = 0u64;
+        for &(offset, row_bytes) in planes {
+            assert_eq!(offset, end, "{what}: planes one after the other");
+            end += (rows * row_bytes) as u64;
+        }
+        assert_eq!(end, dev.len() as u64, "{what}: planes cover the layout");
+        let rb = bytes.len() / rows;
+        for r in 0..rows {
+            let mut changed = bytes.to_vec();
+            changed[r * rb..(r + 1) * rb]
+                .iter_mut()
+                .for_each(|b| *b ^= 0x5a);
+            let other = to_dev(&changed);
+            let in_row = |at: usize| {
+                planes.iter().any(|&(offset, row_bytes)| {
+                    let start = offset as usize + r * row_bytes;
+                    (start..start + row_bytes).contains(&at)
+                })
+            };
+            let moved: Vec<usize> = (0..dev.len()).filter(|&i| dev[i] != other[i]).collect();
+            assert!(!moved.is_empty(), "{what}: row {r} changed nothing");
+            assert!(
+                moved.iter().all(|&i| in_row(i)),
+                "{what}: row {r} changed bytes outside its planes"
+            );
+        }
+    }
+
+    #[test]
+    fn row_planes_hold_each_rows_bytes() {
+        for dtype in [
+            DType::Q4_0,
+            DType::Q8_0,
+            DType::Q4_K,
+            DType::F16,
+            DType::Q5_0,
+        ] {
+            // Whole tiles and a rest, only a rest, only tiles.
+            for (rows, cols) in [(3, 2048 + 256), (2, 256), (2, 1024)] {
+                let bytes = random_rows(dtype, rows, cols);
+                let rb = dtype.row_bytes(cols).unwrap();
+                check_row_planes(
+                    &format!("{dtype} {rows}x{cols}"),
+                    &row_planes(dtype, rows, cols, rb),
+                    rows,
+                    &bytes,
+                    |b| to_device(dtype, rows, cols, b),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn int_row_planes_hold_each_rows_bytes() {
+        for dtype in [
+            DType::Q4_0,
+            DType::Q8_0,
+            DType::Q4_K,
+            DType::Q5_1,
+            DType::Q6_K,
+        ] {
+            for (rows, cols) in [(3, 1280), (2, 256), (1, 2048 + 256)] {
+                let bytes = random_rows(dtype, rows, cols);
+                check_row_planes(
+                    &format!("{dtype} {rows}x{cols}"),
+                    &int_row_planes(dtype, rows, cols).unwrap(),
+                    rows,
+                    &bytes,
+                    |b| to_device_int(dtype, rows, cols, b).unwrap(),
+                );
+            }
+        }
+        assert!(int_row_planes(DType::F16, 1, 32).is_none());
     }
 }
