@@ -81,69 +81,6 @@ __device__ __forceinline__ void griddep_end(uint32_t deps) {
     if (deps == DEPS_INDEPENDENT) griddep_wait();
 }
 
-// ------------------------------------------------------ weight lookahead
-// A GEMV block asks L2 for the weights of the block `blocks` further on in
-// its grid (about one wave of blocks later: src/launch.rs sets the distance
-// from the kernel's occupancy), before its own griddep_wait. Under
-// programmatic dependent launch the first wave of a GEMV waits for the
-// kernel before it with its own weights already loaded; the lookahead keeps
-// HBM busy during that wait with the next wave's weights, which then start
-// from L2, and so on down the grid. Weights only (constant for the launch),
-// so the prefetch may run before the wait; a prefetch changes no result.
-// Where a block's rows lie: in plane p (at most LOOKAHEAD_PLANES of the
-// device layout), row r's bytes from offset[p] + r·row_bytes[p], row_bytes[p]
-// long. src/params.rs: Lookahead.
-#define LOOKAHEAD_PLANES 4
-struct Lookahead {
-    uint32_t blocks;   // distance in blocks; 0: no lookahead
-    uint32_t n_planes; // planes of the layout (<= LOOKAHEAD_PLANES)
-    uint32_t row_bytes[LOOKAHEAD_PLANES];
-    uint64_t offset[LOOKAHEAD_PLANES];
-};
-static_assert(sizeof(Lookahead) == 56, "Lookahead");
-
-// Asks L2 for rows row .. row + n - 1 of the weights at w. On sm_90 one
-// thread per plane hands the plane's whole span (its 16-byte units within
-// those rows' bytes) to the bulk copy engine (cp.async.bulk.prefetch.L2),
-// which fetches whole lines; below it, one prefetch.global.L2 per 128-byte
-// line and thread of the block. Every address lies within those rows' bytes.
-__device__ __forceinline__ void lookahead_rows(const Lookahead &la, const uint8_t *w,
-                                               uint32_t row, uint32_t n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const uint32_t p = threadIdx.x;
-    if (p >= la.n_planes || p >= LOOKAHEAD_PLANES) return;
-    const uintptr_t b = (uintptr_t)(w + la.offset[p] + (size_t)row * la.row_bytes[p]);
-    const uintptr_t end = b + (size_t)n * la.row_bytes[p];
-    const uintptr_t lo = (b + 15) & ~(uintptr_t)15, hi = end & ~(uintptr_t)15;
-    if (hi <= lo || hi - lo > 0xffffffffu) return;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((uint32_t)(hi - lo))
-                 : "memory");
-#else
-    for (uint32_t p = 0; p < la.n_planes && p < LOOKAHEAD_PLANES; ++p) {
-        const uintptr_t b = (uintptr_t)(w + la.offset[p] + (size_t)row * la.row_bytes[p]);
-        const uintptr_t end = b + (size_t)n * la.row_bytes[p];
-        if (end == b) continue;
-        for (uintptr_t line = (b & ~(uintptr_t)127) + 128 * threadIdx.x; line < end;
-             line += 128 * blockDim.x) {
-            const uintptr_t a = line < b ? b : line;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-        }
-    }
-#endif
-}
-
-// The lookahead of the block whose first row is row0 (R rows per block,
-// `rows` in all): the rows of block + la.blocks, where that block exists.
-template <int R>
-__device__ __forceinline__ void lookahead_block(const Lookahead &la, const uint8_t *w,
-                                                uint32_t row0, uint32_t rows) {
-    if (la.blocks == 0 || w == nullptr) return;
-    const uint64_t next = (uint64_t)row0 + (uint64_t)la.blocks * R;
-    if (next >= rows) return;
-    const uint32_t n = rows - (uint32_t)next < (uint32_t)R ? rows - (uint32_t)next : (uint32_t)R;
-    lookahead_rows(la, w, (uint32_t)next, n);
-}
-
 // ------------------------------------------------------------ activations
 // The numbering matches src/params.rs (act_code).
 #define ACT_IDENTITY 0u

@@ -49,13 +49,10 @@ struct GemvParams {
     uint32_t deps;    // DEPS_* (common.cuh)
     uint32_t pad;
     EpiParams epi;
-    Lookahead ahead; // the weights of a later block, asked of L2 before the wait
 };
 // The layouts src/params.rs asserts for its mirrors.
 static_assert(sizeof(EpiParams) == 136 && offsetof(EpiParams, operand) == 72, "EpiParams");
-static_assert(offsetof(GemvParams, deps) == 48 && offsetof(GemvParams, epi) == 56 &&
-                  offsetof(GemvParams, ahead) == 192,
-              "GemvParams");
+static_assert(offsetof(GemvParams, deps) == 48 && offsetof(GemvParams, epi) == 56, "GemvParams");
 
 // A group launch: up to GROUP_MAX independent GEMVs of one kernel shape
 // (one column, no GLU) in one grid. Job j (of n) owns the blocks from
@@ -72,7 +69,7 @@ template <class P> struct Group {
     uint32_t pad;
     P job[GROUP_MAX];
 };
-static_assert(sizeof(Group<GemvParams>) == 40 + 8 * 248, "Group<GemvParams>");
+static_assert(sizeof(Group<GemvParams>) == 40 + 8 * 192, "Group<GemvParams>");
 
 // The job whose blocks include this one.
 template <class P> __device__ __forceinline__ uint32_t group_job(const Group<P> &g) {
@@ -824,8 +821,6 @@ __device__ void gemv(const GemvParams &p, uint32_t block) {
     FloatFirst<FMT, R, FU> first[V];
     if constexpr (is_float_fmt(FMT))
         first[0] = float_rows_first<FMT, R, FU>(p, p.w, row0, lane, warp);
-    lookahead_block<R>(p.ahead, p.w, row0, p.rows);
-    if constexpr (GLU) lookahead_block<R>(p.ahead, p.w_up, row0, p.rows);
     griddep_ready(p.deps);
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     float acc[V][R][NC];
@@ -1197,12 +1192,11 @@ struct GemvQParams {
     uint32_t deps; // DEPS_* (common.cuh)
     EpiParams epi;
     QuantOut qout; // one column: y quantized too, unless mode is QOUT_NONE
-    Lookahead ahead; // the weights of a later block, asked of L2 before the wait
 };
 static_assert(offsetof(GemvQParams, deps) == 60 && offsetof(GemvQParams, epi) == 64 &&
-                  offsetof(GemvQParams, qout) == 200 && offsetof(GemvQParams, ahead) == 264,
+                  offsetof(GemvQParams, qout) == 200,
               "GemvQParams");
-static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 320, "Group<GemvQParams>");
+static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 264, "Group<GemvQParams>");
 
 // Activation codes: read by every row group of the launch, cached in L1.
 __device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
@@ -1683,8 +1677,6 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     // the kernel before this one finishes.
     const uint32_t first = warp * 32 + lane;
     load_step(first);
-    lookahead_block<R>(p.ahead, p.w, row0, p.rows);
-    if constexpr (GLU) lookahead_block<R>(p.ahead, p.w_up, row0, p.rows);
     griddep_ready(p.deps);
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {

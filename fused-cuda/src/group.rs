@@ -47,14 +47,6 @@ impl GroupJobs {
         }
     }
 
-    /// Sets every job's lookahead distance, in blocks (`Lookahead::at`).
-    pub(crate) fn set_lookahead(&mut self, blocks: u32) {
-        match self {
-            GroupJobs::Float(g) => g.job.iter_mut().for_each(|j| j.ahead = j.ahead.at(blocks)),
-            GroupJobs::Int(g) => g.job.iter_mut().for_each(|j| j.ahead = j.ahead.at(blocks)),
-        }
-    }
-
     /// Sets whether every job's blocks load their epilogue operands early.
     pub(crate) fn set_early(&mut self, early: bool) {
         self.each_job(|_, e| e.set_early(early));

@@ -11,13 +11,12 @@
 use crate::backend::CudaBackend;
 use crate::device::check_result;
 use crate::group::GroupJobs;
-use crate::layout;
 use crate::params::{
-    EpiParams, FwhtParams, GemvParams, GemvQParams, Lookahead, QuantOut, QuantParams, act_code,
+    EpiParams, FwhtParams, GemvParams, GemvQParams, QuantOut, QuantParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
-use crate::{CudaError, MAX_COLS, WeightLookahead};
+use crate::{CudaError, MAX_COLS};
 use fused_core::element::Activation;
 use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
@@ -408,8 +407,6 @@ impl Launch {
             deps: Deps::Wait,
             pad: 0,
             epi,
-            ahead: Lookahead::planes(&layout::row_planes(dtype, m, k, row_bytes))
-                .unwrap_or_default(),
         };
         let shape = (dtype == DType::F16)
             .then(|| f16_shape(k, n_cols))
@@ -502,9 +499,6 @@ impl Launch {
             deps: Deps::Wait,
             epi,
             qout: QuantOut::default(),
-            ahead: layout::int_row_planes(dtype, rows, layout.k)
-                .and_then(|p| Lookahead::planes(&p))
-                .unwrap_or_default(),
         };
         let r = gemvq_rows_per_block(dtype, n_cols, rows);
         let name = format!(
@@ -695,7 +689,6 @@ impl CudaBackend {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
-                params.ahead = params.ahead.at(self.lookahead_blocks(name)?);
                 // SAFETY: one GemvParams argument, as every GEMV kernel
                 // takes; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
@@ -711,7 +704,6 @@ impl CudaBackend {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
-                params.ahead = params.ahead.at(self.lookahead_blocks(name)?);
                 // SAFETY: one GemvQParams argument, as every integer GEMV
                 // kernel takes; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
@@ -722,7 +714,6 @@ impl CudaBackend {
                 let mut jobs = jobs.clone();
                 jobs.set_early(self.options().early_operands);
                 jobs.set_deps(self.deps_in_effect(jobs.deps()));
-                jobs.set_lookahead(self.lookahead_blocks(name)?);
                 let a = match &jobs {
                     GroupJobs::Float(g) => arg(&**g),
                     GroupJobs::Int(g) => arg(&**g),
@@ -787,17 +778,6 @@ impl CudaBackend {
                 Ok(())
             }
         }
-    }
-
-    /// The lookahead distance of GEMV kernel `name`, in blocks:
-    /// [`LaunchOptions::lookahead`](crate::LaunchOptions::lookahead) (0
-    /// when that is off).
-    fn lookahead_blocks(&self, name: &str) -> Result<u32, CudaError> {
-        Ok(match self.options().lookahead {
-            WeightLookahead::Off => 0,
-            WeightLookahead::Blocks(n) => n,
-            WeightLookahead::Waves(n) => n.saturating_mul(self.gemv_wave(name, GEMV_BLOCK)?),
-        })
     }
 
     /// A GEMV launch's `deps` as launched: as built where

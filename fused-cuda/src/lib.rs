@@ -128,7 +128,7 @@ pub use backend::{CudaBackend, DeviceActs, DeviceVec, DeviceWeights};
 pub use device::CudaDevice;
 pub use error::CudaError;
 pub use job::GemvJob;
-pub use options::{LaunchOptions, WeightLookahead};
+pub use options::LaunchOptions;
 pub use plan::{DevicePlanStats, Submission};
 #[cfg(feature = "cuda")]
 pub use plan_exec::DevicePlan;

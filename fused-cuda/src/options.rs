@@ -50,28 +50,6 @@ pub struct LaunchOptions {
     /// launch, which under programmatic dependent launch overlaps the GEMV
     /// before it. `FUSED_CUDA_FOLD_QUANTIZERS=1` turns it on.
     pub fold_quantizers: bool,
-    /// Each GEMV block asks L2 for the weights of a block further on in its
-    /// grid before it waits for the kernel before it (`Lookahead` in
-    /// `kernels/common.cuh`), so that the first wave's wait for the previous
-    /// kernel keeps HBM busy with the next wave's weights. Results are the
-    /// same either way (a prefetch only). `FUSED_CUDA_LOOKAHEAD` sets it
-    /// ([`WeightLookahead::parse`]).
-    pub lookahead: WeightLookahead,
-}
-
-/// How far ahead a GEMV block prefetches weights
-/// ([`LaunchOptions::lookahead`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum WeightLookahead {
-    /// No prefetch.
-    #[default]
-    Off,
-    /// The block this many waves further on: a wave is the blocks the
-    /// device holds at once of the kernel (its occupancy per SM × the SMs).
-    Waves(u32),
-    /// The block this many blocks further on (tests use it to reach small
-    /// grids).
-    Blocks(u32),
 }
 
 impl Default for LaunchOptions {
@@ -82,7 +60,6 @@ impl Default for LaunchOptions {
             overlap: true,
             group: true,
             fold_quantizers: false,
-            lookahead: WeightLookahead::Off,
         }
     }
 }
@@ -102,49 +79,6 @@ impl LaunchOptions {
             overlap: on("FUSED_CUDA_OVERLAP", d.overlap),
             group: on("FUSED_CUDA_GROUP", d.group),
             fold_quantizers: on("FUSED_CUDA_FOLD_QUANTIZERS", d.fold_quantizers),
-            lookahead: std::env::var("FUSED_CUDA_LOOKAHEAD")
-                .ok()
-                .and_then(|v| WeightLookahead::parse(&v))
-                .unwrap_or(d.lookahead),
-        }
-    }
-}
-
-impl WeightLookahead {
-    /// `N` as [`WeightLookahead::Waves`]`(N)`, `blocks:N` as
-    /// [`WeightLookahead::Blocks`]`(N)`, `0` (or 0 of either) as
-    /// [`WeightLookahead::Off`]; `None` for anything else.
-    pub fn parse(s: &str) -> Option<WeightLookahead> {
-        let (n, blocks) = match s.strip_prefix("blocks:") {
-            Some(n) => (n.parse().ok()?, true),
-            None => (s.parse().ok()?, false),
-        };
-        Some(match (n, blocks) {
-            (0, _) => WeightLookahead::Off,
-            (n, true) => WeightLookahead::Blocks(n),
-            (n, false) => WeightLookahead::Waves(n),
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lookahead_settings_parse_as_waves_or_blocks() {
-        use WeightLookahead::*;
-        for (s, want) in [
-            ("0", Some(Off)),
-            ("2", Some(Waves(2))),
-            ("blocks:3", Some(Blocks(3))),
-            ("blocks:0", Some(Off)),
-            ("", None),
-            ("-1", None),
-            ("blocks:", None),
-            ("waves:2", None),
-        ] {
-            assert_eq!(WeightLookahead::parse(s), want, "{s:?}");
         }
     }
 }

@@ -56,49 +56,6 @@ impl EpiParams {
     }
 }
 
-/// Planes of a weight layout that [`Lookahead`] describes at most
-/// (`LOOKAHEAD_PLANES` in `kernels/common.cuh`).
-pub(crate) const LOOKAHEAD_PLANES: usize = 4;
-
-/// `Lookahead` in `kernels/common.cuh`: each GEMV block asks L2 for the
-/// weights of the block `blocks` further on in its grid before it waits for
-/// the kernel before it. Row `r` of the weights lies in plane `p` (of
-/// `n_planes`) at `offset[p] + r·row_bytes[p]`, `row_bytes[p]` long.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Lookahead {
-    /// The distance in blocks (0: no lookahead).
-    pub(crate) blocks: u32,
-    pub(crate) n_planes: u32,
-    pub(crate) row_bytes: [u32; LOOKAHEAD_PLANES],
-    pub(crate) offset: [u64; LOOKAHEAD_PLANES],
-}
-
-impl Lookahead {
-    /// The planes `(offset, bytes per row)` of a layout, the distance 0
-    /// (set at launch: [`Lookahead::at`]); `None` when a row's bytes in a
-    /// plane exceed a u32 or there are more than [`LOOKAHEAD_PLANES`].
-    pub(crate) fn planes(planes: &[(u64, usize)]) -> Option<Lookahead> {
-        if planes.len() > LOOKAHEAD_PLANES {
-            return None;
-        }
-        let mut la = Lookahead {
-            n_planes: planes.len() as u32,
-            ..Lookahead::default()
-        };
-        for (p, &(offset, row_bytes)) in planes.iter().enumerate() {
-            la.offset[p] = offset;
-            la.row_bytes[p] = u32::try_from(row_bytes).ok()?;
-        }
-        Some(la)
-    }
-
-    /// The same planes at a distance of `blocks` blocks.
-    pub(crate) fn at(self, blocks: u32) -> Lookahead {
-        Lookahead { blocks, ..self }
-    }
-}
-
 /// `GemvParams` in `kernels/gemv.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -114,8 +71,6 @@ pub(crate) struct GemvParams {
     pub(crate) deps: Deps,
     pub(crate) pad: u32,
     pub(crate) epi: EpiParams,
-    /// The weights of a later block, asked of L2 before the wait.
-    pub(crate) ahead: Lookahead,
 }
 
 /// `QuantParams` in `kernels/gemv.cu`: one activation quantizer launch.
@@ -165,8 +120,6 @@ pub(crate) struct GemvQParams {
     pub(crate) epi: EpiParams,
     /// One column: the output quantized too (`QuantOut::mode` not 0).
     pub(crate) qout: QuantOut,
-    /// The weights of a later block, asked of L2 before the wait.
-    pub(crate) ahead: Lookahead,
 }
 
 /// Jobs of one group launch at most (`GROUP_MAX` in `kernels/gemv.cu`).
@@ -211,8 +164,6 @@ unsafe impl DeviceCopy for QuantParams {}
 unsafe impl DeviceCopy for GemvQParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for QuantOut {}
-// SAFETY: as above.
-unsafe impl DeviceCopy for Lookahead {}
 // SAFETY: as above: a `#[repr(C)]` header of u32 and an array of one of
 // the parameter blocks above.
 unsafe impl DeviceCopy for GroupParams<GemvParams> {}
@@ -230,14 +181,11 @@ const _: () = {
     assert!(core::mem::size_of::<FwhtParams>() == 40);
     assert!(core::mem::size_of::<QuantParams>() == 48);
     assert!(core::mem::offset_of!(GemvQParams, epi) == 64);
-    assert!(core::mem::size_of::<Lookahead>() == 56);
-    assert!(core::mem::offset_of!(GemvParams, ahead) == 192);
-    assert!(core::mem::size_of::<GemvParams>() == 248);
+    assert!(core::mem::size_of::<GemvParams>() == 192);
     assert!(core::mem::size_of::<QuantOut>() == 64);
     assert!(core::mem::offset_of!(GemvQParams, qout) == 200);
-    assert!(core::mem::offset_of!(GemvQParams, ahead) == 264);
-    assert!(core::mem::size_of::<GemvQParams>() == 320);
+    assert!(core::mem::size_of::<GemvQParams>() == 264);
     assert!(core::mem::offset_of!(GroupParams<GemvQParams>, job) == 40);
-    assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 248);
-    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 320);
+    assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 192);
+    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 264);
 };

@@ -13,9 +13,7 @@ use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cuda::{
-    CudaBackend, CudaError, DeviceVec, DeviceWeights, GemvJob, LaunchOptions, WeightLookahead,
-};
+use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights, GemvJob, LaunchOptions};
 
 /// One job's data: weights (and up weights for the gated form), the chain's
 /// operands when it has the epilogue.
@@ -133,15 +131,9 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
         .flat_map(|c| [1usize, 3].map(|n| (c, n)))
         .flat_map(|r| [(true, true), (true, false), (false, true), (false, false)].map(|o| (r, o)));
     for (((dtype, mode), n_cols), (overlap, group)) in runs {
-        // The weight lookahead (a prefetch only) on with group, off without.
         be.set_options(LaunchOptions {
             overlap,
             group,
-            lookahead: if group {
-                WeightLookahead::Blocks(2)
-            } else {
-                WeightLookahead::Off
-            },
             ..saved
         });
         let k = 1024;

@@ -9,7 +9,7 @@ use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cuda::{CudaBackend, DeviceVec, LaunchOptions, WeightLookahead};
+use fused_cuda::{CudaBackend, DeviceVec, LaunchOptions};
 
 /// Runs `epi`'s stages one unfused kernel each on `v` (operands by slot).
 fn unfused_chain(be: &CudaBackend, epi: &Epilogue, v: DeviceVec, ops: &[&DeviceVec]) -> DeviceVec {
@@ -112,16 +112,10 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
                 let unfused = unfused_chain(&be, &epi, acc, &ops);
                 assert_eq!(be.launches(), 1 + q + epi.len() as u64);
                 let u = download(&be, &unfused);
-                // The operands loaded when a block starts, and after its sums;
-                // with the weight lookahead (a prefetch) and without.
+                // The operands loaded when a block starts, and after its sums.
                 for early_operands in [true, false] {
                     be.set_options(LaunchOptions {
                         early_operands,
-                        lookahead: if early_operands {
-                            WeightLookahead::Blocks(1)
-                        } else {
-                            WeightLookahead::Off
-                        },
                         ..be.options()
                     });
                     let mut fused = be.upload(&poison).unwrap();

@@ -16,9 +16,7 @@ use fused_core::quant::quantize_row;
 use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
-use fused_cuda::{
-    CudaBackend, CudaError, DevicePlan, DevicePlanStats, LaunchOptions, Submission, WeightLookahead,
-};
+use fused_cuda::{CudaBackend, CudaError, DevicePlan, DevicePlanStats, LaunchOptions, Submission};
 
 /// Hidden and FFN sizes of the test layer (whole Q4_0 tiles and a rest).
 const H: usize = 1280;
@@ -182,22 +180,19 @@ fn decode_layer_equals_the_host_slice_executor_bit_for_bit() {
         (DType::Q6_K, GemvMode::Ggml),
     ];
     let saved = b.options();
-    // (overlap, group, fold, lookahead): the weight lookahead is a
-    // prefetch only, so every combination must give the same bits.
     let options = [
-        (false, false, true, WeightLookahead::Blocks(1)),
-        (true, false, false, WeightLookahead::Off),
-        (false, true, false, WeightLookahead::Blocks(3)),
-        (true, true, true, WeightLookahead::Waves(1)),
+        (false, false, true),
+        (true, false, false),
+        (false, true, false),
+        (true, true, true),
     ];
-    for ((dtype, mode), (overlap, group, fold, lookahead)) in
+    for ((dtype, mode), (overlap, group, fold)) in
         cases.into_iter().flat_map(|c| options.map(|o| (c, o)))
     {
         b.set_options(LaunchOptions {
             overlap,
             group,
             fold_quantizers: fold,
-            lookahead,
             ..saved
         });
         let (g, mem, out) = decode_layer(dtype);

@@ -31,7 +31,7 @@ use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_cuda::{
     CudaBackend, CudaError, DeviceActs, DevicePlan, DeviceVec, DeviceWeights, GemvJob,
-    LaunchOptions, Submission, WeightLookahead,
+    LaunchOptions, Submission,
 };
 
 /// Bytes the rotating weight copies must add up to: 4× the H200's 60 MB L2.
@@ -1046,37 +1046,40 @@ fn chain_floor(be: &CudaBackend, dtype: DType, d: usize) -> Result<f64, CudaErro
 
 fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let saved = be.options();
-    let pdl = LaunchOptions {
-        pdl: true,
-        lookahead: WeightLookahead::Off,
+    let pdl = LaunchOptions { pdl: true, ..saved };
+    let normal = LaunchOptions {
+        pdl: false,
         ..saved
     };
-    let normal = LaunchOptions { pdl: false, ..pdl };
-    let ahead = |lookahead| LaunchOptions { lookahead, ..pdl };
-    // (label, options, the shape knobs it sets; none here).
-    let variants: [(&str, LaunchOptions, Knobs); 6] = [
+    // (label, options, the shape knobs it sets: the 1-column integer
+    // kernels' rows per block and units in flight per lane, the F16
+    // kernel's rows per block; none for the defaults).
+    let variants: [(&str, LaunchOptions, Knobs); 9] = [
         ("normal", normal, &[]),
         ("PDL", pdl, &[]),
         (
-            "PDL, lookahead 1 wave",
-            ahead(WeightLookahead::Waves(1)),
-            &[],
+            "PDL, int. R = 1, U = 1",
+            pdl,
+            &[(Q_ROWS, "1"), (Q_UNROLL, "1")],
         ),
         (
-            "PDL, lookahead 2 waves",
-            ahead(WeightLookahead::Waves(2)),
-            &[],
+            "PDL, int. R = 2, U = 1",
+            pdl,
+            &[(Q_ROWS, "2"), (Q_UNROLL, "1")],
         ),
         (
-            "PDL, lookahead 528 blocks",
-            ahead(WeightLookahead::Blocks(528)),
-            &[],
+            "PDL, int. R = 4, U = 1",
+            pdl,
+            &[(Q_ROWS, "4"), (Q_UNROLL, "1")],
         ),
         (
-            "PDL, lookahead 264 blocks",
-            ahead(WeightLookahead::Blocks(264)),
-            &[],
+            "PDL, int. R = 2, U = 2",
+            pdl,
+            &[(Q_ROWS, "2"), (Q_UNROLL, "2")],
         ),
+        ("PDL, F16 U = 4", pdl, &[(F_SHAPE, "u4")]),
+        ("PDL, F16 U = 8", pdl, &[(F_SHAPE, "u8")]),
+        ("PDL, F16 U = 16", pdl, &[(F_SHAPE, "u16")]),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
@@ -1084,10 +1087,10 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     println!(
         "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
          blocks start as the previous kernel's blocks retire, then wait for its results); \
-         with PDL also the weight lookahead (`LaunchOptions::lookahead`: each block asks L2 \
-         for the weights of the block 1 or 2 waves, or 528 or 264 blocks, further on before \
-         it waits; a wave: the blocks the device holds at once of the kernel). Options take \
-         turns, 3 rounds.\n"
+         with PDL also the integer kernels' rows per block R and units in flight per lane U \
+         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1), and the \
+         F16 kernel's units of 8 weights in flight per lane U (default: those that cover a \
+         lane's row, up to 16: 16 at K = 14336, 8 at K = 8192). Options take turns, 3 rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     println!("| shape | format | acts | {} |", names.join(" | "));
