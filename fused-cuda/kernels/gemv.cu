@@ -1705,79 +1705,6 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     griddep_end(p.deps);
 }
 
-// The one-column integer GEMV of `gemvq` (no GLU, no quantized output, one
-// unit in flight per lane) for a grid of a few waves of blocks: block b
-// walks the row groups b, b + gridDim.x, … (group g: rows R·g .. R·g + R −
-// 1), and requests the first step of its next group's weights (and that
-// group's early epilogue operands) before it sums, reduces, applies the
-// epilogue to and stores the current one, so that its loads stay in
-// flight across those steps instead of the SM waiting for a new block's
-// first loads. Each group's sums are those of `gemvq<FMT, 1, R, false, 1>`
-// for the same rows, term for term and in the same order, so the outputs
-// are the same bits. src/launch.rs: FUSED_CUDA_Q_PIPE.
-template <int FMT, int R> __device__ void gemvq_pipe(const GemvQParams &p) {
-    using U = QUnit<FMT>;
-    constexpr uint32_t STRIDE = WARPS * 32;
-    __shared__ float partial[2][1][WARPS][R];
-    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    griddep_begin(p.deps);
-    const uint32_t groups = (p.rows + R - 1) / R;
-    uint32_t g = blockIdx.x;
-    if (g >= groups) return; // the whole block leaves together
-    const uint32_t units = p.k / U::ELEMS;
-    const uint32_t first = warp * 32 + lane;
-    auto row_of = [&](uint32_t grp, int r) { return min(grp * R + (uint32_t)r, p.rows - 1); };
-    typename U::WRaw w[R], next_w[R];
-    auto load_first = [&](uint32_t grp, typename U::WRaw(&dst)[R]) {
-        if (first < units) {
-#pragma unroll
-            for (int r = 0; r < R; ++r) dst[r] = U::load(p.w, p.rows, units, row_of(grp, r), first);
-        }
-    };
-    load_first(g, w);
-    griddep_ready(p.deps);
-    EpiEarly early = block_epilogue_early<1, R>(p.epi, g * R, p.rows);
-    uint32_t buf = 0;
-    for (;;) {
-        const uint32_t next = g + gridDim.x;
-        const bool more = next < groups;
-        EpiEarly next_early{};
-        if (more) {
-            load_first(next, next_w);
-            next_early = block_epilogue_early<1, R>(p.epi, next * R, p.rows);
-        }
-        float acc[1][R][1];
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[0][r][0] = 0.0f;
-        for (uint32_t u = first; u < units; u += STRIDE) {
-            if (u != first) {
-#pragma unroll
-                for (int r = 0; r < R; ++r) w[r] = U::load(p.w, p.rows, units, row_of(g, r), u);
-            }
-            const typename U::XRaw x = U::template xload<false>(p, 0, u);
-#pragma unroll
-            for (int r = 0; r < R; ++r) acc[0][r][0] = __fadd_rn(acc[0][r][0], U::term(w[r], x, u));
-        }
-        finish_block<1, R, 1, false>(acc, partial[buf], g * R, lane, warp, p.rows, p.glu_act,
-                                     p.epi, early, p.y);
-        if (!more) break;
-        g = next;
-        buf ^= 1u;
-        early = next_early;
-#pragma unroll
-        for (int r = 0; r < R; ++r) w[r] = next_w[r];
-    }
-    griddep_end(p.deps);
-}
-
-// MIN_BLOCKS: the blocks an SM holds that ptxas is asked to allow (the
-// most without spills: ptxas -v).
-#define GEMVQ_PIPE_KERNEL(name, FMT, R, MIN_BLOCKS)                                            \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)                       \
-        fused_gemvq_##name##_r##R##_c1_pipe(const GemvQParams p) {                             \
-        gemvq_pipe<FMT, R>(p);                                                                 \
-    }
-
 // Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/launch.rs picks R
 // and the units in flight (gemvq_rows_per_block, gemvq_unroll).
 #define GEMVQ_KERNEL(name, FMT, R, NC)                                                         \
@@ -1845,11 +1772,6 @@ template <int FMT, int R> __device__ void gemvq_pipe(const GemvQParams &p) {
 GEMVQ_KERNELS(q8_0, FMT_Q8_0)
 GEMVQ_KERNELS(q4_0, FMT_Q4_0)
 GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS)
-GEMVQ_PIPE_KERNEL(q8_0, FMT_Q8_0, 2, 8)
-GEMVQ_PIPE_KERNEL(q8_0, FMT_Q8_0, 4, 4)
-GEMVQ_PIPE_KERNEL(q4_0, FMT_Q4_0, 2, 8)
-GEMVQ_PIPE_KERNEL(q4_0, FMT_Q4_0, 4, 6)
-GEMVQ_PIPE_KERNEL(q4_K, FMT_Q4_K, 2, 5)
 GEMVQ_KERNELS(q5_0, FMT_Q5_0)
 GEMVQ_KERNELS(iq4_nl, FMT_IQ4_NL)
 GEMVQ_KERNELS(q6_K, FMT_Q6_K)

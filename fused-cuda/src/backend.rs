@@ -32,7 +32,6 @@ use fused_core::placement::Region;
 use fused_core::reference::gemv::{GluWeights, check_gemm_args};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -185,9 +184,6 @@ pub struct CudaBackend {
     /// in a quantized mode (reused, grown when too small).
     act_scratch: Mutex<Option<DeviceBuffer<u8>>>,
     options: Mutex<LaunchOptions>,
-    /// Per GEMV kernel, the blocks of one wave: those the device holds at
-    /// once (occupancy × SMs).
-    waves: Mutex<HashMap<String, u32>>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -208,7 +204,6 @@ impl CudaBackend {
             shadow: Mutex::new(Vec::new()),
             act_scratch: Mutex::new(None),
             options: Mutex::new(LaunchOptions::from_env()),
-            waves: Mutex::new(HashMap::new()),
         })
     }
 
@@ -400,29 +395,6 @@ impl CudaBackend {
             what: "find a kernel",
             message: format!("{name}: {e}"),
         })
-    }
-
-    /// The blocks of `block` threads that the device holds at once of GEMV
-    /// kernel `name` (its occupancy per SM × the SMs), cached per kernel.
-    pub(crate) fn gemv_wave(&self, name: &str, block: u32) -> Result<u32, CudaError> {
-        if let Some(&w) = self
-            .waves
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-        {
-            return Ok(w);
-        }
-        let f = self.kernel(&self.dev.gemv, name)?;
-        let per_sm = f
-            .max_active_blocks_per_multiprocessor(block.into(), 0)
-            .map_err(driver("read a kernel's occupancy"))?;
-        let w = per_sm.max(1).saturating_mul(self.dev.sm_count());
-        self.waves
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_owned(), w);
-        Ok(w)
     }
 
     /// Launches `name` from `module`.

@@ -80,7 +80,6 @@ pub struct CudaDevice {
     form: KernelForm,
     name: String,
     capability: (i32, i32),
-    sm_count: u32,
     ctx: Context,
 }
 
@@ -155,10 +154,6 @@ impl CudaDevice {
         let minor = device
             .get_attribute(DeviceAttribute::ComputeCapabilityMinor)
             .map_err(driver("read the compute capability"))?;
-        let sm_count = device
-            .get_attribute(DeviceAttribute::MultiprocessorCount)
-            .map_err(driver("read the multiprocessor count"))?
-            .max(1) as u32;
         let form = match load(&PROBE, KernelForm::Cubin) {
             Ok(_) => KernelForm::Cubin,
             Err(_) => KernelForm::PortablePtx,
@@ -185,7 +180,6 @@ impl CudaDevice {
             form,
             name,
             capability: (major, minor),
-            sm_count,
             ctx,
         })
     }
@@ -198,11 +192,6 @@ impl CudaDevice {
     /// The compute capability, `(major, minor)`.
     pub fn capability(&self) -> (i32, i32) {
         self.capability
-    }
-
-    /// The device's streaming multiprocessors.
-    pub fn sm_count(&self) -> u32 {
-        self.sm_count
     }
 
     /// Which compiled form of the kernels runs.

@@ -670,46 +670,6 @@ impl Launch {
     }
 }
 
-/// The grid of a `_pipe` kernel ([`pipe_kernel`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PipeGrid {
-    /// This many waves of blocks (a wave: the blocks the device holds at once).
-    Waves(u32),
-    /// This many blocks (tests use it to make every block walk several groups).
-    Blocks(u32),
-}
-
-/// The one-column integer kernels that have a `_pipe` form
-/// (`gemvq_pipe` in `kernels/gemv.cu`).
-const PIPE_KERNELS: [&str; 5] = [
-    "fused_gemvq_q8_0_r2_c1_u1",
-    "fused_gemvq_q8_0_r4_c1_u1",
-    "fused_gemvq_q4_0_r2_c1_u1",
-    "fused_gemvq_q4_0_r4_c1_u1",
-    "fused_gemvq_q4_K_r2_c1_u1",
-];
-
-/// Experiment: the `_pipe` form of integer GEMV kernel `name` and its grid,
-/// where `FUSED_CUDA_Q_PIPE` asks for it (`N`: N waves, `blocks:N`: N
-/// blocks) and the kernel has one (one column, no GLU, no quantized
-/// output); `None` otherwise.
-fn pipe_kernel(name: &str, params: &GemvQParams) -> Option<(String, PipeGrid)> {
-    let grid = pipe_grid(&std::env::var("FUSED_CUDA_Q_PIPE").ok()?)?;
-    if params.qout.mode != 0 || !PIPE_KERNELS.contains(&name) {
-        return None;
-    }
-    Some((name.strip_suffix("_u1")?.to_owned() + "_pipe", grid))
-}
-
-/// `N` as N waves, `blocks:N` as N blocks; `None` for 0 or anything else.
-fn pipe_grid(s: &str) -> Option<PipeGrid> {
-    let grid = match s.strip_prefix("blocks:") {
-        Some(n) => PipeGrid::Blocks(n.parse().ok()?),
-        None => PipeGrid::Waves(s.parse().ok()?),
-    };
-    (grid != PipeGrid::Waves(0) && grid != PipeGrid::Blocks(0)).then_some(grid)
-}
-
 impl CudaBackend {
     /// Enqueues `l` on the backend's stream (nothing waits for it) and
     /// counts it in [`CudaBackend::launches`].
@@ -744,19 +704,9 @@ impl CudaBackend {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
-                let (name, grid) = match pipe_kernel(name, &params) {
-                    Some((pipe, PipeGrid::Waves(w))) => {
-                        let wave = self.gemv_wave(&pipe, GEMV_BLOCK)?;
-                        (pipe, (*grid).min(w.saturating_mul(wave)))
-                    }
-                    Some((pipe, PipeGrid::Blocks(b))) => (pipe, (*grid).min(b)),
-                    None => (name.clone(), *grid),
-                };
                 // SAFETY: one GemvQParams argument, as every integer GEMV
-                // kernel takes (the `_pipe` kernels too, which walk every
-                // row group of `params` whatever the grid); the addresses
-                // are valid per the caller.
-                unsafe { self.launch(&dev.gemv, &name, grid, GEMV_BLOCK, 0, &[arg(&params)]) }
+                // kernel takes; the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
             }
             Launch::Group {
                 name, grid, jobs, ..
@@ -899,20 +849,6 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(ew.kind(), LaunchKind::Kernel);
-    }
-
-    #[test]
-    fn pipe_grids_parse_as_waves_or_blocks() {
-        for (s, want) in [
-            ("1", Some(PipeGrid::Waves(1))),
-            ("blocks:3", Some(PipeGrid::Blocks(3))),
-            ("0", None),
-            ("blocks:0", None),
-            ("", None),
-            ("x", None),
-        ] {
-            assert_eq!(pipe_grid(s), want, "{s:?}");
-        }
     }
 
     #[test]

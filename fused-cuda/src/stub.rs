@@ -44,11 +44,6 @@ impl CudaDevice {
         match self.never {}
     }
 
-    /// The device's streaming multiprocessors.
-    pub fn sm_count(&self) -> u32 {
-        match self.never {}
-    }
-
     /// Which compiled form of the kernels runs.
     pub fn kernel_form(&self) -> KernelForm {
         match self.never {}

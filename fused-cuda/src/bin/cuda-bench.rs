@@ -917,7 +917,6 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 const Q_ROWS: &str = "FUSED_CUDA_Q_ROWS";
 const Q_UNROLL: &str = "FUSED_CUDA_Q_UNROLL";
 const F_SHAPE: &str = "FUSED_CUDA_F16_SHAPE";
-const Q_PIPE: &str = "FUSED_CUDA_Q_PIPE";
 
 /// Knob settings: (environment variable, value).
 type Knobs<'a> = &'a [(&'a str, &'a str)];
@@ -931,7 +930,7 @@ static STARTING_KNOBS: std::sync::OnceLock<Vec<(&str, Option<String>)>> =
 /// the bench started.
 fn set_knobs(knobs: Knobs) {
     let start = STARTING_KNOBS.get_or_init(|| {
-        [Q_ROWS, Q_UNROLL, F_SHAPE, Q_PIPE]
+        [Q_ROWS, Q_UNROLL, F_SHAPE]
             .map(|name| (name, std::env::var(name).ok()))
             .to_vec()
     });
@@ -1053,29 +1052,34 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         ..saved
     };
     // (label, options, the shape knobs it sets: the 1-column integer
-    // kernels' rows per block R and units in flight per lane U, their
-    // `_pipe` form's grid in waves; none for the defaults).
-    let variants: [(&str, LaunchOptions, Knobs); 8] = [
+    // kernels' rows per block and units in flight per lane, the F16
+    // kernel's rows per block; none for the defaults).
+    let variants: [(&str, LaunchOptions, Knobs); 9] = [
         ("normal", normal, &[]),
         ("PDL", pdl, &[]),
-        ("PDL, int. pipe 1 wave", pdl, &[(Q_PIPE, "1")]),
-        ("PDL, int. pipe 2 waves", pdl, &[(Q_PIPE, "2")]),
-        ("PDL, int. pipe 4 waves", pdl, &[(Q_PIPE, "4")]),
+        (
+            "PDL, int. R = 1, U = 1",
+            pdl,
+            &[(Q_ROWS, "1"), (Q_UNROLL, "1")],
+        ),
         (
             "PDL, int. R = 2, U = 1",
             pdl,
             &[(Q_ROWS, "2"), (Q_UNROLL, "1")],
         ),
         (
-            "PDL, int. R = 2, pipe 1 wave",
+            "PDL, int. R = 4, U = 1",
             pdl,
-            &[(Q_ROWS, "2"), (Q_PIPE, "1")],
+            &[(Q_ROWS, "4"), (Q_UNROLL, "1")],
         ),
         (
-            "PDL, int. R = 4, pipe 1 wave",
+            "PDL, int. R = 2, U = 2",
             pdl,
-            &[(Q_ROWS, "4"), (Q_PIPE, "1")],
+            &[(Q_ROWS, "2"), (Q_UNROLL, "2")],
         ),
+        ("PDL, F16 U = 4", pdl, &[(F_SHAPE, "u4")]),
+        ("PDL, F16 U = 8", pdl, &[(F_SHAPE, "u8")]),
+        ("PDL, F16 U = 16", pdl, &[(F_SHAPE, "u16")]),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
@@ -1084,10 +1088,9 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         "Kernels launched normally, and with programmatic dependent launch (PDL: a kernel's \
          blocks start as the previous kernel's blocks retire, then wait for its results); \
          with PDL also the integer kernels' rows per block R and units in flight per lane U \
-         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1), and \
-         their `_pipe` form (`FUSED_CUDA_Q_PIPE`: a grid of 1, 2 or 4 waves of blocks, each \
-         walking row groups with the next group's first weights requested before the current \
-         group's sums; Q4_K only at R = 2). Options take turns, 3 rounds.\n"
+         (defaults R / U: Q8_0 2 / 1, Q4_0 4 / 1, Q4_K 2 / 1, from 16384 rows 4 / 1), and the \
+         F16 kernel's units of 8 weights in flight per lane U (default: those that cover a \
+         lane's row, up to 16: 16 at K = 14336, 8 at K = 8192). Options take turns, 3 rounds.\n"
     );
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
     println!("| shape | format | acts | {} |", names.join(" | "));
