@@ -364,40 +364,60 @@ fn epilogue_cost(
             }
         }
     }
-    // Each stage alone (operands early), taking turns with the bare GEMV:
-    // which part of the chain costs.
-    let one: [(&str, Epilogue, Vec<&DeviceVec>); 4] = [
+    // Each stage alone, then pairs of them (operands early), taking turns
+    // with the bare GEMV: which part of the chain costs; in a quantized
+    // mode also with the GEMV alone (activations quantized beforehand).
+    let two_ops = [&gate_like, &residual];
+    let one: [(&str, Epilogue, Vec<&DeviceVec>); 6] = [
         ("bare", Epilogue::NONE, vec![]),
         ("silu", Epilogue::NONE.then_act(Activation::Silu)?, vec![]),
         ("mul", Epilogue::NONE.then_mul()?, vec![&gate_like]),
         ("add", Epilogue::NONE.then_add()?, vec![&residual]),
+        (
+            "silu·mul",
+            Epilogue::NONE.then_act(Activation::Silu)?.then_mul()?,
+            vec![&gate_like],
+        ),
+        (
+            "mul + add",
+            Epilogue::NONE.then_mul()?.then_add()?,
+            two_ops.to_vec(),
+        ),
     ];
     be.set_options(early);
-    let mut t_one: [Vec<f64>; 4] = Default::default();
-    for _round in 0..3 {
-        for (slot, (_, e, o)) in one.iter().enumerate() {
-            t_one[slot].push(time(false, e, o, &mut y)?);
+    let alone_modes: &[bool] = if mode == ActQuant::F32 {
+        &[false]
+    } else {
+        &[false, true]
+    };
+    for &alone in alone_modes {
+        let mut t_one: [Vec<f64>; 6] = Default::default();
+        for _round in 0..3 {
+            for (slot, (_, e, o)) in one.iter().enumerate() {
+                t_one[slot].push(time(alone, e, o, &mut y)?);
+            }
         }
+        let t_one = t_one.map(median);
+        let stages: Vec<String> = one
+            .iter()
+            .zip(t_one)
+            .skip(1)
+            .map(|((name, _, _), t)| {
+                format!(
+                    "{name} {:.2} µs ({:+.1}%)",
+                    t * 1e3,
+                    100.0 * (t / t_one[0] - 1.0)
+                )
+            })
+            .collect();
+        println!(
+            "Epilogue stages one at a time and in pairs ({mode:?}{}, operands early): bare {:.2} µs; {}",
+            if alone { ", GEMV alone" } else { "" },
+            t_one[0] * 1e3,
+            stages.join(", ")
+        );
     }
     be.set_options(saved);
-    let t_one = t_one.map(median);
-    let stages: Vec<String> = one
-        .iter()
-        .zip(t_one)
-        .skip(1)
-        .map(|((name, _, _), t)| {
-            format!(
-                "{name} {:.2} µs ({:+.1}%)",
-                t * 1e3,
-                100.0 * (t / t_one[0] - 1.0)
-            )
-        })
-        .collect();
-    println!(
-        "Epilogue stages one at a time ({mode:?}, operands early): bare {:.2} µs; {}",
-        t_one[0] * 1e3,
-        stages.join(", ")
-    );
     let [bare, late_t, early_t] = t.map(median);
     let mut t1 = be.alloc(m)?;
     let mut t2 = be.alloc(m)?;
