@@ -183,20 +183,6 @@ __device__ __forceinline__ EpiEarly epilogue_load_early(const EpiParams &e, uint
     return o;
 }
 
-// Experiment (early == 2, FUSED_CUDA_EPI_PREFETCH): the same operands asked
-// of L2 before the block's griddep_wait, so that the loads after the wait
-// find them there. A prefetch into L2 changes no value a later load reads
-// (L2 is where global memory is coherent), so it may run before the wait.
-__device__ __forceinline__ void epilogue_prefetch(const EpiParams &e, uint32_t row, uint32_t col,
-                                                  uint32_t rows) {
-    if (e.early != 2) return;
-#pragma unroll
-    for (uint32_t s = 0; s < EPI_EARLY; ++s) {
-        if (s < e.n_stages && e.kind[s] != STAGE_ACT)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(epilogue_operand(e, s, row, col, rows)));
-    }
-}
-
 // The chain applied to v for output (row, col) of a rows-row output, in
 // order, with the same per-stage functions as the unfused kernels; the
 // first EPI_EARLY operands from `early` (epilogue_load_early for this

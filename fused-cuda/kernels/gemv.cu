@@ -767,15 +767,6 @@ __device__ __forceinline__ EpiEarly block_epilogue_early(const EpiParams &epi, u
     return EpiEarly{};
 }
 
-// epilogue_prefetch for the outputs block_epilogue_early loads.
-template <int NC, int R>
-__device__ __forceinline__ void block_epilogue_prefetch(const EpiParams &epi, uint32_t row0,
-                                                        uint32_t rows) {
-    const uint32_t i = threadIdx.x;
-    if (i < (uint32_t)(R * NC) && row0 + i / NC < rows)
-        epilogue_prefetch(epi, row0 + i / NC, i % NC, rows);
-}
-
 // The end of every GEMV block: each warp's accumulators combined by the
 // butterfly, the warps' sums added in warp order through shared memory
 // (`partial`), the GLU and the epilogue chain applied, the outputs of rows
@@ -830,7 +821,6 @@ __device__ void gemv(const GemvParams &p, uint32_t block) {
     FloatFirst<FMT, R, FU> first[V];
     if constexpr (is_float_fmt(FMT))
         first[0] = float_rows_first<FMT, R, FU>(p, p.w, row0, lane, warp);
-    block_epilogue_prefetch<NC, R>(p.epi, row0, p.rows);
     griddep_ready(p.deps);
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     float acc[V][R][NC];
@@ -1687,7 +1677,6 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     // the kernel before this one finishes.
     const uint32_t first = warp * 32 + lane;
     load_step(first);
-    block_epilogue_prefetch<NC, R>(p.epi, row0, p.rows);
     griddep_ready(p.deps);
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {

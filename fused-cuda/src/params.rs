@@ -51,12 +51,8 @@ impl EpiParams {
 
     /// Whether a GEMV block loads the first operands when it starts
     /// (`LaunchOptions::early_operands`) rather than after its sums.
-    /// Experiment: with `FUSED_CUDA_EPI_PREFETCH` set to other than 0, an
-    /// early block also asks L2 for those operands before it waits (`early`
-    /// 2, `epilogue_prefetch` in `kernels/common.cuh`).
     pub(crate) fn set_early(&mut self, early: bool) {
-        let prefetch = std::env::var("FUSED_CUDA_EPI_PREFETCH").is_ok_and(|v| v != "0");
-        self.early = u32::from(early) * if prefetch { 2 } else { 1 };
+        self.early = u32::from(early);
     }
 }
 

@@ -348,18 +348,11 @@ fn epilogue_cost(
             }
         })
     };
-    // Slot 3: early, with the operands also asked of L2 before the wait
-    // (experiment, FUSED_CUDA_EPI_PREFETCH).
-    let mut t: [Vec<f64>; 4] = Default::default();
-    let mut t_alone: [Vec<f64>; 4] = Default::default();
+    let mut t: [Vec<f64>; 3] = Default::default();
+    let mut t_alone: [Vec<f64>; 3] = Default::default();
     for _round in 0..3 {
-        for (slot, o) in [(0, saved), (1, late), (2, early), (3, early)] {
+        for (slot, o) in [(0, saved), (1, late), (2, early)] {
             be.set_options(o);
-            set_knobs(if slot == 3 {
-                &[(EPI_PREFETCH, "1")]
-            } else {
-                &[]
-            });
             let (e, ops): (&Epilogue, &[&DeviceVec]) = if slot == 0 {
                 (&Epilogue::NONE, &[])
             } else {
@@ -371,7 +364,6 @@ fn epilogue_cost(
             }
         }
     }
-    set_knobs(&[]);
     // Each stage alone, then pairs of them (operands early), taking turns
     // with the bare GEMV: which part of the chain costs; in a quantized
     // mode also with the GEMV alone (activations quantized beforehand).
@@ -426,7 +418,7 @@ fn epilogue_cost(
         );
     }
     be.set_options(saved);
-    let [bare, late_t, early_t, prefetch_t] = t.map(median);
+    let [bare, late_t, early_t] = t.map(median);
     let mut t1 = be.alloc(m)?;
     let mut t2 = be.alloc(m)?;
     let unfused = time_calls(be, n * 2, 25, |i| {
@@ -440,15 +432,13 @@ fn epilogue_cost(
     println!(
         "\nEpilogue silu·mul + residual, {dtype} {m} × {k}, {mode:?} activations, 1 column: \
          bare GEMV {:.2} µs; fused epilogue, operands loaded after the sums {:.2} µs ({:+.1}%), \
-         loaded when the block starts {:.2} µs ({:+.1}%), and asked of L2 before the wait too \
-         {:.2} µs ({:+.1}%); unfused (GEMV + 3 element-wise launches) {:.2} µs",
+         loaded when the block starts {:.2} µs ({:+.1}%); unfused (GEMV + 3 element-wise \
+         launches) {:.2} µs",
         bare * 1e3,
         late_t * 1e3,
         pct(late_t),
         early_t * 1e3,
         pct(early_t),
-        prefetch_t * 1e3,
-        pct(prefetch_t),
         unfused * 1e3
     );
     // Batched with overlap, and grouped (independent calls, one output
@@ -478,18 +468,15 @@ fn epilogue_cost(
     }
     be.set_options(saved);
     if mode != ActQuant::F32 {
-        let [bare, late_t, early_t, prefetch_t] = t_alone.map(median);
+        let [bare, late_t, early_t] = t_alone.map(median);
         println!(
             "GEMV alone (activations quantized beforehand): bare {:.2} µs, fused late {:.2} µs \
-             ({:+.1}%), early {:.2} µs ({:+.1}%), early and asked of L2 before the wait {:.2} µs \
-             ({:+.1}%)",
+             ({:+.1}%), early {:.2} µs ({:+.1}%)",
             bare * 1e3,
             late_t * 1e3,
             100.0 * (late_t / bare - 1.0),
             early_t * 1e3,
-            100.0 * (early_t / bare - 1.0),
-            prefetch_t * 1e3,
-            100.0 * (prefetch_t / bare - 1.0)
+            100.0 * (early_t / bare - 1.0)
         );
     }
     println!();
@@ -949,7 +936,6 @@ fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// The launch-shape knobs of `src/launch.rs` (A/B runs only).
 const Q_ROWS: &str = "FUSED_CUDA_Q_ROWS";
 const Q_UNROLL: &str = "FUSED_CUDA_Q_UNROLL";
-const EPI_PREFETCH: &str = "FUSED_CUDA_EPI_PREFETCH";
 const F_SHAPE: &str = "FUSED_CUDA_F16_SHAPE";
 
 /// Knob settings: (environment variable, value).
@@ -964,7 +950,7 @@ static STARTING_KNOBS: std::sync::OnceLock<Vec<(&str, Option<String>)>> =
 /// the bench started.
 fn set_knobs(knobs: Knobs) {
     let start = STARTING_KNOBS.get_or_init(|| {
-        [Q_ROWS, Q_UNROLL, F_SHAPE, EPI_PREFETCH]
+        [Q_ROWS, Q_UNROLL, F_SHAPE]
             .map(|name| (name, std::env::var(name).ok()))
             .to_vec()
     });
