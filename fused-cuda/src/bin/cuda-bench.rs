@@ -367,7 +367,6 @@ fn epilogue_cost(
     // Each stage alone, then pairs of them (operands early), taking turns
     // with the bare GEMV: which part of the chain costs; in a quantized
     // mode also with the GEMV alone (activations quantized beforehand).
-    let two_ops = [&gate_like, &residual];
     let one: [(&str, Epilogue, Vec<&DeviceVec>); 6] = [
         ("bare", Epilogue::NONE, vec![]),
         ("silu", Epilogue::NONE.then_act(Activation::Silu)?, vec![]),
@@ -381,7 +380,7 @@ fn epilogue_cost(
         (
             "mul + add",
             Epilogue::NONE.then_mul()?.then_add()?,
-            two_ops.to_vec(),
+            vec![&gate_like, &residual],
         ),
     ];
     be.set_options(early);
