@@ -169,6 +169,35 @@ fn time_calls(
     Ok(median(samples))
 }
 
+/// The head start before each timed plan run: more than the host takes to
+/// restore a plan's inputs and enqueue its run (at most a few dozen
+/// launches of a few µs each).
+const PLAN_HEAD_START_MS: f64 = 0.3;
+
+/// Median device milliseconds of `reps` runs of the device plan `dp`
+/// submitted as `how` (after one untimed run), each run event-timed on its
+/// own behind a head start of [`PLAN_HEAD_START_MS`] (`FUSED_BENCH_HEAD_START=0`:
+/// none, [`DevicePlan::run_timed`]'s timing).
+fn plan_ms(
+    be: &CudaBackend,
+    dp: &DevicePlan,
+    reps: usize,
+    how: Submission,
+) -> Result<f64, CudaError> {
+    if !head_start_on() {
+        let t = dp.run_timed(reps, how)?;
+        return Ok(median(t.into_iter().map(f64::from).collect()));
+    }
+    dp.restore_inputs()?;
+    dp.run_as(how)?;
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        head_start(be, PLAN_HEAD_START_MS)?;
+        t.push(f64::from(dp.time_once(how)?));
+    }
+    Ok(median(t))
+}
+
 /// Prints the largest host/device ratio of the batches timed since the
 /// last call (for the section `what`), and starts over.
 fn report_host(what: &str) {
@@ -805,11 +834,10 @@ fn plan_layer(
         let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
         dp.upload(&mem)?;
         dp.capture_graph()?;
-        let ms = |how| -> Result<f64, CudaError> {
-            let t = dp.run_timed(50, how)?;
-            Ok(median(t.into_iter().map(f64::from).collect()))
-        };
-        let (stream, graph) = (ms(Submission::Stream)?, ms(Submission::Graph)?);
+        let (stream, graph) = (
+            plan_ms(be, &dp, 50, Submission::Stream)?,
+            plan_ms(be, &dp, 50, Submission::Graph)?,
+        );
         be.set_options(saved);
         best[i] = stream.min(graph);
         let gbs = weight_bytes as f64 / best[i] / 1e6;
@@ -917,8 +945,7 @@ fn qkv_layers(
                 .into_iter()
                 .enumerate()
             {
-                let runs = dp.run_timed(20, how)?;
-                t[i][j].push(median(runs.into_iter().map(f64::from).collect()));
+                t[i][j].push(plan_ms(be, dp, 20, how)?);
             }
         }
     }
@@ -1168,8 +1195,7 @@ fn chain_floor(be: &CudaBackend, dtype: DType, d: usize) -> Result<f64, CudaErro
     let mut dp = DevicePlan::new(be, &g, &Plan::unfused(&g), GemvMode::Ggml, &sizes)?;
     dp.upload(&mem)?;
     dp.capture_graph()?;
-    let t = dp.run_timed(30, Submission::Graph)?;
-    Ok(median(t.into_iter().map(f64::from).collect()) / CHAIN as f64)
+    Ok(plan_ms(be, &dp, 30, Submission::Graph)? / CHAIN as f64)
 }
 
 fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
