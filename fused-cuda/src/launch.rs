@@ -663,6 +663,21 @@ impl Launch {
         }
     }
 
+    /// A device-to-device copy of `bytes` bytes inside a run of kernels:
+    /// the crate's 16-byte copy kernel where both addresses and the size
+    /// are multiples of 16 (a kernel between kernels keeps programmatic
+    /// dependent launch going; a copy-engine transfer between two kernels
+    /// stalls the stream), else (also past the kernel's 2^31 elements)
+    /// `cuMemcpyDtoDAsync`.
+    pub(crate) fn device_copy(src: u64, dst: u64, bytes: usize) -> Launch {
+        let aligned = src.is_multiple_of(16) && dst.is_multiple_of(16) && bytes.is_multiple_of(16);
+        let kernel = EwKernel::Copy4 { a: src, out: dst };
+        match Launch::ew(kernel, bytes / 16) {
+            Ok(Some(l)) if aligned => l,
+            _ => Launch::Copy { src, dst, bytes },
+        }
+    }
+
     /// An element-wise kernel over `n` elements; `None` when `n` is 0.
     pub(crate) fn ew(kernel: EwKernel, n: usize) -> Result<Option<Launch>, CudaError> {
         let n = ew_len(n)?;
@@ -849,6 +864,34 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(ew.kind(), LaunchKind::Kernel);
+    }
+
+    #[test]
+    fn device_copies_run_as_the_copy_kernel_where_16_byte_aligned() {
+        let kernel = Launch::device_copy(256, 512, 4096);
+        assert!(
+            matches!(
+                kernel,
+                Launch::Ew {
+                    kernel: EwKernel::Copy4 { a: 256, out: 512 },
+                    n: 256
+                }
+            ),
+            "{kernel:?}"
+        );
+        for (src, dst, bytes) in [
+            (260, 512, 4096),
+            (256, 520, 4096),
+            (256, 512, 4100),
+            (256, 512, 8),
+            (0, 16, 16 << 31),
+        ] {
+            let l = Launch::device_copy(src, dst, bytes);
+            assert!(
+                matches!(l, Launch::Copy { src: s, dst: d, bytes: b } if (s, d, b) == (src, dst, bytes)),
+                "{src} {dst} {bytes}: {l:?}"
+            );
+        }
     }
 
     #[test]

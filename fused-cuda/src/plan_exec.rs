@@ -36,9 +36,10 @@
 //!   is on when the plan is built (the default), counted in
 //!   [`DevicePlanStats::grouped`].
 //!
-//! Device-to-device copies (`cuMemcpyDtoDAsync`, on the same stream and
-//! counted in [`DevicePlanStats::copies`]) stand in where a tensor cannot be
-//! passed in place:
+//! Device-to-device copies (on the same stream, counted in
+//! [`DevicePlanStats::copies`]; the crate's copy kernel where source,
+//! destination and size are multiples of 16 bytes, else
+//! `cuMemcpyDtoDAsync`) stand in where a tensor cannot be passed in place:
 //! - an f32 tensor whose byte offset is not a multiple of 4, or GEMV
 //!   activations not 16-byte aligned (the GEMV loads them as 16-byte
 //!   vectors), is copied into a scratch buffer (256-byte aligned) before
@@ -292,18 +293,15 @@ impl Builder<'_, '_> {
         });
     }
 
-    /// Appends the copy of `src` into `dst` (same size), counted.
+    /// Appends the copy of `src` into `dst` (same size), counted
+    /// ([`Launch::device_copy`]).
     fn copy(&mut self, src: Region, dst: Region) {
         if src.size == 0 {
             return;
         }
         self.stats.copies += 1;
         self.stats.copy_bytes += src.size;
-        let l = Launch::Copy {
-            src: self.addr(src),
-            dst: self.addr(dst),
-            bytes: src.size as usize,
-        };
+        let l = Launch::device_copy(self.addr(src), self.addr(dst), src.size as usize);
         self.push(l, vec![src], vec![dst]);
     }
 
@@ -422,11 +420,7 @@ impl Builder<'_, '_> {
             }
             Overlap::Disjoint => {}
         }
-        let l = (r.size > 0).then(|| Launch::Copy {
-            src: self.addr(r),
-            dst: ya,
-            bytes: r.size as usize,
-        });
+        let l = (r.size > 0).then(|| Launch::device_copy(self.addr(r), ya, r.size as usize));
         self.pending.0.push(r);
         self.launch(l, out);
         Ok(())
