@@ -318,6 +318,13 @@ fn timed_runs_start_from_the_same_inputs() {
     assert!(times.iter().all(|t| t.is_finite() && *t > 0.0), "{times:?}");
     let timed = dp.read_f32(g.tensor(out).unwrap()).unwrap();
     assert_bits_eq(&timed, &once, "after timed runs");
+    // Without the host waiting between restore and run, the same.
+    for _ in 0..2 {
+        let t = dp.time_once_queued(Submission::Stream).unwrap();
+        assert!(t.is_finite() && t > 0.0, "{t}");
+    }
+    let queued = dp.read_f32(g.tensor(out).unwrap()).unwrap();
+    assert_bits_eq(&queued, &once, "after queued timed runs");
 }
 
 /// A GEMV whose activations sit at byte 4 of their buffer (the kernel

@@ -3,7 +3,8 @@
 //!
 //! `cargo build -p fused-cuda --features cuda --release --bin cuda-bench`;
 //! `scripts/gpu-bundle` packs it for the GPU machine. `--gemv-only` stops
-//! after the GEMV section (for quick A/B runs). Sections: the
+//! after the GEMV section (for quick A/B runs); `--plans-only` runs the
+//! copy ceiling and the device-plan sections only. Sections: the
 //! device-to-device copy ceiling (bytes read + written); the per-call
 //! floor (tiny dependent GEMVs whose bytes take no time); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
@@ -176,7 +177,9 @@ const PLAN_HEAD_START_MS: f64 = 0.3;
 
 /// Median device milliseconds of `reps` runs of the device plan `dp`
 /// submitted as `how` (after one untimed run), each run event-timed on its
-/// own behind a head start of [`PLAN_HEAD_START_MS`] (`FUSED_BENCH_HEAD_START=0`:
+/// own behind a head start of [`PLAN_HEAD_START_MS`]
+/// ([`DevicePlan::time_once_queued`]: the input restore does not wait for
+/// the device, which would spend the head start; `FUSED_BENCH_HEAD_START=0`:
 /// none, [`DevicePlan::run_timed`]'s timing).
 fn plan_ms(
     be: &CudaBackend,
@@ -193,7 +196,7 @@ fn plan_ms(
     let mut t = Vec::with_capacity(reps);
     for _ in 0..reps {
         head_start(be, PLAN_HEAD_START_MS)?;
-        t.push(f64::from(dp.time_once(how)?));
+        t.push(f64::from(dp.time_once_queued(how)?));
     }
     Ok(median(t))
 }
@@ -288,6 +291,9 @@ fn run() -> Result<(), CudaError> {
     println!("| copy kernel (16-byte) | {t_kernel:.3} | {bw_kernel:.0} |");
     println!("\nceiling used below: {ceiling:.0} GB/s\n");
     let gemv_only = std::env::args().any(|a| a == "--gemv-only");
+    if std::env::args().any(|a| a == "--plans-only") {
+        return plans(&be, ceiling);
+    }
     per_call_floor(&be)?;
     report_host("per-call floor");
     launch_options(&be, ceiling)?;
@@ -401,15 +407,21 @@ fn run() -> Result<(), CudaError> {
         decode_layer(&be, mode, ceiling)?;
     }
     ffn_f16(&be, ceiling)?;
+    plans(&be, ceiling)
+}
+
+/// The sections that run device plans (`--plans-only` runs just these):
+/// decode layers and q/k/v projections.
+fn plans(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     for (dtype, mode) in [
         (DType::Q4_0, GemvMode::Ggml),
         (DType::Q4_0, GemvMode::F32),
         (DType::F16, GemvMode::F32),
     ] {
-        plan_layer(&be, dtype, mode, ceiling)?;
+        plan_layer(be, dtype, mode, ceiling)?;
     }
     for (dtype, mode) in [(DType::Q4_0, GemvMode::Ggml), (DType::F16, GemvMode::F32)] {
-        qkv_layers(&be, dtype, mode, ceiling)?;
+        qkv_layers(be, dtype, mode, ceiling)?;
     }
     report_host("decode layers");
     Ok(())
