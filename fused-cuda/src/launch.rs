@@ -665,10 +665,9 @@ impl Launch {
 
     /// A device-to-device copy of `bytes` bytes inside a run of kernels:
     /// the crate's 16-byte copy kernel where both addresses and the size
-    /// are multiples of 16 (a kernel between kernels keeps programmatic
-    /// dependent launch going; a copy-engine transfer between two kernels
-    /// stalls the stream), else (also past the kernel's 2^31 elements)
-    /// `cuMemcpyDtoDAsync`.
+    /// are multiples of 16 (a kernel takes part in programmatic dependent
+    /// launch, a copy-engine transfer does not), else (also past the
+    /// kernel's 2^31 elements) `cuMemcpyDtoDAsync`.
     pub(crate) fn device_copy(src: u64, dst: u64, bytes: usize) -> Launch {
         let aligned = src.is_multiple_of(16) && dst.is_multiple_of(16) && bytes.is_multiple_of(16);
         let kernel = EwKernel::Copy4 { a: src, out: dst };
