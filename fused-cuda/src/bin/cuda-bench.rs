@@ -76,9 +76,10 @@ fn head_start_on() -> bool {
 }
 
 /// Enqueues GEMVs that keep the device busy for at least `ms` (none where
-/// `ms` is 0) and leave L2 clean; returns the device ms they take.
+/// `ms` is 0 or [`head_start_on`] says no) and leave L2 clean; returns the
+/// device ms they take.
 fn head_start(be: &CudaBackend, ms: f64) -> Result<f64, CudaError> {
-    if ms <= 0.0 {
+    if ms <= 0.0 || !head_start_on() {
         return Ok(0.0);
     }
     HEAD_START.with(|cell| {
@@ -132,15 +133,10 @@ fn time_calls(
 ) -> Result<f64, CudaError> {
     let mut i = 0;
     let mut samples = Vec::with_capacity(batches);
-    let mut host = Vec::with_capacity(batches);
     let mut worst = (0.0f64, 0.0, 0.0);
     let mut last_wall = 0.0;
     for b in 0..batches + 3 {
-        let ahead = if head_start_on() {
-            head_start(be, 1.5 * last_wall)?
-        } else {
-            0.0
-        };
+        let ahead = head_start(be, 1.5 * last_wall)?;
         let mut wall = 0.0;
         let ms = be.time_ms(|| {
             let t0 = std::time::Instant::now();
@@ -155,7 +151,6 @@ fn time_calls(
         if b >= 3 {
             let dev = ms as f64 / per_batch as f64;
             samples.push(dev);
-            host.push(wall / per_batch as f64);
             let ratio = wall / (ahead + ms as f64);
             if ratio > worst.0 {
                 worst = (ratio, wall / per_batch as f64, dev);
