@@ -183,37 +183,41 @@ __device__ __forceinline__ EpiEarly epilogue_load_early(const EpiParams &e, uint
     return o;
 }
 
+// One ADD/MUL/ROW_BIAS stage applied to v with its operand o.
+__device__ __forceinline__ float epilogue_operand_stage(uint32_t kind, float v, float o) {
+    if (kind == STAGE_MUL) return mul_rn(v, o);
+    if (kind == STAGE_ADD || kind == STAGE_ROW_BIAS) return add_rn(v, o);
+    return v;
+}
+
 // The chain applied to v for output (row, col) of a rows-row output, in
 // order, with the same per-stage functions as the unfused kernels; the
 // first EPI_EARLY operands from `early` (epilogue_load_early for this
 // output), later ones loaded here.
+//
+// It runs at the end of every GEMV block, on the path to the block's exit
+// (and, in a one-wave launch, to the next kernel's start), so its latency
+// is what it costs: each stage reads its kind and activation code together
+// (neither waits for a branch on the other), and the early operands move
+// down a queue of registers one stage at a time, so that a stage takes the
+// queue's head instead of choosing among EPI_EARLY registers by its index
+// (a chain of compares and branches).
 __device__ __forceinline__ float epilogue_apply(const EpiParams &e, const EpiEarly &early,
                                                 float v, uint32_t row, uint32_t col,
                                                 uint32_t rows) {
+    EpiEarly queue = early;
+    const bool from_queue = e.early != 0;
     for (uint32_t s = 0; s < e.n_stages; ++s) {
-        if (e.kind[s] == STAGE_ACT) {
-            v = act_apply(e.act[s], v);
-            continue;
+        const uint32_t kind = e.kind[s], act = e.act[s];
+        if (kind == STAGE_ACT) {
+            v = act_apply(act, v);
+        } else {
+            const float o = from_queue && s < EPI_EARLY ? queue.v[0]
+                                                        : *epilogue_operand(e, s, row, col, rows);
+            v = epilogue_operand_stage(kind, v, o);
         }
-        float o;
-        switch (e.early ? s : EPI_EARLY) { // constant indices keep `early` in registers
-        case 0:
-            o = early.v[0];
-            break;
-        case 1:
-            o = early.v[1];
-            break;
-        case 2:
-            o = early.v[2];
-            break;
-        case 3:
-            o = early.v[3];
-            break;
-        default:
-            o = *epilogue_operand(e, s, row, col, rows);
-        }
-        if (e.kind[s] == STAGE_MUL) v = mul_rn(v, o);
-        else if (e.kind[s] == STAGE_ADD || e.kind[s] == STAGE_ROW_BIAS) v = add_rn(v, o);
+#pragma unroll
+        for (uint32_t i = 0; i + 1 < EPI_EARLY; ++i) queue.v[i] = queue.v[i + 1];
     }
     return v;
 }

@@ -1772,6 +1772,28 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
 GEMVQ_KERNELS(q8_0, FMT_Q8_0)
 GEMVQ_KERNELS(q4_0, FMT_Q4_0)
 GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS)
+
+// 8-column kernels of the tiled formats with 2 and 4 rows a block and one
+// unit in flight a lane, fused_gemvq[_glu]_<fmt>_r<R>_c8_u1 (src/launch.rs:
+// mc_rows), so that each activation load (8 columns: ~40 bytes a unit and
+// column through L1) serves more rows; at 1 row an 8-column call moves ~16x
+// the weights' bytes through L1. ptxas (sm_90): Q4_0 86 / 128 registers at
+// R 2 / 4, Q8_0 72 / 128, Q4_K 128 with a few spills at R 2 (its R 4 needs
+// 255: left out).
+#define GEMVQ_MC_KERNEL(name, FMT, R)                                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemvq_##name##_r##R##_c8_u1(const GemvQParams p) {                               \
+        gemvq<FMT, 8, R, false, 1>(p, blockIdx.x);                                             \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+        fused_gemvq_glu_##name##_r##R##_c8_u1(const GemvQParams p) {                           \
+        gemvq<FMT, 8, R, true, 1>(p, blockIdx.x);                                              \
+    }
+GEMVQ_MC_KERNEL(q8_0, FMT_Q8_0, 2)
+GEMVQ_MC_KERNEL(q8_0, FMT_Q8_0, 4)
+GEMVQ_MC_KERNEL(q4_0, FMT_Q4_0, 2)
+GEMVQ_MC_KERNEL(q4_0, FMT_Q4_0, 4)
+GEMVQ_MC_KERNEL(q4_K, FMT_Q4_K, 2)
 GEMVQ_KERNELS(q5_0, FMT_Q5_0)
 GEMVQ_KERNELS(iq4_nl, FMT_IQ4_NL)
 GEMVQ_KERNELS(q6_K, FMT_Q6_K)

@@ -121,8 +121,45 @@ fn gemvq_rows_per_block(dtype: DType, n_cols: usize, rows: usize) -> usize {
             .filter(|r| [1, 2, 4].contains(r))
             .unwrap_or(if four { 4 } else { 2 }),
         2..=4 => 2,
-        _ => 1,
+        _ => mc_rows(dtype, n_cols).unwrap_or(1),
     }
+}
+
+/// The integer GEMV kernel `fused_gemvq[_glu]_<fmt>_r<R>_c<NC>[_u1]`.
+fn gemvq_kernel_name(dtype: DType, glu: bool, r: usize, n_cols: usize, unroll: usize) -> String {
+    format!(
+        "fused_gemvq_{}{}_r{r}_c{n_cols}{}",
+        if glu { "glu_" } else { "" },
+        dtype.name(),
+        if unroll == 1 { "_u1" } else { "" }
+    )
+}
+
+/// Rows a block of the 8-column kernels of the tiled formats
+/// (`fused_gemvq[_glu]_<fmt>_r<R>_c8_u1`, kernels/gemv.cu:
+/// GEMVQ_MC_KERNEL), one unit in flight a lane; `None` for the other
+/// formats and column counts (one row, two units). At one row each
+/// activation load serves one row, and an 8-column call moved ~16× the
+/// weights' bytes through L1. On the H200 (2026-12-04 04:57, Q4_0, GEMV
+/// alone, same run): 4096 × 14336 33.3 µs at 1 row, 24.2 at 2, 23.9 at 4;
+/// 32768 × 8192 122.5 / 93.3 / 81.7 µs. Q8_0 takes 4 rows and Q4_K 2 (its
+/// 4-row kernel needs 255 registers). `FUSED_CUDA_Q_ROWS_MC` (1, 2 or 4;
+/// Q4_K 1 or 2) overrides it, for A/B runs of `cuda-bench`.
+fn mc_rows(dtype: DType, n_cols: usize) -> Option<usize> {
+    let (allowed, default): (&[usize], usize) = match dtype {
+        DType::Q8_0 | DType::Q4_0 => (&[1, 2, 4], 4),
+        DType::Q4_K => (&[1, 2], 2),
+        _ => return None,
+    };
+    if n_cols != 8 {
+        return None;
+    }
+    let rows = std::env::var("FUSED_CUDA_Q_ROWS_MC")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|r| allowed.contains(r))
+        .unwrap_or(default);
+    (rows > 1).then_some(rows)
 }
 
 /// Rows from which one-column Q4_K takes 4 rows per block: between the
@@ -139,7 +176,11 @@ const Q4K_FOUR_ROWS_FROM: usize = 16384;
 /// 2026-12-01 08:36 UTC: BENCHMARKS.md.)
 fn gemvq_unroll(dtype: DType, n_cols: usize) -> usize {
     if n_cols != 1 {
-        return 2;
+        return if mc_rows(dtype, n_cols).is_some() {
+            1
+        } else {
+            2
+        };
     }
     std::env::var("FUSED_CUDA_Q_UNROLL")
         .ok()
@@ -501,15 +542,12 @@ impl Launch {
             qout: QuantOut::default(),
         };
         let r = gemvq_rows_per_block(dtype, n_cols, rows);
-        let name = format!(
-            "fused_gemvq_{}{}_r{r}_c{n_cols}{}",
-            if w_up.is_some() { "glu_" } else { "" },
-            dtype.name(),
-            if gemvq_unroll(dtype, n_cols) == 1 {
-                "_u1"
-            } else {
-                ""
-            }
+        let name = gemvq_kernel_name(
+            dtype,
+            w_up.is_some(),
+            r,
+            n_cols,
+            gemvq_unroll(dtype, n_cols),
         );
         let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
         // The weights' bytes in GGML's layout (the integer layout's differ
@@ -863,6 +901,19 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(ew.kind(), LaunchKind::Kernel);
+    }
+
+    #[test]
+    fn the_eight_column_kernels_of_several_rows_exist() {
+        let ptx = crate::device::gemv_ptx();
+        for (dtype, rows) in [(DType::Q8_0, 4), (DType::Q4_0, 4), (DType::Q4_K, 2)] {
+            for r in [2, rows] {
+                for glu in [false, true] {
+                    let name = gemvq_kernel_name(dtype, glu, r, 8, 1);
+                    assert!(ptx.contains(&format!(".entry {name}(")), "{name}");
+                }
+            }
+        }
     }
 
     #[test]

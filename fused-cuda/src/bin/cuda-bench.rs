@@ -324,7 +324,11 @@ fn run() -> Result<(), CudaError> {
             }
             for &mode in &modes {
                 for n_cols in [1usize, 8] {
-                    if n_cols == 8 && dtype != DType::Q4_0 {
+                    // 8 columns: every integer format in GGML's mode, Q4_0
+                    // with f32 activations too.
+                    if n_cols == 8
+                        && (dtype == DType::F16 || (mode == ActQuant::F32 && dtype != DType::Q4_0))
+                    {
                         continue;
                     }
                     let cells = gemv_timing(&be, &ws, mode, m, k, n_cols, ceiling)?;
