@@ -1737,15 +1737,18 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
         gemvq<FMT, 1, R, false, U>(g.job[j], blockIdx.x - g.first_block[j]);                   \
     }
 
-#define GEMVQ_KERNEL_U1(name, FMT, R, BOUNDS)                                                  \
+// Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>_u1: one unit in flight a lane;
+// BOUNDS for the plain one (the GLU kernel keeps the plain bounds).
+#define GEMVQ_KERNEL_U1_NC(name, FMT, R, NC, BOUNDS)                                           \
     extern "C" __global__ void BOUNDS                                                          \
-        fused_gemvq_##name##_r##R##_c1_u1(const GemvQParams p) {                               \
-        gemvq<FMT, 1, R, false, 1>(p, blockIdx.x);                                             \
+        fused_gemvq_##name##_r##R##_c##NC##_u1(const GemvQParams p) {                          \
+        gemvq<FMT, NC, R, false, 1>(p, blockIdx.x);                                            \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_glu_##name##_r##R##_c1_u1(const GemvQParams p) {                           \
-        gemvq<FMT, 1, R, true, 1>(p, blockIdx.x);                                              \
+        fused_gemvq_glu_##name##_r##R##_c##NC##_u1(const GemvQParams p) {                      \
+        gemvq<FMT, NC, R, true, 1>(p, blockIdx.x);                                             \
     }
+#define GEMVQ_KERNEL_U1(name, FMT, R, BOUNDS) GEMVQ_KERNEL_U1_NC(name, FMT, R, 1, BOUNDS)
 
 #define GEMVQ_KERNELS_BOUNDS(name, FMT, U1_BOUNDS)                                             \
     GEMVQ_KERNEL(name, FMT, 1, 1)                                                              \
@@ -1780,15 +1783,7 @@ GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS)
 // the weights' bytes through L1. ptxas (sm_90): Q4_0 86 / 128 registers at
 // R 2 / 4, Q8_0 72 / 128, Q4_K 128 with a few spills at R 2 (its R 4 needs
 // 255: left out).
-#define GEMVQ_MC_KERNEL(name, FMT, R)                                                          \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_##name##_r##R##_c8_u1(const GemvQParams p) {                               \
-        gemvq<FMT, 8, R, false, 1>(p, blockIdx.x);                                             \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
-        fused_gemvq_glu_##name##_r##R##_c8_u1(const GemvQParams p) {                           \
-        gemvq<FMT, 8, R, true, 1>(p, blockIdx.x);                                              \
-    }
+#define GEMVQ_MC_KERNEL(name, FMT, R) GEMVQ_KERNEL_U1_NC(name, FMT, R, 8, GEMVQ_PLAIN_BOUNDS)
 GEMVQ_MC_KERNEL(q8_0, FMT_Q8_0, 2)
 GEMVQ_MC_KERNEL(q8_0, FMT_Q8_0, 4)
 GEMVQ_MC_KERNEL(q4_0, FMT_Q4_0, 2)
