@@ -111,7 +111,7 @@ fn f16_shape_for(k: usize, n_cols: usize, forced: Option<&str>) -> Option<(usize
 /// same sweep gave R 4 93 % (87 with its quantizer) against R 2 89 % (84).
 /// `FUSED_CUDA_Q_ROWS` (1, 2 or 4) overrides it, for A/B runs of
 /// `cuda-bench`.
-fn gemvq_rows_per_block(dtype: DType, n_cols: usize, rows: usize) -> usize {
+fn gemvq_rows_per_block(dtype: DType, n_cols: usize, rows: usize, glu: bool) -> usize {
     let four = matches!(dtype, DType::Q4_0 | DType::Q5_K | DType::Q6_K)
         || (dtype == DType::Q4_K && rows >= Q4K_FOUR_ROWS_FROM);
     match n_cols {
@@ -121,7 +121,7 @@ fn gemvq_rows_per_block(dtype: DType, n_cols: usize, rows: usize) -> usize {
             .filter(|r| [1, 2, 4].contains(r))
             .unwrap_or(if four { 4 } else { 2 }),
         2..=4 => 2,
-        _ => mc_rows(dtype, n_cols).unwrap_or(1),
+        _ => mc_rows(dtype, n_cols, glu).unwrap_or(1),
     }
 }
 
@@ -140,12 +140,15 @@ fn gemvq_kernel_name(dtype: DType, glu: bool, r: usize, n_cols: usize, unroll: u
 /// GEMVQ_MC_KERNEL), one unit in flight a lane; `None` for the other
 /// formats and column counts (one row, two units). At one row each
 /// activation load serves one row, and an 8-column call moved ~16× the
-/// weights' bytes through L1. On the H200 (2026-12-04 04:57, Q4_0, GEMV
-/// alone, same run): 4096 × 14336 33.3 µs at 1 row, 24.2 at 2, 23.9 at 4;
-/// 32768 × 8192 122.5 / 93.3 / 81.7 µs. Q8_0 takes 4 rows and Q4_K 2 (its
-/// 4-row kernel needs 255 registers). `FUSED_CUDA_Q_ROWS_MC` (1, 2 or 4;
-/// Q4_K 1 or 2) overrides it, for A/B runs of `cuda-bench`.
-fn mc_rows(dtype: DType, n_cols: usize) -> Option<usize> {
+/// weights' bytes through L1. On the H200 (2026-12-04 05:25, GEMV alone,
+/// one run; BENCHMARKS.md), µs at 1 / 2 / 4 rows: 4096 × 14336 Q4_0 30.2 /
+/// 27.3 / 21.2, Q8_0 32.9 / 26.2 / 22.0, Q4_K 38.0 / 28.8 / —; 32768 × 8192
+/// Q4_0 121.0 / 95.2 / 76.6, Q8_0 120.4 / 86.1 / 81.8, Q4_K 152.9 / 104.6 /
+/// — (Q4_K's 4-row kernel would need more than 255 registers). The gated
+/// (GLU) kernels keep one row by default: at several rows they take 220–255
+/// registers, and they have not been timed. `FUSED_CUDA_Q_ROWS_MC` (1, 2 or
+/// 4; Q4_K 1 or 2) sets the rows of both, for A/B runs of `cuda-bench`.
+fn mc_rows(dtype: DType, n_cols: usize, glu: bool) -> Option<usize> {
     let (allowed, default): (&[usize], usize) = match dtype {
         DType::Q8_0 | DType::Q4_0 => (&[1, 2, 4], 4),
         DType::Q4_K => (&[1, 2], 2),
@@ -158,7 +161,7 @@ fn mc_rows(dtype: DType, n_cols: usize) -> Option<usize> {
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|r| allowed.contains(r))
-        .unwrap_or(default);
+        .unwrap_or(if glu { 1 } else { default });
     (rows > 1).then_some(rows)
 }
 
@@ -174,9 +177,9 @@ const Q4K_FOUR_ROWS_FROM: usize = 16384;
 /// lane's whole row at K = 8192 and 14336 requested before the dependency
 /// wait, as the F16 kernel does, ran slower at every R on the H200,
 /// 2026-12-01 08:36 UTC: BENCHMARKS.md.)
-fn gemvq_unroll(dtype: DType, n_cols: usize) -> usize {
+fn gemvq_unroll(dtype: DType, n_cols: usize, glu: bool) -> usize {
     if n_cols != 1 {
-        return if mc_rows(dtype, n_cols).is_some() {
+        return if mc_rows(dtype, n_cols, glu).is_some() {
             1
         } else {
             2
@@ -541,14 +544,9 @@ impl Launch {
             epi,
             qout: QuantOut::default(),
         };
-        let r = gemvq_rows_per_block(dtype, n_cols, rows);
-        let name = gemvq_kernel_name(
-            dtype,
-            w_up.is_some(),
-            r,
-            n_cols,
-            gemvq_unroll(dtype, n_cols),
-        );
+        let glu = w_up.is_some();
+        let r = gemvq_rows_per_block(dtype, n_cols, rows, glu);
+        let name = gemvq_kernel_name(dtype, glu, r, n_cols, gemvq_unroll(dtype, n_cols, glu));
         let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
         // The weights' bytes in GGML's layout (the integer layout's differ
         // by the scales' packing only).
@@ -901,6 +899,26 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(ew.kind(), LaunchKind::Kernel);
+    }
+
+    #[test]
+    fn eight_columns_take_several_rows_unless_gated() {
+        if std::env::var_os("FUSED_CUDA_Q_ROWS_MC").is_some() {
+            println!("skipped: FUSED_CUDA_Q_ROWS_MC is set, so the defaults do not apply");
+            return;
+        }
+        for (dtype, rows) in [(DType::Q8_0, 4), (DType::Q4_0, 4), (DType::Q4_K, 2)] {
+            assert_eq!(gemvq_rows_per_block(dtype, 8, 4096, false), rows, "{dtype}");
+            assert_eq!(gemvq_unroll(dtype, 8, false), 1, "{dtype}");
+            assert_eq!(gemvq_rows_per_block(dtype, 8, 4096, true), 1, "{dtype} GLU");
+            assert_eq!(gemvq_unroll(dtype, 8, true), 2, "{dtype} GLU");
+            assert_eq!(
+                gemvq_rows_per_block(dtype, 7, 4096, false),
+                1,
+                "{dtype} 7 columns"
+            );
+        }
+        assert_eq!(gemvq_rows_per_block(DType::Q5_0, 8, 4096, false), 1);
     }
 
     #[test]
