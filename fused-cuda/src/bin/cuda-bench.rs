@@ -352,6 +352,8 @@ fn run() -> Result<(), CudaError> {
         }
     }
     report_host("GEMV table");
+    gated_gemv(&be, ceiling)?;
+    report_host("gated GEMV");
     other_formats(&be, ceiling)?;
     report_host("other formats");
     if gemv_only {
@@ -1329,13 +1331,41 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     Ok(())
 }
 
-/// The formats outside the targets (read in the core's block layout, or
-/// BF16 and F32), one column at 4096 × 14336, weights rotated.
-/// The timing cells of one GEMV table row: `W·x` over the weight copies
-/// `ws` (`m × k`) for `n_cols` columns in `mode` (a quantized mode: the
-/// quantizer launch included), µs per call, GB/s and % of `ceiling`; then,
-/// in a quantized mode, the GEMV alone on activations quantized
-/// beforehand (µs, % of copy), else two empty cells.
+/// The gated GEMV `silu(W_g·x) ⊙ (W_u·x)` at 4096 × 14336 (each matrix),
+/// GEMV alone on activations quantized beforehand, 1 and 8 columns, the
+/// gate and up weights taken from rotated copies; so that its kernels'
+/// rows per block (`FUSED_CUDA_Q_ROWS_MC` at 8 columns) can be timed.
+fn gated_gemv(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
+    let (m, k) = (4096, 14336);
+    println!("\n## Gated GEMV silu(W_g·x) ⊙ (W_u·x), {m} × {k} each, GEMV alone\n");
+    println!(
+        "Activations quantized beforehand in GGML's mode; call i takes copies i and i + 1 as gate and up.\n"
+    );
+    println!("| format | acts | cols | µs/call | GB/s (2 weights + x + y) | % of copy |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+        let ws = weight_copies(be, dtype, m, k)?;
+        let mode = ActQuant::ggml(dtype);
+        for n_cols in [1usize, 8] {
+            let x = be.upload(&randv(k * n_cols, 3))?;
+            let q = be.quantize_acts(mode, &x, n_cols)?;
+            let mut y = be.alloc(m * n_cols)?;
+            let t = time_calls(be, ws.len() * 2, 25, |i| {
+                let (gate, up) = (&ws[i % ws.len()], &ws[(i + 1) % ws.len()]);
+                be.gemv_glu_quantized(gate, up, Activation::Silu, &q, &Epilogue::NONE, &[], &mut y)
+            })?;
+            let moved = (2 * ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
+            let gbs = moved / t / 1e6;
+            println!(
+                "| {dtype} | {mode:?} | {n_cols} | {:.1} | {gbs:.0} | {:.0}% |",
+                t * 1e3,
+                100.0 * gbs / ceiling
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The columns of [`gemv_timing`]'s cells, and their rule.
 const GEMV_CELLS_HEADER: &str = "copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy | batch, group µs/call | % of copy | batch, group, GEMV alone µs/call | % of copy |";
 const GEMV_CELLS_RULE: &str = "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
@@ -1345,6 +1375,11 @@ const GEMV_CELLS_RULE: &str = "---: | ---: | ---: | ---: | ---: | ---: | ---: | 
 /// kernel grouped into one launch (`LaunchOptions::group`, the defaults).
 const BATCHINGS: [(bool, bool); 3] = [(false, false), (true, false), (true, true)];
 
+/// The timing cells of one GEMV table row: `W·x` over the weight copies
+/// `ws` (`m × k`) for `n_cols` columns in `mode` (a quantized mode: the
+/// quantizer launch included), µs per call, GB/s and % of `ceiling`; then,
+/// in a quantized mode, the GEMV alone on activations quantized
+/// beforehand (µs, % of copy), else two empty cells.
 fn gemv_timing(
     be: &CudaBackend,
     ws: &[DeviceWeights],
@@ -1482,6 +1517,8 @@ fn batch_per_call(
     Ok(t? / ws.len() as f64)
 }
 
+/// The formats outside the targets (read in the core's block layout, or
+/// BF16 and F32), one column at 4096 × 14336, weights rotated.
 fn other_formats(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let (m, k) = (4096usize, 14336usize);
     println!("\n## GEMV, the other weight formats, {m} × {k}, 1 column\n");
