@@ -145,9 +145,11 @@ fn gemvq_kernel_name(dtype: DType, glu: bool, r: usize, n_cols: usize, unroll: u
 /// 27.3 / 21.2, Q8_0 32.9 / 26.2 / 22.0, Q4_K 38.0 / 28.8 / —; 32768 × 8192
 /// Q4_0 121.0 / 95.2 / 76.6, Q8_0 120.4 / 86.1 / 81.8, Q4_K 152.9 / 104.6 /
 /// — (Q4_K's 4-row kernel would need more than 255 registers). The gated
-/// (GLU) kernels keep one row by default: at several rows they take 220–255
-/// registers, and they have not been timed. `FUSED_CUDA_Q_ROWS_MC` (1, 2 or
-/// 4; Q4_K 1 or 2) sets the rows of both, for A/B runs of `cuda-bench`.
+/// (GLU) kernels take 2 rows (4 rows need 220–249 registers): 4096 × 14336
+/// each, GEMV alone, µs at 1 / 2 / 4 rows (2026-12-04 06:18, one call,
+/// three bench processes in turn): Q8_0 42.0 / 38.2 / 43.5, Q4_0 40.4 /
+/// 38.6 / 38.9, Q4_K 55.1 / 46.2 / —. `FUSED_CUDA_Q_ROWS_MC` (1, 2 or 4;
+/// Q4_K 1 or 2) sets the rows of both, for A/B runs of `cuda-bench`.
 fn mc_rows(dtype: DType, n_cols: usize, glu: bool) -> Option<usize> {
     let (allowed, default): (&[usize], usize) = match dtype {
         DType::Q8_0 | DType::Q4_0 => (&[1, 2, 4], 4),
@@ -161,7 +163,7 @@ fn mc_rows(dtype: DType, n_cols: usize, glu: bool) -> Option<usize> {
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|r| allowed.contains(r))
-        .unwrap_or(if glu { 1 } else { default });
+        .unwrap_or(if glu { 2 } else { default });
     (rows > 1).then_some(rows)
 }
 
@@ -902,7 +904,7 @@ mod tests {
     }
 
     #[test]
-    fn eight_columns_take_several_rows_unless_gated() {
+    fn eight_columns_take_several_rows() {
         if std::env::var_os("FUSED_CUDA_Q_ROWS_MC").is_some() {
             println!("skipped: FUSED_CUDA_Q_ROWS_MC is set, so the defaults do not apply");
             return;
@@ -910,8 +912,8 @@ mod tests {
         for (dtype, rows) in [(DType::Q8_0, 4), (DType::Q4_0, 4), (DType::Q4_K, 2)] {
             assert_eq!(gemvq_rows_per_block(dtype, 8, 4096, false), rows, "{dtype}");
             assert_eq!(gemvq_unroll(dtype, 8, false), 1, "{dtype}");
-            assert_eq!(gemvq_rows_per_block(dtype, 8, 4096, true), 1, "{dtype} GLU");
-            assert_eq!(gemvq_unroll(dtype, 8, true), 2, "{dtype} GLU");
+            assert_eq!(gemvq_rows_per_block(dtype, 8, 4096, true), 2, "{dtype} GLU");
+            assert_eq!(gemvq_unroll(dtype, 8, true), 1, "{dtype} GLU");
             assert_eq!(
                 gemvq_rows_per_block(dtype, 7, 4096, false),
                 1,
