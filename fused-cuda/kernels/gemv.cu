@@ -1776,19 +1776,32 @@ GEMVQ_KERNELS(q8_0, FMT_Q8_0)
 GEMVQ_KERNELS(q4_0, FMT_Q4_0)
 GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS)
 
-// 8-column kernels of the tiled formats with 2 and 4 rows a block and one
-// unit in flight a lane, fused_gemvq[_glu]_<fmt>_r<R>_c8_u1 (src/launch.rs:
-// mc_rows), so that each activation load (8 columns: ~40 bytes a unit and
-// column through L1) serves more rows; at 1 row an 8-column call moves ~16x
-// the weights' bytes through L1. ptxas (sm_90): Q4_0 86 / 128 registers at
-// R 2 / 4, Q8_0 72 / 128, Q4_K 128 with a few spills at R 2 (its R 4 needs
-// 255: left out).
-#define GEMVQ_MC_KERNEL(name, FMT, R) GEMVQ_KERNEL_U1_NC(name, FMT, R, 8, GEMVQ_PLAIN_BOUNDS)
-GEMVQ_MC_KERNEL(q8_0, FMT_Q8_0, 2)
-GEMVQ_MC_KERNEL(q8_0, FMT_Q8_0, 4)
-GEMVQ_MC_KERNEL(q4_0, FMT_Q4_0, 2)
-GEMVQ_MC_KERNEL(q4_0, FMT_Q4_0, 4)
-GEMVQ_MC_KERNEL(q4_K, FMT_Q4_K, 2)
+// Several-column kernels of the tiled formats with 2 and 4 rows a block
+// and one unit in flight a lane, fused_gemvq[_glu]_<fmt>_r<R>_c<NC>_u1
+// (src/launch.rs: mc_rows), so that each activation load (8 columns: ~40
+// bytes a unit and column through L1) serves more rows; at 1 row an
+// 8-column call moves ~16x the weights' bytes through L1. 5 to 8 columns
+// by default; 2 to 4 columns an experiment (FUSED_CUDA_Q_ROWS_MC24).
+// ptxas (sm_90), 8 columns: Q4_0 86 / 128 registers at R 2 / 4, Q8_0 72 /
+// 128, Q4_K 128 with a few spills at R 2 (its R 4 needs 255: left out
+// from 5 columns).
+#define GEMVQ_MC_KERNELS(name, FMT, R, FROM_5)                                                 \
+    GEMVQ_KERNEL_U1_NC(name, FMT, R, 2, GEMVQ_PLAIN_BOUNDS)                                    \
+    GEMVQ_KERNEL_U1_NC(name, FMT, R, 3, GEMVQ_PLAIN_BOUNDS)                                    \
+    GEMVQ_KERNEL_U1_NC(name, FMT, R, 4, GEMVQ_PLAIN_BOUNDS)                                    \
+    FROM_5(name, FMT, R)
+#define GEMVQ_MC_KERNELS_5_TO_8(name, FMT, R)                                                  \
+    GEMVQ_KERNEL_U1_NC(name, FMT, R, 5, GEMVQ_PLAIN_BOUNDS)                                    \
+    GEMVQ_KERNEL_U1_NC(name, FMT, R, 6, GEMVQ_PLAIN_BOUNDS)                                    \
+    GEMVQ_KERNEL_U1_NC(name, FMT, R, 7, GEMVQ_PLAIN_BOUNDS)                                    \
+    GEMVQ_KERNEL_U1_NC(name, FMT, R, 8, GEMVQ_PLAIN_BOUNDS)
+#define GEMVQ_MC_NONE(name, FMT, R)
+GEMVQ_MC_KERNELS(q8_0, FMT_Q8_0, 2, GEMVQ_MC_KERNELS_5_TO_8)
+GEMVQ_MC_KERNELS(q8_0, FMT_Q8_0, 4, GEMVQ_MC_KERNELS_5_TO_8)
+GEMVQ_MC_KERNELS(q4_0, FMT_Q4_0, 2, GEMVQ_MC_KERNELS_5_TO_8)
+GEMVQ_MC_KERNELS(q4_0, FMT_Q4_0, 4, GEMVQ_MC_KERNELS_5_TO_8)
+GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_MC_KERNELS_5_TO_8)
+GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_MC_NONE)
 GEMVQ_KERNELS(q5_0, FMT_Q5_0)
 GEMVQ_KERNELS(iq4_nl, FMT_IQ4_NL)
 GEMVQ_KERNELS(q6_K, FMT_Q6_K)

@@ -4,7 +4,8 @@
 //! `cargo build -p fused-cuda --features cuda --release --bin cuda-bench`;
 //! `scripts/gpu-bundle` packs it for the GPU machine. `--gemv-only` stops
 //! after the GEMV section (for quick A/B runs); `--plans-only` runs the
-//! copy ceiling and the device-plan sections only. Sections: the
+//! copy ceiling and the device-plan sections only, `--columns-only` the
+//! copy ceiling and the several-column table. Sections: the
 //! device-to-device copy ceiling (bytes read + written); the per-call
 //! floor (tiny dependent GEMVs whose bytes take no time); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
@@ -289,6 +290,9 @@ fn run() -> Result<(), CudaError> {
     if std::env::args().any(|a| a == "--plans-only") {
         return plans(&be, ceiling);
     }
+    if std::env::args().any(|a| a == "--columns-only") {
+        return several_columns(&be, ceiling);
+    }
     per_call_floor(&be)?;
     report_host("per-call floor");
     launch_options(&be, ceiling)?;
@@ -354,6 +358,8 @@ fn run() -> Result<(), CudaError> {
     report_host("GEMV table");
     gated_gemv(&be, ceiling)?;
     report_host("gated GEMV");
+    several_columns(&be, ceiling)?;
+    report_host("several columns");
     other_formats(&be, ceiling)?;
     report_host("other formats");
     if gemv_only {
@@ -1361,6 +1367,73 @@ fn gated_gemv(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
                 t * 1e3,
                 100.0 * gbs / ceiling
             );
+        }
+    }
+    Ok(())
+}
+
+/// Integer GEMVs of several columns, GEMV alone on activations quantized
+/// beforehand in GGML's mode: Q8_0, Q4_0 and Q4_K at the GEMV table's
+/// shapes, plain and (at 4096 rows) gated, for the column counts that
+/// `FUSED_BENCH_COLS` lists (default 2 to 8), so that the kernels' rows
+/// per block (`FUSED_CUDA_Q_ROWS_MC57`, `FUSED_CUDA_Q_ROWS_MC`) can be
+/// timed across runs.
+fn several_columns(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
+    let cols: Vec<usize> = std::env::var("FUSED_BENCH_COLS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|c| c.trim().parse().ok()).collect())
+        .unwrap_or_else(|| (2..=8).collect());
+    let var = |v: &str| std::env::var(v).unwrap_or_else(|_| "unset".to_owned());
+    println!(
+        "\n## Several columns, GEMV alone (FUSED_CUDA_Q_ROWS_MC57 {}, FUSED_CUDA_Q_ROWS_MC {})\n",
+        var("FUSED_CUDA_Q_ROWS_MC57"),
+        var("FUSED_CUDA_Q_ROWS_MC")
+    );
+    println!(
+        "Activations quantized beforehand; % of copy counts weights + x + y (f32); gated: \
+         silu(W_g·x) ⊙ (W_u·x), call i taking copies i and i + 1.\n"
+    );
+    println!(
+        "| shape (rows × K) | format | cols | µs/call | % of copy | gated µs/call | % of copy |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for (m, k) in bench_shapes() {
+        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+            let ws = weight_copies(be, dtype, m, k)?;
+            let mode = ActQuant::ggml(dtype);
+            for &n_cols in &cols {
+                let x = be.upload(&randv(k * n_cols, 3))?;
+                let q = be.quantize_acts(mode, &x, n_cols)?;
+                let mut y = be.alloc(m * n_cols)?;
+                let pct = |t: f64, mats: usize| {
+                    100.0 * (mats * ws[0].bytes() + 4 * (k + m) * n_cols) as f64 / t / 1e6 / ceiling
+                };
+                let t = time_calls(be, ws.len() * 2, 25, |i| {
+                    be.gemv_quantized(&ws[i % ws.len()], &q, &Epilogue::NONE, &[], &mut y)
+                })?;
+                let gated = if m <= 4096 {
+                    let tg = time_calls(be, ws.len() * 2, 25, |i| {
+                        let (gate, up) = (&ws[i % ws.len()], &ws[(i + 1) % ws.len()]);
+                        be.gemv_glu_quantized(
+                            gate,
+                            up,
+                            Activation::Silu,
+                            &q,
+                            &Epilogue::NONE,
+                            &[],
+                            &mut y,
+                        )
+                    })?;
+                    format!("{:.1} | {:.0}%", tg * 1e3, pct(tg, 2))
+                } else {
+                    " | ".to_owned()
+                };
+                println!(
+                    "| {m} × {k} | {dtype} | {n_cols} | {:.1} | {:.0}% | {gated} |",
+                    t * 1e3,
+                    pct(t, 1)
+                );
+            }
         }
     }
     Ok(())
