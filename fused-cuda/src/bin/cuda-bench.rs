@@ -1376,7 +1376,7 @@ fn gated_gemv(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// beforehand in GGML's mode: Q8_0, Q4_0 and Q4_K at the GEMV table's
 /// shapes, plain and (at 4096 rows) gated, for the column counts that
 /// `FUSED_BENCH_COLS` lists (default 2 to 8), so that the kernels' rows
-/// per block (`FUSED_CUDA_Q_ROWS_MC57`, `FUSED_CUDA_Q_ROWS_MC`) can be
+/// per block (`FUSED_CUDA_Q_ROWS_MC24`, `FUSED_CUDA_Q_ROWS_MC`) can be
 /// timed across runs.
 fn several_columns(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let cols: Vec<usize> = std::env::var("FUSED_BENCH_COLS")
@@ -1385,8 +1385,8 @@ fn several_columns(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         .unwrap_or_else(|| (2..=8).collect());
     let var = |v: &str| std::env::var(v).unwrap_or_else(|_| "unset".to_owned());
     println!(
-        "\n## Several columns, GEMV alone (FUSED_CUDA_Q_ROWS_MC57 {}, FUSED_CUDA_Q_ROWS_MC {})\n",
-        var("FUSED_CUDA_Q_ROWS_MC57"),
+        "\n## Several columns, GEMV alone (FUSED_CUDA_Q_ROWS_MC24 {}, FUSED_CUDA_Q_ROWS_MC {})\n",
+        var("FUSED_CUDA_Q_ROWS_MC24"),
         var("FUSED_CUDA_Q_ROWS_MC")
     );
     println!(
