@@ -72,7 +72,7 @@ pub(crate) fn driver(what: &'static str) -> impl FnOnce(cust::error::CudaError) 
 /// not at the first launch.
 pub struct CudaDevice {
     // Field order is drop order: the modules and the stream go before the context.
-    probe: Module,
+    pub(crate) probe: Module,
     pub(crate) elementwise: Module,
     pub(crate) gemv: Module,
     pub(crate) fwht: Module,

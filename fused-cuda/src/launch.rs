@@ -314,7 +314,7 @@ pub(crate) fn check_quant_out(
 }
 
 /// A kernel argument as the driver takes it.
-fn arg<T>(v: &T) -> *mut c_void {
+pub(crate) fn arg<T>(v: &T) -> *mut c_void {
     v as *const T as *mut c_void
 }
 

@@ -93,6 +93,7 @@
 
 mod error;
 mod exec;
+mod handoff;
 mod job;
 mod options;
 mod plan;
@@ -127,6 +128,7 @@ pub use backend::{CudaBackend, DeviceActs, DeviceVec, DeviceWeights};
 #[cfg(feature = "cuda")]
 pub use device::CudaDevice;
 pub use error::CudaError;
+pub use handoff::{HANDOFF_MAX_BLOCKS, HANDOFF_MAX_KERNELS, Handoff, HandoffRun, handoff_expected};
 pub use job::GemvJob;
 pub use options::LaunchOptions;
 pub use plan::{DevicePlanStats, Submission};

@@ -53,6 +53,17 @@ impl CudaDevice {
     pub fn probe_axpy(&self, _a: f32, _x: &[f32], _y: &mut [f32]) -> Result<(), CudaError> {
         match self.never {}
     }
+
+    /// Runs a chain of handoff kernels (`src/handoff.rs`).
+    pub fn handoff_chain(
+        &self,
+        _handoff: crate::Handoff,
+        _kernels: usize,
+        _input: &[u32],
+        _head_start_cycles: u64,
+    ) -> Result<crate::HandoffRun, CudaError> {
+        match self.never {}
+    }
 }
 
 /// Quantized activations in device memory (none can exist in this build).

@@ -5,9 +5,11 @@
 //! `scripts/gpu-bundle` packs it for the GPU machine. `--gemv-only` stops
 //! after the GEMV section (for quick A/B runs); `--plans-only` runs the
 //! copy ceiling and the device-plan sections only, `--columns-only` the
-//! copy ceiling and the several-column table. Sections: the
+//! copy ceiling and the several-column table, `--handoff-only` the copy
+//! ceiling and the handoff table. Sections: the
 //! device-to-device copy ceiling (bytes read + written); the per-call
-//! floor (tiny dependent GEMVs whose bytes take no time); GEMV 4096×14336 and
+//! floor (tiny dependent GEMVs whose bytes take no time); the handoff
+//! between dependent kernels (`fused_cuda::Handoff`); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
 //! the copy ceiling, each call waiting for the one before it and, in a
@@ -293,8 +295,12 @@ fn run() -> Result<(), CudaError> {
     if std::env::args().any(|a| a == "--columns-only") {
         return several_columns(&be, ceiling);
     }
+    if std::env::args().any(|a| a == "--handoff-only") {
+        return handoff(&be);
+    }
     per_call_floor(&be)?;
     report_host("per-call floor");
+    handoff(&be)?;
     launch_options(&be, ceiling)?;
     report_host("launch options");
     if std::env::args().any(|a| a == "--launch-only") {
@@ -1185,6 +1191,83 @@ fn per_call_floor(be: &CudaBackend) -> Result<(), CudaError> {
     be.set_options(saved);
     println!();
     Ok(())
+}
+
+/// Kernels in each timed handoff chain.
+const HANDOFF_KERNELS: usize = 256;
+
+/// The handoff table: chains of tiny kernels, each block reading 128
+/// elements all over the vector the kernel before wrote, for each way of
+/// waiting
+/// (`fused_cuda::Handoff`), at 1, 2, 4 and 8 blocks an SM; the kinds take
+/// turns, 7 rounds, median µs a kernel. Ordered chains are checked against
+/// the host.
+fn handoff(be: &CudaBackend) -> Result<(), CudaError> {
+    let dev = be.device();
+    println!("## Handoff: how soon a kernel starts on the previous kernel's results\n");
+    println!(
+        "Chains of {HANDOFF_KERNELS} tiny kernels (128 threads a block, each block reading 128 \
+         elements spread over the whole vector the kernel before wrote, one a thread, and \
+         writing one element), behind a head start; \
+         the kinds take turns, 7 rounds, median device µs a kernel. \"counter polled\": each \
+         block of a kernel raises a counter after its write (release), one thread a block of the \
+         next polls it (acquire) instead of griddepcontrol.wait.\n"
+    );
+    let sms = 132;
+    let sizes = [sms, 2 * sms, 4 * sms, 8 * sms];
+    print!("| handoff |");
+    for b in sizes {
+        print!(" {b} blocks µs/kernel |");
+    }
+    println!(" results |\n| --- |{} --- |", " ---: |".repeat(sizes.len()));
+    let mut times = vec![vec![Vec::new(); sizes.len()]; fused_cuda::Handoff::ALL.len()];
+    let mut checked = vec![true; fused_cuda::Handoff::ALL.len()];
+    let inputs: Vec<Vec<u32>> = sizes
+        .iter()
+        .map(|&b| {
+            (0..b as u32)
+                .map(|i| i.wrapping_mul(2_654_435_761))
+                .collect()
+        })
+        .collect();
+    let wants: Vec<Vec<u32>> = inputs
+        .iter()
+        .map(|x| fused_cuda::handoff_expected(x, HANDOFF_KERNELS))
+        .collect();
+    for _round in 0..7 {
+        for (h, &handoff) in fused_cuda::Handoff::ALL.iter().enumerate() {
+            for (s, input) in inputs.iter().enumerate() {
+                // 10M SM clocks (~5 ms at 1.98 GHz): the host enqueues the
+                // chain's launches well within it.
+                let run = dev.handoff_chain(handoff, HANDOFF_KERNELS, input, 10_000_000)?;
+                times[h][s].push(run.micros_per_kernel);
+                checked[h] &= !handoff.ordered() || run.result == wants[s];
+            }
+        }
+    }
+    for (h, &handoff) in fused_cuda::Handoff::ALL.iter().enumerate() {
+        print!("| {} |", handoff.name());
+        for t in &times[h] {
+            print!(" {:.2} |", median(t.clone()));
+        }
+        let verdict = if !handoff.ordered() {
+            "undefined (not checked)"
+        } else if checked[h] {
+            "equal the host's"
+        } else {
+            "WRONG"
+        };
+        println!(" {verdict} |");
+    }
+    println!();
+    if checked.iter().all(|&c| c) {
+        Ok(())
+    } else {
+        Err(CudaError::Driver {
+            what: "handoff chain",
+            message: "a chain's result differs from the host's".into(),
+        })
+    }
 }
 
 /// GEMVs in the chain of [`chain_floor`].
