@@ -132,6 +132,19 @@ mod run {
     /// Threads a block of `fused_probe_handoff`, as the driver takes it.
     const BLOCK: u32 = super::HANDOFF_BLOCK as u32;
 
+    /// `Ok` when `count` is 1 to `max`, else a length error saying `what`.
+    fn check_count(what: &'static str, count: usize, max: usize) -> Result<(), CudaError> {
+        if (1..=max).contains(&count) {
+            return Ok(());
+        }
+        Err(Error::LengthMismatch {
+            what,
+            expected: count.clamp(1, max),
+            actual: count,
+        }
+        .into())
+    }
+
     impl CudaDevice {
         /// Runs `kernels` handoff kernels one after the other on the
         /// device's stream, each over `input.len()` blocks and reading the
@@ -152,22 +165,16 @@ mod run {
             head_start_cycles: u64,
         ) -> Result<HandoffRun, CudaError> {
             let blocks = input.len();
-            if blocks == 0 || blocks > HANDOFF_MAX_BLOCKS {
-                return Err(Error::LengthMismatch {
-                    what: "handoff chain: blocks (1 to HANDOFF_MAX_BLOCKS)",
-                    expected: blocks.clamp(1, HANDOFF_MAX_BLOCKS),
-                    actual: blocks,
-                }
-                .into());
-            }
-            if kernels == 0 || kernels > HANDOFF_MAX_KERNELS {
-                return Err(Error::LengthMismatch {
-                    what: "handoff chain: kernels (1 to HANDOFF_MAX_KERNELS)",
-                    expected: kernels.clamp(1, HANDOFF_MAX_KERNELS),
-                    actual: kernels,
-                }
-                .into());
-            }
+            check_count(
+                "handoff chain: blocks (1 to HANDOFF_MAX_BLOCKS)",
+                blocks,
+                HANDOFF_MAX_BLOCKS,
+            )?;
+            check_count(
+                "handoff chain: kernels (1 to HANDOFF_MAX_KERNELS)",
+                kernels,
+                HANDOFF_MAX_KERNELS,
+            )?;
             self.make_current()?;
             let n = blocks as u32;
             let wait_count = n;
