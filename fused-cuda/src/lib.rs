@@ -28,7 +28,11 @@
 //!   launches enqueued on one stream and synchronised once per run, or
 //!   replayed as a captured CUDA graph, see [`Submission`]; independent
 //!   one-column GEMV steps of one kernel, such as q, k and v, grouped into
-//!   one launch).
+//!   one launch);
+//! - [`CudaDevice::handoff_chain`]: a measurement of the device rather than
+//!   a kernel: how soon a kernel starts on the previous kernel's results,
+//!   for each way of waiting ([`Handoff`]), the floor under every
+//!   dependent call (`cuda-bench`'s handoff table).
 //!
 //! # Numerics
 //!
