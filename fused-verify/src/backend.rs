@@ -383,10 +383,38 @@ pub fn selected(name: &str, patterns: &[String]) -> bool {
     patterns.is_empty() || patterns.iter().any(|p| name.starts_with(p.as_str()))
 }
 
+/// Whether a `--backend` pattern names the backend called `name` exactly.
+/// Such a backend must run (else the run fails unless `--allow-skip`); a
+/// pattern that selects a family by prefix (`cpu`) only needs one of its
+/// members to run, the others (an instruction set this CPU lacks) are
+/// skipped.
+pub fn named(name: &str, patterns: &[String]) -> bool {
+    patterns.iter().any(|p| p == name)
+}
+
+/// The run-level errors of the `--backend` patterns that name no backend
+/// exactly (families such as `cpu`) and select none of the backends in
+/// `ran` (those that ran or timed a case); `names` is every backend of the
+/// registry. Empty with `--allow-skip`.
+pub fn family_errors(cli: &crate::cli::Cli, names: &[&str], ran: &[&str]) -> Vec<String> {
+    if cli.allow_skip {
+        return Vec::new();
+    }
+    cli.backend
+        .iter()
+        .filter(|p| !names.contains(&p.as_str()))
+        .filter(|p| !ran.iter().any(|r| r.starts_with(p.as_str())))
+        .map(|p| {
+            format!("--backend {p}: no backend it selects ran a case; pass --allow-skip to accept")
+        })
+        .collect()
+}
+
 /// For the timing modes: whether `be` cannot be timed here
 /// ([`Backend::timing_availability`]) and so is to be skipped.
-/// Prints the reason when `print`; a backend named by `--backend` that
-/// cannot run is an error in `errors` unless `--allow-skip`.
+/// Prints the reason when `print`; a backend that `--backend` names
+/// exactly ([`named`]) and that cannot run is an error in `errors` unless
+/// `--allow-skip`.
 pub fn skip_unavailable(
     be: &dyn Backend,
     cli: &crate::cli::Cli,
@@ -399,8 +427,47 @@ pub fn skip_unavailable(
     if print {
         println!("SKIP {}: {why}", be.name());
     }
-    if !cli.backend.is_empty() && !cli.allow_skip {
+    if named(be.name(), &cli.backend) && !cli.allow_skip {
         errors.push(format!("backend {} ran no case ({why})", be.name()));
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{family_errors, named, selected};
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    const NAMES: [&str; 4] = ["cpu-scalar", "cpu-avx2", "cpu-avx512", "cuda"];
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::parse_from(std::iter::once("fused-verify").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn a_family_needs_one_member_that_ran() {
+        let c = cli(&["--backend", "cpu"]);
+        assert!(selected("cpu-avx512", &c.backend));
+        assert!(!named("cpu-avx512", &c.backend));
+        // An AVX2 machine: avx512 skipped, the family still ran.
+        assert!(family_errors(&c, &NAMES, &["cpu-scalar", "cpu-avx2"]).is_empty());
+        let e = family_errors(&c, &NAMES, &["cuda"]);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("--backend cpu: no backend"), "{e:?}");
+        let allowed = cli(&["--backend", "cpu", "--allow-skip"]);
+        assert!(family_errors(&allowed, &NAMES, &[]).is_empty());
+    }
+
+    #[test]
+    fn an_exact_name_is_left_to_the_per_backend_rule() {
+        let c = cli(&["--backend", "cpu-avx512", "--backend", "cuda"]);
+        assert!(named("cpu-avx512", &c.backend) && named("cuda", &c.backend));
+        assert!(!named("cpu-avx2", &c.backend));
+        // Exact names are not families: the caller reports them itself.
+        assert!(family_errors(&c, &NAMES, &[]).is_empty());
+        // A pattern that selects nothing is a family that never ran.
+        let none = cli(&["--backend", "nosuch"]);
+        assert_eq!(family_errors(&none, &NAMES, &["cpu-scalar"]).len(), 1);
+    }
 }

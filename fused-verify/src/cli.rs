@@ -44,7 +44,9 @@ pub struct Cli {
     /// Backends to run, matched by prefix (`cpu` = every CPU instruction
     /// set; `cpu-avx2`, `vulkan`, `cuda`); repeatable. Default: every
     /// backend, unavailable ones reported as skipped. A backend named here
-    /// that runs no case fails the run unless `--allow-skip`.
+    /// exactly that runs no case fails the run, as does a family (`cpu`)
+    /// none of whose members runs one (members this machine cannot run are
+    /// skipped), unless `--allow-skip`.
     #[arg(short, long)]
     pub backend: Vec<String>,
     /// Only cases whose id contains this text (ids look like

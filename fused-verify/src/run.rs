@@ -4,8 +4,9 @@
 //! Skip rules: a backend that cannot run here has all its cases counted as
 //! skipped and is reported (`SKIP name: reason`); a case a backend has no
 //! kernel for is counted as skipped on it, its reason in the case's result
-//! and a per-backend count printed. When `--backend` names
-//! it, or when an available backend ran no case (a filter that matches
+//! and a per-backend count printed. When `--backend` names it exactly
+//! (`cpu-avx512`), when a `--backend` family (`cpu`) has no member that ran
+//! a case, or when an available backend ran no case (a filter that matches
 //! nothing), the run fails unless `--allow-skip`.
 
 use std::io::IsTerminal;
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::backend::{Availability, Backend, registry, selected};
+use crate::backend::{Availability, Backend, family_errors, named, registry, selected};
 use crate::cases::{Case, generate};
 use crate::cli::Cli;
 use crate::report::{BackendStatus, TestReport, Totals, summarize};
@@ -88,7 +89,6 @@ pub fn run_cases(
     print: bool,
 ) -> TestReport {
     let backends = registry();
-    let explicit = !cli.backend.is_empty();
     let chosen: Vec<&dyn Backend> = backends
         .iter()
         .map(|b| b.as_ref())
@@ -126,7 +126,7 @@ pub fn run_cases(
                     Availability::Ready => None,
                     Availability::Skip(r) => Some(r),
                 },
-                requested: explicit && selected(b.name(), &cli.backend),
+                requested: named(b.name(), &cli.backend),
                 cases_run: 0,
                 cases_unsupported: 0,
             }
@@ -217,6 +217,13 @@ pub fn run_cases(
             println!("SKIP {}: ran no case ({why})", s.name);
         }
     }
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+    let ran: Vec<&str> = status
+        .iter()
+        .filter(|s| s.cases_run > 0)
+        .map(|s| s.name.as_str())
+        .collect();
+    errors.extend(family_errors(cli, &names, &ran));
     totals.failed += errors.len();
     let table = summarize(&results);
     if print {

@@ -216,3 +216,23 @@ fn perf_mode_reports_speed_and_barriers() {
     assert!(r["pct_of_ceiling"].as_f64().unwrap() > 0.0);
     assert!(r["barriers_fused"].as_u64().unwrap() < r["barriers_unfused"].as_u64().unwrap());
 }
+
+#[test]
+fn a_backend_pattern_that_selects_nothing_fails_unless_skips_are_allowed() {
+    let o = run(&["test", "--backend", "nosuch", "--filter", "gemv/q4_0/"]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("--backend nosuch: no backend it selects ran a case"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(&[
+        "test",
+        "--backend",
+        "nosuch",
+        "--filter",
+        "gemv/q4_0/",
+        "--allow-skip",
+    ]);
+    assert!(o.status.success(), "{}", stdout(&o));
+}
