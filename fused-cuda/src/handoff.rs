@@ -147,9 +147,9 @@ mod run {
 
     impl CudaDevice {
         /// Runs `kernels` handoff kernels one after the other on the
-        /// device's stream, each over `input.len()` blocks and reading the
-        /// whole vector the one before wrote, each waiting as `handoff`
-        /// says; the chain starts behind a one-thread kernel that spins
+        /// device's stream, each over `input.len()` blocks, each block
+        /// reading 128 elements all over the vector the kernel before
+        /// wrote, each kernel waiting as `handoff` says; the chain starts behind a one-thread kernel that spins
         /// for `head_start_cycles` SM clocks, so that the host has
         /// enqueued the chain before it runs and the time is the device's.
         ///
