@@ -1198,10 +1198,10 @@ const HANDOFF_KERNELS: usize = 256;
 
 /// The handoff table: chains of tiny kernels, each block reading 128
 /// elements all over the vector the kernel before wrote, for each way of
-/// waiting
-/// (`fused_cuda::Handoff`), at 1, 2, 4 and 8 blocks an SM; the kinds take
-/// turns, 7 rounds, median µs a kernel. Ordered chains are checked against
-/// the host.
+/// waiting (`fused_cuda::Handoff`), at 132, 264, 528 and 1056 blocks (1 to
+/// 8 an SM of the H200, whose 132 SMs the sizes are fixed to); the kinds
+/// take turns, 7 rounds, median µs a kernel. Ordered chains are checked
+/// against the host.
 fn handoff(be: &CudaBackend) -> Result<(), CudaError> {
     let dev = be.device();
     println!("## Handoff: how soon a kernel starts on the previous kernel's results\n");
@@ -1213,7 +1213,7 @@ fn handoff(be: &CudaBackend) -> Result<(), CudaError> {
          block of a kernel raises a counter after its write (release), one thread a block of the \
          next polls it (acquire) instead of griddepcontrol.wait.\n"
     );
-    let sms = 132;
+    let sms = 132; // the H200's SMs: the sizes stay the same on any device
     let sizes = [sms, 2 * sms, 4 * sms, 8 * sms];
     print!("| handoff |");
     for b in sizes {
