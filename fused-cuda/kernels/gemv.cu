@@ -1780,8 +1780,10 @@ GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS)
 // and one unit in flight a lane, fused_gemvq[_glu]_<fmt>_r<R>_c<NC>_u1
 // (src/launch.rs: mc_rows), so that each activation load (8 columns: ~40
 // bytes a unit and column through L1) serves more rows; at 1 row an
-// 8-column call moves ~16x the weights' bytes through L1. 5 to 8 columns
-// by default; 2 to 4 columns an experiment (FUSED_CUDA_Q_ROWS_MC24).
+// 8-column call moves ~16x the weights' bytes through L1. Which shapes take
+// them by default, and the variables that choose for A/B runs
+// (FUSED_CUDA_Q_ROWS_MC from 5 columns, FUSED_CUDA_Q_ROWS_MC24 at 2 to 4):
+// src/launch.rs, mc_rows.
 // ptxas (sm_90), 8 columns: Q4_0 86 / 128 registers at R 2 / 4, Q8_0 72 /
 // 128, Q4_K 128 with a few spills at R 2 (its R 4 needs 255: left out
 // from 5 columns).
