@@ -165,7 +165,8 @@ pub struct BackendStatus {
     pub available: bool,
     /// Why not.
     pub skip_reason: Option<String>,
-    /// Whether `--backend` named it.
+    /// Whether `--backend` named it exactly (a family such as `cpu` does
+    /// not request each member).
     pub requested: bool,
     /// Cases it ran.
     pub cases_run: usize,
