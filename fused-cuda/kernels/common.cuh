@@ -81,6 +81,36 @@ __device__ __forceinline__ void griddep_end(uint32_t deps) {
     if (deps == DEPS_INDEPENDENT) griddep_wait();
 }
 
+// ------------------------------------------------ the next call's weights
+// A GEMV may ask L2 for the first bytes of the weights the GEMV after it
+// will read (src/job.rs: GemvJob::with_l2_ahead), so that the memory keeps
+// streaming while this launch's last sums, its exit and the next launch's
+// start go by. `at` says when each block asks: L2_AHEAD_END after its own
+// weights have all arrived (its dot loop done), L2_AHEAD_START when it
+// starts. Each block asks for its share of [addr, addr + bytes) (bytes a
+// multiple of 16, addr 16-byte aligned: the host checks), one bulk
+// prefetch from one thread; none below sm_90.
+#define L2_AHEAD_END 0u
+#define L2_AHEAD_START 1u
+struct L2Ahead {
+    const uint8_t *addr;
+    uint32_t bytes; // 0: none
+    uint32_t at;    // L2_AHEAD_*
+};
+
+__device__ __forceinline__ void l2_ahead(const L2Ahead &a, uint32_t at, uint32_t block,
+                                         uint32_t blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (a.bytes == 0 || a.at != at || threadIdx.x != 0) return;
+    const uint32_t share = ((a.bytes / 16 + blocks - 1) / blocks) * 16;
+    const uint64_t lo = (uint64_t)block * share;
+    if (lo >= a.bytes) return;
+    const uint32_t n = (uint32_t)min((uint64_t)share, (uint64_t)a.bytes - lo);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.addr + lo), "r"(n)
+                 : "memory");
+#endif
+}
+
 // ------------------------------------------------------------ activations
 // The numbering matches src/params.rs (act_code).
 #define ACT_IDENTITY 0u

@@ -49,10 +49,13 @@ struct GemvParams {
     uint32_t deps;    // DEPS_* (common.cuh)
     uint32_t pad;
     EpiParams epi;
+    L2Ahead ahead; // the next GEMV's first weights, asked of L2
 };
 // The layouts src/params.rs asserts for its mirrors.
 static_assert(sizeof(EpiParams) == 136 && offsetof(EpiParams, operand) == 72, "EpiParams");
-static_assert(offsetof(GemvParams, deps) == 48 && offsetof(GemvParams, epi) == 56, "GemvParams");
+static_assert(offsetof(GemvParams, deps) == 48 && offsetof(GemvParams, epi) == 56 &&
+                  offsetof(GemvParams, ahead) == 192 && sizeof(GemvParams) == 208,
+              "GemvParams");
 
 // A group launch: up to GROUP_MAX independent GEMVs of one kernel shape
 // (one column, no GLU) in one grid. Job j (of n) owns the blocks from
@@ -69,7 +72,7 @@ template <class P> struct Group {
     uint32_t pad;
     P job[GROUP_MAX];
 };
-static_assert(sizeof(Group<GemvParams>) == 40 + 8 * 192, "Group<GemvParams>");
+static_assert(sizeof(Group<GemvParams>) == 40 + 8 * 208, "Group<GemvParams>");
 
 // The job whose blocks include this one.
 template <class P> __device__ __forceinline__ uint32_t group_job(const Group<P> &g) {
@@ -816,11 +819,13 @@ __device__ void gemv(const GemvParams &p, uint32_t block) {
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     griddep_begin(p.deps);
     if (row0 >= p.rows) return; // the whole block leaves together
+    const uint32_t blocks = (p.rows + R - 1) / R;
     // The float formats request their first weights (the gate's, for GLU)
     // before the wait; the other formats, and the up weights, after it.
     FloatFirst<FMT, R, FU> first[V];
     if constexpr (is_float_fmt(FMT))
         first[0] = float_rows_first<FMT, R, FU>(p, p.w, row0, lane, warp);
+    l2_ahead(p.ahead, L2_AHEAD_START, block, blocks);
     griddep_ready(p.deps);
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     float acc[V][R][NC];
@@ -836,6 +841,7 @@ __device__ void gemv(const GemvParams &p, uint32_t block) {
             first[V - 1] = float_rows_first<FMT, R, FU>(p, p.w_up, row0, lane, warp);
         rows_dot<FMT, NC, R, FU>(p, p.w_up, row0, lane, warp, acc[V - 1], &first[V - 1]);
     }
+    l2_ahead(p.ahead, L2_AHEAD_END, block, blocks);
     finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
                                 p.y);
     griddep_end(p.deps);
@@ -1192,11 +1198,12 @@ struct GemvQParams {
     uint32_t deps; // DEPS_* (common.cuh)
     EpiParams epi;
     QuantOut qout; // one column: y quantized too, unless mode is QOUT_NONE
+    L2Ahead ahead; // the next GEMV's first weights, asked of L2
 };
 static_assert(offsetof(GemvQParams, deps) == 60 && offsetof(GemvQParams, epi) == 64 &&
-                  offsetof(GemvQParams, qout) == 200,
+                  offsetof(GemvQParams, qout) == 200 && offsetof(GemvQParams, ahead) == 264,
               "GemvQParams");
-static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 264, "Group<GemvQParams>");
+static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 280, "Group<GemvQParams>");
 
 // Activation codes: read by every row group of the launch, cached in L1.
 __device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
@@ -1677,6 +1684,8 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     // the kernel before this one finishes.
     const uint32_t first = warp * 32 + lane;
     load_step(first);
+    const uint32_t blocks = (p.rows + R - 1) / R;
+    l2_ahead(p.ahead, L2_AHEAD_START, block, blocks);
     griddep_ready(p.deps);
     const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
     for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
@@ -1697,6 +1706,7 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
             }
         }
     }
+    l2_ahead(p.ahead, L2_AHEAD_END, block, blocks);
     finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
                                 p.y);
     if constexpr (NC == 1) {

@@ -12,10 +12,10 @@
 
 use crate::device::{CudaDevice, driver};
 use crate::group::group_launches;
-use crate::job::GemvJob;
+use crate::job::{AheadAt, GemvJob, L2AheadHint};
 use crate::launch::{EwKernel, GemvShape, Launch, check_quant_out, ew_len, u32_of};
 use crate::layout;
-use crate::params::EpiParams;
+use crate::params::{EpiParams, L2Ahead};
 use crate::pdl;
 use crate::qacts::{QactsLayout, QuantizedActs};
 use crate::schedule::{Access, overlap_deps};
@@ -193,6 +193,40 @@ impl std::fmt::Debug for CudaBackend {
             .field("launches", &self.launches())
             .finish()
     }
+}
+
+/// The kernels' form of an L2 look-ahead hint: the address and length of
+/// the layout the next GEMV reads, `bytes` rounded down to 16. A layout the
+/// weights lack is [`Unsupported::ActQuant`]; more bytes than it holds, a
+/// length error.
+fn l2_ahead_params(hint: &L2AheadHint<'_>) -> Result<L2Ahead, CudaError> {
+    let next = hint.next;
+    check_gemv_mode(next.dtype, hint.next_mode).map_err(Error::from)?;
+    let (addr, len) = if hint.next_mode == ActQuant::F32 {
+        (next.addr(), next.buf.len())
+    } else {
+        let buf = next
+            .int_buf
+            .as_ref()
+            .ok_or(Error::Unsupported(Unsupported::ActQuant(hint.next_mode)))?;
+        (buf.as_device_ptr().as_raw(), buf.len())
+    };
+    if hint.bytes > len {
+        return Err(Error::LengthMismatch {
+            what: "L2 look-ahead bytes (at most the next weights' length)",
+            expected: len,
+            actual: hint.bytes,
+        }
+        .into());
+    }
+    Ok(L2Ahead {
+        addr,
+        bytes: u32_of("L2 look-ahead bytes", hint.bytes / 16 * 16)?,
+        at: match hint.at {
+            AheadAt::End => L2Ahead::END,
+            AheadAt::Start => L2Ahead::START,
+        },
+    })
 }
 
 impl CudaBackend {
@@ -723,6 +757,9 @@ impl CudaBackend {
         if let Some(q) = &job.quantized_output {
             check_quant_out(w.rows, n_cols, mode != ActQuant::F32, &q.layout)?;
         }
+        if let Some(hint) = &job.l2_ahead {
+            l2_ahead_params(hint)?;
+        }
         let lens: Vec<usize> = job.operands.iter().map(|o| o.len()).collect();
         self.check_gemv_lengths(
             job.epilogue,
@@ -757,7 +794,7 @@ impl CudaBackend {
         let (up, act) = job
             .glu
             .map_or((None, Activation::Identity), |(u, a)| (Some(u), a));
-        match acts {
+        let launch = match acts {
             JobActs::F32 { x, n_cols } => {
                 let shape = GemvShape {
                     dtype: w.dtype,
@@ -783,7 +820,12 @@ impl CudaBackend {
                 }
                 Ok(l)
             }
+        };
+        let mut launch = launch?;
+        if let (Some(l), Some(hint)) = (&mut launch, &job.l2_ahead) {
+            l.set_l2_ahead(l2_ahead_params(hint)?);
         }
+        Ok(launch)
     }
 
     /// Enqueues the launches of the checked `jobs` on `acts`: one alone

@@ -4,6 +4,7 @@
 use crate::{DeviceActs, DeviceVec, DeviceWeights};
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
+use fused_core::reference::ActQuant;
 
 /// One GEMV of a batch: `y = epilogue(W·x)`, or the gated
 /// `y = epilogue(act(W_g·x) ⊙ (W_u·x))`, over the batch's activations.
@@ -28,6 +29,40 @@ pub struct GemvJob<'a> {
     /// `y` would hold, written by this GEMV's own launch (no quantizer
     /// launch). One column of `w.rows()`, on quantized activations only.
     pub quantized_output: Option<&'a mut DeviceActs>,
+    /// The next GEMV's first weights, asked of L2 by this one
+    /// ([`GemvJob::with_l2_ahead`]).
+    pub l2_ahead: Option<L2AheadHint<'a>>,
+}
+
+/// When each block of a GEMV asks L2 for its share of the next GEMV's
+/// weights ([`GemvJob::with_l2_ahead`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AheadAt {
+    /// Once the block's own weights have all arrived: the request reaches
+    /// memory behind this GEMV's stream and is served while its last sums,
+    /// its exit and the next launch's start go by.
+    #[default]
+    End,
+    /// When the block starts.
+    Start,
+}
+
+/// What a GEMV asks L2 for on behalf of the GEMV after it: the first
+/// `bytes` of `next`'s weights in the layout a GEMV fed per `next_mode`
+/// reads (the integer layout for quantized activations, else the float
+/// one). `bytes` is rounded down to a multiple of 16 and may not exceed
+/// that layout's length. A hint: results do not change, only where the
+/// next GEMV finds its first weights.
+#[derive(Clone, Copy, Debug)]
+pub struct L2AheadHint<'a> {
+    /// The next GEMV's weights.
+    pub next: &'a DeviceWeights,
+    /// How the next GEMV's activations are fed (which layout it reads).
+    pub next_mode: ActQuant,
+    /// How many of its first bytes to ask for.
+    pub bytes: usize,
+    /// When.
+    pub at: AheadAt,
 }
 
 impl std::fmt::Debug for GemvJob<'_> {
@@ -42,6 +77,7 @@ impl std::fmt::Debug for GemvJob<'_> {
                 "quantized_output",
                 &self.quantized_output.as_ref().map(|q| q.mode()),
             )
+            .field("l2_ahead", &self.l2_ahead.map(|h| (h.bytes, h.at)))
             .finish()
     }
 }
@@ -56,6 +92,7 @@ impl<'a> GemvJob<'a> {
             operands: &[],
             y,
             quantized_output: None,
+            l2_ahead: None,
         }
     }
 
@@ -78,6 +115,27 @@ impl<'a> GemvJob<'a> {
     pub fn with_quantized_output(self, acts: &'a mut DeviceActs) -> GemvJob<'a> {
         GemvJob {
             quantized_output: Some(acts),
+            ..self
+        }
+    }
+
+    /// The same job asking L2 for the first `bytes` of `next`'s weights
+    /// (the layout a GEMV fed per `next_mode` reads) once each block's own
+    /// weights have arrived ([`L2AheadHint`]), so that the memory keeps
+    /// streaming across the handoff to the next GEMV.
+    pub fn with_l2_ahead(
+        self,
+        next: &'a DeviceWeights,
+        next_mode: ActQuant,
+        bytes: usize,
+    ) -> GemvJob<'a> {
+        GemvJob {
+            l2_ahead: Some(L2AheadHint {
+                next,
+                next_mode,
+                bytes,
+                at: AheadAt::End,
+            }),
             ..self
         }
     }

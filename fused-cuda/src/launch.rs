@@ -12,7 +12,7 @@ use crate::backend::CudaBackend;
 use crate::device::check_result;
 use crate::group::GroupJobs;
 use crate::params::{
-    EpiParams, FwhtParams, GemvParams, GemvQParams, QuantOut, QuantParams, act_code,
+    EpiParams, FwhtParams, GemvParams, GemvQParams, L2Ahead, QuantOut, QuantParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
@@ -499,6 +499,7 @@ impl Launch {
             deps: Deps::Wait,
             pad: 0,
             epi,
+            ahead: L2Ahead::default(),
         };
         let shape = (dtype == DType::F16)
             .then(|| f16_shape(k, n_cols))
@@ -591,6 +592,7 @@ impl Launch {
             deps: Deps::Wait,
             epi,
             qout: QuantOut::default(),
+            ahead: L2Ahead::default(),
         };
         let glu = w_up.is_some();
         let r = gemvq_rows_per_block(dtype, n_cols, rows, glu);
@@ -704,6 +706,16 @@ impl Launch {
 
     /// Orders this launch against the kernel before it on the stream as
     /// `deps` (GEMV launches; the other kernels always wait first).
+    /// Makes this GEMV ask L2 for `ahead` (the next GEMV's first weights;
+    /// `kernels/common.cuh`: l2_ahead). Other launches ignore it.
+    pub(crate) fn set_l2_ahead(&mut self, ahead: L2Ahead) {
+        match self {
+            Launch::Gemv { params, .. } => params.ahead = ahead,
+            Launch::GemvQ { params, .. } => params.ahead = ahead,
+            _ => {}
+        }
+    }
+
     pub(crate) fn set_deps(&mut self, deps: Deps) {
         match self {
             Launch::Gemv { params, .. } => params.deps = deps,

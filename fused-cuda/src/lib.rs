@@ -133,7 +133,7 @@ pub use backend::{CudaBackend, DeviceActs, DeviceVec, DeviceWeights};
 pub use device::CudaDevice;
 pub use error::CudaError;
 pub use handoff::{HANDOFF_MAX_BLOCKS, HANDOFF_MAX_KERNELS, Handoff, HandoffRun, handoff_expected};
-pub use job::GemvJob;
+pub use job::{AheadAt, GemvJob, L2AheadHint};
 pub use options::LaunchOptions;
 pub use plan::{DevicePlanStats, Submission};
 #[cfg(feature = "cuda")]

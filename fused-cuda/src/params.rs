@@ -56,6 +56,25 @@ impl EpiParams {
     }
 }
 
+/// `L2Ahead` in `kernels/common.cuh`: the first `bytes` bytes at `addr`
+/// (the next GEMV's weights) that each block of a GEMV asks L2 for its
+/// share of, at its start or its end (`at`: [`L2Ahead::END`] /
+/// [`L2Ahead::START`]); `bytes` 0: none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct L2Ahead {
+    pub(crate) addr: u64,
+    pub(crate) bytes: u32,
+    pub(crate) at: u32,
+}
+
+impl L2Ahead {
+    /// `L2_AHEAD_END`: once the block's own weights have all arrived.
+    pub(crate) const END: u32 = 0;
+    /// `L2_AHEAD_START`: when the block starts.
+    pub(crate) const START: u32 = 1;
+}
+
 /// `GemvParams` in `kernels/gemv.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -71,6 +90,7 @@ pub(crate) struct GemvParams {
     pub(crate) deps: Deps,
     pub(crate) pad: u32,
     pub(crate) epi: EpiParams,
+    pub(crate) ahead: L2Ahead,
 }
 
 /// `QuantParams` in `kernels/gemv.cu`: one activation quantizer launch.
@@ -120,6 +140,8 @@ pub(crate) struct GemvQParams {
     pub(crate) epi: EpiParams,
     /// One column: the output quantized too (`QuantOut::mode` not 0).
     pub(crate) qout: QuantOut,
+    /// The next GEMV's first weights, asked of L2.
+    pub(crate) ahead: L2Ahead,
 }
 
 /// Jobs of one group launch at most (`GROUP_MAX` in `kernels/gemv.cu`).
@@ -164,6 +186,8 @@ unsafe impl DeviceCopy for QuantParams {}
 unsafe impl DeviceCopy for GemvQParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for QuantOut {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for L2Ahead {}
 // SAFETY: as above: a `#[repr(C)]` header of u32 and an array of one of
 // the parameter blocks above.
 unsafe impl DeviceCopy for GroupParams<GemvParams> {}
@@ -181,11 +205,13 @@ const _: () = {
     assert!(core::mem::size_of::<FwhtParams>() == 40);
     assert!(core::mem::size_of::<QuantParams>() == 48);
     assert!(core::mem::offset_of!(GemvQParams, epi) == 64);
-    assert!(core::mem::size_of::<GemvParams>() == 192);
+    assert!(core::mem::offset_of!(GemvParams, ahead) == 192);
+    assert!(core::mem::size_of::<GemvParams>() == 208);
     assert!(core::mem::size_of::<QuantOut>() == 64);
     assert!(core::mem::offset_of!(GemvQParams, qout) == 200);
-    assert!(core::mem::size_of::<GemvQParams>() == 264);
+    assert!(core::mem::offset_of!(GemvQParams, ahead) == 264);
+    assert!(core::mem::size_of::<GemvQParams>() == 280);
     assert!(core::mem::offset_of!(GroupParams<GemvQParams>, job) == 40);
-    assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 192);
-    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 264);
+    assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 208);
+    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 280);
 };

@@ -3,8 +3,9 @@
 //! it where `LaunchOptions::overlap` is on, runs of one-column jobs of one
 //! kernel in one launch where `LaunchOptions::group` is; every combination
 //! here) against the same jobs run one call at a time, bit for bit, on the
-//! first CUDA device (skipped without one); a batch's launch count; a bad
-//! job refusing the whole batch.
+//! first CUDA device (skipped without one), also with each job asking L2
+//! for the next job's weights (`GemvJob::with_l2_ahead`); a batch's launch
+//! count; a bad job refusing the whole batch.
 
 mod common;
 
@@ -13,7 +14,9 @@ use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights, GemvJob, LaunchOptions};
+use fused_cuda::{
+    AheadAt, CudaBackend, CudaError, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
+};
 
 /// One job's data: weights (and up weights for the gated form), the chain's
 /// operands when it has the epilogue.
@@ -77,16 +80,37 @@ fn jobs<'a>(
     epi: &'a Epilogue,
     ys: &'a mut [DeviceVec],
 ) -> Vec<GemvJob<'a>> {
+    jobs_ahead(data, ops, epi, ys, None)
+}
+
+/// [`jobs`], each job also asking L2 (when `ahead` is `(mode, at)`) for the
+/// first half of the next job's weights (the last job: the first's) in the
+/// layout `mode` reads, at `at`.
+fn jobs_ahead<'a>(
+    data: &'a [JobData],
+    ops: &'a [Vec<&'a DeviceVec>],
+    epi: &'a Epilogue,
+    ys: &'a mut [DeviceVec],
+    ahead: Option<(ActQuant, AheadAt)>,
+) -> Vec<GemvJob<'a>> {
     data.iter()
         .zip(ops)
         .zip(ys.iter_mut())
-        .map(|((d, ops), y)| {
+        .enumerate()
+        .map(|(i, ((d, ops), y))| {
             let mut j = GemvJob::new(&d.w, y);
             if d.ops.is_some() {
                 j = j.with_epilogue(epi, ops);
             }
             if let Some(u) = &d.up {
                 j = j.with_glu(u, Activation::Silu);
+            }
+            if let Some((mode, at)) = ahead {
+                let next = &data[(i + 1) % data.len()].w;
+                j = j.with_l2_ahead(next, mode, next.bytes() / 2);
+                if let Some(h) = &mut j.l2_ahead {
+                    h.at = at;
+                }
             }
             j
         })
@@ -147,10 +171,22 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
             .collect();
         let mut batched: Vec<Vec<DeviceVec>> =
             xs.iter().map(|_| poisoned(&be, &data, n_cols)).collect();
-        for (x, ys) in xs.iter().zip(batched.iter_mut()) {
+        for (round, (x, ys)) in xs.iter().zip(batched.iter_mut()).enumerate() {
             be.reset_launches();
-            be.gemv_batch(x, n_cols, mode, &mut jobs(&data, &ops, &epi, ys))
-                .unwrap();
+            // Rounds 1 and 3 mod 4 ask L2 for the next job's weights, at
+            // the blocks' start and end by turns: the same results.
+            let ahead = match round % 4 {
+                1 => Some((mode, AheadAt::Start)),
+                3 => Some((mode, AheadAt::End)),
+                _ => None,
+            };
+            be.gemv_batch(
+                x,
+                n_cols,
+                mode,
+                &mut jobs_ahead(&data, &ops, &epi, ys, ahead),
+            )
+            .unwrap();
             let quantizer = u64::from(mode != ActQuant::F32);
             assert_eq!(
                 be.launches(),
@@ -242,5 +278,35 @@ fn a_bad_job_refuses_the_whole_batch() {
         "Q4_0 weights with Q8_K activations: {r:?}"
     );
     assert_eq!(be.launches(), 0);
+    // An L2 look-ahead past the end of the next weights' layout, or in a
+    // layout they lack (F16 has no integer layout), refuses the batch.
+    let f16 = job_data(&be, &mut rng, DType::F16, k, n_cols);
+    let bad: [(&DeviceWeights, ActQuant, usize); 3] = [
+        (&data[1].w, ActQuant::F32, data[1].w.bytes() + 16),
+        (&f16[0].w, ActQuant::Q8_0, 16),
+        (&data[1].w, ActQuant::Q8_K, 16),
+    ];
+    for (next, next_mode, bytes) in bad {
+        for mode in [ActQuant::F32, ActQuant::Q8_0] {
+            be.reset_launches();
+            let mut ys: Vec<DeviceVec> =
+                data.iter().map(|d| be.alloc(d.w.rows()).unwrap()).collect();
+            let mut js = jobs(&data, &ops, &epi, &mut ys);
+            let last = js.pop().unwrap().with_l2_ahead(next, next_mode, bytes);
+            js.push(last);
+            let r = be.gemv_batch(&x, n_cols, mode, &mut js);
+            assert!(
+                matches!(
+                    r,
+                    Err(CudaError::Core(
+                        fused_core::Error::LengthMismatch { .. }
+                            | fused_core::Error::Unsupported(_)
+                    ))
+                ),
+                "{mode:?}, look-ahead {next_mode:?} {bytes} bytes: {r:?}"
+            );
+            assert_eq!(be.launches(), 0, "{mode:?}: nothing enqueued");
+        }
+    }
     be.synchronize().unwrap();
 }

@@ -36,7 +36,7 @@ use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_cuda::{
-    CudaBackend, CudaError, DeviceActs, DevicePlan, DeviceVec, DeviceWeights, GemvJob,
+    AheadAt, CudaBackend, CudaError, DeviceActs, DevicePlan, DeviceVec, DeviceWeights, GemvJob,
     LaunchOptions, Submission,
 };
 
@@ -298,11 +298,16 @@ fn run() -> Result<(), CudaError> {
     if std::env::args().any(|a| a == "--handoff-only") {
         return handoff(&be);
     }
+    if std::env::args().any(|a| a == "--ahead-only") {
+        return l2_ahead(&be, ceiling);
+    }
     per_call_floor(&be)?;
     report_host("per-call floor");
     handoff(&be)?;
     launch_options(&be, ceiling)?;
     report_host("launch options");
+    l2_ahead(&be, ceiling)?;
+    report_host("L2 look-ahead");
     if std::env::args().any(|a| a == "--launch-only") {
         return Ok(());
     }
@@ -1417,6 +1422,89 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     be.set_options(saved);
     set_knobs(&[]);
     println!("\nDefault options: {saved:?}\n");
+    Ok(())
+}
+
+/// The L2 look-ahead variants [`l2_ahead`] times: (label, bytes asked for,
+/// when); the first asks for none.
+const AHEAD_VARIANTS: [(&str, usize, AheadAt); 7] = [
+    ("none", 0, AheadAt::End),
+    ("end 2 MiB", 2 << 20, AheadAt::End),
+    ("end 4 MiB", 4 << 20, AheadAt::End),
+    ("end 8 MiB", 8 << 20, AheadAt::End),
+    ("end 16 MiB", 16 << 20, AheadAt::End),
+    ("start 4 MiB", 4 << 20, AheadAt::Start),
+    ("start 8 MiB", 8 << 20, AheadAt::Start),
+];
+
+/// One-column GEMVs, each call asking L2 for the first bytes of the next
+/// call's weights (`GemvJob::with_l2_ahead`, [`AHEAD_VARIANTS`]), in a chain
+/// of dependent calls over rotated weight copies: F16 on f32 activations,
+/// the integer formats in GGML's mode with the quantizer launch and alone.
+fn l2_ahead(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
+    println!(
+        "## The next call's weights asked of L2: GEMV % of copy (1 column; µs/call in brackets)\n"
+    );
+    println!(
+        "Each call asks L2 for the first bytes of the next call's weights (the next weight \
+         copy), each block its share: at its end (once its own weights have arrived) or at \
+         its start. Variants take turns, 3 rounds; bytes counted as in the GEMV table.\n"
+    );
+    let names: Vec<&str> = AHEAD_VARIANTS.iter().map(|v| v.0).collect();
+    println!("| shape | format | acts | {} |", names.join(" | "));
+    println!(
+        "| --- | --- | --- |{}",
+        " ---: |".repeat(AHEAD_VARIANTS.len())
+    );
+    for (m, k) in bench_shapes() {
+        let x = be.upload(&randv(k, 3))?;
+        let mut y = be.alloc(m)?;
+        for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+            let ws = weight_copies(be, dtype, m, k)?;
+            let n = ws.len();
+            let moved = (ws[0].bytes() + 4 * (k + m)) as f64;
+            let mode = ActQuant::ggml(dtype);
+            let q = (mode != ActQuant::F32)
+                .then(|| be.quantize_acts(mode, &x, 1))
+                .transpose()?;
+            let labels = match &q {
+                None => vec![format!("{mode:?}")],
+                Some(_) => vec![format!("{mode:?}"), format!("{mode:?}, GEMV alone")],
+            };
+            for (which, label) in labels.iter().enumerate() {
+                let mut per_variant = vec![Vec::new(); AHEAD_VARIANTS.len()];
+                for _round in 0..3 {
+                    for (vi, &(_, bytes, at)) in AHEAD_VARIANTS.iter().enumerate() {
+                        let t = time_calls(be, n * 2, 9, |i| {
+                            let mut job = GemvJob::new(&ws[i % n], &mut y);
+                            if bytes != 0 {
+                                let next = &ws[(i + 1) % n];
+                                let bytes = bytes.min(next.bytes());
+                                job = job.with_l2_ahead(next, mode, bytes);
+                                if let Some(h) = &mut job.l2_ahead {
+                                    h.at = at;
+                                }
+                            }
+                            match (which, &q) {
+                                (1, Some(q)) => be.gemv_quantized_batch(q, &mut [job]),
+                                _ => be.gemv_batch(&x, 1, mode, &mut [job]),
+                            }
+                        })?;
+                        per_variant[vi].push(t);
+                    }
+                }
+                let cells: Vec<String> = per_variant
+                    .into_iter()
+                    .map(|ts| {
+                        let t = median(ts);
+                        format!("{:.1}% ({:.2})", 100.0 * moved / t / 1e6 / ceiling, t * 1e3)
+                    })
+                    .collect();
+                println!("| {m} × {k} | {dtype} | {label} | {} |", cells.join(" | "));
+            }
+        }
+    }
+    println!();
     Ok(())
 }
 
