@@ -38,13 +38,14 @@ pub struct GemvJob<'a> {
 /// weights ([`GemvJob::with_l2_ahead`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AheadAt {
-    /// Once the block's own weights have all arrived: the request reaches
-    /// memory behind this GEMV's stream and is served while its last sums,
-    /// its exit and the next launch's start go by.
+    /// When the block starts (the default: on the H200 as fast as at the
+    /// end for Q4_0 and Q8_0, 2 points faster for Q4_K; BENCHMARKS.md,
+    /// 2026-12-04 16:34–16:40 UTC).
     #[default]
-    End,
-    /// When the block starts.
     Start,
+    /// Once the block's own weights have all arrived: the request reaches
+    /// memory behind this GEMV's stream.
+    End,
 }
 
 /// What a GEMV asks L2 for on behalf of the GEMV after it: the first
@@ -120,8 +121,8 @@ impl<'a> GemvJob<'a> {
     }
 
     /// The same job asking L2 for the first `bytes` of `next`'s weights
-    /// (the layout a GEMV fed per `next_mode` reads) once each block's own
-    /// weights have arrived ([`L2AheadHint`]), so that the memory keeps
+    /// (the layout a GEMV fed per `next_mode` reads) as its blocks start
+    /// ([`L2AheadHint`], [`AheadAt::Start`]), so that the memory keeps
     /// streaming across the handoff to the next GEMV.
     pub fn with_l2_ahead(
         self,
@@ -134,7 +135,7 @@ impl<'a> GemvJob<'a> {
                 next,
                 next_mode,
                 bytes,
-                at: AheadAt::End,
+                at: AheadAt::Start,
             }),
             ..self
         }

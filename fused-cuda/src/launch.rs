@@ -749,6 +749,27 @@ impl Launch {
         }
     }
 
+    /// The address and length of the weights that this GEMV reads first
+    /// (the gate's, for the gated form: one matrix of
+    /// [`Launch::weight_bytes`]); `None` for other launches and for group
+    /// launches (their first job's length is not kept).
+    fn first_weights(&self) -> Option<(u64, u64)> {
+        let (w, gated, bytes) = match self {
+            Launch::Gemv {
+                params,
+                weight_bytes,
+                ..
+            } => (params.w, params.w_up != 0, *weight_bytes),
+            Launch::GemvQ {
+                params,
+                weight_bytes,
+                ..
+            } => (params.w, params.w_up != 0, *weight_bytes),
+            _ => return None,
+        };
+        Some((w, bytes / (1 + u64::from(gated))))
+    }
+
     /// The parameters of a float-activation GEMV launch.
     pub(crate) fn gemv_params(&self) -> Option<GemvParams> {
         match self {
@@ -913,6 +934,38 @@ impl CudaBackend {
     }
 }
 
+/// Makes every integer GEMV of `launches` ask L2, as its blocks start,
+/// for the first `bytes` (at most the matrix, rounded down to 16) of the
+/// weights of the next GEMV among `launches` (`LaunchOptions::l2_ahead`):
+/// those bytes then stream in while the GEMV's tail, the launches between
+/// them and the next GEMV's start go by. Float GEMVs do not ask (on the
+/// H200 they ran no faster so), nor does a GEMV whose next GEMV is a group
+/// launch or that has none.
+pub(crate) fn chain_l2_ahead(launches: &mut [Launch], bytes: usize) -> Result<(), CudaError> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let mut next: Option<(u64, u64)> = None;
+    for l in launches.iter_mut().rev() {
+        let is_gemv = matches!(
+            l,
+            Launch::Gemv { .. } | Launch::GemvQ { .. } | Launch::Group { .. }
+        );
+        if let (Launch::GemvQ { .. }, Some((addr, len))) = (&*l, next) {
+            let n = (bytes as u64).min(len) / 16 * 16;
+            l.set_l2_ahead(L2Ahead {
+                addr,
+                bytes: u32_of("L2 look-ahead bytes", n as usize)?,
+                at: L2Ahead::START,
+            });
+        }
+        if is_gemv {
+            next = l.first_weights();
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -931,6 +984,74 @@ mod tests {
 
     fn epi() -> EpiParams {
         EpiParams::new(&Epilogue::NONE, |_| 0)
+    }
+
+    #[test]
+    fn integer_gemvs_ask_l2_for_the_next_gemvs_first_weights() {
+        let id = Activation::Identity;
+        let layout = |mode| QactsLayout::new(mode, 1024, 1).unwrap();
+        let q = |dtype: DType, rows, w, up| {
+            let mode = ActQuant::ggml(dtype);
+            Launch::gemv_q(dtype, rows, &layout(mode), w, up, id, 0x9000, 0xa000, epi())
+                .unwrap()
+                .unwrap()
+        };
+        let f16 = Launch::gemv(
+            shape(DType::F16, 16, 1),
+            0x4000,
+            None,
+            id,
+            0xb000,
+            0xc000,
+            epi(),
+        )
+        .unwrap()
+        .unwrap();
+        let add = EwKernel::Add {
+            a: 0xd000,
+            b: 0xe000,
+            out: 0xf000,
+        };
+        let q8_row = DType::Q8_0.row_bytes(1024).unwrap() as u64;
+        let ahead = |l: &Launch| match l {
+            Launch::GemvQ { params, .. } => Some(params.ahead),
+            Launch::Gemv { params, .. } => Some(params.ahead),
+            _ => None,
+        };
+        for (bytes, want_b) in [(1000usize, 992u64), (1 << 30, 32 * q8_row)] {
+            let mut ls = vec![
+                q(DType::Q4_0, 64, 0x1000, None),
+                Launch::ew(add, 100).unwrap().unwrap(),
+                // Gated: the gate's matrix (32 rows) is what it reads first.
+                q(DType::Q8_0, 32, 0x2000, Some(0x3000)),
+                f16.clone(),
+                q(DType::Q4_0, 64, 0x5000, None),
+            ];
+            chain_l2_ahead(&mut ls, bytes).unwrap();
+            let a = |addr, bytes| {
+                Some(L2Ahead {
+                    addr,
+                    bytes,
+                    at: L2Ahead::START,
+                })
+            };
+            assert_eq!(ahead(&ls[0]), a(0x2000, want_b as u32), "{bytes}");
+            assert_eq!(ahead(&ls[1]), None);
+            let f16_bytes = 16 * DType::F16.row_bytes(1024).unwrap() as u64;
+            assert_eq!(
+                ahead(&ls[2]),
+                a(0x4000, (bytes as u64).min(f16_bytes) as u32 / 16 * 16)
+            );
+            // A float GEMV does not ask; the last GEMV has none to ask for.
+            assert_eq!(ahead(&ls[3]), Some(L2Ahead::default()));
+            assert_eq!(ahead(&ls[4]), Some(L2Ahead::default()));
+        }
+        let mut ls = vec![
+            q(DType::Q4_0, 64, 0x1000, None),
+            q(DType::Q4_0, 64, 0x5000, None),
+        ];
+        chain_l2_ahead(&mut ls, 0).unwrap();
+        assert_eq!(ahead(&ls[0]), Some(L2Ahead::default()), "0 bytes: off");
     }
 
     #[test]

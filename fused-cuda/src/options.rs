@@ -6,7 +6,7 @@
 /// but `fold_quantizers`; `FUSED_CUDA_PDL=0`, `FUSED_CUDA_EARLY_OPERANDS=0`,
 /// `FUSED_CUDA_OVERLAP=0` and `FUSED_CUDA_GROUP=0` in the environment turn
 /// them off when the backend is created (`FUSED_CUDA_FOLD_QUANTIZERS=1`
-/// turns that one on),
+/// turns that one on, `FUSED_CUDA_L2_AHEAD=<bytes>` sets `l2_ahead`),
 /// [`CudaBackend::set_options`](crate::CudaBackend::set_options) changes
 /// the options later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +50,14 @@ pub struct LaunchOptions {
     /// launch, which under programmatic dependent launch overlaps the GEMV
     /// before it. `FUSED_CUDA_FOLD_QUANTIZERS=1` turns it on.
     pub fold_quantizers: bool,
+    /// Each integer GEMV of a [`DevicePlan`](crate::DevicePlan) asks L2,
+    /// as its blocks start, for the first `l2_ahead` bytes of the weights
+    /// of the plan's next GEMV (one bulk prefetch a block; what
+    /// [`GemvJob::with_l2_ahead`](crate::GemvJob::with_l2_ahead) does for
+    /// one call), so that memory keeps streaming while the GEMV's tail, the
+    /// launches between them and the next GEMV's start go by. 0: off.
+    /// Float GEMVs do not ask (they ran no faster so).
+    pub l2_ahead: usize,
 }
 
 impl Default for LaunchOptions {
@@ -60,16 +68,24 @@ impl Default for LaunchOptions {
             overlap: true,
             group: true,
             fold_quantizers: false,
+            l2_ahead: L2_AHEAD_DEFAULT,
         }
     }
 }
+
+/// [`LaunchOptions::l2_ahead`]'s default: 4 MiB, the best of 2–16 MiB for
+/// chains of one-column integer GEMVs on the H200 (BENCHMARKS.md,
+/// 2026-12-04 16:34 UTC: 4096 × 14336 Q4_0 alone 81 → 85 % of copy, Q8_0
+/// 91 → 93 %, Q4_K 78 → 81 %).
+pub const L2_AHEAD_DEFAULT: usize = 4 << 20;
 
 impl LaunchOptions {
     /// The defaults, with `pdl` off where `FUSED_CUDA_PDL=0` is set,
     /// `early_operands` off where `FUSED_CUDA_EARLY_OPERANDS=0` is,
     /// `overlap` off where `FUSED_CUDA_OVERLAP=0` is, `group` off where
-    /// `FUSED_CUDA_GROUP=0` is, and `fold_quantizers` on where
-    /// `FUSED_CUDA_FOLD_QUANTIZERS` is set to other than 0.
+    /// `FUSED_CUDA_GROUP=0` is, `fold_quantizers` on where
+    /// `FUSED_CUDA_FOLD_QUANTIZERS` is set to other than 0, and `l2_ahead`
+    /// to `FUSED_CUDA_L2_AHEAD` where that is a number of bytes.
     pub fn from_env() -> LaunchOptions {
         let d = LaunchOptions::default();
         let on = |var: &str, default: bool| std::env::var(var).map_or(default, |v| v != "0");
@@ -79,6 +95,10 @@ impl LaunchOptions {
             overlap: on("FUSED_CUDA_OVERLAP", d.overlap),
             group: on("FUSED_CUDA_GROUP", d.group),
             fold_quantizers: on("FUSED_CUDA_FOLD_QUANTIZERS", d.fold_quantizers),
+            l2_ahead: std::env::var("FUSED_CUDA_L2_AHEAD")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d.l2_ahead),
         }
     }
 }

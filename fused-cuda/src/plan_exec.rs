@@ -87,7 +87,7 @@ use crate::cuda_graph::CapturedGraph;
 use crate::device::driver;
 use crate::group::group_launches;
 use crate::launch::{
-    EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, check_quant_out, u32_of,
+    EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, chain_l2_ahead, check_quant_out, u32_of,
 };
 use crate::params::EpiParams;
 use crate::qacts::QactsLayout;
@@ -747,6 +747,8 @@ impl<'a> DevicePlan<'a> {
             stats.overlapping += u64::from(deps == Deps::Independent);
             l.set_deps(deps);
         }
+        // Integer GEMVs ask L2 for the next GEMV's first weights.
+        chain_l2_ahead(&mut launches, backend.options().l2_ahead)?;
         Ok(DevicePlan {
             graph: None,
             backend,

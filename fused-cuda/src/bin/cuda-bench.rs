@@ -37,7 +37,7 @@ use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_cuda::{
     AheadAt, CudaBackend, CudaError, DeviceActs, DevicePlan, DeviceVec, DeviceWeights, GemvJob,
-    LaunchOptions, Submission,
+    L2_AHEAD_DEFAULT, LaunchOptions, Submission,
 };
 
 /// Bytes the rotating weight copies must add up to: 4× the H200's 60 MB L2.
@@ -301,6 +301,9 @@ fn run() -> Result<(), CudaError> {
     if std::env::args().any(|a| a == "--ahead-only") {
         return l2_ahead(&be, ceiling);
     }
+    if std::env::args().any(|a| a == "--epilogue-only") {
+        return epilogue_costs(&be);
+    }
     per_call_floor(&be)?;
     report_host("per-call floor");
     handoff(&be)?;
@@ -350,16 +353,8 @@ fn run() -> Result<(), CudaError> {
                     println!("| {m} × {k} | {dtype} | {mode:?} | {n_cols} | {cells}");
                 }
             }
-            // The epilogue's cost at both shapes (Q4_0: the shortest call
-            // at 4096 × 14336, where a fixed cost weighs most), every mode
-            // at the first, GGML's at the second (not at shapes that
-            // FUSED_BENCH_SHAPES adds).
             if dtype == DType::Q4_0 && DEFAULT_SHAPES.contains(&(m, k)) {
-                for &mode in &modes {
-                    if m == 4096 || mode != ActQuant::F32 {
-                        epilogue_cost(&be, &ws, mode, m, k)?;
-                    }
-                }
+                epilogue_costs_at(&be, &ws, m, k)?;
                 println!(
                     "| shape (rows × K) | format | acts | cols | {GEMV_CELLS_HEADER}\n| --- | --- | --- | ---: | {GEMV_CELLS_RULE}"
                 );
@@ -442,6 +437,33 @@ fn plans(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         qkv_layers(be, dtype, mode, ceiling)?;
     }
     report_host("decode layers");
+    Ok(())
+}
+
+/// [`epilogue_cost`] of Q4_0 weights at both default shapes
+/// (`--epilogue-only`).
+fn epilogue_costs(be: &CudaBackend) -> Result<(), CudaError> {
+    for (m, k) in DEFAULT_SHAPES {
+        let ws = weight_copies(be, DType::Q4_0, m, k)?;
+        epilogue_costs_at(be, &ws, m, k)?;
+    }
+    Ok(())
+}
+
+/// The epilogue's cost over the Q4_0 weight copies `ws` (`m × k`; Q4_0:
+/// the shortest call at 4096 × 14336, where a fixed cost weighs most):
+/// every mode at 4096 rows, GGML's elsewhere.
+fn epilogue_costs_at(
+    be: &CudaBackend,
+    ws: &[DeviceWeights],
+    m: usize,
+    k: usize,
+) -> Result<(), CudaError> {
+    for mode in [ActQuant::F32, ActQuant::ggml(DType::Q4_0)] {
+        if m == 4096 || mode != ActQuant::F32 {
+            epilogue_cost(be, ws, mode, m, k)?;
+        }
+    }
     Ok(())
 }
 
@@ -619,6 +641,38 @@ fn epilogue_cost(
             100.0 * (late_t / bare - 1.0),
             early_t * 1e3,
             100.0 * (early_t / bare - 1.0)
+        );
+    }
+    // As a device plan runs a chain of GEMVs (`LaunchOptions::l2_ahead`):
+    // each call asking L2 for the next call's first weights as its blocks
+    // start; bare and fused taking turns.
+    let ahead_bytes = L2_AHEAD_DEFAULT.min(ws[0].bytes());
+    let time_ahead = |alone: bool, epi: &Epilogue, ops: &[&DeviceVec], y: &mut DeviceVec| {
+        time_calls(be, n * 2, 9, |i| {
+            let job = GemvJob::new(&ws[i % n], y)
+                .with_epilogue(epi, ops)
+                .with_l2_ahead(&ws[(i + 1) % n], mode, ahead_bytes);
+            match (alone, &q) {
+                (true, Some(q)) => be.gemv_quantized_batch(q, &mut [job]),
+                _ => be.gemv_batch(&x, 1, mode, &mut [job]),
+            }
+        })
+    };
+    for &alone in alone_modes {
+        let mut t_ahead: [Vec<f64>; 2] = Default::default();
+        for _round in 0..3 {
+            t_ahead[0].push(time_ahead(alone, &Epilogue::NONE, &[], &mut y)?);
+            t_ahead[1].push(time_ahead(alone, &epi, &ops, &mut y)?);
+        }
+        let [bare_a, fused_a] = t_ahead.map(median);
+        println!(
+            "With the L2 look-ahead ({} MiB of the next call's weights{}): bare {:.2} µs, \
+             fused silu·mul + residual {:.2} µs ({:+.1}%)",
+            ahead_bytes >> 20,
+            if alone { ", GEMV alone" } else { "" },
+            bare_a * 1e3,
+            fused_a * 1e3,
+            100.0 * (fused_a / bare_a - 1.0)
         );
     }
     println!();
@@ -836,7 +890,7 @@ fn plan_layer(
     println!(
         "| plan | launches/layer | stream µs | graph µs | graph/stream | weight GB/s (best) | % of copy |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    let mut best = [0.0f64; 5];
+    let mut best = [0.0f64; 7];
     let saved = be.options();
     // The fused plan also with LaunchOptions::fold_quantizers (no
     // quantizer launch where a GEMV produced the input); the unfused plan also
@@ -852,12 +906,21 @@ fn plan_layer(
         fold_quantizers: true,
         ..saved
     };
+    // Both plans also without LaunchOptions::l2_ahead (each integer GEMV
+    // asking L2 for the next GEMV's first weights).
+    let no_ahead = |o: LaunchOptions| LaunchOptions { l2_ahead: 0, ..o };
     let rows = [
         ("fused", plan(&g), saved),
         ("fused, quantizers folded", plan(&g), folded),
         ("unfused", Plan::unfused(&g), batched(BATCHINGS[0])),
         ("unfused, overlap", Plan::unfused(&g), batched(BATCHINGS[1])),
         ("unfused, group", Plan::unfused(&g), batched(BATCHINGS[2])),
+        ("fused, no L2 look-ahead", plan(&g), no_ahead(saved)),
+        (
+            "unfused, no L2 look-ahead",
+            Plan::unfused(&g),
+            no_ahead(batched(BATCHINGS[0])),
+        ),
     ];
     for (i, (name, p, options)) in rows.into_iter().enumerate() {
         be.set_options(options);
@@ -885,11 +948,14 @@ fn plan_layer(
     println!(
         "\n(fused/unfused, best of stream and graph: {:.3}; against the unfused plan with \
          overlap: {:.3}, with overlap and group: {:.3}; the fused plan with folded \
-         quantizers against the unfused: {:.3})",
+         quantizers against the unfused: {:.3}; L2 look-ahead on / off, fused: {:.3}, \
+         unfused: {:.3})",
         best[0] / best[2],
         best[0] / best[3],
         best[0] / best[4],
-        best[1] / best[2]
+        best[1] / best[2],
+        best[0] / best[5],
+        best[2] / best[6]
     );
     Ok(())
 }
@@ -1429,12 +1495,12 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
 /// when); the first asks for none.
 const AHEAD_VARIANTS: [(&str, usize, AheadAt); 7] = [
     ("none", 0, AheadAt::End),
-    ("end 2 MiB", 2 << 20, AheadAt::End),
-    ("end 4 MiB", 4 << 20, AheadAt::End),
-    ("end 8 MiB", 8 << 20, AheadAt::End),
-    ("end 16 MiB", 16 << 20, AheadAt::End),
+    ("start 2 MiB", 2 << 20, AheadAt::Start),
+    ("start 3 MiB", 3 << 20, AheadAt::Start),
     ("start 4 MiB", 4 << 20, AheadAt::Start),
-    ("start 8 MiB", 8 << 20, AheadAt::Start),
+    ("start 6 MiB", 6 << 20, AheadAt::Start),
+    ("end 3 MiB", 3 << 20, AheadAt::End),
+    ("end 4 MiB", 4 << 20, AheadAt::End),
 ];
 
 /// One-column GEMVs, each call asking L2 for the first bytes of the next
