@@ -1419,22 +1419,13 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
          F16 kernel's units of 8 weights in flight per lane U (default: those that cover a \
          lane's row, up to 16: 16 at K = 14336, 8 at K = 8192). Options take turns, 3 rounds.\n"
     );
-    let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
-    println!("| shape | format | acts | {} |", names.join(" | "));
-    println!("| --- | --- | --- |{}", " ---: |".repeat(variants.len()));
+    print_variant_header(&variants.map(|v| v.0));
     for (m, k) in bench_shapes() {
         let x = be.upload(&randv(k, 3))?;
         let mut y = be.alloc(m)?;
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
-            let ws = weight_copies(be, dtype, m, k)?;
+            let OneColumn { ws, moved, mode, q } = one_column(be, dtype, m, k, &x)?;
             let n = ws.len();
-            let moved = (ws[0].bytes() + 4 * (k + m)) as f64;
-            let mode = ActQuant::ggml(dtype);
-            let q = if mode == ActQuant::F32 {
-                None
-            } else {
-                Some(be.quantize_acts(mode, &x, 1)?)
-            };
             // (label, call): f32 acts; the quantized mode; the GEMV alone.
             let mut rows: Vec<(String, Vec<Vec<f64>>)> = Vec::new();
             let labels = [
@@ -1474,14 +1465,8 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
                 rows.push((label.clone(), per_variant));
             }
             for (label, per_variant) in rows {
-                let cells: Vec<String> = per_variant
-                    .into_iter()
-                    .map(|ts| {
-                        let t = median(ts);
-                        format!("{:.0}% ({:.1})", 100.0 * moved / t / 1e6 / ceiling, t * 1e3)
-                    })
-                    .collect();
-                println!("| {m} × {k} | {dtype} | {label} | {} |", cells.join(" | "));
+                let cells = variant_cells(per_variant, moved, ceiling, 0);
+                println!("| {m} × {k} | {dtype} | {label} | {cells} |");
             }
         }
     }
@@ -1516,23 +1501,13 @@ fn l2_ahead(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
          copy), each block its share: at its end (once its own weights have arrived) or at \
          its start. Variants take turns, 3 rounds; bytes counted as in the GEMV table.\n"
     );
-    let names: Vec<&str> = AHEAD_VARIANTS.iter().map(|v| v.0).collect();
-    println!("| shape | format | acts | {} |", names.join(" | "));
-    println!(
-        "| --- | --- | --- |{}",
-        " ---: |".repeat(AHEAD_VARIANTS.len())
-    );
+    print_variant_header(&AHEAD_VARIANTS.map(|v| v.0));
     for (m, k) in bench_shapes() {
         let x = be.upload(&randv(k, 3))?;
         let mut y = be.alloc(m)?;
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
-            let ws = weight_copies(be, dtype, m, k)?;
+            let OneColumn { ws, moved, mode, q } = one_column(be, dtype, m, k, &x)?;
             let n = ws.len();
-            let moved = (ws[0].bytes() + 4 * (k + m)) as f64;
-            let mode = ActQuant::ggml(dtype);
-            let q = (mode != ActQuant::F32)
-                .then(|| be.quantize_acts(mode, &x, 1))
-                .transpose()?;
             let labels = match &q {
                 None => vec![format!("{mode:?}")],
                 Some(_) => vec![format!("{mode:?}"), format!("{mode:?}, GEMV alone")],
@@ -1559,19 +1534,64 @@ fn l2_ahead(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
                         per_variant[vi].push(t);
                     }
                 }
-                let cells: Vec<String> = per_variant
-                    .into_iter()
-                    .map(|ts| {
-                        let t = median(ts);
-                        format!("{:.1}% ({:.2})", 100.0 * moved / t / 1e6 / ceiling, t * 1e3)
-                    })
-                    .collect();
-                println!("| {m} × {k} | {dtype} | {label} | {} |", cells.join(" | "));
+                let cells = variant_cells(per_variant, moved, ceiling, 1);
+                println!("| {m} × {k} | {dtype} | {label} | {cells} |");
             }
         }
     }
     println!();
     Ok(())
+}
+
+/// What the tables of one-column GEMV variants time at one shape and
+/// format ([`one_column`]).
+struct OneColumn {
+    /// Weight copies, rotated.
+    ws: Vec<DeviceWeights>,
+    /// Bytes a call moves: weights, x and y.
+    moved: f64,
+    /// GGML's activation mode for the format.
+    mode: ActQuant,
+    /// `x` quantized in `mode` (none for F32).
+    q: Option<DeviceActs>,
+}
+
+/// [`OneColumn`] for `dtype` at `m × k` over the activations `x`.
+fn one_column(
+    be: &CudaBackend,
+    dtype: DType,
+    m: usize,
+    k: usize,
+    x: &DeviceVec,
+) -> Result<OneColumn, CudaError> {
+    let ws = weight_copies(be, dtype, m, k)?;
+    let moved = (ws[0].bytes() + 4 * (k + m)) as f64;
+    let mode = ActQuant::ggml(dtype);
+    let q = (mode != ActQuant::F32)
+        .then(|| be.quantize_acts(mode, x, 1))
+        .transpose()?;
+    Ok(OneColumn { ws, moved, mode, q })
+}
+
+/// The header of a table of variants by shape, format and activations.
+fn print_variant_header(names: &[&str]) {
+    println!("| shape | format | acts | {} |", names.join(" | "));
+    println!("| --- | --- | --- |{}", " ---: |".repeat(names.len()));
+}
+
+/// One row's cells: per variant, % of `ceiling` for `moved` bytes at the
+/// median of its times and the median µs, with `digits` decimals (one more
+/// for the µs).
+fn variant_cells(per_variant: Vec<Vec<f64>>, moved: f64, ceiling: f64, digits: usize) -> String {
+    per_variant
+        .into_iter()
+        .map(|ts| {
+            let t = median(ts);
+            let pct = 100.0 * moved / t / 1e6 / ceiling;
+            format!("{pct:.digits$}% ({:.prec$})", t * 1e3, prec = digits + 1)
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 /// The gated GEMV `silu(W_g·x) ⊙ (W_u·x)` at 4096 × 14336 (each matrix),
