@@ -1420,56 +1420,53 @@ fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
          lane's row, up to 16: 16 at K = 14336, 8 at K = 8192). Options take turns, 3 rounds.\n"
     );
     print_variant_header(&variants.map(|v| v.0));
-    for (m, k) in bench_shapes() {
-        let x = be.upload(&randv(k, 3))?;
-        let mut y = be.alloc(m)?;
-        for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
-            let OneColumn { ws, moved, mode, q } = one_column(be, dtype, m, k, &x)?;
-            let n = ws.len();
-            // (label, call): f32 acts; the quantized mode; the GEMV alone.
-            let mut rows: Vec<(String, Vec<Vec<f64>>)> = Vec::new();
-            let labels = [
-                Some("F32".to_owned()),
-                q.as_ref().map(|_| format!("{mode:?}")),
-                q.as_ref().map(|_| format!("{mode:?}, GEMV alone")),
-            ];
-            for (which, label) in labels.iter().enumerate() {
-                let Some(label) = label else { continue };
-                let mut per_variant = vec![Vec::new(); variants.len()];
-                for _round in 0..3 {
-                    for (vi, (_, o, knobs)) in variants.iter().enumerate() {
-                        be.set_options(*o);
-                        set_knobs(knobs);
-                        let t = time_calls(be, n * 2, 9, |i| match which {
-                            0 => be.gemv(
-                                &ws[i % n],
-                                &x,
-                                1,
-                                ActQuant::F32,
-                                &Epilogue::NONE,
-                                &[],
-                                &mut y,
-                            ),
-                            1 => be.gemv(&ws[i % n], &x, 1, mode, &Epilogue::NONE, &[], &mut y),
-                            _ => be.gemv_quantized(
-                                &ws[i % n],
-                                q.as_ref().expect("quantized"),
-                                &Epilogue::NONE,
-                                &[],
-                                &mut y,
-                            ),
-                        })?;
-                        per_variant[vi].push(t);
-                    }
+    each_one_column(be, |m, k, dtype, c, x, y| {
+        let OneColumn { ws, moved, mode, q } = c;
+        let (n, mode) = (ws.len(), *mode);
+        // (label, call): f32 acts; the quantized mode; the GEMV alone.
+        let mut rows: Vec<(String, Vec<Vec<f64>>)> = Vec::new();
+        let labels = [
+            Some("F32".to_owned()),
+            q.as_ref().map(|_| format!("{mode:?}")),
+            q.as_ref().map(|_| format!("{mode:?}, GEMV alone")),
+        ];
+        for (which, label) in labels.iter().enumerate() {
+            let Some(label) = label else { continue };
+            let mut per_variant = vec![Vec::new(); variants.len()];
+            for _round in 0..3 {
+                for (vi, (_, o, knobs)) in variants.iter().enumerate() {
+                    be.set_options(*o);
+                    set_knobs(knobs);
+                    let t = time_calls(be, n * 2, 9, |i| match which {
+                        0 => be.gemv(
+                            &ws[i % n],
+                            x,
+                            1,
+                            ActQuant::F32,
+                            &Epilogue::NONE,
+                            &[],
+                            &mut *y,
+                        ),
+                        1 => be.gemv(&ws[i % n], x, 1, mode, &Epilogue::NONE, &[], &mut *y),
+                        _ => be.gemv_quantized(
+                            &ws[i % n],
+                            q.as_ref().expect("quantized"),
+                            &Epilogue::NONE,
+                            &[],
+                            &mut *y,
+                        ),
+                    })?;
+                    per_variant[vi].push(t);
                 }
-                rows.push((label.clone(), per_variant));
             }
-            for (label, per_variant) in rows {
-                let cells = variant_cells(per_variant, moved, ceiling, 0);
-                println!("| {m} × {k} | {dtype} | {label} | {cells} |");
-            }
+            rows.push((label.clone(), per_variant));
         }
-    }
+        for (label, per_variant) in rows {
+            let cells = variant_cells(per_variant, *moved, ceiling, 0);
+            println!("| {m} × {k} | {dtype} | {label} | {cells} |");
+        }
+        Ok(())
+    })?;
     be.set_options(saved);
     set_knobs(&[]);
     println!("\nDefault options: {saved:?}\n");
@@ -1502,44 +1499,65 @@ fn l2_ahead(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
          its start. Variants take turns, 3 rounds; bytes counted as in the GEMV table.\n"
     );
     print_variant_header(&AHEAD_VARIANTS.map(|v| v.0));
+    each_one_column(be, |m, k, dtype, c, x, y| {
+        let OneColumn { ws, moved, mode, q } = c;
+        let (n, mode) = (ws.len(), *mode);
+        let labels = match &q {
+            None => vec![format!("{mode:?}")],
+            Some(_) => vec![format!("{mode:?}"), format!("{mode:?}, GEMV alone")],
+        };
+        for (which, label) in labels.iter().enumerate() {
+            let mut per_variant = vec![Vec::new(); AHEAD_VARIANTS.len()];
+            for _round in 0..3 {
+                for (vi, &(_, bytes, at)) in AHEAD_VARIANTS.iter().enumerate() {
+                    let t = time_calls(be, n * 2, 9, |i| {
+                        let mut job = GemvJob::new(&ws[i % n], &mut *y);
+                        if bytes != 0 {
+                            let next = &ws[(i + 1) % n];
+                            let bytes = bytes.min(next.bytes());
+                            job = job.with_l2_ahead(next, mode, bytes);
+                            if let Some(h) = &mut job.l2_ahead {
+                                h.at = at;
+                            }
+                        }
+                        match (which, &q) {
+                            (1, Some(q)) => be.gemv_quantized_batch(q, &mut [job]),
+                            _ => be.gemv_batch(x, 1, mode, &mut [job]),
+                        }
+                    })?;
+                    per_variant[vi].push(t);
+                }
+            }
+            let cells = variant_cells(per_variant, *moved, ceiling, 1);
+            println!("| {m} × {k} | {dtype} | {label} | {cells} |");
+        }
+        Ok(())
+    })?;
+    println!();
+    Ok(())
+}
+
+/// Calls `f(m, k, dtype, inputs, x, y)` for every bench shape and F16,
+/// Q8_0, Q4_0 and Q4_K: the inputs of a one-column table row ([`one_column`]),
+/// the activations `x` and an output `y`.
+fn each_one_column(
+    be: &CudaBackend,
+    mut f: impl FnMut(
+        usize,
+        usize,
+        DType,
+        &OneColumn,
+        &DeviceVec,
+        &mut DeviceVec,
+    ) -> Result<(), CudaError>,
+) -> Result<(), CudaError> {
     for (m, k) in bench_shapes() {
         let x = be.upload(&randv(k, 3))?;
         let mut y = be.alloc(m)?;
         for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
-            let OneColumn { ws, moved, mode, q } = one_column(be, dtype, m, k, &x)?;
-            let n = ws.len();
-            let labels = match &q {
-                None => vec![format!("{mode:?}")],
-                Some(_) => vec![format!("{mode:?}"), format!("{mode:?}, GEMV alone")],
-            };
-            for (which, label) in labels.iter().enumerate() {
-                let mut per_variant = vec![Vec::new(); AHEAD_VARIANTS.len()];
-                for _round in 0..3 {
-                    for (vi, &(_, bytes, at)) in AHEAD_VARIANTS.iter().enumerate() {
-                        let t = time_calls(be, n * 2, 9, |i| {
-                            let mut job = GemvJob::new(&ws[i % n], &mut y);
-                            if bytes != 0 {
-                                let next = &ws[(i + 1) % n];
-                                let bytes = bytes.min(next.bytes());
-                                job = job.with_l2_ahead(next, mode, bytes);
-                                if let Some(h) = &mut job.l2_ahead {
-                                    h.at = at;
-                                }
-                            }
-                            match (which, &q) {
-                                (1, Some(q)) => be.gemv_quantized_batch(q, &mut [job]),
-                                _ => be.gemv_batch(&x, 1, mode, &mut [job]),
-                            }
-                        })?;
-                        per_variant[vi].push(t);
-                    }
-                }
-                let cells = variant_cells(per_variant, moved, ceiling, 1);
-                println!("| {m} × {k} | {dtype} | {label} | {cells} |");
-            }
+            f(m, k, dtype, &one_column(be, dtype, m, k, &x)?, &x, &mut y)?;
         }
     }
-    println!();
     Ok(())
 }
 
