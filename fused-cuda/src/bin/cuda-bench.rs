@@ -6,10 +6,15 @@
 //! after the GEMV section (for quick A/B runs); `--plans-only` runs the
 //! copy ceiling and the device-plan sections only, `--columns-only` the
 //! copy ceiling and the several-column table, `--handoff-only` the copy
-//! ceiling and the handoff table. Sections: the
+//! ceiling and the handoff table, `--launch-only` stops after the launch
+//! options, `--ahead-only` runs the copy ceiling and the L2 look-ahead
+//! table, `--epilogue-only` the copy ceiling and the epilogue's cost.
+//! Sections: the
 //! device-to-device copy ceiling (bytes read + written); the per-call
 //! floor (tiny dependent GEMVs whose bytes take no time); the handoff
-//! between dependent kernels (`fused_cuda::Handoff`); GEMV 4096×14336 and
+//! between dependent kernels (`fused_cuda::Handoff`); the launch options;
+//! each GEMV asking L2 for the next one's first weights
+//! (`GemvJob::with_l2_ahead`); GEMV 4096×14336 and
 //! 32768×8192 in F16, Q8_0, Q4_0 and Q4_K over rotating weight copies
 //! (together > 4× the 60 MB L2, so every call reads HBM), as GB/s and % of
 //! the copy ceiling, each call waiting for the one before it and, in a
@@ -309,11 +314,11 @@ fn run() -> Result<(), CudaError> {
     handoff(&be)?;
     launch_options(&be, ceiling)?;
     report_host("launch options");
-    l2_ahead(&be, ceiling)?;
-    report_host("L2 look-ahead");
     if std::env::args().any(|a| a == "--launch-only") {
         return Ok(());
     }
+    l2_ahead(&be, ceiling)?;
+    report_host("L2 look-ahead");
 
     // ------------------------------------------------ GEMV
     println!("## GEMV y = W·x (rows × K), weights rotated over > 240 MB\n");
