@@ -879,7 +879,9 @@ impl CudaBackend {
             // hold `rows` rows of K in the layout its launch reads (both of
             // them for GLU, checked equal), the activations n_cols·K f32 or
             // `layout.bytes` quantized bytes, `y` n_cols·rows f32 and each
-            // epilogue operand the length `bind` checked; device vectors
+            // epilogue operand the length `bind` checked; an L2 look-ahead
+            // asks for bytes within its weights' layout (l2_ahead_params;
+            // a prefetch reads nothing into the kernel); device vectors
             // are 256-byte aligned (cuMemAlloc); the kernels touch rows <
             // rows and columns < n_cols only. The jobs' outputs are
             // borrowed mutably and everything else shared, for the whole

@@ -801,7 +801,8 @@ impl<'a> DevicePlan<'a> {
             // SAFETY: every address in the plan's launches points into a
             // buffer the plan owns (graph buffers, weights, scratch), within
             // the extents checked when it was built (tensor extents against
-            // the buffer sizes, lengths by the core's checks); the plan
+            // the buffer sizes, lengths by the core's checks; an L2
+            // look-ahead within the next GEMV's weights: chain_l2_ahead); the plan
             // outlives the work, as every path that enqueues either waits
             // for it or leaves it to `Drop`, which waits before the buffers
             // are freed.
