@@ -537,8 +537,14 @@ fn epilogue_cost(
     // Each stage alone, then pairs of them (operands early), taking turns
     // with the bare GEMV: which part of the chain costs; in a quantized
     // mode also with the GEMV alone (activations quantized beforehand).
-    let one: [(&str, Epilogue, Vec<&DeviceVec>); 6] = [
+    let one: [(&str, Epilogue, Vec<&DeviceVec>); 7] = [
         ("bare", Epilogue::NONE, vec![]),
+        // The chain's control flow without arithmetic.
+        (
+            "identity",
+            Epilogue::NONE.then_act(Activation::Identity)?,
+            vec![],
+        ),
         ("silu", Epilogue::NONE.then_act(Activation::Silu)?, vec![]),
         ("mul", Epilogue::NONE.then_mul()?, vec![&gate_like]),
         ("add", Epilogue::NONE.then_add()?, vec![&residual]),
@@ -560,7 +566,7 @@ fn epilogue_cost(
         &[false, true]
     };
     for &alone in alone_modes {
-        let mut t_one: [Vec<f64>; 6] = Default::default();
+        let mut t_one: [Vec<f64>; 7] = Default::default();
         for _round in 0..3 {
             for (slot, (_, e, o)) in one.iter().enumerate() {
                 t_one[slot].push(time(alone, e, o, &mut y)?);
