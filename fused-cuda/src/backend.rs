@@ -12,7 +12,7 @@
 
 use crate::device::{CudaDevice, driver};
 use crate::group::group_launches;
-use crate::job::{AheadAt, GemvJob, L2AheadHint};
+use crate::job::{GemvJob, L2AheadHint};
 use crate::launch::{EwKernel, GemvShape, Launch, check_quant_out, ew_len, u32_of};
 use crate::layout;
 use crate::params::{EpiParams, L2Ahead};
@@ -219,14 +219,7 @@ fn l2_ahead_params(hint: &L2AheadHint<'_>) -> Result<L2Ahead, CudaError> {
         }
         .into());
     }
-    Ok(L2Ahead {
-        addr,
-        bytes: u32_of("L2 look-ahead bytes", hint.bytes / 16 * 16)?,
-        at: match hint.at {
-            AheadAt::End => L2Ahead::END,
-            AheadAt::Start => L2Ahead::START,
-        },
-    })
+    L2Ahead::new(addr, hint.bytes, hint.at)
 }
 
 impl CudaBackend {

@@ -11,6 +11,7 @@
 use crate::backend::CudaBackend;
 use crate::device::check_result;
 use crate::group::GroupJobs;
+use crate::job::AheadAt;
 use crate::params::{
     EpiParams, FwhtParams, GemvParams, GemvQParams, L2Ahead, QuantOut, QuantParams, act_code,
 };
@@ -952,12 +953,8 @@ pub(crate) fn chain_l2_ahead(launches: &mut [Launch], bytes: usize) -> Result<()
             Launch::Gemv { .. } | Launch::GemvQ { .. } | Launch::Group { .. }
         );
         if let (Launch::GemvQ { .. }, Some((addr, len))) = (&*l, next) {
-            let n = (bytes as u64).min(len) / 16 * 16;
-            l.set_l2_ahead(L2Ahead {
-                addr,
-                bytes: u32_of("L2 look-ahead bytes", n as usize)?,
-                at: L2Ahead::START,
-            });
+            let n = bytes.min(usize::try_from(len).unwrap_or(usize::MAX));
+            l.set_l2_ahead(L2Ahead::new(addr, n, AheadAt::Start)?);
         }
         if is_gemv {
             next = l.first_weights();

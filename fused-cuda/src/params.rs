@@ -1,6 +1,9 @@
 //! Kernel parameter blocks: `#[repr(C)]` mirrors of the structs in
 //! `kernels/*.cu(h)`, field for field, passed by value to the kernels.
 
+use crate::CudaError;
+use crate::job::AheadAt;
+use crate::launch::u32_of;
 use crate::schedule::Deps;
 use cust::memory::DeviceCopy;
 use fused_core::element::Activation;
@@ -73,6 +76,19 @@ impl L2Ahead {
     pub(crate) const END: u32 = 0;
     /// `L2_AHEAD_START`: when the block starts.
     pub(crate) const START: u32 = 1;
+
+    /// The first `bytes` at `addr`, rounded down to a multiple of 16 (the
+    /// bulk prefetch's granule), asked for at `at`.
+    pub(crate) fn new(addr: u64, bytes: usize, at: AheadAt) -> Result<L2Ahead, CudaError> {
+        Ok(L2Ahead {
+            addr,
+            bytes: u32_of("L2 look-ahead bytes", bytes / 16 * 16)?,
+            at: match at {
+                AheadAt::End => L2Ahead::END,
+                AheadAt::Start => L2Ahead::START,
+            },
+        })
+    }
 }
 
 /// `GemvParams` in `kernels/gemv.cu`.
