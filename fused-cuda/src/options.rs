@@ -73,10 +73,12 @@ impl Default for LaunchOptions {
     }
 }
 
-/// [`LaunchOptions::l2_ahead`]'s default: 4 MiB, the best of 2–16 MiB for
-/// chains of one-column integer GEMVs on the H200 (BENCHMARKS.md,
-/// 2026-12-04 16:34 UTC: 4096 × 14336 Q4_0 alone 81 → 85 % of copy, Q8_0
-/// 91 → 93 %, Q4_K 78 → 81 %).
+/// [`LaunchOptions::l2_ahead`]'s default: 4 MiB asked for as the blocks
+/// start, the best single choice among 2–16 MiB at the start or the end
+/// for chains of one-column integer GEMVs on the H200 (BENCHMARKS.md,
+/// 2026-12-04 16:34–17:18 UTC, four runs: 4096 × 14336 GEMV alone Q4_0
+/// 81–82 → 85 % of copy, Q8_0 91–92 → 93–94 %, Q4_K 78 → 81–82 %; 6 MiB
+/// and more no better or worse).
 pub const L2_AHEAD_DEFAULT: usize = 4 << 20;
 
 impl LaunchOptions {
