@@ -251,3 +251,78 @@ __device__ __forceinline__ float epilogue_apply(const EpiParams &e, const EpiEar
     }
     return v;
 }
+
+// ------------------------------------------------ the chain as a policy
+// How a GEMV kernel runs its epilogue: `early` loads the operands when a
+// block starts, `apply` runs the chain on one output at the block's end.
+//
+// GenericEpi runs the chain the launch passes (EpiParams): one kernel for
+// every chain. FixedEpi<S...> runs a chain known when the kernel is
+// compiled (S: STAGE_* | ACT_* << 8, one per stage, at most EPI_EARLY,
+// every operand loaded early), so that a block's end has no stage loop,
+// no kind or activation compares and no parameter reads left: on the
+// H200 the generic chain's control flow alone, an identity activation,
+// cost +1 % of a 4096 × 14336 Q4_0 GEMV (BENCHMARKS.md, 2026-12-04 17:50),
+// as much as its arithmetic. Both call the same stage functions in the
+// same order, so their outputs are equal bit for bit. The host launches a
+// FixedEpi kernel only for the chain it was compiled for, with operands
+// loaded early (src/fixed_epi.rs); its EpiParams still carry the operand
+// addresses.
+struct GenericEpi {
+    __device__ static EpiEarly early(const EpiParams &e, uint32_t row, uint32_t col,
+                                     uint32_t rows) {
+        return epilogue_load_early(e, row, col, rows);
+    }
+    __device__ static float apply(const EpiParams &e, const EpiEarly &early, float v,
+                                  uint32_t row, uint32_t col, uint32_t rows) {
+        return epilogue_apply(e, early, v, row, col, rows);
+    }
+};
+
+#define EPI_STAGE(kind, act) ((kind) | ((act) << 8))
+
+// Stages I, I + 1, … of a fixed chain.
+template <uint32_t I, uint32_t... S> struct FixedStages {
+    __device__ static void load(const EpiParams &, uint32_t, uint32_t, uint32_t, EpiEarly &) {}
+    __device__ static float apply(const EpiEarly &, float v) { return v; }
+};
+template <uint32_t I, uint32_t S0, uint32_t... S> struct FixedStages<I, S0, S...> {
+    static constexpr uint32_t KIND = S0 & 0xffu, ACT = S0 >> 8;
+    static_assert(I < EPI_EARLY, "a fixed chain loads every operand early");
+    __device__ static void load(const EpiParams &e, uint32_t row, uint32_t col, uint32_t rows,
+                                EpiEarly &o) {
+        o.v[I] = 0.0f;
+        if constexpr (KIND != STAGE_ACT) {
+            const float *at =
+                e.operand[I] + (KIND == STAGE_ROW_BIAS ? (size_t)row : (size_t)col * rows + row);
+            asm volatile("ld.global.f32 %0, [%1];" : "=f"(o.v[I]) : "l"(at));
+        }
+        FixedStages<I + 1, S...>::load(e, row, col, rows, o);
+    }
+    __device__ static float apply(const EpiEarly &o, float v) {
+        if constexpr (KIND == STAGE_ACT)
+            v = act_apply(ACT, v);
+        else
+            v = epilogue_operand_stage(KIND, v, o.v[I]);
+        return FixedStages<I + 1, S...>::apply(o, v);
+    }
+};
+
+template <uint32_t... S> struct FixedEpi {
+    __device__ static EpiEarly early(const EpiParams &e, uint32_t row, uint32_t col,
+                                     uint32_t rows) {
+        EpiEarly o{};
+        FixedStages<0, S...>::load(e, row, col, rows, o);
+        return o;
+    }
+    __device__ static float apply(const EpiParams &, const EpiEarly &early, float v, uint32_t,
+                                  uint32_t, uint32_t) {
+        return FixedStages<0, S...>::apply(early, v);
+    }
+};
+
+// The fixed chains (src/fixed_epi.rs: FixedChain), kernel name suffixes
+// _e<name>: a residual add, and silu(v)·m + r.
+using EpiAdd = FixedEpi<EPI_STAGE(STAGE_ADD, 0u)>;
+using EpiSiluMulAdd = FixedEpi<EPI_STAGE(STAGE_ACT, ACT_SILU), EPI_STAGE(STAGE_MUL, 0u),
+                               EPI_STAGE(STAGE_ADD, 0u)>;

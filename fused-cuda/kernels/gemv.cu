@@ -761,20 +761,20 @@ template <int NC> __device__ __forceinline__ void warp_sum(float *acc) {
 
 // The early epilogue operands of the output this thread stores at the end
 // (finish_block: thread i < R·NC stores row row0 + i / NC, column i mod NC).
-template <int NC, int R>
+template <int NC, int R, class Epi>
 __device__ __forceinline__ EpiEarly block_epilogue_early(const EpiParams &epi, uint32_t row0,
                                                          uint32_t rows) {
     const uint32_t i = threadIdx.x;
     if (i < (uint32_t)(R * NC) && row0 + i / NC < rows)
-        return epilogue_load_early(epi, row0 + i / NC, i % NC, rows);
+        return Epi::early(epi, row0 + i / NC, i % NC, rows);
     return EpiEarly{};
 }
 
 // The end of every GEMV block: each warp's accumulators combined by the
 // butterfly, the warps' sums added in warp order through shared memory
-// (`partial`), the GLU and the epilogue chain applied, the outputs of rows
-// row0 .. row0 + R − 1 (those below `rows`) stored.
-template <int NC, int R, int V, bool GLU>
+// (`partial`), the GLU and the epilogue chain (Epi, common.cuh) applied,
+// the outputs of rows row0 .. row0 + R − 1 (those below `rows`) stored.
+template <int NC, int R, int V, bool GLU, class Epi>
 __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partial)[WARPS][R * NC],
                                              uint32_t row0, uint32_t lane, uint32_t warp,
                                              uint32_t rows, uint32_t glu_act, const EpiParams &epi,
@@ -802,7 +802,7 @@ __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partia
             for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], partial[v][wi][i]);
         }
         const float val = GLU ? glu_apply(glu_act, sum[0], sum[V - 1]) : sum[0];
-        y[(size_t)c * rows + row] = epilogue_apply(epi, early, val, row, c, rows);
+        y[(size_t)c * rows + row] = Epi::apply(epi, early, val, row, c, rows);
     }
 }
 
@@ -811,7 +811,7 @@ __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partia
 // `block` is the block's index within its GEMV (blockIdx.x, or its place in
 // its job's share of a group launch).
 template <int FMT, int NC, bool GLU, int R = RowsPerBlock<FMT, NC>::value,
-          int FU = FLOAT_UNROLL>
+          int FU = FLOAT_UNROLL, class Epi = GenericEpi>
 __device__ void gemv(const GemvParams &p, uint32_t block) {
     constexpr int V = GLU ? 2 : 1;
     __shared__ float partial[V][WARPS][R * NC];
@@ -827,7 +827,7 @@ __device__ void gemv(const GemvParams &p, uint32_t block) {
         first[0] = float_rows_first<FMT, R, FU>(p, p.w, row0, lane, warp);
     l2_ahead(p.ahead, L2_AHEAD_START, block, blocks);
     griddep_ready(p.deps);
-    const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
+    const EpiEarly early = block_epilogue_early<NC, R, Epi>(p.epi, row0, p.rows);
     float acc[V][R][NC];
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -842,8 +842,8 @@ __device__ void gemv(const GemvParams &p, uint32_t block) {
         rows_dot<FMT, NC, R, FU>(p, p.w_up, row0, lane, warp, acc[V - 1], &first[V - 1]);
     }
     l2_ahead(p.ahead, L2_AHEAD_END, block, blocks);
-    finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
-                                p.y);
+    finish_block<NC, R, V, GLU, Epi>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi,
+                                     early, p.y);
     griddep_end(p.deps);
 }
 
@@ -913,6 +913,24 @@ GEMV_KERNELS(iq4_nl, FMT_IQ4_NL)
 GEMV_KERNELS(q5_K, FMT_Q5_K)
 GEMV_KERNELS(q6_K, FMT_Q6_K)
 GEMV_KERNELS(tq2_0, FMT_TQ2_0)
+
+// One-column kernels with a chain fixed at compile time (common.cuh:
+// FixedEpi; src/fixed_epi.rs picks them), fused_gemv_<fmt>[_<tag>]_c1_e<chain>:
+// the default one-column kernels of F16 (and its u8 / u16 shapes), Q8_0,
+// Q4_0 and Q4_K, for the chains `add` and `silu_mul_add`.
+#define GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, chain, EPI)                                   \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32) kname##_e##chain(const GemvParams p) { \
+        gemv<FMT, 1, false, R, FU, EPI>(p, blockIdx.x);                                        \
+    }
+#define GEMV_FIXED_EPI_KERNELS(kname, FMT, R, FU)                                              \
+    GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, add, EpiAdd)                                      \
+    GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, silu_mul_add, EpiSiluMulAdd)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_c1, FMT_F16, (RowsPerBlock<FMT_F16, 1>::value), FLOAT_UNROLL)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_u8_c1, FMT_F16, 1, 8)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_u16_c1, FMT_F16, 1, 16)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_q8_0_c1, FMT_Q8_0, (RowsPerBlock<FMT_Q8_0, 1>::value), FLOAT_UNROLL)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_0_c1, FMT_Q4_0, (RowsPerBlock<FMT_Q4_0, 1>::value), FLOAT_UNROLL)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_K_c1, FMT_Q4_K, (RowsPerBlock<FMT_Q4_K, 1>::value), FLOAT_UNROLL)
 
 // ====================================================================
 // Quantized activations and integer dot products (GGML's CPU modes, the
@@ -1643,7 +1661,7 @@ template <> struct QUnit<FMT_TQ2_0> {
 // variant in which each warp owned its rows and walked all of K, with no
 // block barrier, ran 0.75–0.95x as fast on the H200.)
 // `block` as in gemv.
-template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2>
+template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2, class Epi = GenericEpi>
 __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     using U = QUnit<FMT>;
     constexpr int V = GLU ? 2 : 1;
@@ -1687,7 +1705,7 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     const uint32_t blocks = (p.rows + R - 1) / R;
     l2_ahead(p.ahead, L2_AHEAD_START, block, blocks);
     griddep_ready(p.deps);
-    const EpiEarly early = block_epilogue_early<NC, R>(p.epi, row0, p.rows);
+    const EpiEarly early = block_epilogue_early<NC, R, Epi>(p.epi, row0, p.rows);
     for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
         if (u0 != first) load_step(u0);
 #pragma unroll
@@ -1707,8 +1725,8 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
         }
     }
     l2_ahead(p.ahead, L2_AHEAD_END, block, blocks);
-    finish_block<NC, R, V, GLU>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early,
-                                p.y);
+    finish_block<NC, R, V, GLU, Epi>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi,
+                                     early, p.y);
     if constexpr (NC == 1) {
         if (p.qout.mode != QOUT_NONE) quantize_output<R>(p.qout, row0, p.y);
     }
@@ -1814,6 +1832,25 @@ GEMVQ_MC_KERNELS(q4_0, FMT_Q4_0, 2, GEMVQ_MC_KERNELS_5_TO_8)
 GEMVQ_MC_KERNELS(q4_0, FMT_Q4_0, 4, GEMVQ_MC_KERNELS_5_TO_8)
 GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_MC_KERNELS_5_TO_8)
 GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_MC_NONE)
+
+// One-column kernels with a chain fixed at compile time (as the f32 ones
+// above), fused_gemvq_<fmt>_r<R>_c1_u1_e<chain>: the shapes src/launch.rs
+// picks by default for Q8_0 (2 rows), Q4_0 (4) and Q4_K (2, and 4 from
+// MANY_ROWS rows), one unit in flight, with the bounds of the kernels they
+// stand for.
+#define GEMVQ_FIXED_EPI_KERNEL(name, FMT, R, BOUNDS, chain, EPI)                               \
+    extern "C" __global__ void BOUNDS fused_gemvq_##name##_r##R##_c1_u1_e##chain(              \
+        const GemvQParams p) {                                                                 \
+        gemvq<FMT, 1, R, false, 1, EPI>(p, blockIdx.x);                                        \
+    }
+#define GEMVQ_FIXED_EPI_KERNELS(name, FMT, R, BOUNDS)                                          \
+    GEMVQ_FIXED_EPI_KERNEL(name, FMT, R, BOUNDS, add, EpiAdd)                                  \
+    GEMVQ_FIXED_EPI_KERNEL(name, FMT, R, BOUNDS, silu_mul_add, EpiSiluMulAdd)
+GEMVQ_FIXED_EPI_KERNELS(q8_0, FMT_Q8_0, 2, GEMVQ_U1_BOUNDS)
+GEMVQ_FIXED_EPI_KERNELS(q4_0, FMT_Q4_0, 4, GEMVQ_U1_BOUNDS)
+GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_PLAIN_BOUNDS)
+GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_PLAIN_BOUNDS)
+
 GEMVQ_KERNELS(q5_0, FMT_Q5_0)
 GEMVQ_KERNELS(iq4_nl, FMT_IQ4_NL)
 GEMVQ_KERNELS(q6_K, FMT_Q6_K)

@@ -10,6 +10,7 @@
 
 use crate::backend::CudaBackend;
 use crate::device::check_result;
+use crate::fixed_epi;
 use crate::group::GroupJobs;
 use crate::job::AheadAt;
 use crate::params::{
@@ -827,9 +828,11 @@ impl CudaBackend {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
+                let name = fixed_epi::kernel_name(name, &params.epi, &self.options());
                 // SAFETY: one GemvParams argument, as every GEMV kernel
-                // takes; the addresses are valid per the caller.
-                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
+                // takes (a fixed chain's copy too); the addresses are valid
+                // per the caller.
+                unsafe { self.launch(&dev.gemv, &name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
             }
             Launch::Quantize { name, grid, params } => {
                 // SAFETY: one QuantParams argument, as both quantizers
@@ -842,9 +845,11 @@ impl CudaBackend {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
+                let name = fixed_epi::kernel_name(name, &params.epi, &self.options());
                 // SAFETY: one GemvQParams argument, as every integer GEMV
-                // kernel takes; the addresses are valid per the caller.
-                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
+                // kernel takes (a fixed chain's copy too); the addresses are
+                // valid per the caller.
+                unsafe { self.launch(&dev.gemv, &name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
             }
             Launch::Group {
                 name, grid, jobs, ..

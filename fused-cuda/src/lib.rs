@@ -109,6 +109,8 @@ mod cuda_graph;
 #[cfg(feature = "cuda")]
 mod device;
 #[cfg(feature = "cuda")]
+mod fixed_epi;
+#[cfg(feature = "cuda")]
 mod group;
 #[cfg(feature = "cuda")]
 mod launch;

@@ -4,8 +4,9 @@
 /// How a [`CudaBackend`](crate::CudaBackend) launches its kernels. The
 /// defaults are the fastest measured on the H200 (BENCHMARKS.md): all on
 /// but `fold_quantizers`; `FUSED_CUDA_PDL=0`, `FUSED_CUDA_EARLY_OPERANDS=0`,
-/// `FUSED_CUDA_OVERLAP=0` and `FUSED_CUDA_GROUP=0` in the environment turn
-/// them off when the backend is created (`FUSED_CUDA_FOLD_QUANTIZERS=1`
+/// `FUSED_CUDA_OVERLAP=0`, `FUSED_CUDA_GROUP=0` and
+/// `FUSED_CUDA_FIXED_EPILOGUES=0` in the environment turn them off when the
+/// backend is created (`FUSED_CUDA_FOLD_QUANTIZERS=1`
 /// turns that one on, `FUSED_CUDA_L2_AHEAD=<bytes>` sets `l2_ahead`),
 /// [`CudaBackend::set_options`](crate::CudaBackend::set_options) changes
 /// the options later.
@@ -58,6 +59,12 @@ pub struct LaunchOptions {
     /// launches between them and the next GEMV's start go by. 0: off.
     /// Float GEMVs do not ask (they ran no faster so).
     pub l2_ahead: usize,
+    /// A one-column GEMV whose epilogue is one of the chains compiled into
+    /// kernels of their own (a residual add; silu·mul + residual:
+    /// `src/fixed_epi.rs`) runs such a kernel, which has no stage loop or
+    /// compares at its blocks' ends, where the launch's default kernel shape
+    /// has one and `early_operands` is on. Same results bit for bit.
+    pub fixed_epilogues: bool,
 }
 
 impl Default for LaunchOptions {
@@ -69,6 +76,7 @@ impl Default for LaunchOptions {
             group: true,
             fold_quantizers: false,
             l2_ahead: L2_AHEAD_DEFAULT,
+            fixed_epilogues: true,
         }
     }
 }
@@ -85,7 +93,8 @@ impl LaunchOptions {
     /// The defaults, with `pdl` off where `FUSED_CUDA_PDL=0` is set,
     /// `early_operands` off where `FUSED_CUDA_EARLY_OPERANDS=0` is,
     /// `overlap` off where `FUSED_CUDA_OVERLAP=0` is, `group` off where
-    /// `FUSED_CUDA_GROUP=0` is, `fold_quantizers` on where
+    /// `FUSED_CUDA_GROUP=0` is, `fixed_epilogues` off where
+    /// `FUSED_CUDA_FIXED_EPILOGUES=0` is, `fold_quantizers` on where
     /// `FUSED_CUDA_FOLD_QUANTIZERS` is set to other than 0, and `l2_ahead`
     /// to `FUSED_CUDA_L2_AHEAD` where that is a number of bytes.
     pub fn from_env() -> LaunchOptions {
@@ -101,6 +110,7 @@ impl LaunchOptions {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(d.l2_ahead),
+            fixed_epilogues: on("FUSED_CUDA_FIXED_EPILOGUES", d.fixed_epilogues),
         }
     }
 }

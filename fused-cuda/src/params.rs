@@ -21,6 +21,12 @@ pub(crate) const fn act_code(act: Activation) -> u32 {
     }
 }
 
+/// Stage kinds (`STAGE_*` in `kernels/common.cuh`).
+pub(crate) const STAGE_ACT: u32 = 0;
+pub(crate) const STAGE_ADD: u32 = 1;
+pub(crate) const STAGE_MUL: u32 = 2;
+pub(crate) const STAGE_ROW_BIAS: u32 = 3;
+
 /// `EpiParams` in `kernels/common.cuh`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -39,10 +45,10 @@ impl EpiParams {
         let mut p = EpiParams::default();
         for (i, st) in epilogue.stages().iter().enumerate() {
             let (kind, act) = match st {
-                Stage::Act(a) => (0, act_code(*a)),
-                Stage::Add { .. } => (1, 0),
-                Stage::Mul { .. } => (2, 0),
-                Stage::AddRowBias { .. } => (3, 0),
+                Stage::Act(a) => (STAGE_ACT, act_code(*a)),
+                Stage::Add { .. } => (STAGE_ADD, 0),
+                Stage::Mul { .. } => (STAGE_MUL, 0),
+                Stage::AddRowBias { .. } => (STAGE_ROW_BIAS, 0),
             };
             p.kind[i] = kind;
             p.act[i] = act;
@@ -56,6 +62,20 @@ impl EpiParams {
     /// (`LaunchOptions::early_operands`) rather than after its sums.
     pub(crate) fn set_early(&mut self, early: bool) {
         self.early = u32::from(early);
+    }
+
+    /// Whether the operands are loaded when a block starts.
+    pub(crate) fn early(&self) -> bool {
+        self.early != 0
+    }
+
+    /// The stages as the kernels' (kind, activation code) pairs, in order.
+    pub(crate) fn stage_codes(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let n = (self.n_stages as usize).min(MAX_STAGES);
+        self.kind[..n]
+            .iter()
+            .copied()
+            .zip(self.act[..n].iter().copied())
     }
 }
 

@@ -138,6 +138,66 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
 }
 
 #[test]
+fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(6);
+    // Shapes whose default one-column kernel has copies for the fixed
+    // chains (src/fixed_epi.rs): F16 at K up to 4096 (the default kernel),
+    // 8192 (u8) and 16384 (u16); Q8_0 / Q4_0 / Q4_K on f32 activations;
+    // the integer kernels of Q8_0 (2 rows a block), Q4_0 (4) and Q4_K (2,
+    // and 4 from 16384 rows).
+    let cases = [
+        (DType::F16, ActQuant::F32, 130, 2304),
+        (DType::F16, ActQuant::F32, 130, 8192),
+        (DType::F16, ActQuant::F32, 130, 16384),
+        (DType::Q8_0, ActQuant::F32, 257, 2304),
+        (DType::Q4_0, ActQuant::F32, 257, 2304),
+        (DType::Q4_K, ActQuant::F32, 257, 2304),
+        (DType::Q8_0, ActQuant::Q8_0, 257, 2304),
+        (DType::Q4_0, ActQuant::Q8_0, 257, 2304),
+        (DType::Q4_K, ActQuant::Q8_K, 257, 2304),
+        (DType::Q4_K, ActQuant::Q8_K, 16387, 512),
+    ];
+    let chains = [
+        Epilogue::NONE.then_add().unwrap(),
+        Epilogue::NONE
+            .then_act(Activation::Silu)
+            .and_then(|e| e.then_mul())
+            .and_then(|e| e.then_add())
+            .unwrap(),
+    ];
+    for (dtype, mode, m, k) in cases {
+        let bytes = weights(&mut rng, dtype, m, k);
+        let w = be
+            .upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
+            .unwrap();
+        let x = be.upload(&rng.vec(k, 2.0)).unwrap();
+        let a = be.upload(&rng.vec(m, 1.0)).unwrap();
+        let b = be.upload(&rng.vec(m, 1.0)).unwrap();
+        for epi in &chains {
+            let ops: Vec<&DeviceVec> = [&a, &b][2 - epi.n_operands()..].to_vec();
+            let mut outs = Vec::new();
+            for fixed_epilogues in [true, false] {
+                be.set_options(LaunchOptions {
+                    fixed_epilogues,
+                    ..LaunchOptions::default()
+                });
+                let mut y = be.upload(&vec![f32::NAN; m]).unwrap();
+                be.reset_launches();
+                be.gemv(&w, &x, 1, mode, epi, &ops, &mut y).unwrap();
+                assert_eq!(be.launches(), 1 + u64::from(mode != ActQuant::F32));
+                let y = download(&be, &y);
+                assert!(y.iter().all(|v| !v.is_nan()), "unwritten output");
+                outs.push(y);
+            }
+            let what = format!("{dtype} {mode:?} {m} x {k} {:?}", epi.stages());
+            assert_bits_eq(&outs[0], &outs[1], &what);
+        }
+    }
+    be.set_options(LaunchOptions::default());
+}
+
+#[test]
 fn fused_glu_equals_unfused_kernels_bit_for_bit() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(4);

@@ -475,7 +475,9 @@ fn epilogue_costs_at(
 /// The cost of the epilogue silu·mul + residual over a bare GEMV of the
 /// weights `ws` (`m × k`, rotated) with activations fed per `mode`: bare,
 /// fused with the operands loaded after the block's sums and when it starts
-/// (`LaunchOptions::early_operands`, taking turns), and unfused (3
+/// (`LaunchOptions::early_operands`), the latter also with the generic
+/// chain instead of its fixed kernel (`LaunchOptions::fixed_epilogues`
+/// off), taking turns, and unfused (3
 /// element-wise launches after the GEMV); in a quantized mode also the GEMV
 /// alone on activations quantized beforehand.
 fn epilogue_cost(
@@ -505,10 +507,16 @@ fn epilogue_cost(
     };
     let early = LaunchOptions {
         early_operands: true,
+        fixed_epilogues: true,
         ..saved
     };
-    // Bare, fused with the operands loaded late and early, taking turns;
-    // with `alone` the GEMV on activations quantized beforehand.
+    let generic = LaunchOptions {
+        fixed_epilogues: false,
+        ..early
+    };
+    // Bare, fused with the operands loaded late and early (the fixed chain's
+    // kernel, and the generic chain), taking turns; with `alone` the GEMV on
+    // activations quantized beforehand.
     let time = |alone: bool, epi: &Epilogue, ops: &[&DeviceVec], y: &mut DeviceVec| {
         time_calls(be, n * 2, 9, |i| {
             if alone {
@@ -518,10 +526,10 @@ fn epilogue_cost(
             }
         })
     };
-    let mut t: [Vec<f64>; 3] = Default::default();
-    let mut t_alone: [Vec<f64>; 3] = Default::default();
+    let mut t: [Vec<f64>; 4] = Default::default();
+    let mut t_alone: [Vec<f64>; 4] = Default::default();
     for _round in 0..3 {
-        for (slot, o) in [(0, saved), (1, late), (2, early)] {
+        for (slot, o) in [(0, saved), (1, late), (2, early), (3, generic)] {
             be.set_options(o);
             let (e, ops): (&Epilogue, &[&DeviceVec]) = if slot == 0 {
                 (&Epilogue::NONE, &[])
@@ -536,39 +544,62 @@ fn epilogue_cost(
     }
     // Each stage alone, then pairs of them (operands early), taking turns
     // with the bare GEMV: which part of the chain costs; in a quantized
-    // mode also with the GEMV alone (activations quantized beforehand).
-    let one: [(&str, Epilogue, Vec<&DeviceVec>); 7] = [
-        ("bare", Epilogue::NONE, vec![]),
+    // mode also with the GEMV alone (activations quantized beforehand). The
+    // chains with kernels of their own (add, silu·mul + add) also with the
+    // generic chain.
+    let one: [(&str, Epilogue, Vec<&DeviceVec>, LaunchOptions); 10] = [
+        ("bare", Epilogue::NONE, vec![], early),
         // The chain's control flow without arithmetic.
         (
             "identity",
             Epilogue::NONE.then_act(Activation::Identity)?,
             vec![],
+            early,
         ),
-        ("silu", Epilogue::NONE.then_act(Activation::Silu)?, vec![]),
-        ("mul", Epilogue::NONE.then_mul()?, vec![&gate_like]),
-        ("add", Epilogue::NONE.then_add()?, vec![&residual]),
+        (
+            "silu",
+            Epilogue::NONE.then_act(Activation::Silu)?,
+            vec![],
+            early,
+        ),
+        ("mul", Epilogue::NONE.then_mul()?, vec![&gate_like], early),
+        (
+            "add (fixed)",
+            Epilogue::NONE.then_add()?,
+            vec![&residual],
+            early,
+        ),
+        (
+            "add (generic)",
+            Epilogue::NONE.then_add()?,
+            vec![&residual],
+            generic,
+        ),
         (
             "silu·mul",
             Epilogue::NONE.then_act(Activation::Silu)?.then_mul()?,
             vec![&gate_like],
+            early,
         ),
         (
             "mul + add",
             Epilogue::NONE.then_mul()?.then_add()?,
             vec![&gate_like, &residual],
+            early,
         ),
+        ("silu·mul + add (fixed)", epi, ops.to_vec(), early),
+        ("silu·mul + add (generic)", epi, ops.to_vec(), generic),
     ];
-    be.set_options(early);
     let alone_modes: &[bool] = if mode == ActQuant::F32 {
         &[false]
     } else {
         &[false, true]
     };
     for &alone in alone_modes {
-        let mut t_one: [Vec<f64>; 7] = Default::default();
+        let mut t_one: [Vec<f64>; 10] = Default::default();
         for _round in 0..3 {
-            for (slot, (_, e, o)) in one.iter().enumerate() {
+            for (slot, (_, e, o, opts)) in one.iter().enumerate() {
+                be.set_options(*opts);
                 t_one[slot].push(time(alone, e, o, &mut y)?);
             }
         }
@@ -577,7 +608,7 @@ fn epilogue_cost(
             .iter()
             .zip(t_one)
             .skip(1)
-            .map(|((name, _, _), t)| {
+            .map(|((name, _, _, _), t)| {
                 format!(
                     "{name} {:.2} µs ({:+.1}%)",
                     t * 1e3,
@@ -593,7 +624,7 @@ fn epilogue_cost(
         );
     }
     be.set_options(saved);
-    let [bare, late_t, early_t] = t.map(median);
+    let [bare, late_t, early_t, generic_t] = t.map(median);
     let mut t1 = be.alloc(m)?;
     let mut t2 = be.alloc(m)?;
     let unfused = time_calls(be, n * 2, 25, |i| {
@@ -607,13 +638,15 @@ fn epilogue_cost(
     println!(
         "\nEpilogue silu·mul + residual, {dtype} {m} × {k}, {mode:?} activations, 1 column: \
          bare GEMV {:.2} µs; fused epilogue, operands loaded after the sums {:.2} µs ({:+.1}%), \
-         loaded when the block starts {:.2} µs ({:+.1}%); unfused (GEMV + 3 element-wise \
-         launches) {:.2} µs",
+         loaded when the block starts {:.2} µs ({:+.1}%), the same with the generic chain \
+         {:.2} µs ({:+.1}%); unfused (GEMV + 3 element-wise launches) {:.2} µs",
         bare * 1e3,
         late_t * 1e3,
         pct(late_t),
         early_t * 1e3,
         pct(early_t),
+        generic_t * 1e3,
+        pct(generic_t),
         unfused * 1e3
     );
     // Batched with overlap, and grouped (independent calls, one output
@@ -643,15 +676,18 @@ fn epilogue_cost(
     }
     be.set_options(saved);
     if mode != ActQuant::F32 {
-        let [bare, late_t, early_t] = t_alone.map(median);
+        let [bare, late_t, early_t, generic_t] = t_alone.map(median);
         println!(
             "GEMV alone (activations quantized beforehand): bare {:.2} µs, fused late {:.2} µs \
-             ({:+.1}%), early {:.2} µs ({:+.1}%)",
+             ({:+.1}%), early {:.2} µs ({:+.1}%), early with the generic chain {:.2} µs \
+             ({:+.1}%)",
             bare * 1e3,
             late_t * 1e3,
             100.0 * (late_t / bare - 1.0),
             early_t * 1e3,
-            100.0 * (early_t / bare - 1.0)
+            100.0 * (early_t / bare - 1.0),
+            generic_t * 1e3,
+            100.0 * (generic_t / bare - 1.0)
         );
     }
     // As a device plan runs a chain of GEMVs (`LaunchOptions::l2_ahead`):
