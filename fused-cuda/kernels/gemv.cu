@@ -918,19 +918,35 @@ GEMV_KERNELS(tq2_0, FMT_TQ2_0)
 // FixedEpi; src/fixed_epi.rs picks them), fused_gemv_<fmt>[_<tag>]_c1_e<chain>:
 // the default one-column kernels of F16 (and its u8 / u16 shapes), Q8_0,
 // Q4_0 and Q4_K, for the chains `add` and `silu_mul_add`.
-#define GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, chain, EPI)                                   \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32) kname##_e##chain(const GemvParams p) { \
+//
+// Each copy is held to its base kernel's registers, and so to its blocks
+// per SM, by MIN_BLOCKS where it would take more: left free, ptxas gave
+// some copies up to 20 more (Q4_0 integer r4: 77 against 59, so 6 blocks
+// an SM instead of 8 and a one-column 4096-row launch of two waves instead
+// of one), and on the H200 they ran 10-25 % slower than the generic chain
+// (2026-12-04 19:03 UTC). MIN_BLOCKS: 65536 / (128 · the base's registers
+// rounded up to 8), from `cuobjdump -res-usage` of the sm_90 cubin
+// (2026-12-04: f32 activations Q8_0 56, Q4_0 52, Q4_K 96; integer Q8_0 r2
+// 48, Q4_0 r4 59), or FREE (no cap) where the free copies took no more than
+// their base (F16 c1 40 / 42-48 (eadd / esilu_mul_add), u8 56 / 70, u16
+// 96 / 96; integer Q4_K r2 64 / 64, r4 93 / 94): capped, the F16 copies
+// kept a 16-byte stack frame, and the F16 FFN layer's down projection ran
+// 5 % slower (19:12 UTC).
+#define FIXED_EPI_BOUNDS_FREE __launch_bounds__(WARPS * 32)
+#define FIXED_EPI_BOUNDS(MIN_BLOCKS) __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+#define GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, BOUNDS, chain, EPI)                           \
+    extern "C" __global__ void BOUNDS kname##_e##chain(const GemvParams p) {                   \
         gemv<FMT, 1, false, R, FU, EPI>(p, blockIdx.x);                                        \
     }
-#define GEMV_FIXED_EPI_KERNELS(kname, FMT, R, FU)                                              \
-    GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, add, EpiAdd)                                      \
-    GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, silu_mul_add, EpiSiluMulAdd)
-GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_c1, FMT_F16, (RowsPerBlock<FMT_F16, 1>::value), FLOAT_UNROLL)
-GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_u8_c1, FMT_F16, 1, 8)
-GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_u16_c1, FMT_F16, 1, 16)
-GEMV_FIXED_EPI_KERNELS(fused_gemv_q8_0_c1, FMT_Q8_0, (RowsPerBlock<FMT_Q8_0, 1>::value), FLOAT_UNROLL)
-GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_0_c1, FMT_Q4_0, (RowsPerBlock<FMT_Q4_0, 1>::value), FLOAT_UNROLL)
-GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_K_c1, FMT_Q4_K, (RowsPerBlock<FMT_Q4_K, 1>::value), FLOAT_UNROLL)
+#define GEMV_FIXED_EPI_KERNELS(kname, FMT, R, FU, BOUNDS)                                      \
+    GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, BOUNDS, add, EpiAdd)                              \
+    GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, BOUNDS, silu_mul_add, EpiSiluMulAdd)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_c1, FMT_F16, (RowsPerBlock<FMT_F16, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS_FREE)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_u8_c1, FMT_F16, 1, 8, FIXED_EPI_BOUNDS_FREE)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_u16_c1, FMT_F16, 1, 16, FIXED_EPI_BOUNDS_FREE)
+GEMV_FIXED_EPI_KERNELS(fused_gemv_q8_0_c1, FMT_Q8_0, (RowsPerBlock<FMT_Q8_0, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS(9))
+GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_0_c1, FMT_Q4_0, (RowsPerBlock<FMT_Q4_0, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS(9))
+GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_K_c1, FMT_Q4_K, (RowsPerBlock<FMT_Q4_K, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS(5))
 
 // ====================================================================
 // Quantized activations and integer dot products (GGML's CPU modes, the
@@ -1778,13 +1794,13 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     }
 #define GEMVQ_KERNEL_U1(name, FMT, R, BOUNDS) GEMVQ_KERNEL_U1_NC(name, FMT, R, 1, BOUNDS)
 
-#define GEMVQ_KERNELS_BOUNDS(name, FMT, U1_BOUNDS)                                             \
+#define GEMVQ_KERNELS_BOUNDS(name, FMT, U1_BOUNDS, R4_U1_BOUNDS)                               \
     GEMVQ_KERNEL(name, FMT, 1, 1)                                                              \
     GEMVQ_KERNEL(name, FMT, 2, 1)                                                              \
     GEMVQ_KERNEL(name, FMT, 4, 1)                                                              \
     GEMVQ_KERNEL_U1(name, FMT, 1, U1_BOUNDS)                                                   \
     GEMVQ_KERNEL_U1(name, FMT, 2, U1_BOUNDS)                                                   \
-    GEMVQ_KERNEL_U1(name, FMT, 4, U1_BOUNDS)                                                   \
+    GEMVQ_KERNEL_U1(name, FMT, 4, R4_U1_BOUNDS)                                                \
     GEMVQ_GROUP_KERNEL(name, FMT, 1, 1, _u1, U1_BOUNDS)                                        \
     GEMVQ_GROUP_KERNEL(name, FMT, 2, 1, _u1, U1_BOUNDS)                                        \
     GEMVQ_GROUP_KERNEL(name, FMT, 4, 1, _u1, U1_BOUNDS)                                        \
@@ -1798,11 +1814,11 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     GEMVQ_KERNEL(name, FMT, 1, 6)                                                              \
     GEMVQ_KERNEL(name, FMT, 1, 7)                                                              \
     GEMVQ_KERNEL(name, FMT, 1, 8)
-#define GEMVQ_KERNELS(name, FMT) GEMVQ_KERNELS_BOUNDS(name, FMT, GEMVQ_U1_BOUNDS)
+#define GEMVQ_KERNELS(name, FMT) GEMVQ_KERNELS_BOUNDS(name, FMT, GEMVQ_U1_BOUNDS, GEMVQ_U1_BOUNDS)
 
 GEMVQ_KERNELS(q8_0, FMT_Q8_0)
-GEMVQ_KERNELS(q4_0, FMT_Q4_0)
-GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS)
+GEMVQ_KERNELS_BOUNDS(q4_0, FMT_Q4_0, GEMVQ_U1_BOUNDS, __launch_bounds__(WARPS * 32, 9))
+GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS, GEMVQ_PLAIN_BOUNDS)
 
 // Several-column kernels of the tiled formats with 2 and 4 rows a block
 // and one unit in flight a lane, fused_gemvq[_glu]_<fmt>_r<R>_c<NC>_u1
@@ -1834,10 +1850,9 @@ GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_MC_KERNELS_5_TO_8)
 GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_MC_NONE)
 
 // One-column kernels with a chain fixed at compile time (as the f32 ones
-// above), fused_gemvq_<fmt>_r<R>_c1_u1_e<chain>: the shapes src/launch.rs
-// picks by default for Q8_0 (2 rows), Q4_0 (4) and Q4_K (2, and 4 from
-// MANY_ROWS rows), one unit in flight, with the bounds of the kernels they
-// stand for.
+// above, their bounds too), fused_gemvq_<fmt>_r<R>_c1_u1_e<chain>: the shapes
+// src/launch.rs picks by default for Q8_0 (2 rows), Q4_0 (4) and Q4_K (2,
+// and 4 from MANY_ROWS rows), one unit in flight.
 #define GEMVQ_FIXED_EPI_KERNEL(name, FMT, R, BOUNDS, chain, EPI)                               \
     extern "C" __global__ void BOUNDS fused_gemvq_##name##_r##R##_c1_u1_e##chain(              \
         const GemvQParams p) {                                                                 \
@@ -1846,8 +1861,8 @@ GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_MC_NONE)
 #define GEMVQ_FIXED_EPI_KERNELS(name, FMT, R, BOUNDS)                                          \
     GEMVQ_FIXED_EPI_KERNEL(name, FMT, R, BOUNDS, add, EpiAdd)                                  \
     GEMVQ_FIXED_EPI_KERNEL(name, FMT, R, BOUNDS, silu_mul_add, EpiSiluMulAdd)
-GEMVQ_FIXED_EPI_KERNELS(q8_0, FMT_Q8_0, 2, GEMVQ_U1_BOUNDS)
-GEMVQ_FIXED_EPI_KERNELS(q4_0, FMT_Q4_0, 4, GEMVQ_U1_BOUNDS)
+GEMVQ_FIXED_EPI_KERNELS(q8_0, FMT_Q8_0, 2, FIXED_EPI_BOUNDS(10))
+GEMVQ_FIXED_EPI_KERNELS(q4_0, FMT_Q4_0, 4, FIXED_EPI_BOUNDS(8))
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_PLAIN_BOUNDS)
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_PLAIN_BOUNDS)
 
