@@ -915,23 +915,24 @@ GEMV_KERNELS(q6_K, FMT_Q6_K)
 GEMV_KERNELS(tq2_0, FMT_TQ2_0)
 
 // One-column kernels with a chain fixed at compile time (common.cuh:
-// FixedEpi; src/fixed_epi.rs picks them), fused_gemv_<fmt>[_<tag>]_c1_e<chain>:
-// the default one-column kernels of F16 (and its u8 / u16 shapes), Q8_0,
-// Q4_0 and Q4_K, for the chains `add` and `silu_mul_add`.
+// FixedEpi; src/fixed_epi.rs picks them), fused_gemv_<fmt>[_<tag>]_c1_e<chain>,
+// for the chains `add` and `silu_mul_add`: copies of the default
+// one-column kernels of F16 at K from 8193 (u16), and of Q8_0, Q4_0 and
+// Q4_K on f32 activations.
 //
-// Each copy is held to its base kernel's registers, and so to its blocks
-// per SM, by MIN_BLOCKS where it would take more: left free, ptxas gave
-// some copies up to 20 more (Q4_0 integer r4: 77 against 59, so 6 blocks
-// an SM instead of 8 and a one-column 4096-row launch of two waves instead
-// of one), and on the H200 they ran 10-25 % slower than the generic chain
-// (2026-12-04 19:03 UTC). MIN_BLOCKS: 65536 / (128 · the base's registers
-// rounded up to 8), from `cuobjdump -res-usage` of the sm_90 cubin
-// (2026-12-04: f32 activations Q8_0 56, Q4_0 52, Q4_K 96; integer Q8_0 r2
-// 48, Q4_0 r4 59), or FREE (no cap) where the free copies took no more than
-// their base (F16 c1 40 / 42-48 (eadd / esilu_mul_add), u8 56 / 70, u16
-// 96 / 96; integer Q4_K r2 64 / 64, r4 93 / 94): capped, the F16 copies
-// kept a 16-byte stack frame, and the F16 FFN layer's down projection ran
-// 5 % slower (19:12 UTC).
+// A copy must run at its base kernel's blocks per SM, or it trades the
+// chain's cost for another occupancy's (in both directions: on the H200 a
+// Q4_0 copy at 6 blocks an SM where its base ran 8 was 10-25 % slower,
+// one at 9 ran 6 % faster with its quantizer and 6 % slower without;
+// 2026-12-04 19:03-19:22 UTC). Left free, ptxas gives the copies more
+// registers than their base; BOUNDS caps them at the base's registers
+// rounded up to 8 (65536 / (128 · that) blocks), or is FREE where the
+// free copies took no more (from `cuobjdump -res-usage`, sm_90,
+// 2026-12-04: base / free copies, f32 activations Q8_0 56 / 64-66, Q4_0
+// 52 / 72, Q4_K 96 / 96-100; F16 u16 96 / 96). Kernels whose copies came
+// out below their base's registers (more blocks an SM) have none: F16 c1
+// (40 / 42-48) and u8 (56 / 70) free; integer Q8_0 r2 at 40 against 48
+// when capped.
 #define FIXED_EPI_BOUNDS_FREE __launch_bounds__(WARPS * 32)
 #define FIXED_EPI_BOUNDS(MIN_BLOCKS) __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 #define GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, BOUNDS, chain, EPI)                           \
@@ -941,8 +942,6 @@ GEMV_KERNELS(tq2_0, FMT_TQ2_0)
 #define GEMV_FIXED_EPI_KERNELS(kname, FMT, R, FU, BOUNDS)                                      \
     GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, BOUNDS, add, EpiAdd)                              \
     GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, BOUNDS, silu_mul_add, EpiSiluMulAdd)
-GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_c1, FMT_F16, (RowsPerBlock<FMT_F16, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS_FREE)
-GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_u8_c1, FMT_F16, 1, 8, FIXED_EPI_BOUNDS_FREE)
 GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_u16_c1, FMT_F16, 1, 16, FIXED_EPI_BOUNDS_FREE)
 GEMV_FIXED_EPI_KERNELS(fused_gemv_q8_0_c1, FMT_Q8_0, (RowsPerBlock<FMT_Q8_0, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS(9))
 GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_0_c1, FMT_Q4_0, (RowsPerBlock<FMT_Q4_0, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS(9))
@@ -1816,8 +1815,18 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     GEMVQ_KERNEL(name, FMT, 1, 8)
 #define GEMVQ_KERNELS(name, FMT) GEMVQ_KERNELS_BOUNDS(name, FMT, GEMVQ_U1_BOUNDS, GEMVQ_U1_BOUNDS)
 
+// The one-column Q4_0 kernel of 4 rows (the default) is held to 9 blocks
+// an SM (54 registers; 59 and 8 blocks with GEMVQ_U1_BOUNDS), the
+// occupancy its fixed-chain copies get. On the H200 (2026-12-04 19:22 UTC,
+// A/B in one call, two runs each, 4096 x 14336 bare): with its quantizer
+// 10.9-11.0 us against 11.6 (+5 %), with the L2 look-ahead too 10.7-10.8
+// against 11.1; on activations quantized beforehand 9.55-9.65 against 9.47,
+// with the look-ahead 9.45-9.50 against 9.05 (-1 to -5 %); the Q4_0 decode
+// layer through the device plan 31.8 against 31.9 us.
+#define GEMVQ_Q4_0_R4_BOUNDS __launch_bounds__(WARPS * 32, 9)
+
 GEMVQ_KERNELS(q8_0, FMT_Q8_0)
-GEMVQ_KERNELS_BOUNDS(q4_0, FMT_Q4_0, GEMVQ_U1_BOUNDS, __launch_bounds__(WARPS * 32, 9))
+GEMVQ_KERNELS_BOUNDS(q4_0, FMT_Q4_0, GEMVQ_U1_BOUNDS, GEMVQ_Q4_0_R4_BOUNDS)
 GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS, GEMVQ_PLAIN_BOUNDS)
 
 // Several-column kernels of the tiled formats with 2 and 4 rows a block
@@ -1850,9 +1859,11 @@ GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_MC_KERNELS_5_TO_8)
 GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_MC_NONE)
 
 // One-column kernels with a chain fixed at compile time (as the f32 ones
-// above, their bounds too), fused_gemvq_<fmt>_r<R>_c1_u1_e<chain>: the shapes
-// src/launch.rs picks by default for Q8_0 (2 rows), Q4_0 (4) and Q4_K (2,
-// and 4 from MANY_ROWS rows), one unit in flight.
+// above, the same rule for their bounds), fused_gemvq_<fmt>_r<R>_c1_u1_e<chain>:
+// the shapes src/launch.rs picks by default for Q4_0 (4 rows; base 54
+// registers, copies 56 capped at 8 blocks: 9 blocks an SM both) and Q4_K
+// (2 rows, and 4 from MANY_ROWS rows; base 64 / 93, free copies 63-64 /
+// 93-94), one unit in flight.
 #define GEMVQ_FIXED_EPI_KERNEL(name, FMT, R, BOUNDS, chain, EPI)                               \
     extern "C" __global__ void BOUNDS fused_gemvq_##name##_r##R##_c1_u1_e##chain(              \
         const GemvQParams p) {                                                                 \
@@ -1861,7 +1872,6 @@ GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_MC_NONE)
 #define GEMVQ_FIXED_EPI_KERNELS(name, FMT, R, BOUNDS)                                          \
     GEMVQ_FIXED_EPI_KERNEL(name, FMT, R, BOUNDS, add, EpiAdd)                                  \
     GEMVQ_FIXED_EPI_KERNEL(name, FMT, R, BOUNDS, silu_mul_add, EpiSiluMulAdd)
-GEMVQ_FIXED_EPI_KERNELS(q8_0, FMT_Q8_0, 2, FIXED_EPI_BOUNDS(10))
 GEMVQ_FIXED_EPI_KERNELS(q4_0, FMT_Q4_0, 4, FIXED_EPI_BOUNDS(8))
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_PLAIN_BOUNDS)
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_PLAIN_BOUNDS)

@@ -6,9 +6,9 @@
 //! one-column 4096 × 14336 Q4_0 GEMV (an identity activation stage,
 //! BENCHMARKS.md 2026-12-04 17:50), as much as the chain's arithmetic. So
 //! the chains decode layers use most are also compiled in, stage by stage
-//! (`FixedEpi` in `kernels/common.cuh`), into copies of the default
-//! one-column kernels of the formats decode runs most (`_e<chain>` kernels
-//! in `kernels/gemv.cu`). A launch whose chain and kernel have such a copy
+//! (`FixedEpi` in `kernels/common.cuh`), into copies of default one-column
+//! kernels of the formats decode runs most (`_e<chain>` kernels in
+//! `kernels/gemv.cu`, each at its base kernel's blocks per SM). A launch whose chain and kernel have such a copy
 //! runs the copy instead: the same stage functions in the same order, so
 //! the same bits.
 
@@ -58,16 +58,14 @@ impl FixedChain {
 
 /// The kernels that have a copy for every fixed chain
 /// (`GEMV_FIXED_EPI_KERNELS`, `GEMVQ_FIXED_EPI_KERNELS` in
-/// `kernels/gemv.cu`): the one-column shapes `src/launch.rs` picks by
-/// default for F16, Q8_0, Q4_0 and Q4_K.
-pub(crate) const KERNELS_WITH_FIXED_CHAINS: [&str; 10] = [
-    "fused_gemv_f16_c1",
-    "fused_gemv_f16_u8_c1",
+/// `kernels/gemv.cu`): one-column shapes `src/launch.rs` picks by default
+/// whose copies run at the base kernel's blocks per SM (the kernel
+/// source's comment there says which others were left out and why).
+pub(crate) const KERNELS_WITH_FIXED_CHAINS: [&str; 7] = [
     "fused_gemv_f16_u16_c1",
     "fused_gemv_q8_0_c1",
     "fused_gemv_q4_0_c1",
     "fused_gemv_q4_K_c1",
-    "fused_gemvq_q8_0_r2_c1_u1",
     "fused_gemvq_q4_0_r4_c1_u1",
     "fused_gemvq_q4_K_r2_c1_u1",
     "fused_gemvq_q4_K_r4_c1_u1",
@@ -171,7 +169,10 @@ mod tests {
             "fused_gemvq_glu_q4_0_r2_c1_u1",
             "fused_gemvq_group_q4_0_r4_c1_u1",
             "fused_gemvq_q4_0_r2_c1_u1",
+            "fused_gemvq_q8_0_r2_c1_u1",
             "fused_gemv_bf16_c1",
+            "fused_gemv_f16_c1",
+            "fused_gemv_f16_u8_c1",
             "fused_gemv_f16_r2_c1",
         ] {
             assert_eq!(kernel_name(name, &epi, &on), name);

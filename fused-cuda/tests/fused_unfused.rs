@@ -141,11 +141,11 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
 fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(6);
-    // Shapes whose default one-column kernel has copies for the fixed
-    // chains (src/fixed_epi.rs): F16 at K up to 4096 (the default kernel),
-    // 8192 (u8) and 16384 (u16); Q8_0 / Q4_0 / Q4_K on f32 activations;
-    // the integer kernels of Q8_0 (2 rows a block), Q4_0 (4) and Q4_K (2,
-    // and 4 from 16384 rows).
+    // Every kernel with copies for the fixed chains (src/fixed_epi.rs): F16
+    // at K 16384 (u16); Q8_0 / Q4_0 / Q4_K on f32 activations; the integer
+    // kernels of Q4_0 (4 rows a block) and Q4_K (2, and 4 from 16384 rows);
+    // and kernels without (F16 at K 2304 and 8192, integer Q8_0), where the
+    // option changes nothing.
     let cases = [
         (DType::F16, ActQuant::F32, 130, 2304),
         (DType::F16, ActQuant::F32, 130, 8192),

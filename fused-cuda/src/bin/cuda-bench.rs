@@ -445,26 +445,27 @@ fn plans(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     Ok(())
 }
 
-/// [`epilogue_cost`] of Q4_0 weights at both default shapes
-/// (`--epilogue-only`).
+/// [`epilogue_cost`] of Q4_0 weights at both default shapes, and of Q4_K
+/// at 4096 × 14336 (`--epilogue-only`).
 fn epilogue_costs(be: &CudaBackend) -> Result<(), CudaError> {
     for (m, k) in DEFAULT_SHAPES {
         let ws = weight_copies(be, DType::Q4_0, m, k)?;
         epilogue_costs_at(be, &ws, m, k)?;
     }
-    Ok(())
+    let (m, k) = DEFAULT_SHAPES[0];
+    epilogue_costs_at(be, &weight_copies(be, DType::Q4_K, m, k)?, m, k)
 }
 
-/// The epilogue's cost over the Q4_0 weight copies `ws` (`m × k`; Q4_0:
-/// the shortest call at 4096 × 14336, where a fixed cost weighs most):
-/// every mode at 4096 rows, GGML's elsewhere.
+/// The epilogue's cost over the weight copies `ws` (`m × k`; Q4_0: the
+/// shortest call at 4096 × 14336, where a fixed cost weighs most): every
+/// mode at 4096 rows, GGML's elsewhere.
 fn epilogue_costs_at(
     be: &CudaBackend,
     ws: &[DeviceWeights],
     m: usize,
     k: usize,
 ) -> Result<(), CudaError> {
-    for mode in [ActQuant::F32, ActQuant::ggml(DType::Q4_0)] {
+    for mode in [ActQuant::F32, ActQuant::ggml(ws[0].dtype())] {
         if m == 4096 || mode != ActQuant::F32 {
             epilogue_cost(be, ws, mode, m, k)?;
         }
