@@ -11,15 +11,20 @@
 //! lengths (the backend's *shape shadow*).
 
 use crate::device::{CudaDevice, driver};
+use crate::fixed_epi::FixedCopies;
 use crate::group::group_launches;
 use crate::job::{GemvJob, L2AheadHint};
-use crate::launch::{EwKernel, GemvShape, Launch, check_quant_out, ew_len, u32_of};
+use crate::launch::{
+    EwKernel, GemvShape, Launch, check_quant_out, ew_len, gemv_blocks_per_sm, u32_of,
+};
 use crate::layout;
 use crate::params::{EpiParams, L2Ahead};
 use crate::pdl;
 use crate::qacts::{QactsLayout, QuantizedActs};
 use crate::schedule::{Access, overlap_deps};
-use crate::{CudaError, GEMV_DTYPES, KernelForm, LaunchOptions, check_gemv_mode};
+use crate::{
+    CudaError, FixedEpilogueCopy, GEMV_DTYPES, KernelForm, LaunchOptions, check_gemv_mode,
+};
 use cust::event::{Event, EventFlags};
 use cust::function::Function;
 use cust::memory::{CopyDestination, DeviceBuffer};
@@ -184,6 +189,8 @@ pub struct CudaBackend {
     /// in a quantized mode (reused, grown when too small).
     act_scratch: Mutex<Option<DeviceBuffer<u8>>>,
     options: Mutex<LaunchOptions>,
+    /// The fixed-chain kernel copies and whether this device runs them.
+    fixed_copies: FixedCopies,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -225,12 +232,15 @@ fn l2_ahead_params(hint: &L2AheadHint<'_>) -> Result<L2Ahead, CudaError> {
 impl CudaBackend {
     /// Opens the first CUDA device (see [`CudaDevice::new`]).
     pub fn new() -> Result<CudaBackend, CudaError> {
+        let dev = CudaDevice::new()?;
+        let fixed_copies = FixedCopies::probe(|name| gemv_blocks_per_sm(&dev, name))?;
         Ok(CudaBackend {
-            dev: CudaDevice::new()?,
+            dev,
             launches: AtomicU64::new(0),
             shadow: Mutex::new(Vec::new()),
             act_scratch: Mutex::new(None),
             options: Mutex::new(LaunchOptions::from_env()),
+            fixed_copies,
         })
     }
 
@@ -489,6 +499,19 @@ impl CudaBackend {
             overlap: set.overlap && pdl,
             ..set
         }
+    }
+
+    /// The GEMV kernels' copies with an epilogue chain compiled in
+    /// ([`LaunchOptions::fixed_epilogues`]), each with its and its kernel's
+    /// blocks per SM on this device: a launch runs a copy only where the
+    /// two are equal ([`FixedEpilogueCopy::used`]).
+    pub fn fixed_epilogue_copies(&self) -> &[FixedEpilogueCopy] {
+        self.fixed_copies.all()
+    }
+
+    /// The fixed-chain copies (for the launch path).
+    pub(crate) fn fixed_copies(&self) -> &FixedCopies {
+        &self.fixed_copies
     }
 
     /// Sets the launch options (for work enqueued from now on).

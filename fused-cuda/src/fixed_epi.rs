@@ -10,10 +10,14 @@
 //! kernels of the formats decode runs most (`_e<chain>` kernels in
 //! `kernels/gemv.cu`, each at its base kernel's blocks per SM). A launch whose chain and kernel have such a copy
 //! runs the copy instead: the same stage functions in the same order, so
-//! the same bits.
+//! the same bits. A copy runs only where the device fits as many of its
+//! blocks on an SM as of its kernel's ([`FixedCopies::probe`]), which the
+//! kernels' bounds arrange for the H200's cubin; elsewhere (another GPU,
+//! the portable PTX, a kernel changed since) the kernel runs the generic
+//! chain.
 
-use crate::LaunchOptions;
 use crate::params::{EpiParams, STAGE_ACT, STAGE_ADD, STAGE_MUL, act_code};
+use crate::{CudaError, FixedEpilogueCopy, LaunchOptions};
 use fused_core::element::Activation;
 use std::borrow::Cow;
 
@@ -39,13 +43,18 @@ impl FixedChain {
         }
     }
 
-    /// The suffix of its kernels' names (`EpiAdd`, `EpiSiluMulAdd` in
-    /// `kernels/gemv.cu`).
-    pub(crate) fn suffix(self) -> &'static str {
+    /// The chain's name in its kernels' names (`EpiAdd`, `EpiSiluMulAdd`
+    /// in `kernels/gemv.cu`).
+    pub(crate) fn name(self) -> &'static str {
         match self {
-            FixedChain::Add => "_eadd",
-            FixedChain::SiluMulAdd => "_esilu_mul_add",
+            FixedChain::Add => "add",
+            FixedChain::SiluMulAdd => "silu_mul_add",
         }
+    }
+
+    /// The name of `kernel`'s copy for this chain.
+    pub(crate) fn copy_of(self, kernel: &str) -> String {
+        format!("{kernel}_e{}", self.name())
     }
 
     /// The fixed chain `epi` runs, if it is one.
@@ -71,21 +80,63 @@ pub(crate) const KERNELS_WITH_FIXED_CHAINS: [&str; 7] = [
     "fused_gemvq_q4_K_r4_c1_u1",
 ];
 
+/// Every copy of [`KERNELS_WITH_FIXED_CHAINS`] and whether this device runs
+/// it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FixedCopies {
+    copies: Vec<FixedEpilogueCopy>,
+}
+
+impl FixedCopies {
+    /// Every copy, with the blocks per SM `blocks_per_sm` gives for a
+    /// kernel's name (the driver's occupancy for the GEMV block size).
+    pub(crate) fn probe(
+        blocks_per_sm: impl Fn(&str) -> Result<u32, CudaError>,
+    ) -> Result<FixedCopies, CudaError> {
+        let mut copies = Vec::new();
+        for kernel in KERNELS_WITH_FIXED_CHAINS {
+            let kernel_blocks_per_sm = blocks_per_sm(kernel)?;
+            for chain in FixedChain::ALL {
+                copies.push(FixedEpilogueCopy {
+                    kernel,
+                    chain: chain.name(),
+                    kernel_blocks_per_sm,
+                    copy_blocks_per_sm: blocks_per_sm(&chain.copy_of(kernel))?,
+                });
+            }
+        }
+        Ok(FixedCopies { copies })
+    }
+
+    /// Every copy (for reports).
+    pub(crate) fn all(&self) -> &[FixedEpilogueCopy] {
+        &self.copies
+    }
+
+    /// Whether launches of `kernel` with `chain` may run the copy.
+    fn runs(&self, kernel: &str, chain: FixedChain) -> bool {
+        self.copies
+            .iter()
+            .any(|c| c.kernel == kernel && c.chain == chain.name() && c.used())
+    }
+}
+
 /// The kernel that runs a GEMV launch of kernel `name` with epilogue `epi`
 /// (its operands loaded early or not as `epi` says): `name`'s copy for the
 /// chain where `options.fixed_epilogues` is on, the operands are loaded
-/// early (a fixed chain loads them all when its blocks start) and `name`
-/// has a copy for `epi`'s chain; else `name`.
+/// early (a fixed chain loads them all when its blocks start) and `copies`
+/// runs `name`'s copy for `epi`'s chain; else `name`.
 pub(crate) fn kernel_name<'a>(
     name: &'a str,
     epi: &EpiParams,
     options: &LaunchOptions,
+    copies: &FixedCopies,
 ) -> Cow<'a, str> {
     let chain = FixedChain::of(epi)
         .filter(|_| options.fixed_epilogues && epi.early())
-        .filter(|_| KERNELS_WITH_FIXED_CHAINS.contains(&name));
+        .filter(|c| copies.runs(name, *c));
     match chain {
-        Some(c) => Cow::Owned(format!("{name}{}", c.suffix())),
+        Some(c) => Cow::Owned(c.copy_of(name)),
         None => Cow::Borrowed(name),
     }
 }
@@ -138,6 +189,13 @@ mod tests {
         }
     }
 
+    /// Copies probed with 8 blocks an SM for every kernel and copy, but 6
+    /// for the silu_mul_add copy of `odd`.
+    fn probed(odd: &str) -> FixedCopies {
+        let odd_copy = FixedChain::SiluMulAdd.copy_of(odd);
+        FixedCopies::probe(|k| Ok(if k == odd_copy { 6 } else { 8 })).unwrap()
+    }
+
     #[test]
     fn a_launch_takes_the_copy_only_where_one_exists_and_may_run() {
         let on = LaunchOptions::default();
@@ -145,22 +203,21 @@ mod tests {
             fixed_epilogues: false,
             ..on
         };
+        let copies = probed("none");
         let epi = params(&silu_mul_add(), true);
         for name in KERNELS_WITH_FIXED_CHAINS {
             assert_eq!(
-                kernel_name(name, &epi, &on),
+                kernel_name(name, &epi, &on, &copies),
                 format!("{name}_esilu_mul_add")
             );
-            assert_eq!(kernel_name(name, &epi, &off), name);
+            assert_eq!(kernel_name(name, &epi, &off, &copies), name);
             // Operands loaded late: the generic chain.
-            assert_eq!(
-                kernel_name(name, &params(&silu_mul_add(), false), &on),
-                name
-            );
+            let late = params(&silu_mul_add(), false);
+            assert_eq!(kernel_name(name, &late, &on, &copies), name);
         }
         let add = params(&Epilogue::NONE.then_add().unwrap(), true);
         assert_eq!(
-            kernel_name("fused_gemvq_q4_0_r4_c1_u1", &add, &on),
+            kernel_name("fused_gemvq_q4_0_r4_c1_u1", &add, &on, &copies),
             "fused_gemvq_q4_0_r4_c1_u1_eadd"
         );
         // Kernels without copies: several columns, GLU, groups, other shapes.
@@ -175,8 +232,39 @@ mod tests {
             "fused_gemv_f16_u8_c1",
             "fused_gemv_f16_r2_c1",
         ] {
-            assert_eq!(kernel_name(name, &epi, &on), name);
+            assert_eq!(kernel_name(name, &epi, &on, &copies), name);
         }
+    }
+
+    #[test]
+    fn a_copy_at_another_occupancy_than_its_kernel_is_not_run() {
+        let on = LaunchOptions::default();
+        let base = "fused_gemvq_q4_0_r4_c1_u1";
+        let copies = probed(base);
+        assert_eq!(copies.all().len(), 2 * KERNELS_WITH_FIXED_CHAINS.len());
+        let unused: Vec<_> = copies.all().iter().filter(|c| !c.used()).collect();
+        assert_eq!(unused.len(), 1);
+        assert_eq!((unused[0].kernel, unused[0].chain), (base, "silu_mul_add"));
+        assert_eq!(
+            (unused[0].kernel_blocks_per_sm, unused[0].copy_blocks_per_sm),
+            (8, 6)
+        );
+        // That chain on that kernel runs the generic loop; the other chain
+        // and the other kernels keep their copies.
+        let epi = params(&silu_mul_add(), true);
+        assert_eq!(kernel_name(base, &epi, &on, &copies), base);
+        assert_eq!(
+            kernel_name("fused_gemv_q4_0_c1", &epi, &on, &copies),
+            "fused_gemv_q4_0_c1_esilu_mul_add"
+        );
+        let add = params(&Epilogue::NONE.then_add().unwrap(), true);
+        assert_eq!(
+            kernel_name(base, &add, &on, &copies),
+            "fused_gemvq_q4_0_r4_c1_u1_eadd"
+        );
+        // A failed probe is an error, not a silent choice.
+        let failed = FixedCopies::probe(|_| Err(CudaError::NotCompiled));
+        assert!(failed.is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! kernel names, grids and argument lists exist once.
 
 use crate::backend::CudaBackend;
-use crate::device::check_result;
+use crate::device::{CudaDevice, check_result};
 use crate::fixed_epi;
 use crate::group::GroupJobs;
 use crate::job::AheadAt;
@@ -246,6 +246,22 @@ fn gemvq_unroll(dtype: DType, n_cols: usize, rows: usize, glu: bool) -> usize {
                 2
             },
         )
+}
+
+/// Blocks of the GEMV kernel `name` (of `dev`'s GEMV module) that fit on
+/// one SM at [`GEMV_BLOCK`] threads, as the driver computes it.
+pub(crate) fn gemv_blocks_per_sm(dev: &CudaDevice, name: &str) -> Result<u32, CudaError> {
+    dev.make_current()?;
+    let what = "find a kernel's occupancy";
+    let f = dev.gemv.get_function(name).map_err(|e| CudaError::Driver {
+        what,
+        message: format!("{name}: {e}"),
+    })?;
+    f.max_active_blocks_per_multiprocessor(GEMV_BLOCK.into(), 0)
+        .map_err(|e| CudaError::Driver {
+            what,
+            message: format!("{name}: {e}"),
+        })
 }
 
 /// Threads per block of the activation quantizers (one warp per block of
@@ -828,7 +844,8 @@ impl CudaBackend {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
-                let name = fixed_epi::kernel_name(name, &params.epi, &self.options());
+                let name =
+                    fixed_epi::kernel_name(name, &params.epi, &self.options(), self.fixed_copies());
                 // SAFETY: one GemvParams argument, as every GEMV kernel
                 // takes (a fixed chain's copy too); the addresses are valid
                 // per the caller.
@@ -845,7 +862,8 @@ impl CudaBackend {
                 let mut params = *params;
                 params.epi.set_early(self.options().early_operands);
                 params.deps = self.deps_in_effect(params.deps);
-                let name = fixed_epi::kernel_name(name, &params.epi, &self.options());
+                let name =
+                    fixed_epi::kernel_name(name, &params.epi, &self.options(), self.fixed_copies());
                 // SAFETY: one GemvQParams argument, as every integer GEMV
                 // kernel takes (a fixed chain's copy too); the addresses are
                 // valid per the caller.

@@ -116,3 +116,28 @@ impl LaunchOptions {
         }
     }
 }
+
+/// One fixed-chain copy of a GEMV kernel (`LaunchOptions::fixed_epilogues`)
+/// and whether this device runs it: only where the copy and the kernel it
+/// stands for fit the same number of blocks on an SM (occupancy moved
+/// results more than the chain did on the H200), else that kernel runs the
+/// generic chain. [`CudaBackend::fixed_epilogue_copies`](crate::CudaBackend::fixed_epilogue_copies)
+/// lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedEpilogueCopy {
+    /// The kernel the copy stands for.
+    pub kernel: &'static str,
+    /// The chain compiled into the copy (`add`, `silu_mul_add`).
+    pub chain: &'static str,
+    /// Blocks per SM of `kernel` on this device.
+    pub kernel_blocks_per_sm: u32,
+    /// Blocks per SM of the copy on this device.
+    pub copy_blocks_per_sm: u32,
+}
+
+impl FixedEpilogueCopy {
+    /// Whether launches run the copy (same blocks per SM as its kernel).
+    pub fn used(&self) -> bool {
+        self.kernel_blocks_per_sm == self.copy_blocks_per_sm
+    }
+}

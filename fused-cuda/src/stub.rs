@@ -2,7 +2,8 @@
 //! public API as the real one, and no value of its types can exist.
 
 use crate::{
-    CudaError, DevicePlanStats, GemvJob, KernelForm, LaunchOptions, QuantizedActs, Submission,
+    CudaError, DevicePlanStats, FixedEpilogueCopy, GemvJob, KernelForm, LaunchOptions,
+    QuantizedActs, Submission,
 };
 use core::convert::Infallible;
 use fused_core::DType;
@@ -160,6 +161,9 @@ impl CudaBackend {
         match self.never {}
     }
     pub fn set_options(&self, _options: LaunchOptions) {
+        match self.never {}
+    }
+    pub fn fixed_epilogue_copies(&self) -> &[FixedEpilogueCopy] {
         match self.never {}
     }
     pub fn synchronize(&self) -> Result<(), CudaError> {

@@ -9,7 +9,7 @@ use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cuda::{CudaBackend, DeviceVec, LaunchOptions};
+use fused_cuda::{CudaBackend, DeviceVec, KernelForm, LaunchOptions};
 
 /// Runs `epi`'s stages one unfused kernel each on `v` (operands by slot).
 fn unfused_chain(be: &CudaBackend, epi: &Epilogue, v: DeviceVec, ops: &[&DeviceVec]) -> DeviceVec {
@@ -195,6 +195,36 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
         }
     }
     be.set_options(LaunchOptions::default());
+}
+
+#[test]
+fn fixed_chain_copies_run_only_at_their_kernels_occupancy() {
+    let Some(be) = backend_or_skip() else { return };
+    let copies = be.fixed_epilogue_copies();
+    // Seven kernels, two chains each.
+    assert_eq!(copies.len(), 14, "{copies:?}");
+    for c in copies {
+        println!(
+            "{} _e{}: {} / {} blocks an SM, {}",
+            c.kernel,
+            c.chain,
+            c.kernel_blocks_per_sm,
+            c.copy_blocks_per_sm,
+            if c.used() { "used" } else { "not used" }
+        );
+        assert!(
+            c.kernel_blocks_per_sm > 0 && c.copy_blocks_per_sm > 0,
+            "{c:?}"
+        );
+        assert_eq!(c.used(), c.kernel_blocks_per_sm == c.copy_blocks_per_sm);
+    }
+    // The kernels' bounds (kernels/gemv.cu) give every copy its kernel's
+    // occupancy in the sm_90 cubin.
+    let dev = be.device();
+    if dev.capability() == (9, 0) && dev.kernel_form() == KernelForm::Cubin {
+        let unused: Vec<_> = copies.iter().filter(|c| !c.used()).collect();
+        assert!(unused.is_empty(), "copies at another occupancy: {unused:?}");
+    }
 }
 
 #[test]
