@@ -427,11 +427,7 @@ impl CudaBackend {
 
     /// Kernel `name` of `module`, with this backend's context current.
     fn kernel<'m>(&self, module: &'m Module, name: &str) -> Result<Function<'m>, CudaError> {
-        self.dev.make_current()?;
-        module.get_function(name).map_err(|e| CudaError::Driver {
-            what: "find a kernel",
-            message: format!("{name}: {e}"),
-        })
+        self.dev.kernel(module, name)
     }
 
     /// Launches `name` from `module`.

@@ -204,6 +204,20 @@ impl CudaDevice {
         CurrentContext::set_current(&self.ctx).map_err(driver("make the context current"))
     }
 
+    /// Kernel `name` of `module` (one of this device's), with the device's
+    /// context current.
+    pub(crate) fn kernel<'m>(
+        &self,
+        module: &'m Module,
+        name: &str,
+    ) -> Result<Function<'m>, CudaError> {
+        self.make_current()?;
+        module.get_function(name).map_err(|e| CudaError::Driver {
+            what: "find a kernel",
+            message: format!("{name}: {e}"),
+        })
+    }
+
     /// Runs the probe kernel: `y[i] = a·x[i] + y[i]` (one fused multiply-add).
     ///
     /// `x` and `y` must be equally long (at most `u32::MAX`).

@@ -251,15 +251,10 @@ fn gemvq_unroll(dtype: DType, n_cols: usize, rows: usize, glu: bool) -> usize {
 /// Blocks of the GEMV kernel `name` (of `dev`'s GEMV module) that fit on
 /// one SM at [`GEMV_BLOCK`] threads, as the driver computes it.
 pub(crate) fn gemv_blocks_per_sm(dev: &CudaDevice, name: &str) -> Result<u32, CudaError> {
-    dev.make_current()?;
-    let what = "find a kernel's occupancy";
-    let f = dev.gemv.get_function(name).map_err(|e| CudaError::Driver {
-        what,
-        message: format!("{name}: {e}"),
-    })?;
-    f.max_active_blocks_per_multiprocessor(GEMV_BLOCK.into(), 0)
+    dev.kernel(&dev.gemv, name)?
+        .max_active_blocks_per_multiprocessor(GEMV_BLOCK.into(), 0)
         .map_err(|e| CudaError::Driver {
-            what,
+            what: "find a kernel's occupancy",
             message: format!("{name}: {e}"),
         })
 }
