@@ -81,6 +81,37 @@ __device__ __forceinline__ void griddep_end(uint32_t deps) {
     if (deps == DEPS_INDEPENDENT) griddep_wait();
 }
 
+// ------------------------------------------------ teams
+// A GEMV block's threads (kernels/gemv.cu: WARPS warps).
+constexpr uint32_t GEMV_TEAM_THREADS = 128;
+
+// The threads that compute one GEMV block's rows: the whole CUDA block
+// (G = 1), or one of G teams of GEMV_TEAM_THREADS threads in a block of G
+// times as many (the `_t<G>` kernels: a grid of G times fewer, larger
+// blocks, each team doing what one block of the plain kernel does, with
+// its own barrier; src/teams.rs).
+template <int G> struct Team {
+    __device__ static __forceinline__ uint32_t tid() {
+        if constexpr (G == 1)
+            return threadIdx.x;
+        else
+            return threadIdx.x % GEMV_TEAM_THREADS;
+    }
+    __device__ static __forceinline__ uint32_t index() {
+        if constexpr (G == 1)
+            return 0u;
+        else
+            return threadIdx.x / GEMV_TEAM_THREADS;
+    }
+    // Barrier id 0 is __syncthreads'; team t takes 1 + t.
+    __device__ static __forceinline__ void sync() {
+        if constexpr (G == 1)
+            __syncthreads();
+        else
+            asm volatile("bar.sync %0, %1;" ::"r"(1u + index()), "r"(GEMV_TEAM_THREADS) : "memory");
+    }
+};
+
 // ------------------------------------------------ the next call's weights
 // A GEMV may ask L2 for the first bytes of the weights the GEMV after it
 // will read (src/job.rs: GemvJob::with_l2_ahead), so that the memory keeps
@@ -98,10 +129,13 @@ struct L2Ahead {
     uint32_t at;    // L2_AHEAD_*
 };
 
+// G: the GEMV's teams a block (Team); `block` and `blocks` count teams.
+template <int G = 1>
 __device__ __forceinline__ void l2_ahead(const L2Ahead &a, uint32_t at, uint32_t block,
                                          uint32_t blocks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (a.bytes == 0 || a.at != at || threadIdx.x != 0) return;
+    if (a.bytes == 0 || a.at != at || (G == 1 ? threadIdx.x : threadIdx.x % GEMV_TEAM_THREADS) != 0)
+        return;
     const uint32_t share = ((a.bytes / 16 + blocks - 1) / blocks) * 16;
     const uint64_t lo = (uint64_t)block * share;
     if (lo >= a.bytes) return;

@@ -106,6 +106,7 @@ __host__ __device__ constexpr bool is_tiled_fmt(int fmt) { return fmt == FMT_Q8_
 // 8 warps ran slower on the H200 (notes in the kernel comments below are
 // from A/B runs of cuda-bench there).
 constexpr int WARPS = 4;
+static_assert(WARPS * 32 == GEMV_TEAM_THREADS, "a team is a block's warps");
 
 // Output rows per block. src/backend.rs (gemv_rows_per_block) mirrors this.
 // The float formats read 2–4 bytes of weights per activation float, the
@@ -761,10 +762,12 @@ template <int NC> __device__ __forceinline__ void warp_sum(float *acc) {
 
 // The early epilogue operands of the output this thread stores at the end
 // (finish_block: thread i < R·NC stores row row0 + i / NC, column i mod NC).
-template <int NC, int R, class Epi>
+template <int NC, int R, class Epi, int G = 1>
 __device__ __forceinline__ EpiEarly block_epilogue_early(const EpiParams &epi, uint32_t row0,
                                                          uint32_t rows) {
-    const uint32_t i = threadIdx.x;
+    // (G written out at each use, not through Team<G>: the G = 1 kernels
+    // compile to the same code as before teams existed.)
+    const uint32_t i = G == 1 ? threadIdx.x : threadIdx.x % GEMV_TEAM_THREADS;
     if (i < (uint32_t)(R * NC) && row0 + i / NC < rows)
         return Epi::early(epi, row0 + i / NC, i % NC, rows);
     return EpiEarly{};
@@ -774,7 +777,7 @@ __device__ __forceinline__ EpiEarly block_epilogue_early(const EpiParams &epi, u
 // butterfly, the warps' sums added in warp order through shared memory
 // (`partial`), the GLU and the epilogue chain (Epi, common.cuh) applied,
 // the outputs of rows row0 .. row0 + R − 1 (those below `rows`) stored.
-template <int NC, int R, int V, bool GLU, class Epi>
+template <int NC, int R, int V, bool GLU, class Epi, int G = 1>
 __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partial)[WARPS][R * NC],
                                              uint32_t row0, uint32_t lane, uint32_t warp,
                                              uint32_t rows, uint32_t glu_act, const EpiParams &epi,
@@ -790,8 +793,12 @@ __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partia
                 for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
             }
         }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < (uint32_t)(R * NC); i += blockDim.x) {
+    if constexpr (G == 1)
+        __syncthreads();
+    else
+        Team<G>::sync();
+    for (uint32_t i = G == 1 ? threadIdx.x : threadIdx.x % GEMV_TEAM_THREADS;
+         i < (uint32_t)(R * NC); i += G == 1 ? blockDim.x : GEMV_TEAM_THREADS) {
         const uint32_t row = row0 + i / NC, c = i % NC;
         if (row >= rows) continue;
         float sum[V];
@@ -1676,14 +1683,17 @@ template <> struct QUnit<FMT_TQ2_0> {
 // variant in which each warp owned its rows and walked all of K, with no
 // block barrier, ran 0.75–0.95x as fast on the H200.)
 // `block` as in gemv.
-template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2, class Epi = GenericEpi>
+// G > 1: the block's team Team<G>::index() computes block `block`.
+template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2, class Epi = GenericEpi, int G = 1>
 __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     using U = QUnit<FMT>;
     constexpr int V = GLU ? 2 : 1;
     constexpr uint32_t STRIDE = WARPS * 32;
-    __shared__ float partial[V][WARPS][R * NC];
+    __shared__ float team_partial[G][V][WARPS][R * NC];
+    float(*partial)[WARPS][R * NC] = team_partial[Team<G>::index()];
     const uint32_t row0 = block * R;
-    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const uint32_t tid = Team<G>::tid();
+    const uint32_t lane = tid & 31u, warp = tid >> 5;
     griddep_begin(p.deps);
     if (row0 >= p.rows) return;
     float acc[V][R][NC];
@@ -1718,9 +1728,9 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     const uint32_t first = warp * 32 + lane;
     load_step(first);
     const uint32_t blocks = (p.rows + R - 1) / R;
-    l2_ahead(p.ahead, L2_AHEAD_START, block, blocks);
+    l2_ahead<G>(p.ahead, L2_AHEAD_START, block, blocks);
     griddep_ready(p.deps);
-    const EpiEarly early = block_epilogue_early<NC, R, Epi>(p.epi, row0, p.rows);
+    const EpiEarly early = block_epilogue_early<NC, R, Epi, G>(p.epi, row0, p.rows);
     for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
         if (u0 != first) load_step(u0);
 #pragma unroll
@@ -1739,10 +1749,12 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
             }
         }
     }
-    l2_ahead(p.ahead, L2_AHEAD_END, block, blocks);
-    finish_block<NC, R, V, GLU, Epi>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi,
-                                     early, p.y);
-    if constexpr (NC == 1) {
+    l2_ahead<G>(p.ahead, L2_AHEAD_END, block, blocks);
+    finish_block<NC, R, V, GLU, Epi, G>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi,
+                                        early, p.y);
+    // The output quantizer counts whole blocks: the host launches the team
+    // kernels only without it.
+    if constexpr (NC == 1 && G == 1) {
         if (p.qout.mode != QOUT_NONE) quantize_output<R>(p.qout, row0, p.y);
     }
     griddep_end(p.deps);
@@ -1875,6 +1887,31 @@ GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_MC_NONE)
 GEMVQ_FIXED_EPI_KERNELS(q4_0, FMT_Q4_0, 4, FIXED_EPI_BOUNDS(8))
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_PLAIN_BOUNDS)
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_PLAIN_BOUNDS)
+
+// The default one-column Q4_0 kernel (4 rows a block) and its fixed-chain
+// copies also with 3 teams a block (Team, common.cuh),
+// fused_gemvq_q4_0_r4_c1_u1[_e<chain>]_t3 (src/teams.rs): the same rows
+// for each team as for one block of the plain kernel, in a grid of a third
+// as many blocks of 384 threads, held to 3 blocks an SM (9 teams: the
+// plain kernel's 9 blocks; 54 registers, the copies 56). A dependent
+// launch's handoff grows with its grid's blocks (BENCHMARKS.md, the
+// handoff table); on the H200 (2026-12-04 21:28 UTC, two runs taking
+// turns, 4096 x 14336) an earlier build of the 3-team kernel (the same
+// computation, the team's thread index through a helper) ran 1.5-2.5 %
+// faster (with its quantizer 10.66-10.69 against 10.88-10.92 us, GEMV alone
+// 9.37-9.38 against 9.51), and no slower at 32768 x 8192. Teams of Q8_0 (2,
+// 5 a block) and Q4_K (2, 4) were slower or mixed there, and not kept.
+// These kernels (and the copies) have not run on a GPU yet: the host runs
+// them only with LaunchOptions::teams, off by default. No output
+// quantizer: it counts whole blocks (the host keeps the plain kernel).
+#define GEMVQ_TEAM_KERNEL(name, FMT, R, G, MIN_BLOCKS, SUFFIX, EPI)                            \
+    extern "C" __global__ void __launch_bounds__(GEMV_TEAM_THREADS * G, MIN_BLOCKS)            \
+        fused_gemvq_##name##_r##R##_c1_u1##SUFFIX##_t##G(const GemvQParams p) {                \
+        gemvq<FMT, 1, R, false, 1, EPI, G>(p, blockIdx.x * G + Team<G>::index());             \
+    }
+GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, , GenericEpi)
+GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, _eadd, EpiAdd)
+GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, _esilu_mul_add, EpiSiluMulAdd)
 
 GEMVQ_KERNELS(q5_0, FMT_Q5_0)
 GEMVQ_KERNELS(iq4_nl, FMT_IQ4_NL)

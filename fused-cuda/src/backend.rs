@@ -15,15 +15,17 @@ use crate::fixed_epi::FixedCopies;
 use crate::group::group_launches;
 use crate::job::{GemvJob, L2AheadHint};
 use crate::launch::{
-    EwKernel, GemvShape, Launch, check_quant_out, ew_len, gemv_blocks_per_sm, u32_of,
+    EwKernel, GEMV_BLOCK, GemvShape, Launch, check_quant_out, ew_len, gemv_blocks_per_sm, u32_of,
 };
 use crate::layout;
 use crate::params::{EpiParams, L2Ahead};
 use crate::pdl;
 use crate::qacts::{QactsLayout, QuantizedActs};
 use crate::schedule::{Access, overlap_deps};
+use crate::teams::TeamKernels;
 use crate::{
-    CudaError, FixedEpilogueCopy, GEMV_DTYPES, KernelForm, LaunchOptions, check_gemv_mode,
+    CudaError, FixedEpilogueCopy, GEMV_DTYPES, KernelForm, LaunchOptions, TeamKernel,
+    check_gemv_mode,
 };
 use cust::event::{Event, EventFlags};
 use cust::function::Function;
@@ -191,6 +193,9 @@ pub struct CudaBackend {
     options: Mutex<LaunchOptions>,
     /// The fixed-chain kernel copies and whether this device runs them.
     fixed_copies: FixedCopies,
+    /// The kernels of several teams a block and whether this device runs
+    /// them.
+    team_kernels: TeamKernels,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -233,7 +238,9 @@ impl CudaBackend {
     /// Opens the first CUDA device (see [`CudaDevice::new`]).
     pub fn new() -> Result<CudaBackend, CudaError> {
         let dev = CudaDevice::new()?;
-        let fixed_copies = FixedCopies::probe(|name| gemv_blocks_per_sm(&dev, name))?;
+        let fixed_copies = FixedCopies::probe(|name| gemv_blocks_per_sm(&dev, name, GEMV_BLOCK))?;
+        let team_kernels =
+            TeamKernels::probe(|name, threads| gemv_blocks_per_sm(&dev, name, threads))?;
         Ok(CudaBackend {
             dev,
             launches: AtomicU64::new(0),
@@ -241,6 +248,7 @@ impl CudaBackend {
             act_scratch: Mutex::new(None),
             options: Mutex::new(LaunchOptions::from_env()),
             fixed_copies,
+            team_kernels,
         })
     }
 
@@ -503,6 +511,20 @@ impl CudaBackend {
     /// two are equal ([`FixedEpilogueCopy::used`]).
     pub fn fixed_epilogue_copies(&self) -> &[FixedEpilogueCopy] {
         self.fixed_copies.all()
+    }
+
+    /// The GEMV kernels that also come with several teams a block
+    /// ([`LaunchOptions::teams`]), each with its and its team kernel's
+    /// blocks per SM on this device: a launch runs the team kernel only
+    /// where it holds as many teams an SM as the plain kernel blocks
+    /// ([`TeamKernel::used`]).
+    pub fn team_kernels(&self) -> &[TeamKernel] {
+        self.team_kernels.all()
+    }
+
+    /// The kernels with teams (for the launch path).
+    pub(crate) fn team_kernels_probed(&self) -> &TeamKernels {
+        &self.team_kernels
     }
 
     /// The fixed-chain copies (for the launch path).

@@ -18,6 +18,7 @@ use crate::params::{
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
+use crate::teams;
 use crate::{CudaError, MAX_COLS};
 use fused_core::element::Activation;
 use fused_core::error::Unsupported;
@@ -28,7 +29,7 @@ use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
 /// Threads per block of the GEMV kernels (`WARPS` = 4 warps in `kernels/gemv.cu`).
-const GEMV_BLOCK: u32 = 128;
+pub(crate) const GEMV_BLOCK: u32 = 128;
 /// Threads per block of the element-wise kernels.
 const EW_BLOCK: u32 = 256;
 /// Threads per block of the warp FWHT kernels.
@@ -248,11 +249,15 @@ fn gemvq_unroll(dtype: DType, n_cols: usize, rows: usize, glu: bool) -> usize {
         )
 }
 
-/// Blocks of the GEMV kernel `name` (of `dev`'s GEMV module) that fit on
-/// one SM at [`GEMV_BLOCK`] threads, as the driver computes it.
-pub(crate) fn gemv_blocks_per_sm(dev: &CudaDevice, name: &str) -> Result<u32, CudaError> {
+/// Blocks of `threads` threads of the GEMV kernel `name` (of `dev`'s GEMV
+/// module) that fit on one SM, as the driver computes it.
+pub(crate) fn gemv_blocks_per_sm(
+    dev: &CudaDevice,
+    name: &str,
+    threads: u32,
+) -> Result<u32, CudaError> {
     dev.kernel(&dev.gemv, name)?
-        .max_active_blocks_per_multiprocessor(GEMV_BLOCK.into(), 0)
+        .max_active_blocks_per_multiprocessor(threads.into(), 0)
         .map_err(|e| CudaError::Driver {
             what: "find a kernel's occupancy",
             message: format!("{name}: {e}"),
@@ -859,10 +864,20 @@ impl CudaBackend {
                 params.deps = self.deps_in_effect(params.deps);
                 let name =
                     fixed_epi::kernel_name(name, &params.epi, &self.options(), self.fixed_copies());
+                let (name, grid, block) = teams::launch_shape(
+                    name,
+                    *grid,
+                    GEMV_BLOCK,
+                    params.qout.mode != 0,
+                    &self.options(),
+                    self.team_kernels_probed(),
+                );
                 // SAFETY: one GemvQParams argument, as every integer GEMV
-                // kernel takes (a fixed chain's copy too); the addresses are
-                // valid per the caller.
-                unsafe { self.launch(&dev.gemv, &name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
+                // kernel takes (a fixed chain's copy and a kernel of several
+                // teams a block too, whose grid gives every block of rows of
+                // the plain launch a team: teams past the last row leave);
+                // the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, &name, grid, block, 0, &[arg(&params)]) }
             }
             Launch::Group {
                 name, grid, jobs, ..

@@ -125,6 +125,8 @@ mod plan_exec;
 mod qacts;
 #[cfg(any(feature = "cuda", test))]
 mod schedule;
+#[cfg(feature = "cuda")]
+mod teams;
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
@@ -136,7 +138,7 @@ pub use device::CudaDevice;
 pub use error::CudaError;
 pub use handoff::{HANDOFF_MAX_BLOCKS, HANDOFF_MAX_KERNELS, Handoff, HandoffRun, handoff_expected};
 pub use job::{AheadAt, GemvJob, L2AheadHint};
-pub use options::{FixedEpilogueCopy, L2_AHEAD_DEFAULT, LaunchOptions};
+pub use options::{FixedEpilogueCopy, L2_AHEAD_DEFAULT, LaunchOptions, TeamKernel};
 pub use plan::{DevicePlanStats, Submission};
 #[cfg(feature = "cuda")]
 pub use plan_exec::DevicePlan;

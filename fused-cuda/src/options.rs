@@ -3,11 +3,11 @@
 
 /// How a [`CudaBackend`](crate::CudaBackend) launches its kernels. The
 /// defaults are the fastest measured on the H200 (BENCHMARKS.md): all on
-/// but `fold_quantizers`; `FUSED_CUDA_PDL=0`, `FUSED_CUDA_EARLY_OPERANDS=0`,
+/// but `fold_quantizers` and `teams`; `FUSED_CUDA_PDL=0`, `FUSED_CUDA_EARLY_OPERANDS=0`,
 /// `FUSED_CUDA_OVERLAP=0`, `FUSED_CUDA_GROUP=0` and
 /// `FUSED_CUDA_FIXED_EPILOGUES=0` in the environment turn them off when the
-/// backend is created (`FUSED_CUDA_FOLD_QUANTIZERS=1`
-/// turns that one on, `FUSED_CUDA_L2_AHEAD=<bytes>` sets `l2_ahead`),
+/// backend is created (`FUSED_CUDA_FOLD_QUANTIZERS=1` and
+/// `FUSED_CUDA_TEAMS=1` turn those on, `FUSED_CUDA_L2_AHEAD=<bytes>` sets `l2_ahead`),
 /// [`CudaBackend::set_options`](crate::CudaBackend::set_options) changes
 /// the options later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +65,18 @@ pub struct LaunchOptions {
     /// compares at its blocks' ends, where the launch's default kernel shape
     /// has one and `early_operands` is on. Same results bit for bit.
     pub fixed_epilogues: bool,
+    /// A one-column GEMV whose kernel also comes with several teams a
+    /// block (the default Q4_0 integer kernel and its fixed-chain copies:
+    /// `src/teams.rs`) runs that kernel, a grid of a third as many blocks
+    /// (a dependent launch's handoff grows with its blocks), where it fits
+    /// as many teams on an SM as the plain kernel blocks and the launch
+    /// quantizes no output. The same sums in the same order: the same
+    /// bits. Off by default until it has run on a GPU as it is here: an
+    /// earlier build of the team kernel ran 1.5–2.5 % faster at 4096 ×
+    /// 14336 on the H200 (BENCHMARKS.md, 2026-12-04 21:28 UTC), but this
+    /// build's kernels and their tests (`tests/teams.rs`) have not run on
+    /// one yet. `FUSED_CUDA_TEAMS=1` turns it on.
+    pub teams: bool,
 }
 
 impl Default for LaunchOptions {
@@ -77,6 +89,7 @@ impl Default for LaunchOptions {
             fold_quantizers: false,
             l2_ahead: L2_AHEAD_DEFAULT,
             fixed_epilogues: true,
+            teams: false,
         }
     }
 }
@@ -96,7 +109,8 @@ impl LaunchOptions {
     /// `early_operands` off where `FUSED_CUDA_EARLY_OPERANDS=0` is,
     /// `overlap` off where `FUSED_CUDA_OVERLAP=0` is, `group` off where
     /// `FUSED_CUDA_GROUP=0` is, `fixed_epilogues` off where
-    /// `FUSED_CUDA_FIXED_EPILOGUES=0` is, `fold_quantizers` on where
+    /// `FUSED_CUDA_FIXED_EPILOGUES=0` is, `teams` on where
+    /// `FUSED_CUDA_TEAMS` is set to other than 0, `fold_quantizers` on where
     /// `FUSED_CUDA_FOLD_QUANTIZERS` is set to other than 0, and `l2_ahead`
     /// to `FUSED_CUDA_L2_AHEAD` where that is a number of bytes.
     pub fn from_env() -> LaunchOptions {
@@ -113,6 +127,7 @@ impl LaunchOptions {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(d.l2_ahead),
             fixed_epilogues: on("FUSED_CUDA_FIXED_EPILOGUES", d.fixed_epilogues),
+            teams: on("FUSED_CUDA_TEAMS", d.teams),
         }
     }
 }
@@ -139,5 +154,31 @@ impl FixedEpilogueCopy {
     /// Whether launches run the copy (same blocks per SM as its kernel).
     pub fn used(&self) -> bool {
         self.kernel_blocks_per_sm == self.copy_blocks_per_sm
+    }
+}
+
+/// A GEMV kernel that also comes with several teams a block
+/// ([`LaunchOptions::teams`]) and whether this device runs that kernel:
+/// only where it fits as many teams on an SM as the plain kernel blocks (the
+/// same warps an SM), else launches run the plain kernel.
+/// [`CudaBackend::team_kernels`](crate::CudaBackend::team_kernels) lists
+/// them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TeamKernel {
+    /// The plain kernel (or one of its fixed-chain copies).
+    pub kernel: String,
+    /// Teams of 128 threads a block of the team kernel (`<kernel>_t<teams>`).
+    pub teams: u32,
+    /// Blocks per SM of `kernel` (128 threads) on this device.
+    pub kernel_blocks_per_sm: u32,
+    /// Blocks per SM of the team kernel on this device.
+    pub team_blocks_per_sm: u32,
+}
+
+impl TeamKernel {
+    /// Whether launches run the team kernel (as many teams an SM as blocks
+    /// of the plain kernel).
+    pub fn used(&self) -> bool {
+        self.team_blocks_per_sm * self.teams == self.kernel_blocks_per_sm
     }
 }

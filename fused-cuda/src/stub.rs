@@ -3,7 +3,7 @@
 
 use crate::{
     CudaError, DevicePlanStats, FixedEpilogueCopy, GemvJob, KernelForm, LaunchOptions,
-    QuantizedActs, Submission,
+    QuantizedActs, Submission, TeamKernel,
 };
 use core::convert::Infallible;
 use fused_core::DType;
@@ -164,6 +164,9 @@ impl CudaBackend {
         match self.never {}
     }
     pub fn fixed_epilogue_copies(&self) -> &[FixedEpilogueCopy] {
+        match self.never {}
+    }
+    pub fn team_kernels(&self) -> &[TeamKernel] {
         match self.never {}
     }
     pub fn synchronize(&self) -> Result<(), CudaError> {
