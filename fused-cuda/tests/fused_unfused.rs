@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Rng, assert_bits_eq, backend_or_skip, weights};
+use common::{Rng, assert_bits_eq, backend_or_skip, silu_mul_add, weights};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
@@ -158,14 +158,7 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
         (DType::Q4_K, ActQuant::Q8_K, 257, 2304),
         (DType::Q4_K, ActQuant::Q8_K, 16387, 512),
     ];
-    let chains = [
-        Epilogue::NONE.then_add().unwrap(),
-        Epilogue::NONE
-            .then_act(Activation::Silu)
-            .and_then(|e| e.then_mul())
-            .and_then(|e| e.then_add())
-            .unwrap(),
-    ];
+    let chains = [Epilogue::NONE.then_add().unwrap(), silu_mul_add()];
     for (dtype, mode, m, k) in cases {
         let bytes = weights(&mut rng, dtype, m, k);
         let w = be

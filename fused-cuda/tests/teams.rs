@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Rng, assert_bits_eq, backend_or_skip, weights};
+use common::{Rng, assert_bits_eq, backend_or_skip, silu_mul_add, weights};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
@@ -61,15 +61,10 @@ fn team_kernels_run_only_at_their_kernels_occupancy() {
 fn team_kernels_equal_the_plain_kernels_bit_for_bit() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(11);
-    let silu_mul_add = Epilogue::NONE
-        .then_act(Activation::Silu)
-        .and_then(|e| e.then_mul())
-        .and_then(|e| e.then_add())
-        .unwrap();
     let chains = [
         Epilogue::NONE,
         Epilogue::NONE.then_add().unwrap(),
-        silu_mul_add,
+        silu_mul_add(),
         // A chain without a fixed copy: the team kernel's generic chain.
         Epilogue::NONE.then_act(Activation::GeluTanh).unwrap(),
     ];

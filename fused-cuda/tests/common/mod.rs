@@ -99,6 +99,16 @@ pub(crate) fn assert_bits_eq(got: &[f32], want: &[f32], what: &str) {
     }
 }
 
+/// `silu(v)·m + r`: the fixed chain of decode's gated FFN
+/// (`src/fixed_epi.rs`).
+pub(crate) fn silu_mul_add() -> Epilogue {
+    Epilogue::NONE
+        .then_act(Activation::Silu)
+        .and_then(|e| e.then_mul())
+        .and_then(|e| e.then_add())
+        .unwrap()
+}
+
 /// SiLU, then · operand 0, then + operand 1, then + row bias (operand 2).
 pub(crate) fn chain() -> Epilogue {
     Epilogue::NONE
