@@ -1671,6 +1671,24 @@ template <> struct QUnit<FMT_TQ2_0> {
     }
 };
 
+// ------------------------------------------------ timelines
+// The traced GEMV kernels (`_trace`, src/timeline.rs) write, for every
+// block (team), the global timer (ns) when it starts (after the rows
+// check), when its dependency wait returns, when its own sums are done and
+// when it has issued its stores: trace[4·block + TRACE_*]. Diagnostics of a
+// dependent chain's handoff; the plain kernels have none of it.
+#define TRACE_START 0u
+#define TRACE_READY 1u
+#define TRACE_SUMMED 2u
+#define TRACE_STORED 3u
+__device__ __forceinline__ void gemv_trace_mark(unsigned long long *trace, uint32_t block,
+                                                uint32_t at, uint32_t tid) {
+    if (tid != 0) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    trace[4 * (size_t)block + at] = t;
+}
+
 // Units a lane has in flight at once (Q_UNROLL): 2, and 1 in the 1-column
 // `_u1` kernels (src/launch.rs: gemvq_unroll; fewer registers, more blocks
 // per SM).
@@ -1684,8 +1702,12 @@ template <> struct QUnit<FMT_TQ2_0> {
 // block barrier, ran 0.75–0.95x as fast on the H200.)
 // `block` as in gemv.
 // G > 1: the block's team Team<G>::index() computes block `block`.
-template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2, class Epi = GenericEpi, int G = 1>
-__device__ void gemvq(const GemvQParams &p, uint32_t block) {
+// TRACE: the team's first thread writes the global timer at four points to
+// trace[4·block ..] (gemv_trace_mark).
+template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2, class Epi = GenericEpi, int G = 1,
+          bool TRACE = false>
+__device__ void gemvq(const GemvQParams &p, uint32_t block,
+                      unsigned long long *trace = nullptr) {
     using U = QUnit<FMT>;
     constexpr int V = GLU ? 2 : 1;
     constexpr uint32_t STRIDE = WARPS * 32;
@@ -1696,6 +1718,7 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     const uint32_t lane = tid & 31u, warp = tid >> 5;
     griddep_begin(p.deps);
     if (row0 >= p.rows) return;
+    if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_START, tid);
     float acc[V][R][NC];
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -1730,6 +1753,7 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
     const uint32_t blocks = (p.rows + R - 1) / R;
     l2_ahead<G>(p.ahead, L2_AHEAD_START, block, blocks);
     griddep_ready(p.deps);
+    if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_READY, tid);
     const EpiEarly early = block_epilogue_early<NC, R, Epi, G>(p.epi, row0, p.rows);
     for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
         if (u0 != first) load_step(u0);
@@ -1749,9 +1773,11 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block) {
             }
         }
     }
+    if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_SUMMED, tid);
     l2_ahead<G>(p.ahead, L2_AHEAD_END, block, blocks);
     finish_block<NC, R, V, GLU, Epi, G>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi,
                                         early, p.y);
+    if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_STORED, tid);
     // The output quantizer counts whole blocks: the host launches the team
     // kernels only without it.
     if constexpr (NC == 1 && G == 1) {
@@ -1912,6 +1938,21 @@ GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_PLAIN_BOUNDS)
 GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, , GenericEpi)
 GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, _eadd, EpiAdd)
 GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, _esilu_mul_add, EpiSiluMulAdd)
+
+// Traced copies (gemv_trace_mark; src/timeline.rs) of the one-column
+// kernels whose dependent calls stay below 90 % of copy at 4096 x 14336:
+// Q4_0 r4 (plain and 3 teams) and Q4_K r2, generic chain, the bounds of
+// the kernels they trace, fused_gemvq_<fmt>_r<R>_c1_u1[_t<G>]_trace(params,
+// trace).
+#define GEMVQ_TRACE_KERNEL(name, FMT, R, G, BOUNDS, SUFFIX)                                    \
+    extern "C" __global__ void BOUNDS fused_gemvq_##name##_r##R##_c1_u1##SUFFIX##_trace(       \
+        const GemvQParams p, unsigned long long *trace) {                                      \
+        gemvq<FMT, 1, R, false, 1, GenericEpi, G, true>(p, blockIdx.x * G + Team<G>::index(),  \
+                                                        trace);                                \
+    }
+GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, 4, 1, GEMVQ_Q4_0_R4_BOUNDS, )
+GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, 4, 3, __launch_bounds__(GEMV_TEAM_THREADS * 3, 3), _t3)
+GEMVQ_TRACE_KERNEL(q4_K, FMT_Q4_K, 2, 1, GEMVQ_PLAIN_BOUNDS, )
 
 GEMVQ_KERNELS(q5_0, FMT_Q5_0)
 GEMVQ_KERNELS(iq4_nl, FMT_IQ4_NL)

@@ -138,7 +138,7 @@ impl DeviceWeights {
 /// [`ActQuant::Q8_0`], [`ActQuant::Q8_1`] or [`ActQuant::Q8_K`] mode), in the integer GEMV
 /// kernels' layout (`src/qacts.rs`).
 pub struct DeviceActs {
-    layout: QactsLayout,
+    pub(crate) layout: QactsLayout,
     buf: DeviceBuffer<u8>,
 }
 
@@ -175,7 +175,7 @@ impl DeviceActs {
 
 /// The activations of a GEMV batch, as its launches read them.
 #[derive(Clone, Copy)]
-enum JobActs<'a> {
+pub(crate) enum JobActs<'a> {
     /// `n_cols` f32 columns.
     F32 { x: &'a DeviceVec, n_cols: usize },
     /// Quantized as `layout`, at device address `q`.
@@ -773,7 +773,7 @@ impl CudaBackend {
     /// The checks of one GEMV job on activations of `x_len` elements in
     /// `n_cols` columns fed per `mode`: the GLU pair, the mode against the
     /// format, every length.
-    fn check_gemv_job(
+    pub(crate) fn check_gemv_job(
         &self,
         job: &GemvJob<'_>,
         mode: ActQuant,
@@ -818,7 +818,7 @@ impl CudaBackend {
 
     /// The launch of one checked job ([`CudaBackend::check_gemv_job`]) on
     /// `acts`; `None` for nothing to do.
-    fn gemv_job_launch(
+    pub(crate) fn gemv_job_launch(
         &self,
         job: &GemvJob<'_>,
         acts: JobActs<'_>,

@@ -25,6 +25,7 @@ use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
 use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
+use std::borrow::Cow;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
@@ -826,6 +827,33 @@ impl Launch {
 }
 
 impl CudaBackend {
+    /// The kernel, grid, block size and parameters that run an integer
+    /// GEMV launch of kernel `name` over `grid` blocks with `params` under
+    /// the current options: early operands, the dependency mode in effect,
+    /// the fixed chain's copy ([`fixed_epi::kernel_name`]) and the kernel of
+    /// several teams a block ([`teams::launch_shape`]).
+    pub(crate) fn gemvq_shape<'a>(
+        &self,
+        name: &'a str,
+        grid: u32,
+        params: &GemvQParams,
+    ) -> (Cow<'a, str>, u32, u32, GemvQParams) {
+        let options = self.options();
+        let mut params = *params;
+        params.epi.set_early(options.early_operands);
+        params.deps = self.deps_in_effect(params.deps);
+        let name = fixed_epi::kernel_name(name, &params.epi, &options, self.fixed_copies());
+        let (name, grid, block) = teams::launch_shape(
+            name,
+            grid,
+            GEMV_BLOCK,
+            params.qout.mode != 0,
+            &options,
+            self.team_kernels_probed(),
+        );
+        (name, grid, block, params)
+    }
+
     /// Enqueues `l` on the backend's stream (nothing waits for it) and
     /// counts it in [`CudaBackend::launches`].
     ///
@@ -859,19 +887,7 @@ impl CudaBackend {
             Launch::GemvQ {
                 name, grid, params, ..
             } => {
-                let mut params = *params;
-                params.epi.set_early(self.options().early_operands);
-                params.deps = self.deps_in_effect(params.deps);
-                let name =
-                    fixed_epi::kernel_name(name, &params.epi, &self.options(), self.fixed_copies());
-                let (name, grid, block) = teams::launch_shape(
-                    name,
-                    *grid,
-                    GEMV_BLOCK,
-                    params.qout.mode != 0,
-                    &self.options(),
-                    self.team_kernels_probed(),
-                );
+                let (name, grid, block, params) = self.gemvq_shape(name, *grid, params);
                 // SAFETY: one GemvQParams argument, as every integer GEMV
                 // kernel takes (a fixed chain's copy and a kernel of several
                 // teams a block too, whose grid gives every block of rows of

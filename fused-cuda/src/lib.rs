@@ -127,6 +127,7 @@ mod qacts;
 mod schedule;
 #[cfg(feature = "cuda")]
 mod teams;
+mod timeline;
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
@@ -145,6 +146,7 @@ pub use plan_exec::DevicePlan;
 pub use qacts::QuantizedActs;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{CudaBackend, CudaDevice, DeviceActs, DevicePlan, DeviceVec, DeviceWeights};
+pub use timeline::{BlockTimes, CallHandoff, GemvTimeline};
 
 use fused_core::DType;
 use fused_core::error::Unsupported;

@@ -2,8 +2,8 @@
 //! public API as the real one, and no value of its types can exist.
 
 use crate::{
-    CudaError, DevicePlanStats, FixedEpilogueCopy, GemvJob, KernelForm, LaunchOptions,
-    QuantizedActs, Submission, TeamKernel,
+    CudaError, DevicePlanStats, FixedEpilogueCopy, GemvJob, GemvTimeline, KernelForm,
+    LaunchOptions, QuantizedActs, Submission, TeamKernel,
 };
 use core::convert::Infallible;
 use fused_core::DType;
@@ -167,6 +167,14 @@ impl CudaBackend {
         match self.never {}
     }
     pub fn team_kernels(&self) -> &[TeamKernel] {
+        match self.never {}
+    }
+    pub fn trace_gemv_chain(
+        &self,
+        _weights: &[&DeviceWeights],
+        _acts: &DeviceActs,
+        _y: &mut DeviceVec,
+    ) -> Result<GemvTimeline, CudaError> {
         match self.never {}
     }
     pub fn synchronize(&self) -> Result<(), CudaError> {

@@ -392,6 +392,26 @@ pub fn named(name: &str, patterns: &[String]) -> bool {
     patterns.iter().any(|p| p == name)
 }
 
+/// Ends a timing run's error list: adds [`family_errors`] of `cli` over
+/// `backends` (the registry) and the backends that timed a case (`timed`),
+/// then prints every error as `FAIL …` where `print`.
+pub fn finish_errors<'a>(
+    cli: &crate::cli::Cli,
+    backends: &[Box<dyn Backend>],
+    timed: impl IntoIterator<Item = &'a str>,
+    errors: &mut Vec<String>,
+    print: bool,
+) {
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+    let timed: Vec<&str> = timed.into_iter().collect();
+    errors.extend(family_errors(cli, &names, &timed));
+    if print {
+        for e in errors.iter() {
+            println!("FAIL {e}");
+        }
+    }
+}
+
 /// The run-level errors of the `--backend` patterns that name no backend
 /// exactly (families such as `cpu`) and select none of the backends in
 /// `ran` (those that ran or timed a case); `names` is every backend of the

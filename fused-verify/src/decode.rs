@@ -31,7 +31,7 @@ use fused_core::{DType, Error};
 use std::path::Path;
 
 use crate::backend::{
-    Backend, RunConfig, RunError, family_errors, registry, selected, skip_unavailable,
+    Backend, RunConfig, RunError, finish_errors, registry, selected, skip_unavailable,
 };
 use crate::cases::Rng;
 use crate::cli::Cli;
@@ -593,15 +593,8 @@ pub fn run_decode(cli: &Cli, print: bool) -> DecodeReport {
             }
         }
     }
-    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
-    let timed: Vec<&str> = report.rows.iter().map(|r| r.backend.as_str()).collect();
-    let family = family_errors(cli, &names, &timed);
-    report.errors.extend(family);
-    if print {
-        for e in &report.errors {
-            println!("FAIL {e}");
-        }
-    }
+    let timed = report.rows.iter().map(|r| r.backend.as_str());
+    finish_errors(cli, &backends, timed, &mut report.errors, print);
     report
 }
 

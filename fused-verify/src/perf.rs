@@ -17,7 +17,7 @@ use fused_core::element::Activation;
 use fused_core::planner::{Plan, plan};
 use fused_core::reference::eval::GemvMode;
 
-use crate::backend::{Backend, RunConfig, family_errors, registry, selected, skip_unavailable};
+use crate::backend::{Backend, RunConfig, finish_errors, registry, selected, skip_unavailable};
 use crate::cases::{Built, Case, Link, Pattern, Special, build, weight_dtypes};
 use crate::cli::Cli;
 use crate::run::Progress;
@@ -296,16 +296,9 @@ pub fn run_perf(cli: &Cli, print: bool) -> PerfReport {
                 .push(format!("backend {} ran no case", be.name()));
         }
     }
-    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
-    let timed: Vec<&str> = report.rows.iter().map(|r| r.backend.as_str()).collect();
-    let family = family_errors(cli, &names, &timed);
-    report.errors.extend(family);
     progress.finish();
-    if print {
-        for e in &report.errors {
-            println!("FAIL {e}");
-        }
-    }
+    let timed = report.rows.iter().map(|r| r.backend.as_str());
+    finish_errors(cli, &backends, timed, &mut report.errors, print);
     report
 }
 

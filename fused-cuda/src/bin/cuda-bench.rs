@@ -8,7 +8,9 @@
 //! copy ceiling and the several-column table, `--handoff-only` the copy
 //! ceiling and the handoff table, `--launch-only` stops after the launch
 //! options, `--ahead-only` runs the copy ceiling and the L2 look-ahead
-//! table, `--epilogue-only` the copy ceiling and the epilogue's cost.
+//! table, `--epilogue-only` the copy ceiling and the epilogue's cost,
+//! `--timeline-only` the copy ceiling and the traced timeline of dependent
+//! GEMV chains (`CudaBackend::trace_gemv_chain`; not in the full run).
 //! Sections: the
 //! device-to-device copy ceiling (bytes read + written); the per-call
 //! floor (tiny dependent GEMVs whose bytes take no time); the handoff
@@ -308,6 +310,9 @@ fn run() -> Result<(), CudaError> {
     }
     if std::env::args().any(|a| a == "--epilogue-only") {
         return epilogue_costs(&be);
+    }
+    if std::env::args().any(|a| a == "--timeline-only") {
+        return timeline(&be);
     }
     per_call_floor(&be)?;
     report_host("per-call floor");
@@ -1606,6 +1611,89 @@ fn each_one_column(
             f(m, k, dtype, &one_column(be, dtype, m, k, &x)?, &x, &mut y)?;
         }
     }
+    Ok(())
+}
+
+/// Where a chain of dependent one-column integer GEMVs spends its time
+/// ([`CudaBackend::trace_gemv_chain`]): Q4_0 with and without teams a block
+/// and Q4_K (2 rows a block; shapes below 16384 rows), on activations
+/// quantized beforehand, over the rotating weight copies.
+fn timeline(be: &CudaBackend) -> Result<(), CudaError> {
+    println!(
+        "## Timeline of dependent one-column GEMVs (traced kernels, ns of the global timer)\n"
+    );
+    println!(
+        "Chains of twice as many dependent calls as weight copies, 5 chains; each \
+         column the median over every call after a chain's first. release / last release: \
+         from the previous call's last store to this call's first / last block past its \
+         dependency wait; early: blocks started before that store; start spread: first to \
+         last block start; tail: median block store to the last; stream: the median block's \
+         release to its sums; period: last store to last store. µs/call: the same chain \
+         untraced (`gemv_quantized`, as the GEMV tables time it).\n"
+    );
+    println!(
+        "| shape | format | kernel | blocks | period | release | last release | early | start spread | tail | stream | timer step | µs/call untraced |\n\
+         | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let saved = be.options();
+    for (m, k) in bench_shapes() {
+        let x = be.upload(&randv(k, 3))?;
+        let mut y = be.alloc(m)?;
+        for dtype in [DType::Q4_0, DType::Q4_K] {
+            if dtype == DType::Q4_K && m >= 16384 {
+                continue; // 4 rows a block there: no traced copy
+            }
+            let c = one_column(be, dtype, m, k, &x)?;
+            let q = c.q.as_ref().expect("an integer format");
+            let n = c.ws.len();
+            let chain: Vec<&DeviceWeights> = (0..2 * n).map(|i| &c.ws[i % n]).collect();
+            let teams = if dtype == DType::Q4_0 {
+                &[false, true][..]
+            } else {
+                &[false][..]
+            };
+            for &t in teams {
+                be.set_options(LaunchOptions { teams: t, ..saved });
+                let mut calls = Vec::new();
+                let mut step = u64::MAX;
+                let mut blocks = 0;
+                for _ in 0..5 {
+                    let tl = be.trace_gemv_chain(&chain, q, &mut y)?;
+                    if !tl.is_ordered() {
+                        return Err(CudaError::Driver {
+                            what: "trace a GEMV chain",
+                            message: "a block's times out of order, or released before the call \
+                                      before it stored"
+                                .into(),
+                        });
+                    }
+                    blocks = tl.calls[0].len();
+                    step = step.min(tl.timer_step());
+                    calls.extend(tl.handoffs());
+                }
+                let med = |f: fn(&fused_cuda::CallHandoff) -> u64| {
+                    median(calls.iter().map(|h| f(h) as f64).collect())
+                };
+                let untraced = time_calls(be, 2 * n, 9, |i| {
+                    be.gemv_quantized(&c.ws[i % n], q, &Epilogue::NONE, &[], &mut y)
+                })?;
+                println!(
+                    "| {m} × {k} | {dtype} | {} | {blocks} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {step} | {:.2} |",
+                    if t { "3 teams a block" } else { "plain" },
+                    med(|h| h.period),
+                    med(|h| h.release),
+                    med(|h| h.last_release),
+                    med(|h| h.early_blocks as u64),
+                    med(|h| h.start_spread),
+                    med(|h| h.tail),
+                    med(|h| h.median_stream),
+                    untraced * 1e3
+                );
+            }
+        }
+    }
+    be.set_options(saved);
+    println!();
     Ok(())
 }
 

@@ -1,0 +1,100 @@
+//! Traced GEMV chains (`CudaBackend::trace_gemv_chain`) on the first CUDA
+//! device (skipped without one): the traced kernels' outputs equal the
+//! plain kernels' bit for bit, every block's times are in order and no call
+//! is released before the call before it stored; kernels without a traced
+//! copy are refused before anything runs.
+
+mod common;
+
+use common::{Rng, assert_bits_eq, backend_or_skip, weights};
+use fused_core::DType;
+use fused_core::epilogue::Epilogue;
+use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights, LaunchOptions};
+
+fn download(be: &CudaBackend, v: &DeviceVec) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    be.download(v, &mut out).unwrap();
+    out
+}
+
+fn upload(be: &CudaBackend, rng: &mut Rng, dtype: DType, m: usize, k: usize) -> DeviceWeights {
+    let bytes = weights(rng, dtype, m, k);
+    be.upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
+        .unwrap()
+}
+
+#[test]
+fn traced_chains_compute_the_plain_results_in_order() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(12);
+    // Q4_0 (4 rows a block, plain and 3 teams) and Q4_K (2 rows a block at
+    // fewer than 16384 rows); 257 rows leave a partial last block.
+    let cases = [
+        (DType::Q4_0, ActQuant::Q8_0, 1024, 2304, false),
+        (DType::Q4_0, ActQuant::Q8_0, 257, 2304, true),
+        (DType::Q4_0, ActQuant::Q8_0, 1024, 2304, true),
+        (DType::Q4_K, ActQuant::Q8_K, 1026, 2304, false),
+    ];
+    for (dtype, mode, m, k, teams) in cases {
+        be.set_options(LaunchOptions {
+            teams,
+            ..LaunchOptions::default()
+        });
+        let ws: Vec<DeviceWeights> = (0..3).map(|_| upload(&be, &mut rng, dtype, m, k)).collect();
+        let x = be.upload(&rng.vec(k, 2.0)).unwrap();
+        let q = be.quantize_acts(mode, &x, 1).unwrap();
+        let chain: Vec<&DeviceWeights> = ws.iter().chain(ws.iter()).collect();
+        let mut y = be.upload(&vec![f32::NAN; m]).unwrap();
+        be.reset_launches();
+        let t = be.trace_gemv_chain(&chain, &q, &mut y).unwrap();
+        let what = format!("{dtype} {m} x {k}, teams {teams}");
+        assert_eq!(be.launches(), chain.len() as u64, "{what}");
+        assert_eq!(t.calls.len(), chain.len(), "{what}");
+        let rows_a_block = if dtype == DType::Q4_0 { 4 } else { 2 };
+        for call in &t.calls {
+            assert_eq!(call.len(), m.div_ceil(rows_a_block), "{what}");
+            assert!(
+                call.iter().all(|b| b.start > 0),
+                "{what}: a block wrote no time"
+            );
+        }
+        assert!(t.is_ordered(), "{what}: {:?}", &t.calls[..2]);
+        assert_eq!(t.handoffs().len(), chain.len() - 1);
+        // The last call's output against the plain kernel on the same
+        // weights.
+        let traced = download(&be, &y);
+        let mut plain = be.upload(&vec![f32::NAN; m]).unwrap();
+        be.gemv_quantized(chain[chain.len() - 1], &q, &Epilogue::NONE, &[], &mut plain)
+            .unwrap();
+        assert_bits_eq(&traced, &download(&be, &plain), &what);
+        println!(
+            "{what}: timer step {} ns, handoffs {:?}",
+            t.timer_step(),
+            &t.handoffs()[..2]
+        );
+    }
+    be.set_options(LaunchOptions::default());
+}
+
+#[test]
+fn kernels_without_a_traced_copy_are_refused_before_anything_runs() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(13);
+    // Q8_0's one-column kernel has no traced copy; nor has Q4_K's 4-row one
+    // (from 16384 rows).
+    for (dtype, mode, m) in [
+        (DType::Q8_0, ActQuant::Q8_0, 64),
+        (DType::Q4_K, ActQuant::Q8_K, 16386),
+    ] {
+        let k = 256;
+        let w = upload(&be, &mut rng, dtype, m, k);
+        let x = be.upload(&rng.vec(k, 1.0)).unwrap();
+        let q = be.quantize_acts(mode, &x, 1).unwrap();
+        let mut y = be.alloc(m).unwrap();
+        be.reset_launches();
+        let e = be.trace_gemv_chain(&[&w, &w], &q, &mut y).unwrap_err();
+        assert!(matches!(e, CudaError::Core(_)), "{dtype}: {e:?}");
+        assert_eq!(be.launches(), 0, "{dtype}: launched before refusing");
+    }
+}
