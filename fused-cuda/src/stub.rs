@@ -173,6 +173,7 @@ impl CudaBackend {
         &self,
         _weights: &[&DeviceWeights],
         _acts: &DeviceActs,
+        _l2_ahead: usize,
         _y: &mut DeviceVec,
     ) -> Result<GemvTimeline, CudaError> {
         match self.never {}

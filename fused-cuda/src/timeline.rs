@@ -150,7 +150,10 @@ mod device {
         /// Runs `weights.len()` dependent one-column GEMVs `y = W_i·x` on
         /// `acts` (each waiting for the one before, as [`CudaBackend::gemv_quantized`]
         /// calls do) with traced copies of their kernels, waits for them and
-        /// returns every block's times. The kernels the current options pick
+        /// returns every block's times. Where `l2_ahead` is not 0 each call
+        /// but the last asks L2 for the first `l2_ahead` bytes of the next
+        /// call's weights as its blocks start
+        /// ([`GemvJob::with_l2_ahead`]; at most the next weights' bytes). The kernels the current options pick
         /// must have traced copies (the default one-column Q4_0 kernel, with
         /// or without [`LaunchOptions::teams`](crate::LaunchOptions::teams),
         /// and Q4_K's 2-row one), and the launches must quantize no output;
@@ -160,13 +163,17 @@ mod device {
             &self,
             weights: &[&DeviceWeights],
             acts: &DeviceActs,
+            l2_ahead: usize,
             y: &mut DeviceVec,
         ) -> Result<GemvTimeline, CudaError> {
             let layout = acts.layout;
             let q = acts.addr();
             let mut launches = Vec::new();
-            for w in weights {
-                let job = GemvJob::new(w, y);
+            for (i, w) in weights.iter().enumerate() {
+                let mut job = GemvJob::new(w, y);
+                if let Some(next) = weights.get(i + 1).filter(|_| l2_ahead != 0) {
+                    job = job.with_l2_ahead(next, layout.mode, l2_ahead);
+                }
                 self.check_gemv_job(&job, layout.mode, layout.n_cols, layout.k * layout.n_cols)?;
                 launches.extend(self.gemv_job_launch(&job, JobActs::Quantized { layout, q })?);
             }

@@ -1629,7 +1629,8 @@ fn timeline(be: &CudaBackend) -> Result<(), CudaError> {
          dependency wait; early: blocks started before that store; start spread: first to \
          last block start; tail: median block store to the last; stream: the median block's \
          release to its sums; period: last store to last store. µs/call: the same chain \
-         untraced (`gemv_quantized`, as the GEMV tables time it).\n"
+         untraced (as the GEMV tables time it). \"L2 look-ahead\": each call asks L2 for \
+         the next call's first 4 MiB as its blocks start.\n"
     );
     println!(
         "| shape | format | kernel | blocks | period | release | last release | early | start spread | tail | stream | timer step | µs/call untraced |\n\
@@ -1652,13 +1653,16 @@ fn timeline(be: &CudaBackend) -> Result<(), CudaError> {
             } else {
                 &[false][..]
             };
-            for &t in teams {
+            let variants = teams
+                .iter()
+                .flat_map(|&t| [(t, 0), (t, L2_AHEAD_DEFAULT.min(c.ws[0].bytes()))]);
+            for (t, ahead) in variants {
                 be.set_options(LaunchOptions { teams: t, ..saved });
                 let mut calls = Vec::new();
                 let mut step = u64::MAX;
                 let mut blocks = 0;
                 for _ in 0..5 {
-                    let tl = be.trace_gemv_chain(&chain, q, &mut y)?;
+                    let tl = be.trace_gemv_chain(&chain, q, ahead, &mut y)?;
                     if !tl.is_ordered() {
                         return Err(CudaError::Driver {
                             what: "trace a GEMV chain",
@@ -1675,11 +1679,21 @@ fn timeline(be: &CudaBackend) -> Result<(), CudaError> {
                     median(calls.iter().map(|h| f(h) as f64).collect())
                 };
                 let untraced = time_calls(be, 2 * n, 9, |i| {
-                    be.gemv_quantized(&c.ws[i % n], q, &Epilogue::NONE, &[], &mut y)
+                    let next = &c.ws[(i + 1) % n];
+                    let mut job = GemvJob::new(&c.ws[i % n], &mut y);
+                    if ahead != 0 {
+                        job = job.with_l2_ahead(next, c.mode, ahead);
+                    }
+                    be.gemv_quantized_batch(q, &mut [job])
                 })?;
                 println!(
-                    "| {m} × {k} | {dtype} | {} | {blocks} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {step} | {:.2} |",
+                    "| {m} × {k} | {dtype} | {}{} | {blocks} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {step} | {:.2} |",
                     if t { "3 teams a block" } else { "plain" },
+                    if ahead != 0 {
+                        ", L2 look-ahead 4 MiB"
+                    } else {
+                        ""
+                    },
                     med(|h| h.period),
                     med(|h| h.release),
                     med(|h| h.last_release),
