@@ -144,7 +144,7 @@ mod device {
     use crate::{CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob};
     use cust::memory::{CopyDestination, DeviceBuffer};
     use fused_core::Error;
-    use fused_core::error::Unsupported;
+    use fused_core::error::{Unsupported, check_len};
 
     impl CudaBackend {
         /// Runs `weights.len()` dependent one-column GEMVs `y = W_i·x` on
@@ -153,7 +153,8 @@ mod device {
         /// returns every block's times. Where `l2_ahead` is not 0 each call
         /// but the last asks L2 for the first `l2_ahead` bytes of the next
         /// call's weights as its blocks start
-        /// ([`GemvJob::with_l2_ahead`]; at most the next weights' bytes). The kernels the current options pick
+        /// ([`GemvJob::with_l2_ahead`]; at most the next weights' bytes).
+        /// No weights: an empty timeline, nothing launched. The kernels the current options pick
         /// must have traced copies (the default one-column Q4_0 kernel, with
         /// or without [`LaunchOptions::teams`](crate::LaunchOptions::teams),
         /// and Q4_K's 2-row one), and the launches must quantize no output;
@@ -166,6 +167,9 @@ mod device {
             l2_ahead: usize,
             y: &mut DeviceVec,
         ) -> Result<GemvTimeline, CudaError> {
+            if weights.is_empty() {
+                return Ok(GemvTimeline::default());
+            }
             let layout = acts.layout;
             let q = acts.addr();
             let mut launches = Vec::new();
@@ -175,6 +179,7 @@ mod device {
                     job = job.with_l2_ahead(next, layout.mode, l2_ahead);
                 }
                 self.check_gemv_job(&job, layout.mode, layout.n_cols, layout.k * layout.n_cols)?;
+                check_len("quantized activation column", w.cols(), layout.k)?;
                 launches.extend(self.gemv_job_launch(&job, JobActs::Quantized { layout, q })?);
             }
             if launches.len() != weights.len() {

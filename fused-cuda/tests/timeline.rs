@@ -2,7 +2,9 @@
 //! device (skipped without one): the traced kernels' outputs equal the
 //! plain kernels' bit for bit, every block's times are in order and no call
 //! is released before the call before it stored; kernels without a traced
-//! copy are refused before anything runs.
+//! copy, a look-ahead longer than the next weights and weights of another
+//! width than the activations are refused before anything runs, and no
+//! weights give an empty timeline.
 
 mod common;
 
@@ -100,4 +102,22 @@ fn kernels_without_a_traced_copy_are_refused_before_anything_runs() {
         assert!(matches!(e, CudaError::Core(_)), "{dtype}: {e:?}");
         assert_eq!(be.launches(), 0, "{dtype}: launched before refusing");
     }
+    // Q4_0: a look-ahead longer than the next weights, and weights whose
+    // columns are not the activations' length, are refused; no weights is
+    // an empty timeline.
+    let (m, k) = (64, 256);
+    let w = upload(&be, &mut rng, DType::Q4_0, m, k);
+    let wide = upload(&be, &mut rng, DType::Q4_0, m, 2 * k);
+    let x = be.upload(&rng.vec(k, 1.0)).unwrap();
+    let q = be.quantize_acts(ActQuant::Q8_0, &x, 1).unwrap();
+    let mut y = be.alloc(m).unwrap();
+    be.reset_launches();
+    let too_far = w.bytes() + 4096;
+    for (chain, ahead) in [([&w, &w], too_far), ([&w, &wide], 0)] {
+        let e = be.trace_gemv_chain(&chain, &q, ahead, &mut y).unwrap_err();
+        assert!(matches!(e, CudaError::Core(_)), "{e:?}");
+    }
+    let empty = be.trace_gemv_chain(&[], &q, 0, &mut y).unwrap();
+    assert!(empty.calls.is_empty());
+    assert_eq!(be.launches(), 0, "launched before refusing");
 }
