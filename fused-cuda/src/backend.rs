@@ -763,17 +763,29 @@ impl CudaBackend {
     ) -> Result<(), CudaError> {
         let l = acts.layout;
         for job in jobs.iter() {
-            self.check_gemv_job(job, l.mode, l.n_cols, l.k * l.n_cols)?;
-            check_len("quantized activation column", job.w.cols, l.k)?;
+            self.check_quantized_job(job, &l)?;
         }
         let q = acts.addr();
         self.enqueue_gemv_batch(jobs, JobActs::Quantized { layout: l, q })
     }
 
+    /// [`CudaBackend::check_gemv_job`] for a job on activations quantized as
+    /// `layout`, and its weights' columns against theirs.
+    pub(crate) fn check_quantized_job(
+        &self,
+        job: &GemvJob<'_>,
+        layout: &QactsLayout,
+    ) -> Result<(), CudaError> {
+        let l = layout;
+        self.check_gemv_job(job, l.mode, l.n_cols, l.k * l.n_cols)?;
+        check_len("quantized activation column", job.w.cols, l.k)?;
+        Ok(())
+    }
+
     /// The checks of one GEMV job on activations of `x_len` elements in
     /// `n_cols` columns fed per `mode`: the GLU pair, the mode against the
     /// format, every length.
-    pub(crate) fn check_gemv_job(
+    fn check_gemv_job(
         &self,
         job: &GemvJob<'_>,
         mode: ActQuant,

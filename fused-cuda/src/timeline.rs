@@ -144,7 +144,7 @@ mod device {
     use crate::{CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob};
     use cust::memory::{CopyDestination, DeviceBuffer};
     use fused_core::Error;
-    use fused_core::error::{Unsupported, check_len};
+    use fused_core::error::Unsupported;
 
     impl CudaBackend {
         /// Runs `weights.len()` dependent one-column GEMVs `y = W_i·x` on
@@ -178,8 +178,7 @@ mod device {
                 if let Some(next) = weights.get(i + 1).filter(|_| l2_ahead != 0) {
                     job = job.with_l2_ahead(next, layout.mode, l2_ahead);
                 }
-                self.check_gemv_job(&job, layout.mode, layout.n_cols, layout.k * layout.n_cols)?;
-                check_len("quantized activation column", w.cols(), layout.k)?;
+                self.check_quantized_job(&job, &layout)?;
                 launches.extend(self.gemv_job_launch(&job, JobActs::Quantized { layout, q })?);
             }
             if launches.len() != weights.len() {

@@ -9,11 +9,13 @@
 
 mod common;
 
-use common::{Rng, assert_bits_eq, backend_or_skip, chain, chain_operands, weights};
+use common::{
+    Rng, assert_bits_eq, backend_or_skip, chain, chain_operands, download, upload_weights,
+};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::ActQuant;
 use fused_cuda::{
     AheadAt, CudaBackend, CudaError, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
 };
@@ -36,11 +38,7 @@ fn job_data(
     k: usize,
     n_cols: usize,
 ) -> Vec<JobData> {
-    let up = |rng: &mut Rng, m: usize| {
-        let bytes = weights(rng, dtype, m, k);
-        be.upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
-            .unwrap()
-    };
+    let up = |rng: &mut Rng, m: usize| upload_weights(be, rng, dtype, m, k);
     let mut out = Vec::new();
     let run = (0..RUN).map(|i| (64 + 13 * i, i % 2 == 0, false));
     let first = [
@@ -115,12 +113,6 @@ fn jobs_ahead<'a>(
             j
         })
         .collect()
-}
-
-fn download(be: &CudaBackend, v: &DeviceVec) -> Vec<f32> {
-    let mut out = vec![0.0; v.len()];
-    be.download(v, &mut out).unwrap();
-    out
 }
 
 fn poisoned(be: &CudaBackend, data: &[JobData], n_cols: usize) -> Vec<DeviceVec> {

@@ -4,11 +4,11 @@
 
 mod common;
 
-use common::{Rng, assert_bits_eq, backend_or_skip, silu_mul_add, weights};
+use common::{Rng, assert_bits_eq, backend_or_skip, download, silu_mul_add, upload_weights};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::ActQuant;
 use fused_cuda::{CudaBackend, DeviceVec, KernelForm, LaunchOptions};
 
 /// Runs `epi`'s stages one unfused kernel each on `v` (operands by slot).
@@ -27,12 +27,6 @@ fn unfused_chain(be: &CudaBackend, epi: &Epilogue, v: DeviceVec, ops: &[&DeviceV
         cur = next;
     }
     cur
-}
-
-fn download(be: &CudaBackend, v: &DeviceVec) -> Vec<f32> {
-    let mut out = vec![0.0; v.len()];
-    be.download(v, &mut out).unwrap();
-    out
 }
 
 /// Chains that cover every activation and every operand stage.
@@ -82,10 +76,7 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
     for (dtype, mode, n_cols) in cases.into_iter().flat_map(|(d, m)| [(d, m, 1), (d, m, 3)]) {
         let q = u64::from(mode != ActQuant::F32);
         let (m, k) = (257, 2304);
-        let bytes = weights(&mut rng, dtype, m, k);
-        let w = be
-            .upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
-            .unwrap();
+        let w = upload_weights(&be, &mut rng, dtype, m, k);
         let x = be.upload(&rng.vec(k * n_cols, 2.0)).unwrap();
         let bias = be.upload(&rng.vec(m, 1.0)).unwrap();
         let a = be.upload(&rng.vec(m * n_cols, 1.0)).unwrap();
@@ -160,10 +151,7 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
     ];
     let chains = [Epilogue::NONE.then_add().unwrap(), silu_mul_add()];
     for (dtype, mode, m, k) in cases {
-        let bytes = weights(&mut rng, dtype, m, k);
-        let w = be
-            .upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
-            .unwrap();
+        let w = upload_weights(&be, &mut rng, dtype, m, k);
         let x = be.upload(&rng.vec(k, 2.0)).unwrap();
         let a = be.upload(&rng.vec(m, 1.0)).unwrap();
         let b = be.upload(&rng.vec(m, 1.0)).unwrap();
@@ -236,14 +224,8 @@ fn fused_glu_equals_unfused_kernels_bit_for_bit() {
     for (dtype, mode) in cases {
         let q = u64::from(mode != ActQuant::F32);
         let (m, k, n_cols) = (130, 1056, 2);
-        let gb = weights(&mut rng, dtype, m, k);
-        let ub = weights(&mut rng, dtype, m, k);
-        let g = be
-            .upload_weights(&WeightMatrix::new(dtype, m, k, &gb).unwrap())
-            .unwrap();
-        let u = be
-            .upload_weights(&WeightMatrix::new(dtype, m, k, &ub).unwrap())
-            .unwrap();
+        let g = upload_weights(&be, &mut rng, dtype, m, k);
+        let u = upload_weights(&be, &mut rng, dtype, m, k);
         let x = be.upload(&rng.vec(k * n_cols, 1.0)).unwrap();
         let res = be.upload(&rng.vec(m * n_cols, 1.0)).unwrap();
         let epi = Epilogue::NONE.then_add().unwrap();

@@ -8,23 +8,17 @@
 
 mod common;
 
-use common::{Rng, assert_bits_eq, backend_or_skip, chain, chain_operands, weights};
+use common::{Rng, assert_bits_eq, backend_or_skip, chain, chain_operands, upload_weights};
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::error::Unsupported;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 use fused_cuda::{
     CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
 };
 
 const OUT_MODES: [ActQuant; 3] = [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K];
-
-fn upload(be: &CudaBackend, rng: &mut Rng, dtype: DType, m: usize, k: usize) -> DeviceWeights {
-    let bytes = weights(rng, dtype, m, k);
-    be.upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
-        .unwrap()
-}
 
 /// Checks every `qs[i]` (written by a GEMV along with `ys[i]`) against the
 /// quantizer launch on `ys[i]`.
@@ -88,7 +82,9 @@ fn quantized_outputs_equal_the_quantizer_on_the_output() {
         .filter(|d| d.is_quantized())
     {
         let mode = ActQuant::ggml(dtype);
-        let ws: Vec<DeviceWeights> = (0..3).map(|_| upload(&be, &mut rng, dtype, m, k)).collect();
+        let ws: Vec<DeviceWeights> = (0..3)
+            .map(|_| upload_weights(&be, &mut rng, dtype, m, k))
+            .collect();
         for (out_mode, (epi, glu)) in OUT_MODES.into_iter().zip([
             (&Epilogue::NONE, false),
             (&epi_chain, false),
@@ -143,7 +139,7 @@ fn quantized_outputs_are_refused_where_no_kernel_writes_them() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(42);
     let (m, k) = (256usize, 512usize);
-    let w = upload(&be, &mut rng, DType::Q4_0, m, k);
+    let w = upload_weights(&be, &mut rng, DType::Q4_0, m, k);
     let x2 = be.upload(&rng.vec(2 * k, 1.0)).unwrap();
     let x1 = be.upload(&rng.vec(k, 1.0)).unwrap();
     let unsupported = |r: Result<(), CudaError>, what: &str| {

@@ -7,18 +7,12 @@
 
 mod common;
 
-use common::{Rng, assert_bits_eq, backend_or_skip, silu_mul_add, weights};
+use common::{Rng, assert_bits_eq, backend_or_skip, download, silu_mul_add, upload_weights};
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cuda::{AheadAt, CudaBackend, DeviceVec, GemvJob, KernelForm, LaunchOptions};
-
-fn download(be: &CudaBackend, v: &DeviceVec) -> Vec<f32> {
-    let mut out = vec![0.0; v.len()];
-    be.download(v, &mut out).unwrap();
-    out
-}
+use fused_core::reference::ActQuant;
+use fused_cuda::{AheadAt, DeviceVec, GemvJob, KernelForm, LaunchOptions};
 
 #[test]
 fn team_kernels_run_only_at_their_kernels_occupancy() {
@@ -73,13 +67,8 @@ fn team_kernels_equal_the_plain_kernels_bit_for_bit() {
     // leave a block's last teams without rows; 257 ends in a team with one
     // row.
     for (m, k) in [(4096, 512), (4, 2304), (20, 2304), (257, 2304)] {
-        let bytes = weights(&mut rng, dtype, m, k);
-        let w = be
-            .upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
-            .unwrap();
-        let next = be
-            .upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
-            .unwrap();
+        let w = upload_weights(&be, &mut rng, dtype, m, k);
+        let next = upload_weights(&be, &mut rng, dtype, m, k);
         let x = be.upload(&rng.vec(k, 2.0)).unwrap();
         let a = be.upload(&rng.vec(m, 1.0)).unwrap();
         let b = be.upload(&rng.vec(m, 1.0)).unwrap();

@@ -8,23 +8,11 @@
 
 mod common;
 
-use common::{Rng, assert_bits_eq, backend_or_skip, weights};
+use common::{Rng, assert_bits_eq, backend_or_skip, download, upload_weights};
 use fused_core::DType;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights, LaunchOptions};
-
-fn download(be: &CudaBackend, v: &DeviceVec) -> Vec<f32> {
-    let mut out = vec![0.0; v.len()];
-    be.download(v, &mut out).unwrap();
-    out
-}
-
-fn upload(be: &CudaBackend, rng: &mut Rng, dtype: DType, m: usize, k: usize) -> DeviceWeights {
-    let bytes = weights(rng, dtype, m, k);
-    be.upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
-        .unwrap()
-}
+use fused_core::reference::ActQuant;
+use fused_cuda::{CudaError, DeviceWeights, LaunchOptions};
 
 #[test]
 fn traced_chains_compute_the_plain_results_in_order() {
@@ -43,7 +31,9 @@ fn traced_chains_compute_the_plain_results_in_order() {
             teams,
             ..LaunchOptions::default()
         });
-        let ws: Vec<DeviceWeights> = (0..3).map(|_| upload(&be, &mut rng, dtype, m, k)).collect();
+        let ws: Vec<DeviceWeights> = (0..3)
+            .map(|_| upload_weights(&be, &mut rng, dtype, m, k))
+            .collect();
         let x = be.upload(&rng.vec(k, 2.0)).unwrap();
         let q = be.quantize_acts(mode, &x, 1).unwrap();
         let chain: Vec<&DeviceWeights> = ws.iter().chain(ws.iter()).collect();
@@ -93,7 +83,7 @@ fn kernels_without_a_traced_copy_are_refused_before_anything_runs() {
         (DType::Q4_K, ActQuant::Q8_K, 16386),
     ] {
         let k = 256;
-        let w = upload(&be, &mut rng, dtype, m, k);
+        let w = upload_weights(&be, &mut rng, dtype, m, k);
         let x = be.upload(&rng.vec(k, 1.0)).unwrap();
         let q = be.quantize_acts(mode, &x, 1).unwrap();
         let mut y = be.alloc(m).unwrap();
@@ -106,8 +96,8 @@ fn kernels_without_a_traced_copy_are_refused_before_anything_runs() {
     // columns are not the activations' length, are refused; no weights is
     // an empty timeline.
     let (m, k) = (64, 256);
-    let w = upload(&be, &mut rng, DType::Q4_0, m, k);
-    let wide = upload(&be, &mut rng, DType::Q4_0, m, 2 * k);
+    let w = upload_weights(&be, &mut rng, DType::Q4_0, m, k);
+    let wide = upload_weights(&be, &mut rng, DType::Q4_0, m, 2 * k);
     let x = be.upload(&rng.vec(k, 1.0)).unwrap();
     let q = be.quantize_acts(ActQuant::Q8_0, &x, 1).unwrap();
     let mut y = be.alloc(m).unwrap();

@@ -5,7 +5,8 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_cuda::{CudaBackend, CudaError};
+use fused_core::reference::WeightMatrix;
+use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights};
 use std::io::Write;
 
 /// Opens the backend, or reports the skip and returns `None`.
@@ -71,6 +72,26 @@ pub(crate) fn weights(rng: &mut Rng, dtype: DType, rows: usize, k: usize) -> Vec
         fused_core::quant::quantize_row(dtype, &row, &mut out[r * rb..(r + 1) * rb]).unwrap();
     }
     out
+}
+
+/// `v` copied back to the host.
+pub(crate) fn download(be: &CudaBackend, v: &DeviceVec) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    be.download(v, &mut out).unwrap();
+    out
+}
+
+/// Random `m × k` weights of `dtype` ([`weights`]) uploaded to `be`.
+pub(crate) fn upload_weights(
+    be: &CudaBackend,
+    rng: &mut Rng,
+    dtype: DType,
+    m: usize,
+    k: usize,
+) -> DeviceWeights {
+    let bytes = weights(rng, dtype, m, k);
+    be.upload_weights(&WeightMatrix::new(dtype, m, k, &bytes).unwrap())
+        .unwrap()
 }
 
 /// Normalised mean squared error of `got` against `want`.
