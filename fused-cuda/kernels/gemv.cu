@@ -866,7 +866,7 @@ __device__ void gemv(const GemvParams &p, uint32_t block) {
 
 // One-column float kernels of another shape, fused_gemv[_glu]_<fmt>_<tag>_c1:
 // R rows per block and FU units of 8 weights in flight per lane (the
-// defaults: 1 and FLOAT_UNROLL). src/launch.rs (f16_shape) picks FU so that
+// defaults: 1 and FLOAT_UNROLL). src/kernel_choice.rs (f16_shape) picks FU so that
 // a lane's first step, requested before griddep_wait, covers its whole row;
 // R = 2 is kept for A/B runs. The same sums in the same order as the
 // defaults.
@@ -1690,7 +1690,7 @@ __device__ __forceinline__ void gemv_trace_mark(unsigned long long *trace, uint3
 }
 
 // Units a lane has in flight at once (Q_UNROLL): 2, and 1 in the 1-column
-// `_u1` kernels (src/launch.rs: gemvq_unroll; fewer registers, more blocks
+// `_u1` kernels (src/kernel_choice.rs: gemvq_unroll; fewer registers, more blocks
 // per SM).
 
 // Block b computes rows R·b .. R·b + R − 1 (it requests its first
@@ -1786,7 +1786,7 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
     griddep_end(p.deps);
 }
 
-// Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/launch.rs picks R
+// Kernels fused_gemvq[_glu]_<fmt>_r<R>_c<NC>; src/kernel_choice.rs picks R
 // and the units in flight (gemvq_rows_per_block, gemvq_unroll).
 #define GEMVQ_KERNEL(name, FMT, R, NC)                                                         \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
@@ -1869,12 +1869,12 @@ GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS, GEMVQ_PLAIN_BOUNDS)
 
 // Several-column kernels of the tiled formats with 2 and 4 rows a block
 // and one unit in flight a lane, fused_gemvq[_glu]_<fmt>_r<R>_c<NC>_u1
-// (src/launch.rs: mc_rows), so that each activation load (8 columns: ~40
+// (src/kernel_choice.rs: mc_rows), so that each activation load (8 columns: ~40
 // bytes a unit and column through L1) serves more rows; at 1 row an
 // 8-column call moves ~16x the weights' bytes through L1. Which shapes take
 // them by default, and the variables that choose for A/B runs
 // (FUSED_CUDA_Q_ROWS_MC from 5 columns, FUSED_CUDA_Q_ROWS_MC24 at 2 to 4):
-// src/launch.rs, mc_rows.
+// src/kernel_choice.rs, mc_rows.
 // ptxas (sm_90), 8 columns: Q4_0 86 / 128 registers at R 2 / 4, Q8_0 72 /
 // 128, Q4_K 128 with a few spills at R 2 (its R 4 needs 255: left out
 // from 5 columns).
@@ -1898,7 +1898,7 @@ GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_MC_NONE)
 
 // One-column kernels with a chain fixed at compile time (as the f32 ones
 // above, the same rule for their bounds), fused_gemvq_<fmt>_r<R>_c1_u1_e<chain>:
-// the shapes src/launch.rs picks by default for Q4_0 (4 rows; base 54
+// the shapes src/kernel_choice.rs picks by default for Q4_0 (4 rows; base 54
 // registers, copies 56 capped at 8 blocks: 9 blocks an SM both) and Q4_K
 // (2 rows, and 4 from MANY_ROWS rows; base 64 / 93, free copies 63-64 /
 // 93-94), one unit in flight.

@@ -67,7 +67,7 @@ impl FixedChain {
 
 /// The kernels that have a copy for every fixed chain
 /// (`GEMV_FIXED_EPI_KERNELS`, `GEMVQ_FIXED_EPI_KERNELS` in
-/// `kernels/gemv.cu`): one-column shapes `src/launch.rs` picks by default
+/// `kernels/gemv.cu`): one-column shapes `src/kernel_choice.rs` picks by default
 /// whose copies run at the base kernel's blocks per SM (the kernel
 /// source's comment there says which others were left out and why).
 pub(crate) const KERNELS_WITH_FIXED_CHAINS: [&str; 7] = [

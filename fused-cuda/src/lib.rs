@@ -113,6 +113,8 @@ mod fixed_epi;
 #[cfg(feature = "cuda")]
 mod group;
 #[cfg(feature = "cuda")]
+mod kernel_choice;
+#[cfg(feature = "cuda")]
 mod launch;
 #[cfg(any(feature = "cuda", test))]
 mod layout;
