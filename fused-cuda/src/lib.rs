@@ -34,6 +34,66 @@
 //!   for each way of waiting ([`Handoff`]), the floor under every
 //!   dependent call (`cuda-bench`'s handoff table).
 //!
+//! # Example
+//!
+//! The feed-forward block of a decode step on Q4_0 weights, in GGML's mode
+//! (activations quantized to Q8_0 on the device, integer dot products): the
+//! gated GEMV in one pass over both weights, then the down projection with
+//! the residual added in registers; and the same down projection unfused
+//! (bare GEMV, then the add kernel), equal bit for bit. `no_run`: it needs a
+//! GPU; without one (or without the `cuda` feature) `CudaBackend::new`
+//! returns the error that says so.
+//!
+//! ```no_run
+//! use fused_core::DType;
+//! use fused_core::element::Activation;
+//! use fused_core::epilogue::Epilogue;
+//! use fused_core::quant::quantize_row;
+//! use fused_core::reference::{ActQuant, WeightMatrix};
+//! use fused_cuda::{CudaBackend, CudaError};
+//!
+//! /// `rows × cols` Q4_0 weights from a smooth pattern.
+//! fn q4_0(rows: usize, cols: usize, seed: f32) -> Result<Vec<u8>, CudaError> {
+//!     let row_bytes = DType::Q4_0.row_bytes(cols)?;
+//!     let mut bytes = vec![0u8; rows * row_bytes];
+//!     for (r, row) in bytes.chunks_mut(row_bytes).enumerate() {
+//!         let v: Vec<f32> = (0..cols).map(|c| ((r * 7 + c * 3) as f32 * seed).sin()).collect();
+//!         quantize_row(DType::Q4_0, &v, row)?;
+//!     }
+//!     Ok(bytes)
+//! }
+//!
+//! fn main() -> Result<(), CudaError> {
+//!     let be = CudaBackend::new()?;
+//!     let (d, ff) = (256, 512);
+//!     let (g, u, dn) = (q4_0(ff, d, 0.1)?, q4_0(ff, d, 0.2)?, q4_0(d, ff, 0.3)?);
+//!     let gate = be.upload_weights(&WeightMatrix::new(DType::Q4_0, ff, d, &g)?)?;
+//!     let up = be.upload_weights(&WeightMatrix::new(DType::Q4_0, ff, d, &u)?)?;
+//!     let down = be.upload_weights(&WeightMatrix::new(DType::Q4_0, d, ff, &dn)?)?;
+//!     let x: Vec<f32> = (0..d).map(|i| (i as f32 * 0.01).cos()).collect();
+//!     let x = be.upload(&x)?;
+//!     let mode = ActQuant::ggml(DType::Q4_0);
+//!
+//!     // h = silu(W_g·x) ⊙ (W_u·x): one launch (plus the activations' quantizer).
+//!     let mut h = be.alloc(ff)?;
+//!     be.gemv_glu(&gate, &up, Activation::Silu, &x, 1, mode, &Epilogue::NONE, &[], &mut h)?;
+//!     // out = W_d·h + x: the residual add is the GEMV's epilogue.
+//!     let mut out = be.alloc(d)?;
+//!     be.gemv(&down, &h, 1, mode, &Epilogue::NONE.then_add()?, &[&x], &mut out)?;
+//!
+//!     // Unfused: the bare GEMV, then the element-wise add.
+//!     let (mut bare, mut unfused) = (be.alloc(d)?, be.alloc(d)?);
+//!     be.gemv(&down, &h, 1, mode, &Epilogue::NONE, &[], &mut bare)?;
+//!     be.add(&bare, &x, &mut unfused)?;
+//!
+//!     let (mut a, mut b) = (vec![0.0f32; d], vec![0.0f32; d]);
+//!     be.download(&out, &mut a)?;
+//!     be.download(&unfused, &mut b)?;
+//!     assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
+//!     Ok(())
+//! }
+//! ```
+//!
 //! # Numerics
 //!
 //! Every GEMV entry point takes the activation mode (`ActQuant`,
