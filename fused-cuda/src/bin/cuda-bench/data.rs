@@ -52,11 +52,6 @@ pub(crate) fn weight_copies(
     (0..copies).map(|_| be.upload_weights(&w)).collect()
 }
 
-/// GEMV time per launch option (`LaunchOptions`: normal launches or
-/// programmatic dependent launch), the options taking turns in 3 rounds
-/// (median of the rounds' medians), at both target shapes: f32
-/// activations, the quantized mode with its quantizer, and the GEMV alone.
-/// The launch-shape knobs of `src/kernel_choice.rs` (A/B runs only).
 /// The two GEMV shapes (rows × K).
 pub(crate) const DEFAULT_SHAPES: [(usize, usize); 2] = [(4096, 14336), (32768, 8192)];
 

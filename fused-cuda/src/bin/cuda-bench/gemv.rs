@@ -116,7 +116,6 @@ pub(crate) fn several_columns(be: &CudaBackend, ceiling: f64) -> Result<(), Cuda
 
 /// The columns of [`gemv_timing`]'s cells, and their rule.
 const GEMV_CELLS_HEADER: &str = "copies | µs/call | GB/s (weights + x + y) | % of copy | GEMV alone µs | % of copy | batch µs/call | % of copy | batch, overlap µs/call | % of copy | batch, group µs/call | % of copy | batch, group, GEMV alone µs/call | % of copy |";
-
 const GEMV_CELLS_RULE: &str = "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
 
 /// The three ways [`batch_per_call`] runs a batch: one call after the other,

@@ -7,6 +7,7 @@ use fused_core::epilogue::Epilogue;
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_cuda::{CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, Submission};
 
+/// The median of `v` (the upper middle for an even count).
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]

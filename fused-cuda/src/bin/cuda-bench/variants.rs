@@ -10,10 +10,9 @@ use fused_cuda::{
     AheadAt, CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
 };
 
+/// The launch-shape knobs of `src/kernel_choice.rs` (A/B runs only).
 const Q_ROWS: &str = "FUSED_CUDA_Q_ROWS";
-
 const Q_UNROLL: &str = "FUSED_CUDA_Q_UNROLL";
-
 const F_SHAPE: &str = "FUSED_CUDA_F16_SHAPE";
 
 /// Knob settings: (environment variable, value).
@@ -47,6 +46,10 @@ fn set_knobs(knobs: Knobs) {
     }
 }
 
+/// GEMV time per launch option (`LaunchOptions`: normal launches or
+/// programmatic dependent launch), the options taking turns in 3 rounds
+/// (median of the rounds' medians), at both target shapes: f32
+/// activations, the quantized mode with its quantizer, and the GEMV alone.
 pub(crate) fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let saved = be.options();
     let pdl = LaunchOptions { pdl: true, ..saved };
