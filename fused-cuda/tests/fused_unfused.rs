@@ -197,7 +197,6 @@ fn fixed_chain_copies_run_only_at_their_kernels_occupancy() {
             c.kernel_blocks_per_sm > 0 && c.copy_blocks_per_sm > 0,
             "{c:?}"
         );
-        assert_eq!(c.used(), c.kernel_blocks_per_sm == c.copy_blocks_per_sm);
     }
     // The kernels' bounds (kernels/gemv.cu) give every copy its kernel's
     // occupancy in the sm_90 cubin.
