@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Q4_0 kernel of 3 teams a block (LaunchOptions::teams, off by default;
 # FUSED_CUDA_TEAMS=1 below turns it on) and the traced GEMV chains, in two
-# device calls (each fits the 10-minute limit):
+# runs on the GPU machine (each under 10 minutes):
 #   bash .gpu-bundle/teams-check.sh tests   every test binary (tests/teams
 #       prints the team kernels' occupancy, tests/timeline the timer step),
 #       fused-verify --backend cuda with teams on and off, compute-sanitizer
@@ -9,6 +9,13 @@
 #   bash .gpu-bundle/teams-check.sh bench   cuda-bench --epilogue-only and
 #       --ahead-only with FUSED_CUDA_TEAMS=1 / 0 taking turns, and
 #       --timeline-only (traced dependent chains) twice
+# This script builds nothing; it runs the bundle's binaries. cuda-bench, the
+# team kernels and the traced chains are lab code, so the bundle's binaries
+# must come from builds with the lab feature:
+#   cargo test  -p fused-cuda   --features cuda,lab --release --no-run
+#   cargo build -p fused-cuda   --features cuda,lab --release --bin cuda-bench
+#   cargo build -p fused-verify --features cuda --release --bin fused-verify
+# Copy this file into .gpu-bundle/ after scripts/gpu-bundle.
 set -uo pipefail
 source "$(dirname "$0")/prelude.sh"
 gpu_header
