@@ -1,8 +1,8 @@
 //! The one error type of the core, shared by every backend.
 
-use crate::dtype::DType;
-use crate::legality::Refusal;
-use crate::reference::gemv::ActQuant;
+use crate::acts::ActQuant;
+use crate::format::DType;
+use crate::refusal::Refusal;
 
 /// What a backend does not implement (its kernels cannot run this input,
 /// although the input itself is valid): the reason a verifier reports a

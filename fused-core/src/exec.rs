@@ -25,16 +25,19 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::DType;
+use crate::acts::{ActQuant, GemvMode};
 use crate::element::Activation;
 use crate::epilogue::{Epilogue, MAX_STAGES};
 use crate::error::{Error, Unsupported};
 use crate::fwht::FwhtDesc;
 use crate::graph::Graph;
 use crate::lower::{BinaryOp, Broadcast, Command, CommandSink, lower, lower_into};
+use crate::memory::f32_le;
+#[doc(hidden)]
+pub use crate::memory::{Buffers, fill_buffers, gather_f32, packed};
 use crate::planner::{Operands, Plan, Step};
-use crate::reference::eval::{GemvMode, Memory};
-use crate::reference::gemv::{ActQuant, GluWeights, WeightMatrix};
-use crate::tensor::{BufferId, Overlap, TensorDesc};
+use crate::tensor::{Overlap, TensorDesc};
+use crate::weights::{GluWeights, WeightMatrix};
 
 /// Work and synchronisation a backend counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -140,120 +143,6 @@ pub trait StepKernels {
 
     /// `y = a` (stands in for ops the core does not model).
     fn copy(&self, a: &[f32], y: &mut [f32]) -> Result<(), Self::Error>;
-}
-
-/// Host byte buffers the executor reads and writes, indexed by [`BufferId`].
-pub trait Buffers {
-    /// The bytes of buffer `id`.
-    fn buffer(&self, id: BufferId) -> Result<&[u8], Error>;
-
-    /// Calls `f` with the bytes of buffer `id` writable and `self` for
-    /// reading the other buffers (the executor never reads buffer `id`
-    /// through `self` meanwhile; an implementation may make that an error).
-    fn with_buffer_mut<R>(
-        &mut self,
-        id: BufferId,
-        f: impl FnOnce(&mut [u8], &Self) -> R,
-    ) -> Result<R, Error>;
-}
-
-/// Fills every buffer of `mem` (`n` of them, numbered from 0) with the
-/// bytes `download` returns for it (a device-resident executor reading its
-/// buffers back); a length that differs from the host buffer's is an error.
-pub fn fill_buffers<M: Buffers, E: From<Error>>(
-    mem: &mut M,
-    n: usize,
-    mut download: impl FnMut(BufferId) -> Result<Vec<u8>, E>,
-) -> Result<(), E> {
-    for i in 0..n {
-        let id = BufferId(u32::try_from(i).map_err(|_| Error::Overflow {
-            what: "buffer index",
-        })?);
-        let bytes = download(id)?;
-        mem.with_buffer_mut(id, |dst, _| {
-            crate::error::check_len("host buffer for the device plan", bytes.len(), dst.len())?;
-            dst.copy_from_slice(&bytes);
-            Ok::<(), Error>(())
-        })??;
-    }
-    Ok(())
-}
-
-impl Buffers for Memory {
-    fn buffer(&self, id: BufferId) -> Result<&[u8], Error> {
-        Memory::buffer(self, id)
-    }
-
-    fn with_buffer_mut<R>(
-        &mut self,
-        id: BufferId,
-        f: impl FnOnce(&mut [u8], &Self) -> R,
-    ) -> Result<R, Error> {
-        let mut bytes = core::mem::take(self.buffer_vec_mut(id)?);
-        let r = f(&mut bytes, self);
-        *self.buffer_vec_mut(id)? = bytes;
-        Ok(r)
-    }
-}
-
-/// A tensor's packed bytes (rows in order), borrowed when contiguous.
-pub fn packed<'a>(bytes: &'a [u8], t: &TensorDesc) -> Result<Cow<'a, [u8]>, Error> {
-    let ext = t.byte_extent();
-    if ext.end > bytes.len() {
-        return Err(Error::BufferTooShort {
-            what: "tensor extent",
-            needed: ext.end,
-            actual: bytes.len(),
-        });
-    }
-    if t.is_contiguous() {
-        return Ok(Cow::Borrowed(&bytes[ext.start..ext.end]));
-    }
-    if t.nb()[0] != t.dtype().block_bytes() {
-        return Err(Error::UnsupportedDType {
-            what: "executor input with strided blocks",
-            dtype: t.dtype(),
-        });
-    }
-    let rb = t.row_bytes();
-    let ne = t.ne();
-    let mut out = Vec::with_capacity(rb * t.n_rows());
-    for r in 0..t.n_rows() {
-        let at = t.element_offset([0, r % ne[1], r / ne[1] % ne[2], r / ne[1] / ne[2]]);
-        out.extend_from_slice(&bytes[at..at + rb]);
-    }
-    Ok(Cow::Owned(out))
-}
-
-/// Little-endian f32 values of `b` (a whole number of 4-byte words).
-fn f32_le(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-/// A float tensor (F32, F16 or BF16) as packed f32 values, borrowed when
-/// F32, contiguous and 4-byte aligned.
-pub fn gather_f32<'a>(bytes: &'a [u8], t: &TensorDesc) -> Result<Cow<'a, [f32]>, Error> {
-    let p = packed(bytes, t)?;
-    match t.dtype() {
-        DType::F32 => match p {
-            Cow::Borrowed(b) => match bytemuck::try_cast_slice::<u8, f32>(b) {
-                Ok(f) => Ok(Cow::Borrowed(f)),
-                Err(_) => Ok(Cow::Owned(f32_le(b))),
-            },
-            Cow::Owned(b) => Ok(Cow::Owned(f32_le(&b))),
-        },
-        DType::F16 | DType::BF16 => {
-            let mut out = vec![0.0f32; t.n_elements()];
-            crate::quant::dequantize_row(t.dtype(), &p, &mut out)?;
-            Ok(Cow::Owned(out))
-        }
-        dtype => Err(Error::UnsupportedDType {
-            what: "element-wise input",
-            dtype,
-        }),
-    }
 }
 
 /// One read of a step: raw bytes (weights) or f32 values.
@@ -595,9 +484,11 @@ mod tests {
     use super::*;
     use crate::element::glu;
     use crate::graph::{NodeId, Place};
+    use crate::memory::Memory;
     use crate::planner::plan;
     use crate::reference::eval::{eval_graph, eval_plan};
     use crate::reference::gemv::{gemm, gemm_glu};
+    use crate::tensor::BufferId;
 
     /// The core's reference arithmetic as a kernel set, counting calls and
     /// refusing the weight formats in `refuse`.

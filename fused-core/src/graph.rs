@@ -17,22 +17,7 @@ use crate::element::Activation;
 use crate::error::Error;
 use crate::tensor::{BufferId, TensorDesc};
 
-/// Index of a node in its [`Graph`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(pub u32);
-
-impl NodeId {
-    /// The index as `usize`.
-    pub const fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl core::fmt::Display for NodeId {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "#{}", self.0)
-    }
-}
+pub use crate::ids::NodeId;
 
 /// What a matrix multiplication knows about its weight matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

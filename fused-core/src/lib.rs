@@ -91,6 +91,9 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+pub mod acts;
+#[cfg(feature = "alloc")]
+pub mod backend;
 pub mod blocks;
 pub mod dtype;
 pub mod element;
@@ -98,18 +101,24 @@ pub mod epilogue;
 pub mod error;
 #[cfg(feature = "alloc")]
 pub mod exec;
+mod format;
 pub mod fwht;
 pub mod graph;
+mod ids;
 pub mod legality;
 #[cfg(feature = "alloc")]
 pub mod lower;
+#[cfg(feature = "alloc")]
+pub mod memory;
 pub mod placement;
 #[cfg(feature = "alloc")]
 pub mod planner;
 pub mod quant;
 pub mod reference;
+mod refusal;
 pub mod reuse;
 pub mod tensor;
+pub mod weights;
 
 pub use dtype::DType;
 pub use error::Error;

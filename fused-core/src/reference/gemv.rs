@@ -13,168 +13,24 @@
 //! `(row, col)` lives at `col·rows + row`; column `col` of the input is
 //! `x[col·K .. (col+1)·K]`.
 
-use crate::dtype::DType;
+#[doc(hidden)]
+pub use crate::acts::ActQuant;
 use crate::element::Activation;
 use crate::epilogue::BoundEpilogue;
 use crate::error::Error;
 use crate::error::check_len;
 use crate::quant::{dequantize_row, vec_dot};
-
-/// How the activations are fed to the dot product.
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ActQuant {
-    /// Plain f32 activations against dequantized weights.
-    F32,
-    /// Activations quantized to Q8_0 (GGML's CPU path for Q4_0, Q5_0, Q8_0, IQ4_NL).
-    Q8_0,
-    /// Activations quantized to Q8_1 (GGML's CPU path for Q4_1, Q5_1).
-    Q8_1,
-    /// Activations quantized to Q8_K (GGML's CPU path for the K-quants and TQ2_0).
-    Q8_K,
-}
-
-impl ActQuant {
-    /// The mode GGML's CPU backend uses for weights of format `w`
-    /// (`F32` for the float formats and the activation-only formats).
-    pub const fn ggml(w: DType) -> ActQuant {
-        match w.vec_dot_type() {
-            Some(DType::Q8_0) => ActQuant::Q8_0,
-            Some(DType::Q8_1) => ActQuant::Q8_1,
-            Some(DType::Q8_K) => ActQuant::Q8_K,
-            _ => ActQuant::F32,
-        }
-    }
-
-    /// The activation block format, `None` for f32.
-    pub const fn dtype(self) -> Option<DType> {
-        match self {
-            ActQuant::F32 => None,
-            ActQuant::Q8_0 => Some(DType::Q8_0),
-            ActQuant::Q8_1 => Some(DType::Q8_1),
-            ActQuant::Q8_K => Some(DType::Q8_K),
-        }
-    }
-
-    /// Checks that weights of format `w` can be dotted in this mode.
-    pub fn check(self, w: DType) -> Result<(), Error> {
-        match self.dtype() {
-            None => Ok(()),
-            Some(d) if w.vec_dot_type() == Some(d) => Ok(()),
-            Some(_) => Err(Error::UnsupportedDType {
-                what: "weights for this activation-quantization mode",
-                dtype: w,
-            }),
-        }
-    }
-}
-
-/// A row-major weight matrix of `rows × cols` in one format, rows packed.
-#[derive(Clone, Copy, Debug)]
-pub struct WeightMatrix<'a> {
-    dtype: DType,
-    rows: usize,
-    cols: usize,
-    row_bytes: usize,
-    data: &'a [u8],
-}
-
-impl<'a> WeightMatrix<'a> {
-    /// Checks that `data` holds exactly `rows` packed rows of `cols` elements.
-    pub fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, Error> {
-        let row_bytes = dtype.row_bytes(cols)?;
-        let need = row_bytes.checked_mul(rows).ok_or(Error::Overflow {
-            what: "weight size",
-        })?;
-        if data.len() != need {
-            return Err(Error::LengthMismatch {
-                what: "weight bytes",
-                expected: need,
-                actual: data.len(),
-            });
-        }
-        Ok(WeightMatrix {
-            dtype,
-            rows,
-            cols,
-            row_bytes,
-            data,
-        })
-    }
-
-    /// The format.
-    pub const fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// Output rows `M`.
-    pub const fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Inner dimension `K`.
-    pub const fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// The bytes of row `r`, or an error when `r >= rows`.
-    pub fn row(&self, r: usize) -> Result<&'a [u8], Error> {
-        if r >= self.rows {
-            return Err(Error::LengthMismatch {
-                what: "weight row index (must be below the row count)",
-                expected: self.rows,
-                actual: r,
-            });
-        }
-        Ok(&self.data[r * self.row_bytes..(r + 1) * self.row_bytes])
-    }
-
-    /// The whole matrix.
-    pub const fn bytes(&self) -> &'a [u8] {
-        self.data
-    }
-}
-
-/// The two weight matrices of a gated dual GEMV: same format and shape.
-#[derive(Clone, Copy, Debug)]
-pub struct GluWeights<'a> {
-    gate: WeightMatrix<'a>,
-    up: WeightMatrix<'a>,
-}
-
-impl<'a> GluWeights<'a> {
-    /// Pairs `gate` and `up`, which must agree in format and shape.
-    pub fn new(gate: WeightMatrix<'a>, up: WeightMatrix<'a>) -> Result<Self, Error> {
-        if gate.dtype != up.dtype || gate.rows != up.rows || gate.cols != up.cols {
-            return Err(Error::ShapeMismatch {
-                what: "GLU gate and up weights",
-                expected: [gate.cols, gate.rows, 1, 1],
-                actual: [up.cols, up.rows, 1, 1],
-            });
-        }
-        Ok(GluWeights { gate, up })
-    }
-
-    /// The gate weights.
-    pub const fn gate(&self) -> &WeightMatrix<'a> {
-        &self.gate
-    }
-
-    /// The up weights.
-    pub const fn up(&self) -> &WeightMatrix<'a> {
-        &self.up
-    }
-}
+pub use crate::weights::{GluWeights, WeightMatrix};
 
 /// The f32-mode dot product of row `r` with `x` (`x.len() == cols`).
 pub fn dot_f32(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f32, Error> {
-    check_len("activation column", w.cols, x.len())?;
-    let blk = w.dtype.block_len();
-    let bb = w.dtype.block_bytes();
+    check_len("activation column", w.cols(), x.len())?;
+    let blk = w.dtype().block_len();
+    let bb = w.dtype().block_bytes();
     let mut tmp = [0.0f32; crate::dtype::QK_K];
     let mut acc = 0.0f32;
     for (b, xs) in w.row(r)?.chunks_exact(bb).zip(x.chunks_exact(blk)) {
-        dequantize_row(w.dtype, b, &mut tmp[..blk])?;
+        dequantize_row(w.dtype(), b, &mut tmp[..blk])?;
         for (wv, xv) in tmp[..blk].iter().zip(xs) {
             acc += wv * xv;
         }
@@ -190,25 +46,25 @@ pub fn dot_quantized(
     mode: ActQuant,
     xq: &[u8],
 ) -> Result<f32, Error> {
-    mode.check(w.dtype)?;
+    mode.check(w.dtype())?;
     match mode.dtype() {
         None => Err(Error::UnsupportedDType {
             what: "dot_quantized needs a quantized mode",
-            dtype: w.dtype,
+            dtype: w.dtype(),
         }),
-        Some(_) => vec_dot(w.dtype, w.row(r)?, xq, w.cols),
+        Some(_) => vec_dot(w.dtype(), w.row(r)?, xq, w.cols()),
     }
 }
 
 /// The f64 dot product of row `r` with `x`.
 pub fn dot_f64(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f64, Error> {
-    check_len("activation column", w.cols, x.len())?;
-    let blk = w.dtype.block_len();
-    let bb = w.dtype.block_bytes();
+    check_len("activation column", w.cols(), x.len())?;
+    let blk = w.dtype().block_len();
+    let bb = w.dtype().block_bytes();
     let mut tmp = [0.0f32; crate::dtype::QK_K];
     let mut acc = 0.0f64;
     for (b, xs) in w.row(r)?.chunks_exact(bb).zip(x.chunks_exact(blk)) {
-        dequantize_row(w.dtype, b, &mut tmp[..blk])?;
+        dequantize_row(w.dtype(), b, &mut tmp[..blk])?;
         for (wv, xv) in tmp[..blk].iter().zip(xs) {
             acc += *wv as f64 * *xv as f64;
         }
@@ -226,8 +82,8 @@ pub fn for_each_acc(
     mode: ActQuant,
     mut sink: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
-    mode.check(w.dtype)?;
-    let k = w.cols;
+    mode.check(w.dtype())?;
+    let k = w.cols();
     check_acts(k, n_cols, x.len())?;
     let mut xq = alloc::vec::Vec::new();
     for col in 0..n_cols {
@@ -236,7 +92,7 @@ pub fn for_each_acc(
             xq.resize(d.row_bytes(k)?, 0u8);
             crate::quant::quantize_row(d, xc, &mut xq)?;
         }
-        for row in 0..w.rows {
+        for row in 0..w.rows() {
             let acc = match mode {
                 ActQuant::F32 => dot_f32(w, row, xc)?,
                 _ => dot_quantized(w, row, mode, &xq)?,
@@ -258,8 +114,8 @@ pub fn gemm(
     epilogue: &BoundEpilogue<'_>,
     y: &mut [f32],
 ) -> Result<(), Error> {
-    check_out(w.rows, n_cols, epilogue, y.len())?;
-    let m = w.rows;
+    check_out(w.rows(), n_cols, epilogue, y.len())?;
+    let m = w.rows();
     for_each_acc(w, x, n_cols, mode, |row, col, acc| {
         y[col * m + row] = epilogue.apply(acc, row, col);
     })
@@ -276,9 +132,9 @@ pub fn gemm_glu(
     epilogue: &BoundEpilogue<'_>,
     y: &mut [f32],
 ) -> Result<(), Error> {
-    let (w_gate, w_up) = (&w.gate, &w.up);
-    check_out(w_gate.rows, n_cols, epilogue, y.len())?;
-    let m = w_gate.rows;
+    let (w_gate, w_up) = (w.gate(), w.up());
+    check_out(w_gate.rows(), n_cols, epilogue, y.len())?;
+    let m = w_gate.rows();
     let mut gate = alloc::vec![0.0f32; y.len()];
     for_each_acc(w_gate, x, n_cols, mode, |row, col, acc| {
         gate[col * m + row] = acc
@@ -297,10 +153,10 @@ pub fn gemm_f64(
     epilogue: &BoundEpilogue<'_>,
     y: &mut [f64],
 ) -> Result<(), Error> {
-    check_out(w.rows, n_cols, epilogue, y.len())?;
-    let k = w.cols;
+    check_out(w.rows(), n_cols, epilogue, y.len())?;
+    let k = w.cols();
     check_acts(k, n_cols, x.len())?;
-    let m = w.rows;
+    let m = w.rows();
     for col in 0..n_cols {
         for row in 0..m {
             let acc = dot_f64(w, row, &x[col * k..(col + 1) * k])?;
@@ -319,11 +175,11 @@ pub fn gemm_glu_f64(
     epilogue: &BoundEpilogue<'_>,
     y: &mut [f64],
 ) -> Result<(), Error> {
-    let (w_gate, w_up) = (&w.gate, &w.up);
-    check_out(w_gate.rows, n_cols, epilogue, y.len())?;
-    let k = w_gate.cols;
+    let (w_gate, w_up) = (w.gate(), w.up());
+    check_out(w_gate.rows(), n_cols, epilogue, y.len())?;
+    let k = w_gate.cols();
     check_acts(k, n_cols, x.len())?;
-    let m = w_gate.rows;
+    let m = w_gate.rows();
     for col in 0..n_cols {
         let xc = &x[col * k..(col + 1) * k];
         for row in 0..m {
@@ -377,6 +233,7 @@ fn check_out(rows: usize, cols: usize, e: &BoundEpilogue<'_>, y_len: usize) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::DType;
 
     #[test]
     fn bad_inputs_are_errors() {

@@ -13,4 +13,5 @@
 pub mod eval;
 pub mod gemv;
 
-pub use gemv::{ActQuant, WeightMatrix};
+#[doc(hidden)]
+pub use crate::{acts::ActQuant, weights::WeightMatrix};
