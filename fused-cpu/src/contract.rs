@@ -1,0 +1,64 @@
+//! The core's backend contract on the CPU: a resident plan is the plan run
+//! step by step by the core's executor over this backend's aligned host
+//! memory ([`CpuMemory`]), timed by the host clock.
+
+use std::format;
+use std::string::String;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use fused_core::Error;
+use fused_core::acts::GemvMode;
+use fused_core::backend::{Backend, Capabilities, HostPlan};
+use fused_core::exec::Executor;
+use fused_core::graph::Graph;
+use fused_core::planner::Plan;
+
+use crate::backend::CpuBackend;
+use crate::exec::CpuMemory;
+use crate::isa::Isa;
+
+/// The time since the first call: a monotonic clock for the host plans.
+fn clock() -> Duration {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
+}
+
+impl Backend for CpuBackend {
+    type Error = Error;
+    type Plan<'a> = HostPlan<'a, CpuBackend, CpuMemory>;
+
+    fn name(&self) -> String {
+        format!("cpu-{}", self.isa().name())
+    }
+
+    fn device(&self) -> String {
+        format!("{} ({} threads)", self.isa(), self.threads())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_cols: usize::MAX,
+            bit_exact_reference: self.isa() == Isa::Scalar,
+            device_timer: false,
+        }
+    }
+
+    fn supports(&self, g: &Graph, plan: &Plan, mode: GemvMode) -> Result<(), Error> {
+        Executor::new(self, mode).check(g, plan)
+    }
+
+    fn compile<'a>(
+        &'a self,
+        g: &Graph,
+        plan: &Plan,
+        mode: GemvMode,
+        sizes: &[usize],
+    ) -> Result<Self::Plan<'a>, Error> {
+        Ok(HostPlan::new(self, g, plan, mode, CpuMemory::new(sizes), sizes)?.with_clock(clock))
+    }
+
+    fn copy_bandwidth_gbs(&self, bytes: usize) -> Option<f64> {
+        Some(crate::probe::read_bandwidth(bytes, self.threads(), 5))
+    }
+}

@@ -1,0 +1,83 @@
+//! # fused-testkit: what every test of the workspace shares
+//!
+//! - [`rng`]: one deterministic generator ([`Rng`]), so a seed names the
+//!   same data in every crate;
+//! - [`data`]: random weights quantized into any format;
+//! - [`compare`]: bit-for-bit and NMSE checks that say where they fail;
+//! - [`skip`]: open a backend, or say `skipped: <why>` (and fail where the
+//!   caller demanded it);
+//! - [`layer`]: a decode-layer graph (attention output projection and a
+//!   gated feed-forward block, each with its residual add in place) with
+//!   its initial memory;
+//! - [`suite`]: the backend-contract suite, written once over
+//!   [`fused_core::backend::Backend`] and instantiated in each backend
+//!   crate by [`contract_suite!`].
+//!
+//! Not a product crate (`publish = false`): the workspace's tests, benches
+//! and verifier depend on it.
+
+pub mod compare;
+pub mod data;
+pub mod layer;
+pub mod rng;
+pub mod skip;
+pub mod suite;
+
+pub use rng::Rng;
+
+/// Instantiates the backend-contract suite ([`suite`]) for one backend:
+/// one `#[test]` a check. `$open` is an expression of type `Option<B>`
+/// (`None`: the backend cannot run here and has said why, e.g. through
+/// [`skip::backend_or_skip`]).
+///
+/// ```ignore
+/// fused_testkit::contract_suite!(fused_testkit::skip::backend_or_skip(
+///     "cpu", None, || fused_cpu::CpuBackend::new(2)
+/// ));
+/// ```
+#[macro_export]
+macro_rules! contract_suite {
+    ($open:expr) => {
+        #[test]
+        fn contract_decode_layer_fused_equals_unfused() {
+            if let Some(b) = $open {
+                $crate::suite::decode_layer_fused_equals_unfused(&b);
+            }
+        }
+
+        #[test]
+        fn contract_every_weight_format_with_an_epilogue() {
+            if let Some(b) = $open {
+                $crate::suite::every_weight_format_with_an_epilogue(&b);
+            }
+        }
+
+        #[test]
+        fn contract_signed_fwht_equals_sign_multiply_then_transform() {
+            if let Some(b) = $open {
+                $crate::suite::signed_fwht_equals_sign_multiply_then_transform(&b);
+            }
+        }
+
+        #[test]
+        fn contract_restored_inputs_make_runs_repeatable() {
+            if let Some(b) = $open {
+                $crate::suite::restored_inputs_make_runs_repeatable(&b);
+            }
+        }
+
+        #[test]
+        fn contract_rewritten_weights_are_used() {
+            if let Some(b) = $open {
+                $crate::suite::rewritten_weights_are_used(&b);
+            }
+        }
+
+        #[test]
+        fn contract_bad_input_is_a_typed_error() {
+            if let Some(b) = $open {
+                $crate::suite::bad_input_is_a_typed_error(&b);
+            }
+        }
+    };
+}

@@ -1,0 +1,435 @@
+//! The backend-contract suite: checks written once over
+//! [`fused_core::backend::Backend`], run by every backend crate through
+//! [`crate::contract_suite!`]. Each check panics, naming the case, on the
+//! first failure; a case the backend has no kernel for
+//! ([`Backend::supports`]) is printed as `skipped: <why>` and not counted
+//! as run.
+//!
+//! What they hold every backend to: fused equals unfused bit for bit; both
+//! equal the core's reference (bit for bit where the backend says so,
+//! [`fused_core::backend::Capabilities::bit_exact_reference`], else within
+//! an NMSE budget); fusion runs fewer kernel steps; a resident plan can be
+//! written in part, run again and restored; bad input is an error, never a
+//! panic.
+
+use fused_core::DType;
+use fused_core::acts::GemvMode;
+use fused_core::backend::{Backend, PlanStats, ResidentPlan};
+use fused_core::element::Activation;
+use fused_core::fwht::FwhtDesc;
+use fused_core::graph::{Graph, NodeId, Place};
+use fused_core::memory::Memory;
+use fused_core::planner::{Plan, Step, plan};
+use fused_core::reference::eval::{eval_graph, eval_plan};
+use fused_core::tensor::{BufferId, TensorDesc};
+
+use crate::compare::{assert_bits_eq, first_bit_difference, nmse};
+use crate::data::{weight_dtypes, weights};
+use crate::layer::{DecodeLayer, f32_bytes};
+use crate::rng::Rng;
+
+/// NMSE budget against the same-quantization reference for a backend that
+/// accumulates in another order (f32 sums reordered; integer block sums
+/// exact).
+const NMSE_REORDERED: f64 = 1e-6;
+
+/// The formats of the decode-layer check: a float format, the one 8-bit
+/// and two 4-bit block formats, and a 6-bit K-quant.
+const LAYER_DTYPES: [DType; 5] = [
+    DType::F16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_K,
+    DType::Q6_K,
+];
+
+/// Both activation modes.
+const MODES: [GemvMode; 2] = [GemvMode::F32, GemvMode::Ggml];
+
+/// Byte sizes of `mem`'s buffers.
+pub fn buffer_sizes(mem: &Memory) -> Vec<usize> {
+    (0u32..)
+        .map_while(|i| mem.buffer(BufferId(i)).ok().map(<[u8]>::len))
+        .collect()
+}
+
+/// Compiles `p` (made for `g`) on `b`, writes `mem`, runs it once and
+/// reads every buffer back: the memory afterwards and what the run issued.
+pub fn run_once<B: Backend>(
+    b: &B,
+    g: &Graph,
+    p: &Plan,
+    mode: GemvMode,
+    mem: &Memory,
+) -> Result<(Memory, PlanStats), B::Error> {
+    let mut rp = b.compile(g, p, mode, &buffer_sizes(mem))?;
+    rp.write_all(mem)?;
+    rp.run()?;
+    let mut out = mem.clone();
+    rp.read_all(&mut out)?;
+    Ok((out, rp.stats()))
+}
+
+/// Whether `b` runs `p` and the unfused graph in `mode`; prints why not.
+fn supported<B: Backend>(b: &B, g: &Graph, p: &Plan, mode: GemvMode, case: &str) -> bool {
+    match b
+        .supports(g, p, mode)
+        .and_then(|()| b.supports(g, &Plan::unfused(g), mode))
+    {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("skipped: {} {case}: {e}", b.name());
+            false
+        }
+    }
+}
+
+/// Checks `got` against `want`, the core's reference run of the same
+/// plan: bit for bit where `b` says so, else within the NMSE budget.
+fn check_reference<B: Backend>(b: &B, got: &[f32], want: &[f32], case: &str) {
+    if b.capabilities().bit_exact_reference {
+        assert_bits_eq(
+            got,
+            want,
+            &format!("{} {case}: against the reference", b.name()),
+        );
+    } else {
+        let e = nmse(got, want);
+        assert!(
+            e <= NMSE_REORDERED,
+            "{} {case}: NMSE {e:e} against the reference (budget {NMSE_REORDERED:e})",
+            b.name()
+        );
+    }
+}
+
+/// Fused and unfused runs of `g` on `b`: their outputs equal bit for bit,
+/// the fused output equals the reference, and the fused plan runs fewer
+/// kernel steps. Returns `false` where `b` lacks a kernel (skipped).
+fn fused_against_unfused<B: Backend>(
+    b: &B,
+    g: &Graph,
+    mem: &Memory,
+    out: NodeId,
+    mode: GemvMode,
+    case: &str,
+) -> bool {
+    let fused = plan(g);
+    if !supported(b, g, &fused, mode, case) {
+        return false;
+    }
+    let name = b.name();
+    let run =
+        |p: &Plan| run_once(b, g, p, mode, mem).unwrap_or_else(|e| panic!("{name} {case}: {e}"));
+    let (mf, sf) = run(&fused);
+    let (mu, su) = run(&Plan::unfused(g));
+    let t = g.tensor(out).expect("a node");
+    let got = mf.read(t).expect("an f32 output");
+    assert_bits_eq(
+        &got,
+        &mu.read(t).expect("an f32 output"),
+        &format!("{name} {case}: fused against unfused"),
+    );
+    let mut want = mem.clone();
+    eval_plan(g, &fused, &mut want, mode).expect("the reference runs the plan");
+    check_reference(b, &got, &want.read(t).expect("an f32 output"), case);
+    assert!(
+        fused.fused_steps() > 0 && sf.kernel_steps < su.kernel_steps,
+        "{name} {case}: fused {sf:?}, unfused {su:?}"
+    );
+    assert!(
+        sf.barriers <= su.barriers,
+        "{name} {case}: fused {sf:?}, unfused {su:?}"
+    );
+    true
+}
+
+/// A decode layer (q/k/v, attention output + residual, gated feed-forward
+/// + residual) in five weight formats and both activation modes.
+pub fn decode_layer_fused_equals_unfused<B: Backend>(b: &B) {
+    let mut ran = 0;
+    for (i, dtype) in LAYER_DTYPES.into_iter().enumerate() {
+        let layer = DecodeLayer::new(dtype, 256, 512, 10 + i as u64);
+        for mode in MODES {
+            let case = format!("decode layer {dtype} {mode:?}");
+            ran += usize::from(fused_against_unfused(
+                b,
+                &layer.graph,
+                &layer.mem,
+                layer.out,
+                mode,
+                &case,
+            ));
+        }
+    }
+    assert!(ran > 0, "{}: no decode-layer case ran", b.name());
+}
+
+/// `out = silu(W·x) ⊙ u + r` for every weight format, 1, 3 and the most
+/// columns one GEMV takes (up to 8), both activation modes: one fused
+/// step with a three-stage epilogue.
+pub fn every_weight_format_with_an_epilogue<B: Backend>(b: &B) {
+    let (k, m) = (256, 67);
+    let max = b.capabilities().max_cols.min(8);
+    let mut cols_set = vec![1, 3.min(max), max];
+    cols_set.dedup();
+    let mut ran = 0;
+    for dtype in weight_dtypes() {
+        for &cols in &cols_set {
+            let mut rng = Rng::new(dtype.ggml_id() as u64 * 31 + cols as u64);
+            let mut g = Graph::new();
+            let wb = weights(&mut rng, dtype, m, k);
+            let w = TensorDesc::contiguous(dtype, [k, m, 1, 1], BufferId(0), 0).expect("weights");
+            let mut next = 0;
+            let mut place = |n: usize| {
+                let p = Place::at(1, next);
+                next += (4 * n).next_multiple_of(64);
+                p
+            };
+            let mut input = |g: &mut Graph,
+                             ne: [usize; 4],
+                             inits: &mut Vec<(TensorDesc, Vec<f32>)>,
+                             rng: &mut Rng| {
+                let p = place(ne.iter().product());
+                let t =
+                    TensorDesc::contiguous(DType::F32, ne, p.buffer, p.offset).expect("an input");
+                inits.push((t, rng.vec(ne.iter().product())));
+                g.input(t).expect("an input")
+            };
+            let mut inits = Vec::new();
+            let wn = g.input(w).expect("weights");
+            let x = input(&mut g, [k, cols, 1, 1], &mut inits, &mut rng);
+            let u = input(&mut g, [m, cols, 1, 1], &mut inits, &mut rng);
+            let r = input(&mut g, [m, cols, 1, 1], &mut inits, &mut rng);
+            let (py, ps, pt, po) = (
+                place(m * cols),
+                place(m * cols),
+                place(m * cols),
+                place(m * cols),
+            );
+            let y = g.mul_mat(wn, x, py).expect("a matmul");
+            let s = g.unary(Activation::Silu, y, ps).expect("silu");
+            let t = g.mul(s, u, pt).expect("mul");
+            let out = g.add(t, r, po).expect("add");
+            g.mark_output(out).expect("an output");
+            let mut mem = Memory::new(&[wb.len(), next]);
+            mem.write_rows(&w, &wb).expect("weights fit");
+            for (t, v) in &inits {
+                mem.write(t, v).expect("inputs fit");
+            }
+            let p = plan(&g);
+            assert!(
+                matches!(&p.steps[..], [Step::Gemv(s)] if s.epilogue.len() == 3),
+                "{dtype} x{cols}: {:?}",
+                p.steps
+            );
+            for mode in MODES {
+                let case = format!("gemv {dtype} {m}x{k}x{cols} silu*mul+add {mode:?}");
+                ran += usize::from(fused_against_unfused(b, &g, &mem, out, mode, &case));
+            }
+        }
+    }
+    assert!(ran > 0, "{}: no GEMV case ran", b.name());
+}
+
+/// `H · (x ⊙ s)` as one signed FWHT, for block sizes 32, 256 and 2048
+/// (rows of one and of several blocks, two columns).
+pub fn signed_fwht_equals_sign_multiply_then_transform<B: Backend>(b: &B) {
+    for (n, k) in [(32, 64), (256, 256), (2048, 4096)] {
+        let cols = 2;
+        let mut rng = Rng::new(n as u64);
+        let mut g = Graph::new();
+        let x_t = TensorDesc::contiguous(DType::F32, [k, cols, 1, 1], BufferId(1), 0).expect("x");
+        let s_at = 4 * k * cols;
+        let s_t =
+            TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), s_at).expect("signs");
+        let x = g.input(x_t).expect("x");
+        let s = g.input(s_t).expect("signs");
+        let m_at = s_at + 4 * k;
+        let mut src = g.mul(x, s, Place::at(1, m_at)).expect("mul");
+        if k != n {
+            src = g.reshape(src, [n, k / n * cols, 1, 1]).expect("reshape");
+        }
+        let h_t =
+            TensorDesc::strided(DType::F32, [n, n, 1, 1], [4, 0, 0, 0], BufferId(0), 0).expect("H");
+        let h = g.input(h_t).expect("H");
+        let out_at = m_at + 4 * k * cols;
+        let out = g
+            .mul_mat_hadamard(h, src, Place::at(1, out_at))
+            .expect("hadamard");
+        g.mark_output(out).expect("an output");
+        let mut mem = Memory::new(&[4 * n, out_at + 4 * k * cols]);
+        mem.write(&x_t, &rng.vec(k * cols)).expect("x fits");
+        mem.write(&s_t, &rng.signs(k)).expect("signs fit");
+        let p = plan(&g);
+        assert!(
+            matches!(&p.steps[..], [Step::SignedFwht(f)] if f.desc == FwhtDesc::new(n).and_then(|d| d.with_signs(k)).expect("a size")),
+            "n {n}: {:?}",
+            p.steps
+        );
+        let case = format!("signed fwht n {n} k {k} x{cols}");
+        fused_against_unfused(b, &g, &mem, out, GemvMode::F32, &case);
+    }
+}
+
+/// A run updates the residual stream in place; restoring the inputs makes
+/// the next run (and a timed one) give the first run's bits again.
+pub fn restored_inputs_make_runs_repeatable<B: Backend>(b: &B) {
+    let layer = DecodeLayer::new(DType::Q4_0, 256, 512, 3);
+    let (g, p) = (&layer.graph, plan(&layer.graph));
+    let out = *g.tensor(layer.out).expect("a node");
+    let name = b.name();
+    let mut rp = b
+        .compile(g, &p, GemvMode::F32, &buffer_sizes(&layer.mem))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    rp.write_all(&layer.mem).expect("written");
+    rp.run().expect("a run");
+    let once = rp.read_f32(&out).expect("read");
+    rp.run().expect("a second run");
+    let twice = rp.read_f32(&out).expect("read");
+    assert!(
+        first_bit_difference(&once, &twice).is_some(),
+        "{name}: a second run must add the layer to the residual stream again"
+    );
+    rp.restore_inputs().expect("restored");
+    rp.run().expect("a run after the restore");
+    assert_bits_eq(
+        &rp.read_f32(&out).expect("read"),
+        &once,
+        &format!("{name}: after restore_inputs"),
+    );
+    let t = rp.time_once().expect("a timed run");
+    assert!(t.best().as_nanos() > 0, "{name}: {t:?}");
+    if b.capabilities().device_timer {
+        assert!(
+            t.device.is_some(),
+            "{name}: a device timer but no device time: {t:?}"
+        );
+    }
+    assert_bits_eq(
+        &rp.read_f32(&out).expect("read"),
+        &once,
+        &format!("{name}: after time_once"),
+    );
+}
+
+/// Weights written again (whole, then half of the rows) after a run are
+/// the weights the next run uses.
+pub fn rewritten_weights_are_used<B: Backend>(b: &B) {
+    let (k, m, dtype) = (256, 64, DType::Q4_0);
+    let mut rng = Rng::new(5);
+    let mut g = Graph::new();
+    let w = TensorDesc::contiguous(dtype, [k, m, 1, 1], BufferId(0), 0).expect("weights");
+    let x = TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0).expect("x");
+    let wn = g.input(w).expect("weights");
+    let xn = g.input(x).expect("x");
+    let y = g.mul_mat(wn, xn, Place::at(1, 4 * k)).expect("a matmul");
+    g.mark_output(y).expect("an output");
+    let rb = dtype.row_bytes(k).expect("whole blocks");
+    let mut mem = Memory::new(&[m * rb, 4 * (k + m)]);
+    mem.write_rows(&w, &weights(&mut rng, dtype, m, k))
+        .expect("fits");
+    mem.write(&x, &rng.vec(k)).expect("fits");
+    let p = plan(&g);
+    let yt = *g.tensor(y).expect("a node");
+    let name = b.name();
+    let mut rp = b
+        .compile(&g, &p, GemvMode::F32, &buffer_sizes(&mem))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    rp.write_all(&mem).expect("written");
+    rp.run().expect("a run");
+    let first = rp.read_f32(&yt).expect("read");
+    let expect = |mem: &Memory| {
+        let mut r = mem.clone();
+        eval_graph(&g, &mut r, GemvMode::F32).expect("the reference");
+        r.read(&yt).expect("read")
+    };
+    let all = weights(&mut rng, dtype, m, k);
+    mem.write_rows(&w, &all).expect("fits");
+    rp.write(BufferId(0), 0, &all).expect("weights rewritten");
+    rp.run().expect("a run");
+    let second = rp.read_f32(&yt).expect("read");
+    assert!(
+        first_bit_difference(&first, &second).is_some(),
+        "{name}: new weights, same output"
+    );
+    let e = nmse(&second, &expect(&mem));
+    assert!(e <= NMSE_REORDERED, "{name}: whole rewrite: NMSE {e:e}");
+    let half = weights(&mut rng, dtype, m / 2, k);
+    let at = rb * m / 2;
+    rp.write(BufferId(0), at, &half)
+        .expect("half the rows rewritten");
+    let mut all = all;
+    all[at..].copy_from_slice(&half);
+    mem.write_rows(&w, &all).expect("fits");
+    rp.run().expect("a run");
+    let third = rp.read_f32(&yt).expect("read");
+    assert_bits_eq(
+        &third[..m / 2],
+        &second[..m / 2],
+        &format!("{name}: rows not rewritten"),
+    );
+    let e = nmse(&third, &expect(&mem));
+    assert!(e <= NMSE_REORDERED, "{name}: partial rewrite: NMSE {e:e}");
+}
+
+/// Bad buffers, ranges and tensors are errors, never panics.
+pub fn bad_input_is_a_typed_error<B: Backend>(b: &B) {
+    let layer = DecodeLayer::new(DType::Q4_0, 256, 512, 4);
+    let (g, p) = (&layer.graph, plan(&layer.graph));
+    let sizes = buffer_sizes(&layer.mem);
+    let name = b.name();
+    // Buffers too small for the graph's tensors: refused by compile, or
+    // at the latest by the run.
+    let small: Vec<usize> = sizes.iter().map(|s| s / 2).collect();
+    let r = b.compile(g, &p, GemvMode::F32, &small).and_then(|mut rp| {
+        let mem = Memory::new(&small);
+        rp.write_all(&mem)?;
+        rp.run()
+    });
+    assert!(r.is_err(), "{name}: buffers half the size ran");
+    let mut rp = b
+        .compile(g, &p, GemvMode::F32, &sizes)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    rp.write_all(&layer.mem).expect("written");
+    let n = sizes.len() as u32;
+    assert!(
+        rp.write(BufferId(n), 0, &[0; 4]).is_err(),
+        "{name}: a buffer that does not exist"
+    );
+    assert!(
+        rp.write(BufferId(1), sizes[1] - 2, &[0; 4]).is_err(),
+        "{name}: a write past the end"
+    );
+    assert!(
+        rp.write(BufferId(1), usize::MAX, &[0; 4]).is_err(),
+        "{name}: an offset that overflows"
+    );
+    let mut out = [0u8; 8];
+    assert!(
+        rp.read(BufferId(1), sizes[1] - 4, &mut out).is_err(),
+        "{name}: a read past the end"
+    );
+    assert!(
+        rp.read(BufferId(n), 0, &mut out).is_err(),
+        "{name}: a read of no buffer"
+    );
+    assert!(
+        rp.read_f32(&layer.weights[0]).is_err(),
+        "{name}: Q4_0 read as f32"
+    );
+    let h = *g.tensor(layer.input).expect("a node");
+    let e = rp
+        .write_f32(&h, &[0.0; 3])
+        .expect_err("three values for 256");
+    assert!(!e.to_string().is_empty());
+    assert!(
+        rp.write_all(&Memory::new(&[1, 1])).is_err(),
+        "{name}: memory of other sizes"
+    );
+    // Still usable after the refusals.
+    rp.write_all(&layer.mem).expect("written");
+    rp.run().expect("a run");
+    assert_eq!(rp.read_f32(&h).expect("read").len(), 256);
+    assert!(f32_bytes(&[1.0]).len() == 4);
+}
