@@ -1,7 +1,8 @@
 //! The Vulkan context: loader, instance (with the validation layer and a
 //! debug-utils messenger when asked for), one device with one compute queue,
-//! its subgroup properties and limits, buffers, and synchronous submission of
-//! recorded dispatches with explicit barriers and timestamp queries.
+//! its subgroup properties and limits, buffers, the cache of compute
+//! pipelines, and synchronous submission of recorded dispatches with
+//! explicit barriers and timestamp queries.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
@@ -12,12 +13,13 @@ use ash::vk;
 use ash::vk::Handle;
 
 use crate::error::VulkanError;
-use crate::kernels::{Kernel, KernelKey};
+use crate::pipeline::{self, Kernel, KernelKey};
 
 /// The name of the Khronos validation layer.
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
-/// How to open the context.
+/// How to open the context. The default opens the best device without the
+/// validation layer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ContextOptions {
     /// Enable `VK_LAYER_KHRONOS_validation` and record every warning or error
@@ -30,57 +32,68 @@ pub struct ContextOptions {
     pub staged_buffers: bool,
 }
 
-impl ContextOptions {
-    /// Validation on when the environment variable `FUSED_VK_VALIDATION` is
-    /// set to anything but `0`.
-    pub fn from_env() -> ContextOptions {
-        ContextOptions {
-            validation: std::env::var_os("FUSED_VK_VALIDATION").is_some_and(|v| v != "0"),
-            staged_buffers: false,
-        }
-    }
-}
-
-/// What the backend needs to know about the device.
+/// What the backend needs to know about the device (its `Debug` output
+/// lists every field).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceInfo {
     /// The device name.
-    pub name: String,
+    pub(crate) name: String,
     /// The device type (discrete GPU, CPU, ...).
-    pub device_type: vk::PhysicalDeviceType,
+    pub(crate) device_type: vk::PhysicalDeviceType,
     /// Vulkan API version.
-    pub api_version: u32,
+    pub(crate) api_version: u32,
     /// Subgroup size.
-    pub subgroup_size: u32,
+    pub(crate) subgroup_size: u32,
     /// Subgroup operations supported in compute shaders (empty when the
     /// compute stage has no subgroup support).
-    pub subgroup_ops: vk::SubgroupFeatureFlags,
+    pub(crate) subgroup_ops: vk::SubgroupFeatureFlags,
     /// `maxComputeWorkGroupInvocations`.
-    pub max_invocations: u32,
+    pub(crate) max_invocations: u32,
     /// `maxComputeWorkGroupCount[0]` and `[1]`.
-    pub max_groups: [u32; 2],
+    pub(crate) max_groups: [u32; 2],
     /// `maxComputeSharedMemorySize` in bytes.
-    pub max_shared_bytes: u32,
+    pub(crate) max_shared_bytes: u32,
     /// `maxStorageBufferRange` in bytes.
-    pub max_storage_range: u32,
+    pub(crate) max_storage_range: u32,
     /// Nanoseconds per timestamp tick; `None` when the queue has no timestamps.
-    pub timestamp_period_ns: Option<f32>,
+    pub(crate) timestamp_period_ns: Option<f32>,
     /// Buffers live in host-visible memory (every device-local memory type
     /// is host visible: a CPU or unified-memory device); otherwise they are
     /// device local and reached through staging copies.
-    pub host_visible_buffers: bool,
+    pub(crate) host_visible_buffers: bool,
     /// Shaders may read storage buffers as 16-bit words
     /// (`storageBuffer16BitAccess`, enabled on the device when present).
-    pub storage_16bit: bool,
+    pub(crate) storage_16bit: bool,
     /// Shaders may use integer dot products of packed 4×8-bit vectors
     /// (`VK_KHR_shader_integer_dot_product`, `shaderIntegerDotProduct`;
     /// enabled on the device when present).
-    pub integer_dot: bool,
+    pub(crate) integer_dot: bool,
 }
 
 impl DeviceInfo {
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device type (discrete GPU, CPU, ...).
+    pub fn device_type(&self) -> vk::PhysicalDeviceType {
+        self.device_type
+    }
+
+    /// The subgroup size the kernels are shaped for.
+    pub fn subgroup_size(&self) -> u32 {
+        self.subgroup_size
+    }
+
+    /// Nanoseconds per timestamp tick; `None` when the compute queue has no
+    /// timestamps (and [`crate::PlanTiming::device`] is `None`).
+    pub fn timestamp_period_ns(&self) -> Option<f32> {
+        self.timestamp_period_ns
+    }
+
     /// Whether compute shaders may use subgroup shuffles.
-    pub fn has_shuffle(&self) -> bool {
+    pub(crate) fn has_shuffle(&self) -> bool {
         self.subgroup_ops
             .contains(vk::SubgroupFeatureFlags::SHUFFLE)
     }
@@ -106,6 +119,8 @@ pub struct VulkanContext {
     /// `minStorageBufferOffsetAlignment`: descriptor offsets are multiples.
     storage_offset_alignment: u64,
     info: DeviceInfo,
+    /// Built compute pipelines; the lock also serialises use of the
+    /// command pool.
     pub(crate) kernels: Mutex<HashMap<KernelKey, Kernel>>,
     /// Dispatches completed (each followed by a barrier or the host's wait).
     dispatches: AtomicU64,
@@ -320,7 +335,7 @@ impl VulkanContext {
     /// full barrier (before the next command of its submission) or by the
     /// host's wait for the submission, so this counts both kernel calls and
     /// synchronisation points.
-    pub fn dispatches(&self) -> u64 {
+    pub(crate) fn dispatches(&self) -> u64 {
         self.dispatches.load(Ordering::Relaxed)
     }
 
@@ -332,7 +347,9 @@ impl VulkanContext {
     /// Sends `text` through the debug-utils messenger as a validation
     /// warning, as the layer would. Tests use it to check that a message
     /// really reaches [`VulkanContext::validation_messages`]. Returns whether
-    /// validation (and so the messenger) is on.
+    /// validation (and so the messenger) is on. A test hook: documented
+    /// with the `lab` feature; hidden, not part of the API, without it.
+    #[cfg_attr(not(feature = "lab"), doc(hidden))]
     pub fn report_test_message(&self, text: &CStr) -> bool {
         let Some((loader, _)) = &self.debug else {
             return false;
@@ -350,6 +367,20 @@ impl VulkanContext {
         true
     }
 
+    /// Builds (once) the pipeline of `key`.
+    pub(crate) fn kernel(&self, key: KernelKey) -> Result<(), VulkanError> {
+        let mut cache = self
+            .kernels
+            .lock()
+            .map_err(|_| VulkanError::Unsupported("kernel cache poisoned".into()))?;
+        if cache.contains_key(&key) {
+            return Ok(());
+        }
+        let kernel = pipeline::build(&self.device, key)?;
+        cache.insert(key, kernel);
+        Ok(())
+    }
+
     fn memory_type(&self, bits: u32, flags: vk::MemoryPropertyFlags) -> Option<u32> {
         (0..self.memory.memory_type_count).find(|&i| {
             bits & (1 << i) != 0
@@ -360,8 +391,8 @@ impl VulkanContext {
     }
 
     /// A storage buffer of `size` bytes (at least 4), host visible when the
-    /// device prefers it (see [`DeviceInfo::host_visible_buffers`]).
-    pub fn buffer(&self, size: u64) -> Result<Buffer<'_>, VulkanError> {
+    /// device prefers it (see `DeviceInfo::host_visible_buffers`).
+    pub(crate) fn buffer(&self, size: u64) -> Result<Buffer<'_>, VulkanError> {
         let host = self.info.host_visible_buffers;
         self.buffer_in(size, host)
     }
@@ -444,12 +475,12 @@ impl VulkanContext {
     }
 
     /// A buffer holding `data`.
-    pub fn upload_f32(&self, data: &[f32]) -> Result<Buffer<'_>, VulkanError> {
+    pub(crate) fn upload_f32(&self, data: &[f32]) -> Result<Buffer<'_>, VulkanError> {
         self.upload(bytemuck::cast_slice(data))
     }
 
     /// Writes `data` at the start of `buf`.
-    pub fn write(&self, buf: &Buffer<'_>, data: &[u8]) -> Result<(), VulkanError> {
+    pub(crate) fn write(&self, buf: &Buffer<'_>, data: &[u8]) -> Result<(), VulkanError> {
         if data.len() as u64 > buf.size {
             return Err(fused_core::Error::BufferTooShort {
                 what: "Vulkan buffer",
@@ -502,7 +533,7 @@ impl VulkanContext {
     }
 
     /// Reads the start of `buf` into `out`.
-    pub fn read_f32(&self, buf: &Buffer<'_>, out: &mut [f32]) -> Result<(), VulkanError> {
+    pub(crate) fn read_f32(&self, buf: &Buffer<'_>, out: &mut [f32]) -> Result<(), VulkanError> {
         self.read(buf, bytemuck::cast_slice_mut(out))
     }
 
@@ -764,7 +795,7 @@ impl VulkanContext {
 
     /// `minStorageBufferOffsetAlignment` (at least 1): a storage-buffer
     /// descriptor's offset must be a multiple of it.
-    pub fn storage_offset_alignment(&self) -> u64 {
+    pub(crate) fn storage_offset_alignment(&self) -> u64 {
         self.storage_offset_alignment
     }
 

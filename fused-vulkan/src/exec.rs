@@ -21,8 +21,9 @@ use fused_core::fwht::FwhtDesc;
 use fused_core::reference::gemv::GluWeights;
 use fused_core::reference::{ActQuant, WeightMatrix};
 
-use crate::backend::{MAX_COLS, VulkanBackend, check_mode, gemv_type};
+use crate::backend::VulkanBackend;
 use crate::error::VulkanError;
+use crate::pipeline::{MAX_COLS, check_mode, gemv_type};
 
 impl StepKernels for VulkanBackend {
     type Error = VulkanError;

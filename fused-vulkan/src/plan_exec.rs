@@ -54,8 +54,9 @@
 //! activation modes and column counts the kernels lack (as
 //! [`StepKernels::supports_gemv`] says).
 //!
-//! With GGML's quantized activations ([`GemvMode::Ggml`]: Q8_0 for Q8_0
-//! and Q4_0 weights, Q8_K for Q4_K), each GEMV step first dispatches the
+//! With GGML's quantized activations ([`GemvMode::Ggml`]: Q8_0, Q8_1 or
+//! Q8_K, as GGML pairs them with each quantized weight format), each GEMV
+//! step first dispatches the
 //! activation quantizer into one scratch buffer that every step reuses
 //! (a gated step quantizes once for both weights); the barrier rules
 //! above order the reuse. A step whose input the latest quantization
@@ -66,8 +67,8 @@
 //!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
-//! copies them back (one more submission), so that every timed run of
-//! [`DevicePlan::run_timed`] starts from the same inputs.
+//! copies them back (one more submission), so that every timed run
+//! ([`DevicePlan::time_once`]) starts from the same inputs.
 
 use std::time::{Duration, Instant};
 
@@ -88,15 +89,15 @@ use fused_core::reuse::LatestQuantization;
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
 
-use crate::backend::{ChainWords, EltOp, VulkanBackend, gemv_type, quantized_bytes, u32_of};
+use crate::backend::{ChainWords, EltOp, VulkanBackend};
 use crate::context::{Buffer, Dispatch};
 use crate::error::VulkanError;
-use crate::kernels::KernelKey;
+use crate::pipeline::{KernelKey, gemv_type, quantized_bytes, u32_of};
 
 /// The least alignment of a binding's offset, in bytes, on every device:
 /// the shaders may read a binding as 16-byte vectors (`vec4`, `uvec4`),
 /// which the host-slice path always binds at offset 0.
-pub const BINDING_ALIGN: u64 = 16;
+const BINDING_ALIGN: u64 = 16;
 
 /// What one run of a [`DevicePlan`] records.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -557,7 +558,8 @@ impl<'a> CommandSink for Builder<'a, '_> {
                 None => {
                     let qr = self.quantized_scratch(bytes)?;
                     let p = self.placeholder;
-                    let d = self.backend.quantize_dispatch(mode, k, n, p, p)?;
+                    let t = self.backend.tuning();
+                    let d = self.backend.quantize_dispatch(&t, mode, k, n, p, p)?;
                     self.dispatch(d, vec![xr, qr], 1, (qr, None));
                     self.stats.quantizations += 1;
                     self.latest_quant.record(xr, key, qr);
@@ -567,6 +569,7 @@ impl<'a> CommandSink for Builder<'a, '_> {
         }
         let n_bind = if up.is_some() { 5 } else { 4 };
         let d = self.backend.gemv_dispatch(
+            &self.backend.tuning(),
             gt,
             mode,
             up.map(|(_, a)| a),
@@ -599,8 +602,8 @@ impl<'a> CommandSink for Builder<'a, '_> {
         let out = self.write(dst)?;
         let rows = x.n_elements() / desc.n();
         let p = self.placeholder;
-        let variant = self.backend.fwht_variant();
-        let d = self.backend.fwht_dispatch(desc, variant, rows, p, p, p)?;
+        let t = self.backend.tuning();
+        let d = self.backend.fwht_dispatch(&t, desc, rows, p, p, p)?;
         self.dispatch(d, vec![xr, sr, out.0], 2, out);
         Ok(())
     }
@@ -764,11 +767,6 @@ impl<'a> DevicePlan<'a> {
     /// What one run records.
     pub fn stats(&self) -> DevicePlanStats {
         self.stats
-    }
-
-    /// The number of graph buffers.
-    pub fn n_buffers(&self) -> usize {
-        self.buffers.len()
     }
 
     fn vk_buffer(&self, slot: Slot) -> vk::Buffer {
@@ -1093,15 +1091,6 @@ impl<'a> DevicePlan<'a> {
                 .context()
                 .submit_and_wait(self.restore_cb, self.fence)
         }
-    }
-
-    /// Runs the plan `reps` times, each run starting from the uploaded
-    /// inputs ([`DevicePlan::restore_inputs`] before it, not timed), after
-    /// one untimed warm-up run.
-    pub fn run_timed(&self, reps: usize) -> Result<Vec<PlanTiming>, VulkanError> {
-        self.restore_inputs()?;
-        self.run()?;
-        (0..reps).map(|_| self.time_once()).collect()
     }
 
     /// Restores the inputs, then one timed run.

@@ -1,22 +1,21 @@
 //! Device-timed kernels (timestamp queries around one submission) for the
-//! bench binary. Each function builds its buffers once, runs `reps` timed
-//! submissions and returns the median device time.
-
-use std::time::{Duration, Instant};
+//! bench binary (feature `lab`). Each function builds its buffers once,
+//! runs `reps` timed submissions and returns the median device time. The
+//! kernels are chosen with the backend's tuning
+//! ([`VulkanBackend::set_tuning`]); [`GemvBench`] takes a shape too.
 
 use fused_core::DType;
+use fused_core::element::Activation;
 use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
-
-use crate::backend::{
-    ChainWords, EltOp, FwhtPlan, FwhtVariant, GemvShape, QuantizeShape, VulkanBackend, check_mode,
-    gemv_type, quantized_bytes,
-};
-use crate::context::{Buffer, Command, Dispatch, VulkanContext};
-use crate::error::VulkanError;
-use crate::kernels::{GemvType, KernelKey, Shader};
-use fused_core::element::Activation;
 use fused_core::reference::gemv::ActQuant;
+
+use crate::backend::{ChainWords, EltOp, VulkanBackend};
+use crate::context::{Buffer, Command};
+use crate::error::VulkanError;
+use crate::measure::{self, MAX_ROUNDS};
+use crate::pipeline::{GemvType, check_mode, gemv_type, quantized_bytes};
+use crate::tuning::GemvShape;
 
 /// One measurement: the median device time and the bytes it moved.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -34,86 +33,6 @@ impl Timing {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// How long each case runs untimed before it is timed.
-const WARM_UP: Duration = Duration::from_millis(300);
-
-/// The device time one timed submission aims for. NVIDIA's driver sets the
-/// SM clock from the GPU's utilization: with submissions of a few calls
-/// (tens to hundreds of microseconds) and the host's wait between them, an
-/// H200 ran 15 to 40 % utilized and its SM clock fell from 1980 MHz to
-/// 345 MHz within seconds (clock-event reason "GPU idle"), and the same
-/// GEMV measured 107 % and 45 % of the copy ceiling. Submissions of
-/// milliseconds keep it busy, as a model's stream of kernels does.
-const SUBMISSION_NS: f64 = 4e6;
-/// The most repetitions of a command list in one submission.
-const MAX_ROUNDS: usize = 1024;
-
-/// Submissions per host call while warming up.
-const WARM_UP_BATCH: usize = 4;
-
-/// Submits `commands` (recorded once, untimed) until [`WARM_UP`] has
-/// passed, at least once.
-fn warm_up(
-    ctx: &VulkanContext,
-    commands: &[Command<'_>],
-    ordered: bool,
-) -> Result<(), VulkanError> {
-    let start = Instant::now();
-    let mut unused = Vec::new();
-    loop {
-        ctx.submit_times(commands, false, ordered, WARM_UP_BATCH, &mut unused)?;
-        if start.elapsed() >= WARM_UP {
-            return Ok(());
-        }
-    }
-}
-
-/// The median device time of one pass of `commands` (with barriers
-/// between them): passes repeated in each submission until it takes about
-/// [`SUBMISSION_NS`], after a warm-up.
-fn timed(ctx: &VulkanContext, commands: &[Command<'_>], reps: usize) -> Result<f64, VulkanError> {
-    let one = ctx.submit(commands, true)?.unwrap_or(f64::NAN);
-    let rounds = rounds_for(one);
-    let repeated: Vec<Command<'_>> = commands
-        .iter()
-        .cycle()
-        .take(commands.len() * rounds)
-        .cloned()
-        .collect();
-    timed_rounds(ctx, &repeated, true, rounds, reps)
-}
-
-/// How many passes of `one_ns` fill a submission of [`SUBMISSION_NS`].
-fn rounds_for(one_ns: f64) -> usize {
-    if one_ns.is_finite() && one_ns > 0.0 {
-        ((SUBMISSION_NS / one_ns).ceil() as usize).clamp(1, MAX_ROUNDS)
-    } else {
-        1
-    }
-}
-
-/// The median device time of `commands` divided by `per` (the passes or
-/// calls they hold), after a warm-up.
-fn timed_rounds(
-    ctx: &VulkanContext,
-    commands: &[Command<'_>],
-    ordered: bool,
-    per: usize,
-    reps: usize,
-) -> Result<f64, VulkanError> {
-    warm_up(ctx, commands, ordered)?;
-    let mut times = Vec::with_capacity(reps.max(1));
-    ctx.submit_times(commands, true, ordered, reps.max(1), &mut times)?;
-    Ok(median(
-        times.into_iter().map(|t| t / per.max(1) as f64).collect(),
-    ))
-}
-
 /// A deterministic fill (values in [-1, 1)).
 fn fill(n: usize) -> Vec<f32> {
     (0..n)
@@ -121,80 +40,45 @@ fn fill(n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// A device-to-device copy of `bytes` bytes: the bandwidth ceiling.
+/// A device-to-device copy of `bytes` bytes by `vkCmdCopyBuffer`.
 pub fn copy(b: &VulkanBackend, bytes: u64, reps: usize) -> Result<Timing, VulkanError> {
     let ctx = b.context();
     let src = ctx.buffer(bytes)?;
     let dst = ctx.buffer(bytes)?;
-    let t = timed(ctx, &[Command::Copy(&src, &dst)], reps)?;
+    let t = measure::median_time(ctx, &[Command::Copy(&src, &dst)], reps)?;
     Ok(Timing {
         median_ns: t,
         bytes: 2 * bytes,
     })
 }
 
-/// Threads per workgroup of the copy shader.
-const COPY_WG: u32 = 256;
-/// 16-byte words each copy-shader thread moves.
-const COPY_PER_THREAD: u32 = 4;
-
 /// A device-to-device copy of `bytes` bytes (a multiple of 16) by a compute
-/// shader with 16-byte loads and stores: the other candidate for the
-/// bandwidth ceiling (some drivers' `vkCmdCopyBuffer` is slower).
+/// shader with 16-byte loads and stores.
 pub fn copy_shader(b: &VulkanBackend, bytes: u64, reps: usize) -> Result<Timing, VulkanError> {
-    if !bytes.is_multiple_of(16) {
-        return Err(VulkanError::Unsupported(format!(
-            "shader copy of {bytes} bytes: not a multiple of 16"
-        )));
-    }
-    let quads = u32::try_from(bytes / 16).map_err(|_| fused_core::Error::Overflow {
-        what: "shader copy size",
-    })?;
     let ctx = b.context();
     let src = ctx.buffer(bytes)?;
     let dst = ctx.buffer(bytes)?;
-    let key = KernelKey {
-        shader: Shader::Copy,
-        spec: [COPY_WG, COPY_PER_THREAD, 0, 0, 0, 0],
-    };
-    ctx.kernel(key)?;
-    let d = Dispatch {
-        kernel: key,
-        buffers: vec![&src, &dst],
-        push: quads.to_ne_bytes().to_vec(),
-        groups: b.grid(u64::from(quads).div_ceil(u64::from(COPY_WG * COPY_PER_THREAD)))?,
-    };
-    let t = timed(ctx, &[Command::Dispatch(d)], reps)?;
+    let d = b.copy_dispatch(bytes, &src, &dst)?;
+    let t = measure::median_time(ctx, &[Command::Dispatch(d)], reps)?;
     Ok(Timing {
         median_ns: t,
         bytes: 2 * bytes,
     })
 }
 
-/// Signed FWHT of block size `n` over `floats` values (one sign block):
-/// fused (signs multiplied at load, one dispatch) or unfused (sign-multiply
-/// dispatch, barrier, unsigned FWHT dispatch).
+/// Signed FWHT of block size `n` over `floats` values (one sign block),
+/// with the backend's tuning: fused (signs multiplied at load, one
+/// dispatch) or unfused (sign-multiply dispatch, barrier, unsigned FWHT
+/// dispatch).
 pub fn fwht(
     b: &VulkanBackend,
-    variant: FwhtVariant,
-    n: usize,
-    floats: usize,
-    fused: bool,
-    reps: usize,
-) -> Result<Timing, VulkanError> {
-    fwht_planned(b, b.fwht_plan(variant, n)?, n, floats, fused, reps)
-}
-
-/// [`fwht`] with a given plan for `n`.
-pub fn fwht_planned(
-    b: &VulkanBackend,
-    plan: FwhtPlan,
     n: usize,
     floats: usize,
     fused: bool,
     reps: usize,
 ) -> Result<Timing, VulkanError> {
     let ctx = b.context();
+    let tuning = b.tuning();
     let rows = floats / n;
     let len = rows * n;
     let signed = FwhtDesc::new(n)?.with_signs(n)?;
@@ -203,8 +87,8 @@ pub fn fwht_planned(
     let s = ctx.upload_f32(&signs)?;
     let out = ctx.buffer(4 * len as u64)?;
     let t = if fused {
-        let d = b.fwht_dispatch_planned(&signed, plan, rows, &x, &s, &out)?;
-        timed(ctx, &[Command::Dispatch(d)], reps)?
+        let d = b.fwht_dispatch(&tuning, &signed, rows, &x, &s, &out)?;
+        measure::median_time(ctx, &[Command::Dispatch(d)], reps)?
     } else {
         let tmp = ctx.buffer(4 * len as u64)?;
         let params = [n as u32, 1];
@@ -216,8 +100,9 @@ pub fn fwht_planned(
             [&x, &s, &tmp],
         )?;
         let unsigned = FwhtDesc::new(n)?;
-        let f = b.fwht_dispatch_planned(&unsigned, plan, rows, &tmp, &s, &out)?;
-        timed(ctx, &[Command::Dispatch(mul), Command::Dispatch(f)], reps)?
+        let f = b.fwht_dispatch(&tuning, &unsigned, rows, &tmp, &s, &out)?;
+        let commands = [Command::Dispatch(mul), Command::Dispatch(f)];
+        measure::median_time(ctx, &commands, reps)?
     };
     let traffic = if fused { 2 } else { 4 };
     Ok(Timing {
@@ -226,34 +111,12 @@ pub fn fwht_planned(
     })
 }
 
-/// The activation quantizer of the Q8 mode: `n_cols` columns of `k`
-/// values quantized per `mode` (Q8_0 or Q8_K), one dispatch timed alone
-/// (bytes: the f32 values read and the quantized bytes written).
+/// The activation quantizer of the Q8 mode, in the backend's tuning:
+/// `n_cols` columns of `k` values quantized per `mode` (Q8_0, Q8_1 or
+/// Q8_K), one dispatch timed alone (bytes: the f32 values read and the
+/// quantized bytes written).
 pub fn quantize(
     b: &VulkanBackend,
-    mode: ActQuant,
-    k: usize,
-    n_cols: usize,
-    reps: usize,
-) -> Result<Timing, VulkanError> {
-    quantize_with(b, None, mode, k, n_cols, reps)
-}
-
-/// [`quantize`] with a given launch shape (for tuning).
-pub fn quantize_shaped(
-    b: &VulkanBackend,
-    shape: QuantizeShape,
-    mode: ActQuant,
-    k: usize,
-    n_cols: usize,
-    reps: usize,
-) -> Result<Timing, VulkanError> {
-    quantize_with(b, Some(shape), mode, k, n_cols, reps)
-}
-
-fn quantize_with(
-    b: &VulkanBackend,
-    shape: Option<QuantizeShape>,
     mode: ActQuant,
     k: usize,
     n_cols: usize,
@@ -267,11 +130,8 @@ fn quantize_with(
     let ctx = b.context();
     let x = ctx.upload_f32(&fill(k * n_cols))?;
     let q = ctx.buffer(q_bytes)?;
-    let d = match shape {
-        Some(shape) => b.quantize_dispatch_shaped(shape, mode, k, n_cols, &x, &q)?,
-        None => b.quantize_dispatch(mode, k, n_cols, &x, &q)?,
-    };
-    let t = timed(ctx, &[Command::Dispatch(d)], reps)?;
+    let d = b.quantize_dispatch(&b.tuning(), mode, k, n_cols, &x, &q)?;
+    let t = measure::median_time(ctx, &[Command::Dispatch(d)], reps)?;
     Ok(Timing {
         median_ns: t,
         bytes: 4 * (k * n_cols) as u64 + q_bytes,
@@ -282,7 +142,7 @@ fn quantize_with(
 pub const L2_BYTES: u64 = 60_000_000;
 
 /// Weight bytes one timed GEMV submission aims to read (about
-/// [`SUBMISSION_NS`] at 4 TB/s).
+/// one timed submission at 4 TB/s).
 const GEMV_SUBMISSION_BYTES: u64 = 16_000_000_000;
 
 /// One-column GEMVs of an `m × k` matrix in one weight format with no
@@ -346,9 +206,14 @@ impl<'a> GemvBench<'a> {
             Some(bytes) => {
                 let ctx = self.backend.context();
                 let q = ctx.buffer(bytes)?;
-                let d = self
-                    .backend
-                    .quantize_dispatch(mode, self.k, 1, &self.x, &q)?;
+                let d = self.backend.quantize_dispatch(
+                    &self.backend.tuning(),
+                    mode,
+                    self.k,
+                    1,
+                    &self.x,
+                    &q,
+                )?;
                 ctx.submit(&[Command::Dispatch(d)], false)?;
                 Some(q)
             }
@@ -434,7 +299,7 @@ impl<'a> GemvBench<'a> {
     }
 
     /// [`GemvBench::time`] with 16-bit weight loads allowed (where the
-    /// backend uses them, see [`VulkanBackend::set_gemv_16bit_loads`]) or not.
+    /// backend's tuning and the device allow them) or not.
     pub fn time_loads(
         &self,
         shape: Option<GemvShape>,
@@ -443,11 +308,10 @@ impl<'a> GemvBench<'a> {
         loads16: bool,
     ) -> Result<Timing, VulkanError> {
         let b = self.backend;
-        let storage16 = loads16 && b.gemv_uses_16bit(self.dtype);
-        let shape = match shape {
-            Some(s) => s,
-            None => b.shape_for(self.dtype, self.mode, 1, false)?,
-        };
+        let base = b.tuning();
+        let tuning = base
+            .with_gemv_shape(shape.or(base.gemv_shape))
+            .with_16bit_loads(loads16 && base.gemv_16bit_loads);
         let x = self.xq.as_ref().unwrap_or(&self.x);
         let x_bytes = match &self.xq {
             Some(q) => q.size(),
@@ -458,9 +322,8 @@ impl<'a> GemvBench<'a> {
             .iter()
             .zip(self.weights.iter().cycle())
             .map(|(y, w)| {
-                b.gemv_dispatch_shaped(
-                    shape,
-                    storage16,
+                b.gemv_dispatch(
+                    &tuning,
                     self.dtype,
                     self.mode,
                     None,
@@ -473,7 +336,8 @@ impl<'a> GemvBench<'a> {
                 .map(Command::Dispatch)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let t = timed_rounds(b.context(), &commands, ordered, commands.len(), reps)?;
+        let t =
+            measure::median_time_of_rounds(b.context(), &commands, ordered, commands.len(), reps)?;
         Ok(Timing {
             median_ns: t,
             bytes: self.weight_bytes as u64 + x_bytes + 4 * self.m as u64,

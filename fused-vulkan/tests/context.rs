@@ -12,7 +12,7 @@ use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_vulkan::{ContextOptions, VulkanBackend, timing};
+use fused_vulkan::{ContextOptions, VulkanBackend};
 
 #[test]
 fn device_properties_are_sane() {
@@ -20,10 +20,13 @@ fn device_properties_are_sane() {
         return;
     };
     let info = b.context().info();
-    assert!(!info.name.is_empty());
-    assert!(info.subgroup_size.is_power_of_two(), "{info:?}");
-    assert!(info.max_invocations >= 128, "{info:?}");
-    assert!(info.max_shared_bytes >= 16384, "{info:?}");
+    assert!(!info.name().is_empty());
+    assert!(info.subgroup_size().is_power_of_two(), "{info:?}");
+    #[cfg(feature = "lab")]
+    {
+        assert!(info.max_invocations() >= 128, "{info:?}");
+        assert!(info.max_shared_bytes() >= 16384, "{info:?}");
+    }
     assert_no_validation_messages(&b);
 }
 
@@ -47,38 +50,21 @@ fn the_messenger_records_every_message() {
 }
 
 #[test]
-fn buffers_round_trip_and_copies_are_timed() {
+fn buffers_round_trip_and_the_copy_bandwidth_is_measured() {
     let Some(b) = backend_or_skip() else {
         return;
     };
     let ctx = b.context();
-    let v = data(1001, 9);
-    let buf = ctx.upload_f32(&v).unwrap();
-    let mut back = vec![0.0; v.len()];
-    ctx.read_f32(&buf, &mut back).unwrap();
+    let v: Vec<u8> = (0..1001u32).map(|i| (i * 7) as u8).collect();
+    let buf = ctx.upload(&v).unwrap();
+    let mut back = vec![0; v.len()];
+    ctx.read(&buf, &mut back).unwrap();
     assert_eq!(back, v);
-    let mut too_long = vec![0.0; 2000];
-    assert!(ctx.read_f32(&buf, &mut too_long).is_err());
-    let t = timing::copy(&b, 1 << 20, 3).unwrap();
-    assert!(t.median_ns > 0.0 && t.median_ns.is_finite(), "{t:?}");
-    let t = timing::copy_shader(&b, 1 << 20, 3).unwrap();
-    assert!(t.median_ns > 0.0 && t.median_ns.is_finite(), "{t:?}");
-    assert!(
-        timing::copy_shader(&b, 1000, 1).is_err(),
-        "not a multiple of 16"
-    );
-    // Back-to-back GEMVs without barriers and with them: synchronization
-    // validation checks that the unordered calls do not conflict.
-    let g = timing::GemvBench::with_copies(&b, DType::Q4_0, 64, 256, 2, 2).unwrap();
-    assert_eq!((g.copies(), g.calls()), (2, 4));
-    for ordered in [false, true] {
-        let t = g.time(None, ordered, 1).unwrap();
-        assert!(t.median_ns > 0.0 && t.median_ns.is_finite(), "{t:?}");
-    }
-    // Two dispatches in one submission: synchronization validation checks
-    // the barrier between them.
-    let t = timing::fwht(&b, b.fwht_variant(), 64, 64 * 64, false, 1).unwrap();
-    assert!(t.median_ns > 0.0, "{t:?}");
+    let mut too_long = vec![0; 2000];
+    assert!(ctx.read(&buf, &mut too_long).is_err());
+    let gbs = b.copy_bandwidth_gbs(1 << 20, 3).unwrap();
+    assert!(gbs > 0.0 && gbs.is_finite(), "{gbs}");
+    assert!(b.copy_bandwidth_gbs(15, 1).is_err(), "less than 16 bytes");
     assert_no_validation_messages(&b);
 }
 
@@ -117,15 +103,16 @@ fn staged_buffers_give_the_same_bits() {
         staged_buffers: true,
     })
     .expect("the device opened once already");
-    assert!(!staged.context().info().host_visible_buffers);
+    #[cfg(feature = "lab")]
+    assert!(!staged.context().info().host_visible_buffers());
     let (y0, f0) = sample_results(&plain);
     let (y1, f1) = sample_results(&staged);
     assert_eq!(first_bit_difference(&y0, &y1), None, "GEMV");
     assert_eq!(first_bit_difference(&f0, &f1), None, "FWHT");
-    let v = data(77, 36);
-    let buf = staged.context().upload_f32(&v).unwrap();
-    let mut back = vec![0.0; v.len()];
-    staged.context().read_f32(&buf, &mut back).unwrap();
+    let v: Vec<u8> = (0..77u8).collect();
+    let buf = staged.context().upload(&v).unwrap();
+    let mut back = vec![0; v.len()];
+    staged.context().read(&buf, &mut back).unwrap();
     assert_eq!(back, v);
     assert_no_validation_messages(&plain);
     assert_no_validation_messages(&staged);

@@ -1,36 +1,47 @@
 //! The Vulkan FWHT against the core's reference transform, bit for bit, for
-//! every N = 2^k (2..=32768), signed and unsigned, in both variants.
+//! every N = 2^k (2..=32768), signed and unsigned, in the variant chosen
+//! for the device and, with the `lab` feature, in every variant the device
+//! has and in tuned launch shapes.
 
 mod common;
 
 use common::{assert_no_validation_messages, backend_or_skip, data, first_bit_difference};
 use fused_core::fwht::{FWHT_MAX_N, FwhtDesc, fwht};
-use fused_vulkan::{FwhtVariant, VulkanError};
+#[cfg(feature = "lab")]
+use fused_vulkan::FwhtVariant;
+use fused_vulkan::{Tuning, VulkanBackend, VulkanError};
 use std::io::Write;
 
-fn variants(b: &fused_vulkan::VulkanBackend) -> Vec<FwhtVariant> {
-    let mut v = vec![FwhtVariant::Shared];
-    if b.context().info().has_shuffle() {
-        v.push(FwhtVariant::Shuffle);
+/// The tunings to test: the default and, with `lab`, each variant the
+/// device has forced.
+fn tunings(b: &VulkanBackend) -> Vec<Tuning> {
+    #[cfg(feature = "lab")]
+    {
+        let shuffle = ash::vk::SubgroupFeatureFlags::SHUFFLE;
+        let mut v = vec![
+            Tuning::default(),
+            Tuning::default().with_fwht_variant(Some(FwhtVariant::Shared)),
+        ];
+        if b.context().info().subgroup_ops().contains(shuffle) {
+            v.push(Tuning::default().with_fwht_variant(Some(FwhtVariant::Shuffle)));
+        }
+        v
     }
-    v
+    #[cfg(not(feature = "lab"))]
+    {
+        let _ = b;
+        vec![Tuning::default()]
+    }
 }
 
 #[test]
 fn every_size_matches_the_core_bit_for_bit() {
-    let Some(b) = backend_or_skip() else {
+    let Some(mut b) = backend_or_skip() else {
         return;
     };
-    let info = b.context().info();
-    let _ = writeln!(
-        std::io::stderr(),
-        "device: {} (subgroup {}, ops {:?}, picked {:?})",
-        info.name,
-        info.subgroup_size,
-        info.subgroup_ops,
-        b.fwht_variant()
-    );
-    for variant in variants(&b) {
+    let _ = writeln!(std::io::stderr(), "device: {:?}", b.context().info());
+    for tuning in tunings(&b) {
+        b.set_tuning(tuning).unwrap();
         let mut n = 2;
         while n <= FWHT_MAX_N {
             // Enough rows for several workgroups and a partial last one.
@@ -47,13 +58,12 @@ fn every_size_matches_the_core_bit_for_bit() {
                 let mut want = vec![0.0; x.len()];
                 fwht(&desc, &x, s, &mut want).unwrap();
                 let mut got = vec![f32::NAN; x.len()];
-                b.fwht_with(variant, &desc, &x, s, &mut got).unwrap();
+                b.fwht(&desc, &x, s, &mut got).unwrap();
                 assert_eq!(
                     first_bit_difference(&got, &want),
                     None,
-                    "{variant:?} N={n} signed={} plan={:?}",
+                    "{tuning:?} N={n} signed={}",
                     s.is_some(),
-                    b.fwht_plan(variant, n).unwrap()
                 );
             }
             n *= 2;
@@ -64,12 +74,13 @@ fn every_size_matches_the_core_bit_for_bit() {
 
 /// Tuned plans (values per thread, workgroup size, several slabs of rows
 /// per workgroup with a partial last one) give the reference's bits too.
+#[cfg(feature = "lab")]
 #[test]
 fn tuned_plans_match_the_core_bit_for_bit() {
-    let Some(b) = backend_or_skip() else {
+    let Some(mut b) = backend_or_skip() else {
         return;
     };
-    for variant in variants(&b) {
+    for tuning in tunings(&b) {
         for n in [16, 1024, 4096] {
             let rows = (30_000 / n).max(5) | 1;
             let x = data(rows * n, 40 + n as u64);
@@ -83,30 +94,18 @@ fn tuned_plans_match_the_core_bit_for_bit() {
             for (per_thread, workgroup, slabs) in
                 [(32, 64, 3), (16, 128, 4), (8, 64, 2), (2, 32, 5)]
             {
-                let plan = b
-                    .fwht_plan_tuned(variant, n, per_thread, workgroup, slabs)
+                b.set_tuning(tuning.with_fwht_shape(per_thread, workgroup, slabs))
                     .unwrap();
+                let plan = b.fwht_plan(n).unwrap();
                 let mut got = vec![f32::NAN; x.len()];
-                b.fwht_planned(plan, &desc, &x, Some(&signs), &mut got)
-                    .unwrap();
-                assert_eq!(
-                    first_bit_difference(&got, &want),
-                    None,
-                    "{variant:?} N={n} {plan:?}"
-                );
+                b.fwht(&desc, &x, Some(&signs), &mut got).unwrap();
+                assert_eq!(first_bit_difference(&got, &want), None, "N={n} {plan:?}");
             }
         }
     }
-    let plan = b.fwht_plan(b.fwht_variant(), 64).unwrap();
-    let desc = FwhtDesc::new(128).unwrap();
-    let x = data(256, 1);
-    let mut out = vec![0.0; 256];
-    assert!(
-        b.fwht_planned(plan, &desc, &x, None, &mut out).is_err(),
-        "plan for another N"
-    );
-    assert!(b.fwht_plan_tuned(b.fwht_variant(), 64, 3, 64, 1).is_err());
-    assert!(b.fwht_plan_tuned(b.fwht_variant(), 64, 8, 64, 0).is_err());
+    let t = Tuning::default();
+    assert!(b.set_tuning(t.with_fwht_shape(3, 64, 1)).is_err());
+    assert!(b.set_tuning(t.with_fwht_shape(8, 64, 0)).is_err());
     assert_no_validation_messages(&b);
 }
 

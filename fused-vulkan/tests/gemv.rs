@@ -27,7 +27,9 @@ use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
 use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_vulkan::{GemvShape, MAX_COLS, VulkanBackend, VulkanError};
+#[cfg(feature = "lab")]
+use fused_vulkan::GemvShape;
+use fused_vulkan::{MAX_COLS, Tuning, VulkanBackend, VulkanError};
 
 const TOL: f64 = 1e-6;
 const DTYPES: [DType; 13] = [
@@ -118,13 +120,14 @@ fn gated_gemv_matches_the_reference_for_every_activation() {
 /// per workgroup not dividing M, loop-trip tails) and the scalar F32/F16
 /// path (K not a multiple of 4 or 8) match the reference, and the plain and
 /// gated forms stay bit-identical to the unfused ones under each shape.
+#[cfg(feature = "lab")]
 #[test]
 fn every_gemv_shape_matches_the_reference() {
     let Some(mut b) = backend_or_skip() else {
         return;
     };
     let m = 23;
-    let default = b.gemv_shape(1, false).unwrap();
+    let default = b.gemv_shape(DType::F16, ActQuant::F32, 1, false).unwrap();
     let mut shapes = Vec::new();
     // More output values (rows x columns) than threads in the last two.
     for (workgroup, rows, unroll, subgroup_reduce) in
@@ -151,7 +154,8 @@ fn every_gemv_shape_matches_the_reference() {
         (DType::Q6_K, 1280),
     ];
     for shape in shapes {
-        b.set_gemv_shape(shape).unwrap();
+        b.set_tuning(Tuning::default().with_gemv_shape(shape))
+            .unwrap();
         for (dtype, k) in cases {
             let wb = weights(dtype, m, k, 14);
             let ub = weights(dtype, m, k, 15);
@@ -212,9 +216,13 @@ fn every_gemv_shape_matches_the_reference() {
         workgroup: 3,
         ..default
     };
-    assert!(b.set_gemv_shape(Some(too_big)).is_err());
-    b.set_gemv_shape(None).unwrap();
-    assert_eq!(b.gemv_shape(1, false).unwrap(), default);
+    let before = b.tuning();
+    let too_big = Tuning::default().with_gemv_shape(Some(too_big));
+    assert!(b.set_tuning(too_big).is_err());
+    assert_eq!(b.tuning(), before);
+    b.set_tuning(Tuning::default()).unwrap();
+    let again = b.gemv_shape(DType::F16, ActQuant::F32, 1, false).unwrap();
+    assert_eq!(again, default);
     assert_no_validation_messages(&b);
 }
 
@@ -227,8 +235,6 @@ fn quantized_gemv_without_16bit_loads_matches() {
     let Some(mut b) = backend_or_skip() else {
         return;
     };
-    let has16 = b.context().info().storage_16bit;
-    assert_eq!(b.set_gemv_16bit_loads(true).is_ok(), has16);
     let (m, k) = (23, 1056);
     for dtype in [DType::Q8_0, DType::Q4_0] {
         let gb = weights(dtype, m, k, 21);
@@ -245,12 +251,8 @@ fn quantized_gemv_without_16bit_loads_matches() {
             let mut got = [vec![f32::NAN; m * n_cols], vec![f32::NAN; m * n_cols]];
             let mut gated = [vec![f32::NAN; m * n_cols], vec![f32::NAN; m * n_cols]];
             for (i, on) in [false, true].into_iter().enumerate() {
-                if on && !has16 {
-                    got[1] = got[0].clone();
-                    gated[1] = gated[0].clone();
-                    continue;
-                }
-                b.set_gemv_16bit_loads(on).unwrap();
+                b.set_tuning(Tuning::default().with_16bit_loads(on))
+                    .unwrap();
                 b.gemv(
                     &w,
                     &x,

@@ -28,7 +28,9 @@ use fused_core::quant::quantize_row;
 use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{Error, error::Unsupported};
-use fused_vulkan::{GemvShape, MAX_COLS, QuantizeShape, VulkanBackend, VulkanError};
+#[cfg(feature = "lab")]
+use fused_vulkan::{GemvShape, QuantizeShape};
+use fused_vulkan::{MAX_COLS, Tuning, VulkanBackend, VulkanError};
 
 /// fused-verify's ulp budget for reordered sums.
 const ULPS: u64 = 4096;
@@ -228,6 +230,7 @@ fn activations_are_quantized_as_the_core_does() {
 /// that Q8_0's d is subnormal (id infinite) and Q8_K's 127 / max overflows
 /// (iscale infinite, codes 0 from nearest_int's -2^22) or its d is
 /// subnormal (every fifth 256 values are all that small).
+#[cfg(feature = "lab")]
 fn division_activations(k: usize, n_cols: usize, seed: u64) -> Vec<f32> {
     let mut x = data(k * n_cols, seed);
     let mut s = seed | 1;
@@ -272,9 +275,27 @@ fn division_activations(k: usize, n_cols: usize, seed: u64) -> Vec<f32> {
     x
 }
 
+/// `quantize_activations` with the quantizer's shape for `mode` set to
+/// `shape` (the default tuning restored after).
+#[cfg(feature = "lab")]
+fn quantize_shaped(
+    b: &mut VulkanBackend,
+    shape: QuantizeShape,
+    mode: ActQuant,
+    x: &[f32],
+    n_cols: usize,
+) -> Result<Vec<u32>, VulkanError> {
+    let default = Tuning::default();
+    b.set_tuning(default.with_quantize_shape(mode, shape))?;
+    let r = b.quantize_activations(mode, x, n_cols);
+    b.set_tuning(default).unwrap();
+    r
+}
+
+#[cfg(feature = "lab")]
 #[test]
 fn every_quantizer_shape_divides_as_the_core_does() {
-    let Some(b) = backend_or_skip() else {
+    let Some(mut b) = backend_or_skip() else {
         return;
     };
     let mut tried = 0;
@@ -300,7 +321,7 @@ fn every_quantizer_shape_divides_as_the_core_does() {
                     ActQuant::Q8_K => 256 / values_per_thread,
                     _ => 32 / values_per_thread,
                 };
-                let got = b.quantize_activations_shaped(shape, mode, &x, n_cols);
+                let got = quantize_shaped(&mut b, shape, mode, &x, n_cols);
                 if workgroup % threads_per_block != 0 {
                     assert!(
                         matches!(got, Err(VulkanError::Unsupported(_))),
@@ -328,7 +349,7 @@ fn every_quantizer_shape_divides_as_the_core_does() {
         };
         let x = vec![0.5f32; 256];
         assert!(matches!(
-            b.quantize_activations_shaped(shape, ActQuant::Q8_0, &x, 1),
+            quantize_shaped(&mut b, shape, ActQuant::Q8_0, &x, 1),
             Err(VulkanError::Unsupported(_))
         ));
     }
@@ -417,6 +438,20 @@ fn q8_gemv_matches_the_reference_for_every_column_count() {
     assert_no_validation_messages(&b);
 }
 
+/// The whole matrix without integer dot products: the same bits in plain
+/// integer arithmetic (the same shaders where the device has none).
+#[test]
+fn q8_gemv_without_integer_dot_matches() {
+    let Some(mut b) = backend_or_skip() else {
+        return;
+    };
+    b.set_tuning(Tuning::default().with_integer_dot(false))
+        .unwrap();
+    check_all(&b, 19, &[1, 3], "fallback");
+    assert_no_validation_messages(&b);
+}
+
+#[cfg(feature = "lab")]
 #[test]
 fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
     let Some(mut b) = backend_or_skip() else {
@@ -424,7 +459,7 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
     };
     let info = b.context().info().clone();
     let sg = b
-        .gemv_shape_for(DType::Q4_K, ActQuant::Q8_K, 1, false)
+        .gemv_shape(DType::Q4_K, ActQuant::Q8_K, 1, false)
         .unwrap()
         .subgroup_reduce;
     // Rows not dividing M, more outputs than threads, loop tails, every
@@ -449,7 +484,7 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
     ];
     if sg {
         for lanes in [2, 4, 8] {
-            if lanes <= info.subgroup_size {
+            if lanes <= info.subgroup_size() {
                 shapes.push(GemvShape {
                     workgroup: 64,
                     rows: 2,
@@ -462,7 +497,8 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
     }
     let m = 23;
     for shape in shapes {
-        b.set_gemv_shape(Some(shape)).unwrap();
+        let tuning = Tuning::default().with_gemv_shape(Some(shape));
+        b.set_tuning(tuning).unwrap();
         for (dtype, mode) in PAIRS {
             let k = if dtype.block_len() == 256 { 1280 } else { 1056 };
             let wb = weights(dtype, m, k, 5);
@@ -487,32 +523,24 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
                 }
                 r.unwrap();
                 assert_close(&got, &want, &what);
-                if info.integer_dot {
-                    b.set_gemv_integer_dot(false).unwrap();
+                if info.integer_dot() {
+                    b.set_tuning(tuning.with_integer_dot(false)).unwrap();
                     let mut plain = vec![f32::NAN; m * n_cols];
                     b.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut plain)
                         .unwrap();
-                    b.set_gemv_integer_dot(true).unwrap();
+                    b.set_tuning(tuning).unwrap();
                     assert_eq!(first_bit_difference(&got, &plain), None, "fallback {what}");
                 }
-                if info.storage_16bit && dtype != DType::Q4_K {
-                    b.set_gemv_16bit_loads(false).unwrap();
+                if info.storage_16bit() && dtype != DType::Q4_K {
+                    b.set_tuning(tuning.with_16bit_loads(false)).unwrap();
                     let mut w32 = vec![f32::NAN; m * n_cols];
                     b.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut w32)
                         .unwrap();
-                    b.set_gemv_16bit_loads(true).unwrap();
+                    b.set_tuning(tuning).unwrap();
                     assert_eq!(first_bit_difference(&got, &w32), None, "32-bit {what}");
                 }
             }
         }
-    }
-    b.set_gemv_shape(None).unwrap();
-    // The whole matrix again without integer dot products.
-    if info.integer_dot {
-        b.set_gemv_integer_dot(false).unwrap();
-        check_all(&b, 19, &[1, 3], "fallback");
-    } else {
-        assert!(b.set_gemv_integer_dot(true).is_err());
     }
     assert_no_validation_messages(&b);
 }

@@ -49,7 +49,7 @@ fn time_gemv(
 ) -> Result<(GemvShape, String), Box<dyn std::error::Error>> {
     let (dtype, (m, k)) = (g.dtype(), g.shape());
     g.set_mode(mode)?;
-    let shape = b.gemv_shape_for(dtype, mode, 1, false)?;
+    let shape = b.gemv_shape(dtype, mode, 1, false)?;
     println!(
         "GEMV {dtype:?} {mode:?}-mode shape: workgroup {} rows {} unroll {} lanes {}",
         shape.workgroup, shape.rows, shape.unroll, shape.lanes
@@ -136,11 +136,12 @@ const QUANTIZE_KS: [usize; 2] = [14336, 8192];
 
 /// The activation quantizer alone: its default shape, then every shape of
 /// a grid (time only: one dispatch moves too few bytes for a bandwidth).
-fn quantize_sweep(b: &VulkanBackend, reps: usize) -> Result<(), Box<dyn std::error::Error>> {
+fn quantize_sweep(b: &mut VulkanBackend, reps: usize) -> Result<(), Box<dyn std::error::Error>> {
     // For scale: a shader copy of one column's f32 values, about the
     // shortest dispatch there is.
     let bytes = 4 * QUANTIZE_KS[1] as u64;
     let floor = timing::copy_shader(b, bytes, reps)?;
+    let default = b.tuning();
     println!(
         "copy {bytes} bytes, compute shader (a minimal dispatch) {:>10.2} us",
         floor.median_ns / 1e3
@@ -159,7 +160,14 @@ fn quantize_sweep(b: &VulkanBackend, reps: usize) -> Result<(), Box<dyn std::err
                         values_per_thread,
                     };
                     // Shapes the shader cannot take are skipped.
-                    if let Ok(t) = timing::quantize_shaped(b, shape, mode, k, 1, reps) {
+                    if b.set_tuning(default.with_quantize_shape(mode, shape))
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let timed = timing::quantize(b, mode, k, 1, reps);
+                    b.set_tuning(default)?;
+                    if let Ok(t) = timed {
                         println!(
                             "  sweep quantize {mode:?} K={k}: {values_per_thread} values per thread, workgroup {workgroup}: {:>8.2} us",
                             t.median_ns / 1e3
@@ -180,25 +188,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `sweep`: FWHT plans and Q8-mode GEMV shapes; `fwht`: FWHT plans only.
     let sweep = sweep_arg.as_deref() == Some("sweep");
     let sweep_fwht = sweep || sweep_arg.as_deref() == Some("fwht");
-    let b = VulkanBackend::with_options(ContextOptions::from_env())?;
-    let info = b.context().info();
+    // The validation layer on with FUSED_VK_VALIDATION set to anything but 0.
+    let validation = std::env::var_os("FUSED_VK_VALIDATION").is_some_and(|v| v != "0");
+    let mut b = VulkanBackend::with_options(ContextOptions {
+        validation,
+        staged_buffers: false,
+    })?;
+    let default = b.tuning();
+    let info = b.context().info().clone();
+    let picked = b.fwht_plan(1024)?;
     println!(
         "device: {} ({:?}), subgroup {} ops {:?}, 16-bit storage {}, integer dot {}, FWHT variant {:?} {:?}, {} timed runs per case, medians",
-        info.name,
-        info.device_type,
-        info.subgroup_size,
-        info.subgroup_ops,
-        info.storage_16bit,
-        info.integer_dot,
-        b.fwht_variant(),
-        b.fwht_plan(b.fwht_variant(), 1024)?,
+        info.name(),
+        info.device_type(),
+        info.subgroup_size(),
+        info.subgroup_ops(),
+        info.storage_16bit(),
+        info.integer_dot(),
+        picked.variant,
+        picked,
         reps
     );
     if sweep_arg.as_deref() == Some("quantize") {
-        return quantize_sweep(&b, reps);
+        return quantize_sweep(&mut b, reps);
     }
     // 512 MiB, or the most a storage buffer takes (lavapipe: 128 MiB).
-    let max_range = u64::from(info.max_storage_range);
+    let max_range = u64::from(info.max_storage_range());
     let copy_bytes = (512u64 << 20).min(max_range & !((1 << 20) - 1));
     let copy_mib = copy_bytes >> 20;
     let cmd = timing::copy(&b, copy_bytes, reps)?;
@@ -224,13 +239,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let floats = (mib << 20) / 4;
     let n = 1024;
-    let mut variants = vec![b.fwht_variant()];
+    let mut variants = vec![picked.variant];
     if variants[0] == FwhtVariant::Shuffle {
         variants.push(FwhtVariant::Shared);
     }
     for variant in variants {
-        let fused = timing::fwht(&b, variant, n, floats, true, reps)?;
-        let unfused = timing::fwht(&b, variant, n, floats, false, reps)?;
+        let forced = default.with_fwht_variant(Some(variant));
+        b.set_tuning(forced)?;
+        let fused = timing::fwht(&b, n, floats, true, reps)?;
+        let unfused = timing::fwht(&b, n, floats, false, reps)?;
         line(
             &format!("FWHT N={n} signed {mib} MiB {variant:?}, fused"),
             fused,
@@ -262,10 +279,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 (8, 128, 1),
             ] {
                 let run = b
-                    .fwht_plan_tuned(variant, n, per_thread, min_wg, slabs)
-                    .and_then(|plan| {
-                        timing::fwht_planned(&b, plan, n, floats, true, reps).map(|t| (plan, t))
-                    });
+                    .set_tuning(forced.with_fwht_shape(per_thread, min_wg, slabs))
+                    .and_then(|()| b.fwht_plan(n))
+                    .and_then(|plan| timing::fwht(&b, n, floats, true, reps).map(|t| (plan, t)));
                 let (plan, t) = match run {
                     Ok(v) => v,
                     Err(e) => {
@@ -287,6 +303,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    b.set_tuning(default)?;
     // The floor of a call: a GEMV that moves almost nothing (128 × 256 F16,
     // 64 KiB), 256 calls per submission, with and without a barrier
     // between calls. A bigger GEMV cannot take less than its bytes at the
@@ -333,7 +350,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             for mode in modes {
                 let (shape, what) = time_gemv(&b, &mut g, mode, reps, ceiling)?;
-                if matches!(dtype, DType::Q8_0 | DType::Q4_0) && info.storage_16bit {
+                if matches!(dtype, DType::Q8_0 | DType::Q4_0) && info.storage_16bit() {
                     line(
                         &format!("{what}, back to back, 32-bit loads"),
                         g.time_loads(None, false, reps, false)?,

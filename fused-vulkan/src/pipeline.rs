@@ -1,12 +1,17 @@
-//! The committed SPIR-V modules and the compute pipelines built from them,
-//! cached per (module, specialization constants).
+//! What the shaders are: the committed SPIR-V modules, the weight and
+//! activation formats they read, the keys (module and specialization
+//! constants) that name a compute pipeline, and how a pipeline is built.
+//! The cache of built pipelines is the context's ([`crate::context`]).
 
 use ash::vk;
-use fused_core::DType;
+use fused_core::error::Unsupported;
 use fused_core::reference::ActQuant;
+use fused_core::{DType, Error};
 
-use crate::context::VulkanContext;
 use crate::error::VulkanError;
+
+/// The most activation columns one GEMV call takes.
+pub const MAX_COLS: usize = 8;
 
 /// A SPIR-V module of `fused-vulkan/spirv/` (built from `shaders/` by
 /// `shaders/build-spirv.sh`).
@@ -308,102 +313,170 @@ impl Kernel {
     }
 }
 
-impl VulkanContext {
-    /// Builds (once) the pipeline of `key`.
-    pub(crate) fn kernel(&self, key: KernelKey) -> Result<(), VulkanError> {
-        let mut cache = self
-            .kernels
-            .lock()
-            .map_err(|_| VulkanError::Unsupported("kernel cache poisoned".into()))?;
-        if cache.contains_key(&key) {
-            return Ok(());
-        }
-        let kernel = self.build_kernel(key)?;
-        cache.insert(key, kernel);
-        Ok(())
-    }
-
-    fn build_kernel(&self, key: KernelKey) -> Result<Kernel, VulkanError> {
-        let d = &self.device;
-        let words = ash::util::read_spv(&mut std::io::Cursor::new(key.shader.spirv()))
-            .map_err(|_| VulkanError::Unsupported("malformed SPIR-V".into()))?;
-        let bindings: Vec<vk::DescriptorSetLayoutBinding<'_>> = (0..key.shader.bindings())
-            .map(|b| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(b)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(1)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        let ranges = [vk::PushConstantRange {
-            stage_flags: vk::ShaderStageFlags::COMPUTE,
-            offset: 0,
-            size: key.shader.push_bytes(),
-        }];
-        let entries: Vec<vk::SpecializationMapEntry> = (0..SPEC_CONSTANTS as u32)
-            .map(|i| vk::SpecializationMapEntry {
-                constant_id: i,
-                offset: 4 * i,
-                size: 4,
-            })
-            .collect();
-        let spec_data: &[u8] = bytemuck::cast_slice(&key.spec);
-        let spec = vk::SpecializationInfo::default()
-            .map_entries(&entries)
-            .data(spec_data);
-        // SAFETY: every create info below is valid and refers to live locals;
-        // partially built objects are destroyed on the error paths.
-        unsafe {
-            let module = d
-                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
-                .map_err(VulkanError::vk("vkCreateShaderModule"))?;
-            let set_layout = match d.create_descriptor_set_layout(
-                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                None,
-            ) {
-                Ok(l) => l,
-                Err(e) => {
-                    d.destroy_shader_module(module, None);
-                    return Err(VulkanError::vk("vkCreateDescriptorSetLayout")(e));
-                }
-            };
-            let set_layouts = [set_layout];
-            let layout = match d.create_pipeline_layout(
-                &vk::PipelineLayoutCreateInfo::default()
-                    .set_layouts(&set_layouts)
-                    .push_constant_ranges(&ranges),
-                None,
-            ) {
-                Ok(l) => l,
-                Err(e) => {
-                    d.destroy_descriptor_set_layout(set_layout, None);
-                    d.destroy_shader_module(module, None);
-                    return Err(VulkanError::vk("vkCreatePipelineLayout")(e));
-                }
-            };
-            let stage = vk::PipelineShaderStageCreateInfo::default()
-                .stage(vk::ShaderStageFlags::COMPUTE)
-                .module(module)
-                .name(c"main")
-                .specialization_info(&spec);
-            let info = vk::ComputePipelineCreateInfo::default()
-                .stage(stage)
-                .layout(layout);
-            let pipeline = d.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
-            d.destroy_shader_module(module, None);
-            match pipeline {
-                Ok(p) => Ok(Kernel {
-                    pipeline: p[0],
-                    layout,
-                    set_layout,
-                }),
-                Err((_, e)) => {
-                    d.destroy_pipeline_layout(layout, None);
-                    d.destroy_descriptor_set_layout(set_layout, None);
-                    Err(VulkanError::vk("vkCreateComputePipelines")(e))
-                }
+/// Builds the compute pipeline of `key` on `d`.
+pub(crate) fn build(d: &ash::Device, key: KernelKey) -> Result<Kernel, VulkanError> {
+    let words = ash::util::read_spv(&mut std::io::Cursor::new(key.shader.spirv()))
+        .map_err(|_| VulkanError::Unsupported("malformed SPIR-V".into()))?;
+    let bindings: Vec<vk::DescriptorSetLayoutBinding<'_>> = (0..key.shader.bindings())
+        .map(|b| {
+            vk::DescriptorSetLayoutBinding::default()
+                .binding(b)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(1)
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+        })
+        .collect();
+    let ranges = [vk::PushConstantRange {
+        stage_flags: vk::ShaderStageFlags::COMPUTE,
+        offset: 0,
+        size: key.shader.push_bytes(),
+    }];
+    let entries: Vec<vk::SpecializationMapEntry> = (0..SPEC_CONSTANTS as u32)
+        .map(|i| vk::SpecializationMapEntry {
+            constant_id: i,
+            offset: 4 * i,
+            size: 4,
+        })
+        .collect();
+    let spec_data: &[u8] = bytemuck::cast_slice(&key.spec);
+    let spec = vk::SpecializationInfo::default()
+        .map_entries(&entries)
+        .data(spec_data);
+    // SAFETY: every create info below is valid and refers to live locals;
+    // partially built objects are destroyed on the error paths.
+    unsafe {
+        let module = d
+            .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
+            .map_err(VulkanError::vk("vkCreateShaderModule"))?;
+        let set_layout = match d.create_descriptor_set_layout(
+            &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+            None,
+        ) {
+            Ok(l) => l,
+            Err(e) => {
+                d.destroy_shader_module(module, None);
+                return Err(VulkanError::vk("vkCreateDescriptorSetLayout")(e));
+            }
+        };
+        let set_layouts = [set_layout];
+        let layout = match d.create_pipeline_layout(
+            &vk::PipelineLayoutCreateInfo::default()
+                .set_layouts(&set_layouts)
+                .push_constant_ranges(&ranges),
+            None,
+        ) {
+            Ok(l) => l,
+            Err(e) => {
+                d.destroy_descriptor_set_layout(set_layout, None);
+                d.destroy_shader_module(module, None);
+                return Err(VulkanError::vk("vkCreatePipelineLayout")(e));
+            }
+        };
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(module)
+            .name(c"main")
+            .specialization_info(&spec);
+        let info = vk::ComputePipelineCreateInfo::default()
+            .stage(stage)
+            .layout(layout);
+        let pipeline = d.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
+        d.destroy_shader_module(module, None);
+        match pipeline {
+            Ok(p) => Ok(Kernel {
+                pipeline: p[0],
+                layout,
+                set_layout,
+            }),
+            Err((_, e)) => {
+                d.destroy_pipeline_layout(layout, None);
+                d.destroy_descriptor_set_layout(set_layout, None);
+                Err(VulkanError::vk("vkCreateComputePipelines")(e))
             }
         }
     }
+}
+
+/// The GEMV shader family of `d` weights.
+pub(crate) fn gemv_type(d: DType) -> Result<GemvType, Error> {
+    match d {
+        DType::F32 => Ok(GemvType::F32),
+        DType::F16 => Ok(GemvType::F16),
+        DType::BF16 => Ok(GemvType::BF16),
+        DType::Q8_0 => Ok(GemvType::Q8_0),
+        DType::Q4_0 => Ok(GemvType::Q4_0),
+        DType::Q4_K => Ok(GemvType::Q4_K),
+        DType::Q4_1 => Ok(GemvType::Q4_1),
+        DType::Q5_0 => Ok(GemvType::Q5_0),
+        DType::Q5_1 => Ok(GemvType::Q5_1),
+        DType::IQ4_NL => Ok(GemvType::IQ4_NL),
+        DType::Q5_K => Ok(GemvType::Q5_K),
+        DType::Q6_K => Ok(GemvType::Q6_K),
+        DType::TQ2_0 => Ok(GemvType::TQ2_0),
+        other => Err(Error::UnsupportedDType {
+            what: "fused-vulkan GEMV weights (every GGML weight format but Q8_1 and Q8_K)",
+            dtype: other,
+        }),
+    }
+}
+
+/// Checks that the GEMV of `dtype` weights has a shader for activations
+/// fed per `mode`: f32 for every format, and GGML's mode for each quantized
+/// one: Q8_0 for Q8_0, Q4_0, Q5_0 and IQ4_NL weights, Q8_1 for Q4_1 and
+/// Q5_1, Q8_K for Q4_K, Q5_K, Q6_K and TQ2_0.
+pub(crate) fn check_mode(dtype: GemvType, mode: ActQuant) -> Result<(), Error> {
+    match (dtype, mode) {
+        (_, ActQuant::F32)
+        | (GemvType::Q8_0 | GemvType::Q4_0 | GemvType::Q5_0 | GemvType::IQ4_NL, ActQuant::Q8_0)
+        | (GemvType::Q4_1 | GemvType::Q5_1, ActQuant::Q8_1)
+        | (GemvType::Q4_K | GemvType::Q5_K | GemvType::Q6_K | GemvType::TQ2_0, ActQuant::Q8_K) => {
+            Ok(())
+        }
+        _ => Err(Error::Unsupported(Unsupported::WeightActs {
+            dtype: dtype.dtype(),
+            mode,
+        })),
+    }
+}
+
+/// Units a quantized weight block is cut into in the Q8 mode (the most
+/// lanes that can share it).
+pub(crate) fn units_per_block(dtype: GemvType) -> u32 {
+    match dtype {
+        GemvType::Q8_0 => 4,
+        GemvType::Q4_0 => 2,
+        GemvType::Q4_K => 8,
+        _ => 1,
+    }
+}
+
+/// The bytes of `n_cols` columns of `k` activations quantized per `mode`
+/// in the layout of `shaders/quantize.comp` (codes, then one 32-bit scale
+/// word per block, then for Q8_K one 32-bit sum per 32 codes); `None` for
+/// f32.
+pub(crate) fn quantized_bytes(
+    mode: ActQuant,
+    k: usize,
+    n_cols: usize,
+) -> Result<Option<u64>, Error> {
+    let (Some(block), Some(format)) = (mode.dtype(), QuantFormat::of(mode)) else {
+        return Ok(None);
+    };
+    let (blk, sums) = (format.block(), format == QuantFormat::Q8_K);
+    if !k.is_multiple_of(blk) {
+        return Err(Error::NotBlockAligned {
+            dtype: block,
+            len: k,
+        });
+    }
+    let n = k.checked_mul(n_cols).ok_or(Error::Overflow {
+        what: "quantized activations",
+    })?;
+    let words = n / 4 + n / blk + if sums { n / 32 } else { 0 };
+    Ok(Some(4 * words as u64))
+}
+
+/// `v` as a 32-bit push constant or launch parameter.
+pub(crate) fn u32_of(what: &'static str, v: usize) -> Result<u32, Error> {
+    u32::try_from(v).map_err(|_| Error::Overflow { what })
 }
