@@ -13,7 +13,7 @@
 //! element-wise operand aliasing it exactly, which is copied first).
 //!
 //! Memory is anything that implements [`Buffers`]: the reference
-//! evaluator's [`Memory`] does, and so do backends' own host buffers.
+//! evaluator's [`Memory`](crate::memory::Memory) does, and so do backends' own host buffers.
 //! A backend that lacks a kernel for a valid input (a weight format, an
 //! activation mode, a column count) says so in
 //! [`StepKernels::supports_gemv`]; the executor then returns

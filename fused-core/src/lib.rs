@@ -9,19 +9,29 @@
 //! - [`dtype`], [`blocks`], [`quant`]: GGML/GGUF-compatible formats (F32, F16,
 //!   BF16, Q4_0 … Q8_K, IQ4_NL, TQ2_0), byte-identical blocks, reference
 //!   (de)quantization and the integer dot products.
+//! - [`acts`], [`weights`]: how a GEMV's activations reach its dot products
+//!   (`ActQuant` for one GEMV, `GemvMode` for a plan) and the weight
+//!   matrices the kernels take (`WeightMatrix`, `GluWeights`).
 //! - [`tensor`]: tensor descriptors — format, 4-D shape, byte strides, place
 //!   in a buffer, contiguity, byte extent and overlap.
 //! - [`element`], [`epilogue`], [`fwht`]: the element functions (defined once),
 //!   the epilogue chain descriptor and the (signed) FWHT descriptor.
 //! - [`graph`], [`legality`], [`planner`]: a small compute graph, the legality
 //!   predicates (each refusal names its reason) and the planner.
+//! - `backend` (with `alloc`): **the backend contract** every backend
+//!   implements and every caller uses — `Backend` (what it supports, compile
+//!   a plan into a resident plan), `ResidentPlan` (write, run, read, time),
+//!   one `PlanStats` and one `PlanTiming`; `HostPlan` runs a plan step by
+//!   step over host memory.
+//! - `memory` (with `alloc`): host byte buffers (`Memory`, the `Buffers`
+//!   trait) and the helpers that read a tensor out of them.
 //! - `lower` (with `alloc`): what each plan step runs, its tensors looked
 //!   up (`lower::Command`), and the one dispatch over it
 //!   (`lower::CommandSink`, `lower::lower_into`) that the host executor and
 //!   the CUDA and Vulkan device plans all use.
-//! - `exec` (with `alloc`): the plan executor every backend shares — step
-//!   dispatch, operand gathering and aliasing over host buffers — calling a
-//!   backend's host-slice kernels (`exec::StepKernels`).
+//! - `exec` (with `alloc`): the host executor — step dispatch, operand
+//!   gathering and aliasing over host buffers — calling a backend's
+//!   host-slice kernels (`exec::StepKernels`).
 //! - [`placement`]: byte regions of a device plan's buffers and the checks a
 //!   device plan makes before it binds a tensor (contiguous, in bounds, f32,
 //!   read in place only where the overlap rule allows).
@@ -31,6 +41,16 @@
 //! - [`reference`](mod@reference): the scalar reference — GEMV in f32 with an explicit
 //!   activation-quantization mode or in f64, and graph / plan evaluators.
 //! - [`error`]: the one error type; nothing panics on bad input.
+//!
+//! ## Layers
+//!
+//! The modules import one another in one direction only, from the bottom:
+//! the format enum, node ids and refusal reasons (private `format`, `ids`,
+//! `refusal`, re-exported by [`dtype`], [`graph`] and [`legality`]) and
+//! [`acts`]; then [`error`], which names them; then everything that returns
+//! an error (descriptors, blocks, quantization, weights, graph, legality,
+//! planner, memory, lower, reference, exec) and, last, `backend`.
+//! `scripts/module-cycles fused-core` checks that no cycle creeps in.
 //!
 //! ## The path: graph → planner → plan → backend
 //!
@@ -48,7 +68,9 @@
 //! use fused_core::element::Activation;
 //! use fused_core::graph::{Graph, Place};
 //! use fused_core::planner::{plan, Step};
-//! use fused_core::reference::eval::{eval_graph, eval_plan, GemvMode, Memory};
+//! use fused_core::reference::eval::{eval_graph, eval_plan};
+//! use fused_core::acts::GemvMode;
+//! use fused_core::memory::Memory;
 //! use fused_core::tensor::{BufferId, TensorDesc};
 //!
 //! # fn main() -> Result<(), fused_core::Error> {

@@ -2,34 +2,15 @@
 #![allow(dead_code, unreachable_pub)]
 
 use fused_core::DType;
+use fused_core::acts::GemvMode;
 use fused_core::graph::{Graph, NodeId, Place};
+use fused_core::memory::Memory;
 use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
-use fused_core::reference::eval::{GemvMode, Memory, eval_graph, eval_plan};
+use fused_core::reference::eval::{eval_graph, eval_plan};
 use fused_core::tensor::{BufferId, TensorDesc};
 
-/// A deterministic xorshift generator for test data.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    pub fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
+pub use fused_testkit::Rng;
 
 /// Builds graphs whose tensors are placed by a bump allocator (disjoint) in
 /// buffer 0, and records the data to load into each input.
@@ -51,7 +32,7 @@ impl Builder {
             g: Graph::new(),
             next: 0,
             inits: Vec::new(),
-            rng: Rng(seed | 1),
+            rng: Rng::new(seed),
         }
     }
 
