@@ -1,6 +1,12 @@
 //! The multi-threaded CPU backend: validated entry points over a persistent
-//! [`WorkerPool`], with counters of parallel regions (each ends in a join:
+//! worker pool, with counters of parallel regions (each ends in a join:
 //! one barrier) and kernel invocations.
+//!
+//! [`CpuBackend`] is the eager API: a GEMV or gated dual GEMV with its
+//! epilogue (plain or [packed](crate::packed) weights), the signed FWHT and
+//! the unfused element-wise ops, each one parallel region. The plan
+//! executor ([`crate::exec`]) calls these same entry points, one per step.
+//! [`read_bandwidth`] measures the memory ceiling a GEMV is compared with.
 
 use fused_core::error::{check_divides, check_len};
 use std::ops::Range;
@@ -16,15 +22,23 @@ use fused_core::reference::gemv::{GluWeights, check_gemm_args};
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 
-use crate::activation::ActEval;
+use fused_core::error::Unsupported;
+
 use crate::acts::{Acts, prepared_bytes};
 use crate::gemv::{ColumnBlock, RowKernels, TILE_ROWS, gemv_glu_rows_cols, gemv_rows_cols};
 use crate::isa::Isa;
 use crate::kernels::gemm::RT;
-use crate::kernels::packed::packed_dot;
-use crate::packed::{PackedDot, PackedWeights, gemv_glu_packed_rows, gemv_packed_rows};
+use crate::kernels::packed::{PackedDot, packed_dot};
+use crate::packed::PackedWeights;
+use crate::packed::rows::{gemv_glu_packed_rows, gemv_packed_rows};
 use crate::pool::WorkerPool;
 use crate::region_acts::RegionActs;
+
+pub use crate::probe::read_bandwidth;
+
+/// Most threads a backend takes: far more than any machine's cores, few
+/// enough that a mistaken count fails here rather than in the OS.
+const MAX_THREADS: usize = 1024;
 
 /// Fewest weight bytes per GEMV row chunk when chunks are made finer than
 /// four per thread ([`CpuBackend::row_chunks`]).
@@ -97,12 +111,20 @@ fn scratch_bytes(mode: ActQuant, k: usize, n_cols: usize) -> Result<usize, Error
 }
 
 impl CpuBackend {
-    /// The best ISA of this machine with `threads` threads (≥ 1).
+    /// The best ISA of this machine ([`Isa::detect`]) with `threads`
+    /// threads, the caller's included (`threads − 1` workers are started).
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] for 0 threads or more than 1024;
+    /// [`Error::Unsupported`] when the OS refuses to start a worker thread
+    /// (the workers started so far are stopped again).
     pub fn new(threads: usize) -> Result<CpuBackend, Error> {
         CpuBackend::with_isa(Isa::detect(), threads)
     }
 
-    /// A given ISA (which this machine must support) with `threads` threads.
+    /// A given ISA with `threads` threads: as [`CpuBackend::new`], and
+    /// [`Error::UnsupportedDType`] when this machine cannot run `isa`
+    /// ([`Isa::is_supported`]).
     pub fn with_isa(isa: Isa, threads: usize) -> Result<CpuBackend, Error> {
         if threads == 0 {
             return Err(Error::LengthMismatch {
@@ -111,14 +133,23 @@ impl CpuBackend {
                 actual: 0,
             });
         }
+        if threads > MAX_THREADS {
+            return Err(Error::LengthMismatch {
+                what: "thread count (must be at most 1024)",
+                expected: MAX_THREADS,
+                actual: threads,
+            });
+        }
         if !isa.is_supported() {
             return Err(Error::UnsupportedDType {
                 what: "instruction set not available on this machine",
                 dtype: DType::F32,
             });
         }
-        let pool = WorkerPool::new(threads, "fused-cpu").map_err(|_| Error::Overflow {
-            what: "thread pool creation",
+        let pool = WorkerPool::new(threads, "fused-cpu").map_err(|_| {
+            Error::Unsupported(Unsupported::Operation(
+                "a worker thread (the OS refused to start one)",
+            ))
         })?;
         Ok(CpuBackend {
             isa,
@@ -497,10 +528,12 @@ impl CpuBackend {
         })
     }
 
-    /// Runs one empty parallel region (one task per thread), counted as a
-    /// barrier: what a region costs on this backend, for benchmarks.
-    pub fn region_probe(&self) {
-        let _ = self.parallel(self.threads, |_| Ok(()));
+    lab_pub! {
+        /// Runs one empty parallel region (one task per thread), counted as
+        /// a barrier: what a region costs on this backend, for benchmarks.
+        fn region_probe(&self) {
+            let _ = self.parallel(self.threads, |_| Ok(()));
+        }
     }
 
     /// `out = a` (stands in for ops the core does not model).
@@ -530,17 +563,18 @@ impl CpuBackend {
         Ok(())
     }
 
-    /// Unfused `out = act(a)`.
+    /// Unfused `out = act(a)`, `act` evaluated as this backend's fused
+    /// epilogues evaluate it ([`crate::elementwise::unary`]).
     pub fn unary(&self, act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
         check_len("activation output", a.len(), out.len())?;
-        let ev = ActEval::for_isa(self.isa);
         self.elementwise(a.len(), out, |s, o| {
-            let _ = crate::elementwise::unary_with(ev, act, &a[s..s + o.len()], o);
+            let _ = crate::elementwise::unary(self.isa, act, &a[s..s + o.len()], o);
         });
         Ok(())
     }
 
-    /// Unfused `out = act(gate) · up`.
+    /// Unfused `out = act(gate) · up`, `act` evaluated as this backend's
+    /// fused epilogues evaluate it ([`crate::elementwise::glu`]).
     pub fn glu(
         &self,
         act: Activation,
@@ -550,10 +584,9 @@ impl CpuBackend {
     ) -> Result<(), Error> {
         check_len("GLU up", gate.len(), up.len())?;
         check_len("GLU output", gate.len(), out.len())?;
-        let ev = ActEval::for_isa(self.isa);
         self.elementwise(gate.len(), out, |s, o| {
             let (g, u) = (&gate[s..s + o.len()], &up[s..s + o.len()]);
-            let _ = crate::elementwise::glu_with(ev, act, g, u, o);
+            let _ = crate::elementwise::glu(self.isa, act, g, u, o);
         });
         Ok(())
     }
@@ -634,7 +667,7 @@ mod tests {
                                     &mut y,
                                     |_, b, _| {
                                         for (c, a) in (b.first()..).zip(b.acts()) {
-                                            let w = column(mode, &x, &want, k, c);
+                                            let w = column(mode, &x, &want, k, c).unwrap();
                                             assert_eq!(
                                                 acts_bytes(a),
                                                 acts_bytes(&w),

@@ -1,13 +1,22 @@
 //! The unfused fallback: element-wise kernels built from the core's element
-//! functions, with activations evaluated as the backend's fused epilogues
-//! evaluate them ([`ActEval`]; the `_with` forms), so a fused epilogue and
-//! these passes give the same bits.
+//! functions. `no_std`, no allocation.
+//!
+//! The activation functions take the [`Isa`] whose fused epilogues they
+//! stand in for, and evaluate `act` exactly as that ISA's epilogues do
+//! (the core's functions on [`Isa::Scalar`]; on the SIMD ISAs a vector
+//! `exp` that gives the same bits in every lane and in scalar code). So
+//! `epilogue(w · x)` computed by [`crate::gemv::gemv_rows`] with
+//! [`RowKernels::new(isa, ..)`](crate::gemv::RowKernels::new) and the same
+//! GEMV without an epilogue followed by these functions with the same `isa`
+//! give the same bits. Additions and multiplications are single IEEE
+//! operations on every ISA.
 
 use fused_core::Error;
 use fused_core::element::Activation;
 use fused_core::error::{check_divides, check_len};
 
 use crate::activation::ActEval;
+use crate::isa::Isa;
 
 /// `out[i] = a[i] + b[i]`.
 pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
@@ -38,35 +47,18 @@ pub fn mul(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
     Ok(())
 }
 
-/// `out[i] = act(a[i])`.
-pub fn unary(act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
-    unary_with(ActEval::Reference, act, a, out)
-}
-
-/// [`unary`] with the activation evaluated by `eval` (the backend's ISA's
-/// evaluation, the same as its fused epilogues').
-pub fn unary_with(eval: ActEval, act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
+/// `out[i] = act(a[i])`, with `act` evaluated as the fused epilogues of
+/// `isa` evaluate it.
+pub fn unary(isa: Isa, act: Activation, a: &[f32], out: &mut [f32]) -> Result<(), Error> {
     check_len("activation output", a.len(), out.len())?;
-    eval.apply_slice(act, a, out);
+    ActEval::for_isa(isa).apply_slice(act, a, out);
     Ok(())
 }
 
-/// `a[i] = act(a[i])`.
-pub fn unary_in_place(act: Activation, a: &mut [f32]) {
-    for x in a {
-        *x = act.apply(*x);
-    }
-}
-
-/// `out[i] = act(gate[i]) · up[i]`.
-pub fn glu(act: Activation, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), Error> {
-    glu_with(ActEval::Reference, act, gate, up, out)
-}
-
-/// [`glu`] with the activation evaluated by `eval` (the backend's ISA's
-/// evaluation, the same as its fused epilogues').
-pub fn glu_with(
-    eval: ActEval,
+/// `out[i] = act(gate[i]) · up[i]`, with `act` evaluated as the fused
+/// epilogues (and gated GEMVs) of `isa` evaluate it.
+pub fn glu(
+    isa: Isa,
     act: Activation,
     gate: &[f32],
     up: &[f32],
@@ -74,7 +66,7 @@ pub fn glu_with(
 ) -> Result<(), Error> {
     check_len("GLU up", gate.len(), up.len())?;
     check_len("GLU output", gate.len(), out.len())?;
-    eval.glu_slice(act, gate, up, out);
+    ActEval::for_isa(isa).glu_slice(act, gate, up, out);
     Ok(())
 }
 

@@ -1,22 +1,26 @@
-//! The plan executor on the CPU: the core's generic executor
-//! ([`fused_core::exec`]) over [`CpuMemory`], calling [`CpuBackend`]'s
-//! kernels, one per step.
+//! The plan executor on the CPU: [`Executor`] runs a core plan (or a graph
+//! unfused) over [`CpuMemory`], calling [`CpuBackend`]'s entry points, one
+//! per step.
 //!
 //! Every step is one parallel region, so barriers per plan = kernel steps
 //! (reshapes and views cost nothing); [`RunStats`] reports both. The step
 //! dispatch, the borrowing of reads (in place, or gathered when strided)
-//! and the aliasing rules are the core's; this module supplies the memory
-//! (4-byte-aligned words, so F32 tensors are used in place) and the kernels.
+//! and the aliasing rules are the core's ([`fused_core::exec`]); this module
+//! supplies the memory (4-byte-aligned words, so F32 tensors are used in
+//! place) and the kernels.
 
 use std::vec;
 use std::vec::Vec;
 
+use fused_core::DType;
 use fused_core::Error;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::exec::{Buffers, StepKernels, gather_f32};
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::eval::Memory;
+use fused_core::graph::Graph;
+use fused_core::planner::Plan;
+use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::reference::gemv::GluWeights;
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
@@ -25,9 +29,40 @@ use crate::backend::{Counters, CpuBackend};
 
 pub use fused_core::exec::RunStats;
 
-/// Runs plans and graphs on a [`CpuBackend`]:
-/// `Executor::new(&backend, mode).run(&graph, &plan, &mut memory)`.
-pub type Executor<'a> = fused_core::exec::Executor<'a, CpuBackend>;
+/// Runs plans and graphs on a [`CpuBackend`]: the core's executor
+/// ([`fused_core::exec::Executor`]) with this crate's kernels, as in
+/// `Executor::new(&backend, GemvMode::Ggml).run(&graph, &plan, &mut memory)`
+/// (a whole run is in the [crate docs](crate)).
+#[derive(Debug)]
+pub struct Executor<'a>(fused_core::exec::Executor<'a, CpuBackend>);
+
+impl<'a> Executor<'a> {
+    /// An executor on `backend`, feeding each GEMV's activations as `mode`
+    /// says for its weight format (f32, or GGML's Q8 format for it).
+    pub fn new(backend: &'a CpuBackend, mode: GemvMode) -> Executor<'a> {
+        Executor(fused_core::exec::Executor::new(backend, mode))
+    }
+
+    /// Runs `plan` (made for `g` by [`fused_core::planner::plan`]) over
+    /// `mem`: each step one call of the backend, fused steps included.
+    /// Returns the kernel steps run and the backend's counters over the run.
+    pub fn run<M: Buffers>(&self, g: &Graph, plan: &Plan, mem: &mut M) -> Result<RunStats, Error> {
+        self.0.run(g, plan, mem)
+    }
+
+    /// Runs every node of `g` by itself, unfused: the baseline a plan's
+    /// result is compared with (bit for bit).
+    pub fn run_graph<M: Buffers>(&self, g: &Graph, mem: &mut M) -> Result<RunStats, Error> {
+        self.0.run_graph(g, mem)
+    }
+
+    /// Whether the backend has a kernel for every GEMV of `plan` (made for
+    /// `g`): the first one it lacks as [`Error::Unsupported`], or a
+    /// malformed graph's error. Nothing runs.
+    pub fn check(&self, g: &Graph, plan: &Plan) -> Result<(), Error> {
+        self.0.check(g, plan)
+    }
+}
 
 /// Buffers for the executor: 4-byte aligned, so F32 tensors at offsets that
 /// are multiples of 4 can be used in place.
@@ -81,10 +116,50 @@ impl CpuMemory {
         Ok(&mut bytemuck::cast_slice_mut::<u32, u8>(&mut self.words[b as usize])[..len])
     }
 
-    /// The elements of a float tensor, packed in GGML order, as f32.
+    /// The elements of a float tensor (F32, F16 or BF16), packed in GGML
+    /// order, as f32.
     pub fn read_f32(&self, t: &TensorDesc) -> Result<Vec<f32>, Error> {
         let bytes = self.bytes(t.buffer().0)?;
         gather_f32(bytes, t).map(|v| v.into_owned())
+    }
+
+    /// Stores `values` (every element of `t`, in GGML order, as
+    /// [`CpuMemory::read_f32`] returns them) into the float tensor `t`
+    /// (F32, F16 or BF16, any strides), converting to its format (f16 and
+    /// bf16 rounded to nearest even). A tensor outside its buffer, another
+    /// format, or a value count other than `t`'s element count is an error,
+    /// and nothing is written.
+    pub fn write_f32(&mut self, t: &TensorDesc, values: &[f32]) -> Result<(), Error> {
+        let width = match t.dtype() {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            dtype => {
+                return Err(Error::UnsupportedDType {
+                    what: "tensor written from f32 values (F32, F16 or BF16)",
+                    dtype,
+                });
+            }
+        };
+        fused_core::error::check_len("tensor values", t.n_elements(), values.len())?;
+        let buf = self.bytes_mut(t.buffer().0)?;
+        let end = t.byte_extent().end;
+        if end > buf.len() {
+            return Err(Error::BufferTooShort {
+                what: "tensor extent",
+                needed: end,
+                actual: buf.len(),
+            });
+        }
+        for (l, &v) in values.iter().enumerate() {
+            let at = t.element_offset(t.unravel(l));
+            let dst = &mut buf[at..at + width];
+            match t.dtype() {
+                DType::F16 => dst.copy_from_slice(&half::f16::from_f32(v).to_le_bytes()),
+                DType::BF16 => dst.copy_from_slice(&half::bf16::from_f32(v).to_le_bytes()),
+                _ => dst.copy_from_slice(&v.to_le_bytes()),
+            }
+        }
+        Ok(())
     }
 }
 

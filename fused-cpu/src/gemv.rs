@@ -1,50 +1,70 @@
 //! Single-threaded GEMV/GEMM over a range of rows, the epilogue applied to
-//! each accumulator tile before the store. `no_std`, no allocation.
+//! each accumulator tile before the store. `no_std`, no allocation: the
+//! entry points of a bare-metal caller, and what [`crate::backend`] runs on
+//! each thread.
 //!
-//! One column goes through the row-dot kernels ([`Dot`]); two or more go
-//! through the GEMM driver ([`crate::gemm`]) when the kernels include a
-//! [`GemmKernel`] for the format and mode, and through the row-dot kernels
-//! once per (row, column) otherwise.
+//! [`RowKernels::new`] picks the kernels once per (ISA, weight format,
+//! activation mode). One column goes through the row-dot kernels; two or
+//! more go through the GEMM driver (register-blocked micro-kernels over
+//! weight tiles decoded once) where the ISA has one for the format and
+//! mode, and through the row-dot kernels once per (row, column) otherwise.
+//! Activations come from [`crate::acts`]; the epilogue is a core
+//! [`BoundEpilogue`], applied with the activation functions evaluated as
+//! [`crate::elementwise`] evaluates them for the same ISA, so fused ==
+//! unfused bit for bit.
 
 use core::ops::Range;
 
 use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
-use fused_core::reference::WeightMatrix;
 use fused_core::reference::gemv::GluWeights;
+use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
 
 use crate::activation::ActEval;
 use crate::acts::Acts;
 use crate::gemm::gemm_rows;
 use crate::isa::Isa;
+#[cfg(feature = "lab")]
+use crate::kernels::RowDot;
 use crate::kernels::gemm::{GemmKernel, gemm_kernel};
-use crate::kernels::{Dot, RowDot, dot};
+use crate::kernels::{Dot, dot};
 
-/// The kernels of one GEMV/GEMM call: the row-dot kernels, and the GEMM
-/// kernel used for two or more columns where there is one.
+/// The kernels of one GEMV/GEMM call: the row-dot kernels, the GEMM
+/// kernel used for two or more columns where there is one, and how the
+/// epilogue evaluates its activation functions.
 #[derive(Clone, Copy, Debug)]
 pub struct RowKernels {
     /// The row-dot kernels (one column; several without a GEMM kernel).
-    pub dot: Dot,
+    pub(crate) dot: Dot,
     /// The GEMM kernel for two or more columns, if any.
-    pub gemm: Option<GemmKernel>,
+    pub(crate) gemm: Option<GemmKernel>,
     /// How the epilogue's activations (and a GLU's) are evaluated: the
     /// same as the ISA's unfused element-wise kernels.
-    pub act: ActEval,
+    pub(crate) act: ActEval,
 }
 
 impl RowKernels {
-    /// The best kernels of `isa` for weights of `dtype` in `mode`.
-    pub fn new(isa: Isa, dtype: DType, mode: fused_core::reference::ActQuant) -> RowKernels {
+    /// The best kernels of `isa` for weights of `dtype` in `mode`. An ISA
+    /// this machine does not run ([`Isa::is_supported`]) gets the scalar
+    /// kernels, which are the core's reference arithmetic.
+    pub fn new(isa: Isa, dtype: DType, mode: ActQuant) -> RowKernels {
         RowKernels {
             dot: dot(isa, dtype, mode),
             gemm: gemm_kernel(isa, dtype, mode),
             act: ActEval::for_isa(isa),
         }
     }
+
+    lab_pub! {
+        /// The GEMM kernel two or more columns go through, if any.
+        fn gemm(&self) -> Option<GemmKernel> {
+            self.gemm
+        }
+    }
 }
 
+#[cfg(feature = "lab")]
 impl From<Dot> for RowKernels {
     /// Row-dot kernels only: every column goes through them; activations
     /// as the core evaluates them ([`ActEval::Reference`]).
@@ -57,6 +77,7 @@ impl From<Dot> for RowKernels {
     }
 }
 
+#[cfg(feature = "lab")]
 impl From<RowDot> for RowKernels {
     /// One row-dot kernel only: every column goes through it.
     fn from(one: RowDot) -> RowKernels {
@@ -65,14 +86,14 @@ impl From<RowDot> for RowKernels {
 }
 
 /// Rows per accumulator tile.
-pub const TILE_ROWS: usize = 16;
+pub(crate) const TILE_ROWS: usize = 16;
 
 /// Some of the activation columns of a call: `acts` are columns
 /// `first..first + acts.len()` of the call's `total`. Which driver computes
 /// them depends on `total` (see [`gemv_rows_cols`]), so a call split into
 /// blocks gives the values of the whole.
 #[derive(Clone, Copy, Debug)]
-pub struct ColumnBlock<'c, 'a> {
+pub(crate) struct ColumnBlock<'c, 'a> {
     acts: &'c [Acts<'a>],
     first: usize,
     total: usize,
@@ -80,7 +101,7 @@ pub struct ColumnBlock<'c, 'a> {
 
 impl<'c, 'a> ColumnBlock<'c, 'a> {
     /// Every column of a call.
-    pub fn all(acts: &'c [Acts<'a>]) -> ColumnBlock<'c, 'a> {
+    pub(crate) fn all(acts: &'c [Acts<'a>]) -> ColumnBlock<'c, 'a> {
         ColumnBlock {
             acts,
             first: 0,
@@ -90,7 +111,8 @@ impl<'c, 'a> ColumnBlock<'c, 'a> {
 
     /// Columns `first..first + acts.len()` of a call of `total` columns, or
     /// a typed error when they do not lie inside it.
-    pub fn new(
+    #[cfg(feature = "std")]
+    pub(crate) fn new(
         acts: &'c [Acts<'a>],
         first: usize,
         total: usize,
@@ -105,38 +127,33 @@ impl<'c, 'a> ColumnBlock<'c, 'a> {
         }
     }
 
-    /// Columns `columns` of `all` (every column of a call), or a typed
-    /// error when the range does not lie inside it.
-    pub fn part(all: &'c [Acts<'a>], columns: Range<usize>) -> Result<ColumnBlock<'c, 'a>, Error> {
-        match all.get(columns.clone()) {
-            Some(acts) => ColumnBlock::new(acts, columns.start, all.len()),
-            None => Err(Error::LengthMismatch {
-                what: "GEMV column range (must be an ordered range inside the column count)",
-                expected: all.len(),
-                actual: columns.end,
-            }),
-        }
-    }
-
     /// The block's columns.
-    pub fn acts(&self) -> &'c [Acts<'a>] {
+    pub(crate) fn acts(&self) -> &'c [Acts<'a>] {
         self.acts
     }
 
     /// The call's index of the block's first column.
-    pub fn first(&self) -> usize {
+    pub(crate) fn first(&self) -> usize {
         self.first
     }
 
     /// The call's column count.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.total
     }
 }
 
 /// Computes rows `rows` of `epilogue(w · x)` for every column in `cols` and
-/// hands each result to `store(row, col, value)`: [`gemv_rows_cols`] over
-/// all the columns.
+/// hands each result to `store(row, col, value)`.
+///
+/// Weight rows are walked in tiles of 16; inside a tile every column is
+/// processed, so the tile's weights are read from memory once per call.
+/// With two or more columns and a GEMM kernel, the GEMM driver computes the
+/// accumulators and the epilogue is applied to each one before `store`.
+/// Every value is the same whatever `rows` it was computed in, so a call
+/// may be split across threads (or across time) by rows. Bad lengths,
+/// a row range outside `w` or columns not prepared in the kernels' mode
+/// are typed errors.
 pub fn gemv_rows(
     kernels: RowKernels,
     w: &WeightMatrix<'_>,
@@ -158,7 +175,7 @@ pub fn gemv_rows(
 /// Every value is the same whatever `rows` and column block it was
 /// computed in, so a call may be split across threads by rows and by
 /// columns.
-pub fn gemv_rows_cols(
+pub(crate) fn gemv_rows_cols(
     kernels: RowKernels,
     w: &WeightMatrix<'_>,
     cols: ColumnBlock<'_, '_>,
@@ -166,6 +183,7 @@ pub fn gemv_rows_cols(
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
+    check_epilogue(epilogue, w.rows(), cols.total())?;
     let (part, c0) = (cols.acts(), cols.first());
     let ev = kernels.act;
     let act = |a: Activation, v: f32| ev.apply(a, v);
@@ -188,6 +206,18 @@ pub fn gemv_rows_cols(
             }
         }
         start = end;
+    }
+    Ok(())
+}
+
+/// Errors unless `epilogue` was bound for an output of `rows × cols`.
+fn check_epilogue(epilogue: &BoundEpilogue<'_>, rows: usize, cols: usize) -> Result<(), Error> {
+    if (epilogue.rows(), epilogue.cols()) != (rows, cols) {
+        return Err(Error::ShapeMismatch {
+            what: "epilogue bound for another output shape",
+            expected: [rows, cols, 1, 1],
+            actual: [epilogue.rows(), epilogue.cols(), 1, 1],
+        });
     }
     Ok(())
 }
@@ -236,7 +266,7 @@ pub fn gemv_glu_rows(
 
 /// [`gemv_rows_cols`] for the gated dual form: `epilogue(act(W_g·x) ⊙
 /// (W_u·x))` for rows `rows` and the columns of `cols`.
-pub fn gemv_glu_rows_cols(
+pub(crate) fn gemv_glu_rows_cols(
     kernels: RowKernels,
     w: &GluWeights<'_>,
     act: Activation,
@@ -245,6 +275,7 @@ pub fn gemv_glu_rows_cols(
     epilogue: &BoundEpilogue<'_>,
     mut store: impl FnMut(usize, usize, f32),
 ) -> Result<(), Error> {
+    check_epilogue(epilogue, w.gate().rows(), cols.total())?;
     let (part, c0) = (cols.acts(), cols.first());
     let ev = kernels.act;
     let ev_act = |a: Activation, v: f32| ev.apply(a, v);

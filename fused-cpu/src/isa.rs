@@ -50,7 +50,9 @@ impl Isa {
     /// The best ISA of this machine, detected on the first call and cached.
     ///
     /// Without the `std` feature, only what the build targets statically
-    /// (`-C target-feature`) counts.
+    /// (`-C target-feature`) counts. Nothing else (no environment variable)
+    /// changes the answer: to run another supported set, name it
+    /// (`CpuBackend::with_isa`, `RowKernels::new`).
     pub fn detect() -> Isa {
         detect_cached()
     }
@@ -76,21 +78,22 @@ impl core::fmt::Display for Isa {
     }
 }
 
-// `$(#[$doc])* pub fn $name() -> bool`: whether the x86-64 feature
-// `$feature` is present, detected at run time (std caches the CPUID
+// `$(#[$doc])* fn $name() -> bool` (x86-64 only): whether the x86-64
+// feature `$feature` is present, detected at run time (std caches the CPUID
 // answer); without the `std` feature, whether the build targets it
-// statically; `false` off x86-64.
+// statically.
 macro_rules! x86_feature {
     ($(#[$doc:meta])* $name:ident, $feature:tt) => {
         $(#[$doc])*
-        pub fn $name() -> bool {
-            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+        #[cfg(target_arch = "x86_64")]
+        pub(crate) fn $name() -> bool {
+            #[cfg(feature = "std")]
             {
                 std::is_x86_feature_detected!($feature)
             }
-            #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+            #[cfg(not(feature = "std"))]
             {
-                cfg!(all(target_arch = "x86_64", target_feature = $feature))
+                cfg!(target_feature = $feature)
             }
         }
     };
@@ -101,7 +104,7 @@ x86_feature!(
     /// transforms) is present: the AVX-512 Q4_0 and Q4_K kernels split
     /// nibbles with it where it is. Detected at run time (std caches the
     /// CPUID answer); without the `std` feature, whether the build targets
-    /// it statically; `false` off x86-64.
+    /// it statically.
     has_gfni,
     "gfni"
 );
@@ -123,9 +126,6 @@ fn detect_cached() -> Isa {
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 fn detect_runtime() -> Isa {
-    if std::env::var_os("FUSED_CPU_SCALAR").is_some() {
-        return Isa::Scalar;
-    }
     let avx2 = std::is_x86_feature_detected!("avx2")
         && std::is_x86_feature_detected!("fma")
         && std::is_x86_feature_detected!("f16c");
@@ -143,9 +143,6 @@ fn detect_runtime() -> Isa {
 
 #[cfg(all(feature = "std", target_arch = "aarch64", target_endian = "little"))]
 fn detect_runtime() -> Isa {
-    if std::env::var_os("FUSED_CPU_SCALAR").is_some() {
-        return Isa::Scalar;
-    }
     // NEON is part of every aarch64 Linux/macOS/Windows target.
     if std::arch::is_aarch64_feature_detected!("dotprod") {
         Isa::NeonDotprod

@@ -1,51 +1,186 @@
-//! fused-cpu: the CPU backend of `fused`.
+//! fused-cpu: the CPU backend of `fused`. SIMD, multi-threaded GEMV/GEMM
+//! with the epilogue applied to each accumulator before the store, the
+//! gated dual GEMV, the signed FWHT and the unfused element-wise ops, on
+//! the ISA detected at run time (scalar, AVX2, AVX-512 VNNI, NEON, NEON +
+//! dotprod), with fused == unfused bit for bit on every ISA and the
+//! scalar ISA equal to the core's reference bit for bit.
 //!
-//! - [`kernels`]: dot kernels per ISA ([`isa::Isa`], detected once at run
-//!   time), scalar fallback = the core's reference arithmetic.
-//! - [`gemv`]: single-threaded, `no_std` GEMV/GEMM over a row range with the
-//!   epilogue applied to each accumulator tile before the store.
-//! - [`gemm`]: the driver for two or more columns: weight tiles decoded
-//!   once and swept by register-blocked micro-kernels
-//!   ([`kernels::gemm`]), the epilogue applied to each accumulator.
-//! - [`packed`]: prepared weights, rows interleaved by four (Q4_0), with
-//!   their own GEMV driver; the epilogue applies as for plain weights.
-//! - [`elementwise`]: the unfused fallback ops, built from the core's element
-//!   functions, so fused == unfused bit for bit.
-//! - [`fwht`]: signed and unsigned FWHT, the sign multiply fused into the load.
-//! - `backend` (with `std`): [`CpuBackend`], the multi-threaded entry points
-//!   with input validation and barrier / kernel-call counters.
-//! - `region_acts` (with `std`): activations quantized inside a call's
-//!   parallel region, each piece once, by the tasks that read it.
-//! - `pool` (with `std`): the persistent worker pool behind the backend's
-//!   parallel regions (sub-microsecond barriers while its workers spin).
-//! - `exec` (with `std`): the executor that runs a core plan (or a graph
-//!   unfused) step by step over 4-byte-aligned buffers, counting kernel
-//!   steps and barriers.
+//! # Modules
+//!
+//! What a program that runs plans reads (with `std`, the default):
+//!
+//! - [`backend`]: [`CpuBackend`], the multi-threaded eager entry points
+//!   (validated inputs, one parallel region each, [`Counters`] of regions
+//!   and kernel calls), and the memory-bandwidth probe.
+//! - [`exec`]: the plan executor ([`exec::Executor`]) over 4-byte-aligned
+//!   buffers ([`exec::CpuMemory`]), one backend call per step.
+//! - [`packed`]: prepared (row-interleaved) Q4_0 weights for
+//!   [`CpuBackend::gemv_packed`].
+//! - [`isa`]: the instruction sets ([`Isa`]), detected once.
+//!
+//! What a `no_std` program (no threads, no allocation in the kernels)
+//! calls directly, and what the backend runs on each thread:
+//!
+//! - [`acts`]: activations quantized once per call into the Q8 format the
+//!   weights' kernels take.
+//! - [`gemv`]: `epilogue(W·x)` over a range of rows, each result handed to
+//!   a callback ([`gemv::gemv_rows`], [`gemv::gemv_glu_rows`]).
+//! - [`fwht`]: the signed FWHT over rows ([`fwht::fwht_rows`]).
+//! - [`elementwise`]: the unfused ops, evaluating activations as the fused
+//!   epilogues of the same ISA do.
+//!
+//! The kernels themselves (dot and GEMM micro-kernels per ISA and their
+//! tuning constants, the worker pool, the activation side data, the
+//! bandwidth probe's internals) are public only with the `lab` feature, for
+//! the criterion benches and the kernel tests; without it they are not part
+//! of the API.
+//!
+//! # Layers
+//!
+//! Each module uses only modules before it in this order (checked by
+//! `scripts/module-cycles fused-cpu`):
+//!
+//! `isa` ← `activation` ← `acts` ← `kernels` ← `gemm` ← `gemv`, `packed`,
+//! `fwht`, `elementwise` ← `pool` ← `region_acts` ← `probe` ← `backend` ←
+//! `exec`.
+//!
+//! # Example
+//!
+//! A Q4_0 feed-forward output projection with GGML's Q8_0 activations:
+//! `y = silu(W·x) · gate + residual`, the whole chain applied to each
+//! accumulator. On the scalar ISA it equals the core's reference bit for
+//! bit; on the best ISA of this machine the fused call equals the same GEMV
+//! followed by the unfused ops bit for bit.
+//!
+//! ```
+//! # #[cfg(feature = "std")]
+//! # fn main() -> Result<(), fused_core::Error> {
+//! use fused_core::DType;
+//! use fused_core::element::Activation;
+//! use fused_core::epilogue::Epilogue;
+//! use fused_core::quant::quantize_row;
+//! use fused_core::reference::gemv::gemm;
+//! use fused_core::reference::{ActQuant, WeightMatrix};
+//! use fused_cpu::{CpuBackend, Isa};
+//!
+//! let (m, k) = (8, 64); // 8 output rows, 64 inputs: two Q4_0 blocks a row
+//! let vals = |n: usize, s: f32| -> Vec<f32> {
+//!     (0..n).map(|i| ((i as f32 * 0.37 + s).sin())).collect()
+//! };
+//! let mut w = vec![0u8; DType::Q4_0.row_bytes(k)? * m];
+//! quantize_row(DType::Q4_0, &vals(m * k, 0.0), &mut w)?;
+//! let w = WeightMatrix::new(DType::Q4_0, m, k, &w)?;
+//! let (x, gate, residual) = (vals(k, 1.0), vals(m, 2.0), vals(m, 3.0));
+//!
+//! // silu(acc) · gate + residual, operands bound for one column.
+//! let chain = Epilogue::NONE
+//!     .then_act(Activation::Silu)?
+//!     .then_mul()?
+//!     .then_add()?;
+//! let epilogue = chain.bind(&[&gate, &residual], m, 1)?;
+//! let mode = ActQuant::ggml(DType::Q4_0); // Q8_0 activations
+//!
+//! // The scalar ISA is the core's reference arithmetic.
+//! let mut want = vec![0.0; m];
+//! gemm(&w, &x, 1, mode, &epilogue, &mut want)?;
+//! let scalar = CpuBackend::with_isa(Isa::Scalar, 2)?;
+//! let mut y = vec![0.0; m];
+//! scalar.gemv(&w, &x, 1, mode, &epilogue, &mut y)?;
+//! assert_eq!(y, want);
+//!
+//! // The best ISA: fused equals unfused bit for bit.
+//! let cpu = CpuBackend::new(2)?;
+//! let mut fused = vec![0.0; m];
+//! cpu.gemv(&w, &x, 1, mode, &epilogue, &mut fused)?;
+//! let none = Epilogue::NONE.bind(&[], m, 1)?;
+//! let (mut acc, mut act, mut prod, mut unfused) =
+//!     (vec![0.0; m], vec![0.0; m], vec![0.0; m], vec![0.0; m]);
+//! cpu.gemv(&w, &x, 1, mode, &none, &mut acc)?;
+//! cpu.unary(Activation::Silu, &acc, &mut act)?;
+//! cpu.mul(&act, &gate, &mut prod)?;
+//! cpu.add(&prod, &residual, &mut unfused)?;
+//! assert_eq!(fused, unfused);
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "std"))]
+//! # fn main() {}
+//! ```
+//!
+//! # Features
+//!
+//! - `std` (default): run-time ISA detection, [`backend`], [`exec`] and
+//!   the worker pool. Without it the crate is `no_std` (it allocates only in
+//!   [`packed`]) and the ISA is what the build targets statically.
+//! - `lab` (off): the kernels and their tuning public, for benches and
+//!   kernel tests. Not for programs: nothing in it is stable.
 #![no_std]
 
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-pub mod activation;
+/// Declares module `$name`: `pub` with the `lab` feature, crate-private
+/// without it (where its `pub` items are the crate's own business).
+macro_rules! lab_mod {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[cfg(feature = "lab")]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "lab"))]
+        #[allow(unreachable_pub, dead_code)]
+        pub(crate) mod $name;
+    };
+}
+
+/// One item (a function or a constant): `pub` with the `lab` feature,
+/// `pub(crate)` without it.
+macro_rules! lab_pub {
+    ($(#[$attr:meta])* fn $($rest:tt)*) => {
+        $(#[$attr])*
+        #[cfg(feature = "lab")]
+        pub fn $($rest)*
+        $(#[$attr])*
+        #[cfg(not(feature = "lab"))]
+        #[allow(dead_code)]
+        pub(crate) fn $($rest)*
+    };
+}
+
+pub mod isa;
+lab_mod! {
+    activation
+}
 pub mod acts;
+lab_mod! {
+    kernels
+}
+lab_mod! {
+    gemm
+}
+pub mod elementwise;
+pub mod fwht;
+pub mod gemv;
+pub mod packed;
+lab_mod! {
+    #[cfg(feature = "std")]
+    pool
+}
+lab_mod! {
+    #[cfg(feature = "std")]
+    region_acts
+}
+lab_mod! {
+    #[cfg(feature = "std")]
+    probe
+}
 #[cfg(feature = "std")]
 pub mod backend;
-pub mod elementwise;
+// The core's backend contract on this backend (trait impls only).
+#[cfg(feature = "std")]
+mod contract;
 #[cfg(feature = "std")]
 pub mod exec;
-pub mod fwht;
-pub mod gemm;
-pub mod gemv;
-pub mod isa;
-pub mod kernels;
-pub mod packed;
-#[cfg(feature = "std")]
-pub mod pool;
-#[cfg(feature = "std")]
-pub mod probe;
-#[cfg(feature = "std")]
-pub mod region_acts;
 
 #[cfg(feature = "std")]
 pub use backend::{Counters, CpuBackend};

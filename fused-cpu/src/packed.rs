@@ -9,33 +9,28 @@
 //! stay in GGML's layout after the groups. Packing changes no value: every
 //! block can be put back together ([`PackedWeights::unpack_row`]).
 //!
-//! A GEMV over packed weights applies the same epilogue from the same
-//! accumulators as [`crate::gemv::gemv_rows`] (fusion still applies).
-
-use core::ops::Range;
+//! [`crate::backend::CpuBackend::gemv_packed`] multiplies them (Q8_0
+//! activations only). The epilogue is applied to each accumulator exactly
+//! as [`crate::gemv::gemv_rows`] applies it, so fused == unfused holds bit
+//! for bit over packed weights too. The accumulators themselves are the
+//! same only on [`crate::isa::Isa::Scalar`], where both are the core's
+//! reference arithmetic: a SIMD group kernel sums a row's blocks in
+//! another order than the ISA's row kernels (and than the GEMM kernels
+//! that take two or more columns over plain weights), so on a SIMD ISA a
+//! packed GEMV and a plain one may differ in the last bits.
 
 use alloc::vec;
 use alloc::vec::Vec;
 use fused_core::blocks::BlockQ4_0;
-use fused_core::element::Activation;
-use fused_core::epilogue::BoundEpilogue;
 use fused_core::reference::WeightMatrix;
 use fused_core::{DType, Error};
 
-use crate::activation::ActEval;
-use crate::acts::Acts;
-use crate::kernels::RowDot;
-
-/// Rows per interleaved group.
-pub const GROUP_ROWS: usize = 4;
-
-/// Bytes of one cache line, the unit of the packed layout.
-pub const LINE: usize = 64;
+use crate::kernels::packed::{GROUP_ROWS, LINE};
 
 /// One 64-byte-aligned line of packed data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
-pub struct Line(pub [u8; LINE]);
+struct Line([u8; LINE]);
 
 /// Weights repacked for the group kernels (Q4_0 only, so far).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,39 +106,47 @@ impl PackedWeights {
         self.cols
     }
 
-    /// Full groups of [`GROUP_ROWS`] rows.
-    pub fn n_groups(&self) -> usize {
-        self.rows / GROUP_ROWS
-    }
-
-    /// Blocks per row.
-    pub fn blocks_per_row(&self) -> usize {
-        self.cols / self.dtype.block_len()
-    }
-
-    /// The lines of group `g`: codes then scales (see the module docs).
-    pub fn group(&self, g: usize) -> Result<&[u8], Error> {
-        if g >= self.n_groups() {
-            return Err(Error::LengthMismatch {
-                what: "packed group index (must be below the group count)",
-                expected: self.n_groups(),
-                actual: g,
-            });
+    lab_pub! {
+        /// Full groups of [`GROUP_ROWS`] rows.
+        fn n_groups(&self) -> usize {
+            self.rows / GROUP_ROWS
         }
-        let lines = &self.groups[g * self.group_lines..(g + 1) * self.group_lines];
-        Ok(bytemuck::cast_slice(lines))
     }
 
-    /// Row `r` of the tail (rows from `GROUP_ROWS · n_groups()` on), in
-    /// GGML's layout.
-    pub fn tail_row(&self, r: usize) -> Result<&[u8], Error> {
-        let first = self.n_groups() * GROUP_ROWS;
-        let tail = WeightMatrix::new(self.dtype, self.rows - first, self.cols, &self.tail)?;
-        tail.row(r.checked_sub(first).ok_or(Error::LengthMismatch {
-            what: "packed tail row (must not be in a group)",
-            expected: first,
-            actual: r,
-        })?)
+    lab_pub! {
+        /// Blocks per row.
+        fn blocks_per_row(&self) -> usize {
+            self.cols / self.dtype.block_len()
+        }
+    }
+
+    lab_pub! {
+        /// The lines of group `g`: codes then scales (see the module docs).
+        fn group(&self, g: usize) -> Result<&[u8], Error> {
+            if g >= self.n_groups() {
+                return Err(Error::LengthMismatch {
+                    what: "packed group index (must be below the group count)",
+                    expected: self.n_groups(),
+                    actual: g,
+                });
+            }
+            let lines = &self.groups[g * self.group_lines..(g + 1) * self.group_lines];
+            Ok(bytemuck::cast_slice(lines))
+        }
+    }
+
+    lab_pub! {
+        /// Row `r` of the tail (rows from `GROUP_ROWS · n_groups()` on), in
+        /// GGML's layout.
+        fn tail_row(&self, r: usize) -> Result<&[u8], Error> {
+            let first = self.n_groups() * GROUP_ROWS;
+            let tail = WeightMatrix::new(self.dtype, self.rows - first, self.cols, &self.tail)?;
+            tail.row(r.checked_sub(first).ok_or(Error::LengthMismatch {
+                what: "packed tail row (must not be in a group)",
+                expected: first,
+                actual: r,
+            })?)
+        }
     }
 
     /// Writes row `r` back in GGML's layout into `out` (one row's bytes).
@@ -174,110 +177,106 @@ impl PackedWeights {
     }
 }
 
-/// A group kernel: the accumulators of the four rows of one packed group
-/// (`group` bytes of a [`PackedWeights`] with `nb` blocks per row) against
-/// one activation column. Kernels may prefetch past the end of `group`
-/// (the next group's lines, which follow it in memory: a hint only).
-pub type GroupDot = fn(&[u8], usize, &Acts<'_>) -> Result<[f32; GROUP_ROWS], Error>;
+/// The GEMV drivers over packed weights that the backend's threads run
+/// (the epilogue applied to each accumulator before `store`).
+#[cfg(feature = "std")]
+pub(crate) mod rows {
+    use core::ops::Range;
 
-/// The kernels of a packed GEMV: the group kernel and the one-row kernel
-/// for the tail rows (GGML layout).
-#[derive(Clone, Copy, Debug)]
-pub struct PackedDot {
-    /// Four rows of a group at a time.
-    pub group: GroupDot,
-    /// One tail row.
-    pub one: RowDot,
-    /// How the epilogue's activations (and a GLU's) are evaluated: the
-    /// same as the ISA's unfused element-wise kernels.
-    pub act: ActEval,
-}
+    use fused_core::Error;
+    use fused_core::element::Activation;
+    use fused_core::epilogue::BoundEpilogue;
 
-/// Computes groups `groups` of `epilogue(w · x)` (every row of each group)
-/// plus, when `tail` is set, the tail rows, for every column in `cols`,
-/// handing each result to `store(row, col, value)`.
-pub fn gemv_packed_rows(
-    kernel: PackedDot,
-    w: &PackedWeights,
-    cols: &[Acts<'_>],
-    groups: Range<usize>,
-    tail: bool,
-    epilogue: &BoundEpilogue<'_>,
-    mut store: impl FnMut(usize, usize, f32),
-) -> Result<(), Error> {
-    each_acc(kernel, [w], cols, groups, tail, |r, c, [acc]| {
-        store(
-            r,
-            c,
-            epilogue.apply_act(acc, r, c, |a, v| kernel.act.apply(a, v)),
-        );
-    })
-}
+    use super::PackedWeights;
+    use crate::acts::Acts;
+    use crate::kernels::packed::{GROUP_ROWS, PackedDot};
 
-/// [`gemv_packed_rows`] for the gated dual form:
-/// `epilogue(act(W_g·x) ⊙ (W_u·x))`, both from the same activations.
-#[allow(clippy::too_many_arguments)]
-pub fn gemv_glu_packed_rows(
-    kernel: PackedDot,
-    gate: &PackedWeights,
-    up: &PackedWeights,
-    act: Activation,
-    cols: &[Acts<'_>],
-    groups: Range<usize>,
-    tail: bool,
-    epilogue: &BoundEpilogue<'_>,
-    mut store: impl FnMut(usize, usize, f32),
-) -> Result<(), Error> {
-    each_acc(kernel, [gate, up], cols, groups, tail, |r, c, [g, u]| {
-        let ev = kernel.act;
-        store(
-            r,
-            c,
-            epilogue.apply_act(ev.glu(act, g, u), r, c, |a, v| ev.apply(a, v)),
-        );
-    })
-}
-
-/// The accumulators of `N` matrices of one shape, row by row within each
-/// group (then the tail rows when `tail` is set), column by column:
-/// `f(row, col, [acc of each matrix])`.
-fn each_acc<const N: usize>(
-    kernel: PackedDot,
-    ws: [&PackedWeights; N],
-    cols: &[Acts<'_>],
-    groups: Range<usize>,
-    tail: bool,
-    mut f: impl FnMut(usize, usize, [f32; N]),
-) -> Result<(), Error> {
-    let Some(w0) = ws.first() else { return Ok(()) };
-    let (nb, k) = (w0.blocks_per_row(), w0.cols());
-    for g in groups {
-        let mut bytes: [&[u8]; N] = [&[]; N];
-        for (b, w) in bytes.iter_mut().zip(ws) {
-            *b = w.group(g)?;
-        }
-        for (c, x) in cols.iter().enumerate() {
-            let mut acc = [[0.0f32; GROUP_ROWS]; N];
-            for (a, b) in acc.iter_mut().zip(bytes) {
-                *a = (kernel.group)(b, nb, x)?;
-            }
-            let by_row: [[f32; N]; GROUP_ROWS] =
-                core::array::from_fn(|i| core::array::from_fn(|j| acc[j][i]));
-            for (i, a) in by_row.into_iter().enumerate() {
-                f(g * GROUP_ROWS + i, c, a);
-            }
-        }
+    /// Computes groups `groups` of `epilogue(w · x)` (every row of each group)
+    /// plus, when `tail` is set, the tail rows, for every column in `cols`,
+    /// handing each result to `store(row, col, value)`.
+    pub(crate) fn gemv_packed_rows(
+        kernel: PackedDot,
+        w: &PackedWeights,
+        cols: &[Acts<'_>],
+        groups: Range<usize>,
+        tail: bool,
+        epilogue: &BoundEpilogue<'_>,
+        mut store: impl FnMut(usize, usize, f32),
+    ) -> Result<(), Error> {
+        each_acc(kernel, [w], cols, groups, tail, |r, c, [acc]| {
+            store(
+                r,
+                c,
+                epilogue.apply_act(acc, r, c, |a, v| kernel.act.apply(a, v)),
+            );
+        })
     }
-    if tail {
-        for r in w0.n_groups() * GROUP_ROWS..w0.rows() {
+
+    /// [`gemv_packed_rows`] for the gated dual form:
+    /// `epilogue(act(W_g·x) ⊙ (W_u·x))`, both from the same activations.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemv_glu_packed_rows(
+        kernel: PackedDot,
+        gate: &PackedWeights,
+        up: &PackedWeights,
+        act: Activation,
+        cols: &[Acts<'_>],
+        groups: Range<usize>,
+        tail: bool,
+        epilogue: &BoundEpilogue<'_>,
+        mut store: impl FnMut(usize, usize, f32),
+    ) -> Result<(), Error> {
+        each_acc(kernel, [gate, up], cols, groups, tail, |r, c, [g, u]| {
+            let ev = kernel.act;
+            store(
+                r,
+                c,
+                epilogue.apply_act(ev.glu(act, g, u), r, c, |a, v| ev.apply(a, v)),
+            );
+        })
+    }
+
+    /// The accumulators of `N` matrices of one shape, row by row within each
+    /// group (then the tail rows when `tail` is set), column by column:
+    /// `f(row, col, [acc of each matrix])`.
+    fn each_acc<const N: usize>(
+        kernel: PackedDot,
+        ws: [&PackedWeights; N],
+        cols: &[Acts<'_>],
+        groups: Range<usize>,
+        tail: bool,
+        mut f: impl FnMut(usize, usize, [f32; N]),
+    ) -> Result<(), Error> {
+        let Some(w0) = ws.first() else { return Ok(()) };
+        let (nb, k) = (w0.blocks_per_row(), w0.cols());
+        for g in groups {
+            let mut bytes: [&[u8]; N] = [&[]; N];
+            for (b, w) in bytes.iter_mut().zip(ws) {
+                *b = w.group(g)?;
+            }
             for (c, x) in cols.iter().enumerate() {
-                let mut acc = [0.0f32; N];
-                for (a, w) in acc.iter_mut().zip(ws) {
-                    *a = (kernel.one)(w.dtype(), w.tail_row(r)?, x, k)?;
+                let mut acc = [[0.0f32; GROUP_ROWS]; N];
+                for (a, b) in acc.iter_mut().zip(bytes) {
+                    *a = (kernel.group)(b, nb, x)?;
                 }
-                f(r, c, acc);
+                let by_row: [[f32; N]; GROUP_ROWS] =
+                    core::array::from_fn(|i| core::array::from_fn(|j| acc[j][i]));
+                for (i, a) in by_row.into_iter().enumerate() {
+                    f(g * GROUP_ROWS + i, c, a);
+                }
             }
         }
+        if tail {
+            for r in w0.n_groups() * GROUP_ROWS..w0.rows() {
+                for (c, x) in cols.iter().enumerate() {
+                    let mut acc = [0.0f32; N];
+                    for (a, w) in acc.iter_mut().zip(ws) {
+                        *a = (kernel.one)(w.dtype(), w.tail_row(r)?, x, k)?;
+                    }
+                    f(r, c, acc);
+                }
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -153,7 +153,9 @@ impl<'a> RegionActs<'a> {
             let x = &self.x[p.cols.start * self.k..p.cols.end * self.k];
             let (lo, hi) = (cols.start.max(p.cols.start), cols.end.min(p.cols.end));
             let local = lo - p.cols.start..hi - p.cols.start;
-            out.extend(local.map(|c| column(self.mode, x, bytes, self.k, c)));
+            for c in local {
+                out.push(column(self.mode, x, bytes, self.k, c)?);
+            }
         }
         Ok(out)
     }

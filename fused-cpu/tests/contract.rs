@@ -5,11 +5,9 @@
 #![cfg(feature = "std")]
 
 mod best {
-    fused_testkit::contract_suite!(fused_testkit::skip::backend_or_skip(
-        "cpu",
-        None,
-        || fused_cpu::CpuBackend::new(2)
-    ));
+    fused_testkit::contract_suite!(fused_testkit::skip::backend_or_skip("cpu", None, || {
+        fused_cpu::CpuBackend::new(2)
+    }));
 }
 
 mod scalar {

@@ -34,7 +34,7 @@ fn four_rows_equal_one_row_each() {
                 });
                 let x: Vec<f32> = (0..k).map(|i| ((i * 5 % 17) as f32 - 8.0) * 0.3).collect();
                 let q = prepare_columns(mode, &x, k, 1);
-                let a = column(mode, &x, &q, k, 0);
+                let a = column(mode, &x, &q, k, 0).unwrap();
                 let rows = [&w[..rb], &w[rb..2 * rb], &w[2 * rb..3 * rb], &w[3 * rb..]];
                 // With side data and without (the fallback path).
                 for a in [a, without_side(a)] {

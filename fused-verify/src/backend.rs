@@ -295,7 +295,7 @@ impl Backend for CpuIsaBackend {
 
     fn bandwidth_gbs(&self, threads: usize) -> Option<f64> {
         // 256 MiB: well beyond the last-level cache of the machines we run on.
-        Some(fused_cpu::probe::read_bandwidth(256 << 20, threads, 5))
+        Some(fused_cpu::backend::read_bandwidth(256 << 20, threads, 5))
     }
 }
 

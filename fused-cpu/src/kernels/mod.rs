@@ -22,8 +22,6 @@ pub mod scalar;
 pub mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_avx512;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod x86_quant;
 
 /// A row-dot kernel: `(weight format, one packed weight row, activations,
 /// K) → accumulator`. Inputs were validated by the caller; kernels still

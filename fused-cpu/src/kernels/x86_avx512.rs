@@ -6,7 +6,7 @@
 //! unaligned loads of the weight row with one `vpermt2w` each (Q4_0: the
 //! group's first 64 bytes and its last 16).
 //! The activations come pre-arranged in the same order with their offset
-//! terms ([`crate::acts::Q8_0_SUPER_BYTES`]), so per group and row two
+//! terms ([`crate::acts::side::Q8_0_SUPER_BYTES`]), so per group and row two
 //! chained `vpdpbusd` (unsigned codes × signed activations), started from
 //! the exact i32 offset term, leave four i32 lanes per block. Offsets are
 //! exact in i32: Q4_0 codes are `u − 8`, so `Σ(u − 8)·y = Σu·y − 8·Σy`;
@@ -59,8 +59,9 @@ use fused_core::{DType, Error};
 use super::common::check_rows_alike;
 use super::x86_avx2::{self as avx2, Q4K_BYTES, Q6K_BYTES, Q8K_BYTES, check_f32, check_quant};
 use super::{RowDot, RowDot4};
-use crate::acts::{
-    Acts, Q8_0_GROUP_BLOCKS, Q8_0_GROUP_BYTES, Q8_0_SUPER_BYTES, Q8_0_SUPER_GROUPS, side_bytes,
+use crate::acts::Acts;
+use crate::acts::side::{
+    Q8_0_GROUP_BLOCKS, Q8_0_GROUP_BYTES, Q8_0_SUPER_BYTES, Q8_0_SUPER_GROUPS, side_bytes,
 };
 use crate::isa::{has_gfni, has_vbmi};
 
@@ -1214,7 +1215,7 @@ mod tests {
                 blk[1] = 0x20 | (blk[1] & 0x1f);
             }
             let mut side = vec![0u8; side_bytes(DType::Q8_0, k)];
-            crate::acts::write_side(DType::Q8_0, &y, k, &mut side).expect("side data");
+            crate::acts::side::write_side(DType::Q8_0, &y, k, &mut side).expect("side data");
             let rows: [*const u8; 4] = core::array::from_fn(|r| w[r * nb * 18..].as_ptr());
             let (yp, sp) = (y.as_ptr(), side.as_ptr());
             // SAFETY: AVX-512 F/BW/VL/VNNI (with AVX2, FMA, F16C) and GFNI

@@ -190,7 +190,9 @@ pub(crate) fn assert_rows_equal_reference(
 ) {
     let (dtype, m, k) = (wm.dtype(), wm.rows(), wm.cols());
     let scratch = prepare_columns(mode, x, k, n);
-    let cols: Vec<_> = (0..n).map(|c| column(mode, x, &scratch, k, c)).collect();
+    let cols: Vec<_> = (0..n)
+        .map(|c| column(mode, x, &scratch, k, c).unwrap())
+        .collect();
     let mut y = vec![0.0f32; m * n];
     gemv_rows(kernels, &wm, &cols, 0..m, epilogue, |r, c, v| {
         y[c * m + r] = v

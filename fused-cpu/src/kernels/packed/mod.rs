@@ -1,16 +1,44 @@
-//! Group kernels for [`crate::packed::PackedWeights`], one file per ISA.
+//! Group kernels for packed (row-interleaved) weights, one file per ISA:
+//! the accumulators of the four rows of a group at once. The layout is
+//! described with [`crate::packed`], which builds it; its two sizes are
+//! here, below both.
 
 use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 
+use super::{RowDot, row_dot};
+use crate::activation::ActEval;
 use crate::acts::Acts;
 use crate::isa::Isa;
-use crate::kernels::row_dot;
-use crate::packed::{GROUP_ROWS, LINE, PackedDot};
 
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_avx512;
+
+/// Rows per interleaved group.
+pub const GROUP_ROWS: usize = 4;
+
+/// Bytes of one cache line, the unit of the packed layout.
+pub const LINE: usize = 64;
+
+/// A group kernel: the accumulators of the four rows of one packed group
+/// (`group` bytes of packed weights with `nb` blocks per row) against one
+/// activation column. Kernels may prefetch past the end of `group` (the
+/// next group's lines, which follow it in memory: a hint only).
+pub type GroupDot = fn(&[u8], usize, &Acts<'_>) -> Result<[f32; GROUP_ROWS], Error>;
+
+/// The kernels of a packed GEMV: the group kernel and the one-row kernel
+/// for the tail rows (GGML layout).
+#[derive(Clone, Copy, Debug)]
+pub struct PackedDot {
+    /// Four rows of a group at a time.
+    pub group: GroupDot,
+    /// One tail row.
+    pub one: RowDot,
+    /// How the epilogue's activations (and a GLU's) are evaluated: the
+    /// same as the ISA's unfused element-wise kernels.
+    pub act: ActEval,
+}
 
 /// The kernels for packed weights of `dtype` fed activations in `mode` on
 /// `isa`, if packed weights of `dtype` exist and `mode` is the one their
@@ -20,7 +48,7 @@ pub fn packed_dot(isa: Isa, dtype: DType, mode: ActQuant) -> Option<PackedDot> {
         return None;
     }
     let one = row_dot(isa, dtype, mode);
-    let act = crate::activation::ActEval::for_isa(isa);
+    let act = ActEval::for_isa(isa);
     #[cfg(target_arch = "x86_64")]
     if isa.is_supported() && isa >= Isa::Avx512 {
         return Some(PackedDot {

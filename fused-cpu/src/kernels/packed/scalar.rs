@@ -4,9 +4,8 @@
 
 use fused_core::{DType, Error};
 
-use super::check_q4_0_group;
+use super::{GROUP_ROWS, LINE, check_q4_0_group};
 use crate::acts::Acts;
-use crate::packed::{GROUP_ROWS, LINE};
 
 /// Q4_0 × Q8_0 for the four rows of a packed group with `nb` blocks a row.
 pub fn group_q4_0_q8_0(

@@ -6,7 +6,7 @@
 //! lane. The `−8` offset of the codes is taken off exactly in i32: the
 //! chain starts from `−8·Σq` of the activation block in the first i32 of
 //! each row's lane, read from the activation side data
-//! ([`crate::acts::q8_0_offset_term_at`], as the plain kernel does; blocks
+//! ([`crate::acts::side::q8_0_offset_term_at`], as the plain kernel does; blocks
 //! without side data sum their codes here, to the same value). The partial
 //! sums are converted and multiplied by the rows' `dx·dy` (the four f16
 //! scales of the line widened and spread over their lanes; `dy` as f32
@@ -21,10 +21,10 @@ use core::arch::x86_64::*;
 
 use fused_core::{DType, Error};
 
-use super::check_q4_0_group;
-use crate::acts::{Acts, Q8_0_D_AFTER_OFFSET, Q8_0_GROUP_BLOCKS, q8_0_offset_term_at, side_bytes};
+use super::{GROUP_ROWS, LINE, check_q4_0_group};
+use crate::acts::Acts;
+use crate::acts::side::{Q8_0_D_AFTER_OFFSET, Q8_0_GROUP_BLOCKS, q8_0_offset_term_at, side_bytes};
 use crate::kernels::x86_avx512::prefetch;
-use crate::packed::{GROUP_ROWS, LINE};
 
 /// Q4_0 × Q8_0 for the four rows of a packed group with `nb` blocks a row.
 pub fn group_q4_0_q8_0(

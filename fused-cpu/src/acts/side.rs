@@ -1,30 +1,10 @@
-//! Activations prepared for the dot kernels: f32, or quantized once per call
-//! into the format GGML's CPU path uses for the weight format, plus side data
-//! derived from the quantized blocks once per call (so that no kernel
-//! recomputes it for every weight row).
+//! Side data of quantized activation columns: values derived once per call
+//! from the Q8_0 blocks, laid out as the AVX-512 Q8_0 and packed Q4_0
+//! kernels load them, so that no kernel recomputes them for every weight
+//! row. [`write_side`] writes it; [`crate::acts::quantize_columns`] puts it after
+//! each column's blocks.
 
-use fused_core::DType;
-use fused_core::Error;
-use fused_core::reference::ActQuant;
-
-/// One activation column as the kernels read it.
-#[derive(Clone, Copy, Debug)]
-pub enum Acts<'a> {
-    /// Plain f32 values.
-    F32(&'a [f32]),
-    /// Blocks of `dtype` (Q8_0, Q8_1 or Q8_K) as written by
-    /// [`fused_core::quant::quantize_row`].
-    Quant {
-        /// The activation block format.
-        dtype: DType,
-        /// The blocks.
-        bytes: &'a [u8],
-        /// Side data derived from `bytes` ([`write_side`]; layout in
-        /// [`Q8_0_SUPER_BYTES`]), or empty. Kernels that use it check its
-        /// length and fall back to `bytes` alone when it is missing.
-        side: &'a [u8],
-    },
-}
+use fused_core::{DType, Error};
 
 /// Q8_0 blocks per group: the codes of one group fill one 512-bit vector
 /// (low and high halves in two).
@@ -116,87 +96,4 @@ pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<
         }
     }
     Ok(())
-}
-
-/// Bytes needed to hold one column of `k` activations in `mode` (0 for
-/// f32): the quantized blocks followed by their side data.
-pub fn prepared_bytes(mode: ActQuant, k: usize) -> Result<usize, Error> {
-    match mode.dtype() {
-        None => Ok(0),
-        Some(d) => Ok(d.row_bytes(k)? + side_bytes(d, k)),
-    }
-}
-
-/// Quantizes every column of `x` (`n_cols` columns of `k`) into `scratch`
-/// (`n_cols · prepared_bytes(mode, k)` bytes), each column's blocks followed
-/// by their side data. GGML's reference rounding.
-pub fn quantize_columns(
-    mode: ActQuant,
-    x: &[f32],
-    k: usize,
-    scratch: &mut [u8],
-) -> Result<(), Error> {
-    let Some(d) = mode.dtype() else { return Ok(()) };
-    let rb = d.row_bytes(k)?;
-    let pb = prepared_bytes(mode, k)?;
-    if k == 0 || !x.len().is_multiple_of(k) || scratch.len() != x.len() / k * pb {
-        return Err(Error::LengthMismatch {
-            what: "activation scratch",
-            expected: x.len().checked_div(k).unwrap_or(0) * pb,
-            actual: scratch.len(),
-        });
-    }
-    for (col, dst) in x.chunks_exact(k).zip(scratch.chunks_exact_mut(pb)) {
-        let (blocks, side) = dst.split_at_mut(rb);
-        quantize_row(d, col, blocks)?;
-        write_side(d, blocks, k, side)?;
-    }
-    Ok(())
-}
-
-/// [`fused_core::quant::quantize_row`], through a vectorized quantizer
-/// with the same bytes where this machine has one (Q8_0 and Q8_K on
-/// AVX-512).
-fn quantize_row(d: DType, col: &[f32], blocks: &mut [u8]) -> Result<(), Error> {
-    #[cfg(target_arch = "x86_64")]
-    if matches!(d, DType::Q8_0 | DType::Q8_K)
-        && crate::isa::Isa::detect() >= crate::isa::Isa::Avx512
-    {
-        fused_core::error::check_len("activation blocks", d.row_bytes(col.len())?, blocks.len())?;
-        // SAFETY: `Isa::detect()` confirmed AVX-512 F/BW/VL (its Avx512
-        // level requires them).
-        return unsafe {
-            if d == DType::Q8_0 {
-                crate::kernels::x86_quant::quantize_q8_0(col, blocks)
-            } else {
-                crate::kernels::x86_quant::quantize_q8_k(col, blocks)
-            }
-        };
-    }
-    fused_core::quant::quantize_row(d, col, blocks)
-}
-
-/// Column `col` of prepared activations (`scratch` as filled by
-/// [`quantize_columns`]).
-pub fn column<'a>(
-    mode: ActQuant,
-    x: &'a [f32],
-    scratch: &'a [u8],
-    k: usize,
-    col: usize,
-) -> Acts<'a> {
-    match mode.dtype() {
-        None => Acts::F32(&x[col * k..(col + 1) * k]),
-        Some(d) => {
-            let pb = scratch.len() / (x.len() / k).max(1);
-            let whole = &scratch[col * pb..(col + 1) * pb];
-            let rb = d.row_bytes(k).map_or(pb, |rb| rb.min(pb));
-            let (bytes, side) = whole.split_at(rb);
-            Acts::Quant {
-                dtype: d,
-                bytes,
-                side,
-            }
-        }
-    }
 }
