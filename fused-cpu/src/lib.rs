@@ -42,7 +42,8 @@
 //!
 //! `isa` ← `activation` ← `acts` ← `kernels` ← `gemm` ← `gemv`, `packed`,
 //! `fwht`, `elementwise` ← `pool` ← `region_acts` ← `probe` ← `backend` ←
-//! `exec`.
+//! `exec` ← `contract` (the core's backend contract implemented for
+//! [`CpuBackend`]; trait impls only).
 //!
 //! # Example
 //!

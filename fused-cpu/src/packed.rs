@@ -12,12 +12,13 @@
 //! [`crate::backend::CpuBackend::gemv_packed`] multiplies them (Q8_0
 //! activations only). The epilogue is applied to each accumulator exactly
 //! as [`crate::gemv::gemv_rows`] applies it, so fused == unfused holds bit
-//! for bit over packed weights too. The accumulators themselves are the
-//! same only on [`crate::isa::Isa::Scalar`], where both are the core's
-//! reference arithmetic: a SIMD group kernel sums a row's blocks in
-//! another order than the ISA's row kernels (and than the GEMM kernels
-//! that take two or more columns over plain weights), so on a SIMD ISA a
-//! packed GEMV and a plain one may differ in the last bits.
+//! for bit over packed weights too. The accumulators themselves equal
+//! `gemv_rows`' only on [`crate::isa::Isa::Scalar`], where both are the
+//! core's reference arithmetic. AVX-512 has a group kernel of its own and
+//! the other ISAs use the scalar one, so on every SIMD ISA a packed GEMV
+//! sums in another order than the plain one (the ISA's row kernels, or its
+//! GEMM kernels for two or more columns) and may differ from it in the last
+//! bits; both stay within the tests' tolerance of the reference.
 
 use alloc::vec;
 use alloc::vec::Vec;
