@@ -89,7 +89,7 @@ constexpr uint32_t GEMV_TEAM_THREADS = 128;
 // (G = 1), or one of G teams of GEMV_TEAM_THREADS threads in a block of G
 // times as many (the `_t<G>` kernels: a grid of G times fewer, larger
 // blocks, each team doing what one block of the plain kernel does, with
-// its own barrier; src/teams.rs).
+// its own barrier; src/teams.rs, `lab` feature).
 template <int G> struct Team {
     __device__ static __forceinline__ uint32_t tid() {
         if constexpr (G == 1)
@@ -196,7 +196,7 @@ __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, 
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 
 // ------------------------------------------------------------ epilogue
-// Stage kinds (src/params.rs: StageKind).
+// Stage kinds (src/params.rs: STAGE_*).
 #define STAGE_ACT 0u
 #define STAGE_ADD 1u
 #define STAGE_MUL 2u
@@ -295,9 +295,8 @@ __device__ __forceinline__ float epilogue_apply(const EpiParams &e, const EpiEar
 // compiled (S: STAGE_* | ACT_* << 8, one per stage, at most EPI_EARLY,
 // every operand loaded early), so that a block's end has no stage loop,
 // no kind or activation compares and no parameter reads left: on the
-// H200 the generic chain's control flow alone, an identity activation,
-// cost +1 % of a 4096 × 14336 Q4_0 GEMV (BENCHMARKS.md, 2026-12-04 17:50),
-// as much as its arithmetic. Both call the same stage functions in the
+// H200 the generic chain's control flow alone cost as much as its
+// arithmetic (BENCHMARKS.md). Both call the same stage functions in the
 // same order, so their outputs are equal bit for bit. The host launches a
 // FixedEpi kernel only for the chain it was compiled for, with operands
 // loaded early (src/fixed_epi.rs); its EpiParams still carry the operand
@@ -329,8 +328,8 @@ template <uint32_t I, uint32_t S0, uint32_t... S> struct FixedStages<I, S0, S...
         if constexpr (KIND != STAGE_ACT) {
             // epilogue_operand's address, with the kind known here. Written
             // out twice on purpose: routing epilogue_operand through one
-            // shared helper changed the SASS of 289 of the 643 GEMV kernels
-            // (sm_90 cubin compared, 2026-12-04), none of it measured.
+            // shared helper changed the SASS of many GEMV kernels (sm_90
+            // cubin compared), none of it measured.
             const float *at =
                 e.operand[I] + (KIND == STAGE_ROW_BIAS ? (size_t)row : (size_t)col * rows + row);
             asm volatile("ld.global.f32 %0, [%1];" : "=f"(o.v[I]) : "l"(at));

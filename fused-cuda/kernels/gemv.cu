@@ -102,13 +102,12 @@ __host__ __device__ constexpr bool is_float_fmt(int fmt) { return fmt == FMT_F32
 // other quantized formats are read in the core's block layout (blocks.cuh).
 __host__ __device__ constexpr bool is_tiled_fmt(int fmt) { return fmt == FMT_Q8_0 || fmt == FMT_Q4_0 || fmt == FMT_Q4_K; }
 
-// Warps per block; src/backend.rs (GEMV_BLOCK) launches 32·WARPS threads.
-// 8 warps ran slower on the H200 (notes in the kernel comments below are
-// from A/B runs of cuda-bench there).
+// Warps per block; src/params.rs (GEMV_BLOCK) launches 32·WARPS threads.
+// 8 warps ran slower on the H200 (BENCHMARKS.md).
 constexpr int WARPS = 4;
 static_assert(WARPS * 32 == GEMV_TEAM_THREADS, "a team is a block's warps");
 
-// Output rows per block. src/backend.rs (gemv_rows_per_block) mirrors this.
+// Output rows per block. src/kernel_choice.rs (gemv_rows_per_block) mirrors this.
 // The float formats read 2–4 bytes of weights per activation float, the
 // quantized ones 0.56–1.06: these share each activation load between 2 rows
 // (Q4_K, whose chunks also need the activation sums, and any format from 3
@@ -868,7 +867,7 @@ __device__ void gemv(const GemvParams &p, uint32_t block) {
 // R rows per block and FU units of 8 weights in flight per lane (the
 // defaults: 1 and FLOAT_UNROLL). src/kernel_choice.rs (f16_shape) picks FU so that
 // a lane's first step, requested before griddep_wait, covers its whole row;
-// R = 2 is kept for A/B runs. The same sums in the same order as the
+// R = 2 is kept for A/B runs (a `Tuning` picks it). The same sums in the same order as the
 // defaults.
 #define GEMV_KERNELS_SHAPE(name, FMT, tag, R, FU)                                              \
     extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
@@ -928,18 +927,13 @@ GEMV_KERNELS(tq2_0, FMT_TQ2_0)
 // Q4_K on f32 activations.
 //
 // A copy must run at its base kernel's blocks per SM, or it trades the
-// chain's cost for another occupancy's (in both directions: on the H200 a
-// Q4_0 copy at 6 blocks an SM where its base ran 8 was 10-25 % slower,
-// one at 9 ran 6 % faster with its quantizer and 6 % slower without;
-// 2026-12-04 19:03-19:22 UTC). Left free, ptxas gives the copies more
-// registers than their base; BOUNDS caps them at the base's registers
-// rounded up to 8 (65536 / (128 · that) blocks), or is FREE where the
-// free copies took no more (from `cuobjdump -res-usage`, sm_90,
-// 2026-12-04: base / free copies, f32 activations Q8_0 56 / 64-66, Q4_0
-// 52 / 72, Q4_K 96 / 96-100; F16 u16 96 / 96). Kernels whose copies came
-// out below their base's registers (more blocks an SM) have none: F16 c1
-// (40 / 42-48) and u8 (56 / 70) free; integer Q8_0 r2 at 40 against 48
-// when capped.
+// chain's cost for another occupancy's, which moved results more than the
+// chain did on the H200 (BENCHMARKS.md). Left free, ptxas gives the copies
+// more registers than their base; BOUNDS caps them at the base's registers
+// rounded up to 8 (65536 / (128 · that) blocks), or is FREE where the free
+// copies took no more (`cuobjdump -res-usage`). Kernels whose copies came
+// out below their base's registers (more blocks an SM: F16 c1 and u8,
+// integer Q8_0 r2) have none.
 #define FIXED_EPI_BOUNDS_FREE __launch_bounds__(WARPS * 32)
 #define FIXED_EPI_BOUNDS(MIN_BLOCKS) __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 #define GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, BOUNDS, chain, EPI)                           \
@@ -1012,9 +1006,9 @@ __device__ __forceinline__ uint32_t float_to_half_bits(float f) {
 // (a Q4_K chunk), 32 for Q8_0 and Q8_1 (a block); k is a multiple of it
 // (src/qacts.rs: code_offset, the same map). Q8_K codes always lie so; Q8_0
 // and Q8_1 codes only for more than one column (QuantParams::interleave,
-// the GEMV kernels' NC > 1): on the H200 (2026-12-02 12:19 UTC, A/B) the
-// interleave cut 8-column Q4_0 GEMVs by 21–33 % but cost one column up to
-// 3 points of copy (Q5_1 6), whose lanes read 32 contiguous bytes anyway.
+// the GEMV kernels' NC > 1): the interleave speeds up several columns but
+// slows one column, whose lanes read 32 contiguous bytes anyway
+// (BENCHMARKS.md).
 template <uint32_t CHUNK> __device__ __forceinline__ uint32_t code_offset(uint32_t k, uint32_t e) {
     constexpr uint32_t GROUP = 32 * CHUNK, PIECES = CHUNK / 16;
     const uint32_t base = e & ~(GROUP - 1u);
@@ -1060,9 +1054,8 @@ __device__ __forceinline__ void quantize_block_32(const QuantParams &p, uint32_t
         const uint32_t e = 32 * (blk - col * per_col) + lane;
         p.codes[(size_t)col * p.k + code_offset<Q8_32_CHUNK>(p.k, e & ~15u) + (e & 15u)] = (int8_t)q;
     } else {
-        // Element order: no divisions on the one-column path, which waits
-        // for this kernel (the H200 A/B of 15:35 UTC ran its dependent call
-        // 1–2 points slower with them).
+        // Element order: no divisions on the one-column path, whose
+        // dependent GEMV waits for this kernel (BENCHMARKS.md).
         p.codes[(size_t)blk * 32 + lane] = (int8_t)q;
     }
     const int sum = __reduce_add_sync(0xffffffffu, q);
@@ -1800,12 +1793,9 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
 
 // The launch bounds of the one-column `_u1` kernels. Declaring one block
 // an SM as the minimum (GEMVQ_U1_BOUNDS) lets ptxas give them more
-// registers (Q4_0 r4: 48 -> 62), and on the H200 (2026-12-02 05:19, A/B
-// new old new old) Q4_0 ran faster so: 4096 x 14336 alone 80 % of copy
-// (was 74 %), batch 76 % (68 %), overlapping batch 86 % (85 %); 32768 x
-// 8192 alone 98 % (96 %). The other formats moved by at most 2 points.
-// Q4_K keeps the plain bounds (GEMVQ_PLAIN_BOUNDS, 64 registers): capped
-// at 56 registers for 9 blocks an SM it spilled and fell to 63 % / 44 %.
+// registers, with which Q4_0 ran faster on the H200 (BENCHMARKS.md). Q4_K
+// keeps the plain bounds (GEMVQ_PLAIN_BOUNDS): capped for 9 blocks an SM
+// it spilled and slowed down.
 #define GEMVQ_PLAIN_BOUNDS __launch_bounds__(WARPS * 32)
 #define GEMVQ_U1_BOUNDS __launch_bounds__(WARPS * 32, 1)
 
@@ -1855,12 +1845,9 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
 
 // The one-column Q4_0 kernel of 4 rows (the default) is held to 9 blocks
 // an SM (54 registers; 59 and 8 blocks with GEMVQ_U1_BOUNDS), the
-// occupancy its fixed-chain copies get. On the H200 (2026-12-04 19:22 UTC,
-// A/B in one call, two runs each, 4096 x 14336 bare): with its quantizer
-// 10.9-11.0 us against 11.6 (+5 %), with the L2 look-ahead too 10.7-10.8
-// against 11.1; on activations quantized beforehand 9.55-9.65 against 9.47,
-// with the look-ahead 9.45-9.50 against 9.05 (-1 to -5 %); the Q4_0 decode
-// layer through the device plan 31.8 against 31.9 us.
+// occupancy its fixed-chain copies get: faster with its quantizer, a little
+// slower on activations quantized beforehand, the decode layer the same
+// (BENCHMARKS.md).
 #define GEMVQ_Q4_0_R4_BOUNDS __launch_bounds__(WARPS * 32, 9)
 
 GEMVQ_KERNELS(q8_0, FMT_Q8_0)
@@ -1872,9 +1859,7 @@ GEMVQ_KERNELS_BOUNDS(q4_K, FMT_Q4_K, GEMVQ_PLAIN_BOUNDS, GEMVQ_PLAIN_BOUNDS)
 // (src/kernel_choice.rs: mc_rows), so that each activation load (8 columns: ~40
 // bytes a unit and column through L1) serves more rows; at 1 row an
 // 8-column call moves ~16x the weights' bytes through L1. Which shapes take
-// them by default, and the variables that choose for A/B runs
-// (FUSED_CUDA_Q_ROWS_MC from 5 columns, FUSED_CUDA_Q_ROWS_MC24 at 2 to 4):
-// src/kernel_choice.rs, mc_rows.
+// them by default: the table in src/tuning.rs, which a `Tuning` overrides.
 // ptxas (sm_90), 8 columns: Q4_0 86 / 128 registers at R 2 / 4, Q8_0 72 /
 // 128, Q4_K 128 with a few spills at R 2 (its R 4 needs 255: left out
 // from 5 columns).
@@ -1916,20 +1901,14 @@ GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_PLAIN_BOUNDS)
 
 // The default one-column Q4_0 kernel (4 rows a block) and its fixed-chain
 // copies also with 3 teams a block (Team, common.cuh),
-// fused_gemvq_q4_0_r4_c1_u1[_e<chain>]_t3 (src/teams.rs): the same rows
-// for each team as for one block of the plain kernel, in a grid of a third
-// as many blocks of 384 threads, held to 3 blocks an SM (9 teams: the
-// plain kernel's 9 blocks; 54 registers, the copies 56). A dependent
-// launch's handoff grows with its grid's blocks (BENCHMARKS.md, the
-// handoff table); on the H200 (2026-12-04 21:28 UTC, two runs taking
-// turns, 4096 x 14336) an earlier build of the 3-team kernel (the same
-// computation, the team's thread index through a helper) ran 1.5-2.5 %
-// faster (with its quantizer 10.66-10.69 against 10.88-10.92 us, GEMV alone
-// 9.37-9.38 against 9.51), and no slower at 32768 x 8192. Teams of Q8_0 (2,
-// 5 a block) and Q4_K (2, 4) were slower or mixed there, and not kept.
-// These kernels (and the copies) have not run on a GPU yet: the host runs
-// them only with LaunchOptions::teams, off by default. No output
-// quantizer: it counts whole blocks (the host keeps the plain kernel).
+// fused_gemvq_q4_0_r4_c1_u1[_e<chain>]_t3 (src/teams.rs, `lab` feature):
+// the same rows for each team as for one block of the plain kernel, in a
+// grid of a third as many blocks of 384 threads, held to 3 blocks an SM (9
+// teams: the plain kernel's 9 blocks). A dependent launch's handoff grows
+// with its grid's blocks, so fewer, larger blocks may hand off sooner
+// (BENCHMARKS.md). The host runs them only with the lab's `Knob::Teams`,
+// off by default. No output quantizer: it counts whole blocks (the host
+// keeps the plain kernel).
 #define GEMVQ_TEAM_KERNEL(name, FMT, R, G, MIN_BLOCKS, SUFFIX, EPI)                            \
     extern "C" __global__ void __launch_bounds__(GEMV_TEAM_THREADS * G, MIN_BLOCKS)            \
         fused_gemvq_##name##_r##R##_c1_u1##SUFFIX##_t##G(const GemvQParams p) {                \
@@ -1939,7 +1918,7 @@ GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, , GenericEpi)
 GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, _eadd, EpiAdd)
 GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, _esilu_mul_add, EpiSiluMulAdd)
 
-// Traced copies (gemv_trace_mark; src/timeline.rs) of the one-column
+// Traced copies (gemv_trace_mark; src/timeline.rs, `lab` feature) of the one-column
 // kernels whose dependent calls stay below 90 % of copy at 4096 x 14336:
 // Q4_0 r4 (plain and 3 teams) and Q4_K r2, generic chain, the bounds of
 // the kernels they trace, fused_gemvq_<fmt>_r<R>_c1_u1[_t<G>]_trace(params,

@@ -1,32 +1,32 @@
-//! The CUDA backend: device-resident buffers and validated kernel launches.
+//! The CUDA backend: validated kernel launches on device memory.
 //!
 //! Entry points that take [`DeviceVec`] / [`DeviceWeights`] only enqueue work
-//! on the backend's stream (no host copies, no synchronisation), so timing
-//! them measures the kernels; the `*_host` entry points upload, run,
-//! synchronise and download, for tests and one-off calls. Every entry point
-//! first runs the core's checks ([`check_gemm_args`], [`Epilogue::bind`],
+//! on the backend's stream (no host copies, no synchronisation). Every entry
+//! point first runs the core's checks ([`check_gemm_args`], [`Epilogue::bind`],
 //! [`FwhtDesc::check`], [`check_len`]) and returns a typed error before
 //! anything reaches the device. The core's checks read only slice lengths;
 //! for device buffers they are given zero-filled host slices of the same
-//! lengths (the backend's *shape shadow*).
+//! lengths (the backend's *shape shadow*). [`CudaBackend::enqueue`] is the
+//! one place that turns a [`Launch`] into a driver call.
 
-use crate::device::{CudaDevice, driver};
-use crate::fixed_epi::FixedCopies;
+use crate::device::{CudaDevice, KernelForm, check_result, driver};
+use crate::error::{CudaError, u32_of};
+use crate::fixed_epi::{self, FixedCopies};
 use crate::group::group_launches;
-use crate::job::{GemvJob, L2AheadHint};
-use crate::launch::{
-    EwKernel, GEMV_BLOCK, GemvShape, Launch, check_quant_out, ew_len, gemv_blocks_per_sm, u32_of,
-};
+use crate::job::{Elementwise, GemvJob, L2AheadHint};
+use crate::launch::{EwKernel, GemvShape, Launch, check_quant_out, ew_len};
 use crate::layout;
-use crate::params::{EpiParams, L2Ahead};
-use crate::pdl;
-use crate::qacts::{QactsLayout, QuantizedActs};
-use crate::schedule::{Access, overlap_deps};
-use crate::teams::TeamKernels;
-use crate::{
-    CudaError, FixedEpilogueCopy, GEMV_DTYPES, KernelForm, LaunchOptions, TeamKernel,
-    check_gemv_mode,
+use crate::memory::{DeviceActs, DeviceVec, DeviceWeights};
+use crate::params::{
+    EW_BLOCK, EpiParams, GEMV_BLOCK, GemvQParams, GroupJobs, L2Ahead, QUANT_BLOCK, arg,
 };
+use crate::pdl;
+use crate::qacts::QactsLayout;
+use crate::schedule::{Access, Deps, overlap_deps};
+#[cfg(feature = "lab")]
+use crate::teams::{self, TeamKernels};
+use crate::tuning::Tuning;
+use crate::{GEMV_DTYPES, check_gemv_mode};
 use cust::event::{Event, EventFlags};
 use cust::function::Function;
 use cust::memory::{CopyDestination, DeviceBuffer};
@@ -36,142 +36,13 @@ use fused_core::epilogue::Epilogue;
 use fused_core::error::{Unsupported, check_divides, check_len};
 use fused_core::fwht::FwhtDesc;
 use fused_core::placement::Region;
-use fused_core::reference::gemv::{GluWeights, check_gemm_args};
+use fused_core::reference::gemv::check_gemm_args;
 use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::{DType, Error};
+use std::borrow::Cow;
 use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// An f32 vector in device memory.
-pub struct DeviceVec {
-    buf: DeviceBuffer<f32>,
-}
-
-impl std::fmt::Debug for DeviceVec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceVec")
-            .field("len", &self.len())
-            .finish()
-    }
-}
-
-impl DeviceVec {
-    /// Number of f32 elements.
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// Whether it holds no element.
-    pub fn is_empty(&self) -> bool {
-        self.buf.len() == 0
-    }
-
-    pub(crate) fn addr(&self) -> u64 {
-        self.buf.as_device_ptr().as_raw()
-    }
-}
-
-/// A weight matrix in device memory, in one of [`GEMV_DTYPES`]; quantized
-/// formats in the f32-activation kernels' lane-interleaved layout
-/// (`src/layout.rs`: the same bytes, rearranged once at upload), and also
-/// in the integer kernels' layout (`layout::to_device_int`), so that one
-/// upload serves every activation mode (at twice the device memory for the
-/// quantized formats).
-pub struct DeviceWeights {
-    dtype: DType,
-    rows: usize,
-    cols: usize,
-    row_bytes: usize,
-    buf: DeviceBuffer<u8>,
-    int_buf: Option<DeviceBuffer<u8>>,
-}
-
-impl std::fmt::Debug for DeviceWeights {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceWeights")
-            .field("dtype", &self.dtype)
-            .field("rows", &self.rows)
-            .field("cols", &self.cols)
-            .finish()
-    }
-}
-
-impl DeviceWeights {
-    /// The format.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// Output rows `M`.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Inner dimension `K`.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// Bytes of the matrix (one layout; what one GEMV reads).
-    pub fn bytes(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// The device address of the integer kernels' copy (the quantized
-    /// formats).
-    pub(crate) fn int_addr(&self) -> Option<u64> {
-        self.int_buf.as_ref().map(|b| b.as_device_ptr().as_raw())
-    }
-
-    /// Bytes of one row (in the core's layout).
-    pub(crate) fn row_bytes(&self) -> usize {
-        self.row_bytes
-    }
-
-    pub(crate) fn addr(&self) -> u64 {
-        self.buf.as_device_ptr().as_raw()
-    }
-}
-
-/// Activation columns quantized on the device (the core's
-/// [`ActQuant::Q8_0`], [`ActQuant::Q8_1`] or [`ActQuant::Q8_K`] mode), in the integer GEMV
-/// kernels' layout (`src/qacts.rs`).
-pub struct DeviceActs {
-    pub(crate) layout: QactsLayout,
-    buf: DeviceBuffer<u8>,
-}
-
-impl std::fmt::Debug for DeviceActs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceActs")
-            .field("mode", &self.layout.mode)
-            .field("k", &self.layout.k)
-            .field("n_cols", &self.layout.n_cols)
-            .finish()
-    }
-}
-
-impl DeviceActs {
-    /// The activation mode.
-    pub fn mode(&self) -> ActQuant {
-        self.layout.mode
-    }
-
-    /// Elements per column.
-    pub fn k(&self) -> usize {
-        self.layout.k
-    }
-
-    /// Columns.
-    pub fn n_cols(&self) -> usize {
-        self.layout.n_cols
-    }
-
-    pub(crate) fn addr(&self) -> u64 {
-        self.buf.as_device_ptr().as_raw()
-    }
-}
 
 /// The activations of a GEMV batch, as its launches read them.
 #[derive(Clone, Copy)]
@@ -182,7 +53,8 @@ pub(crate) enum JobActs<'a> {
     Quantized { layout: QactsLayout, q: u64 },
 }
 
-/// The CUDA backend: a device, its stream, a launch counter.
+/// The CUDA backend: the first GPU, its stream and the crate's kernels,
+/// with the [`Tuning`] its launches follow.
 pub struct CudaBackend {
     dev: CudaDevice,
     launches: AtomicU64,
@@ -190,19 +62,21 @@ pub struct CudaBackend {
     /// The quantized activations of the latest [`CudaBackend::gemv`] call
     /// in a quantized mode (reused, grown when too small).
     act_scratch: Mutex<Option<DeviceBuffer<u8>>>,
-    options: Mutex<LaunchOptions>,
+    tuning: Mutex<Tuning>,
     /// The fixed-chain kernel copies and whether this device runs them.
-    fixed_copies: FixedCopies,
+    pub(crate) fixed_copies: FixedCopies,
     /// The kernels of several teams a block and whether this device runs
     /// them.
-    team_kernels: TeamKernels,
+    #[cfg(feature = "lab")]
+    pub(crate) team_kernels: TeamKernels,
 }
 
 impl std::fmt::Debug for CudaBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaBackend")
             .field("device", &self.dev)
-            .field("launches", &self.launches())
+            .field("launches", &self.launch_count())
+            .field("tuning", &self.tuning())
             .finish()
     }
 }
@@ -214,15 +88,7 @@ impl std::fmt::Debug for CudaBackend {
 fn l2_ahead_params(hint: &L2AheadHint<'_>) -> Result<L2Ahead, CudaError> {
     let next = hint.next;
     check_gemv_mode(next.dtype, hint.next_mode).map_err(Error::from)?;
-    let (addr, len) = if hint.next_mode == ActQuant::F32 {
-        (next.addr(), next.buf.len())
-    } else {
-        let buf = next
-            .int_buf
-            .as_ref()
-            .ok_or(Error::Unsupported(Unsupported::ActQuant(hint.next_mode)))?;
-        (buf.as_device_ptr().as_raw(), buf.len())
-    };
+    let (addr, len) = next.layout_extent(hint.next_mode)?;
     if hint.bytes > len {
         return Err(Error::LengthMismatch {
             what: "L2 look-ahead bytes (at most the next weights' length)",
@@ -231,40 +97,56 @@ fn l2_ahead_params(hint: &L2AheadHint<'_>) -> Result<L2Ahead, CudaError> {
         }
         .into());
     }
-    L2Ahead::new(addr, hint.bytes, hint.at)
+    let at = match hint.at {
+        crate::job::AheadAt::Start => L2Ahead::START,
+        crate::job::AheadAt::End => L2Ahead::END,
+    };
+    L2Ahead::new(addr, hint.bytes, at)
 }
 
 impl CudaBackend {
-    /// Opens the first CUDA device (see [`CudaDevice::new`]).
+    /// Opens the first CUDA device and loads the crate's kernels (the
+    /// cubin where the device runs it, else the portable PTX), with the
+    /// tuned table's [`Tuning`]. No driver or no device is
+    /// [`CudaError::Driver`].
     pub fn new() -> Result<CudaBackend, CudaError> {
         let dev = CudaDevice::new()?;
-        let fixed_copies = FixedCopies::probe(|name| gemv_blocks_per_sm(&dev, name, GEMV_BLOCK))?;
+        let fixed_copies = FixedCopies::probe(|name| dev.gemv_blocks_per_sm(name, GEMV_BLOCK))?;
+        #[cfg(feature = "lab")]
         let team_kernels =
-            TeamKernels::probe(|name, threads| gemv_blocks_per_sm(&dev, name, threads))?;
+            TeamKernels::probe(|name, threads| dev.gemv_blocks_per_sm(name, threads))?;
         Ok(CudaBackend {
             dev,
             launches: AtomicU64::new(0),
             shadow: Mutex::new(Vec::new()),
             act_scratch: Mutex::new(None),
-            options: Mutex::new(LaunchOptions::from_env()),
+            tuning: Mutex::new(Tuning::default()),
             fixed_copies,
+            #[cfg(feature = "lab")]
             team_kernels,
         })
     }
 
     /// The device.
-    pub fn device(&self) -> &CudaDevice {
+    pub(crate) fn dev(&self) -> &CudaDevice {
         &self.dev
     }
 
-    /// Kernel launches (and device-to-device copies) since creation or the last reset.
-    pub fn launches(&self) -> u64 {
+    /// Kernel launches (and device-to-device copies) since creation or the
+    /// last reset.
+    pub(crate) fn launch_count(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
     }
 
     /// Sets the launch counter to zero.
-    pub fn reset_launches(&self) {
+    #[cfg_attr(not(feature = "lab"), allow(dead_code))]
+    pub(crate) fn reset_launch_count(&self) {
         self.launches.store(0, Ordering::Relaxed);
+    }
+
+    /// Counts one launch or copy.
+    pub(crate) fn count_launch(&self) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Waits for everything enqueued so far.
@@ -454,7 +336,7 @@ impl CudaBackend {
         args: &[*mut c_void],
     ) -> Result<(), CudaError> {
         let f = self.kernel(module, name)?;
-        if self.options().pdl {
+        if self.tuning_in_effect().pdl {
             // SAFETY: as below; every kernel of the crate waits for the
             // kernel before it (griddep_wait in kernels/common.cuh) before
             // it touches anything but constant weights.
@@ -490,56 +372,32 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The launch options in effect: [`LaunchOptions::pdl`] only on devices
+    /// The tuning launches follow: the table's, unless
+    /// [`CudaBackend::set_tuning`] changed it.
+    pub fn tuning(&self) -> Tuning {
+        *self.tuning.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the tuning for work enqueued from now on (a
+    /// [`DevicePlan`](crate::DevicePlan) groups its GEMVs and asks L2 ahead
+    /// as the tuning says when it is built).
+    pub fn set_tuning(&self, tuning: Tuning) {
+        *self.tuning.lock().unwrap_or_else(|e| e.into_inner()) = tuning;
+    }
+
+    /// The tuning in effect: programmatic dependent launch only on devices
     /// of compute capability 9.0 and up running the cubin (whose kernels
     /// wait for their predecessor; the portable PTX, built for compute_80,
-    /// has no wait), [`LaunchOptions::overlap`] only with `pdl`.
-    pub fn options(&self) -> LaunchOptions {
-        let set = *self.options.lock().unwrap_or_else(|e| e.into_inner());
+    /// has no wait), overlap only with it.
+    pub(crate) fn tuning_in_effect(&self) -> Tuning {
+        let set = self.tuning();
         let pdl =
             set.pdl && self.dev.capability().0 >= 9 && self.dev.kernel_form() == KernelForm::Cubin;
-        LaunchOptions {
+        Tuning {
             pdl,
             overlap: set.overlap && pdl,
             ..set
         }
-    }
-
-    /// The GEMV kernels' copies with an epilogue chain compiled in
-    /// ([`LaunchOptions::fixed_epilogues`]), each with its and its kernel's
-    /// blocks per SM on this device: a launch runs a copy only where the
-    /// two are equal ([`FixedEpilogueCopy::used`]).
-    pub fn fixed_epilogue_copies(&self) -> &[FixedEpilogueCopy] {
-        self.fixed_copies.all()
-    }
-
-    /// The GEMV kernels that also come with several teams a block
-    /// ([`LaunchOptions::teams`]), each with its and its team kernel's
-    /// blocks per SM on this device: a launch runs the team kernel only
-    /// where it holds as many teams an SM as the plain kernel blocks
-    /// ([`TeamKernel::used`]).
-    pub fn team_kernels(&self) -> &[TeamKernel] {
-        self.team_kernels.all()
-    }
-
-    /// The kernels with teams (for the launch path).
-    pub(crate) fn team_kernels_probed(&self) -> &TeamKernels {
-        &self.team_kernels
-    }
-
-    /// The fixed-chain copies (for the launch path).
-    pub(crate) fn fixed_copies(&self) -> &FixedCopies {
-        &self.fixed_copies
-    }
-
-    /// Sets the launch options (for work enqueued from now on).
-    pub fn set_options(&self, options: LaunchOptions) {
-        *self.options.lock().unwrap_or_else(|e| e.into_inner()) = options;
-    }
-
-    /// The launch counter.
-    pub(crate) fn launch_counter(&self) -> &AtomicU64 {
-        &self.launches
     }
 
     /// Enqueues `l`, built from device vectors that the caller borrows for
@@ -580,28 +438,6 @@ impl CudaBackend {
         self.gemv_batch(x, n_cols, mode, &mut [job])
     }
 
-    /// `y = epilogue(act(W_g·x) ⊙ (W_u·x))` on device buffers, one pass over
-    /// both weights (shapes and `mode` as in [`CudaBackend::gemv`]; the
-    /// activations are quantized once for both).
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemv_glu(
-        &self,
-        gate: &DeviceWeights,
-        up: &DeviceWeights,
-        act: Activation,
-        x: &DeviceVec,
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&DeviceVec],
-        y: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        let job = GemvJob::new(gate, y)
-            .with_glu(up, act)
-            .with_epilogue(epilogue, operands);
-        self.gemv_batch(x, n_cols, mode, &mut [job])
-    }
-
     /// Every job of `jobs` over the same activations `x` (`n_cols`
     /// columns, fed per `mode` as in [`CudaBackend::gemv`]; a quantized
     /// mode quantizes `x` once for the whole batch). Every job is checked
@@ -609,7 +445,7 @@ impl CudaBackend {
     ///
     /// The jobs are independent of each other (each writes its own output,
     /// which no other job reads: [`GemvJob`]'s borrows), so where
-    /// [`LaunchOptions::overlap`] is on each job after the first starts
+    /// the tuning's overlap is in effect each job after the first starts
     /// without waiting for the job before it and overlaps its tail: only the
     /// first job waits for the kernel before the batch, and the batch's
     /// last kernel completes only after all of them. Otherwise the jobs run
@@ -672,7 +508,7 @@ impl CudaBackend {
             }
             .into());
         }
-        let acts = self.alloc_acts(mode, x.len() / n_cols, n_cols)?;
+        let acts = self.zeroed_acts(mode, x.len() / n_cols, n_cols)?;
         let layout = acts.layout;
         // SAFETY: x holds n_cols·k f32 and `acts` layout.bytes; both are
         // borrowed or owned past the enqueue and freed only by cuMemFree.
@@ -682,8 +518,8 @@ impl CudaBackend {
 
     /// Zeroed quantized activations: `n_cols` columns of `k` in `mode`
     /// ([`ActQuant::Q8_0`], [`ActQuant::Q8_1`] or [`ActQuant::Q8_K`]; `k` a
-    /// multiple of its block), for [`GemvJob::with_quantized_output`].
-    pub fn alloc_acts(
+    /// multiple of its block).
+    pub(crate) fn zeroed_acts(
         &self,
         mode: ActQuant,
         k: usize,
@@ -697,60 +533,6 @@ impl CudaBackend {
         // stream does not wait for.
         self.synchronize_context()?;
         Ok(DeviceActs { layout, buf })
-    }
-
-    /// Waits for the stream and copies quantized activations to the host.
-    pub fn download_acts(&self, acts: &DeviceActs) -> Result<QuantizedActs, CudaError> {
-        self.synchronize()?;
-        let mut all = vec![0u8; acts.buf.len()];
-        acts.buf
-            .copy_to(&mut all[..])
-            .map_err(driver("copy to the host"))?;
-        let l = &acts.layout;
-        let word = |b: &[u8]| [b[0], b[1], b[2], b[3]];
-        Ok(QuantizedActs {
-            codes: l.codes_in_element_order(&all),
-            scales: all[l.scales..l.scales + 4 * l.n_scales()]
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes(word(b)))
-                .collect(),
-            sums: all[l.sums..l.sums + 4 * l.n_sums()]
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes(word(b)))
-                .collect(),
-        })
-    }
-
-    /// [`CudaBackend::gemv`] on activations already quantized (the GEMV
-    /// launch alone): `acts` in the mode that the weights' format takes.
-    pub fn gemv_quantized(
-        &self,
-        w: &DeviceWeights,
-        acts: &DeviceActs,
-        epilogue: &Epilogue,
-        operands: &[&DeviceVec],
-        y: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        let job = GemvJob::new(w, y).with_epilogue(epilogue, operands);
-        self.gemv_quantized_batch(acts, &mut [job])
-    }
-
-    /// [`CudaBackend::gemv_glu`] on activations already quantized.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemv_glu_quantized(
-        &self,
-        gate: &DeviceWeights,
-        up: &DeviceWeights,
-        act: Activation,
-        acts: &DeviceActs,
-        epilogue: &Epilogue,
-        operands: &[&DeviceVec],
-        y: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        let job = GemvJob::new(gate, y)
-            .with_glu(up, act)
-            .with_epilogue(epilogue, operands);
-        self.gemv_quantized_batch(acts, &mut [job])
     }
 
     /// [`CudaBackend::gemv_batch`] on activations already quantized: every
@@ -836,6 +618,7 @@ impl CudaBackend {
         acts: JobActs<'_>,
     ) -> Result<Option<Launch>, CudaError> {
         let w = job.w;
+        let tuning = self.tuning();
         let epi = EpiParams::new(job.epilogue, |slot| job.operands[slot].addr());
         let (up, act) = job
             .glu
@@ -851,7 +634,7 @@ impl CudaBackend {
                 };
                 let up = up.map(|u| u.buf.as_device_ptr().as_raw());
                 let w = w.buf.as_device_ptr().as_raw();
-                Launch::gemv(shape, w, up, act, x.addr(), job.y.addr(), epi)
+                Launch::gemv(&tuning, shape, w, up, act, x.addr(), job.y.addr(), epi)
             }
             JobActs::Quantized { layout, q } => {
                 let int_addr = |d: &DeviceWeights| {
@@ -859,8 +642,18 @@ impl CudaBackend {
                         .ok_or(Error::Unsupported(Unsupported::ActQuant(layout.mode)))
                 };
                 let (wa, ua) = (int_addr(w)?, up.map(int_addr).transpose()?);
-                let mut l =
-                    Launch::gemv_q(w.dtype, w.rows, &layout, wa, ua, act, q, job.y.addr(), epi)?;
+                let mut l = Launch::gemv_q(
+                    &tuning,
+                    w.dtype,
+                    w.rows,
+                    &layout,
+                    wa,
+                    ua,
+                    act,
+                    q,
+                    job.y.addr(),
+                    epi,
+                )?;
                 if let (Some(l), Some(out)) = (&mut l, &job.quantized_output) {
                     l.set_quant_out(&out.layout, out.addr())?;
                 }
@@ -911,7 +704,7 @@ impl CudaBackend {
                 launches.push(l);
             }
         }
-        if self.options().group {
+        if self.tuning().group {
             (launches, access) = group_launches(launches, access)?;
         }
         // The jobs' borrows already rule out every hazard between them, so
@@ -939,68 +732,6 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// [`CudaBackend::gemv`] on host slices: uploads, runs, downloads.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemv_host(
-        &self,
-        w: &WeightMatrix<'_>,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), CudaError> {
-        check_gemv_mode(w.dtype(), mode).map_err(Error::from)?;
-        let bound = epilogue.bind(operands, w.rows(), n_cols)?;
-        check_gemm_args(w.rows(), w.cols(), n_cols, x.len(), &bound, y.len())?;
-        let wd = self.upload_weights(w)?;
-        let (xd, ops, mut yd) = self.upload_call(x, operands, y.len())?;
-        let ops: Vec<&DeviceVec> = ops.iter().collect();
-        self.gemv(&wd, &xd, n_cols, mode, epilogue, &ops, &mut yd)?;
-        self.download(&yd, y)
-    }
-
-    /// [`CudaBackend::gemv_glu`] on host slices: uploads, runs, downloads.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemv_glu_host(
-        &self,
-        w: &GluWeights<'_>,
-        act: Activation,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), CudaError> {
-        let (m, k) = (w.gate().rows(), w.gate().cols());
-        check_gemv_mode(w.gate().dtype(), mode).map_err(Error::from)?;
-        let bound = epilogue.bind(operands, m, n_cols)?;
-        check_gemm_args(m, k, n_cols, x.len(), &bound, y.len())?;
-        let gate = self.upload_weights(w.gate())?;
-        let up = self.upload_weights(w.up())?;
-        let (xd, ops, mut yd) = self.upload_call(x, operands, y.len())?;
-        let ops: Vec<&DeviceVec> = ops.iter().collect();
-        self.gemv_glu(&gate, &up, act, &xd, n_cols, mode, epilogue, &ops, &mut yd)?;
-        self.download(&yd, y)
-    }
-
-    /// Uploads the activations and operands of a host call and allocates its output.
-    fn upload_call(
-        &self,
-        x: &[f32],
-        operands: &[&[f32]],
-        y_len: usize,
-    ) -> Result<(DeviceVec, Vec<DeviceVec>, DeviceVec), CudaError> {
-        let xd = self.upload(x)?;
-        let ops = operands
-            .iter()
-            .map(|o| self.upload(o))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((xd, ops, self.alloc(y_len)?))
-    }
-
     // ------------------------------------------------------------ FWHT
 
     /// The (signed) FWHT of every row of `x` into `out` on device buffers
@@ -1023,22 +754,6 @@ impl CudaBackend {
         // rows < rows only; the vectors are borrowed for this call and
         // freed only by cuMemFree, which waits for the device.
         unsafe { self.enqueue_opt(l) }
-    }
-
-    /// [`CudaBackend::fwht`] on host slices: uploads, runs, downloads.
-    pub fn fwht_host(
-        &self,
-        desc: &FwhtDesc,
-        x: &[f32],
-        signs: Option<&[f32]>,
-        out: &mut [f32],
-    ) -> Result<(), CudaError> {
-        desc.check(x.len(), signs, out.len())?;
-        let xd = self.upload(x)?;
-        let sd = signs.map(|s| self.upload(s)).transpose()?;
-        let mut od = self.alloc(out.len())?;
-        self.fwht(desc, &xd, sd.as_ref(), &mut od)?;
-        self.download(&od, out)
     }
 
     // ------------------------------------------------------------ element-wise
@@ -1068,114 +783,85 @@ impl CudaBackend {
         Ok(a.len())
     }
 
-    /// Unfused `out = a + b`.
-    pub fn add(&self, a: &DeviceVec, b: &DeviceVec, out: &mut DeviceVec) -> Result<(), CudaError> {
-        let n = Self::check_binary(["add operand", "add output"], a, b, out)?;
-        let (a, b, out) = (a.addr(), b.addr(), out.addr());
-        // SAFETY: all three vectors hold n f32.
-        unsafe { self.ew(EwKernel::Add { a, b, out }, n) }
-    }
-
-    /// Unfused `out = a · b`.
-    pub fn mul(&self, a: &DeviceVec, b: &DeviceVec, out: &mut DeviceVec) -> Result<(), CudaError> {
-        let n = Self::check_binary(["mul operand", "mul output"], a, b, out)?;
-        let (a, b, out) = (a.addr(), b.addr(), out.addr());
-        // SAFETY: all three vectors hold n f32.
-        unsafe { self.ew(EwKernel::Mul { a, b, out }, n) }
-    }
-
-    /// Unfused `out[i] = a[i] · b[i mod b.len()]` (`b` repeated along `a`:
-    /// the sign multiply of an unfused signed FWHT).
-    pub fn mul_cyclic(
-        &self,
-        a: &DeviceVec,
-        b: &DeviceVec,
-        out: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        check_len("cyclic mul output", a.len(), out.len())?;
-        check_divides(
-            "cyclic mul operand (must divide the output)",
-            b.len(),
-            a.len(),
-        )?;
-        let b_len = u32_of("cyclic mul operand", b.len())?;
-        let k = EwKernel::MulCyclic {
-            a: a.addr(),
-            b: b.addr(),
-            out: out.addr(),
-            b_len,
+    /// One unfused element-wise kernel (or copy) into `out`: `op`'s inputs
+    /// as long as `out` (a cyclic multiply's or row bias's operand a
+    /// nonzero divisor of it), else a length error before anything runs.
+    /// Built from the same device functions as the GEMV epilogue.
+    pub fn elementwise(&self, op: Elementwise<'_>, out: &mut DeviceVec) -> Result<(), CudaError> {
+        let n = out.len();
+        let o = out.addr();
+        let kernel = match op {
+            Elementwise::Add(a, b) => {
+                Self::check_binary(["add operand", "add output"], a, b, out)?;
+                EwKernel::Add {
+                    a: a.addr(),
+                    b: b.addr(),
+                    out: o,
+                }
+            }
+            Elementwise::Mul(a, b) => {
+                Self::check_binary(["mul operand", "mul output"], a, b, out)?;
+                EwKernel::Mul {
+                    a: a.addr(),
+                    b: b.addr(),
+                    out: o,
+                }
+            }
+            Elementwise::MulCyclic(a, b) => {
+                check_len("cyclic mul output", a.len(), n)?;
+                let what = "cyclic mul operand (must divide the output)";
+                check_divides(what, b.len(), n)?;
+                EwKernel::MulCyclic {
+                    a: a.addr(),
+                    b: b.addr(),
+                    out: o,
+                    b_len: u32_of("cyclic mul operand", b.len())?,
+                }
+            }
+            Elementwise::Unary(act, a) => {
+                check_len("activation output", a.len(), n)?;
+                EwKernel::unary(act, a.addr(), o)
+            }
+            Elementwise::Glu(act, gate, up) => {
+                Self::check_binary(["GLU up", "GLU output"], gate, up, out)?;
+                EwKernel::glu(act, gate.addr(), up.addr(), o)
+            }
+            Elementwise::AddRowBias(a, bias) => {
+                check_len("row-bias output", a.len(), n)?;
+                check_divides("row bias (must divide the output)", bias.len(), n)?;
+                EwKernel::AddRowBias {
+                    a: a.addr(),
+                    bias: bias.addr(),
+                    out: o,
+                    rows: u32_of("row bias", bias.len())?,
+                }
+            }
+            Elementwise::Copy(a) => {
+                check_len("copy output", a.len(), n)?;
+                if n == 0 {
+                    return Ok(());
+                }
+                let l = Launch::Copy {
+                    src: a.addr(),
+                    dst: o,
+                    bytes: n * 4,
+                };
+                // SAFETY: both vectors are device allocations of n f32
+                // (checked), borrowed for this call and freed only by
+                // cuMemFree, which waits for the device.
+                return unsafe { self.enqueue(&l) };
+            }
         };
-        // SAFETY: a and out hold a.len() f32, b b_len > 0 (it divides a's
-        // length; an empty a launches nothing).
-        unsafe { self.ew(k, a.len()) }
+        ew_len(n)?;
+        // SAFETY: every input was checked above to hold `n` f32 as `out`
+        // does (a cyclic or row-bias operand: a nonzero divisor of `n`; an
+        // empty output launches nothing); all are borrowed for this call.
+        unsafe { self.ew(kernel, n) }
     }
 
-    /// Unfused `out = act(a)`.
-    pub fn unary(
-        &self,
-        act: Activation,
-        a: &DeviceVec,
-        out: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        check_len("activation output", a.len(), out.len())?;
-        // SAFETY: both vectors hold a.len() f32.
-        unsafe { self.ew(EwKernel::unary(act, a.addr(), out.addr()), a.len()) }
-    }
-
-    /// Unfused `out = act(gate) · up`.
-    pub fn glu(
-        &self,
-        act: Activation,
-        gate: &DeviceVec,
-        up: &DeviceVec,
-        out: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        let n = Self::check_binary(["GLU up", "GLU output"], gate, up, out)?;
-        let k = EwKernel::glu(act, gate.addr(), up.addr(), out.addr());
-        // SAFETY: all three vectors hold n f32.
-        unsafe { self.ew(k, n) }
-    }
-
-    /// Unfused `out = a + bias[row]` (column-major, `bias.len()` rows).
-    pub fn add_row_bias(
-        &self,
-        a: &DeviceVec,
-        bias: &DeviceVec,
-        out: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        check_len("row-bias output", a.len(), out.len())?;
-        check_divides("row bias (must divide the output)", bias.len(), a.len())?;
-        let k = EwKernel::AddRowBias {
-            a: a.addr(),
-            bias: bias.addr(),
-            out: out.addr(),
-            rows: u32_of("row bias", bias.len())?,
-        };
-        // SAFETY: a and out hold a.len() f32, bias rows > 0 (it divides a's
-        // length; an empty a launches nothing).
-        unsafe { self.ew(k, a.len()) }
-    }
-
-    /// `out = a` by the driver's device-to-device copy (`cuMemcpyDtoDAsync`).
-    pub fn copy(&self, a: &DeviceVec, out: &mut DeviceVec) -> Result<(), CudaError> {
-        check_len("copy output", a.len(), out.len())?;
-        if a.is_empty() {
-            return Ok(());
-        }
-        let l = Launch::Copy {
-            src: a.addr(),
-            dst: out.addr(),
-            bytes: a.len() * 4,
-        };
-        // SAFETY: both vectors are device allocations of a.len() f32
-        // (checked), borrowed for this call and freed only by cuMemFree,
-        // which waits for the device.
-        unsafe { self.enqueue(&l) }
-    }
-
-    /// `out = a` by the crate's own copy kernel (16-byte loads and stores;
-    /// the length must be a multiple of 4).
-    pub fn copy_kernel(&self, a: &DeviceVec, out: &mut DeviceVec) -> Result<(), CudaError> {
+    /// `out = a` by the crate's 16-byte copy kernel (the length a multiple
+    /// of 4).
+    pub(crate) fn copy4(&self, a: &DeviceVec, out: &mut DeviceVec) -> Result<(), CudaError> {
         check_len("copy output", a.len(), out.len())?;
         if !a.len().is_multiple_of(4) {
             return Err(Error::LengthMismatch {
@@ -1196,9 +882,51 @@ impl CudaBackend {
 
     // ------------------------------------------------------------ timing
 
+    /// The device's copy bandwidth, the ceiling a GEMV's bytes are measured
+    /// against: bytes read plus bytes written per second (GB/s) by the
+    /// faster of two device-to-device copies of `bytes` bytes, the driver's
+    /// (`cuMemcpyDtoDAsync`) and the crate's 16-byte copy kernel, each the
+    /// median of `reps` event-timed copies after one warm-up. `bytes` must
+    /// be a nonzero multiple of 16 and `reps` at least 1.
+    pub fn copy_bandwidth_gbs(&self, bytes: usize, reps: usize) -> Result<f64, CudaError> {
+        if bytes == 0 || !bytes.is_multiple_of(16) || reps == 0 {
+            return Err(Error::LengthMismatch {
+                what: "copy bandwidth: bytes (a nonzero multiple of 16) and reps (1 or more)",
+                expected: bytes.max(16) / 16 * 16,
+                actual: bytes,
+            }
+            .into());
+        }
+        let src = self.alloc(bytes / 4)?;
+        let mut dst = self.alloc(bytes / 4)?;
+        let mut best = 0.0f64;
+        for kernel in [false, true] {
+            let mut copy = || {
+                if kernel {
+                    self.copy4(&src, &mut dst)
+                } else {
+                    self.elementwise(Elementwise::Copy(&src), &mut dst)
+                }
+            };
+            copy()?;
+            let mut ms = (0..reps)
+                .map(|_| self.event_time_ms(&mut copy))
+                .collect::<Result<Vec<f32>, _>>()?;
+            ms.sort_by(f32::total_cmp);
+            let median = f64::from(ms[ms.len() / 2]);
+            if median > 0.0 {
+                best = best.max(2.0 * bytes as f64 / (median * 1e-3) / 1e9);
+            }
+        }
+        Ok(best)
+    }
+
     /// Milliseconds the work that `f` enqueues takes on the device, measured
     /// with CUDA events recorded around it on the backend's stream.
-    pub fn time_ms(&self, f: impl FnOnce() -> Result<(), CudaError>) -> Result<f32, CudaError> {
+    pub(crate) fn event_time_ms(
+        &self,
+        f: impl FnOnce() -> Result<(), CudaError>,
+    ) -> Result<f32, CudaError> {
         self.dev.make_current()?;
         let start = Event::new(EventFlags::DEFAULT).map_err(driver("create an event"))?;
         let stop = Event::new(EventFlags::DEFAULT).map_err(driver("create an event"))?;
@@ -1211,5 +939,165 @@ impl CudaBackend {
         stop.synchronize().map_err(driver("wait for an event"))?;
         stop.elapsed_time_f32(&start)
             .map_err(driver("read an event time"))
+    }
+
+    // ------------------------------------------------------------ enqueue
+
+    /// The kernel, grid, block size and parameters that run an integer
+    /// GEMV launch of kernel `name` over `grid` blocks with `params` under
+    /// the tuning in effect: early operands, the dependency mode in effect,
+    /// the fixed chain's copy ([`fixed_epi::kernel_name`]) and, in the lab,
+    /// the kernel of several teams a block (`teams::launch_shape`).
+    pub(crate) fn gemvq_shape<'a>(
+        &self,
+        name: &'a str,
+        grid: u32,
+        params: &GemvQParams,
+    ) -> (Cow<'a, str>, u32, u32, GemvQParams) {
+        let t = self.tuning_in_effect();
+        let mut params = *params;
+        params.epi.set_early(t.early_operands);
+        params.deps = self.deps_in_effect(params.deps);
+        let name = fixed_epi::kernel_name(name, &params.epi, t.fixed_epilogues, &self.fixed_copies);
+        #[cfg(feature = "lab")]
+        let (name, grid, block) = teams::launch_shape(
+            name,
+            grid,
+            GEMV_BLOCK,
+            params.qout.mode != 0,
+            t.teams,
+            &self.team_kernels,
+        );
+        #[cfg(not(feature = "lab"))]
+        let block = GEMV_BLOCK;
+        (name, grid, block, params)
+    }
+
+    /// Enqueues `l` on the backend's stream (nothing waits for it) and
+    /// counts it in [`CudaBackend::launches`].
+    ///
+    /// # Safety
+    /// Every device address in `l` must be valid for the accesses the
+    /// kernel (or copy) makes, until the stream has run it: the buffers
+    /// they point into must outlive the work enqueued here (device memory
+    /// is only freed by `cuMemFree`, which waits for the device), and the
+    /// lengths the kernel derives from its parameters must lie within them.
+    pub(crate) unsafe fn enqueue(&self, l: &Launch) -> Result<(), CudaError> {
+        let dev = &self.dev;
+        let t = self.tuning_in_effect();
+        match l {
+            Launch::Gemv {
+                name, grid, params, ..
+            } => {
+                let mut params = *params;
+                params.epi.set_early(t.early_operands);
+                params.deps = self.deps_in_effect(params.deps);
+                let name = fixed_epi::kernel_name(
+                    name,
+                    &params.epi,
+                    t.fixed_epilogues,
+                    &self.fixed_copies,
+                );
+                // SAFETY: one GemvParams argument, as every GEMV kernel
+                // takes (a fixed chain's copy too); the addresses are valid
+                // per the caller.
+                unsafe { self.launch(&dev.gemv, &name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
+            }
+            Launch::Quantize { name, grid, params } => {
+                // SAFETY: one QuantParams argument, as both quantizers
+                // take; the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
+            }
+            Launch::GemvQ {
+                name, grid, params, ..
+            } => {
+                let (name, grid, block, params) = self.gemvq_shape(name, *grid, params);
+                // SAFETY: one GemvQParams argument, as every integer GEMV
+                // kernel takes (a fixed chain's copy and a kernel of several
+                // teams a block too, whose grid gives every block of rows of
+                // the plain launch a team: teams past the last row leave);
+                // the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, &name, grid, block, 0, &[arg(&params)]) }
+            }
+            Launch::Group {
+                name, grid, jobs, ..
+            } => {
+                let mut jobs = jobs.clone();
+                jobs.set_early(t.early_operands);
+                jobs.set_deps(self.deps_in_effect(jobs.deps()));
+                let a = match &jobs {
+                    GroupJobs::Float(g) => arg(&**g),
+                    GroupJobs::Int(g) => arg(&**g),
+                };
+                // SAFETY: one Group<GemvParams> or Group<GemvQParams>
+                // argument, as the group kernels of each family take (the
+                // family follows from the name, group_kernel in
+                // src/group.rs); `jobs` outlives the call (the driver copies
+                // the parameters at launch); every job's addresses are valid
+                // per the caller, and the grid gives each job the blocks its
+                // own launch would have (group_params).
+                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[a]) }
+            }
+            Launch::Fwht {
+                name,
+                grid,
+                block,
+                shared,
+                params,
+            } => {
+                // SAFETY: one FwhtParams argument, as every FWHT kernel
+                // takes; `shared` is within the limit raised at load
+                // (MAX_DYNAMIC_SHARED); the addresses are valid per the caller.
+                unsafe { self.launch(&dev.fwht, name, *grid, *block, *shared, &[arg(params)]) }
+            }
+            Launch::Ew { kernel, n } => {
+                let grid = l.grid();
+                let args: Vec<*mut c_void> = match kernel {
+                    EwKernel::Add { a, b, out } | EwKernel::Mul { a, b, out } => {
+                        vec![arg(a), arg(b), arg(out), arg(n)]
+                    }
+                    EwKernel::MulCyclic { a, b, out, b_len } => {
+                        vec![arg(a), arg(b), arg(out), arg(n), arg(b_len)]
+                    }
+                    EwKernel::Unary { act, a, out } => vec![arg(act), arg(a), arg(out), arg(n)],
+                    EwKernel::Glu { act, gate, up, out } => {
+                        vec![arg(act), arg(gate), arg(up), arg(out), arg(n)]
+                    }
+                    EwKernel::AddRowBias { a, bias, out, rows } => {
+                        vec![arg(a), arg(bias), arg(out), arg(n), arg(rows)]
+                    }
+                    EwKernel::Copy4 { a, out } => vec![arg(a), arg(out), arg(n)],
+                };
+                // SAFETY: the argument lists above follow the kernels'
+                // signatures in kernels/elementwise.cu in number, order and
+                // type (u64 device addresses for pointers, u32 counts and
+                // codes); each points into `l`, which outlives the call (the
+                // driver copies the values at launch); the addresses are
+                // valid per the caller.
+                unsafe { self.launch(&dev.elementwise, kernel.name(), grid, EW_BLOCK, 0, &args) }
+            }
+            Launch::Copy { src, dst, bytes } => {
+                dev.make_current()?;
+                // SAFETY: both ranges are device memory valid for `bytes`
+                // bytes per the caller; the copy is ordered on the
+                // backend's stream, which outlives this call.
+                let r = unsafe {
+                    cust::sys::cuMemcpyDtoDAsync_v2(*dst, *src, *bytes, dev.stream.as_inner())
+                };
+                check_result(r, "device-to-device copy")?;
+                self.count_launch();
+                Ok(())
+            }
+        }
+    }
+
+    /// A GEMV launch's `deps` as launched: as built where the tuning's
+    /// overlap is in effect, else waiting like every other kernel.
+    fn deps_in_effect(&self, deps: Deps) -> Deps {
+        if self.tuning_in_effect().overlap {
+            deps
+        } else {
+            Deps::Wait
+        }
     }
 }

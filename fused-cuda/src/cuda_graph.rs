@@ -13,9 +13,9 @@ use cust::sys::{
     cuGraphInstantiateWithFlags, cuGraphLaunch, cuStreamBeginCapture_v2, cuStreamEndCapture,
 };
 
-use crate::CudaError;
 use crate::backend::CudaBackend;
 use crate::device::check_result;
+use crate::error::CudaError;
 
 /// An instantiated CUDA graph and the graph it was made from; both are
 /// destroyed on drop.
@@ -34,7 +34,7 @@ impl CapturedGraph {
         backend: &CudaBackend,
         enqueue: impl FnOnce() -> Result<(), CudaError>,
     ) -> Result<CapturedGraph, CudaError> {
-        let dev = backend.device();
+        let dev = backend.dev();
         dev.make_current()?;
         let stream = dev.stream.as_inner();
         // Relaxed: the launches look up kernel functions while capturing,
@@ -73,7 +73,7 @@ impl CapturedGraph {
     /// Enqueues one replay of the graph on `backend`'s stream (nothing waits
     /// for it) and counts it as one launch.
     pub(crate) fn launch(&self, backend: &CudaBackend) -> Result<(), CudaError> {
-        let dev = backend.device();
+        let dev = backend.dev();
         dev.make_current()?;
         // SAFETY: `exec` is an instantiated graph (capture succeeded), the
         // stream is live; the graph's launches point into buffers that the

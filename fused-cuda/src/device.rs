@@ -1,15 +1,24 @@
 //! The device, through the CUDA driver API (`cust`): context, stream and the
-//! crate's kernel modules.
+//! crate's kernel modules. [`CudaDevice`] is public in the lab only.
+#![cfg_attr(not(feature = "lab"), allow(unreachable_pub))]
 
-use crate::error::check_axpy_lengths;
-use crate::{CudaError, KernelForm};
+use crate::error::CudaError;
 use cust::context::{Context, CurrentContext};
 use cust::device::{Device, DeviceAttribute};
 use cust::function::Function;
-use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use std::fmt;
+
+/// Which compiled form of the kernels a device loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelForm {
+    /// The cubin for the build's architecture (`sm_90` unless
+    /// `FUSED_CUDA_ARCH` said otherwise at build time): no JIT.
+    Cubin,
+    /// The portable `compute_80` PTX, JIT-compiled by the driver.
+    PortablePtx,
+}
 
 /// Bytes aligned for the driver's ELF loader.
 #[repr(C, align(16))]
@@ -49,9 +58,6 @@ pub(crate) fn gemv_ptx() -> &'static str {
     GEMV.ptx
 }
 
-/// Threads per block of the probe kernel.
-const PROBE_BLOCK: u32 = 256;
-
 /// The largest dynamic shared memory a kernel of this crate asks for: one
 /// row of the widest FWHT (32768 f32).
 pub(crate) const MAX_DYNAMIC_SHARED: usize = fused_core::fwht::FWHT_MAX_N * 4;
@@ -72,6 +78,7 @@ pub(crate) fn driver(what: &'static str) -> impl FnOnce(cust::error::CudaError) 
 /// not at the first launch.
 pub struct CudaDevice {
     // Field order is drop order: the modules and the stream go before the context.
+    #[cfg_attr(not(feature = "lab"), allow(dead_code))]
     pub(crate) probe: Module,
     pub(crate) elementwise: Module,
     pub(crate) gemv: Module,
@@ -185,6 +192,7 @@ impl CudaDevice {
     }
 
     /// The device's name, as the driver reports it.
+    #[cfg_attr(not(feature = "lab"), allow(dead_code))]
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -218,40 +226,14 @@ impl CudaDevice {
         })
     }
 
-    /// Runs the probe kernel: `y[i] = a·x[i] + y[i]` (one fused multiply-add).
-    ///
-    /// `x` and `y` must be equally long (at most `u32::MAX`).
-    pub fn probe_axpy(&self, a: f32, x: &[f32], y: &mut [f32]) -> Result<(), CudaError> {
-        let n = check_axpy_lengths(x.len(), y.len())?;
-        if n == 0 {
-            return Ok(());
-        }
-        self.make_current()?;
-        let x_dev = DeviceBuffer::from_slice(x).map_err(driver("copy x to the device"))?;
-        let y_dev = DeviceBuffer::from_slice(y).map_err(driver("copy y to the device"))?;
-        let function = self
-            .probe
-            .get_function("fused_probe_axpy_f32")
-            .map_err(driver("find fused_probe_axpy_f32"))?;
-        let stream = &self.stream;
-        let grid = n.div_ceil(PROBE_BLOCK);
-        // SAFETY: the arguments match the kernel's signature in kernels/probe.cu,
-        // (float, const float*, float*, unsigned int), in order and type; both
-        // buffers hold `n` f32 and stay alive until the stream is synchronised
-        // below; the kernel touches only indices `< n`.
-        let launched = unsafe {
-            cust::launch!(function<<<grid, PROBE_BLOCK, 0, stream>>>(
-                a,
-                x_dev.as_device_ptr(),
-                y_dev.as_device_ptr(),
-                n
-            ))
-        };
-        launched.map_err(driver("launch fused_probe_axpy_f32"))?;
-        stream
-            .synchronize()
-            .map_err(driver("run fused_probe_axpy_f32"))?;
-        y_dev.copy_to(y).map_err(driver("copy y to the host"))?;
-        Ok(())
+    /// Blocks of `threads` threads of the GEMV kernel `name` that fit on
+    /// one SM, as the driver computes it.
+    pub(crate) fn gemv_blocks_per_sm(&self, name: &str, threads: u32) -> Result<u32, CudaError> {
+        self.kernel(&self.gemv, name)?
+            .max_active_blocks_per_multiprocessor(threads.into(), 0)
+            .map_err(|e| CudaError::Driver {
+                what: "find a kernel's occupancy",
+                message: format!("{name}: {e}"),
+            })
     }
 }

@@ -1,5 +1,6 @@
 //! The error type of the CUDA backend.
 
+use crate::knob::Knob;
 use std::fmt;
 
 /// Everything that can go wrong in the CUDA backend.
@@ -17,6 +18,10 @@ pub enum CudaError {
     },
     /// The inputs were refused before anything ran on the device.
     Core(fused_core::Error),
+    /// A [`Knob`] value no kernel is compiled for ([`Tuning::with`]).
+    ///
+    /// [`Tuning::with`]: crate::Tuning::with
+    Tuning(Knob),
 }
 
 impl fmt::Display for CudaError {
@@ -27,6 +32,7 @@ impl fmt::Display for CudaError {
             }
             CudaError::Driver { what, message } => write!(f, "CUDA driver: {what}: {message}"),
             CudaError::Core(e) => write!(f, "{e}"),
+            CudaError::Tuning(k) => write!(f, "no kernel for the tuning {k:?}"),
         }
     }
 }
@@ -46,43 +52,15 @@ impl From<fused_core::Error> for CudaError {
     }
 }
 
-/// Checks the lengths of a probe call: `x` and `y` equally long, and short
-/// enough to index with the kernel's `u32`.
+/// `v` as a u32, or [`fused_core::Error::Overflow`] naming `what`.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn check_axpy_lengths(x: usize, y: usize) -> Result<u32, CudaError> {
-    if x != y {
-        return Err(fused_core::Error::LengthMismatch {
-            what: "probe_axpy: y (against x)",
-            expected: x,
-            actual: y,
-        }
-        .into());
-    }
-    u32::try_from(x).map_err(|_| {
-        fused_core::Error::Overflow {
-            what: "probe_axpy: length as the kernel's u32",
-        }
-        .into()
-    })
+pub(crate) fn u32_of(what: &'static str, v: usize) -> Result<u32, CudaError> {
+    u32::try_from(v).map_err(|_| fused_core::Error::Overflow { what }.into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn axpy_lengths() {
-        assert_eq!(check_axpy_lengths(7, 7), Ok(7));
-        assert!(matches!(
-            check_axpy_lengths(7, 6),
-            Err(CudaError::Core(fused_core::Error::LengthMismatch { .. }))
-        ));
-        #[cfg(target_pointer_width = "64")]
-        assert!(matches!(
-            check_axpy_lengths(1 << 32, 1 << 32),
-            Err(CudaError::Core(fused_core::Error::Overflow { .. }))
-        ));
-    }
 
     #[test]
     fn messages() {

@@ -1,7 +1,6 @@
-//! The core's plan executor on CUDA: [`StepKernels`] for [`CudaBackend`],
-//! through its host-slice entry points. The GEMV and FWHT use the
-//! `*_host` calls; an element-wise step uploads its inputs, launches one
-//! kernel and downloads the result (the download waits for the stream).
+//! The core's plan executor on CUDA: [`StepKernels`] for [`CudaBackend`]
+//! over host slices: every step uploads its inputs, launches one kernel
+//! and downloads the result (the download waits for the stream).
 //!
 //! The GEMV kernels take the weight formats and activation modes that
 //! [`check_gemv_mode`] lists (f32 activations for every format of
@@ -9,7 +8,7 @@
 //! quantized format), 1 to [`MAX_COLS`] columns; anything else is refused with
 //! [`fused_core::Error::Unsupported`] before the step runs. Without the
 //! `cuda` feature there is no [`CudaBackend`] to call this on (its
-//! constructor returns [`CudaError::NotCompiled`]).
+//! constructor returns [`CudaError::NotCompiled`](crate::CudaError::NotCompiled)).
 
 use fused_core::DType;
 use fused_core::element::Activation;
@@ -20,28 +19,47 @@ use fused_core::fwht::FwhtDesc;
 use fused_core::reference::gemv::GluWeights;
 use fused_core::reference::{ActQuant, WeightMatrix};
 
-use crate::{CudaBackend, CudaError, DeviceVec, MAX_COLS, check_gemv_mode};
+use crate::backend::CudaBackend;
+use crate::error::CudaError;
+use crate::job::{Elementwise, GemvJob};
+use crate::memory::DeviceVec;
+use crate::{MAX_COLS, check_gemv_mode};
+use fused_core::Error;
+use fused_core::reference::gemv::check_gemm_args;
 
-impl CudaBackend {
-    /// Uploads `inputs`, runs `launch` into a new output of `out.len()`
-    /// elements and downloads it into `out` (nothing runs when empty).
-    fn elementwise_host(
-        &self,
-        inputs: &[&[f32]],
-        out: &mut [f32],
-        launch: impl FnOnce(&[DeviceVec], &mut DeviceVec) -> Result<(), CudaError>,
-    ) -> Result<(), CudaError> {
-        if out.is_empty() {
-            return Ok(());
-        }
-        let dev = inputs
-            .iter()
-            .map(|v| self.upload(v))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut o = self.alloc(out.len())?;
-        launch(&dev, &mut o)?;
-        self.download(&o, out)
+/// Uploads `inputs`, runs `op` over them into a new output of `out.len()`
+/// elements and downloads it into `out` (nothing runs when empty).
+fn elementwise_host(
+    be: &CudaBackend,
+    inputs: &[&[f32]],
+    out: &mut [f32],
+    op: impl FnOnce(&[DeviceVec]) -> Elementwise<'_>,
+) -> Result<(), CudaError> {
+    if out.is_empty() {
+        return Ok(());
     }
+    let dev = inputs
+        .iter()
+        .map(|v| be.upload(v))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut o = be.alloc(out.len())?;
+    be.elementwise(op(&dev), &mut o)?;
+    be.download(&o, out)
+}
+
+/// Uploads the activations and operands of a host call and allocates its output.
+fn upload_call(
+    be: &CudaBackend,
+    x: &[f32],
+    operands: &[&[f32]],
+    y_len: usize,
+) -> Result<(DeviceVec, Vec<DeviceVec>, DeviceVec), CudaError> {
+    let xd = be.upload(x)?;
+    let ops = operands
+        .iter()
+        .map(|o| be.upload(o))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((xd, ops, be.alloc(y_len)?))
 }
 
 impl StepKernels for CudaBackend {
@@ -67,8 +85,8 @@ impl StepKernels for CudaBackend {
     /// synchronises the stream): launches count both.
     fn counters(&self) -> Counters {
         Counters {
-            barriers: self.launches(),
-            kernel_calls: self.launches(),
+            barriers: self.launch_count(),
+            kernel_calls: self.launch_count(),
         }
     }
 
@@ -83,8 +101,14 @@ impl StepKernels for CudaBackend {
         y: &mut [f32],
     ) -> Result<(), CudaError> {
         self.supports_gemv(w.dtype(), mode, n_cols)
-            .map_err(fused_core::Error::from)?;
-        self.gemv_host(w, x, n_cols, mode, epilogue, operands, y)
+            .map_err(Error::from)?;
+        let bound = epilogue.bind(operands, w.rows(), n_cols)?;
+        check_gemm_args(w.rows(), w.cols(), n_cols, x.len(), &bound, y.len())?;
+        let wd = self.upload_weights(w)?;
+        let (xd, ops, mut yd) = upload_call(self, x, operands, y.len())?;
+        let ops: Vec<&DeviceVec> = ops.iter().collect();
+        self.gemv(&wd, &xd, n_cols, mode, epilogue, &ops, &mut yd)?;
+        self.download(&yd, y)
     }
 
     fn gemv_glu(
@@ -99,8 +123,19 @@ impl StepKernels for CudaBackend {
         y: &mut [f32],
     ) -> Result<(), CudaError> {
         self.supports_gemv(w.gate().dtype(), mode, n_cols)
-            .map_err(fused_core::Error::from)?;
-        self.gemv_glu_host(w, act, x, n_cols, mode, epilogue, operands, y)
+            .map_err(Error::from)?;
+        let (m, k) = (w.gate().rows(), w.gate().cols());
+        let bound = epilogue.bind(operands, m, n_cols)?;
+        check_gemm_args(m, k, n_cols, x.len(), &bound, y.len())?;
+        let gate = self.upload_weights(w.gate())?;
+        let up = self.upload_weights(w.up())?;
+        let (xd, ops, mut yd) = upload_call(self, x, operands, y.len())?;
+        let ops: Vec<&DeviceVec> = ops.iter().collect();
+        let job = GemvJob::new(&gate, &mut yd)
+            .with_glu(&up, act)
+            .with_epilogue(epilogue, &ops);
+        self.gemv_batch(&xd, n_cols, mode, &mut [job])?;
+        self.download(&yd, y)
     }
 
     fn fwht(
@@ -110,19 +145,24 @@ impl StepKernels for CudaBackend {
         signs: Option<&[f32]>,
         y: &mut [f32],
     ) -> Result<(), CudaError> {
-        self.fwht_host(desc, x, signs, y)
+        desc.check(x.len(), signs, y.len())?;
+        let xd = self.upload(x)?;
+        let sd = signs.map(|s| self.upload(s)).transpose()?;
+        let mut od = self.alloc(y.len())?;
+        CudaBackend::fwht(self, desc, &xd, sd.as_ref(), &mut od)?;
+        self.download(&od, y)
     }
 
     fn add(&self, a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), CudaError> {
         check_len("add operand", a.len(), b.len())?;
         check_len("add output", a.len(), y.len())?;
-        self.elementwise_host(&[a, b], y, |d, o| CudaBackend::add(self, &d[0], &d[1], o))
+        elementwise_host(self, &[a, b], y, |d| Elementwise::Add(&d[0], &d[1]))
     }
 
     fn mul(&self, a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), CudaError> {
         check_len("mul operand", a.len(), b.len())?;
         check_len("mul output", a.len(), y.len())?;
-        self.elementwise_host(&[a, b], y, |d, o| CudaBackend::mul(self, &d[0], &d[1], o))
+        elementwise_host(self, &[a, b], y, |d| Elementwise::Mul(&d[0], &d[1]))
     }
 
     fn glu(
@@ -134,26 +174,26 @@ impl StepKernels for CudaBackend {
     ) -> Result<(), CudaError> {
         check_len("GLU up", gate.len(), up.len())?;
         check_len("GLU output", gate.len(), y.len())?;
-        self.elementwise_host(&[gate, up], y, |d, o| {
-            CudaBackend::glu(self, act, &d[0], &d[1], o)
+        elementwise_host(self, &[gate, up], y, |d| {
+            Elementwise::Glu(act, &d[0], &d[1])
         })
     }
 
     fn unary(&self, act: Activation, a: &[f32], y: &mut [f32]) -> Result<(), CudaError> {
         check_len("activation output", a.len(), y.len())?;
-        self.elementwise_host(&[a], y, |d, o| CudaBackend::unary(self, act, &d[0], o))
+        elementwise_host(self, &[a], y, |d| Elementwise::Unary(act, &d[0]))
     }
 
     fn add_row_bias(&self, a: &[f32], bias: &[f32], y: &mut [f32]) -> Result<(), CudaError> {
         check_len("row-bias output", a.len(), y.len())?;
         fused_core::error::check_divides("row bias (must divide the output)", bias.len(), a.len())?;
-        self.elementwise_host(&[a, bias], y, |d, o| {
-            CudaBackend::add_row_bias(self, &d[0], &d[1], o)
+        elementwise_host(self, &[a, bias], y, |d| {
+            Elementwise::AddRowBias(&d[0], &d[1])
         })
     }
 
     fn copy(&self, a: &[f32], y: &mut [f32]) -> Result<(), CudaError> {
         check_len("copy output", a.len(), y.len())?;
-        self.elementwise_host(&[a], y, |d, o| CudaBackend::copy(self, &d[0], o))
+        elementwise_host(self, &[a], y, |d| Elementwise::Copy(&d[0]))
     }
 }

@@ -16,10 +16,35 @@
 //! the portable PTX, a kernel changed since) the kernel runs the generic
 //! chain.
 
+use crate::error::CudaError;
 use crate::params::{EpiParams, STAGE_ACT, STAGE_ADD, STAGE_MUL, act_code};
-use crate::{CudaError, FixedEpilogueCopy, LaunchOptions};
 use fused_core::element::Activation;
 use std::borrow::Cow;
+
+/// One fixed-chain copy of a GEMV kernel and whether this device runs it:
+/// only where the copy and the kernel it stands for fit the same number of
+/// blocks on an SM (occupancy moved results more than the chain did on the
+/// H200), else that kernel runs the generic chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "lab"), allow(unreachable_pub))]
+pub struct FixedEpilogueCopy {
+    /// The kernel the copy stands for.
+    pub kernel: &'static str,
+    /// The chain compiled into the copy (`add`, `silu_mul_add`).
+    pub chain: &'static str,
+    /// Blocks per SM of `kernel` on this device.
+    pub kernel_blocks_per_sm: u32,
+    /// Blocks per SM of the copy on this device.
+    pub copy_blocks_per_sm: u32,
+}
+
+impl FixedEpilogueCopy {
+    /// Whether launches run the copy (same blocks per SM as its kernel).
+    #[cfg_attr(not(feature = "lab"), allow(unreachable_pub))]
+    pub fn used(&self) -> bool {
+        self.kernel_blocks_per_sm == self.copy_blocks_per_sm
+    }
+}
 
 /// A chain with kernels of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +134,7 @@ impl FixedCopies {
     }
 
     /// Every copy (for reports).
+    #[cfg_attr(not(feature = "lab"), allow(dead_code))]
     pub(crate) fn all(&self) -> &[FixedEpilogueCopy] {
         &self.copies
     }
@@ -123,17 +149,17 @@ impl FixedCopies {
 
 /// The kernel that runs a GEMV launch of kernel `name` with epilogue `epi`
 /// (its operands loaded early or not as `epi` says): `name`'s copy for the
-/// chain where `options.fixed_epilogues` is on, the operands are loaded
+/// chain where `on` (the tuning's fixed epilogues), the operands are loaded
 /// early (a fixed chain loads them all when its blocks start) and `copies`
 /// runs `name`'s copy for `epi`'s chain; else `name`.
 pub(crate) fn kernel_name<'a>(
     name: &'a str,
     epi: &EpiParams,
-    options: &LaunchOptions,
+    on: bool,
     copies: &FixedCopies,
 ) -> Cow<'a, str> {
     let chain = FixedChain::of(epi)
-        .filter(|_| options.fixed_epilogues && epi.early())
+        .filter(|_| on && epi.early())
         .filter(|c| copies.runs(name, *c));
     match chain {
         Some(c) => Cow::Owned(c.copy_of(name)),
@@ -198,26 +224,22 @@ mod tests {
 
     #[test]
     fn a_launch_takes_the_copy_only_where_one_exists_and_may_run() {
-        let on = LaunchOptions::default();
-        let off = LaunchOptions {
-            fixed_epilogues: false,
-            ..on
-        };
+        let (on, off) = (true, false);
         let copies = probed("none");
         let epi = params(&silu_mul_add(), true);
         for name in KERNELS_WITH_FIXED_CHAINS {
             assert_eq!(
-                kernel_name(name, &epi, &on, &copies),
+                kernel_name(name, &epi, on, &copies),
                 format!("{name}_esilu_mul_add")
             );
-            assert_eq!(kernel_name(name, &epi, &off, &copies), name);
+            assert_eq!(kernel_name(name, &epi, off, &copies), name);
             // Operands loaded late: the generic chain.
             let late = params(&silu_mul_add(), false);
-            assert_eq!(kernel_name(name, &late, &on, &copies), name);
+            assert_eq!(kernel_name(name, &late, on, &copies), name);
         }
         let add = params(&Epilogue::NONE.then_add().unwrap(), true);
         assert_eq!(
-            kernel_name("fused_gemvq_q4_0_r4_c1_u1", &add, &on, &copies),
+            kernel_name("fused_gemvq_q4_0_r4_c1_u1", &add, on, &copies),
             "fused_gemvq_q4_0_r4_c1_u1_eadd"
         );
         // Kernels without copies: several columns, GLU, groups, other shapes.
@@ -232,13 +254,13 @@ mod tests {
             "fused_gemv_f16_u8_c1",
             "fused_gemv_f16_r2_c1",
         ] {
-            assert_eq!(kernel_name(name, &epi, &on, &copies), name);
+            assert_eq!(kernel_name(name, &epi, on, &copies), name);
         }
     }
 
     #[test]
     fn a_copy_at_another_occupancy_than_its_kernel_is_not_run() {
-        let on = LaunchOptions::default();
+        let on = true;
         let base = "fused_gemvq_q4_0_r4_c1_u1";
         let copies = probed(base);
         assert_eq!(copies.all().len(), 2 * KERNELS_WITH_FIXED_CHAINS.len());
@@ -252,14 +274,14 @@ mod tests {
         // That chain on that kernel runs the generic loop; the other chain
         // and the other kernels keep their copies.
         let epi = params(&silu_mul_add(), true);
-        assert_eq!(kernel_name(base, &epi, &on, &copies), base);
+        assert_eq!(kernel_name(base, &epi, on, &copies), base);
         assert_eq!(
-            kernel_name("fused_gemv_q4_0_c1", &epi, &on, &copies),
+            kernel_name("fused_gemv_q4_0_c1", &epi, on, &copies),
             "fused_gemv_q4_0_c1_esilu_mul_add"
         );
         let add = params(&Epilogue::NONE.then_add().unwrap(), true);
         assert_eq!(
-            kernel_name(base, &add, &on, &copies),
+            kernel_name(base, &add, on, &copies),
             "fused_gemvq_q4_0_r4_c1_u1_eadd"
         );
         // A failed probe is an error, not a silent choice.

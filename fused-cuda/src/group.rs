@@ -10,67 +10,12 @@
 //! computes exactly what the same block of its job launched alone would,
 //! so grouping changes no bit of any output.
 
-use crate::CudaError;
+use crate::error::CudaError;
 use crate::launch::Launch;
-use crate::params::{EpiParams, GROUP_MAX, GemvParams, GemvQParams, GroupParams};
-use crate::schedule::{Access, Deps, LaunchKind};
+use crate::params::{GROUP_MAX, GemvParams, GemvQParams, GroupJobs, GroupParams};
+use crate::schedule::{Access, LaunchKind};
+use crate::tuning::{GROUP_MAX_DEQUANT_JOB_BLOCKS, GROUP_MAX_INT_JOB_BLOCKS};
 use fused_core::{DType, Error};
-
-/// The jobs of one group launch, by kernel family.
-#[derive(Clone, Debug)]
-pub(crate) enum GroupJobs {
-    /// Float activations (`fused_gemv_group_*`).
-    Float(Box<GroupParams<GemvParams>>),
-    /// Quantized activations (`fused_gemvq_group_*`).
-    Int(Box<GroupParams<GemvQParams>>),
-}
-
-impl GroupJobs {
-    /// Calls `f` with every job slot's `deps` and epilogue.
-    fn each_job(&mut self, mut f: impl FnMut(&mut Deps, &mut EpiParams)) {
-        match self {
-            GroupJobs::Float(g) => g.job.iter_mut().for_each(|j| f(&mut j.deps, &mut j.epi)),
-            GroupJobs::Int(g) => g.job.iter_mut().for_each(|j| f(&mut j.deps, &mut j.epi)),
-        }
-    }
-
-    /// Sets every job's `deps` (a group orders itself as one launch).
-    pub(crate) fn set_deps(&mut self, deps: Deps) {
-        self.each_job(|d, _| *d = deps);
-    }
-
-    /// The jobs' `deps` (all equal).
-    pub(crate) fn deps(&self) -> Deps {
-        match self {
-            GroupJobs::Float(g) => g.job[0].deps,
-            GroupJobs::Int(g) => g.job[0].deps,
-        }
-    }
-
-    /// Sets whether every job's blocks load their epilogue operands early.
-    pub(crate) fn set_early(&mut self, early: bool) {
-        self.each_job(|_, e| e.set_early(early));
-    }
-}
-
-/// The most blocks an integer GEMV (quantized activations) may launch and
-/// still join a group. On the H200 (BENCHMARKS.md, 2026-12-02 15:14 and
-/// 15:35 UTC, batches of one column, grouped against overlapping) groups
-/// took 4096 × 14336 Q4_K × Q8_K from 79 % to 88–89 % of copy (2048 blocks
-/// a job) and 32768 × 8192 Q4_0 × Q8_0 from 94 % to 96 % (8192).
-pub(crate) const GROUP_MAX_INT_JOB_BLOCKS: u32 = 8192;
-
-/// The same for a GEMV of quantized weights on f32 activations (weights
-/// dequantized in registers): 4096 × 14336 Q8_0 went from 83 % to 88 % of
-/// copy grouped (2048 blocks a job), but 32768 × 8192 Q8_0 from 93 % to 88 %
-/// (16384 blocks) and Q4_K from 55 % to 53 % (8192) in every run. Why is
-/// not measured: ptxas gives the group and single kernels the same
-/// registers and no spills (Q8_0: 56 each), and a job that long has little
-/// start or drain to share. F32, F16 and BF16
-/// weights join at any length (F16 4096 × 14336 went from 90 % to 97 %,
-/// 32768 × 8192 stayed at 102–104 %, the unfused F16 plan's gate and up of
-/// 11008 blocks ran 3.5 % faster as a group).
-pub(crate) const GROUP_MAX_DEQUANT_JOB_BLOCKS: u32 = 4096;
 
 /// The group kernel that runs `l`'s blocks, where there is one: GEMVs of
 /// one column without GLU (integer ones of at most
@@ -206,8 +151,14 @@ pub(crate) fn group_launches<S: PartialEq + Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tuning::Tuning;
+
+    /// The tuned table.
+    const T: Tuning = Tuning::DEFAULT;
     use crate::launch::GemvShape;
+    use crate::params::EpiParams;
     use crate::qacts::QactsLayout;
+    use crate::schedule::Deps;
     use fused_core::element::Activation;
     use fused_core::epilogue::Epilogue;
     use fused_core::placement::Region;
@@ -224,7 +175,7 @@ mod tests {
         let mode = ActQuant::ggml(dtype);
         let layout = QactsLayout::new(mode, 4096, n_cols).unwrap();
         let up = glu.then_some(9);
-        Launch::gemv_q(dtype, rows, &layout, 1, up, ID, 2, y, epi())
+        Launch::gemv_q(&T, dtype, rows, &layout, 1, up, ID, 2, y, epi())
             .unwrap()
             .unwrap()
     }
@@ -237,7 +188,7 @@ mod tests {
             row_bytes: dtype.row_bytes(4096).unwrap(),
             n_cols: 1,
         };
-        Launch::gemv(shape, 1, None, ID, 2, y, epi())
+        Launch::gemv(&T, shape, 1, None, ID, 2, y, epi())
             .unwrap()
             .unwrap()
     }

@@ -4,8 +4,8 @@
 //!
 //! Every GEMV the library launches waits for its predecessor with
 //! `griddepcontrol.wait` (programmatic dependent launch, `src/pdl.rs`),
-//! and on the H200 that wait is most of the ~1.3 µs a dependent call costs
-//! beyond its bytes (`BENCHMARKS.md`). [`CudaDevice::handoff_chain`] runs
+//! and on the H200 that wait is most of what a dependent call costs beyond
+//! its bytes (BENCHMARKS.md). Lab only (the `lab` feature). [`CudaDevice::handoff_chain`] runs
 //! a chain of tiny kernels (`fused_probe_handoff` in `kernels/probe.cu`),
 //! each block reading elements all over the vector the kernel before
 //! wrote, with each
@@ -65,7 +65,6 @@ impl Handoff {
     }
 
     /// The kernel's `mode` argument (`HANDOFF_*` in `kernels/probe.cu`).
-    #[cfg(feature = "cuda")]
     fn code(self) -> u32 {
         match self {
             Handoff::Stream => 0,
@@ -119,12 +118,12 @@ pub const HANDOFF_MAX_BLOCKS: usize = 1 << 16;
 /// The most kernels a handoff chain takes.
 pub const HANDOFF_MAX_KERNELS: usize = 1 << 12;
 
-#[cfg(feature = "cuda")]
 mod run {
     use super::{HANDOFF_MAX_BLOCKS, HANDOFF_MAX_KERNELS, Handoff, HandoffRun};
-    use crate::device::driver;
-    use crate::launch::arg;
-    use crate::{CudaDevice, CudaError, pdl};
+    use crate::device::{CudaDevice, driver};
+    use crate::error::CudaError;
+    use crate::params::arg;
+    use crate::pdl;
     use cust::event::{Event, EventFlags};
     use cust::memory::{CopyDestination, DeviceBuffer, DevicePointer};
     use fused_core::Error;

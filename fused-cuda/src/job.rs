@@ -1,5 +1,6 @@
 //! [`GemvJob`]: one GEMV of a batch over shared activations
-//! ([`CudaBackend::gemv_batch`](crate::CudaBackend::gemv_batch)).
+//! ([`CudaBackend::gemv_batch`](crate::CudaBackend::gemv_batch)); plain
+//! borrows of device memory, the same with and without the `cuda` feature.
 
 use crate::{DeviceActs, DeviceVec, DeviceWeights};
 use fused_core::element::Activation;
@@ -14,33 +15,33 @@ use fused_core::reference::ActQuant;
 /// job's weights, operands or output, nor the batch's activations.
 pub struct GemvJob<'a> {
     /// The weights (the gate's, for the gated form).
-    pub w: &'a DeviceWeights,
+    pub(crate) w: &'a DeviceWeights,
     /// The gated form: the up weights (same shape and format as `w`) and
     /// the activation applied to the gate.
-    pub glu: Option<(&'a DeviceWeights, Activation)>,
+    pub(crate) glu: Option<(&'a DeviceWeights, Activation)>,
     /// The epilogue chain applied before the store.
-    pub epilogue: &'a Epilogue,
+    pub(crate) epilogue: &'a Epilogue,
     /// The epilogue's operands, by slot.
-    pub operands: &'a [&'a DeviceVec],
+    pub(crate) operands: &'a [&'a DeviceVec],
     /// The output: `n_cols` columns of `w.rows()` floats.
-    pub y: &'a mut DeviceVec,
+    pub(crate) y: &'a mut DeviceVec,
     /// Also the output quantized, for the next integer GEMV: exactly what
     /// [`CudaBackend::quantize_acts`](crate::CudaBackend::quantize_acts) of
     /// `y` would hold, written by this GEMV's own launch (no quantizer
     /// launch). One column of `w.rows()`, on quantized activations only.
-    pub quantized_output: Option<&'a mut DeviceActs>,
+    pub(crate) quantized_output: Option<&'a mut DeviceActs>,
     /// The next GEMV's first weights, asked of L2 by this one
     /// ([`GemvJob::with_l2_ahead`]).
-    pub l2_ahead: Option<L2AheadHint<'a>>,
+    pub(crate) l2_ahead: Option<L2AheadHint<'a>>,
 }
 
 /// When each block of a GEMV asks L2 for its share of the next GEMV's
-/// weights ([`GemvJob::with_l2_ahead`]).
+/// weights (the lab's `GemvJob::with_l2_ahead_at`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(feature = "lab"), allow(dead_code, unreachable_pub))]
 pub enum AheadAt {
-    /// When the block starts (the default: on the H200 as fast as at the
-    /// end for Q4_0 and Q8_0, 2 points faster for Q4_K; BENCHMARKS.md,
-    /// 2026-12-04 16:34–16:40 UTC).
+    /// When the block starts (the default: as fast or faster on the H200,
+    /// BENCHMARKS.md).
     #[default]
     Start,
     /// Once the block's own weights have all arrived: the request reaches
@@ -55,29 +56,27 @@ pub enum AheadAt {
 /// that layout's length. A hint: results do not change, only where the
 /// next GEMV finds its first weights.
 #[derive(Clone, Copy, Debug)]
-pub struct L2AheadHint<'a> {
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct L2AheadHint<'a> {
     /// The next GEMV's weights.
-    pub next: &'a DeviceWeights,
+    pub(crate) next: &'a DeviceWeights,
     /// How the next GEMV's activations are fed (which layout it reads).
-    pub next_mode: ActQuant,
+    pub(crate) next_mode: ActQuant,
     /// How many of its first bytes to ask for.
-    pub bytes: usize,
+    pub(crate) bytes: usize,
     /// When.
-    pub at: AheadAt,
+    pub(crate) at: AheadAt,
 }
 
 impl std::fmt::Debug for GemvJob<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GemvJob")
-            .field("w", &(self.w.dtype(), self.w.rows(), self.w.cols()))
+            .field("w", &(self.w.rows(), self.w.cols()))
             .field("glu", &self.glu.map(|(_, act)| act))
             .field("epilogue", self.epilogue)
             .field("operands", &self.operands.len())
             .field("y", &self.y.len())
-            .field(
-                "quantized_output",
-                &self.quantized_output.as_ref().map(|q| q.mode()),
-            )
+            .field("quantized_output", &self.quantized_output.is_some())
             .field("l2_ahead", &self.l2_ahead.map(|h| (h.bytes, h.at)))
             .finish()
     }
@@ -112,7 +111,9 @@ impl<'a> GemvJob<'a> {
 
     /// The same job also writing its output quantized into `acts` (one
     /// column of `w.rows()`, in the mode the next GEMV's weights take:
-    /// [`CudaBackend::alloc_acts`](crate::CudaBackend::alloc_acts)).
+    /// `CudaBackend::alloc_acts`). Lab: slower than the quantizer launch
+    /// on the H200.
+    #[cfg(feature = "lab")]
     pub fn with_quantized_output(self, acts: &'a mut DeviceActs) -> GemvJob<'a> {
         GemvJob {
             quantized_output: Some(acts),
@@ -122,7 +123,7 @@ impl<'a> GemvJob<'a> {
 
     /// The same job asking L2 for the first `bytes` of `next`'s weights
     /// (the layout a GEMV fed per `next_mode` reads) as its blocks start
-    /// ([`L2AheadHint`], [`AheadAt::Start`]), so that the memory keeps
+    /// (the default: as its blocks start), so that the memory keeps
     /// streaming across the handoff to the next GEMV.
     pub fn with_l2_ahead(
         self,
@@ -130,12 +131,34 @@ impl<'a> GemvJob<'a> {
         next_mode: ActQuant,
         bytes: usize,
     ) -> GemvJob<'a> {
+        self.l2_ahead_at(next, next_mode, bytes, AheadAt::Start)
+    }
+
+    /// [`GemvJob::with_l2_ahead`], asked for when `at` says.
+    #[cfg(feature = "lab")]
+    pub fn with_l2_ahead_at(
+        self,
+        next: &'a DeviceWeights,
+        next_mode: ActQuant,
+        bytes: usize,
+        at: AheadAt,
+    ) -> GemvJob<'a> {
+        self.l2_ahead_at(next, next_mode, bytes, at)
+    }
+
+    fn l2_ahead_at(
+        self,
+        next: &'a DeviceWeights,
+        next_mode: ActQuant,
+        bytes: usize,
+        at: AheadAt,
+    ) -> GemvJob<'a> {
         GemvJob {
             l2_ahead: Some(L2AheadHint {
                 next,
                 next_mode,
                 bytes,
-                at: AheadAt::Start,
+                at,
             }),
             ..self
         }
@@ -148,4 +171,28 @@ impl<'a> GemvJob<'a> {
             ..self
         }
     }
+}
+
+/// One unfused element-wise kernel over device vectors, written into the
+/// output [`CudaBackend::elementwise`](crate::CudaBackend::elementwise)
+/// takes (as long as every input but a repeated operand). Each uses the
+/// same device function as the GEMV epilogue's stage, so a fused chain and
+/// the same chain of these kernels agree bit for bit.
+#[derive(Clone, Copy, Debug)]
+pub enum Elementwise<'a> {
+    /// `out = a + b`.
+    Add(&'a DeviceVec, &'a DeviceVec),
+    /// `out = a · b`.
+    Mul(&'a DeviceVec, &'a DeviceVec),
+    /// `out[i] = a[i] · b[i mod b.len()]` (`b` repeated along `a`: the sign
+    /// multiply of an unfused signed FWHT).
+    MulCyclic(&'a DeviceVec, &'a DeviceVec),
+    /// `out = act(a)`.
+    Unary(Activation, &'a DeviceVec),
+    /// `out = act(gate) · up`.
+    Glu(Activation, &'a DeviceVec, &'a DeviceVec),
+    /// `out = a + bias[row]` (column-major, `bias.len()` rows).
+    AddRowBias(&'a DeviceVec, &'a DeviceVec),
+    /// `out = a`, by the driver's device-to-device copy.
+    Copy(&'a DeviceVec),
 }

@@ -3,39 +3,29 @@
 //! every buffer as a raw device address (plus byte offset already added).
 //!
 //! Both front ends build them: the [`DeviceVec`](crate::DeviceVec) entry
-//! points of [`CudaBackend`] after the core's checks, and the device plan
-//! (`plan_exec.rs`) once per step when it is built. [`CudaBackend::enqueue`]
-//! is the one place that turns a [`Launch`] into a driver call, so the
-//! kernel names, grids and argument lists exist once.
+//! points of [`CudaBackend`](crate::CudaBackend) after the core's checks,
+//! and the device plan (`plan_exec.rs`) once per step when it is built; the
+//! kernel each takes is the kernel choice's (`kernel_choice.rs`) for the
+//! backend's [`Tuning`]. The backend's `enqueue` is the one place that turns
+//! a [`Launch`] into a driver call, so the kernel names, grids and argument
+//! lists exist once.
 
-use crate::backend::CudaBackend;
-use crate::device::{CudaDevice, check_result};
-use crate::fixed_epi;
-use crate::group::GroupJobs;
-use crate::job::AheadAt;
-use crate::kernel_choice::{
-    f16_shape, gemv_rows_per_block, gemvq_kernel_name, gemvq_rows_per_block, gemvq_unroll,
-};
+use crate::MAX_COLS;
+use crate::error::{CudaError, u32_of};
+use crate::kernel_choice::{f16_shape, gemv_rows_per_block, gemvq_kernel_name, gemvq_shape};
 use crate::params::{
-    EpiParams, FwhtParams, GemvParams, GemvQParams, L2Ahead, QuantOut, QuantParams, act_code,
+    EW_BLOCK, EpiParams, FwhtParams, GemvParams, GemvQParams, GroupJobs, L2Ahead, QUANT_BLOCK,
+    QuantOut, QuantParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
-use crate::teams;
-use crate::{CudaError, MAX_COLS};
+use crate::tuning::Tuning;
 use fused_core::element::Activation;
 use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
 use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
-use std::borrow::Cow;
-use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 
-/// Threads per block of the GEMV kernels (`WARPS` = 4 warps in `kernels/gemv.cu`).
-pub(crate) const GEMV_BLOCK: u32 = 128;
-/// Threads per block of the element-wise kernels.
-const EW_BLOCK: u32 = 256;
 /// Threads per block of the warp FWHT kernels.
 const FWHT_WARP_BLOCK: u32 = 256;
 /// Threads per block (one row each) of the shared-memory FWHT kernels.
@@ -49,25 +39,6 @@ pub(crate) const GEMV_X_ALIGN: u64 = 16;
 /// The alignment of every f32 address the kernels read or write.
 pub(crate) const F32_ALIGN: u64 = 4;
 
-/// Blocks of `threads` threads of the GEMV kernel `name` (of `dev`'s GEMV
-/// module) that fit on one SM, as the driver computes it.
-pub(crate) fn gemv_blocks_per_sm(
-    dev: &CudaDevice,
-    name: &str,
-    threads: u32,
-) -> Result<u32, CudaError> {
-    dev.kernel(&dev.gemv, name)?
-        .max_active_blocks_per_multiprocessor(threads.into(), 0)
-        .map_err(|e| CudaError::Driver {
-            what: "find a kernel's occupancy",
-            message: format!("{name}: {e}"),
-        })
-}
-
-/// Threads per block of the activation quantizers (one warp per block of
-/// activations).
-const QUANT_BLOCK: u32 = 256;
-
 /// Whether a GEMV of `rows` rows and `n_cols` columns launches anything
 /// (not when either is 0); more than [`MAX_COLS`] columns is an error.
 fn gemv_has_work(rows: usize, n_cols: usize) -> Result<bool, CudaError> {
@@ -80,11 +51,6 @@ fn gemv_has_work(rows: usize, n_cols: usize) -> Result<bool, CudaError> {
         .into());
     }
     Ok(n_cols != 0 && rows != 0)
-}
-
-/// `v` as a u32, or [`Error::Overflow`] naming `what`.
-pub(crate) fn u32_of(what: &'static str, v: usize) -> Result<u32, CudaError> {
-    u32::try_from(v).map_err(|_| Error::Overflow { what }.into())
 }
 
 /// Element counts of the element-wise kernels: below 2^31 (their grid-stride
@@ -131,11 +97,6 @@ pub(crate) fn check_quant_out(
     Ok(())
 }
 
-/// A kernel argument as the driver takes it.
-pub(crate) fn arg<T>(v: &T) -> *mut c_void {
-    v as *const T as *mut c_void
-}
-
 /// One element-wise kernel of `kernels/elementwise.cu` with its device
 /// addresses (f32 arrays).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,7 +134,7 @@ pub(crate) enum EwKernel {
 
 impl EwKernel {
     /// The kernel's symbol.
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             EwKernel::Add { .. } => "fused_ew_add",
             EwKernel::Mul { .. } => "fused_ew_mul",
@@ -283,10 +244,13 @@ pub(crate) struct GemvShape {
 impl Launch {
     /// The GEMV `y = epi(act(W·x) [⊙ (W_up·x)])` with weights at `w` (and
     /// `w_up`, same shape and format, for the gated form) in the kernels'
-    /// layout, activations at `x`, output at `y`; `None` when there is
-    /// nothing to compute (no rows or no columns). The caller has checked
-    /// the lengths against `shape` and the epilogue's operands.
+    /// layout, activations at `x`, output at `y`, in the kernel `tuning`
+    /// picks; `None` when there is nothing to compute (no rows or no
+    /// columns). The caller has checked the lengths against `shape` and the
+    /// epilogue's operands.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv(
+        tuning: &Tuning,
         shape: GemvShape,
         w: u64,
         w_up: Option<u64>,
@@ -320,7 +284,7 @@ impl Launch {
             ahead: L2Ahead::default(),
         };
         let shape = (dtype == DType::F16)
-            .then(|| f16_shape(k, n_cols))
+            .then(|| f16_shape(k, n_cols, tuning))
             .flatten();
         let (r, tag) = match shape {
             Some((r, tag)) => (r, format!("_{tag}")),
@@ -380,9 +344,11 @@ impl Launch {
     /// The integer GEMV `y = epi(act(W·x) [⊙ (W_up·x)])` with weights at `w`
     /// (and `w_up`) in the integer layout (`layout::to_device_int`) and the
     /// activations quantized at `q` (laid out as `layout`, whose mode the
-    /// caller has checked against the format); `None` for nothing to do.
+    /// caller has checked against the format), in the kernel `tuning`
+    /// picks; `None` for nothing to do.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_q(
+        tuning: &Tuning,
         dtype: DType,
         rows: usize,
         layout: &QactsLayout,
@@ -413,14 +379,8 @@ impl Launch {
             ahead: L2Ahead::default(),
         };
         let glu = w_up.is_some();
-        let r = gemvq_rows_per_block(dtype, n_cols, rows, glu);
-        let name = gemvq_kernel_name(
-            dtype,
-            glu,
-            r,
-            n_cols,
-            gemvq_unroll(dtype, n_cols, rows, glu),
-        );
+        let (r, units) = gemvq_shape(dtype, n_cols, rows, glu, tuning);
+        let name = gemvq_kernel_name(dtype, glu, r, n_cols, units);
         let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
         // The weights' bytes in GGML's layout (the integer layout's differ
         // by the scales' packing only).
@@ -522,8 +482,6 @@ impl Launch {
         }
     }
 
-    /// Orders this launch against the kernel before it on the stream as
-    /// `deps` (GEMV launches; the other kernels always wait first).
     /// Makes this GEMV ask L2 for `ahead` (the next GEMV's first weights;
     /// `kernels/common.cuh`: l2_ahead). Other launches ignore it.
     pub(crate) fn set_l2_ahead(&mut self, ahead: L2Ahead) {
@@ -534,6 +492,8 @@ impl Launch {
         }
     }
 
+    /// Orders this launch against the kernel before it on the stream as
+    /// `deps` (GEMV launches; the other kernels always wait first).
     pub(crate) fn set_deps(&mut self, deps: Deps) {
         match self {
             Launch::Gemv { params, .. } => params.deps = deps,
@@ -625,167 +585,9 @@ impl Launch {
     }
 }
 
-impl CudaBackend {
-    /// The kernel, grid, block size and parameters that run an integer
-    /// GEMV launch of kernel `name` over `grid` blocks with `params` under
-    /// the current options: early operands, the dependency mode in effect,
-    /// the fixed chain's copy ([`fixed_epi::kernel_name`]) and the kernel of
-    /// several teams a block ([`teams::launch_shape`]).
-    pub(crate) fn gemvq_shape<'a>(
-        &self,
-        name: &'a str,
-        grid: u32,
-        params: &GemvQParams,
-    ) -> (Cow<'a, str>, u32, u32, GemvQParams) {
-        let options = self.options();
-        let mut params = *params;
-        params.epi.set_early(options.early_operands);
-        params.deps = self.deps_in_effect(params.deps);
-        let name = fixed_epi::kernel_name(name, &params.epi, &options, self.fixed_copies());
-        let (name, grid, block) = teams::launch_shape(
-            name,
-            grid,
-            GEMV_BLOCK,
-            params.qout.mode != 0,
-            &options,
-            self.team_kernels_probed(),
-        );
-        (name, grid, block, params)
-    }
-
-    /// Enqueues `l` on the backend's stream (nothing waits for it) and
-    /// counts it in [`CudaBackend::launches`].
-    ///
-    /// # Safety
-    /// Every device address in `l` must be valid for the accesses the
-    /// kernel (or copy) makes, until the stream has run it: the buffers
-    /// they point into must outlive the work enqueued here (device memory
-    /// is only freed by `cuMemFree`, which waits for the device), and the
-    /// lengths the kernel derives from its parameters must lie within them.
-    pub(crate) unsafe fn enqueue(&self, l: &Launch) -> Result<(), CudaError> {
-        let dev = self.device();
-        match l {
-            Launch::Gemv {
-                name, grid, params, ..
-            } => {
-                let mut params = *params;
-                params.epi.set_early(self.options().early_operands);
-                params.deps = self.deps_in_effect(params.deps);
-                let name =
-                    fixed_epi::kernel_name(name, &params.epi, &self.options(), self.fixed_copies());
-                // SAFETY: one GemvParams argument, as every GEMV kernel
-                // takes (a fixed chain's copy too); the addresses are valid
-                // per the caller.
-                unsafe { self.launch(&dev.gemv, &name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
-            }
-            Launch::Quantize { name, grid, params } => {
-                // SAFETY: one QuantParams argument, as both quantizers
-                // take; the addresses are valid per the caller.
-                unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
-            }
-            Launch::GemvQ {
-                name, grid, params, ..
-            } => {
-                let (name, grid, block, params) = self.gemvq_shape(name, *grid, params);
-                // SAFETY: one GemvQParams argument, as every integer GEMV
-                // kernel takes (a fixed chain's copy and a kernel of several
-                // teams a block too, whose grid gives every block of rows of
-                // the plain launch a team: teams past the last row leave);
-                // the addresses are valid per the caller.
-                unsafe { self.launch(&dev.gemv, &name, grid, block, 0, &[arg(&params)]) }
-            }
-            Launch::Group {
-                name, grid, jobs, ..
-            } => {
-                let mut jobs = jobs.clone();
-                jobs.set_early(self.options().early_operands);
-                jobs.set_deps(self.deps_in_effect(jobs.deps()));
-                let a = match &jobs {
-                    GroupJobs::Float(g) => arg(&**g),
-                    GroupJobs::Int(g) => arg(&**g),
-                };
-                // SAFETY: one Group<GemvParams> or Group<GemvQParams>
-                // argument, as the group kernels of each family take (the
-                // family follows from the name, group_kernel in
-                // src/group.rs); `jobs` outlives the call (the driver copies
-                // the parameters at launch); every job's addresses are valid
-                // per the caller, and the grid gives each job the blocks its
-                // own launch would have (group_params).
-                unsafe { self.launch(&dev.gemv, name, *grid, GEMV_BLOCK, 0, &[a]) }
-            }
-            Launch::Fwht {
-                name,
-                grid,
-                block,
-                shared,
-                params,
-            } => {
-                // SAFETY: one FwhtParams argument, as every FWHT kernel
-                // takes; `shared` is within the limit raised at load
-                // (MAX_DYNAMIC_SHARED); the addresses are valid per the caller.
-                unsafe { self.launch(&dev.fwht, name, *grid, *block, *shared, &[arg(params)]) }
-            }
-            Launch::Ew { kernel, n } => {
-                let grid = l.grid();
-                let args: Vec<*mut c_void> = match kernel {
-                    EwKernel::Add { a, b, out } | EwKernel::Mul { a, b, out } => {
-                        vec![arg(a), arg(b), arg(out), arg(n)]
-                    }
-                    EwKernel::MulCyclic { a, b, out, b_len } => {
-                        vec![arg(a), arg(b), arg(out), arg(n), arg(b_len)]
-                    }
-                    EwKernel::Unary { act, a, out } => vec![arg(act), arg(a), arg(out), arg(n)],
-                    EwKernel::Glu { act, gate, up, out } => {
-                        vec![arg(act), arg(gate), arg(up), arg(out), arg(n)]
-                    }
-                    EwKernel::AddRowBias { a, bias, out, rows } => {
-                        vec![arg(a), arg(bias), arg(out), arg(n), arg(rows)]
-                    }
-                    EwKernel::Copy4 { a, out } => vec![arg(a), arg(out), arg(n)],
-                };
-                // SAFETY: the argument lists above follow the kernels'
-                // signatures in kernels/elementwise.cu in number, order and
-                // type (u64 device addresses for pointers, u32 counts and
-                // codes); each points into `l`, which outlives the call (the
-                // driver copies the values at launch); the addresses are
-                // valid per the caller.
-                unsafe { self.launch(&dev.elementwise, kernel.name(), grid, EW_BLOCK, 0, &args) }
-            }
-            Launch::Copy { src, dst, bytes } => {
-                dev.make_current()?;
-                // SAFETY: both ranges are device memory valid for `bytes`
-                // bytes per the caller; the copy is ordered on the
-                // backend's stream, which outlives this call.
-                let r = unsafe {
-                    cust::sys::cuMemcpyDtoDAsync_v2(*dst, *src, *bytes, dev.stream.as_inner())
-                };
-                check_result(r, "device-to-device copy")?;
-                self.count_launch();
-                Ok(())
-            }
-        }
-    }
-
-    /// A GEMV launch's `deps` as launched: as built where
-    /// [`LaunchOptions::overlap`](crate::LaunchOptions::overlap) is on, else
-    /// waiting like every other kernel.
-    fn deps_in_effect(&self, deps: Deps) -> Deps {
-        if self.options().overlap {
-            deps
-        } else {
-            Deps::Wait
-        }
-    }
-
-    /// Counts one launch or copy.
-    pub(crate) fn count_launch(&self) {
-        self.launch_counter().fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// Makes every integer GEMV of `launches` ask L2, as its blocks start,
 /// for the first `bytes` (at most the matrix, rounded down to 16) of the
-/// weights of the next GEMV among `launches` (`LaunchOptions::l2_ahead`):
+/// weights of the next GEMV among `launches` (the tuning's L2 look-ahead bytes):
 /// those bytes then stream in while the GEMV's tail, the launches between
 /// them and the next GEMV's start go by. Float GEMVs do not ask (on the
 /// H200 they ran no faster so), nor does a GEMV whose next GEMV is a group
@@ -802,7 +604,7 @@ pub(crate) fn chain_l2_ahead(launches: &mut [Launch], bytes: usize) -> Result<()
         );
         if let (Launch::GemvQ { .. }, Some((addr, len))) = (&*l, next) {
             let n = bytes.min(usize::try_from(len).unwrap_or(usize::MAX));
-            l.set_l2_ahead(L2Ahead::new(addr, n, AheadAt::Start)?);
+            l.set_l2_ahead(L2Ahead::new(addr, n, L2Ahead::START)?);
         }
         if is_gemv {
             next = l.first_weights();
@@ -814,7 +616,11 @@ pub(crate) fn chain_l2_ahead(launches: &mut [Launch], bytes: usize) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::OVERLAP_MAX_WEIGHT_BYTES;
+    use crate::tuning::Tuning;
+
+    /// The tuned table.
+    const T: Tuning = Tuning::DEFAULT;
+    use crate::tuning::OVERLAP_MAX_WEIGHT_BYTES;
     use fused_core::epilogue::Epilogue;
 
     fn shape(dtype: DType, rows: usize, n_cols: usize) -> GemvShape {
@@ -837,11 +643,23 @@ mod tests {
         let layout = |mode| QactsLayout::new(mode, 1024, 1).unwrap();
         let q = |dtype: DType, rows, w, up| {
             let mode = ActQuant::ggml(dtype);
-            Launch::gemv_q(dtype, rows, &layout(mode), w, up, id, 0x9000, 0xa000, epi())
-                .unwrap()
-                .unwrap()
+            Launch::gemv_q(
+                &T,
+                dtype,
+                rows,
+                &layout(mode),
+                w,
+                up,
+                id,
+                0x9000,
+                0xa000,
+                epi(),
+            )
+            .unwrap()
+            .unwrap()
         };
         let f16 = Launch::gemv(
+            &T,
             shape(DType::F16, 16, 1),
             0x4000,
             None,
@@ -916,9 +734,20 @@ mod tests {
         ] {
             let up = glu.then_some(5);
             let what = format!("{rows} rows, gated {glu}, {n_cols} columns");
-            let f = Launch::gemv(shape(DType::Q8_0, rows, n_cols), 1, up, id, 2, 3, epi());
+            let f = Launch::gemv(&T, shape(DType::Q8_0, rows, n_cols), 1, up, id, 2, 3, epi());
             assert_eq!(f.unwrap().unwrap().kind(), want, "{what}");
-            let q = Launch::gemv_q(DType::Q8_0, rows, &layout(n_cols), 1, up, id, 2, 3, epi());
+            let q = Launch::gemv_q(
+                &T,
+                DType::Q8_0,
+                rows,
+                &layout(n_cols),
+                1,
+                up,
+                id,
+                2,
+                3,
+                epi(),
+            );
             assert_eq!(q.unwrap().unwrap().kind(), want, "{what}, integer");
         }
         let copy = Launch::Copy {
@@ -964,7 +793,7 @@ mod tests {
     #[test]
     fn gemv_launches_name_the_kernel_and_cover_every_row() {
         let id = Activation::Identity;
-        let l = Launch::gemv(shape(DType::Q4_0, 257, 1), 1, None, id, 2, 3, epi()).unwrap();
+        let l = Launch::gemv(&T, shape(DType::Q4_0, 257, 1), 1, None, id, 2, 3, epi()).unwrap();
         let Some(Launch::Gemv {
             name, grid, params, ..
         }) = l
@@ -974,7 +803,7 @@ mod tests {
         assert_eq!(name, "fused_gemv_q4_0_c1");
         assert_eq!(grid, 129, "2 rows per block");
         assert_eq!((params.w, params.w_up, params.x, params.y), (1, 0, 2, 3));
-        let l = Launch::gemv(shape(DType::F16, 10, 3), 1, Some(5), id, 2, 3, epi()).unwrap();
+        let l = Launch::gemv(&T, shape(DType::F16, 10, 3), 1, Some(5), id, 2, 3, epi()).unwrap();
         let Some(Launch::Gemv {
             name, grid, params, ..
         }) = l
@@ -996,12 +825,12 @@ mod tests {
                 row_bytes: 2 * k,
                 n_cols: 1,
             };
-            let l = Launch::gemv(sh, 1, glu.then_some(5), id, 2, 3, epi()).unwrap();
+            let l = Launch::gemv(&T, sh, 1, glu.then_some(5), id, 2, 3, epi()).unwrap();
             let Some(Launch::Gemv { name, grid, .. }) = l else {
                 panic!("{l:?}")
             };
             let (r, tag) =
-                f16_shape(k, 1).map_or((1, String::new()), |(r, t)| (r, format!("_{t}")));
+                f16_shape(k, 1, &T).map_or((1, String::new()), |(r, t)| (r, format!("_{t}")));
             let glu = if glu { "glu_" } else { "" };
             assert_eq!(name, format!("fused_gemv_{glu}f16{tag}_c1"), "K = {k}");
             assert_eq!(grid as usize, 7usize.div_ceil(r), "K = {k}");
@@ -1014,7 +843,7 @@ mod tests {
             row_bytes: 2 * 14336,
             n_cols: 1,
         };
-        let l = Launch::gemv(sh, 1, None, id, 2, 3, epi()).unwrap();
+        let l = Launch::gemv(&T, sh, 1, None, id, 2, 3, epi()).unwrap();
         assert!(matches!(l, Some(Launch::Gemv { ref name, .. }) if name == "fused_gemv_bf16_c1"));
     }
 
@@ -1032,7 +861,7 @@ mod tests {
         assert_eq!((params.scales, params.sums), (4096 + 1536, 4096 + 1568));
         let Ok(Some(Launch::GemvQ {
             name, grid, params, ..
-        })) = Launch::gemv_q(DType::Q4_K, 9, &l, 1, Some(2), id, 4096, 3, epi())
+        })) = Launch::gemv_q(&T, DType::Q4_K, 9, &l, 1, Some(2), id, 4096, 3, epi())
         else {
             panic!()
         };
@@ -1042,7 +871,7 @@ mod tests {
             (4096, 4096 + 1568, 512)
         );
         assert!(matches!(
-            Launch::gemv_q(DType::Q4_K, 0, &l, 1, None, id, 4096, 3, epi()),
+            Launch::gemv_q(&T, DType::Q4_K, 0, &l, 1, None, id, 4096, 3, epi()),
             Ok(None)
         ));
     }
@@ -1051,11 +880,11 @@ mod tests {
     fn empty_launches_are_none_and_bad_ones_typed_errors() {
         let id = Activation::Identity;
         assert!(matches!(
-            Launch::gemv(shape(DType::Q8_0, 0, 1), 1, None, id, 2, 3, epi()),
+            Launch::gemv(&T, shape(DType::Q8_0, 0, 1), 1, None, id, 2, 3, epi()),
             Ok(None)
         ));
         assert!(matches!(
-            Launch::gemv(shape(DType::Q8_0, 4, 9), 1, None, id, 2, 3, epi()),
+            Launch::gemv(&T, shape(DType::Q8_0, 4, 9), 1, None, id, 2, 3, epi()),
             Err(CudaError::Core(Error::LengthMismatch { .. }))
         ));
         let k = EwKernel::Copy4 { a: 1, out: 2 };

@@ -7,32 +7,34 @@
 //!   weights in any of the core's weight formats ([`GEMV_DTYPES`]), the epilogue
 //!   chain (activations, adds, multiplies, row biases) applied in registers
 //!   before the store;
-//! - [`CudaBackend::gemv_glu`]: the gated dual form `act(W_g·x) ⊙ (W_u·x)`,
-//!   then an epilogue, in one pass;
-//! - [`CudaBackend::gemv_batch`]: several GEMVs ([`GemvJob`]) over the same
-//!   activations (quantized once), each after the first overlapping the one
-//!   before it instead of waiting for it where [`LaunchOptions::overlap`]
-//!   is on (the default; GEMVs of one column over at most 64 MiB of
-//!   weights), and runs of one-column jobs of one kernel sent as one launch
-//!   where [`LaunchOptions::group`] is on (the default; same bits);
+//! - [`CudaBackend::gemv_batch`]: several GEMVs ([`GemvJob`], plain or gated:
+//!   `act(W_g·x) ⊙ (W_u·x)` in one pass) over the same activations
+//!   (quantized once), each after the first overlapping the one before it
+//!   and runs of one-column jobs of one kernel sent as one launch, where the
+//!   [`Tuning`] says so (the default; same bits);
 //! - [`CudaBackend::fwht`]: the signed or unsigned FWHT of every
 //!   N = 2^k (2..=32768), the sign multiply fused into the load;
-//! - the unfused element-wise kernels (add, mul, unary activation, GLU, row
-//!   bias), built from the same device functions as the epilogue;
+//! - [`CudaBackend::elementwise`]: the unfused element-wise kernels
+//!   ([`Elementwise`]: add, mul, unary activation, GLU, row bias, copy),
+//!   built from the same device functions as the epilogue;
 //! - `fused_core::exec::StepKernels` for [`CudaBackend`]: the core's plan
-//!   executor runs a plan on the GPU through the host-slice calls (the
-//!   activation modes of [`check_gemv_mode`]; formats, modes and column
-//!   counts it lacks are refused as `fused_core::Error::Unsupported`);
+//!   executor runs a plan on the GPU through host slices (the activation
+//!   modes of [`check_gemv_mode`]; formats, modes and column counts it
+//!   lacks are refused as `fused_core::Error::Unsupported`);
 //! - [`DevicePlan`]: a device-resident plan executor (every graph buffer on
 //!   the device, uploaded once; GEMV weights prepared once; the plan's
 //!   launches enqueued on one stream and synchronised once per run, or
 //!   replayed as a captured CUDA graph, see [`Submission`]; independent
 //!   one-column GEMV steps of one kernel, such as q, k and v, grouped into
 //!   one launch);
-//! - [`CudaDevice::handoff_chain`]: a measurement of the device rather than
-//!   a kernel: how soon a kernel starts on the previous kernel's results,
-//!   for each way of waiting ([`Handoff`]), the floor under every
-//!   dependent call (`cuda-bench`'s handoff table).
+//! - [`CudaBackend::copy_bandwidth_gbs`]: the device-to-device copy rate,
+//!   the ceiling a GEMV's bytes are measured against.
+//!
+//! Which kernel shape a launch takes, whether GEMVs overlap or are grouped
+//! and how far a GEMV asks L2 ahead is a pure function of the device, the
+//! call's shape and format and the backend's [`Tuning`]: the tuned table by
+//! default (`src/tuning.rs`), overridden programmatically by [`Knob`]s
+//! ([`CudaBackend::set_tuning`]). The crate reads no environment variable.
 //!
 //! # Example
 //!
@@ -50,7 +52,7 @@
 //! use fused_core::epilogue::Epilogue;
 //! use fused_core::quant::quantize_row;
 //! use fused_core::reference::{ActQuant, WeightMatrix};
-//! use fused_cuda::{CudaBackend, CudaError};
+//! use fused_cuda::{CudaBackend, CudaError, Elementwise, GemvJob};
 //!
 //! /// `rows × cols` Q4_0 weights from a smooth pattern.
 //! fn q4_0(rows: usize, cols: usize, seed: f32) -> Result<Vec<u8>, CudaError> {
@@ -76,7 +78,8 @@
 //!
 //!     // h = silu(W_g·x) ⊙ (W_u·x): one launch (plus the activations' quantizer).
 //!     let mut h = be.alloc(ff)?;
-//!     be.gemv_glu(&gate, &up, Activation::Silu, &x, 1, mode, &Epilogue::NONE, &[], &mut h)?;
+//!     let glu = GemvJob::new(&gate, &mut h).with_glu(&up, Activation::Silu);
+//!     be.gemv_batch(&x, 1, mode, &mut [glu])?;
 //!     // out = W_d·h + x: the residual add is the GEMV's epilogue.
 //!     let mut out = be.alloc(d)?;
 //!     be.gemv(&down, &h, 1, mode, &Epilogue::NONE.then_add()?, &[&x], &mut out)?;
@@ -84,7 +87,7 @@
 //!     // Unfused: the bare GEMV, then the element-wise add.
 //!     let (mut bare, mut unfused) = (be.alloc(d)?, be.alloc(d)?);
 //!     be.gemv(&down, &h, 1, mode, &Epilogue::NONE, &[], &mut bare)?;
-//!     be.add(&bare, &x, &mut unfused)?;
+//!     be.elementwise(Elementwise::Add(&bare, &x), &mut unfused)?;
 //!
 //!     let (mut a, mut b) = (vec![0.0f32; d], vec![0.0f32; d]);
 //!     be.download(&out, &mut a)?;
@@ -93,6 +96,33 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! # Modules, in layers
+//!
+//! Each module uses only modules of the layers above it in this list
+//! (`scripts/module-cycles fused-cuda` finds no cycle); each type's
+//! inherent methods sit in one file a concern.
+//!
+//! 1. Plain data and the ABI: `error` (`CudaError`), `knob` and `tuning`
+//!    (the tuned table, [`Tuning`]), `plan` (run statistics), `qacts` and
+//!    `layout` (device layouts of activations and weights), `schedule`
+//!    (which launches may overlap), `pdl` (the raw dependent launch),
+//!    `params` (`#[repr(C)]` mirrors of the kernels' parameter blocks,
+//!    block sizes).
+//! 2. Kernel choice: `kernel_choice` (rows a block, units a lane, kernel
+//!    names: a pure function of format, shape and [`Tuning`]),
+//!    `fixed_epi` (the chains compiled into kernels of their own).
+//! 3. Launch descriptions: `launch` (one kernel, grid and parameter block
+//!    as device addresses), `group` (independent GEMVs as one launch).
+//! 4. The device and its memory: `device` (context, stream, modules),
+//!    `memory` ([`DeviceVec`], [`DeviceWeights`], [`DeviceActs`]), `job`
+//!    ([`GemvJob`], [`Elementwise`]).
+//! 5. `backend`: [`CudaBackend`], its checks and the one place that
+//!    enqueues a launch.
+//! 6. On top of the backend: `cuda_graph`, `plan_exec` ([`DevicePlan`]),
+//!    `exec` (`StepKernels`).
+//! 7. The lab (the `lab` feature, off by default): `lab`, `handoff`,
+//!    `timeline`, `teams` (the team kernels' choice, beside `fixed_epi`).
 //!
 //! # Numerics
 //!
@@ -112,8 +142,8 @@
 //! reference (within fused-verify's ulp budget).
 //!
 //! On compute capability 9.0 and up every kernel is a programmatic
-//! dependent launch (`src/pdl.rs`, [`LaunchOptions`]): its blocks start as
-//! the previous kernel's blocks retire and wait for that kernel's results
+//! dependent launch (`src/pdl.rs`): its blocks start as the previous
+//! kernel's blocks retire and wait for that kernel's results
 //! (`griddepcontrol.wait`) before they touch them, so the gap between two
 //! launches on the stream mostly disappears.
 //!
@@ -135,32 +165,35 @@
 //! bit. The FWHT does the reference's operations in the reference's order
 //! and equals `fused_core::fwht::fwht` bit for bit.
 //!
-//! # The `cuda` feature
+//! # Features
 //!
-//! Off by default. Without it the crate has the same public API, needs no CUDA
-//! toolkit at all, and every constructor returns
+//! `cuda`, off by default. Without it the crate has the same public API,
+//! needs no CUDA toolkit at all, and every constructor returns
 //! [`CudaError::NotCompiled`] ("fused-cuda was built without the `cuda`
 //! feature"), so code downstream compiles the same way in both cases.
-//!
 //! With it, the crate depends on `cust` 0.3.2 and its build script compiles
 //! every kernel in `kernels/` with nvcc to a cubin for `sm_90` (override with
-//! `FUSED_CUDA_ARCH`) and to portable `compute_80` PTX; the device loads the
-//! cubin when it can run it, else JIT-compiles the PTX. nvcc is taken from
-//! `$FUSED_NVCC`, else from the wheels that `scripts/test` installs in
-//! `.tools/cuda`, else from `PATH`. `cust` links against `libcuda`, which it
-//! looks for in `$CUDA_LIBRARY_PATH/lib64` and
+//! `FUSED_CUDA_ARCH` at build time) and to portable `compute_80` PTX; the
+//! device loads the cubin when it can run it, else JIT-compiles the PTX.
+//! nvcc is taken from `$FUSED_NVCC`, else from the wheels that
+//! `scripts/test` installs in `.tools/cuda`, else from `PATH`. `cust` links
+//! against `libcuda`, which it looks for in `$CUDA_LIBRARY_PATH/lib64` and
 //! `$CUDA_LIBRARY_PATH/lib64/stubs`; on a machine without a driver,
-//! `scripts/gen-libcuda-stub` makes a stand-in.
+//! `scripts/gen-libcuda-stub` makes a stand-in. A missing device is an
+//! `Err` at run time ([`CudaError::Driver`]), never a panic.
 //!
-//! A missing device is an `Err` at run time ([`CudaError::Driver`]), never a
-//! panic.
+//! `lab` (implies `cuda`, off by default): what exists to measure or to
+//! A/B, not to run a model: event timing, the copy kernel, the device's
+//! name and occupancy probes, the handoff chains, traced GEMV chains, the
+//! team kernels, GEMVs that write their output quantized, the lab's
+//! [`Knob`]s, and `cuda-bench`.
 
 mod error;
-mod exec;
-mod handoff;
 mod job;
-mod options;
+mod knob;
 mod plan;
+mod qacts;
+mod tuning;
 
 #[cfg(feature = "cuda")]
 mod backend;
@@ -168,6 +201,8 @@ mod backend;
 mod cuda_graph;
 #[cfg(feature = "cuda")]
 mod device;
+#[cfg(feature = "cuda")]
+mod exec;
 #[cfg(feature = "cuda")]
 mod fixed_epi;
 #[cfg(feature = "cuda")]
@@ -179,35 +214,57 @@ mod launch;
 #[cfg(any(feature = "cuda", test))]
 mod layout;
 #[cfg(feature = "cuda")]
+mod memory;
+#[cfg(feature = "cuda")]
 mod params;
 #[cfg(feature = "cuda")]
 mod pdl;
 #[cfg(feature = "cuda")]
 mod plan_exec;
-mod qacts;
 #[cfg(any(feature = "cuda", test))]
 mod schedule;
-#[cfg(feature = "cuda")]
+
+#[cfg(feature = "lab")]
+mod handoff;
+#[cfg(feature = "lab")]
+mod lab;
+#[cfg(feature = "lab")]
 mod teams;
+#[cfg(feature = "lab")]
 mod timeline;
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 
 #[cfg(feature = "cuda")]
-pub use backend::{CudaBackend, DeviceActs, DeviceVec, DeviceWeights};
-#[cfg(feature = "cuda")]
-pub use device::CudaDevice;
+pub use backend::CudaBackend;
 pub use error::CudaError;
-pub use handoff::{HANDOFF_MAX_BLOCKS, HANDOFF_MAX_KERNELS, Handoff, HandoffRun, handoff_expected};
-pub use job::{AheadAt, GemvJob, L2AheadHint};
-pub use options::{FixedEpilogueCopy, L2_AHEAD_DEFAULT, LaunchOptions, TeamKernel};
+pub use job::{Elementwise, GemvJob};
+pub use knob::Knob;
+#[cfg(feature = "cuda")]
+pub use memory::{DeviceActs, DeviceVec, DeviceWeights};
 pub use plan::{DevicePlanStats, Submission};
 #[cfg(feature = "cuda")]
 pub use plan_exec::DevicePlan;
-pub use qacts::QuantizedActs;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{CudaBackend, CudaDevice, DeviceActs, DevicePlan, DeviceVec, DeviceWeights};
+pub use stub::{CudaBackend, DeviceActs, DevicePlan, DeviceVec, DeviceWeights};
+pub use tuning::Tuning;
+
+#[cfg(feature = "lab")]
+pub use device::{CudaDevice, KernelForm};
+#[cfg(feature = "lab")]
+pub use fixed_epi::FixedEpilogueCopy;
+#[cfg(feature = "lab")]
+pub use handoff::{HANDOFF_MAX_BLOCKS, HANDOFF_MAX_KERNELS, Handoff, HandoffRun, handoff_expected};
+#[cfg(feature = "lab")]
+pub use job::AheadAt;
+#[cfg(feature = "lab")]
+pub use lab::{L2_AHEAD_DEFAULT, LaunchOptions};
+#[cfg(feature = "lab")]
+pub use qacts::QuantizedActs;
+#[cfg(feature = "lab")]
+pub use teams::TeamKernel;
+#[cfg(feature = "lab")]
 pub use timeline::{BlockTimes, CallHandoff, GemvTimeline};
 
 use fused_core::DType;
@@ -251,16 +308,6 @@ pub fn check_gemv_mode(dtype: DType, mode: ActQuant) -> Result<(), Unsupported> 
 
 /// The most activation columns one GEMV launch takes.
 pub const MAX_COLS: usize = 8;
-
-/// Which compiled form of the kernels a device loaded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KernelForm {
-    /// The cubin for the build's architecture (`sm_90` unless
-    /// `FUSED_CUDA_ARCH` said otherwise): no JIT.
-    Cubin,
-    /// The portable `compute_80` PTX, JIT-compiled by the driver.
-    PortablePtx,
-}
 
 /// Whether this build of the crate can talk to a GPU (the `cuda` feature).
 pub const CUDA_ENABLED: bool = cfg!(feature = "cuda");

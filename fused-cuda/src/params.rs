@@ -1,13 +1,25 @@
-//! Kernel parameter blocks: `#[repr(C)]` mirrors of the structs in
-//! `kernels/*.cu(h)`, field for field, passed by value to the kernels.
+//! The kernels' ABI: `#[repr(C)]` mirrors of the parameter structs in
+//! `kernels/*.cu(h)`, field for field, passed by value to the kernels, and
+//! the block sizes and codes the kernels are compiled with.
 
-use crate::CudaError;
-use crate::job::AheadAt;
-use crate::launch::u32_of;
+use crate::error::{CudaError, u32_of};
 use crate::schedule::Deps;
 use cust::memory::DeviceCopy;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES, Stage};
+
+/// Threads per block of the GEMV kernels (`WARPS` = 4 warps in `kernels/gemv.cu`).
+pub(crate) const GEMV_BLOCK: u32 = 128;
+/// Threads per block of the element-wise kernels.
+pub(crate) const EW_BLOCK: u32 = 256;
+/// Threads per block of the activation quantizers (one warp per block of
+/// activations).
+pub(crate) const QUANT_BLOCK: u32 = 256;
+
+/// A kernel argument as the driver takes it.
+pub(crate) fn arg<T>(v: &T) -> *mut std::ffi::c_void {
+    v as *const T as *mut std::ffi::c_void
+}
 
 /// The kernels' activation code (`ACT_*` in `kernels/common.cuh`).
 pub(crate) const fn act_code(act: Activation) -> u32 {
@@ -59,7 +71,7 @@ impl EpiParams {
     }
 
     /// Whether a GEMV block loads the first operands when it starts
-    /// (`LaunchOptions::early_operands`) rather than after its sums.
+    /// (the tuning's early operands) rather than after its sums.
     pub(crate) fn set_early(&mut self, early: bool) {
         self.early = u32::from(early);
     }
@@ -98,15 +110,13 @@ impl L2Ahead {
     pub(crate) const START: u32 = 1;
 
     /// The first `bytes` at `addr`, rounded down to a multiple of 16 (the
-    /// bulk prefetch's granule), asked for at `at`.
-    pub(crate) fn new(addr: u64, bytes: usize, at: AheadAt) -> Result<L2Ahead, CudaError> {
+    /// bulk prefetch's granule), asked for at `at` ([`L2Ahead::START`] or
+    /// [`L2Ahead::END`]).
+    pub(crate) fn new(addr: u64, bytes: usize, at: u32) -> Result<L2Ahead, CudaError> {
         Ok(L2Ahead {
             addr,
             bytes: u32_of("L2 look-ahead bytes", bytes / 16 * 16)?,
-            at: match at {
-                AheadAt::End => L2Ahead::END,
-                AheadAt::Start => L2Ahead::START,
-            },
+            at,
         })
     }
 }
@@ -193,6 +203,43 @@ pub(crate) struct GroupParams<P> {
     pub(crate) first_block: [u32; GROUP_MAX],
     pub(crate) pad: u32,
     pub(crate) job: [P; GROUP_MAX],
+}
+
+/// The jobs of one group launch, by kernel family.
+#[derive(Clone, Debug)]
+pub(crate) enum GroupJobs {
+    /// Float activations (`fused_gemv_group_*`).
+    Float(Box<GroupParams<GemvParams>>),
+    /// Quantized activations (`fused_gemvq_group_*`).
+    Int(Box<GroupParams<GemvQParams>>),
+}
+
+impl GroupJobs {
+    /// Calls `f` with every job slot's `deps` and epilogue.
+    fn each_job(&mut self, mut f: impl FnMut(&mut Deps, &mut EpiParams)) {
+        match self {
+            GroupJobs::Float(g) => g.job.iter_mut().for_each(|j| f(&mut j.deps, &mut j.epi)),
+            GroupJobs::Int(g) => g.job.iter_mut().for_each(|j| f(&mut j.deps, &mut j.epi)),
+        }
+    }
+
+    /// Sets every job's `deps` (a group orders itself as one launch).
+    pub(crate) fn set_deps(&mut self, deps: Deps) {
+        self.each_job(|d, _| *d = deps);
+    }
+
+    /// The jobs' `deps` (all equal).
+    pub(crate) fn deps(&self) -> Deps {
+        match self {
+            GroupJobs::Float(g) => g.job[0].deps,
+            GroupJobs::Int(g) => g.job[0].deps,
+        }
+    }
+
+    /// Sets whether every job's blocks load their epilogue operands early.
+    pub(crate) fn set_early(&mut self, early: bool) {
+        self.each_job(|_, e| e.set_early(early));
+    }
 }
 
 /// `FwhtParams` in `kernels/fwht.cu`.

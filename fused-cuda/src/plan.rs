@@ -16,16 +16,17 @@ pub struct DevicePlanStats {
     /// needs none).
     pub quantizations: u64,
     /// Activation quantizations that the GEMV producing the input wrote
-    /// itself, with no quantizer launch (`LaunchOptions::fold_quantizers`):
+    /// itself, with no quantizer launch (the lab's `Knob::FoldQuantizers`):
     /// not counted in [`DevicePlanStats::quantizations`].
+    #[cfg(feature = "lab")]
     pub folded_quantizations: u64,
     /// Of the launches: GEMVs that start without waiting for the launch
-    /// before them where `LaunchOptions::overlap` is on (they touch nothing
+    /// before them where the tuning's overlap is on (they touch nothing
     /// the GEMVs they overlap touch in a conflicting way).
     pub overlapping: u64,
     /// GEMV steps that run in one group launch with the GEMV steps just
     /// before them (one column, one kernel, no hazard between them; where
-    /// `LaunchOptions::group` was on when the plan was built): the
+    /// the tuning's group was on when the plan was built): the
     /// projections of one input, such as q, k and v.
     pub grouped: u64,
     /// Device-to-device copies added for misaligned or in-place tensors.

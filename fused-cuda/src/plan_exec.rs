@@ -28,12 +28,12 @@
 //! - every launch's reads and writes are recorded, and a GEMV step that
 //!   has no hazard with the GEMVs it would overlap (`src/schedule.rs`), of
 //!   one column over at most 64 MiB of weights, starts without waiting for
-//!   them where [`LaunchOptions::overlap`](crate::LaunchOptions::overlap) is
-//!   on (the default);
+//!   them where the tuning's overlap is on ([`Knob::Overlap`](crate::Knob::Overlap),
+//!   the default);
 //! - consecutive one-column GEMV steps of one kernel with no hazard between
 //!   them (the q, k and v projections of one input) run as one group launch
-//!   (`src/group.rs`) where [`LaunchOptions::group`](crate::LaunchOptions::group)
-//!   is on when the plan is built (the default), counted in
+//!   (`src/group.rs`) where the tuning's group is on when the plan is built
+//!   ([`Knob::Group`](crate::Knob::Group), the default), counted in
 //!   [`DevicePlanStats::grouped`].
 //!
 //! Device-to-device copies (on the same stream, counted in
@@ -63,7 +63,7 @@
 //!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! copied to pristine device buffers at upload; [`DevicePlan::restore_inputs`]
-//! copies them back, so that every run of [`DevicePlan::run_timed`] starts
+//! copies them back, so that every run of [`DevicePlan::time_once`] starts
 //! from the same inputs (the restore is outside the timed part).
 
 use cust::memory::{CopyDestination, DeviceBuffer};
@@ -82,16 +82,19 @@ use fused_core::reuse::LatestQuantization;
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
 
-use crate::backend::{CudaBackend, DeviceWeights};
+use crate::backend::CudaBackend;
 use crate::cuda_graph::CapturedGraph;
 use crate::device::driver;
+use crate::error::u32_of;
 use crate::group::group_launches;
 use crate::launch::{
-    EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, chain_l2_ahead, check_quant_out, u32_of,
+    EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, chain_l2_ahead, check_quant_out,
 };
+use crate::memory::DeviceWeights;
 use crate::params::EpiParams;
 use crate::qacts::QactsLayout;
 use crate::schedule::{Access, Deps, overlap_deps};
+use crate::tuning::Tuning;
 use crate::{CudaError, DevicePlanStats, Submission};
 
 /// Which buffer a region lies in.
@@ -117,7 +120,7 @@ pub struct DevicePlan<'a> {
     /// Graph inputs to their pristine copies (at upload).
     save: Vec<Launch>,
     /// Pristine copies back to the graph inputs.
-    restore: Vec<Launch>,
+    pub(crate) restore: Vec<Launch>,
     /// Graph buffers, indexed by [`BufferId`].
     buffers: Vec<DeviceBuffer<u8>>,
     /// The byte sizes of the graph buffers.
@@ -148,6 +151,8 @@ fn unsupported(what: &'static str) -> Error {
 /// The state while the plan's launches are built.
 struct Builder<'a, 'd> {
     backend: &'a CudaBackend,
+    /// The backend's tuning when the plan is built.
+    tuning: Tuning,
     sizes: &'d [usize],
     /// Device addresses of the graph buffers.
     bases: Vec<u64>,
@@ -195,7 +200,7 @@ impl Builder<'_, '_> {
         let len = usize::try_from(size).map_err(|_| Error::Overflow {
             what: "scratch buffer size",
         })?;
-        self.backend.device().make_current()?;
+        self.backend.dev().make_current()?;
         let buf = DeviceBuffer::zeroed(len.max(1)).map_err(driver("allocate a scratch buffer"))?;
         self.scratch.push(buf);
         Ok(Region {
@@ -243,16 +248,15 @@ impl Builder<'_, '_> {
     /// whose one output is exactly `x`, also writes `x` quantized as
     /// `layout` (into a scratch buffer it does not read;
     /// `Launch::set_quant_out`), so that no quantizer launch is needed;
-    /// `None` where it is not so, or [`LaunchOptions::fold_quantizers`] was
-    /// off. Counted in [`DevicePlanStats::folded_quantizations`].
-    ///
-    /// [`LaunchOptions::fold_quantizers`]: crate::LaunchOptions::fold_quantizers
+    /// `None` where it is not so, or the tuning's fold-quantizers switch
+    /// (a lab knob) was off. Counted in the lab's
+    /// `DevicePlanStats::folded_quantizations`.
     fn fold_quantization(
         &mut self,
         x: &Region,
         layout: &QactsLayout,
     ) -> Result<Option<Region>, CudaError> {
-        if !self.backend.options().fold_quantizers {
+        if !self.tuning.fold_quantizers {
             return Ok(None);
         }
         let (Some(Launch::GemvQ { params, n_cols, .. }), Some(a)) =
@@ -275,7 +279,10 @@ impl Builder<'_, '_> {
         a.writes.push(qr);
         self.quantized.wrote(&qr);
         self.quantized.record(*x, *layout, qr);
-        self.stats.folded_quantizations += 1;
+        #[cfg(feature = "lab")]
+        {
+            self.stats.folded_quantizations += 1;
+        }
         Ok(Some(qr))
     }
 
@@ -532,7 +539,7 @@ impl CommandSink for Builder<'_, '_> {
             };
             let wa = int_addr(&self.weights[wi].1)?;
             let ua = ui.map(|i| int_addr(&self.weights[i].1)).transpose()?;
-            let l = Launch::gemv_q(w.dtype(), m, &layout, wa, ua, act, q, ya, epi)?;
+            let l = Launch::gemv_q(&self.tuning, w.dtype(), m, &layout, wa, ua, act, q, ya, epi)?;
             self.launch(l, out);
             return Ok(());
         }
@@ -546,7 +553,7 @@ impl CommandSink for Builder<'_, '_> {
             n_cols: n,
         };
         let w_up = ui.map(|i| self.weights[i].1.addr());
-        let l = Launch::gemv(shape, wd.addr(), w_up, act, xa, ya, epi)?;
+        let l = Launch::gemv(&self.tuning, shape, wd.addr(), w_up, act, xa, ya, epi)?;
         self.launch(l, out);
         Ok(())
     }
@@ -663,14 +670,16 @@ impl<'a> DevicePlan<'a> {
         mode: GemvMode,
         sizes: &[usize],
     ) -> Result<DevicePlan<'a>, CudaError> {
-        backend.device().make_current()?;
+        backend.dev().make_current()?;
         let buffers = sizes
             .iter()
             .map(|&s| DeviceBuffer::<u8>::zeroed(s.max(1)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(driver("allocate the plan's buffers"))?;
+        let tuning = backend.tuning();
         let mut b = Builder {
             backend,
+            tuning,
             sizes,
             bases: buffers.iter().map(|b| b.as_device_ptr().as_raw()).collect(),
             mode,
@@ -734,21 +743,21 @@ impl<'a> DevicePlan<'a> {
             ..
         } = b;
         // Independent one-column GEMVs of one kernel, one after the other:
-        // one launch where LaunchOptions::group is on.
-        if backend.options().group {
+        // one launch where the tuning's group is on.
+        if tuning.group {
             let before = launches.len();
             (launches, access) = group_launches(launches, access)?;
             stats.grouped = (before - launches.len()) as u64;
             stats.launches -= stats.grouped;
         }
         // GEMVs that may overlap the GEMVs before them do so where
-        // LaunchOptions::overlap is on (the launch applies it).
+        // the tuning's overlap is in effect (the launch applies it).
         for (l, deps) in launches.iter_mut().zip(overlap_deps(&access)) {
             stats.overlapping += u64::from(deps == Deps::Independent);
             l.set_deps(deps);
         }
         // Integer GEMVs ask L2 for the next GEMV's first weights.
-        chain_l2_ahead(&mut launches, backend.options().l2_ahead)?;
+        chain_l2_ahead(&mut launches, tuning.l2_ahead)?;
         Ok(DevicePlan {
             graph: None,
             backend,
@@ -772,9 +781,9 @@ impl<'a> DevicePlan<'a> {
     /// when the plan is enqueued now: all but the first
     /// ([`DevicePlanStats::launches`] − 1; the copies a step adds are not
     /// counted), less the [`DevicePlanStats::overlapping`] GEMVs where
-    /// [`LaunchOptions::overlap`](crate::LaunchOptions::overlap) is on.
+    /// the tuning's overlap is in effect.
     pub fn waits(&self) -> u64 {
-        let overlapping = if self.backend.options().overlap {
+        let overlapping = if self.backend.tuning_in_effect().overlap {
             self.stats.overlapping
         } else {
             0
@@ -785,18 +794,14 @@ impl<'a> DevicePlan<'a> {
             .saturating_sub(overlapping)
     }
 
-    /// The number of graph buffers.
-    pub fn n_buffers(&self) -> usize {
-        self.buffers.len()
-    }
-
     /// Whether a CUDA graph of the run has been captured.
-    pub fn has_graph(&self) -> bool {
+    #[cfg_attr(not(feature = "lab"), allow(dead_code))]
+    pub(crate) fn has_graph(&self) -> bool {
         self.graph.is_some()
     }
 
     /// Enqueues `launches` in order (nothing waits for them).
-    fn enqueue(&self, launches: &[Launch]) -> Result<(), CudaError> {
+    pub(crate) fn enqueue(&self, launches: &[Launch]) -> Result<(), CudaError> {
         for l in launches {
             // SAFETY: every address in the plan's launches points into a
             // buffer the plan owns (graph buffers, weights, scratch), within
@@ -812,7 +817,7 @@ impl<'a> DevicePlan<'a> {
     }
 
     /// Enqueues one run as `how` says (nothing waits for it).
-    fn enqueue_run(&self, how: Submission) -> Result<(), CudaError> {
+    pub(crate) fn enqueue_run(&self, how: Submission) -> Result<(), CudaError> {
         match how {
             Submission::Stream => self.enqueue(&self.launches),
             Submission::Graph => match &self.graph {
@@ -825,7 +830,7 @@ impl<'a> DevicePlan<'a> {
     }
 
     /// Waits for the stream after `r`, keeping `r`'s error if both fail.
-    fn finish(&self, r: Result<(), CudaError>) -> Result<(), CudaError> {
+    pub(crate) fn finish(&self, r: Result<(), CudaError>) -> Result<(), CudaError> {
         let s = self.backend.synchronize();
         r.and(s)
     }
@@ -872,8 +877,8 @@ impl<'a> DevicePlan<'a> {
 
     /// Captures one run's launches into a CUDA graph (stream capture) and
     /// instantiates it, for [`Submission::Graph`]. Nothing runs. The graph
-    /// keeps the backend's launch options of the capture
-    /// ([`LaunchOptions`](crate::LaunchOptions)); capture again after
+    /// keeps the backend's tuning of the capture
+    /// ([`Tuning`](crate::Tuning)); capture again after
     /// changing them.
     pub fn capture_graph(&mut self) -> Result<(), CudaError> {
         self.backend.synchronize()?;
@@ -893,36 +898,15 @@ impl<'a> DevicePlan<'a> {
         self.finish(r)
     }
 
-    /// Runs the plan `reps` times submitted as `how` says, each run
-    /// starting from the uploaded inputs ([`DevicePlan::restore_inputs`]
-    /// before it, not timed), after one untimed warm-up run: the device
-    /// milliseconds of each, from CUDA events recorded around the whole run.
-    pub fn run_timed(&self, reps: usize, how: Submission) -> Result<Vec<f32>, CudaError> {
-        self.restore_inputs()?;
-        self.run_as(how)?;
-        (0..reps).map(|_| self.time_once(how)).collect()
-    }
-
     /// Restores the inputs, then one run timed by CUDA events (milliseconds).
     pub fn time_once(&self, how: Submission) -> Result<f32, CudaError> {
         self.restore_inputs()?;
         self.time_run(how)
     }
 
-    /// As [`DevicePlan::time_once`], but the host does not wait between the
-    /// restore and the run: the restore copies and the timed run are
-    /// enqueued behind whatever the stream holds, so that work enqueued
-    /// before (a benchmark's head start) keeps the device busy while the
-    /// host enqueues the run, and the events time the device alone.
-    pub fn time_once_queued(&self, how: Submission) -> Result<f32, CudaError> {
-        self.enqueue(&self.restore)
-            .or_else(|e| self.finish(Err(e)))?;
-        self.time_run(how)
-    }
-
     /// One run between CUDA events on the stream, waited for (milliseconds).
-    fn time_run(&self, how: Submission) -> Result<f32, CudaError> {
-        let t = self.backend.time_ms(|| self.enqueue_run(how));
+    pub(crate) fn time_run(&self, how: Submission) -> Result<f32, CudaError> {
+        let t = self.backend.event_time_ms(|| self.enqueue_run(how));
         // On an error inside, the events were not waited for.
         self.finish(t.as_ref().map(|_| ()).map_err(Clone::clone))?;
         t
@@ -962,7 +946,7 @@ impl Drop for DevicePlan<'_> {
         // Work of this plan may still be queued after an error: wait for it
         // before the graph and the buffers it points into are freed (in
         // this context, which the frees below need current too).
-        let _ = self.backend.device().make_current();
+        let _ = self.backend.dev().make_current();
         let _ = self.backend.synchronize();
     }
 }

@@ -29,6 +29,7 @@ use fused_core::{DType, Error};
 /// Quantized activations copied back to the host
 /// (`CudaBackend::download_acts`).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "lab"), allow(dead_code, unreachable_pub))]
 pub struct QuantizedActs {
     /// The codes, column after column, in element order.
     pub codes: Vec<i8>,
@@ -124,6 +125,7 @@ impl QactsLayout {
     }
 
     /// Scales over all columns.
+    #[cfg_attr(not(feature = "lab"), allow(dead_code))]
     pub(crate) fn n_scales(&self) -> usize {
         if self.mode == ActQuant::Q8_1 {
             2 * self.blocks()
@@ -133,6 +135,7 @@ impl QactsLayout {
     }
 
     /// Sums over all columns.
+    #[cfg_attr(not(feature = "lab"), allow(dead_code))]
     pub(crate) fn n_sums(&self) -> usize {
         match self.mode {
             ActQuant::Q8_K => 16 * self.blocks(),
@@ -144,6 +147,7 @@ impl QactsLayout {
     /// The codes of all columns in element order, from the device's
     /// `bytes` of this layout (codes first, interleaved pieces placed by
     /// [`code_offset`]).
+    #[cfg_attr(not(feature = "lab"), allow(dead_code))]
     pub(crate) fn codes_in_element_order(&self, bytes: &[u8]) -> Vec<i8> {
         let n = self.k * self.n_cols;
         if !self.interleaved() {
@@ -164,6 +168,7 @@ impl QactsLayout {
 
 /// Elements of a lane's chunk in the code interleave of `mode`: a Q4_K
 /// chunk (64) for Q8_K, a block (32) for Q8_0 and Q8_1.
+#[cfg_attr(not(feature = "lab"), allow(dead_code))]
 const fn code_chunk(mode: ActQuant) -> usize {
     match mode {
         ActQuant::Q8_K => 64,
@@ -178,7 +183,7 @@ const fn code_chunk(mode: ActQuant) -> usize {
 /// 15`) of chunk `j` of a group sits at `16·(g·l + j)` in it. `code_offset`
 /// in `kernels/gemv.cu` is the same map: 32 lanes taking one chunk each
 /// read piece `l` of their chunks as one contiguous 512 bytes.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#[cfg_attr(not(feature = "lab"), allow(dead_code))]
 pub(crate) const fn code_offset(mode: ActQuant, k: usize, e: usize) -> usize {
     let chunk = code_chunk(mode);
     let group = 32 * chunk;

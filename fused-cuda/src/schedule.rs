@@ -22,6 +22,7 @@
 //! (`cuMemcpyDtoDAsync`) or a kernel of another kind ends a run: those
 //! always let the next kernel start before they wait.
 
+use crate::tuning::OVERLAP_MAX_WEIGHT_BYTES;
 use fused_core::placement::Region;
 
 /// How a GEMV launch orders itself against the kernel before it on the
@@ -55,22 +56,12 @@ pub(crate) enum LaunchKind {
     Copy,
 }
 
-/// The most weight bytes a GEMV may stream and still overlap the GEMVs
-/// before it (64 MiB).
-pub(crate) const OVERLAP_MAX_WEIGHT_BYTES: u64 = 64 << 20;
-
 impl LaunchKind {
     /// The kind of a GEMV of `n_cols` activation columns that streams
     /// `weight_bytes` of weights (both matrices of a gated GEMV):
     /// [`LaunchKind::Gemv`], which may overlap, for one column over at most
     /// [`OVERLAP_MAX_WEIGHT_BYTES`]; [`LaunchKind::Kernel`], which waits,
-    /// otherwise. On the H200 (BENCHMARKS.md, 2026-12-02) overlap took
-    /// 4096 × 14336 batches of one column over 15–62 MB of weights from
-    /// 71 % to 89 % of copy (Q4_0, Q8_0 activations) and 68 % to 75 %
-    /// (Q4_K), but slowed every batch over 117 MB or more by up to 10 %
-    /// (F16 4096 × 14336 90 % → 80 %, Q8_0 32768 × 8192 95 % → 88 %) and
-    /// integer batches of 8 columns by 5–9 %: a long GEMV has no tail worth
-    /// hiding, and blocks of two GEMVs sharing the SMs cost more there.
+    /// otherwise (the table's bound, `src/tuning.rs`).
     pub(crate) fn of_gemv(weight_bytes: u64, n_cols: usize) -> LaunchKind {
         if n_cols == 1 && weight_bytes <= OVERLAP_MAX_WEIGHT_BYTES {
             LaunchKind::Gemv

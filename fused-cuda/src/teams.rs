@@ -11,7 +11,7 @@
 //! warps an SM. On the H200 an earlier build of it ran 1.5–2.5 % faster at
 //! 4096 × 14336 and no slower at 32768 × 8192; the same for Q8_0 and Q4_K
 //! did not pay (not kept). The sums are the plain kernel's, in the same
-//! order: the same bits. [`LaunchOptions::teams`] turns it on (off by
+//! order: the same bits. The lab's `Knob::Teams` turns it on (off by
 //! default until this build has run on a GPU).
 //!
 //! A team kernel runs only where the device fits as many of its teams on an
@@ -19,10 +19,34 @@
 //! kernels' bounds arrange for the H200's cubin; and never for a launch that
 //! quantizes its output (that counts whole blocks of the plain kernel).
 
+use crate::error::CudaError;
 use crate::fixed_epi::FixedChain;
-use crate::launch::GEMV_BLOCK as TEAM_THREADS;
-use crate::{CudaError, LaunchOptions, TeamKernel};
+use crate::params::GEMV_BLOCK as TEAM_THREADS;
 use std::borrow::Cow;
+
+/// A GEMV kernel that also comes with several teams a block and whether
+/// this device runs that kernel: only where it fits as many teams on an
+/// SM as the plain kernel blocks (the same warps an SM), else launches run
+/// the plain kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TeamKernel {
+    /// The plain kernel (or one of its fixed-chain copies).
+    pub kernel: String,
+    /// Teams of 128 threads a block of the team kernel (`<kernel>_t<teams>`).
+    pub teams: u32,
+    /// Blocks per SM of `kernel` (128 threads) on this device.
+    pub kernel_blocks_per_sm: u32,
+    /// Blocks per SM of the team kernel on this device.
+    pub team_blocks_per_sm: u32,
+}
+
+impl TeamKernel {
+    /// Whether launches run the team kernel (as many teams an SM as blocks
+    /// of the plain kernel).
+    pub fn used(&self) -> bool {
+        self.team_blocks_per_sm * self.teams == self.kernel_blocks_per_sm
+    }
+}
 
 /// The one-column kernels that come with teams, and how many a block
 /// (`GEMVQ_TEAM_KERNEL` in `kernels/gemv.cu`); each kernel's fixed-chain
@@ -81,8 +105,8 @@ impl TeamKernels {
 
 /// The kernel, grid and block size that run a launch of kernel `name` (the
 /// plain kernel or a fixed-chain copy) over `grid` blocks of `block`
-/// threads: its kernel of several teams a block where `options.teams` is
-/// on, the launch quantizes no output (`quantizes_output`) and `kernels`
+/// threads: its kernel of several teams a block where `on` (the tuning's
+/// teams), the launch quantizes no output (`quantizes_output`) and `kernels`
 /// runs one for `name` (a grid that many times smaller, as many times more
 /// threads a block); else the launch as it is.
 pub(crate) fn launch_shape<'a>(
@@ -90,12 +114,10 @@ pub(crate) fn launch_shape<'a>(
     grid: u32,
     block: u32,
     quantizes_output: bool,
-    options: &LaunchOptions,
+    on: bool,
     kernels: &TeamKernels,
 ) -> (Cow<'a, str>, u32, u32) {
-    let teams = kernels
-        .teams_for(&name)
-        .filter(|_| options.teams && !quantizes_output);
+    let teams = kernels.teams_for(&name).filter(|_| on && !quantizes_output);
     match teams {
         Some(g) => (
             Cow::Owned(team_kernel_name(&name, g)),
@@ -131,13 +153,8 @@ mod tests {
         .unwrap()
     }
 
-    fn shape(
-        name: &str,
-        qout: bool,
-        options: &LaunchOptions,
-        k: &TeamKernels,
-    ) -> (String, u32, u32) {
-        let (n, g, b) = launch_shape(Cow::Borrowed(name), 1024, 128, qout, options, k);
+    fn shape(name: &str, qout: bool, on: bool, k: &TeamKernels) -> (String, u32, u32) {
+        let (n, g, b) = launch_shape(Cow::Borrowed(name), 1024, 128, qout, on, k);
         (n.into_owned(), g, b)
     }
 
@@ -158,34 +175,29 @@ mod tests {
 
     #[test]
     fn a_launch_takes_teams_only_where_they_exist_and_may_run() {
-        let off = LaunchOptions::default();
-        assert!(!off.teams, "off by default until measured on a GPU");
-        let on = LaunchOptions { teams: true, ..off };
+        let (on, off) = (true, false);
         let copy = FixedChain::SiluMulAdd.copy_of(Q4_0);
         let k = probed("none");
+        assert_eq!(shape(Q4_0, false, on, &k), (format!("{Q4_0}_t3"), 342, 384));
         assert_eq!(
-            shape(Q4_0, false, &on, &k),
-            (format!("{Q4_0}_t3"), 342, 384)
-        );
-        assert_eq!(
-            shape(&copy, false, &on, &k),
+            shape(&copy, false, on, &k),
             (format!("{copy}_t3"), 342, 384)
         );
         // Off, with an output quantizer, or a kernel without teams: as is.
-        assert_eq!(shape(Q4_0, false, &off, &k), (Q4_0.into(), 1024, 128));
-        assert_eq!(shape(Q4_0, true, &on, &k), (Q4_0.into(), 1024, 128));
+        assert_eq!(shape(Q4_0, false, off, &k), (Q4_0.into(), 1024, 128));
+        assert_eq!(shape(Q4_0, true, on, &k), (Q4_0.into(), 1024, 128));
         let q8 = "fused_gemvq_q8_0_r2_c1_u1";
-        assert_eq!(shape(q8, false, &on, &k), (q8.into(), 1024, 128));
+        assert_eq!(shape(q8, false, on, &k), (q8.into(), 1024, 128));
         // A team kernel at another occupancy than its plain kernel's
         // (6 teams an SM against 9 blocks): the plain kernel, for that
         // kernel only.
         let k = probed(&copy);
         assert!(!k.all().iter().find(|t| t.kernel == copy).unwrap().used());
-        assert_eq!(shape(&copy, false, &on, &k), (copy.clone(), 1024, 128));
-        assert_eq!(shape(Q4_0, false, &on, &k).1, 342);
+        assert_eq!(shape(&copy, false, on, &k), (copy.clone(), 1024, 128));
+        assert_eq!(shape(Q4_0, false, on, &k).1, 342);
         // Nothing probed (the stub's state): nothing runs with teams.
         let none = TeamKernels::default();
-        assert_eq!(shape(Q4_0, false, &on, &none), (Q4_0.into(), 1024, 128));
+        assert_eq!(shape(Q4_0, false, on, &none), (Q4_0.into(), 1024, 128));
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Where a chain of dependent GEMV calls spends its time.
 //!
-//! One dependent 4096 × 14336 Q4_0 / Q4_K call stays near 80 % of the copy
-//! rate on the H200 while the same weights in a batch of independent calls
-//! stream at 97–102 % (BENCHMARKS.md): about 1.8 µs a call go by around
-//! each handoff. [`CudaBackend::trace_gemv_chain`] runs a chain of dependent
+//! One dependent one-column Q4_0 / Q4_K call streams its weights well
+//! below the copy rate on the H200, while the same weights in a batch of
+//! independent calls stream at about the copy rate (BENCHMARKS.md): time
+//! goes by around each handoff. Lab only (the `lab` feature). [`CudaBackend::trace_gemv_chain`] runs a chain of dependent
 //! one-column integer GEMVs with traced copies of their kernels (`_trace`
 //! in `kernels/gemv.cu`), in which every block (team) writes the GPU's
 //! global timer when it starts, when its dependency wait returns, when its
@@ -128,27 +128,28 @@ impl GemvTimeline {
 
 /// The traced kernels (`GEMVQ_TRACE_KERNEL` in `kernels/gemv.cu`): each
 /// one-column integer kernel that has a `<name>_trace` copy.
-#[cfg(feature = "cuda")]
 pub(crate) const TRACED_KERNELS: [&str; 3] = [
     "fused_gemvq_q4_0_r4_c1_u1",
     "fused_gemvq_q4_0_r4_c1_u1_t3",
     "fused_gemvq_q4_K_r2_c1_u1",
 ];
 
-#[cfg(feature = "cuda")]
 mod device {
     use super::{BlockTimes, GemvTimeline, TRACED_KERNELS};
-    use crate::backend::JobActs;
+    use crate::backend::{CudaBackend, JobActs};
     use crate::device::driver;
-    use crate::launch::{Launch, arg};
-    use crate::{CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob};
+    use crate::error::CudaError;
+    use crate::job::GemvJob;
+    use crate::launch::Launch;
+    use crate::memory::{DeviceActs, DeviceVec, DeviceWeights};
+    use crate::params::arg;
     use cust::memory::{CopyDestination, DeviceBuffer};
     use fused_core::Error;
     use fused_core::error::Unsupported;
 
     impl CudaBackend {
         /// Runs `weights.len()` dependent one-column GEMVs `y = W_i·x` on
-        /// `acts` (each waiting for the one before, as [`CudaBackend::gemv_quantized`]
+        /// `acts` (each waiting for the one before, as [`CudaBackend::gemv_quantized_batch`]
         /// calls do) with traced copies of their kernels, waits for them and
         /// returns every block's times. Where `l2_ahead` is not 0 each call
         /// but the last asks L2 for the first `l2_ahead` bytes of the next
@@ -156,7 +157,7 @@ mod device {
         /// ([`GemvJob::with_l2_ahead`]; at most the next weights' bytes).
         /// No weights: an empty timeline, nothing launched. The kernels the current options pick
         /// must have traced copies (the default one-column Q4_0 kernel, with
-        /// or without [`LaunchOptions::teams`](crate::LaunchOptions::teams),
+        /// or without the lab's [`Knob::Teams`](crate::Knob::Teams),
         /// and Q4_K's 2-row one), and the launches must quantize no output;
         /// else [`Unsupported`]. Diagnostics: the traced kernels write four
         /// timer values a block besides their outputs.
@@ -228,7 +229,7 @@ mod device {
                 // synchronize.
                 unsafe {
                     self.launch(
-                        &self.device().gemv,
+                        &self.dev().gemv,
                         name,
                         *grid,
                         *block,

@@ -105,10 +105,7 @@ fn jobs_ahead<'a>(
             }
             if let Some((mode, at)) = ahead {
                 let next = &data[(i + 1) % data.len()].w;
-                j = j.with_l2_ahead(next, mode, next.bytes() / 2);
-                if let Some(h) = &mut j.l2_ahead {
-                    h.at = at;
-                }
+                j = j.with_l2_ahead_at(next, mode, next.bytes() / 2, at);
             }
             j
         })
@@ -164,7 +161,7 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
         let mut batched: Vec<Vec<DeviceVec>> =
             xs.iter().map(|_| poisoned(&be, &data, n_cols)).collect();
         for (round, (x, ys)) in xs.iter().zip(batched.iter_mut()).enumerate() {
-            be.reset_launches();
+            common::reset_launches(&be);
             // Rounds 1 and 3 mod 4 ask L2 for the next job's weights, at
             // the blocks' start and end by turns: the same results.
             let ahead = match round % 4 {
@@ -181,7 +178,7 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
             .unwrap();
             let quantizer = u64::from(mode != ActQuant::F32);
             assert_eq!(
-                be.launches(),
+                common::launches(&be),
                 batch_launches(data.len(), n_cols, group) + quantizer,
                 "{dtype} {n_cols} cols, group {group}"
             );
@@ -207,9 +204,14 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
                     None => (&Epilogue::NONE, &[]),
                 };
                 match &d.up {
-                    Some(u) => {
-                        be.gemv_glu(&d.w, u, Activation::Silu, x, n_cols, mode, e, o, &mut y)
-                    }
+                    Some(u) => be.gemv_batch(
+                        x,
+                        n_cols,
+                        mode,
+                        &mut [fused_cuda::GemvJob::new(&d.w, &mut y)
+                            .with_glu(u, Activation::Silu)
+                            .with_epilogue(e, o)],
+                    ),
                     None => be.gemv(&d.w, x, n_cols, mode, e, o, &mut y),
                 }
                 .unwrap();
@@ -249,7 +251,7 @@ fn a_bad_job_refuses_the_whole_batch() {
         .map(|(i, d)| be.alloc(d.w.rows() - usize::from(i == 2)).unwrap())
         .collect();
     for mode in [ActQuant::F32, ActQuant::Q8_0] {
-        be.reset_launches();
+        common::reset_launches(&be);
         let r = be.gemv_batch(&x, n_cols, mode, &mut jobs(&data, &ops, &epi, &mut ys));
         assert!(
             matches!(
@@ -258,18 +260,18 @@ fn a_bad_job_refuses_the_whole_batch() {
             ),
             "{mode:?}: {r:?}"
         );
-        assert_eq!(be.launches(), 0, "{mode:?}: nothing enqueued");
+        assert_eq!(common::launches(&be), 0, "{mode:?}: nothing enqueued");
     }
     // Activations of another mode than the weights take.
     let acts = be.quantize_acts(ActQuant::Q8_K, &x, n_cols).unwrap();
-    be.reset_launches();
+    common::reset_launches(&be);
     let mut ys: Vec<DeviceVec> = data.iter().map(|d| be.alloc(d.w.rows()).unwrap()).collect();
     let r = be.gemv_quantized_batch(&acts, &mut jobs(&data, &ops, &epi, &mut ys));
     assert!(
         matches!(r, Err(CudaError::Core(fused_core::Error::Unsupported(_)))),
         "Q4_0 weights with Q8_K activations: {r:?}"
     );
-    assert_eq!(be.launches(), 0);
+    assert_eq!(common::launches(&be), 0);
     // An L2 look-ahead past the end of the next weights' layout, or in a
     // layout they lack (F16 has no integer layout), refuses the batch.
     let f16 = job_data(&be, &mut rng, DType::F16, k, n_cols);
@@ -280,7 +282,7 @@ fn a_bad_job_refuses_the_whole_batch() {
     ];
     for (next, next_mode, bytes) in bad {
         for mode in [ActQuant::F32, ActQuant::Q8_0] {
-            be.reset_launches();
+            common::reset_launches(&be);
             let mut ys: Vec<DeviceVec> =
                 data.iter().map(|d| be.alloc(d.w.rows()).unwrap()).collect();
             let mut js = jobs(&data, &ops, &epi, &mut ys);
@@ -297,7 +299,7 @@ fn a_bad_job_refuses_the_whole_batch() {
                 ),
                 "{mode:?}, look-ahead {next_mode:?} {bytes} bytes: {r:?}"
             );
-            assert_eq!(be.launches(), 0, "{mode:?}: nothing enqueued");
+            assert_eq!(common::launches(&be), 0, "{mode:?}: nothing enqueued");
         }
     }
     be.synchronize().unwrap();

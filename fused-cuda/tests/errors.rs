@@ -38,24 +38,60 @@ fn bad_inputs_are_typed_errors() {
     ));
     // Short activations, short output.
     assert!(matches!(
-        core_err(be.gemv_host(&w, &x[1..], 1, ActQuant::F32, &Epilogue::NONE, &[], &mut y)),
+        core_err(common::gemv_host(
+            &be,
+            &w,
+            &x[1..],
+            1,
+            ActQuant::F32,
+            &Epilogue::NONE,
+            &[],
+            &mut y
+        )),
         Error::LengthMismatch { .. }
     ));
     assert!(matches!(
-        core_err(be.gemv_host(&w, &x, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut y[1..])),
+        core_err(common::gemv_host(
+            &be,
+            &w,
+            &x,
+            1,
+            ActQuant::F32,
+            &Epilogue::NONE,
+            &[],
+            &mut y[1..]
+        )),
         Error::LengthMismatch { .. }
     ));
     // Too many columns.
     let x9 = rng.vec(9 * k, 1.0);
     let mut y9 = vec![0.0; 9 * m];
     assert!(matches!(
-        core_err(be.gemv_host(&w, &x9, 9, ActQuant::F32, &Epilogue::NONE, &[], &mut y9)),
+        core_err(common::gemv_host(
+            &be,
+            &w,
+            &x9,
+            9,
+            ActQuant::F32,
+            &Epilogue::NONE,
+            &[],
+            &mut y9
+        )),
         Error::LengthMismatch { .. }
     ));
     // Missing and short epilogue operands, on host and device paths.
     let epi = Epilogue::NONE.then_add().unwrap();
     assert!(matches!(
-        core_err(be.gemv_host(&w, &x, 1, ActQuant::F32, &epi, &[], &mut y)),
+        core_err(common::gemv_host(
+            &be,
+            &w,
+            &x,
+            1,
+            ActQuant::F32,
+            &epi,
+            &[],
+            &mut y
+        )),
         Error::MissingOperand { slot: 0 }
     ));
     let wd = be.upload_weights(&w).unwrap();
@@ -72,21 +108,20 @@ fn bad_inputs_are_typed_errors() {
         .upload_weights(&WeightMatrix::new(DType::Q4_0, m + 1, k, &b2).unwrap())
         .unwrap();
     assert!(matches!(
-        core_err(be.gemv_glu(
-            &wd,
-            &w2,
-            Activation::Silu,
-            &xd,
-            1,
-            ActQuant::F32,
-            &Epilogue::NONE,
-            &[],
-            &mut yd
-        )),
+        core_err(
+            be.gemv_batch(
+                &xd,
+                1,
+                ActQuant::F32,
+                &mut [fused_cuda::GemvJob::new(&wd, &mut yd)
+                    .with_glu(&w2, Activation::Silu)
+                    .with_epilogue(&Epilogue::NONE, &[])]
+            )
+        ),
         Error::ShapeMismatch { .. }
     ));
     // Activation modes without a kernel for the format: typed, before any launch.
-    be.reset_launches();
+    common::reset_launches(&be);
     for (mode, dtype) in [
         (ActQuant::Q8_K, DType::Q4_0),
         (ActQuant::Q8_1, DType::Q4_0),
@@ -101,17 +136,20 @@ fn bad_inputs_are_typed_errors() {
             "{dtype} {mode:?}"
         );
     }
-    assert_eq!(be.launches(), 0);
+    assert_eq!(common::launches(&be), 0);
     // Quantized activations of another length than the weights' K, and a
     // quantizer input that is not whole columns.
     let acts = be.quantize_acts(ActQuant::Q8_0, &xd, 1).unwrap();
-    be.reset_launches();
+    common::reset_launches(&be);
     let b3 = weights(&mut rng, DType::Q4_0, m, 2 * k);
     let w3 = be
         .upload_weights(&WeightMatrix::new(DType::Q4_0, m, 2 * k, &b3).unwrap())
         .unwrap();
     assert!(matches!(
-        core_err(be.gemv_quantized(&w3, &acts, &Epilogue::NONE, &[], &mut yd)),
+        core_err(be.gemv_quantized_batch(
+            &acts,
+            &mut [fused_cuda::GemvJob::new(&w3, &mut yd).with_epilogue(&Epilogue::NONE, &[])]
+        )),
         Error::LengthMismatch { .. }
     ));
     assert!(matches!(
@@ -126,17 +164,29 @@ fn bad_inputs_are_typed_errors() {
     let d = FwhtDesc::new(8).unwrap();
     let mut out = vec![0.0; 12];
     assert!(matches!(
-        core_err(be.fwht_host(&d, &[0.0; 12], None, &mut out)),
+        core_err(common::fwht_host(&be, &d, &[0.0; 12], None, &mut out)),
         Error::LengthMismatch { .. }
     ));
     let mut out = vec![0.0; 16];
     let ds = d.with_signs(16).unwrap();
     assert!(matches!(
-        core_err(be.fwht_host(&ds, &[0.0; 16], Some(&[1.0; 8]), &mut out)),
+        core_err(common::fwht_host(
+            &be,
+            &ds,
+            &[0.0; 16],
+            Some(&[1.0; 8]),
+            &mut out
+        )),
         Error::LengthMismatch { .. }
     ));
     assert!(matches!(
-        core_err(be.fwht_host(&d, &[0.0; 16], Some(&[1.0; 8]), &mut out)),
+        core_err(common::fwht_host(
+            &be,
+            &d,
+            &[0.0; 16],
+            Some(&[1.0; 8]),
+            &mut out
+        )),
         Error::LengthMismatch { .. }
     ));
     // Element-wise length mismatches.
@@ -144,16 +194,19 @@ fn bad_inputs_are_typed_errors() {
     let b = be.alloc(9).unwrap();
     let mut o = be.alloc(10).unwrap();
     assert!(matches!(
-        core_err(be.add(&a, &b, &mut o)),
+        core_err(be.elementwise(fused_cuda::Elementwise::Add(&a, &b), &mut o)),
         Error::LengthMismatch { .. }
     ));
     assert!(matches!(
-        core_err(be.glu(Activation::Silu, &a, &b, &mut o)),
+        core_err(be.elementwise(
+            fused_cuda::Elementwise::Glu(Activation::Silu, &a, &b),
+            &mut o
+        )),
         Error::LengthMismatch { .. }
     ));
     let bias = be.alloc(3).unwrap();
     assert!(matches!(
-        core_err(be.add_row_bias(&a, &bias, &mut o)),
+        core_err(be.elementwise(fused_cuda::Elementwise::AddRowBias(&a, &bias), &mut o)),
         Error::LengthMismatch { .. }
     ));
     let mut host = vec![0.0; 9];
@@ -162,5 +215,5 @@ fn bad_inputs_are_typed_errors() {
         Error::LengthMismatch { .. }
     ));
     // Nothing was launched by any of the refused calls.
-    assert_eq!(be.launches(), 0);
+    assert_eq!(common::launches(&be), 0);
 }

@@ -17,11 +17,26 @@ fn unfused_chain(be: &CudaBackend, epi: &Epilogue, v: DeviceVec, ops: &[&DeviceV
     for st in epi.stages() {
         let mut next = be.alloc(cur.len()).unwrap();
         match *st {
-            Stage::Act(a) => be.unary(a, &cur, &mut next).unwrap(),
-            Stage::Add { slot } => be.add(&cur, ops[slot as usize], &mut next).unwrap(),
-            Stage::Mul { slot } => be.mul(&cur, ops[slot as usize], &mut next).unwrap(),
+            Stage::Act(a) => be
+                .elementwise(fused_cuda::Elementwise::Unary(a, &cur), &mut next)
+                .unwrap(),
+            Stage::Add { slot } => be
+                .elementwise(
+                    fused_cuda::Elementwise::Add(&cur, ops[slot as usize]),
+                    &mut next,
+                )
+                .unwrap(),
+            Stage::Mul { slot } => be
+                .elementwise(
+                    fused_cuda::Elementwise::Mul(&cur, ops[slot as usize]),
+                    &mut next,
+                )
+                .unwrap(),
             Stage::AddRowBias { slot } => be
-                .add_row_bias(&cur, ops[slot as usize], &mut next)
+                .elementwise(
+                    fused_cuda::Elementwise::AddRowBias(&cur, ops[slot as usize]),
+                    &mut next,
+                )
                 .unwrap(),
         }
         cur = next;
@@ -97,11 +112,11 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
                     .collect();
                 let poison = vec![f32::NAN; m * n_cols];
                 let mut acc = be.upload(&poison).unwrap();
-                be.reset_launches();
+                common::reset_launches(&be);
                 be.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut acc)
                     .unwrap();
                 let unfused = unfused_chain(&be, &epi, acc, &ops);
-                assert_eq!(be.launches(), 1 + q + epi.len() as u64);
+                assert_eq!(common::launches(&be), 1 + q + epi.len() as u64);
                 let u = download(&be, &unfused);
                 // The operands loaded when a block starts, and after its sums.
                 for early_operands in [true, false] {
@@ -110,10 +125,10 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
                         ..be.options()
                     });
                     let mut fused = be.upload(&poison).unwrap();
-                    be.reset_launches();
+                    common::reset_launches(&be);
                     be.gemv(&w, &x, n_cols, mode, &epi, &ops, &mut fused)
                         .unwrap();
-                    assert_eq!(be.launches(), 1 + q);
+                    assert_eq!(common::launches(&be), 1 + q);
                     let f = download(&be, &fused);
                     assert!(f.iter().all(|v| !v.is_nan()), "unwritten output");
                     let what = format!(
@@ -164,9 +179,9 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
                     ..LaunchOptions::default()
                 });
                 let mut y = be.upload(&vec![f32::NAN; m]).unwrap();
-                be.reset_launches();
+                common::reset_launches(&be);
                 be.gemv(&w, &x, 1, mode, epi, &ops, &mut y).unwrap();
-                assert_eq!(be.launches(), 1 + u64::from(mode != ActQuant::F32));
+                assert_eq!(common::launches(&be), 1 + u64::from(mode != ActQuant::F32));
                 let y = download(&be, &y);
                 assert!(y.iter().all(|v| !v.is_nan()), "unwritten output");
                 outs.push(y);
@@ -230,21 +245,33 @@ fn fused_glu_equals_unfused_kernels_bit_for_bit() {
         let epi = Epilogue::NONE.then_add().unwrap();
         for act in Activation::ALL {
             let mut fused = be.alloc(m * n_cols).unwrap();
-            be.reset_launches();
-            be.gemv_glu(&g, &u, act, &x, n_cols, mode, &epi, &[&res], &mut fused)
-                .unwrap();
-            assert_eq!(be.launches(), 1 + q, "one quantizer for both weights");
+            common::reset_launches(&be);
+            be.gemv_batch(
+                &x,
+                n_cols,
+                mode,
+                &mut [fused_cuda::GemvJob::new(&g, &mut fused)
+                    .with_glu(&u, act)
+                    .with_epilogue(&epi, &[&res])],
+            )
+            .unwrap();
+            assert_eq!(
+                common::launches(&be),
+                1 + q,
+                "one quantizer for both weights"
+            );
             let mut gate = be.alloc(m * n_cols).unwrap();
             let mut up = be.alloc(m * n_cols).unwrap();
             let mut gated = be.alloc(m * n_cols).unwrap();
-            be.reset_launches();
+            common::reset_launches(&be);
             be.gemv(&g, &x, n_cols, mode, &Epilogue::NONE, &[], &mut gate)
                 .unwrap();
             be.gemv(&u, &x, n_cols, mode, &Epilogue::NONE, &[], &mut up)
                 .unwrap();
-            be.glu(act, &gate, &up, &mut gated).unwrap();
+            be.elementwise(fused_cuda::Elementwise::Glu(act, &gate, &up), &mut gated)
+                .unwrap();
             let unfused = unfused_chain(&be, &epi, gated, &[&res]);
-            assert_eq!(be.launches(), 4 + 2 * q);
+            assert_eq!(common::launches(&be), 4 + 2 * q);
             assert_bits_eq(
                 &download(&be, &fused),
                 &download(&be, &unfused),
@@ -265,7 +292,8 @@ fn unfused_kernels_track_the_core_element_functions() {
     let mut out = be.alloc(n).unwrap();
     let mut got = vec![0.0; n];
     for act in Activation::ALL {
-        be.unary(act, &da, &mut out).unwrap();
+        be.elementwise(fused_cuda::Elementwise::Unary(act, &da), &mut out)
+            .unwrap();
         be.download(&out, &mut got).unwrap();
         for i in 0..n {
             let want = act.apply(a[i]);
@@ -276,7 +304,8 @@ fn unfused_kernels_track_the_core_element_functions() {
                 got[i]
             );
         }
-        be.glu(act, &da, &db, &mut out).unwrap();
+        be.elementwise(fused_cuda::Elementwise::Glu(act, &da, &db), &mut out)
+            .unwrap();
         be.download(&out, &mut got).unwrap();
         for i in 0..n {
             let want = fused_core::element::glu(act, a[i], b[i]);
@@ -286,10 +315,12 @@ fn unfused_kernels_track_the_core_element_functions() {
             );
         }
     }
-    be.add(&da, &db, &mut out).unwrap();
+    be.elementwise(fused_cuda::Elementwise::Add(&da, &db), &mut out)
+        .unwrap();
     be.download(&out, &mut got).unwrap();
     assert!((0..n).all(|i| got[i].to_bits() == (a[i] + b[i]).to_bits()));
-    be.mul(&da, &db, &mut out).unwrap();
+    be.elementwise(fused_cuda::Elementwise::Mul(&da, &db), &mut out)
+        .unwrap();
     be.download(&out, &mut got).unwrap();
     assert!((0..n).all(|i| got[i].to_bits() == (a[i] * b[i]).to_bits()));
     let m = 7;
@@ -297,11 +328,13 @@ fn unfused_kernels_track_the_core_element_functions() {
     let dbias = be.upload(bias).unwrap();
     let mut out2 = be.alloc(m * 1000).unwrap();
     let a2 = be.upload(&a[..m * 1000]).unwrap();
-    be.add_row_bias(&a2, &dbias, &mut out2).unwrap();
+    be.elementwise(fused_cuda::Elementwise::AddRowBias(&a2, &dbias), &mut out2)
+        .unwrap();
     let mut got2 = vec![0.0; m * 1000];
     be.download(&out2, &mut got2).unwrap();
     assert!((0..m * 1000).all(|i| got2[i].to_bits() == (a[i] + bias[i % m]).to_bits()));
-    be.copy(&da, &mut out).unwrap();
+    be.elementwise(fused_cuda::Elementwise::Copy(&da), &mut out)
+        .unwrap();
     be.download(&out, &mut got).unwrap();
     assert_eq!(got, a);
 }

@@ -22,14 +22,14 @@ fn fwht_equals_the_core_for_every_size_signed_and_unsigned() {
             let mut want = vec![0.0f32; x.len()];
             fwht(&desc, &x, s, &mut want).unwrap();
             let mut got = vec![f32::NAN; x.len()];
-            be.fwht_host(&desc, &x, s, &mut got).unwrap();
+            common::fwht_host(&be, &desc, &x, s, &mut got).unwrap();
             assert_bits_eq(&got, &want, &format!("N={n} signed={}", s.is_some()));
         }
         // Twice with the default scale is the identity (within rounding).
         let mut once = vec![0.0f32; x.len()];
-        be.fwht_host(&plain, &x, None, &mut once).unwrap();
+        common::fwht_host(&be, &plain, &x, None, &mut once).unwrap();
         let mut twice = vec![0.0f32; x.len()];
-        be.fwht_host(&plain, &once, None, &mut twice).unwrap();
+        common::fwht_host(&be, &plain, &once, None, &mut twice).unwrap();
         let tol = 1e-6 * (log2 as f32 + 1.0) * 4.0;
         for (i, (a, b)) in twice.iter().zip(&x).enumerate() {
             assert!((a - b).abs() <= tol, "N={n}: twice[{i}] = {a}, x = {b}");
@@ -47,15 +47,16 @@ fn fused_signs_equal_sign_multiply_then_fwht() {
         let signs = be.upload(&rng.signs(3 * n)).unwrap();
         let signed = FwhtDesc::new(n).unwrap().with_signs(3 * n).unwrap();
         let mut fused = be.alloc(rows * n).unwrap();
-        be.reset_launches();
+        common::reset_launches(&be);
         be.fwht(&signed, &x, Some(&signs), &mut fused).unwrap();
-        assert_eq!(be.launches(), 1);
+        assert_eq!(common::launches(&be), 1);
         let mut mid = be.alloc(rows * n).unwrap();
         let mut unfused = be.alloc(rows * n).unwrap();
-        be.mul_cyclic(&x, &signs, &mut mid).unwrap();
+        be.elementwise(fused_cuda::Elementwise::MulCyclic(&x, &signs), &mut mid)
+            .unwrap();
         be.fwht(&FwhtDesc::new(n).unwrap(), &mid, None, &mut unfused)
             .unwrap();
-        assert_eq!(be.launches(), 3);
+        assert_eq!(common::launches(&be), 3);
         let mut f = vec![0.0; rows * n];
         let mut u = vec![0.0; rows * n];
         be.download(&fused, &mut f).unwrap();

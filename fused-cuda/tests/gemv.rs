@@ -57,8 +57,7 @@ fn check_gemv(
         let mut want64 = vec![0.0f64; m * n_cols];
         gemm_f64(&w, &x, n_cols, &bound, &mut want64).unwrap();
         let mut got = vec![f32::NAN; m * n_cols];
-        be.gemv_host(&w, &x, n_cols, ActQuant::F32, &epi, &ops, &mut got)
-            .unwrap();
+        common::gemv_host(be, &w, &x, n_cols, ActQuant::F32, &epi, &ops, &mut got).unwrap();
         let e32 = nmse(&got, &wide(&want));
         let e64 = nmse(&got, &want64);
         *worst = worst.max(e32).max(e64);
@@ -115,8 +114,18 @@ fn gated_gemv_matches_the_reference() {
                 let mut want64 = vec![0.0f64; m * n_cols];
                 gemm_glu_f64(&w, &x, n_cols, act, &bound, &mut want64).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
-                be.gemv_glu_host(&w, act, &x, n_cols, ActQuant::F32, &epi, &[&res], &mut got)
-                    .unwrap();
+                common::gemv_glu_host(
+                    &be,
+                    &w,
+                    act,
+                    &x,
+                    n_cols,
+                    ActQuant::F32,
+                    &epi,
+                    &[&res],
+                    &mut got,
+                )
+                .unwrap();
                 let e32 = nmse(&got, &wide(&want));
                 let e64 = nmse(&got, &want64);
                 worst = worst.max(e32).max(e64);

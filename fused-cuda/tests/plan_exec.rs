@@ -132,9 +132,9 @@ fn device_run_in(
 ) -> (Memory, DevicePlanStats, u64) {
     let mut dp = DevicePlan::new(b, g, p, mode, &sizes(mem)).unwrap();
     dp.upload(mem).unwrap();
-    let before = b.launches();
+    let before = common::launches(b);
     dp.run().unwrap();
-    let launched = b.launches() - before;
+    let launched = common::launches(b) - before;
     let mut out = mem.clone();
     dp.download_into(&mut out).unwrap();
     (out, dp.stats(), launched)
@@ -269,15 +269,15 @@ fn graph_replay_equals_the_stream_run() {
             dp.run().unwrap();
             let mut stream = mem.clone();
             dp.download_into(&mut stream).unwrap();
-            assert!(!dp.has_graph());
+            assert!(!dp.graph_captured());
             dp.capture_graph().unwrap();
-            assert!(dp.has_graph());
+            assert!(dp.graph_captured());
             // Capture enqueues nothing that runs: the buffers are as the
             // stream run left them; restore, then replay.
             dp.restore_inputs().unwrap();
-            let before = b.launches();
+            let before = common::launches(&b);
             dp.run_as(Submission::Graph).unwrap();
-            assert_eq!(b.launches() - before, 1, "{what}: one graph launch");
+            assert_eq!(common::launches(&b) - before, 1, "{what}: one graph launch");
             let mut graph = mem.clone();
             dp.download_into(&mut graph).unwrap();
             assert_same_memory(&graph, &stream, &what);

@@ -84,21 +84,19 @@ fn team_kernels_equal_the_plain_kernels_bit_for_bit() {
                     let mut y = be.upload(&vec![f32::NAN; m]).unwrap();
                     let mut job = GemvJob::new(&w, &mut y).with_epilogue(epi, &ops);
                     if variant == 1 || variant == 2 {
-                        job = job.with_l2_ahead(&next, mode, next.bytes() / 2);
-                        if let Some(h) = &mut job.l2_ahead {
-                            h.at = if variant == 1 {
-                                AheadAt::Start
-                            } else {
-                                AheadAt::End
-                            };
-                        }
+                        let at = if variant == 1 {
+                            AheadAt::Start
+                        } else {
+                            AheadAt::End
+                        };
+                        job = job.with_l2_ahead_at(&next, mode, next.bytes() / 2, at);
                     }
                     if variant == 3 && m % 32 == 0 {
                         job = job.with_quantized_output(&mut q);
                     }
-                    be.reset_launches();
+                    common::reset_launches(&be);
                     be.gemv_batch(&x, 1, mode, &mut [job]).unwrap();
-                    assert_eq!(be.launches(), 2, "quantizer and GEMV");
+                    assert_eq!(common::launches(&be), 2, "quantizer and GEMV");
                     let y = download(&be, &y);
                     assert!(y.iter().all(|v| !v.is_nan()), "unwritten output");
                     outs.push(y);

@@ -38,13 +38,13 @@ fn traced_chains_compute_the_plain_results_in_order() {
         let q = be.quantize_acts(mode, &x, 1).unwrap();
         let chain: Vec<&DeviceWeights> = ws.iter().chain(ws.iter()).collect();
         let mut y = be.upload(&vec![f32::NAN; m]).unwrap();
-        be.reset_launches();
+        common::reset_launches(&be);
         // Asking L2 for the next weights on the 257-row case (its blocks'
         // share of the bytes uneven).
         let ahead = if m == 257 { ws[0].bytes() / 2 } else { 0 };
         let t = be.trace_gemv_chain(&chain, &q, ahead, &mut y).unwrap();
         let what = format!("{dtype} {m} x {k}, teams {teams}");
-        assert_eq!(be.launches(), chain.len() as u64, "{what}");
+        assert_eq!(common::launches(&be), chain.len() as u64, "{what}");
         assert_eq!(t.calls.len(), chain.len(), "{what}");
         let rows_a_block = if dtype == DType::Q4_0 { 4 } else { 2 };
         for call in &t.calls {
@@ -60,8 +60,12 @@ fn traced_chains_compute_the_plain_results_in_order() {
         // weights.
         let traced = download(&be, &y);
         let mut plain = be.upload(&vec![f32::NAN; m]).unwrap();
-        be.gemv_quantized(chain[chain.len() - 1], &q, &Epilogue::NONE, &[], &mut plain)
-            .unwrap();
+        be.gemv_quantized_batch(
+            &q,
+            &mut [fused_cuda::GemvJob::new(chain[chain.len() - 1], &mut plain)
+                .with_epilogue(&Epilogue::NONE, &[])],
+        )
+        .unwrap();
         assert_bits_eq(&traced, &download(&be, &plain), &what);
         println!(
             "{what}: timer step {} ns, handoffs {:?}",
@@ -87,10 +91,14 @@ fn kernels_without_a_traced_copy_are_refused_before_anything_runs() {
         let x = be.upload(&rng.vec(k, 1.0)).unwrap();
         let q = be.quantize_acts(mode, &x, 1).unwrap();
         let mut y = be.alloc(m).unwrap();
-        be.reset_launches();
+        common::reset_launches(&be);
         let e = be.trace_gemv_chain(&[&w, &w], &q, 0, &mut y).unwrap_err();
         assert!(matches!(e, CudaError::Core(_)), "{dtype}: {e:?}");
-        assert_eq!(be.launches(), 0, "{dtype}: launched before refusing");
+        assert_eq!(
+            common::launches(&be),
+            0,
+            "{dtype}: launched before refusing"
+        );
     }
     // Q4_0: a look-ahead longer than the next weights, and weights whose
     // columns are not the activations' length, are refused; no weights is
@@ -101,7 +109,7 @@ fn kernels_without_a_traced_copy_are_refused_before_anything_runs() {
     let x = be.upload(&rng.vec(k, 1.0)).unwrap();
     let q = be.quantize_acts(ActQuant::Q8_0, &x, 1).unwrap();
     let mut y = be.alloc(m).unwrap();
-    be.reset_launches();
+    common::reset_launches(&be);
     let too_far = w.bytes() + 4096;
     for (chain, ahead) in [([&w, &w], too_far), ([&w, &wide], 0)] {
         let e = be.trace_gemv_chain(&chain, &q, ahead, &mut y).unwrap_err();
@@ -109,5 +117,5 @@ fn kernels_without_a_traced_copy_are_refused_before_anything_runs() {
     }
     let empty = be.trace_gemv_chain(&[], &q, 0, &mut y).unwrap();
     assert!(empty.calls.is_empty());
-    assert_eq!(be.launches(), 0, "launched before refusing");
+    assert_eq!(common::launches(&be), 0, "launched before refusing");
 }

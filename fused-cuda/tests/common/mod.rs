@@ -149,3 +149,70 @@ pub(crate) fn chain_operands(rng: &mut Rng, m: usize, n_cols: usize) -> [Vec<f32
         rng.vec(m, 1.0),
     ]
 }
+
+thread_local! {
+    /// The launch count [`launches`] counts from (per test thread).
+    static LAUNCH_BASE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Launches (and copies) of `be` so far, through the core's counters.
+fn launch_count(be: &CudaBackend) -> u64 {
+    fused_core::exec::StepKernels::counters(be).kernel_calls
+}
+
+/// Counts launches from now on ([`launches`]).
+pub(crate) fn reset_launches(be: &CudaBackend) {
+    LAUNCH_BASE.with(|b| b.set(launch_count(be)));
+}
+
+/// Launches of `be` since the last [`reset_launches`] on this thread.
+pub(crate) fn launches(be: &CudaBackend) -> u64 {
+    launch_count(be) - LAUNCH_BASE.with(|b| b.get())
+}
+
+/// The backend's tuning with `knob` set.
+pub(crate) fn tuned(be: &CudaBackend, knob: fused_cuda::Knob) -> fused_cuda::Tuning {
+    be.tuning().with(knob).expect("a knob value with a kernel")
+}
+
+/// `StepKernels::gemv` on host slices.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemv_host(
+    be: &CudaBackend,
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n_cols: usize,
+    mode: fused_core::reference::ActQuant,
+    epilogue: &Epilogue,
+    operands: &[&[f32]],
+    y: &mut [f32],
+) -> Result<(), CudaError> {
+    fused_core::exec::StepKernels::gemv(be, w, x, n_cols, mode, epilogue, operands, y)
+}
+
+/// `StepKernels::gemv_glu` on host slices.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemv_glu_host(
+    be: &CudaBackend,
+    w: &fused_core::reference::gemv::GluWeights<'_>,
+    act: Activation,
+    x: &[f32],
+    n_cols: usize,
+    mode: fused_core::reference::ActQuant,
+    epilogue: &Epilogue,
+    operands: &[&[f32]],
+    y: &mut [f32],
+) -> Result<(), CudaError> {
+    fused_core::exec::StepKernels::gemv_glu(be, w, act, x, n_cols, mode, epilogue, operands, y)
+}
+
+/// `StepKernels::fwht` on host slices.
+pub(crate) fn fwht_host(
+    be: &CudaBackend,
+    desc: &fused_core::fwht::FwhtDesc,
+    x: &[f32],
+    signs: Option<&[f32]>,
+    y: &mut [f32],
+) -> Result<(), CudaError> {
+    fused_core::exec::StepKernels::fwht(be, desc, x, signs, y)
+}

@@ -87,7 +87,10 @@ fn epilogue_cost(
     let time = |alone: bool, epi: &Epilogue, ops: &[&DeviceVec], y: &mut DeviceVec| {
         time_calls(be, n * 2, 9, |i| {
             if alone {
-                be.gemv_quantized(&ws[i % n], q.as_ref().expect("quantized"), epi, ops, y)
+                be.gemv_quantized_batch(
+                    q.as_ref().expect("quantized"),
+                    &mut [fused_cuda::GemvJob::new(&ws[i % n], y).with_epilogue(epi, ops)],
+                )
             } else {
                 be.gemv(&ws[i % n], &x, 1, mode, epi, ops, y)
             }
@@ -196,9 +199,12 @@ fn epilogue_cost(
     let mut t2 = be.alloc(m)?;
     let unfused = time_calls(be, n * 2, 25, |i| {
         be.gemv(&ws[i % n], &x, 1, mode, &Epilogue::NONE, &[], &mut y)?;
-        be.unary(Activation::Silu, &y, &mut t1)?;
-        be.mul(&t1, &gate_like, &mut t2)?;
-        be.add(&t2, &residual, &mut t1)
+        be.elementwise(
+            fused_cuda::Elementwise::Unary(Activation::Silu, &y),
+            &mut t1,
+        )?;
+        be.elementwise(fused_cuda::Elementwise::Mul(&t1, &gate_like), &mut t2)?;
+        be.elementwise(fused_cuda::Elementwise::Add(&t2, &residual), &mut t1)
     })?;
     let dtype = ws[0].dtype();
     let pct = |t: f64| 100.0 * (t / bare - 1.0);

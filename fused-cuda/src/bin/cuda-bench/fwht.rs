@@ -29,7 +29,7 @@ pub(crate) fn fwht_table(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError
         let t_plain = time_calls(be, 10, 20, |_| be.fwht(&plain, &x, None, &mut out))?;
         let t_fused = time_calls(be, 10, 20, |_| be.fwht(&signed, &x, Some(&signs), &mut out))?;
         let t_unfused = time_calls(be, 10, 20, |_| {
-            be.mul_cyclic(&x, &signs, &mut mid)?;
+            be.elementwise(fused_cuda::Elementwise::MulCyclic(&x, &signs), &mut mid)?;
             be.fwht(&plain, &mid, None, &mut out)
         })?;
         for (name, launches, t) in [

@@ -33,7 +33,12 @@ pub(crate) fn gated_gemv(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError
             let mut y = be.alloc(m * n_cols)?;
             let t = time_calls(be, ws.len() * 2, 25, |i| {
                 let (gate, up) = (&ws[i % ws.len()], &ws[(i + 1) % ws.len()]);
-                be.gemv_glu_quantized(gate, up, Activation::Silu, &q, &Epilogue::NONE, &[], &mut y)
+                be.gemv_quantized_batch(
+                    &q,
+                    &mut [fused_cuda::GemvJob::new(gate, &mut y)
+                        .with_glu(up, Activation::Silu)
+                        .with_epilogue(&Epilogue::NONE, &[])],
+                )
             })?;
             let moved = (2 * ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
             let gbs = moved / t / 1e6;
@@ -84,19 +89,20 @@ pub(crate) fn several_columns(be: &CudaBackend, ceiling: f64) -> Result<(), Cuda
                     100.0 * (mats * ws[0].bytes() + 4 * (k + m) * n_cols) as f64 / t / 1e6 / ceiling
                 };
                 let t = time_calls(be, ws.len() * 2, 25, |i| {
-                    be.gemv_quantized(&ws[i % ws.len()], &q, &Epilogue::NONE, &[], &mut y)
+                    be.gemv_quantized_batch(
+                        &q,
+                        &mut [fused_cuda::GemvJob::new(&ws[i % ws.len()], &mut y)
+                            .with_epilogue(&Epilogue::NONE, &[])],
+                    )
                 })?;
                 let gated = if m <= 4096 {
                     let tg = time_calls(be, ws.len() * 2, 25, |i| {
                         let (gate, up) = (&ws[i % ws.len()], &ws[(i + 1) % ws.len()]);
-                        be.gemv_glu_quantized(
-                            gate,
-                            up,
-                            Activation::Silu,
+                        be.gemv_quantized_batch(
                             &q,
-                            &Epilogue::NONE,
-                            &[],
-                            &mut y,
+                            &mut [fused_cuda::GemvJob::new(gate, &mut y)
+                                .with_glu(up, Activation::Silu)
+                                .with_epilogue(&Epilogue::NONE, &[])],
                         )
                     })?;
                     format!("{:.1} | {:.0}%", tg * 1e3, pct(tg, 2))
@@ -152,7 +158,11 @@ fn gemv_timing(
         None => "| | |".to_owned(),
         Some(q) => {
             let ta = time_calls(be, ws.len() * 2, 25, |i| {
-                be.gemv_quantized(&ws[i % ws.len()], q, &Epilogue::NONE, &[], &mut y)
+                be.gemv_quantized_batch(
+                    q,
+                    &mut [fused_cuda::GemvJob::new(&ws[i % ws.len()], &mut y)
+                        .with_epilogue(&Epilogue::NONE, &[])],
+                )
             })?;
             format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))
         }

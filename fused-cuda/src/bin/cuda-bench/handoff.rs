@@ -54,7 +54,11 @@ pub(crate) fn per_call_floor(be: &CudaBackend) -> Result<(), CudaError> {
             } else {
                 let q = be.quantize_acts(mode, &x, 1)?;
                 let t = time_calls(be, 200, 15, |_| {
-                    be.gemv_quantized(&w, &q, &Epilogue::NONE, &[], &mut y)
+                    be.gemv_quantized_batch(
+                        &q,
+                        &mut [fused_cuda::GemvJob::new(&w, &mut y)
+                            .with_epilogue(&Epilogue::NONE, &[])],
+                    )
                 })?;
                 format!("{:.2}", t * 1e3)
             };

@@ -88,16 +88,13 @@ pub(crate) fn decode_layer(
                        out: &mut DeviceVec|
      -> Result<(), CudaError> {
         be.gemv(&l.o, &attn, 1, mode, &add, &[&resid], h)?;
-        be.gemv_glu(
-            &l.g,
-            &l.u,
-            Activation::Silu,
+        be.gemv_batch(
             h,
             1,
             mode,
-            &Epilogue::NONE,
-            &[],
-            act,
+            &mut [fused_cuda::GemvJob::new(&l.g, act)
+                .with_glu(&l.u, Activation::Silu)
+                .with_epilogue(&Epilogue::NONE, &[])],
         )?;
         be.gemv(&l.down, act, 1, mode, &add, &[h], out)
     };
@@ -118,7 +115,10 @@ pub(crate) fn decode_layer(
         be.gemv_batch(&attn, 1, mode, &mut [o.with_quantized_output(qh)])?;
         let glu = GemvJob::new(&l.g, act).with_glu(&l.u, Activation::Silu);
         be.gemv_quantized_batch(qh, &mut [glu.with_quantized_output(qa)])?;
-        be.gemv_quantized(&l.down, qa, &add, &[h], out)
+        be.gemv_quantized_batch(
+            qa,
+            &mut [fused_cuda::GemvJob::new(&l.down, out).with_epilogue(&add, &[h])],
+        )
     };
     be.reset_launches();
     fused_layer(&layers[0], &mut h, &mut act, &mut out)?;
@@ -132,12 +132,15 @@ pub(crate) fn decode_layer(
         .transpose()?;
     let mut unfused_layer = |l: &Layer| -> Result<(), CudaError> {
         be.gemv(&l.o, &attn, 1, mode, &Epilogue::NONE, &[], &mut t)?;
-        be.add(&t, &resid, &mut h)?;
+        be.elementwise(fused_cuda::Elementwise::Add(&t, &resid), &mut h)?;
         be.gemv(&l.g, &h, 1, mode, &Epilogue::NONE, &[], &mut gate)?;
         be.gemv(&l.u, &h, 1, mode, &Epilogue::NONE, &[], &mut up)?;
-        be.glu(Activation::Silu, &gate, &up, &mut act)?;
+        be.elementwise(
+            fused_cuda::Elementwise::Glu(Activation::Silu, &gate, &up),
+            &mut act,
+        )?;
         be.gemv(&l.down, &act, 1, mode, &Epilogue::NONE, &[], &mut t)?;
-        be.add(&t, &h, &mut out)
+        be.elementwise(fused_cuda::Elementwise::Add(&t, &h), &mut out)
     };
     be.reset_launches();
     unfused_layer(&layers[0])?;
@@ -458,16 +461,13 @@ pub(crate) fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     let add = Epilogue::NONE.then_add()?;
     let t_fused = time_calls(be, 2 * n, 30, |i| {
         let [g, u, down] = &layers[i % n];
-        be.gemv_glu(
-            g,
-            u,
-            Activation::Silu,
+        be.gemv_batch(
             &h,
             1,
             ActQuant::F32,
-            &Epilogue::NONE,
-            &[],
-            &mut act,
+            &mut [fused_cuda::GemvJob::new(g, &mut act)
+                .with_glu(u, Activation::Silu)
+                .with_epilogue(&Epilogue::NONE, &[])],
         )?;
         be.gemv(down, &act, 1, ActQuant::F32, &add, &[&h], &mut out)
     })?;
@@ -475,9 +475,12 @@ pub(crate) fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
         let [g, u, down] = &layers[i % n];
         be.gemv(g, &h, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut gate)?;
         be.gemv(u, &h, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut up)?;
-        be.glu(Activation::Silu, &gate, &up, &mut act)?;
+        be.elementwise(
+            fused_cuda::Elementwise::Glu(Activation::Silu, &gate, &up),
+            &mut act,
+        )?;
         be.gemv(down, &act, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut t)?;
-        be.add(&t, &h, &mut out)
+        be.elementwise(fused_cuda::Elementwise::Add(&t, &h), &mut out)
     })?;
     println!(
         "| variant | launches/layer | µs/layer | weight GB/s | % of copy |\n| --- | ---: | ---: | ---: | ---: |"

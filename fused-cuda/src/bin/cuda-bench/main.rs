@@ -54,10 +54,55 @@ use crate::timeline::timeline;
 use crate::timing::{HeadStartBuffers, report_host};
 use crate::variants::{l2_ahead, launch_options};
 use fused_core::reference::ActQuant;
-use fused_cuda::{CudaBackend, CudaError};
+use fused_cuda::{CudaBackend, CudaError, Knob, Tuning};
+
+/// The tuning the `FUSED_CUDA_*` variables ask for, read once at start-up
+/// (the library reads no environment): `FUSED_CUDA_PDL`, `_EARLY_OPERANDS`,
+/// `_OVERLAP`, `_GROUP`, `_FIXED_EPILOGUES` (`0`: off), `_FOLD_QUANTIZERS`,
+/// `_TEAMS` (not `0`: on), `_L2_AHEAD` (bytes), `_Q_ROWS` (1, 2, 4),
+/// `_Q_UNROLL` (1, 2), `_Q_ROWS_MC` (1, 2, 4: 5 to 8 columns),
+/// `_Q_ROWS_MC24` (`0`: two units at 2 rows; 2, 4: one unit at 2 or 4 rows)
+/// and `_F16_SHAPE` (`u4`, `u8`, `u16`, `r2`).
+fn tuning_from_env() -> Result<Tuning, CudaError> {
+    let var = |name: &str| std::env::var(format!("FUSED_CUDA_{name}")).ok();
+    let num = |name: &str| var(name).and_then(|v| v.parse::<usize>().ok());
+    let mut knobs = Vec::new();
+    type Switch = fn(bool) -> Knob;
+    let switches: [(&str, Switch); 7] = [
+        ("PDL", Knob::Pdl),
+        ("EARLY_OPERANDS", Knob::EarlyOperands),
+        ("OVERLAP", Knob::Overlap),
+        ("GROUP", Knob::Group),
+        ("FIXED_EPILOGUES", Knob::FixedEpilogues),
+        ("FOLD_QUANTIZERS", Knob::FoldQuantizers),
+        ("TEAMS", Knob::Teams),
+    ];
+    for (name, knob) in switches {
+        if let Some(v) = var(name) {
+            knobs.push(knob(v != "0"));
+        }
+    }
+    knobs.extend(num("L2_AHEAD").map(Knob::L2AheadBytes));
+    knobs.extend(num("Q_ROWS").map(Knob::IntRows));
+    knobs.extend(num("Q_UNROLL").map(Knob::IntUnits));
+    knobs.extend(num("Q_ROWS_MC").map(Knob::IntRows5To8));
+    knobs.extend(num("Q_ROWS_MC24").map(|r| match r {
+        0 => Knob::IntShape2To4 { rows: 2, units: 2 },
+        r => Knob::IntShape2To4 { rows: r, units: 1 },
+    }));
+    let f16 = var("F16_SHAPE").map(|v| match v.as_str() {
+        "r2" => (2, 4),
+        "u8" => (1, 8),
+        "u16" => (1, 16),
+        _ => (1, 4),
+    });
+    knobs.extend(f16.map(|(rows, units)| Knob::F16Shape { rows, units }));
+    knobs.into_iter().try_fold(Tuning::default(), Tuning::with)
+}
 
 fn run() -> Result<(), CudaError> {
     let be = CudaBackend::new()?;
+    be.set_tuning(tuning_from_env()?);
     let _head_start = HeadStartBuffers;
     let dev = be.device();
     println!(

@@ -7,44 +7,38 @@ use fused_core::DType;
 use fused_core::epilogue::Epilogue;
 use fused_core::reference::ActQuant;
 use fused_cuda::{
-    AheadAt, CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
+    AheadAt, CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob, Knob,
+    LaunchOptions, Tuning,
 };
 
-/// The launch-shape knobs of `src/kernel_choice.rs` (A/B runs only).
-const Q_ROWS: &str = "FUSED_CUDA_Q_ROWS";
-const Q_UNROLL: &str = "FUSED_CUDA_Q_UNROLL";
-const F_SHAPE: &str = "FUSED_CUDA_F16_SHAPE";
+/// Kernel-shape knobs a variant sets (the tuning's other choices as the
+/// bench started).
+type Knobs<'a> = &'a [Knob];
 
-/// Knob settings: (environment variable, value).
-type Knobs<'a> = &'a [(&'a str, &'a str)];
+/// The tuning when the bench started (an A/B run may set it for the whole
+/// bench, `FUSED_CUDA_*` at start-up).
+static STARTING_TUNING: std::sync::OnceLock<Tuning> = std::sync::OnceLock::new();
 
-/// The knobs' values when the bench started (an A/B run may set them for
-/// the whole bench).
-static STARTING_KNOBS: std::sync::OnceLock<Vec<(&str, Option<String>)>> =
-    std::sync::OnceLock::new();
-
-/// Sets exactly the knobs `knobs`, the others back to their values when
-/// the bench started.
-fn set_knobs(knobs: Knobs) {
-    let start = STARTING_KNOBS.get_or_init(|| {
-        [Q_ROWS, Q_UNROLL, F_SHAPE]
-            .map(|name| (name, std::env::var(name).ok()))
-            .to_vec()
-    });
-    // SAFETY: the bench runs on one thread; nothing reads the environment
-    // concurrently.
-    unsafe {
-        for (name, value) in start {
-            match value {
-                Some(v) => std::env::set_var(name, v),
-                None => std::env::remove_var(name),
-            }
-        }
-        for (name, value) in knobs {
-            std::env::set_var(name, value);
-        }
+/// Sets exactly the kernel-shape knobs `knobs`, the others back to their
+/// values when the bench started, keeping the launch options.
+fn set_knobs(be: &CudaBackend, knobs: Knobs) -> Result<(), CudaError> {
+    let options = be.options();
+    let mut t = *STARTING_TUNING.get_or_init(|| be.tuning());
+    for k in knobs {
+        t = t.with(*k)?;
     }
+    be.set_tuning(t);
+    be.set_options(options);
+    Ok(())
 }
+
+const R1_U1: Knobs = &[Knob::IntRows(1), Knob::IntUnits(1)];
+const R2_U1: Knobs = &[Knob::IntRows(2), Knob::IntUnits(1)];
+const R4_U1: Knobs = &[Knob::IntRows(4), Knob::IntUnits(1)];
+const R2_U2: Knobs = &[Knob::IntRows(2), Knob::IntUnits(2)];
+const F16_U4: Knobs = &[Knob::F16Shape { rows: 1, units: 4 }];
+const F16_U8: Knobs = &[Knob::F16Shape { rows: 1, units: 8 }];
+const F16_U16: Knobs = &[Knob::F16Shape { rows: 1, units: 16 }];
 
 /// GEMV time per launch option (`LaunchOptions`: normal launches or
 /// programmatic dependent launch), the options taking turns in 3 rounds
@@ -63,29 +57,13 @@ pub(crate) fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaE
     let variants: [(&str, LaunchOptions, Knobs); 9] = [
         ("normal", normal, &[]),
         ("PDL", pdl, &[]),
-        (
-            "PDL, int. R = 1, U = 1",
-            pdl,
-            &[(Q_ROWS, "1"), (Q_UNROLL, "1")],
-        ),
-        (
-            "PDL, int. R = 2, U = 1",
-            pdl,
-            &[(Q_ROWS, "2"), (Q_UNROLL, "1")],
-        ),
-        (
-            "PDL, int. R = 4, U = 1",
-            pdl,
-            &[(Q_ROWS, "4"), (Q_UNROLL, "1")],
-        ),
-        (
-            "PDL, int. R = 2, U = 2",
-            pdl,
-            &[(Q_ROWS, "2"), (Q_UNROLL, "2")],
-        ),
-        ("PDL, F16 U = 4", pdl, &[(F_SHAPE, "u4")]),
-        ("PDL, F16 U = 8", pdl, &[(F_SHAPE, "u8")]),
-        ("PDL, F16 U = 16", pdl, &[(F_SHAPE, "u16")]),
+        ("PDL, int. R = 1, U = 1", pdl, R1_U1),
+        ("PDL, int. R = 2, U = 1", pdl, R2_U1),
+        ("PDL, int. R = 4, U = 1", pdl, R4_U1),
+        ("PDL, int. R = 2, U = 2", pdl, R2_U2),
+        ("PDL, F16 U = 4", pdl, F16_U4),
+        ("PDL, F16 U = 8", pdl, F16_U8),
+        ("PDL, F16 U = 16", pdl, F16_U16),
     ];
     println!(
         "## Launch options: GEMV % of copy (1 column, weights rotated; µs/call in brackets)\n"
@@ -115,7 +93,7 @@ pub(crate) fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaE
             for _round in 0..3 {
                 for (vi, (_, o, knobs)) in variants.iter().enumerate() {
                     be.set_options(*o);
-                    set_knobs(knobs);
+                    set_knobs(be, knobs)?;
                     let t = time_calls(be, n * 2, 9, |i| match which {
                         0 => be.gemv(
                             &ws[i % n],
@@ -127,12 +105,10 @@ pub(crate) fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaE
                             &mut *y,
                         ),
                         1 => be.gemv(&ws[i % n], x, 1, mode, &Epilogue::NONE, &[], &mut *y),
-                        _ => be.gemv_quantized(
-                            &ws[i % n],
+                        _ => be.gemv_quantized_batch(
                             q.as_ref().expect("quantized"),
-                            &Epilogue::NONE,
-                            &[],
-                            &mut *y,
+                            &mut [fused_cuda::GemvJob::new(&ws[i % n], &mut *y)
+                                .with_epilogue(&Epilogue::NONE, &[])],
                         ),
                     })?;
                     per_variant[vi].push(t);
@@ -147,7 +123,7 @@ pub(crate) fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaE
         Ok(())
     })?;
     be.set_options(saved);
-    set_knobs(&[]);
+    set_knobs(be, &[])?;
     println!("\nDefault options: {saved:?}\n");
     Ok(())
 }
@@ -194,10 +170,7 @@ pub(crate) fn l2_ahead(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> 
                         if bytes != 0 {
                             let next = &ws[(i + 1) % n];
                             let bytes = bytes.min(next.bytes());
-                            job = job.with_l2_ahead(next, mode, bytes);
-                            if let Some(h) = &mut job.l2_ahead {
-                                h.at = at;
-                            }
+                            job = job.with_l2_ahead_at(next, mode, bytes, at);
                         }
                         match (which, &q) {
                             (1, Some(q)) => be.gemv_quantized_batch(q, &mut [job]),

@@ -1,0 +1,155 @@
+//! Device memory the backend's entry points take: f32 vectors, weight
+//! matrices in the kernels' layouts, quantized activations. Plain owners of
+//! `cust` allocations; the backend (`backend.rs`) fills and reads them.
+
+use crate::error::CudaError;
+use crate::qacts::QactsLayout;
+use cust::memory::DeviceBuffer;
+use fused_core::error::Unsupported;
+use fused_core::reference::ActQuant;
+use fused_core::{DType, Error};
+
+/// An f32 vector in device memory.
+pub struct DeviceVec {
+    pub(crate) buf: DeviceBuffer<f32>,
+}
+
+impl std::fmt::Debug for DeviceVec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceVec")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl DeviceVec {
+    /// Number of f32 elements.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.buf.len() == 0
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.buf.as_device_ptr().as_raw()
+    }
+}
+
+/// A weight matrix in device memory, in one of [`GEMV_DTYPES`](crate::GEMV_DTYPES); quantized
+/// formats in the f32-activation kernels' lane-interleaved layout
+/// (`src/layout.rs`: the same bytes, rearranged once at upload), and also
+/// in the integer kernels' layout (`layout::to_device_int`), so that one
+/// upload serves every activation mode (at twice the device memory for the
+/// quantized formats).
+pub struct DeviceWeights {
+    pub(crate) dtype: DType,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) row_bytes: usize,
+    /// The f32-activation kernels' layout.
+    pub(crate) buf: DeviceBuffer<u8>,
+    /// The integer kernels' layout (the quantized formats).
+    pub(crate) int_buf: Option<DeviceBuffer<u8>>,
+}
+
+impl std::fmt::Debug for DeviceWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceWeights")
+            .field("dtype", &self.dtype)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .finish()
+    }
+}
+
+impl DeviceWeights {
+    /// The format.
+    #[cfg(feature = "lab")]
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Output rows `M`.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Inner dimension `K`.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes of the matrix (one layout; what one GEMV reads).
+    #[cfg(feature = "lab")]
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The device address and length of the layout a GEMV fed per `mode`
+    /// reads: the integer layout for quantized activations, else the
+    /// float one; a layout the weights lack is [`Unsupported::ActQuant`].
+    pub(crate) fn layout_extent(&self, mode: ActQuant) -> Result<(u64, usize), CudaError> {
+        if mode == ActQuant::F32 {
+            return Ok((self.addr(), self.buf.len()));
+        }
+        let buf = self
+            .int_buf
+            .as_ref()
+            .ok_or(Error::Unsupported(Unsupported::ActQuant(mode)))?;
+        Ok((buf.as_device_ptr().as_raw(), buf.len()))
+    }
+
+    /// The device address of the integer kernels' copy (the quantized
+    /// formats).
+    pub(crate) fn int_addr(&self) -> Option<u64> {
+        self.int_buf.as_ref().map(|b| b.as_device_ptr().as_raw())
+    }
+
+    /// Bytes of one row (in the core's layout).
+    pub(crate) fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.buf.as_device_ptr().as_raw()
+    }
+}
+
+/// Activation columns quantized on the device (the core's
+/// [`ActQuant::Q8_0`], [`ActQuant::Q8_1`] or [`ActQuant::Q8_K`] mode), in the integer GEMV
+/// kernels' layout (`src/qacts.rs`).
+pub struct DeviceActs {
+    pub(crate) layout: QactsLayout,
+    pub(crate) buf: DeviceBuffer<u8>,
+}
+
+impl std::fmt::Debug for DeviceActs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceActs")
+            .field("mode", &self.layout.mode)
+            .field("k", &self.layout.k)
+            .field("n_cols", &self.layout.n_cols)
+            .finish()
+    }
+}
+
+impl DeviceActs {
+    /// The activation mode.
+    #[cfg(feature = "lab")]
+    pub fn mode(&self) -> ActQuant {
+        self.layout.mode
+    }
+
+    /// Columns.
+    #[cfg(feature = "lab")]
+    pub fn n_cols(&self) -> usize {
+        self.layout.n_cols
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.buf.as_device_ptr().as_raw()
+    }
+}
