@@ -28,6 +28,7 @@
 //! host memory through a backend's [`StepKernels`] (the CPU backend's plan,
 //! and a GPU backend's fallback for plans its device executor refuses).
 
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -39,7 +40,7 @@ use crate::error::{Error, check_len};
 use crate::exec::{Counters, Executor, StepKernels};
 use crate::graph::{Graph, Op};
 use crate::lower::{Command, lower};
-use crate::memory::{Buffers, gather_f32};
+use crate::memory::{Buffers, Memory, gather_f32};
 use crate::planner::Plan;
 use crate::tensor::{BufferId, ByteRange, TensorDesc};
 
@@ -99,12 +100,12 @@ pub trait Backend {
         None
     }
 
-    /// The device's copy bandwidth in GB/s (10⁹ bytes a second: bytes read
-    /// plus bytes written, or bytes read for a CPU), measured now over
-    /// `bytes`: the ceiling the benchmarks compare against. `None` where the
-    /// backend has no probe.
-    fn copy_bandwidth_gbs(&self, bytes: usize) -> Option<f64> {
-        let _ = bytes;
+    /// The memory bandwidth in GB/s (10⁹ bytes a second: bytes read plus
+    /// bytes written by a device-to-device copy, or bytes read by every
+    /// thread of a CPU), measured now over a buffer well beyond the caches:
+    /// the ceiling the benchmarks compare against. `None` where the backend
+    /// has no probe or the probe failed.
+    fn copy_bandwidth_gbs(&self) -> Option<f64> {
         None
     }
 }
@@ -490,5 +491,109 @@ impl<K: StepKernels + ?Sized, M: Buffers> ResidentPlan for HostPlan<'_, K, M> {
 
     fn stats(&self) -> PlanStats {
         self.stats
+    }
+}
+
+/// A device backend's resident plan: its device plan `P`, or, for a plan
+/// its device executor refuses as unsupported (a strided tensor, a
+/// broadcast it has no kernel for), the plan run step by step over host
+/// memory through its host-slice kernels `K` ([`PlanStats::host_steps`]),
+/// with the reason kept ([`Resident::fallback_reason`]).
+#[derive(Debug)]
+pub enum Resident<'a, P, K: ?Sized> {
+    /// The device executor's plan.
+    Device(P),
+    /// The step-by-step plan, and why the device executor refused.
+    Host(Box<HostPlan<'a, K, Memory>>, Error),
+}
+
+impl<'a, P, K> Resident<'a, P, K>
+where
+    P: ResidentPlan<Error = K::Error>,
+    K: StepKernels + ?Sized,
+{
+    /// The device plan `device`, or where building it failed with an error
+    /// that `unsupported` maps to a core [`Error::Unsupported`] /
+    /// [`Error::UnsupportedDType`], the host plan `host` builds (made with
+    /// [`HostPlan::on_device`]); any other error is returned.
+    pub fn device_or_host(
+        device: Result<P, K::Error>,
+        unsupported: impl Fn(&K::Error) -> Option<Error>,
+        host: impl FnOnce() -> Result<HostPlan<'a, K, Memory>, Error>,
+    ) -> Result<Self, K::Error> {
+        match device {
+            Ok(p) => Ok(Resident::Device(p)),
+            Err(e) => match unsupported(&e) {
+                Some(why @ (Error::Unsupported(_) | Error::UnsupportedDType { .. })) => {
+                    Ok(Resident::Host(Box::new(host()?), why))
+                }
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Why the plan runs step by step over host memory, if it does.
+    pub fn fallback_reason(&self) -> Option<&Error> {
+        match self {
+            Resident::Device(_) => None,
+            Resident::Host(_, why) => Some(why),
+        }
+    }
+}
+
+impl<P, K> ResidentPlan for Resident<'_, P, K>
+where
+    P: ResidentPlan<Error = K::Error>,
+    K: StepKernels + ?Sized,
+{
+    type Error = K::Error;
+
+    fn buffer_sizes(&self) -> &[usize] {
+        match self {
+            Resident::Device(p) => p.buffer_sizes(),
+            Resident::Host(p, _) => p.buffer_sizes(),
+        }
+    }
+
+    fn write(&mut self, id: BufferId, offset: usize, bytes: &[u8]) -> Result<(), K::Error> {
+        match self {
+            Resident::Device(p) => p.write(id, offset, bytes),
+            Resident::Host(p, _) => p.write(id, offset, bytes),
+        }
+    }
+
+    fn read(&self, id: BufferId, offset: usize, out: &mut [u8]) -> Result<(), K::Error> {
+        match self {
+            Resident::Device(p) => p.read(id, offset, out),
+            Resident::Host(p, _) => p.read(id, offset, out),
+        }
+    }
+
+    fn run(&mut self) -> Result<(), K::Error> {
+        match self {
+            Resident::Device(p) => p.run(),
+            Resident::Host(p, _) => p.run(),
+        }
+    }
+
+    fn restore_inputs(&mut self) -> Result<(), K::Error> {
+        match self {
+            Resident::Device(p) => p.restore_inputs(),
+            Resident::Host(p, _) => p.restore_inputs(),
+        }
+    }
+
+    fn time_once(&mut self) -> Result<PlanTiming, K::Error> {
+        match self {
+            Resident::Device(p) => p.time_once(),
+            Resident::Host(p, _) => p.time_once(),
+        }
+    }
+
+    fn stats(&self) -> PlanStats {
+        match self {
+            Resident::Device(p) => p.stats(),
+            Resident::Host(p, _) => p.stats(),
+        }
     }
 }

@@ -33,8 +33,7 @@ use crate::fwht::FwhtDesc;
 use crate::graph::Graph;
 use crate::lower::{BinaryOp, Broadcast, Command, CommandSink, lower, lower_into};
 use crate::memory::f32_le;
-#[doc(hidden)]
-pub use crate::memory::{Buffers, fill_buffers, gather_f32, packed};
+use crate::memory::{Buffers, gather_f32, packed};
 use crate::planner::{Operands, Plan, Step};
 use crate::tensor::{Overlap, TensorDesc};
 use crate::weights::{GluWeights, WeightMatrix};

@@ -8,12 +8,12 @@ mod common;
 
 use common::*;
 use fused_core::DType;
+use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
 use fused_core::epilogue::Stage;
 use fused_core::graph::NodeId;
 use fused_core::legality::Refusal;
 use fused_core::planner::{Pattern, Refused, Step};
-use fused_core::reference::eval::GemvMode;
 
 const H: usize = 64;
 const F: usize = 128;

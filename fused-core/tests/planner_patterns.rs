@@ -10,13 +10,13 @@ mod common;
 
 use common::*;
 use fused_core::DType;
+use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES, Stage};
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{NodeId, Place};
 use fused_core::legality::Refusal;
 use fused_core::planner::{FusedFwht, FusedGemv, FusedGlu, Operands, Pattern, Plan, Refused, Step};
-use fused_core::reference::eval::GemvMode;
 use fused_core::tensor::TensorDesc;
 
 // ---------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 mod common;
 use common::*;
 use fused_core::DType;
+use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
-use fused_core::reference::eval::GemvMode;
 
 #[test]
 fn mm_add_fuses_and_matches() {

@@ -13,15 +13,13 @@ use alloc::vec::Vec;
 
 use super::gemv::{dot_f32, dot_quantized};
 use crate::acts::ActQuant;
-#[doc(hidden)]
-pub use crate::acts::GemvMode;
+use crate::acts::GemvMode;
 use crate::dtype::DType;
 use crate::epilogue::Stage;
 use crate::error::Error;
 use crate::fwht::{FwhtDesc, butterflies, check_fwht_size};
 use crate::graph::{Graph, MatHint, NodeId, Op};
-#[doc(hidden)]
-pub use crate::memory::Memory;
+use crate::memory::Memory;
 use crate::planner::{FusedFwht, FusedGemv, FusedGlu, Operands, Plan, Step};
 use crate::tensor::TensorDesc;
 use crate::weights::WeightMatrix;

@@ -13,14 +13,13 @@
 //! `(row, col)` lives at `col·rows + row`; column `col` of the input is
 //! `x[col·K .. (col+1)·K]`.
 
-#[doc(hidden)]
-pub use crate::acts::ActQuant;
+use crate::acts::ActQuant;
 use crate::element::Activation;
 use crate::epilogue::BoundEpilogue;
 use crate::error::Error;
 use crate::error::check_len;
 use crate::quant::{dequantize_row, vec_dot};
-pub use crate::weights::{GluWeights, WeightMatrix};
+use crate::weights::{GluWeights, WeightMatrix};
 
 /// The f32-mode dot product of row `r` with `x` (`x.len() == cols`).
 pub fn dot_f32(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f32, Error> {
