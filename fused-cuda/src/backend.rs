@@ -31,13 +31,14 @@ use cust::event::{Event, EventFlags};
 use cust::function::Function;
 use cust::memory::{CopyDestination, DeviceBuffer};
 use cust::module::Module;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::error::{Unsupported, check_divides, check_len};
 use fused_core::fwht::FwhtDesc;
 use fused_core::placement::Region;
 use fused_core::reference::gemv::check_gemm_args;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 use std::borrow::Cow;
 use std::ffi::c_void;
@@ -125,6 +126,11 @@ impl CudaBackend {
             #[cfg(feature = "lab")]
             team_kernels,
         })
+    }
+
+    /// The device's name, as the driver gives it.
+    pub(crate) fn device_name(&self) -> String {
+        self.dev().name().to_string()
     }
 
     /// The device.

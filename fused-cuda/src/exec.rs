@@ -11,13 +11,14 @@
 //! constructor returns [`CudaError::NotCompiled`](crate::CudaError::NotCompiled)).
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::error::{Unsupported, check_len};
 use fused_core::exec::{Counters, StepKernels};
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::gemv::GluWeights;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 
 use crate::backend::CudaBackend;
 use crate::error::CudaError;

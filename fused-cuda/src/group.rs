@@ -159,10 +159,10 @@ mod tests {
     use crate::params::EpiParams;
     use crate::qacts::QactsLayout;
     use crate::schedule::Deps;
+    use fused_core::acts::ActQuant;
     use fused_core::element::Activation;
     use fused_core::epilogue::Epilogue;
     use fused_core::placement::Region;
-    use fused_core::reference::ActQuant;
 
     const ID: Activation = Activation::Identity;
 

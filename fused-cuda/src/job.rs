@@ -3,9 +3,9 @@
 //! borrows of device memory, the same with and without the `cuda` feature.
 
 use crate::{DeviceActs, DeviceVec, DeviceWeights};
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::ActQuant;
 
 /// One GEMV of a batch: `y = epilogue(W·x)`, or the gated
 /// `y = epilogue(act(W_g·x) ⊙ (W_u·x))`, over the batch's activations.

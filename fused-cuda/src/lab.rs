@@ -28,7 +28,7 @@ use crate::qacts::QuantizedActs;
 use crate::teams::TeamKernel;
 use crate::tuning::{L2_AHEAD_BYTES, Tuning};
 use cust::memory::{CopyDestination, DeviceBuffer};
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 
 /// Threads per block of the probe kernel.
 const PROBE_BLOCK: u32 = 256;
@@ -242,16 +242,21 @@ impl CudaDevice {
 
 impl DevicePlan<'_> {
     /// Runs the plan `reps` times submitted as `how` says, each run
-    /// starting from the uploaded inputs ([`DevicePlan::restore_inputs`]
-    /// before it, not timed), after one untimed warm-up run: the device
-    /// milliseconds of each, from CUDA events recorded around the whole run.
+    /// starting from the written inputs (restored before it, not timed),
+    /// after one untimed warm-up run: the device milliseconds of each, from
+    /// CUDA events recorded around the whole run.
     pub fn run_timed(&self, reps: usize, how: Submission) -> Result<Vec<f32>, CudaError> {
-        self.restore_inputs()?;
+        self.restore()?;
         self.run_as(how)?;
-        (0..reps).map(|_| self.time_once(how)).collect()
+        (0..reps)
+            .map(|_| {
+                self.restore()?;
+                self.time_run(how)
+            })
+            .collect()
     }
 
-    /// As [`DevicePlan::time_once`], but the host does not wait between the
+    /// As [`DevicePlan::time_once_as`], but the host does not wait between the
     /// restore and the run: the restore copies and the timed run are
     /// enqueued behind whatever the stream holds, so that work enqueued
     /// before (a benchmark's head start) keeps the device busy while the

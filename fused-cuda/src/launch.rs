@@ -20,10 +20,10 @@ use crate::params::{
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
 use crate::tuning::Tuning;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 
 /// Threads per block of the warp FWHT kernels.

@@ -51,7 +51,8 @@
 //! use fused_core::element::Activation;
 //! use fused_core::epilogue::Epilogue;
 //! use fused_core::quant::quantize_row;
-//! use fused_core::reference::{ActQuant, WeightMatrix};
+//! use fused_core::acts::ActQuant;
+//! use fused_core::weights::WeightMatrix;
 //! use fused_cuda::{CudaBackend, CudaError, Elementwise, GemvJob};
 //!
 //! /// `rows × cols` Q4_0 weights from a smooth pattern.
@@ -188,6 +189,8 @@
 //! team kernels, GEMVs that write their output quantized, the lab's
 //! [`Knob`]s, and `cuda-bench`.
 
+// The core's backend contract on this backend (trait impls only).
+mod contract;
 mod error;
 mod job;
 mod knob;
@@ -268,8 +271,8 @@ pub use teams::TeamKernel;
 pub use timeline::{BlockTimes, CallHandoff, GemvTimeline};
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::error::Unsupported;
-use fused_core::reference::ActQuant;
 
 /// The weight formats the CUDA GEMV kernels take: every weight format of
 /// the core (the activation-only Q8_1 and Q8_K aside).

@@ -5,8 +5,8 @@
 use crate::error::CudaError;
 use crate::qacts::QactsLayout;
 use cust::memory::DeviceBuffer;
+use fused_core::acts::ActQuant;
 use fused_core::error::Unsupported;
-use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 
 /// An f32 vector in device memory.
@@ -86,6 +86,11 @@ impl DeviceWeights {
     #[cfg(feature = "lab")]
     pub fn bytes(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Device bytes held: both layouts where the integer one exists.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.buf.len() + self.int_buf.as_ref().map_or(0, |b| b.len())
     }
 
     /// The device address and length of the layout a GEMV fed per `mode`

@@ -66,20 +66,25 @@
 //! copies them back, so that every run of [`DevicePlan::time_once`] starts
 //! from the same inputs (the restore is outside the timed part).
 
+use std::time::{Duration, Instant};
+
 use cust::memory::{CopyDestination, DeviceBuffer};
+use fused_core::acts::ActQuant;
+use fused_core::acts::GemvMode;
+use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan};
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
-use fused_core::exec::{Buffers, StepKernels, fill_buffers, gather_f32, packed};
+use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Op};
 use fused_core::lower::{BinaryOp, Broadcast, CommandSink, lower_into};
+use fused_core::memory::packed;
 use fused_core::placement;
 use fused_core::planner::{Operands, Plan};
-use fused_core::reference::eval::GemvMode;
-use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::reuse::LatestQuantization;
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
+use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 
 use crate::backend::CudaBackend;
@@ -772,8 +777,10 @@ impl<'a> DevicePlan<'a> {
         })
     }
 
-    /// What one run enqueues.
-    pub fn stats(&self) -> DevicePlanStats {
+    /// What one run enqueues, in this backend's own terms (groups,
+    /// overlapping GEMVs); [`ResidentPlan::stats`] gives the common ones.
+    #[cfg(feature = "lab")]
+    pub fn device_stats(&self) -> DevicePlanStats {
         self.stats
     }
 
@@ -782,7 +789,7 @@ impl<'a> DevicePlan<'a> {
     /// ([`DevicePlanStats::launches`] − 1; the copies a step adds are not
     /// counted), less the [`DevicePlanStats::overlapping`] GEMVs where
     /// the tuning's overlap is in effect.
-    pub fn waits(&self) -> u64 {
+    pub(crate) fn waits(&self) -> u64 {
         let overlapping = if self.backend.tuning_in_effect().overlap {
             self.stats.overlapping
         } else {
@@ -835,40 +842,6 @@ impl<'a> DevicePlan<'a> {
         r.and(s)
     }
 
-    /// Writes every graph buffer from `mem` (buffer `i` must hold the size
-    /// the plan was built with), prepares the weights of every GEMV from
-    /// them, and saves pristine copies of the inputs the plan overwrites.
-    pub fn upload<M: Buffers>(&mut self, mem: &M) -> Result<(), CudaError> {
-        // Nothing enqueued may still read the buffers written below.
-        self.backend.synchronize()?;
-        for (i, (buf, &size)) in self.buffers.iter_mut().zip(&self.sizes).enumerate() {
-            let bytes = mem.buffer(BufferId(i as u32))?;
-            check_len("host buffer for the device plan", size, bytes.len())?;
-            if size > 0 {
-                let mut dst = buf.index(..size);
-                dst.copy_from(bytes)
-                    .map_err(driver("copy a plan buffer to the device"))?;
-            }
-        }
-        for (t, d) in &mut self.weights {
-            let t: &TensorDesc = t;
-            let bytes = packed(mem.buffer(t.buffer())?, t)?;
-            let w = WeightMatrix::new(t.dtype(), t.ne()[1], t.ne()[0], &bytes)?;
-            self.backend.write_weights(d, &w)?;
-        }
-        // The copies above ran on the legacy stream; make them visible to
-        // the backend's (non-blocking) stream before anything reads them.
-        self.backend.synchronize_context()?;
-        let r = self.enqueue(&self.save);
-        self.finish(r)
-    }
-
-    /// Runs the plan once over the device buffers as they are (every
-    /// launch enqueued on the stream, one synchronisation).
-    pub fn run(&self) -> Result<(), CudaError> {
-        self.run_as(Submission::Stream)
-    }
-
     /// Runs the plan once, submitted as `how` says, and waits for it.
     pub fn run_as(&self, how: Submission) -> Result<(), CudaError> {
         let r = self.enqueue_run(how);
@@ -890,7 +863,7 @@ impl<'a> DevicePlan<'a> {
 
     /// Copies the graph inputs the plan overwrites back from their pristine
     /// copies, and waits (nothing to do when it overwrites none).
-    pub fn restore_inputs(&self) -> Result<(), CudaError> {
+    pub(crate) fn restore(&self) -> Result<(), CudaError> {
         if self.restore.is_empty() {
             return Ok(());
         }
@@ -898,10 +871,16 @@ impl<'a> DevicePlan<'a> {
         self.finish(r)
     }
 
-    /// Restores the inputs, then one run timed by CUDA events (milliseconds).
-    pub fn time_once(&self, how: Submission) -> Result<f32, CudaError> {
-        self.restore_inputs()?;
-        self.time_run(how)
+    /// Restores the inputs (not timed), then one run submitted as `how`
+    /// says, timed on the device by CUDA events and on the host.
+    pub fn time_once_as(&self, how: Submission) -> Result<PlanTiming, CudaError> {
+        self.restore()?;
+        let t0 = Instant::now();
+        let ms = self.time_run(how)?;
+        Ok(PlanTiming {
+            device: Some(Duration::from_secs_f64(f64::from(ms) / 1e3)),
+            wall: t0.elapsed(),
+        })
     }
 
     /// One run between CUDA events on the stream, waited for (milliseconds).
@@ -912,32 +891,121 @@ impl<'a> DevicePlan<'a> {
         t
     }
 
-    /// The bytes of graph buffer `id` (the size the plan was built with).
-    pub fn download(&self, id: BufferId) -> Result<Vec<u8>, CudaError> {
+    /// Buffer `id`'s index, after checking that `len` bytes from `offset`
+    /// lie inside it.
+    fn range(&self, id: BufferId, offset: usize, len: usize) -> Result<usize, Error> {
         let i = id.0 as usize;
-        let buf = self
-            .buffers
-            .get(i)
-            .ok_or(Error::BadBuffer { buffer: id.0 })?;
-        let mut out = vec![0u8; self.sizes[i]];
+        let size = *self.sizes.get(i).ok_or(Error::BadBuffer { buffer: id.0 })?;
+        let end = offset.checked_add(len).ok_or(Error::Overflow {
+            what: "plan buffer range",
+        })?;
+        if end > size {
+            return Err(Error::BufferTooShort {
+                what: "plan buffer range",
+                needed: end,
+                actual: size,
+            });
+        }
+        Ok(i)
+    }
+}
+
+/// The core's resident-plan contract: writes and reads by byte range (a
+/// write that touches GEMV weights prepares them again, and one that
+/// touches an input the plan overwrites saves it again), runs on the
+/// backend's stream, restores, times by CUDA events.
+impl ResidentPlan for DevicePlan<'_> {
+    type Error = CudaError;
+
+    fn buffer_sizes(&self) -> &[usize] {
+        &self.sizes
+    }
+
+    fn write(&mut self, id: BufferId, offset: usize, bytes: &[u8]) -> Result<(), CudaError> {
+        let i = self.range(id, offset, bytes.len())?;
+        let end = offset + bytes.len();
+        // Nothing enqueued may still read the bytes written below.
+        self.backend.synchronize()?;
+        if !bytes.is_empty() {
+            self.buffers[i]
+                .index(offset..end)
+                .copy_from(bytes)
+                .map_err(driver("copy bytes into a plan buffer"))?;
+        }
+        let DevicePlan {
+            backend,
+            buffers,
+            weights,
+            ..
+        } = self;
+        for (t, d) in weights.iter_mut() {
+            let t: &TensorDesc = t;
+            let ext = t.byte_extent();
+            if t.buffer() != id || ext.start >= end || offset >= ext.end {
+                continue;
+            }
+            let mut host = vec![0u8; ext.end - ext.start];
+            buffers[i]
+                .index(ext.start..ext.end)
+                .copy_to(&mut host[..])
+                .map_err(driver("read weights back to prepare them"))?;
+            let local = TensorDesc::strided(t.dtype(), t.ne(), t.nb(), t.buffer(), 0)?;
+            let rows = packed(&host, &local)?;
+            let w = WeightMatrix::new(t.dtype(), t.ne()[1], t.ne()[0], &rows)?;
+            backend.write_weights(d, &w)?;
+        }
+        // The copies above ran on the legacy stream; make them visible to
+        // the backend's (non-blocking) stream before anything reads them.
+        self.backend.synchronize_context()?;
+        let r = self.enqueue(&self.save);
+        self.finish(r)
+    }
+
+    fn read(&self, id: BufferId, offset: usize, out: &mut [u8]) -> Result<(), CudaError> {
+        let i = self.range(id, offset, out.len())?;
         self.backend.synchronize()?;
         if !out.is_empty() {
-            buf.index(..out.len())
-                .copy_to(&mut out[..])
-                .map_err(driver("copy a plan buffer to the host"))?;
+            self.buffers[i]
+                .index(offset..offset + out.len())
+                .copy_to(out)
+                .map_err(driver("copy plan buffer bytes to the host"))?;
         }
-        Ok(out)
+        Ok(())
     }
 
-    /// The values of tensor `t` (F32, F16 or BF16) as f32.
-    pub fn read_f32(&self, t: &TensorDesc) -> Result<Vec<f32>, CudaError> {
-        let bytes = self.download(t.buffer())?;
-        Ok(gather_f32(&bytes, t)?.into_owned())
+    fn run(&mut self) -> Result<(), CudaError> {
+        self.run_as(Submission::Stream)
     }
 
-    /// Copies every graph buffer back into `mem`.
-    pub fn download_into<M: Buffers>(&self, mem: &mut M) -> Result<(), CudaError> {
-        fill_buffers(mem, self.buffers.len(), |id| self.download(id))
+    fn restore_inputs(&mut self) -> Result<(), CudaError> {
+        self.restore()
+    }
+
+    fn time_once(&mut self) -> Result<PlanTiming, CudaError> {
+        self.time_once_as(Submission::Stream)
+    }
+
+    /// A barrier is a launch that waits, in stream order, for the one before
+    /// it (GEMVs that overlap the ones before them do not).
+    fn stats(&self) -> PlanStats {
+        let s = self.stats;
+        let bytes = |b: &DeviceBuffer<u8>| b.len() as u64;
+        PlanStats {
+            kernel_steps: s.kernel_steps,
+            launches: s.launches,
+            barriers: self.waits(),
+            quantizations: s.quantizations,
+            copies: s.copies,
+            copy_bytes: s.copy_bytes,
+            resident_bytes: self.buffers.iter().map(bytes).sum::<u64>()
+                + self.scratch.iter().map(bytes).sum::<u64>()
+                + self
+                    .weights
+                    .iter()
+                    .map(|(_, d)| d.held_bytes() as u64)
+                    .sum::<u64>(),
+            host_steps: false,
+        }
     }
 }
 

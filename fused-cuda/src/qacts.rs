@@ -22,8 +22,8 @@
 //!   the GEMV blocks done with each activation block (`QuantOut` in
 //!   `kernels/gemv.cu`), the last one back to 0.
 
+use fused_core::acts::ActQuant;
 use fused_core::error::Unsupported;
-use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 
 /// Quantized activations copied back to the host

@@ -1,20 +1,22 @@
 //! The backend when the crate is built without the `cuda` feature: the same
 //! public API as the real one, and no value of its types can exist.
 
-use crate::{CudaError, DevicePlanStats, Elementwise, GemvJob, Submission, Tuning};
+use crate::{CudaError, Elementwise, GemvJob, Submission, Tuning};
 use core::convert::Infallible;
 use fused_core::DType;
+use fused_core::acts::ActQuant;
+use fused_core::acts::GemvMode;
+use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan};
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::error::Unsupported;
-use fused_core::exec::{Buffers, Counters, StepKernels};
+use fused_core::exec::{Counters, StepKernels};
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::Graph;
 use fused_core::planner::Plan;
-use fused_core::reference::eval::GemvMode;
-use fused_core::reference::gemv::GluWeights;
-use fused_core::reference::{ActQuant, WeightMatrix};
-use fused_core::tensor::{BufferId, TensorDesc};
+use fused_core::tensor::BufferId;
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 use std::marker::PhantomData;
 
 /// Quantized activations in device memory (none can exist in this build).
@@ -143,6 +145,9 @@ impl CudaBackend {
     pub fn elementwise(&self, _op: Elementwise<'_>, _out: &mut DeviceVec) -> Result<(), CudaError> {
         match self.never {}
     }
+    pub(crate) fn device_name(&self) -> String {
+        match self.never {}
+    }
     pub fn copy_bandwidth_gbs(&self, _bytes: usize, _reps: usize) -> Result<f64, CudaError> {
         match self.never {}
     }
@@ -239,38 +244,39 @@ impl<'a> DevicePlan<'a> {
     ) -> Result<DevicePlan<'a>, CudaError> {
         match backend.never {}
     }
-    pub fn stats(&self) -> DevicePlanStats {
-        let _ = self.backend;
-        match self.never {}
-    }
-    pub fn waits(&self) -> u64 {
-        match self.never {}
-    }
-    pub fn upload<M: Buffers>(&mut self, _mem: &M) -> Result<(), CudaError> {
-        match self.never {}
-    }
-    pub fn run(&self) -> Result<(), CudaError> {
-        match self.never {}
-    }
     pub fn run_as(&self, _how: Submission) -> Result<(), CudaError> {
+        let _ = self.backend;
         match self.never {}
     }
     pub fn capture_graph(&mut self) -> Result<(), CudaError> {
         match self.never {}
     }
-    pub fn restore_inputs(&self) -> Result<(), CudaError> {
+    pub fn time_once_as(&self, _how: Submission) -> Result<PlanTiming, CudaError> {
         match self.never {}
     }
-    pub fn time_once(&self, _how: Submission) -> Result<f32, CudaError> {
+}
+
+impl ResidentPlan for DevicePlan<'_> {
+    type Error = CudaError;
+    fn buffer_sizes(&self) -> &[usize] {
         match self.never {}
     }
-    pub fn download(&self, _id: BufferId) -> Result<Vec<u8>, CudaError> {
+    fn write(&mut self, _id: BufferId, _offset: usize, _bytes: &[u8]) -> Result<(), CudaError> {
         match self.never {}
     }
-    pub fn read_f32(&self, _t: &TensorDesc) -> Result<Vec<f32>, CudaError> {
+    fn read(&self, _id: BufferId, _offset: usize, _out: &mut [u8]) -> Result<(), CudaError> {
         match self.never {}
     }
-    pub fn download_into<M: Buffers>(&self, _mem: &mut M) -> Result<(), CudaError> {
+    fn run(&mut self) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    fn restore_inputs(&mut self) -> Result<(), CudaError> {
+        match self.never {}
+    }
+    fn time_once(&mut self) -> Result<PlanTiming, CudaError> {
+        match self.never {}
+    }
+    fn stats(&self) -> PlanStats {
         match self.never {}
     }
 }

@@ -13,9 +13,9 @@ use common::{
     Rng, assert_bits_eq, backend_or_skip, chain, chain_operands, download, upload_weights,
 };
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::ActQuant;
 use fused_cuda::{
     AheadAt, CudaBackend, CudaError, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
 };
@@ -156,7 +156,7 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
             .map(|d| d.ops.as_ref().map_or(vec![], |o| o.iter().collect()))
             .collect();
         let xs: Vec<DeviceVec> = (0..ROUNDS)
-            .map(|_| be.upload(&rng.vec(k * n_cols, 2.0)).unwrap())
+            .map(|_| be.upload(&rng.vec_scaled(k * n_cols, 2.0)).unwrap())
             .collect();
         let mut batched: Vec<Vec<DeviceVec>> =
             xs.iter().map(|_| poisoned(&be, &data, n_cols)).collect();
@@ -241,7 +241,7 @@ fn a_bad_job_refuses_the_whole_batch() {
         .iter()
         .map(|d| d.ops.as_ref().map_or(vec![], |o| o.iter().collect()))
         .collect();
-    let x = be.upload(&rng.vec(k, 1.0)).unwrap();
+    let x = be.upload(&rng.vec_scaled(k, 1.0)).unwrap();
     let epi = chain();
     // The third job's output (the gated one, 130 rows) one element short:
     // the jobs before it are fine, and nothing may be enqueued for them.

@@ -4,11 +4,12 @@
 mod common;
 
 use common::{Rng, backend_or_skip, weights};
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 use fused_cuda::CudaError;
 
@@ -26,7 +27,7 @@ fn bad_inputs_are_typed_errors() {
     let (m, k) = (4, 64);
     let bytes = weights(&mut rng, DType::Q4_0, m, k);
     let w = WeightMatrix::new(DType::Q4_0, m, k, &bytes).unwrap();
-    let x = rng.vec(k, 1.0);
+    let x = rng.vec_scaled(k, 1.0);
     let mut y = vec![0.0; m];
 
     // Unsupported weight format (Q8_1 is an activation format).
@@ -64,7 +65,7 @@ fn bad_inputs_are_typed_errors() {
         Error::LengthMismatch { .. }
     ));
     // Too many columns.
-    let x9 = rng.vec(9 * k, 1.0);
+    let x9 = rng.vec_scaled(9 * k, 1.0);
     let mut y9 = vec![0.0; 9 * m];
     assert!(matches!(
         core_err(common::gemv_host(

@@ -6,9 +6,9 @@ mod common;
 
 use common::{Rng, assert_bits_eq, backend_or_skip, download, silu_mul_add, upload_weights};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
-use fused_core::reference::ActQuant;
 use fused_cuda::{CudaBackend, DeviceVec, KernelForm, LaunchOptions};
 
 /// Runs `epi`'s stages one unfused kernel each on `v` (operands by slot).
@@ -92,10 +92,10 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
         let q = u64::from(mode != ActQuant::F32);
         let (m, k) = (257, 2304);
         let w = upload_weights(&be, &mut rng, dtype, m, k);
-        let x = be.upload(&rng.vec(k * n_cols, 2.0)).unwrap();
-        let bias = be.upload(&rng.vec(m, 1.0)).unwrap();
-        let a = be.upload(&rng.vec(m * n_cols, 1.0)).unwrap();
-        let b = be.upload(&rng.vec(m * n_cols, 1.0)).unwrap();
+        let x = be.upload(&rng.vec_scaled(k * n_cols, 2.0)).unwrap();
+        let bias = be.upload(&rng.vec_scaled(m, 1.0)).unwrap();
+        let a = be.upload(&rng.vec_scaled(m * n_cols, 1.0)).unwrap();
+        let b = be.upload(&rng.vec_scaled(m * n_cols, 1.0)).unwrap();
         for act in Activation::ALL {
             for epi in chains(act) {
                 // Operand slots in the order the builder assigned them.
@@ -167,9 +167,9 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
     let chains = [Epilogue::NONE.then_add().unwrap(), silu_mul_add()];
     for (dtype, mode, m, k) in cases {
         let w = upload_weights(&be, &mut rng, dtype, m, k);
-        let x = be.upload(&rng.vec(k, 2.0)).unwrap();
-        let a = be.upload(&rng.vec(m, 1.0)).unwrap();
-        let b = be.upload(&rng.vec(m, 1.0)).unwrap();
+        let x = be.upload(&rng.vec_scaled(k, 2.0)).unwrap();
+        let a = be.upload(&rng.vec_scaled(m, 1.0)).unwrap();
+        let b = be.upload(&rng.vec_scaled(m, 1.0)).unwrap();
         for epi in &chains {
             let ops: Vec<&DeviceVec> = [&a, &b][2 - epi.n_operands()..].to_vec();
             let mut outs = Vec::new();
@@ -240,8 +240,8 @@ fn fused_glu_equals_unfused_kernels_bit_for_bit() {
         let (m, k, n_cols) = (130, 1056, 2);
         let g = upload_weights(&be, &mut rng, dtype, m, k);
         let u = upload_weights(&be, &mut rng, dtype, m, k);
-        let x = be.upload(&rng.vec(k * n_cols, 1.0)).unwrap();
-        let res = be.upload(&rng.vec(m * n_cols, 1.0)).unwrap();
+        let x = be.upload(&rng.vec_scaled(k * n_cols, 1.0)).unwrap();
+        let res = be.upload(&rng.vec_scaled(m * n_cols, 1.0)).unwrap();
         let epi = Epilogue::NONE.then_add().unwrap();
         for act in Activation::ALL {
             let mut fused = be.alloc(m * n_cols).unwrap();
@@ -286,8 +286,8 @@ fn unfused_kernels_track_the_core_element_functions() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(5);
     let n = 100_003;
-    let a = rng.vec(n, 8.0);
-    let b = rng.vec(n, 8.0);
+    let a = rng.vec_scaled(n, 8.0);
+    let b = rng.vec_scaled(n, 8.0);
     let (da, db) = (be.upload(&a).unwrap(), be.upload(&b).unwrap());
     let mut out = be.alloc(n).unwrap();
     let mut got = vec![0.0; n];

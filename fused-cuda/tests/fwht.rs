@@ -14,7 +14,7 @@ fn fwht_equals_the_core_for_every_size_signed_and_unsigned() {
         let n = 1usize << log2;
         // Enough rows to leave a partly filled warp or block at the end.
         let rows = (1 << 17) / n + 3;
-        let x = rng.vec(rows * n, 4.0);
+        let x = rng.vec_scaled(rows * n, 4.0);
         let signs = rng.signs(2 * n);
         let plain = FwhtDesc::new(n).unwrap();
         let signed = plain.with_signs(2 * n).unwrap();
@@ -43,7 +43,7 @@ fn fused_signs_equal_sign_multiply_then_fwht() {
     let mut rng = Rng::new(7);
     for n in [16usize, 1024, 4096, 32768] {
         let rows = 6;
-        let x = be.upload(&rng.vec(rows * n, 1.0)).unwrap();
+        let x = be.upload(&rng.vec_scaled(rows * n, 1.0)).unwrap();
         let signs = be.upload(&rng.signs(3 * n)).unwrap();
         let signed = FwhtDesc::new(n).unwrap().with_signs(3 * n).unwrap();
         let mut fused = be.alloc(rows * n).unwrap();

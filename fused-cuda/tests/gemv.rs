@@ -14,10 +14,12 @@ mod common;
 
 use common::{Rng, backend_or_skip, chain, chain_operands, nmse, weights, wide};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_f64, gemm_glu, gemm_glu_f64};
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::gemv::{gemm, gemm_f64, gemm_glu, gemm_glu_f64};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 use fused_cuda::{CudaBackend, GEMV_DTYPES};
 
 const TOL: f64 = 1e-6;
@@ -47,7 +49,7 @@ fn check_gemv(
 ) {
     let bytes = weights(rng, dtype, m, k);
     let w = WeightMatrix::new(dtype, m, k, &bytes).unwrap();
-    let x = rng.vec(k * n_cols, 1.0);
+    let x = rng.vec_scaled(k * n_cols, 1.0);
     let [o0, o1, bias] = chain_operands(rng, m, n_cols);
     let ops: [&[f32]; 3] = [&o0, &o1, &bias];
     for epi in [Epilogue::NONE, chain()] {
@@ -105,8 +107,8 @@ fn gated_gemv_matches_the_reference() {
                 let g = WeightMatrix::new(dtype, m, k, &gb).unwrap();
                 let u = WeightMatrix::new(dtype, m, k, &ub).unwrap();
                 let w = GluWeights::new(g, u).unwrap();
-                let x = rng.vec(k * n_cols, 1.0);
-                let res = rng.vec(m * n_cols, 1.0);
+                let x = rng.vec_scaled(k * n_cols, 1.0);
+                let res = rng.vec_scaled(m * n_cols, 1.0);
                 let epi = Epilogue::NONE.then_add().unwrap();
                 let bound = epi.bind(&[&res], m, n_cols).unwrap();
                 let mut want = vec![0.0f32; m * n_cols];

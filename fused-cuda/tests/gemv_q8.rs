@@ -15,11 +15,13 @@ mod common;
 
 use common::{Rng, backend_or_skip, chain, chain_operands, nmse, weights, wide};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::quant::{dequantize_row, quantize_row};
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_f64, gemm_glu, gemm_glu_f64};
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::gemv::{gemm, gemm_f64, gemm_glu, gemm_glu_f64};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 use fused_cuda::{CudaBackend, QuantizedActs};
 
 /// fused-verify's ulp budget (`tolerance::ulp_budget`) and floor.
@@ -44,8 +46,12 @@ fn half(lo: u8, hi: u8) -> f32 {
 /// block, and exact ties for the roundings (amax 127: d = 1 for Q8_0,
 /// iscale = ±1 for Q8_K; equal magnitudes of both signs).
 fn columns(rng: &mut Rng, k: usize) -> Vec<Vec<f32>> {
-    let mut cols = vec![rng.vec(k, 1.0), rng.vec(k, 1e-3), rng.vec(k, 300.0)];
-    let mut special = rng.vec(k, 50.0);
+    let mut cols = vec![
+        rng.vec_scaled(k, 1.0),
+        rng.vec_scaled(k, 1e-3),
+        rng.vec_scaled(k, 300.0),
+    ];
+    let mut special = rng.vec_scaled(k, 50.0);
     special[..32].fill(0.0);
     let ties = [0.5f32, 1.5, -2.5, 3.5, -0.5, 126.5, -126.5, 2.5];
     for (b, blk) in special.chunks_mut(32).enumerate().skip(1) {
@@ -58,7 +64,7 @@ fn columns(rng: &mut Rng, k: usize) -> Vec<Vec<f32>> {
     cols.push(special);
     // Non-finite values: an infinity in one block, NaNs before, inside and
     // at the end of others (the core's amax fold restarts after a NaN).
-    let mut odd = rng.vec(k, 2.0);
+    let mut odd = rng.vec_scaled(k, 2.0);
     odd[40] = f32::INFINITY;
     odd[64] = f32::NAN;
     odd[100] = f32::NAN;
@@ -184,7 +190,7 @@ fn check(
     let ub = weights(rng, dtype, m, k);
     let gw = WeightMatrix::new(dtype, m, k, &gb).unwrap();
     let uw = WeightMatrix::new(dtype, m, k, &ub).unwrap();
-    let x = rng.vec(k * n_cols, 1.0);
+    let x = rng.vec_scaled(k * n_cols, 1.0);
     let [o0, o1, bias] = chain_operands(rng, m, n_cols);
     let ops: [&[f32]; 3] = [&o0, &o1, &bias];
     for epi in [Epilogue::NONE, chain()] {

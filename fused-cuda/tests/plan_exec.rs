@@ -8,12 +8,14 @@
 mod common;
 
 use common::{Rng, assert_bits_eq, backend_or_skip};
+use fused_core::acts::GemvMode;
+use fused_core::backend::ResidentPlan;
 use fused_core::element::Activation;
 use fused_core::exec::Executor;
 use fused_core::graph::{Graph, NodeId, Place};
+use fused_core::memory::Memory;
 use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
-use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
 use fused_cuda::{CudaBackend, CudaError, DevicePlan, DevicePlanStats, LaunchOptions, Submission};
@@ -23,7 +25,7 @@ const H: usize = 1280;
 const F: usize = 2304;
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
-    Rng::new(seed).vec(n, 1.0)
+    Rng::new(seed).vec_scaled(n, 1.0)
 }
 
 /// `m × k` values of `seed` quantized into `dtype`, row by row.
@@ -131,13 +133,13 @@ fn device_run_in(
     mode: GemvMode,
 ) -> (Memory, DevicePlanStats, u64) {
     let mut dp = DevicePlan::new(b, g, p, mode, &sizes(mem)).unwrap();
-    dp.upload(mem).unwrap();
+    dp.write_all(mem).unwrap();
     let before = common::launches(b);
     dp.run().unwrap();
     let launched = common::launches(b) - before;
     let mut out = mem.clone();
-    dp.download_into(&mut out).unwrap();
-    (out, dp.stats(), launched)
+    dp.read_all(&mut out).unwrap();
+    (out, dp.device_stats(), launched)
 }
 
 fn assert_same_memory(got: &Memory, want: &Memory, what: &str) {
@@ -265,10 +267,10 @@ fn graph_replay_equals_the_stream_run() {
                 p.fused_steps()
             );
             let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
-            dp.upload(&mem).unwrap();
+            dp.write_all(&mem).unwrap();
             dp.run().unwrap();
             let mut stream = mem.clone();
-            dp.download_into(&mut stream).unwrap();
+            dp.read_all(&mut stream).unwrap();
             assert!(!dp.graph_captured());
             dp.capture_graph().unwrap();
             assert!(dp.graph_captured());
@@ -279,7 +281,7 @@ fn graph_replay_equals_the_stream_run() {
             dp.run_as(Submission::Graph).unwrap();
             assert_eq!(common::launches(&b) - before, 1, "{what}: one graph launch");
             let mut graph = mem.clone();
-            dp.download_into(&mut graph).unwrap();
+            dp.read_all(&mut graph).unwrap();
             assert_same_memory(&graph, &stream, &what);
             // Timed replays start from the same inputs too.
             let times = dp.run_timed(3, Submission::Graph).unwrap();
@@ -301,7 +303,7 @@ fn timed_runs_start_from_the_same_inputs() {
     let (g, mem, out) = decode_layer(DType::Q4_0);
     let p = plan(&g);
     let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
-    dp.upload(&mem).unwrap();
+    dp.write_all(&mem).unwrap();
     dp.run().unwrap();
     let once = dp.read_f32(g.tensor(out).unwrap()).unwrap();
     // A second run without restoring updates the residual stream again.

@@ -9,10 +9,10 @@
 mod common;
 
 use common::{Rng, assert_bits_eq, backend_or_skip, chain, chain_operands, upload_weights};
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::error::Unsupported;
-use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 use fused_cuda::{
     CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
@@ -69,7 +69,7 @@ fn quantized_outputs_equal_the_quantizer_on_the_output() {
     let saved = be.options();
     // 1280 rows: 5 Q8_K blocks, 40 of 32; k with whole blocks of every format.
     let (m, k) = (1280usize, 2304usize);
-    let x = be.upload(&rng.vec(k, 1.0)).unwrap();
+    let x = be.upload(&rng.vec_scaled(k, 1.0)).unwrap();
     let [o0, o1, bias] = chain_operands(&mut rng, m, 1);
     let ops: Vec<DeviceVec> = [o0, o1, bias]
         .iter()
@@ -140,8 +140,8 @@ fn quantized_outputs_are_refused_where_no_kernel_writes_them() {
     let mut rng = Rng::new(42);
     let (m, k) = (256usize, 512usize);
     let w = upload_weights(&be, &mut rng, DType::Q4_0, m, k);
-    let x2 = be.upload(&rng.vec(2 * k, 1.0)).unwrap();
-    let x1 = be.upload(&rng.vec(k, 1.0)).unwrap();
+    let x2 = be.upload(&rng.vec_scaled(2 * k, 1.0)).unwrap();
+    let x1 = be.upload(&rng.vec_scaled(k, 1.0)).unwrap();
     let unsupported = |r: Result<(), CudaError>, what: &str| {
         assert!(
             matches!(

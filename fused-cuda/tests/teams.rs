@@ -9,9 +9,9 @@ mod common;
 
 use common::{Rng, assert_bits_eq, backend_or_skip, download, silu_mul_add, upload_weights};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::ActQuant;
 use fused_cuda::{AheadAt, DeviceVec, GemvJob, KernelForm, LaunchOptions};
 
 #[test]
@@ -65,9 +65,9 @@ fn team_kernels_equal_the_plain_kernels_bit_for_bit() {
     for (m, k) in [(4096, 512), (4, 2304), (20, 2304), (257, 2304)] {
         let w = upload_weights(&be, &mut rng, dtype, m, k);
         let next = upload_weights(&be, &mut rng, dtype, m, k);
-        let x = be.upload(&rng.vec(k, 2.0)).unwrap();
-        let a = be.upload(&rng.vec(m, 1.0)).unwrap();
-        let b = be.upload(&rng.vec(m, 1.0)).unwrap();
+        let x = be.upload(&rng.vec_scaled(k, 2.0)).unwrap();
+        let a = be.upload(&rng.vec_scaled(m, 1.0)).unwrap();
+        let b = be.upload(&rng.vec_scaled(m, 1.0)).unwrap();
         let mut q = be.alloc_acts(mode, m, 1).unwrap();
         for epi in &chains {
             let ops: Vec<&DeviceVec> = [&a, &b][2 - epi.n_operands()..].to_vec();

@@ -10,8 +10,8 @@ mod common;
 
 use common::{Rng, assert_bits_eq, backend_or_skip, download, upload_weights};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::ActQuant;
 use fused_cuda::{CudaError, DeviceWeights, LaunchOptions};
 
 #[test]
@@ -34,7 +34,7 @@ fn traced_chains_compute_the_plain_results_in_order() {
         let ws: Vec<DeviceWeights> = (0..3)
             .map(|_| upload_weights(&be, &mut rng, dtype, m, k))
             .collect();
-        let x = be.upload(&rng.vec(k, 2.0)).unwrap();
+        let x = be.upload(&rng.vec_scaled(k, 2.0)).unwrap();
         let q = be.quantize_acts(mode, &x, 1).unwrap();
         let chain: Vec<&DeviceWeights> = ws.iter().chain(ws.iter()).collect();
         let mut y = be.upload(&vec![f32::NAN; m]).unwrap();
@@ -88,7 +88,7 @@ fn kernels_without_a_traced_copy_are_refused_before_anything_runs() {
     ] {
         let k = 256;
         let w = upload_weights(&be, &mut rng, dtype, m, k);
-        let x = be.upload(&rng.vec(k, 1.0)).unwrap();
+        let x = be.upload(&rng.vec_scaled(k, 1.0)).unwrap();
         let q = be.quantize_acts(mode, &x, 1).unwrap();
         let mut y = be.alloc(m).unwrap();
         common::reset_launches(&be);
@@ -106,7 +106,7 @@ fn kernels_without_a_traced_copy_are_refused_before_anything_runs() {
     let (m, k) = (64, 256);
     let w = upload_weights(&be, &mut rng, DType::Q4_0, m, k);
     let wide = upload_weights(&be, &mut rng, DType::Q4_0, m, 2 * k);
-    let x = be.upload(&rng.vec(k, 1.0)).unwrap();
+    let x = be.upload(&rng.vec_scaled(k, 1.0)).unwrap();
     let q = be.quantize_acts(ActQuant::Q8_0, &x, 1).unwrap();
     let mut y = be.alloc(m).unwrap();
     common::reset_launches(&be);

@@ -5,7 +5,7 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::WeightMatrix;
+use fused_core::weights::WeightMatrix;
 use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights};
 use std::io::Write;
 
@@ -30,45 +30,14 @@ pub(crate) fn backend_or_skip() -> Option<CudaBackend> {
     }
 }
 
-/// A small deterministic generator (SplitMix64), so failures reproduce.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-1, 1).
-    pub(crate) fn f32(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-
-    pub(crate) fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32() * scale).collect()
-    }
-
-    /// ±1 values.
-    pub(crate) fn signs(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| if self.next_u64() & 1 == 0 { 1.0 } else { -1.0 })
-            .collect()
-    }
-}
+pub(crate) use fused_testkit::Rng;
 
 /// `rows × k` random weights quantized into `dtype` (row by row).
 pub(crate) fn weights(rng: &mut Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
     let rb = dtype.row_bytes(k).unwrap();
     let mut out = vec![0u8; rows * rb];
     for r in 0..rows {
-        let row = rng.vec(k, 1.0);
+        let row = rng.vec_scaled(k, 1.0);
         fused_core::quant::quantize_row(dtype, &row, &mut out[r * rb..(r + 1) * rb]).unwrap();
     }
     out
@@ -144,9 +113,9 @@ pub(crate) fn chain() -> Epilogue {
 /// multiplier, the addend, the row bias.
 pub(crate) fn chain_operands(rng: &mut Rng, m: usize, n_cols: usize) -> [Vec<f32>; 3] {
     [
-        rng.vec(m * n_cols, 1.0),
-        rng.vec(m * n_cols, 1.0),
-        rng.vec(m, 1.0),
+        rng.vec_scaled(m * n_cols, 1.0),
+        rng.vec_scaled(m * n_cols, 1.0),
+        rng.vec_scaled(m, 1.0),
     ]
 }
 
@@ -182,7 +151,7 @@ pub(crate) fn gemv_host(
     w: &WeightMatrix<'_>,
     x: &[f32],
     n_cols: usize,
-    mode: fused_core::reference::ActQuant,
+    mode: fused_core::acts::ActQuant,
     epilogue: &Epilogue,
     operands: &[&[f32]],
     y: &mut [f32],
@@ -194,11 +163,11 @@ pub(crate) fn gemv_host(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemv_glu_host(
     be: &CudaBackend,
-    w: &fused_core::reference::gemv::GluWeights<'_>,
+    w: &fused_core::weights::GluWeights<'_>,
     act: Activation,
     x: &[f32],
     n_cols: usize,
-    mode: fused_core::reference::ActQuant,
+    mode: fused_core::acts::ActQuant,
     epilogue: &Epilogue,
     operands: &[&[f32]],
     y: &mut [f32],

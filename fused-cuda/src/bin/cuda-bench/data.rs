@@ -2,7 +2,7 @@
 //! the shapes.
 
 use fused_core::DType;
-use fused_core::reference::WeightMatrix;
+use fused_core::weights::WeightMatrix;
 use fused_cuda::{CudaBackend, CudaError, DeviceWeights};
 
 /// Bytes the rotating weight copies must add up to: 4× the H200's 60 MB L2.

@@ -4,9 +4,9 @@ use crate::data::{DEFAULT_SHAPES, randv, weight_copies};
 use crate::gemv::{BATCHINGS, BatchInput, batch_per_call};
 use crate::timing::{median, time_calls};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::ActQuant;
 use fused_cuda::{
     CudaBackend, CudaError, DeviceVec, DeviceWeights, GemvJob, L2_AHEAD_DEFAULT, LaunchOptions,
 };

@@ -5,9 +5,9 @@ use crate::data::{DEFAULT_SHAPES, bench_shapes, randv, weight_copies};
 use crate::epilogue::epilogue_costs_at;
 use crate::timing::{median, time_calls};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::ActQuant;
 use fused_cuda::{
     CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
 };

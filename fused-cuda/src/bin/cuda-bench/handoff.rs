@@ -4,12 +4,15 @@
 use crate::data::{randv, weight_bytes};
 use crate::timing::{median, plan_ms, time_calls};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
+use fused_core::acts::GemvMode;
+use fused_core::backend::ResidentPlan;
 use fused_core::epilogue::Epilogue;
 use fused_core::graph::{Graph, Place};
+use fused_core::memory::Memory;
 use fused_core::planner::Plan;
-use fused_core::reference::eval::{GemvMode, Memory};
-use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
+use fused_core::weights::WeightMatrix;
 use fused_cuda::{CudaBackend, CudaError, DevicePlan, LaunchOptions, Submission};
 
 /// The fixed cost of one dependent GEMV call: GEMVs so small that their
@@ -182,7 +185,7 @@ fn chain_floor(be: &CudaBackend, dtype: DType, d: usize) -> Result<f64, CudaErro
     mem.write_rows(&xt, &xv)?;
     let sizes = [wbytes.len(), (CHAIN + 1) * stride];
     let mut dp = DevicePlan::new(be, &g, &Plan::unfused(&g), GemvMode::Ggml, &sizes)?;
-    dp.upload(&mem)?;
+    dp.write_all(&mem)?;
     dp.capture_graph()?;
     Ok(plan_ms(be, &dp, 30, Submission::Graph)? / CHAIN as f64)
 }

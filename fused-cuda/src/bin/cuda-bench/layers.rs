@@ -5,13 +5,16 @@ use crate::data::{ROTATE_BYTES, randv, weight_bytes};
 use crate::gemv::BATCHINGS;
 use crate::timing::{median, plan_ms, report_host, time_calls};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
+use fused_core::acts::GemvMode;
+use fused_core::backend::ResidentPlan;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::graph::{Graph, Place};
+use fused_core::memory::Memory;
 use fused_core::planner::{Plan, plan};
-use fused_core::reference::eval::{GemvMode, Memory};
-use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
+use fused_core::weights::WeightMatrix;
 use fused_cuda::{
     CudaBackend, CudaError, DeviceActs, DevicePlan, DeviceVec, DeviceWeights, GemvJob,
     LaunchOptions, Submission,
@@ -287,7 +290,7 @@ fn plan_layer(
     for (i, (name, p, options)) in rows.into_iter().enumerate() {
         be.set_options(options);
         let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
-        dp.upload(&mem)?;
+        dp.write_all(&mem)?;
         dp.capture_graph()?;
         let (stream, graph) = (
             plan_ms(be, &dp, 50, Submission::Stream)?,
@@ -298,9 +301,9 @@ fn plan_layer(
         let gbs = weight_bytes as f64 / best[i] / 1e6;
         println!(
             "| {name} | {} ({} quantizers, {} folded) | {:.1} | {:.1} | {:.3} | {gbs:.0} | {:.0}% |",
-            dp.stats().enqueued(),
-            dp.stats().quantizations,
-            dp.stats().folded_quantizations,
+            dp.device_stats().enqueued(),
+            dp.device_stats().quantizations,
+            dp.device_stats().folded_quantizations,
             stream * 1e3,
             graph * 1e3,
             graph / stream,
@@ -385,7 +388,7 @@ fn qkv_layers(
             ..saved
         });
         let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
-        dp.upload(&mem)?;
+        dp.write_all(&mem)?;
         dp.capture_graph()?;
         dps.push(dp);
     }
@@ -422,8 +425,8 @@ fn qkv_layers(
             "| {} | {} | {} | {} | {:.2} | {:.2} | {gbs:.0} | {:.0}% |",
             on(overlap),
             on(group),
-            dp.stats().enqueued(),
-            dp.stats().quantizations,
+            dp.device_stats().enqueued(),
+            dp.device_stats().quantizations,
             stream * 1e3 / layers as f64,
             graph * 1e3 / layers as f64,
             100.0 * gbs / ceiling

@@ -53,7 +53,7 @@ use crate::layers::{decode_layer, ffn_f16, plans};
 use crate::timeline::timeline;
 use crate::timing::{HeadStartBuffers, report_host};
 use crate::variants::{l2_ahead, launch_options};
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 use fused_cuda::{CudaBackend, CudaError, Knob, Tuning};
 
 /// The tuning the `FUSED_CUDA_*` variables ask for, read once at start-up

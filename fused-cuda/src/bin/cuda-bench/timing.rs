@@ -3,8 +3,9 @@
 
 use crate::data::{randv, weight_bytes};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::WeightMatrix;
 use fused_cuda::{CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, Submission};
 
 /// The median of `v` (the upper middle for an even count).
@@ -154,8 +155,8 @@ pub(crate) fn plan_ms(
         let t = dp.run_timed(reps, how)?;
         return Ok(median(t.into_iter().map(f64::from).collect()));
     }
-    dp.restore_inputs()?;
-    dp.run_as(how)?;
+    // Restored inputs and one untimed warm-up run.
+    dp.run_timed(0, how)?;
     let mut t = Vec::with_capacity(reps);
     for _ in 0..reps {
         head_start(be, PLAN_HEAD_START_MS)?;

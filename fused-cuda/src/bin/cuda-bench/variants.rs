@@ -4,8 +4,8 @@
 use crate::data::{bench_shapes, randv, weight_copies};
 use crate::timing::{median, time_calls};
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::ActQuant;
 use fused_cuda::{
     AheadAt, CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob, Knob,
     LaunchOptions, Tuning,
