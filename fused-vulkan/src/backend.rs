@@ -2,13 +2,14 @@
 //! CPU backend's, each one uploads, runs one submission and reads back.
 
 use fused_core::Error;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES, Stage};
 use fused_core::error::{Unsupported, check_len};
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::WeightMatrix;
-use fused_core::reference::gemv::ActQuant;
-use fused_core::reference::gemv::{GluWeights, check_gemm_args};
+use fused_core::reference::gemv::check_gemm_args;
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 
 use crate::context::{Buffer, Command, ContextOptions, Dispatch, VulkanContext};
 use crate::error::VulkanError;

@@ -87,7 +87,7 @@ impl DeviceInfo {
     }
 
     /// Nanoseconds per timestamp tick; `None` when the compute queue has no
-    /// timestamps (and [`crate::PlanTiming::device`] is `None`).
+    /// timestamps (and [`fused_core::backend::PlanTiming::device`] is `None`).
     pub fn timestamp_period_ns(&self) -> Option<f32> {
         self.timestamp_period_ns
     }
@@ -528,6 +528,61 @@ impl VulkanContext {
                 let staging = self.buffer_in(buf.size, true)?;
                 self.submit(&[Command::Copy(buf, &staging)], false)?;
                 self.read(&staging, out)
+            }
+        }
+    }
+
+    /// Writes `data` into `buf` from byte `offset`.
+    pub(crate) fn write_at(
+        &self,
+        buf: &Buffer<'_>,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), VulkanError> {
+        let end = range_end(buf, offset, data.len())?;
+        match buf.mapped {
+            Some(p) => {
+                // SAFETY: the mapping covers `buf.size >= end` bytes (checked
+                // above); no submission is running (every submission
+                // waits), so the device does not access the memory now.
+                unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p.add(offset), data.len()) };
+                Ok(())
+            }
+            None if offset == 0 => self.write(buf, data),
+            None => {
+                // A device-local buffer: its head read back, patched and
+                // written whole (staged copies start at byte 0).
+                let mut head = vec![0u8; end];
+                self.read(buf, &mut head)?;
+                head[offset..].copy_from_slice(data);
+                self.write(buf, &head)
+            }
+        }
+    }
+
+    /// Reads `out.len()` bytes of `buf` from byte `offset`.
+    pub(crate) fn read_at(
+        &self,
+        buf: &Buffer<'_>,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), VulkanError> {
+        let end = range_end(buf, offset, out.len())?;
+        match buf.mapped {
+            Some(p) => {
+                // SAFETY: as in `write_at`; the last submission ended with a
+                // barrier that makes shader and transfer writes visible to
+                // the host, and its fence was waited for.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(p.add(offset), out.as_mut_ptr(), out.len())
+                };
+                Ok(())
+            }
+            None => {
+                let mut head = vec![0u8; end];
+                self.read(buf, &mut head)?;
+                out.copy_from_slice(&head[offset..]);
+                Ok(())
             }
         }
     }
@@ -1166,4 +1221,20 @@ impl Drop for VulkanContext {
         }
         let _ = self.physical;
     }
+}
+
+/// The end of `len` bytes from `offset` in `buf`, or why they do not fit.
+fn range_end(buf: &Buffer<'_>, offset: usize, len: usize) -> Result<usize, VulkanError> {
+    let end = offset.checked_add(len).ok_or(fused_core::Error::Overflow {
+        what: "Vulkan buffer range",
+    })?;
+    if end as u64 > buf.size {
+        return Err(fused_core::Error::BufferTooShort {
+            what: "Vulkan buffer range",
+            needed: end,
+            actual: buf.size as usize,
+        }
+        .into());
+    }
+    Ok(end)
 }

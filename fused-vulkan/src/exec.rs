@@ -13,13 +13,14 @@
 //! [`fused_core::Error::Unsupported`] before the step runs.
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::error::Unsupported;
 use fused_core::exec::{Counters, StepKernels};
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::gemv::GluWeights;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 
 use crate::backend::VulkanBackend;
 use crate::error::VulkanError;

@@ -4,13 +4,15 @@
 
 use ash::vk;
 use fused_core::DType;
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 
 use crate::backend::VulkanBackend;
 use crate::context::DeviceInfo;
 use crate::error::VulkanError;
 use crate::pipeline::gemv_type;
-use crate::plan_exec::{DevicePlan, PlanTiming};
+use fused_core::backend::PlanTiming;
+
+use crate::plan_exec::DevicePlan;
 use crate::tuning::{self, FwhtPlan, FwhtVariant, GemvShape, QuantizeShape, Tuning};
 
 impl Tuning {
@@ -123,12 +125,12 @@ impl DeviceInfo {
 }
 
 impl DevicePlan<'_> {
-    /// Runs the plan `reps` times, each run starting from the uploaded
-    /// inputs ([`DevicePlan::restore_inputs`] before it, not timed), after
-    /// one untimed warm-up run.
+    /// Runs the plan `reps` times, each run starting from the written
+    /// inputs (restored before it, not timed), after one untimed warm-up
+    /// run.
     pub fn run_timed(&self, reps: usize) -> Result<Vec<PlanTiming>, VulkanError> {
-        self.restore_inputs()?;
-        self.run()?;
-        (0..reps).map(|_| self.time_once()).collect()
+        self.restore()?;
+        self.run_now()?;
+        (0..reps).map(|_| self.timed_run()).collect()
     }
 }

@@ -45,6 +45,8 @@
 
 mod backend;
 mod context;
+// The core's backend contract on this backend (trait impls only).
+mod contract;
 mod error;
 mod exec;
 #[cfg(feature = "lab")]
@@ -60,7 +62,9 @@ pub use backend::VulkanBackend;
 pub use context::{Buffer, ContextOptions, DeviceInfo, VulkanContext};
 pub use error::VulkanError;
 pub use pipeline::MAX_COLS;
-pub use plan_exec::{DevicePlan, DevicePlanStats, PlanTiming};
+pub use plan_exec::DevicePlan;
+#[cfg(feature = "lab")]
+pub use plan_exec::DevicePlanStats;
 pub use tuning::Tuning;
 #[cfg(feature = "lab")]
 pub use tuning::{

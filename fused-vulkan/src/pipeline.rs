@@ -4,8 +4,8 @@
 //! The cache of built pipelines is the context's ([`crate::context`]).
 
 use ash::vk;
+use fused_core::acts::ActQuant;
 use fused_core::error::Unsupported;
-use fused_core::reference::ActQuant;
 use fused_core::{DType, Error};
 
 use crate::error::VulkanError;

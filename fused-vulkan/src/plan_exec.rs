@@ -74,17 +74,18 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 use ash::vk::Handle;
+use fused_core::acts::ActQuant;
+use fused_core::acts::GemvMode;
+use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan};
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
-use fused_core::exec::{Buffers, StepKernels, fill_buffers, gather_f32};
+use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Op};
 use fused_core::lower::{BinaryOp, Broadcast, CommandSink, lower_into};
 use fused_core::placement;
 use fused_core::planner::{Operands, Plan};
-use fused_core::reference::ActQuant;
-use fused_core::reference::eval::GemvMode;
 use fused_core::reuse::LatestQuantization;
 use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
@@ -99,8 +100,10 @@ use crate::pipeline::{KernelKey, gemv_type, quantized_bytes, u32_of};
 /// which the host-slice path always binds at offset 0.
 const BINDING_ALIGN: u64 = 16;
 
-/// What one run of a [`DevicePlan`] records.
+/// What one run of a [`DevicePlan`] records, in this backend's terms
+/// (the lab's view; [`ResidentPlan::stats`] gives the common counts).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(feature = "lab"), allow(unreachable_pub))]
 pub struct DevicePlanStats {
     /// Plan steps that launch a kernel (reshapes, views and inputs excluded).
     pub kernel_steps: u64,
@@ -119,16 +122,6 @@ pub struct DevicePlanStats {
     pub copies: u64,
     /// Bytes those copies move.
     pub copy_bytes: u64,
-}
-
-/// The time of one run of a [`DevicePlan`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PlanTiming {
-    /// Device time between a timestamp before the first command and one
-    /// after the last; `None` when the queue has no timestamps.
-    pub device: Option<Duration>,
-    /// Host time from submission to the end of the fence wait.
-    pub wall: Duration,
 }
 
 /// Which buffer a region lies in.
@@ -765,7 +758,8 @@ impl<'a> DevicePlan<'a> {
     }
 
     /// What one run records.
-    pub fn stats(&self) -> DevicePlanStats {
+    #[cfg(feature = "lab")]
+    pub fn device_stats(&self) -> DevicePlanStats {
         self.stats
     }
 
@@ -1048,27 +1042,8 @@ impl<'a> DevicePlan<'a> {
         }
     }
 
-    /// Writes every graph buffer from `mem` (buffer `i` must hold the size
-    /// the plan was built with), and the pristine copies of the inputs the
-    /// plan overwrites.
-    pub fn upload<M: Buffers>(&mut self, mem: &M) -> Result<(), VulkanError> {
-        let ctx = self.backend.context();
-        for (i, (buf, &size)) in self.buffers.iter().zip(&self.sizes).enumerate() {
-            let bytes = mem.buffer(BufferId(i as u32))?;
-            check_len("host buffer for the device plan", size, bytes.len())?;
-            ctx.write(buf, bytes)?;
-        }
-        for (r, i) in &self.pristine {
-            let Slot::Graph(b) = r.slot else { continue };
-            let bytes = mem.buffer(BufferId(b as u32))?;
-            let range = r.offset as usize..(r.offset + r.size) as usize;
-            ctx.write(&self.scratch[*i], &bytes[range])?;
-        }
-        Ok(())
-    }
-
     /// Runs the plan once over the device buffers as they are.
-    pub fn run(&self) -> Result<(), VulkanError> {
+    pub(crate) fn run_now(&self) -> Result<(), VulkanError> {
         // SAFETY: the run command buffer is executable, not pending (every
         // submission is waited for) and refers only to objects the plan
         // owns or borrows.
@@ -1081,7 +1056,7 @@ impl<'a> DevicePlan<'a> {
 
     /// Copies the graph inputs the plan overwrites back from their pristine
     /// copies (nothing to do when it overwrites none).
-    pub fn restore_inputs(&self) -> Result<(), VulkanError> {
+    pub(crate) fn restore(&self) -> Result<(), VulkanError> {
         if self.pristine.is_empty() {
             return Ok(());
         }
@@ -1094,10 +1069,10 @@ impl<'a> DevicePlan<'a> {
     }
 
     /// Restores the inputs, then one timed run.
-    pub fn time_once(&self) -> Result<PlanTiming, VulkanError> {
-        self.restore_inputs()?;
+    pub(crate) fn timed_run(&self) -> Result<PlanTiming, VulkanError> {
+        self.restore()?;
         let start = Instant::now();
-        self.run()?;
+        self.run_now()?;
         let wall = start.elapsed();
         let ctx = self.backend.context();
         let device = match ctx.info().timestamp_period_ns {
@@ -1123,27 +1098,95 @@ impl<'a> DevicePlan<'a> {
         Ok(PlanTiming { device, wall })
     }
 
-    /// The bytes of graph buffer `id` (the size the plan was built with).
-    pub fn download(&self, id: BufferId) -> Result<Vec<u8>, VulkanError> {
+    /// Buffer `id`'s index, after checking that `len` bytes from `offset`
+    /// lie inside it.
+    fn range(&self, id: BufferId, offset: usize, len: usize) -> Result<usize, Error> {
         let i = id.0 as usize;
-        let buf = self
-            .buffers
-            .get(i)
-            .ok_or(Error::BadBuffer { buffer: id.0 })?;
-        let mut out = vec![0u8; self.sizes[i]];
-        self.backend.context().read(buf, &mut out)?;
-        Ok(out)
+        let size = *self.sizes.get(i).ok_or(Error::BadBuffer { buffer: id.0 })?;
+        let end = offset.checked_add(len).ok_or(Error::Overflow {
+            what: "plan buffer range",
+        })?;
+        if end > size {
+            return Err(Error::BufferTooShort {
+                what: "plan buffer range",
+                needed: end,
+                actual: size,
+            });
+        }
+        Ok(i)
+    }
+}
+
+/// The core's resident-plan contract: writes and reads by byte range (one
+/// that touches an input the plan overwrites saves it again), one command
+/// buffer a run, restores, timestamps.
+impl ResidentPlan for DevicePlan<'_> {
+    type Error = VulkanError;
+
+    fn buffer_sizes(&self) -> &[usize] {
+        &self.sizes
     }
 
-    /// The values of tensor `t` (F32, F16 or BF16) as f32.
-    pub fn read_f32(&self, t: &TensorDesc) -> Result<Vec<f32>, VulkanError> {
-        let bytes = self.download(t.buffer())?;
-        Ok(gather_f32(&bytes, t)?.into_owned())
+    fn write(&mut self, id: BufferId, offset: usize, bytes: &[u8]) -> Result<(), VulkanError> {
+        let i = self.range(id, offset, bytes.len())?;
+        let ctx = self.backend.context();
+        ctx.write_at(&self.buffers[i], offset, bytes)?;
+        let end = offset + bytes.len();
+        for (r, s) in &self.pristine {
+            if r.slot != Slot::Graph(i) {
+                continue;
+            }
+            let (lo, hi) = (
+                (r.offset as usize).max(offset),
+                ((r.offset + r.size) as usize).min(end),
+            );
+            if lo < hi {
+                ctx.write_at(
+                    &self.scratch[*s],
+                    lo - r.offset as usize,
+                    &bytes[lo - offset..hi - offset],
+                )?;
+            }
+        }
+        Ok(())
     }
 
-    /// Copies every graph buffer back into `mem`.
-    pub fn download_into<M: Buffers>(&self, mem: &mut M) -> Result<(), VulkanError> {
-        fill_buffers(mem, self.buffers.len(), |id| self.download(id))
+    fn read(&self, id: BufferId, offset: usize, out: &mut [u8]) -> Result<(), VulkanError> {
+        let i = self.range(id, offset, out.len())?;
+        self.backend
+            .context()
+            .read_at(&self.buffers[i], offset, out)
+    }
+
+    fn run(&mut self) -> Result<(), VulkanError> {
+        self.run_now()
+    }
+
+    fn restore_inputs(&mut self) -> Result<(), VulkanError> {
+        self.restore()
+    }
+
+    fn time_once(&mut self) -> Result<PlanTiming, VulkanError> {
+        self.timed_run()
+    }
+
+    fn stats(&self) -> PlanStats {
+        let s = self.stats;
+        PlanStats {
+            kernel_steps: s.kernel_steps,
+            launches: s.dispatches,
+            barriers: s.barriers,
+            quantizations: s.quantizations,
+            copies: s.copies,
+            copy_bytes: s.copy_bytes,
+            resident_bytes: self
+                .buffers
+                .iter()
+                .chain(&self.scratch)
+                .map(|b| b.size())
+                .sum(),
+            host_steps: false,
+        }
     }
 }
 

@@ -5,10 +5,10 @@
 //! ([`VulkanBackend::set_tuning`]); [`GemvBench`] takes a shape too.
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
-use fused_core::reference::gemv::ActQuant;
 
 use crate::backend::{ChainWords, EltOp, VulkanBackend};
 use crate::context::{Buffer, Command};

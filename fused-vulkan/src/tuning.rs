@@ -13,8 +13,8 @@
 
 use ash::vk;
 use fused_core::Error;
+use fused_core::acts::ActQuant;
 use fused_core::error::Unsupported;
-use fused_core::reference::ActQuant;
 
 use crate::context::DeviceInfo;
 use crate::error::VulkanError;

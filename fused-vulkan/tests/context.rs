@@ -8,10 +8,11 @@ use common::{
     first_bit_difference,
 };
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
 use fused_core::quant::quantize_row;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::WeightMatrix;
 use fused_vulkan::{ContextOptions, VulkanBackend};
 
 #[test]

@@ -23,10 +23,12 @@ use common::{
     operands, weights,
 };
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::gemv::{gemm, gemm_glu};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 #[cfg(feature = "lab")]
 use fused_vulkan::GemvShape;
 use fused_vulkan::{MAX_COLS, Tuning, VulkanBackend, VulkanError};

@@ -22,11 +22,13 @@ use common::{
     operands, weights,
 };
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
 use fused_core::quant::quantize_row;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::gemv::{gemm, gemm_glu};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 use fused_core::{Error, error::Unsupported};
 #[cfg(feature = "lab")]
 use fused_vulkan::{GemvShape, QuantizeShape};

@@ -7,7 +7,7 @@ mod common;
 
 use common::{assert_no_validation_messages, backend_or_skip};
 use fused_core::DType;
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 use fused_vulkan::timing;
 
 #[test]

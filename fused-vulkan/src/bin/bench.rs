@@ -24,7 +24,7 @@
 //! keeps the clocks up.
 
 use fused_core::DType;
-use fused_core::reference::gemv::ActQuant;
+use fused_core::acts::ActQuant;
 use fused_vulkan::timing::{self, GemvBench, Timing};
 use fused_vulkan::{ContextOptions, FwhtVariant, GemvShape, QuantizeShape, VulkanBackend};
 

@@ -1,0 +1,89 @@
+//! The core's backend contract on Vulkan: a resident plan is the device
+//! plan ([`DevicePlan`]: one command buffer a run, barriers only between
+//! dependent dispatches), or, for a plan the device executor refuses as
+//! unsupported, the plan run step by step through the host-slice kernels
+//! ([`fused_core::backend::Resident::Host`], with the refusal kept).
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use fused_core::Error;
+use fused_core::acts::GemvMode;
+use fused_core::backend::{Backend, Capabilities, HostPlan, Resident};
+use fused_core::exec::Executor;
+use fused_core::graph::Graph;
+use fused_core::memory::Memory;
+use fused_core::planner::Plan;
+
+use crate::backend::VulkanBackend;
+use crate::error::VulkanError;
+use crate::pipeline::MAX_COLS;
+use crate::plan_exec::DevicePlan;
+
+/// The time since the first call: the host plans' clock.
+fn clock() -> Duration {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
+}
+
+/// Bytes of the copy that measures the bandwidth ceiling.
+const COPY_BYTES: u64 = 64 << 20;
+
+/// Passes of the copy that measures the bandwidth ceiling.
+const COPY_REPS: usize = 5;
+
+impl Backend for VulkanBackend {
+    type Error = VulkanError;
+    type Plan<'a> = Resident<'a, DevicePlan<'a>, VulkanBackend>;
+
+    fn name(&self) -> String {
+        "vulkan".to_string()
+    }
+
+    fn device(&self) -> String {
+        let info = self.context().info();
+        format!("{} ({:?})", info.name(), info.device_type())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_cols: MAX_COLS,
+            bit_exact_reference: false,
+            device_timer: self.context().info().timestamp_period_ns().is_some(),
+        }
+    }
+
+    fn supports(&self, g: &Graph, plan: &Plan, mode: GemvMode) -> Result<(), Error> {
+        Executor::new(self, mode).check(g, plan)
+    }
+
+    fn compile<'a>(
+        &'a self,
+        g: &Graph,
+        plan: &Plan,
+        mode: GemvMode,
+        sizes: &[usize],
+    ) -> Result<Self::Plan<'a>, VulkanError> {
+        Resident::device_or_host(
+            DevicePlan::new(self, g, plan, mode, sizes),
+            |e| match e {
+                VulkanError::Core(core) => Some(*core),
+                _ => None,
+            },
+            || {
+                let host = HostPlan::new(self, g, plan, mode, Memory::new(sizes), sizes)?;
+                Ok(host.with_clock(clock).on_device())
+            },
+        )
+    }
+
+    fn messages(&self) -> Option<Vec<String>> {
+        let ctx = self.context();
+        ctx.validation_enabled().then(|| ctx.validation_messages())
+    }
+
+    /// 64 MiB each way: beyond the L2 of the devices we run on.
+    fn copy_bandwidth_gbs(&self) -> Option<f64> {
+        VulkanBackend::copy_bandwidth_gbs(self, COPY_BYTES, COPY_REPS).ok()
+    }
+}
