@@ -35,11 +35,12 @@ use criterion::{
     BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::quant::quantize_row;
-use fused_core::reference::gemv::GluWeights;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 use fused_cpu::packed::PackedWeights;
 use fused_cpu::probe::BandwidthProbe;
 use fused_cpu::{CpuBackend, Isa};
@@ -89,22 +90,7 @@ fn note(line: String) {
     }
 }
 
-/// A small xorshift64* generator: uniform values in `[-1, 1)`.
-struct Rng(u64);
-
-impl Rng {
-    fn next_f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let v = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((v >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.next_f32() * scale).collect()
-    }
-}
+use fused_testkit::Rng;
 
 /// `copies` matrices of `rows × cols` in `dtype`, back to back. A set of 61
 /// distinct random rows is quantized with `quantize_row` and the rows are
@@ -112,10 +98,10 @@ impl Rng {
 fn weights(dtype: DType, rows: usize, cols: usize, copies: usize, seed: u64) -> Vec<u8> {
     const DISTINCT: usize = 61;
     let rb = dtype.row_bytes(cols).expect("row bytes");
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed | 1);
     let mut set = vec![0u8; rb * DISTINCT];
     for row in set.chunks_exact_mut(rb) {
-        quantize_row(dtype, &rng.vec(cols, 0.05), row).expect("quantize");
+        quantize_row(dtype, &rng.vec_scaled(cols, 0.05), row).expect("quantize");
     }
     let total = rows * copies;
     let mut out = Vec::with_capacity(rb * total);
@@ -272,7 +258,7 @@ fn probe(c: &mut Criterion) {
 fn gemv_dram(c: &mut Criterion) {
     let (m, k) = if quick() { (256, 8192) } else { (16384, 8192) };
     let mut g = group(c, "gemv_dram");
-    let x = Rng(7).vec(k, 1.0);
+    let x = Rng::new(7).vec_scaled(k, 1.0);
     let mut y = vec![0.0f32; m];
     let bes: Vec<CpuBackend> = THREADS
         .iter()
@@ -351,7 +337,7 @@ fn gemv_cache(c: &mut Criterion) {
             &[1]
         };
         for &n in ns {
-            let x = Rng(17).vec(k * n, 1.0);
+            let x = Rng::new(17).vec_scaled(k * n, 1.0);
             let mut y = vec![0.0f32; m * n];
             let none = Epilogue::NONE.bind(&[], m, n).expect("bind");
             for be in &bes {
@@ -375,7 +361,7 @@ fn gemv_cache(c: &mut Criterion) {
         }
         if dtype == DType::Q4_0 {
             let packed = PackedWeights::pack(&w).expect("pack");
-            let x = Rng(17).vec(k, 1.0);
+            let x = Rng::new(17).vec_scaled(k, 1.0);
             let mut y = vec![0.0f32; m];
             let none = Epilogue::NONE.bind(&[], m, 1).expect("bind");
             for be in &bes {
@@ -402,7 +388,7 @@ fn small_m_gemm(g: &mut BenchmarkGroup<'_, WallTime>, bes: &[CpuBackend], dtype:
     let all = weights(dtype, m, k, 1, 19);
     let w = mat(dtype, m, k, &all, 0);
     let mode = ActQuant::ggml(dtype);
-    let x = Rng(17).vec(k * n, 1.0);
+    let x = Rng::new(17).vec_scaled(k * n, 1.0);
     let mut y = vec![0.0f32; m * n];
     let none = Epilogue::NONE.bind(&[], m, n).expect("bind");
     for be in bes {
@@ -477,8 +463,8 @@ struct Bufs {
 impl Bufs {
     fn new(h: usize, f: usize) -> Bufs {
         Bufs {
-            x: Rng(31).vec(h, 1.0),
-            attn: Rng(32).vec(h, 1.0),
+            x: Rng::new(31).vec_scaled(h, 1.0),
+            attn: Rng::new(32).vec_scaled(h, 1.0),
             h: vec![0.0; h],
             g: vec![0.0; f],
             out: vec![0.0; h],
@@ -820,7 +806,7 @@ fn focus(_c: &mut Criterion) {
             let bytes = dtype.row_bytes(k).expect("row bytes") * m;
             let copies = if rotate { copies_for(bytes) } else { 1 };
             let all = weights(dtype, m, k, copies, 11);
-            let x = Rng(7).vec(k * n, 1.0);
+            let x = Rng::new(7).vec_scaled(k * n, 1.0);
             let mut y = vec![0.0f32; m * n];
             let none = Epilogue::NONE.bind(&[], m, n).expect("bind");
             let packed: Vec<PackedWeights> = if with_packed && dtype == DType::Q4_0 {

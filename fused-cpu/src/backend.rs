@@ -15,11 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::vec;
 use std::vec::Vec;
 
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::gemv::{GluWeights, check_gemm_args};
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::gemv::check_gemm_args;
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 
 use fused_core::error::Unsupported;

@@ -33,7 +33,12 @@ impl Backend for CpuBackend {
     }
 
     fn device(&self) -> String {
-        format!("{} ({} threads)", self.isa(), self.threads())
+        let n = self.threads();
+        format!(
+            "{} kernels, {n} thread{}",
+            self.isa(),
+            if n == 1 { "" } else { "s" }
+        )
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -58,7 +63,9 @@ impl Backend for CpuBackend {
         Ok(HostPlan::new(self, g, plan, mode, CpuMemory::new(sizes), sizes)?.with_clock(clock))
     }
 
-    fn copy_bandwidth_gbs(&self, bytes: usize) -> Option<f64> {
-        Some(crate::probe::read_bandwidth(bytes, self.threads(), 5))
+    /// Reads of 256 MiB, well beyond the last-level cache of the machines
+    /// we run on.
+    fn copy_bandwidth_gbs(&self) -> Option<f64> {
+        Some(crate::probe::read_bandwidth(256 << 20, self.threads(), 5))
     }
 }

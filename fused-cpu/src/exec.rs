@@ -14,16 +14,19 @@ use std::vec::Vec;
 
 use fused_core::DType;
 use fused_core::Error;
+use fused_core::acts::ActQuant;
+use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::exec::{Buffers, StepKernels, gather_f32};
+use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::Graph;
+use fused_core::memory::Memory;
+use fused_core::memory::{Buffers, gather_f32};
 use fused_core::planner::Plan;
-use fused_core::reference::eval::{GemvMode, Memory};
-use fused_core::reference::gemv::GluWeights;
-use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 
 use crate::backend::{Counters, CpuBackend};
 

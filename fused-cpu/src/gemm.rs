@@ -23,7 +23,7 @@
 use core::ops::Range;
 
 use fused_core::error::check_len;
-use fused_core::reference::WeightMatrix;
+use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 
 use crate::acts::Acts;

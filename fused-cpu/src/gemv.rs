@@ -15,10 +15,11 @@
 
 use core::ops::Range;
 
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
-use fused_core::reference::gemv::GluWeights;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 
 use crate::activation::ActEval;

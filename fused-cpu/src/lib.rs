@@ -61,7 +61,8 @@
 //! use fused_core::epilogue::Epilogue;
 //! use fused_core::quant::quantize_row;
 //! use fused_core::reference::gemv::gemm;
-//! use fused_core::reference::{ActQuant, WeightMatrix};
+//! use fused_core::acts::ActQuant;
+//! use fused_core::weights::WeightMatrix;
 //! use fused_cpu::{CpuBackend, Isa};
 //!
 //! let (m, k) = (8, 64); // 8 output rows, 64 inputs: two Q4_0 blocks a row

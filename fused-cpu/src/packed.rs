@@ -23,7 +23,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 use fused_core::blocks::BlockQ4_0;
-use fused_core::reference::WeightMatrix;
+use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 
 use crate::kernels::packed::{GROUP_ROWS, LINE};

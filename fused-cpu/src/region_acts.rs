@@ -17,7 +17,7 @@ use std::vec::Vec;
 
 use fused_core::Error;
 use fused_core::error::check_len;
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 
 use crate::acts::{Acts, column, prepared_bytes, quantize_columns};
 use crate::pool::spin_for;

@@ -4,10 +4,11 @@
 
 #![cfg(feature = "std")]
 
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::{ActQuant, WeightMatrix};
 use fused_core::tensor::{BufferId, TensorDesc};
+use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 use fused_cpu::acts::{column, prepared_bytes, quantize_columns};
 use fused_cpu::exec::CpuMemory;
@@ -34,13 +35,13 @@ fn thread_counts_out_of_range_are_typed_errors() {
 #[test]
 fn bad_columns_are_typed_errors() {
     let (k, n) = (64, 3);
-    let x = Rng(5).vec(k * n);
+    let x = Rng::new(5).vec(k * n);
     assert!(column(ActQuant::F32, &x, &[], k, n - 1).is_ok());
     assert!(column(ActQuant::F32, &x, &[], k, n).is_err());
     assert!(column(ActQuant::F32, &x, &[], k, usize::MAX).is_err());
     for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
         let kq = 256;
-        let x = Rng(6).vec(kq * n);
+        let x = Rng::new(6).vec(kq * n);
         let mut scratch = vec![0u8; n * prepared_bytes(mode, kq).unwrap()];
         quantize_columns(mode, &x, kq, &mut scratch).unwrap();
         assert!(column(mode, &x, &scratch, kq, n - 1).is_ok(), "{mode:?}");
@@ -55,9 +56,9 @@ fn bad_columns_are_typed_errors() {
 #[test]
 fn gemv_rows_rejects_an_epilogue_of_another_shape() {
     let (m, k) = (8, 32);
-    let w = weights(DType::Q8_0, m, k, &mut Rng(9));
+    let w = weights(DType::Q8_0, m, k, &mut Rng::new(9));
     let w = WeightMatrix::new(DType::Q8_0, m, k, &w).unwrap();
-    let x = Rng(10).vec(k);
+    let x = Rng::new(10).vec(k);
     let cols = [column(ActQuant::F32, &x, &[], k, 0).unwrap()];
     let kernels = RowKernels::new(Isa::detect(), DType::Q8_0, ActQuant::F32);
     let short = Epilogue::NONE.bind(&[], m - 1, 1).unwrap();
@@ -73,7 +74,7 @@ fn gemv_rows_rejects_an_epilogue_of_another_shape() {
 #[test]
 fn cpu_memory_takes_f32_values() {
     let mut mem = CpuMemory::new(&[256, 64]);
-    let vals: Vec<f32> = Rng(11).vec(12);
+    let vals: Vec<f32> = Rng::new(11).vec(12);
     let t = TensorDesc::contiguous(DType::F32, [4, 3, 1, 1], BufferId(0), 16).unwrap();
     mem.write_f32(&t, &vals).unwrap();
     assert_eq!(bits(&mem.read_f32(&t).unwrap()), bits(&vals));
@@ -114,7 +115,7 @@ fn cpu_memory_takes_f32_values() {
 #[test]
 fn elementwise_gives_the_fused_bits_of_its_isa() {
     let (m, k) = (37, 256);
-    let mut rng = Rng(12);
+    let mut rng = Rng::new(12);
     let x: Vec<f32> = rng.vec(k).iter().map(|v| v * 8.0).collect();
     for dtype in [DType::Q4_0, DType::F16] {
         let w = weights(dtype, m, k, &mut rng);

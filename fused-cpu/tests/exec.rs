@@ -4,10 +4,12 @@
 //! steps and barriers.
 
 use fused_core::DType;
+use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
 use fused_core::graph::{Graph, NodeId, Place};
+use fused_core::memory::Memory;
 use fused_core::planner::plan;
-use fused_core::reference::eval::{GemvMode, Memory, eval_graph};
+use fused_core::reference::eval::eval_graph;
 use fused_core::tensor::TensorDesc;
 use fused_cpu::exec::{CpuMemory, Executor};
 use fused_cpu::{CpuBackend, Isa};

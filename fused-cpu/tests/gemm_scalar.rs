@@ -5,9 +5,10 @@
 //! --no-default-features --test gemm_scalar`).
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::WeightMatrix;
 use fused_cpu::Isa;
 use fused_cpu::gemv::RowKernels;
 

@@ -2,10 +2,11 @@
 //! backend, for every weight format, epilogue, ISA and thread count.
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::reference::gemv::{gemm, gemm_glu};
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::WeightMatrix;
 use fused_cpu::{CpuBackend, Isa};
 
 mod common;
@@ -14,7 +15,7 @@ use common::{HOT_FORMATS, Rng, WEIGHT_FORMATS, bits, glu_pair, modes, nmse, tole
 
 #[test]
 fn gemv_matches_reference_and_fused_matches_unfused() {
-    let mut rng = Rng(0x1234_5678);
+    let mut rng = Rng::new(0x1234_5678);
     for dtype in WEIGHT_FORMATS {
         let k = if dtype.block_len() == 256 { 512 } else { 96 };
         for &(m, n_cols) in &[(1usize, 1usize), (37, 1), (63, 3)] {
@@ -56,7 +57,7 @@ fn gemv_matches_reference_and_fused_matches_unfused() {
 
 #[test]
 fn glu_fused_matches_unfused_and_reference() {
-    let mut rng = Rng(0xabc);
+    let mut rng = Rng::new(0xabc);
     for dtype in HOT_FORMATS {
         let k = if dtype.block_len() == 256 { 256 } else { 128 };
         let (m, n_cols) = (45, 2);

@@ -2,8 +2,8 @@
 //! random rows, extreme rows and wrong lengths.
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::quant::{dequantize_row, quantize_row};
-use fused_core::reference::ActQuant;
 use fused_cpu::Isa;
 use fused_cpu::acts::{Acts, column};
 use fused_cpu::kernels::{has_native_kernel, row_dot, scalar};
@@ -167,7 +167,7 @@ fn claimed_kernels_exist() {
 
 #[test]
 fn native_kernels_match_scalar() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let triples = native_triples();
     let claimed_total: usize = Isa::available().map(|i| claimed(i).len()).sum();
     assert!(triples.len() >= claimed_total, "{triples:?}");
@@ -219,7 +219,7 @@ fn native_kernels_match_scalar() {
 
 #[test]
 fn native_kernels_reject_wrong_lengths() {
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     for (isa, dtype, mode) in native_triples() {
         let kernel = row_dot(isa, dtype, mode);
         let k = dtype.block_len().max(32) * 2;
@@ -293,7 +293,7 @@ fn native_kernels_reject_wrong_lengths() {
 #[test]
 fn q8_0_side_data_follows_its_layout() {
     use fused_cpu::acts::side::{Q8_0_GROUP_BYTES, Q8_0_SUPER_BYTES, side_bytes, write_side};
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     // 25 blocks: one whole super-group of four groups, a partial one of two
     // groups, and one block without side data.
     let k = 25 * 32;
@@ -361,7 +361,7 @@ fn q8_0_side_data_follows_its_layout() {
 #[test]
 fn activation_quantizers_match_the_core() {
     use fused_cpu::acts::{prepared_bytes, quantize_columns};
-    let mut rng = Rng(0x051a_b1e5);
+    let mut rng = Rng::new(0x051a_b1e5);
     // Segments of 256 (whole Q8_0 and Q8_K blocks) of edge cases: exact
     // ties after scaling (amax 127 gives Q8_0 d = 1 and Q8_K iscale = −1),
     // the largest |v| twice with both signs (the first one sets Q8_K's

@@ -1,7 +1,7 @@
 //! Four-row kernels: equal, bit for bit, to their one-row kernel on each row.
 
 use fused_core::DType;
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 use fused_cpu::Isa;
 use fused_cpu::acts::column;
 use fused_cpu::kernels::{row_dot, row_dot4};

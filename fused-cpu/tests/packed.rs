@@ -3,10 +3,12 @@
 //! unfused bit for bit over packed weights, for every ISA and 1, 2 and 3
 //! threads; bad inputs are typed errors.
 
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::gemv::{gemm, gemm_glu};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 use fused_cpu::packed::PackedWeights;
 use fused_cpu::{CpuBackend, Isa};
@@ -31,7 +33,7 @@ const SHAPES: [(usize, usize, usize); 6] = [
 
 #[test]
 fn packing_round_trips() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for (m, k, _) in SHAPES {
         let w = q4_0(m, k, &mut rng);
         let p = PackedWeights::pack(&WeightMatrix::new(DType::Q4_0, m, k, &w).unwrap()).unwrap();
@@ -50,7 +52,7 @@ fn packing_round_trips() {
 
 #[test]
 fn packed_gemv_matches_reference_and_fused_matches_unfused() {
-    let mut rng = Rng(0xfeed);
+    let mut rng = Rng::new(0xfeed);
     let mode = ActQuant::Q8_0;
     for (m, k, n) in SHAPES {
         let w = q4_0(m, k, &mut rng);
@@ -87,7 +89,7 @@ fn packed_gemv_matches_reference_and_fused_matches_unfused() {
 
 #[test]
 fn packed_glu_matches_reference_and_unfused() {
-    let mut rng = Rng(0xbeef);
+    let mut rng = Rng::new(0xbeef);
     let mode = ActQuant::Q8_0;
     for (m, k, n) in SHAPES {
         let (wg, wu) = (q4_0(m, k, &mut rng), q4_0(m, k, &mut rng));
@@ -136,7 +138,7 @@ fn packed_glu_matches_reference_and_unfused() {
 #[test]
 fn group_kernels_with_and_without_side_data_agree() {
     use common::{prepare_columns, without_side};
-    let mut rng = Rng(0x51de);
+    let mut rng = Rng::new(0x51de);
     let mode = ActQuant::Q8_0;
     for k in [32, 96, 128, 320, 544, 1024] {
         let w = q4_0(8, k, &mut rng);
@@ -159,7 +161,7 @@ fn group_kernels_with_and_without_side_data_agree() {
 
 #[test]
 fn bad_inputs_are_typed_errors() {
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let f16 = vec![0u8; 2 * 32 * 4];
     let wf = WeightMatrix::new(DType::F16, 4, 32, &f16).unwrap();
     assert!(matches!(

@@ -3,10 +3,11 @@
 //! fallback, FWHT rows. Built with or without `std`.
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::weights::WeightMatrix;
 use fused_cpu::Isa;
 use fused_cpu::gemv::RowKernels;
 

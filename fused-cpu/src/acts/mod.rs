@@ -10,7 +10,7 @@
 
 use fused_core::DType;
 use fused_core::Error;
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 
 lab_mod! {
     /// The side data's layout and writer.

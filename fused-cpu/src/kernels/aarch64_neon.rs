@@ -26,7 +26,7 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 
 use fused_core::blocks::KVALUES_IQ4NL;
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 use fused_core::{DType, Error};
 
 use super::RowDot;

@@ -5,7 +5,7 @@
 //! triple once per call; formats an ISA has no kernel for fall back to the
 //! scalar kernel, which is the core's reference arithmetic.
 
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 use fused_core::{DType, Error};
 
 use crate::acts::Acts;

@@ -1,6 +1,6 @@
 //! The scalar kernel: exactly the core's reference dot products.
 
-use fused_core::reference::WeightMatrix;
+use fused_core::weights::WeightMatrix;
 use fused_core::reference::gemv::dot_f32;
 use fused_core::{DType, Error};
 

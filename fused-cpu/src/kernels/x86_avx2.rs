@@ -23,7 +23,7 @@
 
 use core::arch::x86_64::*;
 
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 use fused_core::{DType, Error};
 
 use super::RowDot;

@@ -1,10 +1,10 @@
 //! Fused vs unfused on the threaded backend: an epilogue chain bound into a
 //! GEMV, and the same chain run as separate element-wise steps.
 
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::{BoundEpilogue, Epilogue};
-use fused_core::reference::ActQuant;
-use fused_core::reference::gemv::GluWeights;
+use fused_core::weights::GluWeights;
 use fused_cpu::CpuBackend;
 
 use super::bits;

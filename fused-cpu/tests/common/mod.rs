@@ -10,32 +10,18 @@
 pub(crate) mod backend;
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
 use fused_core::quant::quantize_row;
-use fused_core::reference::gemv::{GluWeights, gemm, gemm_glu};
-use fused_core::reference::{ActQuant, WeightMatrix};
+use fused_core::reference::gemv::{gemm, gemm_glu};
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 use fused_cpu::Isa;
 use fused_cpu::acts::{Acts, column, prepared_bytes, quantize_columns};
 use fused_cpu::gemv::{RowKernels, gemv_glu_rows, gemv_rows};
 
-/// Xorshift64 (13, 7, 17): reproducible test values in [-1, 1).
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    /// The next value, in [-1, 1).
-    pub(crate) fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    /// The next `n` values.
-    pub(crate) fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
+pub(crate) use fused_testkit::Rng;
 
 /// `n` values in [-0.5, 0.5) hashed from their index and `seed` (each seed
 /// starts the sequence elsewhere): no state, so cheap enough for Miri.

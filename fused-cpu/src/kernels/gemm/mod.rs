@@ -26,7 +26,7 @@
 //! range a thread was given nor on the epilogue.
 
 use fused_core::DType;
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 
 use crate::isa::Isa;
 

@@ -3,7 +3,7 @@
 //! described with [`crate::packed`], which builds it; its two sizes are
 //! here, below both.
 
-use fused_core::reference::ActQuant;
+use fused_core::acts::ActQuant;
 use fused_core::{DType, Error};
 
 use super::{RowDot, row_dot};
