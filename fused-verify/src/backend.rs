@@ -1,29 +1,31 @@
-//! The backend abstraction every backend crate implements for the verifier,
-//! and the registry of backends this build knows.
+//! The verifier's view of a backend, and the registry of backends this
+//! build knows.
 //!
-//! A backend runs a core [`Plan`] over host byte buffers (the reference
-//! evaluator's [`Memory`]): the fused plan from [`fused_core::planner::plan`]
-//! and the same graph unfused ([`Plan::unfused`]). The verifier compares the
-//! two with each other and with the reference. A backend that cannot run
-//! here says why ([`Availability::Skip`]); the registry keeps it listed, so
-//! a run shows the skip instead of passing silently. A backend that can run
-//! but lacks a kernel for one case says so per case ([`Backend::supports`]):
-//! that case is reported as skipped on it, with the reason.
+//! Every backend is reached through the core's contract
+//! ([`fused_core::backend::Backend`]: compile a plan into a resident plan,
+//! write, run, read) by one adapter, [`Contract`]; the object-safe
+//! [`Backend`] trait below is only what the verifier's loops need of it
+//! (a name, whether it can run here, run a plan over host buffers, time
+//! plans interleaved). A backend that cannot run here says why
+//! ([`Availability::Skip`]); the registry keeps it listed, so a run shows
+//! the skip instead of passing silently. A backend that can run but lacks a
+//! kernel for one case says so per case ([`Backend::supports`]): that case
+//! is reported as skipped on it, with the reason.
 //!
-//! The CPU backends are here; the GPU backends (Vulkan, CUDA) are in
-//! [`crate::gpu`]. To add a backend: implement [`Backend`] behind the
-//! backend crate's feature and push it in [`registry`].
+//! To add a backend: implement the core's contract in its crate and push a
+//! [`Contract`] of it in [`registry`].
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fused_core::Error;
+use fused_core::acts::GemvMode;
+use fused_core::backend::{Backend as CoreBackend, PlanStats, ResidentPlan};
 use fused_core::error::Unsupported;
 use fused_core::graph::Graph;
+use fused_core::memory::Memory;
 use fused_core::planner::Plan;
-use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::BufferId;
-use fused_cpu::exec::{CpuMemory, Executor};
 use fused_cpu::{CpuBackend, Isa};
 
 /// Whether a backend can run on this machine.
@@ -97,6 +99,11 @@ pub trait Backend: Send + Sync {
 
     /// Whether it can run here, and why not.
     fn availability(&self) -> Availability;
+
+    /// The device it runs on, in words, once opened (default: not said).
+    fn device(&self) -> Option<String> {
+        None
+    }
 
     /// Whether its results must equal the core reference bit for bit
     /// (the same operation order as the reference), rather than within the
@@ -172,68 +179,159 @@ pub fn buffer_count(mem: &Memory) -> u32 {
         .count() as u32
 }
 
-/// The CPU backend of `fused-cpu` pinned to one instruction set, with one
-/// thread pool per thread count (built on first use).
-#[derive(Debug)]
-pub struct CpuIsaBackend {
-    isa: Isa,
+/// The byte sizes of `mem`'s buffers.
+pub fn buffer_sizes(mem: &Memory) -> Vec<usize> {
+    (0..buffer_count(mem))
+        .map(|b| mem.buffer(BufferId(b)).map_or(0, <[u8]>::len))
+        .collect()
+}
+
+/// Opens an instance of a backend for a thread count, or says why it
+/// cannot be opened here.
+type Opener<B> = Box<dyn Fn(usize) -> Result<B, String> + Send + Sync>;
+
+/// A backend of the core's contract under verification: opened on first
+/// use (once, or once per thread count for a CPU backend), every plan
+/// compiled, written, run and read back through the contract.
+pub struct Contract<B> {
     name: String,
-    pools: Mutex<Vec<(usize, Arc<CpuBackend>)>>,
+    open: Opener<B>,
+    per_thread_count: bool,
+    instances: Mutex<Vec<(usize, Arc<B>)>>,
+    failed: Mutex<Option<String>>,
+    /// Checker messages already reported.
+    seen: Mutex<usize>,
 }
 
-impl CpuIsaBackend {
-    /// The backend for `isa` (which may be unavailable on this machine).
-    pub fn new(isa: Isa) -> CpuIsaBackend {
-        CpuIsaBackend {
-            isa,
-            name: format!("cpu-{}", isa.name()),
-            pools: Mutex::new(Vec::new()),
+impl<B> std::fmt::Debug for Contract<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Contract")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl<B: CoreBackend + Send + Sync> Contract<B> {
+    /// A backend opened once by `open` (a GPU: the thread count is ignored).
+    pub fn once(
+        name: &str,
+        open: impl Fn() -> Result<B, String> + Send + Sync + 'static,
+    ) -> Contract<B> {
+        Contract::new(name, Box::new(move |_| open()), false)
+    }
+
+    /// A backend opened once per thread count by `open` (a CPU).
+    pub fn per_thread_count(
+        name: &str,
+        open: impl Fn(usize) -> Result<B, String> + Send + Sync + 'static,
+    ) -> Contract<B> {
+        Contract::new(name, Box::new(open), true)
+    }
+
+    fn new(name: &str, open: Opener<B>, per_thread_count: bool) -> Contract<B> {
+        Contract {
+            name: name.to_string(),
+            open,
+            per_thread_count,
+            instances: Mutex::new(Vec::new()),
+            failed: Mutex::new(None),
+            seen: Mutex::new(0),
         }
     }
 
-    /// The instruction set.
-    pub fn isa(&self) -> Isa {
-        self.isa
-    }
-
-    fn pool(&self, threads: usize) -> Result<Arc<CpuBackend>, Error> {
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, be)) = pools.iter().find(|(t, _)| *t == threads) {
-            return Ok(Arc::clone(be));
+    /// The instance for `threads` threads, opened on first use, or why
+    /// there is none.
+    pub fn instance(&self, threads: usize) -> Result<Arc<B>, String> {
+        let key = if self.per_thread_count { threads } else { 0 };
+        let mut all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, b)) = all.iter().find(|(t, _)| *t == key) {
+            return Ok(Arc::clone(b));
         }
-        let be = Arc::new(CpuBackend::with_isa(self.isa, threads)?);
-        pools.push((threads, Arc::clone(&be)));
-        Ok(be)
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = failed.as_ref() {
+            return Err(why.clone());
+        }
+        match (self.open)(threads.max(1)) {
+            Ok(b) => {
+                let b = Arc::new(b);
+                all.push((key, Arc::clone(&b)));
+                Ok(b)
+            }
+            Err(why) => {
+                *failed = Some(why.clone());
+                Err(why)
+            }
+        }
+    }
+
+    fn ready(&self, threads: usize) -> Result<Arc<B>, RunError> {
+        self.instance(threads)
+            .map_err(|why| RunError::Device(format!("{} unavailable: {why}", self.name)))
     }
 }
 
-/// Copies the executor's buffers back into the host memory.
-fn copy_back(src: &CpuMemory, dst: &mut Memory, n: u32) -> Result<(), Error> {
-    for b in 0..n {
-        dst.buffer_mut(BufferId(b))?.copy_from_slice(src.bytes(b)?);
+/// The contract's error as a run error: the core's own errors stay typed.
+fn run_error<E: std::error::Error + 'static>(e: E) -> RunError {
+    match (&e as &dyn std::error::Error).downcast_ref::<Error>() {
+        Some(core) => RunError::Core(*core),
+        None => match std::error::Error::source(&e).and_then(|s| s.downcast_ref::<Error>()) {
+            Some(core) => RunError::Core(*core),
+            None => RunError::Device(e.to_string()),
+        },
     }
-    Ok(())
 }
 
-impl Backend for CpuIsaBackend {
+/// What one run issued, as the verifier counts it: a kernel call is a
+/// launch, a dispatch or a copy; a barrier a wait between dependent kernels.
+fn run_stats(s: PlanStats) -> RunStats {
+    RunStats {
+        kernel_steps: s.kernel_steps,
+        barriers: s.barriers,
+        kernel_calls: s.launches + s.copies,
+    }
+}
+
+impl<B: CoreBackend + Send + Sync> Backend for Contract<B> {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn availability(&self) -> Availability {
-        if self.isa.is_supported() {
-            Availability::Ready
-        } else {
-            Availability::Skip(format!(
-                "this CPU lacks {} (best: {})",
-                self.isa,
-                Isa::detect()
-            ))
+        match self.instance(1) {
+            Ok(_) => Availability::Ready,
+            Err(why) => Availability::Skip(why),
         }
     }
 
     fn bit_exact_reference(&self) -> bool {
-        self.isa == Isa::Scalar
+        self.instance(1)
+            .is_ok_and(|b| b.capabilities().bit_exact_reference)
+    }
+
+    fn device(&self) -> Option<String> {
+        self.instance(1).ok().map(|b| b.device())
+    }
+
+    fn supports(&self, g: &Graph, plan: &Plan, cfg: RunConfig) -> Result<(), String> {
+        let Ok(b) = self.instance(cfg.threads) else {
+            return Ok(());
+        };
+        match b
+            .supports(g, plan, cfg.mode)
+            .and_then(|()| b.supports(g, &Plan::unfused(g), cfg.mode))
+        {
+            Err(Error::Unsupported(u)) => Err(format!("unsupported: {u}")),
+            // A malformed graph is the run's error to report.
+            _ => Ok(()),
+        }
+    }
+
+    fn take_diagnostics(&self) -> Option<Vec<String>> {
+        let all = self.instance(1).ok()?.messages()?;
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let new = all.get(*seen..).unwrap_or_default().to_vec();
+        *seen = all.len();
+        Some(new)
     }
 
     fn run_plan(
@@ -243,16 +341,15 @@ impl Backend for CpuIsaBackend {
         mem: &mut Memory,
         cfg: RunConfig,
     ) -> Result<RunStats, RunError> {
-        let be = self.pool(cfg.threads)?;
-        let n = buffer_count(mem);
-        let mut cpu = CpuMemory::from_reference(mem, n)?;
-        let s = Executor::new(&be, cfg.mode).run(g, plan, &mut cpu)?;
-        copy_back(&cpu, mem, n)?;
-        Ok(RunStats {
-            kernel_steps: s.kernel_steps,
-            barriers: s.counters.barriers,
-            kernel_calls: s.counters.kernel_calls,
-        })
+        let b = self.ready(cfg.threads)?;
+        let mut p = b
+            .compile(g, plan, cfg.mode, &buffer_sizes(mem))
+            .map_err(run_error)?;
+        p.write_all(mem)
+            .and_then(|()| p.run())
+            .and_then(|()| p.read_all(mem))
+            .map_err(run_error)?;
+        Ok(run_stats(p.stats()))
     }
 
     fn time_plans(
@@ -263,44 +360,43 @@ impl Backend for CpuIsaBackend {
         cfg: RunConfig,
         reps: usize,
     ) -> Result<Vec<TimedPlan>, RunError> {
-        let be = self.pool(cfg.threads)?;
-        let ex = Executor::new(&be, cfg.mode);
-        let fresh = CpuMemory::from_reference(mem, buffer_count(mem))?;
-        // In-place plans overwrite their inputs: every run starts from a
-        // copy made outside the timed region.
-        let mut work = fresh.clone();
-        let mut timed = Vec::with_capacity(plans.len());
-        for p in plans {
-            work.clone_from(&fresh);
-            let s = ex.run(g, p, &mut work)?;
-            timed.push(TimedPlan {
+        let b = self.ready(cfg.threads)?;
+        let sizes = buffer_sizes(mem);
+        let mut resident = plans
+            .iter()
+            .map(|p| {
+                let mut rp = b.compile(g, p, cfg.mode, &sizes)?;
+                rp.write_all(mem)?;
+                rp.restore_inputs()?;
+                rp.run()?; // warm-up
+                Ok(rp)
+            })
+            .collect::<Result<Vec<_>, B::Error>>()
+            .map_err(run_error)?;
+        let mut timed: Vec<TimedPlan> = resident
+            .iter()
+            .map(|rp| TimedPlan {
                 times: Vec::with_capacity(reps),
-                stats: RunStats {
-                    kernel_steps: s.kernel_steps,
-                    barriers: s.counters.barriers,
-                    kernel_calls: s.counters.kernel_calls,
-                },
-            });
-        }
+                stats: run_stats(rp.stats()),
+            })
+            .collect();
+        // Interleaved (A, B, A, B, ...): a change in the machine's load
+        // affects every plan alike.
         for _ in 0..reps.max(1) {
-            for (p, t) in plans.iter().zip(timed.iter_mut()) {
-                work.clone_from(&fresh);
-                let start = Instant::now();
-                ex.run(g, p, &mut work)?;
-                t.times.push(start.elapsed());
+            for (rp, t) in resident.iter_mut().zip(timed.iter_mut()) {
+                t.times.push(rp.time_once().map_err(run_error)?.best());
             }
         }
         Ok(timed)
     }
 
     fn bandwidth_gbs(&self, threads: usize) -> Option<f64> {
-        // 256 MiB: well beyond the last-level cache of the machines we run on.
-        Some(fused_cpu::backend::read_bandwidth(256 << 20, threads, 5))
+        self.instance(threads).ok()?.copy_bandwidth_gbs()
     }
 }
 
 /// A backend this build does not contain (its crate or feature is not
-/// built yet); listed so that a request for it is reported, never faked.
+/// built); listed so that a request for it is reported, never faked.
 #[derive(Debug)]
 pub struct Unbuilt {
     name: &'static str,
@@ -346,6 +442,41 @@ impl Backend for Unbuilt {
     }
 }
 
+/// The CPU backend pinned to `isa` with `threads` threads, or why it
+/// cannot run here.
+fn open_cpu(isa: Isa, threads: usize) -> Result<CpuBackend, String> {
+    if !isa.is_supported() {
+        return Err(format!("this CPU lacks {isa} (best: {})", Isa::detect()));
+    }
+    CpuBackend::with_isa(isa, threads).map_err(|e| e.to_string())
+}
+
+/// The Vulkan device, validation on unless `FUSED_VK_VALIDATION=0`; where
+/// the layer is not installed the device opens without it (and no checker
+/// runs).
+#[cfg(feature = "vulkan")]
+pub fn open_vulkan() -> Result<fused_vulkan::VulkanBackend, String> {
+    use fused_vulkan::{ContextOptions, VulkanBackend, VulkanError};
+    let validation = std::env::var_os("FUSED_VK_VALIDATION").is_none_or(|v| v != "0");
+    let open = |validation| {
+        VulkanBackend::with_options(ContextOptions {
+            validation,
+            ..ContextOptions::default()
+        })
+    };
+    match open(validation) {
+        Err(VulkanError::NoValidationLayer) => open(false),
+        r => r,
+    }
+    .map_err(|e| {
+        if e.is_no_device() {
+            e.to_string()
+        } else {
+            format!("opening the Vulkan device failed: {e}")
+        }
+    })
+}
+
 /// Every backend this build knows: one CPU backend per instruction set
 /// (those this machine lacks report a skip), then Vulkan and CUDA (a skip
 /// when no device can be opened, or when built without their feature).
@@ -353,21 +484,24 @@ pub fn registry() -> Vec<Box<dyn Backend>> {
     let mut v: Vec<Box<dyn Backend>> = [Isa::Scalar, Isa::Avx2, Isa::Avx512]
         .into_iter()
         .filter(|isa| cfg!(target_arch = "x86_64") || *isa == Isa::Scalar)
-        .map(|isa| Box::new(CpuIsaBackend::new(isa)) as Box<dyn Backend>)
+        .map(|isa| {
+            Box::new(Contract::per_thread_count(
+                &format!("cpu-{}", isa.name()),
+                move |threads| open_cpu(isa, threads),
+            )) as Box<dyn Backend>
+        })
         .collect();
     #[cfg(feature = "vulkan")]
-    v.push(Box::new(crate::gpu::GpuBackend::<
-        fused_vulkan::VulkanBackend,
-    >::new()));
+    v.push(Box::new(Contract::once("vulkan", open_vulkan)));
     #[cfg(not(feature = "vulkan"))]
     v.push(Box::new(Unbuilt {
         name: "vulkan",
         reason: "built without the `vulkan` feature",
     }));
     #[cfg(feature = "cuda")]
-    v.push(Box::new(
-        crate::gpu::GpuBackend::<fused_cuda::CudaBackend>::new(),
-    ));
+    v.push(Box::new(Contract::once("cuda", || {
+        fused_cuda::CudaBackend::new().map_err(|e| e.to_string())
+    })));
     #[cfg(not(feature = "cuda"))]
     v.push(Box::new(Unbuilt {
         name: "cuda",

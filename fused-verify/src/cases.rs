@@ -16,11 +16,12 @@
 use std::sync::Arc;
 
 use fused_core::DType;
+use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::graph::{Graph, NodeId, Place};
+use fused_core::memory::Memory;
 use fused_core::quant::quantize_row;
-use fused_core::reference::eval::{GemvMode, Memory};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{Error, fwht::FwhtDesc};
 
@@ -521,34 +522,7 @@ fn full(seed: u64) -> Vec<Case> {
     v
 }
 
-/// A small deterministic generator (xorshift64*).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// Seeded with `seed` (any value).
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `[-1, 1)`.
-    pub fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    /// `n` values uniform in `[-1, 1)`.
-    pub fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
+pub use fused_testkit::Rng;
 
 /// A case built: its graph, initial memory, output node and the f32 values
 /// of its inputs (for the f64 reference).

@@ -14,9 +14,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fused_core::DType;
+use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
 use fused_core::planner::plan;
-use fused_core::reference::eval::GemvMode;
 
 use crate::backend::{Availability, Backend, RunConfig};
 use crate::cases::{Case, Link, Pattern, Special, build};

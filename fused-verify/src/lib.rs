@@ -9,19 +9,20 @@
 //! open a device it is reported as skipped with the reason; cases it has no
 //! kernel for are skipped one by one, with the reason.
 //!
-//! - [`backend`]: the [`backend::Backend`] trait a backend implements (name,
-//!   availability, run a core plan fused or the graph unfused over host
-//!   buffers, timing, bandwidth probe, counters) and the registry.
-//! - [`gpu`]: the Vulkan and CUDA backends, through the core's executor.
+//! - [`backend`]: what the verifier's loops need of a backend
+//!   ([`backend::Backend`]: name, availability, run a core plan fused or the
+//!   graph unfused over host buffers, timing, bandwidth probe, counters),
+//!   implemented once over the core's contract ([`backend::Contract`]) for
+//!   every backend, and the registry.
 //! - [`cases`]: the case generator (pattern × format × shape × columns ×
 //!   chain × threads × seed) and the graph each case builds.
 //! - [`metrics`]: NMSE, max abs error, ulps, bit identity, finiteness.
 //! - [`tolerance`]: the documented tolerance table.
 //! - [`verify`]: the checks of one case on the references and on a backend.
 //! - [`run`]: the `test` mode; [`perf`]: the `perf` mode; [`decode`]: a
-//!   stack of decode layers fused vs unfused, per token, with random
-//!   weights or those of a GGUF file; [`gguf`]: the GGUF reader, and the
-//!   weight matrices of a GGUF file as cases.
+//!   stack of decode layers ([`stack`]: random weights or those of a GGUF
+//!   file) fused vs unfused, per token; [`gguf`]: the GGUF reader, and the
+//!   weight matrices of a GGUF file as cases; [`progress`]: the progress bar.
 //! - [`plot`]: `--plot FILE.svg` for `perf` and `decode`.
 //! - [`report`]: summary table, JSON, the closing `N passed, N failed, N skipped` line.
 //! - [`selfcheck`]: the core's self-check, the first section of `test`.
@@ -33,12 +34,13 @@ pub mod cases;
 pub mod cli;
 pub mod decode;
 pub mod gguf;
-pub mod gpu;
 pub mod metrics;
 pub mod perf;
 pub mod plot;
+pub mod progress;
 pub mod report;
 pub mod run;
 pub mod selfcheck;
+pub mod stack;
 pub mod tolerance;
 pub mod verify;

@@ -116,6 +116,12 @@ pub fn same_nonfinite_pattern(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| class(*x) == class(*y))
 }
 
+/// The median of `t` (the upper one of an even count; zero when empty).
+pub fn median(mut t: Vec<std::time::Duration>) -> std::time::Duration {
+    t.sort_unstable();
+    t.get(t.len() / 2).copied().unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

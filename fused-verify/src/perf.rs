@@ -10,17 +10,16 @@
 //! `f32acts`); a case it has no kernel for at all is listed as skipped with
 //! the reason.
 
-use std::time::Duration;
-
 use fused_core::DType;
+use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
 use fused_core::planner::{Plan, plan};
-use fused_core::reference::eval::GemvMode;
 
 use crate::backend::{Backend, RunConfig, finish_errors, registry, selected, skip_unavailable};
 use crate::cases::{Built, Case, Link, Pattern, Special, build, weight_dtypes};
 use crate::cli::Cli;
-use crate::run::Progress;
+use crate::metrics::median;
+use crate::progress::Progress;
 
 /// One timed case on one backend.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -95,7 +94,7 @@ pub fn perf_cases(seed: u64, threads: usize) -> Vec<Case> {
         glu: Activation::Silu,
         chain: Vec::new(),
         threads,
-        mode: fused_core::reference::eval::GemvMode::Ggml,
+        mode: fused_core::acts::GemvMode::Ggml,
         special: Special::None,
         seed,
         weights: None,
@@ -115,12 +114,6 @@ pub fn perf_cases(seed: u64, threads: usize) -> Vec<Case> {
         256,
     ));
     v
-}
-
-/// The median of `t` (the upper one of an even count; zero when empty).
-pub(crate) fn median(mut t: Vec<Duration>) -> Duration {
-    t.sort_unstable();
-    t.get(t.len() / 2).copied().unwrap_or_default()
 }
 
 /// Why a case was not timed.
@@ -300,13 +293,6 @@ pub fn run_perf(cli: &Cli, print: bool) -> PerfReport {
     let timed = report.rows.iter().map(|r| r.backend.as_str());
     finish_errors(cli, &backends, timed, &mut report.errors, print);
     report
-}
-
-impl Progress {
-    /// Runs `f` (which prints) with the bar cleared.
-    pub fn bar_suspend(&self, f: impl FnOnce()) {
-        self.bar.suspend(f);
-    }
 }
 
 impl PerfReport {

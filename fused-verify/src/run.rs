@@ -9,61 +9,13 @@
 //! a case, or when an available backend ran no case (a filter that matches
 //! nothing), the run fails unless `--allow-skip`.
 
-use std::io::IsTerminal;
-use std::time::{Duration, Instant};
-
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-
 use crate::backend::{Availability, Backend, family_errors, named, registry, selected};
 use crate::cases::{Case, generate};
 use crate::cli::Cli;
+use crate::progress::Progress;
 use crate::report::{BackendStatus, TestReport, Totals, summarize};
 use crate::selfcheck;
 use crate::verify::{CaseResult, Outcome, check_backend, prepare};
-
-/// A progress bar on stderr, drawn only once a run has taken a second and
-/// only when stderr is a terminal.
-#[derive(Debug)]
-pub struct Progress {
-    pub(crate) bar: ProgressBar,
-    start: Instant,
-    shown: bool,
-}
-
-impl Progress {
-    /// A hidden bar for `total` steps.
-    pub fn new(total: u64) -> Progress {
-        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
-        if let Ok(style) =
-            ProgressStyle::with_template("{bar:40} {pos}/{len} cases, {elapsed} (eta {eta}) {msg}")
-        {
-            bar.set_style(style);
-        }
-        Progress {
-            bar,
-            start: Instant::now(),
-            shown: false,
-        }
-    }
-
-    /// Advances by one step.
-    pub fn inc(&mut self, msg: &str) {
-        if !self.shown
-            && self.start.elapsed() > Duration::from_secs(1)
-            && std::io::stderr().is_terminal()
-        {
-            self.bar.set_draw_target(ProgressDrawTarget::stderr());
-            self.shown = true;
-        }
-        self.bar.set_message(msg.to_string());
-        self.bar.inc(1);
-    }
-
-    /// Removes the bar.
-    pub fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
-}
 
 /// Runs the `test` mode and returns the report (printing as it goes when
 /// `print` is set).
@@ -148,6 +100,14 @@ pub fn run_cases(
                 println!("SKIP {}: {r}", s.name);
             }
         }
+        for b in chosen
+            .iter()
+            .filter(|b| b.availability() == Availability::Ready)
+        {
+            if let Some(device) = b.device() {
+                println!("on   {}: {device}", b.name());
+            }
+        }
     }
 
     let mut results: Vec<CaseResult> = Vec::new();
@@ -178,7 +138,7 @@ pub fn run_cases(
             totals.add(r.outcome);
             if r.outcome == Outcome::Fail && print && (cli.verbose || printed_failures < 20) {
                 printed_failures += 1;
-                progress.bar.suspend(|| {
+                progress.bar_suspend(|| {
                     println!("FAIL {} {}", r.backend, r.case);
                     for c in r.checks.iter().filter(|c| !c.ok) {
                         println!("     {}: {}", c.name, c.detail);

@@ -2,12 +2,15 @@
 //! decode layer's fused plan vs its unfused graph.
 
 use fused_core::DType;
+use fused_core::acts::ActQuant;
+use fused_core::acts::GemvMode;
 use fused_core::epilogue::Epilogue;
 use fused_core::fwht::{FwhtDesc, fwht};
 use fused_core::planner::plan;
 use fused_core::quant::quantize_row;
-use fused_core::reference::eval::{GemvMode, eval_graph, eval_plan};
-use fused_core::reference::gemv::{ActQuant, WeightMatrix, gemm, gemm_f64};
+use fused_core::reference::eval::{eval_graph, eval_plan};
+use fused_core::reference::gemv::{gemm, gemm_f64};
+use fused_core::weights::WeightMatrix;
 
 use crate::cases::Rng;
 use crate::metrics::nmse;
@@ -137,7 +140,7 @@ fn fwht_checks(r: &mut Report) {
 /// signed-FWHT-rotated projection, residuals in place) evaluated by the
 /// reference unfused and as planned: (fused steps, kernel steps, bit-identical).
 fn decode_layer(dtype: DType, mode: GemvMode) -> Result<(usize, usize, bool), fused_core::Error> {
-    let s = crate::decode::build_stack(dtype, 1, 256, 512, 0xdec0de)?;
+    let s = crate::stack::build_stack(dtype, 1, 256, 512, 0xdec0de)?;
     let p = plan(&s.graph);
     let mut unfused = s.mem.clone();
     let mut fused = s.mem.clone();

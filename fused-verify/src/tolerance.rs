@@ -21,7 +21,7 @@
 //! Fused against unfused on the same backend has no tolerance: any bit
 //! difference fails.
 
-use fused_core::reference::gemv::ActQuant;
+use fused_core::acts::ActQuant;
 
 use crate::cases::{Case, Pattern};
 

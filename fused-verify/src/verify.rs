@@ -17,11 +17,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use fused_core::Error;
 use fused_core::fwht::fwht_f64;
+use fused_core::memory::Memory;
 use fused_core::planner::{Plan, plan};
-use fused_core::reference::WeightMatrix;
-use fused_core::reference::eval::{Memory, eval_graph};
-use fused_core::reference::gemv::{GluWeights, gemm_f64, gemm_glu_f64};
+use fused_core::reference::eval::eval_graph;
+use fused_core::reference::gemv::{gemm_f64, gemm_glu_f64};
 use fused_core::tensor::BufferId;
+use fused_core::weights::GluWeights;
+use fused_core::weights::WeightMatrix;
 
 use crate::backend::{Backend, RunConfig, RunError, RunStats};
 use crate::cases::{Built, Case, Pattern, Special, build};
@@ -477,7 +479,7 @@ mod tests {
     use crate::backend::{Availability, TimedPlan};
     use crate::cases::{CaseSet, generate};
     use fused_core::graph::Graph;
-    use fused_core::reference::eval::Memory;
+    use fused_core::memory::Memory;
 
     /// A backend that has no kernel for anything and fails any run.
     struct Refusing;

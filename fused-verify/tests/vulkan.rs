@@ -7,16 +7,22 @@
 use std::io::Write;
 
 use clap::Parser;
-use fused_verify::backend::{Availability, Backend};
+use fused_core::backend::{Backend as _, HostPlan, ResidentPlan};
+use fused_verify::backend::{Availability, Backend, Contract, open_vulkan};
 use fused_verify::cases::{CaseSet, generate};
 use fused_verify::cli::Cli;
-use fused_verify::gpu::GpuBackend;
 use fused_verify::run::run_tests;
 use fused_verify::verify::{Outcome, check_backend, prepare};
-use fused_vulkan::VulkanBackend;
+use fused_vulkan::{VulkanBackend, VulkanError};
+
+/// The Vulkan backend as the verifier opens it (validation on where the
+/// layer is installed).
+fn vulkan() -> Contract<VulkanBackend> {
+    Contract::once("vulkan", open_vulkan)
+}
 
 /// Whether the backend can run here; panics when it cannot but must.
-fn available(be: &GpuBackend<VulkanBackend>) -> bool {
+fn available(be: &Contract<VulkanBackend>) -> bool {
     match be.availability() {
         Availability::Ready => true,
         Availability::Skip(why) => {
@@ -36,7 +42,7 @@ fn validation_wanted() -> bool {
 
 #[test]
 fn quick_set_passes_on_vulkan() {
-    if !available(&GpuBackend::<VulkanBackend>::new()) {
+    if !available(&vulkan()) {
         return;
     }
     let cli = Cli::parse_from(["fused-verify", "--backend", "vulkan"]);
@@ -92,11 +98,12 @@ fn quick_set_passes_on_vulkan() {
 
 #[test]
 fn a_validation_message_fails_the_case() {
-    let be = GpuBackend::<VulkanBackend>::new();
+    let be = vulkan();
     if !available(&be) {
         return;
     }
-    let ctx = be.device().unwrap().context();
+    let vk = be.instance(1).unwrap();
+    let ctx = vk.context();
     if !ctx.validation_enabled() {
         assert!(!validation_wanted() || std::env::var_os("FUSED_REQUIRE_VULKAN").is_none());
         let _ = writeln!(std::io::stderr(), "skipped: validation layer not on");
@@ -110,7 +117,7 @@ fn a_validation_message_fails_the_case() {
     assert_eq!(check_backend(&be, &p, 1.0).outcome, Outcome::Pass);
     // A message reported during the next case (here: before its runs but
     // after the backend drained the older ones) must fail it.
-    struct Noisy<'a>(&'a GpuBackend<VulkanBackend>);
+    struct Noisy<'a>(&'a Contract<VulkanBackend>);
     impl Backend for Noisy<'_> {
         fn name(&self) -> &str {
             self.0.name()
@@ -128,10 +135,11 @@ fn a_validation_message_fails_the_case() {
             &self,
             g: &fused_core::graph::Graph,
             plan: &fused_core::planner::Plan,
-            mem: &mut fused_core::reference::eval::Memory,
+            mem: &mut fused_core::memory::Memory,
             cfg: fused_verify::backend::RunConfig,
         ) -> Result<fused_verify::backend::RunStats, fused_verify::backend::RunError> {
-            let ctx = self.0.device().unwrap().context();
+            let vk = self.0.instance(1).unwrap();
+            let ctx = vk.context();
             assert!(ctx.report_test_message(c"fused-verify test message"));
             self.0.run_plan(g, plan, mem, cfg)
         }
@@ -139,7 +147,7 @@ fn a_validation_message_fails_the_case() {
             &self,
             g: &fused_core::graph::Graph,
             plans: &[&fused_core::planner::Plan],
-            mem: &fused_core::reference::eval::Memory,
+            mem: &fused_core::memory::Memory,
             cfg: fused_verify::backend::RunConfig,
             reps: usize,
         ) -> Result<Vec<fused_verify::backend::TimedPlan>, fused_verify::backend::RunError>
@@ -162,7 +170,7 @@ fn a_validation_message_fails_the_case() {
 }
 
 /// The buffer sizes of `mem`.
-fn sizes(mem: &fused_core::reference::eval::Memory) -> Vec<usize> {
+fn sizes(mem: &fused_core::memory::Memory) -> Vec<usize> {
     use fused_core::tensor::BufferId;
     (0..fused_verify::backend::buffer_count(mem))
         .map(|b| mem.buffer(BufferId(b)).unwrap().len())
@@ -176,17 +184,17 @@ fn sizes(mem: &fused_core::reference::eval::Memory) -> Vec<usize> {
 /// too.
 #[test]
 fn device_plan_equals_the_host_slice_executor_on_the_quick_set() {
-    use fused_core::exec::Executor;
+    use fused_core::backend::Resident;
     use fused_core::planner::{Plan, plan};
     use fused_verify::backend::RunConfig;
     use fused_verify::cases::build;
-    use fused_vulkan::{DevicePlan, VulkanError};
 
-    let be = GpuBackend::<VulkanBackend>::new();
+    let be = vulkan();
     if !available(&be) {
         return;
     }
-    let dev = be.device().unwrap();
+    let dev = be.instance(1).unwrap();
+    let dev = &*dev;
     let (mut ran, mut refused) = (0, Vec::new());
     for case in generate(CaseSet::Quick, 1) {
         let Ok(b) = build(&case) else { continue };
@@ -200,32 +208,35 @@ fn device_plan_equals_the_host_slice_executor_on_the_quick_set() {
         }
         for p in [fused.clone(), Plan::unfused(&b.graph)] {
             let id = case.id();
-            let mut want = b.mem.clone();
-            let host = Executor::new(dev, cfg.mode).run(&b.graph, &p, &mut want);
-            let dp = DevicePlan::new(dev, &b.graph, &p, cfg.mode, &sizes(&b.mem));
+            let sz = sizes(&b.mem);
+            let host = HostPlan::new(dev, &b.graph, &p, cfg.mode, b.mem.clone(), &sz)
+                .map_err(VulkanError::from)
+                .and_then(|mut h| h.run().map(|()| h.memory().clone()));
+            let dp = dev.compile(&b.graph, &p, cfg.mode, &sz);
             let mut dp = match (host, dp) {
                 (Err(_), Err(_)) => continue,
                 (Err(e), Ok(_)) => {
                     panic!("{id}: the host executor refused ({e}), the device plan did not")
                 }
-                (Ok(_), Err(VulkanError::Core(e))) => {
-                    refused.push(format!("{id}: {e}"));
+                (Ok(_), Err(e)) => panic!("{id}: {e}"),
+                (Ok(want), Ok(Resident::Host(_, why))) => {
+                    let _ = want;
+                    refused.push(format!("{id}: {why}"));
                     continue;
                 }
-                (Ok(_), Err(e)) => panic!("{id}: {e}"),
-                (Ok(_), Ok(dp)) => dp,
+                (Ok(want), Ok(dp)) => (dp, want),
             };
-            dp.upload(&b.mem).unwrap();
-            dp.run().unwrap();
+            dp.0.write_all(&b.mem).unwrap();
+            dp.0.run().unwrap();
             let mut got = b.mem.clone();
-            dp.download_into(&mut got).unwrap();
-            assert!(got == want, "{id}: the device plan differs");
+            dp.0.read_all(&mut got).unwrap();
+            assert!(got == dp.1, "{id}: the device plan differs");
             // One dispatch per kernel step, plus the activation quantizer
             // before each GEMV step with GGML's Q8 activations whose input
             // the latest quantization does not already hold.
-            let stats = dp.stats();
+            let stats = dp.0.stats();
             assert_eq!(
-                (stats.dispatches - stats.quantizations) as usize,
+                (stats.launches - stats.quantizations) as usize,
                 p.kernel_steps(&b.graph),
                 "{id}"
             );
@@ -260,7 +271,7 @@ fn vulkan_times_plans_on_the_device() {
     use fused_verify::backend::RunConfig;
     use fused_verify::cases::build;
 
-    let be = GpuBackend::<VulkanBackend>::new();
+    let be = vulkan();
     if !available(&be) {
         return;
     }
@@ -301,7 +312,7 @@ fn vulkan_times_plans_on_the_device() {
 /// plan's.
 #[test]
 fn perf_mode_times_vulkan_with_ggml_activations() {
-    if !available(&GpuBackend::<VulkanBackend>::new()) {
+    if !available(&vulkan()) {
         return;
     }
     let cli = Cli::parse_from([
