@@ -219,10 +219,15 @@ pub struct BoundEpilogue<'a> {
     cols: usize,
 }
 
-impl BoundEpilogue<'_> {
+impl<'a> BoundEpilogue<'a> {
     /// The chain.
     pub const fn epilogue(&self) -> &Epilogue {
         &self.epilogue
+    }
+
+    /// The operands in slot order (empty where no stage reads the slot).
+    pub fn operands(&self) -> &[&'a [f32]] {
+        &self.operands
     }
 
     /// Output rows.

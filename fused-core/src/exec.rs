@@ -31,12 +31,13 @@ use crate::epilogue::{Epilogue, MAX_STAGES};
 use crate::error::{Error, Unsupported};
 use crate::fwht::FwhtDesc;
 use crate::graph::Graph;
+use crate::job::GemvJob;
 use crate::lower::{BinaryOp, Broadcast, Command, CommandSink, lower, lower_into};
 use crate::memory::f32_le;
 use crate::memory::{Buffers, gather_f32, packed};
 use crate::planner::{Operands, Plan, Step};
 use crate::tensor::{Overlap, TensorDesc};
-use crate::weights::{GluWeights, WeightMatrix};
+use crate::weights::WeightMatrix;
 
 /// Work and synchronisation a backend counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,32 +84,10 @@ pub trait StepKernels {
         Counters::default()
     }
 
-    /// `y = epilogue(w · x)` for `n_cols` columns; `operands` in slot order.
-    #[allow(clippy::too_many_arguments)]
-    fn gemv(
-        &self,
-        w: &WeightMatrix<'_>,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), Self::Error>;
-
-    /// `y = epilogue(act(W_gate · x) ⊙ (W_up · x))`.
-    #[allow(clippy::too_many_arguments)]
-    fn gemv_glu(
-        &self,
-        w: &GluWeights<'_>,
-        act: Activation,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), Self::Error>;
+    /// `y = epilogue(W · x)`, or the gated form, as `job` says
+    /// ([`GemvJob`]: weights, activation columns and mode, epilogue and its
+    /// operands).
+    fn gemv(&self, job: &GemvJob<'_, WeightMatrix<'_>>, y: &mut [f32]) -> Result<(), Self::Error>;
 
     /// The (signed) FWHT of every row of `x`.
     fn fwht(
@@ -335,8 +314,10 @@ impl<'k, K: StepKernels + ?Sized> Executor<'k, K> {
         let ops: Vec<&[f32]> = operands.iter().map(Read::f32).collect();
         let mode = self.mode.act_quant(w.dtype());
         let slots = slots(epilogue, &ops);
-        self.kernels
-            .gemv(&wm, xr.f32(), n_cols, mode, epilogue, &slots, y)
+        let job = GemvJob::new(&wm, xr.f32(), n_cols)
+            .with_mode(mode)
+            .with_epilogue(*epilogue, &slots);
+        self.kernels.gemv(&job, y)
     }
 }
 
@@ -373,15 +354,15 @@ impl<K: StepKernels + ?Sized, M: Buffers> CommandSink for HostRun<'_, '_, '_, K,
         };
         let (m, kk) = (w.ne()[1], w.ne()[0]);
         e.with_io(self.mem, out, &reads, |r, y| {
-            let pair = GluWeights::new(
-                WeightMatrix::new(w.dtype(), m, kk, r[0].bytes())?,
-                WeightMatrix::new(wu.dtype(), m, kk, r[1].bytes())?,
-            )?;
+            let gate = WeightMatrix::new(w.dtype(), m, kk, r[0].bytes())?;
+            let up = WeightMatrix::new(wu.dtype(), m, kk, r[1].bytes())?;
             let ops: Vec<&[f32]> = r[3..].iter().map(Read::f32).collect();
             let mode = e.mode.act_quant(w.dtype());
             let slots = slots(epilogue, &ops);
-            e.kernels
-                .gemv_glu(&pair, act, r[2].f32(), n, mode, epilogue, &slots, y)
+            let job = GemvJob::gated(&gate, &up, act, r[2].f32(), n)
+                .with_mode(mode)
+                .with_epilogue(*epilogue, &slots);
+            e.kernels.gemv(&job, y)
         })
     }
 
@@ -486,7 +467,6 @@ mod tests {
     use crate::memory::Memory;
     use crate::planner::plan;
     use crate::reference::eval::{eval_graph, eval_plan};
-    use crate::reference::gemv::{gemm, gemm_glu};
     use crate::tensor::BufferId;
 
     /// The core's reference arithmetic as a kernel set, counting calls and
@@ -534,34 +514,9 @@ mod tests {
             }
         }
 
-        fn gemv(
-            &self,
-            w: &WeightMatrix<'_>,
-            x: &[f32],
-            n: usize,
-            mode: ActQuant,
-            e: &Epilogue,
-            ops: &[&[f32]],
-            y: &mut [f32],
-        ) -> Result<(), Error> {
+        fn gemv(&self, job: &GemvJob<'_, WeightMatrix<'_>>, y: &mut [f32]) -> Result<(), Error> {
             self.call();
-            gemm(w, x, n, mode, &e.bind(ops, w.rows(), n)?, y)
-        }
-
-        fn gemv_glu(
-            &self,
-            w: &GluWeights<'_>,
-            act: Activation,
-            x: &[f32],
-            n: usize,
-            mode: ActQuant,
-            e: &Epilogue,
-            ops: &[&[f32]],
-            y: &mut [f32],
-        ) -> Result<(), Error> {
-            self.call();
-            let bound = e.bind(ops, w.gate().rows(), n)?;
-            gemm_glu(w, x, n, mode, act, &bound, y)
+            crate::reference::gemv::gemv_job(job, y)
         }
 
         fn fwht(

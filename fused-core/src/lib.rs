@@ -9,9 +9,10 @@
 //! - [`dtype`], [`blocks`], [`quant`]: GGML/GGUF-compatible formats (F32, F16,
 //!   BF16, Q4_0 … Q8_K, IQ4_NL, TQ2_0), byte-identical blocks, reference
 //!   (de)quantization and the integer dot products.
-//! - [`acts`], [`weights`]: how a GEMV's activations reach its dot products
-//!   (`ActQuant` for one GEMV, `GemvMode` for a plan) and the weight
-//!   matrices the kernels take (`WeightMatrix`, `GluWeights`).
+//! - [`acts`], [`weights`], [`job`]: how a GEMV's activations reach its dot
+//!   products (`ActQuant` for one GEMV, `GemvMode` for a plan), the weight
+//!   matrices the kernels take (`WeightMatrix`, `GluWeights`), and one GEMV
+//!   as every backend's eager entry point takes it (`GemvJob`).
 //! - [`tensor`]: tensor descriptors — format, 4-D shape, byte strides, place
 //!   in a buffer, contiguity, byte extent and overlap.
 //! - [`element`], [`epilogue`], [`fwht`]: the element functions (defined once),
@@ -48,8 +49,9 @@
 //! the format enum, node ids and refusal reasons (private `format`, `ids`,
 //! `refusal`, re-exported by [`dtype`], [`graph`] and [`legality`]) and
 //! [`acts`]; then [`error`], which names them; then everything that returns
-//! an error (descriptors, blocks, quantization, weights, graph, legality,
-//! planner, memory, lower, reference, exec) and, last, `backend`.
+//! an error (descriptors, blocks, quantization, weights, the GEMV job,
+//! graph, legality, planner, memory, lower, reference, exec) and, last,
+//! `backend`.
 //! `scripts/module-cycles fused-core` checks that no cycle creeps in.
 //!
 //! ## The path: graph → planner → plan → backend
@@ -127,6 +129,7 @@ mod format;
 pub mod fwht;
 pub mod graph;
 mod ids;
+pub mod job;
 pub mod legality;
 #[cfg(feature = "alloc")]
 pub mod lower;

@@ -38,6 +38,7 @@ use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
+use fused_core::job::GemvJob;
 use fused_core::quant::quantize_row;
 use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
@@ -287,7 +288,11 @@ fn gemv_dram(c: &mut Criterion) {
                 || {
                     let w = mat(dtype, m, k, &all, i % copies);
                     i += 1;
-                    be.gemv(&w, &x, 1, mode, &none, &mut y).expect("gemv");
+                    be.gemv(
+                        &GemvJob::new(&w, &x, 1).with_mode(mode).with_bound(&none),
+                        &mut y,
+                    )
+                    .expect("gemv");
                     black_box(&y);
                 },
             );
@@ -308,8 +313,11 @@ fn gemv_dram(c: &mut Criterion) {
                     || {
                         let w = &packed[i % copies];
                         i += 1;
-                        be.gemv_packed(w, &x, 1, mode, &none, &mut y)
-                            .expect("gemv_packed");
+                        be.gemv_packed(
+                            &GemvJob::new(w, &x, 1).with_mode(mode).with_bound(&none),
+                            &mut y,
+                        )
+                        .expect("gemv_packed");
                         black_box(&y);
                     },
                 );
@@ -351,7 +359,11 @@ fn gemv_cache(c: &mut Criterion) {
                     )
                 };
                 bench(&mut g, &format!("gemv_cache/{id}"), &id, report, || {
-                    be.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
+                    be.gemv(
+                        &GemvJob::new(&w, &x, n).with_mode(mode).with_bound(&none),
+                        &mut y,
+                    )
+                    .expect("gemv");
                     black_box(&y);
                 });
             }
@@ -369,8 +381,13 @@ fn gemv_cache(c: &mut Criterion) {
                 let id = format!("{dtype:?}_packed/gemv/{t}t");
                 let report = Report::Bytes(bytes, t);
                 bench(&mut g, &format!("gemv_cache/{id}"), &id, report, || {
-                    be.gemv_packed(&packed, &x, 1, mode, &none, &mut y)
-                        .expect("gemv_packed");
+                    be.gemv_packed(
+                        &GemvJob::new(&packed, &x, 1)
+                            .with_mode(mode)
+                            .with_bound(&none),
+                        &mut y,
+                    )
+                    .expect("gemv_packed");
                     black_box(&y);
                 });
             }
@@ -396,7 +413,11 @@ fn small_m_gemm(g: &mut BenchmarkGroup<'_, WallTime>, bes: &[CpuBackend], dtype:
         let id = format!("{dtype:?}/gemm{n}_m{m}/{t}t");
         let report = Report::Flops(2 * m * k * n, bytes, t);
         bench(g, &format!("gemv_cache/{id}"), &id, report, || {
-            be.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
+            be.gemv(
+                &GemvJob::new(&w, &x, n).with_mode(mode).with_bound(&none),
+                &mut y,
+            )
+            .expect("gemv");
             black_box(&y);
         });
     }
@@ -484,26 +505,27 @@ fn layer_fused(be: &CpuBackend, w: &[WeightMatrix<'_>; 4], s: &mut Bufs, step: &
     let mode = ActQuant::ggml(wo.dtype());
     let add = Epilogue::NONE.then_add().expect("epilogue");
     be.gemv(
-        wo,
-        &s.attn,
-        1,
-        mode,
-        &add.bind(&[&s.x], hd, 1).expect("bind"),
+        &GemvJob::new(wo, &s.attn, 1)
+            .with_mode(mode)
+            .with_bound(&add.bind(&[&s.x], hd, 1).expect("bind")),
         &mut s.h,
     )
     .expect("gemv o");
     step();
     let glu = GluWeights::new(*wg, *wu).expect("glu weights");
     let none = Epilogue::NONE.bind(&[], fd, 1).expect("bind");
-    be.gemv_glu(&glu, Activation::Silu, &s.h, 1, mode, &none, &mut s.g)
-        .expect("gemv_glu");
+    be.gemv(
+        &GemvJob::gated(glu.gate(), glu.up(), Activation::Silu, &s.h, 1)
+            .with_mode(mode)
+            .with_bound(&none),
+        &mut s.g,
+    )
+    .expect("gemv_glu");
     step();
     be.gemv(
-        wd,
-        &s.g,
-        1,
-        mode,
-        &add.bind(&[&s.h], hd, 1).expect("bind"),
+        &GemvJob::new(wd, &s.g, 1)
+            .with_mode(mode)
+            .with_bound(&add.bind(&[&s.h], hd, 1).expect("bind")),
         &mut s.out,
     )
     .expect("gemv d");
@@ -524,21 +546,41 @@ fn layer_unfused(
     let mode = ActQuant::ggml(wo.dtype());
     let none_h = Epilogue::NONE.bind(&[], hd, 1).expect("bind");
     let none_f = Epilogue::NONE.bind(&[], fd, 1).expect("bind");
-    be.gemv(wo, &s.attn, 1, mode, &none_h, &mut s.t)
-        .expect("gemv o");
+    be.gemv(
+        &GemvJob::new(wo, &s.attn, 1)
+            .with_mode(mode)
+            .with_bound(&none_h),
+        &mut s.t,
+    )
+    .expect("gemv o");
     step();
     be.add(&s.t, &s.x, &mut s.h).expect("add");
     step();
-    be.gemv(wg, &s.h, 1, mode, &none_f, &mut s.a)
-        .expect("gemv g");
+    be.gemv(
+        &GemvJob::new(wg, &s.h, 1)
+            .with_mode(mode)
+            .with_bound(&none_f),
+        &mut s.a,
+    )
+    .expect("gemv g");
     step();
-    be.gemv(wu, &s.h, 1, mode, &none_f, &mut s.b)
-        .expect("gemv u");
+    be.gemv(
+        &GemvJob::new(wu, &s.h, 1)
+            .with_mode(mode)
+            .with_bound(&none_f),
+        &mut s.b,
+    )
+    .expect("gemv u");
     step();
     be.glu(Activation::Silu, &s.a, &s.b, &mut s.g).expect("glu");
     step();
-    be.gemv(wd, &s.g, 1, mode, &none_h, &mut s.t2)
-        .expect("gemv d");
+    be.gemv(
+        &GemvJob::new(wd, &s.g, 1)
+            .with_mode(mode)
+            .with_bound(&none_h),
+        &mut s.t2,
+    )
+    .expect("gemv d");
     step();
     be.add(&s.t2, &s.h, &mut s.out).expect("add");
     step();
@@ -820,11 +862,20 @@ fn focus(_c: &mut Criterion) {
                 let be = CpuBackend::with_isa(isa, t).expect("backend");
                 let mut plain = |i: usize, y: &mut [f32]| {
                     let w = mat(dtype, m, k, &all, i % copies);
-                    be.gemv(&w, &x, n, mode, &none, y).expect("gemv");
+                    be.gemv(
+                        &GemvJob::new(&w, &x, n).with_mode(mode).with_bound(&none),
+                        y,
+                    )
+                    .expect("gemv");
                 };
                 let mut over_packed = |i: usize, y: &mut [f32]| {
-                    be.gemv_packed(&packed[i % copies], &x, n, mode, &none, y)
-                        .expect("gemv_packed");
+                    be.gemv_packed(
+                        &GemvJob::new(&packed[i % copies], &x, n)
+                            .with_mode(mode)
+                            .with_bound(&none),
+                        y,
+                    )
+                    .expect("gemv_packed");
                 };
                 let mut layouts: Vec<(String, &mut GemvCall<'_>)> =
                     vec![(f.to_owned(), &mut plain)];
@@ -899,7 +950,11 @@ fn focus(_c: &mut Criterion) {
                     let pairs = (500_000_000 / bytes.max(1)).clamp(50, 1000);
                     let ratio = paired_scaling(pairs, |many| {
                         let b = if many { &be } else { &base };
-                        b.gemv(&w, &x, n, mode, &none, &mut y).expect("gemv");
+                        b.gemv(
+                            &GemvJob::new(&w, &x, n).with_mode(mode).with_bound(&none),
+                            &mut y,
+                        )
+                        .expect("gemv");
                         black_box(&y);
                     });
                     eprintln!(

@@ -19,6 +19,7 @@ use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
 use fused_core::fwht::FwhtDesc;
+use fused_core::job::{GemvJob, GemvWeights};
 use fused_core::reference::gemv::check_gemm_args;
 use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
@@ -293,118 +294,80 @@ impl CpuBackend {
         Ok(acts.quantized_columns())
     }
 
-    /// `y = epilogue(w · x)` for `n_cols` columns (column-major `x`: column
-    /// `c` is `x[c·K..(c+1)·K]`; `y` likewise with `M`). Activations are
-    /// prepared once for the call in `mode`, inside the call's one parallel
-    /// region by the threads that read them; rows split across threads (and
-    /// columns too when there are fewer row chunks than threads: a few
-    /// weight rows against many columns, each thread then quantizing the
-    /// columns it multiplies; the values do not depend on the split).
-    pub fn gemv(
-        &self,
-        w: &WeightMatrix<'_>,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &BoundEpilogue<'_>,
-        y: &mut [f32],
-    ) -> Result<(), Error> {
+    /// `y = epilogue(W · x)`, or the gated `epilogue(act(W_g·x) ⊙ (W_u·x))`,
+    /// as `job` says ([`GemvJob`]; column-major `x`: column `c` is
+    /// `x[c·K..(c+1)·K]`; `y` likewise with `M`). Activations are prepared
+    /// once for the call in the job's mode (once for both weights of a gated
+    /// job), inside the call's one parallel region by the threads that read
+    /// them; rows split across threads (and columns too when there are fewer
+    /// row chunks than threads: a few weight rows against many columns, each
+    /// thread then quantizing the columns it multiplies; the values do not
+    /// depend on the split).
+    pub fn gemv(&self, job: &GemvJob<'_, WeightMatrix<'_>>, y: &mut [f32]) -> Result<(), Error> {
+        let epilogue = &job.check(y.len())?;
+        let (x, n_cols, mode) = (job.x, job.n_cols, job.mode);
+        let w = job.weights.first();
         let (m, k) = (w.rows(), w.cols());
-        mode.check(w.dtype())?;
-        check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
         let kernel = RowKernels::new(self.isa, w.dtype(), mode);
-        let rows = self.row_chunks(m, w.dtype().row_bytes(k)?, &kernel, n_cols);
         let mut scratch = vec![0; scratch_bytes(mode, k, n_cols)?];
-        let region = |rows, cols: ColumnBlock<'_, '_>, store: &mut dyn FnMut(usize, usize, f32)| {
-            gemv_rows_cols(kernel, w, cols, rows, epilogue, store)
-        };
-        self.gemm_region(m, rows, x, k, n_cols, mode, &mut scratch, y, region)?;
+        match job.weights {
+            GemvWeights::Plain(w) => {
+                let rows = self.row_chunks(m, w.dtype().row_bytes(k)?, &kernel, n_cols);
+                let region =
+                    |rows, cols: ColumnBlock<'_, '_>, store: &mut dyn FnMut(usize, usize, f32)| {
+                        gemv_rows_cols(kernel, w, cols, rows, epilogue, store)
+                    };
+                self.gemm_region(m, rows, x, k, n_cols, mode, &mut scratch, y, region)?;
+            }
+            GemvWeights::Gated { gate, up, act } => {
+                let pair = GluWeights::new(*gate, *up)?;
+                let rows = self.row_chunks(m, 2 * w.dtype().row_bytes(k)?, &kernel, n_cols);
+                let region =
+                    |rows, cols: ColumnBlock<'_, '_>, store: &mut dyn FnMut(usize, usize, f32)| {
+                        gemv_glu_rows_cols(kernel, &pair, act, cols, rows, epilogue, store)
+                    };
+                self.gemm_region(m, rows, x, k, n_cols, mode, &mut scratch, y, region)?;
+            }
+        }
         Ok(())
     }
 
-    /// `y = epilogue(act(W_g·x) ⊙ (W_u·x))`: one pass, activations prepared
-    /// once for both weights.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemv_glu(
-        &self,
-        w: &GluWeights<'_>,
-        act: Activation,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &BoundEpilogue<'_>,
-        y: &mut [f32],
-    ) -> Result<(), Error> {
-        let (m, k) = (w.gate().rows(), w.gate().cols());
-        mode.check(w.gate().dtype())?;
-        check_gemm_args(m, k, n_cols, x.len(), epilogue, y.len())?;
-        let kernel = RowKernels::new(self.isa, w.gate().dtype(), mode);
-        let rows = self.row_chunks(m, 2 * w.gate().dtype().row_bytes(k)?, &kernel, n_cols);
-        let mut scratch = vec![0; scratch_bytes(mode, k, n_cols)?];
-        let region = |rows, cols: ColumnBlock<'_, '_>, store: &mut dyn FnMut(usize, usize, f32)| {
-            gemv_glu_rows_cols(kernel, w, act, cols, rows, epilogue, store)
-        };
-        self.gemm_region(m, rows, x, k, n_cols, mode, &mut scratch, y, region)?;
-        Ok(())
-    }
-
-    /// `y = epilogue(w · x)` over prepared (packed) weights: the same
-    /// contract as [`CpuBackend::gemv`]. The packed layout has kernels for
-    /// Q8_0 activations only ([`ActQuant::Q8_0`]).
+    /// [`CpuBackend::gemv`] over prepared (packed) weights: the same job
+    /// with [`PackedWeights`]. The packed layout has kernels for Q8_0
+    /// activations only ([`ActQuant::Q8_0`]).
     pub fn gemv_packed(
         &self,
-        w: &PackedWeights,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &BoundEpilogue<'_>,
+        job: &GemvJob<'_, PackedWeights>,
         y: &mut [f32],
     ) -> Result<(), Error> {
-        self.packed_region(
-            w,
-            x,
-            n_cols,
-            mode,
-            epilogue,
-            y,
-            |kernel, cols, groups, tail, store| {
-                gemv_packed_rows(kernel, w, cols, groups, tail, epilogue, store)
-            },
-        )
-    }
-
-    /// `y = epilogue(act(W_g·x) ⊙ (W_u·x))` over packed weights of the same
-    /// shape and format, activations prepared once for both.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemv_glu_packed(
-        &self,
-        gate: &PackedWeights,
-        up: &PackedWeights,
-        act: Activation,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &BoundEpilogue<'_>,
-        y: &mut [f32],
-    ) -> Result<(), Error> {
-        if up.dtype() != gate.dtype() {
-            return Err(Error::UnsupportedDType {
-                what: "packed GLU up weights (must have the gate's format)",
-                dtype: up.dtype(),
-            });
+        let epilogue = &job.check(y.len())?;
+        let (x, n_cols, mode) = (job.x, job.n_cols, job.mode);
+        match job.weights {
+            GemvWeights::Plain(w) => self.packed_region(
+                w,
+                x,
+                n_cols,
+                mode,
+                epilogue,
+                y,
+                |kernel, cols, groups, tail, store| {
+                    gemv_packed_rows(kernel, w, cols, groups, tail, epilogue, store)
+                },
+            ),
+            GemvWeights::Gated { gate, up, act } => {
+                let region =
+                    |kernel,
+                     cols: &[Acts<'_>],
+                     groups,
+                     tail,
+                     store: &mut dyn FnMut(usize, usize, f32)| {
+                        gemv_glu_packed_rows(
+                            kernel, gate, up, act, cols, groups, tail, epilogue, store,
+                        )
+                    };
+                self.packed_region(gate, x, n_cols, mode, epilogue, y, region)
+            }
         }
-        if (up.rows(), up.cols()) != (gate.rows(), gate.cols()) {
-            return Err(Error::ShapeMismatch {
-                what: "packed GLU up weights (must match the gate's shape)",
-                expected: [gate.cols(), gate.rows(), 1, 1],
-                actual: [up.cols(), up.rows(), 1, 1],
-            });
-        }
-        let region =
-            |kernel, cols: &[Acts<'_>], groups, tail, store: &mut dyn FnMut(usize, usize, f32)| {
-                gemv_glu_packed_rows(kernel, gate, up, act, cols, groups, tail, epilogue, store)
-            };
-        self.packed_region(gate, x, n_cols, mode, epilogue, y, region)
     }
 
     /// One parallel region over the groups of `w` (and a task for its tail

@@ -14,18 +14,16 @@ use std::vec::Vec;
 
 use fused_core::DType;
 use fused_core::Error;
-use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
-use fused_core::epilogue::Epilogue;
 use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::Graph;
+use fused_core::job::GemvJob;
 use fused_core::memory::Memory;
 use fused_core::memory::{Buffers, gather_f32};
 use fused_core::planner::Plan;
 use fused_core::tensor::{BufferId, TensorDesc};
-use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
 
 use crate::backend::{Counters, CpuBackend};
@@ -196,33 +194,8 @@ impl StepKernels for CpuBackend {
         CpuBackend::counters(self)
     }
 
-    fn gemv(
-        &self,
-        w: &WeightMatrix<'_>,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), Error> {
-        let bound = epilogue.bind(operands, w.rows(), n_cols)?;
-        CpuBackend::gemv(self, w, x, n_cols, mode, &bound, y)
-    }
-
-    fn gemv_glu(
-        &self,
-        w: &GluWeights<'_>,
-        act: Activation,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), Error> {
-        let bound = epilogue.bind(operands, w.gate().rows(), n_cols)?;
-        CpuBackend::gemv_glu(self, w, act, x, n_cols, mode, &bound, y)
+    fn gemv(&self, job: &GemvJob<'_, WeightMatrix<'_>>, y: &mut [f32]) -> Result<(), Error> {
+        CpuBackend::gemv(self, job, y)
     }
 
     fn fwht(

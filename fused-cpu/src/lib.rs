@@ -56,6 +56,7 @@
 //! ```
 //! # #[cfg(feature = "std")]
 //! # fn main() -> Result<(), fused_core::Error> {
+//! use fused_core::job::GemvJob;
 //! use fused_core::DType;
 //! use fused_core::element::Activation;
 //! use fused_core::epilogue::Epilogue;
@@ -87,17 +88,17 @@
 //! gemm(&w, &x, 1, mode, &epilogue, &mut want)?;
 //! let scalar = CpuBackend::with_isa(Isa::Scalar, 2)?;
 //! let mut y = vec![0.0; m];
-//! scalar.gemv(&w, &x, 1, mode, &epilogue, &mut y)?;
+//! scalar.gemv(&GemvJob::new(&w, &x, 1).with_mode(mode).with_bound(&epilogue), &mut y)?;
 //! assert_eq!(y, want);
 //!
 //! // The best ISA: fused equals unfused bit for bit.
 //! let cpu = CpuBackend::new(2)?;
 //! let mut fused = vec![0.0; m];
-//! cpu.gemv(&w, &x, 1, mode, &epilogue, &mut fused)?;
+//! cpu.gemv(&GemvJob::new(&w, &x, 1).with_mode(mode).with_bound(&epilogue), &mut fused)?;
 //! let none = Epilogue::NONE.bind(&[], m, 1)?;
 //! let (mut acc, mut act, mut prod, mut unfused) =
 //!     (vec![0.0; m], vec![0.0; m], vec![0.0; m], vec![0.0; m]);
-//! cpu.gemv(&w, &x, 1, mode, &none, &mut acc)?;
+//! cpu.gemv(&GemvJob::new(&w, &x, 1).with_mode(mode).with_bound(&none), &mut acc)?;
 //! cpu.unary(Activation::Silu, &acc, &mut act)?;
 //! cpu.mul(&act, &gate, &mut prod)?;
 //! cpu.add(&prod, &residual, &mut unfused)?;

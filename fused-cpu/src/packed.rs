@@ -281,3 +281,18 @@ pub(crate) mod rows {
         Ok(())
     }
 }
+
+/// What a [`GemvJob`](fused_core::job::GemvJob) over packed weights checks.
+impl fused_core::job::GemvShape for PackedWeights {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
+    }
+}

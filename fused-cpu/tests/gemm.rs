@@ -6,6 +6,7 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
+use fused_core::job::GemvJob;
 use fused_core::reference::gemv::{gemm, gemm_glu};
 use fused_core::weights::WeightMatrix;
 use fused_cpu::{CpuBackend, Isa};
@@ -61,7 +62,13 @@ fn gemm_matches_reference_and_fused_matches_unfused() {
                         let (isa, t) = (be.isa(), be.threads());
                         let case = format!("{dtype} {mode:?} {isa} t{t} {m}x{k}x{n_cols}");
                         let mut y = vec![0.0f32; m * n_cols];
-                        be.gemv(&wm, &x, n_cols, mode, &none, &mut y).unwrap();
+                        be.gemv(
+                            &GemvJob::new(&wm, &x, n_cols)
+                                .with_mode(mode)
+                                .with_bound(&none),
+                            &mut y,
+                        )
+                        .unwrap();
                         let e = nmse(&y, &want);
                         assert!(e <= tolerance(isa), "{case}: NMSE {e:e}");
                         // Same ISA, other thread count: the same bits.
@@ -72,7 +79,13 @@ fn gemm_matches_reference_and_fused_matches_unfused() {
                             _ => first = Some((isa, y.clone())),
                         }
                         let mut fused = vec![0.0f32; m * n_cols];
-                        be.gemv(&wm, &x, n_cols, mode, &bound, &mut fused).unwrap();
+                        be.gemv(
+                            &GemvJob::new(&wm, &x, n_cols)
+                                .with_mode(mode)
+                                .with_bound(&bound),
+                            &mut fused,
+                        )
+                        .unwrap();
                         let unfused = chain.unfused(be, &y);
                         assert_eq!(bits(&fused), bits(&unfused), "{case}: fused vs unfused");
                     }
@@ -160,10 +173,23 @@ fn small_m_gemm_splits_columns_bit_identically() {
                         let be = CpuBackend::with_isa(isa, threads).unwrap();
                         let mut out = [(); 3].map(|_| vec![f32::NAN; m * n]);
                         let [plain, fused, glu] = &mut out;
-                        be.gemv(&wm, &x, n, mode, &none, plain).unwrap();
-                        be.gemv(&wm, &x, n, mode, &bound, fused).unwrap();
-                        be.gemv_glu(&pair, Activation::Silu, &x, n, mode, &bound, glu)
-                            .unwrap();
+                        be.gemv(
+                            &GemvJob::new(&wm, &x, n).with_mode(mode).with_bound(&none),
+                            plain,
+                        )
+                        .unwrap();
+                        be.gemv(
+                            &GemvJob::new(&wm, &x, n).with_mode(mode).with_bound(&bound),
+                            fused,
+                        )
+                        .unwrap();
+                        be.gemv(
+                            &GemvJob::gated(pair.gate(), pair.up(), Activation::Silu, &x, n)
+                                .with_mode(mode)
+                                .with_bound(&bound),
+                            glu,
+                        )
+                        .unwrap();
                         out
                     };
                     let one = run(1);

@@ -5,6 +5,7 @@ use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
+use fused_core::job::GemvJob;
 use fused_core::reference::gemv::{gemm, gemm_glu};
 use fused_core::weights::WeightMatrix;
 use fused_cpu::{CpuBackend, Isa};
@@ -34,7 +35,13 @@ fn gemv_matches_reference_and_fused_matches_unfused() {
                     for threads in [1, 2, 3] {
                         let be = CpuBackend::with_isa(isa, threads).unwrap();
                         let mut y = vec![0.0f32; m * n_cols];
-                        be.gemv(&wm, &x, n_cols, mode, &none, &mut y).unwrap();
+                        be.gemv(
+                            &GemvJob::new(&wm, &x, n_cols)
+                                .with_mode(mode)
+                                .with_bound(&none),
+                            &mut y,
+                        )
+                        .unwrap();
                         let e = nmse(&y, &want);
                         assert!(
                             e <= tolerance(isa),
@@ -45,7 +52,15 @@ fn gemv_matches_reference_and_fused_matches_unfused() {
                             [&mul, &res, &bias],
                             m,
                             n_cols,
-                            |epi, out| be.gemv(&wm, &x, n_cols, mode, epi, out).unwrap(),
+                            |epi, out| {
+                                be.gemv(
+                                    &GemvJob::new(&wm, &x, n_cols)
+                                        .with_mode(mode)
+                                        .with_bound(epi),
+                                    out,
+                                )
+                                .unwrap()
+                            },
                             &format!("{dtype} {mode:?} {isa} t{threads}"),
                         );
                     }
@@ -93,21 +108,48 @@ fn bad_inputs_are_typed_errors() {
     let none = Epilogue::NONE.bind(&[], 4, 1).unwrap();
     let mut y = vec![0.0; 4];
     assert!(
-        be.gemv(&wm, &[0.0; 31], 1, ActQuant::Q8_0, &none, &mut y)
-            .is_err()
+        be.gemv(
+            &GemvJob::new(&wm, &[0.0; 31], 1)
+                .with_mode(ActQuant::Q8_0)
+                .with_bound(&none),
+            &mut y
+        )
+        .is_err()
     );
     assert!(
-        be.gemv(&wm, &[0.0; 32], 1, ActQuant::Q8_K, &none, &mut y)
-            .is_err()
+        be.gemv(
+            &GemvJob::new(&wm, &[0.0; 32], 1)
+                .with_mode(ActQuant::Q8_K)
+                .with_bound(&none),
+            &mut y
+        )
+        .is_err()
     );
     assert!(
-        be.gemv(&wm, &[0.0; 32], 1, ActQuant::Q8_0, &none, &mut y[..3])
-            .is_err()
+        be.gemv(
+            &GemvJob::new(&wm, &[0.0; 32], 1)
+                .with_mode(ActQuant::Q8_0)
+                .with_bound(&none),
+            &mut y[..3]
+        )
+        .is_err()
     );
-    let other = Epilogue::NONE.bind(&[], 4, 2).unwrap();
+    // An epilogue bound for another output: its operand has the other
+    // output's length, which the job's own binding refuses.
+    let r = [0.5f32; 8];
+    let other = Epilogue::NONE
+        .then_add()
+        .unwrap()
+        .bind(&[&r], 4, 2)
+        .unwrap();
     assert!(
-        be.gemv(&wm, &[0.0; 32], 1, ActQuant::Q8_0, &other, &mut y)
-            .is_err()
+        be.gemv(
+            &GemvJob::new(&wm, &[0.0; 32], 1)
+                .with_mode(ActQuant::Q8_0)
+                .with_bound(&other),
+            &mut y
+        )
+        .is_err()
     );
     assert!(CpuBackend::new(0).is_err());
     assert!(be.add(&[1.0; 3], &[1.0; 4], &mut [0.0; 3]).is_err());

@@ -6,6 +6,7 @@
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
+use fused_core::job::GemvJob;
 use fused_core::reference::gemv::{gemm, gemm_glu};
 use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
@@ -67,7 +68,11 @@ fn packed_gemv_matches_reference_and_fused_matches_unfused() {
             for threads in [1, 2, 3] {
                 let be = CpuBackend::with_isa(isa, threads).unwrap();
                 let mut y = vec![f32::NAN; m * n];
-                be.gemv_packed(&p, &x, n, mode, &none, &mut y).unwrap();
+                be.gemv_packed(
+                    &GemvJob::new(&p, &x, n).with_mode(mode).with_bound(&none),
+                    &mut y,
+                )
+                .unwrap();
                 if isa == Isa::Scalar {
                     assert_eq!(bits(&y), bits(&want), "{isa} t{threads} {m}x{k}x{n}");
                 } else {
@@ -79,7 +84,13 @@ fn packed_gemv_matches_reference_and_fused_matches_unfused() {
                     [&mul, &res, &bias],
                     m,
                     n,
-                    |epi, out| be.gemv_packed(&p, &x, n, mode, epi, out).unwrap(),
+                    |epi, out| {
+                        be.gemv_packed(
+                            &GemvJob::new(&p, &x, n).with_mode(mode).with_bound(epi),
+                            out,
+                        )
+                        .unwrap()
+                    },
                     &format!("{isa} t{threads}"),
                 );
             }
@@ -111,8 +122,13 @@ fn packed_glu_matches_reference_and_unfused() {
             for threads in [1, 2, 3] {
                 let be = CpuBackend::with_isa(isa, threads).unwrap();
                 let mut fused = vec![f32::NAN; m * n];
-                be.gemv_glu_packed(&pg, &pu, Activation::Silu, &x, n, mode, &bound, &mut fused)
-                    .unwrap();
+                be.gemv_packed(
+                    &GemvJob::gated(&pg, &pu, Activation::Silu, &x, n)
+                        .with_mode(mode)
+                        .with_bound(&bound),
+                    &mut fused,
+                )
+                .unwrap();
                 if isa == Isa::Scalar {
                     assert_eq!(bits(&fused), bits(&want), "{isa} t{threads}");
                 } else {
@@ -121,8 +137,16 @@ fn packed_glu_matches_reference_and_unfused() {
                 }
                 // Unfused: two packed GEMVs, GLU, add.
                 let (mut a, mut b) = (vec![0.0f32; m * n], vec![0.0f32; m * n]);
-                be.gemv_packed(&pg, &x, n, mode, &none, &mut a).unwrap();
-                be.gemv_packed(&pu, &x, n, mode, &none, &mut b).unwrap();
+                be.gemv_packed(
+                    &GemvJob::new(&pg, &x, n).with_mode(mode).with_bound(&none),
+                    &mut a,
+                )
+                .unwrap();
+                be.gemv_packed(
+                    &GemvJob::new(&pu, &x, n).with_mode(mode).with_bound(&none),
+                    &mut b,
+                )
+                .unwrap();
                 let unfused = glu_add_unfused(&be, Activation::Silu, &a, &b, &res);
                 assert_eq!(bits(&fused), bits(&unfused), "{isa} t{threads}");
             }
@@ -178,32 +202,48 @@ fn bad_inputs_are_typed_errors() {
     let mut y = vec![0.0f32; 8];
     // f32 activations: the packed kernels take Q8_0 only.
     assert!(
-        be.gemv_packed(&p, &x, 1, ActQuant::F32, &none, &mut y)
-            .is_err()
+        be.gemv_packed(
+            &GemvJob::new(&p, &x, 1)
+                .with_mode(ActQuant::F32)
+                .with_bound(&none),
+            &mut y
+        )
+        .is_err()
     );
     // Short activations, short output.
     assert!(
-        be.gemv_packed(&p, &x[..32], 1, ActQuant::Q8_0, &none, &mut y)
-            .is_err()
+        be.gemv_packed(
+            &GemvJob::new(&p, &x[..32], 1)
+                .with_mode(ActQuant::Q8_0)
+                .with_bound(&none),
+            &mut y
+        )
+        .is_err()
     );
     assert!(
-        be.gemv_packed(&p, &x, 1, ActQuant::Q8_0, &none, &mut y[..7])
-            .is_err()
+        be.gemv_packed(
+            &GemvJob::new(&p, &x, 1)
+                .with_mode(ActQuant::Q8_0)
+                .with_bound(&none),
+            &mut y[..7]
+        )
+        .is_err()
     );
     // GLU halves of different shapes.
     assert!(matches!(
-        be.gemv_glu_packed(
-            &p,
-            &p2,
-            Activation::Silu,
-            &x,
-            1,
-            ActQuant::Q8_0,
-            &none,
+        be.gemv_packed(
+            &GemvJob::gated(&p, &p2, Activation::Silu, &x, 1)
+                .with_mode(ActQuant::Q8_0)
+                .with_bound(&none),
             &mut y
         ),
         Err(Error::ShapeMismatch { .. })
     ));
-    be.gemv_packed(&p, &x, 1, ActQuant::Q8_0, &none, &mut y)
-        .unwrap();
+    be.gemv_packed(
+        &GemvJob::new(&p, &x, 1)
+            .with_mode(ActQuant::Q8_0)
+            .with_bound(&none),
+        &mut y,
+    )
+    .unwrap();
 }

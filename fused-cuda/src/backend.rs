@@ -60,7 +60,7 @@ pub struct CudaBackend {
     dev: CudaDevice,
     launches: AtomicU64,
     shadow: Mutex<Vec<f32>>,
-    /// The quantized activations of the latest [`CudaBackend::gemv`] call
+    /// The quantized activations of the latest [`CudaBackend::gemv_batch`] call
     /// in a quantized mode (reused, grown when too small).
     act_scratch: Mutex<Option<DeviceBuffer<u8>>>,
     tuning: Mutex<Tuning>,
@@ -421,33 +421,16 @@ impl CudaBackend {
 
     // ------------------------------------------------------------ GEMV
 
-    /// `y = epilogue(w · x)` for `n_cols` (1..=8) columns on device buffers:
-    /// `x` holds `n_cols` columns of `K`, `y` `n_cols` columns of `M`
-    /// (column-major, as the core); `operands[slot]` are the epilogue's
-    /// operands. `mode` says how the activations are fed
-    /// ([`check_gemv_mode`]): f32, or quantized on the device first (one
-    /// more launch, into a scratch buffer of the backend) and dotted with
-    /// integer arithmetic; a pair without a kernel is
-    /// [`Unsupported::ActQuant`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemv(
-        &self,
-        w: &DeviceWeights,
-        x: &DeviceVec,
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&DeviceVec],
-        y: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        let job = GemvJob::new(w, y).with_epilogue(epilogue, operands);
-        self.gemv_batch(x, n_cols, mode, &mut [job])
-    }
-
-    /// Every job of `jobs` over the same activations `x` (`n_cols`
-    /// columns, fed per `mode` as in [`CudaBackend::gemv`]; a quantized
-    /// mode quantizes `x` once for the whole batch). Every job is checked
-    /// before anything is enqueued.
+    /// `y = epilogue(w · x)` (or the gated form) for every job of `jobs`
+    /// ([`GemvJob`]: weights, output, epilogue and its operands, all on the
+    /// device) over the same activations `x`: `n_cols` (1..=8) columns of
+    /// `K`, column-major as the core, fed per `mode` ([`check_gemv_mode`]):
+    /// f32, or quantized on the device first (one more launch, into a
+    /// scratch buffer of the backend, once for the whole batch) and dotted
+    /// with integer arithmetic; a pair without a kernel is
+    /// [`Unsupported::ActQuant`]. Every job is checked before anything is
+    /// enqueued. (Over host slices, `StepKernels::gemv` takes the core's
+    /// job and runs it through this.)
     ///
     /// The jobs are independent of each other (each writes its own output,
     /// which no other job reads: [`GemvJob`]'s borrows), so where

@@ -13,11 +13,10 @@
 use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
-use fused_core::epilogue::Epilogue;
 use fused_core::error::{Unsupported, check_len};
 use fused_core::exec::{Counters, StepKernels};
 use fused_core::fwht::FwhtDesc;
-use fused_core::weights::GluWeights;
+use fused_core::job::{GemvJob as CoreGemvJob, GemvWeights};
 use fused_core::weights::WeightMatrix;
 
 use crate::backend::CudaBackend;
@@ -26,7 +25,6 @@ use crate::job::{Elementwise, GemvJob};
 use crate::memory::DeviceVec;
 use crate::{MAX_COLS, check_gemv_mode};
 use fused_core::Error;
-use fused_core::reference::gemv::check_gemm_args;
 
 /// Uploads `inputs`, runs `op` over them into a new output of `out.len()`
 /// elements and downloads it into `out` (nothing runs when empty).
@@ -93,49 +91,25 @@ impl StepKernels for CudaBackend {
 
     fn gemv(
         &self,
-        w: &WeightMatrix<'_>,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
+        job: &CoreGemvJob<'_, WeightMatrix<'_>>,
         y: &mut [f32],
     ) -> Result<(), CudaError> {
-        self.supports_gemv(w.dtype(), mode, n_cols)
+        let w = job.weights.first();
+        self.supports_gemv(w.dtype(), job.mode, job.n_cols)
             .map_err(Error::from)?;
-        let bound = epilogue.bind(operands, w.rows(), n_cols)?;
-        check_gemm_args(w.rows(), w.cols(), n_cols, x.len(), &bound, y.len())?;
-        let wd = self.upload_weights(w)?;
-        let (xd, ops, mut yd) = upload_call(self, x, operands, y.len())?;
+        job.check(y.len())?;
+        let (xd, ops, mut yd) = upload_call(self, job.x, job.operands, y.len())?;
         let ops: Vec<&DeviceVec> = ops.iter().collect();
-        self.gemv(&wd, &xd, n_cols, mode, epilogue, &ops, &mut yd)?;
-        self.download(&yd, y)
-    }
-
-    fn gemv_glu(
-        &self,
-        w: &GluWeights<'_>,
-        act: Activation,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), CudaError> {
-        self.supports_gemv(w.gate().dtype(), mode, n_cols)
-            .map_err(Error::from)?;
-        let (m, k) = (w.gate().rows(), w.gate().cols());
-        let bound = epilogue.bind(operands, m, n_cols)?;
-        check_gemm_args(m, k, n_cols, x.len(), &bound, y.len())?;
-        let gate = self.upload_weights(w.gate())?;
-        let up = self.upload_weights(w.up())?;
-        let (xd, ops, mut yd) = upload_call(self, x, operands, y.len())?;
-        let ops: Vec<&DeviceVec> = ops.iter().collect();
-        let job = GemvJob::new(&gate, &mut yd)
-            .with_glu(&up, act)
-            .with_epilogue(epilogue, &ops);
-        self.gemv_batch(&xd, n_cols, mode, &mut [job])?;
+        let first = self.upload_weights(w)?;
+        let up = match job.weights {
+            GemvWeights::Plain(_) => None,
+            GemvWeights::Gated { up, act, .. } => Some((self.upload_weights(up)?, act)),
+        };
+        let mut device_job = GemvJob::new(&first, &mut yd).with_epilogue(&job.epilogue, &ops);
+        if let Some((up, act)) = &up {
+            device_job = device_job.with_glu(up, *act);
+        }
+        self.gemv_batch(&xd, job.n_cols, job.mode, &mut [device_job])?;
         self.download(&yd, y)
     }
 

@@ -3,15 +3,15 @@
 //! [`CudaBackend`] runs the fused kernels on the first GPU through the driver
 //! API (`cust`):
 //!
-//! - [`CudaBackend::gemv`]: `y = epilogue(W·x)` for 1..=8 activation columns,
-//!   weights in any of the core's weight formats ([`GEMV_DTYPES`]), the epilogue
-//!   chain (activations, adds, multiplies, row biases) applied in registers
-//!   before the store;
-//! - [`CudaBackend::gemv_batch`]: several GEMVs ([`GemvJob`], plain or gated:
+//! - [`CudaBackend::gemv_batch`]: `y = epilogue(W·x)` for 1..=8 activation
+//!   columns, one or several GEMVs ([`GemvJob`], plain or gated:
 //!   `act(W_g·x) ⊙ (W_u·x)` in one pass) over the same activations
-//!   (quantized once), each after the first overlapping the one before it
-//!   and runs of one-column jobs of one kernel sent as one launch, where the
-//!   [`Tuning`] says so (the default; same bits);
+//!   (quantized once), weights in any of the core's weight formats
+//!   ([`GEMV_DTYPES`]), the epilogue chain (activations, adds, multiplies,
+//!   row biases) applied in registers before the store; each job after the
+//!   first overlapping the one before it and runs of one-column jobs of one
+//!   kernel sent as one launch, where the [`Tuning`] says so (the default;
+//!   same bits);
 //! - [`CudaBackend::fwht`]: the signed or unsigned FWHT of every
 //!   N = 2^k (2..=32768), the sign multiply fused into the load;
 //! - [`CudaBackend::elementwise`]: the unfused element-wise kernels
@@ -83,11 +83,11 @@
 //!     be.gemv_batch(&x, 1, mode, &mut [glu])?;
 //!     // out = W_d·h + x: the residual add is the GEMV's epilogue.
 //!     let mut out = be.alloc(d)?;
-//!     be.gemv(&down, &h, 1, mode, &Epilogue::NONE.then_add()?, &[&x], &mut out)?;
+//!     be.gemv_batch(&h, 1, mode, &mut [GemvJob::new(&down, &mut out).with_epilogue(&Epilogue::NONE.then_add()?, &[&x])])?;
 //!
 //!     // Unfused: the bare GEMV, then the element-wise add.
 //!     let (mut bare, mut unfused) = (be.alloc(d)?, be.alloc(d)?);
-//!     be.gemv(&down, &h, 1, mode, &Epilogue::NONE, &[], &mut bare)?;
+//!     be.gemv_batch(&h, 1, mode, &mut [GemvJob::new(&down, &mut bare).with_epilogue(&Epilogue::NONE, &[])])?;
 //!     be.elementwise(Elementwise::Add(&bare, &x), &mut unfused)?;
 //!
 //!     let (mut a, mut b) = (vec![0.0f32; d], vec![0.0f32; d]);

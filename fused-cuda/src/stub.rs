@@ -8,14 +8,13 @@ use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
 use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan};
 use fused_core::element::Activation;
-use fused_core::epilogue::Epilogue;
 use fused_core::error::Unsupported;
 use fused_core::exec::{Counters, StepKernels};
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::Graph;
+use fused_core::job::GemvJob as CoreGemvJob;
 use fused_core::planner::Plan;
 use fused_core::tensor::BufferId;
-use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
 use std::marker::PhantomData;
 
@@ -97,18 +96,6 @@ impl CudaBackend {
     pub fn upload_weights(&self, _w: &WeightMatrix<'_>) -> Result<DeviceWeights, CudaError> {
         match self.never {}
     }
-    pub fn gemv(
-        &self,
-        _w: &DeviceWeights,
-        _x: &DeviceVec,
-        _n_cols: usize,
-        _mode: ActQuant,
-        _epilogue: &Epilogue,
-        _operands: &[&DeviceVec],
-        _y: &mut DeviceVec,
-    ) -> Result<(), CudaError> {
-        match self.never {}
-    }
     pub fn gemv_batch(
         &self,
         _x: &DeviceVec,
@@ -166,25 +153,7 @@ impl StepKernels for CudaBackend {
     }
     fn gemv(
         &self,
-        _w: &WeightMatrix<'_>,
-        _x: &[f32],
-        _n_cols: usize,
-        _mode: ActQuant,
-        _epilogue: &Epilogue,
-        _operands: &[&[f32]],
-        _y: &mut [f32],
-    ) -> Result<(), CudaError> {
-        match self.never {}
-    }
-    fn gemv_glu(
-        &self,
-        _w: &GluWeights<'_>,
-        _act: Activation,
-        _x: &[f32],
-        _n_cols: usize,
-        _mode: ActQuant,
-        _epilogue: &Epilogue,
-        _operands: &[&[f32]],
+        _job: &CoreGemvJob<'_, WeightMatrix<'_>>,
         _y: &mut [f32],
     ) -> Result<(), CudaError> {
         match self.never {}

@@ -212,7 +212,12 @@ fn batched_gemvs_equal_single_calls_bit_for_bit() {
                             .with_glu(u, Activation::Silu)
                             .with_epilogue(e, o)],
                     ),
-                    None => be.gemv(&d.w, x, n_cols, mode, e, o, &mut y),
+                    None => be.gemv_batch(
+                        x,
+                        n_cols,
+                        mode,
+                        &mut [GemvJob::new(&d.w, &mut y).with_epilogue(e, o)],
+                    ),
                 }
                 .unwrap();
                 let single = download(&be, &y);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Rng, backend_or_skip, weights};
+use common::{CoreGemvJob, Rng, backend_or_skip, weights};
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
@@ -11,7 +11,7 @@ use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
 use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
-use fused_cuda::CudaError;
+use fused_cuda::{CudaError, GemvJob};
 
 fn core_err<T: std::fmt::Debug>(r: Result<T, CudaError>) -> Error {
     match r {
@@ -41,12 +41,9 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(
         core_err(common::gemv_host(
             &be,
-            &w,
-            &x[1..],
-            1,
-            ActQuant::F32,
-            &Epilogue::NONE,
-            &[],
+            &CoreGemvJob::new(&w, &x[1..], 1)
+                .with_mode(ActQuant::F32)
+                .with_epilogue(Epilogue::NONE, &[]),
             &mut y
         )),
         Error::LengthMismatch { .. }
@@ -54,12 +51,9 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(
         core_err(common::gemv_host(
             &be,
-            &w,
-            &x,
-            1,
-            ActQuant::F32,
-            &Epilogue::NONE,
-            &[],
+            &CoreGemvJob::new(&w, &x, 1)
+                .with_mode(ActQuant::F32)
+                .with_epilogue(Epilogue::NONE, &[]),
             &mut y[1..]
         )),
         Error::LengthMismatch { .. }
@@ -70,12 +64,9 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(
         core_err(common::gemv_host(
             &be,
-            &w,
-            &x9,
-            9,
-            ActQuant::F32,
-            &Epilogue::NONE,
-            &[],
+            &CoreGemvJob::new(&w, &x9, 9)
+                .with_mode(ActQuant::F32)
+                .with_epilogue(Epilogue::NONE, &[]),
             &mut y9
         )),
         Error::LengthMismatch { .. }
@@ -85,12 +76,9 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(
         core_err(common::gemv_host(
             &be,
-            &w,
-            &x,
-            1,
-            ActQuant::F32,
-            &epi,
-            &[],
+            &CoreGemvJob::new(&w, &x, 1)
+                .with_mode(ActQuant::F32)
+                .with_epilogue(epi, &[]),
             &mut y
         )),
         Error::MissingOperand { slot: 0 }
@@ -100,7 +88,12 @@ fn bad_inputs_are_typed_errors() {
     let short = be.alloc(m - 1).unwrap();
     let mut yd = be.alloc(m).unwrap();
     assert!(matches!(
-        core_err(be.gemv(&wd, &xd, 1, ActQuant::F32, &epi, &[&short], &mut yd)),
+        core_err(be.gemv_batch(
+            &xd,
+            1,
+            ActQuant::F32,
+            &mut [GemvJob::new(&wd, &mut yd).with_epilogue(&epi, &[&short])]
+        )),
         Error::LengthMismatch { .. }
     ));
     // GLU weights of different shapes.
@@ -132,7 +125,12 @@ fn bad_inputs_are_typed_errors() {
         let wm = WeightMatrix::new(dtype, m, k, &b).unwrap();
         let wq = be.upload_weights(&wm).unwrap();
         assert_eq!(
-            core_err(be.gemv(&wq, &xd, 1, mode, &Epilogue::NONE, &[], &mut yd)),
+            core_err(be.gemv_batch(
+                &xd,
+                1,
+                mode,
+                &mut [GemvJob::new(&wq, &mut yd).with_epilogue(&Epilogue::NONE, &[])]
+            )),
             Error::Unsupported(Unsupported::ActQuant(mode)),
             "{dtype} {mode:?}"
         );

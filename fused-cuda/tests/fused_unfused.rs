@@ -9,7 +9,7 @@ use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
-use fused_cuda::{CudaBackend, DeviceVec, KernelForm, LaunchOptions};
+use fused_cuda::{CudaBackend, DeviceVec, GemvJob, KernelForm, LaunchOptions};
 
 /// Runs `epi`'s stages one unfused kernel each on `v` (operands by slot).
 fn unfused_chain(be: &CudaBackend, epi: &Epilogue, v: DeviceVec, ops: &[&DeviceVec]) -> DeviceVec {
@@ -113,8 +113,13 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
                 let poison = vec![f32::NAN; m * n_cols];
                 let mut acc = be.upload(&poison).unwrap();
                 common::reset_launches(&be);
-                be.gemv(&w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut acc)
-                    .unwrap();
+                be.gemv_batch(
+                    &x,
+                    n_cols,
+                    mode,
+                    &mut [GemvJob::new(&w, &mut acc).with_epilogue(&Epilogue::NONE, &[])],
+                )
+                .unwrap();
                 let unfused = unfused_chain(&be, &epi, acc, &ops);
                 assert_eq!(common::launches(&be), 1 + q + epi.len() as u64);
                 let u = download(&be, &unfused);
@@ -126,8 +131,13 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
                     });
                     let mut fused = be.upload(&poison).unwrap();
                     common::reset_launches(&be);
-                    be.gemv(&w, &x, n_cols, mode, &epi, &ops, &mut fused)
-                        .unwrap();
+                    be.gemv_batch(
+                        &x,
+                        n_cols,
+                        mode,
+                        &mut [GemvJob::new(&w, &mut fused).with_epilogue(&epi, &ops)],
+                    )
+                    .unwrap();
                     assert_eq!(common::launches(&be), 1 + q);
                     let f = download(&be, &fused);
                     assert!(f.iter().all(|v| !v.is_nan()), "unwritten output");
@@ -180,7 +190,13 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
                 });
                 let mut y = be.upload(&vec![f32::NAN; m]).unwrap();
                 common::reset_launches(&be);
-                be.gemv(&w, &x, 1, mode, epi, &ops, &mut y).unwrap();
+                be.gemv_batch(
+                    &x,
+                    1,
+                    mode,
+                    &mut [GemvJob::new(&w, &mut y).with_epilogue(epi, &ops)],
+                )
+                .unwrap();
                 assert_eq!(common::launches(&be), 1 + u64::from(mode != ActQuant::F32));
                 let y = download(&be, &y);
                 assert!(y.iter().all(|v| !v.is_nan()), "unwritten output");
@@ -264,10 +280,20 @@ fn fused_glu_equals_unfused_kernels_bit_for_bit() {
             let mut up = be.alloc(m * n_cols).unwrap();
             let mut gated = be.alloc(m * n_cols).unwrap();
             common::reset_launches(&be);
-            be.gemv(&g, &x, n_cols, mode, &Epilogue::NONE, &[], &mut gate)
-                .unwrap();
-            be.gemv(&u, &x, n_cols, mode, &Epilogue::NONE, &[], &mut up)
-                .unwrap();
+            be.gemv_batch(
+                &x,
+                n_cols,
+                mode,
+                &mut [GemvJob::new(&g, &mut gate).with_epilogue(&Epilogue::NONE, &[])],
+            )
+            .unwrap();
+            be.gemv_batch(
+                &x,
+                n_cols,
+                mode,
+                &mut [GemvJob::new(&u, &mut up).with_epilogue(&Epilogue::NONE, &[])],
+            )
+            .unwrap();
             be.elementwise(fused_cuda::Elementwise::Glu(act, &gate, &up), &mut gated)
                 .unwrap();
             let unfused = unfused_chain(&be, &epi, gated, &[&res]);

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{Rng, backend_or_skip, chain, chain_operands, nmse, weights, wide};
+use common::{CoreGemvJob, Rng, backend_or_skip, chain, chain_operands, nmse, weights, wide};
 use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
@@ -59,7 +59,14 @@ fn check_gemv(
         let mut want64 = vec![0.0f64; m * n_cols];
         gemm_f64(&w, &x, n_cols, &bound, &mut want64).unwrap();
         let mut got = vec![f32::NAN; m * n_cols];
-        common::gemv_host(be, &w, &x, n_cols, ActQuant::F32, &epi, &ops, &mut got).unwrap();
+        common::gemv_host(
+            be,
+            &CoreGemvJob::new(&w, &x, n_cols)
+                .with_mode(ActQuant::F32)
+                .with_epilogue(epi, &ops),
+            &mut got,
+        )
+        .unwrap();
         let e32 = nmse(&got, &wide(&want));
         let e64 = nmse(&got, &want64);
         *worst = worst.max(e32).max(e64);
@@ -116,15 +123,11 @@ fn gated_gemv_matches_the_reference() {
                 let mut want64 = vec![0.0f64; m * n_cols];
                 gemm_glu_f64(&w, &x, n_cols, act, &bound, &mut want64).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
-                common::gemv_glu_host(
+                common::gemv_host(
                     &be,
-                    &w,
-                    act,
-                    &x,
-                    n_cols,
-                    ActQuant::F32,
-                    &epi,
-                    &[&res],
+                    &CoreGemvJob::gated(w.gate(), w.up(), act, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(epi, &[&res]),
                     &mut got,
                 )
                 .unwrap();

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{Rng, backend_or_skip, chain, chain_operands, nmse, weights, wide};
+use common::{CoreGemvJob, Rng, backend_or_skip, chain, chain_operands, nmse, weights, wide};
 use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
@@ -202,13 +202,27 @@ fn check(
             None => {
                 gemm(&gw, &x, n_cols, mode, &bound, &mut want).unwrap();
                 gemm_f64(&gw, &x, n_cols, &bound, &mut want64).unwrap();
-                common::gemv_host(be, &gw, &x, n_cols, mode, &epi, &ops, &mut got).unwrap();
+                common::gemv_host(
+                    be,
+                    &CoreGemvJob::new(&gw, &x, n_cols)
+                        .with_mode(mode)
+                        .with_epilogue(epi, &ops),
+                    &mut got,
+                )
+                .unwrap();
             }
             Some(act) => {
                 let w = GluWeights::new(gw, uw).unwrap();
                 gemm_glu(&w, &x, n_cols, mode, act, &bound, &mut want).unwrap();
                 gemm_glu_f64(&w, &x, n_cols, act, &bound, &mut want64).unwrap();
-                common::gemv_glu_host(be, &w, act, &x, n_cols, mode, &epi, &ops, &mut got).unwrap();
+                common::gemv_host(
+                    be,
+                    &CoreGemvJob::gated(w.gate(), w.up(), act, &x, n_cols)
+                        .with_mode(mode)
+                        .with_epilogue(epi, &ops),
+                    &mut got,
+                )
+                .unwrap();
             }
         }
         let what = format!(

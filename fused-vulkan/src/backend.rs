@@ -7,8 +7,7 @@ use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES, Stage};
 use fused_core::error::{Unsupported, check_len};
 use fused_core::fwht::FwhtDesc;
-use fused_core::reference::gemv::check_gemm_args;
-use fused_core::weights::GluWeights;
+use fused_core::job::{GemvJob, GemvWeights};
 use fused_core::weights::WeightMatrix;
 
 use crate::context::{Buffer, Command, ContextOptions, Dispatch, VulkanContext};
@@ -414,18 +413,17 @@ impl VulkanBackend {
         Ok((packed, chain))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn gemv_impl(
+    fn gemv_impl(
         &self,
-        w: &WeightMatrix<'_>,
-        up: Option<(&WeightMatrix<'_>, Activation)>,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
+        job: &GemvJob<'_, WeightMatrix<'_>>,
         y: &mut [f32],
     ) -> Result<(), VulkanError> {
+        let (w, up) = match job.weights {
+            GemvWeights::Plain(w) => (w, None),
+            GemvWeights::Gated { gate, up, act } => (gate, Some((up, act))),
+        };
+        let (x, n_cols, mode) = (job.x, job.n_cols, job.mode);
+        let (epilogue, operands) = (&job.epilogue, job.operands);
         let (m, k) = (w.rows(), w.cols());
         if n_cols == 0 || n_cols > MAX_COLS {
             return Err(Error::LengthMismatch {
@@ -435,10 +433,9 @@ impl VulkanBackend {
             }
             .into());
         }
-        let bound = epilogue.bind(operands, m, n_cols)?;
-        check_gemm_args(m, k, n_cols, x.len(), &bound, y.len())?;
         let dtype = gemv_type(w.dtype())?;
         check_mode(dtype, mode)?;
+        job.check(y.len())?;
         let q_bytes = quantized_bytes(mode, k, n_cols)?;
         if m == 0 {
             return Ok(());
@@ -618,53 +615,21 @@ impl VulkanBackend {
         })
     }
 
-    /// `y = epilogue(W · x)` for `n_cols` (1 to 8) f32 columns, with the
-    /// activations fed per `mode`: f32 against weights dequantized in the
-    /// shader ([`ActQuant::F32`], every format), or quantized on the device
-    /// first as the core does in GGML's mode for the format
-    /// ([`ActQuant::Q8_0`] for Q8_0, Q4_0, Q5_0 and IQ4_NL weights,
-    /// [`ActQuant::Q8_1`] for Q4_1 and Q5_1, [`ActQuant::Q8_K`] for Q4_K,
-    /// Q5_K, Q6_K and TQ2_0) and dotted in integers; other pairs are
-    /// [`fused_core::Error::Unsupported`]. Output column-major
-    /// (`y[col·M + row]`), as the core's `gemm`.
-    #[allow(clippy::too_many_arguments)]
+    /// `y = epilogue(W · x)`, or the gated `epilogue(act(W_gate·x) ⊙
+    /// (W_up·x))`, as `job` says ([`GemvJob`]), for 1 to 8 f32 columns,
+    /// with the activations fed per the job's mode: f32 against weights
+    /// dequantized in the shader ([`ActQuant::F32`], every format), or
+    /// quantized on the device first (once for both weights of a gated job)
+    /// as the core does in GGML's mode for the format ([`ActQuant::Q8_0`]
+    /// for Q8_0, Q4_0, Q5_0 and IQ4_NL weights, [`ActQuant::Q8_1`] for Q4_1
+    /// and Q5_1, [`ActQuant::Q8_K`] for Q4_K, Q5_K, Q6_K and TQ2_0) and
+    /// dotted in integers; other pairs are [`fused_core::Error::Unsupported`].
+    /// Output column-major (`y[col·M + row]`), as the core's `gemm`.
     pub fn gemv(
         &self,
-        w: &WeightMatrix<'_>,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
+        job: &GemvJob<'_, WeightMatrix<'_>>,
         y: &mut [f32],
     ) -> Result<(), VulkanError> {
-        self.gemv_impl(w, None, x, n_cols, mode, epilogue, operands, y)
-    }
-
-    /// The gated dual GEMV `y = epilogue(act(W_gate·x) ⊙ (W_up·x))`, the
-    /// activations fed per `mode` as in [`VulkanBackend::gemv`] (quantized
-    /// once for both weights).
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemv_glu(
-        &self,
-        w: &GluWeights<'_>,
-        act: Activation,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), VulkanError> {
-        self.gemv_impl(
-            w.gate(),
-            Some((w.up(), act)),
-            x,
-            n_cols,
-            mode,
-            epilogue,
-            operands,
-            y,
-        )
+        self.gemv_impl(job, y)
     }
 }

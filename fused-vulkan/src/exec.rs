@@ -15,11 +15,10 @@
 use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
-use fused_core::epilogue::Epilogue;
 use fused_core::error::Unsupported;
 use fused_core::exec::{Counters, StepKernels};
 use fused_core::fwht::FwhtDesc;
-use fused_core::weights::GluWeights;
+use fused_core::job::GemvJob;
 use fused_core::weights::WeightMatrix;
 
 use crate::backend::VulkanBackend;
@@ -58,35 +57,11 @@ impl StepKernels for VulkanBackend {
         }
     }
 
-    fn gemv(
-        &self,
-        w: &WeightMatrix<'_>,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), VulkanError> {
-        self.supports_gemv(w.dtype(), mode, n_cols)
+    fn gemv(&self, job: &GemvJob<'_, WeightMatrix<'_>>, y: &mut [f32]) -> Result<(), VulkanError> {
+        let w = job.weights.first();
+        self.supports_gemv(w.dtype(), job.mode, job.n_cols)
             .map_err(fused_core::Error::from)?;
-        VulkanBackend::gemv(self, w, x, n_cols, mode, epilogue, operands, y)
-    }
-
-    fn gemv_glu(
-        &self,
-        w: &GluWeights<'_>,
-        act: Activation,
-        x: &[f32],
-        n_cols: usize,
-        mode: ActQuant,
-        epilogue: &Epilogue,
-        operands: &[&[f32]],
-        y: &mut [f32],
-    ) -> Result<(), VulkanError> {
-        self.supports_gemv(w.gate().dtype(), mode, n_cols)
-            .map_err(fused_core::Error::from)?;
-        VulkanBackend::gemv_glu(self, w, act, x, n_cols, mode, epilogue, operands, y)
+        VulkanBackend::gemv(self, job, y)
     }
 
     fn fwht(

@@ -11,6 +11,7 @@ use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
+use fused_core::job::GemvJob;
 use fused_core::quant::quantize_row;
 use fused_core::weights::WeightMatrix;
 use fused_vulkan::{ContextOptions, VulkanBackend};
@@ -83,8 +84,13 @@ fn sample_results(b: &VulkanBackend) -> (Vec<f32>, Vec<f32>) {
     let res = data(m * n_cols, 33);
     let e = Epilogue::NONE.then_add().unwrap();
     let mut y = vec![0.0; m * n_cols];
-    b.gemv(&wm, &x, n_cols, ActQuant::F32, &e, &[&res], &mut y)
-        .unwrap();
+    b.gemv(
+        &GemvJob::new(&wm, &x, n_cols)
+            .with_mode(ActQuant::F32)
+            .with_epilogue(e, &[&res]),
+        &mut y,
+    )
+    .unwrap();
     let n = 4096;
     let xs = data(3 * n, 34);
     let signs: Vec<f32> = data(n, 35).iter().map(|v| v.signum()).collect();

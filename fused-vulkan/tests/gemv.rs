@@ -26,6 +26,7 @@ use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, Stage};
+use fused_core::job::GemvJob;
 use fused_core::reference::gemv::{gemm, gemm_glu};
 use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
@@ -70,8 +71,13 @@ fn gemv_matches_the_reference_for_every_format_and_column_count() {
                 let mut want = vec![0.0; m * n_cols];
                 gemm(&w, &x, n_cols, ActQuant::F32, &bound, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
-                b.gemv(&w, &x, n_cols, ActQuant::F32, &e, &ops, &mut got)
-                    .unwrap();
+                b.gemv(
+                    &GemvJob::new(&w, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(e, &ops),
+                    &mut got,
+                )
+                .unwrap();
                 let err = nmse(&got, &want);
                 assert!(
                     err <= TOL,
@@ -108,8 +114,13 @@ fn gated_gemv_matches_the_reference_for_every_activation() {
                 let mut want = vec![0.0; m * n_cols];
                 gemm_glu(&w, &x, n_cols, ActQuant::F32, act, &bound, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
-                b.gemv_glu(&w, act, &x, n_cols, ActQuant::F32, &e, &ops, &mut got)
-                    .unwrap();
+                b.gemv(
+                    &GemvJob::gated(w.gate(), w.up(), act, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(e, &ops),
+                    &mut got,
+                )
+                .unwrap();
                 let err = nmse(&got, &want);
                 assert!(err <= TOL, "{dtype:?} {act} cols={n_cols}: nmse {err:e}");
             }
@@ -173,18 +184,20 @@ fn every_gemv_shape_matches_the_reference() {
                 let mut want = vec![0.0; m * n_cols];
                 gemm(&w, &x, n_cols, ActQuant::F32, &bound, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
-                b.gemv(&w, &x, n_cols, ActQuant::F32, &e, &ops, &mut got)
-                    .unwrap();
+                b.gemv(
+                    &GemvJob::new(&w, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(e, &ops),
+                    &mut got,
+                )
+                .unwrap();
                 let err = nmse(&got, &want);
                 assert!(err <= TOL, "{what}: nmse {err:e}");
                 let mut plain = vec![0.0; m * n_cols];
                 b.gemv(
-                    &w,
-                    &x,
-                    n_cols,
-                    ActQuant::F32,
-                    &Epilogue::NONE,
-                    &[],
+                    &GemvJob::new(&w, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(Epilogue::NONE, &[]),
                     &mut plain,
                 )
                 .unwrap();
@@ -192,20 +205,21 @@ fn every_gemv_shape_matches_the_reference() {
                 assert_eq!(first_bit_difference(&got, &unfused), None, "{what}");
                 let glu = GluWeights::new(w, u).unwrap();
                 let mut fused = vec![0.0; m * n_cols];
-                b.gemv_glu(
-                    &glu,
-                    Activation::GeluErf,
-                    &x,
-                    n_cols,
-                    ActQuant::F32,
-                    &e,
-                    &ops,
+                b.gemv(
+                    &GemvJob::gated(glu.gate(), glu.up(), Activation::GeluErf, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(e, &ops),
                     &mut fused,
                 )
                 .unwrap();
                 let mut up = vec![0.0; m * n_cols];
-                b.gemv(&u, &x, n_cols, ActQuant::F32, &Epilogue::NONE, &[], &mut up)
-                    .unwrap();
+                b.gemv(
+                    &GemvJob::new(&u, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(Epilogue::NONE, &[]),
+                    &mut up,
+                )
+                .unwrap();
                 let mut gated = vec![0.0; m * n_cols];
                 b.glu(Activation::GeluErf, &plain, &up, &mut gated).unwrap();
                 let unfused = unfused_chain(&b, &e, &ops, gated);
@@ -256,23 +270,16 @@ fn quantized_gemv_without_16bit_loads_matches() {
                 b.set_tuning(Tuning::default().with_16bit_loads(on))
                     .unwrap();
                 b.gemv(
-                    &w,
-                    &x,
-                    n_cols,
-                    ActQuant::F32,
-                    &Epilogue::NONE,
-                    &[],
+                    &GemvJob::new(&w, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(Epilogue::NONE, &[]),
                     &mut got[i],
                 )
                 .unwrap();
-                b.gemv_glu(
-                    &glu,
-                    Activation::Silu,
-                    &x,
-                    n_cols,
-                    ActQuant::F32,
-                    &Epilogue::NONE,
-                    &[],
+                b.gemv(
+                    &GemvJob::gated(glu.gate(), glu.up(), Activation::Silu, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(Epilogue::NONE, &[]),
                     &mut gated[i],
                 )
                 .unwrap();
@@ -323,16 +330,18 @@ fn fused_equals_unfused_bit_for_bit() {
             for act in Activation::ALL {
                 let e = chain(act);
                 let mut fused = vec![0.0; m * n_cols];
-                b.gemv(&wg, &x, n_cols, ActQuant::F32, &e, &ops, &mut fused)
-                    .unwrap();
+                b.gemv(
+                    &GemvJob::new(&wg, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(e, &ops),
+                    &mut fused,
+                )
+                .unwrap();
                 let mut acc = vec![0.0; m * n_cols];
                 b.gemv(
-                    &wg,
-                    &x,
-                    n_cols,
-                    ActQuant::F32,
-                    &Epilogue::NONE,
-                    &[],
+                    &GemvJob::new(&wg, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(Epilogue::NONE, &[]),
                     &mut acc,
                 )
                 .unwrap();
@@ -345,27 +354,26 @@ fn fused_equals_unfused_bit_for_bit() {
 
                 let glu = GluWeights::new(wg, wu).unwrap();
                 let mut fused = vec![0.0; m * n_cols];
-                b.gemv_glu(&glu, act, &x, n_cols, ActQuant::F32, &e, &ops, &mut fused)
-                    .unwrap();
+                b.gemv(
+                    &GemvJob::gated(glu.gate(), glu.up(), act, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(e, &ops),
+                    &mut fused,
+                )
+                .unwrap();
                 let mut gate = vec![0.0; m * n_cols];
                 b.gemv(
-                    &wg,
-                    &x,
-                    n_cols,
-                    ActQuant::F32,
-                    &Epilogue::NONE,
-                    &[],
+                    &GemvJob::new(&wg, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(Epilogue::NONE, &[]),
                     &mut gate,
                 )
                 .unwrap();
                 let mut up = vec![0.0; m * n_cols];
                 b.gemv(
-                    &wu,
-                    &x,
-                    n_cols,
-                    ActQuant::F32,
-                    &Epilogue::NONE,
-                    &[],
+                    &GemvJob::new(&wu, &x, n_cols)
+                        .with_mode(ActQuant::F32)
+                        .with_epilogue(Epilogue::NONE, &[]),
                     &mut up,
                 )
                 .unwrap();
@@ -443,55 +451,65 @@ fn bad_inputs_are_typed_errors() {
     let mut y = vec![0.0; m * 9];
     let core_err = |r: Result<(), VulkanError>| matches!(r, Err(VulkanError::Core(_)));
     assert!(
-        core_err(b.gemv(&w, &x, 9, ActQuant::F32, &Epilogue::NONE, &[], &mut y)),
+        core_err(
+            b.gemv(
+                &GemvJob::new(&w, &x, 9)
+                    .with_mode(ActQuant::F32)
+                    .with_epilogue(Epilogue::NONE, &[]),
+                &mut y
+            )
+        ),
         "9 columns"
     );
-    assert!(core_err(b.gemv(
-        &w,
-        &x[..k - 1],
-        1,
-        ActQuant::F32,
-        &Epilogue::NONE,
-        &[],
-        &mut y[..m]
-    )));
-    assert!(core_err(b.gemv(
-        &w,
-        &x[..k],
-        1,
-        ActQuant::F32,
-        &Epilogue::NONE,
-        &[],
-        &mut y[..m - 1]
-    )));
+    assert!(core_err(
+        b.gemv(
+            &GemvJob::new(&w, &x[..k - 1], 1)
+                .with_mode(ActQuant::F32)
+                .with_epilogue(Epilogue::NONE, &[]),
+            &mut y[..m]
+        )
+    ));
+    assert!(core_err(
+        b.gemv(
+            &GemvJob::new(&w, &x[..k], 1)
+                .with_mode(ActQuant::F32)
+                .with_epilogue(Epilogue::NONE, &[]),
+            &mut y[..m - 1]
+        )
+    ));
     let e = chain(Activation::Relu);
     assert!(
-        core_err(b.gemv(&w, &x[..k], 1, ActQuant::F32, &e, &[], &mut y[..m])),
+        core_err(
+            b.gemv(
+                &GemvJob::new(&w, &x[..k], 1)
+                    .with_mode(ActQuant::F32)
+                    .with_epilogue(e, &[]),
+                &mut y[..m]
+            )
+        ),
         "operands missing"
     );
     let short = [0.0f32; 3];
-    assert!(core_err(b.gemv(
-        &w,
-        &x[..k],
-        1,
-        ActQuant::F32,
-        &e,
-        &[&short, &short, &short],
-        &mut y[..m]
-    )));
+    assert!(core_err(
+        b.gemv(
+            &GemvJob::new(&w, &x[..k], 1)
+                .with_mode(ActQuant::F32)
+                .with_epilogue(e, &[&short, &short, &short]),
+            &mut y[..m]
+        )
+    ));
     // Q4_1 weights have shaders for f32 activations and GGML's Q8_1 mode:
     // Q8_0 activations are refused.
     let kb = weights(DType::Q4_1, 1, 256, 1);
     let wk = WeightMatrix::new(DType::Q4_1, 1, 256, &kb).unwrap();
-    assert!(core_err(b.gemv(
-        &wk,
-        &data(256, 1),
-        1,
-        ActQuant::Q8_0,
-        &Epilogue::NONE,
-        &[],
-        &mut y[..1]
-    )));
+    assert!(core_err(
+        b.gemv(
+            &GemvJob::new(&wk, &data(256, 1), 1)
+                .with_mode(ActQuant::Q8_0)
+                .with_epilogue(Epilogue::NONE, &[]),
+            &mut y[..1]
+        )
+    ));
     let mut out = vec![0.0; 5];
     assert!(core_err(b.add(&[0.0; 5], &[0.0; 4], &mut out)));
     assert!(core_err(b.add_row_bias(&[0.0; 5], &[0.0; 2], &mut out)));

@@ -18,8 +18,24 @@ use crate::element::Activation;
 use crate::epilogue::BoundEpilogue;
 use crate::error::Error;
 use crate::error::check_len;
+#[cfg(feature = "alloc")]
+use crate::job::{GemvJob, GemvWeights};
 use crate::quant::{dequantize_row, vec_dot};
 use crate::weights::{GluWeights, WeightMatrix};
+
+/// The reference of one [`GemvJob`]: checks it ([`GemvJob::check`]),
+/// then [`gemm`] or [`gemm_glu`].
+#[cfg(feature = "alloc")]
+pub fn gemv_job(job: &GemvJob<'_, WeightMatrix<'_>>, y: &mut [f32]) -> Result<(), Error> {
+    let bound = job.check(y.len())?;
+    match job.weights {
+        GemvWeights::Plain(w) => gemm(w, job.x, job.n_cols, job.mode, &bound, y),
+        GemvWeights::Gated { gate, up, act } => {
+            let pair = GluWeights::new(*gate, *up)?;
+            gemm_glu(&pair, job.x, job.n_cols, job.mode, act, &bound, y)
+        }
+    }
+}
 
 /// The f32-mode dot product of row `r` with `x` (`x.len() == cols`).
 pub fn dot_f32(w: &WeightMatrix<'_>, r: usize, x: &[f32]) -> Result<f32, Error> {

@@ -4,6 +4,7 @@
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::{BoundEpilogue, Epilogue};
+use fused_core::job::GemvJob;
 use fused_core::weights::GluWeights;
 use fused_cpu::CpuBackend;
 
@@ -84,12 +85,29 @@ pub(crate) fn glu_add_fused_and_unfused(
         .bind(&[res], m, n)
         .unwrap();
     let mut fused = vec![0.0f32; m * n];
-    be.gemv_glu(pair, act, x, n, mode, &bound, &mut fused)
-        .unwrap();
+    be.gemv(
+        &GemvJob::gated(pair.gate(), pair.up(), act, x, n)
+            .with_mode(mode)
+            .with_bound(&bound),
+        &mut fused,
+    )
+    .unwrap();
     let none = Epilogue::NONE.bind(&[], m, n).unwrap();
     let (mut g, mut u) = (vec![0.0f32; m * n], vec![0.0f32; m * n]);
-    be.gemv(pair.gate(), x, n, mode, &none, &mut g).unwrap();
-    be.gemv(pair.up(), x, n, mode, &none, &mut u).unwrap();
+    be.gemv(
+        &GemvJob::new(pair.gate(), x, n)
+            .with_mode(mode)
+            .with_bound(&none),
+        &mut g,
+    )
+    .unwrap();
+    be.gemv(
+        &GemvJob::new(pair.up(), x, n)
+            .with_mode(mode)
+            .with_bound(&none),
+        &mut u,
+    )
+    .unwrap();
     (fused, glu_add_unfused(be, act, &g, &u, res))
 }
 

@@ -5,6 +5,7 @@
 use fused_core::DType;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
+pub(crate) use fused_core::job::GemvJob as CoreGemvJob;
 use fused_core::weights::WeightMatrix;
 use fused_cuda::{CudaBackend, CudaError, DeviceVec, DeviceWeights};
 use std::io::Write;
@@ -145,34 +146,12 @@ pub(crate) fn tuned(be: &CudaBackend, knob: fused_cuda::Knob) -> fused_cuda::Tun
 }
 
 /// `StepKernels::gemv` on host slices.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemv_host(
     be: &CudaBackend,
-    w: &WeightMatrix<'_>,
-    x: &[f32],
-    n_cols: usize,
-    mode: fused_core::acts::ActQuant,
-    epilogue: &Epilogue,
-    operands: &[&[f32]],
+    job: &CoreGemvJob<'_, WeightMatrix<'_>>,
     y: &mut [f32],
 ) -> Result<(), CudaError> {
-    fused_core::exec::StepKernels::gemv(be, w, x, n_cols, mode, epilogue, operands, y)
-}
-
-/// `StepKernels::gemv_glu` on host slices.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemv_glu_host(
-    be: &CudaBackend,
-    w: &fused_core::weights::GluWeights<'_>,
-    act: Activation,
-    x: &[f32],
-    n_cols: usize,
-    mode: fused_core::acts::ActQuant,
-    epilogue: &Epilogue,
-    operands: &[&[f32]],
-    y: &mut [f32],
-) -> Result<(), CudaError> {
-    fused_core::exec::StepKernels::gemv_glu(be, w, act, x, n_cols, mode, epilogue, operands, y)
+    fused_core::exec::StepKernels::gemv(be, job, y)
 }
 
 /// `StepKernels::fwht` on host slices.

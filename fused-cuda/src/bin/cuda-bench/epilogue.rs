@@ -92,7 +92,12 @@ fn epilogue_cost(
                     &mut [fused_cuda::GemvJob::new(&ws[i % n], y).with_epilogue(epi, ops)],
                 )
             } else {
-                be.gemv(&ws[i % n], &x, 1, mode, epi, ops, y)
+                be.gemv_batch(
+                    &x,
+                    1,
+                    mode,
+                    &mut [GemvJob::new(&ws[i % n], y).with_epilogue(epi, ops)],
+                )
             }
         })
     };
@@ -198,7 +203,12 @@ fn epilogue_cost(
     let mut t1 = be.alloc(m)?;
     let mut t2 = be.alloc(m)?;
     let unfused = time_calls(be, n * 2, 25, |i| {
-        be.gemv(&ws[i % n], &x, 1, mode, &Epilogue::NONE, &[], &mut y)?;
+        be.gemv_batch(
+            &x,
+            1,
+            mode,
+            &mut [GemvJob::new(&ws[i % n], &mut y).with_epilogue(&Epilogue::NONE, &[])],
+        )?;
         be.elementwise(
             fused_cuda::Elementwise::Unary(Activation::Silu, &y),
             &mut t1,

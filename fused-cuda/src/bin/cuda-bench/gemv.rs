@@ -147,7 +147,12 @@ fn gemv_timing(
     let mut y = be.alloc(m * n_cols)?;
     let t = time_calls(be, ws.len() * 2, 25, |i| {
         let w = &ws[i % ws.len()];
-        be.gemv(w, &x, n_cols, mode, &Epilogue::NONE, &[], &mut y)
+        be.gemv_batch(
+            &x,
+            n_cols,
+            mode,
+            &mut [GemvJob::new(w, &mut y).with_epilogue(&Epilogue::NONE, &[])],
+        )
     })?;
     let moved = (ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
     let pct = |t: f64| 100.0 * moved / t / 1e6 / ceiling;

@@ -13,7 +13,7 @@ use fused_core::memory::Memory;
 use fused_core::planner::Plan;
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::weights::WeightMatrix;
-use fused_cuda::{CudaBackend, CudaError, DevicePlan, LaunchOptions, Submission};
+use fused_cuda::{CudaBackend, CudaError, DevicePlan, GemvJob, LaunchOptions, Submission};
 
 /// The fixed cost of one dependent GEMV call: GEMVs so small that their
 /// bytes take no time (one copy of the weights, resident in L2), called
@@ -47,7 +47,12 @@ pub(crate) fn per_call_floor(be: &CudaBackend) -> Result<(), CudaError> {
             let mut per_call = |pdl: bool| {
                 be.set_options(LaunchOptions { pdl, ..saved });
                 time_calls(be, 200, 15, |_| {
-                    be.gemv(&w, &x, 1, mode, &Epilogue::NONE, &[], &mut y)
+                    be.gemv_batch(
+                        &x,
+                        1,
+                        mode,
+                        &mut [GemvJob::new(&w, &mut y).with_epilogue(&Epilogue::NONE, &[])],
+                    )
                 })
             };
             let (t_pdl, t_normal) = (per_call(true)?, per_call(false)?);

@@ -90,7 +90,12 @@ pub(crate) fn decode_layer(
                        act: &mut DeviceVec,
                        out: &mut DeviceVec|
      -> Result<(), CudaError> {
-        be.gemv(&l.o, &attn, 1, mode, &add, &[&resid], h)?;
+        be.gemv_batch(
+            &attn,
+            1,
+            mode,
+            &mut [GemvJob::new(&l.o, h).with_epilogue(&add, &[&resid])],
+        )?;
         be.gemv_batch(
             h,
             1,
@@ -99,7 +104,12 @@ pub(crate) fn decode_layer(
                 .with_glu(&l.u, Activation::Silu)
                 .with_epilogue(&Epilogue::NONE, &[])],
         )?;
-        be.gemv(&l.down, act, 1, mode, &add, &[h], out)
+        be.gemv_batch(
+            act,
+            1,
+            mode,
+            &mut [GemvJob::new(&l.down, out).with_epilogue(&add, &[h])],
+        )
     };
     // In a quantized mode, also with the o-projection and the gated GEMV
     // writing their outputs quantized for the next GEMV
@@ -134,15 +144,35 @@ pub(crate) fn decode_layer(
         })
         .transpose()?;
     let mut unfused_layer = |l: &Layer| -> Result<(), CudaError> {
-        be.gemv(&l.o, &attn, 1, mode, &Epilogue::NONE, &[], &mut t)?;
+        be.gemv_batch(
+            &attn,
+            1,
+            mode,
+            &mut [GemvJob::new(&l.o, &mut t).with_epilogue(&Epilogue::NONE, &[])],
+        )?;
         be.elementwise(fused_cuda::Elementwise::Add(&t, &resid), &mut h)?;
-        be.gemv(&l.g, &h, 1, mode, &Epilogue::NONE, &[], &mut gate)?;
-        be.gemv(&l.u, &h, 1, mode, &Epilogue::NONE, &[], &mut up)?;
+        be.gemv_batch(
+            &h,
+            1,
+            mode,
+            &mut [GemvJob::new(&l.g, &mut gate).with_epilogue(&Epilogue::NONE, &[])],
+        )?;
+        be.gemv_batch(
+            &h,
+            1,
+            mode,
+            &mut [GemvJob::new(&l.u, &mut up).with_epilogue(&Epilogue::NONE, &[])],
+        )?;
         be.elementwise(
             fused_cuda::Elementwise::Glu(Activation::Silu, &gate, &up),
             &mut act,
         )?;
-        be.gemv(&l.down, &act, 1, mode, &Epilogue::NONE, &[], &mut t)?;
+        be.gemv_batch(
+            &act,
+            1,
+            mode,
+            &mut [GemvJob::new(&l.down, &mut t).with_epilogue(&Epilogue::NONE, &[])],
+        )?;
         be.elementwise(fused_cuda::Elementwise::Add(&t, &h), &mut out)
     };
     be.reset_launches();
@@ -472,17 +502,37 @@ pub(crate) fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
                 .with_glu(u, Activation::Silu)
                 .with_epilogue(&Epilogue::NONE, &[])],
         )?;
-        be.gemv(down, &act, 1, ActQuant::F32, &add, &[&h], &mut out)
+        be.gemv_batch(
+            &act,
+            1,
+            ActQuant::F32,
+            &mut [GemvJob::new(down, &mut out).with_epilogue(&add, &[&h])],
+        )
     })?;
     let t_unfused = time_calls(be, 2 * n, 30, |i| {
         let [g, u, down] = &layers[i % n];
-        be.gemv(g, &h, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut gate)?;
-        be.gemv(u, &h, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut up)?;
+        be.gemv_batch(
+            &h,
+            1,
+            ActQuant::F32,
+            &mut [GemvJob::new(g, &mut gate).with_epilogue(&Epilogue::NONE, &[])],
+        )?;
+        be.gemv_batch(
+            &h,
+            1,
+            ActQuant::F32,
+            &mut [GemvJob::new(u, &mut up).with_epilogue(&Epilogue::NONE, &[])],
+        )?;
         be.elementwise(
             fused_cuda::Elementwise::Glu(Activation::Silu, &gate, &up),
             &mut act,
         )?;
-        be.gemv(down, &act, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut t)?;
+        be.gemv_batch(
+            &act,
+            1,
+            ActQuant::F32,
+            &mut [GemvJob::new(down, &mut t).with_epilogue(&Epilogue::NONE, &[])],
+        )?;
         be.elementwise(fused_cuda::Elementwise::Add(&t, &h), &mut out)
     })?;
     println!(

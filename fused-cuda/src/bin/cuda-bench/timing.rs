@@ -6,7 +6,9 @@ use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::epilogue::Epilogue;
 use fused_core::weights::WeightMatrix;
-use fused_cuda::{CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, Submission};
+use fused_cuda::{
+    CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, GemvJob, Submission,
+};
 
 /// The median of `v` (the upper middle for an even count).
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
@@ -59,8 +61,14 @@ fn head_start(be: &CudaBackend, ms: f64) -> Result<f64, CudaError> {
             let w = be.upload_weights(&WeightMatrix::new(DType::F16, n, n, &bytes)?)?;
             let x = be.upload(&randv(n, 12))?;
             let mut y = be.alloc(n)?;
-            let run =
-                |y: &mut DeviceVec| be.gemv(&w, &x, 1, ActQuant::F32, &Epilogue::NONE, &[], y);
+            let run = |y: &mut DeviceVec| {
+                be.gemv_batch(
+                    &x,
+                    1,
+                    ActQuant::F32,
+                    &mut [GemvJob::new(&w, y).with_epilogue(&Epilogue::NONE, &[])],
+                )
+            };
             run(&mut y)?;
             let ms = f64::from(be.time_ms(|| run(&mut y))?);
             *slot = Some(HeadStart { w, x, y, ms });
@@ -68,7 +76,12 @@ fn head_start(be: &CudaBackend, ms: f64) -> Result<f64, CudaError> {
         let h = slot.as_mut().expect("just set");
         let calls = (ms / h.ms).ceil().max(1.0);
         for _ in 0..calls as usize {
-            be.gemv(&h.w, &h.x, 1, ActQuant::F32, &Epilogue::NONE, &[], &mut h.y)?;
+            be.gemv_batch(
+                &h.x,
+                1,
+                ActQuant::F32,
+                &mut [GemvJob::new(&h.w, &mut h.y).with_epilogue(&Epilogue::NONE, &[])],
+            )?;
         }
         Ok(calls * h.ms)
     })

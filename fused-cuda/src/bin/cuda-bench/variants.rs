@@ -95,16 +95,20 @@ pub(crate) fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaE
                     be.set_options(*o);
                     set_knobs(be, knobs)?;
                     let t = time_calls(be, n * 2, 9, |i| match which {
-                        0 => be.gemv(
-                            &ws[i % n],
+                        0 => be.gemv_batch(
                             x,
                             1,
                             ActQuant::F32,
-                            &Epilogue::NONE,
-                            &[],
-                            &mut *y,
+                            &mut [GemvJob::new(&ws[i % n], &mut *y)
+                                .with_epilogue(&Epilogue::NONE, &[])],
                         ),
-                        1 => be.gemv(&ws[i % n], x, 1, mode, &Epilogue::NONE, &[], &mut *y),
+                        1 => be.gemv_batch(
+                            x,
+                            1,
+                            mode,
+                            &mut [GemvJob::new(&ws[i % n], &mut *y)
+                                .with_epilogue(&Epilogue::NONE, &[])],
+                        ),
                         _ => be.gemv_quantized_batch(
                             q.as_ref().expect("quantized"),
                             &mut [fused_cuda::GemvJob::new(&ws[i % n], &mut *y)
