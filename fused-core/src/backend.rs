@@ -309,6 +309,38 @@ pub fn overwritten_inputs(g: &Graph) -> Vec<(BufferId, ByteRange)> {
 /// a start taken once). `no_std` has no clock, so the caller supplies it.
 pub type Clock = fn() -> Duration;
 
+/// The time since the first call: the [`Clock`] of host plans where `std`
+/// is at hand.
+#[cfg(feature = "std")]
+pub fn std_clock() -> Duration {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
+}
+
+/// The index of buffer `id` among buffers of `sizes` bytes, after checking
+/// that `len` bytes from `offset` lie inside it: the check of every
+/// resident plan's [`ResidentPlan::write`] and [`ResidentPlan::read`].
+pub fn buffer_range(
+    sizes: &[usize],
+    id: BufferId,
+    offset: usize,
+    len: usize,
+) -> Result<usize, Error> {
+    let i = id.0 as usize;
+    let size = *sizes.get(i).ok_or(Error::BadBuffer { buffer: id.0 })?;
+    let end = offset.checked_add(len).ok_or(Error::Overflow {
+        what: "plan buffer range",
+    })?;
+    if end > size {
+        return Err(Error::BufferTooShort {
+            what: "plan buffer range",
+            needed: end,
+            actual: size,
+        });
+    }
+    Ok(i)
+}
+
 /// A plan run step by step over host memory `M` through a backend's
 /// host-slice kernels `K` (the core's [`Executor`]): the CPU backend's
 /// resident plan, and a GPU backend's plan where its device executor
@@ -405,7 +437,7 @@ impl<'a, K: StepKernels + ?Sized, M: Buffers> HostPlan<'a, K, M> {
         Ok(())
     }
 
-    /// The bytes of buffer `id`, writable, checked against `range`.
+    /// The `len` bytes of buffer `id` from `offset`, writable.
     fn with_range<R>(
         &mut self,
         id: BufferId,
@@ -413,18 +445,9 @@ impl<'a, K: StepKernels + ?Sized, M: Buffers> HostPlan<'a, K, M> {
         len: usize,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, Error> {
-        self.mem.with_buffer_mut(id, |buf, _| {
-            let end = offset.checked_add(len).ok_or(Error::Overflow {
-                what: "write range",
-            })?;
-            let size = buf.len();
-            let dst = buf.get_mut(offset..end).ok_or(Error::BufferTooShort {
-                what: "buffer range written",
-                needed: end,
-                actual: size,
-            })?;
-            Ok(f(dst))
-        })?
+        buffer_range(&self.sizes, id, offset, len)?;
+        self.mem
+            .with_buffer_mut(id, |buf, _| f(&mut buf[offset..offset + len]))
     }
 }
 
@@ -448,16 +471,8 @@ impl<K: StepKernels + ?Sized, M: Buffers> ResidentPlan for HostPlan<'_, K, M> {
     }
 
     fn read(&self, id: BufferId, offset: usize, out: &mut [u8]) -> Result<(), K::Error> {
-        let buf = self.mem.buffer(id)?;
-        let end = offset
-            .checked_add(out.len())
-            .ok_or(Error::Overflow { what: "read range" })?;
-        let src = buf.get(offset..end).ok_or(Error::BufferTooShort {
-            what: "buffer range read",
-            needed: end,
-            actual: buf.len(),
-        })?;
-        out.copy_from_slice(src);
+        buffer_range(&self.sizes, id, offset, out.len())?;
+        out.copy_from_slice(&self.mem.buffer(id)?[offset..offset + out.len()]);
         Ok(())
     }
 

@@ -105,6 +105,8 @@
 //! ```
 //!
 //! ## Features
+//! - `std`: a monotonic clock for host plans (`backend::std_clock`); the
+//!   backend crates turn it on.
 //! - `alloc` (default): graphs, plans and the evaluators. Without it the crate
 //!   is `#![no_std]` with no allocator: formats, descriptors, predicates and
 //!   the GEMV reference on caller-provided buffers.
@@ -114,6 +116,8 @@
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
 
 pub mod acts;
 #[cfg(feature = "alloc")]

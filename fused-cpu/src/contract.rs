@@ -4,12 +4,10 @@
 
 use std::format;
 use std::string::String;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use fused_core::Error;
 use fused_core::acts::GemvMode;
-use fused_core::backend::{Backend, Capabilities, HostPlan};
+use fused_core::backend::{Backend, Capabilities, HostPlan, std_clock};
 use fused_core::exec::Executor;
 use fused_core::graph::Graph;
 use fused_core::planner::Plan;
@@ -17,12 +15,6 @@ use fused_core::planner::Plan;
 use crate::backend::CpuBackend;
 use crate::exec::CpuMemory;
 use crate::isa::Isa;
-
-/// The time since the first call: a monotonic clock for the host plans.
-fn clock() -> Duration {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed()
-}
 
 impl Backend for CpuBackend {
     type Error = Error;
@@ -60,7 +52,7 @@ impl Backend for CpuBackend {
         mode: GemvMode,
         sizes: &[usize],
     ) -> Result<Self::Plan<'a>, Error> {
-        Ok(HostPlan::new(self, g, plan, mode, CpuMemory::new(sizes), sizes)?.with_clock(clock))
+        Ok(HostPlan::new(self, g, plan, mode, CpuMemory::new(sizes), sizes)?.with_clock(std_clock))
     }
 
     /// Reads of 256 MiB, well beyond the last-level cache of the machines

@@ -109,6 +109,66 @@
 //! # fn main() {}
 //! ```
 //!
+//! # Through the backend contract
+//!
+//! A runtime written against the core's contract
+//! ([`fused_core::backend::Backend`]) runs a planned graph on this backend,
+//! and on `fused_vulkan::VulkanBackend` or `fused_cuda::CudaBackend` by
+//! changing the constructor only:
+//!
+//! ```
+//! # #[cfg(feature = "std")]
+//! # fn main() -> Result<(), fused_core::Error> {
+//! use fused_core::acts::GemvMode;
+//! use fused_core::backend::{Backend, ResidentPlan};
+//! use fused_core::element::Activation;
+//! use fused_core::graph::{Graph, Place};
+//! use fused_core::planner::plan;
+//! use fused_core::quant::quantize_row;
+//! use fused_core::tensor::{BufferId, TensorDesc};
+//! use fused_core::DType;
+//!
+//! /// `silu(W·x) + r` for one column, fused, on any backend.
+//! fn run<B: Backend>(be: &B, w: &[u8], x: &[f32], r: &[f32]) -> Result<Vec<f32>, B::Error> {
+//!     let (k, m) = (x.len(), r.len());
+//!     let mut g = Graph::new();
+//!     let wt = TensorDesc::contiguous(DType::Q4_0, [k, m, 1, 1], BufferId(0), 0)?;
+//!     let xt = TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0)?;
+//!     let rt = TensorDesc::contiguous(DType::F32, [m, 1, 1, 1], BufferId(1), 4 * k)?;
+//!     let (wn, xn, rn) = (g.input(wt)?, g.input(xt)?, g.input(rt)?);
+//!     let y = g.mul_mat(wn, xn, Place::at(1, 4 * (k + m)))?;
+//!     let s = g.unary(Activation::Silu, y, Place::at(1, 4 * (k + 2 * m)))?;
+//!     let out = g.add(s, rn, Place::at(1, 4 * k))?; // in place on r
+//!     g.mark_output(out)?;
+//!     let p = plan(&g); // one fused step: the GEMV with silu and add
+//!     be.supports(&g, &p, GemvMode::Ggml)?;
+//!     let mut rp = be.compile(&g, &p, GemvMode::Ggml, &[w.len(), 4 * (k + 3 * m)])?;
+//!     rp.write(BufferId(0), 0, w)?;
+//!     rp.write_f32(&xt, x)?;
+//!     rp.write_f32(&rt, r)?;
+//!     rp.run()?;
+//!     rp.read_f32(g.tensor(out)?)
+//! }
+//!
+//! let (k, m) = (64, 8);
+//! let rb = DType::Q4_0.row_bytes(k)?;
+//! let mut w = vec![0u8; m * rb];
+//! for (i, row) in w.chunks_exact_mut(rb).enumerate() {
+//!     let v: Vec<f32> = (0..k).map(|j| ((i * k + j) % 7) as f32 / 7.0 - 0.5).collect();
+//!     quantize_row(DType::Q4_0, &v, row)?;
+//! }
+//! let x: Vec<f32> = (0..k).map(|j| (j % 5) as f32 / 5.0).collect();
+//! let r = vec![1.0f32; m];
+//! let best = run(&fused_cpu::CpuBackend::new(2)?, &w, &x, &r)?;
+//! let scalar = run(&fused_cpu::CpuBackend::with_isa(fused_cpu::Isa::Scalar, 1)?, &w, &x, &r)?;
+//! assert_eq!(best.len(), m);
+//! assert!(best.iter().zip(&scalar).all(|(a, b)| (a - b).abs() <= 1e-4 * b.abs().max(1.0)));
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "std"))]
+//! # fn main() {}
+//! ```
+//!
 //! # Features
 //!
 //! - `std` (default): run-time ISA detection, [`backend`], [`exec`] and

@@ -4,24 +4,15 @@
 //! plan run step by step through the host-slice kernels
 //! ([`fused_core::backend::Resident::Host`], with the refusal kept).
 
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-
 use fused_core::Error;
 use fused_core::acts::GemvMode;
-use fused_core::backend::{Backend, Capabilities, HostPlan, Resident};
+use fused_core::backend::{Backend, Capabilities, HostPlan, Resident, std_clock};
 use fused_core::exec::Executor;
 use fused_core::graph::Graph;
 use fused_core::memory::Memory;
 use fused_core::planner::Plan;
 
 use crate::{CudaBackend, CudaError, DevicePlan, MAX_COLS};
-
-/// The time since the first call: the host plans' clock.
-fn clock() -> Duration {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed()
-}
 
 /// Bytes of the copy that measures the bandwidth ceiling.
 const COPY_BYTES: usize = 64 << 20;
@@ -68,7 +59,7 @@ impl Backend for CudaBackend {
             },
             || {
                 let host = HostPlan::new(self, g, plan, mode, Memory::new(sizes), sizes)?;
-                Ok(host.with_clock(clock).on_device())
+                Ok(host.with_clock(std_clock).on_device())
             },
         )
     }

@@ -38,6 +38,44 @@
 //!
 //! # Example
 //!
+//! A runtime reaches this backend through the core's contract
+//! ([`fused_core::backend::Backend`]): a planned graph compiled into a
+//! resident plan (every buffer on the device, launches built once),
+//! written, run and read; the same code runs on `fused_cpu::CpuBackend` or
+//! `fused_vulkan::VulkanBackend` with another constructor. `no_run`: it
+//! needs a GPU.
+//!
+//! ```no_run
+//! use fused_core::acts::GemvMode;
+//! use fused_core::backend::{Backend, ResidentPlan};
+//! use fused_core::element::Activation;
+//! use fused_core::graph::{Graph, Place};
+//! use fused_core::planner::plan;
+//! use fused_core::tensor::{BufferId, TensorDesc};
+//! use fused_core::DType;
+//! use fused_cuda::{CudaBackend, CudaError};
+//!
+//! fn main() -> Result<(), CudaError> {
+//!     let be = CudaBackend::new()?;
+//!     let (k, m) = (256, 64);
+//!     let mut g = Graph::new();
+//!     let wt = TensorDesc::contiguous(DType::Q8_0, [k, m, 1, 1], BufferId(0), 0)?;
+//!     let xt = TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0)?;
+//!     let (w, x) = (g.input(wt)?, g.input(xt)?);
+//!     let y = g.mul_mat(w, x, Place::at(1, 4 * k))?;
+//!     let out = g.unary(Activation::Silu, y, Place::at(1, 4 * (k + m)))?;
+//!     g.mark_output(out)?;
+//!     let p = plan(&g); // the GEMV with SiLU in its epilogue: one launch
+//!     let mut rp = be.compile(&g, &p, GemvMode::Ggml, &[m * DType::Q8_0.row_bytes(k)?, 4 * (k + 2 * m)])?;
+//!     rp.write(BufferId(0), 0, &vec![0x11; m * DType::Q8_0.row_bytes(k)?])?; // once
+//!     rp.write_f32(&xt, &vec![0.5; k])?; // every token
+//!     rp.run()?;
+//!     let silu = rp.read_f32(g.tensor(out)?)?;
+//!     assert_eq!(silu.len(), m);
+//!     Ok(())
+//! }
+//! ```
+//!
 //! The feed-forward block of a decode step on Q4_0 weights, in GGML's mode
 //! (activations quantized to Q8_0 on the device, integer dot products): the
 //! gated GEMV in one pass over both weights, then the down projection with
@@ -121,7 +159,8 @@
 //! 5. `backend`: [`CudaBackend`], its checks and the one place that
 //!    enqueues a launch.
 //! 6. On top of the backend: `cuda_graph`, `plan_exec` ([`DevicePlan`]),
-//!    `exec` (`StepKernels`).
+//!    `exec` (`StepKernels`), `contract` (the core's backend contract:
+//!    trait impls only).
 //! 7. The lab (the `lab` feature, off by default): `lab`, `handoff`,
 //!    `timeline`, `teams` (the team kernels' choice, beside `fixed_epi`).
 //!

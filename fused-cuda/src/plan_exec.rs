@@ -71,7 +71,7 @@ use std::time::{Duration, Instant};
 use cust::memory::{CopyDestination, DeviceBuffer};
 use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
-use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan};
+use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan, buffer_range};
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
@@ -890,24 +890,6 @@ impl<'a> DevicePlan<'a> {
         self.finish(t.as_ref().map(|_| ()).map_err(Clone::clone))?;
         t
     }
-
-    /// Buffer `id`'s index, after checking that `len` bytes from `offset`
-    /// lie inside it.
-    fn range(&self, id: BufferId, offset: usize, len: usize) -> Result<usize, Error> {
-        let i = id.0 as usize;
-        let size = *self.sizes.get(i).ok_or(Error::BadBuffer { buffer: id.0 })?;
-        let end = offset.checked_add(len).ok_or(Error::Overflow {
-            what: "plan buffer range",
-        })?;
-        if end > size {
-            return Err(Error::BufferTooShort {
-                what: "plan buffer range",
-                needed: end,
-                actual: size,
-            });
-        }
-        Ok(i)
-    }
 }
 
 /// The core's resident-plan contract: writes and reads by byte range (a
@@ -922,7 +904,7 @@ impl ResidentPlan for DevicePlan<'_> {
     }
 
     fn write(&mut self, id: BufferId, offset: usize, bytes: &[u8]) -> Result<(), CudaError> {
-        let i = self.range(id, offset, bytes.len())?;
+        let i = buffer_range(&self.sizes, id, offset, bytes.len())?;
         let end = offset + bytes.len();
         // Nothing enqueued may still read the bytes written below.
         self.backend.synchronize()?;
@@ -962,7 +944,7 @@ impl ResidentPlan for DevicePlan<'_> {
     }
 
     fn read(&self, id: BufferId, offset: usize, out: &mut [u8]) -> Result<(), CudaError> {
-        let i = self.range(id, offset, out.len())?;
+        let i = buffer_range(&self.sizes, id, offset, out.len())?;
         self.backend.synchronize()?;
         if !out.is_empty() {
             self.buffers[i]

@@ -4,12 +4,9 @@
 //! unsupported, the plan run step by step through the host-slice kernels
 //! ([`fused_core::backend::Resident::Host`], with the refusal kept).
 
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-
 use fused_core::Error;
 use fused_core::acts::GemvMode;
-use fused_core::backend::{Backend, Capabilities, HostPlan, Resident};
+use fused_core::backend::{Backend, Capabilities, HostPlan, Resident, std_clock};
 use fused_core::exec::Executor;
 use fused_core::graph::Graph;
 use fused_core::memory::Memory;
@@ -19,12 +16,6 @@ use crate::backend::VulkanBackend;
 use crate::error::VulkanError;
 use crate::pipeline::MAX_COLS;
 use crate::plan_exec::DevicePlan;
-
-/// The time since the first call: the host plans' clock.
-fn clock() -> Duration {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed()
-}
 
 /// Bytes of the copy that measures the bandwidth ceiling.
 const COPY_BYTES: u64 = 64 << 20;
@@ -72,7 +63,7 @@ impl Backend for VulkanBackend {
             },
             || {
                 let host = HostPlan::new(self, g, plan, mode, Memory::new(sizes), sizes)?;
-                Ok(host.with_clock(clock).on_device())
+                Ok(host.with_clock(std_clock).on_device())
             },
         )
     }

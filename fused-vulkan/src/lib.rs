@@ -41,7 +41,8 @@
 //! submission) <- `measure` (device-time medians) and `tuning` (the table
 //! and the pure kernel choice) <- `backend` (dispatches and eager ops) <-
 //! `exec` (the core's step executor) and `plan_exec` ([`DevicePlan`]) <-
-//! `lab` and `timing` (feature `lab`).
+//! `contract` (the core's backend contract: trait impls only), `lab` and
+//! `timing` (feature `lab`).
 
 mod backend;
 mod context;

@@ -76,7 +76,7 @@ use ash::vk;
 use ash::vk::Handle;
 use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
-use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan};
+use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan, buffer_range};
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
@@ -1097,24 +1097,6 @@ impl<'a> DevicePlan<'a> {
         };
         Ok(PlanTiming { device, wall })
     }
-
-    /// Buffer `id`'s index, after checking that `len` bytes from `offset`
-    /// lie inside it.
-    fn range(&self, id: BufferId, offset: usize, len: usize) -> Result<usize, Error> {
-        let i = id.0 as usize;
-        let size = *self.sizes.get(i).ok_or(Error::BadBuffer { buffer: id.0 })?;
-        let end = offset.checked_add(len).ok_or(Error::Overflow {
-            what: "plan buffer range",
-        })?;
-        if end > size {
-            return Err(Error::BufferTooShort {
-                what: "plan buffer range",
-                needed: end,
-                actual: size,
-            });
-        }
-        Ok(i)
-    }
 }
 
 /// The core's resident-plan contract: writes and reads by byte range (one
@@ -1128,7 +1110,7 @@ impl ResidentPlan for DevicePlan<'_> {
     }
 
     fn write(&mut self, id: BufferId, offset: usize, bytes: &[u8]) -> Result<(), VulkanError> {
-        let i = self.range(id, offset, bytes.len())?;
+        let i = buffer_range(&self.sizes, id, offset, bytes.len())?;
         let ctx = self.backend.context();
         ctx.write_at(&self.buffers[i], offset, bytes)?;
         let end = offset + bytes.len();
@@ -1152,7 +1134,7 @@ impl ResidentPlan for DevicePlan<'_> {
     }
 
     fn read(&self, id: BufferId, offset: usize, out: &mut [u8]) -> Result<(), VulkanError> {
-        let i = self.range(id, offset, out.len())?;
+        let i = buffer_range(&self.sizes, id, offset, out.len())?;
         self.backend
             .context()
             .read_at(&self.buffers[i], offset, out)
