@@ -59,8 +59,10 @@ pub struct Capabilities {
 
 /// One backend: a device (or the host's cores) and its kernels.
 pub trait Backend {
-    /// The backend's error; every core [`Error`] converts into it.
-    type Error: core::error::Error + From<Error> + 'static;
+    /// The backend's error; every core [`Error`] converts into it, and it
+    /// says when it is one ([`CoreErrorSource`]: refused inputs, as opposed
+    /// to a device failure).
+    type Error: core::error::Error + From<Error> + CoreErrorSource + 'static;
 
     /// A plan made resident on this backend.
     type Plan<'a>: ResidentPlan<Error = Self::Error>
@@ -509,6 +511,19 @@ impl<K: StepKernels + ?Sized, M: Buffers> ResidentPlan for HostPlan<'_, K, M> {
     }
 }
 
+/// A backend error that may be one of the core's errors (inputs refused
+/// before anything ran), as opposed to the device's own.
+pub trait CoreErrorSource {
+    /// The core's error, when this is one.
+    fn core_error(&self) -> Option<&Error>;
+}
+
+impl CoreErrorSource for Error {
+    fn core_error(&self) -> Option<&Error> {
+        Some(self)
+    }
+}
+
 /// A device backend's resident plan: its device plan `P`, or, for a plan
 /// its device executor refuses as unsupported (a strided tensor, a
 /// broadcast it has no kernel for), the plan run step by step over host
@@ -527,20 +542,32 @@ where
     P: ResidentPlan<Error = K::Error>,
     K: StepKernels + ?Sized,
 {
-    /// The device plan `device`, or where building it failed with an error
-    /// that `unsupported` maps to a core [`Error::Unsupported`] /
-    /// [`Error::UnsupportedDType`], the host plan `host` builds (made with
+    /// The device plan `device` (built for `g`, `plan`, `mode` and
+    /// `sizes`), or, where building it failed with one of the core's
+    /// [`Error::Unsupported`] / [`Error::UnsupportedDType`] errors, the
+    /// host plan of the same over `kernels` (timed by [`std_clock`],
     /// [`HostPlan::on_device`]); any other error is returned.
+    #[cfg(feature = "std")]
     pub fn device_or_host(
         device: Result<P, K::Error>,
-        unsupported: impl Fn(&K::Error) -> Option<Error>,
-        host: impl FnOnce() -> Result<HostPlan<'a, K, Memory>, Error>,
-    ) -> Result<Self, K::Error> {
+        kernels: &'a K,
+        g: &Graph,
+        plan: &Plan,
+        mode: GemvMode,
+        sizes: &[usize],
+    ) -> Result<Self, K::Error>
+    where
+        K::Error: CoreErrorSource,
+    {
         match device {
             Ok(p) => Ok(Resident::Device(p)),
-            Err(e) => match unsupported(&e) {
+            Err(e) => match e.core_error() {
                 Some(why @ (Error::Unsupported(_) | Error::UnsupportedDType { .. })) => {
-                    Ok(Resident::Host(Box::new(host()?), why))
+                    let why = *why;
+                    let host = HostPlan::new(kernels, g, plan, mode, Memory::new(sizes), sizes)?
+                        .with_clock(std_clock)
+                        .on_device();
+                    Ok(Resident::Host(Box::new(host), why))
                 }
                 _ => Err(e),
             },

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use fused_core::Error;
 use fused_core::acts::GemvMode;
-use fused_core::backend::{Backend as CoreBackend, PlanStats, ResidentPlan};
+use fused_core::backend::{Backend as CoreBackend, CoreErrorSource, PlanStats, ResidentPlan};
 use fused_core::error::Unsupported;
 use fused_core::graph::Graph;
 use fused_core::memory::Memory;
@@ -271,13 +271,10 @@ impl<B: CoreBackend + Send + Sync> Contract<B> {
 }
 
 /// The contract's error as a run error: the core's own errors stay typed.
-fn run_error<E: std::error::Error + 'static>(e: E) -> RunError {
-    match (&e as &dyn std::error::Error).downcast_ref::<Error>() {
+fn run_error<E: std::error::Error + CoreErrorSource>(e: E) -> RunError {
+    match e.core_error() {
         Some(core) => RunError::Core(*core),
-        None => match std::error::Error::source(&e).and_then(|s| s.downcast_ref::<Error>()) {
-            Some(core) => RunError::Core(*core),
-            None => RunError::Device(e.to_string()),
-        },
+        None => RunError::Device(e.to_string()),
     }
 }
 

@@ -6,10 +6,9 @@
 
 use fused_core::Error;
 use fused_core::acts::GemvMode;
-use fused_core::backend::{Backend, Capabilities, HostPlan, Resident, std_clock};
+use fused_core::backend::{Backend, Capabilities, CoreErrorSource, Resident};
 use fused_core::exec::Executor;
 use fused_core::graph::Graph;
-use fused_core::memory::Memory;
 use fused_core::planner::Plan;
 
 use crate::backend::VulkanBackend;
@@ -57,14 +56,11 @@ impl Backend for VulkanBackend {
     ) -> Result<Self::Plan<'a>, VulkanError> {
         Resident::device_or_host(
             DevicePlan::new(self, g, plan, mode, sizes),
-            |e| match e {
-                VulkanError::Core(core) => Some(*core),
-                _ => None,
-            },
-            || {
-                let host = HostPlan::new(self, g, plan, mode, Memory::new(sizes), sizes)?;
-                Ok(host.with_clock(std_clock).on_device())
-            },
+            self,
+            g,
+            plan,
+            mode,
+            sizes,
         )
     }
 
@@ -76,5 +72,15 @@ impl Backend for VulkanBackend {
     /// 64 MiB each way: beyond the L2 of the devices we run on.
     fn copy_bandwidth_gbs(&self) -> Option<f64> {
         VulkanBackend::copy_bandwidth_gbs(self, COPY_BYTES, COPY_REPS).ok()
+    }
+}
+
+/// The inputs this backend refused before anything ran.
+impl CoreErrorSource for VulkanError {
+    fn core_error(&self) -> Option<&Error> {
+        match self {
+            VulkanError::Core(e) => Some(e),
+            _ => None,
+        }
     }
 }
