@@ -16,6 +16,10 @@
 #   cargo build -p fused-cuda   --features cuda,lab --release --bin cuda-bench
 #   cargo build -p fused-verify --features cuda --release --bin fused-verify
 # Copy this file into .gpu-bundle/ after scripts/gpu-bundle.
+# Since 2026-12-05 (issue 33) the library reads no environment: only
+# cuda-bench turns FUSED_CUDA_TEAMS into its Tuning, so the fused-verify
+# runs below with FUSED_CUDA_TEAMS=1 / 0 run the same (default) kernels;
+# tests/teams compares teams on and off itself.
 set -uo pipefail
 source "$(dirname "$0")/prelude.sh"
 gpu_header
