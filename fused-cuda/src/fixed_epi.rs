@@ -4,7 +4,7 @@
 //! block's end a loop over the stages, each comparing its kind and its
 //! activation code. On the H200 that control flow alone cost about 1 % of a
 //! one-column 4096 × 14336 Q4_0 GEMV (an identity activation stage,
-//! BENCHMARKS.md 2026-12-04 17:50), as much as the chain's arithmetic. So
+//! docs/runs/2026-12-04-h200.md, 17:50), as much as the chain's arithmetic. So
 //! the chains decode layers use most are also compiled in, stage by stage
 //! (`FixedEpi` in `kernels/common.cuh`), into copies of default one-column
 //! kernels of the formats decode runs most (`_e<chain>` kernels in
