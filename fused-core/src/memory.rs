@@ -44,6 +44,12 @@ impl Memory {
             .ok_or(Error::BadBuffer { buffer: id.0 })
     }
 
+    /// The byte size of each buffer, in [`BufferId`] order: what a backend
+    /// compiles a plan over these buffers with.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.buffers.iter().map(Vec::len).collect()
+    }
+
     /// Buffer `id` itself (the executor takes it out while it writes it).
     pub(crate) fn buffer_vec_mut(&mut self, id: BufferId) -> Result<&mut Vec<u8>, Error> {
         self.buffers

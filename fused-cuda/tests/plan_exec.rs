@@ -107,12 +107,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn sizes(mem: &Memory) -> Vec<usize> {
-    (0u32..)
-        .map_while(|i| mem.buffer(BufferId(i)).ok().map(<[u8]>::len))
-        .collect()
-}
-
 /// Runs `p` once as a device plan; its memory afterwards, its counts, and
 /// the launches the backend counted for the run.
 fn device_run(
@@ -132,7 +126,7 @@ fn device_run_in(
     mem: &Memory,
     mode: GemvMode,
 ) -> (Memory, DevicePlanStats, u64) {
-    let mut dp = DevicePlan::new(b, g, p, mode, &sizes(mem)).unwrap();
+    let mut dp = DevicePlan::new(b, g, p, mode, &mem.sizes()).unwrap();
     dp.write_all(mem).unwrap();
     let before = common::launches(b);
     dp.run().unwrap();
@@ -266,7 +260,7 @@ fn graph_replay_equals_the_stream_run() {
                 "{dtype} {} fused steps, overlap {overlap}, group {group}",
                 p.fused_steps()
             );
-            let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
+            let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &mem.sizes()).unwrap();
             dp.write_all(&mem).unwrap();
             dp.run().unwrap();
             let mut stream = mem.clone();
@@ -302,7 +296,7 @@ fn timed_runs_start_from_the_same_inputs() {
     };
     let (g, mem, out) = decode_layer(DType::Q4_0);
     let p = plan(&g);
-    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
+    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &mem.sizes()).unwrap();
     dp.write_all(&mem).unwrap();
     dp.run().unwrap();
     let once = dp.read_f32(g.tensor(out).unwrap()).unwrap();
@@ -413,11 +407,11 @@ fn unsupported_plans_are_refused_with_typed_errors() {
     // Q5_0 weights: kernels with f32 activations and with GGML's Q8_0
     // activations.
     let (g5, mem5, _) = decode_layer(DType::Q5_0);
-    let build = |mode| DevicePlan::new(&b, &g5, &plan(&g5), mode, &sizes(&mem5)).map(|_| ());
+    let build = |mode| DevicePlan::new(&b, &g5, &plan(&g5), mode, &mem5.sizes()).map(|_| ());
     assert_eq!(build(GemvMode::F32), Ok(()));
     assert_eq!(build(GemvMode::Ggml), Ok(()));
     let (g, mem, _) = decode_layer(DType::Q4_0);
-    let sz = sizes(&mem);
+    let sz = mem.sizes();
     // An element-wise operand broadcast along a row (not over rows).
     let mut g2 = Graph::new();
     let a = TensorDesc::contiguous(DType::F32, [8, 2, 1, 1], BufferId(0), 0).unwrap();

@@ -46,13 +46,6 @@ const LAYER_DTYPES: [DType; 5] = [
 /// Both activation modes.
 const MODES: [GemvMode; 2] = [GemvMode::F32, GemvMode::Ggml];
 
-/// Byte sizes of `mem`'s buffers.
-pub fn buffer_sizes(mem: &Memory) -> Vec<usize> {
-    (0u32..)
-        .map_while(|i| mem.buffer(BufferId(i)).ok().map(<[u8]>::len))
-        .collect()
-}
-
 /// Compiles `p` (made for `g`) on `b`, writes `mem`, runs it once and
 /// reads every buffer back: the memory afterwards and what the run issued.
 pub fn run_once<B: Backend>(
@@ -62,7 +55,7 @@ pub fn run_once<B: Backend>(
     mode: GemvMode,
     mem: &Memory,
 ) -> Result<(Memory, PlanStats), B::Error> {
-    let mut rp = b.compile(g, p, mode, &buffer_sizes(mem))?;
+    let mut rp = b.compile(g, p, mode, &mem.sizes())?;
     rp.write_all(mem)?;
     rp.run()?;
     let mut out = mem.clone();
@@ -280,7 +273,7 @@ pub fn restored_inputs_make_runs_repeatable<B: Backend>(b: &B) {
     let out = *g.tensor(layer.out).expect("a node");
     let name = b.name();
     let mut rp = b
-        .compile(g, &p, GemvMode::F32, &buffer_sizes(&layer.mem))
+        .compile(g, &p, GemvMode::F32, &layer.mem.sizes())
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     rp.write_all(&layer.mem).expect("written");
     rp.run().expect("a run");
@@ -334,7 +327,7 @@ pub fn rewritten_weights_are_used<B: Backend>(b: &B) {
     let yt = *g.tensor(y).expect("a node");
     let name = b.name();
     let mut rp = b
-        .compile(&g, &p, GemvMode::F32, &buffer_sizes(&mem))
+        .compile(&g, &p, GemvMode::F32, &mem.sizes())
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     rp.write_all(&mem).expect("written");
     rp.run().expect("a run");
@@ -377,7 +370,7 @@ pub fn rewritten_weights_are_used<B: Backend>(b: &B) {
 pub fn bad_input_is_a_typed_error<B: Backend>(b: &B) {
     let layer = DecodeLayer::new(DType::Q4_0, 256, 512, 4);
     let (g, p) = (&layer.graph, plan(&layer.graph));
-    let sizes = buffer_sizes(&layer.mem);
+    let sizes = layer.mem.sizes();
     let name = b.name();
     // Buffers too small for the graph's tensors: refused by compile, or
     // at the latest by the run.

@@ -25,7 +25,6 @@ use fused_core::error::Unsupported;
 use fused_core::graph::Graph;
 use fused_core::memory::Memory;
 use fused_core::planner::Plan;
-use fused_core::tensor::BufferId;
 use fused_cpu::{CpuBackend, Isa};
 
 /// Whether a backend can run on this machine.
@@ -170,20 +169,6 @@ pub trait Backend: Send + Sync {
     /// The read-bandwidth ceiling in GB/s (10⁹ bytes/s) with `threads`
     /// threads, measured now, or `None` when the backend has no probe.
     fn bandwidth_gbs(&self, threads: usize) -> Option<f64>;
-}
-
-/// The number of buffers in `mem` (they are numbered from 0).
-pub fn buffer_count(mem: &Memory) -> u32 {
-    (0u32..)
-        .take_while(|b| mem.buffer(BufferId(*b)).is_ok())
-        .count() as u32
-}
-
-/// The byte sizes of `mem`'s buffers.
-pub fn buffer_sizes(mem: &Memory) -> Vec<usize> {
-    (0..buffer_count(mem))
-        .map(|b| mem.buffer(BufferId(b)).map_or(0, <[u8]>::len))
-        .collect()
 }
 
 /// Opens an instance of a backend for a thread count, or says why it
@@ -340,7 +325,7 @@ impl<B: CoreBackend + Send + Sync> Backend for Contract<B> {
     ) -> Result<RunStats, RunError> {
         let b = self.ready(cfg.threads)?;
         let mut p = b
-            .compile(g, plan, cfg.mode, &buffer_sizes(mem))
+            .compile(g, plan, cfg.mode, &mem.sizes())
             .map_err(run_error)?;
         p.write_all(mem)
             .and_then(|()| p.run())
@@ -358,7 +343,7 @@ impl<B: CoreBackend + Send + Sync> Backend for Contract<B> {
         reps: usize,
     ) -> Result<Vec<TimedPlan>, RunError> {
         let b = self.ready(cfg.threads)?;
-        let sizes = buffer_sizes(mem);
+        let sizes = mem.sizes();
         let mut resident = plans
             .iter()
             .map(|p| {

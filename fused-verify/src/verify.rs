@@ -438,9 +438,7 @@ fn check_runs(
 
 /// The weight buffer one byte short: both runs must return an error.
 fn short_weights(be: &dyn Backend, b: &Built, plan: &Plan, cfg: RunConfig, r: &mut CaseResult) {
-    let sizes: Vec<usize> = (0..crate::backend::buffer_count(&b.mem))
-        .map(|i| b.mem.buffer(BufferId(i)).map_or(0, <[u8]>::len))
-        .collect();
+    let sizes = b.mem.sizes();
     let weight_end = b
         .graph
         .nodes()

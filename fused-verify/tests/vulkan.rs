@@ -169,14 +169,6 @@ fn a_validation_message_fails_the_case() {
     assert_eq!(check_backend(&be, &p, 1.0).outcome, Outcome::Pass);
 }
 
-/// The buffer sizes of `mem`.
-fn sizes(mem: &fused_core::memory::Memory) -> Vec<usize> {
-    use fused_core::tensor::BufferId;
-    (0..fused_verify::backend::buffer_count(mem))
-        .map(|b| mem.buffer(BufferId(b)).unwrap().len())
-        .collect()
-}
-
 /// Every quick case Vulkan has a kernel for, fused and unfused, through the
 /// device-resident executor and through the host-slice executor: every
 /// buffer bit for bit the same, or a typed refusal (never a silently wrong
@@ -208,7 +200,7 @@ fn device_plan_equals_the_host_slice_executor_on_the_quick_set() {
         }
         for p in [fused.clone(), Plan::unfused(&b.graph)] {
             let id = case.id();
-            let sz = sizes(&b.mem);
+            let sz = b.mem.sizes();
             let host = HostPlan::new(dev, &b.graph, &p, cfg.mode, b.mem.clone(), &sz)
                 .map_err(VulkanError::from)
                 .and_then(|mut h| h.run().map(|()| h.memory().clone()));

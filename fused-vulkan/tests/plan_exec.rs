@@ -90,12 +90,6 @@ fn host_run_mode(b: &VulkanBackend, g: &Graph, p: &Plan, mem: &Memory, mode: Gem
     m
 }
 
-fn sizes(mem: &Memory) -> Vec<usize> {
-    (0u32..)
-        .map_while(|i| mem.buffer(BufferId(i)).ok().map(<[u8]>::len))
-        .collect()
-}
-
 /// Runs `p` once as a device plan; its memory afterwards and its counts.
 fn device_run(b: &VulkanBackend, g: &Graph, p: &Plan, mem: &Memory) -> (Memory, PlanStats) {
     device_run_mode(b, g, p, mem, GemvMode::F32)
@@ -109,7 +103,7 @@ fn device_run_mode(
     mem: &Memory,
     mode: GemvMode,
 ) -> (Memory, PlanStats) {
-    let mut dp = DevicePlan::new(b, g, p, mode, &sizes(mem)).unwrap();
+    let mut dp = DevicePlan::new(b, g, p, mode, &mem.sizes()).unwrap();
     dp.write_all(mem).unwrap();
     dp.run().unwrap();
     let mut out = mem.clone();
@@ -263,7 +257,7 @@ fn unsupported_plans_are_refused_with_typed_errors() {
         return;
     };
     let (g, mem, _) = decode_layer(DType::Q4_0, 0);
-    let sz = sizes(&mem);
+    let sz = mem.sizes();
     // An element-wise operand broadcast along a row (not over rows).
     let mut g2 = Graph::new();
     let a = TensorDesc::contiguous(DType::F32, [8, 2, 1, 1], BufferId(0), 0).unwrap();
@@ -302,7 +296,7 @@ fn staged_device_buffers_give_the_same_bits() {
     let (g, mem, _) = decode_layer(DType::Q4_0, 0);
     let p = plan(&g);
     let want = host_run(&b, &g, &p, &mem);
-    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &sizes(&mem)).unwrap();
+    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &mem.sizes()).unwrap();
     dp.write_all(&mem).unwrap();
     dp.time_once().unwrap();
     dp.time_once().unwrap();
