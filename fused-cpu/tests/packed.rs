@@ -202,13 +202,8 @@ fn bad_inputs_are_typed_errors() {
     let mut y = vec![0.0f32; 8];
     // f32 activations: the packed kernels take Q8_0 only.
     assert!(
-        be.gemv_packed(
-            &GemvJob::new(&p, &x, 1)
-                .with_mode(ActQuant::F32)
-                .with_bound(&none),
-            &mut y
-        )
-        .is_err()
+        be.gemv_packed(&GemvJob::new(&p, &x, 1).with_bound(&none), &mut y)
+            .is_err()
     );
     // Short activations, short output.
     assert!(

@@ -125,7 +125,7 @@
 //!
 //!     // Unfused: the bare GEMV, then the element-wise add.
 //!     let (mut bare, mut unfused) = (be.alloc(d)?, be.alloc(d)?);
-//!     be.gemv_batch(&h, 1, mode, &mut [GemvJob::new(&down, &mut bare).with_epilogue(&Epilogue::NONE, &[])])?;
+//!     be.gemv_batch(&h, 1, mode, &mut [GemvJob::new(&down, &mut bare)])?;
 //!     be.elementwise(Elementwise::Add(&bare, &x), &mut unfused)?;
 //!
 //!     let (mut a, mut b) = (vec![0.0f32; d], vec![0.0f32; d]);

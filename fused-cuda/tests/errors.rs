@@ -41,9 +41,7 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(
         core_err(common::gemv_host(
             &be,
-            &CoreGemvJob::new(&w, &x[1..], 1)
-                .with_mode(ActQuant::F32)
-                .with_epilogue(Epilogue::NONE, &[]),
+            &CoreGemvJob::new(&w, &x[1..], 1),
             &mut y
         )),
         Error::LengthMismatch { .. }
@@ -51,9 +49,7 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(
         core_err(common::gemv_host(
             &be,
-            &CoreGemvJob::new(&w, &x, 1)
-                .with_mode(ActQuant::F32)
-                .with_epilogue(Epilogue::NONE, &[]),
+            &CoreGemvJob::new(&w, &x, 1),
             &mut y[1..]
         )),
         Error::LengthMismatch { .. }
@@ -64,9 +60,7 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(
         core_err(common::gemv_host(
             &be,
-            &CoreGemvJob::new(&w, &x9, 9)
-                .with_mode(ActQuant::F32)
-                .with_epilogue(Epilogue::NONE, &[]),
+            &CoreGemvJob::new(&w, &x9, 9),
             &mut y9
         )),
         Error::LengthMismatch { .. }
@@ -76,9 +70,7 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(
         core_err(common::gemv_host(
             &be,
-            &CoreGemvJob::new(&w, &x, 1)
-                .with_mode(ActQuant::F32)
-                .with_epilogue(epi, &[]),
+            &CoreGemvJob::new(&w, &x, 1).with_epilogue(epi, &[]),
             &mut y
         )),
         Error::MissingOperand { slot: 0 }
@@ -102,16 +94,12 @@ fn bad_inputs_are_typed_errors() {
         .upload_weights(&WeightMatrix::new(DType::Q4_0, m + 1, k, &b2).unwrap())
         .unwrap();
     assert!(matches!(
-        core_err(
-            be.gemv_batch(
-                &xd,
-                1,
-                ActQuant::F32,
-                &mut [fused_cuda::GemvJob::new(&wd, &mut yd)
-                    .with_glu(&w2, Activation::Silu)
-                    .with_epilogue(&Epilogue::NONE, &[])]
-            )
-        ),
+        core_err(be.gemv_batch(
+            &xd,
+            1,
+            ActQuant::F32,
+            &mut [fused_cuda::GemvJob::new(&wd, &mut yd).with_glu(&w2, Activation::Silu)]
+        )),
         Error::ShapeMismatch { .. }
     ));
     // Activation modes without a kernel for the format: typed, before any launch.
@@ -125,12 +113,7 @@ fn bad_inputs_are_typed_errors() {
         let wm = WeightMatrix::new(dtype, m, k, &b).unwrap();
         let wq = be.upload_weights(&wm).unwrap();
         assert_eq!(
-            core_err(be.gemv_batch(
-                &xd,
-                1,
-                mode,
-                &mut [GemvJob::new(&wq, &mut yd).with_epilogue(&Epilogue::NONE, &[])]
-            )),
+            core_err(be.gemv_batch(&xd, 1, mode, &mut [GemvJob::new(&wq, &mut yd)])),
             Error::Unsupported(Unsupported::ActQuant(mode)),
             "{dtype} {mode:?}"
         );
@@ -145,10 +128,7 @@ fn bad_inputs_are_typed_errors() {
         .upload_weights(&WeightMatrix::new(DType::Q4_0, m, 2 * k, &b3).unwrap())
         .unwrap();
     assert!(matches!(
-        core_err(be.gemv_quantized_batch(
-            &acts,
-            &mut [fused_cuda::GemvJob::new(&w3, &mut yd).with_epilogue(&Epilogue::NONE, &[])]
-        )),
+        core_err(be.gemv_quantized_batch(&acts, &mut [fused_cuda::GemvJob::new(&w3, &mut yd)])),
         Error::LengthMismatch { .. }
     ));
     assert!(matches!(

@@ -113,13 +113,8 @@ fn fused_epilogue_equals_unfused_kernels_bit_for_bit() {
                 let poison = vec![f32::NAN; m * n_cols];
                 let mut acc = be.upload(&poison).unwrap();
                 common::reset_launches(&be);
-                be.gemv_batch(
-                    &x,
-                    n_cols,
-                    mode,
-                    &mut [GemvJob::new(&w, &mut acc).with_epilogue(&Epilogue::NONE, &[])],
-                )
-                .unwrap();
+                be.gemv_batch(&x, n_cols, mode, &mut [GemvJob::new(&w, &mut acc)])
+                    .unwrap();
                 let unfused = unfused_chain(&be, &epi, acc, &ops);
                 assert_eq!(common::launches(&be), 1 + q + epi.len() as u64);
                 let u = download(&be, &unfused);
@@ -280,20 +275,10 @@ fn fused_glu_equals_unfused_kernels_bit_for_bit() {
             let mut up = be.alloc(m * n_cols).unwrap();
             let mut gated = be.alloc(m * n_cols).unwrap();
             common::reset_launches(&be);
-            be.gemv_batch(
-                &x,
-                n_cols,
-                mode,
-                &mut [GemvJob::new(&g, &mut gate).with_epilogue(&Epilogue::NONE, &[])],
-            )
-            .unwrap();
-            be.gemv_batch(
-                &x,
-                n_cols,
-                mode,
-                &mut [GemvJob::new(&u, &mut up).with_epilogue(&Epilogue::NONE, &[])],
-            )
-            .unwrap();
+            be.gemv_batch(&x, n_cols, mode, &mut [GemvJob::new(&g, &mut gate)])
+                .unwrap();
+            be.gemv_batch(&x, n_cols, mode, &mut [GemvJob::new(&u, &mut up)])
+                .unwrap();
             be.elementwise(fused_cuda::Elementwise::Glu(act, &gate, &up), &mut gated)
                 .unwrap();
             let unfused = unfused_chain(&be, &epi, gated, &[&res]);

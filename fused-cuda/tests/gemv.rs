@@ -61,9 +61,7 @@ fn check_gemv(
         let mut got = vec![f32::NAN; m * n_cols];
         common::gemv_host(
             be,
-            &CoreGemvJob::new(&w, &x, n_cols)
-                .with_mode(ActQuant::F32)
-                .with_epilogue(epi, &ops),
+            &CoreGemvJob::new(&w, &x, n_cols).with_epilogue(epi, &ops),
             &mut got,
         )
         .unwrap();
@@ -126,7 +124,6 @@ fn gated_gemv_matches_the_reference() {
                 common::gemv_host(
                     &be,
                     &CoreGemvJob::gated(w.gate(), w.up(), act, &x, n_cols)
-                        .with_mode(ActQuant::F32)
                         .with_epilogue(epi, &[&res]),
                     &mut got,
                 )

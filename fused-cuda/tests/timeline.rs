@@ -11,7 +11,6 @@ mod common;
 use common::{Rng, assert_bits_eq, backend_or_skip, download, upload_weights};
 use fused_core::DType;
 use fused_core::acts::ActQuant;
-use fused_core::epilogue::Epilogue;
 use fused_cuda::{CudaError, DeviceWeights, LaunchOptions};
 
 #[test]
@@ -62,8 +61,7 @@ fn traced_chains_compute_the_plain_results_in_order() {
         let mut plain = be.upload(&vec![f32::NAN; m]).unwrap();
         be.gemv_quantized_batch(
             &q,
-            &mut [fused_cuda::GemvJob::new(chain[chain.len() - 1], &mut plain)
-                .with_epilogue(&Epilogue::NONE, &[])],
+            &mut [fused_cuda::GemvJob::new(chain[chain.len() - 1], &mut plain)],
         )
         .unwrap();
         assert_bits_eq(&traced, &download(&be, &plain), &what);

@@ -8,7 +8,6 @@ use common::{
     first_bit_difference,
 };
 use fused_core::DType;
-use fused_core::acts::ActQuant;
 use fused_core::epilogue::Epilogue;
 use fused_core::fwht::FwhtDesc;
 use fused_core::job::GemvJob;
@@ -85,9 +84,7 @@ fn sample_results(b: &VulkanBackend) -> (Vec<f32>, Vec<f32>) {
     let e = Epilogue::NONE.then_add().unwrap();
     let mut y = vec![0.0; m * n_cols];
     b.gemv(
-        &GemvJob::new(&wm, &x, n_cols)
-            .with_mode(ActQuant::F32)
-            .with_epilogue(e, &[&res]),
+        &GemvJob::new(&wm, &x, n_cols).with_epilogue(e, &[&res]),
         &mut y,
     )
     .unwrap();

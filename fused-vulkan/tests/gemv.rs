@@ -72,9 +72,7 @@ fn gemv_matches_the_reference_for_every_format_and_column_count() {
                 gemm(&w, &x, n_cols, ActQuant::F32, &bound, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
                 b.gemv(
-                    &GemvJob::new(&w, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(e, &ops),
+                    &GemvJob::new(&w, &x, n_cols).with_epilogue(e, &ops),
                     &mut got,
                 )
                 .unwrap();
@@ -115,9 +113,7 @@ fn gated_gemv_matches_the_reference_for_every_activation() {
                 gemm_glu(&w, &x, n_cols, ActQuant::F32, act, &bound, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
                 b.gemv(
-                    &GemvJob::gated(w.gate(), w.up(), act, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(e, &ops),
+                    &GemvJob::gated(w.gate(), w.up(), act, &x, n_cols).with_epilogue(e, &ops),
                     &mut got,
                 )
                 .unwrap();
@@ -185,41 +181,26 @@ fn every_gemv_shape_matches_the_reference() {
                 gemm(&w, &x, n_cols, ActQuant::F32, &bound, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
                 b.gemv(
-                    &GemvJob::new(&w, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(e, &ops),
+                    &GemvJob::new(&w, &x, n_cols).with_epilogue(e, &ops),
                     &mut got,
                 )
                 .unwrap();
                 let err = nmse(&got, &want);
                 assert!(err <= TOL, "{what}: nmse {err:e}");
                 let mut plain = vec![0.0; m * n_cols];
-                b.gemv(
-                    &GemvJob::new(&w, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(Epilogue::NONE, &[]),
-                    &mut plain,
-                )
-                .unwrap();
+                b.gemv(&GemvJob::new(&w, &x, n_cols), &mut plain).unwrap();
                 let unfused = unfused_chain(&b, &e, &ops, plain.clone());
                 assert_eq!(first_bit_difference(&got, &unfused), None, "{what}");
                 let glu = GluWeights::new(w, u).unwrap();
                 let mut fused = vec![0.0; m * n_cols];
                 b.gemv(
                     &GemvJob::gated(glu.gate(), glu.up(), Activation::GeluErf, &x, n_cols)
-                        .with_mode(ActQuant::F32)
                         .with_epilogue(e, &ops),
                     &mut fused,
                 )
                 .unwrap();
                 let mut up = vec![0.0; m * n_cols];
-                b.gemv(
-                    &GemvJob::new(&u, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(Epilogue::NONE, &[]),
-                    &mut up,
-                )
-                .unwrap();
+                b.gemv(&GemvJob::new(&u, &x, n_cols), &mut up).unwrap();
                 let mut gated = vec![0.0; m * n_cols];
                 b.glu(Activation::GeluErf, &plain, &up, &mut gated).unwrap();
                 let unfused = unfused_chain(&b, &e, &ops, gated);
@@ -269,17 +250,9 @@ fn quantized_gemv_without_16bit_loads_matches() {
             for (i, on) in [false, true].into_iter().enumerate() {
                 b.set_tuning(Tuning::default().with_16bit_loads(on))
                     .unwrap();
+                b.gemv(&GemvJob::new(&w, &x, n_cols), &mut got[i]).unwrap();
                 b.gemv(
-                    &GemvJob::new(&w, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(Epilogue::NONE, &[]),
-                    &mut got[i],
-                )
-                .unwrap();
-                b.gemv(
-                    &GemvJob::gated(glu.gate(), glu.up(), Activation::Silu, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(Epilogue::NONE, &[]),
+                    &GemvJob::gated(glu.gate(), glu.up(), Activation::Silu, &x, n_cols),
                     &mut gated[i],
                 )
                 .unwrap();
@@ -331,20 +304,12 @@ fn fused_equals_unfused_bit_for_bit() {
                 let e = chain(act);
                 let mut fused = vec![0.0; m * n_cols];
                 b.gemv(
-                    &GemvJob::new(&wg, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(e, &ops),
+                    &GemvJob::new(&wg, &x, n_cols).with_epilogue(e, &ops),
                     &mut fused,
                 )
                 .unwrap();
                 let mut acc = vec![0.0; m * n_cols];
-                b.gemv(
-                    &GemvJob::new(&wg, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(Epilogue::NONE, &[]),
-                    &mut acc,
-                )
-                .unwrap();
+                b.gemv(&GemvJob::new(&wg, &x, n_cols), &mut acc).unwrap();
                 let unfused = unfused_chain(&b, &e, &ops, acc);
                 assert_eq!(
                     first_bit_difference(&fused, &unfused),
@@ -355,28 +320,14 @@ fn fused_equals_unfused_bit_for_bit() {
                 let glu = GluWeights::new(wg, wu).unwrap();
                 let mut fused = vec![0.0; m * n_cols];
                 b.gemv(
-                    &GemvJob::gated(glu.gate(), glu.up(), act, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(e, &ops),
+                    &GemvJob::gated(glu.gate(), glu.up(), act, &x, n_cols).with_epilogue(e, &ops),
                     &mut fused,
                 )
                 .unwrap();
                 let mut gate = vec![0.0; m * n_cols];
-                b.gemv(
-                    &GemvJob::new(&wg, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(Epilogue::NONE, &[]),
-                    &mut gate,
-                )
-                .unwrap();
+                b.gemv(&GemvJob::new(&wg, &x, n_cols), &mut gate).unwrap();
                 let mut up = vec![0.0; m * n_cols];
-                b.gemv(
-                    &GemvJob::new(&wu, &x, n_cols)
-                        .with_mode(ActQuant::F32)
-                        .with_epilogue(Epilogue::NONE, &[]),
-                    &mut up,
-                )
-                .unwrap();
+                b.gemv(&GemvJob::new(&wu, &x, n_cols), &mut up).unwrap();
                 let mut gated = vec![0.0; m * n_cols];
                 b.glu(act, &gate, &up, &mut gated).unwrap();
                 let unfused = unfused_chain(&b, &e, &ops, gated);
@@ -451,65 +402,36 @@ fn bad_inputs_are_typed_errors() {
     let mut y = vec![0.0; m * 9];
     let core_err = |r: Result<(), VulkanError>| matches!(r, Err(VulkanError::Core(_)));
     assert!(
-        core_err(
-            b.gemv(
-                &GemvJob::new(&w, &x, 9)
-                    .with_mode(ActQuant::F32)
-                    .with_epilogue(Epilogue::NONE, &[]),
-                &mut y
-            )
-        ),
+        core_err(b.gemv(&GemvJob::new(&w, &x, 9), &mut y)),
         "9 columns"
     );
     assert!(core_err(
-        b.gemv(
-            &GemvJob::new(&w, &x[..k - 1], 1)
-                .with_mode(ActQuant::F32)
-                .with_epilogue(Epilogue::NONE, &[]),
-            &mut y[..m]
-        )
+        b.gemv(&GemvJob::new(&w, &x[..k - 1], 1), &mut y[..m])
     ));
     assert!(core_err(
-        b.gemv(
-            &GemvJob::new(&w, &x[..k], 1)
-                .with_mode(ActQuant::F32)
-                .with_epilogue(Epilogue::NONE, &[]),
-            &mut y[..m - 1]
-        )
+        b.gemv(&GemvJob::new(&w, &x[..k], 1), &mut y[..m - 1])
     ));
     let e = chain(Activation::Relu);
     assert!(
-        core_err(
-            b.gemv(
-                &GemvJob::new(&w, &x[..k], 1)
-                    .with_mode(ActQuant::F32)
-                    .with_epilogue(e, &[]),
-                &mut y[..m]
-            )
-        ),
+        core_err(b.gemv(
+            &GemvJob::new(&w, &x[..k], 1).with_epilogue(e, &[]),
+            &mut y[..m]
+        )),
         "operands missing"
     );
     let short = [0.0f32; 3];
-    assert!(core_err(
-        b.gemv(
-            &GemvJob::new(&w, &x[..k], 1)
-                .with_mode(ActQuant::F32)
-                .with_epilogue(e, &[&short, &short, &short]),
-            &mut y[..m]
-        )
-    ));
+    assert!(core_err(b.gemv(
+        &GemvJob::new(&w, &x[..k], 1).with_epilogue(e, &[&short, &short, &short]),
+        &mut y[..m]
+    )));
     // Q4_1 weights have shaders for f32 activations and GGML's Q8_1 mode:
     // Q8_0 activations are refused.
     let kb = weights(DType::Q4_1, 1, 256, 1);
     let wk = WeightMatrix::new(DType::Q4_1, 1, 256, &kb).unwrap();
-    assert!(core_err(
-        b.gemv(
-            &GemvJob::new(&wk, &data(256, 1), 1)
-                .with_mode(ActQuant::Q8_0)
-                .with_epilogue(Epilogue::NONE, &[]),
-            &mut y[..1]
-        )
-    ));
+    assert!(core_err(b.gemv(
+        &GemvJob::new(&wk, &data(256, 1), 1).with_mode(ActQuant::Q8_0),
+        &mut y[..1]
+    )));
     let mut out = vec![0.0; 5];
     assert!(core_err(b.add(&[0.0; 5], &[0.0; 4], &mut out)));
     assert!(core_err(b.add_row_bias(&[0.0; 5], &[0.0; 2], &mut out)));

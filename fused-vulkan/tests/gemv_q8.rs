@@ -398,13 +398,8 @@ fn check_all(b: &VulkanBackend, m: usize, cols: &[usize], what: &str) {
             let mut got = vec![f32::NAN; m * n_cols];
             // Plain, no chain.
             gemm(&w, &x, n_cols, mode, &none, &mut want).unwrap();
-            b.gemv(
-                &GemvJob::new(&w, &x, n_cols)
-                    .with_mode(mode)
-                    .with_epilogue(Epilogue::NONE, &[]),
-                &mut got,
-            )
-            .unwrap();
+            b.gemv(&GemvJob::new(&w, &x, n_cols).with_mode(mode), &mut got)
+                .unwrap();
             assert_close(&got, &want, &what);
             let plain = got.clone();
             // With the chain; fused == GEMV + unfused kernels.
@@ -432,13 +427,8 @@ fn check_all(b: &VulkanBackend, m: usize, cols: &[usize], what: &str) {
                 let err = nmse(&got, &want);
                 assert!(err <= 1e-6, "glu {act:?} {what}: nmse {err:e}");
                 let mut up = vec![0.0; m * n_cols];
-                b.gemv(
-                    &GemvJob::new(&u, &x, n_cols)
-                        .with_mode(mode)
-                        .with_epilogue(Epilogue::NONE, &[]),
-                    &mut up,
-                )
-                .unwrap();
+                b.gemv(&GemvJob::new(&u, &x, n_cols).with_mode(mode), &mut up)
+                    .unwrap();
                 let mut gated = vec![0.0; m * n_cols];
                 b.glu(act, &plain, &up, &mut gated).unwrap();
                 let unfused = unfused_chain(b, &e, &ops, gated);
@@ -534,12 +524,7 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
                 let mut want = vec![0.0; m * n_cols];
                 gemm(&w, &x, n_cols, mode, &none, &mut want).unwrap();
                 let mut got = vec![f32::NAN; m * n_cols];
-                let r = b.gemv(
-                    &GemvJob::new(&w, &x, n_cols)
-                        .with_mode(mode)
-                        .with_epilogue(Epilogue::NONE, &[]),
-                    &mut got,
-                );
+                let r = b.gemv(&GemvJob::new(&w, &x, n_cols).with_mode(mode), &mut got);
                 let units = match dtype {
                     DType::Q8_0 => 4,
                     DType::Q4_0 => 2,
@@ -555,26 +540,16 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
                 if info.integer_dot() {
                     b.set_tuning(tuning.with_integer_dot(false)).unwrap();
                     let mut plain = vec![f32::NAN; m * n_cols];
-                    b.gemv(
-                        &GemvJob::new(&w, &x, n_cols)
-                            .with_mode(mode)
-                            .with_epilogue(Epilogue::NONE, &[]),
-                        &mut plain,
-                    )
-                    .unwrap();
+                    b.gemv(&GemvJob::new(&w, &x, n_cols).with_mode(mode), &mut plain)
+                        .unwrap();
                     b.set_tuning(tuning).unwrap();
                     assert_eq!(first_bit_difference(&got, &plain), None, "fallback {what}");
                 }
                 if info.storage_16bit() && dtype != DType::Q4_K {
                     b.set_tuning(tuning.with_16bit_loads(false)).unwrap();
                     let mut w32 = vec![f32::NAN; m * n_cols];
-                    b.gemv(
-                        &GemvJob::new(&w, &x, n_cols)
-                            .with_mode(mode)
-                            .with_epilogue(Epilogue::NONE, &[]),
-                        &mut w32,
-                    )
-                    .unwrap();
+                    b.gemv(&GemvJob::new(&w, &x, n_cols).with_mode(mode), &mut w32)
+                        .unwrap();
                     b.set_tuning(tuning).unwrap();
                     assert_eq!(first_bit_difference(&got, &w32), None, "32-bit {what}");
                 }
@@ -603,12 +578,7 @@ fn pairs_without_a_shader_are_unsupported() {
     ] {
         let wb = weights(dtype, m, k, 3);
         let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
-        let r = b.gemv(
-            &GemvJob::new(&w, &x, 1)
-                .with_mode(mode)
-                .with_epilogue(Epilogue::NONE, &[]),
-            &mut y,
-        );
+        let r = b.gemv(&GemvJob::new(&w, &x, 1).with_mode(mode), &mut y);
         assert!(
             matches!(
                 r,

@@ -203,12 +203,7 @@ fn epilogue_cost(
     let mut t1 = be.alloc(m)?;
     let mut t2 = be.alloc(m)?;
     let unfused = time_calls(be, n * 2, 25, |i| {
-        be.gemv_batch(
-            &x,
-            1,
-            mode,
-            &mut [GemvJob::new(&ws[i % n], &mut y).with_epilogue(&Epilogue::NONE, &[])],
-        )?;
+        be.gemv_batch(&x, 1, mode, &mut [GemvJob::new(&ws[i % n], &mut y)])?;
         be.elementwise(
             fused_cuda::Elementwise::Unary(Activation::Silu, &y),
             &mut t1,

@@ -35,9 +35,7 @@ pub(crate) fn gated_gemv(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError
                 let (gate, up) = (&ws[i % ws.len()], &ws[(i + 1) % ws.len()]);
                 be.gemv_quantized_batch(
                     &q,
-                    &mut [fused_cuda::GemvJob::new(gate, &mut y)
-                        .with_glu(up, Activation::Silu)
-                        .with_epilogue(&Epilogue::NONE, &[])],
+                    &mut [fused_cuda::GemvJob::new(gate, &mut y).with_glu(up, Activation::Silu)],
                 )
             })?;
             let moved = (2 * ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
@@ -91,8 +89,7 @@ pub(crate) fn several_columns(be: &CudaBackend, ceiling: f64) -> Result<(), Cuda
                 let t = time_calls(be, ws.len() * 2, 25, |i| {
                     be.gemv_quantized_batch(
                         &q,
-                        &mut [fused_cuda::GemvJob::new(&ws[i % ws.len()], &mut y)
-                            .with_epilogue(&Epilogue::NONE, &[])],
+                        &mut [fused_cuda::GemvJob::new(&ws[i % ws.len()], &mut y)],
                     )
                 })?;
                 let gated = if m <= 4096 {
@@ -101,8 +98,7 @@ pub(crate) fn several_columns(be: &CudaBackend, ceiling: f64) -> Result<(), Cuda
                         be.gemv_quantized_batch(
                             &q,
                             &mut [fused_cuda::GemvJob::new(gate, &mut y)
-                                .with_glu(up, Activation::Silu)
-                                .with_epilogue(&Epilogue::NONE, &[])],
+                                .with_glu(up, Activation::Silu)],
                         )
                     })?;
                     format!("{:.1} | {:.0}%", tg * 1e3, pct(tg, 2))
@@ -147,12 +143,7 @@ fn gemv_timing(
     let mut y = be.alloc(m * n_cols)?;
     let t = time_calls(be, ws.len() * 2, 25, |i| {
         let w = &ws[i % ws.len()];
-        be.gemv_batch(
-            &x,
-            n_cols,
-            mode,
-            &mut [GemvJob::new(w, &mut y).with_epilogue(&Epilogue::NONE, &[])],
-        )
+        be.gemv_batch(&x, n_cols, mode, &mut [GemvJob::new(w, &mut y)])
     })?;
     let moved = (ws[0].bytes() + 4 * (k + m) * n_cols) as f64;
     let pct = |t: f64| 100.0 * moved / t / 1e6 / ceiling;
@@ -165,8 +156,7 @@ fn gemv_timing(
             let ta = time_calls(be, ws.len() * 2, 25, |i| {
                 be.gemv_quantized_batch(
                     q,
-                    &mut [fused_cuda::GemvJob::new(&ws[i % ws.len()], &mut y)
-                        .with_epilogue(&Epilogue::NONE, &[])],
+                    &mut [fused_cuda::GemvJob::new(&ws[i % ws.len()], &mut y)],
                 )
             })?;
             format!("| {:.1} | {:.0}% |", ta * 1e3, pct(ta))

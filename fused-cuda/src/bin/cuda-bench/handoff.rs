@@ -7,7 +7,6 @@ use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
 use fused_core::backend::ResidentPlan;
-use fused_core::epilogue::Epilogue;
 use fused_core::graph::{Graph, Place};
 use fused_core::memory::Memory;
 use fused_core::planner::Plan;
@@ -47,12 +46,7 @@ pub(crate) fn per_call_floor(be: &CudaBackend) -> Result<(), CudaError> {
             let mut per_call = |pdl: bool| {
                 be.set_options(LaunchOptions { pdl, ..saved });
                 time_calls(be, 200, 15, |_| {
-                    be.gemv_batch(
-                        &x,
-                        1,
-                        mode,
-                        &mut [GemvJob::new(&w, &mut y).with_epilogue(&Epilogue::NONE, &[])],
-                    )
+                    be.gemv_batch(&x, 1, mode, &mut [GemvJob::new(&w, &mut y)])
                 })
             };
             let (t_pdl, t_normal) = (per_call(true)?, per_call(false)?);
@@ -62,11 +56,7 @@ pub(crate) fn per_call_floor(be: &CudaBackend) -> Result<(), CudaError> {
             } else {
                 let q = be.quantize_acts(mode, &x, 1)?;
                 let t = time_calls(be, 200, 15, |_| {
-                    be.gemv_quantized_batch(
-                        &q,
-                        &mut [fused_cuda::GemvJob::new(&w, &mut y)
-                            .with_epilogue(&Epilogue::NONE, &[])],
-                    )
+                    be.gemv_quantized_batch(&q, &mut [fused_cuda::GemvJob::new(&w, &mut y)])
                 })?;
                 format!("{:.2}", t * 1e3)
             };

@@ -100,9 +100,7 @@ pub(crate) fn decode_layer(
             h,
             1,
             mode,
-            &mut [fused_cuda::GemvJob::new(&l.g, act)
-                .with_glu(&l.u, Activation::Silu)
-                .with_epilogue(&Epilogue::NONE, &[])],
+            &mut [fused_cuda::GemvJob::new(&l.g, act).with_glu(&l.u, Activation::Silu)],
         )?;
         be.gemv_batch(
             act,
@@ -144,35 +142,15 @@ pub(crate) fn decode_layer(
         })
         .transpose()?;
     let mut unfused_layer = |l: &Layer| -> Result<(), CudaError> {
-        be.gemv_batch(
-            &attn,
-            1,
-            mode,
-            &mut [GemvJob::new(&l.o, &mut t).with_epilogue(&Epilogue::NONE, &[])],
-        )?;
+        be.gemv_batch(&attn, 1, mode, &mut [GemvJob::new(&l.o, &mut t)])?;
         be.elementwise(fused_cuda::Elementwise::Add(&t, &resid), &mut h)?;
-        be.gemv_batch(
-            &h,
-            1,
-            mode,
-            &mut [GemvJob::new(&l.g, &mut gate).with_epilogue(&Epilogue::NONE, &[])],
-        )?;
-        be.gemv_batch(
-            &h,
-            1,
-            mode,
-            &mut [GemvJob::new(&l.u, &mut up).with_epilogue(&Epilogue::NONE, &[])],
-        )?;
+        be.gemv_batch(&h, 1, mode, &mut [GemvJob::new(&l.g, &mut gate)])?;
+        be.gemv_batch(&h, 1, mode, &mut [GemvJob::new(&l.u, &mut up)])?;
         be.elementwise(
             fused_cuda::Elementwise::Glu(Activation::Silu, &gate, &up),
             &mut act,
         )?;
-        be.gemv_batch(
-            &act,
-            1,
-            mode,
-            &mut [GemvJob::new(&l.down, &mut t).with_epilogue(&Epilogue::NONE, &[])],
-        )?;
+        be.gemv_batch(&act, 1, mode, &mut [GemvJob::new(&l.down, &mut t)])?;
         be.elementwise(fused_cuda::Elementwise::Add(&t, &h), &mut out)
     };
     be.reset_launches();
@@ -498,9 +476,7 @@ pub(crate) fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
             &h,
             1,
             ActQuant::F32,
-            &mut [fused_cuda::GemvJob::new(g, &mut act)
-                .with_glu(u, Activation::Silu)
-                .with_epilogue(&Epilogue::NONE, &[])],
+            &mut [fused_cuda::GemvJob::new(g, &mut act).with_glu(u, Activation::Silu)],
         )?;
         be.gemv_batch(
             &act,
@@ -511,28 +487,13 @@ pub(crate) fn ffn_f16(be: &CudaBackend, ceiling: f64) -> Result<(), CudaError> {
     })?;
     let t_unfused = time_calls(be, 2 * n, 30, |i| {
         let [g, u, down] = &layers[i % n];
-        be.gemv_batch(
-            &h,
-            1,
-            ActQuant::F32,
-            &mut [GemvJob::new(g, &mut gate).with_epilogue(&Epilogue::NONE, &[])],
-        )?;
-        be.gemv_batch(
-            &h,
-            1,
-            ActQuant::F32,
-            &mut [GemvJob::new(u, &mut up).with_epilogue(&Epilogue::NONE, &[])],
-        )?;
+        be.gemv_batch(&h, 1, ActQuant::F32, &mut [GemvJob::new(g, &mut gate)])?;
+        be.gemv_batch(&h, 1, ActQuant::F32, &mut [GemvJob::new(u, &mut up)])?;
         be.elementwise(
             fused_cuda::Elementwise::Glu(Activation::Silu, &gate, &up),
             &mut act,
         )?;
-        be.gemv_batch(
-            &act,
-            1,
-            ActQuant::F32,
-            &mut [GemvJob::new(down, &mut t).with_epilogue(&Epilogue::NONE, &[])],
-        )?;
+        be.gemv_batch(&act, 1, ActQuant::F32, &mut [GemvJob::new(down, &mut t)])?;
         be.elementwise(fused_cuda::Elementwise::Add(&t, &h), &mut out)
     })?;
     println!(

@@ -4,7 +4,6 @@
 use crate::data::{randv, weight_bytes};
 use fused_core::DType;
 use fused_core::acts::ActQuant;
-use fused_core::epilogue::Epilogue;
 use fused_core::weights::WeightMatrix;
 use fused_cuda::{
     CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, GemvJob, Submission,
@@ -61,14 +60,8 @@ fn head_start(be: &CudaBackend, ms: f64) -> Result<f64, CudaError> {
             let w = be.upload_weights(&WeightMatrix::new(DType::F16, n, n, &bytes)?)?;
             let x = be.upload(&randv(n, 12))?;
             let mut y = be.alloc(n)?;
-            let run = |y: &mut DeviceVec| {
-                be.gemv_batch(
-                    &x,
-                    1,
-                    ActQuant::F32,
-                    &mut [GemvJob::new(&w, y).with_epilogue(&Epilogue::NONE, &[])],
-                )
-            };
+            let run =
+                |y: &mut DeviceVec| be.gemv_batch(&x, 1, ActQuant::F32, &mut [GemvJob::new(&w, y)]);
             run(&mut y)?;
             let ms = f64::from(be.time_ms(|| run(&mut y))?);
             *slot = Some(HeadStart { w, x, y, ms });
@@ -76,12 +69,7 @@ fn head_start(be: &CudaBackend, ms: f64) -> Result<f64, CudaError> {
         let h = slot.as_mut().expect("just set");
         let calls = (ms / h.ms).ceil().max(1.0);
         for _ in 0..calls as usize {
-            be.gemv_batch(
-                &h.x,
-                1,
-                ActQuant::F32,
-                &mut [GemvJob::new(&h.w, &mut h.y).with_epilogue(&Epilogue::NONE, &[])],
-            )?;
+            be.gemv_batch(&h.x, 1, ActQuant::F32, &mut [GemvJob::new(&h.w, &mut h.y)])?;
         }
         Ok(calls * h.ms)
     })

@@ -5,7 +5,6 @@ use crate::data::{bench_shapes, randv, weight_copies};
 use crate::timing::{median, time_calls};
 use fused_core::DType;
 use fused_core::acts::ActQuant;
-use fused_core::epilogue::Epilogue;
 use fused_cuda::{
     AheadAt, CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob, Knob,
     LaunchOptions, Tuning,
@@ -99,20 +98,12 @@ pub(crate) fn launch_options(be: &CudaBackend, ceiling: f64) -> Result<(), CudaE
                             x,
                             1,
                             ActQuant::F32,
-                            &mut [GemvJob::new(&ws[i % n], &mut *y)
-                                .with_epilogue(&Epilogue::NONE, &[])],
+                            &mut [GemvJob::new(&ws[i % n], &mut *y)],
                         ),
-                        1 => be.gemv_batch(
-                            x,
-                            1,
-                            mode,
-                            &mut [GemvJob::new(&ws[i % n], &mut *y)
-                                .with_epilogue(&Epilogue::NONE, &[])],
-                        ),
+                        1 => be.gemv_batch(x, 1, mode, &mut [GemvJob::new(&ws[i % n], &mut *y)]),
                         _ => be.gemv_quantized_batch(
                             q.as_ref().expect("quantized"),
-                            &mut [fused_cuda::GemvJob::new(&ws[i % n], &mut *y)
-                                .with_epilogue(&Epilogue::NONE, &[])],
+                            &mut [fused_cuda::GemvJob::new(&ws[i % n], &mut *y)],
                         ),
                     })?;
                     per_variant[vi].push(t);
