@@ -100,6 +100,6 @@ impl DecodeLayer {
 }
 
 /// Little-endian bytes of `v`.
-pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }

@@ -211,8 +211,7 @@ fn device_plan_equals_the_host_slice_executor_on_the_quick_set() {
                     panic!("{id}: the host executor refused ({e}), the device plan did not")
                 }
                 (Ok(_), Err(e)) => panic!("{id}: {e}"),
-                (Ok(want), Ok(Resident::Host(_, why))) => {
-                    let _ = want;
+                (Ok(_), Ok(Resident::Host(_, why))) => {
                     refused.push(format!("{id}: {why}"));
                     continue;
                 }
