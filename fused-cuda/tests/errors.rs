@@ -54,7 +54,7 @@ fn bad_inputs_are_typed_errors() {
         )),
         Error::LengthMismatch { .. }
     ));
-    // Too many columns.
+    // Too many columns: refused as unsupported, naming the limit.
     let x9 = rng.vec_scaled(9 * k, 1.0);
     let mut y9 = vec![0.0; 9 * m];
     assert!(matches!(
@@ -63,7 +63,10 @@ fn bad_inputs_are_typed_errors() {
             &CoreGemvJob::new(&w, &x9, 9),
             &mut y9
         )),
-        Error::LengthMismatch { .. }
+        Error::Unsupported(Unsupported::Columns {
+            max: fused_cuda::MAX_COLS,
+            actual: 9
+        })
     ));
     // Missing and short epilogue operands, on host and device paths.
     let epi = Epilogue::NONE.then_add().unwrap();

@@ -29,6 +29,10 @@ const ULPS: u64 = 4096;
 const ULP_FLOOR: f32 = 1e-2;
 /// fused-verify's NMSE budget with Q8 activations.
 const NMSE_Q8: f64 = 5e-4;
+/// How far the kernel's error against the f64 reference may exceed the
+/// same-mode reference's own (the quantization of the activations, which
+/// for a product of two quantized GEMVs can pass `NMSE_Q8` on its own).
+const NMSE_OVER_REFERENCE: f64 = 1.01;
 
 /// Where bsum group `g` of a Q8_K block lies among its 16 device sums.
 fn bsum_slot(g: usize) -> usize {
@@ -232,13 +236,18 @@ fn check(
         let ulps = max_ulps(&got, &want);
         let e64 = nmse(&got, &want64);
         let e_same = nmse(&got, &wide(&want));
+        // The budget: fused-verify's, or what quantizing the activations
+        // costs the same-mode reference itself, whichever is larger.
+        let budget = NMSE_Q8.max(NMSE_OVER_REFERENCE * nmse(&want, &want64));
         worst.0 = worst.0.max(ulps);
         worst.1 = worst.1.max(e_same);
         if ulps > ULPS {
             fails.push(format!("{what}: {ulps} ulps from the same-mode reference"));
         }
-        if e64.is_nan() || e64 > NMSE_Q8 {
-            fails.push(format!("{what}: nmse {e64:e} against the f64 reference"));
+        if e64.is_nan() || e64 > budget {
+            fails.push(format!(
+                "{what}: nmse {e64:e} against the f64 reference (budget {budget:e})"
+            ));
         }
     }
 }
