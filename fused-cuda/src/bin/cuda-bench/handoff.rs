@@ -2,7 +2,7 @@
 //! kernels.
 
 use crate::data::{randv, weight_bytes};
-use crate::timing::{median, plan_ms, time_calls};
+use crate::timing::{device_plan, median, plan_ms, time_calls};
 use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
@@ -12,7 +12,7 @@ use fused_core::memory::Memory;
 use fused_core::planner::Plan;
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::weights::WeightMatrix;
-use fused_cuda::{CudaBackend, CudaError, DevicePlan, GemvJob, LaunchOptions, Submission};
+use fused_cuda::{CudaBackend, CudaError, GemvJob, LaunchOptions, Submission};
 
 /// The fixed cost of one dependent GEMV call: GEMVs so small that their
 /// bytes take no time (one copy of the weights, resident in L2), called
@@ -179,7 +179,7 @@ fn chain_floor(be: &CudaBackend, dtype: DType, d: usize) -> Result<f64, CudaErro
     let xv: Vec<u8> = randv(d, 91).iter().flat_map(|v| v.to_le_bytes()).collect();
     mem.write_rows(&xt, &xv)?;
     let sizes = [wbytes.len(), (CHAIN + 1) * stride];
-    let mut dp = DevicePlan::new(be, &g, &Plan::unfused(&g), GemvMode::Ggml, &sizes)?;
+    let mut dp = device_plan(be, &g, &Plan::unfused(&g), GemvMode::Ggml, &sizes)?;
     dp.write_all(&mem)?;
     dp.capture_graph()?;
     Ok(plan_ms(be, &dp, 30, Submission::Graph)? / CHAIN as f64)

@@ -3,7 +3,7 @@
 
 use crate::data::{ROTATE_BYTES, randv, weight_bytes};
 use crate::gemv::BATCHINGS;
-use crate::timing::{median, plan_ms, report_host, time_calls};
+use crate::timing::{device_plan, median, plan_ms, report_host, time_calls};
 use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
@@ -16,8 +16,8 @@ use fused_core::planner::{Plan, plan};
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::weights::WeightMatrix;
 use fused_cuda::{
-    CudaBackend, CudaError, DeviceActs, DevicePlan, DeviceVec, DeviceWeights, GemvJob,
-    LaunchOptions, Submission,
+    CudaBackend, CudaError, DeviceActs, DeviceVec, DeviceWeights, GemvJob, LaunchOptions,
+    Submission,
 };
 
 /// The sections that run device plans (`--plans-only` runs just these):
@@ -241,7 +241,7 @@ fn layer_graph(dtype: DType, d: usize, ff: usize) -> Result<(Graph, Memory, usiz
     Ok((g, mem, wnext))
 }
 
-/// The decode layer through the device plan (`fused_cuda::DevicePlan`),
+/// The decode layer compiled through the backend contract into its device plan,
 /// fused and unfused, each run as launches enqueued on the stream and as a
 /// CUDA graph replay: µs per layer (median of 50 event-timed runs, the
 /// residual stream restored before each, outside the timing) and launches.
@@ -297,7 +297,7 @@ fn plan_layer(
     ];
     for (i, (name, p, options)) in rows.into_iter().enumerate() {
         be.set_options(options);
-        let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
+        let mut dp = device_plan(be, &g, &p, mode, &sizes)?;
         dp.write_all(&mem)?;
         dp.capture_graph()?;
         let (stream, graph) = (
@@ -395,7 +395,7 @@ fn qkv_layers(
             group,
             ..saved
         });
-        let mut dp = DevicePlan::new(be, &g, &p, mode, &sizes)?;
+        let mut dp = device_plan(be, &g, &p, mode, &sizes)?;
         dp.write_all(&mem)?;
         dp.capture_graph()?;
         dps.push(dp);

@@ -3,11 +3,31 @@
 
 use crate::data::{randv, weight_bytes};
 use fused_core::DType;
-use fused_core::acts::ActQuant;
+use fused_core::acts::{ActQuant, GemvMode};
+use fused_core::backend::{Backend, Resident};
+use fused_core::graph::Graph;
+use fused_core::planner::Plan;
 use fused_core::weights::WeightMatrix;
 use fused_cuda::{
     CudaBackend, CudaError, DevicePlan, DeviceVec, DeviceWeights, GemvJob, Submission,
 };
+
+/// `plan` of `g` made resident through the backend contract
+/// ([`Backend::compile`]), as a runtime would; the sections that time it
+/// need the device plan, so the host fallback is an error here, with the
+/// device executor's reason.
+pub(crate) fn device_plan<'a>(
+    be: &'a CudaBackend,
+    g: &Graph,
+    plan: &Plan,
+    mode: GemvMode,
+    sizes: &[usize],
+) -> Result<DevicePlan<'a>, CudaError> {
+    match Backend::compile(be, g, plan, mode, sizes)? {
+        Resident::Device(dp) => Ok(dp),
+        Resident::Host(_, reason) => Err(CudaError::Core(reason)),
+    }
+}
 
 /// The median of `v` (the upper middle for an even count).
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
