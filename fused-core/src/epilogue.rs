@@ -73,11 +73,18 @@ impl Epilogue {
         stages.iter().try_fold(Epilogue::NONE, |e, s| e.then(*s))
     }
 
-    /// The chain with `stage` appended.
+    /// The chain with `stage` appended; a stage naming an operand slot at
+    /// or beyond [`MAX_STAGES`] is refused ([`Error::BadOperandSlot`]).
     pub fn then(mut self, stage: Stage) -> Result<Epilogue, Error> {
         let i = self.len as usize;
         if i == MAX_STAGES {
             return Err(Error::EpilogueFull { max: MAX_STAGES });
+        }
+        if let Some(slot) = stage.slot().filter(|&s| s >= MAX_STAGES) {
+            return Err(Error::BadOperandSlot {
+                slot,
+                max: MAX_STAGES,
+            });
         }
         self.stages[i] = stage;
         self.len += 1;
@@ -333,6 +340,26 @@ mod tests {
             full.then_act(Activation::Relu),
             Err(Error::EpilogueFull { max: MAX_STAGES })
         );
+    }
+
+    #[test]
+    fn slots_beyond_the_table_are_refused() {
+        let bad = MAX_STAGES as u8;
+        for stage in [
+            Stage::Add { slot: bad },
+            Stage::Mul { slot: u8::MAX },
+            Stage::AddRowBias { slot: bad },
+        ] {
+            assert_eq!(
+                Epilogue::from_stages(&[stage]),
+                Err(Error::BadOperandSlot {
+                    slot: stage.slot().unwrap(),
+                    max: MAX_STAGES
+                })
+            );
+        }
+        let last = Epilogue::from_stages(&[Stage::Add { slot: bad - 1 }]).unwrap();
+        assert_eq!(last.n_operands(), MAX_STAGES);
     }
 
     #[test]

@@ -135,6 +135,13 @@ pub enum Error {
         /// The maximum number of stages.
         max: usize,
     },
+    /// An epilogue stage names an operand slot beyond the chain's table.
+    BadOperandSlot {
+        /// The slot named.
+        slot: usize,
+        /// The number of slots (slots run from 0 to `max - 1`).
+        max: usize,
+    },
     /// An epilogue stage names an operand slot that was not supplied.
     MissingOperand {
         /// The operand slot.
@@ -203,6 +210,11 @@ impl core::fmt::Display for Error {
             Error::EpilogueFull { max } => {
                 write!(f, "epilogue chain is full ({max} stages at most)")
             }
+            Error::BadOperandSlot { slot, max } => write!(
+                f,
+                "epilogue operand slot {slot} does not exist (slots 0 to {})",
+                max - 1
+            ),
             Error::MissingOperand { slot } => {
                 write!(f, "epilogue operand slot {slot} was not supplied")
             }
