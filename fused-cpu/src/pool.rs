@@ -37,6 +37,14 @@ const FIELD_MASK: u64 = (1 << FIELD_BITS) - 1;
 /// Most tasks in one region; [`WorkerPool::run`] splits larger counts.
 const MAX_TASKS: usize = FIELD_MASK as usize;
 
+std::thread_local! {
+    /// Whether this thread is running a task of some pool's region: a
+    /// [`WorkerPool::run`] from inside one runs inline, since waiting for
+    /// the pool (its region lock, its workers) from one of its own tasks
+    /// would never end.
+    static IN_TASK: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
 fn epoch_of(state: u64) -> u64 {
     state >> 32
 }
@@ -113,7 +121,10 @@ impl Shared {
             // region is done, and task `i` is not done before the increment
             // below, after this reference is gone.
             let task = unsafe { &*job };
-            catch_unwind(AssertUnwindSafe(|| task(i)))
+            let outer = IN_TASK.replace(true);
+            let outcome = catch_unwind(AssertUnwindSafe(|| task(i)));
+            IN_TASK.set(outer);
+            outcome
         };
         if let Err(p) = outcome {
             let mut slot = self.panic.lock().unwrap_or_else(PoisonError::into_inner);
@@ -190,9 +201,11 @@ impl WorkerPool {
 
     /// Runs `task(i)` for every `i < n_tasks` on the caller and the workers,
     /// returning when all are done. A panic in a task is re-raised here,
-    /// after every task of the region has finished.
+    /// after every task of the region has finished. Called from inside a
+    /// task of a region (of this pool or another), the tasks run inline on
+    /// the calling thread, in order.
     pub fn run(&self, n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
-        if self.threads == 1 || n_tasks <= 1 {
+        if self.threads == 1 || n_tasks <= 1 || IN_TASK.get() {
             (0..n_tasks).for_each(task);
             return;
         }
@@ -376,6 +389,29 @@ mod tests {
             sum.fetch_add(i, Ordering::Relaxed);
         });
         assert_eq!(sum.load(Ordering::Relaxed), 12);
+    }
+
+    #[test]
+    fn a_run_inside_a_task_runs_inline() {
+        let pool = WorkerPool::new(4, "nested").unwrap();
+        let other = WorkerPool::new(2, "other").unwrap();
+        let hits: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
+        pool.run(8, &|i| {
+            pool.run(4, &|j| {
+                hits[i * 8 + j].fetch_add(1, Ordering::Relaxed);
+            });
+            other.run(4, &|j| {
+                hits[i * 8 + 4 + j].fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        // The flag is cleared after the region: the next run is parallel
+        // again and still runs every task.
+        let after = AtomicUsize::new(0);
+        pool.run(16, &|_| {
+            after.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(after.load(Ordering::Relaxed), 16);
     }
 
     #[test]
