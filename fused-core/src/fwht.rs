@@ -177,14 +177,27 @@ impl FwhtDesc {
     }
 }
 
-/// The reference butterflies on one block, in place (`v.len()` a power of two).
-pub fn butterflies(v: &mut [f32]) {
+/// The reference butterflies on one block, in place; a block whose length
+/// is not a power of two is refused ([`Error::BadFwhtSize`]), untouched.
+pub fn butterflies(v: &mut [f32]) -> Result<(), Error> {
+    check_block(v.len())?;
     butterflies_in(v);
+    Ok(())
 }
 
 /// [`butterflies`] in f64.
-pub fn butterflies_f64(v: &mut [f64]) {
+pub fn butterflies_f64(v: &mut [f64]) -> Result<(), Error> {
+    check_block(v.len())?;
     butterflies_in(v);
+    Ok(())
+}
+
+fn check_block(n: usize) -> Result<(), Error> {
+    if n.is_power_of_two() {
+        Ok(())
+    } else {
+        Err(Error::BadFwhtSize { n })
+    }
 }
 
 /// `(a, b) → (a + b, a − b)` with half-width `h = 1, 2, …, len/2`, in order.
@@ -217,7 +230,7 @@ pub fn fwht(
         for (i, (o, &xi)) in ob.iter_mut().zip(xb).enumerate() {
             *o = desc.load(xi, signs, row, i);
         }
-        butterflies(ob);
+        butterflies(ob)?;
     }
     Ok(())
 }
@@ -245,7 +258,7 @@ pub fn fwht_f64(
             };
             *o = xi as f64 * s * scale;
         }
-        butterflies_f64(ob);
+        butterflies_f64(ob)?;
     }
     Ok(())
 }
@@ -253,6 +266,20 @@ pub fn fwht_f64(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn butterflies_refuse_blocks_that_are_not_powers_of_two() {
+        for n in [0usize, 3, 6, 12] {
+            let mut v = [1.0f32; 12];
+            assert_eq!(butterflies(&mut v[..n]), Err(Error::BadFwhtSize { n }));
+            assert!(v.iter().all(|&x| x == 1.0), "untouched");
+            let mut w = [1.0f64; 12];
+            assert_eq!(butterflies_f64(&mut w[..n]), Err(Error::BadFwhtSize { n }));
+        }
+        let mut v = [1.0f32, 2.0];
+        butterflies(&mut v).unwrap();
+        assert_eq!(v, [3.0, -1.0]);
+    }
 
     #[test]
     fn sizes() {

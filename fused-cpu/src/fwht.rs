@@ -20,7 +20,7 @@ pub fn fwht_rows(
         for (j, (o, &v)) in ob.iter_mut().zip(xb).enumerate() {
             *o = desc.load(v, signs, row, j);
         }
-        butterflies(ob);
+        butterflies(ob)?;
     }
     Ok(())
 }

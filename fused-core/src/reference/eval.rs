@@ -324,7 +324,7 @@ fn eval_fused_fwht(g: &Graph, s: &FusedFwht, mem: &mut Memory) -> Result<(), Err
                 .desc
                 .load(mem.get(&x, x.unravel(l))?, Some(&signs), row, i);
         }
-        butterflies(&mut v);
+        butterflies(&mut v)?;
         for (i, &vi) in v.iter().enumerate() {
             mem.set(&dst, dst.unravel(row * n + i), vi)?;
         }
