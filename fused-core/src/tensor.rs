@@ -102,6 +102,13 @@ impl TensorDesc {
         if !ne[0].is_multiple_of(dtype.block_len()) {
             return Err(Error::NotBlockAligned { dtype, len: ne[0] });
         }
+        // The element count must fit too, even where zero strides keep the
+        // extent small: `n_elements` and `n_rows` rely on it.
+        ne.iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or(Error::Overflow {
+                what: "tensor element count",
+            })?;
         let extent = if ne.contains(&0) {
             ByteRange {
                 start: offset,
@@ -156,7 +163,7 @@ impl TensorDesc {
         self.offset
     }
 
-    /// Number of elements.
+    /// Number of elements (it fits in `usize`: the constructors check it).
     pub const fn n_elements(&self) -> usize {
         self.ne[0] * self.ne[1] * self.ne[2] * self.ne[3]
     }
@@ -287,6 +294,22 @@ mod tests {
         let q = TensorDesc::contiguous(DType::Q4_0, [64, 2, 1, 1], B, 0).unwrap();
         assert_eq!(q.byte_extent().len(), 72);
         assert_eq!(q.row_bytes(), 36);
+    }
+
+    #[test]
+    fn element_counts_that_overflow_are_refused() {
+        // Zero strides keep the extent at one element; the count would wrap.
+        let huge = 1usize << (usize::BITS / 2);
+        let r = TensorDesc::strided(DType::F32, [1, huge, huge, 1], [4, 0, 0, 0], B, 0);
+        assert_eq!(
+            r,
+            Err(Error::Overflow {
+                what: "tensor element count"
+            })
+        );
+        let t = TensorDesc::strided(DType::F32, [1, huge, 2, 1], [4, 0, 0, 0], B, 0).unwrap();
+        assert_eq!(t.n_elements(), 2 * huge);
+        assert_eq!(t.byte_extent().len(), 4);
     }
 
     #[test]
