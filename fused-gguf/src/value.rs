@@ -139,6 +139,11 @@ impl<'a> Array<'a> {
     }
 
     /// Its elements, when they are arrays.
+    ///
+    /// Each step walks the element to find where it ends, so a full pass
+    /// costs time in proportion to the array's bytes, times the nesting
+    /// depth for the inner levels (at most [`Limits::max_depth`] unless the
+    /// caller raised it).
     pub fn arrays(&self) -> Result<Arrays<'a>, GgufError> {
         self.expect(ValueType::Array)?;
         Ok(Arrays {
