@@ -43,6 +43,8 @@ const TYPES: [GgmlType; 35] = [
     t(6, "q5_0", 32, 2 + 4 + 16),
     t(7, "q5_1", 32, 2 * 2 + 4 + 16),
     t(8, "q8_0", 32, 2 + 32),
+    // 36 bytes as in ggml-common.h (two f16); gguf-py 0.19's table still
+    // says 40, from when `d` and `s` were f32.
     t(9, "q8_1", 32, 2 * 2 + 32),
     t(10, "q2_K", QK_K, 2 * 2 + QK_K / 16 + QK_K / 4),
     t(11, "q3_K", QK_K, 2 + QK_K / 4 + QK_K / 8 + 12),

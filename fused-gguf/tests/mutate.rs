@@ -8,6 +8,9 @@ use common::{Builder, T, W, small_file};
 use fused_gguf::{Array, Gguf, Value};
 use proptest::prelude::*;
 
+/// A file from llama.cpp's Python writer (see `tests/interop.rs`).
+const GGUF_PY: &[u8] = include_bytes!("data/gguf-py.gguf");
+
 /// A file with every kind of header field a mutation can hit: strings,
 /// arrays of arrays, bools, several tensors and an explicit alignment.
 fn rich_file() -> Vec<u8> {
@@ -124,13 +127,18 @@ proptest! {
     fn mutations_of_a_rich_file_never_panic(file in mutated(rich_file())) {
         check(&file);
     }
+
+    #[test]
+    fn mutations_of_a_gguf_py_file_never_panic(file in mutated(GGUF_PY.to_vec())) {
+        check(&file);
+    }
 }
 
 #[test]
 fn the_base_files_parse() {
-    for f in [small_file(), rich_file()] {
+    for (f, n) in [(small_file(), 3), (rich_file(), 3), (GGUF_PY.to_vec(), 6)] {
         let g = Gguf::parse(&f).unwrap();
-        assert_eq!(g.tensors().len(), 3);
+        assert_eq!(g.tensors().len(), n);
         check(&f);
     }
 }
