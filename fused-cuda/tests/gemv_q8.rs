@@ -24,7 +24,7 @@ use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
 use fused_cuda::{CudaBackend, QuantizedActs};
 
-/// fused-verify's ulp budget (`tolerance::ulp_budget`) and floor.
+/// fused-verify's ulp budget of the products (`tolerance::ulp_budget`) and floor.
 const ULPS: u64 = 4096;
 const ULP_FLOOR: f32 = 1e-2;
 /// fused-verify's NMSE budget with Q8 activations.

@@ -200,6 +200,32 @@ impl Case {
         })
     }
 
+    /// Whether an activation of the case (the GLU's or the chain's) is not
+    /// the identity.
+    pub fn has_nonlinearity(&self) -> bool {
+        (self.pattern == Pattern::Glu && self.glu != Activation::Identity)
+            || self
+                .chain
+                .iter()
+                .any(|l| matches!(l, Link::Act(a) if *a != Activation::Identity))
+    }
+
+    /// The case with every activation replaced by the identity: the same
+    /// products, adds and multiplies, without a nonlinearity squashing
+    /// them. Built on the original's inputs ([`build_seeded`] with its
+    /// [`Case::data_seed`]), its outputs are the magnitudes the original's
+    /// outputs are computed at.
+    pub fn linearized(&self) -> Case {
+        let mut c = self.clone();
+        c.glu = Activation::Identity;
+        for l in &mut c.chain {
+            if let Link::Act(a) = l {
+                *a = Activation::Identity;
+            }
+        }
+        c
+    }
+
     /// The number of fused steps the planner must produce for this case.
     pub fn expected_fused_steps(&self) -> usize {
         match self.pattern {
@@ -579,7 +605,13 @@ fn inject(v: &mut [f32], special: Special, rng: &mut Rng) {
 
 /// Builds the graph and inputs of `case`.
 pub fn build(case: &Case) -> Result<Built, Error> {
-    let mut rng = Rng::new(case.data_seed());
+    build_seeded(case, case.data_seed())
+}
+
+/// Builds the graph of `case` on the inputs drawn from `data_seed` (the
+/// linearized twin of a case draws its original's inputs).
+pub fn build_seeded(case: &Case, data_seed: u64) -> Result<Built, Error> {
+    let mut rng = Rng::new(data_seed);
     let mut g = Graph::new();
     let mut weights = Arena { buffer: 0, next: 0 };
     let mut acts = Arena { buffer: 1, next: 0 };

@@ -26,7 +26,7 @@ use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
 
 use crate::backend::{Backend, RunConfig, RunError, RunStats};
-use crate::cases::{Built, Case, Pattern, Special, build};
+use crate::cases::{Built, Case, Pattern, Special, build, build_seeded};
 use crate::metrics;
 use crate::tolerance::{self, Tolerance};
 
@@ -146,6 +146,9 @@ pub struct Prepared {
     pub reference: Vec<f32>,
     /// NMSE of the same-quantization reference against the f64 one.
     pub reference_nmse: f64,
+    /// The magnitude the outputs are computed at, which the ulp check's
+    /// floor scales ([`ulp_scale`]).
+    pub ulp_scale: f32,
     /// The checks made on the references.
     pub result: CaseResult,
 }
@@ -198,6 +201,7 @@ pub fn prepare(case: &Case) -> Prepared {
         truth: Vec::new(),
         reference: Vec::new(),
         reference_nmse: 0.0,
+        ulp_scale: 0.0,
         result: CaseResult::new("reference", case),
     };
     let b = match &p.built {
@@ -250,6 +254,7 @@ pub fn prepare(case: &Case) -> Prepared {
                 );
                 p.reference_nmse = nmse;
             }
+            p.ulp_scale = ulp_scale(case, &r);
             p.truth = t;
             p.reference = r;
         }
@@ -267,6 +272,29 @@ pub fn prepare(case: &Case) -> Prepared {
     }
     p.result = result;
     p
+}
+
+/// The magnitude `case`'s outputs are computed at: the largest output of
+/// the same-quantization `reference`, or, where an activation squashes the
+/// values it is given (GELU or SiLU of a large negative pre-activation
+/// gives a value near zero whose ulps say nothing about the products that
+/// made it), the largest output of the case with every activation made the
+/// identity ([`Case::linearized`]), if that is larger. An ulp count is only
+/// meaningful for outputs not far below this scale.
+pub fn ulp_scale(case: &Case, reference: &[f32]) -> f32 {
+    let own = metrics::max_magnitude(reference);
+    if !case.has_nonlinearity() {
+        return own;
+    }
+    let linear = case.linearized();
+    let linear_out = build_seeded(&linear, case.data_seed()).and_then(|b| {
+        let mut mem = b.mem.clone();
+        eval_graph(&b.graph, &mut mem, linear.mode)?;
+        mem.read(b.graph.tensor(b.out)?)
+    });
+    // A linearized case that cannot be evaluated leaves the output's own
+    // scale (the stricter floor).
+    linear_out.map_or(own, |v| own.max(metrics::max_magnitude(&v)))
 }
 
 /// Runs `f`, turning a panic into an error message.
@@ -414,7 +442,7 @@ fn check_runs(
     let tol = tolerance::for_case(case, be.bit_exact_reference(), scale);
     let nmse = metrics::nmse(&yf, &p.truth);
     let max_abs = metrics::max_abs(&yf, &p.truth);
-    let floor = tol.ulp_floor * metrics::max_magnitude(&p.reference);
+    let floor = tol.ulp_floor * p.ulp_scale;
     let ulp = metrics::max_ulp(&yf, &p.reference, floor);
     r.metrics.nmse = Some(nmse);
     r.metrics.max_abs = Some(max_abs);
