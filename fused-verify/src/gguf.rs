@@ -1,27 +1,60 @@
-//! The reader of the `gguf FILE` and `decode FILE` modes: the tensor directory of a GGUF file
-//! (versions 2 and 3) and the packed rows of one tensor, read with seeks so
-//! that a multi-gigabyte model is never loaded whole.
-//!
-//! Layout (GGUF spec): magic `GGUF`, version `u32`, tensor count `u64`,
-//! metadata count `u64`, the metadata key/value pairs, one tensor info per
-//! tensor (name, dimension count `u32`, dimensions `u64`, GGML type `u32`,
-//! offset `u64` from the data section), then the data section at the next
-//! multiple of `general.alignment` (default 32). All little-endian.
+//! The GGUF files of the `gguf FILE` and `decode FILE` modes: memory-mapped
+//! read-only and checked whole by [`fused_gguf::Gguf`] before anything is
+//! read from them (every tensor inside the file, no two overlapping, names
+//! unique UTF-8, metadata walked without recursion), so a multi-gigabyte
+//! model is never loaded whole and a hostile one gets a message naming
+//! the key or tensor at fault.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fused_core::DType;
 use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
 use fused_core::planner::plan;
+use fused_gguf::{Gguf, TensorInfo, safe_file_stem};
+use memmap2::Mmap;
 
 use crate::backend::{Availability, Backend, RunConfig};
 use crate::cases::{Case, Link, Pattern, Special, build};
 
-/// One tensor of a GGUF file.
+/// A GGUF file mapped into memory, read-only.
+#[derive(Debug)]
+pub struct MappedFile {
+    path: PathBuf,
+    map: Mmap,
+}
+
+impl MappedFile {
+    /// Maps the file at `path`.
+    pub fn open(path: &Path) -> Result<Self, String> {
+        let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // SAFETY: the map is read-only and private to this process; like
+        // every reader that maps model files (llama.cpp among them), the
+        // CLI requires that no other process truncates or rewrites the file
+        // while it runs. The bytes themselves are untrusted and checked by
+        // `Gguf::parse` before use.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            map,
+        })
+    }
+
+    /// The file, checked: its tensor directory and metadata, or why it is
+    /// refused.
+    pub fn parse(&self) -> Result<Gguf<'_>, String> {
+        Gguf::parse(&self.map).map_err(|e| e.to_string())
+    }
+
+    /// The path it was mapped from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// One tensor of a GGUF file, as the directory lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GgufTensor {
     /// Its name.
@@ -34,159 +67,44 @@ pub struct GgufTensor {
     pub offset: u64,
 }
 
-/// Reads little-endian values and GGUF strings.
-struct Reader<R: Read> {
-    r: R,
-}
-
-impl<R: Read> Reader<R> {
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let mut b = [0u8; N];
-        self.r.read_exact(&mut b).map_err(|e| e.to_string())?;
-        Ok(b)
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.bytes()?))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.bytes()?))
-    }
-    fn string(&mut self) -> Result<String, String> {
-        let n = self.u64()?;
-        if n > 1 << 20 {
-            return Err(format!("string of {n} bytes"));
-        }
-        let mut b = vec![0u8; n as usize];
-        self.r.read_exact(&mut b).map_err(|e| e.to_string())?;
-        Ok(String::from_utf8_lossy(&b).into_owned())
-    }
-    fn skip(&mut self, n: u64) -> Result<(), String> {
-        let copied = std::io::copy(&mut (&mut self.r).take(n), &mut std::io::sink())
-            .map_err(|e| e.to_string())?;
-        if copied == n {
-            Ok(())
-        } else {
-            Err("file ends inside the metadata".to_string())
-        }
-    }
-
-    /// Reads a metadata value of type `t`; returns it when it is an
-    /// unsigned integer (for `general.alignment`).
-    fn value(&mut self, t: u32) -> Result<Option<u64>, String> {
-        Ok(match t {
-            0 | 1 | 7 => Some(u64::from(self.bytes::<1>()?[0])),
-            2 | 3 => Some(u64::from(u16::from_le_bytes(self.bytes()?))),
-            4 | 5 => Some(u64::from(self.u32()?)),
-            6 => {
-                self.skip(4)?;
-                None
-            }
-            10 | 11 => Some(self.u64()?),
-            12 => {
-                self.skip(8)?;
-                None
-            }
-            8 => {
-                self.string()?;
-                None
-            }
-            9 => {
-                let (et, n) = (self.u32()?, self.u64()?);
-                for _ in 0..n {
-                    self.value(et)?;
-                }
-                None
-            }
-            t => return Err(format!("unknown metadata value type {t}")),
-        })
-    }
-}
-
-/// The tensor directory of the GGUF file at `path`.
+/// The tensor directory of the GGUF file at `path` (the file checked
+/// whole).
 pub fn read_tensors(path: &Path) -> Result<Vec<GgufTensor>, String> {
-    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut r = Reader {
-        r: BufReader::new(f),
-    };
-    if &r.bytes::<4>()? != b"GGUF" {
-        return Err("not a GGUF file (bad magic)".to_string());
-    }
-    let version = r.u32()?;
-    if !(2..=3).contains(&version) {
-        return Err(format!("GGUF version {version} is not supported (2 or 3)"));
-    }
-    let (n_tensors, n_kv) = (r.u64()?, r.u64()?);
-    let mut alignment = 32u64;
-    for _ in 0..n_kv {
-        let key = r.string()?;
-        let t = r.u32()?;
-        let v = r.value(t)?;
-        if key == "general.alignment" {
-            alignment = v.filter(|a| *a > 0).unwrap_or(32);
-        }
-    }
-    let mut tensors = Vec::new();
-    for _ in 0..n_tensors {
-        let name = r.string()?;
-        let n_dims = r.u32()?;
-        if n_dims > 4 {
-            return Err(format!("{name}: {n_dims} dimensions"));
-        }
-        let ne = (0..n_dims)
-            .map(|_| r.u64())
-            .collect::<Result<Vec<_>, _>>()?;
-        let ggml_type = r.u32()?;
-        let offset = r.u64()?;
-        tensors.push(GgufTensor {
-            name,
-            ggml_type,
-            ne,
-            offset,
-        });
-    }
-    let pos = r.r.stream_position().map_err(|e| e.to_string())?;
-    let data = pos.div_ceil(alignment) * alignment;
-    for t in &mut tensors {
-        t.offset += data;
-    }
-    Ok(tensors)
-}
-
-/// The first `rows` packed rows of `t` (a 2-D tensor of a known format).
-pub fn read_rows(
-    path: &Path,
-    t: &GgufTensor,
-    dtype: DType,
-    rows: usize,
-) -> Result<Vec<u8>, String> {
-    let k = t.ne.first().copied().unwrap_or(0) as usize;
-    let rb = dtype.row_bytes(k).map_err(|e| e.to_string())?;
-    let mut f = File::open(path).map_err(|e| e.to_string())?;
-    f.seek(SeekFrom::Start(t.offset))
-        .map_err(|e| e.to_string())?;
-    let mut b = vec![0u8; rb * rows];
-    f.read_exact(&mut b)
-        .map_err(|e| format!("{}: {e}", t.name))?;
-    Ok(b)
+    let file = MappedFile::open(path)?;
+    let gguf = file.parse()?;
+    Ok(gguf
+        .tensors()
+        .iter()
+        .map(|t| GgufTensor {
+            name: t.name().to_string(),
+            ggml_type: t.ggml_type(),
+            ne: t.dims().to_vec(),
+            offset: t.file_offset(),
+        })
+        .collect())
 }
 
 /// The weight format and the shape `(k, m)` (row length, rows) of `t`, or
 /// why it is not a weight matrix: a GGML type the backends have no weight
 /// format for, or not two-dimensional (the message names the tensor).
-pub fn weight_matrix(t: &GgufTensor) -> Result<(DType, usize, usize), String> {
-    let dtype = match DType::from_ggml_id(t.ggml_type) {
+pub fn weight_matrix(t: &TensorInfo<'_>) -> Result<(DType, usize, usize), String> {
+    let dtype = match t.dtype() {
         Ok(d) if d.is_weight_format() => d,
-        _ => {
-            return Err(format!(
-                "{}: GGML type {} not supported",
-                t.name, t.ggml_type
-            ));
-        }
+        Ok(d) => return Err(format!("{}: {d} is not a weight format", t.name())),
+        Err(e) => return Err(e.to_string()),
     };
-    match t.ne.as_slice() {
-        [k, m] | [k, m, 1] | [k, m, 1, 1] if *m > 1 => Ok((dtype, *k as usize, *m as usize)),
-        _ => Err(format!("{}: shape {:?} is not a matrix", t.name, t.ne)),
+    let dim = |d: u64| usize::try_from(d).map_err(|_| format!("{}: dimension {d}", t.name()));
+    match t.dims() {
+        [k, m] | [k, m, 1] | [k, m, 1, 1] if *m > 1 => Ok((dtype, dim(*k)?, dim(*m)?)),
+        dims => Err(format!("{}: shape {dims:?} is not a matrix", t.name())),
     }
+}
+
+/// The first `rows` packed rows of the matrix `t`, copied.
+pub fn matrix_rows(t: &TensorInfo<'_>, rows: usize) -> Result<Vec<u8>, String> {
+    t.rows(0, rows as u64)
+        .map(<[u8]>::to_vec)
+        .map_err(|e| e.to_string())
 }
 
 /// The GEMV cases of a GGUF file: one per 2-D tensor of a weight format,
@@ -198,10 +116,12 @@ pub fn gguf_cases(
     seed: u64,
     threads: usize,
 ) -> Result<(Vec<Case>, Vec<String>), String> {
+    let file = MappedFile::open(path)?;
+    let gguf = file.parse()?;
     let mut cases = Vec::new();
     let mut passed_over = Vec::new();
-    for t in read_tensors(path)? {
-        let (dtype, k, m) = match weight_matrix(&t) {
+    for t in gguf.tensors() {
+        let (dtype, k, m) = match weight_matrix(t) {
             Ok(x) => x,
             Err(why) => {
                 passed_over.push(why);
@@ -209,7 +129,7 @@ pub fn gguf_cases(
             }
         };
         let rows = m.min(max_rows);
-        let w = read_rows(path, &t, dtype, rows)?;
+        let w = matrix_rows(t, rows)?;
         cases.push(Case {
             pattern: Pattern::Gemv,
             dtype,
@@ -223,7 +143,7 @@ pub fn gguf_cases(
             mode: GemvMode::Ggml,
             special: Special::None,
             seed,
-            weights: Some(Arc::new((t.name.clone(), w))),
+            weights: Some(Arc::new((t.name().to_string(), w))),
         });
     }
     Ok((cases, passed_over))
@@ -254,8 +174,16 @@ pub fn write_npy(path: &Path, values: &[f32]) -> Result<(), String> {
 /// `--dump DIR`: for every case (one per tensor), the input as
 /// `DIR/<tensor>.x.npy` and the fused plan's output on every selected,
 /// available backend that supports the case as `DIR/<tensor>.<backend>.y.npy`.
-/// Returns the number of files written.
+/// Returns the number of files written. A tensor name that is not a plain
+/// file name ([`fused_gguf::safe_file_stem`]: a path, `..`, a control
+/// character...) is refused before anything is written: nothing is ever
+/// written outside `DIR`.
 pub fn dump(dir: &Path, cases: &[Case], backends: &[Box<dyn Backend>]) -> Result<usize, String> {
+    for case in cases {
+        if let Some(named) = &case.weights {
+            safe_file_stem(&named.0).map_err(|e| e.to_string())?;
+        }
+    }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files = 0;
     for case in cases {

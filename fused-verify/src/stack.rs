@@ -236,19 +236,24 @@ impl GgufWeights {
     /// format the backends have no weight format for, a shape that does not
     /// fit the hidden and FFN sizes, or a truncated file.
     pub fn load(path: &Path, layers: usize) -> Result<Self, String> {
-        let tensors = gguf::read_tensors(path)?;
+        let file = gguf::MappedFile::open(path)?;
+        let tensors = file.parse()?;
+        // Layers are numbered from 0; a number that cannot be one more than
+        // a layer index is not a layer (no wrap to 0).
         let in_file = tensors
+            .tensors()
             .iter()
             .filter_map(|t| {
-                t.name
+                t.name()
                     .strip_prefix("blk.")?
                     .split('.')
                     .next()?
                     .parse::<usize>()
-                    .ok()
+                    .ok()?
+                    .checked_add(1)
             })
             .max()
-            .map_or(0, |n| n + 1);
+            .unwrap_or(0);
         if layers == 0 || in_file == 0 {
             return Err(format!(
                 "no layers to run (--layers {layers}, {in_file} `blk.N.` layers in the file)"
@@ -256,8 +261,7 @@ impl GgufWeights {
         }
         let find = |name: &str| {
             tensors
-                .iter()
-                .find(|t| t.name == name)
+                .tensor(name)
                 .ok_or_else(|| format!("{name}: not in the file"))
         };
         let (_, hidden, ffn) = gguf::weight_matrix(find(&Role::FfnGate.ggml_name(0))?)?;
@@ -275,7 +279,9 @@ impl GgufWeights {
                          (hidden {hidden}, FFN {ffn} from blk.0.ffn_gate.weight)"
                     ));
                 }
-                layer.push((dtype, gguf::read_rows(path, t, dtype, m)?));
+                // Tensors never overlap (the file is refused otherwise), so
+                // the copies add up to at most the file's size.
+                layer.push((dtype, gguf::matrix_rows(t, m)?));
             }
             out.push(
                 layer

@@ -169,3 +169,26 @@ fn a_truncated_file_is_named() {
     assert!(out.contains("FAIL reading"), "{out}");
     assert!(out.contains("blk.1.ffn_down.weight: "), "{out}");
 }
+
+#[test]
+fn a_layer_number_at_the_top_of_usize_is_not_a_layer() {
+    let path = std::env::temp_dir().join(format!(
+        "fused-verify-{}-decode-wrap.gguf",
+        std::process::id()
+    ));
+    let name = format!("blk.{}.ffn_gate.weight", usize::MAX);
+    write_gguf(
+        &path,
+        32,
+        &[(
+            &*name.leak(),
+            DType::Q8_0.ggml_id(),
+            vec![H as u64, F as u64],
+            quantized_scaled(DType::Q8_0, H, F, 0.1),
+        )],
+    );
+    let o = decode(&path, &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("0 `blk.N.` layers in the file"), "{out}");
+}

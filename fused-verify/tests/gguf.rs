@@ -77,7 +77,10 @@ fn gguf_mode_runs_the_weight_matrices() {
     std::fs::remove_file(&path).ok();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}");
-    assert!(out.contains("SKIP tensor blk.0.q2k.weight: GGML type 10 not supported"));
+    assert!(
+        out.contains("SKIP tensor blk.0.q2k.weight: GGML type q2_K (10) has no fused-core format"),
+        "{out}"
+    );
     assert!(out.contains("SKIP tensor output_norm.weight: shape [16] is not a matrix"));
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -107,7 +110,8 @@ fn a_file_that_is_not_gguf_fails() {
         .unwrap();
     std::fs::remove_file(&path).ok();
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("bad magic"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("not a GGUF file"), "{out}");
     let o = Command::new(env!("CARGO_BIN_EXE_fused-verify"))
         .arg("gguf")
         .output()
@@ -158,4 +162,36 @@ fn dump_writes_npy_inputs_and_outputs() {
     assert!(y.iter().all(|v| v.is_finite()) && y.iter().any(|v| *v != 0.0));
     assert_eq!(npy("blk.0.attn_q.weight.cpu-scalar.y.npy").len(), 3);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn dump_never_writes_outside_its_folder() {
+    let base = std::env::temp_dir().join(format!("fused-verify-{}-escape", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let path = base.join("model.gguf");
+    let escaped = base.join("escape.weight.x.npy");
+    write_gguf(
+        &path,
+        32,
+        &[(
+            "../escape.weight",
+            2,
+            vec![64, 8],
+            quantized(DType::Q4_0, 64, 8),
+        )],
+    );
+    let dir = base.join("dump");
+    let o = Command::new(env!("CARGO_BIN_EXE_fused-verify"))
+        .args(["gguf", path.to_str().unwrap(), "--backend", "cpu-scalar"])
+        .arg("--dump")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let written = escaped.exists();
+    std::fs::remove_dir_all(&base).ok();
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("FAIL --dump"), "{out}");
+    assert!(out.contains("../escape.weight"), "{out}");
+    assert!(!written, "a file was written outside the dump folder");
 }
