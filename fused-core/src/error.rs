@@ -135,6 +135,17 @@ pub enum Error {
         /// The maximum number of stages.
         max: usize,
     },
+    /// An index or a count outside the range it must lie in.
+    OutOfRange {
+        /// What the value is.
+        what: &'static str,
+        /// The value given.
+        value: usize,
+        /// The smallest value allowed.
+        min: usize,
+        /// The largest value allowed (below `min` when no value is).
+        max: usize,
+    },
     /// An epilogue stage names an operand slot beyond the chain's table.
     BadOperandSlot {
         /// The slot named.
@@ -210,6 +221,18 @@ impl core::fmt::Display for Error {
             Error::EpilogueFull { max } => {
                 write!(f, "epilogue chain is full ({max} stages at most)")
             }
+            Error::OutOfRange {
+                what,
+                value,
+                min,
+                max,
+            } => {
+                if min > max {
+                    write!(f, "{what} {value}: there is none (the range is empty)")
+                } else {
+                    write!(f, "{what} {value} is outside {min}..={max}")
+                }
+            }
             Error::BadOperandSlot { slot, max } => write!(
                 f,
                 "epilogue operand slot {slot} does not exist (slots 0 to {})",
@@ -264,6 +287,30 @@ pub fn check_divides(what: &'static str, period: usize, len: usize) -> Result<()
 impl From<Refusal> for Error {
     fn from(r: Refusal) -> Self {
         Error::Refused(r)
+    }
+}
+
+/// `Ok` when `value < len`, else [`out_of_range`]`(what, value, len)`.
+pub fn check_index(what: &'static str, value: usize, len: usize) -> Result<(), Error> {
+    if value < len {
+        Ok(())
+    } else {
+        Err(out_of_range(what, value, len))
+    }
+}
+
+/// [`Error::OutOfRange`] for `value` as an index into `len` items named
+/// by `what` (with no item, the empty range `1..=0`).
+pub fn out_of_range(what: &'static str, value: usize, len: usize) -> Error {
+    let (min, max) = match len.checked_sub(1) {
+        Some(last) => (0, last),
+        None => (1, 0),
+    };
+    Error::OutOfRange {
+        what,
+        value,
+        min,
+        max,
     }
 }
 

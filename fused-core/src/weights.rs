@@ -56,13 +56,7 @@ impl<'a> WeightMatrix<'a> {
 
     /// The bytes of row `r`, or an error when `r >= rows`.
     pub fn row(&self, r: usize) -> Result<&'a [u8], Error> {
-        if r >= self.rows {
-            return Err(Error::LengthMismatch {
-                what: "weight row index (must be below the row count)",
-                expected: self.rows,
-                actual: r,
-            });
-        }
+        crate::error::check_index("weight row", r, self.rows)?;
         Ok(&self.data[r * self.row_bytes..(r + 1) * self.row_bytes])
     }
 

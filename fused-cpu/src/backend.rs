@@ -129,18 +129,12 @@ impl CpuBackend {
     /// [`Error::UnsupportedDType`] when this machine cannot run `isa`
     /// ([`Isa::is_supported`]).
     pub fn with_isa(isa: Isa, threads: usize) -> Result<CpuBackend, Error> {
-        if threads == 0 {
-            return Err(Error::LengthMismatch {
-                what: "thread count (must be at least 1)",
-                expected: 1,
-                actual: 0,
-            });
-        }
-        if threads > MAX_THREADS {
-            return Err(Error::LengthMismatch {
-                what: "thread count (must be at most 1024)",
-                expected: MAX_THREADS,
-                actual: threads,
+        if !(1..=MAX_THREADS).contains(&threads) {
+            return Err(Error::OutOfRange {
+                what: "thread count",
+                value: threads,
+                min: 1,
+                max: MAX_THREADS,
             });
         }
         if !isa.is_supported() {

@@ -124,13 +124,7 @@ impl PackedWeights {
     lab_pub! {
         /// The lines of group `g`: codes then scales (see the module docs).
         fn group(&self, g: usize) -> Result<&[u8], Error> {
-            if g >= self.n_groups() {
-                return Err(Error::LengthMismatch {
-                    what: "packed group index (must be below the group count)",
-                    expected: self.n_groups(),
-                    actual: g,
-                });
-            }
+            fused_core::error::check_index("packed group", g, self.n_groups())?;
             let lines = &self.groups[g * self.group_lines..(g + 1) * self.group_lines];
             Ok(bytemuck::cast_slice(lines))
         }
@@ -154,13 +148,7 @@ impl PackedWeights {
     pub fn unpack_row(&self, r: usize, out: &mut [u8]) -> Result<(), Error> {
         let rb = self.dtype.row_bytes(self.cols)?;
         fused_core::error::check_len("unpacked row", rb, out.len())?;
-        if r >= self.rows {
-            return Err(Error::LengthMismatch {
-                what: "weight row index (must be below the row count)",
-                expected: self.rows,
-                actual: r,
-            });
-        }
+        fused_core::error::check_index("weight row", r, self.rows)?;
         if r >= self.n_groups() * GROUP_ROWS {
             out.copy_from_slice(self.tail_row(r)?);
             return Ok(());

@@ -22,9 +22,19 @@ use common::{Rng, bits, glu_pair, weights};
 #[test]
 fn thread_counts_out_of_range_are_typed_errors() {
     for threads in [0, 1025, 100_000, usize::MAX] {
-        assert!(
-            matches!(CpuBackend::new(threads), Err(Error::LengthMismatch { .. })),
-            "{threads} threads"
+        let e = CpuBackend::new(threads).unwrap_err();
+        assert_eq!(
+            e,
+            Error::OutOfRange {
+                what: "thread count",
+                value: threads,
+                min: 1,
+                max: 1024
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("thread count {threads} is outside 1..=1024")
         );
     }
     assert_eq!(CpuBackend::new(1).unwrap().threads(), 1);
@@ -37,7 +47,13 @@ fn bad_columns_are_typed_errors() {
     let (k, n) = (64, 3);
     let x = Rng::new(5).vec(k * n);
     assert!(column(ActQuant::F32, &x, &[], k, n - 1).is_ok());
-    assert!(column(ActQuant::F32, &x, &[], k, n).is_err());
+    let past = column(ActQuant::F32, &x, &[], k, n).unwrap_err();
+    assert_eq!(past.to_string(), "activation column 3 is outside 0..=2");
+    let none = column(ActQuant::F32, &[], &[], k, 0).unwrap_err();
+    assert_eq!(
+        none.to_string(),
+        "activation column 0: there is none (the range is empty)"
+    );
     assert!(column(ActQuant::F32, &x, &[], k, usize::MAX).is_err());
     for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
         let kq = 256;

@@ -109,11 +109,8 @@ pub fn column<'a>(
     k: usize,
     col: usize,
 ) -> Result<Acts<'a>, Error> {
-    let bad_column = |n_cols: usize| Error::LengthMismatch {
-        what: "activation column index (must be below the column count)",
-        expected: n_cols,
-        actual: col,
-    };
+    let bad_column =
+        |n_cols: usize| fused_core::error::out_of_range("activation column", col, n_cols);
     match mode.dtype() {
         None => {
             let end = col
