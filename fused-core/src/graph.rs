@@ -331,6 +331,12 @@ impl Graph {
                 actual: wt.ne(),
             });
         }
+        // The hint promises a transform every backend runs as an FWHT:
+        // a size the FWHT cannot take is refused here rather than run as a
+        // plain GEMV on some paths and refused on others.
+        if hint == MatHint::Hadamard {
+            crate::fwht::check_fwht_size(k)?;
+        }
         let out = Graph::dense([m, xne[1], xne[2], xne[3]], at)?;
         self.push(Op::MulMat(hint), &[w, x], out)
     }

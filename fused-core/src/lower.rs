@@ -11,7 +11,7 @@
 use crate::element::Activation;
 use crate::epilogue::{Epilogue, MAX_STAGES};
 use crate::error::Error;
-use crate::fwht::{FwhtDesc, check_fwht_size};
+use crate::fwht::FwhtDesc;
 use crate::graph::{Graph, MatHint, Node, Op};
 use crate::planner::{Operands, Step};
 use crate::tensor::TensorDesc;
@@ -187,7 +187,8 @@ fn lower_node(g: &Graph, node: &Node) -> Result<Command, Error> {
         Op::MulMat(hint) => {
             let (w, x) = (src(g, node, 0)?, src(g, node, 1)?);
             let n = w.ne()[0];
-            if hint == MatHint::Hadamard && check_fwht_size(n).is_ok() {
+            // The graph checked N (`Graph::mul_mat_hadamard`).
+            if hint == MatHint::Hadamard {
                 Command::Fwht {
                     desc: FwhtDesc::new(n)?,
                     x,

@@ -17,7 +17,7 @@ use crate::acts::GemvMode;
 use crate::dtype::DType;
 use crate::epilogue::Stage;
 use crate::error::Error;
-use crate::fwht::{FwhtDesc, butterflies, check_fwht_size};
+use crate::fwht::{FwhtDesc, butterflies};
 use crate::graph::{Graph, MatHint, NodeId, Op};
 use crate::memory::Memory;
 use crate::planner::{FusedFwht, FusedGemv, FusedGlu, Operands, Plan, Step};
@@ -119,11 +119,6 @@ impl Dotter {
     }
 }
 
-fn hadamard_n(w: &TensorDesc) -> Option<usize> {
-    let n = w.ne()[0];
-    check_fwht_size(n).ok().map(|_| n)
-}
-
 fn eval_node(g: &Graph, id: NodeId, mem: &mut Memory, mode: GemvMode) -> Result<(), Error> {
     let node = *g.node(id)?;
     let out = *node.tensor();
@@ -135,15 +130,16 @@ fn eval_node(g: &Graph, id: NodeId, mem: &mut Memory, mode: GemvMode) -> Result<
             let cols = x.n_rows();
             let m = out.ne()[0];
             let mut y = vec![0.0f32; m * cols];
-            match (hint, hadamard_n(&wt)) {
-                (MatHint::Hadamard, Some(n)) => {
-                    let d = FwhtDesc::new(n)?;
+            match hint {
+                // The graph checked N (`Graph::mul_mat_hadamard`).
+                MatHint::Hadamard => {
+                    let d = FwhtDesc::new(wt.ne()[0])?;
                     for col in 0..cols {
                         let xc = column(&x, col, mem)?;
                         crate::fwht::fwht(&d, &xc, None, &mut y[col * m..(col + 1) * m])?;
                     }
                 }
-                _ => {
+                MatHint::None => {
                     let (dtype, rows, k, bytes) = weights(g, id, mem)?;
                     let w = WeightMatrix::new(dtype, rows, k, &bytes)?;
                     let mut dotter = Dotter::new(mode.act_quant(dtype));
