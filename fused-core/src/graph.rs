@@ -15,7 +15,7 @@ use crate::dtype::DType;
 use crate::element::Activation;
 #[cfg(feature = "alloc")]
 use crate::error::Error;
-use crate::tensor::{BufferId, TensorDesc};
+use crate::tensor::{BufferId, Overlap, TensorDesc};
 
 pub use crate::ids::NodeId;
 
@@ -237,6 +237,19 @@ impl Graph {
                 return Err(Error::BadNode { index: id.index() });
             }
             *slot = Some(id);
+        }
+        // A computed result may replace a source exactly (in place) or
+        // leave it alone; one that overwrites part of a source while
+        // reading it has no order every backend would agree on.
+        if !op.is_view() && op != Op::Input {
+            for &id in srcs {
+                let src = self.nodes[id.index()].tensor;
+                if src.overlap(&tensor) == Overlap::Partial {
+                    return Err(Error::AliasViolation {
+                        what: "a result partially overlaps one of its sources",
+                    });
+                }
+            }
         }
         for &id in srcs {
             self.uses[id.index()] += 1;

@@ -27,6 +27,11 @@ use fused_core::tensor::TensorDesc;
 /// Asserts bit-identical outputs, that every output holds a non-zero value
 /// (so a skipped step cannot hide behind zeroed memory) and that the plan
 /// does not depend on the mode. Returns the plan.
+/// A node whose result partially overlaps one of its sources.
+const PARTIAL: fused_core::Error = fused_core::Error::AliasViolation {
+    what: "a result partially overlaps one of its sources",
+};
+
 fn plan_and_compare(b: &Builder) -> Plan {
     let (plan, unfused, fused) = run_both(b, GemvMode::F32);
     assert!(!unfused.is_empty(), "the graph marks no output");
@@ -695,37 +700,40 @@ fn b_intermediate_aliases_outside() {
 
 #[test]
 fn b_intermediates_overlap() {
-    // The product partially overlaps the destination.
+    // The product partially overlaps the destination of the node that
+    // reads it: refused when the graph is built.
     let mut b = Builder::new(124);
     let w = b.weight(DType::Q4_0, 64, 8);
     let x = b.input_f32([64, 1, 1, 1]);
     let p = b.place_f32([8, 1, 1, 1]);
     let m = b.g.mul_mat(w, x, p).unwrap();
-    let s = b.g.unary(Activation::Silu, m, shifted(p, 4)).unwrap();
-    b.g.mark_output(s).unwrap();
-    let plan = plan_and_compare(&b);
-    let why = Refusal::IntermediatesOverlap { a: m, b: s };
-    assert_eq!(
-        plan,
-        unfused(&[m, s], vec![refused(Pattern::Epilogue, m, why)])
-    );
+    assert_eq!(b.g.unary(Activation::Silu, m, shifted(p, 4)), Err(PARTIAL));
 
-    // Two elided intermediates partially overlap each other; the destination
-    // is elsewhere. Both prefixes (up to the add, up to the silu) are refused.
+    // Two elided intermediates partially overlap each other (neither reads
+    // the other); the destination is elsewhere. The whole chain is refused,
+    // then its prefix up to the silu (the product would alias `t`, outside it).
     let mut b = Builder::new(157);
     let w = b.weight(DType::Q4_0, 64, 8);
     let x = b.input_f32([64, 1, 1, 1]);
     let res = b.input_f32([8, 1, 1, 1]);
     let p = b.place_f32([8, 1, 1, 1]);
     let m = b.g.mul_mat(w, x, p).unwrap();
-    let s = b.g.unary(Activation::Silu, m, shifted(p, 4)).unwrap();
-    let a = add(&mut b, s, res);
+    let s = act(&mut b, Activation::Silu, m);
+    let t = b.g.unary(Activation::Relu, s, shifted(p, 4)).unwrap();
+    let a = add(&mut b, t, res);
     b.g.mark_output(a).unwrap();
     let plan = plan_and_compare(&b);
-    let why = Refusal::IntermediatesOverlap { a: m, b: s };
+    let why = Refusal::IntermediatesOverlap { a: m, b: t };
+    let outside = Refusal::IntermediateAliasesOutside { node: m, other: t };
     assert_eq!(
         plan,
-        unfused(&[m, s, a], vec![refused(Pattern::Epilogue, m, why)])
+        unfused(
+            &[m, s, t, a],
+            vec![
+                refused(Pattern::Epilogue, m, why),
+                refused(Pattern::Epilogue, m, outside)
+            ]
+        )
     );
 
     // The two GLU products at the same place: the unfused graph needs both
@@ -1097,21 +1105,15 @@ fn b_dst_overlaps_matmul_input() {
         }
     );
 
-    // The destination on the row bias (read by every column).
+    // The destination (two columns) over the row bias it reads: a partial
+    // overlap, refused when the graph is built.
     let mut b = Builder::new(143);
     let w = b.weight(DType::Q4_0, 64, 8);
     let x = b.input_f32([64, 2, 1, 1]);
     let bias = b.input_f32([8, 1, 1, 1]);
     let m = mul_mat(&mut b, w, x);
     let at = place_of(&b, bias);
-    let rb = b.g.add_row_bias(m, bias, at).unwrap();
-    b.g.mark_output(rb).unwrap();
-    let plan = plan_and_compare(&b);
-    let why = Refusal::DstOverlapsMatmulInput { input: bias };
-    assert_eq!(
-        plan,
-        unfused(&[m, rb], vec![refused(Pattern::Epilogue, m, why)])
-    );
+    assert_eq!(b.g.add_row_bias(m, bias, at), Err(PARTIAL));
 
     // In place on a residual that is also the activations: the exact alias
     // of an operand is allowed, that of a matmul input is not.
@@ -1138,14 +1140,9 @@ fn b_dst_partially_overlaps_operand() {
     let res = b.input_f32([8, 1, 1, 1]);
     let m = mul_mat(&mut b, w, x);
     let at = shifted(place_of(&b, res), 4);
-    let a = b.g.add(m, res, at).unwrap();
-    b.g.mark_output(a).unwrap();
-    let plan = plan_and_compare(&b);
-    let why = Refusal::DstPartiallyOverlapsOperand { operand: res };
-    assert_eq!(
-        plan,
-        unfused(&[m, a], vec![refused(Pattern::Epilogue, m, why)])
-    );
+    // Refused when the graph is built: the add would overwrite part of the
+    // operand it reads.
+    assert_eq!(b.g.add(m, res, at), Err(PARTIAL));
 }
 
 #[test]

@@ -393,7 +393,9 @@ fn generator_covers_fusions_and_overlap_refusals() {
             .count();
     }
     if !cfg!(miri) {
-        assert!(plans > 300, "{plans}");
+        // About 40 % of the specs place a node's result over part of its own
+        // source, which the graph refuses when it is built.
+        assert!(plans > 200, "{plans}");
         assert!(fused > 100, "{fused}");
         assert!(overlap_refusals > 50, "{overlap_refusals}");
     }
