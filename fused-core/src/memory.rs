@@ -14,6 +14,24 @@ use crate::dtype::DType;
 use crate::error::Error;
 use crate::tensor::{BufferId, TensorDesc};
 
+/// The most elements a tensor copied out of memory may have (4 GiB of
+/// f32): a view with zero strides can name far more elements than its
+/// buffer holds bytes, and gathering it would exhaust memory first.
+pub const MAX_GATHER_ELEMENTS: usize = 1 << 30;
+
+/// `Ok` when `t` is small enough to gather ([`MAX_GATHER_ELEMENTS`]).
+fn check_gather(t: &TensorDesc) -> Result<(), Error> {
+    if t.n_elements() > MAX_GATHER_ELEMENTS {
+        return Err(Error::OutOfRange {
+            what: "elements gathered from one tensor",
+            value: t.n_elements(),
+            min: 0,
+            max: MAX_GATHER_ELEMENTS,
+        });
+    }
+    Ok(())
+}
+
 /// The buffers a graph's tensors live in, indexed by [`BufferId`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Memory {
@@ -116,6 +134,7 @@ impl Memory {
     /// All elements of a float tensor in GGML order.
     pub fn read(&self, t: &TensorDesc) -> Result<Vec<f32>, Error> {
         self.check(t)?;
+        check_gather(t)?;
         (0..t.n_elements())
             .map(|l| self.get(t, t.unravel(l)))
             .collect()
@@ -268,6 +287,7 @@ pub fn packed<'a>(bytes: &'a [u8], t: &TensorDesc) -> Result<Cow<'a, [u8]>, Erro
             dtype: t.dtype(),
         });
     }
+    check_gather(t)?;
     let rb = t.row_bytes();
     let ne = t.ne();
     let mut out = Vec::with_capacity(rb * t.n_rows());
@@ -306,5 +326,30 @@ pub fn gather_f32<'a>(bytes: &'a [u8], t: &TensorDesc) -> Result<Cow<'a, [f32]>,
             what: "element-wise input",
             dtype,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_zero_stride_views_are_not_gathered() {
+        let rows = MAX_GATHER_ELEMENTS + 1;
+        let t =
+            TensorDesc::strided(DType::F32, [1, rows, 1, 1], [4, 0, 0, 0], BufferId(0), 0).unwrap();
+        let mem = Memory::new(&[4]);
+        let refused = Error::OutOfRange {
+            what: "elements gathered from one tensor",
+            value: rows,
+            min: 0,
+            max: MAX_GATHER_ELEMENTS,
+        };
+        assert_eq!(mem.read(&t), Err(refused));
+        assert_eq!(packed(&[0u8; 4], &t).map(|_| ()), Err(refused));
+        // A small broadcast view is gathered.
+        let small =
+            TensorDesc::strided(DType::F32, [1, 3, 1, 1], [4, 0, 0, 0], BufferId(0), 0).unwrap();
+        assert_eq!(mem.read(&small).unwrap(), [0.0; 3]);
     }
 }
