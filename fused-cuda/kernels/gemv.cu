@@ -1031,8 +1031,8 @@ __device__ __forceinline__ const int8_t *codes_at(const int8_t *codes, uint32_t 
 // away from zero), d stored as f16 (here: its f32 value). Non-finite inputs
 // as the core: its amax fold (`if a > |v| { a } else { |v| }`) restarts
 // after a NaN, so amax is the largest |v| after the block's last NaN (NaN
-// when the last element is one); a code is Rust's saturating `as i8` of the
-// rounded value (NaN gives 0). Q8_0 writes d and the block's code sum; Q8_1
+// when the last element is one); a code is the rounded value clamped to
+// ±127 (NaN gives 0), as the core's quantizer. Q8_0 writes d and the block's code sum; Q8_1
 // writes d and s = f16(Σq·d) (the f32 d) as a pair of f32, no sums.
 // Block blk, lane `lane` holding its element v (the whole warp calls it).
 template <bool S>
@@ -1048,7 +1048,7 @@ __device__ __forceinline__ void quantize_block_32(const QuantParams &p, uint32_t
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     const float rv = roundf(__fmul_rn(v, id));
-    const int q = rv != rv ? 0 : (int)fminf(fmaxf(rv, -128.0f), 127.0f);
+    const int q = rv != rv ? 0 : (int)fminf(fmaxf(rv, -127.0f), 127.0f);
     if (p.interleave) {
         const uint32_t per_col = p.k / 32, col = blk / per_col;
         const uint32_t e = 32 * (blk - col * per_col) + lane;

@@ -94,9 +94,13 @@ pub fn all_finite<T: Copy + Into<f64>>(v: &[T]) -> bool {
     v.iter().all(|x| (*x).into().is_finite())
 }
 
-/// The largest magnitude in `v` (0 for empty input; NaNs ignored).
+/// The largest finite `|x|` of `v` (0 when there is none): NaN and
+/// infinities are left out, so a non-finite output does not hide the
+/// finite ones' scale.
 pub fn max_magnitude(v: &[f32]) -> f32 {
-    v.iter().fold(0.0f32, |m, x| m.max(x.abs()))
+    v.iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0f32, |m, x| m.max(x.abs()))
 }
 
 /// Whether the non-finite pattern of `a` (which elements are NaN, +Inf,
@@ -187,5 +191,6 @@ mod tests {
             &[f32::NEG_INFINITY]
         ));
         assert_eq!(max_magnitude(&[-4.0, 2.0]), 4.0);
+        assert_eq!(max_magnitude(&[f32::NAN, -3.0, f32::INFINITY]), 3.0);
     }
 }

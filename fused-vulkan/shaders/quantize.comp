@@ -230,8 +230,8 @@ bool nan_bits(float x) {
     return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
-// C's roundf (ties away from zero) of |p| < 2^23, saturated to int8 as
-// Rust's `as i8` (NaN: 0).
+// C's roundf (ties away from zero) of |p| < 2^23, clamped to ±127 as the
+// core's Q8_0 / Q8_1 quantizer (NaN: 0).
 int round_away_i8(float p) {
     if (nan_bits(p)) {
         return 0;
@@ -241,7 +241,7 @@ int round_away_i8(float p) {
     if (abs(f) >= 0.5) {
         t += sign(p);
     }
-    return int(clamp(t, -128.0, 127.0));
+    return int(clamp(t, -127.0, 127.0));
 }
 
 // GGML's nearest_int (ties to even) through the 1.5 * 2^23 trick (NaN: 0,

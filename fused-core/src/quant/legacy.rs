@@ -171,7 +171,20 @@ pub(super) fn dequantize_q5_1(b: &BlockQ5_1, y: &mut [f32]) {
     }
 }
 
-/// Q8_0/Q8_1 codes: `d = amax/127`, `q = roundf(x/d)` via the f32 reciprocal.
+/// Q8_0/Q8_1 codes: `d = amax/127`, `q = roundf(x/d)` via the f32 reciprocal,
+/// as GGML's reference, with non-finite inputs settled:
+///
+/// - `amax` is GGML's fold `if a > |v| { a } else { |v| }` from 0, so a NaN
+///   restarts it: `amax` is the largest `|v|` after the block's last NaN
+///   (NaN when the last element is one); a NaN element's code is 0;
+/// - an infinity makes `amax` infinite, `d` infinite and `1/d` zero: every
+///   code 0 (the infinite element's `∞·0` is NaN, code 0), and any dot
+///   product with the block `∞·0`, NaN;
+/// - a rounded value beyond ±127 (an element before a NaN that restarted
+///   `amax`, or any element where `1/d` overflows for a subnormal `d`) is
+///   clamped to ±127. GGML's C leaves that conversion undefined; −128 is
+///   excluded so that codes stay symmetric, which the x86 kernels' sign
+///   trick (`|w|·(y·sign w)` in bytes) needs.
 fn quantize_8(x: &[f32]) -> (f32, [i8; QK32]) {
     let amax = x
         .iter()
@@ -180,7 +193,8 @@ fn quantize_8(x: &[f32]) -> (f32, [i8; QK32]) {
     let id = recip_or_zero(d);
     let mut qs = [0i8; QK32];
     for (q, &v) in qs.iter_mut().zip(x) {
-        *q = round_away(v * id) as i8;
+        // `clamp` keeps NaN, and `as i8` makes it 0.
+        *q = round_away(v * id).clamp(-127.0, 127.0) as i8;
     }
     (d, qs)
 }

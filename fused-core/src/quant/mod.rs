@@ -245,6 +245,43 @@ fn f16_from(x: f32) -> half::f16 {
 mod tests {
     use super::*;
 
+    /// The codes of a Q8_0 block (after the 2-byte f16 scale).
+    fn q8_0_codes(x: &[f32; 32]) -> ([u8; 2], [i8; 32]) {
+        let mut b = [0u8; 34];
+        quantize_row(DType::Q8_0, x, &mut b).unwrap();
+        let mut codes = [0i8; 32];
+        for (c, &byte) in codes.iter_mut().zip(&b[2..]) {
+            *c = byte as i8;
+        }
+        ([b[0], b[1]], codes)
+    }
+
+    #[test]
+    fn q8_codes_stay_within_127_whatever_the_input() {
+        // A NaN restarts GGML's running max: the elements before it may
+        // exceed the scale; they are clamped to ±127, never −128.
+        let mut x = [0.5f32; 32];
+        x[0] = -100.0;
+        x[1] = 100.0;
+        x[2] = f32::NAN;
+        let (_, codes) = q8_0_codes(&x);
+        assert_eq!((codes[0], codes[1], codes[2]), (-127, 127, 0));
+        assert_eq!(codes[3], 127, "0.5 is the block's largest after the NaN");
+        // A subnormal scale whose reciprocal overflows.
+        let tiny = [-1e-40f32; 32];
+        assert!(q8_0_codes(&tiny).1.iter().all(|&c| c == -127));
+        // An infinity: every code 0, the scale infinite.
+        let mut inf = [1.0f32; 32];
+        inf[7] = f32::INFINITY;
+        let (d, codes) = q8_0_codes(&inf);
+        assert!(codes.iter().all(|&c| c == 0));
+        assert!(half::f16::from_le_bytes(d).is_infinite());
+        // Q8_1 shares the codes.
+        let mut b = [0u8; 36];
+        quantize_row(DType::Q8_1, &x, &mut b).unwrap();
+        assert!(b[4..].iter().all(|&c| c as i8 != -128));
+    }
+
     #[test]
     fn nearest_int_ties_to_even() {
         assert_eq!(nearest_int(2.5), 2);
