@@ -188,3 +188,29 @@ fn elementwise_gives_the_fused_bits_of_its_isa() {
         }
     }
 }
+
+/// K = 0: every output is the epilogue of the empty sum, as in the core's
+/// reference, in f32 and in GGML's quantized modes.
+#[test]
+fn an_empty_inner_dimension_gives_the_reference_zeros() {
+    use fused_core::job::GemvJob;
+    let be = CpuBackend::new(2).unwrap();
+    let x: [f32; 0] = [];
+    for (dtype, mode) in [
+        (DType::F32, ActQuant::F32),
+        (DType::Q4_0, ActQuant::Q8_0),
+        (DType::Q4_1, ActQuant::Q8_1),
+        (DType::Q4_K, ActQuant::Q8_K),
+    ] {
+        let w = WeightMatrix::new(dtype, 4, 0, &[]).unwrap();
+        for n_cols in [1, 3] {
+            let job = GemvJob::new(&w, &x, n_cols).with_mode(mode);
+            let mut want = vec![1.0f32; 4 * n_cols];
+            fused_core::reference::gemv::gemv_job(&job, &mut want).unwrap();
+            let mut got = vec![f32::NAN; 4 * n_cols];
+            be.gemv(&job, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{dtype} {mode:?} {n_cols}");
+            assert!(want.iter().all(|&v| v == 0.0));
+        }
+    }
+}

@@ -11,6 +11,7 @@
 use fused_core::DType;
 use fused_core::Error;
 use fused_core::acts::ActQuant;
+use fused_core::error::check_len;
 
 lab_mod! {
     /// The side data's layout and writer.
@@ -61,7 +62,13 @@ pub fn quantize_columns(
     let Some(d) = mode.dtype() else { return Ok(()) };
     let rb = d.row_bytes(k)?;
     let pb = prepared_bytes(mode, k)?;
-    if k == 0 || !x.len().is_multiple_of(k) || scratch.len() != x.len() / k * pb {
+    if k == 0 {
+        // Columns of no value: nothing to quantize, every dot product the
+        // empty sum, 0 (as the core's reference has it).
+        check_len("activations (K = 0)", 0, x.len())?;
+        return check_len("activation scratch (K = 0)", 0, scratch.len());
+    }
+    if !x.len().is_multiple_of(k) || scratch.len() != x.len() / k * pb {
         return Err(Error::LengthMismatch {
             what: "activation scratch",
             expected: x.len().checked_div(k).unwrap_or(0) * pb,
@@ -120,9 +127,18 @@ pub fn column<'a>(
                 .ok_or_else(|| bad_column(x.len().checked_div(k).unwrap_or(0)))?;
             Ok(Acts::F32(&x[end - k..end]))
         }
+        Some(d) if k == 0 => {
+            // Every column of K = 0 is empty (as in f32 mode above).
+            check_len("activations (K = 0)", 0, x.len())?;
+            Ok(Acts::Quant {
+                dtype: d,
+                bytes: &[],
+                side: &[],
+            })
+        }
         Some(d) => {
             let pb = prepared_bytes(mode, k)?;
-            if k == 0 || !x.len().is_multiple_of(k) {
+            if !x.len().is_multiple_of(k) {
                 return Err(Error::LengthMismatch {
                     what: "activations (a whole number of columns of k values)",
                     expected: x.len().next_multiple_of(k.max(1)),
