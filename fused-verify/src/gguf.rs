@@ -54,36 +54,6 @@ impl MappedFile {
     }
 }
 
-/// One tensor of a GGUF file, as the directory lists it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GgufTensor {
-    /// Its name.
-    pub name: String,
-    /// Its GGML type id.
-    pub ggml_type: u32,
-    /// Its dimensions, GGML order (`ne[0]` is the row length).
-    pub ne: Vec<u64>,
-    /// Absolute byte offset of its data in the file.
-    pub offset: u64,
-}
-
-/// The tensor directory of the GGUF file at `path` (the file checked
-/// whole).
-pub fn read_tensors(path: &Path) -> Result<Vec<GgufTensor>, String> {
-    let file = MappedFile::open(path)?;
-    let gguf = file.parse()?;
-    Ok(gguf
-        .tensors()
-        .iter()
-        .map(|t| GgufTensor {
-            name: t.name().to_string(),
-            ggml_type: t.ggml_type(),
-            ne: t.dims().to_vec(),
-            offset: t.file_offset(),
-        })
-        .collect())
-}
-
 /// The weight format and the shape `(k, m)` (row length, rows) of `t`, or
 /// why it is not a weight matrix: a GGML type the backends have no weight
 /// format for, or not two-dimensional (the message names the tensor).

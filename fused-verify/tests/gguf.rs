@@ -9,7 +9,7 @@ use std::process::Command;
 
 use common::{quantized, write_gguf};
 use fused_core::DType;
-use fused_verify::gguf::read_tensors;
+use fused_verify::gguf::MappedFile;
 
 fn tiny_model(name: &str) -> PathBuf {
     let path =
@@ -51,17 +51,19 @@ fn tiny_model(name: &str) -> PathBuf {
 #[test]
 fn reader_finds_every_tensor_at_its_aligned_offset() {
     let path = tiny_model("reader");
-    let t = read_tensors(&path).unwrap();
+    let file = MappedFile::open(&path).unwrap();
+    let gguf = file.parse().unwrap();
+    let t = gguf.tensors();
     let bytes = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).ok();
     assert_eq!(t.len(), 5);
-    assert_eq!(t[0].name, "blk.0.ffn_up.weight");
-    assert_eq!((t[0].ggml_type, t[0].ne.clone()), (2, vec![64, 8]));
-    for x in &t {
-        assert_eq!(x.offset % 64, 0, "{}", x.name);
+    assert_eq!(t[0].name(), "blk.0.ffn_up.weight");
+    assert_eq!((t[0].ggml_type(), t[0].dims().to_vec()), (2, vec![64, 8]));
+    for x in t {
+        assert_eq!(x.file_offset() % 64, 0, "{}", x.name());
     }
     let want = quantized(DType::Q4_K, 256, 3);
-    let at = t[1].offset as usize;
+    let at = t[1].file_offset() as usize;
     assert_eq!(&bytes[at..at + want.len()], &want[..]);
 }
 
