@@ -341,6 +341,11 @@ impl CudaBackend {
         shared: u32,
         args: &[*mut c_void],
     ) -> Result<(), CudaError> {
+        // A grid of no blocks has nothing to do (an empty reduction's
+        // quantizer); the driver would refuse it as an invalid launch.
+        if grid == 0 {
+            return Ok(());
+        }
         let f = self.kernel(module, name)?;
         if self.tuning_in_effect().pdl {
             // SAFETY: as below; every kernel of the crate waits for the

@@ -74,6 +74,13 @@ macro_rules! contract_suite {
         }
 
         #[test]
+        fn contract_empty_reduction_gives_the_epilogue_of_zero() {
+            if let Some(b) = $open {
+                $crate::suite::empty_reduction_gives_the_epilogue_of_zero(&b);
+            }
+        }
+
+        #[test]
         fn contract_bad_input_is_a_typed_error() {
             if let Some(b) = $open {
                 $crate::suite::bad_input_is_a_typed_error(&b);

@@ -366,6 +366,51 @@ pub fn rewritten_weights_are_used<B: Backend>(b: &B) {
     assert!(e <= NMSE_REORDERED, "{name}: partial rewrite: NMSE {e:e}");
 }
 
+/// A GEMV over an empty reduction (K = 0) is legal in the core: every dot
+/// product is zero, so `silu(W·x) + r` is `r`. A backend computes it, bit
+/// for bit like the reference, or refuses it through
+/// [`Backend::supports`] with its reason; it never fails at run time or
+/// panics.
+pub fn empty_reduction_gives_the_epilogue_of_zero<B: Backend>(b: &B) {
+    let name = b.name();
+    let m = 64;
+    for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K] {
+        let mut g = Graph::new();
+        let w = TensorDesc::contiguous(dtype, [0, m, 1, 1], BufferId(0), 0).expect("weights");
+        let x = TensorDesc::contiguous(DType::F32, [0, 1, 1, 1], BufferId(1), 0).expect("x");
+        let r = TensorDesc::contiguous(DType::F32, [m, 1, 1, 1], BufferId(1), 0).expect("r");
+        let (wn, xn, rn) = (
+            g.input(w).expect("weights"),
+            g.input(x).expect("x"),
+            g.input(r).expect("r"),
+        );
+        let y = g.mul_mat(wn, xn, Place::at(1, 4 * m)).expect("a matmul");
+        let s = g
+            .unary(Activation::Silu, y, Place::at(1, 8 * m))
+            .expect("silu");
+        let out = g.add(s, rn, Place::at(1, 12 * m)).expect("add");
+        g.mark_output(out).expect("an output");
+        let mut mem = Memory::new(&[0, 16 * m]);
+        let mut rng = Rng::new(7);
+        let rv = rng.vec(m);
+        mem.write(&r, &rv).expect("r fits");
+        for mode in MODES {
+            let case = format!("gemv {dtype} {m}x0 silu+add {mode:?}");
+            if !fused_against_unfused(b, &g, &mem, out, mode, &case) {
+                continue;
+            }
+            let (got, _) = run_once(b, &g, &plan(&g), mode, &mem)
+                .unwrap_or_else(|e| panic!("{name} {case}: {e}"));
+            let t = g.tensor(out).expect("a node");
+            assert_bits_eq(
+                &got.read(t).expect("an f32 output"),
+                &rv,
+                &format!("{name} {case}: silu(0) + r"),
+            );
+        }
+    }
+}
+
 /// Bad buffers, ranges and tensors are errors, never panics.
 pub fn bad_input_is_a_typed_error<B: Backend>(b: &B) {
     let layer = DecodeLayer::new(DType::Q4_0, 256, 512, 4);
