@@ -1,22 +1,35 @@
-//! GEMV / GEMM / decode-layer benchmarks of the CPU backend, each figure
-//! printed next to the memory-read ceiling measured in the same run.
+//! Benchmarks of the CPU backend, each figure printed next to the
+//! memory-read ceiling measured in the same run.
+//!
+//! The decode layer as a caller runs it goes through the backend contract
+//! (`plan`); every other group calls the kernels directly: lab
+//! micro-benchmarks of the kernels the plans are made of.
 //!
 //! Groups (run in this order):
 //! - `probe`: read bandwidth of a 1 GiB buffer with 1 and 2 threads
 //!   ([`fused_cpu::probe`]); the criterion medians are the ceilings.
-//! - `gemv_dram`: 16384×8192 weights, rotated over enough copies that each
-//!   call reads ≥ 1 GiB worth of distinct weights before one repeats
+//! - `gemv_dram` (lab): 16384×8192 weights, rotated over enough copies that
+//!   each call reads ≥ 1 GiB worth of distinct weights before one repeats
 //!   (far beyond L3), in Q4_0, Q8_0, F16, Q4_K, Q6_K with GGML's
 //!   activation mode; throughput in weight bytes.
-//! - `gemv_cache`: 4096×4096, same formats; GEMM with 32 and 512 columns
-//!   (Q4_0, Q8_0, F16), throughput in 2·M·K·N flops; a small-M GEMM (64
-//!   rows × 4096, 128 columns) of the same formats.
-//! - `decode_layer`: attention-out projection plus residual, gate/up GLU,
-//!   down plus residual; FUSED (epilogues, 3 kernels) vs UNFUSED (separate add/glu,
-//!   gate and up as two GEMVs); H=1024/F=2816 (in cache) and H=4096/F=11008
-//!   (rotated copies, DRAM-bound); Q4_0 and F16. The fused/unfused ratio is
-//!   given twice: ratio of the two criterion medians, and the median of
-//!   per-pair ratios of fused and unfused layers run back to back.
+//! - `gemv_cache` (lab): 4096×4096, same formats; GEMM with 32 and 512
+//!   columns (Q4_0, Q8_0, F16), throughput in 2·M·K·N flops; a small-M GEMM
+//!   (64 rows × 4096, 128 columns) of the same formats.
+//! - `decode_layer` (lab): attention-out projection plus residual, gate/up
+//!   GLU, down plus residual, as direct kernel calls; FUSED (epilogues, 3
+//!   kernels) vs UNFUSED (separate add/glu, gate and up as two GEMVs);
+//!   H=1024/F=2816 (in cache) and H=4096/F=11008 (rotated copies,
+//!   DRAM-bound); Q4_0 and F16. The fused/unfused ratio is given twice:
+//!   ratio of the two criterion medians, and the median of per-pair ratios
+//!   of fused and unfused layers run back to back; a per-step breakdown.
+//! - `plan`: fused-testkit's decode layer (q/k/v, attention output plus
+//!   residual, gated feed-forward plus residual) planned fused and unfused
+//!   by the core planner, each plan compiled through
+//!   [`fused_core::backend::Backend::compile`] on [`CpuBackend`], written
+//!   once and timed by [`ResidentPlan::run`] (the residual stream, updated
+//!   in place, restored untimed between runs): fused and unfused side by
+//!   side, H=1024/F=2816 and H=4096/F=11008, Q4_0 weights, f32 and GGML
+//!   activations, 1 and 2 threads, with the plans' launches and barriers.
 //!
 //! - `focus` (first, and only with `GEMV_FOCUS` set): see [`focus`].
 //!
@@ -35,10 +48,12 @@ use criterion::{
     BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
 use fused_core::DType;
-use fused_core::acts::ActQuant;
+use fused_core::acts::{ActQuant, GemvMode};
+use fused_core::backend::{Backend, ResidentPlan};
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
 use fused_core::job::GemvJob;
+use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
 use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
@@ -92,6 +107,7 @@ fn note(line: String) {
 }
 
 use fused_testkit::Rng;
+use fused_testkit::layer::DecodeLayer;
 
 /// `copies` matrices of `rows × cols` in `dtype`, back to back. A set of 61
 /// distinct random rows is quantized with `quantize_row` and the rows are
@@ -161,9 +177,25 @@ fn bench(
     report: Report,
     mut f: impl FnMut(),
 ) -> Option<f64> {
-    let t = Instant::now();
-    f();
-    let first = t.elapsed();
+    bench_timed(g, full, id, report, |iters| {
+        let t = Instant::now();
+        for _ in 0..iters {
+            f();
+        }
+        t.elapsed()
+    })
+}
+
+/// [`bench`] over `timed(n)`: `n` calls and the time they took, so that
+/// what a call needs before it (untimed) stays out of the figure.
+fn bench_timed(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    full: &str,
+    id: &str,
+    report: Report,
+    mut timed: impl FnMut(u64) -> Duration,
+) -> Option<f64> {
+    let first = timed(1);
     if !quick() && first > MAX_CALL {
         note(format!(
             "{full}: SKIPPED, one call took {:.2} s (> {:.1} s limit)",
@@ -179,11 +211,7 @@ fn bench(
     let rec = RefCell::new(Vec::new());
     g.bench_function(id, |b| {
         b.iter_custom(|iters| {
-            let t = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            let e = t.elapsed();
+            let e = timed(iters);
             rec.borrow_mut().push(e.as_secs_f64() / iters.max(1) as f64);
             e
         })
@@ -772,6 +800,110 @@ fn breakdown(tag: &str, be: &CpuBackend, layers: &Layers, s: &mut Bufs) -> Strin
     )
 }
 
+/// The `plan` group: fused-testkit's [`DecodeLayer`] (Q4_0) planned fused
+/// ([`plan`]) and unfused ([`Plan::unfused`]), both compiled through
+/// [`Backend::compile`] on each [`CpuBackend`], written once
+/// ([`ResidentPlan::write_all`]) and timed by [`ResidentPlan::run`], the
+/// residual stream restored ([`ResidentPlan::restore_inputs`], untimed)
+/// before each run. Throughput in weight bytes; a line per case gives the
+/// fused/unfused ratio (of the medians, and interleaved), the launches and
+/// barriers of one run of each plan ([`ResidentPlan::stats`]) and whether
+/// the two outputs are bit for bit the same.
+fn plan_layers(c: &mut Criterion) {
+    let mut g = group(c, "plan");
+    let bes: Vec<CpuBackend> = THREADS
+        .iter()
+        .map(|&t| CpuBackend::new(t).expect("backend"))
+        .collect();
+    let sizes: &[(usize, usize)] = if quick() {
+        &[(256, 512)]
+    } else {
+        &[(1024, 2816), (4096, 11008)]
+    };
+    let dtype = DType::Q4_0;
+    for &(h, f) in sizes {
+        let layer = DecodeLayer::new(dtype, h, f, 41);
+        let (graph, sizes) = (&layer.graph, layer.mem.sizes());
+        let out = graph.tensor(layer.out).expect("the output tensor");
+        let bytes: usize = layer
+            .weights
+            .iter()
+            .map(|t| t.byte_extent().end - t.byte_extent().start)
+            .sum();
+        eprintln!(
+            "plan: {dtype:?} decode layer H={h} F={f} (q/k/v, o + residual, GLU, down + residual): {:.1} MiB of weights",
+            bytes as f64 / (1 << 20) as f64
+        );
+        let plans = [plan(graph), Plan::unfused(graph)];
+        for mode in [GemvMode::F32, GemvMode::Ggml] {
+            for be in &bes {
+                let t = be.threads();
+                let [mut fused, mut unfused] = [&plans[0], &plans[1]].map(|p| {
+                    let mut rp = Backend::compile(be, graph, p, mode, &sizes).expect("compile");
+                    rp.write_all(&layer.mem).expect("write");
+                    rp
+                });
+                let [yf, yu] = [&mut fused, &mut unfused].map(|rp| {
+                    rp.run().expect("run");
+                    let y = rp.read_f32(out).expect("read");
+                    rp.restore_inputs().expect("restore");
+                    y
+                });
+                let same = yf.iter().zip(&yu).all(|(p, q)| p.to_bits() == q.to_bits());
+                let tag = format!("{dtype:?}/H{h}_F{f}/{mode:?}");
+                let mut time = |rp: &mut <CpuBackend as Backend>::Plan<'_>, name: &str| {
+                    bench_timed(
+                        &mut g,
+                        &format!("plan/{tag}/{name}/{t}t"),
+                        &format!("{tag}/{name}/{t}t"),
+                        Report::Bytes(bytes, t),
+                        |iters| {
+                            let mut total = Duration::ZERO;
+                            for _ in 0..iters {
+                                rp.restore_inputs().expect("restore");
+                                let s = Instant::now();
+                                rp.run().expect("run");
+                                total += s.elapsed();
+                            }
+                            total
+                        },
+                    )
+                };
+                let (a, b) = (time(&mut fused, "fused"), time(&mut unfused, "unfused"));
+                if a.is_none() && b.is_none() {
+                    continue; // filtered out or skipped (reported by `bench_timed`)
+                }
+                let (ratio, paired) = match (a, b) {
+                    (Some(a), Some(b)) => {
+                        let pairs = ((2.0 / (a + b)) as usize).clamp(10, 400);
+                        let p = paired_ratio(pairs, |fused_turn, _| {
+                            let rp = if fused_turn { &mut fused } else { &mut unfused };
+                            rp.restore_inputs().expect("restore");
+                            rp.run().expect("run");
+                        });
+                        (
+                            format!("{:.3}", a / b),
+                            format!("{p:.3} over {pairs} pairs"),
+                        )
+                    }
+                    _ => (String::from("n/a"), String::from("n/a")),
+                };
+                let (sf, su) = (fused.stats(), unfused.stats());
+                note(format!(
+                    "plan/{tag}/{t}t: fused/unfused time = {ratio}; interleaved median ratio {paired}; per run: kernel steps fused {} unfused {}, launches fused {} unfused {}, barriers fused {} unfused {}; outputs bit for bit the same: {same}",
+                    sf.kernel_steps,
+                    su.kernel_steps,
+                    sf.launches,
+                    su.launches,
+                    sf.barriers,
+                    su.barriers
+                ));
+            }
+        }
+    }
+    g.finish();
+}
+
 /// One GEMV of a focused run: `(rotated copy, output)`.
 type GemvCall<'a> = dyn FnMut(usize, &mut [f32]) + 'a;
 
@@ -1059,6 +1191,6 @@ fn summary(_c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = config();
-    targets = focus, probe, gemv_dram, gemv_cache, decode_layer, summary
+    targets = focus, probe, gemv_dram, gemv_cache, decode_layer, plan_layers, summary
 }
 criterion_main!(benches);
