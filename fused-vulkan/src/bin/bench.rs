@@ -1,11 +1,20 @@
 //! fused-vulkan-bench: device-timed medians (timestamp queries) of the copy
 //! bandwidth ceiling, signed FWHT fused vs unfused, and GEMV.
 //!
-//! `fused-vulkan-bench [REPS] [MIB] [sweep|fwht|quantize]`: REPS timed runs
-//! per case (default 9), MIB MiB of FWHT input (default 64); `sweep` also
-//! times FWHT plans and the Q8-mode GEMV shapes (barrier between calls) of
-//! a small grid, `fwht` the FWHT plans only, `quantize` the activation
-//! quantizer only, in its default shape and a grid of launch shapes.
+//! `fused-vulkan-bench [REPS] [MIB] [sweep|fwht|quantize|plans]`: REPS timed
+//! runs per case (default 9), MIB MiB of FWHT input (default 64); `sweep`
+//! also times FWHT plans and the Q8-mode GEMV shapes (barrier between calls)
+//! of a small grid, `fwht` the FWHT plans only, `quantize` the activation
+//! quantizer only, in its default shape and a grid of launch shapes,
+//! `plans` the ceiling and the decode-layer plans only.
+//!
+//! The decode-layer plans (last in the default run): fused-testkit's decode
+//! layer (q/k/v, attention output + residual, gated feed-forward + residual;
+//! Q4_0 weights, f32 and GGML activations) planned fused and unfused, each
+//! plan compiled through the backend contract (`Backend::compile`) and
+//! timed by `ResidentPlan::time_once`: H=1024/F=2816 (7 MB of weights: in
+//! the H200's L2 after the first run), and with MIB ≥ 64 also
+//! H=4096/F=11008 (114 MB); GB/s of weight bytes.
 //!
 //! Quantized weights are timed with f32 activations (the `F32` mode) and
 //! with activations quantized as GGML does (`Q8_0`, `Q8_1` or `Q8_K` per
@@ -24,7 +33,10 @@
 //! keeps the clocks up.
 
 use fused_core::DType;
-use fused_core::acts::ActQuant;
+use fused_core::acts::{ActQuant, GemvMode};
+use fused_core::backend::{Backend, ResidentPlan};
+use fused_core::planner::{Plan, plan};
+use fused_testkit::layer::DecodeLayer;
 use fused_vulkan::timing::{self, GemvBench, Timing};
 use fused_vulkan::{ContextOptions, FwhtVariant, GemvShape, QuantizeShape, VulkanBackend};
 
@@ -180,6 +192,107 @@ fn quantize_sweep(b: &mut VulkanBackend, reps: usize) -> Result<(), Box<dyn std:
     Ok(())
 }
 
+/// The decode layers the plans section times (hidden, FFN): the small one
+/// always, the medium one too with `mib` at least the default 64.
+fn plan_shapes(mib: usize) -> &'static [(usize, usize)] {
+    if mib >= 64 {
+        &[(1024, 2816), (4096, 11008)]
+    } else {
+        &[(1024, 2816)]
+    }
+}
+
+/// How long a plan runs untimed before its timed runs.
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// fused-testkit's decode layer of each of `shapes` (Q4_0 weights), planned
+/// fused and unfused by the core planner, each plan compiled through
+/// [`Backend::compile`], written once and timed by
+/// [`ResidentPlan::time_once`] (the residual stream restored before each
+/// run, untimed) `reps` times after [`WARM_UP`] of untimed runs: the
+/// median, GB/s of weight bytes, the fused/unfused ratio, launches and
+/// barriers per run.
+fn plans(
+    b: &VulkanBackend,
+    shapes: &[(usize, usize)],
+    reps: usize,
+    ceiling: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let dtype = DType::Q4_0;
+    let max_range = b.context().info().max_storage_range() as usize;
+    for &(h, f) in shapes {
+        let layer = DecodeLayer::new(dtype, h, f, 41);
+        let sizes = layer.mem.sizes();
+        if sizes.iter().any(|&s| s > max_range) {
+            println!(
+                "plan decode layer {dtype:?} H={h} F={f}: skipped: a buffer exceeds maxStorageBufferRange {max_range}"
+            );
+            continue;
+        }
+        let bytes = layer
+            .weights
+            .iter()
+            .map(|t| (t.byte_extent().end - t.byte_extent().start) as u64)
+            .sum();
+        let both = [
+            ("fused", plan(&layer.graph)),
+            ("unfused", Plan::unfused(&layer.graph)),
+        ];
+        for mode in [GemvMode::F32, GemvMode::Ggml] {
+            let mut medians = [0.0; 2];
+            for ((name, p), median) in both.iter().zip(&mut medians) {
+                let mut rp = Backend::compile(b, &layer.graph, p, mode, &sizes)?;
+                rp.write_all(&layer.mem)?;
+                // Untimed runs first, so that the driver raises the clocks.
+                let warm = std::time::Instant::now();
+                while warm.elapsed() < WARM_UP {
+                    rp.time_once()?;
+                }
+                let mut ns = (0..reps.max(1))
+                    .map(|_| Ok(rp.time_once()?.best().as_secs_f64() * 1e9))
+                    .collect::<Result<Vec<f64>, fused_vulkan::VulkanError>>()?;
+                ns.sort_by(f64::total_cmp);
+                *median = ns[ns.len() / 2];
+                line(
+                    &format!("plan decode layer {dtype:?} x {mode:?} H={h} F={f}, {name}"),
+                    Timing {
+                        median_ns: *median,
+                        bytes,
+                    },
+                    ceiling,
+                );
+                let s = rp.stats();
+                println!(
+                    "  {name} plan: {} dispatches, {} barriers, {} kernel steps per run{}",
+                    s.launches,
+                    s.barriers,
+                    s.kernel_steps,
+                    if s.host_steps {
+                        " (run step by step on the host: the device executor refused it)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            println!(
+                "{:<60} {:>10.2}x",
+                "  fused time / unfused time",
+                medians[0] / medians[1]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// An error naming every message the validation layer reported, if any.
+fn validation_clean(b: &VulkanBackend) -> Result<(), Box<dyn std::error::Error>> {
+    let msgs = b.context().validation_messages();
+    if !msgs.is_empty() {
+        return Err(format!("{} validation messages: {}", msgs.len(), msgs.join("\n")).into());
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(9);
@@ -237,6 +350,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "vkCmdCopyBuffer, the faster"
         }
     );
+    if sweep_arg.as_deref() == Some("plans") {
+        plans(&b, plan_shapes(mib), reps, ceiling)?;
+        return validation_clean(&b);
+    }
     let floats = (mib << 20) / 4;
     let n = 1024;
     let mut variants = vec![picked.variant];
@@ -421,6 +538,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             time_gemv(&b, &mut g, mode, reps, ceiling)?;
         }
     }
+    plans(&b, plan_shapes(mib), reps, ceiling)?;
     // The same copy again: a much slower one means the device's clocks
     // changed during the run and the numbers above are not comparable.
     line(
@@ -428,9 +546,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         timing::copy_shader(&b, copy_bytes, reps)?,
         ceiling,
     );
-    let msgs = b.context().validation_messages();
-    if !msgs.is_empty() {
-        return Err(format!("{} validation messages: {}", msgs.len(), msgs.join("\n")).into());
-    }
-    Ok(())
+    validation_clean(&b)
 }
