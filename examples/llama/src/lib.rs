@@ -1,0 +1,41 @@
+//! # fused-llama: a Llama-architecture model through the crates
+//!
+//! A worked runtime written only against public APIs: the GGUF file is
+//! read by `fused-gguf`, every matrix product runs in a resident plan that
+//! `fused-core`'s planner fused and a backend compiled (`fused-cpu` by
+//! default), and what no plan runs yet (RMSNorm, RoPE, attention over a
+//! host key/value cache, sampling) is host code here. The model is generic
+//! over [`fused_core::backend::Backend`]: switching backend is one
+//! constructor.
+//!
+//! ```no_run
+//! use fused_llama::{LoadOptions, Model, ModelFile, Sampler, generate};
+//!
+//! let backend = fused_cpu::CpuBackend::new(2)?;
+//! let file = ModelFile::open("model.gguf".as_ref())?;
+//! let mut model = Model::load(file, &backend, LoadOptions::default())?;
+//! let prompt = model.tokenizer().encode("The capital of France is")?;
+//! let mut sampler = Sampler::new(0.0, 1.0, 0);
+//! let out = generate(&mut model, &prompt, 8, &mut sampler, true, |text| print!("{text}"))?;
+//! println!("\n{:.1} tok/s", out.decode_tok_s());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod attention;
+pub mod config;
+pub mod error;
+pub mod file;
+pub mod generate;
+pub mod model;
+pub mod ops;
+pub mod plans;
+pub mod sampling;
+pub mod tokenizer;
+
+pub use config::LlamaConfig;
+pub use error::LlamaError;
+pub use file::ModelFile;
+pub use generate::{Generation, generate};
+pub use model::{LoadOptions, Model};
+pub use sampling::Sampler;
+pub use tokenizer::Tokenizer;

@@ -1,0 +1,219 @@
+//! `fused-llama`: decodes a Llama-architecture GGUF model on a fused
+//! backend (the CPU by default), streaming the text as it is generated.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use fused_core::acts::GemvMode;
+use fused_core::backend::Backend;
+use fused_llama::{LlamaError, LoadOptions, Model, ModelFile, Sampler, generate};
+
+/// The model `scripts/fetch-model` caches.
+const CACHED_MODEL: &str = ".models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Which backend runs the plans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendKind {
+    /// fused-cpu (SIMD kernels, `--threads` threads).
+    Cpu,
+    /// fused-vulkan (needs the `vulkan` cargo feature and a Vulkan driver).
+    Vulkan,
+    /// fused-cuda (needs the `cuda` cargo feature and an NVIDIA GPU).
+    Cuda,
+}
+
+/// How GEMVs take their activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// f32 activations against dequantized weights.
+    F32,
+    /// GGML's Q8 quantization of activations, as llama.cpp's CPU path.
+    Ggml,
+}
+
+/// Decodes a Llama-architecture GGUF model through fused's plans.
+#[derive(Debug, Parser)]
+#[command(name = "fused-llama", version)]
+struct Args {
+    /// The GGUF model (default: the model `scripts/fetch-model` cached).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// The prompt (plain text; control tokens such as <|im_start|> are
+    /// recognised).
+    #[arg(long, default_value = "The capital of France is")]
+    prompt: String,
+    /// Tokens to generate.
+    #[arg(short = 'n', default_value_t = 64)]
+    n: usize,
+    /// The backend.
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    backend: BackendKind,
+    /// CPU threads (default: the available parallelism).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The sampling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temp: f32,
+    /// Nucleus sampling: keep the most likely tokens up to this mass.
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    top_p: f32,
+    /// How GEMVs take their activations.
+    #[arg(long, value_enum, default_value_t = Mode::Ggml)]
+    mode: Mode,
+    /// The most positions (capped by the model's context length).
+    #[arg(long, default_value_t = fused_llama::config::DEFAULT_MAX_CONTEXT)]
+    ctx: usize,
+    /// Keep generating past the end-of-sequence token.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Print the model, backend and plans on stderr before generating.
+    #[arg(short, long)]
+    verbose: bool,
+    /// End stdout with one JSON line: prompt and generated ids, tok/s.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The model to load: `--model`, else the cached model in the working
+/// directory or the workspace.
+fn model_path(args: &Args) -> Result<PathBuf, LlamaError> {
+    if let Some(p) = &args.model {
+        return Ok(p.clone());
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    [PathBuf::from(CACHED_MODEL), workspace.join(CACHED_MODEL)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            LlamaError::Usage(format!(
+                "no --model given and no cached model at {CACHED_MODEL}: run scripts/fetch-model"
+            ))
+        })
+}
+
+/// Builds the chosen backend and runs on it: the one place that names a
+/// backend type.
+fn run(args: &Args) -> Result<(), LlamaError> {
+    match args.backend {
+        BackendKind::Cpu => {
+            let threads = args.threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+            });
+            let be = fused_cpu::CpuBackend::new(threads)
+                .map_err(|e| LlamaError::backend("starting the CPU backend", e))?;
+            run_on(&be, args)
+        }
+        #[cfg(feature = "vulkan")]
+        BackendKind::Vulkan => {
+            let be = fused_vulkan::VulkanBackend::new()
+                .map_err(|e| LlamaError::backend("opening a Vulkan device", e))?;
+            run_on(&be, args)
+        }
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => {
+            let be = fused_cuda::CudaBackend::new()
+                .map_err(|e| LlamaError::backend("opening a CUDA device", e))?;
+            run_on(&be, args)
+        }
+        #[allow(unreachable_patterns)]
+        other => Err(LlamaError::Usage(format!(
+            "--backend {}: built without its cargo feature (cargo run --release -p fused-llama \
+             --features {0})",
+            format!("{other:?}").to_lowercase()
+        ))),
+    }
+}
+
+/// Loads the model on `be`, generates, and reports.
+fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
+    let path = model_path(args)?;
+    let opts = LoadOptions {
+        mode: match args.mode {
+            Mode::F32 => GemvMode::F32,
+            Mode::Ggml => GemvMode::Ggml,
+        },
+        max_context: args.ctx,
+    };
+    let t0 = std::time::Instant::now();
+    let mut model = Model::load(ModelFile::open(&path)?, be, opts)?;
+    let load = t0.elapsed();
+    if args.verbose {
+        let c = model.config();
+        eprintln!(
+            "model: {} — {} layers, hidden {}, FFN {}, {} heads / {} KV heads of {}, vocab {}",
+            path.display(),
+            c.n_layer,
+            c.hidden,
+            c.ffn,
+            c.n_head,
+            c.n_head_kv,
+            c.head_dim,
+            c.vocab
+        );
+        let formats: Vec<String> = model
+            .weight_formats()
+            .iter()
+            .map(|(d, n)| format!("{n} {d}"))
+            .collect();
+        eprintln!("weights: {} matrices", formats.join(", "));
+        eprintln!("backend: {}, mode {:?}", model.backend(), opts.mode);
+        for (name, s) in model.plan_summaries() {
+            eprintln!(
+                "plan {name}: {} kernel steps, {} fused, refusals {:?}",
+                s.kernel_steps, s.fused_steps, s.refusals
+            );
+        }
+        eprintln!("loaded in {:.2} s", load.as_secs_f64());
+    }
+    let prompt = model.tokenizer().encode(&args.prompt)?;
+    let mut sampler = Sampler::new(args.temp, args.top_p, args.seed);
+    let mut out = std::io::stdout().lock();
+    let _ = write!(out, "{}", args.prompt);
+    let _ = out.flush();
+    let g = generate(
+        &mut model,
+        &prompt,
+        args.n,
+        &mut sampler,
+        !args.ignore_eos,
+        |text| {
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+        },
+    )?;
+    let _ = writeln!(out);
+    eprintln!(
+        "prompt: {} tokens, {:.1} tok/s; decode: {} tokens, {:.1} tok/s ({})",
+        g.prompt_ids.len(),
+        g.prompt_tok_s(),
+        g.ids.len(),
+        g.decode_tok_s(),
+        model.backend()
+    );
+    if args.json {
+        let j = serde_json::json!({
+            "prompt_ids": g.prompt_ids,
+            "ids": g.ids,
+            "prompt_tok_s": g.prompt_tok_s(),
+            "decode_tok_s": g.decode_tok_s(),
+        });
+        let _ = writeln!(out, "{j}");
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! A Llama model loaded onto a backend: the hyperparameters, the norms and
+//! the embedding table on the host, every matrix in a resident plan
+//! ([`crate::plans`]), and the forward pass of one token.
+
+use std::fmt;
+
+use fused_core::DType;
+use fused_core::acts::GemvMode;
+use fused_core::backend::Backend;
+use fused_core::quant::dequantize_row;
+use fused_gguf::Gguf;
+
+use crate::attention::{AttentionShape, KvCache};
+use crate::config::{DEFAULT_MAX_CONTEXT, LlamaConfig};
+use crate::error::LlamaError;
+use crate::file::{ModelFile, check_shape, matrix, tensor, vector};
+use crate::ops::{Rope, rms_norm};
+use crate::plans::{FfnPlan, HeadPlan, OutPlan, PlanSummary, QkvPlan};
+use crate::tokenizer::Tokenizer;
+
+/// How a model is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// How the GEMVs feed activations: f32, or GGML's Q8 quantization.
+    pub mode: GemvMode,
+    /// The most positions to allow (further capped by the model's
+    /// `llama.context_length`).
+    pub max_context: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions {
+            mode: GemvMode::Ggml,
+            max_context: DEFAULT_MAX_CONTEXT,
+        }
+    }
+}
+
+/// One decoder layer: its norms on the host, its matrices in plans.
+struct Layer<'b, B: Backend + 'b> {
+    attn_norm: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    qkv: QkvPlan<'b, B>,
+    out: OutPlan<'b, B>,
+    ffn: FfnPlan<'b, B>,
+}
+
+/// Where the embedding table lies in the mapped file.
+#[derive(Clone, Copy, Debug)]
+struct Embedding {
+    dtype: DType,
+    offset: usize,
+    row_bytes: usize,
+    rows: usize,
+}
+
+/// A Llama model resident on backend `B`.
+pub struct Model<'b, B: Backend + 'b> {
+    cfg: LlamaConfig,
+    file: ModelFile,
+    embedding: Embedding,
+    layers: Vec<Layer<'b, B>>,
+    output_norm: Vec<f32>,
+    head: HeadPlan<'b, B>,
+    rope: Rope,
+    attention: AttentionShape,
+    tokenizer: Tokenizer,
+    max_context: usize,
+    backend: String,
+    weight_formats: Vec<(DType, usize)>,
+}
+
+impl<'b, B: Backend + 'b> fmt::Debug for Model<'b, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Model")
+            .field("cfg", &self.cfg)
+            .field("file", &self.file.path())
+            .field("backend", &self.backend)
+            .field("max_context", &self.max_context)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'b, B: Backend + 'b> Model<'b, B> {
+    /// Loads the Llama model in `file` onto `backend`: checks the
+    /// hyperparameters, every tensor's presence, shape and format, builds
+    /// and compiles the plans and writes their weights, and reads the
+    /// tokenizer.
+    pub fn load(file: ModelFile, backend: &'b B, opts: LoadOptions) -> Result<Self, LlamaError> {
+        let g = file.parse()?;
+        let cfg = LlamaConfig::from_gguf(&g)?;
+        let tokenizer = Tokenizer::from_gguf(&g, cfg.vocab)?;
+        let (hidden, ffn, q_dim, kv_dim) =
+            (cfg.hidden, cfg.ffn, cfg.n_head * cfg.head_dim, cfg.kv_dim());
+        let mode = opts.mode;
+        let mut formats: Vec<(DType, usize)> = Vec::new();
+        let mut count = |d: DType| match formats.iter_mut().find(|(f, _)| *f == d) {
+            Some((_, n)) => *n += 1,
+            None => formats.push((d, 1)),
+        };
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for l in 0..cfg.n_layer {
+            let name = |t: &str| format!("blk.{l}.{t}.weight");
+            let wq = matrix(&g, &name("attn_q"), hidden, q_dim)?;
+            let wk = matrix(&g, &name("attn_k"), hidden, kv_dim)?;
+            let wv = matrix(&g, &name("attn_v"), hidden, kv_dim)?;
+            let wo = matrix(&g, &name("attn_output"), q_dim, hidden)?;
+            let wg = matrix(&g, &name("ffn_gate"), hidden, ffn)?;
+            let wu = matrix(&g, &name("ffn_up"), hidden, ffn)?;
+            let wd = matrix(&g, &name("ffn_down"), ffn, hidden)?;
+            for m in [&wq, &wk, &wv, &wo, &wg, &wu, &wd] {
+                count(m.dtype);
+            }
+            layers.push(Layer {
+                attn_norm: vector(&g, &name("attn_norm"), hidden)?,
+                ffn_norm: vector(&g, &name("ffn_norm"), hidden)?,
+                qkv: QkvPlan::new(backend, mode, &wq, &wk, &wv, &format!("layer {l} q/k/v"))?,
+                out: OutPlan::new(backend, mode, &wo, &format!("layer {l} output projection"))?,
+                ffn: FfnPlan::new(
+                    backend,
+                    mode,
+                    &wg,
+                    &wu,
+                    &wd,
+                    &format!("layer {l} feed-forward"),
+                )?,
+            });
+        }
+        let output_norm = vector(&g, "output_norm.weight", hidden)?;
+        // A file without `output.weight` ties the head to the embeddings.
+        let head_name = if g.tensor("output.weight").is_some() {
+            "output.weight"
+        } else {
+            "token_embd.weight"
+        };
+        let w_out = matrix(&g, head_name, hidden, cfg.vocab)?;
+        count(w_out.dtype);
+        let head = HeadPlan::new(
+            backend,
+            mode,
+            &w_out,
+            &format!("the output head ({head_name})"),
+        )?;
+        let embedding = embedding(&g, &file, hidden, cfg.vocab)?;
+        let factors = match g.tensor("rope_freqs.weight") {
+            Some(_) => vector(&g, "rope_freqs.weight", cfg.head_dim / 2)?,
+            None => Vec::new(),
+        };
+        let rope = Rope::new(cfg.head_dim, cfg.rope_base, cfg.rope_freq_scale, factors);
+        let attention = AttentionShape {
+            n_head: cfg.n_head,
+            n_head_kv: cfg.n_head_kv,
+            head_dim: cfg.head_dim,
+        };
+        let max_context = opts.max_context.min(cfg.context_length).max(1);
+        drop(g);
+        Ok(Model {
+            cfg,
+            file,
+            embedding,
+            layers,
+            output_norm,
+            head,
+            rope,
+            attention,
+            tokenizer,
+            max_context,
+            backend: format!("{} ({})", backend.name(), backend.device()),
+            weight_formats: formats,
+        })
+    }
+
+    /// The hyperparameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+
+    /// The tokenizer read from the same file.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The most positions a cache of this model holds.
+    pub fn max_context(&self) -> usize {
+        self.max_context
+    }
+
+    /// The backend, in words.
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    /// Weight matrices per format.
+    pub fn weight_formats(&self) -> &[(DType, usize)] {
+        &self.weight_formats
+    }
+
+    /// What the planner made of each kind of plan (those of layer 0 and the
+    /// head): `(name, summary)`.
+    pub fn plan_summaries(&self) -> Vec<(&'static str, &PlanSummary)> {
+        let mut out = Vec::new();
+        if let Some(l) = self.layers.first() {
+            out.push(("q/k/v", l.qkv.summary()));
+            out.push(("output projection + residual", l.out.summary()));
+            out.push(("feed-forward + residual", l.ffn.summary()));
+        }
+        out.push(("output head", self.head.summary()));
+        out
+    }
+
+    /// An empty key/value cache for this model.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::new(self.cfg.n_layer, self.cfg.kv_dim(), self.max_context)
+    }
+
+    /// The embedding of `token`, dequantized.
+    fn embed(&self, token: u32) -> Result<Vec<f32>, LlamaError> {
+        let e = self.embedding;
+        let row = token as usize;
+        if row >= e.rows {
+            return Err(LlamaError::Tokenizer(format!(
+                "token id {token} is outside the vocabulary of {} tokens",
+                e.rows
+            )));
+        }
+        let start = e.offset + row * e.row_bytes;
+        let bytes = self
+            .file
+            .bytes()
+            .get(start..start + e.row_bytes)
+            .ok_or_else(|| LlamaError::MissingTensor {
+                name: "token_embd.weight (row outside the file)".into(),
+            })?;
+        let mut out = vec![0.0f32; self.cfg.hidden];
+        dequantize_row(e.dtype, bytes, &mut out)
+            .map_err(|err| LlamaError::format("token_embd.weight", e.dtype, err.to_string()))?;
+        Ok(out)
+    }
+
+    /// Runs `token` at the next position of `cache` through every layer and
+    /// returns the logits of the token after it.
+    pub fn forward(&mut self, token: u32, cache: &mut KvCache) -> Result<Vec<f32>, LlamaError> {
+        let pos = cache.len();
+        cache.check_next(pos)?;
+        let r = self.forward_at(token, pos, cache);
+        match r {
+            Ok(logits) => {
+                cache.advance();
+                Ok(logits)
+            }
+            Err(e) => {
+                cache.rollback();
+                Err(e)
+            }
+        }
+    }
+
+    fn forward_at(
+        &mut self,
+        token: u32,
+        pos: usize,
+        cache: &mut KvCache,
+    ) -> Result<Vec<f32>, LlamaError> {
+        let eps = self.cfg.norm_eps;
+        let mut h = self.embed(token)?;
+        let mut x = vec![0.0f32; self.cfg.hidden];
+        let mut attn = vec![0.0f32; self.cfg.n_head * self.cfg.head_dim];
+        for (l, layer) in self.layers.iter_mut().enumerate() {
+            rms_norm(&h, &layer.attn_norm, eps, &mut x);
+            let (mut q, mut k, v) = layer.qkv.run(&x)?;
+            self.rope.apply(&mut q, pos);
+            self.rope.apply(&mut k, pos);
+            self.attention.attend(cache, l, &q, &k, &v, &mut attn);
+            layer.out.run(&mut h, &attn)?;
+            rms_norm(&h, &layer.ffn_norm, eps, &mut x);
+            layer.ffn.run(&mut h, &x)?;
+        }
+        rms_norm(&h, &self.output_norm, eps, &mut x);
+        self.head.run(&x)
+    }
+}
+
+/// Where `token_embd.weight` (`[hidden, vocab]`, any format with a
+/// dequantizer) lies in `file`.
+fn embedding(
+    g: &Gguf<'_>,
+    file: &ModelFile,
+    hidden: usize,
+    vocab: usize,
+) -> Result<Embedding, LlamaError> {
+    let name = "token_embd.weight";
+    let t = tensor(g, name)?;
+    check_shape(&t, &[hidden as u64, vocab as u64])?;
+    let dtype = t.dtype()?;
+    if !dtype.is_weight_format() {
+        return Err(LlamaError::format(name, dtype, "not a weight format"));
+    }
+    let row_bytes = dtype
+        .row_bytes(hidden)
+        .map_err(|e| LlamaError::format(name, dtype, e.to_string()))?;
+    let offset = usize::try_from(t.file_offset()).unwrap_or(usize::MAX);
+    let in_file = file
+        .bytes()
+        .get(offset..)
+        .and_then(|b| b.get(..t.data().len()));
+    if !in_file.is_some_and(|b| std::ptr::eq(b, t.data()))
+        || row_bytes.checked_mul(vocab) != Some(t.data().len())
+    {
+        return Err(LlamaError::format(
+            name,
+            dtype,
+            "its bytes do not match its shape",
+        ));
+    }
+    Ok(Embedding {
+        dtype,
+        offset,
+        row_bytes,
+        rows: vocab,
+    })
+}

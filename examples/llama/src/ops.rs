@@ -1,0 +1,164 @@
+//! The host-side element-wise operations of a Llama layer that no plan runs
+//! yet: RMSNorm, rotary position embeddings (RoPE), softmax.
+
+/// `out[i] = x[i] / sqrt(mean(x²) + eps) · w[i]` (GGML's `rms_norm` then
+/// `mul`; the sum of squares in f64 as GGML's `ggml_float`).
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let sum: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let mean = (sum / x.len().max(1) as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+        *o = v * scale * g;
+    }
+}
+
+/// Rotary position embeddings in GGML's "normal" mode (the mode of GGUF
+/// Llama files, whose converter permuted Q and K for it): each head's
+/// adjacent pairs `(x[2i], x[2i+1])` are rotated by
+/// `θ_i = pos · scale · base^(−2i/d) / factor_i`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rope {
+    head_dim: usize,
+    /// `base^(−2/d)`, multiplied in step by step as GGML does.
+    theta_scale: f32,
+    freq_scale: f32,
+    /// Per-pair divisors (`rope_freqs.weight` of Llama 3 files), or empty.
+    factors: Vec<f32>,
+}
+
+impl Rope {
+    /// RoPE over heads of `head_dim` (even) elements, frequency base `base`,
+    /// positions scaled by `freq_scale`, and optional per-pair frequency
+    /// factors (`head_dim / 2` of them, or none).
+    pub fn new(head_dim: usize, base: f32, freq_scale: f32, factors: Vec<f32>) -> Rope {
+        Rope {
+            head_dim,
+            theta_scale: base.powf(-2.0 / head_dim as f32),
+            freq_scale,
+            factors,
+        }
+    }
+
+    /// The `(cos, sin)` of each pair's angle at position `pos`.
+    pub fn angles(&self, pos: usize) -> Vec<(f32, f32)> {
+        let mut theta = pos as f32;
+        (0..self.head_dim / 2)
+            .map(|i| {
+                let ff = self.factors.get(i).copied().unwrap_or(1.0);
+                let t = self.freq_scale * (theta / ff);
+                theta *= self.theta_scale;
+                (t.cos(), t.sin())
+            })
+            .collect()
+    }
+
+    /// Rotates every head of `x` (heads of `head_dim` elements, back to
+    /// back) for position `pos`.
+    pub fn apply(&self, x: &mut [f32], pos: usize) {
+        let cs = self.angles(pos);
+        for head in x.chunks_exact_mut(self.head_dim) {
+            for (pair, &(c, s)) in head.chunks_exact_mut(2).zip(&cs) {
+                let (x0, x1) = (pair[0], pair[1]);
+                pair[0] = x0 * c - x1 * s;
+                pair[1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/// Softmax of `x` in place (max subtracted first).
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    let inv = (1.0 / sum) as f32;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_at_zero_is_identity() {
+        let rope = Rope::new(8, 10_000.0, 1.0, Vec::new());
+        let mut x: Vec<f32> = (0..16).map(|i| i as f32 - 3.5).collect();
+        let before = x.clone();
+        rope.apply(&mut x, 0);
+        assert_eq!(x, before);
+    }
+
+    #[test]
+    fn rope_rotates_adjacent_pairs_by_the_expected_angles() {
+        let (d, base, pos) = (8usize, 100_000.0f32, 7usize);
+        let rope = Rope::new(d, base, 1.0, Vec::new());
+        // Two heads of unit vectors along the first element of each pair.
+        let mut x = vec![0.0f32; 2 * d];
+        for i in (0..2 * d).step_by(2) {
+            x[i] = 1.0;
+        }
+        rope.apply(&mut x, pos);
+        for head in x.chunks_exact(d) {
+            for i in 0..d / 2 {
+                let theta = pos as f64 * f64::from(base).powf(-2.0 * i as f64 / d as f64);
+                let (c, s) = (theta.cos() as f32, theta.sin() as f32);
+                assert!((head[2 * i] - c).abs() < 1e-4, "cos of pair {i}");
+                assert!((head[2 * i + 1] - s).abs() < 1e-4, "sin of pair {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn rope_keeps_norms_and_relative_positions() {
+        // A rotation keeps each pair's norm, and q·k depends only on the
+        // distance between the positions.
+        let rope = Rope::new(64, 10_000.0, 1.0, Vec::new());
+        let q: Vec<f32> = (0..64)
+            .map(|i| ((i * 7) % 11) as f32 / 11.0 - 0.5)
+            .collect();
+        let k: Vec<f32> = (0..64)
+            .map(|i| ((i * 5) % 13) as f32 / 13.0 - 0.5)
+            .collect();
+        let dot_at = |pq: usize, pk: usize| {
+            let (mut a, mut b) = (q.clone(), k.clone());
+            rope.apply(&mut a, pq);
+            rope.apply(&mut b, pk);
+            let n: f32 = a.iter().map(|v| v * v).sum();
+            let n0: f32 = q.iter().map(|v| v * v).sum();
+            assert!((n - n0).abs() < 1e-4);
+            a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>()
+        };
+        assert!((dot_at(5, 2) - dot_at(13, 10)).abs() < 1e-3);
+    }
+
+    #[test]
+    fn rope_factors_divide_the_angle() {
+        let plain = Rope::new(4, 10_000.0, 1.0, Vec::new());
+        let halved = Rope::new(4, 10_000.0, 1.0, vec![2.0, 2.0]);
+        let scaled = Rope::new(4, 10_000.0, 0.5, Vec::new());
+        let (a, b, c) = (plain.angles(6), halved.angles(12), scaled.angles(12));
+        for i in 0..2 {
+            assert!((a[i].0 - b[i].0).abs() < 1e-6 && (a[i].1 - b[i].1).abs() < 1e-6);
+            assert!((a[i].0 - c[i].0).abs() < 1e-6 && (a[i].1 - c[i].1).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn rms_norm_and_softmax() {
+        let mut out = [0.0f32; 4];
+        rms_norm(
+            &[1.0, -1.0, 1.0, -1.0],
+            &[1.0, 2.0, 3.0, 4.0],
+            0.0,
+            &mut out,
+        );
+        assert_eq!(out, [1.0, -2.0, 3.0, -4.0]);
+        let mut p = [1.0f32, 2.0, 3.0];
+        softmax(&mut p);
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(p[2] > p[1] && p[1] > p[0]);
+    }
+}

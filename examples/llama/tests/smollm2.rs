@@ -1,0 +1,193 @@
+//! The real model through the runtime, when `scripts/fetch-model` has
+//! cached it (`.models/SmolLM2-135M-Instruct.Q4_1.gguf`); each test prints
+//! `skipped: <why>` and passes otherwise.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use fused_cpu::CpuBackend;
+use fused_llama::{LlamaError, LoadOptions, Model, ModelFile, Sampler, generate};
+
+const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The cached model, or why there is none.
+fn cached_model() -> Result<PathBuf, String> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.models")
+        .join(MODEL);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "{} not found (run scripts/fetch-model)",
+            p.display()
+        ))
+    }
+}
+
+macro_rules! model_or_skip {
+    () => {
+        match cached_model() {
+            Ok(p) => p,
+            Err(why) => {
+                println!("skipped: {why}");
+                return;
+            }
+        }
+    };
+}
+
+#[test]
+fn greedy_decoding_says_paris() {
+    let path = model_or_skip!();
+    let be = CpuBackend::new(2).expect("a CPU backend");
+    let file = ModelFile::open(&path).expect("the model maps");
+    let mut model = Model::load(file, &be, LoadOptions::default()).expect("the model loads");
+    let prompt = model
+        .tokenizer()
+        .encode("The capital of France is")
+        .expect("the prompt encodes");
+    let mut sampler = Sampler::new(0.0, 1.0, 0);
+    let out = generate(&mut model, &prompt, 8, &mut sampler, true, |_| {}).expect("decodes");
+    println!("generated: {:?}", out.text);
+    assert!(out.text.contains(" Paris"), "{:?}", out.text);
+    assert_eq!(out.ids.len(), 8);
+}
+
+#[test]
+fn the_model_tokenizer_round_trips() {
+    let path = model_or_skip!();
+    let be = CpuBackend::new(1).expect("a CPU backend");
+    let model = Model::load(
+        ModelFile::open(&path).expect("the model maps"),
+        &be,
+        LoadOptions::default(),
+    )
+    .expect("the model loads");
+    let tok = model.tokenizer();
+    // The ids of SmolLM2's own tokenizer (no BOS: add_bos_token is false).
+    assert_eq!(
+        tok.encode("The capital of France is").unwrap(),
+        vec![504, 3575, 282, 4649, 314]
+    );
+    for text in [
+        "Hello, world!",
+        "Grüße aus Zürich — 東京 🙂",
+        "<|im_start|>user\nHi<|im_end|>\n",
+        "x = 12345;\n\ty = 0.5",
+    ] {
+        let ids = tok.encode(text).unwrap();
+        assert_eq!(tok.decode(&ids).unwrap(), text, "{ids:?}");
+    }
+    assert_eq!(tok.encode("<|im_start|>").unwrap(), vec![1]);
+}
+
+#[test]
+fn context_overflow_is_a_typed_error() {
+    let path = model_or_skip!();
+    let be = CpuBackend::new(1).expect("a CPU backend");
+    let opts = LoadOptions {
+        max_context: 4,
+        ..LoadOptions::default()
+    };
+    let mut model = Model::load(ModelFile::open(&path).unwrap(), &be, opts).unwrap();
+    let prompt = model
+        .tokenizer()
+        .encode("The capital of France is")
+        .unwrap();
+    let mut sampler = Sampler::new(0.0, 1.0, 0);
+    let e = generate(&mut model, &prompt, 2, &mut sampler, true, |_| {}).unwrap_err();
+    assert!(
+        matches!(e, LlamaError::ContextOverflow { pos: 5, max: 4 }),
+        "{e}"
+    );
+    // A cache filled to its end refuses the next position too.
+    let mut cache = model.new_cache();
+    for &t in &prompt[..4] {
+        model.forward(t, &mut cache).unwrap();
+    }
+    let e = model.forward(prompt[4], &mut cache).unwrap_err();
+    assert!(
+        matches!(e, LlamaError::ContextOverflow { pos: 4, max: 4 }),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_cli_ends_with_one_json_line() {
+    let path = model_or_skip!();
+    let out = Command::new(env!("CARGO_BIN_EXE_fused-llama"))
+        .args([
+            "--model",
+            path.to_str().unwrap(),
+            "-n",
+            "4",
+            "--threads",
+            "1",
+        ])
+        .args(["--prompt", "The capital of France is", "--json"])
+        .output()
+        .expect("the binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let last = stdout.lines().last().unwrap();
+    let j: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
+    assert_eq!(
+        j["prompt_ids"],
+        serde_json::json!([504, 3575, 282, 4649, 314])
+    );
+    assert_eq!(j["ids"].as_array().unwrap().len(), 4);
+    assert!(j["decode_tok_s"].as_f64().unwrap() > 0.0);
+    assert!(j["prompt_tok_s"].as_f64().unwrap() > 0.0);
+    assert!(stdout.contains(" Paris"), "{stdout}");
+}
+
+#[test]
+fn bad_files_are_typed_errors() {
+    let be = CpuBackend::new(1).expect("a CPU backend");
+    let missing = PathBuf::from("/nonexistent/model.gguf");
+    assert!(matches!(
+        ModelFile::open(&missing),
+        Err(LlamaError::Io { .. })
+    ));
+    let dir = std::env::temp_dir().join(format!("fused-llama-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let not_gguf = dir.join("not.gguf");
+    std::fs::write(&not_gguf, b"this is not a GGUF file at all").unwrap();
+    let e = Model::load(
+        ModelFile::open(&not_gguf).unwrap(),
+        &be,
+        LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, LlamaError::Gguf(_)), "{e}");
+    // A valid GGUF of another architecture.
+    let mut f = Vec::new();
+    f.extend(b"GGUF");
+    f.extend(3u32.to_le_bytes());
+    f.extend(0u64.to_le_bytes());
+    f.extend(1u64.to_le_bytes());
+    let (k, v) = ("general.architecture", "gpt2");
+    f.extend((k.len() as u64).to_le_bytes());
+    f.extend(k.as_bytes());
+    f.extend(8u32.to_le_bytes());
+    f.extend((v.len() as u64).to_le_bytes());
+    f.extend(v.as_bytes());
+    let other = dir.join("gpt2.gguf");
+    std::fs::write(&other, &f).unwrap();
+    let e = Model::load(
+        ModelFile::open(&other).unwrap(),
+        &be,
+        LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, LlamaError::Architecture { found } if found == "gpt2"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
