@@ -126,7 +126,7 @@ impl AttentionShape {
             let qh = &q[h * d..(h + 1) * d];
             for (p, s) in scores.iter_mut().enumerate() {
                 let kp = &keys[p * kv_dim + kvh * d..p * kv_dim + (kvh + 1) * d];
-                *s = qh.iter().zip(kp).map(|(a, b)| a * b).sum::<f32>() * scale;
+                *s = dot(qh, kp) * scale;
             }
             softmax(&mut scores);
             let oh = &mut out[h * d..(h + 1) * d];
@@ -141,9 +141,38 @@ impl AttentionShape {
     }
 }
 
+/// `Σ a[i]·b[i]` over eight interleaved partial sums, which the compiler
+/// keeps in vector registers (a single running sum has to stay scalar).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_covers_every_element() {
+        for n in [0usize, 1, 7, 8, 19, 64] {
+            let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i % 3) as f32).collect();
+            let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert_eq!(dot(&a, &b), want, "n = {n}");
+        }
+    }
 
     #[test]
     fn one_position_returns_its_value_per_group() {
