@@ -2,7 +2,8 @@
 //! planner and made resident on a backend once, with their weights written
 //! into the plans' buffers at load:
 //!
-//! - [`QkvPlan`]: `q, k, v = W_q·x, W_k·x, W_v·x` on the normed input;
+//! - [`QkvPlan`]: `q, k, v = W_q·x, W_k·x, W_v·x` on the normed input, one
+//!   GEMV over the three matrices stacked where their formats agree;
 //! - [`OutPlan`]: `h += W_o·attn`, one GEMV with the residual add as its
 //!   epilogue, in place;
 //! - [`FfnPlan`]: `h += W_d·(silu(W_g·x) ⊙ (W_u·x))`, the gated dual GEMV
@@ -69,6 +70,49 @@ impl<'w> Builder<'w> {
         }
         self.weight_bytes = next_aligned(t.byte_extent().end)?;
         self.weights.push((t, *m));
+        Ok(self.g.input(t)?)
+    }
+
+    /// The matrices `ms` (one format, one row length) stacked row after row
+    /// into one weight tensor: one GEMV computes all their products, its
+    /// output their outputs back to back.
+    fn stacked(&mut self, ms: &[&Matrix<'w>]) -> Result<NodeId, LlamaError> {
+        let (Some(first), rows) = (ms.first(), ms.iter().map(|m| m.m).sum::<usize>()) else {
+            return Err(LlamaError::Config {
+                what: "stacked weights".into(),
+                why: "no matrix".into(),
+            });
+        };
+        let start = self.weight_bytes;
+        let t =
+            TensorDesc::contiguous(first.dtype, [first.k, rows, 1, 1], BufferId(WEIGHTS), start)
+                .map_err(|e| LlamaError::format(first.name, first.dtype, e.to_string()))?;
+        let mut at = start;
+        for m in ms {
+            let part = TensorDesc::contiguous(m.dtype, [m.k, m.m, 1, 1], BufferId(WEIGHTS), at)
+                .map_err(|e| LlamaError::format(m.name, m.dtype, e.to_string()))?;
+            if part.byte_extent().len() != m.data.len() {
+                return Err(LlamaError::format(
+                    m.name,
+                    m.dtype,
+                    format!(
+                        "{} bytes, its shape needs {}",
+                        m.data.len(),
+                        part.byte_extent().len()
+                    ),
+                ));
+            }
+            self.weights.push((part, **m));
+            at = part.byte_extent().end;
+        }
+        if at != t.byte_extent().end {
+            return Err(LlamaError::format(
+                first.name,
+                first.dtype,
+                "stacked matrices do not fill the stacked tensor",
+            ));
+        }
+        self.weight_bytes = next_aligned(at)?;
         Ok(self.g.input(t)?)
     }
 
@@ -153,7 +197,11 @@ impl PlanSummary {
         PlanSummary {
             kernel_steps: p.kernel_steps(g),
             fused_steps: p.fused_steps(),
-            refusals: p.refusals.iter().map(|r| format!("{r:?}")).collect(),
+            refusals: p
+                .refusals
+                .iter()
+                .map(|r| format!("{:?} at node {}: {}", r.pattern, r.anchor.index(), r.reason))
+                .collect(),
         }
     }
 }
@@ -196,7 +244,9 @@ impl<'b, B: Backend + 'b> fmt::Debug for Compiled<'b, B> {
 /// The query, key and value vectors of one position.
 pub type Qkv = (Vec<f32>, Vec<f32>, Vec<f32>);
 
-/// `q, k, v` of one layer: three GEMVs over one normed input, one plan.
+/// `q, k, v` of one layer over one normed input, one plan: a single GEMV
+/// over `W_q`, `W_k`, `W_v` stacked row after row where they share a format
+/// (the usual case), else three GEMVs.
 #[derive(Debug)]
 pub struct QkvPlan<'b, B: Backend + 'b> {
     c: Compiled<'b, B>,
@@ -217,18 +267,38 @@ impl<'b, B: Backend + 'b> QkvPlan<'b, B> {
         what: &str,
     ) -> Result<Self, LlamaError> {
         let mut b = Builder::new();
-        let (nq, nk, nv) = (b.weight(wq)?, b.weight(wk)?, b.weight(wv)?);
         let (x, xt) = b.vector(wq.k)?;
-        let at = b.place(wq.m)?;
-        let q = b.g.mul_mat(nq, x, at)?;
-        let at = b.place(wk.m)?;
-        let k = b.g.mul_mat(nk, x, at)?;
-        let at = b.place(wv.m)?;
-        let v = b.g.mul_mat(nv, x, at)?;
-        for id in [q, k, v] {
-            b.g.mark_output(id)?;
-        }
-        let (q, k, v) = (b.tensor(q)?, b.tensor(k)?, b.tensor(v)?);
+        let same = wk.dtype == wq.dtype && wv.dtype == wq.dtype && wk.k == wq.k && wv.k == wq.k;
+        let (q, k, v) = if same {
+            // One GEMV over the three matrices stacked: one kernel step and
+            // one activation quantization instead of three.
+            let w = b.stacked(&[wq, wk, wv])?;
+            let at = b.place(wq.m + wk.m + wv.m)?;
+            let qkv = b.g.mul_mat(w, x, at)?;
+            b.g.mark_output(qkv)?;
+            let all = b.tensor(qkv)?;
+            let part = |off: usize, n: usize| {
+                TensorDesc::contiguous(
+                    DType::F32,
+                    [n, 1, 1, 1],
+                    all.buffer(),
+                    all.offset() + 4 * off,
+                )
+            };
+            (part(0, wq.m)?, part(wq.m, wk.m)?, part(wq.m + wk.m, wv.m)?)
+        } else {
+            let (nq, nk, nv) = (b.weight(wq)?, b.weight(wk)?, b.weight(wv)?);
+            let at = b.place(wq.m)?;
+            let q = b.g.mul_mat(nq, x, at)?;
+            let at = b.place(wk.m)?;
+            let k = b.g.mul_mat(nk, x, at)?;
+            let at = b.place(wv.m)?;
+            let v = b.g.mul_mat(nv, x, at)?;
+            for id in [q, k, v] {
+                b.g.mark_output(id)?;
+            }
+            (b.tensor(q)?, b.tensor(k)?, b.tensor(v)?)
+        };
         Ok(QkvPlan {
             c: b.compile(backend, mode, what)?,
             x: xt,
