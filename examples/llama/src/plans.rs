@@ -477,3 +477,172 @@ impl<'b, B: Backend + 'b> HeadPlan<'b, B> {
         &self.c.summary
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fused_cpu::CpuBackend;
+
+    /// Deterministic values in [-0.5, 0.5).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    /// A matrix of `m` rows of `k` in `dtype` (F32 or F16) with its f32 values.
+    fn mat(
+        name: &'static str,
+        dtype: DType,
+        k: usize,
+        m: usize,
+        seed: u64,
+    ) -> (Vec<u8>, Vec<f32>, &'static str, DType) {
+        let v = values(k * m, seed);
+        let bytes = match dtype {
+            DType::F16 => v.iter().flat_map(|x| half_bits(*x).to_le_bytes()).collect(),
+            _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        let exact = match dtype {
+            DType::F16 => v.iter().map(|x| f16_round(*x)).collect(),
+            _ => v,
+        };
+        (bytes, exact, name, dtype)
+    }
+
+    fn half_bits(x: f32) -> u16 {
+        let mut out = [0u8; 2];
+        fused_core::quant::quantize_row(DType::F16, &[x], &mut out).unwrap();
+        u16::from_le_bytes(out)
+    }
+
+    fn f16_round(x: f32) -> f32 {
+        let mut out = [0.0f32];
+        fused_core::quant::dequantize_row(DType::F16, &half_bits(x).to_le_bytes(), &mut out)
+            .unwrap();
+        out[0]
+    }
+
+    fn gemv(w: &[f32], k: usize, x: &[f32]) -> Vec<f32> {
+        w.chunks_exact(k)
+            .map(|row| {
+                row.iter()
+                    .zip(x)
+                    .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                    .sum::<f64>() as f32
+            })
+            .collect()
+    }
+
+    fn close(a: &[f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() < 1e-3, "element {i}: {x} vs {y}");
+        }
+    }
+
+    fn as_matrix<'a>(m: &'a (Vec<u8>, Vec<f32>, &'static str, DType), k: usize) -> Matrix<'a> {
+        Matrix {
+            name: m.2,
+            dtype: m.3,
+            k,
+            m: m.1.len() / k,
+            data: &m.0,
+        }
+    }
+
+    #[test]
+    fn qkv_stacked_and_separate_compute_the_products() {
+        let be = CpuBackend::new(1).unwrap();
+        let (k, mq, mkv) = (64, 64, 32);
+        let x = values(k, 9);
+        for formats in [[DType::F32; 3], [DType::F16, DType::F16, DType::F32]] {
+            let q = mat("q", formats[0], k, mq, 1);
+            let kk = mat("k", formats[1], k, mkv, 2);
+            let v = mat("v", formats[2], k, mkv, 3);
+            let mut p = QkvPlan::new(
+                &be,
+                GemvMode::F32,
+                &as_matrix(&q, k),
+                &as_matrix(&kk, k),
+                &as_matrix(&v, k),
+                "test q/k/v",
+            )
+            .unwrap();
+            let steps = if formats[0] == formats[2] { 1 } else { 3 };
+            assert_eq!(p.summary().kernel_steps, steps, "{formats:?}");
+            let (oq, ok, ov) = p.run(&x).unwrap();
+            close(&oq, &gemv(&q.1, k, &x));
+            close(&ok, &gemv(&kk.1, k, &x));
+            close(&ov, &gemv(&v.1, k, &x));
+        }
+    }
+
+    #[test]
+    fn out_and_ffn_add_into_the_residual_stream() {
+        let be = CpuBackend::new(2).unwrap();
+        let (hidden, ffn) = (64, 96);
+        let wo = mat("o", DType::F32, hidden, hidden, 4);
+        let mut out =
+            OutPlan::new(&be, GemvMode::F32, &as_matrix(&wo, hidden), "test out").unwrap();
+        assert_eq!(
+            (out.summary().kernel_steps, out.summary().fused_steps),
+            (1, 1)
+        );
+        let h0 = values(hidden, 5);
+        let attn = values(hidden, 6);
+        let mut h = h0.clone();
+        out.run(&mut h, &attn).unwrap();
+        let want: Vec<f32> = gemv(&wo.1, hidden, &attn)
+            .iter()
+            .zip(&h0)
+            .map(|(a, b)| a + b)
+            .collect();
+        close(&h, &want);
+
+        let wg = mat("gate", DType::F32, hidden, ffn, 7);
+        let wu = mat("up", DType::F32, hidden, ffn, 8);
+        let wd = mat("down", DType::F32, ffn, hidden, 9);
+        let mut f = FfnPlan::new(
+            &be,
+            GemvMode::F32,
+            &as_matrix(&wg, hidden),
+            &as_matrix(&wu, hidden),
+            &as_matrix(&wd, ffn),
+            "test ffn",
+        )
+        .unwrap();
+        assert_eq!((f.summary().kernel_steps, f.summary().fused_steps), (2, 2));
+        let x = values(hidden, 10);
+        let h1 = h.clone();
+        f.run(&mut h, &x).unwrap();
+        let (g, u) = (gemv(&wg.1, hidden, &x), gemv(&wu.1, hidden, &x));
+        let a: Vec<f32> = g
+            .iter()
+            .zip(&u)
+            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        let want: Vec<f32> = gemv(&wd.1, ffn, &a)
+            .iter()
+            .zip(&h1)
+            .map(|(d, r)| d + r)
+            .collect();
+        close(&h, &want);
+    }
+
+    #[test]
+    fn a_weight_of_the_wrong_size_is_refused_by_name() {
+        let be = CpuBackend::new(1).unwrap();
+        let w = mat("blk.0.attn_output.weight", DType::F32, 64, 64, 1);
+        let short = Matrix {
+            data: &w.0[..100],
+            ..as_matrix(&w, 64)
+        };
+        let e = HeadPlan::new(&be, GemvMode::F32, &short, "test head").unwrap_err();
+        assert!(e.to_string().contains("blk.0.attn_output.weight"), "{e}");
+    }
+}
