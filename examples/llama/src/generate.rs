@@ -82,13 +82,10 @@ pub fn generate<B: Backend>(
     }
     let mut cache = model.new_cache();
     let t0 = Instant::now();
-    let mut logits = Vec::new();
     for &t in &prompt[..prompt.len() - 1] {
         model.forward(t, &mut cache)?;
     }
-    if n > 0 {
-        logits = model.forward(last, &mut cache)?;
-    }
+    let mut logits = model.forward(last, &mut cache)?;
     let prompt_time = t0.elapsed();
     let eos = model.tokenizer().eos();
     let mut ids = Vec::with_capacity(n);

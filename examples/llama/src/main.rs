@@ -184,8 +184,9 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
     let prompt = model.tokenizer().encode(&args.prompt)?;
     let mut sampler = Sampler::new(args.temp, args.top_p, args.seed);
     let mut out = std::io::stdout().lock();
-    let _ = write!(out, "{}", args.prompt);
-    let _ = out.flush();
+    // The prompt is echoed with the first generated text, once the run is
+    // known to fit the context.
+    let mut echo = Some(args.prompt.as_str());
     let g = generate(
         &mut model,
         &prompt,
@@ -193,11 +194,11 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
         &mut sampler,
         !args.ignore_eos,
         |text| {
-            let _ = write!(out, "{text}");
+            let _ = write!(out, "{}{text}", echo.take().unwrap_or_default());
             let _ = out.flush();
         },
     )?;
-    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", echo.take().unwrap_or_default());
     eprintln!(
         "prompt: {} tokens, {:.1} tok/s; decode: {} tokens, {:.1} tok/s ({})",
         g.prompt_ids.len(),
