@@ -76,6 +76,8 @@ const GEMV_FORMATS: [DType; 5] = [
     DType::Q4_K,
     DType::Q6_K,
 ];
+/// Formats benchmarked in cache only (GEMV, GGML's activation mode).
+const CACHE_ONLY_FORMATS: [DType; 1] = [DType::TQ2_0];
 const GEMM_FORMATS: [DType; 3] = [DType::Q4_0, DType::Q8_0, DType::F16];
 /// Weight rows of the small-M GEMM in `gemv_cache` (one GEMM row tile).
 const SMALL_M: usize = 64;
@@ -362,7 +364,7 @@ fn gemv_cache(c: &mut Criterion) {
         .iter()
         .map(|&t| CpuBackend::new(t).expect("backend"))
         .collect();
-    for dtype in GEMV_FORMATS {
+    for dtype in GEMV_FORMATS.into_iter().chain(CACHE_ONLY_FORMATS) {
         let bytes = dtype.row_bytes(k).expect("row bytes") * m;
         let all = weights(dtype, m, k, 1, 13);
         let w = mat(dtype, m, k, &all, 0);
@@ -964,6 +966,7 @@ fn focus(_c: &mut Criterion) {
     for f in formats.split(',') {
         let dtype = GEMV_FORMATS
             .into_iter()
+            .chain(CACHE_ONLY_FORMATS)
             .find(|d| format!("{d:?}") == f)
             .expect("format");
         let mode = ActQuant::ggml(dtype);

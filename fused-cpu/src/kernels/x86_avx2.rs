@@ -11,7 +11,10 @@
 //! differs from the scalar reference. Eight 32-element blocks are processed
 //! per iteration: their per-lane integer sums are reduced to one i32 per
 //! block with a `hadd` tree, converted to f32 and multiplied by the eight
-//! block scales (`dx·dy`, converted with F16C) in one FMA.
+//! block scales (`dx·dy`, converted with F16C) in one FMA. Q6_K and TQ2_0
+//! do the same with eight super-blocks: their offsets come from the
+//! `bsums` into lanes of their own, so a block's lanes must be added up
+//! before they meet its scale (see `q8k_loop`).
 //!
 //! Signed × signed byte products use `maddubs` on `|x|` and `sign(y, x)`
 //! (GGML's trick); it is exact for codes in `-127..=127`, which is all the
@@ -602,82 +605,170 @@ pub(super) unsafe fn q6_half(ql: *const u8, qh: *const u8) -> [__m256i; 4] {
     ]
 }
 
+/// Runs `block` (the exact integer dot of weight block `b` with Q8_K block
+/// `b`, as eight i32 lanes of partial sums) over `nb` blocks of `WB`-byte
+/// weights whose f16 `d` is at offset `DX`, and returns
+/// `Σ_b isum_b·(dx_b·dy_b)`.
+///
+/// Each block's lanes are added up (exactly, in i32) before they meet its
+/// scale, as in the reference. The lanes alone can be far larger than the
+/// block's sum where a format's offset is subtracted through the `bsums`
+/// (an element's `code·q` and its `−off·q` land in different lanes); scaled
+/// one by one, they overflow or cancel and swallow the rest of the row when
+/// one activation is huge (3e38 makes `dy = −3e38/127` and its code −127:
+/// with TQ2_0 a lane of `−254·dy·dx` for `t = +1`, +inf where the reference
+/// gives `−127·dy·dx`; lanes of `∓127·dy·dx` for `t = 0`, which cancel
+/// and leave the rounding error of 3e38 instead of the row's ordinary
+/// value). Eight blocks are reduced together (`reduce8`), converted and
+/// scaled by their eight `dx·dy` in one FMA; the last `nb mod 8` blocks one
+/// at a time.
+macro_rules! q8k_loop {
+    ($w:ident, $y:ident, $nb:ident, $WB:expr, $DX:expr, |$b:ident| $block:expr) => {{
+        let mut acc = _mm256_setzero_ps();
+        let mut b0 = 0usize;
+        while b0 + 8 <= $nb {
+            let mut s = [_mm256_setzero_si256(); 8];
+            for (i, si) in s.iter_mut().enumerate() {
+                let $b = b0 + i;
+                *si = $block;
+            }
+            // SAFETY: the `d` fields of weight and activation blocks
+            // `b0..b0 + 8 ≤ nb`.
+            let d = unsafe { q8k_scales8($w.add(b0 * $WB + $DX), $WB, $y.add(b0 * Q8K_BYTES)) };
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&s)), d, acc);
+            b0 += 8;
+        }
+        let mut sum = hsum_ps(acc);
+        while b0 < $nb {
+            let $b = b0;
+            let isum = $block;
+            // SAFETY: the `d` fields of weight and activation block `b0 < nb`.
+            let d = unsafe { rdf16($w.add(b0 * $WB + $DX)) * rdf32($y.add(b0 * Q8K_BYTES)) };
+            sum += hsum_i32(isum) as f32 * d;
+            b0 += 1;
+        }
+        sum
+    }};
+}
+
+/// The eight block scales `dx·dy` of eight consecutive blocks: `dx` the f16
+/// at `dx`, `dx + stride`, …; `dy` the f32 `d` of the eight Q8_K blocks at
+/// `y`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; the eight f16 and the eight Q8_K `d` readable.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q8k_scales8(dx: *const u8, stride: usize, y: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees the reads.
+    unsafe {
+        let dy = _mm256_set_ps(
+            rdf32(y.add(7 * Q8K_BYTES)),
+            rdf32(y.add(6 * Q8K_BYTES)),
+            rdf32(y.add(5 * Q8K_BYTES)),
+            rdf32(y.add(4 * Q8K_BYTES)),
+            rdf32(y.add(3 * Q8K_BYTES)),
+            rdf32(y.add(2 * Q8K_BYTES)),
+            rdf32(y.add(Q8K_BYTES)),
+            rdf32(y),
+        );
+        _mm256_mul_ps(f16x8(dx, stride), dy)
+    }
+}
+
+/// The exact integer dot `Σ sc·(q − 32)·y` of Q6_K block `b` of `w` with
+/// Q8_K block `b` of `y`, over eight i32 lanes of partial sums.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `w` and `y` hold at least `b + 1` blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_k_block(w: *const u8, y: *const u8, b: usize) -> __m256i {
+    // SAFETY: block `b`, in bounds of both rows (the caller's guarantee).
+    let (wp, yp) = unsafe { (w.add(b * Q6K_BYTES), y.add(b * Q8K_BYTES)) };
+    // SAFETY: `scales` of the weight block, `bsums` of the activation block.
+    let (sc8, bsums) = unsafe {
+        (
+            _mm_loadu_si128(wp.add(192).cast()),
+            _mm256_loadu_si256(yp.add(260).cast()),
+        )
+    };
+    // Σ sc·(q − 32)·y = Σ sc·q·y − 32·Σ_g sc_g·bsum_g.
+    let corr = _mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(sc8));
+    let mut isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+    let sa = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
+    let sb = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
+    for h in 0..2 {
+        // SAFETY: `ql[64h..64h + 64]`, `qh[32h..32h + 32]`.
+        let q = unsafe { q6_half(wp.add(64 * h), wp.add(128 + 32 * h)) };
+        let sv = if h == 0 { sa } else { sb };
+        for (t, qt) in q.iter().enumerate() {
+            // SAFETY: activation codes `128h + 32t .. + 32`.
+            let yv = unsafe { _mm256_loadu_si256(yp.add(4 + 128 * h + 32 * t).cast()) };
+            let s = _mm256_shuffle_epi8(sv, bcast16_mask(2 * t, 2 * t + 1));
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*qt, yv), s);
+            isum = _mm256_add_epi32(isum, p);
+        }
+    }
+    isum
+}
+
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` Q6_K blocks and `y` `nb` Q8_K blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q6_k_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..nb {
+    q8k_loop!(w, y, nb, Q6K_BYTES, 208, |b| {
         // SAFETY: block `b < nb`, in bounds of both rows.
-        let (wp, yp) = unsafe { (w.add(b * Q6K_BYTES), y.add(b * Q8K_BYTES)) };
-        // SAFETY: `scales`, `d` of the weight block, `d`, `bsums` of the
-        // activation block.
-        let (d, sc8, bsums) = unsafe {
-            (
-                rdf16(wp.add(208)) * rdf32(yp),
-                _mm_loadu_si128(wp.add(192).cast()),
-                _mm256_loadu_si256(yp.add(260).cast()),
-            )
-        };
-        // Σ sc·(q − 32)·y = Σ sc·q·y − 32·Σ_g sc_g·bsum_g.
-        let corr = _mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(sc8));
-        let mut isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
-        let sa = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
-        let sb = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
-        for h in 0..2 {
-            // SAFETY: `ql[64h..64h + 64]`, `qh[32h..32h + 32]`.
-            let q = unsafe { q6_half(wp.add(64 * h), wp.add(128 + 32 * h)) };
-            let sv = if h == 0 { sa } else { sb };
-            for (t, qt) in q.iter().enumerate() {
-                // SAFETY: activation codes `128h + 32t .. + 32`.
-                let yv = unsafe { _mm256_loadu_si256(yp.add(4 + 128 * h + 32 * t).cast()) };
-                let s = _mm256_shuffle_epi8(sv, bcast16_mask(2 * t, 2 * t + 1));
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*qt, yv), s);
-                isum = _mm256_add_epi32(isum, p);
-            }
+        unsafe { q6_k_block(w, y, b) }
+    })
+}
+
+/// The exact integer dot `Σ (t − 1)·q` of TQ2_0 block `b` of `w` with
+/// Q8_K block `b` of `y`, spread over eight i32 lanes (the lanes are
+/// partial sums, meaningful only added together).
+///
+/// `Σ (t − 1)·q = Σ code·q − Σ q`, with `Σ q` from the `bsums`. The eight
+/// `code·q` products of each i16 lane of `maddubs` (codes ≤ 3, so at most
+/// `8·2·3·128 = 6144` in magnitude) are added in i16, exact for any bytes,
+/// and widened once.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `w` and `y` hold at least `b + 1` blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn tq2_0_block(w: *const u8, y: *const u8, b: usize) -> __m256i {
+    let m3 = _mm256_set1_epi8(3);
+    let ones = _mm256_set1_epi16(1);
+    // SAFETY: block `b`, in bounds of both rows (the caller's guarantee).
+    let (wp, yp) = unsafe { (w.add(b * TQ2_BYTES), y.add(b * Q8K_BYTES)) };
+    let mut p16 = _mm256_setzero_si256();
+    for j in 0..2 {
+        // SAFETY: `qs[32j..32j + 32]` of the weight block.
+        let q = unsafe { _mm256_loadu_si256(wp.add(32 * j).cast()) };
+        for l in 0..4 {
+            // Bits 2l..2l + 2 of `qs[32j + m]` are element 128j + 32l + m.
+            let codes = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * l as i32)), m3);
+            // SAFETY: activation codes `128j + 32l .. + 32`.
+            let yv = unsafe { _mm256_loadu_si256(yp.add(4 + 128 * j + 32 * l).cast()) };
+            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(codes, yv));
         }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
     }
-    hsum_ps(acc)
+    // SAFETY: `bsums` of the activation block.
+    let bsums = unsafe { _mm256_loadu_si256(yp.add(260).cast()) };
+    _mm256_sub_epi32(
+        _mm256_madd_epi16(p16, ones),
+        _mm256_madd_epi16(bsums, ones),
+    )
 }
 
 /// # Safety
 /// AVX2/FMA/F16C present; `w` holds `nb` TQ2_0 blocks and `y` `nb` Q8_K blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tq2_0_q8_k(w: *const u8, y: *const u8, nb: usize) -> f32 {
-    let m3 = _mm256_set1_epi8(3);
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..nb {
+    q8k_loop!(w, y, nb, TQ2_BYTES, 64, |b| {
         // SAFETY: block `b < nb`, in bounds of both rows.
-        let (wp, yp) = unsafe { (w.add(b * TQ2_BYTES), y.add(b * Q8K_BYTES)) };
-        // SAFETY: `d` (last) of the weight block, `d` and `bsums` of the
-        // activation block.
-        let (d, bsums) = unsafe {
-            (
-                rdf32(yp) * rdf16(wp.add(64)),
-                _mm256_loadu_si256(yp.add(260).cast()),
-            )
-        };
-        // Σ (q − 1)·y = Σ q·y − Σ y, with Σ y the sum of the bsums.
-        let mut isum = _mm256_sub_epi32(
-            _mm256_setzero_si256(),
-            _mm256_madd_epi16(bsums, _mm256_set1_epi16(1)),
-        );
-        for j in 0..2 {
-            // SAFETY: `qs[32j..32j + 32]` of the weight block.
-            let q = unsafe { _mm256_loadu_si256(wp.add(32 * j).cast()) };
-            for l in 0..4 {
-                // Bits 2l..2l + 2 of `qs[32j + m]` are element 128j + 32l + m.
-                let codes =
-                    _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * l as i32)), m3);
-                // SAFETY: activation codes `128j + 32l .. + 32`.
-                let yv = unsafe { _mm256_loadu_si256(yp.add(4 + 128 * j + 32 * l).cast()) };
-                isum = _mm256_add_epi32(isum, dot_u8i8(codes, yv));
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
-    }
-    hsum_ps(acc)
+        unsafe { tq2_0_block(w, y, b) }
+    })
 }
 
 // ---------------------------------------------------------------------------

@@ -26,7 +26,9 @@
 //! scales to every 128-bit lane once and picks them with in-lane `vpshufb`,
 //! one µop against two) with `vpdpwssd` into two accumulators;
 //! their offsets (`dmin·Σ m·bsum`, `32·Σ sc·bsum`) come from the Q8_K
-//! block sums, as in the AVX2 kernels. Q4_K unpacks the block headers of
+//! block sums, as in the AVX2 kernels, so Q6_K adds up each block's lanes
+//! (four rows together) before they meet the block's scale (see
+//! `q6_k_rows`). Q4_K unpacks the block headers of
 //! its four rows together in vector registers (one shuffle and two or three
 //! bitwise operations for all their scales, the same for the mins, one
 //! conversion for all `d`, `dmin`), since every 512-bit µop counts: both
@@ -756,19 +758,6 @@ const fn scale_words(first: i16, per: i16, step: i16) -> [i16; 32] {
     idx
 }
 
-/// The f16 at `p` widened with F16C (exact), times `dy`, in lane 0.
-///
-/// # Safety
-/// F16C present; `p..p + 2` readable.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn f16_times(p: *const u8, dy: f32) -> __m128 {
-    // SAFETY: the caller guarantees two readable bytes; unaligned read.
-    let bits = u16::from_le(unsafe { p.cast::<u16>().read_unaligned() });
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)));
-    _mm_mul_ps(v, _mm_set1_ps(dy))
-}
-
 /// Two 32-byte halves, `p` in the low and `q` in the high half.
 ///
 /// # Safety
@@ -1065,6 +1054,17 @@ q4_k_kernel!(
 /// shifted per 256-bit half; they match activations `128h + 0..64` and
 /// `128h + 64..128` in order. `maddubs` (exact: codes ≤ 63) then `vpdpwssd`
 /// with the 16-element sub-block scales.
+///
+/// The lanes of a block's integer sum are added up (exactly, in i32) before
+/// they meet its scale `dx·dy`, as in the reference: they are partial sums
+/// that can be far larger than the block's, since an element's `sc·q·y` and
+/// its offset `−32·sc·y` (from the `bsums`) land in different lanes. Scaled
+/// one by one, they overflow or cancel and swallow the rest of the row when
+/// one activation is huge (3e38 makes `dy = −3e38/127` and its code −127:
+/// lanes near `f32::MAX` of opposite signs even where its weight is 0,
+/// which gave 0 for a row of ~2). The four rows' block sums come out of one
+/// shuffle tree ([`block_sums4`]), and are scaled and added in one 128-bit
+/// FMA, lane `r` for row `r`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
     let pf = R * nb * Q6K_BYTES;
@@ -1083,7 +1083,9 @@ unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
             word_idx(scale_words(12, 8, 1)),
         ],
     ];
-    let mut acc = [_mm512_setzero_ps(); R];
+    const { assert!(R <= 4) };
+    // Lane `r`: row `r`'s sum over the blocks so far.
+    let mut acc = _mm_setzero_ps();
     for b in 0..nb {
         // SAFETY: block `b < nb` of the activations (292 bytes): `d`,
         // `bsums` and the four 64-code vectors.
@@ -1105,20 +1107,16 @@ unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
                 ],
             )
         };
-        for (a, wr) in acc.iter_mut().zip(w) {
+        let mut isums = [_mm512_setzero_si512(); 4];
+        for (is, wr) in isums.iter_mut().zip(w) {
             // SAFETY: block `b < nb` of row `wr`.
             let wp = unsafe { wr.add(b * Q6K_BYTES) };
             prefetch(wp.wrapping_add(pf));
             prefetch(wp.wrapping_add(pf + 64));
             prefetch(wp.wrapping_add(pf + 128));
             prefetch(wp.wrapping_add(pf + 192));
-            // SAFETY: `scales` and `d` of the weight block.
-            let (d, sc8) = unsafe {
-                (
-                    _mm512_broadcastss_ps(f16_times(wp.add(208), dy)),
-                    _mm_loadu_si128(wp.add(192).cast()),
-                )
-            };
+            // SAFETY: `scales` of the weight block.
+            let sc8 = unsafe { _mm_loadu_si128(wp.add(192).cast()) };
             // Σ sc·(q − 32)·y = Σ sc·q·y − 32·Σ_g sc_g·bsum_g.
             let sc16 = _mm256_cvtepi8_epi16(sc8);
             let corr = _mm256_madd_epi16(bsums, sc16);
@@ -1147,11 +1145,45 @@ unsafe fn q6_k_rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) 
                 i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(c0, yv[h][0]), s0);
                 i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(c1, yv[h][1]), s1);
             }
-            let isum = _mm512_add_epi32(i0, i1);
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, *a);
+            *is = _mm512_add_epi32(i0, i1);
         }
+        // The rows' `dx` (0 past the last row), times `dy`.
+        let mut dx = 0u64;
+        for (r, wr) in w.iter().enumerate() {
+            // SAFETY: `d` of block `b < nb` of row `wr`.
+            dx |= unsafe { avx2::rd16(wr.add(b * Q6K_BYTES + 208)) } << (16 * r);
+        }
+        let d = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(dx as i64)), _mm_set1_ps(dy));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(block_sums4(isums)), d, acc);
     }
-    acc.map(|a| _mm512_reduce_add_ps(a))
+    let mut out = [0.0f32; R];
+    let mut lanes = [0.0f32; 4];
+    // SAFETY: `lanes` holds four f32; unaligned store.
+    unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
+    out.copy_from_slice(&lanes[..R]);
+    out
+}
+
+/// The sums of the sixteen i32 lanes of each of `v[0..4]`, in lanes 0..4
+/// (exact, wrapping): three interleave-and-add steps leave each 128-bit
+/// quarter holding the four vectors' sums of its lanes, then the quarters
+/// are added.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+fn block_sums4(v: [__m512i; 4]) -> __m128i {
+    let pair = |a, b| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    // Per quarter: lanes `[v0, v1, v0, v1]`, then `[v2, v3, v2, v3]`,
+    // then `[v0, v1, v2, v3]` (partial sums).
+    let (s01, s23) = (pair(v[0], v[1]), pair(v[2], v[3]));
+    let q = _mm512_add_epi32(
+        _mm512_unpacklo_epi64(s01, s23),
+        _mm512_unpackhi_epi64(s01, s23),
+    );
+    let h = _mm256_add_epi32(
+        _mm512_castsi512_si256(q),
+        _mm512_extracti64x4_epi64::<1>(q),
+    );
+    _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
 }
 
 #[cfg(test)]
