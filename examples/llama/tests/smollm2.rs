@@ -1,6 +1,8 @@
 //! The real model through the runtime, when `scripts/fetch-model` has
 //! cached it (`.models/SmolLM2-135M-Instruct.Q4_1.gguf`); each test prints
-//! `skipped: <why>` and passes otherwise.
+//! `skipped: <why>` and passes otherwise, unless `FUSED_REQUIRE_MODEL` is
+//! set (the test command sets it after fetching the model): then a missing
+//! model fails.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -30,6 +32,10 @@ macro_rules! model_or_skip {
         match cached_model() {
             Ok(p) => p,
             Err(why) => {
+                assert!(
+                    std::env::var_os("FUSED_REQUIRE_MODEL").is_none(),
+                    "FUSED_REQUIRE_MODEL is set, but {why}"
+                );
                 println!("skipped: {why}");
                 return;
             }
