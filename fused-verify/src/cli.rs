@@ -36,9 +36,14 @@ pub struct Cli {
     /// gguf: rows taken from each weight matrix.
     #[arg(long, default_value_t = 256)]
     pub rows: usize,
-    /// gguf: also write each tensor's input as `DIR/<tensor>.x.npy` and
-    /// each selected backend's output (the fused plan) as
-    /// `DIR/<tensor>.<backend>.y.npy` (little-endian f32 `.npy`).
+    /// gguf: also write, per tensor, every operand of `y = silu(W·x) + r`:
+    /// the activations `DIR/<tensor>.x.npy`, the residual
+    /// `DIR/<tensor>.r.npy` and each selected backend's output (the fused
+    /// plan) `DIR/<tensor>.<backend>.y.npy` (little-endian f32 `.npy`),
+    /// and `DIR/manifest.json`: per tensor the formula, weight format,
+    /// shape, activation mode per backend, the files, and where W lies in
+    /// FILE (W is not copied). Tensor names that are not plain file names
+    /// are refused.
     #[arg(long, value_name = "DIR")]
     pub dump: Option<PathBuf>,
     /// Backends to run, matched by prefix (`cpu` = every CPU instruction

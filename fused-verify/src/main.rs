@@ -61,8 +61,19 @@ fn main() -> ExitCode {
                                 .into_iter()
                                 .filter(|b| fused_verify::backend::selected(b.name(), &cli.backend))
                                 .collect();
-                            fused_verify::gguf::dump(dir, &cases, &backends).map(|n| {
-                                println!("dumped {n} .npy files to {}", dir.display());
+                            fused_verify::gguf::dump(
+                                dir,
+                                &path,
+                                &cases,
+                                &backends,
+                                cli.tolerance_scale,
+                            )
+                            .map(|n| {
+                                println!(
+                                    "dumped {n} .npy files and {} to {}",
+                                    fused_verify::gguf::DUMP_MANIFEST,
+                                    dir.display()
+                                );
                             })
                         }
                     };
