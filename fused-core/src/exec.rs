@@ -35,6 +35,7 @@ use crate::job::GemvJob;
 use crate::lower::{BinaryOp, Broadcast, Command, CommandSink, lower, lower_into};
 use crate::memory::f32_le;
 use crate::memory::{Buffers, gather_f32, packed};
+use crate::norm::Eps;
 use crate::planner::{Operands, Plan, Step};
 use crate::tensor::{Overlap, TensorDesc};
 use crate::weights::WeightMatrix;
@@ -76,6 +77,12 @@ pub trait StepKernels {
     ) -> Result<(), Unsupported> {
         let _ = (dtype, mode, n_cols);
         Ok(())
+    }
+
+    /// Whether the backend has the RMS-norm kernels ([`StepKernels::rms_norm`]):
+    /// by default not, as [`Unsupported::Operation`]`("rms_norm")`.
+    fn supports_rms_norm(&self) -> Result<(), Unsupported> {
+        Err(Unsupported::Operation(crate::lower::RMS_NORM))
     }
 
     /// The backend's counters so far (default: none counted). The executor
@@ -121,6 +128,26 @@ pub trait StepKernels {
 
     /// `y = a` (stands in for ops the core does not model).
     fn copy(&self, a: &[f32], y: &mut [f32]) -> Result<(), Self::Error>;
+
+    /// `y = rms_norm(x, eps)` per column of `k` values, times `gamma`
+    /// where given, exactly as [`crate::norm::rms_norm`] computes it.
+    /// By default refused ([`StepKernels::supports_rms_norm`]).
+    fn rms_norm(
+        &self,
+        k: usize,
+        eps: f32,
+        x: &[f32],
+        gamma: Option<&[f32]>,
+        y: &mut [f32],
+    ) -> Result<(), Self::Error> {
+        let _ = (k, eps, x, gamma, y);
+        Err(Error::Unsupported(
+            self.supports_rms_norm()
+                .err()
+                .unwrap_or(Unsupported::Operation(crate::lower::RMS_NORM)),
+        )
+        .into())
+    }
 }
 
 /// One read of a step: raw bytes (weights) or f32 values.
@@ -192,8 +219,10 @@ impl<'k, K: StepKernels + ?Sized> Executor<'k, K> {
     /// malformed graph's error. Nothing runs.
     pub fn check(&self, g: &Graph, plan: &Plan) -> Result<(), Error> {
         for step in &plan.steps {
-            if let Command::Gemv { w, x, .. } = lower(g, step)? {
-                self.supports(&w, &x)?;
+            match lower(g, step)? {
+                Command::Gemv { w, x, .. } => self.supports(&w, &x)?,
+                Command::RmsNorm { .. } => self.kernels.supports_rms_norm()?,
+                _ => {}
             }
         }
         Ok(())
@@ -427,6 +456,15 @@ impl<K: StepKernels + ?Sized, M: Buffers> CommandSink for HostRun<'_, '_, '_, K,
         self.exec
             .with_io(self.mem, out, &[(*a, false)], |r, y| k.copy(r[0].f32(), y))
     }
+
+    fn rms_norm(&mut self, eps: Eps, x: &TensorDesc, out: &TensorDesc) -> Result<(), K::Error> {
+        let k = self.exec.kernels;
+        k.supports_rms_norm().map_err(Error::Unsupported)?;
+        let n = x.ne()[0];
+        self.exec.with_io(self.mem, out, &[(*x, false)], |r, y| {
+            k.rms_norm(n, eps.get(), r[0].f32(), None, y)
+        })
+    }
 }
 
 /// The operand slices in slot order (the planner numbers slots in order).
@@ -474,6 +512,7 @@ mod tests {
     struct RefKernels {
         calls: Cell<u64>,
         refuse: Option<DType>,
+        no_norm: bool,
     }
 
     impl RefKernels {
@@ -481,6 +520,7 @@ mod tests {
             RefKernels {
                 calls: Cell::new(0),
                 refuse,
+                no_norm: false,
             }
         }
 
@@ -552,6 +592,25 @@ mod tests {
 
         fn copy(&self, a: &[f32], y: &mut [f32]) -> Result<(), Error> {
             self.each(y, |i| a[i])
+        }
+
+        fn supports_rms_norm(&self) -> Result<(), Unsupported> {
+            if self.no_norm {
+                return Err(Unsupported::Operation(crate::lower::RMS_NORM));
+            }
+            Ok(())
+        }
+
+        fn rms_norm(
+            &self,
+            k: usize,
+            eps: f32,
+            x: &[f32],
+            gamma: Option<&[f32]>,
+            y: &mut [f32],
+        ) -> Result<(), Error> {
+            self.call();
+            crate::norm::rms_norm(k, eps, x, gamma, y)
         }
     }
 
@@ -643,6 +702,63 @@ mod tests {
         assert_eq!(k.calls.get(), 0);
         let ok = RefKernels::new(Some(DType::Q4_0));
         assert_eq!(Executor::new(&ok, GemvMode::Ggml).check(&g, &p), Ok(()));
+        Ok(())
+    }
+
+    /// `rms_norm` of a strided 3-column input (gathered), one in place on
+    /// a dense input, through the executor and the evaluator; a kernel set
+    /// without the norm refuses both before anything runs.
+    #[test]
+    fn rms_norm_runs_through_the_executor() -> Result<(), Error> {
+        let k = 40;
+        let mut g = Graph::new();
+        let xs = TensorDesc::strided(
+            DType::F32,
+            [k, 3, 1, 1],
+            [4, 4 * 48, 4 * 48 * 3, 4 * 48 * 3],
+            BufferId(0),
+            0,
+        )?;
+        let x = g.input(xs)?;
+        let xd = g.input(TensorDesc::contiguous(
+            DType::F32,
+            [k, 2, 1, 1],
+            BufferId(1),
+            0,
+        )?)?;
+        let a = g.rms_norm(x, 1e-5, Place::at(1, 1024))?;
+        let b = g.rms_norm(xd, 0.0, Place::at(1, 0))?;
+        g.mark_output(a)?;
+        g.mark_output(b)?;
+        let mut mem = Memory::new(&[4 * 48 * 3, 2048]);
+        let v: Vec<f32> = (0..48 * 3)
+            .map(|i| ((i * 7) % 23) as f32 / 5.0 - 2.0)
+            .collect();
+        mem.write(
+            &TensorDesc::contiguous(DType::F32, [48 * 3, 1, 1, 1], BufferId(0), 0)?,
+            &v,
+        )?;
+        mem.write(g.tensor(xd)?, &v[..2 * k])?;
+        let mut want = mem.clone();
+        eval_graph(&g, &mut want, GemvMode::F32)?;
+        let mut direct = vec![0.0f32; 2 * k];
+        crate::norm::rms_norm(k, 0.0, &v[..2 * k], None, &mut direct)?;
+        assert_eq!(want.read(g.tensor(b)?)?, direct);
+        let rk = RefKernels::new(None);
+        let mut got = mem.clone();
+        Executor::new(&rk, GemvMode::F32).run_graph(&g, &mut got)?;
+        for o in [a, b] {
+            let t = g.tensor(o)?;
+            assert_eq!(got.read(t)?, want.read(t)?);
+        }
+        let mut none = RefKernels::new(None);
+        none.no_norm = true;
+        let ex = Executor::new(&none, GemvMode::F32);
+        let refused = Err(Error::Unsupported(Unsupported::Operation("rms_norm")));
+        assert_eq!(ex.check(&g, &Plan::unfused(&g)), refused);
+        let mut m = mem.clone();
+        assert_eq!(ex.run_graph(&g, &mut m).map(|_| ()), refused);
+        assert_eq!(m, mem);
         Ok(())
     }
 

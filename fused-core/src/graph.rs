@@ -15,6 +15,7 @@ use crate::dtype::DType;
 use crate::element::Activation;
 #[cfg(feature = "alloc")]
 use crate::error::Error;
+use crate::norm::Eps;
 use crate::tensor::{BufferId, Overlap, TensorDesc};
 
 pub use crate::ids::NodeId;
@@ -52,6 +53,10 @@ pub enum Op {
     Reshape,
     /// A strided window into its source's memory.
     View,
+    /// `x · s` per column of `x` (its `ne[0]` values), with
+    /// `s = 1 / sqrt(mean(x²) + eps)` in the reduction order of
+    /// [`crate::norm`].
+    RmsNorm(Eps),
     /// An operation the core does not model (a norm, attention, ...). The
     /// planner never fuses through it. The reference evaluates it as an
     /// element-wise copy of its first source, so that graphs containing it
@@ -73,6 +78,7 @@ impl Op {
             Op::Glu(_) => "glu",
             Op::Reshape => "reshape",
             Op::View => "view",
+            Op::RmsNorm(_) => "rms_norm",
             Op::Other(name) => name,
         }
     }
@@ -421,6 +427,24 @@ impl Graph {
         }
         let out = Graph::dense(tg.ne(), at)?;
         self.push(Op::Glu(act), &[gate, up], out)
+    }
+
+    /// `rms_norm(a, eps)`: each column of `a` (its `ne[0]` values, at least 1
+    /// and at most [`crate::norm::MAX_LEN`]) times `1 / sqrt(mean(a²) + eps)`
+    /// (see [`crate::norm`]). Any `eps` is taken; the planner fuses only a
+    /// finite `eps >= 0`.
+    pub fn rms_norm(&mut self, a: NodeId, eps: f32, at: Place) -> Result<NodeId, Error> {
+        let ta = self.elementwise_input(a, "rms_norm input")?;
+        let k = ta.ne()[0];
+        if k == 0 || k > crate::norm::MAX_LEN {
+            return Err(Error::LengthMismatch {
+                what: "rms_norm row length (1..=2^24)",
+                expected: k.clamp(1, crate::norm::MAX_LEN),
+                actual: k,
+            });
+        }
+        let out = Graph::dense(ta.ne(), at)?;
+        self.push(Op::RmsNorm(Eps::new(eps)), &[a], out)
     }
 
     /// `a` seen with shape `ne` (`a` must be contiguous).

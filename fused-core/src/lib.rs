@@ -17,6 +17,8 @@
 //!   in a buffer, contiguity, byte extent and overlap.
 //! - [`element`], [`epilogue`], [`fwht`]: the element functions (defined once),
 //!   the epilogue chain descriptor and the (signed) FWHT descriptor.
+//! - [`norm`]: RMS normalisation, its reduction order defined once (the
+//!   unfused `rms_norm` op and the fused GEMV prologue both follow it).
 //! - [`graph`], [`legality`], [`planner`]: a small compute graph, the legality
 //!   predicates (each refusal names its reason) and the planner.
 //! - `backend` (with `alloc`): **the backend contract** every backend
@@ -139,6 +141,7 @@ pub mod legality;
 pub mod lower;
 #[cfg(feature = "alloc")]
 pub mod memory;
+pub mod norm;
 pub mod placement;
 #[cfg(feature = "alloc")]
 pub mod planner;

@@ -10,9 +10,10 @@
 
 use crate::element::Activation;
 use crate::epilogue::{Epilogue, MAX_STAGES};
-use crate::error::Error;
+use crate::error::{Error, Unsupported};
 use crate::fwht::FwhtDesc;
 use crate::graph::{Graph, MatHint, Node, Op};
+use crate::norm::Eps;
 use crate::planner::{Operands, Step};
 use crate::tensor::TensorDesc;
 
@@ -128,6 +129,15 @@ pub enum Command {
         /// The destination.
         out: TensorDesc,
     },
+    /// `out = rms_norm(x, eps)`, column by column ([`crate::norm`]).
+    RmsNorm {
+        /// The epsilon.
+        eps: Eps,
+        /// The input.
+        x: TensorDesc,
+        /// The destination.
+        out: TensorDesc,
+    },
     /// `out = a`: an op the core does not model, run as a copy of its
     /// first source (as GGML's view-like ops are).
     Copy {
@@ -240,6 +250,11 @@ fn lower_node(g: &Graph, node: &Node) -> Result<Command, Error> {
             a: src(g, node, 0)?,
             out,
         },
+        Op::RmsNorm(eps) => Command::RmsNorm {
+            eps,
+            x: src(g, node, 0)?,
+            out,
+        },
         Op::Other(_) => match node.src(0) {
             None => Command::Nothing,
             Some(s) => Command::Copy {
@@ -308,7 +323,18 @@ pub trait CommandSink {
 
     /// A [`Command::Copy`].
     fn copy(&mut self, a: &TensorDesc, out: &TensorDesc) -> Result<(), Self::Error>;
+
+    /// A [`Command::RmsNorm`]. By default refused as
+    /// [`Unsupported::Operation`] (a backend without the kernel).
+    fn rms_norm(&mut self, eps: Eps, x: &TensorDesc, out: &TensorDesc) -> Result<(), Self::Error> {
+        let _ = (eps, x, out);
+        Err(Error::Unsupported(Unsupported::Operation(RMS_NORM)).into())
+    }
 }
+
+/// The name under which a backend without the norm kernels refuses
+/// `rms_norm` and the GEMV's norm prologue ([`Unsupported::Operation`]).
+pub const RMS_NORM: &str = "rms_norm";
 
 /// Lowers `step` (made by the planner for `g`) and hands its command to
 /// `sink`: `Ok(false)` when nothing runs, `Ok(true)` when a command did.
@@ -342,6 +368,7 @@ pub fn lower_into<S: CommandSink>(g: &Graph, step: &Step, sink: &mut S) -> Resul
         Command::AddRowBias { a, bias, rows, out } => sink.add_row_bias(&a, &bias, rows, &out)?,
         Command::Unary { act, a, out } => sink.unary(act, &a, &out)?,
         Command::Copy { a, out } => sink.copy(&a, &out)?,
+        Command::RmsNorm { eps, x, out } => sink.rms_norm(eps, &x, &out)?,
     }
     Ok(true)
 }

@@ -190,6 +190,21 @@ fn eval_node(g: &Graph, id: NodeId, mem: &mut Memory, mode: GemvMode) -> Result<
             }
             Ok(())
         }
+        Op::RmsNorm(eps) => {
+            // Column by column: a whole column is read before any of it is
+            // written (an in-place norm reads its own input).
+            let x = tensor(g, src(g, id, 0)?)?;
+            let k = x.ne()[0];
+            let mut y = vec![0.0f32; k];
+            for col in 0..x.n_rows() {
+                let xc = column(&x, col, mem)?;
+                crate::norm::rms_norm(k, eps.get(), &xc, None, &mut y)?;
+                for (i, &v) in y.iter().enumerate() {
+                    mem.set(&out, out.unravel(col * k + i), v)?;
+                }
+            }
+            Ok(())
+        }
         Op::Other(_) => match node.src(0) {
             None => Ok(()),
             Some(s) => {
