@@ -32,7 +32,7 @@ use crate::error::{Error, Unsupported};
 use crate::fwht::FwhtDesc;
 use crate::graph::Graph;
 use crate::job::GemvJob;
-use crate::lower::{BinaryOp, Broadcast, Command, CommandSink, lower, lower_into};
+use crate::lower::{BinaryOp, Broadcast, Command, CommandSink, NormLoad, lower, lower_into};
 use crate::memory::f32_le;
 use crate::memory::{Buffers, gather_f32, packed};
 use crate::norm::Eps;
@@ -220,7 +220,12 @@ impl<'k, K: StepKernels + ?Sized> Executor<'k, K> {
     pub fn check(&self, g: &Graph, plan: &Plan) -> Result<(), Error> {
         for step in &plan.steps {
             match lower(g, step)? {
-                Command::Gemv { w, x, .. } => self.supports(&w, &x)?,
+                Command::Gemv { w, x, prologue, .. } => {
+                    self.supports(&w, &x)?;
+                    if prologue.is_some() {
+                        self.kernels.supports_rms_norm()?;
+                    }
+                }
                 Command::RmsNorm { .. } => self.kernels.supports_rms_norm()?,
                 _ => {}
             }
@@ -326,34 +331,82 @@ impl<'k, K: StepKernels + ?Sized> Executor<'k, K> {
     fn step<M: Buffers>(&self, g: &Graph, step: &Step, mem: &mut M) -> Result<bool, K::Error> {
         lower_into(g, step, &mut HostRun { exec: self, mem })
     }
-
-    #[allow(clippy::too_many_arguments)]
-    fn gemv(
-        &self,
-        w: &TensorDesc,
-        wr: &Read<'_>,
-        xr: &Read<'_>,
-        n_cols: usize,
-        epilogue: &Epilogue,
-        operands: &[Read<'_>],
-        y: &mut [f32],
-    ) -> Result<(), K::Error> {
-        let (kk, m) = (w.ne()[0], w.ne()[1]);
-        let wm = WeightMatrix::new(w.dtype(), m, kk, wr.bytes())?;
-        let ops: Vec<&[f32]> = operands.iter().map(Read::f32).collect();
-        let mode = self.mode.act_quant(w.dtype());
-        let slots = slots(epilogue, &ops);
-        let job = GemvJob::new(&wm, xr.f32(), n_cols)
-            .with_mode(mode)
-            .with_epilogue(*epilogue, &slots);
-        self.kernels.gemv(&job, y)
-    }
 }
 
 /// One step run on the host: the executor and the memory it runs over.
 struct HostRun<'e, 'k, 'm, K: ?Sized, M> {
     exec: &'e Executor<'k, K>,
     mem: &'m mut M,
+}
+
+impl<K: StepKernels + ?Sized, M: Buffers> HostRun<'_, '_, '_, K, M> {
+    /// A GEMV step, its activations read from `x` or, with a prologue,
+    /// normalised from the prologue's input into a scratch column block
+    /// once (by the backend's [`StepKernels::rms_norm`]) and fed to the GEMV
+    /// as the mul's output would be.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_step(
+        &mut self,
+        g: &Graph,
+        prologue: Option<&NormLoad>,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        operands: &Operands,
+        out: &TensorDesc,
+    ) -> Result<(), K::Error> {
+        let e = self.exec;
+        e.supports(w, x)?;
+        let mut reads = vec![(*w, true)];
+        reads.extend(up.map(|(u, _)| (*u, true)));
+        match prologue {
+            None => reads.push((*x, false)),
+            Some(p) => reads.extend([(p.x, false), (p.gamma, false)]),
+        }
+        let ops_at = reads.len();
+        reads.extend(Executor::<K>::operand_reads(g, operands)?);
+        let n = x.n_rows();
+        let (m, kk) = (w.ne()[1], w.ne()[0]);
+        let xi = if up.is_some() { 2 } else { 1 };
+        e.with_io(self.mem, out, &reads, |r, y| {
+            let normed;
+            let acts: &[f32] = match prologue {
+                None => r[xi].f32(),
+                Some(p) => {
+                    let mut v = vec![0.0f32; x.n_elements()];
+                    e.kernels.rms_norm(
+                        kk,
+                        p.eps.get(),
+                        r[xi].f32(),
+                        Some(r[xi + 1].f32()),
+                        &mut v,
+                    )?;
+                    normed = v;
+                    &normed
+                }
+            };
+            let ops: Vec<&[f32]> = r[ops_at..].iter().map(Read::f32).collect();
+            let slots = slots(epilogue, &ops);
+            let mode = e.mode.act_quant(w.dtype());
+            let gate = WeightMatrix::new(w.dtype(), m, kk, r[0].bytes())?;
+            match up {
+                None => {
+                    let job = GemvJob::new(&gate, acts, n)
+                        .with_mode(mode)
+                        .with_epilogue(*epilogue, &slots);
+                    e.kernels.gemv(&job, y)
+                }
+                Some((wu, act)) => {
+                    let up = WeightMatrix::new(wu.dtype(), m, kk, r[1].bytes())?;
+                    let job = GemvJob::gated(&gate, &up, act, acts, n)
+                        .with_mode(mode)
+                        .with_epilogue(*epilogue, &slots);
+                    e.kernels.gemv(&job, y)
+                }
+            }
+        })
+    }
 }
 
 impl<K: StepKernels + ?Sized, M: Buffers> CommandSink for HostRun<'_, '_, '_, K, M> {
@@ -369,30 +422,25 @@ impl<K: StepKernels + ?Sized, M: Buffers> CommandSink for HostRun<'_, '_, '_, K,
         operands: &Operands,
         out: &TensorDesc,
     ) -> Result<(), K::Error> {
-        let e = self.exec;
-        e.supports(w, x)?;
-        let mut reads = vec![(*w, true)];
-        reads.extend(up.map(|(u, _)| (*u, true)));
-        reads.push((*x, false));
-        reads.extend(Executor::<K>::operand_reads(g, operands)?);
-        let n = x.n_rows();
-        let Some((wu, act)) = up else {
-            return e.with_io(self.mem, out, &reads, |r, y| {
-                e.gemv(w, &r[0], &r[1], n, epilogue, &r[2..], y)
-            });
-        };
-        let (m, kk) = (w.ne()[1], w.ne()[0]);
-        e.with_io(self.mem, out, &reads, |r, y| {
-            let gate = WeightMatrix::new(w.dtype(), m, kk, r[0].bytes())?;
-            let up = WeightMatrix::new(wu.dtype(), m, kk, r[1].bytes())?;
-            let ops: Vec<&[f32]> = r[3..].iter().map(Read::f32).collect();
-            let mode = e.mode.act_quant(w.dtype());
-            let slots = slots(epilogue, &ops);
-            let job = GemvJob::gated(&gate, &up, act, r[2].f32(), n)
-                .with_mode(mode)
-                .with_epilogue(*epilogue, &slots);
-            e.kernels.gemv(&job, y)
-        })
+        self.gemv_step(g, None, w, up, x, epilogue, operands, out)
+    }
+
+    fn norm_gemv(
+        &mut self,
+        g: &Graph,
+        prologue: &NormLoad,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        operands: &Operands,
+        out: &TensorDesc,
+    ) -> Result<(), K::Error> {
+        self.exec
+            .kernels
+            .supports_rms_norm()
+            .map_err(Error::Unsupported)?;
+        self.gemv_step(g, Some(prologue), w, up, x, epilogue, operands, out)
     }
 
     fn fwht(
@@ -759,6 +807,74 @@ mod tests {
         let mut m = mem.clone();
         assert_eq!(ex.run_graph(&g, &mut m).map(|_| ()), refused);
         assert_eq!(m, mem);
+        Ok(())
+    }
+
+    /// `mul(rms_norm(x), g)` read by a GEMV with an epilogue and by a GLU's
+    /// gate and up: two steps with the prologue, equal to the evaluators in
+    /// both modes; refused up front by a kernel set without the norm.
+    #[test]
+    fn norm_prologue_runs_through_the_executor() -> Result<(), Error> {
+        let (k, m, n) = (64, 8, 2);
+        let rb = DType::Q8_0.row_bytes(k)?;
+        let mut g = Graph::new();
+        let t = |ne, off| TensorDesc::contiguous(DType::F32, ne, BufferId(1), off);
+        let wdesc =
+            |i: usize| TensorDesc::contiguous(DType::Q8_0, [k, m, 1, 1], BufferId(0), i * m * rb);
+        let (w, wg, wu) = (
+            g.input(wdesc(0)?)?,
+            g.input(wdesc(1)?)?,
+            g.input(wdesc(2)?)?,
+        );
+        let x = g.input(t([k, n, 1, 1], 0)?)?;
+        let gamma = g.input(t([k, 1, 1, 1], 512)?)?;
+        let r = g.input(t([m, n, 1, 1], 768)?)?;
+        let norm = g.rms_norm(x, 1e-6, Place::at(1, 1024))?;
+        let xm = g.mul(norm, gamma, Place::at(1, 1536))?;
+        let y = g.mul_mat(w, xm, Place::at(1, 2048))?;
+        let out = g.add(y, r, Place::at(1, 768))?;
+        let gate = g.mul_mat(wg, xm, Place::at(1, 2304))?;
+        let up = g.mul_mat(wu, xm, Place::at(1, 2560))?;
+        let out2 = g.glu(Activation::Silu, gate, up, Place::at(1, 2816))?;
+        g.mark_output(out)?;
+        g.mark_output(out2)?;
+        let p = plan(&g);
+        assert_eq!(p.prologue_nodes, vec![norm, xm], "{p:?}");
+        assert_eq!(p.steps.len(), 2, "{p:?}");
+        let mut mem = Memory::new(&[3 * m * rb, 4096]);
+        let vals = |len: usize, s: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * s) % 19) as f32 / 6.0 - 1.5)
+                .collect()
+        };
+        crate::quant::quantize_row(
+            DType::Q8_0,
+            &vals(3 * m * k, 13),
+            mem.buffer_mut(BufferId(0))?,
+        )?;
+        mem.write(g.tensor(x)?, &vals(n * k, 5))?;
+        mem.write(g.tensor(gamma)?, &vals(k, 7))?;
+        mem.write(g.tensor(r)?, &vals(n * m, 3))?;
+        for mode in [GemvMode::F32, GemvMode::Ggml] {
+            let rk = RefKernels::new(None);
+            let ex = Executor::new(&rk, mode);
+            let mut want = mem.clone();
+            eval_graph(&g, &mut want, mode)?;
+            let (mut fused, mut got, mut got_u) = (mem.clone(), mem.clone(), mem.clone());
+            eval_plan(&g, &p, &mut fused, mode)?;
+            ex.run(&g, &p, &mut got)?;
+            ex.run_graph(&g, &mut got_u)?;
+            for o in [out, out2] {
+                let tt = g.tensor(o)?;
+                assert_eq!(fused.read(tt)?, want.read(tt)?);
+                assert_eq!(got.read(tt)?, want.read(tt)?);
+                assert_eq!(got_u.read(tt)?, want.read(tt)?);
+            }
+        }
+        let mut none = RefKernels::new(None);
+        none.no_norm = true;
+        let refused = Err(Error::Unsupported(Unsupported::Operation("rms_norm")));
+        assert_eq!(Executor::new(&none, GemvMode::Ggml).check(&g, &p), refused);
         Ok(())
     }
 

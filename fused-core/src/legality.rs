@@ -107,6 +107,38 @@ pub fn check_signs(signs: &Tensor, n: usize, row_len: usize) -> Result<(), Refus
     Ok(())
 }
 
+/// The norm of a GEMV prologue `mul(rms_norm(x, eps), g)` with columns of
+/// `k` values: `eps` finite and `>= 0`, `k` at most
+/// [`crate::norm::MAX_PROLOGUE_LEN`], `x` contiguous F32, `g` a contiguous
+/// F32 `[k, 1, 1, 1]` vector.
+pub fn check_norm_prologue(
+    norm: NodeId,
+    eps: f32,
+    x: &Tensor,
+    gamma: &Tensor,
+) -> Result<(), Refusal> {
+    let k = x.1.ne()[0];
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Refusal::NormEps {
+            node: norm,
+            bits: eps.to_bits(),
+        });
+    }
+    if k > crate::norm::MAX_PROLOGUE_LEN {
+        return Err(Refusal::NormLength { node: norm, k });
+    }
+    check_f32_contiguous(x)?;
+    let t = &gamma.1;
+    if t.dtype() != DType::F32 || t.ne() != [k, 1, 1, 1] {
+        return Err(Refusal::NormWeightShape {
+            node: gamma.0,
+            len: t.n_elements(),
+            k,
+        });
+    }
+    check_f32_contiguous(gamma)
+}
+
 /// The destination of a fused GEMV against its inputs: disjoint from every
 /// matmul input; disjoint from, or exactly aliasing, every element-wise operand.
 pub fn check_gemv_overlap(
@@ -275,6 +307,53 @@ mod tests {
             check_signs(&f32t(4, [64, 2, 1, 1], 0, 0), 32, 64),
             Err(Refusal::SignsShape { .. })
         ));
+    }
+
+    #[test]
+    fn norm_prologue_rules() {
+        let x = f32t(1, [64, 2, 1, 1], 0, 0);
+        let g = f32t(2, [64, 1, 1, 1], 0, 1024);
+        let n = NodeId(3);
+        assert_eq!(check_norm_prologue(n, 1e-6, &x, &g), Ok(()));
+        assert_eq!(
+            check_norm_prologue(n, -1.0, &x, &g),
+            Err(Refusal::NormEps {
+                node: n,
+                bits: (-1.0f32).to_bits()
+            })
+        );
+        assert!(matches!(
+            check_norm_prologue(n, f32::NAN, &x, &g),
+            Err(Refusal::NormEps { .. })
+        ));
+        assert_eq!(
+            check_norm_prologue(n, 0.0, &x, &f32t(2, [64, 2, 1, 1], 0, 1024)),
+            Err(Refusal::NormWeightShape {
+                node: NodeId(2),
+                len: 128,
+                k: 64
+            })
+        );
+        let big = f32t(1, [crate::norm::MAX_PROLOGUE_LEN + 32, 1, 1, 1], 1, 0);
+        assert!(matches!(
+            check_norm_prologue(n, 0.0, &big, &g),
+            Err(Refusal::NormLength { .. })
+        ));
+        let strided = (
+            NodeId(1),
+            TensorDesc::strided(
+                DType::F32,
+                [64, 2, 1, 1],
+                [4, 512, 1024, 1024],
+                BufferId(0),
+                0,
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            check_norm_prologue(n, 0.0, &strided, &g),
+            Err(Refusal::NotContiguous { node: NodeId(1) })
+        );
     }
 
     #[test]

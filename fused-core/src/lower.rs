@@ -14,7 +14,7 @@ use crate::error::{Error, Unsupported};
 use crate::fwht::FwhtDesc;
 use crate::graph::{Graph, MatHint, Node, Op};
 use crate::norm::Eps;
-use crate::planner::{Operands, Step};
+use crate::planner::{NormPrologue, Operands, Step};
 use crate::tensor::TensorDesc;
 
 /// A binary element-wise node's op.
@@ -62,6 +62,10 @@ impl Broadcast {
 }
 
 /// The work of one plan step, its tensors looked up in the graph.
+// A short-lived value, one per step as it is lowered: the GEMV with its
+// prologue's two tensors is the large variant, and boxing it would cost
+// `Copy` for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Command {
     /// Nothing runs: an input, a reshape or a view (or an op the core does
@@ -69,7 +73,9 @@ pub enum Command {
     Nothing,
     /// `out = epilogue(w · x)`, or with `up = Some((w_up, act))`
     /// `out = epilogue(act(w · x) ⊙ (w_up · x))`; the epilogue's operand
-    /// of slot `i` is node `operands[i]`.
+    /// of slot `i` is node `operands[i]`. With a `prologue`, the
+    /// activations are not read from `x` (never written) but computed per
+    /// column from the prologue's tensors.
     Gemv {
         /// The weights (the gate's, for a gated GEMV).
         w: TensorDesc,
@@ -83,6 +89,8 @@ pub enum Command {
         operands: Operands,
         /// The destination.
         out: TensorDesc,
+        /// The activations' RMS-norm prologue.
+        prologue: Option<NormLoad>,
     },
     /// The FWHT of every row of `x` (times `signs` first where given).
     Fwht {
@@ -148,6 +156,31 @@ pub enum Command {
     },
 }
 
+/// A GEMV's norm prologue with its tensors looked up: the activations are
+/// `(x · s) · gamma` per column, as [`crate::norm::rms_norm`] computes them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NormLoad {
+    /// The norm's input (`[K, N, ..]`, the matmul's activation shape).
+    pub x: TensorDesc,
+    /// The weight (`[K, 1, 1, 1]`).
+    pub gamma: TensorDesc,
+    /// The epsilon.
+    pub eps: Eps,
+}
+
+impl NormLoad {
+    fn of(g: &Graph, p: &Option<NormPrologue>) -> Result<Option<NormLoad>, Error> {
+        p.map(|p| {
+            Ok(NormLoad {
+                x: *g.tensor(p.x)?,
+                gamma: *g.tensor(p.gamma)?,
+                eps: p.eps,
+            })
+        })
+        .transpose()
+    }
+}
+
 /// Source `i` of `node`.
 pub fn src(g: &Graph, node: &Node, i: usize) -> Result<TensorDesc, Error> {
     let id = node.src(i).ok_or(Error::BadNode { index: usize::MAX })?;
@@ -167,6 +200,7 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
                 epilogue: s.epilogue,
                 operands: s.operands,
                 out: *g.tensor(s.out)?,
+                prologue: NormLoad::of(g, &s.prologue)?,
             }
         }
         Step::GluGemv(s) => {
@@ -178,6 +212,7 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
                 epilogue: s.epilogue,
                 operands: s.operands,
                 out: *g.tensor(s.out)?,
+                prologue: NormLoad::of(g, &s.prologue)?,
             }
         }
         Step::SignedFwht(s) => Command::Fwht {
@@ -213,6 +248,7 @@ fn lower_node(g: &Graph, node: &Node) -> Result<Command, Error> {
                     epilogue: Epilogue::NONE,
                     operands: [None; MAX_STAGES],
                     out,
+                    prologue: None,
                 }
             }
         }
@@ -324,6 +360,25 @@ pub trait CommandSink {
     /// A [`Command::Copy`].
     fn copy(&mut self, a: &TensorDesc, out: &TensorDesc) -> Result<(), Self::Error>;
 
+    /// A [`Command::Gemv`] with a norm prologue (`x` is the mul's tensor,
+    /// which the step does not read). By default refused as
+    /// [`Unsupported::Operation`] (a backend without the norm kernels).
+    #[allow(clippy::too_many_arguments)]
+    fn norm_gemv(
+        &mut self,
+        g: &Graph,
+        prologue: &NormLoad,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        operands: &Operands,
+        out: &TensorDesc,
+    ) -> Result<(), Self::Error> {
+        let _ = (g, prologue, w, up, x, epilogue, operands, out);
+        Err(Error::Unsupported(Unsupported::Operation(RMS_NORM)).into())
+    }
+
     /// A [`Command::RmsNorm`]. By default refused as
     /// [`Unsupported::Operation`] (a backend without the kernel).
     fn rms_norm(&mut self, eps: Eps, x: &TensorDesc, out: &TensorDesc) -> Result<(), Self::Error> {
@@ -348,9 +403,13 @@ pub fn lower_into<S: CommandSink>(g: &Graph, step: &Step, sink: &mut S) -> Resul
             epilogue,
             operands,
             out,
+            prologue,
         } => {
             let up = up.as_ref().map(|(u, act)| (u, *act));
-            sink.gemv(g, &w, up, &x, &epilogue, &operands, &out)?;
+            match prologue {
+                None => sink.gemv(g, &w, up, &x, &epilogue, &operands, &out)?,
+                Some(p) => sink.norm_gemv(g, &p, &w, up, &x, &epilogue, &operands, &out)?,
+            }
         }
         Command::Fwht {
             desc,

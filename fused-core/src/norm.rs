@@ -175,11 +175,11 @@ mod tests {
         let x: [f32; 70] = core::array::from_fn(|i| (i as f32 * 0.37).sin() * 3.0);
         let mut p = [0.0f32; 32];
         for (i, v) in x.iter().enumerate() {
-            p[i % 32] = p[i % 32] + v * v;
+            p[i % 32] += v * v;
         }
         for w in [16, 8, 4, 2, 1] {
             for j in 0..w {
-                p[j] = p[j] + p[j + w];
+                p[j] += p[j + w];
             }
         }
         assert_eq!(reduce_partials(partials(&x)).to_bits(), p[0].to_bits());

@@ -6,7 +6,29 @@
 //!   GEMV with an epilogue chain (so `mul_mat → act → mul` fuses into the
 //!   activation-times-operand form before a plain activation would);
 //! - `glu(act)(mul_mat(W_g, x), mul_mat(W_u, x)) → chain`: one dual GEMV;
-//! - `mul(x, signs) → [reshape] → mul_mat(hint = Hadamard)`: one signed FWHT.
+//! - `mul(x, signs) → [reshape] → mul_mat(hint = Hadamard)`: one signed FWHT;
+//! - `rms_norm(x) → mul(·, g) → mul_mat(W, ·)`, the norm as a **prologue**
+//!   of every GEMV (plain or gated) that reads the normed product: each such
+//!   step computes `act = (x · s) · g` per column itself ([`NormPrologue`],
+//!   in [`crate::norm`]'s order) and feeds it to its dot products as the
+//!   unfused mul's output would be fed (f32, or quantized per GGML's mode).
+//!
+//! **Shared prologue nodes.** The rule "a node joins at most one fused
+//! step" has one exception: the norm and mul nodes of a prologue belong to
+//! no step and are listed in [`Plan::prologue_nodes`]; every matmul that
+//! reads the normed product (q, k and v; the gate and up of a GLU) folds
+//! them into its own step, and they are not scheduled at all. That is
+//! all or nothing: a normed product that is a graph output or is read by
+//! anything but a matmul's activations is refused up front
+//! ([`Refusal::NormConsumer`], [`Refusal::GraphOutput`]), and where one of
+//! its matmuls then fails to fuse (its own refusal recorded), the planner
+//! plans again with the norm and mul as plain nodes for every reader
+//! ([`Refusal::NormNotTaken`]). The prologue's predicates: a finite
+//! `eps >= 0`, at most [`crate::norm::MAX_PROLOGUE_LEN`] values a column,
+//! `x` contiguous F32, `g` an F32 `[K, 1, 1, 1]` vector, the norm used only
+//! by the mul, the two elided results sharing memory with nothing outside
+//! them, each GEMV's destination off `x` and `g`, and nothing scheduled
+//! between the norm and a GEMV writing `x` or `g`.
 //!
 //! A chain stops at the first consumer that is not element-wise; when a
 //! predicate refuses a link, the chain is cut before it and the refusal is
@@ -26,12 +48,31 @@ use crate::fwht::FwhtDesc;
 use crate::graph::{Graph, MatHint, NodeId, Op};
 use crate::legality::{
     Refusal, Tensor, check_f32_contiguous, check_fwht_overlap, check_gemv_overlap,
-    check_hadamard_size, check_intermediate, check_intermediate_memory, check_operand,
-    check_pattern_pair, check_signs, check_weight,
+    check_hadamard_size, check_intermediate, check_intermediate_memory, check_norm_prologue,
+    check_operand, check_pattern_pair, check_signs, check_weight,
 };
+use crate::norm::Eps;
 
 /// Operand nodes by epilogue slot.
 pub type Operands = [Option<NodeId>; MAX_STAGES];
+
+/// The RMS-norm prologue of a GEMV: its activations are
+/// `mul(rms_norm(x, eps), gamma)`, computed by the step itself per column
+/// ([`crate::norm::rms_norm`] with the weight) instead of read from the
+/// mul's tensor, which is never written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NormPrologue {
+    /// The norm's input.
+    pub x: NodeId,
+    /// The weight `g` (F32 `[K, 1, 1, 1]`).
+    pub gamma: NodeId,
+    /// The norm's epsilon.
+    pub eps: Eps,
+    /// The `rms_norm` node (a shared prologue node).
+    pub norm: NodeId,
+    /// The mul node, the matmul's activation input (a shared prologue node).
+    pub mul: NodeId,
+}
 
 /// One GEMV with an epilogue chain.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,8 +85,11 @@ pub struct FusedGemv {
     pub operands: Operands,
     /// The node whose tensor receives the result.
     pub out: NodeId,
-    /// Every node the step replaces, in graph order.
+    /// Every node the step replaces, in graph order (the shared prologue
+    /// nodes not among them: [`Plan::prologue_nodes`]).
     pub nodes: Vec<NodeId>,
+    /// The norm computed into the activations, if any.
+    pub prologue: Option<NormPrologue>,
 }
 
 /// The gated dual GEMV: `act(W_g·x) ⊙ (W_u·x)`, then a chain.
@@ -65,8 +109,11 @@ pub struct FusedGlu {
     pub operands: Operands,
     /// The node whose tensor receives the result.
     pub out: NodeId,
-    /// Every node the step replaces, in graph order.
+    /// Every node the step replaces, in graph order (the shared prologue
+    /// nodes not among them: [`Plan::prologue_nodes`]).
     pub nodes: Vec<NodeId>,
+    /// The norm computed into the activations, if any.
+    pub prologue: Option<NormPrologue>,
 }
 
 /// `H · (x ⊙ signs)` in one pass.
@@ -123,6 +170,8 @@ pub enum Pattern {
     Glu,
     /// A signed FWHT.
     SignedFwht,
+    /// An RMS-norm prologue (anchored at the normed product, the mul).
+    NormPrologue,
 }
 
 /// A candidate the planner refused, and why.
@@ -136,13 +185,18 @@ pub struct Refused {
     pub reason: Refusal,
 }
 
-/// An ordered list of steps covering every non-input node once.
+/// An ordered list of steps covering every non-input node once, but for
+/// the shared prologue nodes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     /// The steps, in execution order.
     pub steps: Vec<Step>,
     /// Every refused candidate.
     pub refusals: Vec<Refused>,
+    /// The `rms_norm` and mul nodes that no step runs: every matmul reading
+    /// the normed product computes it in its prologue ([`NormPrologue`]).
+    /// The one exception to "a node joins at most one step", in graph order.
+    pub prologue_nodes: Vec<NodeId>,
 }
 
 impl Plan {
@@ -158,6 +212,7 @@ impl Plan {
         Plan {
             steps,
             refusals: Vec::new(),
+            prologue_nodes: Vec::new(),
         }
     }
 
@@ -202,14 +257,22 @@ struct Planner<'g> {
     no_defer: Vec<NodeId>,
     /// (anchor, element-wise node) pairs a chain left to a later matmul.
     deferred: Vec<(NodeId, NodeId)>,
+    /// Normed products (mul nodes) an earlier round showed some matmul
+    /// does not fuse with: planned as plain nodes.
+    no_prologue: Vec<NodeId>,
+    /// The prologues offered this round.
+    prologues: Vec<NormPrologue>,
+    /// Whether a node is a shared prologue node this round.
+    in_prologue: Vec<bool>,
 }
 
 /// Plans `graph`: fuses every legal pattern and records every refusal.
 pub fn plan(graph: &Graph) -> Plan {
     let mut no_defer = Vec::new();
+    let mut no_prologue = Vec::new();
     let mut earlier: Vec<Refused> = Vec::new();
     loop {
-        let mut p = plan_round(graph, no_defer.clone());
+        let mut p = plan_round(graph, no_defer.clone(), no_prologue.clone());
         // A chain that left its add to a later matmul which then did not
         // take it: plan again with that chain keeping the add.
         let missed: Vec<NodeId> = p
@@ -225,7 +288,24 @@ pub fn plan(graph: &Graph) -> Plan {
                 earlier.push(r);
             }
         }
-        if missed.is_empty() {
+        // A prologue some reader did not take: plan again with its norm
+        // and mul as nodes.
+        let untaken = p.untaken_prologues();
+        for &(mul, consumer) in &untaken {
+            let r = Refused {
+                pattern: Pattern::NormPrologue,
+                anchor: mul,
+                reason: Refusal::NormNotTaken {
+                    node: mul,
+                    consumer,
+                },
+            };
+            if !earlier.contains(&r) {
+                earlier.push(r);
+            }
+            no_prologue.push(mul);
+        }
+        if missed.is_empty() && untaken.is_empty() {
             p.refusals = earlier;
             return p.finish();
         }
@@ -233,7 +313,7 @@ pub fn plan(graph: &Graph) -> Plan {
     }
 }
 
-fn plan_round(graph: &Graph, no_defer: Vec<NodeId>) -> Planner<'_> {
+fn plan_round(graph: &Graph, no_defer: Vec<NodeId>, no_prologue: Vec<NodeId>) -> Planner<'_> {
     let mut p = Planner {
         g: graph,
         owner: alloc::vec![None; graph.len()],
@@ -241,7 +321,15 @@ fn plan_round(graph: &Graph, no_defer: Vec<NodeId>) -> Planner<'_> {
         refusals: Vec::new(),
         no_defer,
         deferred: Vec::new(),
+        no_prologue,
+        prologues: Vec::new(),
+        in_prologue: alloc::vec![false; graph.len()],
     };
+    for (i, node) in graph.nodes().iter().enumerate() {
+        if node.op() == Op::Mul {
+            p.offer_prologue(NodeId(i as u32));
+        }
+    }
     for (i, node) in graph.nodes().iter().enumerate() {
         let id = NodeId(i as u32);
         if p.owner[i].is_some() {
@@ -263,7 +351,12 @@ impl Planner<'_> {
         let graph = self.g;
         let mut steps = Vec::new();
         let mut emitted = alloc::vec![false; self.fused.len()];
+        let mut prologue_nodes = Vec::new();
         for (i, node) in graph.nodes().iter().enumerate() {
+            if self.in_prologue[i] {
+                prologue_nodes.push(NodeId(i as u32));
+                continue;
+            }
             match self.owner[i] {
                 Some(s) => {
                     let last = *self.fused[s].nodes().last().unwrap_or(&NodeId(0));
@@ -279,7 +372,28 @@ impl Planner<'_> {
         Plan {
             steps,
             refusals: self.refusals,
+            prologue_nodes,
         }
+    }
+
+    /// `(mul, matmul)` for each prologue offered this round that a matmul
+    /// reading it did not fuse with.
+    fn untaken_prologues(&self) -> Vec<(NodeId, NodeId)> {
+        let mut out = Vec::new();
+        for pr in &self.prologues {
+            for c in self.g.consumers(pr.mul) {
+                let took = self.owner[c.index()].is_some_and(|s| match &self.fused[s] {
+                    Step::Gemv(f) => f.prologue == Some(*pr),
+                    Step::GluGemv(f) => f.prologue == Some(*pr),
+                    _ => false,
+                });
+                if !took {
+                    out.push((pr.mul, c));
+                    break;
+                }
+            }
+        }
+        out
     }
 }
 
@@ -307,7 +421,92 @@ impl<'g> Planner<'g> {
     }
 
     fn claimed(&self, id: NodeId) -> bool {
-        self.owner[id.index()].is_some()
+        self.owner[id.index()].is_some() || self.in_prologue[id.index()]
+    }
+
+    /// Offers `mul` as the normed product of a prologue, when it is
+    /// `mul(rms_norm(x), g)` read by matmuls; records why not where the
+    /// pattern is there but a predicate refuses it.
+    fn offer_prologue(&mut self, mul: NodeId) {
+        if self.no_prologue.contains(&mul) {
+            return;
+        }
+        match self.prologue_candidate(mul) {
+            Ok(Some(pr)) => {
+                self.in_prologue[pr.norm.index()] = true;
+                self.in_prologue[pr.mul.index()] = true;
+                self.prologues.push(pr);
+            }
+            Ok(None) => {}
+            Err(r) => self.refuse(Pattern::NormPrologue, mul, r),
+        }
+    }
+
+    fn prologue_candidate(&self, mul: NodeId) -> Result<Option<NormPrologue>, Refusal> {
+        let g = self.g;
+        let mn = &g.nodes()[mul.index()];
+        let (Some(norm), Some(gamma)) = (mn.src(0), mn.src(1)) else {
+            return Ok(None);
+        };
+        let nn = &g.nodes()[norm.index()];
+        let Op::RmsNorm(eps) = nn.op() else {
+            return Ok(None);
+        };
+        let Some(x) = nn.src(0) else { return Ok(None) };
+        let reads_as_acts = |c: NodeId| {
+            let cn = &g.nodes()[c.index()];
+            cn.op() == Op::MulMat(MatHint::None) && cn.src(1) == Some(mul) && cn.src(0) != Some(mul)
+        };
+        let consumers: Vec<NodeId> = g.consumers(mul).collect();
+        if !consumers.iter().any(|&c| reads_as_acts(c)) {
+            return Ok(None);
+        }
+        if let Some(&c) = consumers.iter().find(|&&c| !reads_as_acts(c)) {
+            return Err(Refusal::NormConsumer {
+                node: mul,
+                consumer: c,
+            });
+        }
+        if mn.is_output() {
+            return Err(Refusal::GraphOutput { node: mul });
+        }
+        check_intermediate(norm, g.use_count(norm), nn.is_output())?;
+        if gamma == norm {
+            return Err(Refusal::OperandIsIntermediate { node: mul });
+        }
+        check_norm_prologue(norm, eps.get(), &self.t(x), &self.t(gamma))?;
+        // The two elided results: an exact alias of each other at most,
+        // and nothing outside them in their memory.
+        check_pattern_pair(&self.t(norm), &self.t(mul), false)?;
+        for i in [norm, mul] {
+            for j in 0..g.len() {
+                let o = NodeId(j as u32);
+                if o != norm && o != mul {
+                    check_intermediate_memory(&self.t(i), &self.t(o), false)?;
+                }
+            }
+        }
+        Ok(Some(NormPrologue {
+            x,
+            gamma,
+            eps,
+            norm,
+            mul,
+        }))
+    }
+
+    /// The prologue offered for the normed product `x`, if any.
+    fn prologue_of(&self, x: NodeId) -> Option<NormPrologue> {
+        self.prologues.iter().find(|p| p.mul == x).copied()
+    }
+
+    /// What a GEMV reading activations `x` reads for them: `x`, or the
+    /// norm's input and weight of its prologue.
+    fn act_reads(&self, x: NodeId, prologue: Option<&NormPrologue>) -> Vec<Tensor> {
+        match prologue {
+            Some(p) => alloc::vec![self.t(p.x), self.t(p.gamma)],
+            None => alloc::vec![self.t(x)],
+        }
     }
 
     fn claim(&mut self, step: Step) {
@@ -468,18 +667,25 @@ impl<'g> Planner<'g> {
         }
         let w = g.nodes()[mm.index()].src(0).unwrap_or(mm);
         let x = g.nodes()[mm.index()].src(1).unwrap_or(mm);
+        let prologue = self.prologue_of(x);
         let links = self.extend(Pattern::Epilogue, mm, mm, rows);
-        if links.is_empty() {
+        if links.is_empty() && prologue.is_none() {
             return;
         }
         if let Err(r) = check_weight(&self.t(w)).and_then(|_| check_f32_contiguous(&self.t(x))) {
             self.refuse(Pattern::Epilogue, mm, r);
             return;
         }
-        let inputs = [self.t(w), self.t(x)];
-        if let Some((epilogue, operands, n)) =
-            self.best_prefix(Pattern::Epilogue, mm, &[mm], &links, &inputs)
-        {
+        let mut inputs = alloc::vec![self.t(w)];
+        inputs.extend(self.act_reads(x, prologue.as_ref()));
+        if let Some((epilogue, operands, n)) = self.best_prefix(
+            Pattern::Epilogue,
+            mm,
+            &[mm],
+            &links,
+            &inputs,
+            prologue.as_ref(),
+        ) {
             let mut nodes = alloc::vec![mm];
             nodes.extend(links[..n].iter().map(|l| l.node));
             let out = *nodes.last().unwrap_or(&mm);
@@ -489,6 +695,7 @@ impl<'g> Planner<'g> {
                 operands,
                 out,
                 nodes,
+                prologue,
             }));
         }
     }
@@ -550,10 +757,17 @@ impl<'g> Planner<'g> {
         let links = self.extend(Pattern::Glu, anchor, glu, rows);
         let mut base = alloc::vec![gate, up, glu];
         base.sort();
-        let inputs = [self.t(wg), self.t(wu), self.t(x)];
-        let Some((epilogue, operands, n)) =
-            self.best_prefix(Pattern::Glu, anchor, &base, &links, &inputs)
-        else {
+        let prologue = self.prologue_of(x);
+        let mut inputs = alloc::vec![self.t(wg), self.t(wu)];
+        inputs.extend(self.act_reads(x, prologue.as_ref()));
+        let Some((epilogue, operands, n)) = self.best_prefix(
+            Pattern::Glu,
+            anchor,
+            &base,
+            &links,
+            &inputs,
+            prologue.as_ref(),
+        ) else {
             return false;
         };
         let mut nodes = base;
@@ -568,12 +782,15 @@ impl<'g> Planner<'g> {
             operands,
             out,
             nodes,
+            prologue,
         }));
         true
     }
 
     /// The longest legal prefix of `links` (ending at a link with a stage,
-    /// or, for the GLU, possibly empty) as an epilogue.
+    /// or, for the GLU and a GEMV with a prologue, possibly empty) as an
+    /// epilogue. A prologue's norm and mul are checked as elided parts of
+    /// the pattern: their memory, and writes scheduled from the norm on.
     fn best_prefix(
         &mut self,
         pattern: Pattern,
@@ -581,8 +798,13 @@ impl<'g> Planner<'g> {
         base: &[NodeId],
         links: &[Link],
         inputs: &[Tensor],
+        prologue: Option<&NormPrologue>,
     ) -> Option<(Epilogue, Operands, usize)> {
-        let min = if pattern == Pattern::Glu { 0 } else { 1 };
+        let min = if pattern == Pattern::Glu || prologue.is_some() {
+            0
+        } else {
+            1
+        };
         for n in (min..=links.len()).rev() {
             if n > 0 && links[n - 1].stages[0].is_none() {
                 continue;
@@ -597,8 +819,12 @@ impl<'g> Planner<'g> {
             let dst = self.t(out).1;
             let mut all_reads = reads.clone();
             all_reads.extend(ops.iter().copied());
+            let mut mem_nodes = nodes.clone();
+            if let Some(p) = prologue {
+                mem_nodes.extend([p.norm, p.mul]);
+            }
             let verdict = check_gemv_overlap(&dst, &reads, &ops)
-                .and_then(|_| self.check_memory(&nodes, out, &all_reads));
+                .and_then(|_| self.check_memory(&mem_nodes, out, &all_reads));
             match verdict {
                 Ok(()) => return Some((epilogue, operands, n)),
                 Err(r) => self.refuse(pattern, anchor, r),
@@ -608,7 +834,8 @@ impl<'g> Planner<'g> {
     }
 
     /// Intermediates vs every tensor outside the pattern, and writes
-    /// scheduled between the pattern's first and last node vs its reads.
+    /// scheduled between the pattern's first and last node vs its reads
+    /// (`out`, the destination, need not be the last of `nodes`).
     fn check_memory(&self, nodes: &[NodeId], out: NodeId, reads: &[Tensor]) -> Result<(), Refusal> {
         let g = self.g;
         let first = nodes.iter().min().copied().unwrap_or(out);

@@ -135,6 +135,48 @@ pub enum Refusal {
         /// The node.
         node: NodeId,
     },
+    /// The epsilon of an `rms_norm` is not finite and `>= 0`.
+    NormEps {
+        /// The norm.
+        node: NodeId,
+        /// The epsilon's bits (`f32::to_bits`).
+        bits: u32,
+    },
+    /// An `rms_norm` column is longer than the GEMV prologue takes
+    /// (`fused_core::norm::MAX_PROLOGUE_LEN`).
+    NormLength {
+        /// The norm.
+        node: NodeId,
+        /// Its column length.
+        k: usize,
+    },
+    /// The weight of `mul(rms_norm(x), g)` is not an F32 `[K, 1, 1, 1]`
+    /// vector broadcast over the columns.
+    NormWeightShape {
+        /// The weight's node.
+        node: NodeId,
+        /// Its element count.
+        len: usize,
+        /// The norm's column length.
+        k: usize,
+    },
+    /// The normed product is also read by a node that is not a matmul
+    /// taking it as its activations: it must be stored, so the norm is not
+    /// folded into the matmuls (the planner does not both store and fold).
+    NormConsumer {
+        /// The normed product (the mul).
+        node: NodeId,
+        /// The other reader.
+        consumer: NodeId,
+    },
+    /// A matmul reading the normed product did not fuse with the norm
+    /// prologue, so the norm and the mul run as nodes for every reader.
+    NormNotTaken {
+        /// The normed product (the mul).
+        node: NodeId,
+        /// The matmul that did not take it.
+        consumer: NodeId,
+    },
 }
 
 impl core::fmt::Display for Refusal {
@@ -210,6 +252,27 @@ impl core::fmt::Display for Refusal {
             Refusal::AlreadyFused { node } => {
                 write!(f, "{node} already belongs to another fused step")
             }
+            Refusal::NormEps { node, bits } => write!(
+                f,
+                "rms_norm {node}: eps {} is not finite and >= 0",
+                f32::from_bits(*bits)
+            ),
+            Refusal::NormLength { node, k } => write!(
+                f,
+                "rms_norm {node}: {k} values a column, more than the GEMV prologue takes"
+            ),
+            Refusal::NormWeightShape { node, len, k } => write!(
+                f,
+                "norm weight {node} ({len} values) is not an F32 [{k}, 1, 1, 1] vector"
+            ),
+            Refusal::NormConsumer { node, consumer } => write!(
+                f,
+                "normed product {node} is also read by {consumer}, not as a matmul's activations"
+            ),
+            Refusal::NormNotTaken { node, consumer } => write!(
+                f,
+                "matmul {consumer} did not fuse with the norm prologue of {node}"
+            ),
         }
     }
 }

@@ -151,6 +151,7 @@ fn gemv(stages: &[Stage], ops: &[NodeId], nodes: &[NodeId]) -> Step {
         operands: operands(ops),
         out: nodes[nodes.len() - 1],
         nodes: nodes.to_vec(),
+        prologue: None,
     })
 }
 
@@ -171,6 +172,7 @@ fn unfused(ids: &[NodeId], refusals: Vec<Refused>) -> Plan {
     Plan {
         steps: nodes(ids),
         refusals,
+        prologue_nodes: vec![],
     }
 }
 
@@ -202,6 +204,7 @@ fn a1_mm_act() {
         Plan {
             steps: vec![gemv(&[SILU], &[], &[m, s])],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
     assert_eq!(plan.fused_steps(), 1);
@@ -224,6 +227,7 @@ fn check_act_mul(dtype: DType, k: usize, rows: usize, seed: u64) {
         Plan {
             steps: vec![gemv(&[SILU, mul_slot(0)], &[y], &[m, s, p])],
             refusals: vec![],
+            prologue_nodes: vec![],
         },
         "weights {dtype}"
     );
@@ -275,6 +279,7 @@ fn a3_mm_reshape_add() {
         Plan {
             steps: vec![gemv(&[add_slot(0)], &[res], &[m, r, a])],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -306,6 +311,7 @@ fn a4_long_chain() {
         Plan {
             steps: vec![gemv(&stages, &[bias, y, z], &[m, a1, g, p, a2])],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -325,6 +331,7 @@ fn a5_mm_row_bias_two_columns() {
         Plan {
             steps: vec![gemv(&[Stage::AddRowBias { slot: 0 }], &[bias], &[m, rb])],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -351,12 +358,14 @@ fn check_glu_add(dtype: DType, k: usize, rows: usize, seed: u64) {
         operands: operands(&[res]),
         out: a,
         nodes: vec![g, u, gl, a],
+        prologue: None,
     });
     assert_eq!(
         plan,
         Plan {
             steps: vec![want],
             refusals: vec![],
+            prologue_nodes: vec![],
         },
         "weights {dtype}"
     );
@@ -390,12 +399,14 @@ fn a6_glu_dual_gemv_alone() {
         operands: [None; MAX_STAGES],
         out: gl,
         nodes: vec![u, g, gl],
+        prologue: None,
     });
     assert_eq!(
         plan,
         Plan {
             steps: vec![want],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -423,6 +434,7 @@ fn a7_signed_fwht_with_reshape() {
         Plan {
             steps: vec![want],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -449,6 +461,7 @@ fn a7_signed_fwht_without_reshape() {
         Plan {
             steps: vec![want],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -469,6 +482,7 @@ fn a8_dst_exactly_aliasing_operand() {
         Plan {
             steps: vec![gemv(&[add_slot(0)], &[res], &[m, a])],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -492,6 +506,7 @@ fn a8_in_place_chain() {
         Plan {
             steps: vec![gemv(&[SILU, add_slot(0)], &[res], &[m, s, a])],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -515,6 +530,7 @@ fn a9_mm_as_glu_gate() {
                 &[m, gl]
             )],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -553,6 +569,7 @@ fn a10_two_projections_summed() {
         Plan {
             steps: vec![Step::Node(m1), gemv(&[add_slot(0)], &[m1], &[m2, a])],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -584,6 +601,7 @@ fn a10_two_projections_summed_when_the_later_cannot_fuse() {
                 refused(Pattern::Epilogue, m2, why),
                 refused(Pattern::Epilogue, m2, Refusal::AlreadyFused { node: a }),
             ],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -611,6 +629,7 @@ fn a11_operand_produced_between_through_a_reshape() {
                 gemv(&[add_slot(0)], &[rv], &[m, a])
             ],
             refusals: vec![],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -655,6 +674,7 @@ fn b_multiple_uses() {
         Plan {
             steps: vec![gemv(&[SILU], &[], &[m, s]), Step::Node(a), Step::Node(o)],
             refusals: vec![refused(Pattern::Epilogue, m, why)],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -1004,6 +1024,7 @@ fn b_epilogue_on_hadamard() {
         Plan {
             steps: vec![fwht, Step::Node(a)],
             refusals: vec![refused(Pattern::Epilogue, t, why)],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -1102,6 +1123,7 @@ fn b_dst_overlaps_matmul_input() {
         Plan {
             steps: vec![gemv(&[SILU], &[], &[m, s]), Step::Node(a)],
             refusals: vec![refused(Pattern::Epilogue, m, why)],
+            prologue_nodes: vec![],
         }
     );
 
@@ -1200,6 +1222,7 @@ fn b_chain_too_long() {
         Plan {
             steps: vec![gemv(&stages, &[], &chain[..9]), Step::Node(last)],
             refusals: vec![refused(Pattern::Epilogue, m, why)],
+            prologue_nodes: vec![],
         }
     );
 
@@ -1224,6 +1247,7 @@ fn b_chain_too_long() {
         Plan {
             steps: vec![gemv(&stages, &[], &chain), Step::Node(gl)],
             refusals: vec![refused(Pattern::Epilogue, m, why)],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -1391,6 +1415,7 @@ fn b_glu_mismatch() {
                     refused(Pattern::Glu, g, Refusal::GluMismatch { node: gl }),
                     refused(Pattern::Epilogue, u, Refusal::AlreadyFused { node: gl }),
                 ],
+                prologue_nodes: vec![],
             },
             "different x: {different_x}"
         );
@@ -1419,6 +1444,7 @@ fn b_already_fused() {
                 gemv(&[add_slot(0)], &[s2], &[m1, a]),
             ],
             refusals: vec![refused(Pattern::Epilogue, m2, why)],
+            prologue_nodes: vec![],
         }
     );
 }
@@ -1442,6 +1468,7 @@ fn b_already_fused_fwht_mul() {
         Plan {
             steps: vec![gemv(&[mul_slot(0)], &[s], &[m, ms]), Step::Node(t)],
             refusals: vec![refused(Pattern::SignedFwht, t, why)],
+            prologue_nodes: vec![],
         }
     );
 }

@@ -37,6 +37,9 @@ struct Spec {
     glu: bool,
     links: Vec<(u8, u8)>,
     fwht: Option<(u8, u8, bool)>,
+    /// The matmul input as `mul(rms_norm(x), g)`: how (an extra reader, an
+    /// output, a bad eps or weight) and where.
+    norm: Option<(u8, u8)>,
     places: Vec<(u8, u8, i8)>,
     seed: u64,
 }
@@ -50,11 +53,12 @@ fn spec() -> impl Strategy<Value = Spec> {
         any::<bool>(),
         proptest::collection::vec((0u8..14, any::<u8>()), 0..8),
         proptest::option::of((0u8..4, 1u8..3, any::<bool>())),
+        proptest::option::of((0u8..8, any::<u8>())),
         proptest::collection::vec((0u8..10, any::<u8>(), -3i8..4), 24),
         any::<u64>(),
     )
         .prop_map(
-            |(dtype, k_blocks, m, ncols, glu, links, fwht, places, seed)| Spec {
+            |(dtype, k_blocks, m, ncols, glu, links, fwht, norm, places, seed)| Spec {
                 dtype,
                 k_blocks,
                 m,
@@ -62,6 +66,7 @@ fn spec() -> impl Strategy<Value = Spec> {
                 glu,
                 links,
                 fwht,
+                norm,
                 places,
                 seed,
             },
@@ -150,7 +155,29 @@ fn build(s: &Spec) -> Option<Gen> {
         inits: Vec::new(),
     };
     let f32b = |ne: [usize; 4]| 4 * ne.iter().product::<usize>();
-    let x = gb.input(DType::F32, [k, ncols, 1, 1]);
+    let mut x = gb.input(DType::F32, [k, ncols, 1, 1]);
+    let mut extra = None;
+    if let Some((how, eps)) = s.norm {
+        let eps = [1e-5, 0.0, 1e-6, 0.5][eps as usize % 4];
+        let xne = [k, ncols, 1, 1];
+        let gne = if how == 6 { xne } else { [k, 1, 1, 1] };
+        let gamma = gb.input(DType::F32, gne);
+        let p = gb.place(f32b(xne));
+        let eps = if how == 5 { -eps - 1.0 } else { eps };
+        let norm = gb.g.rms_norm(x, eps, p).ok()?;
+        let p = gb.place(f32b(xne));
+        x = gb.g.mul(norm, gamma, p).ok()?;
+        match how {
+            1 => gb.g.mark_output(x).ok()?,
+            2 => {
+                let p = gb.place(f32b(xne));
+                let o = gb.g.unary(Activation::Silu, x, p).ok()?;
+                gb.g.mark_output(o).ok()?;
+            }
+            3 | 4 => extra = Some(x),
+            _ => {}
+        }
+    }
     let shape = [m, ncols, 1, 1];
     let mut cur = if s.glu {
         let wg = gb.input(dtype, [k, m, 1, 1]);
@@ -229,6 +256,13 @@ fn build(s: &Spec) -> Option<Gen> {
         };
     }
     gb.g.mark_output(cur).ok()?;
+    if let Some(xm) = extra {
+        // Another projection of the normed product.
+        let w = gb.input(dtype, [k, m, 1, 1]);
+        let p = gb.place(f32b(shape));
+        let o = gb.g.mul_mat(w, xm, p).ok()?;
+        gb.g.mark_output(o).ok()?;
+    }
     if let Some((log_n, nblk, reshape)) = s.fwht {
         let n = 1usize << (log_n + 1);
         let (nblk, rows) = (nblk as usize, 2);
@@ -281,15 +315,14 @@ fn check_rules(g: &Graph, step: &Step) -> Result<(), String> {
             let ews: Vec<NodeId> = ews.into_iter().map(|(_, o)| o).collect();
             let mut d = vec![src(s.matmul, 0), src(s.matmul, 1)];
             d.extend(biases.into_iter().map(|(_, o)| o));
+            d.extend(s.prologue.iter().flat_map(|p| [p.x, p.gamma]));
             (t(s.out), d, ews)
         }
         Step::GluGemv(s) => {
             let ews: Vec<NodeId> = s.operands.iter().flatten().copied().collect();
-            (
-                t(s.out),
-                vec![src(s.gate, 0), src(s.up, 0), src(s.gate, 1)],
-                ews,
-            )
+            let mut d = vec![src(s.gate, 0), src(s.up, 0), src(s.gate, 1)];
+            d.extend(s.prologue.iter().flat_map(|p| [p.x, p.gamma]));
+            (t(s.out), d, ews)
         }
         Step::SignedFwht(s) => (t(s.matmul), vec![s.x, s.signs], vec![]),
     };
@@ -371,12 +404,19 @@ fn generator_covers_fusions_and_overlap_refusals() {
     use proptest::test_runner::TestRunner;
     let mut runner = TestRunner::deterministic();
     let (mut fused, mut overlap_refusals, mut plans) = (0, 0, 0);
+    let (mut prologues, mut norm_refusals) = (0, 0);
     for _ in 0..if cfg!(miri) { 4 } else { 400 } {
         let s = spec().new_tree(&mut runner).unwrap().current();
         let Some(gb) = build(&s) else { continue };
         let p = plan(&gb.g);
         plans += 1;
         fused += p.fused_steps();
+        prologues += usize::from(!p.prologue_nodes.is_empty());
+        norm_refusals += p
+            .refusals
+            .iter()
+            .filter(|r| r.pattern == fused_core::planner::Pattern::NormPrologue)
+            .count();
         overlap_refusals += p
             .refusals
             .iter()
@@ -398,6 +438,8 @@ fn generator_covers_fusions_and_overlap_refusals() {
         assert!(plans > 200, "{plans}");
         assert!(fused > 100, "{fused}");
         assert!(overlap_refusals > 50, "{overlap_refusals}");
+        assert!(prologues > 20, "{prologues}");
+        assert!(norm_refusals > 20, "{norm_refusals}");
     }
     let _ = BufferId(0);
 }

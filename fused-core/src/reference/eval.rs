@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::fwht::{FwhtDesc, butterflies};
 use crate::graph::{Graph, MatHint, NodeId, Op};
 use crate::memory::Memory;
-use crate::planner::{FusedFwht, FusedGemv, FusedGlu, Operands, Plan, Step};
+use crate::planner::{FusedFwht, FusedGemv, FusedGlu, NormPrologue, Operands, Plan, Step};
 use crate::tensor::TensorDesc;
 use crate::weights::WeightMatrix;
 
@@ -73,6 +73,26 @@ fn column(x: &TensorDesc, col: usize, mem: &Memory) -> Result<Vec<f32>, Error> {
     let [k, n1, n2, _] = x.ne();
     let (i1, i2, i3) = (col % n1, col / n1 % n2, col / n1 / n2);
     (0..k).map(|i0| mem.get(x, [i0, i1, i2, i3])).collect()
+}
+
+/// Column `col` of a fused GEMV's activations: of `x`, or, with a norm
+/// prologue, `(x · s) · g` computed from the prologue's input and weight
+/// ([`crate::norm::rms_norm`]), read from memory now.
+fn act_column(
+    g: &Graph,
+    x: &TensorDesc,
+    prologue: &Option<NormPrologue>,
+    col: usize,
+    mem: &Memory,
+) -> Result<Vec<f32>, Error> {
+    let Some(p) = prologue else {
+        return column(x, col, mem);
+    };
+    let xc = column(&tensor(g, p.x)?, col, mem)?;
+    let gamma = mem.read(&tensor(g, p.gamma)?)?;
+    let mut y = vec![0.0f32; xc.len()];
+    crate::norm::rms_norm(xc.len(), p.eps.get(), &xc, Some(&gamma), &mut y)?;
+    Ok(y)
 }
 
 /// One accumulator of `w_row · x_col` in `mode`.
@@ -286,7 +306,7 @@ fn eval_fused_gemv(
     let mut dotter = Dotter::new(mode.act_quant(dtype));
     for row in (0..m).rev() {
         for col in 0..x.n_rows() {
-            let xc = column(&x, col, mem)?;
+            let xc = act_column(g, &x, &s.prologue, col, mem)?;
             dotter.load(&xc)?;
             let acc = dotter.dot(&w, row, &xc)?;
             let l = col * m + row;
@@ -308,7 +328,7 @@ fn eval_fused_glu(g: &Graph, s: &FusedGlu, mem: &mut Memory, mode: GemvMode) -> 
     let mut dotter = Dotter::new(mode.act_quant(dtype));
     for row in (0..m).rev() {
         for col in 0..x.n_rows() {
-            let xc = column(&x, col, mem)?;
+            let xc = act_column(g, &x, &s.prologue, col, mem)?;
             dotter.load(&xc)?;
             let gate = dotter.dot(&wg, row, &xc)?;
             let up = dotter.dot(&wu, row, &xc)?;
