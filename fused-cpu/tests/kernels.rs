@@ -317,14 +317,18 @@ fn q8_0_side_data_follows_its_layout() {
             &blk[18..34],
             "high codes, block {b}"
         );
-        let sum: i32 = blk[2..].iter().map(|&c| i32::from(c as i8)).sum();
-        assert_eq!(
-            i32::from_le_bytes(lane(g, 128, 4 * j)),
-            -8 * sum,
-            "offset, block {b}"
-        );
-        for l in 1..4 {
-            assert_eq!(i32::from_le_bytes(lane(g, 128, 4 * j + l)), 0);
+        // Lane `i`'s share: codes `4i..4i + 4` and `16 + 4i..16 + 4i + 4`.
+        for i in 0..4 {
+            let qs = &blk[2..];
+            let codes = qs[4 * i..4 * i + 4]
+                .iter()
+                .chain(&qs[16 + 4 * i..20 + 4 * i]);
+            let sum: i32 = codes.map(|&c| i32::from(c as i8)).sum();
+            assert_eq!(
+                i32::from_le_bytes(lane(g, 128, 4 * j + i)),
+                -8 * sum,
+                "offset, block {b}, lane {i}"
+            );
         }
         let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
         for l in 0..4 {

@@ -19,9 +19,15 @@ pub const Q8_0_SUPER_GROUPS: usize = 4;
 ///
 /// - `0..64`: the first 16 codes of each block, `lo[16j + i] = qs_j[i]`;
 /// - `64..128`: the last 16, `hi[16j + i] = qs_j[16 + i]`;
-/// - `128..192`: sixteen little-endian i32, `−8·Σ qs_j` at lane `4j`, 0 in
-///   the other lanes (the exact Q4_0 code-offset term; `·16` gives Q8_0's
-///   `−128·Σ qs_j`);
+/// - `128..192`: sixteen little-endian i32, `−8·Σ qs_j[k]` over the eight
+///   codes of lane `4j + i`, `k ∈ 4i..4i + 4` and `16 + 4i..16 + 4i + 4`
+///   (the codes that `vpdpbusd` puts in that lane from `lo` and `hi`): the
+///   exact Q4_0 code-offset term split by lane, `·16` Q8_0's `−128·Σ qs`.
+///   Split so that each lane of the Q8_0 kernel holds the exact dot of its
+///   eight elements, offset included: with the whole `−128·Σ qs_j` in one
+///   lane, the lanes are each far larger than the block's dot where an
+///   activation is large, and the kernel, which scales its lanes one by one,
+///   lost the row's value to their cancellation in f32;
 /// - `192..256`: sixteen little-endian f32, `d_j` (widened from f16) at
 ///   lanes `4j..4j + 4` (the Q8_0 kernel's per-lane scale).
 pub const Q8_0_GROUP_BYTES: usize = 256;
@@ -37,9 +43,10 @@ pub const Q8_0_GROUP_BYTES: usize = 256;
 pub const Q8_0_SUPER_BYTES: usize = Q8_0_SUPER_GROUPS * Q8_0_GROUP_BYTES + 64;
 
 /// Where Q8_0 activation block `b` (of a whole group) keeps its exact
-/// Q4_0 offset term `−8·Σ qs_b` (a little-endian i32) in a column's side
-/// data; its `d` (a little-endian f32) lies [`Q8_0_D_AFTER_OFFSET`] bytes
-/// further (see [`Q8_0_GROUP_BYTES`] and [`Q8_0_SUPER_BYTES`]).
+/// Q4_0 offset term `−8·Σ qs_b`, split over four little-endian i32 (one per
+/// `vpdpbusd` lane) in a column's side data; its `d` (a little-endian f32)
+/// lies [`Q8_0_D_AFTER_OFFSET`] bytes further (see [`Q8_0_GROUP_BYTES`] and
+/// [`Q8_0_SUPER_BYTES`]).
 pub const fn q8_0_offset_term_at(b: usize) -> usize {
     let group = b / Q8_0_GROUP_BLOCKS;
     (group / Q8_0_SUPER_GROUPS) * Q8_0_SUPER_BYTES
@@ -85,8 +92,26 @@ pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<
             let qs = &blk[2..];
             codes[16 * j..16 * j + 16].copy_from_slice(&qs[..16]);
             codes[64 + 16 * j..64 + 16 * j + 16].copy_from_slice(&qs[16..]);
-            let sum: i32 = qs.iter().map(|&q| i32::from(q as i8)).sum();
-            off[16 * j..16 * j + 4].copy_from_slice(&(-8 * sum).to_le_bytes());
+            // Lane `i`'s share of `−8·Σ qs`, by SWAR on eight codes at a
+            // time: biased to unsigned (`q ^ 0x80 = q + 128`), bytes
+            // `4i..4i + 4` and `16 + 4i..` added into the lane's 32 bits.
+            const M8: u64 = 0x00ff_00ff_00ff_00ff;
+            const M16: u64 = 0x0000_ffff_0000_ffff;
+            let word = |at: usize| {
+                let b: [u8; 8] = qs[at..at + 8].try_into().expect("8 codes");
+                u64::from_le_bytes(b) ^ 0x8080_8080_8080_8080
+            };
+            for h in 0..2 {
+                let (a, b) = (word(8 * h), word(16 + 8 * h));
+                let s = (a & M8) + ((a >> 8) & M8) + (b & M8) + ((b >> 8) & M8);
+                let t = (s & M16) + ((s >> 16) & M16);
+                for (l, biased) in [t as u32, (t >> 32) as u32].into_iter().enumerate() {
+                    // At most 8·255: exact in i32.
+                    let sum = biased as i32 - 8 * 128;
+                    let o = 16 * j + 4 * (2 * h + l);
+                    off[o..o + 4].copy_from_slice(&(-8 * sum).to_le_bytes());
+                }
+            }
             let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
             let lane = 4 * j + gi;
             dy[4 * lane..4 * lane + 4].copy_from_slice(&d.to_le_bytes());

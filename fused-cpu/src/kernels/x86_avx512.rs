@@ -11,7 +11,10 @@
 //! the exact i32 offset term, leave four i32 lanes per block. Offsets are
 //! exact in i32: Q4_0 codes are `u − 8`, so `Σ(u − 8)·y = Σu·y − 8·Σy`;
 //! Q8_0 weights are biased to `x + 128`, so `Σx·y = Σ(x + 128)·y − 128·Σy`.
-//!
+//! The offset term is split over the four lanes, each lane's share taken
+//! from the activations that lane meets, so that every lane holds the exact
+//! dot of its eight elements.
+
 //! Q4_0 then sums the lanes of four groups (a super-group of sixteen
 //! blocks) into one vector of sixteen block dots with four shuffles and
 //! three adds, gathers the sixteen f16 `dx` with one masked `vpermw` per
@@ -343,14 +346,20 @@ const fn d_mask(g: usize) -> __mmask32 {
 }
 
 /// `acc + Σ` of one Q8_0 group at `wp` (136 bytes) against the activation
-/// group `(ylo, yhi, off)` (`off` already scaled to `−128·Σy`) with `dy`
-/// per lane (lane `4j + i`: the `dy` of block `j`), per lane; prefetches
-/// `wp + pf`.
+/// group `(ylo, yhi, off)` (`off` already scaled to `−128·Σy`, split by
+/// lane) with `dy` per lane (lane `4j + i`: the `dy` of block `j`), per
+/// lane; prefetches `wp + pf`.
 ///
 /// Q8_0 keeps one FMA per group (the lanes scaled by `dx·dy` per lane)
 /// rather than [`sum_parts`]: its codes already take three two-source
 /// word permutes per group, and the sum's four shuffles would be a fourth
-/// on the same port.
+/// on the same port (5–7 % slower in L2 and L3). That is exact enough only
+/// because each lane starts from its own share of the offset
+/// ([`crate::acts::side::Q8_0_GROUP_BYTES`]), so that it holds the exact
+/// dot of its eight elements, `|·| ≤ 8·128·127`: with the block's whole
+/// `−128·Σy` in one lane, the lanes were each far larger than the block's
+/// dot where an activation is large, and their cancellation after scaling
+/// lost the row's value (1–8 % off with one activation of 1e6).
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI present; `wp..wp + 136` readable.

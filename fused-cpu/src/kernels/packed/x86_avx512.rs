@@ -4,14 +4,20 @@
 //! 128-bit lane. The activation block's two halves are broadcast to the four
 //! lanes, so two `vpdpbusd` give each row four i32 partial sums in its own
 //! lane. The `−8` offset of the codes is taken off exactly in i32: the
-//! chain starts from `−8·Σq` of the activation block in the first i32 of
-//! each row's lane, read from the activation side data
-//! ([`crate::acts::side::q8_0_offset_term_at`], as the plain kernel does; blocks
-//! without side data sum their codes here, to the same value). The partial
-//! sums are converted and multiplied by the rows' `dx·dy` (the four f16
-//! scales of the line widened and spread over their lanes; `dy` as f32
-//! from the side data) in one FMA per block; lanes are reduced once per row
-//! at the end.
+//! activation blocks' `−8·Σq`, read from the activation side data
+//! ([`crate::acts::side::q8_0_offset_term_at`], four lanes' shares a block,
+//! added up here) or, without side data, summed from their codes, are
+//! added to the rows' block dots.
+//! The four lanes of each row and block are then added up, exactly
+//! in i32, before they meet the block's scale, as in the reference: a
+//! lane alone can be far larger than the block's dot where an activation
+//! is large (scaled one by one, they cancelled in f32 and were 1–8 % off
+//! with one activation of 1e6). Four blocks at a time, one shuffle tree
+//! ([`sum_parts`]) leaves each row's four block dots in its 128-bit lane;
+//! they are converted and multiplied by the rows' `dx·dy` (the sixteen f16
+//! scales of the four lines transposed to match, widened at once; `dy` as
+//! f32 from the side data) in one FMA; lanes are reduced once per row at
+//! the end.
 //!
 //! Like the plain kernels ([`super::super::x86_avx512`]), the kernel
 //! prefetches one call ahead: the lines of the next group (which follows
@@ -81,6 +87,30 @@ unsafe fn offset_term(yp: *const u8) -> i32 {
     -8 * sum
 }
 
+/// `i32` lane `l` of the result takes lane `4·(l mod 4)` of its source:
+/// the value of block `l mod 4` of a side-data group (at lane `4j` for
+/// block `j`) for row `l / 4`'s 128-bit lane.
+const BLOCK_OF_LANE: [i32; 16] = [0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12];
+
+/// Word `4r + j` of the result takes word `4j + r` of its source: the
+/// scales of four lines (block `j`, row `r` at word `4j + r`) transposed to
+/// the lanes where [`sum_parts`] puts row `r`'s block `j`.
+const SCALE_OF_LANE: [i16; 16] = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15];
+
+/// The sum of the four lanes of each row of four blocks' i32 lanes (`t[j]`
+/// lane `4r + i`: part `i` of row `r`'s dot of block `j`): lane `4r + j` of
+/// the result is row `r`'s whole dot of block `j` (exact, wrapping).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn sum_parts(t: [__m512i; 4]) -> __m512i {
+    let pair = |a, b| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    let (s01, s23) = (pair(t[0], t[1]), pair(t[2], t[3]));
+    _mm512_add_epi32(
+        _mm512_unpacklo_epi64(s01, s23),
+        _mm512_unpackhi_epi64(s01, s23),
+    )
+}
+
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI and F16C present; `g` holds `nb` code lines
 /// followed by `nb · 8` scale bytes, `y` holds `nb` Q8_0 blocks, and `side`
@@ -97,58 +127,101 @@ unsafe fn q4_0_q8_0_group(
 ) -> [f32; GROUP_ROWS] {
     let yb = DType::Q8_0.block_bytes();
     let m4 = _mm512_set1_epi8(0x0f);
-    let spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    // The first i32 of each row's 128-bit lane.
-    const LANE0: __mmask16 = 0x1111;
+    // SAFETY: `[i32; 16]`, `[i16; 16]` and the vectors are plain bytes of
+    // the same sizes.
+    let (block_of_lane, scale_of_lane) = unsafe {
+        (
+            core::mem::transmute::<[i32; 16], __m512i>(BLOCK_OF_LANE),
+            core::mem::transmute::<[i16; 16], __m256i>(SCALE_OF_LANE),
+        )
+    };
     // SAFETY: the scales start right after the `nb` code lines.
     let scales = unsafe { g.add(nb * LINE) };
     let next = g.wrapping_add(stride);
-    let mut acc = [_mm512_setzero_ps(); 2];
-    for b in 0..nb {
-        // One call ahead: line `b` of the next group, and its scale lines
-        // (eight blocks' scales a line).
-        prefetch(next.wrapping_add(b * LINE));
-        if b % 8 == 0 {
-            prefetch(next.wrapping_add(nb * LINE + b * 8));
+    let mut acc = _mm512_setzero_ps();
+    let mut b = 0;
+    while b < nb {
+        // Blocks `b .. b + n`, summed per row and block in i32 (offset
+        // included) before they meet their scale, as in the reference: a
+        // lane alone can be far larger than the block's dot.
+        let n = (nb - b).min(Q8_0_GROUP_BLOCKS);
+        let mut t = [_mm512_setzero_si512(); Q8_0_GROUP_BLOCKS];
+        for (j, tj) in t.iter_mut().enumerate().take(n) {
+            let bj = b + j;
+            // One call ahead: line `bj` of the next group, and its scale
+            // lines (eight blocks' scales a line).
+            prefetch(next.wrapping_add(bj * LINE));
+            if bj % 8 == 0 {
+                prefetch(next.wrapping_add(nb * LINE + bj * 8));
+            }
+            // SAFETY: line `bj` (64 bytes) and activation block `bj` (d,
+            // then 32 codes) are in bounds.
+            let (w, ylo, yhi) = unsafe {
+                let yp = y.add(bj * yb);
+                (
+                    _mm512_loadu_si512(g.add(bj * LINE).cast()),
+                    _mm512_broadcast_i32x4(_mm_loadu_si128(yp.add(2).cast())),
+                    _mm512_broadcast_i32x4(_mm_loadu_si128(yp.add(18).cast())),
+                )
+            };
+            let lo = _mm512_and_si512(w, m4);
+            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
+            let z = _mm512_setzero_si512();
+            *tj = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo, ylo), hi, yhi);
         }
-        // SAFETY: activation block `b` (34 bytes) is in bounds, and so are
-        // its side entries (offset term, then `d` 64 bytes on) for
-        // `b < with_side`.
-        let (off, dy) = unsafe {
-            let yp = y.add(b * yb);
-            if b < with_side {
+        // The blocks' offset terms `−8·Σq` and `dy`, block `j` at lane `4j`.
+        let (off, dy) = if b < with_side {
+            // SAFETY: `b` starts a whole group with side data: its offset
+            // terms (64 bytes, four lanes a block) and, 64 bytes on, its
+            // `dy`.
+            let (off, dy) = unsafe {
                 let at = side.add(q8_0_offset_term_at(b));
                 (
-                    at.cast::<i32>().read_unaligned(),
-                    at.add(Q8_0_D_AFTER_OFFSET).cast::<f32>().read_unaligned(),
+                    _mm512_loadu_si512(at.cast()),
+                    _mm512_loadu_ps(at.add(Q8_0_D_AFTER_OFFSET).cast()),
                 )
-            } else {
-                let d = _mm_cvtsi32_si128(i32::from(yp.cast::<u16>().read_unaligned()));
-                (offset_term(yp), _mm_cvtss_f32(_mm_cvtph_ps(d)))
+            };
+            // Each block's four shares added up, into lane `4j`.
+            let off = _mm512_add_epi32(off, _mm512_shuffle_epi32::<0b10_11_00_01>(off));
+            let off = _mm512_add_epi32(off, _mm512_shuffle_epi32::<0b01_00_11_10>(off));
+            (off, dy)
+        } else {
+            let mut off = [0i32; 16];
+            let mut dy = [0.0f32; 16];
+            for j in 0..n {
+                // SAFETY: activation block `b + j < nb` (34 bytes).
+                unsafe {
+                    let yp = y.add((b + j) * yb);
+                    let d = _mm_cvtsi32_si128(i32::from(yp.cast::<u16>().read_unaligned()));
+                    off[4 * j] = offset_term(yp);
+                    dy[4 * j] = _mm_cvtss_f32(_mm_cvtph_ps(d));
+                }
+            }
+            // SAFETY: `[i32; 16]` and `[f32; 16]` are 64 bytes each.
+            unsafe {
+                (
+                    _mm512_loadu_si512(off.as_ptr().cast()),
+                    _mm512_loadu_ps(dy.as_ptr()),
+                )
             }
         };
-        // SAFETY: line `b` (64 bytes), the line's 8 scale bytes and
-        // activation block `b` (d, then 32 codes) are in bounds.
-        let (w, d4, ylo, yhi) = unsafe {
-            let yp = y.add(b * yb);
-            (
-                _mm512_loadu_si512(g.add(b * LINE).cast()),
-                _mm_loadl_epi64(scales.add(b * 8).cast()),
-                _mm512_broadcast_i32x4(_mm_loadu_si128(yp.add(2).cast())),
-                _mm512_broadcast_i32x4(_mm_loadu_si128(yp.add(18).cast())),
-            )
+        // Lane `4r + j`: row `r`'s dot of block `b + j`, and its `dx·dy`.
+        let isum = _mm512_add_epi32(
+            sum_parts(t),
+            _mm512_permutexvar_epi32(block_of_lane, off),
+        );
+        let dy = _mm512_permutexvar_ps(block_of_lane, dy);
+        // SAFETY: the `n` lines' scale bytes `8b .. 8(b + n)` (words past
+        // them are masked off and not read).
+        let d16 = unsafe {
+            _mm256_maskz_loadu_epi16(((1u32 << (4 * n)) - 1) as __mmask16, scales.add(b * 8).cast())
         };
-        let lo = _mm512_and_si512(w, m4);
-        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
-        let off = _mm512_maskz_set1_epi32(LANE0, off);
-        let t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(off, lo, ylo), hi, yhi);
-        let dx = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_cvtph_ps(d4)));
-        let sum = _mm512_cvtepi32_ps(t);
-        acc[b & 1] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dx, _mm512_set1_ps(dy)), acc[b & 1]);
+        let dx = _mm512_cvtph_ps(_mm256_permutexvar_epi16(scale_of_lane, d16));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dx, dy), acc);
+        b += n;
     }
     // Row r's partial sums are the four f32 of 128-bit lane r.
-    let v = _mm512_add_ps(acc[0], acc[1]);
-    let v = _mm512_add_ps(v, _mm512_permute_ps::<0b10_11_00_01>(v));
+    let v = _mm512_add_ps(acc, _mm512_permute_ps::<0b10_11_00_01>(acc));
     let v = _mm512_add_ps(v, _mm512_permute_ps::<0b01_00_11_10>(v));
     let mut lanes = [0.0f32; 16];
     // SAFETY: `lanes` holds 16 f32 (64 bytes); unaligned store.
