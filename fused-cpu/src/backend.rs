@@ -181,6 +181,11 @@ impl CpuBackend {
         self.kernel_calls.store(0, Ordering::Relaxed);
     }
 
+    /// Counts one kernel call run on the calling thread (no barrier).
+    pub(crate) fn count_call(&self) {
+        self.count(0);
+    }
+
     fn count(&self, barriers: u64) {
         self.barriers.fetch_add(barriers, Ordering::Relaxed);
         self.kernel_calls.fetch_add(1, Ordering::Relaxed);

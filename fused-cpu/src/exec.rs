@@ -16,6 +16,7 @@ use fused_core::DType;
 use fused_core::Error;
 use fused_core::acts::GemvMode;
 use fused_core::element::Activation;
+use fused_core::error::Unsupported;
 use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::Graph;
@@ -230,5 +231,28 @@ impl StepKernels for CpuBackend {
 
     fn copy(&self, a: &[f32], y: &mut [f32]) -> Result<(), Error> {
         CpuBackend::copy(self, a, y)
+    }
+
+    fn supports_rms_norm(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    /// On the calling thread: a column's norm is a few microseconds, less
+    /// than a parallel region's wake-up. The unfused op (`gamma` `None`)
+    /// counts as a kernel call without a barrier; the GEMV prologue is part
+    /// of its GEMV's call.
+    fn rms_norm(
+        &self,
+        k: usize,
+        eps: f32,
+        x: &[f32],
+        gamma: Option<&[f32]>,
+        y: &mut [f32],
+    ) -> Result<(), Error> {
+        crate::norm::rms_norm(self.isa(), k, eps, x, gamma, y)?;
+        if gamma.is_none() {
+            self.count_call();
+        }
+        Ok(())
     }
 }

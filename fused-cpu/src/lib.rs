@@ -224,6 +224,9 @@ lab_mod! {
 pub mod elementwise;
 pub mod fwht;
 pub mod gemv;
+// The RMS norm (unfused op and GEMV prologue), bit for bit the core's.
+#[cfg(feature = "std")]
+mod norm;
 pub mod packed;
 lab_mod! {
     #[cfg(feature = "std")]
