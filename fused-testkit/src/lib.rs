@@ -46,6 +46,13 @@ macro_rules! contract_suite {
         }
 
         #[test]
+        fn contract_norm_prologue_fused_equals_unfused() {
+            if let Some(b) = $open {
+                $crate::suite::norm_prologue_fused_equals_unfused(&b);
+            }
+        }
+
+        #[test]
         fn contract_every_weight_format_with_an_epilogue() {
             if let Some(b) = $open {
                 $crate::suite::every_weight_format_with_an_epilogue(&b);

@@ -107,6 +107,18 @@ fn fused_against_unfused<B: Backend>(
     mode: GemvMode,
     case: &str,
 ) -> bool {
+    fused_against_unfused_all(b, g, mem, &[out], mode, case)
+}
+
+/// [`fused_against_unfused`] for several outputs.
+fn fused_against_unfused_all<B: Backend>(
+    b: &B,
+    g: &Graph,
+    mem: &Memory,
+    outs: &[NodeId],
+    mode: GemvMode,
+    case: &str,
+) -> bool {
     let fused = plan(g);
     if !supported(b, g, &fused, mode, case) {
         return false;
@@ -116,16 +128,18 @@ fn fused_against_unfused<B: Backend>(
         |p: &Plan| run_once(b, g, p, mode, mem).unwrap_or_else(|e| panic!("{name} {case}: {e}"));
     let (mf, sf) = run(&fused);
     let (mu, su) = run(&Plan::unfused(g));
-    let t = g.tensor(out).expect("a node");
-    let got = mf.read(t).expect("an f32 output");
-    assert_bits_eq(
-        &got,
-        &mu.read(t).expect("an f32 output"),
-        &format!("{name} {case}: fused against unfused"),
-    );
     let mut want = mem.clone();
     eval_plan(g, &fused, &mut want, mode).expect("the reference runs the plan");
-    check_reference(b, &got, &want.read(t).expect("an f32 output"), case);
+    for &out in outs {
+        let t = g.tensor(out).expect("a node");
+        let got = mf.read(t).expect("an f32 output");
+        assert_bits_eq(
+            &got,
+            &mu.read(t).expect("an f32 output"),
+            &format!("{name} {case}: fused against unfused (output {out})"),
+        );
+        check_reference(b, &got, &want.read(t).expect("an f32 output"), case);
+    }
     assert!(
         fused.fused_steps() > 0 && sf.kernel_steps < su.kernel_steps,
         "{name} {case}: fused {sf:?}, unfused {su:?}"
@@ -156,6 +170,101 @@ pub fn decode_layer_fused_equals_unfused<B: Backend>(b: &B) {
         }
     }
     assert!(ran > 0, "{}: no decode-layer case ran", b.name());
+}
+
+/// `mul(rms_norm(x), g)` read by q, k and v (v with a residual add) and,
+/// from a second norm, by a GLU's gate and up: every reader takes the norm
+/// as its GEMV prologue, and fused equals unfused bit for bit, in five
+/// weight formats, both activation modes, 1 and 2 columns. A backend
+/// without the norm kernels skips every case with its reason (and nothing
+/// else may be missing).
+pub fn norm_prologue_fused_equals_unfused<B: Backend>(b: &B) {
+    let (k, m, ffn) = (256, 64, 96);
+    let max = b.capabilities().max_cols.min(2);
+    let (mut ran, mut norm_refused) = (0, false);
+    for (i, dtype) in LAYER_DTYPES.into_iter().enumerate() {
+        for cols in 1..=max {
+            let mut rng = Rng::new(77 + i as u64 * 5 + cols as u64);
+            let mut g = Graph::new();
+            let mut inits: Vec<(TensorDesc, Vec<u8>)> = Vec::new();
+            let mut wnext = 0;
+            let mut weight = |g: &mut Graph, rng: &mut Rng, rows: usize| {
+                let rb = dtype.row_bytes(k).expect("whole blocks");
+                let t = TensorDesc::contiguous(dtype, [k, rows, 1, 1], BufferId(0), wnext)
+                    .expect("a weight tensor");
+                wnext += (rb * rows).next_multiple_of(256);
+                inits.push((t, weights(rng, dtype, rows, k)));
+                g.input(t).expect("an input")
+            };
+            let (wq, wk, wv) = (
+                weight(&mut g, &mut rng, m),
+                weight(&mut g, &mut rng, m / 2),
+                weight(&mut g, &mut rng, m / 2),
+            );
+            let (wg, wu) = (weight(&mut g, &mut rng, ffn), weight(&mut g, &mut rng, ffn));
+            let mut anext = 0;
+            let mut act = |n: usize| {
+                let p = Place::at(1, anext);
+                anext += (4 * n).next_multiple_of(256);
+                p
+            };
+            let mut input = |g: &mut Graph, ne: [usize; 4], p: Place, rng: &mut Rng| {
+                let t = TensorDesc::contiguous(DType::F32, ne, p.buffer, p.offset).expect("input");
+                let v = rng.vec(ne.iter().product());
+                inits.push((t, v.iter().flat_map(|x| x.to_le_bytes()).collect()));
+                g.input(t).expect("an input")
+            };
+            let xs = [k, cols, 1, 1];
+            let x = input(&mut g, xs, act(k * cols), &mut rng);
+            let ga = input(&mut g, [k, 1, 1, 1], act(k), &mut rng);
+            let gf = input(&mut g, [k, 1, 1, 1], act(k), &mut rng);
+            let r = input(&mut g, [m / 2, cols, 1, 1], act(m / 2 * cols), &mut rng);
+            let mut build = |g: &mut Graph| -> Result<Vec<NodeId>, fused_core::Error> {
+                let n = g.rms_norm(x, 1e-5, act(k * cols))?;
+                let xn = g.mul(n, ga, act(k * cols))?;
+                let q = g.mul_mat(wq, xn, act(m * cols))?;
+                let kk = g.mul_mat(wk, xn, act(m / 2 * cols))?;
+                let v = g.mul_mat(wv, xn, act(m / 2 * cols))?;
+                let v = g.add(v, r, act(m / 2 * cols))?;
+                let n2 = g.rms_norm(x, 1e-6, act(k * cols))?;
+                let xf = g.mul(n2, gf, act(k * cols))?;
+                let gate = g.mul_mat(wg, xf, act(ffn * cols))?;
+                let up = g.mul_mat(wu, xf, act(ffn * cols))?;
+                let h = g.glu(Activation::Silu, gate, up, act(ffn * cols))?;
+                let outs = vec![q, kk, v, h];
+                for &o in &outs {
+                    g.mark_output(o)?;
+                }
+                Ok(outs)
+            };
+            let outs = build(&mut g).expect("a well-formed graph");
+            let mut mem = Memory::new(&[wnext, anext]);
+            for (t, bytes) in &inits {
+                mem.write_rows(t, bytes).expect("inside the buffers");
+            }
+            let p = plan(&g);
+            assert_eq!(p.prologue_nodes.len(), 4, "{:#?}", p);
+            for mode in MODES {
+                let case = format!("norm prologue {dtype} {cols} cols {mode:?}");
+                if let Err(e) = b.supports(&g, &p, mode) {
+                    norm_refused |= matches!(
+                        e,
+                        fused_core::Error::Unsupported(fused_core::error::Unsupported::Operation(
+                            fused_core::lower::RMS_NORM
+                        ))
+                    );
+                    eprintln!("skipped: {} {case}: {e}", b.name());
+                    continue;
+                }
+                ran += usize::from(fused_against_unfused_all(b, &g, &mem, &outs, mode, &case));
+            }
+        }
+    }
+    assert!(
+        ran > 0 || norm_refused,
+        "{}: no norm-prologue case ran, and the norm was not what was missing",
+        b.name()
+    );
 }
 
 /// `out = silu(W·x) ⊙ u + r` for every weight format, 1, 3 and the most
