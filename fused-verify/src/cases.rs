@@ -9,6 +9,11 @@
 //! multiple of the kernels' tiles, K an odd number of blocks, a large
 //! matrix, and inputs that must be refused (see [`Special::BadInput`]).
 //!
+//! The norm-prologue family (`gemv_norm/…`, `glu_norm/…`, [`Case::norm`]):
+//! the GEMV or GLU reads `mul(rms_norm(x), g)`, which the planner folds
+//! into the step as its prologue; backends without the norm kernels skip
+//! these cases with their reason.
+//!
 //! [`CaseSet::Quick`] is a covering subset (every format, shape, chain,
 //! column count and thread count appears) that runs in seconds;
 //! [`CaseSet::Full`] is the cross product, more than 20,000 cases.
@@ -143,7 +148,13 @@ pub struct Case {
     /// Real weights instead of random ones: a tensor name and its first
     /// `m` packed rows (the `gguf` mode).
     pub weights: Option<Arc<(String, Vec<u8>)>>,
+    /// GEMV and GLU: the activations are `mul(rms_norm(x, NORM_EPS), g)`
+    /// (the norm-prologue family).
+    pub norm: bool,
 }
+
+/// The epsilon of the norm-prologue cases.
+pub const NORM_EPS: f32 = 1e-5;
 
 impl Case {
     /// A unique, filterable id: `pattern/dtype/shape/MxKxC/chain/mode/tT/input/sSEED`.
@@ -169,9 +180,14 @@ impl Case {
             Some(w) => format!("{}:{}", self.shape, w.0),
             None => self.shape.to_string(),
         };
+        let pattern = if self.norm {
+            format!("{}_norm", self.pattern.name())
+        } else {
+            self.pattern.name().to_string()
+        };
         format!(
             "{}/{}/{}/{}x{}x{}/{}/{}/t{}/{}/s{}",
-            self.pattern.name(),
+            pattern,
             self.dtype,
             shape,
             self.m,
@@ -229,7 +245,7 @@ impl Case {
     /// The number of fused steps the planner must produce for this case.
     pub fn expected_fused_steps(&self) -> usize {
         match self.pattern {
-            Pattern::Gemv => usize::from(!self.chain.is_empty()),
+            Pattern::Gemv => usize::from(!self.chain.is_empty() || self.norm),
             Pattern::Glu | Pattern::SignedFwht => 1,
             Pattern::Fwht => 0,
         }
@@ -253,7 +269,8 @@ impl Case {
                         _ => out,
                     })
                     .sum::<usize>();
-                w + 4 * self.k * self.cols + ops + out
+                let gamma = if self.norm { 4 * self.k } else { 0 };
+                w + 4 * self.k * self.cols + gamma + ops + out
             }
         }
     }
@@ -365,7 +382,59 @@ fn base(pattern: Pattern, dtype: DType, seed: u64) -> Case {
         special: Special::None,
         seed,
         weights: None,
+        norm: false,
     }
+}
+
+/// The norm-prologue family: per weight format a GEMV (no chain, and an
+/// in-place residual) and a GLU on the small and medium shapes, both
+/// activation modes for the block formats, several column counts, NaN
+/// and Inf activations.
+fn norm_family(seed: u64, full: bool) -> Vec<Case> {
+    let mut v = Vec::new();
+    for (di, &d) in weight_dtypes().iter().enumerate() {
+        let sh = shapes(d);
+        let modes: &[GemvMode] = if d.is_quantized() {
+            &[GemvMode::Ggml, GemvMode::F32]
+        } else {
+            &[GemvMode::Ggml]
+        };
+        let picked: Vec<usize> = if full {
+            vec![0, 1, 2, 3, 4]
+        } else {
+            vec![2 + di % 3]
+        };
+        for &si in &picked {
+            for (mi, &mode) in modes.iter().enumerate() {
+                for (j, chain) in [vec![], vec![Link::AddInPlace]].into_iter().enumerate() {
+                    let mut c = with_shape(base(Pattern::Gemv, d, seed + 7), sh[si]);
+                    c.norm = true;
+                    c.chain = chain;
+                    c.mode = mode;
+                    c.cols = COLS[(di + mi + j) % COLS.len()];
+                    c.threads = THREADS[(di + j) % THREADS.len()];
+                    v.push(c);
+                }
+                let mut c = with_shape(base(Pattern::Glu, d, seed + 7), sh[si]);
+                c.norm = true;
+                c.glu = GLU_ACTS[(di + mi) % GLU_ACTS.len()];
+                c.mode = mode;
+                c.cols = 2;
+                c.threads = 2;
+                v.push(c);
+            }
+            for sp in [Special::Nan, Special::Inf] {
+                let mut c = with_shape(base(Pattern::Gemv, d, seed + 8), sh[si]);
+                c.norm = true;
+                c.special = sp;
+                c.chain = vec![Link::Act(Activation::Silu)];
+                c.cols = 2;
+                c.threads = 2;
+                v.push(c);
+            }
+        }
+    }
+    v
 }
 
 fn with_shape(mut c: Case, (name, m, k): (&'static str, usize, usize)) -> Case {
@@ -472,6 +541,7 @@ fn quick(seed: u64) -> Vec<Case> {
     c.special = Special::Nan;
     c.cols = 2;
     v.push(c);
+    v.extend(norm_family(seed, false));
     v
 }
 
@@ -545,6 +615,7 @@ fn full(seed: u64) -> Vec<Case> {
             }
         }
     }
+    v.extend(norm_family(seed, true));
     v
 }
 
@@ -678,7 +749,18 @@ pub fn build_seeded(case: &Case, data_seed: u64) -> Result<Built, Error> {
             } else {
                 None
             };
-            let (xn, _) = input_f32(&mut g, &mut acts, [k, cols, 1, 1], &x, &mut inits)?;
+            let (mut xn, _) = input_f32(&mut g, &mut acts, [k, cols, 1, 1], &x, &mut inits)?;
+            if case.norm {
+                // `mul(rms_norm(x), g)`; the f64 reference reads the normed
+                // product as the core defines it.
+                let gamma: Vec<f32> = rng.vec(k).iter().map(|v| 1.0 + 0.5 * v).collect();
+                let (gn, _) = input_f32(&mut g, &mut acts, [k, 1, 1, 1], &gamma, &mut inits)?;
+                let norm = g.rms_norm(xn, NORM_EPS, acts.take(4 * k * cols))?;
+                xn = g.mul(norm, gn, acts.take(4 * k * cols))?;
+                let mut normed = vec![0.0f32; k * cols];
+                fused_core::norm::rms_norm(k, NORM_EPS, &x, Some(&gamma), &mut normed)?;
+                x = normed;
+            }
             let mut cur = match up {
                 None => g.mul_mat(w, xn, acts.take(4 * m * cols))?,
                 Some(u) => {
@@ -792,6 +874,16 @@ mod tests {
         }
         for p in [Pattern::Fwht, Pattern::SignedFwht] {
             assert!(cases.iter().any(|c| c.pattern == p));
+        }
+        for d in weight_dtypes() {
+            for p in [Pattern::Gemv, Pattern::Glu] {
+                assert!(
+                    cases
+                        .iter()
+                        .any(|c| c.norm && c.dtype == d && c.pattern == p),
+                    "norm {d} {p:?}"
+                );
+            }
         }
         let ids: std::collections::HashSet<String> = cases.iter().map(Case::id).collect();
         assert_eq!(ids.len(), cases.len(), "ids are unique");

@@ -117,6 +117,7 @@ pub fn gguf_cases(
             special: Special::None,
             seed,
             weights: Some(Arc::new((t.name().to_string(), w))),
+            norm: false,
         });
     }
     Ok((cases, passed_over))

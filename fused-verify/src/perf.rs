@@ -98,6 +98,7 @@ pub fn perf_cases(seed: u64, threads: usize) -> Vec<Case> {
         special: Special::None,
         seed,
         weights: None,
+        norm: false,
     };
     for d in weight_dtypes() {
         let mut c = base(Pattern::Gemv, d, "perf", 4096, 4096, 1);
