@@ -117,9 +117,23 @@ pub fn rms_norm(
     gamma: Option<&[f32]>,
     y: &mut [f32],
 ) -> Result<(), Error> {
+    rms_norm_with(partials, k, eps, x, gamma, y)
+}
+
+/// [`rms_norm`] with the 32 partial sums of each column computed by
+/// `column_partials`, which must return what [`partials`] returns (a
+/// backend's vectorised form); the rest of the definition is this one.
+pub fn rms_norm_with(
+    column_partials: impl Fn(&[f32]) -> [f32; PARTIALS],
+    k: usize,
+    eps: f32,
+    x: &[f32],
+    gamma: Option<&[f32]>,
+    y: &mut [f32],
+) -> Result<(), Error> {
     check(k, x.len(), gamma.map(<[f32]>::len), y.len())?;
     for (xc, yc) in x.chunks_exact(k).zip(y.chunks_exact_mut(k)) {
-        let s = scale(xc, eps);
+        let s = scale_from_sum(reduce_partials(column_partials(xc)), k, eps);
         match gamma {
             None => yc.iter_mut().zip(xc).for_each(|(o, &v)| *o = v * s),
             Some(g) => {

@@ -8,7 +8,7 @@
 //! core's portable loop; the tree, the mean and the scale are the core's.
 
 use fused_core::Error;
-use fused_core::norm::{PARTIALS, check, partials, reduce_partials, scale_from_sum};
+use fused_core::norm::{PARTIALS, partials, rms_norm_with};
 
 use crate::isa::Isa;
 
@@ -21,19 +21,7 @@ pub(crate) fn rms_norm(
     gamma: Option<&[f32]>,
     y: &mut [f32],
 ) -> Result<(), Error> {
-    check(k, x.len(), gamma.map(<[f32]>::len), y.len())?;
-    for (xc, yc) in x.chunks_exact(k).zip(y.chunks_exact_mut(k)) {
-        let s = scale_from_sum(reduce_partials(column_partials(isa, xc)), k, eps);
-        match gamma {
-            None => yc.iter_mut().zip(xc).for_each(|(o, &v)| *o = v * s),
-            Some(g) => {
-                for ((o, &v), &gv) in yc.iter_mut().zip(xc).zip(g) {
-                    *o = (v * s) * gv;
-                }
-            }
-        }
-    }
-    Ok(())
+    rms_norm_with(|c| column_partials(isa, c), k, eps, x, gamma, y)
 }
 
 /// The 32 partial sums of `x²` ([`fused_core::norm::partials`]).
