@@ -68,6 +68,10 @@ struct Args {
     /// The most positions (capped by the model's context length).
     #[arg(long, default_value_t = fused_llama::config::DEFAULT_MAX_CONTEXT)]
     ctx: usize,
+    /// Run every RMSNorm on the host instead of as the prologue of the
+    /// GEMVs that read it (what a backend refusing the prologue gets).
+    #[arg(long)]
+    host_norm: bool,
     /// Keep generating past the end-of-sequence token.
     #[arg(long)]
     ignore_eos: bool,
@@ -149,6 +153,7 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
             Mode::Ggml => GemvMode::Ggml,
         },
         max_context: args.ctx,
+        host_norm: args.host_norm,
     };
     let t0 = std::time::Instant::now();
     let mut model = Model::load(ModelFile::open(&path)?, be, opts)?;
@@ -173,11 +178,22 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
             .collect();
         eprintln!("weights: {} matrices", formats.join(", "));
         eprintln!("backend: {}, mode {:?}", model.backend(), opts.mode);
+        for (kind, why) in model.norm_fallbacks() {
+            eprintln!("fallback: {kind}: host RMSNorm, the backend refused the prologue: {why}");
+        }
+        let (per_layer, head) = model.plan_runs();
+        eprintln!("plan runs per token: {per_layer} per layer, {head} for the head");
         for (name, s) in model.plan_summaries() {
             eprintln!(
-                "plan {name}: {} kernel steps, {} fused, refusals {:?}",
-                s.kernel_steps, s.fused_steps, s.refusals
+                "plan {name}: {} kernel steps ({}), {} fused, {} with a norm prologue",
+                s.kernel_steps,
+                s.steps.join("; "),
+                s.fused_steps,
+                s.prologue_steps
             );
+            for r in &s.refusals {
+                eprintln!("  refused: {r}");
+            }
         }
         eprintln!("loaded in {:.2} s", load.as_secs_f64());
     }

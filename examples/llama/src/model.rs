@@ -1,6 +1,8 @@
-//! A Llama model loaded onto a backend: the hyperparameters, the norms and
-//! the embedding table on the host, every matrix in a resident plan
-//! ([`crate::plans`]), and the forward pass of one token.
+//! A Llama model loaded onto a backend: the hyperparameters and the
+//! embedding table on the host, every matrix in a resident plan
+//! ([`crate::plans`]) with the RMSNorms as the prologues of the GEMVs that
+//! read them (on the host where the backend refuses that), and the forward
+//! pass of one token.
 
 use std::fmt;
 
@@ -15,7 +17,9 @@ use crate::config::{DEFAULT_MAX_CONTEXT, LlamaConfig};
 use crate::error::LlamaError;
 use crate::file::{ModelFile, check_shape, matrix, tensor, vector};
 use crate::ops::{Rope, rms_norm};
-use crate::plans::{FfnPlan, HeadPlan, OutPlan, PlanSummary, QkvPlan};
+use crate::plans::{
+    FfnPlan, HeadPlan, Norm, OutPlan, PlanSummary, PostAttnPlan, QkvPlan, Supported,
+};
 use crate::tokenizer::Tokenizer;
 
 /// How a model is loaded.
@@ -26,6 +30,9 @@ pub struct LoadOptions {
     /// The most positions to allow (further capped by the model's
     /// `llama.context_length`).
     pub max_context: usize,
+    /// Run every RMSNorm on the host and the plans over normed inputs, as
+    /// for a backend that refuses the norm prologue (`--host-norm`).
+    pub host_norm: bool,
 }
 
 impl Default for LoadOptions {
@@ -33,17 +40,55 @@ impl Default for LoadOptions {
         LoadOptions {
             mode: GemvMode::Ggml,
             max_context: DEFAULT_MAX_CONTEXT,
+            host_norm: false,
         }
     }
 }
 
-/// One decoder layer: its norms on the host, its matrices in plans.
+/// One decoder layer: its matrices in plans, its norms in them too unless
+/// the backend refused the prologue.
 struct Layer<'b, B: Backend + 'b> {
-    attn_norm: Vec<f32>,
-    ffn_norm: Vec<f32>,
+    /// The attention norm's weight when it runs on the host; `None` when
+    /// the q/k/v plan computes it.
+    attn_norm: Option<Vec<f32>>,
     qkv: QkvPlan<'b, B>,
-    out: OutPlan<'b, B>,
-    ffn: FfnPlan<'b, B>,
+    post: Post<'b, B>,
+}
+
+/// The layer after attention (its plans boxed: the variants' sizes differ).
+enum Post<'b, B: Backend + 'b> {
+    /// One plan: output projection + residual, the FFN norm as the GLU's
+    /// prologue, down projection + residual.
+    Fused(Box<PostAttnPlan<'b, B>>),
+    /// Two plans around a host RMSNorm.
+    Host {
+        ffn_norm: Vec<f32>,
+        out: Box<OutPlan<'b, B>>,
+        ffn: Box<FfnPlan<'b, B>>,
+    },
+}
+
+/// A plan built with the norm as its prologue, or the host-norm plan
+/// `fallback` builds where `prologue` is `None` (not asked for) or the
+/// backend refused it; the refusal is noted in `fallbacks` under `kind`
+/// (once per kind).
+fn prologue_or<T, U>(
+    prologue: Option<Result<Supported<T>, LlamaError>>,
+    fallback: impl FnOnce() -> Result<U, LlamaError>,
+    fallbacks: &mut Vec<(&'static str, String)>,
+    kind: &'static str,
+) -> Result<Result<T, U>, LlamaError> {
+    match prologue.transpose()? {
+        Some(Ok(plan)) => Ok(Ok(plan)),
+        refused => {
+            if let Some(Err(why)) = refused
+                && !fallbacks.iter().any(|(k, _)| *k == kind)
+            {
+                fallbacks.push((kind, why.to_string()));
+            }
+            Ok(Err(fallback()?))
+        }
+    }
 }
 
 /// Where the embedding table lies in the mapped file.
@@ -61,8 +106,10 @@ pub struct Model<'b, B: Backend + 'b> {
     file: ModelFile,
     embedding: Embedding,
     layers: Vec<Layer<'b, B>>,
-    output_norm: Vec<f32>,
+    /// The final norm's weight when it runs on the host.
+    output_norm: Option<Vec<f32>>,
     head: HeadPlan<'b, B>,
+    fallbacks: Vec<(&'static str, String)>,
     rope: Rope,
     attention: AttentionShape,
     tokenizer: Tokenizer,
@@ -93,7 +140,8 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         let tokenizer = Tokenizer::from_gguf(&g, cfg.vocab)?;
         let (hidden, ffn, q_dim, kv_dim) =
             (cfg.hidden, cfg.ffn, cfg.n_head * cfg.head_dim, cfg.kv_dim());
-        let mode = opts.mode;
+        let (mode, eps, fuse) = (opts.mode, cfg.norm_eps, !opts.host_norm);
+        let mut fallbacks = Vec::new();
         let mut formats: Vec<(DType, usize)> = Vec::new();
         let mut count = |d: DType| match formats.iter_mut().find(|(f, _)| *f == d) {
             Some((_, n)) => *n += 1,
@@ -112,19 +160,56 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             for m in [&wq, &wk, &wv, &wo, &wg, &wu, &wd] {
                 count(m.dtype);
             }
+            let attn_norm = vector(&g, &name("attn_norm"), hidden)?;
+            let ffn_norm = vector(&g, &name("ffn_norm"), hidden)?;
+            let what = format!("layer {l} q/k/v");
+            let norm = Norm {
+                weight: &attn_norm,
+                eps,
+            };
+            let (qkv, attn_norm) = match prologue_or(
+                fuse.then(|| QkvPlan::with_norm(backend, mode, &norm, &wq, &wk, &wv, &what)),
+                || QkvPlan::new(backend, mode, &wq, &wk, &wv, &what),
+                &mut fallbacks,
+                KIND_QKV,
+            )? {
+                Ok(p) => (p, None),
+                Err(p) => (p, Some(attn_norm)),
+            };
+            let what = format!("layer {l} post-attention");
+            let norm = Norm {
+                weight: &ffn_norm,
+                eps,
+            };
+            let post = match prologue_or(
+                fuse.then(|| PostAttnPlan::new(backend, mode, &wo, &norm, &wg, &wu, &wd, &what)),
+                || {
+                    Ok((
+                        OutPlan::new(backend, mode, &wo, &format!("layer {l} output projection"))?,
+                        FfnPlan::new(
+                            backend,
+                            mode,
+                            &wg,
+                            &wu,
+                            &wd,
+                            &format!("layer {l} feed-forward"),
+                        )?,
+                    ))
+                },
+                &mut fallbacks,
+                KIND_POST,
+            )? {
+                Ok(p) => Post::Fused(Box::new(p)),
+                Err((out, ffn)) => Post::Host {
+                    ffn_norm,
+                    out: Box::new(out),
+                    ffn: Box::new(ffn),
+                },
+            };
             layers.push(Layer {
-                attn_norm: vector(&g, &name("attn_norm"), hidden)?,
-                ffn_norm: vector(&g, &name("ffn_norm"), hidden)?,
-                qkv: QkvPlan::new(backend, mode, &wq, &wk, &wv, &format!("layer {l} q/k/v"))?,
-                out: OutPlan::new(backend, mode, &wo, &format!("layer {l} output projection"))?,
-                ffn: FfnPlan::new(
-                    backend,
-                    mode,
-                    &wg,
-                    &wu,
-                    &wd,
-                    &format!("layer {l} feed-forward"),
-                )?,
+                attn_norm,
+                qkv,
+                post,
             });
         }
         let output_norm = vector(&g, "output_norm.weight", hidden)?;
@@ -136,12 +221,20 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         };
         let w_out = matrix(&g, head_name, hidden, cfg.vocab)?;
         count(w_out.dtype);
-        let head = HeadPlan::new(
-            backend,
-            mode,
-            &w_out,
-            &format!("the output head ({head_name})"),
-        )?;
+        let what = format!("the output head ({head_name})");
+        let norm = Norm {
+            weight: &output_norm,
+            eps,
+        };
+        let (head, output_norm) = match prologue_or(
+            fuse.then(|| HeadPlan::with_norm(backend, mode, &norm, &w_out, &what)),
+            || HeadPlan::new(backend, mode, &w_out, &what),
+            &mut fallbacks,
+            KIND_HEAD,
+        )? {
+            Ok(p) => (p, None),
+            Err(p) => (p, Some(output_norm)),
+        };
         let embedding = embedding(&g, &file, hidden, cfg.vocab)?;
         let factors = match g.tensor("rope_freqs.weight") {
             Some(_) => vector(&g, "rope_freqs.weight", cfg.head_dim / 2)?,
@@ -162,6 +255,7 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             layers,
             output_norm,
             head,
+            fallbacks,
             rope,
             attention,
             tokenizer,
@@ -201,12 +295,41 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
     pub fn plan_summaries(&self) -> Vec<(&'static str, &PlanSummary)> {
         let mut out = Vec::new();
         if let Some(l) = self.layers.first() {
-            out.push(("q/k/v", l.qkv.summary()));
-            out.push(("output projection + residual", l.out.summary()));
-            out.push(("feed-forward + residual", l.ffn.summary()));
+            match l.attn_norm {
+                None => out.push(("attn_norm → q/k/v", l.qkv.summary())),
+                Some(_) => out.push(("q/k/v (host attn_norm)", l.qkv.summary())),
+            }
+            match &l.post {
+                Post::Fused(p) => out.push((
+                    "o-proj + residual, ffn_norm → GLU → down + residual",
+                    p.summary(),
+                )),
+                Post::Host { out: o, ffn, .. } => {
+                    out.push(("o-proj + residual", o.summary()));
+                    out.push(("GLU → down + residual (host ffn_norm)", ffn.summary()));
+                }
+            }
         }
-        out.push(("output head", self.head.summary()));
+        match self.output_norm {
+            None => out.push(("output_norm → head", self.head.summary())),
+            Some(_) => out.push(("head (host output_norm)", self.head.summary())),
+        }
         out
+    }
+
+    /// The kinds of plan built with host norms because the backend refused
+    /// the norm prologue: `(kind, the backend's reason)`, once per kind.
+    pub fn norm_fallbacks(&self) -> &[(&'static str, String)] {
+        &self.fallbacks
+    }
+
+    /// Plan runs per token: per layer, then for the head.
+    pub fn plan_runs(&self) -> (usize, usize) {
+        let per_layer = self.layers.first().map_or(0, |l| match l.post {
+            Post::Fused(_) => 2,
+            Post::Host { .. } => 3,
+        });
+        (per_layer, 1)
     }
 
     /// An empty key/value cache for this model.
@@ -267,19 +390,39 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         let mut x = vec![0.0f32; self.cfg.hidden];
         let mut attn = vec![0.0f32; self.cfg.n_head * self.cfg.head_dim];
         for (l, layer) in self.layers.iter_mut().enumerate() {
-            rms_norm(&h, &layer.attn_norm, eps, &mut x);
-            let (mut q, mut k, v) = layer.qkv.run(&x)?;
+            let (mut q, mut k, v) = match &layer.attn_norm {
+                None => layer.qkv.run(&h)?,
+                Some(w) => {
+                    rms_norm(&h, w, eps, &mut x);
+                    layer.qkv.run(&x)?
+                }
+            };
             self.rope.apply(&mut q, pos);
             self.rope.apply(&mut k, pos);
             self.attention.attend(cache, l, &q, &k, &v, &mut attn);
-            layer.out.run(&mut h, &attn)?;
-            rms_norm(&h, &layer.ffn_norm, eps, &mut x);
-            layer.ffn.run(&mut h, &x)?;
+            match &mut layer.post {
+                Post::Fused(p) => p.run(&mut h, &attn)?,
+                Post::Host { ffn_norm, out, ffn } => {
+                    out.run(&mut h, &attn)?;
+                    rms_norm(&h, ffn_norm, eps, &mut x);
+                    ffn.run(&mut h, &x)?;
+                }
+            }
         }
-        rms_norm(&h, &self.output_norm, eps, &mut x);
-        self.head.run(&x)
+        match &self.output_norm {
+            None => self.head.run(&h),
+            Some(w) => {
+                rms_norm(&h, w, eps, &mut x);
+                self.head.run(&x)
+            }
+        }
     }
 }
+
+/// The kinds of plan, as [`Model::norm_fallbacks`] names them.
+const KIND_QKV: &str = "attn_norm → q/k/v";
+const KIND_POST: &str = "o-proj + residual, ffn_norm → GLU → down + residual";
+const KIND_HEAD: &str = "output_norm → head";
 
 /// Where `token_embd.weight` (`[hidden, vocab]`, any format with a
 /// dequantizer) lies in `file`.

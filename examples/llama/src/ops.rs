@@ -1,14 +1,15 @@
 //! The host-side element-wise operations of a Llama layer that no plan runs
-//! yet: RMSNorm, rotary position embeddings (RoPE), softmax.
+//! yet: rotary position embeddings (RoPE), softmax; and RMSNorm, for a
+//! backend that refuses to compute it as a GEMV's prologue.
 
-/// `out[i] = x[i] / sqrt(mean(x²) + eps) · w[i]` (GGML's `rms_norm` then
-/// `mul`; the sum of squares in f64 as GGML's `ggml_float`).
+/// `out[i] = (x[i] · s) · w[i]`, `s = 1 / sqrt(mean(x²) + eps)`: GGML's
+/// `rms_norm` then `mul`, in `fused_core::norm`'s order (the one a plan's
+/// norm prologue computes, so that the host fallback gives the same bits).
+/// `w` and `out` as long as `x`; a shorter one bounds what is written.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let sum: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-    let mean = (sum / x.len().max(1) as f64) as f32;
-    let scale = 1.0 / (mean + eps).sqrt();
+    let s = fused_core::norm::scale(x, eps);
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
-        *o = v * scale * g;
+        *o = (v * s) * g;
     }
 }
 

@@ -2,16 +2,24 @@
 //! planner and made resident on a backend once, with their weights written
 //! into the plans' buffers at load:
 //!
-//! - [`QkvPlan`]: `q, k, v = W_q·x, W_k·x, W_v·x` on the normed input, one
-//!   GEMV over the three matrices stacked where their formats agree;
-//! - [`OutPlan`]: `h += W_o·attn`, one GEMV with the residual add as its
-//!   epilogue, in place;
-//! - [`FfnPlan`]: `h += W_d·(silu(W_g·x) ⊙ (W_u·x))`, the gated dual GEMV
-//!   then one GEMV with the residual add in place;
-//! - [`HeadPlan`]: `logits = W_out·x`.
+//! - [`QkvPlan`]: `q, k, v = W_q·x, W_k·x, W_v·x`, one GEMV over the three
+//!   matrices stacked where their formats agree; built [`QkvPlan::with_norm`]
+//!   it reads the residual stream and computes `x = rms_norm(h) · g` as the
+//!   GEMV's prologue, built [`QkvPlan::new`] it reads a host-normed `x`;
+//! - [`PostAttnPlan`]: the rest of a layer after attention in one plan:
+//!   `h += W_o·attn` in place, then `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` with
+//!   `x = rms_norm(h) · g` computed as the gated dual GEMV's prologue;
+//! - [`OutPlan`] and [`FfnPlan`]: the same two halves with the norm on the
+//!   host, for a backend that refuses the prologue;
+//! - [`HeadPlan`]: `logits = W_out·x`, with the final norm as its prologue
+//!   ([`HeadPlan::with_norm`]) or on the host ([`HeadPlan::new`]).
 //!
 //! Every plan has two buffers: 0 holds the weights (each matrix at a
-//! 256-byte boundary), 1 the f32 activations.
+//! 256-byte boundary), 1 the f32 activations and the norms' weights.
+//!
+//! A `with_norm` constructor returns [`Supported`]: the plan, or the
+//! backend's refusal of it (`Backend::supports`), which the caller answers
+//! by building the host-norm plans instead.
 
 use std::fmt;
 
@@ -19,8 +27,9 @@ use fused_core::DType;
 use fused_core::acts::GemvMode;
 use fused_core::backend::{Backend, ResidentPlan};
 use fused_core::element::Activation;
+use fused_core::epilogue::Stage;
 use fused_core::graph::{Graph, NodeId, Place};
-use fused_core::planner::{Plan, plan};
+use fused_core::planner::{Plan, Step, plan};
 use fused_core::tensor::{BufferId, TensorDesc};
 
 use crate::error::LlamaError;
@@ -33,10 +42,26 @@ const WEIGHTS: u32 = 0;
 /// The activations' buffer.
 const ACTS: u32 = 1;
 
+/// A plan, or the backend's reason for not running its graph
+/// (`Backend::supports`): the caller may fall back to another graph.
+pub type Supported<T> = Result<T, LlamaError>;
+
+/// An RMSNorm for a plan to compute as the prologue of the GEMVs that read
+/// it: `rms_norm(x, eps) · weight`, in `fused_core::norm`'s order.
+#[derive(Clone, Copy, Debug)]
+pub struct Norm<'a> {
+    /// The weight `g` (one value per element of `x`).
+    pub weight: &'a [f32],
+    /// The epsilon.
+    pub eps: f32,
+}
+
 /// A graph under construction with the weights to write into its plan.
 struct Builder<'w> {
     g: Graph,
     weights: Vec<(TensorDesc, Matrix<'w>)>,
+    /// f32 vectors (norm weights) written into the activations' buffer.
+    vectors: Vec<(TensorDesc, Vec<f32>)>,
     weight_bytes: usize,
     act_bytes: usize,
 }
@@ -46,6 +71,7 @@ impl<'w> Builder<'w> {
         Builder {
             g: Graph::new(),
             weights: Vec::new(),
+            vectors: Vec::new(),
             weight_bytes: 0,
             act_bytes: 0,
         }
@@ -130,45 +156,76 @@ impl<'w> Builder<'w> {
         Ok((self.g.input(t)?, t))
     }
 
+    /// `rms_norm(x, eps) · g`: the norm and the mul by its weight (written
+    /// at compile), which the planner folds into every GEMV reading the
+    /// product as its prologue.
+    fn normed(&mut self, x: NodeId, norm: &Norm<'_>) -> Result<NodeId, LlamaError> {
+        let k = norm.weight.len();
+        let (gamma, gt) = self.vector(k)?;
+        self.vectors.push((gt, norm.weight.to_vec()));
+        let at = self.place(k)?;
+        let n = self.g.rms_norm(x, norm.eps, at)?;
+        let at = self.place(k)?;
+        Ok(self.g.mul(n, gamma, at)?)
+    }
+
     fn tensor(&self, id: NodeId) -> Result<TensorDesc, LlamaError> {
         Ok(*self.g.tensor(id)?)
     }
 
+    /// The weights' names and formats, for messages.
+    fn names(&self) -> String {
+        self.weights
+            .iter()
+            .map(|(_, m)| format!("{} ({})", m.name, m.dtype))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Plans the graph, makes it resident on `backend` with activations fed
-    /// per `mode`, and writes the weights.
+    /// per `mode`, and writes the weights; the inner error is the backend's
+    /// refusal of the plan (`Backend::supports`).
+    fn try_compile<'b, B: Backend>(
+        self,
+        backend: &'b B,
+        mode: GemvMode,
+        what: &str,
+    ) -> Result<Supported<Compiled<'b, B>>, LlamaError> {
+        let p = plan(&self.g);
+        if let Err(e) = backend.supports(&self.g, &p, mode) {
+            return Ok(Err(LlamaError::backend(
+                format!("{} cannot run {what} [{}]", backend.name(), self.names()),
+                e,
+            )));
+        }
+        let sizes = [self.weight_bytes.max(ALIGN), self.act_bytes.max(ALIGN)];
+        let mut resident = backend
+            .compile(&self.g, &p, mode, &sizes)
+            .map_err(|e| LlamaError::backend(format!("compiling {what} [{}]", self.names()), e))?;
+        for (t, m) in &self.weights {
+            resident
+                .write(t.buffer(), t.offset(), m.data)
+                .map_err(|e| LlamaError::backend(format!("writing {}", m.name), e))?;
+        }
+        for (t, v) in &self.vectors {
+            resident.write_f32(t, v).map_err(|e| {
+                LlamaError::backend(format!("writing the norm weight of {what}"), e)
+            })?;
+        }
+        Ok(Ok(Compiled {
+            plan: resident,
+            summary: PlanSummary::of(&self.g, &p),
+        }))
+    }
+
+    /// [`Builder::try_compile`], the backend's refusal an error like any.
     fn compile<'b, B: Backend>(
         self,
         backend: &'b B,
         mode: GemvMode,
         what: &str,
     ) -> Result<Compiled<'b, B>, LlamaError> {
-        let p = plan(&self.g);
-        let names = || {
-            self.weights
-                .iter()
-                .map(|(_, m)| format!("{} ({})", m.name, m.dtype))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        backend.supports(&self.g, &p, mode).map_err(|e| {
-            LlamaError::backend(
-                format!("{} cannot run {what} [{}]", backend.name(), names()),
-                e,
-            )
-        })?;
-        let sizes = [self.weight_bytes.max(ALIGN), self.act_bytes.max(ALIGN)];
-        let mut resident = backend
-            .compile(&self.g, &p, mode, &sizes)
-            .map_err(|e| LlamaError::backend(format!("compiling {what} [{}]", names()), e))?;
-        for (t, m) in &self.weights {
-            resident
-                .write(t.buffer(), t.offset(), m.data)
-                .map_err(|e| LlamaError::backend(format!("writing {}", m.name), e))?;
-        }
-        Ok(Compiled {
-            plan: resident,
-            summary: PlanSummary::of(&self.g, &p),
-        })
+        self.try_compile(backend, mode, what)?
     }
 }
 
@@ -186,17 +243,68 @@ fn next_aligned(n: usize) -> Result<usize, LlamaError> {
 pub struct PlanSummary {
     /// Steps that run a kernel.
     pub kernel_steps: usize,
-    /// Of those, fused steps (GEMV with an epilogue, gated dual GEMV).
+    /// Of those, fused steps (GEMV with an epilogue or a norm prologue,
+    /// gated dual GEMV).
     pub fused_steps: usize,
+    /// Of those, steps that compute an RMSNorm as their prologue.
+    pub prologue_steps: usize,
+    /// Each kernel step in words, in execution order (`gemv[norm] + add`:
+    /// a GEMV with a norm prologue and a residual-add epilogue).
+    pub steps: Vec<String>,
     /// Candidates the planner refused, with the reason.
     pub refusals: Vec<String>,
 }
 
 impl PlanSummary {
     fn of(g: &Graph, p: &Plan) -> PlanSummary {
+        let chain = |stages: &[Stage]| -> String {
+            stages
+                .iter()
+                .map(|s| match s {
+                    Stage::Act(a) => format!(" + {a:?}").to_lowercase(),
+                    Stage::Add { .. } => " + add".into(),
+                    Stage::Mul { .. } => " + mul".into(),
+                    Stage::AddRowBias { .. } => " + row bias".into(),
+                })
+                .collect()
+        };
+        let norm = |has: bool| if has { "[norm]" } else { "" };
+        let steps = p
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Node(id) => g
+                    .node(*id)
+                    .ok()
+                    .filter(|n| !n.op().is_view())
+                    .map(|n| n.op().name().to_string()),
+                Step::Gemv(f) => Some(format!(
+                    "gemv{}{}",
+                    norm(f.prologue.is_some()),
+                    chain(f.epilogue.stages())
+                )),
+                Step::GluGemv(f) => Some(format!(
+                    "glu({:?}){}{}",
+                    f.act,
+                    norm(f.prologue.is_some()),
+                    chain(f.epilogue.stages())
+                )),
+                Step::SignedFwht(_) => Some("signed fwht".into()),
+            })
+            .collect();
         PlanSummary {
             kernel_steps: p.kernel_steps(g),
             fused_steps: p.fused_steps(),
+            prologue_steps: p
+                .steps
+                .iter()
+                .filter(|s| match s {
+                    Step::Gemv(f) => f.prologue.is_some(),
+                    Step::GluGemv(f) => f.prologue.is_some(),
+                    _ => false,
+                })
+                .count(),
+            steps,
             refusals: p
                 .refusals
                 .iter()
@@ -244,9 +352,11 @@ impl<'b, B: Backend + 'b> fmt::Debug for Compiled<'b, B> {
 /// The query, key and value vectors of one position.
 pub type Qkv = (Vec<f32>, Vec<f32>, Vec<f32>);
 
-/// `q, k, v` of one layer over one normed input, one plan: a single GEMV
-/// over `W_q`, `W_k`, `W_v` stacked row after row where they share a format
-/// (the usual case), else three GEMVs.
+/// `q, k, v` of one layer, one plan: a single GEMV over `W_q`, `W_k`, `W_v`
+/// stacked row after row where they share a format (the usual case), else
+/// three GEMVs; over a host-normed input ([`QkvPlan::new`]) or over the
+/// residual stream with the norm as the GEMVs' prologue
+/// ([`QkvPlan::with_norm`]).
 #[derive(Debug)]
 pub struct QkvPlan<'b, B: Backend + 'b> {
     c: Compiled<'b, B>,
@@ -256,8 +366,50 @@ pub struct QkvPlan<'b, B: Backend + 'b> {
     v: TensorDesc,
 }
 
+/// The q/k/v GEMVs of `x` into `b`: the output tensors.
+fn qkv_graph<'w>(
+    b: &mut Builder<'w>,
+    x: NodeId,
+    wq: &Matrix<'w>,
+    wk: &Matrix<'w>,
+    wv: &Matrix<'w>,
+) -> Result<(TensorDesc, TensorDesc, TensorDesc), LlamaError> {
+    let same = wk.dtype == wq.dtype && wv.dtype == wq.dtype && wk.k == wq.k && wv.k == wq.k;
+    if same {
+        // One GEMV over the three matrices stacked: one kernel step and
+        // one activation quantization instead of three.
+        let w = b.stacked(&[wq, wk, wv])?;
+        let at = b.place(wq.m + wk.m + wv.m)?;
+        let qkv = b.g.mul_mat(w, x, at)?;
+        b.g.mark_output(qkv)?;
+        let all = b.tensor(qkv)?;
+        let part = |off: usize, n: usize| {
+            TensorDesc::contiguous(
+                DType::F32,
+                [n, 1, 1, 1],
+                all.buffer(),
+                all.offset() + 4 * off,
+            )
+        };
+        Ok((part(0, wq.m)?, part(wq.m, wk.m)?, part(wq.m + wk.m, wv.m)?))
+    } else {
+        let (nq, nk, nv) = (b.weight(wq)?, b.weight(wk)?, b.weight(wv)?);
+        let at = b.place(wq.m)?;
+        let q = b.g.mul_mat(nq, x, at)?;
+        let at = b.place(wk.m)?;
+        let k = b.g.mul_mat(nk, x, at)?;
+        let at = b.place(wv.m)?;
+        let v = b.g.mul_mat(nv, x, at)?;
+        for id in [q, k, v] {
+            b.g.mark_output(id)?;
+        }
+        Ok((b.tensor(q)?, b.tensor(k)?, b.tensor(v)?))
+    }
+}
+
 impl<'b, B: Backend + 'b> QkvPlan<'b, B> {
-    /// The plan of `W_q`, `W_k`, `W_v` (all of row length `hidden`).
+    /// The plan of `W_q`, `W_k`, `W_v` (all of row length `hidden`) over a
+    /// host-normed input.
     pub fn new(
         backend: &'b B,
         mode: GemvMode,
@@ -268,37 +420,7 @@ impl<'b, B: Backend + 'b> QkvPlan<'b, B> {
     ) -> Result<Self, LlamaError> {
         let mut b = Builder::new();
         let (x, xt) = b.vector(wq.k)?;
-        let same = wk.dtype == wq.dtype && wv.dtype == wq.dtype && wk.k == wq.k && wv.k == wq.k;
-        let (q, k, v) = if same {
-            // One GEMV over the three matrices stacked: one kernel step and
-            // one activation quantization instead of three.
-            let w = b.stacked(&[wq, wk, wv])?;
-            let at = b.place(wq.m + wk.m + wv.m)?;
-            let qkv = b.g.mul_mat(w, x, at)?;
-            b.g.mark_output(qkv)?;
-            let all = b.tensor(qkv)?;
-            let part = |off: usize, n: usize| {
-                TensorDesc::contiguous(
-                    DType::F32,
-                    [n, 1, 1, 1],
-                    all.buffer(),
-                    all.offset() + 4 * off,
-                )
-            };
-            (part(0, wq.m)?, part(wq.m, wk.m)?, part(wq.m + wk.m, wv.m)?)
-        } else {
-            let (nq, nk, nv) = (b.weight(wq)?, b.weight(wk)?, b.weight(wv)?);
-            let at = b.place(wq.m)?;
-            let q = b.g.mul_mat(nq, x, at)?;
-            let at = b.place(wk.m)?;
-            let k = b.g.mul_mat(nk, x, at)?;
-            let at = b.place(wv.m)?;
-            let v = b.g.mul_mat(nv, x, at)?;
-            for id in [q, k, v] {
-                b.g.mark_output(id)?;
-            }
-            (b.tensor(q)?, b.tensor(k)?, b.tensor(v)?)
-        };
+        let (q, k, v) = qkv_graph(&mut b, x, wq, wk, wv)?;
         Ok(QkvPlan {
             c: b.compile(backend, mode, what)?,
             x: xt,
@@ -308,15 +430,137 @@ impl<'b, B: Backend + 'b> QkvPlan<'b, B> {
         })
     }
 
-    /// `(W_q·x, W_k·x, W_v·x)`.
+    /// The plan of `W_q`, `W_k`, `W_v` over the residual stream `h`, the
+    /// GEMVs computing `x = rms_norm(h) · g` as their prologue; or the
+    /// backend's refusal.
+    pub fn with_norm(
+        backend: &'b B,
+        mode: GemvMode,
+        norm: &Norm<'_>,
+        wq: &Matrix<'_>,
+        wk: &Matrix<'_>,
+        wv: &Matrix<'_>,
+        what: &str,
+    ) -> Result<Supported<Self>, LlamaError> {
+        let mut b = Builder::new();
+        let (h, ht) = b.vector(wq.k)?;
+        let x = b.normed(h, norm)?;
+        let (q, k, v) = qkv_graph(&mut b, x, wq, wk, wv)?;
+        Ok(b.try_compile(backend, mode, what)?
+            .map(|c| QkvPlan { c, x: ht, q, k, v }))
+    }
+
+    /// `(W_q·x, W_k·x, W_v·x)`, `x` the normed input or, built
+    /// [`QkvPlan::with_norm`], the residual stream.
     pub fn run(&mut self, x: &[f32]) -> Result<Qkv, LlamaError> {
-        self.c.write(&self.x, x, "the normed input")?;
+        self.c.write(&self.x, x, "the q/k/v input")?;
         self.c.run("the q/k/v plan")?;
         Ok((
             self.c.read(&self.q, "q")?,
             self.c.read(&self.k, "k")?,
             self.c.read(&self.v, "v")?,
         ))
+    }
+
+    /// What the planner made of the graph.
+    pub fn summary(&self) -> &PlanSummary {
+        &self.c.summary
+    }
+}
+
+/// `h += W_o·attn` in place into `b`'s residual `h`: the updated residual.
+fn out_graph<'w>(
+    b: &mut Builder<'w>,
+    h: NodeId,
+    ht: &TensorDesc,
+    attn: NodeId,
+    wo: &Matrix<'w>,
+) -> Result<NodeId, LlamaError> {
+    let w = b.weight(wo)?;
+    let at = b.place(wo.m)?;
+    let o = b.g.mul_mat(w, attn, at)?;
+    let res = Place {
+        buffer: ht.buffer(),
+        offset: ht.offset(),
+    };
+    Ok(b.g.add(o, h, res)?)
+}
+
+/// `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` in place into `b`'s residual (node
+/// `h`, tensor `ht`): the updated residual.
+fn ffn_graph<'w>(
+    b: &mut Builder<'w>,
+    h: NodeId,
+    ht: &TensorDesc,
+    x: NodeId,
+    wg: &Matrix<'w>,
+    wu: &Matrix<'w>,
+    wd: &Matrix<'w>,
+) -> Result<NodeId, LlamaError> {
+    let (ng, nu, nd) = (b.weight(wg)?, b.weight(wu)?, b.weight(wd)?);
+    let at = b.place(wg.m)?;
+    let gate = b.g.mul_mat(ng, x, at)?;
+    let at = b.place(wu.m)?;
+    let up = b.g.mul_mat(nu, x, at)?;
+    let at = b.place(wg.m)?;
+    let act = b.g.glu(Activation::Silu, gate, up, at)?;
+    let at = b.place(wd.m)?;
+    let down = b.g.mul_mat(nd, act, at)?;
+    let res = Place {
+        buffer: ht.buffer(),
+        offset: ht.offset(),
+    };
+    Ok(b.g.add(down, h, res)?)
+}
+
+/// The rest of a layer after attention, one plan over the residual stream
+/// `h`: `h += W_o·attn` (the residual add as the GEMV's epilogue, in
+/// place), then `x = rms_norm(h) · g` as the gated dual GEMV's prologue,
+/// `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` (the down GEMV with the residual
+/// add, in place).
+#[derive(Debug)]
+pub struct PostAttnPlan<'b, B: Backend + 'b> {
+    c: Compiled<'b, B>,
+    h: TensorDesc,
+    attn: TensorDesc,
+}
+
+impl<'b, B: Backend + 'b> PostAttnPlan<'b, B> {
+    /// The plan of `W_o` (`[n_head·head_dim, hidden]`), the FFN norm, `W_g`,
+    /// `W_u` (`[hidden, ffn]`) and `W_d` (`[ffn, hidden]`); or the backend's
+    /// refusal.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        backend: &'b B,
+        mode: GemvMode,
+        wo: &Matrix<'_>,
+        norm: &Norm<'_>,
+        wg: &Matrix<'_>,
+        wu: &Matrix<'_>,
+        wd: &Matrix<'_>,
+        what: &str,
+    ) -> Result<Supported<Self>, LlamaError> {
+        let mut b = Builder::new();
+        let (h, ht) = b.vector(wo.m)?;
+        let (attn, attn_t) = b.vector(wo.k)?;
+        let h1 = out_graph(&mut b, h, &ht, attn, wo)?;
+        let x = b.normed(h1, norm)?;
+        let out = ffn_graph(&mut b, h1, &ht, x, wg, wu, wd)?;
+        b.g.mark_output(out)?;
+        Ok(b.try_compile(backend, mode, what)?.map(|c| PostAttnPlan {
+            c,
+            h: ht,
+            attn: attn_t,
+        }))
+    }
+
+    /// `h += W_o·attn; h += W_d·(silu(W_g·x) ⊙ (W_u·x))`, `x` the normed `h`.
+    pub fn run(&mut self, h: &mut Vec<f32>, attn: &[f32]) -> Result<(), LlamaError> {
+        self.c.write(&self.h, h, "the residual stream")?;
+        self.c.write(&self.attn, attn, "the attention output")?;
+        self.c.run("the post-attention plan")?;
+        *h = self.c.read(&self.h, "the residual stream")?;
+        Ok(())
     }
 
     /// What the planner made of the graph.
@@ -343,16 +587,9 @@ impl<'b, B: Backend + 'b> OutPlan<'b, B> {
         what: &str,
     ) -> Result<Self, LlamaError> {
         let mut b = Builder::new();
-        let w = b.weight(wo)?;
         let (h, ht) = b.vector(wo.m)?;
         let (attn, attn_t) = b.vector(wo.k)?;
-        let at = b.place(wo.m)?;
-        let o = b.g.mul_mat(w, attn, at)?;
-        let res = Place {
-            buffer: ht.buffer(),
-            offset: ht.offset(),
-        };
-        let out = b.g.add(o, h, res)?;
+        let out = out_graph(&mut b, h, &ht, attn, wo)?;
         b.g.mark_output(out)?;
         Ok(OutPlan {
             c: b.compile(backend, mode, what)?,
@@ -376,8 +613,9 @@ impl<'b, B: Backend + 'b> OutPlan<'b, B> {
     }
 }
 
-/// `h += W_d·(silu(W_g·x) ⊙ (W_u·x))`: the gated dual GEMV, then the down
-/// projection with the residual add fused, in place over `h`.
+/// `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` over a host-normed `x`: the gated
+/// dual GEMV, then the down projection with the residual add fused, in
+/// place over `h`.
 #[derive(Debug)]
 pub struct FfnPlan<'b, B: Backend + 'b> {
     c: Compiled<'b, B>,
@@ -396,22 +634,9 @@ impl<'b, B: Backend + 'b> FfnPlan<'b, B> {
         what: &str,
     ) -> Result<Self, LlamaError> {
         let mut b = Builder::new();
-        let (ng, nu, nd) = (b.weight(wg)?, b.weight(wu)?, b.weight(wd)?);
         let (h, ht) = b.vector(wd.m)?;
         let (x, xt) = b.vector(wg.k)?;
-        let at = b.place(wg.m)?;
-        let gate = b.g.mul_mat(ng, x, at)?;
-        let at = b.place(wu.m)?;
-        let up = b.g.mul_mat(nu, x, at)?;
-        let at = b.place(wg.m)?;
-        let act = b.g.glu(Activation::Silu, gate, up, at)?;
-        let at = b.place(wd.m)?;
-        let down = b.g.mul_mat(nd, act, at)?;
-        let res = Place {
-            buffer: ht.buffer(),
-            offset: ht.offset(),
-        };
-        let out = b.g.add(down, h, res)?;
+        let out = ffn_graph(&mut b, h, &ht, x, wg, wu, wd)?;
         b.g.mark_output(out)?;
         Ok(FfnPlan {
             c: b.compile(backend, mode, what)?,
@@ -435,7 +660,8 @@ impl<'b, B: Backend + 'b> FfnPlan<'b, B> {
     }
 }
 
-/// `logits = W_out·x`: the output head (the embedding table when tied).
+/// `logits = W_out·x`: the output head (the embedding table when tied),
+/// over a host-normed `x` or with the final norm as its prologue.
 #[derive(Debug)]
 pub struct HeadPlan<'b, B: Backend + 'b> {
     c: Compiled<'b, B>,
@@ -444,30 +670,57 @@ pub struct HeadPlan<'b, B: Backend + 'b> {
 }
 
 impl<'b, B: Backend + 'b> HeadPlan<'b, B> {
-    /// The plan of `W_out` (`[hidden, vocab]`).
+    fn build<'w>(
+        w: &Matrix<'w>,
+        norm: Option<&Norm<'_>>,
+    ) -> Result<(Builder<'w>, TensorDesc, TensorDesc), LlamaError> {
+        let mut b = Builder::new();
+        let nw = b.weight(w)?;
+        let (x, xt) = b.vector(w.k)?;
+        let x = match norm {
+            Some(n) => b.normed(x, n)?,
+            None => x,
+        };
+        let at = b.place(w.m)?;
+        let logits = b.g.mul_mat(nw, x, at)?;
+        b.g.mark_output(logits)?;
+        let logits = b.tensor(logits)?;
+        Ok((b, xt, logits))
+    }
+
+    /// The plan of `W_out` (`[hidden, vocab]`) over a host-normed input.
     pub fn new(
         backend: &'b B,
         mode: GemvMode,
         w: &Matrix<'_>,
         what: &str,
     ) -> Result<Self, LlamaError> {
-        let mut b = Builder::new();
-        let nw = b.weight(w)?;
-        let (x, xt) = b.vector(w.k)?;
-        let at = b.place(w.m)?;
-        let logits = b.g.mul_mat(nw, x, at)?;
-        b.g.mark_output(logits)?;
-        let logits = b.tensor(logits)?;
+        let (b, x, logits) = Self::build(w, None)?;
         Ok(HeadPlan {
             c: b.compile(backend, mode, what)?,
-            x: xt,
+            x,
             logits,
         })
     }
 
-    /// The logits of the normed final hidden state `x`.
+    /// The plan of `W_out` over the final hidden state, the GEMV computing
+    /// the final norm as its prologue; or the backend's refusal.
+    pub fn with_norm(
+        backend: &'b B,
+        mode: GemvMode,
+        norm: &Norm<'_>,
+        w: &Matrix<'_>,
+        what: &str,
+    ) -> Result<Supported<Self>, LlamaError> {
+        let (b, x, logits) = Self::build(w, Some(norm))?;
+        Ok(b.try_compile(backend, mode, what)?
+            .map(|c| HeadPlan { c, x, logits }))
+    }
+
+    /// The logits of `x`: the normed final hidden state or, built
+    /// [`HeadPlan::with_norm`], the final hidden state.
     pub fn run(&mut self, x: &[f32]) -> Result<Vec<f32>, LlamaError> {
-        self.c.write(&self.x, x, "the normed hidden state")?;
+        self.c.write(&self.x, x, "the final hidden state")?;
         self.c.run("the output head")?;
         self.c.read(&self.logits, "the logits")
     }
@@ -632,6 +885,103 @@ mod tests {
             .map(|(d, r)| d + r)
             .collect();
         close(&h, &want);
+    }
+
+    fn host_norm(x: &[f32], g: &[f32]) -> Vec<f32> {
+        let mut out = vec![0.0; x.len()];
+        crate::ops::rms_norm(x, g, 1e-5, &mut out);
+        out
+    }
+
+    #[test]
+    fn the_norm_prologue_plans_compute_the_products_of_the_normed_input() {
+        let be = CpuBackend::new(2).unwrap();
+        let (hidden, ffn, kv) = (64, 96, 32);
+        let gamma: Vec<f32> = values(hidden, 20).iter().map(|v| v + 1.0).collect();
+        let norm = Norm {
+            weight: &gamma,
+            eps: 1e-5,
+        };
+        let h0: Vec<f32> = values(hidden, 21).iter().map(|v| 4.0 * v).collect();
+
+        let q = mat("q", DType::F32, hidden, hidden, 22);
+        let k = mat("k", DType::F32, hidden, kv, 23);
+        let v = mat("v", DType::F32, hidden, kv, 24);
+        let mut p = QkvPlan::with_norm(
+            &be,
+            GemvMode::F32,
+            &norm,
+            &as_matrix(&q, hidden),
+            &as_matrix(&k, hidden),
+            &as_matrix(&v, hidden),
+            "test q/k/v",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(p.summary().steps, ["gemv[norm]"]);
+        let x = host_norm(&h0, &gamma);
+        let (oq, ok, ov) = p.run(&h0).unwrap();
+        close(&oq, &gemv(&q.1, hidden, &x));
+        close(&ok, &gemv(&k.1, hidden, &x));
+        close(&ov, &gemv(&v.1, hidden, &x));
+
+        let wo = mat("o", DType::F32, hidden, hidden, 25);
+        let wg = mat("gate", DType::F32, hidden, ffn, 26);
+        let wu = mat("up", DType::F32, hidden, ffn, 27);
+        let wd = mat("down", DType::F32, ffn, hidden, 28);
+        let mut post = PostAttnPlan::new(
+            &be,
+            GemvMode::F32,
+            &as_matrix(&wo, hidden),
+            &norm,
+            &as_matrix(&wg, hidden),
+            &as_matrix(&wu, hidden),
+            &as_matrix(&wd, ffn),
+            "test post-attention",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            post.summary().steps,
+            ["gemv + add", "glu(Silu)[norm]", "gemv + add"]
+        );
+        let attn = values(hidden, 29);
+        let mut h = h0.clone();
+        post.run(&mut h, &attn).unwrap();
+        let h1: Vec<f32> = gemv(&wo.1, hidden, &attn)
+            .iter()
+            .zip(&h0)
+            .map(|(a, b)| a + b)
+            .collect();
+        let x = host_norm(&h1, &gamma);
+        let (g, u) = (gemv(&wg.1, hidden, &x), gemv(&wu.1, hidden, &x));
+        let a: Vec<f32> = g
+            .iter()
+            .zip(&u)
+            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        let want: Vec<f32> = gemv(&wd.1, ffn, &a)
+            .iter()
+            .zip(&h1)
+            .map(|(d, r)| d + r)
+            .collect();
+        close(&h, &want);
+
+        let w = mat("head", DType::F16, hidden, 80, 30);
+        let mut head = HeadPlan::with_norm(
+            &be,
+            GemvMode::F32,
+            &norm,
+            &as_matrix(&w, hidden),
+            "test head",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(head.summary().prologue_steps, 1);
+        close(
+            &head.run(&h0).unwrap(),
+            &gemv(&w.1, hidden, &host_norm(&h0, &gamma)),
+        );
     }
 
     #[test]

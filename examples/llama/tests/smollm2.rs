@@ -7,6 +7,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use fused_core::acts::GemvMode;
+use fused_core::backend::{Backend, Capabilities};
+use fused_core::error::{Error, Unsupported};
+use fused_core::graph::Graph;
+use fused_core::planner::Plan;
 use fused_cpu::CpuBackend;
 use fused_llama::{LlamaError, LoadOptions, Model, ModelFile, Sampler, generate};
 
@@ -196,4 +201,123 @@ fn bad_files_are_typed_errors() {
         "{e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_norm_prologue_gives_the_host_norm_bits() {
+    // The plans' norm prologue and the host fallback compute the norm in
+    // one order (fused_core::norm), so the logits agree bit for bit.
+    let path = model_or_skip!();
+    let be = CpuBackend::new(1).expect("a CPU backend");
+    for mode in [GemvMode::Ggml, GemvMode::F32] {
+        let load = |host_norm: bool| {
+            let opts = LoadOptions {
+                mode,
+                host_norm,
+                ..LoadOptions::default()
+            };
+            Model::load(ModelFile::open(&path).unwrap(), &be, opts).unwrap()
+        };
+        let (mut fused, mut host) = (load(false), load(true));
+        assert!(fused.norm_fallbacks().is_empty());
+        assert_eq!(fused.plan_runs(), (2, 1));
+        assert_eq!(host.plan_runs(), (3, 1));
+        let prompt = fused
+            .tokenizer()
+            .encode("The capital of France is")
+            .unwrap();
+        let (mut cf, mut ch) = (fused.new_cache(), host.new_cache());
+        let n = if mode == GemvMode::F32 { 2 } else { 5 };
+        for (i, &t) in prompt.iter().take(n).enumerate() {
+            let (a, b) = (
+                fused.forward(t, &mut cf).unwrap(),
+                host.forward(t, &mut ch).unwrap(),
+            );
+            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{mode:?}: logits differ at position {i}");
+        }
+    }
+}
+
+#[test]
+fn a_real_layer_runs_its_norms_in_two_plans() {
+    let path = model_or_skip!();
+    let be = CpuBackend::new(1).expect("a CPU backend");
+    let model = Model::load(ModelFile::open(&path).unwrap(), &be, LoadOptions::default()).unwrap();
+    let s = model.plan_summaries();
+    let steps: Vec<(&str, Vec<String>, usize)> = s
+        .iter()
+        .map(|(k, s)| (*k, s.steps.clone(), s.prologue_steps))
+        .collect();
+    assert_eq!(steps.len(), 3, "{steps:?}");
+    assert_eq!(steps[0].1, ["gemv[norm]"], "{steps:?}");
+    assert_eq!(
+        steps[1].1,
+        ["gemv + add", "glu(Silu)[norm]", "gemv + add"],
+        "{steps:?}"
+    );
+    assert_eq!(steps[2].1, ["gemv[norm]"], "{steps:?}");
+    assert!(steps.iter().all(|(_, _, p)| *p == 1), "{steps:?}");
+}
+
+/// The CPU backend refusing every plan with a norm prologue, as a backend
+/// without the prologue's kernels does.
+#[derive(Debug)]
+struct NoPrologue(CpuBackend);
+
+impl Backend for NoPrologue {
+    type Error = <CpuBackend as Backend>::Error;
+    type Plan<'a> = <CpuBackend as Backend>::Plan<'a>;
+
+    fn name(&self) -> String {
+        format!("{}-no-prologue", self.0.name())
+    }
+
+    fn device(&self) -> String {
+        self.0.device()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+
+    fn supports(&self, g: &Graph, plan: &Plan, mode: GemvMode) -> Result<(), Error> {
+        if !plan.prologue_nodes.is_empty() {
+            return Err(Error::Unsupported(Unsupported::Operation(
+                "the norm prologue",
+            )));
+        }
+        self.0.supports(g, plan, mode)
+    }
+
+    fn compile<'a>(
+        &'a self,
+        g: &Graph,
+        plan: &Plan,
+        mode: GemvMode,
+        sizes: &[usize],
+    ) -> Result<Self::Plan<'a>, Self::Error> {
+        self.0.compile(g, plan, mode, sizes)
+    }
+}
+
+#[test]
+fn a_backend_refusing_the_prologue_gets_host_norms() {
+    let path = model_or_skip!();
+    let be = NoPrologue(CpuBackend::new(1).expect("a CPU backend"));
+    let mut model =
+        Model::load(ModelFile::open(&path).unwrap(), &be, LoadOptions::default()).unwrap();
+    let kinds: Vec<&str> = model.norm_fallbacks().iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    for (_, why) in model.norm_fallbacks() {
+        assert!(why.contains("the norm prologue is not offered"), "{why}");
+    }
+    assert_eq!(model.plan_runs(), (3, 1));
+    let prompt = model
+        .tokenizer()
+        .encode("The capital of France is")
+        .unwrap();
+    let mut sampler = Sampler::new(0.0, 1.0, 0);
+    let out = generate(&mut model, &prompt, 8, &mut sampler, true, |_| {}).unwrap();
+    assert!(out.text.contains(" Paris"), "{:?}", out.text);
 }
