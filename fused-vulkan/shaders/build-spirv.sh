@@ -25,6 +25,7 @@ compile copy copy.comp
 compile eltwise eltwise.comp
 compile fwht_shared fwht.comp
 compile fwht_shuffle fwht.comp -DSHUFFLE
+compile rms_norm rms_norm.comp
 # gemv{,_glu}{,_sg}_TYPE: F32, F16 and BF16 from gemv.comp, the quantized formats
 # from gemv_quant.comp; Q8_0 and Q4_0 also with 16-bit loads (_s16).
 gemv_variants() { # name-suffix source defines...
@@ -53,6 +54,10 @@ done
 compile quantize_q8_0 quantize.comp -DDTYPE=2
 compile quantize_q8_1 quantize.comp -DDTYPE=2 -DQ8_1
 compile quantize_q8_k quantize.comp -DDTYPE=4
+# With the RMS-norm prologue of a GEMV step (norm.glsl).
+compile quantize_norm_q8_0 quantize.comp -DDTYPE=2 -DNORM
+compile quantize_norm_q8_1 quantize.comp -DDTYPE=2 -DQ8_1 -DNORM
+compile quantize_norm_q8_k quantize.comp -DDTYPE=4 -DNORM
 q8_variants() { # name-suffix source defines...
     local suffix="$1" src="$2"
     shift 2

@@ -58,7 +58,20 @@ layout(std430, binding = 1) writeonly buffer Q { uint q[]; };
 layout(push_constant) uniform PC {
     uint K;
     uint n_cols;
+#ifdef NORM
+    float eps;
+#endif
 } pc;
+
+#ifdef NORM
+// The norm prologue of a GEMV or GLU step: the values quantized are
+// (x * s) * g, s the RMS-norm scale of x's column (norm.glsl, as the
+// unfused rms_norm computes it), g the norm's weight (K values). Each
+// workgroup computes the scale of every column it touches.
+layout(std430, binding = 2) readonly buffer G { float g[]; };
+#define NORM_X(i) x4[(i) >> 2u][(i) & 3u]
+#include "norm.glsl"
+#endif
 
 // Each thread's fold of its values (Q8_0: see amax_join; Q8_K: the bits
 // of its first value of largest magnitude).
@@ -292,6 +305,33 @@ void main() {
     [[unroll]] for (uint i = 0u; i < NV; ++i) {
         v[i] = live ? x4[t * NV + i] : vec4(0.0);
     }
+#ifdef NORM
+    {
+        // The columns of this workgroup's values, one after the other (a
+        // thread's VPT values lie in one column: K is a multiple of 32).
+        uint total = pc.n_cols * pc.K;
+        uint lo = flat_group() * WG * VPT;
+        uint hi = min(lo + WG * VPT, total);
+        uint col = (t * VPT) / pc.K;
+        float s = 0.0;
+        if (lo < total) {
+            for (uint c = lo / pc.K; c <= (hi - 1u) / pc.K; ++c) {
+                float sc = norm_scale(c * pc.K, pc.K, pc.eps, tid, WG);
+                if (c == col) {
+                    s = sc;
+                }
+            }
+        }
+        uint gi = t * VPT - col * pc.K;
+        [[unroll]] for (uint i = 0u; i < NV; ++i) {
+            vec4 gv = live ? vec4(g[gi + 4u * i], g[gi + 4u * i + 1u], g[gi + 4u * i + 2u],
+                                  g[gi + 4u * i + 3u])
+                           : vec4(0.0);
+            precise vec4 y = (v[i] * s) * gv;
+            v[i] = y;
+        }
+    }
+#endif
     uint first = tid - tid % TPB; // this block's first thread
 #if DTYPE == 2
     uint fold = 0u;

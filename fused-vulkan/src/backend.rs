@@ -367,6 +367,64 @@ impl VulkanBackend {
         self.eltwise(EltOp::Signs, Activation::Identity, params, x, signs, out)
     }
 
+    // ------------------------------------------------------------ RMS norm
+
+    /// The RMS-norm dispatch of `n_cols` columns of `k` values from `x`
+    /// into `out` (`rms_norm.comp`, one workgroup a column), times `gamma`
+    /// when `weighted`.
+    pub(crate) fn rms_norm_dispatch<'b>(
+        &self,
+        k: usize,
+        n_cols: usize,
+        eps: f32,
+        weighted: bool,
+        buffers: [&'b Buffer<'b>; 3],
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let elements = k.checked_mul(n_cols).ok_or(Error::Overflow {
+            what: "rms_norm elements",
+        })?;
+        u32_of("rms_norm elements", elements)?;
+        let key = KernelKey {
+            shader: Shader::RmsNorm,
+            spec: [0; SPEC_CONSTANTS],
+        };
+        self.ctx.kernel(key)?;
+        let mut p = Vec::new();
+        push(&mut p, u32_of("rms_norm row length", k)?);
+        push(&mut p, u32_of("rms_norm columns", n_cols)?);
+        push(&mut p, eps.to_bits());
+        push(&mut p, u32::from(weighted));
+        Ok(Dispatch {
+            kernel: key,
+            buffers: buffers.to_vec(),
+            push: p,
+            groups: self.grid(n_cols as u64)?,
+        })
+    }
+
+    /// `out = rms_norm(x, eps)` per column of `k` values, times `gamma`
+    /// (`k` values) where given, in `fused_core::norm`'s reduction order
+    /// (the shader's square root and division: within a few ulps).
+    pub fn rms_norm(
+        &self,
+        k: usize,
+        eps: f32,
+        x: &[f32],
+        gamma: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        fused_core::norm::check(k, x.len(), gamma.map(<[f32]>::len), out.len())?;
+        if x.is_empty() {
+            return Ok(());
+        }
+        let xb = self.ctx.upload_f32(x)?;
+        let gb = self.ctx.upload_f32(gamma.unwrap_or(&[0.0]))?;
+        let ob = self.ctx.buffer(core::mem::size_of_val(out) as u64)?;
+        let d = self.rms_norm_dispatch(k, x.len() / k, eps, gamma.is_some(), [&xb, &gb, &ob])?;
+        self.ctx.submit(&[Command::Dispatch(d)], false)?;
+        self.ctx.read_f32(&ob, out)
+    }
+
     // ------------------------------------------------------------ GEMV
 
     /// Checks the epilogue operands and packs every operand into one buffer,
@@ -490,6 +548,23 @@ impl VulkanBackend {
         x: &'b Buffer<'b>,
         out: &'b Buffer<'b>,
     ) -> Result<Dispatch<'b>, VulkanError> {
+        self.quantize_norm_dispatch(tuning, mode, k, n_cols, None, x, out)
+    }
+
+    /// [`VulkanBackend::quantize_dispatch`], with `norm = Some((eps,
+    /// gamma))` of the normed product `(x · s) · gamma` (s the RMS-norm
+    /// scale of each column, as [`VulkanBackend::rms_norm`] computes it).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn quantize_norm_dispatch<'b>(
+        &self,
+        tuning: &Tuning,
+        mode: ActQuant,
+        k: usize,
+        n_cols: usize,
+        norm: Option<(f32, &'b Buffer<'b>)>,
+        x: &'b Buffer<'b>,
+        out: &'b Buffer<'b>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
         quantized_bytes(mode, k, n_cols)?;
         let format = tuning::quant_format(mode)?;
         let shape = tuning::quantize_shape(tuning, mode);
@@ -499,7 +574,10 @@ impl VulkanBackend {
             values_per_thread,
         } = shape;
         let key = KernelKey {
-            shader: Shader::Quantize { format },
+            shader: Shader::Quantize {
+                format,
+                norm: norm.is_some(),
+            },
             spec: [workgroup, values_per_thread, 0, 0, 0, 0],
         };
         self.ctx.kernel(key)?;
@@ -512,9 +590,14 @@ impl VulkanBackend {
         let mut p = Vec::new();
         push(&mut p, u32_of("GEMV inner dimension", k)?);
         push(&mut p, u32_of("GEMV columns", n_cols)?);
+        let mut buffers = vec![x, out];
+        if let Some((eps, gamma)) = norm {
+            push(&mut p, eps.to_bits());
+            buffers.push(gamma);
+        }
         Ok(Dispatch {
             kernel: key,
-            buffers: vec![x, out],
+            buffers,
             push: p,
             groups: self.grid((threads as u64).div_ceil(u64::from(workgroup)))?,
         })

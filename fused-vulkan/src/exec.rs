@@ -49,6 +49,12 @@ impl StepKernels for VulkanBackend {
         Ok(())
     }
 
+    /// The norm kernel (`rms_norm.comp`) takes every column length the
+    /// graph takes; a too-large tensor is refused when it runs.
+    fn supports_rms_norm(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
     fn counters(&self) -> Counters {
         let d = self.context().dispatches();
         Counters {
@@ -98,6 +104,17 @@ impl StepKernels for VulkanBackend {
 
     fn add_row_bias(&self, a: &[f32], bias: &[f32], y: &mut [f32]) -> Result<(), VulkanError> {
         VulkanBackend::add_row_bias(self, a, bias, y)
+    }
+
+    fn rms_norm(
+        &self,
+        k: usize,
+        eps: f32,
+        x: &[f32],
+        gamma: Option<&[f32]>,
+        y: &mut [f32],
+    ) -> Result<(), VulkanError> {
+        VulkanBackend::rms_norm(self, k, eps, x, gamma, y)
     }
 
     /// The identity activation: the element-wise kernel stores its input.

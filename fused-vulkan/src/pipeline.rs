@@ -21,6 +21,8 @@ pub(crate) enum Shader {
     Copy,
     /// Unfused element-wise kernels (`eltwise.comp`).
     Eltwise,
+    /// RMS normalisation, one workgroup per column (`rms_norm.comp`).
+    RmsNorm,
     /// FWHT exchanging through shared memory only.
     FwhtShared,
     /// FWHT with subgroup shuffles for half-widths below the subgroup size.
@@ -43,6 +45,10 @@ pub(crate) enum Shader {
     Quantize {
         /// The activation format it writes.
         format: QuantFormat,
+        /// With the RMS-norm prologue (`-DNORM`): quantizes `(x · s) · g`
+        /// (a third binding, the weight `g`, and `eps` in the push
+        /// constants).
+        norm: bool,
     },
     /// GEMV against quantized activations (`gemv_q8.comp`: Q8_0 and Q4_0
     /// weights with Q8_0 activations, Q4_K with Q8_K; `gemv_blocks.comp`
@@ -152,6 +158,7 @@ impl Shader {
         match self {
             Shader::Copy => spv!("copy"),
             Shader::Eltwise => spv!("eltwise"),
+            Shader::RmsNorm => spv!("rms_norm"),
             Shader::FwhtShared => spv!("fwht_shared"),
             Shader::FwhtShuffle => spv!("fwht_shuffle"),
             Shader::Gemv {
@@ -191,10 +198,13 @@ impl Shader {
                     (GemvType::TQ2_0, _) => gemv!("tq2_0"),
                 }
             }
-            Shader::Quantize { format } => match format {
-                QuantFormat::Q8_0 => spv!("quantize_q8_0"),
-                QuantFormat::Q8_1 => spv!("quantize_q8_1"),
-                QuantFormat::Q8_K => spv!("quantize_q8_k"),
+            Shader::Quantize { format, norm } => match (format, norm) {
+                (QuantFormat::Q8_0, false) => spv!("quantize_q8_0"),
+                (QuantFormat::Q8_1, false) => spv!("quantize_q8_1"),
+                (QuantFormat::Q8_K, false) => spv!("quantize_q8_k"),
+                (QuantFormat::Q8_0, true) => spv!("quantize_norm_q8_0"),
+                (QuantFormat::Q8_1, true) => spv!("quantize_norm_q8_1"),
+                (QuantFormat::Q8_K, true) => spv!("quantize_norm_q8_k"),
             },
             Shader::GemvQ8 {
                 dtype,
@@ -258,10 +268,11 @@ impl Shader {
     fn bindings(self) -> u32 {
         match self {
             Shader::Copy => 2,
-            Shader::Eltwise | Shader::FwhtShared | Shader::FwhtShuffle => 3,
+            Shader::Eltwise | Shader::RmsNorm | Shader::FwhtShared | Shader::FwhtShuffle => 3,
             Shader::Gemv { glu: false, .. } => 4,
             Shader::Gemv { glu: true, .. } => 5,
-            Shader::Quantize { .. } => 2,
+            Shader::Quantize { norm: false, .. } => 2,
+            Shader::Quantize { norm: true, .. } => 3,
             Shader::GemvQ8 { glu: false, .. } => 4,
             Shader::GemvQ8 { glu: true, .. } => 5,
         }
@@ -272,9 +283,11 @@ impl Shader {
         match self {
             Shader::Copy => 4,
             Shader::Eltwise => 20,
+            Shader::RmsNorm => 16,
             Shader::FwhtShared | Shader::FwhtShuffle => 12,
             Shader::Gemv { .. } | Shader::GemvQ8 { .. } => 80,
-            Shader::Quantize { .. } => 8,
+            Shader::Quantize { norm: false, .. } => 8,
+            Shader::Quantize { norm: true, .. } => 12,
         }
     }
 }

@@ -83,7 +83,8 @@ use fused_core::error::{Unsupported, check_len};
 use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Op};
-use fused_core::lower::{BinaryOp, Broadcast, CommandSink, lower_into};
+use fused_core::lower::{BinaryOp, Broadcast, CommandSink, NormLoad, lower_into};
+use fused_core::norm::Eps;
 use fused_core::placement;
 use fused_core::planner::{Operands, Plan};
 use fused_core::reuse::LatestQuantization;
@@ -226,11 +227,38 @@ struct Builder<'a, 'd> {
     /// The scratch buffer quantized activations are written to (its index
     /// and size), reused by every step whose activations fit.
     quantized: Option<(usize, u64)>,
+    /// The scratch buffer a GEMV step's norm prologue writes its
+    /// activations to (its index and size), reused like `quantized`.
+    normed: Option<(usize, u64)>,
+    /// The latest norm prologue, while nothing has written its input, its
+    /// weight or its output since.
+    latest_norm: Option<LatestNorm>,
     /// The latest activation quantization (its mode, K and columns), while
     /// reusable.
     latest_quant: LatestQuantization<Slot, (ActQuant, usize, usize)>,
     cmds: Vec<Cmd>,
     stats: DevicePlanStats,
+}
+
+/// A norm prologue recorded: the graph regions of its input and weight,
+/// its epsilon and shape, and the scratch it wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LatestNorm {
+    x: Region,
+    gamma: Region,
+    eps: Eps,
+    k: usize,
+    n: usize,
+    /// The quantization of the output (`None`: f32).
+    quant: Option<ActQuant>,
+    out: Region,
+}
+
+impl LatestNorm {
+    /// Whether a write of `r` makes it stale.
+    fn touched_by(&self, r: &Region) -> bool {
+        [self.x, self.gamma, self.out].iter().any(|m| m.overlaps(r))
+    }
 }
 
 fn unsupported(what: &'static str) -> Error {
@@ -269,8 +297,16 @@ impl<'a> Builder<'a, '_> {
         })
     }
 
+    /// A command appended writes `r`: what it makes stale is forgotten.
+    fn wrote(&mut self, r: &Region) {
+        self.latest_quant.wrote(r);
+        if self.latest_norm.is_some_and(|l| l.touched_by(r)) {
+            self.latest_norm = None;
+        }
+    }
+
     fn copy(&mut self, src: Region, dst: Region) {
-        self.latest_quant.wrote(&dst);
+        self.wrote(&dst);
         self.stats.copies += 1;
         self.stats.copy_bytes += src.size;
         self.cmds.push(Cmd::Copy { src, dst });
@@ -332,7 +368,7 @@ impl<'a> Builder<'a, '_> {
         out: (Region, Option<Region>),
     ) {
         bindings[write] = out.0;
-        self.latest_quant.wrote(&out.0);
+        self.wrote(&out.0);
         self.stats.dispatches += 1;
         self.cmds.push(Cmd::Dispatch {
             kernel: d.kernel,
@@ -495,16 +531,112 @@ impl<'a> Builder<'a, '_> {
     }
 }
 
-impl<'a> CommandSink for Builder<'a, '_> {
-    type Error = VulkanError;
+impl<'a> Builder<'a, '_> {
+    /// The binding that reads `t` where nothing it feeds writes over it:
+    /// in place, or a copy when `t` is not at a valid descriptor offset.
+    fn read_apart(&mut self, t: &TensorDesc, what: &'static str) -> Result<Region, VulkanError> {
+        placement::require_f32(t, what)?;
+        let r = self.region(t)?;
+        if self.aligned(r.offset) {
+            return Ok(words(r));
+        }
+        let s = self.scratch(r.size)?;
+        self.copy(r, s);
+        Ok(words(s))
+    }
+
+    /// The reusable scratch region for `bytes` of normed activations.
+    fn normed_scratch(&mut self, bytes: u64) -> Result<Region, VulkanError> {
+        let slot = match self.normed {
+            Some((i, size)) if size >= bytes => i,
+            _ => {
+                let i = self.new_scratch(bytes)?;
+                self.normed = Some((i, bytes));
+                i
+            }
+        };
+        Ok(Region {
+            slot: Slot::Scratch(slot),
+            offset: 0,
+            size: bytes,
+        })
+    }
+
+    /// A norm prologue: `(x · s) · g` of every column of `p.x` (`n`
+    /// columns of `k` values) into the normed scratch, or with `quant =
+    /// Some((mode, bytes))` quantized per `mode` into the quantized scratch
+    /// by the quantizer's norm variant (one dispatch); its region. Where
+    /// the latest prologue normed the same input with the same weight,
+    /// epsilon and quantization and nothing has written either or its
+    /// output since (q, k and v reading one norm), that output is read
+    /// again: the same bits.
+    fn norm_prologue(
+        &mut self,
+        p: &NormLoad,
+        k: usize,
+        n: usize,
+        quant: Option<(ActQuant, u64)>,
+    ) -> Result<Region, VulkanError> {
+        check_len("norm prologue input", k * n, p.x.n_elements())?;
+        check_len("norm prologue weight", k, p.gamma.n_elements())?;
+        let key = LatestNorm {
+            x: self.region(&p.x)?,
+            gamma: self.region(&p.gamma)?,
+            eps: p.eps,
+            k,
+            n,
+            quant: quant.map(|(m, _)| m),
+            out: Self::dummy(),
+        };
+        if let Some(l) = self
+            .latest_norm
+            .filter(|l| LatestNorm { out: l.out, ..key } == *l)
+        {
+            return Ok(l.out);
+        }
+        let xr = self.read_apart(&p.x, "device plan norm input (must be F32)")?;
+        let gr = self.read_apart(&p.gamma, "device plan norm weight (must be F32)")?;
+        let ph = self.placeholder;
+        let out = match quant {
+            None => {
+                let out = self.normed_scratch(4 * (k * n) as u64)?;
+                let d = self
+                    .backend
+                    .rms_norm_dispatch(k, n, p.eps.get(), true, [ph, ph, ph])?;
+                self.dispatch(d, vec![xr, gr, out], 2, (out, None));
+                out
+            }
+            Some((mode, bytes)) => {
+                let out = self.quantized_scratch(bytes)?;
+                let t = self.backend.tuning();
+                let d = self.backend.quantize_norm_dispatch(
+                    &t,
+                    mode,
+                    k,
+                    n,
+                    Some((p.eps.get(), ph)),
+                    ph,
+                    ph,
+                )?;
+                self.dispatch(d, vec![xr, out, gr], 1, (out, None));
+                self.stats.quantizations += 1;
+                out
+            }
+        };
+        self.latest_norm = Some(LatestNorm { out, ..key });
+        Ok(out)
+    }
 
     /// A GEMV (gated when `up` is given) of `w` times `x` into `dst`; with
     /// quantized activations, `x` is quantized first (once for both weights
-    /// of a gated GEMV) into the reusable scratch.
+    /// of a gated GEMV) into the reusable scratch. With a norm prologue,
+    /// `x` (the normed product, never stored) is computed first into a
+    /// scratch buffer by the norm kernel, and read from there.
     #[allow(clippy::too_many_arguments)]
-    fn gemv(
+    fn gemv_step(
         &mut self,
         g: &Graph,
+        prologue: Option<&NormLoad>,
         w: &TensorDesc,
         up: Option<(&TensorDesc, Activation)>,
         x: &TensorDesc,
@@ -541,10 +673,15 @@ impl<'a> CommandSink for Builder<'a, '_> {
         };
         let mode = self.mode.act_quant(w.dtype());
         let q_bytes = quantized_bytes(mode, k, n)?;
-        let mut xr = self.read_f32(x, dst, false, "device plan GEMV activations (must be F32)")?;
+        let mut xr = match prologue {
+            None => self.read_f32(x, dst, false, "device plan GEMV activations (must be F32)")?,
+            Some(_) => Self::dummy(),
+        };
         let (opr, chain) = self.operands(g, epilogue, ops, dst, m, n)?;
         let out = self.write(dst)?;
-        if let Some(bytes) = q_bytes {
+        if let Some(p) = prologue {
+            xr = self.norm_prologue(p, k, n, q_bytes.map(|b| (mode, b)))?;
+        } else if let Some(bytes) = q_bytes {
             let key = (mode, k, n);
             xr = match self.latest_quant.lookup(&xr, &key) {
                 Some(qr) => qr,
@@ -577,6 +714,55 @@ impl<'a> CommandSink for Builder<'a, '_> {
         self.dispatch(d, bindings, 2, out);
         Ok(())
     }
+}
+
+impl<'a> CommandSink for Builder<'a, '_> {
+    type Error = VulkanError;
+
+    fn gemv(
+        &mut self,
+        g: &Graph,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        ops: &Operands,
+        dst: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        self.gemv_step(g, None, w, up, x, epilogue, ops, dst)
+    }
+
+    fn norm_gemv(
+        &mut self,
+        g: &Graph,
+        prologue: &NormLoad,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        ops: &Operands,
+        dst: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        self.gemv_step(g, Some(prologue), w, up, x, epilogue, ops, dst)
+    }
+
+    /// `dst = rms_norm(x, eps)`, one workgroup a column; in place where
+    /// `x` is `dst` (each lane writes what it read).
+    fn rms_norm(&mut self, eps: Eps, x: &TensorDesc, dst: &TensorDesc) -> Result<(), VulkanError> {
+        let k = x.ne()[0];
+        let n = x.n_rows();
+        check_len("rms_norm output", x.n_elements(), dst.n_elements())?;
+        fused_core::norm::check(k, x.n_elements(), None, dst.n_elements())?;
+        let xr = self.read_f32(x, dst, true, "device plan rms_norm input (must be F32)")?;
+        let out = self.write(dst)?;
+        let p = self.placeholder;
+        let d = self
+            .backend
+            .rms_norm_dispatch(k, n, eps.get(), false, [p, p, p])?;
+        self.dispatch(d, vec![xr, Self::dummy(), out.0], 2, out);
+        Ok(())
+    }
+
     /// A (signed) FWHT of every row of `x` into `dst`.
     fn fwht(
         &mut self,
@@ -705,6 +891,8 @@ impl<'a> DevicePlan<'a> {
             mode,
             scratch: Vec::new(),
             quantized: None,
+            normed: None,
+            latest_norm: None,
             latest_quant: LatestQuantization::new(),
             cmds: Vec::new(),
             stats: DevicePlanStats::default(),

@@ -1,0 +1,175 @@
+//! RMS normalisation (`rms_norm.comp`): the host-slice kernel against
+//! `fused_core::norm` (its reduction order; the shader's square root and
+//! division within a few ulps), the unfused op on the device plan (in
+//! place and not) bit for bit the host-slice executor, and the GEMV norm
+//! prologue with the normed input shared by several readers; no
+//! validation message.
+
+mod common;
+
+use common::{assert_no_validation_messages, backend_or_skip, data, nmse};
+use fused_core::DType;
+use fused_core::acts::GemvMode;
+use fused_core::backend::ResidentPlan;
+use fused_core::exec::Executor;
+use fused_core::graph::{Graph, Place};
+use fused_core::memory::Memory;
+use fused_core::planner::{Plan, plan};
+use fused_core::quant::quantize_row;
+use fused_core::tensor::{BufferId, TensorDesc};
+use fused_vulkan::DevicePlan;
+
+/// Every element within `ulps` units in the last place (relative) of the
+/// core's value, and the whole within a tiny NMSE.
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let tol = 8.0 * f32::EPSILON * w.abs() + f32::MIN_POSITIVE;
+        assert!((g - w).abs() <= tol, "{what}: [{i}] {g:e} against {w:e}");
+    }
+    assert!(nmse(got, want) <= 1e-12, "{what}");
+}
+
+#[test]
+fn host_slice_norm_follows_the_core_definition() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for k in [1, 5, 31, 32, 33, 64, 100, 4096, 5003] {
+        for cols in 1..=3 {
+            let x: Vec<f32> = data(k * cols, k as u64 + cols as u64)
+                .iter()
+                .map(|v| v * 40.0)
+                .collect();
+            let g = data(k, 3 * k as u64);
+            for (gamma, eps) in [(None, 1e-5f32), (Some(&g[..]), 1e-6), (None, 0.0)] {
+                let mut got = vec![0.0; k * cols];
+                b.rms_norm(k, eps, &x, gamma, &mut got).unwrap();
+                let mut want = vec![0.0; k * cols];
+                fused_core::norm::rms_norm(k, eps, &x, gamma, &mut want).unwrap();
+                let w = if gamma.is_some() { "weighted" } else { "plain" };
+                assert_close(&got, &want, &format!("K={k} cols={cols} {w} eps={eps}"));
+            }
+        }
+    }
+    // Lengths that are not whole columns are refused.
+    let mut y = vec![0.0; 10];
+    assert!(b.rms_norm(4, 1e-5, &[1.0; 10], None, &mut y).is_err());
+    assert_no_validation_messages(&b);
+}
+
+#[test]
+fn device_plan_norm_equals_the_host_slice_executor() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (k, n) = (300, 3);
+    let mut g = Graph::new();
+    let x = g
+        .input(TensorDesc::contiguous(DType::F32, [k, n, 1, 1], BufferId(0), 0).unwrap())
+        .unwrap();
+    let y = g
+        .input(TensorDesc::contiguous(DType::F32, [k, n, 1, 1], BufferId(0), 4096).unwrap())
+        .unwrap();
+    // Out of place, then in place over `y`.
+    let a = g.rms_norm(x, 1e-5, Place::at(1, 0)).unwrap();
+    let c = g.rms_norm(y, 1e-6, Place::at(0, 4096)).unwrap();
+    g.mark_output(a).unwrap();
+    g.mark_output(c).unwrap();
+    let mut mem = Memory::new(&[8192, 4096]);
+    mem.write(g.tensor(x).unwrap(), &data(k * n, 1)).unwrap();
+    mem.write(g.tensor(y).unwrap(), &data(k * n, 2)).unwrap();
+    let p = Plan::unfused(&g);
+    let mut want = mem.clone();
+    Executor::new(&b, GemvMode::F32)
+        .run(&g, &p, &mut want)
+        .unwrap();
+    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::F32, &mem.sizes()).unwrap();
+    dp.write_all(&mem).unwrap();
+    dp.run().unwrap();
+    let mut got = mem.clone();
+    dp.read_all(&mut got).unwrap();
+    for o in [a, c] {
+        let t = g.tensor(o).unwrap();
+        let (gv, wv) = (got.read(t).unwrap(), want.read(t).unwrap());
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&gv), bits(&wv), "output {o}");
+    }
+    assert_no_validation_messages(&b);
+}
+
+/// q, k and v read one normed product: the prologue is dispatched once
+/// (f32, or quantized with the norm in the quantizer) and its scratch read
+/// by the three GEMVs, in both activation modes,
+/// equal to the unfused plan bit for bit.
+#[test]
+fn one_norm_feeds_several_gemvs() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (k, m) = (256, 32);
+    let rb = DType::Q8_0.row_bytes(k).unwrap();
+    let mut g = Graph::new();
+    let w: Vec<_> = (0..3)
+        .map(|i| {
+            let t = TensorDesc::contiguous(DType::Q8_0, [k, m, 1, 1], BufferId(0), i * m * rb);
+            g.input(t.unwrap()).unwrap()
+        })
+        .collect();
+    let x = g
+        .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0).unwrap())
+        .unwrap();
+    let gamma = g
+        .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 1024).unwrap())
+        .unwrap();
+    let nrm = g.rms_norm(x, 1e-5, Place::at(1, 2048)).unwrap();
+    let xn = g.mul(nrm, gamma, Place::at(1, 3072)).unwrap();
+    let outs: Vec<_> = (0..3)
+        .map(|i| g.mul_mat(w[i], xn, Place::at(1, 4096 + 256 * i)).unwrap())
+        .collect();
+    for &o in &outs {
+        g.mark_output(o).unwrap();
+    }
+    let mut mem = Memory::new(&[3 * m * rb, 8192]);
+    quantize_row(
+        DType::Q8_0,
+        &data(3 * m * k, 7),
+        mem.buffer_mut(BufferId(0)).unwrap(),
+    )
+    .unwrap();
+    mem.write(g.tensor(x).unwrap(), &data(k, 8)).unwrap();
+    mem.write(g.tensor(gamma).unwrap(), &data(k, 9)).unwrap();
+    let fused = plan(&g);
+    assert_eq!(fused.prologue_nodes.len(), 2, "{fused:?}");
+    for mode in [GemvMode::F32, GemvMode::Ggml] {
+        let run = |p: &Plan| {
+            let mut dp = DevicePlan::new(&b, &g, p, mode, &mem.sizes()).unwrap();
+            dp.write_all(&mem).unwrap();
+            dp.run().unwrap();
+            let mut out = mem.clone();
+            dp.read_all(&mut out).unwrap();
+            (out, dp.stats())
+        };
+        let (mf, sf) = run(&fused);
+        let (mu, su) = run(&Plan::unfused(&g));
+        for &o in &outs {
+            let t = g.tensor(o).unwrap();
+            let bits = |m: &Memory| {
+                m.read(t)
+                    .unwrap()
+                    .iter()
+                    .map(|f| f.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(&mf), bits(&mu), "{mode:?} output {o}");
+        }
+        // One norm (in GGML's mode the quantizer's norm variant), three
+        // GEMVs, one barrier between them.
+        let q = u64::from(mode == GemvMode::Ggml);
+        assert_eq!(sf.launches, 4, "{mode:?} {sf:?}");
+        assert_eq!(sf.barriers, 1, "{mode:?} {sf:?}");
+        assert_eq!(sf.quantizations, q, "{mode:?} {sf:?}");
+        assert!(sf.barriers <= su.barriers, "{sf:?} {su:?}");
+    }
+    assert_no_validation_messages(&b);
+}
