@@ -173,3 +173,76 @@ fn one_norm_feeds_several_gemvs() {
     }
     assert_no_validation_messages(&b);
 }
+
+/// The quantizer's norm variant in every tested shape (workgroups smaller
+/// than the 32 partials, several columns a workgroup, several workgroups
+/// a column) for Q8_0, Q8_1 and Q8_K activations: the fused plan equals
+/// the unfused one bit for bit.
+#[cfg(feature = "lab")]
+#[test]
+fn every_quantizer_shape_norms_as_the_unfused_plan() {
+    use fused_core::acts::ActQuant;
+    use fused_vulkan::{QuantizeShape, Tuning};
+    let Some(mut b) = backend_or_skip() else {
+        return;
+    };
+    let (k, m, n) = (512, 16, 3);
+    let mut ran = 0;
+    for (dtype, mode) in [
+        (DType::Q8_0, ActQuant::Q8_0),
+        (DType::Q4_1, ActQuant::Q8_1),
+        (DType::Q4_K, ActQuant::Q8_K),
+    ] {
+        let rb = dtype.row_bytes(k).unwrap();
+        let mut g = Graph::new();
+        let w = g
+            .input(TensorDesc::contiguous(dtype, [k, m, 1, 1], BufferId(0), 0).unwrap())
+            .unwrap();
+        let x = g
+            .input(TensorDesc::contiguous(DType::F32, [k, n, 1, 1], BufferId(1), 0).unwrap())
+            .unwrap();
+        let gamma = g
+            .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 8192).unwrap())
+            .unwrap();
+        let nrm = g.rms_norm(x, 1e-6, Place::at(1, 12288)).unwrap();
+        let xn = g.mul(nrm, gamma, Place::at(1, 20480)).unwrap();
+        let y = g.mul_mat(w, xn, Place::at(1, 28672)).unwrap();
+        g.mark_output(y).unwrap();
+        let mut mem = Memory::new(&[m * rb, 32768]);
+        let wv = data(m * k, 11);
+        quantize_row(dtype, &wv, mem.buffer_mut(BufferId(0)).unwrap()).unwrap();
+        let xv: Vec<f32> = data(k * n, 12).iter().map(|v| v * 3.0).collect();
+        mem.write(g.tensor(x).unwrap(), &xv).unwrap();
+        mem.write(g.tensor(gamma).unwrap(), &data(k, 13)).unwrap();
+        let fused = plan(&g);
+        assert_eq!(fused.prologue_nodes.len(), 2, "{fused:?}");
+        for workgroup in [8, 16, 64, 256] {
+            for values_per_thread in [4, 8, 32] {
+                let shape = QuantizeShape {
+                    workgroup,
+                    values_per_thread,
+                };
+                if b.set_tuning(Tuning::default().with_quantize_shape(mode, shape))
+                    .is_err()
+                {
+                    continue; // not a shape of this format
+                }
+                let run = |p: &Plan| {
+                    let mut dp = DevicePlan::new(&b, &g, p, GemvMode::Ggml, &mem.sizes()).unwrap();
+                    dp.write_all(&mem).unwrap();
+                    dp.run().unwrap();
+                    let mut out = mem.clone();
+                    dp.read_all(&mut out).unwrap();
+                    out.read(g.tensor(y).unwrap()).unwrap()
+                };
+                let (f, u) = (run(&fused), run(&Plan::unfused(&g)));
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&f), bits(&u), "{dtype} {shape:?}");
+                ran += 1;
+            }
+        }
+    }
+    b.set_tuning(Tuning::default()).unwrap();
+    assert!(ran >= 6, "{ran} shapes ran");
+    assert_no_validation_messages(&b);
+}
