@@ -19,6 +19,7 @@ use fused_core::Error;
 use fused_core::fwht::fwht_f64;
 use fused_core::memory::Memory;
 use fused_core::planner::{Plan, plan};
+use fused_core::quant::dequantize_row;
 use fused_core::reference::eval::eval_graph;
 use fused_core::reference::gemv::{gemm_f64, gemm_glu_f64};
 use fused_core::tensor::BufferId;
@@ -149,6 +150,9 @@ pub struct Prepared {
     /// The magnitude the outputs are computed at, which the ulp check's
     /// floor scales ([`ulp_scale`]).
     pub ulp_scale: f32,
+    /// The typical magnitude of a GEMV case's sums, `Σ|w·x| / √K` at its
+    /// largest ([`term_scale`]; 0 for the other patterns).
+    pub term_scale: f32,
     /// The checks made on the references.
     pub result: CaseResult,
 }
@@ -202,6 +206,7 @@ pub fn prepare(case: &Case) -> Prepared {
         reference: Vec::new(),
         reference_nmse: 0.0,
         ulp_scale: 0.0,
+        term_scale: 0.0,
         result: CaseResult::new("reference", case),
     };
     let b = match &p.built {
@@ -255,6 +260,7 @@ pub fn prepare(case: &Case) -> Prepared {
                 p.reference_nmse = nmse;
             }
             p.ulp_scale = ulp_scale(case, &r);
+            p.term_scale = term_scale(case, b);
             p.truth = t;
             p.reference = r;
         }
@@ -295,6 +301,43 @@ pub fn ulp_scale(case: &Case, reference: &[f32]) -> f32 {
     // A linearized case that cannot be evaluated leaves the output's own
     // scale (the stricter floor).
     linear_out.map_or(own, |v| own.max(metrics::max_magnitude(&v)))
+}
+
+/// The largest `Σ_i |w_ri·x_ci|` over the outputs of a GEMV case, divided
+/// by `√K`: the magnitude a sum of `K` products of random signs typically
+/// has, and the one its rounding scales with (a reordered sum is off by a
+/// few of its ulps), which an output falls far below where its products
+/// cancel. Non-finite sums (the NaN and Inf cases) and the other patterns
+/// give 0.
+pub fn term_scale(case: &Case, b: &Built) -> f32 {
+    if case.pattern != Pattern::Gemv {
+        return 0.0;
+    }
+    let (m, k) = (case.m, case.k);
+    let Ok(rb) = case.dtype.row_bytes(k) else {
+        return 0.0;
+    };
+    let mut row = vec![0.0f32; k];
+    let mut best = 0.0f64;
+    for r in 0..m {
+        let Some(src) = b.w.get(r * rb..(r + 1) * rb) else {
+            return 0.0;
+        };
+        if dequantize_row(case.dtype, src, &mut row).is_err() {
+            return 0.0;
+        }
+        for x in b.x.chunks_exact(k) {
+            let sum: f64 = row
+                .iter()
+                .zip(x)
+                .map(|(&w, &v)| (f64::from(w) * f64::from(v)).abs())
+                .sum();
+            if sum.is_finite() {
+                best = best.max(sum);
+            }
+        }
+    }
+    (best / (k as f64).sqrt()) as f32
 }
 
 /// Runs `f`, turning a panic into an error message.
@@ -447,7 +490,7 @@ fn check_runs(
             .filter(|(_, w)| w.is_finite())
             .map(|(g, w)| (*g, *w))
             .unzip();
-        let floor = tol.ulp_floor * p.ulp_scale;
+        let floor = (tol.ulp_floor * p.ulp_scale).max(p.term_scale);
         let ulp = metrics::max_ulp(&got, &want, floor);
         r.check(
             "finite_outputs_match",
@@ -463,19 +506,27 @@ fn check_runs(
     let tol = tolerance::for_case(case, be.bit_exact_reference(), scale);
     let nmse = metrics::nmse(&yf, &p.truth);
     let max_abs = metrics::max_abs(&yf, &p.truth);
-    let floor = tol.ulp_floor * p.ulp_scale;
+    // Ulps of the larger of the floor and the sums' typical magnitude: a
+    // reordered accumulation is off by a few of its ulps, however much of
+    // an output cancels.
+    let floor = (tol.ulp_floor * p.ulp_scale).max(p.term_scale);
     let ulp = metrics::max_ulp(&yf, &p.reference, floor);
     r.metrics.nmse = Some(nmse);
     r.metrics.max_abs = Some(max_abs);
     r.metrics.max_ulp = Some(ulp);
     r.metrics.tolerance = Some(tol);
     let budget = tol.nmse.max(NMSE_SLACK_OVER_REFERENCE * p.reference_nmse);
+    // As for the reference: over a few outputs NMSE is the relative error
+    // of values that may have cancelled; the ulp check covers them.
+    let enforced = yf.len() >= MIN_OUTPUTS_FOR_REFERENCE_NMSE;
     r.check(
         "nmse_vs_f64",
-        nmse <= budget,
+        nmse <= budget || !enforced,
         format!(
-            "NMSE {nmse:.3e} (tolerance {:.0e}, same-quantization reference {:.3e}), max abs error {max_abs:.3e}",
-            tol.nmse, p.reference_nmse
+            "NMSE {nmse:.3e} (tolerance {:.0e}, same-quantization reference {:.3e}{}), max abs error {max_abs:.3e}",
+            tol.nmse,
+            p.reference_nmse,
+            if enforced { "" } else { "; not enforced below 64 outputs" }
         ),
     );
     r.check(
