@@ -17,9 +17,7 @@ use crate::config::{DEFAULT_MAX_CONTEXT, LlamaConfig};
 use crate::error::LlamaError;
 use crate::file::{ModelFile, check_shape, matrix, tensor, vector};
 use crate::ops::{Rope, rms_norm};
-use crate::plans::{
-    FfnPlan, HeadPlan, Norm, OutPlan, PlanSummary, PostAttnPlan, QkvPlan, Supported,
-};
+use crate::plans::{HeadPlan, Norm, PlanSummary, QkvPlan, ResidualPlan, Supported};
 use crate::tokenizer::Tokenizer;
 
 /// How a model is loaded.
@@ -59,12 +57,12 @@ struct Layer<'b, B: Backend + 'b> {
 enum Post<'b, B: Backend + 'b> {
     /// One plan: output projection + residual, the FFN norm as the GLU's
     /// prologue, down projection + residual.
-    Fused(Box<PostAttnPlan<'b, B>>),
+    Fused(Box<ResidualPlan<'b, B>>),
     /// Two plans around a host RMSNorm.
     Host {
         ffn_norm: Vec<f32>,
-        out: Box<OutPlan<'b, B>>,
-        ffn: Box<FfnPlan<'b, B>>,
+        out: Box<ResidualPlan<'b, B>>,
+        ffn: Box<ResidualPlan<'b, B>>,
     },
 }
 
@@ -182,11 +180,18 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
                 eps,
             };
             let post = match prologue_or(
-                fuse.then(|| PostAttnPlan::new(backend, mode, &wo, &norm, &wg, &wu, &wd, &what)),
+                fuse.then(|| {
+                    ResidualPlan::post_attn(backend, mode, &wo, &norm, &wg, &wu, &wd, &what)
+                }),
                 || {
                     Ok((
-                        OutPlan::new(backend, mode, &wo, &format!("layer {l} output projection"))?,
-                        FfnPlan::new(
+                        ResidualPlan::out_proj(
+                            backend,
+                            mode,
+                            &wo,
+                            &format!("layer {l} output projection"),
+                        )?,
+                        ResidualPlan::ffn(
                             backend,
                             mode,
                             &wg,

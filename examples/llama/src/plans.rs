@@ -6,11 +6,13 @@
 //!   matrices stacked where their formats agree; built [`QkvPlan::with_norm`]
 //!   it reads the residual stream and computes `x = rms_norm(h) · g` as the
 //!   GEMV's prologue, built [`QkvPlan::new`] it reads a host-normed `x`;
-//! - [`PostAttnPlan`]: the rest of a layer after attention in one plan:
-//!   `h += W_o·attn` in place, then `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` with
-//!   `x = rms_norm(h) · g` computed as the gated dual GEMV's prologue;
-//! - [`OutPlan`] and [`FfnPlan`]: the same two halves with the norm on the
-//!   host, for a backend that refuses the prologue;
+//! - [`ResidualPlan`]: what adds into the residual stream:
+//!   [`ResidualPlan::post_attn`], the rest of a layer after attention in
+//!   one plan (`h += W_o·attn` in place, then `h += W_d·(silu(W_g·x) ⊙
+//!   (W_u·x))` with `x = rms_norm(h) · g` computed as the gated dual GEMV's
+//!   prologue), or its two halves with the norm on the host
+//!   ([`ResidualPlan::out_proj`], [`ResidualPlan::ffn`]) for a backend that
+//!   refuses the prologue;
 //! - [`HeadPlan`]: `logits = W_out·x`, with the final norm as its prologue
 //!   ([`HeadPlan::with_norm`]) or on the host ([`HeadPlan::new`]).
 //!
@@ -513,24 +515,33 @@ fn ffn_graph<'w>(
     Ok(b.g.add(down, h, res)?)
 }
 
-/// The rest of a layer after attention, one plan over the residual stream
-/// `h`: `h += W_o·attn` (the residual add as the GEMV's epilogue, in
-/// place), then `x = rms_norm(h) · g` as the gated dual GEMV's prologue,
-/// `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` (the down GEMV with the residual
-/// add, in place).
+/// A plan that adds into the residual stream `h` in place from one other
+/// input, in three forms:
+///
+/// - [`ResidualPlan::post_attn`]: the rest of a layer after attention:
+///   `h += W_o·attn` (the output projection with the residual add fused,
+///   in place), then `x = rms_norm(h) · g` as the gated dual GEMV's
+///   prologue, `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` (the down GEMV with the
+///   residual add, in place);
+/// - [`ResidualPlan::out_proj`]: `h += W_o·attn` alone;
+/// - [`ResidualPlan::ffn`]: `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` over a
+///   host-normed `x`.
 #[derive(Debug)]
-pub struct PostAttnPlan<'b, B: Backend + 'b> {
+pub struct ResidualPlan<'b, B: Backend + 'b> {
     c: Compiled<'b, B>,
     h: TensorDesc,
-    attn: TensorDesc,
+    input: TensorDesc,
+    /// What the other input is and what the plan does, for errors.
+    input_what: &'static str,
+    run_what: &'static str,
 }
 
-impl<'b, B: Backend + 'b> PostAttnPlan<'b, B> {
+impl<'b, B: Backend + 'b> ResidualPlan<'b, B> {
     /// The plan of `W_o` (`[n_head·head_dim, hidden]`), the FFN norm, `W_g`,
     /// `W_u` (`[hidden, ffn]`) and `W_d` (`[ffn, hidden]`); or the backend's
     /// refusal.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub fn post_attn(
         backend: &'b B,
         mode: GemvMode,
         wo: &Matrix<'_>,
@@ -547,40 +558,17 @@ impl<'b, B: Backend + 'b> PostAttnPlan<'b, B> {
         let x = b.normed(h1, norm)?;
         let out = ffn_graph(&mut b, h1, &ht, x, wg, wu, wd)?;
         b.g.mark_output(out)?;
-        Ok(b.try_compile(backend, mode, what)?.map(|c| PostAttnPlan {
+        Ok(b.try_compile(backend, mode, what)?.map(|c| ResidualPlan {
             c,
             h: ht,
-            attn: attn_t,
+            input: attn_t,
+            input_what: "the attention output",
+            run_what: "the post-attention plan",
         }))
     }
 
-    /// `h += W_o·attn; h += W_d·(silu(W_g·x) ⊙ (W_u·x))`, `x` the normed `h`.
-    pub fn run(&mut self, h: &mut Vec<f32>, attn: &[f32]) -> Result<(), LlamaError> {
-        self.c.write(&self.h, h, "the residual stream")?;
-        self.c.write(&self.attn, attn, "the attention output")?;
-        self.c.run("the post-attention plan")?;
-        *h = self.c.read(&self.h, "the residual stream")?;
-        Ok(())
-    }
-
-    /// What the planner made of the graph.
-    pub fn summary(&self) -> &PlanSummary {
-        &self.c.summary
-    }
-}
-
-/// `h += W_o·attn`: the attention output projection with the residual add
-/// fused as its epilogue, written in place over `h`.
-#[derive(Debug)]
-pub struct OutPlan<'b, B: Backend + 'b> {
-    c: Compiled<'b, B>,
-    h: TensorDesc,
-    attn: TensorDesc,
-}
-
-impl<'b, B: Backend + 'b> OutPlan<'b, B> {
-    /// The plan of `W_o` (`[n_head·head_dim, hidden]`).
-    pub fn new(
+    /// The plan of `W_o` (`[n_head·head_dim, hidden]`) alone.
+    pub fn out_proj(
         backend: &'b B,
         mode: GemvMode,
         wo: &Matrix<'_>,
@@ -591,41 +579,18 @@ impl<'b, B: Backend + 'b> OutPlan<'b, B> {
         let (attn, attn_t) = b.vector(wo.k)?;
         let out = out_graph(&mut b, h, &ht, attn, wo)?;
         b.g.mark_output(out)?;
-        Ok(OutPlan {
+        Ok(ResidualPlan {
             c: b.compile(backend, mode, what)?,
             h: ht,
-            attn: attn_t,
+            input: attn_t,
+            input_what: "the attention output",
+            run_what: "the output projection",
         })
     }
 
-    /// `h += W_o·attn`.
-    pub fn run(&mut self, h: &mut Vec<f32>, attn: &[f32]) -> Result<(), LlamaError> {
-        self.c.write(&self.h, h, "the residual stream")?;
-        self.c.write(&self.attn, attn, "the attention output")?;
-        self.c.run("the output projection")?;
-        *h = self.c.read(&self.h, "the residual stream")?;
-        Ok(())
-    }
-
-    /// What the planner made of the graph.
-    pub fn summary(&self) -> &PlanSummary {
-        &self.c.summary
-    }
-}
-
-/// `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` over a host-normed `x`: the gated
-/// dual GEMV, then the down projection with the residual add fused, in
-/// place over `h`.
-#[derive(Debug)]
-pub struct FfnPlan<'b, B: Backend + 'b> {
-    c: Compiled<'b, B>,
-    h: TensorDesc,
-    x: TensorDesc,
-}
-
-impl<'b, B: Backend + 'b> FfnPlan<'b, B> {
-    /// The plan of `W_g`, `W_u` (`[hidden, ffn]`) and `W_d` (`[ffn, hidden]`).
-    pub fn new(
+    /// The plan of `W_g`, `W_u` (`[hidden, ffn]`) and `W_d` (`[ffn, hidden]`)
+    /// over a host-normed input.
+    pub fn ffn(
         backend: &'b B,
         mode: GemvMode,
         wg: &Matrix<'_>,
@@ -638,18 +603,20 @@ impl<'b, B: Backend + 'b> FfnPlan<'b, B> {
         let (x, xt) = b.vector(wg.k)?;
         let out = ffn_graph(&mut b, h, &ht, x, wg, wu, wd)?;
         b.g.mark_output(out)?;
-        Ok(FfnPlan {
+        Ok(ResidualPlan {
             c: b.compile(backend, mode, what)?,
             h: ht,
-            x: xt,
+            input: xt,
+            input_what: "the normed input",
+            run_what: "the feed-forward plan",
         })
     }
 
-    /// `h += W_d·(silu(W_g·x) ⊙ (W_u·x))`.
-    pub fn run(&mut self, h: &mut Vec<f32>, x: &[f32]) -> Result<(), LlamaError> {
+    /// Runs the plan over `h` (updated in place) and the other input.
+    pub fn run(&mut self, h: &mut Vec<f32>, input: &[f32]) -> Result<(), LlamaError> {
         self.c.write(&self.h, h, "the residual stream")?;
-        self.c.write(&self.x, x, "the normed input")?;
-        self.c.run("the feed-forward plan")?;
+        self.c.write(&self.input, input, self.input_what)?;
+        self.c.run(self.run_what)?;
         *h = self.c.read(&self.h, "the residual stream")?;
         Ok(())
     }
@@ -841,7 +808,8 @@ mod tests {
         let (hidden, ffn) = (64, 96);
         let wo = mat("o", DType::F32, hidden, hidden, 4);
         let mut out =
-            OutPlan::new(&be, GemvMode::F32, &as_matrix(&wo, hidden), "test out").unwrap();
+            ResidualPlan::out_proj(&be, GemvMode::F32, &as_matrix(&wo, hidden), "test out")
+                .unwrap();
         assert_eq!(
             (out.summary().kernel_steps, out.summary().fused_steps),
             (1, 1)
@@ -860,7 +828,7 @@ mod tests {
         let wg = mat("gate", DType::F32, hidden, ffn, 7);
         let wu = mat("up", DType::F32, hidden, ffn, 8);
         let wd = mat("down", DType::F32, ffn, hidden, 9);
-        let mut f = FfnPlan::new(
+        let mut f = ResidualPlan::ffn(
             &be,
             GemvMode::F32,
             &as_matrix(&wg, hidden),
@@ -929,7 +897,7 @@ mod tests {
         let wg = mat("gate", DType::F32, hidden, ffn, 26);
         let wu = mat("up", DType::F32, hidden, ffn, 27);
         let wd = mat("down", DType::F32, ffn, hidden, 28);
-        let mut post = PostAttnPlan::new(
+        let mut post = ResidualPlan::post_attn(
             &be,
             GemvMode::F32,
             &as_matrix(&wo, hidden),
