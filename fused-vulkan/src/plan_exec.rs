@@ -486,11 +486,24 @@ impl<'a> Builder<'a, '_> {
     /// (a larger buffer replaces it when it is too small; commands already
     /// built keep theirs).
     fn quantized_scratch(&mut self, bytes: u64) -> Result<Region, VulkanError> {
-        let slot = match self.quantized {
+        let mut kept = self.quantized;
+        let r = self.reused_scratch(&mut kept, bytes);
+        self.quantized = kept;
+        r
+    }
+
+    /// The scratch region `kept` names (slot, size) where it holds `bytes`,
+    /// else a new one, which `kept` then names.
+    fn reused_scratch(
+        &mut self,
+        kept: &mut Option<(usize, u64)>,
+        bytes: u64,
+    ) -> Result<Region, VulkanError> {
+        let slot = match *kept {
             Some((i, size)) if size >= bytes => i,
             _ => {
                 let i = self.new_scratch(bytes)?;
-                self.quantized = Some((i, bytes));
+                *kept = Some((i, bytes));
                 i
             }
         };
@@ -547,19 +560,10 @@ impl<'a> Builder<'a, '_> {
 
     /// The reusable scratch region for `bytes` of normed activations.
     fn normed_scratch(&mut self, bytes: u64) -> Result<Region, VulkanError> {
-        let slot = match self.normed {
-            Some((i, size)) if size >= bytes => i,
-            _ => {
-                let i = self.new_scratch(bytes)?;
-                self.normed = Some((i, bytes));
-                i
-            }
-        };
-        Ok(Region {
-            slot: Slot::Scratch(slot),
-            offset: 0,
-            size: bytes,
-        })
+        let mut kept = self.normed;
+        let r = self.reused_scratch(&mut kept, bytes);
+        self.normed = kept;
+        r
     }
 
     /// A norm prologue: `(x · s) · g` of every column of `p.x` (`n`
