@@ -40,7 +40,7 @@ pub fn nan_through_punning(g: &Graph, mem: &Memory, mode: GemvMode) -> bool {
         }
         let one = Plan {
             steps: vec![Step::Node(NodeId(i as u32))],
-            refusals: Vec::new(),
+            ..Plan::default()
         };
         if eval_plan(g, &one, &mut mem, mode).is_err() {
             return false;
