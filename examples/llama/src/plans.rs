@@ -841,18 +841,24 @@ mod tests {
         let x = values(hidden, 10);
         let h1 = h.clone();
         f.run(&mut h, &x).unwrap();
-        let (g, u) = (gemv(&wg.1, hidden, &x), gemv(&wu.1, hidden, &x));
+        let want = host_ffn([&wg.1, &wu.1, &wd.1], hidden, ffn, &x, &h1);
+        close(&h, &want);
+    }
+
+    /// `h + W_d·(silu(W_g·x) ⊙ (W_u·x))` on the host, from the row-major
+    /// f32 matrices `[W_g, W_u, W_d]`.
+    fn host_ffn(w: [&[f32]; 3], hidden: usize, ffn: usize, x: &[f32], h: &[f32]) -> Vec<f32> {
+        let (g, u) = (gemv(w[0], hidden, x), gemv(w[1], hidden, x));
         let a: Vec<f32> = g
             .iter()
             .zip(&u)
             .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
             .collect();
-        let want: Vec<f32> = gemv(&wd.1, ffn, &a)
+        gemv(w[2], ffn, &a)
             .iter()
-            .zip(&h1)
+            .zip(h)
             .map(|(d, r)| d + r)
-            .collect();
-        close(&h, &want);
+            .collect()
     }
 
     fn host_norm(x: &[f32], g: &[f32]) -> Vec<f32> {
@@ -922,17 +928,7 @@ mod tests {
             .map(|(a, b)| a + b)
             .collect();
         let x = host_norm(&h1, &gamma);
-        let (g, u) = (gemv(&wg.1, hidden, &x), gemv(&wu.1, hidden, &x));
-        let a: Vec<f32> = g
-            .iter()
-            .zip(&u)
-            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-            .collect();
-        let want: Vec<f32> = gemv(&wd.1, ffn, &a)
-            .iter()
-            .zip(&h1)
-            .map(|(d, r)| d + r)
-            .collect();
+        let want = host_ffn([&wg.1, &wu.1, &wd.1], hidden, ffn, &x, &h1);
         close(&h, &want);
 
         let w = mat("head", DType::F16, hidden, 80, 30);
