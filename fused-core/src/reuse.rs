@@ -1,5 +1,5 @@
 //! What a device plan may reuse from one step to a later one: the latest
-//! activation quantization.
+//! activation quantization, or the latest norm prologue.
 //!
 //! With quantized activations (GGML's mode) every integer GEMV step reads
 //! its input quantized into a scratch buffer. Two steps of one input, such
@@ -8,7 +8,10 @@
 //! launch between them wrote the input (the quantization would be stale) or
 //! the scratch (it would be gone). [`LatestQuantization`] keeps that record
 //! for a plan being built, launch by launch; the CUDA and the Vulkan device
-//! plans both use it.
+//! plans both use it. A norm prologue (`(x·s)·g`, quantized or not) is kept
+//! the same way with its weight `g` as a second input
+//! ([`LatestQuantization::record_weighted`]): q, k and v reading one norm
+//! compute it once.
 
 use crate::placement::Region;
 
@@ -17,6 +20,8 @@ use crate::placement::Region;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Quantization<S, K> {
     input: Region<S>,
+    /// A second input (a norm's weight), if any.
+    weight: Option<Region<S>>,
     key: K,
     output: Region<S>,
 }
@@ -44,9 +49,20 @@ impl<S: Copy + PartialEq, K: PartialEq> LatestQuantization<S, K> {
     /// quantization's output when it read exactly `input` the same way and
     /// nothing has written either since.
     pub fn lookup(&self, input: &Region<S>, key: &K) -> Option<Region<S>> {
+        self.lookup_weighted(input, None, key)
+    }
+
+    /// [`LatestQuantization::lookup`] of an output made from `input` and
+    /// `weight` (a norm prologue's input and weight).
+    pub fn lookup_weighted(
+        &self,
+        input: &Region<S>,
+        weight: Option<&Region<S>>,
+        key: &K,
+    ) -> Option<Region<S>> {
         self.latest
             .as_ref()
-            .filter(|q| q.input == *input && q.key == *key)
+            .filter(|q| q.input == *input && q.weight.as_ref() == weight && q.key == *key)
             .map(|q| q.output)
     }
 
@@ -54,17 +70,34 @@ impl<S: Copy + PartialEq, K: PartialEq> LatestQuantization<S, K> {
     /// launch just appended (after [`LatestQuantization::wrote`] saw its
     /// write of `output`).
     pub fn record(&mut self, input: Region<S>, key: K, output: Region<S>) {
-        self.latest = Some(Quantization { input, key, output });
+        self.record_weighted(input, None, key, output);
+    }
+
+    /// [`LatestQuantization::record`] of an output made from `input` and
+    /// `weight`: a write of either makes it stale.
+    pub fn record_weighted(
+        &mut self,
+        input: Region<S>,
+        weight: Option<Region<S>>,
+        key: K,
+        output: Region<S>,
+    ) {
+        self.latest = Some(Quantization {
+            input,
+            weight,
+            key,
+            output,
+        });
     }
 
     /// A launch appended to the plan writes `region`: a quantization whose
     /// input or output it touches is no longer reusable.
     pub fn wrote(&mut self, region: &Region<S>) {
-        if self
-            .latest
-            .as_ref()
-            .is_some_and(|q| region.overlaps(&q.input) || region.overlaps(&q.output))
-        {
+        if self.latest.as_ref().is_some_and(|q| {
+            region.overlaps(&q.input)
+                || region.overlaps(&q.output)
+                || q.weight.is_some_and(|w| region.overlaps(&w))
+        }) {
             self.latest = None;
         }
     }
@@ -110,6 +143,26 @@ mod tests {
             l.wrote(&w);
             assert_eq!(l.lookup(&r(0, 0, 64), &1), None, "after a write of {w:?}");
         }
+    }
+
+    #[test]
+    fn a_weighted_output_needs_the_same_weight_and_forgets_on_its_write() {
+        let mut l = LatestQuantization::new();
+        l.record_weighted(r(0, 0, 64), Some(r(1, 0, 64)), 1, r(9, 0, 16));
+        let w = r(1, 0, 64);
+        assert_eq!(
+            l.lookup_weighted(&r(0, 0, 64), Some(&w), &1),
+            Some(r(9, 0, 16))
+        );
+        assert_eq!(l.lookup(&r(0, 0, 64), &1), None, "no weight");
+        let other = r(1, 64, 64);
+        assert_eq!(l.lookup_weighted(&r(0, 0, 64), Some(&other), &1), None);
+        l.wrote(&r(1, 60, 8));
+        assert_eq!(
+            l.lookup_weighted(&r(0, 0, 64), Some(&w), &1),
+            None,
+            "weight written"
+        );
     }
 
     #[test]

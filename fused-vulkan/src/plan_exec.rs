@@ -232,7 +232,7 @@ struct Builder<'a, 'd> {
     normed: Option<(usize, u64)>,
     /// The latest norm prologue, while nothing has written its input, its
     /// weight or its output since.
-    latest_norm: Option<LatestNorm>,
+    latest_norm: LatestQuantization<Slot, NormKey>,
     /// The latest activation quantization (its mode, K and columns), while
     /// reusable.
     latest_quant: LatestQuantization<Slot, (ActQuant, usize, usize)>,
@@ -240,26 +240,9 @@ struct Builder<'a, 'd> {
     stats: DevicePlanStats,
 }
 
-/// A norm prologue recorded: the graph regions of its input and weight,
-/// its epsilon and shape, and the scratch it wrote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct LatestNorm {
-    x: Region,
-    gamma: Region,
-    eps: Eps,
-    k: usize,
-    n: usize,
-    /// The quantization of the output (`None`: f32).
-    quant: Option<ActQuant>,
-    out: Region,
-}
-
-impl LatestNorm {
-    /// Whether a write of `r` makes it stale.
-    fn touched_by(&self, r: &Region) -> bool {
-        [self.x, self.gamma, self.out].iter().any(|m| m.overlaps(r))
-    }
-}
+/// How a norm prologue was computed: its epsilon, column length, columns
+/// and the quantization of its output (`None`: f32).
+type NormKey = (Eps, usize, usize, Option<ActQuant>);
 
 fn unsupported(what: &'static str) -> Error {
     Error::Unsupported(Unsupported::Operation(what))
@@ -300,9 +283,7 @@ impl<'a> Builder<'a, '_> {
     /// A command appended writes `r`: what it makes stale is forgotten.
     fn wrote(&mut self, r: &Region) {
         self.latest_quant.wrote(r);
-        if self.latest_norm.is_some_and(|l| l.touched_by(r)) {
-            self.latest_norm = None;
-        }
+        self.latest_norm.wrote(r);
     }
 
     fn copy(&mut self, src: Region, dst: Region) {
@@ -583,20 +564,10 @@ impl<'a> Builder<'a, '_> {
     ) -> Result<Region, VulkanError> {
         check_len("norm prologue input", k * n, p.x.n_elements())?;
         check_len("norm prologue weight", k, p.gamma.n_elements())?;
-        let key = LatestNorm {
-            x: self.region(&p.x)?,
-            gamma: self.region(&p.gamma)?,
-            eps: p.eps,
-            k,
-            n,
-            quant: quant.map(|(m, _)| m),
-            out: Self::dummy(),
-        };
-        if let Some(l) = self
-            .latest_norm
-            .filter(|l| LatestNorm { out: l.out, ..key } == *l)
-        {
-            return Ok(l.out);
+        let (xg, gg) = (self.region(&p.x)?, self.region(&p.gamma)?);
+        let key = (p.eps, k, n, quant.map(|(m, _)| m));
+        if let Some(out) = self.latest_norm.lookup_weighted(&xg, Some(&gg), &key) {
+            return Ok(out);
         }
         let xr = self.read_apart(&p.x, "device plan norm input (must be F32)")?;
         let gr = self.read_apart(&p.gamma, "device plan norm weight (must be F32)")?;
@@ -627,7 +598,7 @@ impl<'a> Builder<'a, '_> {
                 out
             }
         };
-        self.latest_norm = Some(LatestNorm { out, ..key });
+        self.latest_norm.record_weighted(xg, Some(gg), key, out);
         Ok(out)
     }
 
@@ -896,7 +867,7 @@ impl<'a> DevicePlan<'a> {
             scratch: Vec::new(),
             quantized: None,
             normed: None,
-            latest_norm: None,
+            latest_norm: LatestQuantization::new(),
             latest_quant: LatestQuantization::new(),
             cmds: Vec::new(),
             stats: DevicePlanStats::default(),
