@@ -1169,6 +1169,117 @@ extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const Quan
     quantize_block_256(p, blk, lane, xb[0], xb[1]);
 }
 
+// ------------------------------------------------ RMS norm and its prologue
+// fused_core::norm's definition, bit for bit: lane j of a warp sums x[i]²
+// for i ≡ j (mod 32) in increasing i (product, then sum: __fmul_rn /
+// __fadd_rn keep the compiler from contracting them into an FMA), the 32
+// partials are reduced by the shuffle-down tree p[j] += p[j + w] (w = 16 ..
+// 1), then mean = sum / K and s = 1 / sqrt(mean + eps) with the correctly
+// rounded division and square root. A normed element is x·s, or (x·s)·g
+// with a weight (the unfused op order: the norm's product, then the mul).
+
+// Parameters of one RMS-norm launch (src/params.rs: NormParams).
+struct NormParams {
+    const float *x; // n_cols columns of k floats
+    const float *g; // k weights, or null
+    float *y;       // n_cols columns of k floats (may be x)
+    uint32_t k;
+    uint32_t n_cols;
+    float eps;
+    uint32_t pad;
+};
+static_assert(sizeof(NormParams) == 40, "NormParams");
+
+// Parameters of one norm-and-quantize launch (src/params.rs:
+// NormQuantParams): the quantizer's arrays, its input the norm's.
+struct NormQuantParams {
+    QuantParams q; // q.x: the norm's input
+    const float *g;
+    float eps;
+    uint32_t n_cols;
+};
+static_assert(sizeof(NormQuantParams) == 64, "NormQuantParams");
+
+// The scale s of the column of k values at x, in every lane of the warp
+// (the whole warp calls it).
+__device__ __forceinline__ float norm_scale_warp(const float *x, uint32_t k, float eps,
+                                                 uint32_t lane) {
+    float p = 0.0f;
+    for (uint32_t i = lane; i < k; i += 32) {
+        const float v = x[i];
+        p = __fadd_rn(p, __fmul_rn(v, v));
+    }
+#pragma unroll
+    for (int w = 16; w > 0; w >>= 1) p = __fadd_rn(p, __shfl_down_sync(0xffffffffu, p, w));
+    const float sum = __shfl_sync(0xffffffffu, p, 0);
+    const float mean = __fdiv_rn(sum, (float)k);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+// y = x·s (or (x·s)·g), one warp per column, 8 columns a block. Lane j
+// writes only the elements it read, so y may be x.
+extern "C" __global__ void __launch_bounds__(256) fused_rms_norm(const NormParams p) {
+    griddep_enter();
+    const uint32_t col = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
+    if (col >= p.n_cols) return; // whole warps leave together
+    const float *x = p.x + (size_t)col * p.k;
+    float *y = p.y + (size_t)col * p.k;
+    const float s = norm_scale_warp(x, p.k, p.eps, lane);
+    for (uint32_t i = lane; i < p.k; i += 32) {
+        const float t = __fmul_rn(x[i], s);
+        y[i] = p.g ? __fmul_rn(t, p.g[i]) : t;
+    }
+}
+
+// A GEMV's norm prologue with quantized activations: one block of 256 per
+// column; warp 0 computes the column's scale, then the 8 warps quantize
+// its blocks of (x·s)·g with the quantizer's own code, so the codes and
+// scales are those of quantizing the unfused normed vector.
+template <int MODE> // 0: Q8_0, 1: Q8_1, 2: Q8_K
+__device__ __forceinline__ void norm_quantize(const NormQuantParams &p) {
+    griddep_enter();
+    __shared__ float scale;
+    const uint32_t col = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    const uint32_t k = p.q.k;
+    const float *x = p.q.x + (size_t)col * k;
+    if (warp == 0) {
+        const float s = norm_scale_warp(x, k, p.eps, lane);
+        if (lane == 0) scale = s;
+    }
+    __syncthreads();
+    const float s = scale;
+    if constexpr (MODE == 2) {
+        const uint32_t per_col = k / 256;
+        for (uint32_t b = warp; b < per_col; b += 8) {
+            const uint32_t e = 256 * b + 8 * lane;
+            float v[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(x[e + i], s), p.g[e + i]);
+            quantize_block_256(p.q, col * per_col + b, lane, make_float4(v[0], v[1], v[2], v[3]),
+                               make_float4(v[4], v[5], v[6], v[7]));
+        }
+    } else {
+        const uint32_t per_col = k / 32;
+        for (uint32_t b = warp; b < per_col; b += 8) {
+            const uint32_t e = 32 * b + lane;
+            const float v = __fmul_rn(__fmul_rn(x[e], s), p.g[e]);
+            quantize_block_32<MODE == 1>(p.q, col * per_col + b, lane, v);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fused_norm_quantize_q8_0(const NormQuantParams p) {
+    norm_quantize<0>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) fused_norm_quantize_q8_1(const NormQuantParams p) {
+    norm_quantize<1>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) fused_norm_quantize_q8_K(const NormQuantParams p) {
+    norm_quantize<2>(p);
+}
+
 // ------------------------------------------------ quantized GEMV outputs
 // A one-column integer GEMV may also write its output y quantized for the
 // next integer GEMV (src/launch.rs: Launch::set_quant_out), which then

@@ -750,6 +750,35 @@ impl CudaBackend {
         unsafe { self.enqueue_opt(l) }
     }
 
+    // ------------------------------------------------------------ RMS norm
+
+    /// `out = rms_norm(x, eps)` per column of `k` values of `x`, times
+    /// `gamma` (`k` values) where given, on device buffers: bit-identical
+    /// to `fused_core::norm::rms_norm`.
+    pub fn rms_norm(
+        &self,
+        k: usize,
+        eps: f32,
+        x: &DeviceVec,
+        gamma: Option<&DeviceVec>,
+        out: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        fused_core::norm::check(k, x.len(), gamma.map(DeviceVec::len), out.len())?;
+        let l = Launch::rms_norm(
+            k,
+            x.len() / k,
+            eps,
+            x.addr(),
+            gamma.map(DeviceVec::addr),
+            out.addr(),
+        )?;
+        // SAFETY: `check` made `x` and `out` whole columns of `k` (the same
+        // length) and `gamma` (if any) `k` long; the kernel touches columns
+        // < n only; the vectors are borrowed for this call and freed only
+        // by cuMemFree, which waits for the device.
+        unsafe { self.enqueue_opt(l) }
+    }
+
     // ------------------------------------------------------------ element-wise
 
     /// Enqueues the element-wise `kernel` over `n` elements.
@@ -1000,6 +1029,26 @@ impl CudaBackend {
             Launch::Quantize { name, grid, params } => {
                 // SAFETY: one QuantParams argument, as both quantizers
                 // take; the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
+            }
+            Launch::RmsNorm { grid, params } => {
+                // SAFETY: one NormParams argument, as fused_rms_norm takes;
+                // the addresses are valid per the caller.
+                unsafe {
+                    self.launch(
+                        &dev.gemv,
+                        "fused_rms_norm",
+                        *grid,
+                        QUANT_BLOCK,
+                        0,
+                        &[arg(params)],
+                    )
+                }
+            }
+            Launch::NormQuantize { name, grid, params } => {
+                // SAFETY: one NormQuantParams argument, as the three
+                // norm quantizers take (a block of QUANT_BLOCK threads per
+                // column); the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
             }
             Launch::GemvQ {

@@ -167,6 +167,29 @@ impl StepKernels for CudaBackend {
         })
     }
 
+    fn supports_rms_norm(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn rms_norm(
+        &self,
+        k: usize,
+        eps: f32,
+        x: &[f32],
+        gamma: Option<&[f32]>,
+        y: &mut [f32],
+    ) -> Result<(), CudaError> {
+        fused_core::norm::check(k, x.len(), gamma.map(<[f32]>::len), y.len())?;
+        if y.is_empty() {
+            return Ok(());
+        }
+        let xd = self.upload(x)?;
+        let gd = gamma.map(|g| self.upload(g)).transpose()?;
+        let mut od = self.alloc(y.len())?;
+        CudaBackend::rms_norm(self, k, eps, &xd, gd.as_ref(), &mut od)?;
+        self.download(&od, y)
+    }
+
     fn copy(&self, a: &[f32], y: &mut [f32]) -> Result<(), CudaError> {
         check_len("copy output", a.len(), y.len())?;
         elementwise_host(self, &[a], y, |d| Elementwise::Copy(&d[0]))

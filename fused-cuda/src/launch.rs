@@ -14,8 +14,8 @@ use crate::MAX_COLS;
 use crate::error::{CudaError, u32_of};
 use crate::kernel_choice::{f16_shape, gemv_rows_per_block, gemvq_kernel_name, gemvq_shape};
 use crate::params::{
-    EW_BLOCK, EpiParams, FwhtParams, GemvParams, GemvQParams, GroupJobs, L2Ahead, QUANT_BLOCK,
-    QuantOut, QuantParams, act_code,
+    EW_BLOCK, EpiParams, FwhtParams, GemvParams, GemvQParams, GroupJobs, L2Ahead, NormParams,
+    NormQuantParams, QUANT_BLOCK, QuantOut, QuantParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
@@ -195,6 +195,14 @@ pub(crate) enum Launch {
         grid: u32,
         params: QuantParams,
     },
+    /// RMS normalisation of every column (`fused_rms_norm`).
+    RmsNorm { grid: u32, params: NormParams },
+    /// A norm prologue fused into the activation quantizer.
+    NormQuantize {
+        name: &'static str,
+        grid: u32,
+        params: NormQuantParams,
+    },
     /// An integer GEMV on quantized activations (gated when `params.w_up`
     /// is not 0).
     GemvQ {
@@ -339,6 +347,68 @@ impl Launch {
             blocks.div_ceil((QUANT_BLOCK / 32) as usize),
         )?;
         Ok(Some(Launch::Quantize { name, grid, params }))
+    }
+
+    /// `y = x·s` per column of `k` values (`(x·s)·g` with a weight at
+    /// `g`), `n` columns, as `fused_core::norm` defines it; `None` when
+    /// there are no columns. `y` may be `x`.
+    pub(crate) fn rms_norm(
+        k: usize,
+        n: usize,
+        eps: f32,
+        x: u64,
+        g: Option<u64>,
+        y: u64,
+    ) -> Result<Option<Launch>, CudaError> {
+        if n == 0 {
+            return Ok(None);
+        }
+        let params = NormParams {
+            x,
+            g: g.unwrap_or(0),
+            y,
+            k: u32_of("norm column", k)?,
+            n_cols: u32_of("norm columns", n)?,
+            eps,
+            pad: 0,
+        };
+        let grid = u32_of("norm grid", n.div_ceil((QUANT_BLOCK / 32) as usize))?;
+        Ok(Some(Launch::RmsNorm { grid, params }))
+    }
+
+    /// The activations `(x·s)·g` of the `layout.n_cols` columns at `x`
+    /// (the norm prologue of a GEMV, weight at `g`) quantized into the
+    /// buffer at `q` as `layout` in one launch, a block per column; `None`
+    /// when empty.
+    pub(crate) fn norm_quantize(
+        layout: &QactsLayout,
+        eps: f32,
+        x: u64,
+        g: u64,
+        q: u64,
+    ) -> Result<Option<Launch>, CudaError> {
+        let Some(Launch::Quantize {
+            grid: _, params, ..
+        }) = Launch::quantize(layout, x, q)?
+        else {
+            return Ok(None);
+        };
+        let name = match layout.mode {
+            ActQuant::Q8_K => "fused_norm_quantize_q8_K",
+            ActQuant::Q8_1 => "fused_norm_quantize_q8_1",
+            _ => "fused_norm_quantize_q8_0",
+        };
+        let n_cols = u32_of("norm columns", layout.n_cols)?;
+        Ok(Some(Launch::NormQuantize {
+            name,
+            grid: n_cols,
+            params: NormQuantParams {
+                q: params,
+                g,
+                eps,
+                n_cols,
+            },
+        }))
     }
 
     /// The integer GEMV `y = epi(act(W·x) [⊙ (W_up·x)])` with weights at `w`
@@ -511,7 +581,9 @@ impl Launch {
             | Launch::GemvQ { grid, .. }
             | Launch::Group { grid, .. }
             | Launch::Fwht { grid, .. }
-            | Launch::Quantize { grid, .. } => *grid,
+            | Launch::Quantize { grid, .. }
+            | Launch::RmsNorm { grid, .. }
+            | Launch::NormQuantize { grid, .. } => *grid,
             Launch::Ew { n, .. } => n.div_ceil(EW_BLOCK),
             Launch::Copy { .. } => 0,
         }

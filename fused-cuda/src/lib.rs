@@ -14,6 +14,8 @@
 //!   same bits);
 //! - [`CudaBackend::fwht`]: the signed or unsigned FWHT of every
 //!   N = 2^k (2..=32768), the sign multiply fused into the load;
+//! - [`CudaBackend::rms_norm`]: RMS normalisation per column, times a
+//!   weight where given (`fused_core::norm`'s definition, bit for bit);
 //! - [`CudaBackend::elementwise`]: the unfused element-wise kernels
 //!   ([`Elementwise`]: add, mul, unary activation, GLU, row bias, copy),
 //!   built from the same device functions as the epilogue;

@@ -155,6 +155,31 @@ pub(crate) struct QuantParams {
     pub(crate) pad: u32,
 }
 
+/// `NormParams` in `kernels/gemv.cu`: one RMS-norm launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NormParams {
+    pub(crate) x: u64,
+    /// The weight, or 0 for none.
+    pub(crate) g: u64,
+    pub(crate) y: u64,
+    pub(crate) k: u32,
+    pub(crate) n_cols: u32,
+    pub(crate) eps: f32,
+    pub(crate) pad: u32,
+}
+
+/// `NormQuantParams` in `kernels/gemv.cu`: a GEMV's norm prologue fused
+/// into its activation quantizer (`q.x` is the norm's input).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NormQuantParams {
+    pub(crate) q: QuantParams,
+    pub(crate) g: u64,
+    pub(crate) eps: f32,
+    pub(crate) n_cols: u32,
+}
+
 /// `QuantOut` in `kernels/gemv.cu`: where a one-column integer GEMV also
 /// writes its output quantized (`mode` 0: it does not).
 #[repr(C)]
@@ -268,6 +293,10 @@ unsafe impl DeviceCopy for QuantParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for GemvQParams {}
 // SAFETY: as above.
+unsafe impl DeviceCopy for NormParams {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for NormQuantParams {}
+// SAFETY: as above.
 unsafe impl DeviceCopy for QuantOut {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for L2Ahead {}
@@ -287,6 +316,8 @@ const _: () = {
     assert!(core::mem::offset_of!(GemvQParams, deps) == 60);
     assert!(core::mem::size_of::<FwhtParams>() == 40);
     assert!(core::mem::size_of::<QuantParams>() == 48);
+    assert!(core::mem::size_of::<NormParams>() == 40);
+    assert!(core::mem::size_of::<NormQuantParams>() == 64);
     assert!(core::mem::offset_of!(GemvQParams, epi) == 64);
     assert!(core::mem::offset_of!(GemvParams, ahead) == 192);
     assert!(core::mem::size_of::<GemvParams>() == 208);

@@ -25,6 +25,11 @@
 //!   that input or the scratch since, in the same layout: the unfused gate
 //!   and up GEMVs of one input) reads it without quantizing again
 //!   ([`fused_core::reuse`], the Vulkan plan's rule too);
+//! - a GEMV step with a norm prologue (`mul(rms_norm(x), g)` as its
+//!   input) runs the norm as one launch into scratch first: in a quantized
+//!   mode the quantizer's norm variant (the norm computed and quantized in
+//!   one kernel), else the norm kernel writing f32; q, k and v reading one
+//!   norm run it once (the same reuse rule);
 //! - every launch's reads and writes are recorded, and a GEMV step that
 //!   has no hazard with the GEMVs it would overlap (`src/schedule.rs`), of
 //!   one column over at most 64 MiB of weights, starts without waiting for
@@ -78,8 +83,9 @@ use fused_core::error::{Unsupported, check_len};
 use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Op};
-use fused_core::lower::{BinaryOp, Broadcast, CommandSink, lower_into};
+use fused_core::lower::{BinaryOp, Broadcast, CommandSink, NormLoad, lower_into};
 use fused_core::memory::packed;
+use fused_core::norm::Eps;
 use fused_core::placement;
 use fused_core::planner::{Operands, Plan};
 use fused_core::reuse::LatestQuantization;
@@ -176,6 +182,9 @@ struct Builder<'a, 'd> {
     pending: (Vec<Region>, Vec<Region>),
     /// The latest activation quantization, while reusable.
     quantized: LatestQuantization<Slot, QactsLayout>,
+    /// The latest norm prologue (its epsilon and output layout, `None`:
+    /// f32), while reusable.
+    normed: LatestQuantization<Slot, (Eps, Option<QactsLayout>)>,
     stats: DevicePlanStats,
 }
 
@@ -283,6 +292,7 @@ impl Builder<'_, '_> {
         l.set_quant_out(layout, q)?;
         a.writes.push(qr);
         self.quantized.wrote(&qr);
+        self.normed.wrote(&qr);
         self.quantized.record(*x, *layout, qr);
         #[cfg(feature = "lab")]
         {
@@ -296,6 +306,7 @@ impl Builder<'_, '_> {
         let kind = l.kind();
         for w in &writes {
             self.quantized.wrote(w);
+            self.normed.wrote(w);
         }
         self.launches.push(l);
         self.access.push(Access {
@@ -439,14 +450,15 @@ impl Builder<'_, '_> {
     }
 }
 
-impl CommandSink for Builder<'_, '_> {
-    type Error = CudaError;
-
-    /// A GEMV (gated when `up` is given) of `w` times `x` into `dst`.
+impl Builder<'_, '_> {
+    /// A GEMV (gated when `up` is given) of `w` times `x` into `dst`; with
+    /// a norm prologue, of `w` times `(p.x·s)·p.gamma`, which `x` (the
+    /// normed product, never stored) stands for.
     #[allow(clippy::too_many_arguments)]
-    fn gemv(
+    fn gemv_step(
         &mut self,
         g: &Graph,
+        prologue: Option<&NormLoad>,
         w: &TensorDesc,
         up: Option<(&TensorDesc, Activation)>,
         x: &TensorDesc,
@@ -499,8 +511,22 @@ impl CommandSink for Builder<'_, '_> {
             None => None,
         };
         let what = "device plan GEMV activations (must be F32)";
-        let xa = self.read(x, dst, false, GEMV_X_ALIGN, what)?;
-        let x_reads = std::mem::take(&mut self.pending.0);
+        let normed = match prologue {
+            Some(p) => {
+                let layout = (mode != ActQuant::F32)
+                    .then(|| QactsLayout::new(mode, k, n))
+                    .transpose()?;
+                Some(self.norm_prologue(p, (k, n), dst, layout)?)
+            }
+            None => None,
+        };
+        let (xa, x_reads) = match normed {
+            Some(r) => (self.addr(r), vec![r]),
+            None => {
+                let xa = self.read(x, dst, false, GEMV_X_ALIGN, what)?;
+                (xa, std::mem::take(&mut self.pending.0))
+            }
+        };
         let mut op_addrs = [0u64; MAX_STAGES];
         for (a, d) in op_addrs.iter_mut().zip(&descs) {
             if let Some(d) = d {
@@ -517,24 +543,11 @@ impl CommandSink for Builder<'_, '_> {
             // latest quantization left it there), then the integer GEMV
             // (gate and up both) reads it.
             let layout = QactsLayout::new(mode, k, n)?;
-            // The region read() gathered for x: in place, or its copy.
-            let x_region = *x_reads.last().expect("read() gathers the region it reads");
-            let reused = match self.quantized.lookup(&x_region, &layout) {
-                Some(qr) => Some(qr),
-                None => self.fold_quantization(&x_region, &layout)?,
-            };
-            let qr = match reused {
-                Some(qr) => qr,
-                None => {
-                    let qr = self.act_scratch(layout.bytes, &[])?;
-                    if let Some(l) = Launch::quantize(&layout, xa, self.addr(qr))? {
-                        self.stats.launches += 1;
-                        self.stats.quantizations += 1;
-                        self.push(l, x_reads, vec![qr]);
-                        self.quantized.record(x_region, layout, qr);
-                    }
-                    qr
-                }
+            // The prologue's output is already quantized; else the region
+            // read() gathered for x: in place, or its copy.
+            let qr = match normed {
+                Some(r) => r,
+                None => self.quantize_input(x_reads, &layout, xa)?,
             };
             self.pending.0.push(qr);
             let q = self.addr(qr);
@@ -562,6 +575,143 @@ impl CommandSink for Builder<'_, '_> {
         self.launch(l, out);
         Ok(())
     }
+
+    /// The quantized copy, as `layout`, of a GEMV's activations at `xa`
+    /// (read from the regions `x_reads`, the last one `x` itself): the
+    /// latest quantization's where it holds them, or the previous GEMV's
+    /// folded output, else a quantizer launch's.
+    fn quantize_input(
+        &mut self,
+        x_reads: Vec<Region>,
+        layout: &QactsLayout,
+        xa: u64,
+    ) -> Result<Region, CudaError> {
+        let x_region = *x_reads.last().expect("read() gathers the region it reads");
+        let reused = match self.quantized.lookup(&x_region, layout) {
+            Some(qr) => Some(qr),
+            None => self.fold_quantization(&x_region, layout)?,
+        };
+        if let Some(qr) = reused {
+            return Ok(qr);
+        }
+        let qr = self.act_scratch(layout.bytes, &[])?;
+        if let Some(l) = Launch::quantize(layout, xa, self.addr(qr))? {
+            self.stats.launches += 1;
+            self.stats.quantizations += 1;
+            self.push(l, x_reads, vec![qr]);
+            self.quantized.record(x_region, *layout, qr);
+        }
+        Ok(qr)
+    }
+    /// The activations of a GEMV step with a norm prologue: `(x·s)·g` of
+    /// the `n` columns of `k` values of `p.x`, written by one launch into
+    /// scratch, quantized as `layout` (the norm fused into the quantizer)
+    /// or as f32 (`None`); their region. Where the latest prologue normed
+    /// the same input with the same weight and epsilon into the same
+    /// layout and nothing has written any of them since (q, k and v
+    /// reading one norm), that output is read again: the same bits.
+    fn norm_prologue(
+        &mut self,
+        p: &NormLoad,
+        (k, n): (usize, usize),
+        dst: &TensorDesc,
+        layout: Option<QactsLayout>,
+    ) -> Result<Region, CudaError> {
+        check_len("norm prologue input", k * n, p.x.n_elements())?;
+        check_len("norm prologue weight", k, p.gamma.n_elements())?;
+        let (xg, gg) = (self.region(&p.x)?, self.region(&p.gamma)?);
+        let key = (p.eps, layout);
+        if let Some(r) = self.normed.lookup_weighted(&xg, Some(&gg), &key) {
+            return Ok(r);
+        }
+        let xa = self.read(
+            &p.x,
+            dst,
+            false,
+            F32_ALIGN,
+            "device plan norm input (must be F32)",
+        )?;
+        let ga = self.read(
+            &p.gamma,
+            dst,
+            false,
+            F32_ALIGN,
+            "device plan norm weight (must be F32)",
+        )?;
+        let reads = std::mem::take(&mut self.pending.0);
+        let eps = p.eps.get();
+        let (l, out) = match &layout {
+            None => {
+                let out = self.scratch(4 * (k * n) as u64)?;
+                (
+                    Launch::rms_norm(k, n, eps, xa, Some(ga), self.addr(out))?,
+                    out,
+                )
+            }
+            Some(layout) => {
+                let out = self.act_scratch(layout.bytes, &[])?;
+                let l = Launch::norm_quantize(layout, eps, xa, ga, self.addr(out))?;
+                self.stats.quantizations += u64::from(l.is_some());
+                (l, out)
+            }
+        };
+        if let Some(l) = l {
+            self.stats.launches += 1;
+            self.push(l, reads, vec![out]);
+        }
+        self.normed.record_weighted(xg, Some(gg), key, out);
+        Ok(out)
+    }
+}
+
+impl CommandSink for Builder<'_, '_> {
+    type Error = CudaError;
+
+    fn gemv(
+        &mut self,
+        g: &Graph,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        ops: &Operands,
+        dst: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        self.gemv_step(g, None, w, up, x, epilogue, ops, dst)
+    }
+
+    fn norm_gemv(
+        &mut self,
+        g: &Graph,
+        prologue: &NormLoad,
+        w: &TensorDesc,
+        up: Option<(&TensorDesc, Activation)>,
+        x: &TensorDesc,
+        epilogue: &Epilogue,
+        ops: &Operands,
+        dst: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        self.gemv_step(g, Some(prologue), w, up, x, epilogue, ops, dst)
+    }
+
+    /// `dst = rms_norm(x, eps)`, one warp a column; in place where `x` is
+    /// `dst` (each lane writes what it read).
+    fn rms_norm(&mut self, eps: Eps, x: &TensorDesc, dst: &TensorDesc) -> Result<(), CudaError> {
+        let k = x.ne()[0];
+        fused_core::norm::check(k, x.n_elements(), None, dst.n_elements())?;
+        let xa = self.read(
+            x,
+            dst,
+            true,
+            F32_ALIGN,
+            "device plan rms_norm input (must be F32)",
+        )?;
+        let (ya, out) = self.write(dst)?;
+        let l = Launch::rms_norm(k, x.n_elements() / k, eps.get(), xa, None, ya)?;
+        self.launch(l, out);
+        Ok(())
+    }
+
     /// A (signed) FWHT of every row of `x` into `dst`.
     fn fwht(
         &mut self,
@@ -696,6 +846,7 @@ impl<'a> DevicePlan<'a> {
             access: Vec::new(),
             pending: (Vec::new(), Vec::new()),
             quantized: LatestQuantization::new(),
+            normed: LatestQuantization::new(),
             stats: DevicePlanStats::default(),
         };
         for step in &plan.steps {

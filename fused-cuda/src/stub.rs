@@ -129,6 +129,16 @@ impl CudaBackend {
     ) -> Result<(), CudaError> {
         match self.never {}
     }
+    pub fn rms_norm(
+        &self,
+        _k: usize,
+        _eps: f32,
+        _x: &DeviceVec,
+        _gamma: Option<&DeviceVec>,
+        _out: &mut DeviceVec,
+    ) -> Result<(), CudaError> {
+        match self.never {}
+    }
     pub fn elementwise(&self, _op: Elementwise<'_>, _out: &mut DeviceVec) -> Result<(), CudaError> {
         match self.never {}
     }

@@ -1,0 +1,117 @@
+//! RMS normalisation on CUDA: the kernel against `fused_core::norm` bit for
+//! bit (the same reduction order, correctly rounded division and square
+//! root), special values included, and the GEMV norm prologue shared by
+//! q, k and v: one norm launch (the quantizer's norm variant in GGML's
+//! mode), equal to the unfused plan bit for bit. Skipped without a device.
+
+mod common;
+
+use common::{Rng, assert_bits_eq, backend_or_skip};
+use fused_core::DType;
+use fused_core::acts::GemvMode;
+use fused_core::backend::ResidentPlan;
+use fused_core::exec::StepKernels;
+use fused_core::graph::{Graph, Place};
+use fused_core::memory::Memory;
+use fused_core::planner::{Plan, plan};
+use fused_core::tensor::{BufferId, TensorDesc};
+use fused_cuda::DevicePlan;
+
+#[test]
+fn kernel_equals_the_core_definition() {
+    let Some(be) = backend_or_skip() else { return };
+    let mut rng = Rng::new(41);
+    for k in [1, 5, 31, 32, 33, 100, 576, 4096, 5003] {
+        for cols in [1, 3, 9] {
+            let mut x = rng.vec_scaled(k * cols, 40.0);
+            if cols > 1 {
+                // A zero column (s = inf: 0·inf is NaN, as on the host) and
+                // one whose squares overflow (s = 0).
+                x[..k].fill(0.0);
+                x[k..2 * k].iter_mut().for_each(|v| *v *= 1e18);
+            }
+            let g = rng.vec_scaled(k, 2.0);
+            for (gamma, eps) in [(None, 1e-5f32), (Some(&g[..]), 1e-6), (None, 0.0)] {
+                let mut want = vec![0.0; k * cols];
+                fused_core::norm::rms_norm(k, eps, &x, gamma, &mut want).unwrap();
+                let mut got = vec![f32::NAN; k * cols];
+                StepKernels::rms_norm(&be, k, eps, &x, gamma, &mut got).unwrap();
+                let w = if gamma.is_some() { "weighted" } else { "plain" };
+                assert_bits_eq(&got, &want, &format!("K={k} cols={cols} {w} eps={eps}"));
+            }
+        }
+    }
+    let mut y = vec![0.0; 10];
+    let short = StepKernels::rms_norm(&be, 4, 1e-5, &[1.0; 10], None, &mut y);
+    assert!(short.is_err(), "10 values are not whole columns of 4");
+}
+
+/// q, k and v read one normed product: one prologue launch (its output
+/// read by three GEMVs), in both activation modes and every Q8 layout,
+/// equal to the unfused plan bit for bit.
+#[test]
+fn one_norm_feeds_q_k_and_v() {
+    let Some(be) = backend_or_skip() else { return };
+    let (k, m) = (512, 48);
+    for dtype in [DType::Q8_0, DType::Q4_1, DType::Q4_K, DType::F16] {
+        let rb = dtype.row_bytes(k).unwrap();
+        let mut rng = Rng::new(5);
+        let mut g = Graph::new();
+        let w: Vec<_> = (0..3)
+            .map(|i| {
+                let t = TensorDesc::contiguous(dtype, [k, m, 1, 1], BufferId(0), i * m * rb);
+                g.input(t.unwrap()).unwrap()
+            })
+            .collect();
+        let x = g
+            .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0).unwrap())
+            .unwrap();
+        let gamma = g
+            .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 4096).unwrap())
+            .unwrap();
+        let nrm = g.rms_norm(x, 1e-5, Place::at(1, 8192)).unwrap();
+        let xn = g.mul(nrm, gamma, Place::at(1, 12288)).unwrap();
+        let outs: Vec<_> = (0..3)
+            .map(|i| g.mul_mat(w[i], xn, Place::at(1, 16384 + 256 * i)).unwrap())
+            .collect();
+        for &o in &outs {
+            g.mark_output(o).unwrap();
+        }
+        let mut mem = Memory::new(&[3 * m * rb, 32768]);
+        let wb = common::weights(&mut rng, dtype, 3 * m, k);
+        mem.buffer_mut(BufferId(0)).unwrap().copy_from_slice(&wb);
+        mem.write(g.tensor(x).unwrap(), &rng.vec_scaled(k, 3.0))
+            .unwrap();
+        mem.write(g.tensor(gamma).unwrap(), &rng.vec(k)).unwrap();
+        let fused = plan(&g);
+        assert_eq!(fused.prologue_nodes.len(), 2, "{fused:?}");
+        for mode in [GemvMode::F32, GemvMode::Ggml] {
+            let run = |p: &Plan| {
+                let mut dp = DevicePlan::new(&be, &g, p, mode, &mem.sizes()).unwrap();
+                dp.write_all(&mem).unwrap();
+                dp.run().unwrap();
+                let mut out = mem.clone();
+                dp.read_all(&mut out).unwrap();
+                (out, dp.stats())
+            };
+            let (mf, sf) = run(&fused);
+            let (mu, su) = run(&Plan::unfused(&g));
+            for &o in &outs {
+                let t = g.tensor(o).unwrap();
+                let what = format!("{dtype} {mode:?} output {o}");
+                assert_bits_eq(&mf.read(t).unwrap(), &mu.read(t).unwrap(), &what);
+            }
+            // One norm (in GGML's mode with quantized weights the
+            // quantizer's norm variant) and three GEMVs; unfused, the norm,
+            // the mul and one quantization more.
+            let quantized = mode == GemvMode::Ggml && dtype != DType::F16;
+            assert_eq!(sf.launches, 4, "{dtype} {mode:?} {sf:?}");
+            assert_eq!(sf.quantizations, u64::from(quantized), "{dtype} {mode:?}");
+            assert_eq!(
+                su.launches,
+                5 + u64::from(quantized),
+                "{dtype} {mode:?} {su:?}"
+            );
+        }
+    }
+}
