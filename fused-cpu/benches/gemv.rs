@@ -58,7 +58,7 @@ use fused_core::quant::quantize_row;
 use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
 use fused_cpu::packed::PackedWeights;
-use fused_cpu::probe::BandwidthProbe;
+use fused_cpu::probe::{BandwidthProbe, STREAM_COUNTS};
 use fused_cpu::{CpuBackend, Isa};
 
 /// Criterion samples per benchmark (flat sampling: equal iterations each).
@@ -86,6 +86,8 @@ const SMALL_M_COLS: usize = 128;
 
 /// Read ceilings (GB/s) by thread count, from the `probe` group.
 static CEILING: Mutex<[Option<f64>; 3]> = Mutex::new([None; 3]);
+/// The probe's fastest stream count per thread count (index).
+static PROBE_STREAMS: Mutex<[Option<usize>; 3]> = Mutex::new([None; 3]);
 /// Summary lines, printed at the end.
 static SUMMARY: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -260,8 +262,16 @@ fn probe(c: &mut Criterion) {
     let p = BandwidthProbe::new(bytes);
     let mut g = group(c, "probe");
     for t in THREADS {
-        let direct = p.read(t, 5);
-        eprintln!("probe: read_bandwidth({bytes} B, {t} threads, 5 reps) = {direct:.2} GB/s");
+        let (streams, direct) = p.best_streams(t, 5);
+        if let Ok(mut m) = PROBE_STREAMS.lock()
+            && let Some(slot) = m.get_mut(t)
+        {
+            *slot = Some(streams);
+        }
+        eprintln!(
+            "probe: read_bandwidth({bytes} B, {t} threads, 5 reps) = {direct:.2} GB/s \
+             ({streams} streams a thread, the fastest of {STREAM_COUNTS:?})"
+        );
         let full = format!("probe/read/{t}t");
         let med = bench(
             &mut g,
@@ -269,7 +279,7 @@ fn probe(c: &mut Criterion) {
             &format!("read/{t}t"),
             Report::Bytes(bytes, t),
             || {
-                black_box(p.read_pass(t));
+                black_box(p.read_pass(t, streams));
             },
         );
         // The criterion median is the ceiling; the direct figure stands in
@@ -1022,7 +1032,7 @@ fn focus(_c: &mut Criterion) {
                         let v = (0..5)
                             .map(|_| {
                                 let s = Instant::now();
-                                black_box(probe.read_pass(t));
+                                black_box(probe.read_pass(t, probe_streams(&probe, t)));
                                 probe.bytes() as f64 / s.elapsed().as_secs_f64() / 1e9
                             })
                             .collect();
@@ -1132,8 +1142,27 @@ fn paired_scaling(pairs: usize, mut call: impl FnMut(bool)) -> f64 {
     ratios[ratios.len() / 2]
 }
 
+/// The probe's fastest stream count with `threads` threads
+/// (`BandwidthProbe::best_streams`), found once per thread count.
+fn probe_streams(probe: &BandwidthProbe, threads: usize) -> usize {
+    if let Some(s) = PROBE_STREAMS
+        .lock()
+        .ok()
+        .and_then(|m| m.get(threads).copied().flatten())
+    {
+        return s;
+    }
+    let (s, _) = probe.best_streams(threads, 3);
+    if let Ok(mut m) = PROBE_STREAMS.lock()
+        && let Some(slot) = m.get_mut(threads)
+    {
+        *slot = Some(s);
+    }
+    s
+}
+
 /// GEMV bandwidth as a fraction of the probe's, measured in rounds that
-/// each time one probe pass (`probe.read_pass(threads)`) and one pass of
+/// each time one probe pass (`probe.read_pass(threads, streams)`) and one pass of
 /// GEMV calls over all `copies` rotated copies (`call(i)`, `bytes` each:
 /// about as many bytes as the probe reads), back to back, alternating which
 /// goes first: the ratio of each round sees the same machine conditions,
@@ -1150,9 +1179,10 @@ fn paired_rounds(
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(15);
+    let streams = probe_streams(probe, threads);
     let probe_pass = || {
         let s = Instant::now();
-        black_box(probe.read_pass(threads));
+        black_box(probe.read_pass(threads, streams));
         probe.bytes() as f64 / s.elapsed().as_secs_f64() / 1e9
     };
     let mut gemv_pass = || {

@@ -5,11 +5,14 @@
 //! The read pass sums the buffer as `u64` lanes into eight independent
 //! accumulators (the compiler turns this into SIMD adds, far faster than
 //! DRAM), split into one contiguous slice per thread, each slice read as
-//! [`STREAMS`] sequential streams side by side (one stream alone reached
-//! only ~10 GB/s on one core of the build machine, four ~16–18 GB/s, and the
-//! GEMV kernels beat the one-stream figure); the sum goes through
-//! [`core::hint::black_box`] so the loads cannot be removed. A figure is the
-//! median of several passes, in GB/s (10⁹ bytes per second).
+//! some number of sequential streams side by side; the sum goes through
+//! [`core::hint::black_box`] so the loads cannot be removed. Which number
+//! of streams reads fastest depends on the machine's prefetchers: on one
+//! Intel Xeon build machine one stream reached ~10 GB/s on one core and
+//! four ~16–18 GB/s, while on an AMD EPYC (Zen) build machine one stream
+//! reads ~25 GB/s and four only ~10. So the probe times every count of
+//! [`STREAM_COUNTS`] and reports the fastest: a ceiling on both. A figure
+//! is the median of several passes, in GB/s (10⁹ bytes per second).
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -44,16 +47,19 @@ impl BandwidthProbe {
 
     /// One read-only pass over the whole buffer, split into `threads`
     /// (≥ 1) contiguous slices, one per scoped thread (the calling thread
-    /// takes the first one). Returns the wrapping sum of all elements,
+    /// takes the first one), each read as `streams` (≥ 1) sequential
+    /// streams side by side. Returns the wrapping sum of all elements,
     /// already passed through [`black_box`].
-    pub fn read_pass(&self, threads: usize) -> u64 {
+    pub fn read_pass(&self, threads: usize, streams: usize) -> u64 {
         let threads = threads.max(1);
         let per = self.buf.len().div_ceil(threads).div_ceil(LANES) * LANES;
         let mut parts = self.buf.chunks(per.max(LANES));
         let first = parts.next().unwrap_or(&[]);
         let total = thread::scope(|s| {
-            let handles: Vec<_> = parts.map(|p| s.spawn(move || sum_u64(p))).collect();
-            let mut total = sum_u64(first);
+            let handles: Vec<_> = parts
+                .map(|p| s.spawn(move || sum_u64(p, streams)))
+                .collect();
+            let mut total = sum_u64(first, streams);
             for h in handles {
                 total = total.wrapping_add(h.join().unwrap_or(0));
             }
@@ -63,17 +69,33 @@ impl BandwidthProbe {
     }
 
     /// The median read bandwidth of `reps` (≥ 1) timed [`Self::read_pass`]es
-    /// with `threads` threads, in GB/s, after one untimed pass.
-    pub fn read(&self, threads: usize, reps: usize) -> f64 {
-        black_box(self.read_pass(threads));
+    /// with `threads` threads and `streams` streams a thread, in GB/s,
+    /// after one untimed pass.
+    pub fn read_with(&self, threads: usize, streams: usize, reps: usize) -> f64 {
+        black_box(self.read_pass(threads, streams));
         let times: Vec<Duration> = (0..reps.max(1))
             .map(|_| {
                 let t = Instant::now();
-                black_box(self.read_pass(threads));
+                black_box(self.read_pass(threads, streams));
                 t.elapsed()
             })
             .collect();
         gb_per_s(self.bytes(), median(times))
+    }
+
+    /// The count of [`STREAM_COUNTS`] that reads fastest with `threads`
+    /// threads ([`Self::read_with`], `reps` passes each) and its GB/s.
+    pub fn best_streams(&self, threads: usize, reps: usize) -> (usize, f64) {
+        STREAM_COUNTS
+            .iter()
+            .map(|&s| (s, self.read_with(threads, s, reps)))
+            .fold((1, 0.0), |best, r| if r.1 > best.1 { r } else { best })
+    }
+
+    /// The read bandwidth with `threads` threads in GB/s: the fastest
+    /// access pattern's median ([`Self::best_streams`]).
+    pub fn read(&self, threads: usize, reps: usize) -> f64 {
+        self.best_streams(threads, reps).1
     }
 
     /// One copy of the first half of the buffer into a second buffer of the
@@ -109,22 +131,23 @@ impl BandwidthProbe {
     }
 }
 
-/// Sequential streams a thread reads side by side (see the module docs).
-pub const STREAMS: usize = 4;
+/// The numbers of sequential streams a thread reads side by side that the
+/// probe tries (see the module docs).
+pub const STREAM_COUNTS: [usize; 4] = [1, 2, 4, 8];
 
 /// The wrapping sum of `xs` over eight independent lanes (vectorizable),
-/// read as [`STREAMS`] equal sequential streams walked in lockstep, one
-/// 64-byte line of each per step: several streams keep more cache-line
-/// requests in flight than one (the hardware prefetchers follow each), so
-/// one thread reaches more of the memory bandwidth — as a GEMV over several
-/// weight rows at once does. A single stream under-reports the ceiling.
-fn sum_u64(xs: &[u64]) -> u64 {
+/// read as `streams` equal sequential streams walked in lockstep, one
+/// 64-byte line of each per step: on some machines several streams keep
+/// more cache-line requests in flight than one (the hardware prefetchers
+/// follow each), as a GEMV over several weight rows at once does; on others
+/// one stream is the fastest.
+fn sum_u64(xs: &[u64], streams: usize) -> u64 {
+    let streams = streams.max(1);
     let mut acc = [0u64; LANES];
-    let stream_len = xs.len() / (STREAMS * LANES) * LANES;
-    let (body, rest) = xs.split_at(stream_len * STREAMS);
+    let stream_len = xs.len() / (streams * LANES) * LANES;
+    let (body, rest) = xs.split_at(stream_len * streams);
     if stream_len > 0 {
-        let streams: [&[u64]; STREAMS] =
-            core::array::from_fn(|i| &body[i * stream_len..(i + 1) * stream_len]);
+        let streams: Vec<&[u64]> = body.chunks_exact(stream_len).collect();
         for at in (0..stream_len).step_by(LANES) {
             for st in &streams {
                 for (a, x) in acc.iter_mut().zip(&st[at..at + LANES]) {
@@ -158,7 +181,7 @@ fn gb_per_s(bytes: usize, t: Duration) -> f64 {
 /// The read bandwidth in GB/s (10⁹ bytes/s) of a read-only sum over a
 /// buffer of `bytes` (use ≥ 1 GiB to measure DRAM rather than cache),
 /// allocated and touched once, split across `threads` threads: the median of
-/// `reps` passes.
+/// `reps` passes of the fastest access pattern ([`STREAM_COUNTS`]).
 pub fn read_bandwidth(bytes: usize, threads: usize, reps: usize) -> f64 {
     BandwidthProbe::new(bytes).read(threads, reps)
 }
@@ -178,12 +201,16 @@ mod tests {
     fn sum_is_exact() {
         for n in [0u64, 7, 64, 1003, 4096 + 65] {
             let xs: Vec<u64> = (0..n).collect();
-            assert_eq!(sum_u64(&xs), n * n.saturating_sub(1) / 2, "{n}");
+            for s in STREAM_COUNTS {
+                assert_eq!(sum_u64(&xs, s), n * n.saturating_sub(1) / 2, "{n} {s}");
+            }
         }
         let p = BandwidthProbe::new(1 << 16);
         let expect = p.buf.iter().fold(0u64, |s, x| s.wrapping_add(*x));
         for t in 1..=3 {
-            assert_eq!(p.read_pass(t), expect, "{t} threads");
+            for s in STREAM_COUNTS {
+                assert_eq!(p.read_pass(t, s), expect, "{t} threads {s} streams");
+            }
         }
     }
 
