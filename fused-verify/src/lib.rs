@@ -23,6 +23,7 @@
 //!   stack of decode layers ([`stack`]: random weights or those of a GGUF
 //!   file) fused vs unfused, per token; [`gguf`]: the GGUF reader, and the
 //!   weight matrices of a GGUF file as cases; [`progress`]: the progress bar.
+//! - [`model`]: an f64 reference forward pass of a Llama GGUF model.
 //! - [`plot`]: `--plot FILE.svg` for `perf` and `decode`.
 //! - [`report`]: summary table, JSON, the closing `N passed, N failed, N skipped` line.
 //! - [`selfcheck`]: the core's self-check, the first section of `test`.
@@ -35,6 +36,7 @@ pub mod cli;
 pub mod decode;
 pub mod gguf;
 pub mod metrics;
+pub mod model;
 pub mod perf;
 pub mod plot;
 pub mod progress;
