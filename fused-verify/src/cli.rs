@@ -20,6 +20,20 @@ pub enum Mode {
     /// (`--filter` picks one weight format, e.g. `q4_0`); `decode FILE`: the
     /// first `--layers` layers of a GGUF file, with its weights.
     Decode,
+    /// `model FILE`: a Llama GGUF model through the example runtime
+    /// (`fused-llama`) on every backend against an f64 reference forward
+    /// pass: logits per teacher-forced step, greedy tokens across
+    /// backends, and " Paris" after "The capital of France is".
+    Model,
+}
+
+/// How the runtime's GEMVs take their activations (`model --mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Acts {
+    /// f32 activations against the dequantized weights.
+    F32,
+    /// GGML's Q8 quantization of the activations, as llama.cpp's CPU path.
+    Ggml,
 }
 
 /// `fused-verify`: checks every backend against the core reference and
@@ -27,10 +41,10 @@ pub enum Mode {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "fused-verify", version, about)]
 pub struct Cli {
-    /// `test` (default), `perf`, `decode [FILE]` or `gguf FILE`.
+    /// `test` (default), `perf`, `decode [FILE]`, `gguf FILE` or `model FILE`.
     #[arg(value_enum, default_value_t = Mode::Test)]
     pub mode: Mode,
-    /// gguf, decode: the GGUF file.
+    /// gguf, decode, model: the GGUF file.
     #[arg(value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// gguf: rows taken from each weight matrix.
@@ -88,7 +102,17 @@ pub struct Cli {
     /// decode: layers in the stack.
     #[arg(long, default_value_t = 4)]
     pub layers: usize,
-    /// perf, decode: worker threads (default: every core).
+    /// perf, decode, model: worker threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// model: teacher-forced decode steps whose logits are checked.
+    #[arg(long, default_value_t = 16)]
+    pub steps: usize,
+    /// model: greedy tokens compared across backends.
+    #[arg(long, default_value_t = 32)]
+    pub tokens: usize,
+    /// model: the activation mode(s) the runtime runs in, repeatable
+    /// (default: f32 and ggml).
+    #[arg(long = "mode", value_enum, value_name = "MODE")]
+    pub acts: Vec<Acts>,
 }

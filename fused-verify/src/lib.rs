@@ -23,7 +23,9 @@
 //!   stack of decode layers ([`stack`]: random weights or those of a GGUF
 //!   file) fused vs unfused, per token; [`gguf`]: the GGUF reader, and the
 //!   weight matrices of a GGUF file as cases; [`progress`]: the progress bar.
-//! - [`model`]: an f64 reference forward pass of a Llama GGUF model.
+//! - [`model`]: `model FILE`, a Llama GGUF model through the example
+//!   runtime (`fused-llama`) on every backend against an f64 reference
+//!   forward pass: logits, greedy tokens, " Paris".
 //! - [`plot`]: `--plot FILE.svg` for `perf` and `decode`.
 //! - [`report`]: summary table, JSON, the closing `N passed, N failed, N skipped` line.
 //! - [`selfcheck`]: the core's self-check, the first section of `test`.

@@ -92,6 +92,10 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Mode::Model => {
+            let r = fused_verify::model::run_model(&cli, true);
+            (r.failed(), r.summary.line(), write_json(&cli, &r))
+        }
         Mode::Decode => {
             let r = fused_verify::decode::run_decode(&cli, true);
             let line = format!(

@@ -56,6 +56,19 @@ pub(crate) fn write_gguf(path: &Path, alignment: u32, tensors: &[Tensor]) {
     std::fs::write(path, f).unwrap();
 }
 
+/// A GGUF file with one metadata key, `general.architecture` = `arch`,
+/// and no tensors.
+pub(crate) fn write_gguf_with_arch(path: &Path, arch: &str) {
+    let mut f = b"GGUF".to_vec();
+    f.extend(3u32.to_le_bytes());
+    f.extend(0u64.to_le_bytes());
+    f.extend(1u64.to_le_bytes());
+    string(&mut f, "general.architecture");
+    f.extend(8u32.to_le_bytes());
+    string(&mut f, arch);
+    std::fs::write(path, f).unwrap();
+}
+
 /// `m` rows of `k` deterministic values in [-1, 1] times `scale`, packed as `dtype`.
 pub(crate) fn quantized_scaled(dtype: DType, k: usize, m: usize, scale: f32) -> Vec<u8> {
     let rb = dtype.row_bytes(k).unwrap();
