@@ -283,6 +283,49 @@ impl<'a> BoundEpilogue<'a> {
         )
     }
 
+    /// The chain applied to the accumulators of outputs `(row0 + i, col)`,
+    /// `i < accs.len()`, in place, one stage at a time over the whole span:
+    /// the activation stages by `act` (a backend's evaluation of
+    /// [`Activation::apply`] over a slice, which must give each element the
+    /// bits its scalar form gives), the operand stages element by element.
+    /// Each element sees the operations of [`BoundEpilogue::apply_act`] in
+    /// the same order, so the same bits; a backend vectorises the span.
+    ///
+    /// # Panics
+    /// If the span leaves the rows or `col >= cols` (the bounds checked by
+    /// `bind`).
+    pub fn apply_span(
+        &self,
+        accs: &mut [f32],
+        row0: usize,
+        col: usize,
+        mut act: impl FnMut(Activation, &mut [f32]),
+    ) {
+        assert!(
+            row0 + accs.len() <= self.rows && col < self.cols,
+            "output span out of range"
+        );
+        let at = col * self.rows + row0;
+        let n = accs.len();
+        for st in self.epilogue.stages() {
+            match st {
+                Stage::Act(a) => act(*a, accs),
+                Stage::Add { slot } => {
+                    let op = &self.operands[*slot as usize][at..at + n];
+                    accs.iter_mut().zip(op).for_each(|(v, o)| *v += *o);
+                }
+                Stage::Mul { slot } => {
+                    let op = &self.operands[*slot as usize][at..at + n];
+                    accs.iter_mut().zip(op).for_each(|(v, o)| *v *= *o);
+                }
+                Stage::AddRowBias { slot } => {
+                    let op = &self.operands[*slot as usize][row0..row0 + n];
+                    accs.iter_mut().zip(op).for_each(|(v, o)| *v += *o);
+                }
+            }
+        }
+    }
+
     /// [`BoundEpilogue::apply`] in f64 (operands widened from f32).
     ///
     /// # Panics
@@ -378,5 +421,37 @@ mod tests {
         assert_eq!(b.apply(1.0, 0, 0), 12.0);
         assert_eq!(b.apply(1.0, 1, 0), 20.0);
         assert_eq!(b.apply(-1.0, 1, 1), 20.0, "relu(-1 + 0.5) + 20");
+    }
+
+    #[test]
+    fn a_span_gets_the_bits_of_each_element() {
+        let e = Epilogue::NONE
+            .then_act(Activation::Silu)
+            .and_then(|e| e.then_mul())
+            .and_then(|e| e.then_row_bias())
+            .and_then(|e| e.then_add())
+            .unwrap();
+        let (rows, cols) = (7, 3);
+        let v = |i: usize| ((i as f32) * 0.731).sin() * 3.0;
+        let mul: [f32; 21] = core::array::from_fn(|i| v(i + 1));
+        let bias: [f32; 7] = core::array::from_fn(|i| v(i + 50));
+        let add: [f32; 21] = core::array::from_fn(|i| v(i + 99));
+        let b = e.bind(&[&mul, &bias, &add], rows, cols).unwrap();
+        for col in 0..cols {
+            for (row0, n) in [(0, rows), (2, 4), (6, 1), (3, 0)] {
+                let mut buf: [f32; 7] = core::array::from_fn(|i| v(10 * col + i));
+                let span = &mut buf[..n];
+                let want: [u32; 7] = core::array::from_fn(|i| {
+                    span.get(i)
+                        .map_or(0, |&a| b.apply(a, row0 + i, col).to_bits())
+                });
+                b.apply_span(span, row0, col, |a, xs| {
+                    xs.iter_mut().for_each(|x| *x = a.apply(*x))
+                });
+                let got: [u32; 7] =
+                    core::array::from_fn(|i| span.get(i).map_or(0, |x| x.to_bits()));
+                assert_eq!(got, want, "col {col} rows {row0}..{}", row0 + n);
+            }
+        }
     }
 }

@@ -72,6 +72,16 @@ impl ActEval {
         }
     }
 
+    /// `v[i] = act(v[i])` for every element (the bits of [`ActEval::apply`]).
+    pub fn apply_in_place(self, act: Activation, v: &mut [f32]) {
+        const CHUNK: usize = 16;
+        for c in v.chunks_mut(CHUNK) {
+            let mut a = [0.0f32; CHUNK];
+            a[..c.len()].copy_from_slice(c);
+            self.apply_slice(act, &a[..c.len()], c);
+        }
+    }
+
     /// `out[i] = act(gate[i]) · up[i]` for `i` below the shortest length.
     pub fn glu_slice(self, act: Activation, gate: &[f32], up: &[f32], out: &mut [f32]) {
         match (self, act) {

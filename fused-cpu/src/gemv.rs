@@ -202,8 +202,12 @@ pub(crate) fn gemv_rows_cols(
         let end = (start + TILE_ROWS).min(rows.end);
         for (col, x) in (c0..).zip(part) {
             tile_accs(kernels.dot, w, x, start..end, &mut acc)?;
-            for (a, r) in acc.iter().zip(start..end) {
-                store(r, col, epilogue.apply_act(*a, r, col, act));
+            // The epilogue over the finished tile, a stage at a time (the
+            // same bits as element by element, vectorised).
+            let span = &mut acc[..end - start];
+            epilogue.apply_span(span, start, col, |a, v| ev.apply_in_place(a, v));
+            for (a, r) in span.iter().zip(start..end) {
+                store(r, col, *a);
             }
         }
         start = end;
@@ -299,8 +303,10 @@ pub(crate) fn gemv_glu_rows_cols(
             tile_accs(kernels.dot, w.up(), x, start..end, &mut up)?;
             let n = end - start;
             ev.glu_slice(act, &gate[..n], &up[..n], &mut gated[..n]);
-            for (v, r) in gated.iter().zip(start..end) {
-                store(r, col, epilogue.apply_act(*v, r, col, ev_act));
+            let span = &mut gated[..n];
+            epilogue.apply_span(span, start, col, |a, v| ev.apply_in_place(a, v));
+            for (v, r) in span.iter().zip(start..end) {
+                store(r, col, *v);
             }
         }
         start = end;
