@@ -7,6 +7,7 @@ use fused_core::backend::Backend;
 
 use crate::error::LlamaError;
 use crate::model::Model;
+use crate::profile::Phase;
 use crate::sampling::Sampler;
 use crate::tokenizer::TextStream;
 
@@ -94,7 +95,9 @@ pub fn generate<B: Backend>(
     let t1 = Instant::now();
     let mut stream = TextStream::new();
     for i in 0..n {
+        let t = Instant::now();
         let id = sampler.sample(&logits);
+        model.add_time(Phase::Sample, t);
         if stop_at_eos && Some(id) == eos {
             break;
         }

@@ -29,6 +29,7 @@ pub mod generate;
 pub mod model;
 pub mod ops;
 pub mod plans;
+pub mod profile;
 pub mod sampling;
 pub mod tokenizer;
 
@@ -37,5 +38,6 @@ pub use error::LlamaError;
 pub use file::ModelFile;
 pub use generate::{Generation, generate};
 pub use model::{LoadOptions, Model};
+pub use profile::{Phase, Profile};
 pub use sampling::Sampler;
 pub use tokenizer::Tokenizer;

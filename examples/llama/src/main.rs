@@ -81,6 +81,11 @@ struct Args {
     /// End stdout with one JSON line: prompt and generated ids, tok/s.
     #[arg(long)]
     json: bool,
+
+    /// Time every phase of every token (plans, host attention, RoPE, norms,
+    /// sampling) and print where a token's time goes on stderr at the end
+    #[arg(long)]
+    profile: bool,
 }
 
 fn main() -> ExitCode {
@@ -198,6 +203,9 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
         eprintln!("loaded in {:.2} s", load.as_secs_f64());
     }
     let prompt = model.tokenizer().encode(&args.prompt)?;
+    if args.profile {
+        model.profile_tokens();
+    }
     let mut sampler = Sampler::new(args.temp, args.top_p, args.seed);
     let mut out = std::io::stdout().lock();
     // The prompt is echoed with the first generated text, once the run is
@@ -223,6 +231,9 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
         g.decode_tok_s(),
         model.backend()
     );
+    if let Some(p) = model.profile() {
+        eprintln!("where a token's time goes (prompt and decode tokens, host clock):\n{p}");
+    }
     if args.json {
         let j = serde_json::json!({
             "prompt_ids": g.prompt_ids,

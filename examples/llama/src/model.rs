@@ -5,6 +5,7 @@
 //! pass of one token.
 
 use std::fmt;
+use std::time::Instant;
 
 use fused_core::DType;
 use fused_core::acts::GemvMode;
@@ -18,6 +19,7 @@ use crate::error::LlamaError;
 use crate::file::{ModelFile, check_shape, matrix, tensor, vector};
 use crate::ops::{Rope, rms_norm};
 use crate::plans::{HeadPlan, Norm, PlanSummary, QkvPlan, ResidualPlan, Supported};
+use crate::profile::{Phase, Profile};
 use crate::tokenizer::Tokenizer;
 
 /// How a model is loaded.
@@ -114,6 +116,8 @@ pub struct Model<'b, B: Backend + 'b> {
     max_context: usize,
     backend: String,
     weight_formats: Vec<(DType, usize)>,
+    /// Time per phase, while profiling ([`Model::profile_tokens`]).
+    profile: Option<Profile>,
 }
 
 impl<'b, B: Backend + 'b> fmt::Debug for Model<'b, B> {
@@ -267,6 +271,7 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             max_context,
             backend: format!("{} ({})", backend.name(), backend.device()),
             weight_formats: formats,
+            profile: None,
         })
     }
 
@@ -384,43 +389,81 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         }
     }
 
+    /// Starts timing the phases of every later token ([`Model::profile`]),
+    /// from zero.
+    pub fn profile_tokens(&mut self) {
+        self.profile = Some(Profile::default());
+    }
+
+    /// The time per phase of the tokens since [`Model::profile_tokens`].
+    pub fn profile(&self) -> Option<&Profile> {
+        self.profile.as_ref()
+    }
+
+    /// Adds the time since `start` to `phase` while profiling.
+    pub(crate) fn add_time(&mut self, phase: Phase, start: Instant) {
+        if let Some(p) = &mut self.profile {
+            p.add(phase, start);
+        }
+    }
+
     fn forward_at(
         &mut self,
         token: u32,
         pos: usize,
         cache: &mut KvCache,
     ) -> Result<Vec<f32>, LlamaError> {
+        // Runs `$body`, adding its time to `$phase` while profiling.
+        macro_rules! timed {
+            ($phase:expr, $body:expr) => {{
+                let t = Instant::now();
+                let r = $body;
+                if let Some(p) = &mut self.profile {
+                    p.add($phase, t);
+                }
+                r
+            }};
+        }
         let eps = self.cfg.norm_eps;
-        let mut h = self.embed(token)?;
+        let mut h = timed!(Phase::Embed, self.embed(token))?;
         let mut x = vec![0.0f32; self.cfg.hidden];
         let mut attn = vec![0.0f32; self.cfg.n_head * self.cfg.head_dim];
         for (l, layer) in self.layers.iter_mut().enumerate() {
             let (mut q, mut k, v) = match &layer.attn_norm {
-                None => layer.qkv.run(&h)?,
+                None => timed!(Phase::Qkv, layer.qkv.run(&h))?,
                 Some(w) => {
-                    rms_norm(&h, w, eps, &mut x);
-                    layer.qkv.run(&x)?
+                    timed!(Phase::HostNorm, rms_norm(&h, w, eps, &mut x));
+                    timed!(Phase::Qkv, layer.qkv.run(&x))?
                 }
             };
-            self.rope.apply(&mut q, pos);
-            self.rope.apply(&mut k, pos);
-            self.attention.attend(cache, l, &q, &k, &v, &mut attn);
+            timed!(Phase::Rope, {
+                self.rope.apply(&mut q, pos);
+                self.rope.apply(&mut k, pos);
+            });
+            timed!(
+                Phase::Attention,
+                self.attention.attend(cache, l, &q, &k, &v, &mut attn)
+            );
             match &mut layer.post {
-                Post::Fused(p) => p.run(&mut h, &attn)?,
+                Post::Fused(p) => timed!(Phase::Post, p.run(&mut h, &attn))?,
                 Post::Host { ffn_norm, out, ffn } => {
-                    out.run(&mut h, &attn)?;
-                    rms_norm(&h, ffn_norm, eps, &mut x);
-                    ffn.run(&mut h, &x)?;
+                    timed!(Phase::Post, out.run(&mut h, &attn))?;
+                    timed!(Phase::HostNorm, rms_norm(&h, ffn_norm, eps, &mut x));
+                    timed!(Phase::Post, ffn.run(&mut h, &x))?;
                 }
             }
         }
-        match &self.output_norm {
-            None => self.head.run(&h),
+        let logits = match &self.output_norm {
+            None => timed!(Phase::Head, self.head.run(&h)),
             Some(w) => {
-                rms_norm(&h, w, eps, &mut x);
-                self.head.run(&x)
+                timed!(Phase::HostNorm, rms_norm(&h, w, eps, &mut x));
+                timed!(Phase::Head, self.head.run(&x))
             }
+        };
+        if let Some(p) = &mut self.profile {
+            p.token();
         }
+        logits
     }
 }
 
