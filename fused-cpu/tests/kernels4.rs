@@ -19,12 +19,17 @@ fn four_rows_equal_one_row_each() {
             (DType::F16, ActQuant::F32),
             (DType::Q4_K, ActQuant::Q8_K),
             (DType::Q6_K, ActQuant::Q8_K),
+            (DType::Q4_1, ActQuant::Q8_1),
+            (DType::Q5_1, ActQuant::Q8_1),
         ] {
             let Some(four) = row_dot4(isa, dtype, mode) else {
                 continue;
             };
             let one = row_dot(isa, dtype, mode);
-            let ks = [32usize, 224, 256, 288, 416, 1280, 4096, 4100, 4352];
+            // 576 and 1536: SmolLM2-135M's rows (18 and 48 legacy blocks).
+            let ks = [
+                32usize, 224, 256, 288, 416, 576, 1280, 1536, 4096, 4100, 4352,
+            ];
             for k in ks.into_iter().filter(|k| k % dtype.block_len() == 0) {
                 let rb = dtype.row_bytes(k).unwrap();
                 let w = quantized(dtype, 4, k, |r| {
@@ -58,7 +63,7 @@ fn four_rows_equal_one_row_each() {
         }
     }
     if Isa::detect() >= Isa::Avx512 {
-        for dtype in HOT_FORMATS {
+        for dtype in HOT_FORMATS.into_iter().chain([DType::Q4_1, DType::Q5_1]) {
             assert!(
                 checked.contains(&dtype),
                 "this machine has AVX-512 but the {dtype} four-row kernel was not checked"

@@ -37,21 +37,38 @@
 //! conversion for all `d`, `dmin`), since every 512-bit µop counts: both
 //! 512-bit ports are busy.
 //!
+//! Q4_1 and Q5_1 against Q8_1 activations (`d·code + m` weights; no side
+//! data: Q8_1 has none) take the same group shape: per group of four
+//! blocks, block `j`'s first 16 codes (the low nibbles) in 128-bit lane `j`
+//! of one vector and its last 16 (the high nibbles) in lane `j` of
+//! another, Q5_1's fifth bits added as `0x10` under byte masks built by
+//! scalar code from `qh`. The activations are gathered into the same lanes
+//! with two permutes per group, once per call for all its rows. Two chained
+//! `vpdpbusd` (unsigned codes, no offset term) per group and row, then, as
+//! for Q4_0, `sum_parts` adds each block's lanes exactly (in i32) before
+//! its dot meets `dx·dy`; the min terms `mx·sy` take a second FMA. The sixteen `d`,
+//! `m` of a super-group (and the activations' `d`, `s`) are gathered as f16
+//! by word permutes and widened at once. The last, partial super-group
+//! runs the same code with masked loads: missing blocks read as zero
+//! activations and scales, so every block count runs in the kernel.
+//!
 //! Where the CPU has GFNI (`isa::has_gfni`, checked when a kernel is
 //! picked), Q4_0 and Q4_K run variants compiled with it that take the high
 //! nibbles with one `gf2p8affineqb` instead of a shift and a mask: the same
 //! bits, one 512-bit µop less per 64 codes. Where it also has AVX-512 VBMI
 //! (`isa::has_vbmi`), Q4_0 gathers a group's codes with a one-source byte
 //! permute and a masked load instead of a two-source word permute (three
-//! µops, two of them on the shuffle port): 5–7 % faster in L2.
+//! µops, two of them on the shuffle port): 5–7 % faster in L2. Q4_1 and
+//! Q5_1 have one such variant, with GFNI and VBMI both (byte permutes for
+//! the codes and the activations, GFNI for the high nibbles).
 //!
 //! Every kernel prefetches its weight rows one call ahead (`prefetch`).
 //!
 //! The four-row kernels run the same code as the one-row kernels on each of
 //! their rows (one generic function over the row count), reading the
 //! activations once for the four rows, so their results are bit-identical.
-//! Tails shorter than a group, and activations without side data, use the
-//! AVX2 kernels.
+//! For Q4_0 and Q8_0, tails shorter than a group, and activations without
+//! side data, use the AVX2 kernels.
 //!
 //! The AVX-512 intrinsics and `target_feature` names used here are stable
 //! since Rust 1.89, the workspace's `rust-version`.
@@ -81,6 +98,10 @@ pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
         (DType::Q4_K, ActQuant::Q8_K) if has_gfni() => Some(dot_q4_k_q8_k_gfni),
         (DType::Q4_K, ActQuant::Q8_K) => Some(dot_q4_k_q8_k),
         (DType::Q6_K, ActQuant::Q8_K) => Some(dot_q6_k_q8_k),
+        (DType::Q4_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => Some(dot_q4_1_q8_1_vbmi),
+        (DType::Q4_1, ActQuant::Q8_1) => Some(dot_q4_1_q8_1),
+        (DType::Q5_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => Some(dot_q5_1_q8_1_vbmi),
+        (DType::Q5_1, ActQuant::Q8_1) => Some(dot_q5_1_q8_1),
         _ => None,
     }
 }
@@ -97,6 +118,10 @@ pub fn row_dot4(dtype: DType, mode: ActQuant) -> Option<RowDot4> {
         (DType::Q4_K, ActQuant::Q8_K) if has_gfni() => Some(dot4_q4_k_q8_k_gfni),
         (DType::Q4_K, ActQuant::Q8_K) => Some(dot4_q4_k_q8_k),
         (DType::Q6_K, ActQuant::Q8_K) => Some(dot4_q6_k_q8_k),
+        (DType::Q4_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => Some(dot4_q4_1_q8_1_vbmi),
+        (DType::Q4_1, ActQuant::Q8_1) => Some(dot4_q4_1_q8_1),
+        (DType::Q5_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => Some(dot4_q5_1_q8_1_vbmi),
+        (DType::Q5_1, ActQuant::Q8_1) => Some(dot4_q5_1_q8_1),
         _ => None,
     }
 }
@@ -247,6 +272,22 @@ row_entries!(
 row_entries!(
     /// Q6_K × Q8_K.
     dot_q6_k_q8_k, dot4_q6_k_q8_k, block_rows(DType::Q6_K, q6_k_rows)
+);
+row_entries!(
+    /// Q4_1 × Q8_1.
+    dot_q4_1_q8_1, dot4_q4_1_q8_1, block_rows(DType::Q4_1, q4_1_rows)
+);
+row_entries!(
+    /// Q4_1 × Q8_1, GFNI and AVX-512 VBMI present (`isa::has_gfni`, `isa::has_vbmi`).
+    dot_q4_1_q8_1_vbmi, dot4_q4_1_q8_1_vbmi, block_rows(DType::Q4_1, q4_1_rows_vbmi)
+);
+row_entries!(
+    /// Q5_1 × Q8_1.
+    dot_q5_1_q8_1, dot4_q5_1_q8_1, block_rows(DType::Q5_1, q5_1_rows)
+);
+row_entries!(
+    /// Q5_1 × Q8_1, GFNI and AVX-512 VBMI present (`isa::has_gfni`, `isa::has_vbmi`).
+    dot_q5_1_q8_1_vbmi, dot4_q5_1_q8_1_vbmi, block_rows(DType::Q5_1, q5_1_rows_vbmi)
 );
 
 // ---------------------------------------------------------------------------
@@ -698,6 +739,493 @@ unsafe fn with_tail<const R: usize>(
     }
     out
 }
+
+// ---------------------------------------------------------------------------
+// Q4_1 and Q5_1 against Q8_1 activations.
+
+/// Bytes of a Q8_1 block: f16 `d`, f16 `s` (`d·Σq`), 32 i8 codes.
+const Q8_1_BYTES: usize = 36;
+/// Bytes of a Q4_1 block: f16 `d`, f16 `m`, 16 bytes of nibbles.
+const Q4_1_BYTES: usize = 20;
+/// Bytes of a Q5_1 block: f16 `d`, f16 `m`, the u32 `qh` of fifth bits,
+/// 16 bytes of nibbles.
+const Q5_1_BYTES: usize = 24;
+/// Blocks of an affine group (one 128-bit lane each) and of a super-group
+/// (four groups: sixteen block dots, [`sum_parts`]).
+const AFFINE_GROUP: usize = 4;
+const AFFINE_SUPER: usize = 4 * AFFINE_GROUP;
+
+/// Three vectors: a group's two code (or activation) halves and its
+/// merged f16 scales.
+type Vec3 = (__m512i, __m512i, __m512i);
+
+/// `[i8; 64]` as a vector of byte indices (for `vpermb`/`vpermt2b`).
+const fn byte_idx(v: [i8; 64]) -> __m512i {
+    // SAFETY: `[i8; 64]` and `__m512i` are both 64 plain bytes, and every
+    // bit pattern is a valid `__m512i`.
+    unsafe { core::mem::transmute::<[i8; 64], __m512i>(v) }
+}
+
+/// Word indices of a two-source word permute whose first source holds
+/// words `0..32` of a group and whose second holds its words from
+/// `second` on: output word `l` takes group word `f[l]`.
+const fn two_words(f: [i16; 32], second: i16) -> [i16; 32] {
+    let mut idx = f;
+    let mut l = 0;
+    while l < 32 {
+        if idx[l] >= 32 {
+            idx[l] += 32 - second;
+        }
+        l += 1;
+    }
+    idx
+}
+
+/// The byte form of [`two_words`]: output byte `l` takes group byte `f[l]`,
+/// from the second source (group bytes from `second` on) past byte 63.
+const fn two_bytes(f: [i8; 64], second: i8) -> [i8; 64] {
+    let mut idx = f;
+    let mut l = 0;
+    while l < 64 {
+        if idx[l] >= 64 {
+            idx[l] = idx[l].wrapping_add(64 - second);
+        }
+        l += 1;
+    }
+    idx
+}
+
+/// Output byte `16j + i` (`j < 4`, `i < 16`) takes byte `base + stride·j +
+/// i`; entries past 127 (left for a masked load to fill) are 0.
+const fn gather_bytes(stride: i16, base: i16) -> [i8; 64] {
+    let mut idx = [0i8; 64];
+    let mut l = 0;
+    while l < 64 {
+        let b = base + stride * (l as i16 / 16) + l as i16 % 16;
+        idx[l] = if b < 128 { b as i8 } else { 0 };
+        l += 1;
+    }
+    idx
+}
+
+/// Output word `l < 16` takes word `stride·(l / 4)` (the first f16 of
+/// block `l / 4`), word `16 + l` the word after it (its second f16).
+const fn pair_words(stride: i16) -> [i16; 32] {
+    let mut idx = [0i16; 32];
+    let mut l = 0;
+    while l < 16 {
+        idx[l] = stride * (l as i16 / 4);
+        idx[16 + l] = stride * (l as i16 / 4) + 1;
+        l += 1;
+    }
+    idx
+}
+
+/// The words `4j + g` and `16 + 4j + g` (`j < 4`) where group `g` of a
+/// super-group puts the two f16 fields of its block `j` ([`pair_words`]):
+/// the order of [`sum_parts`]' block dots.
+const fn pair_mask(g: usize) -> __mmask32 {
+    (0x1111 << g) | (0x1111 << (16 + g))
+}
+
+/// The first `len` bytes of 64 as a mask (all of them from 64 on).
+const fn first_bytes(len: usize) -> __mmask64 {
+    if len >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << len) - 1
+    }
+}
+
+/// The 64 bytes at `p`, of which only the first `len` are read when `len <
+/// 64`, the others zero (a masked load: masked-off bytes are not accessed,
+/// so `p` may point anywhere past them).
+///
+/// # Safety
+/// AVX-512 F/BW present; `p..p + min(len, 64)` readable.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn load_first(p: *const u8, len: usize) -> __m512i {
+    if len >= 64 {
+        // SAFETY: the caller guarantees 64 readable bytes.
+        unsafe { _mm512_loadu_si512(p.cast()) }
+    } else {
+        // SAFETY: only the first `len` bytes are accessed, which the
+        // caller guarantees readable.
+        unsafe { _mm512_maskz_loadu_epi8(first_bytes(len), p.cast()) }
+    }
+}
+
+/// Q8_1 `qs` halves of a four-block group in 128-bit lanes: word `8j + i`
+/// of the first-half vector takes word `18j + 2 + i` (bytes `36j + 4 ..`)
+/// of `[bytes 0..64 | bytes 64..128]`; the second halves are the same
+/// words of the two loads 16 bytes further.
+const Q8_1_QS_WORDS: [i16; 32] = two_words(gather_words(18, 2), 32);
+/// [`Q8_1_QS_WORDS`] as byte indices.
+const Q8_1_QS_BYTES: [i8; 64] = two_bytes(gather_bytes(36, 4), 64);
+/// The `d` and `s` words of a Q8_1 group's blocks ([`pair_words`]).
+const Q8_1_DS_WORDS: [i16; 32] = two_words(pair_words(18), 32);
+/// Q4_1 `qs` of a four-block group, from `[bytes 0..64 | bytes 64..80]`:
+/// block `j`'s are words `10j + 2 .. 10j + 10`.
+const Q4_1_QS_WORDS: [i16; 32] = two_words(gather_words(10, 2), 32);
+/// Byte `16j + i` (`j < 3`) takes byte `20j + 4 + i` (block `j`'s `qs`);
+/// bytes 48.. are filled from memory.
+const Q4_1_QS_BYTES: [i8; 64] = gather_bytes(20, 4);
+/// Q5_1 `qs` of a four-block group, from `[bytes 0..64 | bytes 32..96]`:
+/// block `j`'s are bytes `24j + 8 .. 24j + 24`.
+const Q5_1_QS_WORDS: [i16; 32] = two_words(gather_words(12, 4), 16);
+/// [`Q5_1_QS_WORDS`] as byte indices.
+const Q5_1_QS_BYTES: [i8; 64] = two_bytes(gather_bytes(24, 8), 32);
+/// The `d` and `m` words of a Q5_1 group's blocks, from the same sources.
+const Q5_1_DM_WORDS: [i16; 32] = two_words(pair_words(12), 16);
+
+/// The activations of the Q8_1 group at `yp` of which the first `n` blocks
+/// (1 to 4) exist (the others read as zero): the first 16 codes of block
+/// `j` in lane `j` of one vector, its last 16 in lane `j` of another, and
+/// `ds` with its blocks' f16 `d` and `s` merged into words `4j + g` and
+/// `16 + 4j + g` ([`pair_mask`]). `$permute` is the two-source permute of
+/// the codes (word or byte), with indices `$idx`.
+macro_rules! q8_1_group {
+    ($(#[$m:meta])* $name:ident, $features:literal, $permute:ident, $idx:expr) => {
+        $(#[$m])*
+        ///
+        /// # Safety
+        /// AVX-512 F/BW present (VBMI for a byte permute); `yp..yp + 36·n`
+        /// readable, `1 ≤ n ≤ 4`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn $name(yp: *const u8, n: usize, ds: __m512i, g: usize) -> Vec3 {
+            let len = n * Q8_1_BYTES;
+            // SAFETY: each load reads only its bytes below `len` (36·n), which
+            // the caller guarantees readable; the others are masked off.
+            let (a0, a1, b0, b1) = unsafe {
+                (
+                    load_first(yp, len),
+                    load_first(yp.wrapping_add(64), len.saturating_sub(64)),
+                    load_first(yp.wrapping_add(16), len.saturating_sub(16)),
+                    load_first(yp.wrapping_add(80), len.saturating_sub(80)),
+                )
+            };
+            let idx = $idx;
+            let lo = $permute(a0, idx, a1);
+            let hi = $permute(b0, idx, b1);
+            let ds_idx = word_idx(Q8_1_DS_WORDS);
+            let dsg = _mm512_maskz_permutex2var_epi16(pair_mask(g), a0, ds_idx, a1);
+            (lo, hi, _mm512_or_si512(ds, dsg))
+        }
+    };
+}
+
+q8_1_group!(
+    /// Word-permute form.
+    q8_1_group_words,
+    "avx512f,avx512bw",
+    _mm512_permutex2var_epi16,
+    word_idx(Q8_1_QS_WORDS)
+);
+q8_1_group!(
+    /// Byte-permute form (AVX-512 VBMI: one µop where the word permute
+    /// takes more).
+    q8_1_group_vbmi,
+    "avx512f,avx512bw,avx512vbmi",
+    _mm512_permutex2var_epi8,
+    byte_idx(Q8_1_QS_BYTES)
+);
+
+/// The fifth bits of the first `n` blocks (1 to 4) of the Q5_1 group at
+/// `wp`, as byte masks in the order of the codes: bit `16j + i` of the
+/// first is element `i` of block `j`'s (`qh` bit `i`), of the second
+/// element `16 + i`'s (`qh` bit `16 + i`). Scalar work, off the vector
+/// ports these kernels are bound by.
+///
+/// # Safety
+/// `wp..wp + 24·n` readable, `n ≤ 4`.
+#[inline(always)]
+unsafe fn q5_1_fifth_bits(wp: *const u8, n: usize) -> (__mmask64, __mmask64) {
+    let (mut lo, mut hi) = (0u64, 0u64);
+    for j in 0..n {
+        // SAFETY: `qh` of block `j < n` (bytes `24j + 4 .. 24j + 8`).
+        let qh = u32::from_le(unsafe { wp.add(Q5_1_BYTES * j + 4).cast::<u32>().read_unaligned() });
+        lo |= u64::from(qh & 0xffff) << (16 * j);
+        hi |= u64::from(qh >> 16) << (16 * j);
+    }
+    (lo, hi)
+}
+
+/// The Q4_1 codes of the group at `wp` whose first bytes are `a` (its
+/// first `min(20·n, 64)`, the rest zero), block `j`'s 16 `qs` bytes at
+/// bytes `16j ..`: one two-source word permute of `a` and bytes `64..80`
+/// (read only for `n = 4`; lanes of missing blocks hold anything).
+///
+/// # Safety
+/// AVX-512 F/BW present; `wp..wp + 20·n` readable, `1 ≤ n ≤ 4`.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn q4_1_codes(wp: *const u8, n: usize, a: __m512i) -> __m512i {
+    let b = if n == AFFINE_GROUP {
+        // SAFETY: bytes `64..80`, block 3's `qs`, readable for `n = 4`.
+        unsafe { _mm512_zextsi128_si512(_mm_loadu_si128(wp.add(64).cast())) }
+    } else {
+        _mm512_setzero_si512()
+    };
+    _mm512_permutex2var_epi16(a, word_idx(Q4_1_QS_WORDS), b)
+}
+
+/// [`q4_1_codes`] in cheaper µops: a one-source byte permute (VBMI) of `a`
+/// for blocks 0–2, then block 3's `qs` (bytes `64..80`) loaded straight
+/// into bytes 48..64 under a mask (as [`q4_0_codes_vbmi`]).
+///
+/// # Safety
+/// AVX-512 F/BW/VBMI present; `wp..wp + 20·n` readable, `1 ≤ n ≤ 4`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[inline]
+unsafe fn q4_1_codes_vbmi(wp: *const u8, n: usize, a: __m512i) -> __m512i {
+    let v = _mm512_permutexvar_epi8(byte_idx(Q4_1_QS_BYTES), a);
+    if n == AFFINE_GROUP {
+        // SAFETY: only the unmasked bytes 48..64 are read, at `wp + 64 ..
+        // wp + 80`: block 3's `qs`, readable for `n = 4` (masked-off bytes
+        // are not accessed).
+        unsafe { _mm512_mask_loadu_epi8(v, 0xffff << 48, wp.add(16).cast()) }
+    } else {
+        v
+    }
+}
+
+/// The Q4_1 (`$wb` = 20) or Q5_1 (24) group decoder `$name`: the codes of
+/// the group at `wp` of which the first `n` blocks (1 to 4) exist (block
+/// `j`'s first 16 codes in lane `j` of the first vector, its last 16 in
+/// lane `j` of the second; lanes past `n` hold anything, to meet
+/// activations of zero), and `dm` with the blocks' f16 `d` and `m` merged
+/// into words `4j + g` and `16 + 4j + g` ([`pair_mask`]).
+macro_rules! affine_group {
+    (q4_1, $(#[$m:meta])* $name:ident, $features:literal, $hi:ident, $codes:ident) => {
+        $(#[$m])*
+        ///
+        /// # Safety
+        /// The features present; `wp..wp + 20·n` readable, `1 ≤ n ≤ 4`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn $name(wp: *const u8, n: usize, dm: __m512i, g: usize) -> Vec3 {
+            // SAFETY: bytes below `20·n` only (the caller's guarantee).
+            let a = unsafe { load_first(wp, n * Q4_1_BYTES) };
+            // SAFETY: as above.
+            let v = unsafe { $codes(wp, n, a) };
+            let dm = _mm512_mask_permutexvar_epi16(dm, pair_mask(g), word_idx(pair_words(10)), a);
+            (_mm512_and_si512(v, _mm512_set1_epi8(0x0f)), $hi(v), dm)
+        }
+    };
+    (q5_1, $(#[$m:meta])* $name:ident, $features:literal, $hi:ident, $permute:ident, $idx:expr) => {
+        $(#[$m])*
+        ///
+        /// # Safety
+        /// The features present; `wp..wp + 24·n` readable, `1 ≤ n ≤ 4`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn $name(wp: *const u8, n: usize, dm: __m512i, g: usize) -> Vec3 {
+            let len = n * Q5_1_BYTES;
+            // SAFETY: bytes below `24·n` only (the caller's guarantee); the
+            // rest are masked off.
+            let (a, b) = unsafe {
+                (load_first(wp, len), load_first(wp.wrapping_add(32), len.saturating_sub(32)))
+            };
+            let v = $permute(a, $idx, b);
+            let dmg = _mm512_maskz_permutex2var_epi16(pair_mask(g), a, word_idx(Q5_1_DM_WORDS), b);
+            // SAFETY: the `qh` of the first `n` blocks (the caller's guarantee).
+            let (klo, khi) = unsafe { q5_1_fifth_bits(wp, n) };
+            let sixteen = _mm512_set1_epi8(0x10);
+            let lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+            let hi = $hi(v);
+            (
+                _mm512_mask_add_epi8(lo, klo, lo, sixteen),
+                _mm512_mask_add_epi8(hi, khi, hi, sixteen),
+                _mm512_or_si512(dm, dmg),
+            )
+        }
+    };
+}
+
+affine_group!(
+    q4_1,
+    /// Q4_1 codes by a two-source word permute, high nibbles by shift and mask.
+    q4_1_group,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    high_nibbles,
+    q4_1_codes
+);
+affine_group!(
+    q4_1,
+    /// Q4_1 codes by a byte permute and a masked load (VBMI), high nibbles
+    /// by GFNI.
+    q4_1_group_vbmi,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni,avx512vbmi",
+    high_nibbles_gfni,
+    q4_1_codes_vbmi
+);
+affine_group!(
+    q5_1,
+    /// Q5_1 codes by a two-source word permute, high nibbles by shift and mask.
+    q5_1_group,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    high_nibbles,
+    _mm512_permutex2var_epi16,
+    word_idx(Q5_1_QS_WORDS)
+);
+affine_group!(
+    q5_1,
+    /// Q5_1 codes by a two-source byte permute (VBMI), high nibbles by GFNI.
+    q5_1_group_vbmi,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni,avx512vbmi",
+    high_nibbles_gfni,
+    _mm512_permutex2var_epi8,
+    byte_idx(Q5_1_QS_BYTES)
+);
+
+/// The `R`-row affine-format × Q8_1 kernel `$rows` (documented at its
+/// invocation), for weight blocks of `$wb` bytes decoded by `$group`,
+/// activations by `$acts`, compiled for `$features`.
+macro_rules! affine_kernel {
+    ($(#[$m:meta])* $rows:ident, $features:literal, $wb:expr, $group:ident, $acts:ident) => {
+        $(#[$m])*
+        #[target_feature(enable = $features)]
+        unsafe fn $rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
+            /// Blocks `b0 .. b0 + nbs` (`nbs ≤ 16`; 16 when `FULL`) of every
+            /// row into `acc`.
+            ///
+            /// # Safety
+            /// As the enclosing function's; `b0 + nbs ≤ nb`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn step<const R: usize, const FULL: bool>(
+                acc: &mut [__m512; R],
+                w: [*const u8; R],
+                y: *const u8,
+                pf: usize,
+                b0: usize,
+                nbs: usize,
+            ) {
+                let nbs = if FULL { AFFINE_SUPER } else { nbs };
+                let zero = _mm512_setzero_si512();
+                // Blocks of group `g` (0 past the last).
+                let blocks = |g: usize| nbs.saturating_sub(AFFINE_GROUP * g).min(AFFINE_GROUP);
+                // The activations, once for all rows; groups past the
+                // last stay zero.
+                let mut ys = [(zero, zero); AFFINE_SUPER / AFFINE_GROUP];
+                let mut ds = zero;
+                for (g, yg) in ys.iter_mut().enumerate() {
+                    let n = blocks(g);
+                    if n == 0 {
+                        break;
+                    }
+                    // SAFETY: blocks `b0 + 4g .. b0 + 4g + n ≤ nb` of `y`.
+                    let yp = unsafe { y.add((b0 + AFFINE_GROUP * g) * Q8_1_BYTES) };
+                    // SAFETY: as above: the `n` blocks at `yp`.
+                    let (lo, hi, d) = unsafe { $acts(yp, n, ds, g) };
+                    (*yg, ds) = ((lo, hi), d);
+                }
+                let dy = _mm512_cvtph_ps(_mm512_castsi512_si256(ds));
+                let sy = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(ds));
+                for (a, wr) in acc.iter_mut().zip(w) {
+                    let mut t = [zero; AFFINE_SUPER / AFFINE_GROUP];
+                    let mut dm = zero;
+                    for (g, (tg, yg)) in t.iter_mut().zip(ys).enumerate() {
+                        let n = blocks(g);
+                        if n == 0 {
+                            break;
+                        }
+                        let wg = wr.wrapping_add((b0 + AFFINE_GROUP * g) * $wb);
+                        prefetch(wg.wrapping_add(pf));
+                        prefetch(wg.wrapping_add(pf + 64));
+                        // SAFETY: blocks `b0 + 4g .. b0 + 4g + n ≤ nb` of
+                        // row `wr`, at `wg`.
+                        let (lo, hi, d) = unsafe { $group(wg, n, dm, g) };
+                        dm = d;
+                        *tg = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, yg.0), hi, yg.1);
+                    }
+                    let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+                    let mx = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(dm));
+                    let u = _mm512_cvtepi32_ps(sum_parts(t));
+                    *a = _mm512_fmadd_ps(u, _mm512_mul_ps(dx, dy), *a);
+                    *a = _mm512_fmadd_ps(mx, sy, *a);
+                }
+            }
+            let pf = R * nb * $wb;
+            let mut acc = [_mm512_setzero_ps(); R];
+            let full = nb / AFFINE_SUPER;
+            for s in 0..full {
+                // SAFETY: super-group `s < full`: blocks `16s .. 16s + 16 ≤ nb`.
+                unsafe { step::<R, true>(&mut acc, w, y, pf, s * AFFINE_SUPER, AFFINE_SUPER) };
+            }
+            if nb % AFFINE_SUPER != 0 {
+                // SAFETY: the last blocks, `16·full .. nb`.
+                unsafe {
+                    step::<R, false>(&mut acc, w, y, pf, full * AFFINE_SUPER, nb % AFFINE_SUPER)
+                };
+            }
+            acc.map(|a| _mm512_reduce_add_ps(a))
+        }
+    };
+}
+
+affine_kernel!(
+    /// Q4_1 × Q8_1 over super-groups of sixteen blocks of `R` rows: each
+    /// group of four blocks is one 64-byte vector of codes per half (block
+    /// `j`'s first 16 codes, the low nibbles, in 128-bit lane `j` of one,
+    /// its last 16 in lane `j` of the other) against the activation
+    /// halves gathered the same way (once for all rows), two chained
+    /// `vpdpbusd` (unsigned codes × signed activations). Per row, the four
+    /// groups' i32 lanes are summed to sixteen exact block dots
+    /// ([`sum_parts`]) before they meet `dx·dy`, and the min terms
+    /// `mx·sy` are added in a second FMA; the sixteen `dx`, `mx` (and,
+    /// for the activations, `dy`, `sy`) are gathered as f16 and widened at
+    /// once. The last, partial super-group runs the same steps with masked
+    /// loads (missing blocks read as zero codes, activations and scales).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds
+    /// `nb` Q4_1 blocks and `y` `nb` Q8_1 blocks.
+    q4_1_rows,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    Q4_1_BYTES,
+    q4_1_group,
+    q8_1_group_words
+);
+affine_kernel!(
+    /// [`q4_1_rows`] with codes and activations gathered by byte permutes
+    /// (VBMI) and the high nibbles taken by GFNI.
+    ///
+    /// # Safety
+    /// As [`q4_1_rows`], and GFNI and AVX-512 VBMI present.
+    q4_1_rows_vbmi,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni,avx512vbmi",
+    Q4_1_BYTES,
+    q4_1_group_vbmi,
+    q8_1_group_vbmi
+);
+affine_kernel!(
+    /// Q5_1 × Q8_1: [`q4_1_rows`] with each code's fifth bit (from `qh`,
+    /// turned into byte masks by scalar code) added as `0x10`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds
+    /// `nb` Q5_1 blocks and `y` `nb` Q8_1 blocks.
+    q5_1_rows,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    Q5_1_BYTES,
+    q5_1_group,
+    q8_1_group_words
+);
+affine_kernel!(
+    /// [`q5_1_rows`] with codes and activations gathered by byte permutes
+    /// (VBMI) and the high nibbles taken by GFNI.
+    ///
+    /// # Safety
+    /// As [`q5_1_rows`], and GFNI and AVX-512 VBMI present.
+    q5_1_rows_vbmi,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni,avx512vbmi",
+    Q5_1_BYTES,
+    q5_1_group_vbmi,
+    q8_1_group_vbmi
+);
 
 // ---------------------------------------------------------------------------
 // F16 against f32 activations.
@@ -1199,6 +1727,7 @@ fn block_sums4(v: [__m512i; 4]) -> __m128i {
 mod tests {
     extern crate std;
     use super::*;
+    use std::format;
     use std::io::Write;
     use std::vec;
 
@@ -1324,6 +1853,130 @@ mod tests {
             assert_eq!(a4.map(f32::to_bits), b4.map(f32::to_bits));
             assert_eq!(a1[0].to_bits(), b1[0].to_bits());
             assert_eq!(a1[0].to_bits(), a4[2].to_bits());
+        }
+    }
+
+    /// `Σ_b |dx·dy|·Σ|code·q| + |mx·sy|` over the Q4_1 (`wb` = 20) or Q5_1
+    /// (24) row `w` against the Q8_1 blocks `y`: the scale of the error
+    /// that reordering the f32 sums may cause (the block dots are exact).
+    fn affine_magnitude(wb: usize, w: &[u8], y: &[u8]) -> f64 {
+        let f16 = |b: &[u8], i: usize| {
+            f64::from(half::f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()).abs()
+        };
+        let mut mag = 0.0;
+        for (bw, by) in w.chunks_exact(wb).zip(y.chunks_exact(Q8_1_BYTES)) {
+            let (qs, qh) = match wb {
+                Q5_1_BYTES => (&bw[8..24], u32::from_le_bytes([bw[4], bw[5], bw[6], bw[7]])),
+                _ => (&bw[4..20], 0),
+            };
+            let dot: f64 = (0..32)
+                .map(|e| {
+                    let nib = if e < 16 { qs[e] & 15 } else { qs[e - 16] >> 4 };
+                    let code = u32::from(nib) | ((qh >> e) & 1) << 4;
+                    f64::from(code) * f64::from(by[4 + e] as i8).abs()
+                })
+                .sum();
+            mag += f16(bw, 0) * f16(by, 0) * dot + f16(bw, 2) * f16(by, 2);
+        }
+        mag
+    }
+
+    /// An `R`-row affine-format kernel of this module.
+    type AffineRows<const R: usize> = unsafe fn([*const u8; R], *const u8, usize) -> [f32; R];
+
+    /// The Q4_1 and Q5_1 kernels against the core's reference
+    /// (`fused_core::quant::vec_dot`), within `1e-5·Σ|term|`
+    /// ([`affine_magnitude`]), on random blocks (`d`, `m` and the
+    /// activations' `d`, `s` kept finite; then extreme activation codes,
+    /// −128 and 127 only, and full-range weight codes) for block counts
+    /// around every group and super-group boundary and those of K = 576
+    /// and 1536 (18 and 48 blocks); the two forms (word permutes, or VBMI
+    /// and GFNI) give the same bits, and one row the bits of the same row
+    /// among four.
+    #[test]
+    fn affine_kernels_match_reference() {
+        if !avx512_here(false) {
+            return;
+        }
+        let vbmi = has_gfni() && has_vbmi();
+        if !vbmi {
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: no GFNI and AVX-512 VBMI on this machine (the VBMI forms)"
+            );
+        }
+        let kernels: [(DType, usize, [AffineRows<4>; 2], [AffineRows<1>; 2]); 2] = [
+            (
+                DType::Q4_1,
+                Q4_1_BYTES,
+                [q4_1_rows::<4>, q4_1_rows_vbmi::<4>],
+                [q4_1_rows::<1>, q4_1_rows_vbmi::<1>],
+            ),
+            (
+                DType::Q5_1,
+                Q5_1_BYTES,
+                [q5_1_rows::<4>, q5_1_rows_vbmi::<4>],
+                [q5_1_rows::<1>, q5_1_rows_vbmi::<1>],
+            ),
+        ];
+        // An f16 high byte with an exponent well inside the finite range.
+        let finite = |b: u8| (b & 0x80) | 0x20 | (b & 0x1f);
+        let mut next = xorshift(0x6a09_e667_f3bc_c909);
+        for (dtype, wb, four, one) in kernels {
+            for nb in [
+                1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 18, 19, 20, 31, 32, 33, 35, 48,
+            ] {
+                for rep in 0..20 {
+                    let mut w = vec![0u8; 4 * nb * wb];
+                    w.iter_mut().for_each(|b| *b = next() as u8);
+                    for blk in w.chunks_exact_mut(wb) {
+                        (blk[1], blk[3]) = (finite(blk[1]), finite(blk[3]));
+                        if rep == 1 {
+                            blk[4..].fill(0xff);
+                        }
+                    }
+                    let mut y = vec![0u8; nb * Q8_1_BYTES];
+                    y.iter_mut().for_each(|b| *b = next() as u8);
+                    for blk in y.chunks_exact_mut(Q8_1_BYTES) {
+                        (blk[1], blk[3]) = (finite(blk[1]), finite(blk[3]));
+                        if rep == 0 {
+                            for b in &mut blk[4..] {
+                                *b = if *b & 1 == 0 { 0x80 } else { 0x7f };
+                            }
+                        }
+                    }
+                    let rb = nb * wb;
+                    let rows: [*const u8; 4] = core::array::from_fn(|r| w[r * rb..].as_ptr());
+                    let yp = y.as_ptr();
+                    let forms = if vbmi { 2 } else { 1 };
+                    // SAFETY: AVX-512 F/BW/VL/VNNI (with AVX2, FMA, F16C)
+                    // confirmed above, and GFNI and VBMI for the second
+                    // forms; each row holds `nb` blocks, `y` `nb` blocks.
+                    let got: [_; 2] = core::array::from_fn(|f| unsafe {
+                        (f < forms).then(|| (four[f](rows, yp, nb), one[f]([rows[3]], yp, nb)))
+                    });
+                    let Some((a4, a1)) = got[0] else {
+                        unreachable!("the first form always runs")
+                    };
+                    let what = format!("{dtype} nb={nb} rep {rep}");
+                    assert_eq!(a1[0].to_bits(), a4[3].to_bits(), "{what}: one row vs four");
+                    if let Some((b4, b1)) = got[1] {
+                        assert_eq!(a4.map(f32::to_bits), b4.map(f32::to_bits), "{what}: VBMI");
+                        assert_eq!(a1[0].to_bits(), b1[0].to_bits(), "{what}: VBMI, one row");
+                    }
+                    for (r, got) in a4.iter().enumerate() {
+                        let row = &w[r * rb..(r + 1) * rb];
+                        let want = fused_core::quant::vec_dot(dtype, row, &y, 32 * nb)
+                            .expect("the reference");
+                        let mag = affine_magnitude(wb, row, &y);
+                        let err = (f64::from(*got) - f64::from(want)).abs();
+                        assert!(
+                            err <= 1e-5 * mag,
+                            "{what} row {r}: got {got:e}, want {want:e}, |err| {err:e}, Σ|term| {mag:e}"
+                        );
+                    }
+                }
+            }
         }
     }
 
