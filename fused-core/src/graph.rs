@@ -16,7 +16,9 @@ use crate::element::Activation;
 #[cfg(feature = "alloc")]
 use crate::error::Error;
 use crate::norm::Eps;
-use crate::tensor::{BufferId, Overlap, TensorDesc};
+#[cfg(feature = "alloc")]
+use crate::tensor::Overlap;
+use crate::tensor::{BufferId, TensorDesc};
 
 pub use crate::ids::NodeId;
 
