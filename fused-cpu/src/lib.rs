@@ -172,12 +172,18 @@
 //! # Features
 //!
 //! - `std` (default): run-time ISA detection, [`backend`], [`exec`] and
-//!   the worker pool. Without it the crate is `no_std` (it allocates only in
-//!   [`packed`]) and the ISA is what the build targets statically.
+//!   the worker pool; implies `alloc`. Without it the crate is `no_std` and
+//!   the ISA is what the build targets statically.
+//! - `alloc` (default, through `std`): [`packed`], the one part that
+//!   allocates. Without `std` and `alloc` the crate links into a program
+//!   that has no global allocator: [`acts`], [`gemv`], [`fwht`] and
+//!   [`elementwise`] take the caller's buffers (see the README's "Without
+//!   std" for the calls, their memory and their stack).
 //! - `lab` (off): the kernels and their tuning public, for benches and
 //!   kernel tests. Not for programs: nothing in it is stable.
 #![no_std]
 
+#[cfg(feature = "alloc")]
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
@@ -227,6 +233,7 @@ pub mod gemv;
 // The RMS norm (unfused op and GEMV prologue), bit for bit the core's.
 #[cfg(feature = "std")]
 mod norm;
+#[cfg(feature = "alloc")]
 pub mod packed;
 lab_mod! {
     #[cfg(feature = "std")]

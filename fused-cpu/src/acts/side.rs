@@ -60,9 +60,11 @@ pub const fn q8_0_offset_term_at(b: usize) -> usize {
 pub const Q8_0_D_AFTER_OFFSET: usize = 64;
 
 /// Bytes of side data for one column of `k` activations quantized to `d`.
+/// None on 32-bit targets (microcontrollers): only x86-64 kernels read it,
+/// and there it would take four times the blocks' memory.
 pub fn side_bytes(d: DType, k: usize) -> usize {
     match d {
-        DType::Q8_0 => {
+        DType::Q8_0 if cfg!(target_pointer_width = "64") => {
             let groups = k / d.block_len() / Q8_0_GROUP_BLOCKS;
             groups.div_ceil(Q8_0_SUPER_GROUPS) * Q8_0_SUPER_BYTES
         }
@@ -75,7 +77,7 @@ pub fn side_bytes(d: DType, k: usize) -> usize {
 pub fn write_side(d: DType, blocks: &[u8], k: usize, side: &mut [u8]) -> Result<(), Error> {
     fused_core::error::check_len("activation blocks", d.row_bytes(k)?, blocks.len())?;
     fused_core::error::check_len("activation side data", side_bytes(d, k), side.len())?;
-    if d != DType::Q8_0 {
+    if d != DType::Q8_0 || side.is_empty() {
         return Ok(());
     }
     const YB: usize = 34;

@@ -38,18 +38,42 @@ pub mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_avx512;
 
+// The float tiles and accumulators live on the stack of the calling
+// thread. On 64-bit targets they are sized for the caches; on smaller ones
+// (microcontrollers, where the stack may be a few KiB) for the stack: the
+// whole float path then takes about 5 KiB (README, "Without std"). The
+// sizes change which work is grouped, never a value.
+
 /// Elements of K decoded per chunk: a multiple of every block length (256).
+/// 512 on 64-bit targets, 256 on others.
+#[cfg(target_pointer_width = "64")]
 pub const KC: usize = 512;
-/// Columns per column chunk (one accumulator tile).
+/// Elements of K decoded per chunk: a multiple of every block length (256).
+/// 512 on 64-bit targets, 256 on others.
+#[cfg(not(target_pointer_width = "64"))]
+pub const KC: usize = 256;
+/// Columns per column chunk (one accumulator tile): 64 on 64-bit targets,
+/// 16 on others.
+#[cfg(target_pointer_width = "64")]
 pub const NC: usize = 64;
+/// Columns per column chunk (one accumulator tile): 64 on 64-bit targets,
+/// 16 on others.
+#[cfg(not(target_pointer_width = "64"))]
+pub const NC: usize = 16;
 /// Columns per micro-kernel call.
 pub const CN: usize = 4;
 /// Weight rows per float tile.
 pub const RR: usize = 4;
 /// Weight rows per int tile: four 16-lane vectors, swept two at a time.
 pub const RT: usize = 64;
-/// Most lanes a float accumulator of the `k`-in-lanes kernels uses (AVX2).
+/// Most lanes a float accumulator of the `k`-in-lanes kernels uses: 8
+/// (AVX2) on x86-64, 1 (the scalar kernel) elsewhere.
+#[cfg(target_arch = "x86_64")]
 pub const MAX_LANES: usize = 8;
+/// Most lanes a float accumulator of the `k`-in-lanes kernels uses: 8
+/// (AVX2) on x86-64, 1 (the scalar kernel) elsewhere.
+#[cfg(not(target_arch = "x86_64"))]
+pub const MAX_LANES: usize = 1;
 
 /// A float tile: [`RR`] weight rows of one K chunk as f32.
 pub type FloatTile = [[f32; KC]; RR];
