@@ -30,10 +30,10 @@ pub enum ActEval {
 }
 
 impl ActEval {
-    /// The evaluation used on `isa`: the reference on the scalar ISA, the
-    /// vector `exp` on the SIMD ones.
+    /// The evaluation used on `isa`: the reference on the scalar ISA and
+    /// on the bit-exact Arm DSP one, the vector `exp` on the SIMD ones.
     pub fn for_isa(isa: Isa) -> ActEval {
-        if isa == Isa::Scalar {
+        if isa.is_reference_exact() {
             ActEval::Reference
         } else {
             ActEval::VectorExp

@@ -14,7 +14,6 @@ use fused_core::planner::Plan;
 
 use crate::backend::CpuBackend;
 use crate::exec::CpuMemory;
-use crate::isa::Isa;
 
 impl Backend for CpuBackend {
     type Error = Error;
@@ -36,7 +35,7 @@ impl Backend for CpuBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_cols: usize::MAX,
-            bit_exact_reference: self.isa() == Isa::Scalar,
+            bit_exact_reference: self.isa().is_reference_exact(),
             device_timer: false,
         }
     }

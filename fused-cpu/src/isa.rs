@@ -2,14 +2,21 @@
 
 /// The instruction sets the kernels are written for.
 ///
-/// The order is by architecture family (the portable one, then aarch64, then
-/// x86-64) and, within a family, from the baseline to the richest set, so
+/// The order is by architecture family (the portable one, then 32-bit Arm,
+/// aarch64 and x86-64) and, within a family, from the baseline to the
+/// richest set, so
 /// `a >= b` means "`a` has everything `b` has" only for `a`, `b` of one
 /// family; [`Isa::is_supported`] is what says whether a set can run here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Isa {
     /// Portable Rust: the core's reference arithmetic.
     Scalar,
+    /// The DSP extension of Armv7E-M (Cortex-M4, Cortex-M7): `SMLAD` for
+    /// the Q4_0 and Q8_0 integer dot products, bit for bit the scalar
+    /// kernels. 32-bit Arm only; supported where the build targets
+    /// Armv7E-M (`thumbv7em-*`).
+    #[cfg(target_arch = "arm")]
+    ArmDsp,
     /// aarch64 Advanced SIMD (NEON), the aarch64 baseline (little-endian
     /// targets only).
     Neon,
@@ -23,8 +30,19 @@ pub enum Isa {
 
 impl Isa {
     /// Every ISA, in [`Ord`] order.
+    #[cfg(not(target_arch = "arm"))]
     pub const ALL: [Isa; 5] = [
         Isa::Scalar,
+        Isa::Neon,
+        Isa::NeonDotprod,
+        Isa::Avx2,
+        Isa::Avx512,
+    ];
+    /// Every ISA, in [`Ord`] order.
+    #[cfg(target_arch = "arm")]
+    pub const ALL: [Isa; 6] = [
+        Isa::Scalar,
+        Isa::ArmDsp,
         Isa::Neon,
         Isa::NeonDotprod,
         Isa::Avx2,
@@ -35,6 +53,8 @@ impl Isa {
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
+            #[cfg(target_arch = "arm")]
+            Isa::ArmDsp => "arm-dsp",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon-dotprod",
             Isa::Avx2 => "avx2",
@@ -64,10 +84,26 @@ impl Isa {
         let best = Isa::detect();
         match self {
             Isa::Scalar => true,
+            #[cfg(target_arch = "arm")]
+            Isa::ArmDsp => best == Isa::ArmDsp,
             Isa::Neon | Isa::NeonDotprod => {
                 matches!(best, Isa::Neon | Isa::NeonDotprod) && self <= best
             }
             Isa::Avx2 | Isa::Avx512 => matches!(best, Isa::Avx2 | Isa::Avx512) && self <= best,
+        }
+    }
+}
+
+impl Isa {
+    /// Whether every kernel of `self` gives the core's reference bits (the
+    /// scalar ISA, and the Arm DSP one, whose integer sums are exact and
+    /// whose float operations are the reference's).
+    pub(crate) fn is_reference_exact(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "arm")]
+            Isa::ArmDsp => true,
+            _ => false,
         }
     }
 }
@@ -159,6 +195,22 @@ fn detect_runtime() -> Isa {
     ))
 ))]
 fn detect_runtime() -> Isa {
+    static_arm()
+}
+
+/// On 32-bit Arm, [`Isa::ArmDsp`] where the build targets Armv7E-M
+/// (`build.rs`); elsewhere, and on Arm without it, [`Isa::Scalar`].
+#[cfg(any(
+    not(feature = "std"),
+    not(any(
+        target_arch = "x86_64",
+        all(target_arch = "aarch64", target_endian = "little")
+    ))
+))]
+fn static_arm() -> Isa {
+    #[cfg(fused_arm_dsp)]
+    return Isa::ArmDsp;
+    #[cfg(not(fused_arm_dsp))]
     Isa::Scalar
 }
 
@@ -196,6 +248,6 @@ fn detect_cached() -> Isa {
     )) {
         Isa::Neon
     } else {
-        Isa::Scalar
+        static_arm()
     }
 }

@@ -13,7 +13,9 @@ use crate::isa::Isa;
 
 #[cfg(all(target_arch = "aarch64", target_endian = "little"))]
 pub mod aarch64_neon;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(fused_arm_dsp)]
+pub mod arm_dsp;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", fused_arm_dsp))]
 mod common;
 pub mod gemm;
 pub mod packed;
@@ -89,6 +91,12 @@ pub fn row_dot(isa: Isa, dtype: DType, mode: ActQuant) -> RowDot {
         {
             return k;
         }
+    }
+    #[cfg(fused_arm_dsp)]
+    if isa == Isa::ArmDsp
+        && let Some(k) = arm_dsp::row_dot(dtype, mode)
+    {
+        return k;
     }
     #[cfg(all(target_arch = "aarch64", target_endian = "little"))]
     if matches!(isa, Isa::Neon | Isa::NeonDotprod)
