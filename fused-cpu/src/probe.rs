@@ -181,7 +181,8 @@ fn gb_per_s(bytes: usize, t: Duration) -> f64 {
 /// The read bandwidth in GB/s (10⁹ bytes/s) of a read-only sum over a
 /// buffer of `bytes` (use ≥ 1 GiB to measure DRAM rather than cache),
 /// allocated and touched once, split across `threads` threads: the median of
-/// `reps` passes of the fastest access pattern ([`STREAM_COUNTS`]).
+/// `reps` passes of the fastest access pattern (1, 2, 4 or 8 streams a
+/// thread).
 pub fn read_bandwidth(bytes: usize, threads: usize, reps: usize) -> f64 {
     BandwidthProbe::new(bytes).read(threads, reps)
 }
