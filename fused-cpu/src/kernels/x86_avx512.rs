@@ -67,8 +67,10 @@
 //! The four-row kernels run the same code as the one-row kernels on each of
 //! their rows (one generic function over the row count), reading the
 //! activations once for the four rows, so their results are bit-identical.
-//! For Q4_0 and Q8_0, tails shorter than a group, and activations without
-//! side data, use the AVX2 kernels.
+//! Q8_0 takes the blocks after its last whole group (which have no side
+//! data) in the same group step, from masked loads of the blocks
+//! themselves; Q4_0 takes them with the AVX2 kernel. Activations without
+//! side data go through the AVX2 kernels.
 //!
 //! The AVX-512 intrinsics and `target_feature` names used here are stable
 //! since Rust 1.89, the workspace's `rust-version`.
@@ -658,6 +660,11 @@ q4_0_kernel!(
     q4_0_codes_vbmi
 );
 
+/// Q8_0 × Q8_0 over groups of four blocks of `R` rows ([`q8_0_group`]),
+/// even and odd groups into two accumulators per row; the last `nb mod 4`
+/// blocks, which have no side data, go through the same arithmetic from
+/// masked loads ([`q8_0_tail_group`]).
+///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds `nb`
 /// Q8_0 blocks, `y` `nb` Q8_0 blocks and `side` their side data.
@@ -702,11 +709,96 @@ unsafe fn q8_0_rows<const R: usize>(
     if g < ng {
         step!(g, 0);
     }
-    let sums = acc.map(|a| _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])));
     let b = ng * Q8_0_GROUP_BLOCKS;
-    // SAFETY: the caller's guarantees; AVX2, FMA and F16C are part of this
-    // function's features.
-    unsafe { with_tail(sums, w, y, b, nb, Q8_0_BYTES, avx2::q8_0_q8_0) }
+    if b < nb {
+        // The last `nb mod 4` blocks, which have no side data: the same
+        // group step from masked loads of the blocks themselves.
+        let n = nb - b;
+        // SAFETY: blocks `b .. nb` of `y`, `n` of them.
+        let yt = unsafe { q8_0_tail_acts(y.add(b * Q8_0_BYTES), n) };
+        for (a, wr) in acc.iter_mut().zip(w) {
+            // SAFETY: blocks `b .. nb` of row `wr`, `n` of them.
+            a[1] = unsafe { q8_0_tail_group(wr.add(b * Q8_0_BYTES), n, yt, a[1]) };
+        }
+    }
+    acc.map(|a| _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])))
+}
+
+/// The four loads of a Q8_0 group (weights or activations) of which the
+/// first `n` blocks (1 to 3) exist: bytes `0..64`, `64..128`, `8..72`,
+/// `72..136` of the group, each read only below `34·n` (the rest zero), for
+/// the word permutes of [`q8_0_group`].
+///
+/// # Safety
+/// AVX-512 F/BW present; `p..p + 34·n` readable.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn q8_0_loads(p: *const u8, n: usize) -> [__m512i; 4] {
+    let len = n * Q8_0_BYTES;
+    // SAFETY: each load reads only its bytes below `len`, which the caller
+    // guarantees readable; the others are masked off.
+    unsafe {
+        [
+            load_first(p, len),
+            load_first(p.wrapping_add(64), len.saturating_sub(64)),
+            load_first(p.wrapping_add(8), len.saturating_sub(8)),
+            load_first(p.wrapping_add(72), len.saturating_sub(72)),
+        ]
+    }
+}
+
+/// The activations of a partial Q8_0 group (the last `n` blocks of a
+/// column, 1 to 3, which have no side data) as [`q8_0_group`] takes them:
+/// `(ylo, yhi, off)` with `off` lane `4j + i` the exact `−128·Σ` of the
+/// eight codes that lane meets, and `dy` per lane (lane `4j + i`: the `dy`
+/// of block `j`); lanes of missing blocks are zero.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI present; `yp..yp + 34·n` readable, `1 ≤ n ≤ 3`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn q8_0_tail_acts(yp: *const u8, n: usize) -> ((__m512i, __m512i, __m512i), __m512) {
+    // SAFETY: the caller's guarantee.
+    let [a0, a1, b0, b1] = unsafe { q8_0_loads(yp, n) };
+    let ylo = _mm512_permutex2var_epi16(a0, word_idx(gather_words(17, 1)), a1);
+    let yhi = _mm512_permutex2var_epi16(b0, word_idx(gather_words(17, 5)), b1);
+    let d = _mm512_permutex2var_epi16(a0, word_idx(d_words(17)), a1);
+    let ones = _mm512_set1_epi8(1);
+    let sum = _mm512_dpbusd_epi32(
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, ylo),
+        ones,
+        yhi,
+    );
+    let off = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sum));
+    ((ylo, yhi, off), _mm512_cvtph_ps(_mm512_castsi512_si256(d)))
+}
+
+/// `acc +` the partial Q8_0 group at `wp` (its first `n` blocks, 1 to 3)
+/// against the activations `y` of [`q8_0_tail_acts`], per lane: the
+/// arithmetic of [`q8_0_group`] from masked loads (missing blocks read as
+/// zero codes and scales, and meet zero activations).
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI present; `wp..wp + 34·n` readable, `1 ≤ n ≤ 3`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn q8_0_tail_group(
+    wp: *const u8,
+    n: usize,
+    y: ((__m512i, __m512i, __m512i), __m512),
+    acc: __m512,
+) -> __m512 {
+    let ((ylo, yhi, off), dy) = y;
+    // SAFETY: the caller's guarantee.
+    let [a0, a1, b0, b1] = unsafe { q8_0_loads(wp, n) };
+    let bias = _mm512_set1_epi8(-128);
+    let lo = _mm512_permutex2var_epi16(a0, word_idx(gather_words(17, 1)), a1);
+    let hi = _mm512_permutex2var_epi16(b0, word_idx(gather_words(17, 5)), b1);
+    let d = _mm512_permutex2var_epi16(a0, word_idx(d_words(17)), a1);
+    let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(d));
+    let (lo, hi) = (_mm512_xor_si512(lo, bias), _mm512_xor_si512(hi, bias));
+    let t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(off, lo, ylo), hi, yhi);
+    _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dx, dy), acc)
 }
 
 /// `sums` (each row's dot over its first `b` blocks) plus, when `b < nb`,
@@ -1716,10 +1808,7 @@ fn block_sums4(v: [__m512i; 4]) -> __m128i {
         _mm512_unpacklo_epi64(s01, s23),
         _mm512_unpackhi_epi64(s01, s23),
     );
-    let h = _mm256_add_epi32(
-        _mm512_castsi512_si256(q),
-        _mm512_extracti64x4_epi64::<1>(q),
-    );
+    let h = _mm256_add_epi32(_mm512_castsi512_si256(q), _mm512_extracti64x4_epi64::<1>(q));
     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
 }
 
