@@ -78,6 +78,9 @@ const GEMV_FORMATS: [DType; 5] = [
 ];
 /// Formats benchmarked in cache only (GEMV, GGML's activation mode).
 const CACHE_ONLY_FORMATS: [DType; 1] = [DType::TQ2_0];
+/// Further formats the focused mode ([`focus`]) takes, besides
+/// [`GEMV_FORMATS`] and [`CACHE_ONLY_FORMATS`].
+const FOCUS_ONLY_FORMATS: [DType; 2] = [DType::Q4_1, DType::Q5_1];
 const GEMM_FORMATS: [DType; 3] = [DType::Q4_0, DType::Q8_0, DType::F16];
 /// Weight rows of the small-M GEMM in `gemv_cache` (one GEMM row tile).
 const SMALL_M: usize = 64;
@@ -922,12 +925,17 @@ type GemvCall<'a> = dyn FnMut(usize, &mut [f32]) + 'a;
 /// Focused A/B mode: with `GEMV_FOCUS=Q4_0,Q8_0,…` set, only these formats'
 /// single-column GEMVs are timed (no criterion), call by call, and the
 /// process exits. `GEMV_WHERE` picks `cache` (4096×4096, one copy), `l2`
-/// (about 1.5 MiB of K = 4096 rows, one copy: in L2, compute-bound) and/or
+/// (about 1.5 MiB of K = 4096 rows, one copy: in L2 or L3, compute-bound) and/or
 /// `dram` (16384×8192, rotated copies as in `gemv_dram`), `GEMV_THREADS`
 /// the thread counts (default `cache,dram` and `1,2`), `GEMV_ISA` the
 /// instruction set (`scalar`, `avx2`, `avx512`; default the best) and
 /// `GEMV_COLS` the activation columns (default 1; more runs the GEMM path,
-/// and the line then also gives GFLOP/s). With `GEMV_PACKED=1`, Q4_0 is
+/// and the line then also gives GFLOP/s). Besides the formats of the
+/// criterion groups, it takes Q4_1 and Q5_1 ([`FOCUS_ONLY_FORMATS`]).
+/// `GEMV_DRAM_SHAPE=MxK` sets the shape of `dram` (default `16384x8192`;
+/// e.g. `233016x576`: about as many bytes in short rows, as a small
+/// model's matrices have them), and `GEMV_K` the row length of `cache` and
+/// `l2` (default 4096). With `GEMV_PACKED=1`, Q4_0 is
 /// also timed over packed weights ([`PackedWeights`], the same copies
 /// repacked), each packed line right after the plain line of the same
 /// place and thread count (`focus Q4_0_packed …`). `GEMV_ROWS` sets the
@@ -972,22 +980,29 @@ fn focus(_c: &mut Criterion) {
     let rows: Option<usize> = std::env::var("GEMV_ROWS")
         .ok()
         .map(|r| r.parse().expect("GEMV_ROWS"));
+    let dram_shape = std::env::var("GEMV_DRAM_SHAPE").map_or((16384, 8192), |s| {
+        let (m, k) = s.split_once('x').expect("GEMV_DRAM_SHAPE: MxK");
+        let n = |v: &str| v.parse::<usize>().expect("GEMV_DRAM_SHAPE: MxK");
+        (n(m), n(k))
+    });
+    let cache_k: usize = list("GEMV_K", "4096")[0].parse().expect("GEMV_K");
     let probe = BandwidthProbe::new(1 << 30);
     for f in formats.split(',') {
         let dtype = GEMV_FORMATS
             .into_iter()
             .chain(CACHE_ONLY_FORMATS)
+            .chain(FOCUS_ONLY_FORMATS)
             .find(|d| format!("{d:?}") == f)
-            .expect("format");
+            .expect("GEMV_FOCUS: a format of GEMV_FORMATS, CACHE_ONLY_FORMATS or FOCUS_ONLY_FORMATS");
         let mode = ActQuant::ggml(dtype);
         for place in &wheres {
             let (m, k, rotate) = match place.as_str() {
-                "cache" => (4096, 4096, false),
+                "cache" => (4096, cache_k, false),
                 "l2" => {
-                    let rb = dtype.row_bytes(4096).expect("row bytes");
-                    ((3 << 19) / rb / 16 * 16, 4096, false)
+                    let rb = dtype.row_bytes(cache_k).expect("row bytes");
+                    ((3 << 19) / rb / 16 * 16, cache_k, false)
                 }
-                _ => (16384, 8192, true),
+                _ => (dram_shape.0, dram_shape.1, true),
             };
             let m = if rotate { m } else { rows.unwrap_or(m) };
             let bytes = dtype.row_bytes(k).expect("row bytes") * m;
