@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use fused_core::acts::GemvMode;
@@ -19,38 +18,7 @@ use fused_verify::model::mode::load_reference;
 use fused_verify::model::weights::Weights;
 use fused_verify::model::{ModelError, PROMPT, Reference};
 
-const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// The cached model, or why there is none.
-fn cached_model() -> Result<PathBuf, String> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../.models")
-        .join(MODEL);
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(format!(
-            "{} not found (run scripts/fetch-model)",
-            p.display()
-        ))
-    }
-}
-
-macro_rules! model_or_skip {
-    () => {
-        match cached_model() {
-            Ok(p) => p,
-            Err(why) => {
-                assert!(
-                    std::env::var_os("FUSED_REQUIRE_MODEL").is_none(),
-                    "FUSED_REQUIRE_MODEL is set, but {why}"
-                );
-                println!("skipped: {why}");
-                return;
-            }
-        }
-    };
-}
+use fused_testkit::model_or_skip;
 
 fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -15,38 +15,7 @@ use fused_core::planner::Plan;
 use fused_cpu::CpuBackend;
 use fused_llama::{LlamaError, LoadOptions, Model, ModelFile, Sampler, generate};
 
-const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// The cached model, or why there is none.
-fn cached_model() -> Result<PathBuf, String> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.models")
-        .join(MODEL);
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(format!(
-            "{} not found (run scripts/fetch-model)",
-            p.display()
-        ))
-    }
-}
-
-macro_rules! model_or_skip {
-    () => {
-        match cached_model() {
-            Ok(p) => p,
-            Err(why) => {
-                assert!(
-                    std::env::var_os("FUSED_REQUIRE_MODEL").is_none(),
-                    "FUSED_REQUIRE_MODEL is set, but {why}"
-                );
-                println!("skipped: {why}");
-                return;
-            }
-        }
-    };
-}
+use fused_testkit::model_or_skip;
 
 #[test]
 fn greedy_decoding_says_paris() {
