@@ -61,6 +61,23 @@ impl Value<'_> {
             Value::F64(_) => ValueType::F64,
         }
     }
+
+    /// The value as a non-negative integer, whatever integer type stores
+    /// it (writers differ: `UINT32`, `UINT64` and `INT32` are all seen for
+    /// the same key); `None` for a negative integer or another type.
+    pub fn as_uint(&self) -> Option<u64> {
+        match *self {
+            Value::U8(x) => Some(u64::from(x)),
+            Value::U16(x) => Some(u64::from(x)),
+            Value::U32(x) => Some(u64::from(x)),
+            Value::U64(x) => Some(x),
+            Value::I8(x) => u64::try_from(x).ok(),
+            Value::I16(x) => u64::try_from(x).ok(),
+            Value::I32(x) => u64::try_from(x).ok(),
+            Value::I64(x) => u64::try_from(x).ok(),
+            _ => None,
+        }
+    }
 }
 
 /// An array value: its element type, its length and the bytes of its

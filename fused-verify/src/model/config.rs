@@ -155,17 +155,7 @@ fn uint(g: &Gguf<'_>, key: &str) -> Result<u64, ModelError> {
     let v = g
         .get(key)
         .ok_or_else(|| GgufError::MissingKey { key: key.into() })?;
-    let n = match *v {
-        Value::U8(x) => Some(u64::from(x)),
-        Value::U16(x) => Some(u64::from(x)),
-        Value::U32(x) => Some(u64::from(x)),
-        Value::U64(x) => Some(x),
-        Value::I8(x) => u64::try_from(x).ok(),
-        Value::I16(x) => u64::try_from(x).ok(),
-        Value::I32(x) => u64::try_from(x).ok(),
-        Value::I64(x) => u64::try_from(x).ok(),
-        _ => None,
-    };
+    let n = v.as_uint();
     n.ok_or_else(|| ModelError::Config {
         what: key.to_string(),
         why: format!("expected a non-negative integer, found {v:?}"),
