@@ -18,6 +18,7 @@ use core::ops::Range;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
+use fused_core::error::out_of_range;
 use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
@@ -230,6 +231,9 @@ fn check_epilogue(epilogue: &BoundEpilogue<'_>, rows: usize, cols: usize) -> Res
 /// The accumulators of weight rows `rows` (at most [`TILE_ROWS`]) against
 /// `x` into `acc[..rows.len()]`: four rows at a time where the kernels have
 /// a four-row kernel (bit-identical to the one-row kernel), then one by one.
+/// The row range is checked against `w` once for the tile (a row past the
+/// last is an error, as [`WeightMatrix::row`] has it), and the rows are
+/// sliced from the tile's bytes.
 fn tile_accs(
     kernel: Dot,
     w: &WeightMatrix<'_>,
@@ -239,17 +243,28 @@ fn tile_accs(
 ) -> Result<(), Error> {
     let (dtype, k) = (w.dtype(), w.cols());
     let (start, end) = (rows.start, rows.end);
-    let mut r = start;
+    if start >= end {
+        return Ok(());
+    }
+    if end > w.rows() {
+        // The first row that `w.row` would refuse.
+        return Err(out_of_range("weight row", start.max(w.rows()), w.rows()));
+    }
+    // `w` holds `w.rows() ≥ end > 0` rows of equal length.
+    let rb = w.bytes().len() / w.rows();
+    let tile = &w.bytes()[start * rb..end * rb];
+    let row = |i: usize| &tile[i * rb..(i + 1) * rb];
+    let n = end - start;
+    let mut i = 0;
     if let Some(four) = kernel.four {
-        while r + 4 <= end {
-            let rows = [w.row(r)?, w.row(r + 1)?, w.row(r + 2)?, w.row(r + 3)?];
-            let v = four(dtype, rows, x, k)?;
-            acc[r - start..r - start + 4].copy_from_slice(&v);
-            r += 4;
+        while i + 4 <= n {
+            let v = four(dtype, [row(i), row(i + 1), row(i + 2), row(i + 3)], x, k)?;
+            acc[i..i + 4].copy_from_slice(&v);
+            i += 4;
         }
     }
-    for (a, r) in acc[r - start..].iter_mut().zip(r..end) {
-        *a = (kernel.one)(dtype, w.row(r)?, x, k)?;
+    for (a, i) in acc[i..n].iter_mut().zip(i..) {
+        *a = (kernel.one)(dtype, row(i), x, k)?;
     }
     Ok(())
 }
