@@ -50,7 +50,10 @@
 //! `m` of a super-group (and the activations' `d`, `s`) are gathered as f16
 //! by word permutes and widened at once. The last, partial super-group
 //! runs the same code with masked loads: missing blocks read as zero
-//! activations and scales, so every block count runs in the kernel.
+//! activations and scales, so every block count runs in the kernel; when
+//! it is a single group (K = 576: 16 + 2 blocks), its lanes are scaled one
+//! by one instead (each block's `dx·dy` in its four lanes), which spares
+//! that group a whole sum and scaling of its own.
 //!
 //! Where the CPU has GFNI (`isa::has_gfni`, checked when a kernel is
 //! picked), Q4_0 and Q4_K run variants compiled with it that take the high
@@ -60,7 +63,10 @@
 //! permute and a masked load instead of a two-source word permute (three
 //! µops, two of them on the shuffle port): 5–7 % faster in L2. Q4_1 and
 //! Q5_1 have one such variant, with GFNI and VBMI both (byte permutes for
-//! the codes and the activations, GFNI for the high nibbles).
+//! the codes, the activations and the scales, GFNI for the high nibbles).
+//!
+//! Q8_0, Q4_1 and Q5_1 add up their rows' accumulators in one shuffle tree
+//! for the four rows ([`sum_rows`]).
 //!
 //! Every kernel prefetches its weight rows one call ahead (`prefetch`).
 //!
@@ -441,6 +447,40 @@ unsafe fn q8_0_group(
     _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dx, dy), acc)
 }
 
+/// The sums of the sixteen f32 lanes of each of `acc` (`R ≤ 4` rows'
+/// accumulators), reduced together: two interleave-and-add steps leave
+/// each 128-bit quarter holding the rows' sums of its lanes, then the
+/// quarters are added (13 µops for four rows, where one
+/// `_mm512_reduce_add_ps` per row takes about 8). Each row's lanes meet
+/// only each other, in the same order whatever `R`, so one row gives the
+/// bits of the same row among four.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+fn sum_rows<const R: usize>(acc: [__m512; R]) -> [f32; R] {
+    const { assert!(R <= 4) };
+    let v: [__m512; 4] =
+        core::array::from_fn(|r| acc.get(r).copied().unwrap_or(_mm512_setzero_ps()));
+    let pair = |a, b| _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    // Per quarter: `[a0 + a2, b0 + b2, a1 + a3, b1 + b3]`, the same for `c`, `d`.
+    let (s01, s23) = (
+        _mm512_castps_pd(pair(v[0], v[1])),
+        _mm512_castps_pd(pair(v[2], v[3])),
+    );
+    let q = _mm512_add_ps(
+        _mm512_castpd_ps(_mm512_unpacklo_pd(s01, s23)),
+        _mm512_castpd_ps(_mm512_unpackhi_pd(s01, s23)),
+    );
+    let h = _mm256_add_ps(
+        _mm512_castps512_ps256(q),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(q))),
+    );
+    let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+    let mut lanes = [0.0f32; 4];
+    // SAFETY: `lanes` holds four f32; unaligned store.
+    unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), s) };
+    core::array::from_fn(|r| lanes[r])
+}
+
 /// The sum of the four lanes of each block of four groups' i32 lanes
 /// (`t[g]` lane `4j + i`: part `i` of block `j` of group `g`): lane
 /// `4j + g` of the result is the whole dot of block `j` of group `g`.
@@ -721,7 +761,7 @@ unsafe fn q8_0_rows<const R: usize>(
             a[1] = unsafe { q8_0_tail_group(wr.add(b * Q8_0_BYTES), n, yt, a[1]) };
         }
     }
-    acc.map(|a| _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])))
+    sum_rows(acc.map(|a| _mm512_add_ps(a[0], a[1])))
 }
 
 /// The four loads of a Q8_0 group (weights or activations) of which the
@@ -920,6 +960,58 @@ const fn pair_mask(g: usize) -> __mmask32 {
     (0x1111 << g) | (0x1111 << (16 + g))
 }
 
+/// [`pair_mask`] over bytes: both bytes of each of its words.
+const fn pair_byte_mask(g: usize) -> __mmask64 {
+    (0x0303_0303 << (2 * g)) | (0x0303_0303 << (32 + 2 * g))
+}
+
+/// Word indices as byte indices (for `vpermb`/`vpermt2b`): output bytes
+/// `2l`, `2l + 1` take the bytes of word `f[l]`.
+const fn word_bytes(f: [i16; 32]) -> [i8; 64] {
+    let mut idx = [0i8; 64];
+    let mut l = 0;
+    while l < 32 {
+        idx[2 * l] = (2 * f[l]) as i8;
+        idx[2 * l + 1] = (2 * f[l] + 1) as i8;
+        l += 1;
+    }
+    idx
+}
+
+/// `dm` with its words `4j + g`, `16 + 4j + g` ([`pair_mask`]) replaced by
+/// the words of `a` that the word indices `idx` pick, by a word permute.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+fn pairs_words(dm: __m512i, g: usize, idx: __m512i, a: __m512i) -> __m512i {
+    _mm512_mask_permutexvar_epi16(dm, pair_mask(g), idx, a)
+}
+
+/// [`pairs_words`] by a byte permute (VBMI): one µop where the masked
+/// word permute takes three, two of them on the shuffle port (LLVM may
+/// still pick a word form where it combines them; measured 2–4 % faster
+/// in the Q4_1 kernel at K = 512 to 1536).
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[inline]
+fn pairs_bytes(dm: __m512i, g: usize, idx: __m512i, a: __m512i) -> __m512i {
+    _mm512_mask_permutexvar_epi8(dm, pair_byte_mask(g), idx, a)
+}
+
+/// Words `4j + g`, `16 + 4j + g` ([`pair_mask`]) taken from the words that
+/// `idx` picks of the 64 words `[a | b]` ([`two_words`] indices), the
+/// others zero, by a two-source word permute.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+fn pairs2_words(g: usize, a: __m512i, idx: __m512i, b: __m512i) -> __m512i {
+    _mm512_maskz_permutex2var_epi16(pair_mask(g), a, idx, b)
+}
+
+/// [`pairs2_words`] by a two-source byte permute (VBMI, one µop).
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[inline]
+fn pairs2_bytes(g: usize, a: __m512i, idx: __m512i, b: __m512i) -> __m512i {
+    _mm512_maskz_permutex2var_epi8(pair_byte_mask(g), a, idx, b)
+}
+
 /// The first `len` bytes of 64 as a mask (all of them from 64 on).
 const fn first_bytes(len: usize) -> __mmask64 {
     if len >= 64 {
@@ -976,9 +1068,10 @@ const Q5_1_DM_WORDS: [i16; 32] = two_words(pair_words(12), 16);
 /// `j` in lane `j` of one vector, its last 16 in lane `j` of another, and
 /// `ds` with its blocks' f16 `d` and `s` merged into words `4j + g` and
 /// `16 + 4j + g` ([`pair_mask`]). `$permute` is the two-source permute of
-/// the codes (word or byte), with indices `$idx`.
+/// the codes (word or byte), with indices `$idx`; `$pairs` that of the
+/// scales ([`pairs2_words`] or [`pairs2_bytes`]).
 macro_rules! q8_1_group {
-    ($(#[$m:meta])* $name:ident, $features:literal, $permute:ident, $idx:expr) => {
+    ($(#[$m:meta])* $name:ident, $features:literal, $permute:ident, $idx:expr, $pairs:ident, $ds_idx:expr) => {
         $(#[$m])*
         ///
         /// # Safety
@@ -1001,8 +1094,7 @@ macro_rules! q8_1_group {
             let idx = $idx;
             let lo = $permute(a0, idx, a1);
             let hi = $permute(b0, idx, b1);
-            let ds_idx = word_idx(Q8_1_DS_WORDS);
-            let dsg = _mm512_maskz_permutex2var_epi16(pair_mask(g), a0, ds_idx, a1);
+            let dsg = $pairs(g, a0, $ds_idx, a1);
             (lo, hi, _mm512_or_si512(ds, dsg))
         }
     };
@@ -1013,7 +1105,9 @@ q8_1_group!(
     q8_1_group_words,
     "avx512f,avx512bw",
     _mm512_permutex2var_epi16,
-    word_idx(Q8_1_QS_WORDS)
+    word_idx(Q8_1_QS_WORDS),
+    pairs2_words,
+    const { word_idx(Q8_1_DS_WORDS) }
 );
 q8_1_group!(
     /// Byte-permute form (AVX-512 VBMI: one µop where the word permute
@@ -1021,7 +1115,9 @@ q8_1_group!(
     q8_1_group_vbmi,
     "avx512f,avx512bw,avx512vbmi",
     _mm512_permutex2var_epi8,
-    byte_idx(Q8_1_QS_BYTES)
+    byte_idx(Q8_1_QS_BYTES),
+    pairs2_bytes,
+    const { byte_idx(word_bytes(Q8_1_DS_WORDS)) }
 );
 
 /// The fifth bits of the first `n` blocks (1 to 4) of the Q5_1 group at
@@ -1088,9 +1184,11 @@ unsafe fn q4_1_codes_vbmi(wp: *const u8, n: usize, a: __m512i) -> __m512i {
 /// `j`'s first 16 codes in lane `j` of the first vector, its last 16 in
 /// lane `j` of the second; lanes past `n` hold anything, to meet
 /// activations of zero), and `dm` with the blocks' f16 `d` and `m` merged
-/// into words `4j + g` and `16 + 4j + g` ([`pair_mask`]).
+/// into words `4j + g` and `16 + 4j + g` ([`pair_mask`]) by `$pairs`
+/// (word or byte permutes: [`pairs_words`], [`pairs2_words`] or their byte
+/// forms).
 macro_rules! affine_group {
-    (q4_1, $(#[$m:meta])* $name:ident, $features:literal, $hi:ident, $codes:ident) => {
+    (q4_1, $(#[$m:meta])* $name:ident, $features:literal, $hi:ident, $codes:ident, $pairs:ident, $dm_idx:expr) => {
         $(#[$m])*
         ///
         /// # Safety
@@ -1102,11 +1200,11 @@ macro_rules! affine_group {
             let a = unsafe { load_first(wp, n * Q4_1_BYTES) };
             // SAFETY: as above.
             let v = unsafe { $codes(wp, n, a) };
-            let dm = _mm512_mask_permutexvar_epi16(dm, pair_mask(g), word_idx(pair_words(10)), a);
+            let dm = $pairs(dm, g, $dm_idx, a);
             (_mm512_and_si512(v, _mm512_set1_epi8(0x0f)), $hi(v), dm)
         }
     };
-    (q5_1, $(#[$m:meta])* $name:ident, $features:literal, $hi:ident, $permute:ident, $idx:expr) => {
+    (q5_1, $(#[$m:meta])* $name:ident, $features:literal, $hi:ident, $permute:ident, $idx:expr, $pairs:ident, $dm_idx:expr) => {
         $(#[$m])*
         ///
         /// # Safety
@@ -1121,7 +1219,7 @@ macro_rules! affine_group {
                 (load_first(wp, len), load_first(wp.wrapping_add(32), len.saturating_sub(32)))
             };
             let v = $permute(a, $idx, b);
-            let dmg = _mm512_maskz_permutex2var_epi16(pair_mask(g), a, word_idx(Q5_1_DM_WORDS), b);
+            let dmg = $pairs(g, a, $dm_idx, b);
             // SAFETY: the `qh` of the first `n` blocks (the caller's guarantee).
             let (klo, khi) = unsafe { q5_1_fifth_bits(wp, n) };
             let sixteen = _mm512_set1_epi8(0x10);
@@ -1142,7 +1240,9 @@ affine_group!(
     q4_1_group,
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
     high_nibbles,
-    q4_1_codes
+    q4_1_codes,
+    pairs_words,
+    const { word_idx(pair_words(10)) }
 );
 affine_group!(
     q4_1,
@@ -1151,7 +1251,9 @@ affine_group!(
     q4_1_group_vbmi,
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni,avx512vbmi",
     high_nibbles_gfni,
-    q4_1_codes_vbmi
+    q4_1_codes_vbmi,
+    pairs_bytes,
+    const { byte_idx(word_bytes(pair_words(10))) }
 );
 affine_group!(
     q5_1,
@@ -1160,7 +1262,9 @@ affine_group!(
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
     high_nibbles,
     _mm512_permutex2var_epi16,
-    word_idx(Q5_1_QS_WORDS)
+    word_idx(Q5_1_QS_WORDS),
+    pairs2_words,
+    const { word_idx(Q5_1_DM_WORDS) }
 );
 affine_group!(
     q5_1,
@@ -1169,7 +1273,9 @@ affine_group!(
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni,avx512vbmi",
     high_nibbles_gfni,
     _mm512_permutex2var_epi8,
-    byte_idx(Q5_1_QS_BYTES)
+    byte_idx(Q5_1_QS_BYTES),
+    pairs2_bytes,
+    const { byte_idx(word_bytes(Q5_1_DM_WORDS)) }
 );
 
 /// The `R`-row affine-format × Q8_1 kernel `$rows` (documented at its
@@ -1180,14 +1286,17 @@ macro_rules! affine_kernel {
         $(#[$m])*
         #[target_feature(enable = $features)]
         unsafe fn $rows<const R: usize>(w: [*const u8; R], y: *const u8, nb: usize) -> [f32; R] {
-            /// Blocks `b0 .. b0 + nbs` (`nbs ≤ 16`; 16 when `FULL`) of every
-            /// row into `acc`.
+            /// Blocks `b0 .. b0 + nbs` of every row into `acc`: `G` groups
+            /// (`4·(G − 1) < nbs ≤ 4·G`; `G = 4`, `nbs = 16` when `FULL`, a
+            /// whole super-group). The group count is a constant, so that
+            /// every loop here unrolls; only the last group's block count
+            /// varies, unless `FULL`.
             ///
             /// # Safety
             /// As the enclosing function's; `b0 + nbs ≤ nb`.
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn step<const R: usize, const FULL: bool>(
+            unsafe fn step<const R: usize, const G: usize, const FULL: bool>(
                 acc: &mut [__m512; R],
                 w: [*const u8; R],
                 y: *const u8,
@@ -1195,35 +1304,39 @@ macro_rules! affine_kernel {
                 b0: usize,
                 nbs: usize,
             ) {
-                let nbs = if FULL { AFFINE_SUPER } else { nbs };
                 let zero = _mm512_setzero_si512();
-                // Blocks of group `g` (0 past the last).
-                let blocks = |g: usize| nbs.saturating_sub(AFFINE_GROUP * g).min(AFFINE_GROUP);
-                // The activations, once for all rows; groups past the
-                // last stay zero.
-                let mut ys = [(zero, zero); AFFINE_SUPER / AFFINE_GROUP];
+                // Blocks of group `g < G`.
+                let blocks = |g: usize| {
+                    if FULL || g + 1 < G {
+                        AFFINE_GROUP
+                    } else {
+                        nbs - AFFINE_GROUP * g
+                    }
+                };
+                // The activations, once for all rows.
+                let mut ys = [(zero, zero); G];
                 let mut ds = zero;
                 for (g, yg) in ys.iter_mut().enumerate() {
                     let n = blocks(g);
-                    if n == 0 {
-                        break;
-                    }
                     // SAFETY: blocks `b0 + 4g .. b0 + 4g + n ≤ nb` of `y`.
                     let yp = unsafe { y.add((b0 + AFFINE_GROUP * g) * Q8_1_BYTES) };
                     // SAFETY: as above: the `n` blocks at `yp`.
                     let (lo, hi, d) = unsafe { $acts(yp, n, ds, g) };
                     (*yg, ds) = ((lo, hi), d);
                 }
-                let dy = _mm512_cvtph_ps(_mm512_castsi512_si256(ds));
+                let mut dy = _mm512_cvtph_ps(_mm512_castsi512_si256(ds));
                 let sy = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(ds));
+                if G == 1 {
+                    // One group (group 0: block `j` at lane `4j`): scaled
+                    // per lane, each block's `dy` in its four lanes.
+                    dy = _mm512_permute_ps::<0>(dy);
+                }
                 for (a, wr) in acc.iter_mut().zip(w) {
+                    // Groups past `G` stay zero.
                     let mut t = [zero; AFFINE_SUPER / AFFINE_GROUP];
                     let mut dm = zero;
                     for (g, (tg, yg)) in t.iter_mut().zip(ys).enumerate() {
                         let n = blocks(g);
-                        if n == 0 {
-                            break;
-                        }
                         let wg = wr.wrapping_add((b0 + AFFINE_GROUP * g) * $wb);
                         prefetch(wg.wrapping_add(pf));
                         prefetch(wg.wrapping_add(pf + 64));
@@ -1235,7 +1348,15 @@ macro_rules! affine_kernel {
                     }
                     let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
                     let mx = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(dm));
-                    let u = _mm512_cvtepi32_ps(sum_parts(t));
+                    let (u, dx) = if G == 1 {
+                        // Lane `4j + i`: part `i` of block `j`'s dot (exact,
+                        // at most 8·31·127), by its block's `dx·dy`: for one
+                        // group, cheaper than summing the parts first. The
+                        // min terms stay in lanes `4j`.
+                        (_mm512_cvtepi32_ps(t[0]), _mm512_permute_ps::<0>(dx))
+                    } else {
+                        (_mm512_cvtepi32_ps(sum_parts(t)), dx)
+                    };
                     *a = _mm512_fmadd_ps(u, _mm512_mul_ps(dx, dy), *a);
                     *a = _mm512_fmadd_ps(mx, sy, *a);
                 }
@@ -1245,15 +1366,20 @@ macro_rules! affine_kernel {
             let full = nb / AFFINE_SUPER;
             for s in 0..full {
                 // SAFETY: super-group `s < full`: blocks `16s .. 16s + 16 ≤ nb`.
-                unsafe { step::<R, true>(&mut acc, w, y, pf, s * AFFINE_SUPER, AFFINE_SUPER) };
+                unsafe { step::<R, 4, true>(&mut acc, w, y, pf, s * AFFINE_SUPER, AFFINE_SUPER) };
             }
-            if nb % AFFINE_SUPER != 0 {
-                // SAFETY: the last blocks, `16·full .. nb`.
-                unsafe {
-                    step::<R, false>(&mut acc, w, y, pf, full * AFFINE_SUPER, nb % AFFINE_SUPER)
-                };
+            let (b0, rest) = (full * AFFINE_SUPER, nb % AFFINE_SUPER);
+            // SAFETY: the last blocks, `b0 .. nb`, in `⌈rest / 4⌉` groups.
+            unsafe {
+                match rest.div_ceil(AFFINE_GROUP) {
+                    1 => step::<R, 1, false>(&mut acc, w, y, pf, b0, rest),
+                    2 => step::<R, 2, false>(&mut acc, w, y, pf, b0, rest),
+                    3 => step::<R, 3, false>(&mut acc, w, y, pf, b0, rest),
+                    4 => step::<R, 4, false>(&mut acc, w, y, pf, b0, rest),
+                    _ => {}
+                }
             }
-            acc.map(|a| _mm512_reduce_add_ps(a))
+            sum_rows(acc)
         }
     };
 }
@@ -1270,7 +1396,10 @@ affine_kernel!(
     /// `mx·sy` are added in a second FMA; the sixteen `dx`, `mx` (and,
     /// for the activations, `dy`, `sy`) are gathered as f16 and widened at
     /// once. The last, partial super-group runs the same steps with masked
-    /// loads (missing blocks read as zero codes, activations and scales).
+    /// loads (missing blocks read as zero codes, activations and scales);
+    /// a single group there scales its four lanes per block one by one
+    /// rather than summing them first. The rows' sums come out of one
+    /// shuffle tree ([`sum_rows`]).
     ///
     /// # Safety
     /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `w[r]` holds
