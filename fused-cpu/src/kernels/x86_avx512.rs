@@ -68,7 +68,8 @@
 //! Q8_0, Q4_1 and Q5_1 add up their rows' accumulators in one shuffle tree
 //! for the four rows ([`sum_rows`]).
 //!
-//! Every kernel prefetches its weight rows one call ahead (`prefetch`).
+//! Every kernel prefetches its weight rows one call ahead (`prefetch`);
+//! Q8_0 at least 8 KB ahead (`Q8_0_PREFETCH_MIN`).
 //!
 //! The four-row kernels run the same code as the one-row kernels on each of
 //! their rows (one generic function over the row count), reading the
@@ -305,7 +306,9 @@ row_entries!(
 /// L2. Every kernel here prefetches, for each weight row it reads, the same
 /// position `R` rows further (the row that the next call for the next `R`
 /// rows will read at that point, since a matrix's rows are contiguous), so
-/// that the whole weight stream is requested once, one call ahead.
+/// that the whole weight stream is requested once, one call ahead; Q8_0
+/// at least [`Q8_0_PREFETCH_MIN`] bytes ahead. A prefetch past the end of
+/// the matrix is harmless (its address is formed with `wrapping_add`).
 #[inline(always)]
 pub(crate) fn prefetch(p: *const u8) {
     // SAFETY: a prefetch is only a hint: it never faults and has no
@@ -316,6 +319,16 @@ pub(crate) fn prefetch(p: *const u8) {
         _mm_prefetch::<_MM_HINT_T1>(p.cast())
     }
 }
+
+/// The least distance, in bytes, at which the Q8_0 kernel prefetches its
+/// weights. One call ahead is only 2.4 KB for four rows of K = 576 (a
+/// small model's output head, 30 MB of short rows): too little in flight
+/// for DRAM. Measured on the 49152 × 576 head shape in DRAM (shared
+/// 2-core Zen 4, medians of alternated runs): 1 thread 12.4 -> 14.9 GB/s
+/// at 8 KB (14.6 at 16 KB), 2 threads 23.4 -> 26.1 GB/s. Q4_1 at K = 576
+/// gained nothing from it (18.0 -> 17.4 GB/s, 1 thread), so the other
+/// kernels keep one call.
+const Q8_0_PREFETCH_MIN: usize = 8 << 10;
 
 /// Indices for `vpermw`/`vpermt2w`: output word `l` takes word `f(l)`.
 const fn word_idx(f: [i16; 32]) -> __m512i {
@@ -716,7 +729,7 @@ unsafe fn q8_0_rows<const R: usize>(
     nb: usize,
 ) -> [f32; R] {
     let ng = nb / Q8_0_GROUP_BLOCKS;
-    let pf = R * nb * Q8_0_BYTES;
+    let pf = (R * nb * Q8_0_BYTES).max(Q8_0_PREFETCH_MIN);
     // Two accumulators per row (even and odd groups).
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
     // Group `$g` into accumulator `$half` of every row.
