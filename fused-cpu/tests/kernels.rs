@@ -368,7 +368,7 @@ fn q8_0_side_data_follows_its_layout() {
 fn activation_quantizers_match_the_core() {
     use fused_cpu::acts::{prepared_bytes, quantize_columns};
     let mut rng = Rng::new(0x051a_b1e5);
-    // Segments of 256 (whole Q8_0 and Q8_K blocks) of edge cases: exact
+    // Segments of 256 (whole Q8_0, Q8_1 and Q8_K blocks) of edge cases: exact
     // ties after scaling (amax 127 gives Q8_0 d = 1 and Q8_K iscale = −1),
     // the largest |v| twice with both signs (the first one sets Q8_K's
     // sign), zeros, signed zeros and subnormals, huge values, NaN and
@@ -399,7 +399,7 @@ fn activation_quantizers_match_the_core() {
         x.extend(rng.vec(256 * 3).iter().map(|v| v * scale));
     }
     let k = x.len();
-    for mode in [ActQuant::Q8_0, ActQuant::Q8_K] {
+    for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
         let d = mode.dtype().unwrap();
         let mut scratch = vec![0u8; prepared_bytes(mode, k).unwrap()];
         quantize_columns(mode, &x, k, &mut scratch).unwrap();

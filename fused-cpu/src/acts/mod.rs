@@ -84,23 +84,31 @@ pub fn quantize_columns(
 }
 
 /// [`fused_core::quant::quantize_row`], through a vectorized quantizer
-/// with the same bytes where this machine has one (Q8_0 and Q8_K on
-/// AVX-512).
+/// with the same bytes where this machine has one (Q8_0 and Q8_1 on AVX2
+/// and AVX-512, Q8_K on AVX-512).
 fn quantize_row(d: DType, col: &[f32], blocks: &mut [u8]) -> Result<(), Error> {
     #[cfg(target_arch = "x86_64")]
-    if matches!(d, DType::Q8_0 | DType::Q8_K)
-        && crate::isa::Isa::detect() >= crate::isa::Isa::Avx512
     {
-        fused_core::error::check_len("activation blocks", d.row_bytes(col.len())?, blocks.len())?;
-        // SAFETY: `Isa::detect()` confirmed AVX-512 F/BW/VL (its Avx512
-        // level requires them).
-        return unsafe {
-            if d == DType::Q8_0 {
-                x86_quant::quantize_q8_0(col, blocks)
-            } else {
-                x86_quant::quantize_q8_k(col, blocks)
-            }
+        use crate::isa::Isa;
+        let isa = Isa::detect();
+        let x86: Option<x86_quant::Quantizer> = match d {
+            DType::Q8_0 if isa >= Isa::Avx512 => Some(x86_quant::quantize_q8_0),
+            DType::Q8_1 if isa >= Isa::Avx512 => Some(x86_quant::quantize_q8_1),
+            DType::Q8_K if isa >= Isa::Avx512 => Some(x86_quant::quantize_q8_k),
+            DType::Q8_0 if isa >= Isa::Avx2 => Some(x86_quant::quantize_q8_0_avx2),
+            DType::Q8_1 if isa >= Isa::Avx2 => Some(x86_quant::quantize_q8_1_avx2),
+            _ => None,
         };
+        if let Some(quantize) = x86 {
+            fused_core::error::check_len(
+                "activation blocks",
+                d.row_bytes(col.len())?,
+                blocks.len(),
+            )?;
+            // SAFETY: `Isa::detect()` confirmed the features the quantizer
+            // needs: AVX-512 F/BW/VL for the Avx512 level, AVX2 for Avx2.
+            return unsafe { quantize(col, blocks) };
+        }
     }
     fused_core::quant::quantize_row(d, col, blocks)
 }
