@@ -993,7 +993,9 @@ fn focus(_c: &mut Criterion) {
             .chain(CACHE_ONLY_FORMATS)
             .chain(FOCUS_ONLY_FORMATS)
             .find(|d| format!("{d:?}") == f)
-            .expect("GEMV_FOCUS: a format of GEMV_FORMATS, CACHE_ONLY_FORMATS or FOCUS_ONLY_FORMATS");
+            .expect(
+                "GEMV_FOCUS: a format of GEMV_FORMATS, CACHE_ONLY_FORMATS or FOCUS_ONLY_FORMATS",
+            );
         let mode = ActQuant::ggml(dtype);
         for place in &wheres {
             let (m, k, rotate) = match place.as_str() {
