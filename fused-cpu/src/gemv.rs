@@ -90,6 +90,14 @@ impl From<RowDot> for RowKernels {
 /// Rows per accumulator tile.
 pub(crate) const TILE_ROWS: usize = 16;
 
+/// Tiles of one matrix a gated GEMV reads before switching to the other
+/// (one on 32-bit targets, whose stacks are small: three f32 arrays of
+/// `GLU_TILES · TILE_ROWS` live on the stack).
+#[cfg(target_pointer_width = "64")]
+const GLU_TILES: usize = 16;
+#[cfg(not(target_pointer_width = "64"))]
+const GLU_TILES: usize = 1;
+
 /// Some of the activation columns of a call: `acts` are columns
 /// `first..first + acts.len()` of the call's `total`. Which driver computes
 /// them depends on `total` (see [`gemv_rows_cols`]), so a call split into
@@ -307,16 +315,26 @@ pub(crate) fn gemv_glu_rows_cols(
             store(r, c, epilogue.apply_act(ev.glu(act, g, u), r, c, ev_act))
         });
     }
-    let mut gate = [0.0f32; TILE_ROWS];
-    let mut up = [0.0f32; TILE_ROWS];
-    let mut gated = [0.0f32; TILE_ROWS];
+    // Each matrix is read in runs of GLU_TILES tiles before the other:
+    // switching between the two streams every tile cost the gated GEMV
+    // against two plain ones.
+    const SPAN: usize = GLU_TILES * TILE_ROWS;
+    let mut gate = [0.0f32; SPAN];
+    let mut up = [0.0f32; SPAN];
+    let mut gated = [0.0f32; SPAN];
     let mut start = rows.start;
     while start < rows.end {
-        let end = (start + TILE_ROWS).min(rows.end);
+        let end = (start + SPAN).min(rows.end);
+        let n = end - start;
         for (col, x) in (c0..).zip(part) {
-            tile_accs(kernels.dot, w.gate(), x, start..end, &mut gate)?;
-            tile_accs(kernels.dot, w.up(), x, start..end, &mut up)?;
-            let n = end - start;
+            for (w, acc) in [(w.gate(), &mut gate), (w.up(), &mut up)] {
+                for (i, t) in (start..end).step_by(TILE_ROWS).enumerate() {
+                    let tile: &mut [f32; TILE_ROWS] = (&mut acc[i * TILE_ROWS..(i + 1) * TILE_ROWS])
+                        .try_into()
+                        .expect("a whole tile");
+                    tile_accs(kernels.dot, w, x, t..(t + TILE_ROWS).min(end), tile)?;
+                }
+            }
             ev.glu_slice(act, &gate[..n], &up[..n], &mut gated[..n]);
             let span = &mut gated[..n];
             epilogue.apply_span(span, start, col, |a, v| ev.apply_in_place(a, v));
