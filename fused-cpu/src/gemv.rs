@@ -329,7 +329,8 @@ pub(crate) fn gemv_glu_rows_cols(
         for (col, x) in (c0..).zip(part) {
             for (w, acc) in [(w.gate(), &mut gate), (w.up(), &mut up)] {
                 for (i, t) in (start..end).step_by(TILE_ROWS).enumerate() {
-                    let tile: &mut [f32; TILE_ROWS] = (&mut acc[i * TILE_ROWS..(i + 1) * TILE_ROWS])
+                    let tile: &mut [f32; TILE_ROWS] = (&mut acc
+                        [i * TILE_ROWS..(i + 1) * TILE_ROWS])
                         .try_into()
                         .expect("a whole tile");
                     tile_accs(kernels.dot, w, x, t..(t + TILE_ROWS).min(end), tile)?;
