@@ -94,10 +94,14 @@ impl Sampler {
 
 /// The index of the largest logit (the first on ties; NaN never wins).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] || logits[best].is_nan() {
-            best = i;
+    let Some(&first) = logits.first() else {
+        return 0;
+    };
+    // The best value kept in a register, not re-read by index.
+    let (mut best, mut value) = (0usize, first);
+    for (i, &l) in logits.iter().enumerate().skip(1) {
+        if l > value || value.is_nan() {
+            (best, value) = (i, l);
         }
     }
     best as u32
