@@ -11,12 +11,10 @@ use fused_core::DType;
 use fused_core::acts::GemvMode;
 use fused_core::backend::ResidentPlan;
 use fused_core::exec::StepKernels;
-use fused_core::graph::{Graph, Place};
-use fused_core::memory::Memory;
 use fused_core::planner::{Plan, plan};
-use fused_core::tensor::{BufferId, TensorDesc};
 use fused_cuda::DevicePlan;
 use fused_testkit::compare::assert_bits_eq;
+use fused_testkit::layer::NormQkv;
 
 #[test]
 fn kernel_equals_the_core_definition() {
@@ -55,35 +53,14 @@ fn one_norm_feeds_q_k_and_v() {
     let Some(be) = backend_or_skip() else { return };
     let (k, m) = (512, 48);
     for dtype in [DType::Q8_0, DType::Q4_1, DType::Q4_K, DType::F16] {
-        let rb = dtype.row_bytes(k).unwrap();
         let mut rng = Rng::new(5);
-        let mut g = Graph::new();
-        let w: Vec<_> = (0..3)
-            .map(|i| {
-                let t = TensorDesc::contiguous(dtype, [k, m, 1, 1], BufferId(0), i * m * rb);
-                g.input(t.unwrap()).unwrap()
-            })
-            .collect();
-        let x = g
-            .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0).unwrap())
-            .unwrap();
-        let gamma = g
-            .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 4096).unwrap())
-            .unwrap();
-        let nrm = g.rms_norm(x, 1e-5, Place::at(1, 8192)).unwrap();
-        let xn = g.mul(nrm, gamma, Place::at(1, 12288)).unwrap();
-        let outs: Vec<_> = (0..3)
-            .map(|i| g.mul_mat(w[i], xn, Place::at(1, 16384 + 256 * i)).unwrap())
-            .collect();
-        for &o in &outs {
-            g.mark_output(o).unwrap();
-        }
-        let mut mem = Memory::new(&[3 * m * rb, 32768]);
         let wb = common::weights(&mut rng, dtype, 3 * m, k);
-        mem.buffer_mut(BufferId(0)).unwrap().copy_from_slice(&wb);
-        mem.write(g.tensor(x).unwrap(), &rng.vec_scaled(k, 3.0))
-            .unwrap();
-        mem.write(g.tensor(gamma).unwrap(), &rng.vec(k)).unwrap();
+        let (x, gamma) = (rng.vec_scaled(k, 3.0), rng.vec(k));
+        let NormQkv {
+            graph: g,
+            mem,
+            outs,
+        } = NormQkv::new(dtype, (k, m), &wb, &x, &gamma).unwrap();
         let fused = plan(&g);
         assert_eq!(fused.prologue_nodes.len(), 2, "{fused:?}");
         for mode in [GemvMode::F32, GemvMode::Ggml] {

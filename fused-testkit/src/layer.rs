@@ -103,3 +103,62 @@ impl DecodeLayer {
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
+
+/// Three GEMVs (q, k, v) reading one normed input `mul(rms_norm(x), g)`,
+/// the shape of a layer's attention projections, with its memory.
+#[derive(Debug)]
+pub struct NormQkv {
+    /// The graph.
+    pub graph: Graph,
+    /// The weights (buffer 0), `x` and `g` (buffer 1) written.
+    pub mem: Memory,
+    /// The three GEMV outputs (the graph's outputs).
+    pub outs: [NodeId; 3],
+}
+
+impl NormQkv {
+    /// Weights of `dtype` (`3·m` rows of `k`, `weights` in that format:
+    /// q's rows, then k's, then v's), the input `x` and the norm weight
+    /// `gamma` (`k` values each); epsilon 1e-5.
+    pub fn new(
+        dtype: DType,
+        (k, m): (usize, usize),
+        weights: &[u8],
+        x: &[f32],
+        gamma: &[f32],
+    ) -> Result<NormQkv, fused_core::Error> {
+        let rb = dtype.row_bytes(k)?;
+        let mut g = Graph::new();
+        let mut w = [NodeId(0); 3];
+        for (i, wi) in w.iter_mut().enumerate() {
+            *wi = g.input(TensorDesc::contiguous(
+                dtype,
+                [k, m, 1, 1],
+                BufferId(0),
+                i * m * rb,
+            )?)?;
+        }
+        let vec = |at: usize| TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), at);
+        let stride = (4 * k).next_multiple_of(256);
+        let xt = g.input(vec(0)?)?;
+        let gt = g.input(vec(stride)?)?;
+        let nrm = g.rms_norm(xt, 1e-5, Place::at(1, 2 * stride))?;
+        let xn = g.mul(nrm, gt, Place::at(1, 3 * stride))?;
+        let out_at = |i: usize| Place::at(1, 4 * stride + i * (4 * m).next_multiple_of(256));
+        let mut outs = [NodeId(0); 3];
+        for (i, o) in outs.iter_mut().enumerate() {
+            *o = g.mul_mat(w[i], xn, out_at(i))?;
+            g.mark_output(*o)?;
+        }
+        let mut mem = Memory::new(&[3 * m * rb, out_at(3).offset]);
+        fused_core::error::check_len("q/k/v weight bytes", 3 * m * rb, weights.len())?;
+        mem.buffer_mut(BufferId(0))?.copy_from_slice(weights);
+        mem.write(g.tensor(xt)?, x)?;
+        mem.write(g.tensor(gt)?, gamma)?;
+        Ok(NormQkv {
+            graph: g,
+            mem,
+            outs,
+        })
+    }
+}

@@ -17,6 +17,7 @@ use fused_core::memory::Memory;
 use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
 use fused_core::tensor::{BufferId, TensorDesc};
+use fused_testkit::layer::NormQkv;
 use fused_vulkan::DevicePlan;
 
 /// Every element within `ulps` units in the last place (relative) of the
@@ -109,36 +110,13 @@ fn one_norm_feeds_several_gemvs() {
     };
     let (k, m) = (256, 32);
     let rb = DType::Q8_0.row_bytes(k).unwrap();
-    let mut g = Graph::new();
-    let w: Vec<_> = (0..3)
-        .map(|i| {
-            let t = TensorDesc::contiguous(DType::Q8_0, [k, m, 1, 1], BufferId(0), i * m * rb);
-            g.input(t.unwrap()).unwrap()
-        })
-        .collect();
-    let x = g
-        .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 0).unwrap())
-        .unwrap();
-    let gamma = g
-        .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 1024).unwrap())
-        .unwrap();
-    let nrm = g.rms_norm(x, 1e-5, Place::at(1, 2048)).unwrap();
-    let xn = g.mul(nrm, gamma, Place::at(1, 3072)).unwrap();
-    let outs: Vec<_> = (0..3)
-        .map(|i| g.mul_mat(w[i], xn, Place::at(1, 4096 + 256 * i)).unwrap())
-        .collect();
-    for &o in &outs {
-        g.mark_output(o).unwrap();
-    }
-    let mut mem = Memory::new(&[3 * m * rb, 8192]);
-    quantize_row(
-        DType::Q8_0,
-        &data(3 * m * k, 7),
-        mem.buffer_mut(BufferId(0)).unwrap(),
-    )
-    .unwrap();
-    mem.write(g.tensor(x).unwrap(), &data(k, 8)).unwrap();
-    mem.write(g.tensor(gamma).unwrap(), &data(k, 9)).unwrap();
+    let mut wb = vec![0u8; 3 * m * rb];
+    quantize_row(DType::Q8_0, &data(3 * m * k, 7), &mut wb).unwrap();
+    let NormQkv {
+        graph: g,
+        mem,
+        outs,
+    } = NormQkv::new(DType::Q8_0, (k, m), &wb, &data(k, 8), &data(k, 9)).unwrap();
     let fused = plan(&g);
     assert_eq!(fused.prologue_nodes.len(), 2, "{fused:?}");
     for mode in [GemvMode::F32, GemvMode::Ggml] {
