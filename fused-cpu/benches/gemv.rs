@@ -128,10 +128,12 @@ fn weights(dtype: DType, rows: usize, cols: usize, copies: usize, seed: u64) -> 
         quantize_row(dtype, &rng.vec_scaled(cols, 0.05), row).expect("quantize");
     }
     let total = rows * copies;
-    let mut out = Vec::with_capacity(rb * total);
-    for r in 0..total {
+    // On huge pages where the OS grants them, as the backend's resident
+    // buffers (`fused_cpu::pages`).
+    let mut out: Vec<u8> = fused_cpu::pages::zeroed_vec(rb * total);
+    for (r, dst) in out.chunks_exact_mut(rb).enumerate() {
         let i = (r * 7 + r / DISTINCT) % DISTINCT;
-        out.extend_from_slice(&set[i * rb..(i + 1) * rb]);
+        dst.copy_from_slice(&set[i * rb..(i + 1) * rb]);
     }
     out
 }

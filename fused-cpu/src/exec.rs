@@ -78,7 +78,10 @@ impl CpuMemory {
     /// Zeroed buffers of the given byte sizes.
     pub fn new(sizes: &[usize]) -> CpuMemory {
         CpuMemory {
-            words: sizes.iter().map(|&n| vec![0u32; n.div_ceil(4)]).collect(),
+            words: sizes
+                .iter()
+                .map(|&n| crate::pages::zeroed_vec(n.div_ceil(4)))
+                .collect(),
             lens: sizes.to_vec(),
         }
     }

@@ -247,6 +247,10 @@ lab_mod! {
     #[cfg(feature = "std")]
     probe
 }
+lab_mod! {
+    #[cfg(feature = "std")]
+    pages
+}
 #[cfg(feature = "std")]
 pub mod backend;
 // The core's backend contract on this backend (trait impls only).

@@ -34,9 +34,12 @@ impl BandwidthProbe {
     /// and writes every element, so every page is mapped before timing.
     pub fn new(bytes: usize) -> BandwidthProbe {
         let words = (bytes / (8 * LANES)).max(1) * LANES;
-        let buf = (0..words as u64)
-            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-            .collect();
+        // Huge pages where the OS grants them, as the backend's buffers
+        // (`crate::pages`): a ceiling has to read as fast as they can.
+        let mut buf: Vec<u64> = crate::pages::zeroed_vec(words);
+        for (i, x) in buf.iter_mut().enumerate() {
+            *x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
         BandwidthProbe { buf }
     }
 
