@@ -230,12 +230,35 @@ pub trait ResidentPlan {
         Ok(gather_f32(&bytes, &local)?.into_owned())
     }
 
+    /// [`ResidentPlan::read_f32`] into `out` (`t`'s element count): a
+    /// contiguous F32 tensor is read straight into it, with no allocation
+    /// (what a decode loop reads every token: logits, the residual stream).
+    fn read_f32_into(&self, t: &TensorDesc, out: &mut [f32]) -> Result<(), Self::Error> {
+        check_len("tensor values", t.n_elements(), out.len())?;
+        if is_plain_f32(t) {
+            return self.read(t.buffer(), t.offset(), bytemuck::cast_slice_mut(out));
+        }
+        out.copy_from_slice(&self.read_f32(t)?);
+        Ok(())
+    }
+
     /// Writes `values` (GGML order) into tensor `t`, a contiguous F32, F16
-    /// or BF16 tensor, converting to its format.
+    /// or BF16 tensor, converting to its format (an F32 tensor's values
+    /// are written as they are, with no copy).
     fn write_f32(&mut self, t: &TensorDesc, values: &[f32]) -> Result<(), Self::Error> {
+        if is_plain_f32(t) {
+            check_len("tensor values", t.n_elements(), values.len())?;
+            return self.write(t.buffer(), t.offset(), bytemuck::cast_slice(values));
+        }
         let bytes = encode_f32(t, values)?;
         self.write(t.buffer(), t.offset(), &bytes)
     }
+}
+
+/// Whether `t`'s bytes are its values as this machine's `f32`s: a
+/// contiguous F32 tensor on a little-endian machine (GGML's byte order).
+fn is_plain_f32(t: &TensorDesc) -> bool {
+    t.dtype() == DType::F32 && t.is_contiguous() && cfg!(target_endian = "little")
 }
 
 /// `BufferId(i)`, or an overflow error.

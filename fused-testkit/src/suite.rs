@@ -387,6 +387,9 @@ pub fn restored_inputs_make_runs_repeatable<B: Backend>(b: &B) {
     rp.write_all(&layer.mem).expect("written");
     rp.run().expect("a run");
     let once = rp.read_f32(&out).expect("read");
+    let mut into = vec![f32::NAN; once.len()];
+    rp.read_f32_into(&out, &mut into).expect("read into");
+    assert_bits_eq(&into, &once, &format!("{name}: read_f32_into"));
     rp.run().expect("a second run");
     let twice = rp.read_f32(&out).expect("read");
     assert!(
@@ -570,6 +573,18 @@ pub fn bad_input_is_a_typed_error<B: Backend>(b: &B) {
         .write_f32(&h, &[0.0; 3])
         .expect_err("three values for 256");
     assert!(!e.to_string().is_empty());
+    assert!(
+        rp.read_f32_into(&h, &mut [0.0; 255]).is_err(),
+        "{name}: 256 values read into 255"
+    );
+    assert!(
+        rp.read_f32_into(
+            &layer.weights[0],
+            &mut vec![0.0; layer.weights[0].n_elements()]
+        )
+        .is_err(),
+        "{name}: Q4_0 read into f32"
+    );
     assert!(
         rp.write_all(&Memory::new(&[1, 1])).is_err(),
         "{name}: memory of other sizes"

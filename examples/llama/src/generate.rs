@@ -86,7 +86,7 @@ pub fn generate<B: Backend>(
     for &t in &prompt[..prompt.len() - 1] {
         model.forward(t, &mut cache)?;
     }
-    let mut logits = model.forward(last, &mut cache)?;
+    model.forward(last, &mut cache)?;
     let prompt_time = t0.elapsed();
     let eos = model.tokenizer().eos();
     let mut ids = Vec::with_capacity(n);
@@ -96,7 +96,7 @@ pub fn generate<B: Backend>(
     let mut stream = TextStream::new();
     for i in 0..n {
         let t = Instant::now();
-        let id = sampler.sample(&logits);
+        let id = sampler.sample(model.logits());
         model.add_time(Phase::Sample, t);
         if stop_at_eos && Some(id) == eos {
             break;
@@ -108,7 +108,7 @@ pub fn generate<B: Backend>(
         if i + 1 == n {
             break;
         }
-        logits = model.forward(id, &mut cache)?;
+        model.forward(id, &mut cache)?;
         decode_steps += 1;
     }
     let rest = stream.finish(model.tokenizer())?;

@@ -18,7 +18,7 @@ use crate::config::{DEFAULT_MAX_CONTEXT, LlamaConfig};
 use crate::error::LlamaError;
 use crate::file::{ModelFile, check_shape, matrix, tensor, vector};
 use crate::ops::{Rope, rms_norm};
-use crate::plans::{HeadPlan, Norm, PlanSummary, QkvPlan, ResidualPlan, Supported};
+use crate::plans::{HeadPlan, Norm, PlanSummary, Qkv, QkvPlan, ResidualPlan, Supported};
 use crate::profile::{Phase, Profile};
 use crate::tokenizer::Tokenizer;
 
@@ -118,6 +118,23 @@ pub struct Model<'b, B: Backend + 'b> {
     weight_formats: Vec<(DType, usize)>,
     /// Time per phase, while profiling ([`Model::profile_tokens`]).
     profile: Option<Profile>,
+    /// The vectors of a forward pass, kept from token to token.
+    scratch: Scratch,
+}
+
+/// The vectors a forward pass writes, allocated once: a token's pass then
+/// allocates nothing (the logits alone are `4 · vocab` bytes, whose
+/// allocation and page faults cost about 1.5 % of a token).
+#[derive(Debug, Default)]
+struct Scratch {
+    /// The residual stream.
+    h: Vec<f32>,
+    /// The host-normed input of a plan without the norm prologue.
+    x: Vec<f32>,
+    qkv: Qkv,
+    /// The attention output.
+    attn: Vec<f32>,
+    logits: Vec<f32>,
 }
 
 impl<'b, B: Backend + 'b> fmt::Debug for Model<'b, B> {
@@ -272,6 +289,7 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             backend: format!("{} ({})", backend.name(), backend.device()),
             weight_formats: formats,
             profile: None,
+            scratch: Scratch::default(),
         })
     }
 
@@ -347,8 +365,8 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         KvCache::new(self.cfg.n_layer, self.cfg.kv_dim(), self.max_context)
     }
 
-    /// The embedding of `token`, dequantized.
-    fn embed(&self, token: u32) -> Result<Vec<f32>, LlamaError> {
+    /// The embedding of `token`, dequantized into `out`.
+    fn embed(&self, token: u32, out: &mut Vec<f32>) -> Result<(), LlamaError> {
         let e = self.embedding;
         let row = token as usize;
         if row >= e.rows {
@@ -365,28 +383,35 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             .ok_or_else(|| LlamaError::MissingTensor {
                 name: "token_embd.weight (row outside the file)".into(),
             })?;
-        let mut out = vec![0.0f32; self.cfg.hidden];
-        dequantize_row(e.dtype, bytes, &mut out)
-            .map_err(|err| LlamaError::format("token_embd.weight", e.dtype, err.to_string()))?;
-        Ok(out)
+        out.resize(self.cfg.hidden, 0.0);
+        dequantize_row(e.dtype, bytes, out)
+            .map_err(|err| LlamaError::format("token_embd.weight", e.dtype, err.to_string()))
     }
 
     /// Runs `token` at the next position of `cache` through every layer and
-    /// returns the logits of the token after it.
-    pub fn forward(&mut self, token: u32, cache: &mut KvCache) -> Result<Vec<f32>, LlamaError> {
+    /// returns the logits of the token after it (held by the model until
+    /// the next pass).
+    pub fn forward(&mut self, token: u32, cache: &mut KvCache) -> Result<&[f32], LlamaError> {
         let pos = cache.len();
         cache.check_next(pos)?;
-        let r = self.forward_at(token, pos, cache);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let r = self.forward_at(token, pos, cache, &mut scratch);
+        self.scratch = scratch;
         match r {
-            Ok(logits) => {
+            Ok(()) => {
                 cache.advance();
-                Ok(logits)
+                Ok(&self.scratch.logits)
             }
             Err(e) => {
                 cache.rollback();
                 Err(e)
             }
         }
+    }
+
+    /// The logits of the last [`Model::forward`] (empty before the first).
+    pub fn logits(&self) -> &[f32] {
+        &self.scratch.logits
     }
 
     /// Starts timing the phases of every later token ([`Model::profile`]),
@@ -407,12 +432,14 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         }
     }
 
+    /// [`Model::forward`] at position `pos`, into `s.logits`.
     fn forward_at(
         &mut self,
         token: u32,
         pos: usize,
         cache: &mut KvCache,
-    ) -> Result<Vec<f32>, LlamaError> {
+        s: &mut Scratch,
+    ) -> Result<(), LlamaError> {
         // Runs `$body`, adding its time to `$phase` while profiling.
         macro_rules! timed {
             ($phase:expr, $body:expr) => {{
@@ -425,45 +452,46 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             }};
         }
         let eps = self.cfg.norm_eps;
-        let mut h = timed!(Phase::Embed, self.embed(token))?;
-        let mut x = vec![0.0f32; self.cfg.hidden];
-        let mut attn = vec![0.0f32; self.cfg.n_head * self.cfg.head_dim];
+        timed!(Phase::Embed, self.embed(token, &mut s.h))?;
+        s.x.resize(self.cfg.hidden, 0.0);
+        s.attn.resize(self.cfg.n_head * self.cfg.head_dim, 0.0);
         for (l, layer) in self.layers.iter_mut().enumerate() {
-            let (mut q, mut k, v) = match &layer.attn_norm {
-                None => timed!(Phase::Qkv, layer.qkv.run(&h))?,
+            match &layer.attn_norm {
+                None => timed!(Phase::Qkv, layer.qkv.run(&s.h, &mut s.qkv))?,
                 Some(w) => {
-                    timed!(Phase::HostNorm, rms_norm(&h, w, eps, &mut x));
-                    timed!(Phase::Qkv, layer.qkv.run(&x))?
+                    timed!(Phase::HostNorm, rms_norm(&s.h, w, eps, &mut s.x));
+                    timed!(Phase::Qkv, layer.qkv.run(&s.x, &mut s.qkv))?
                 }
-            };
+            }
+            let Qkv { q, k, v } = &mut s.qkv;
             timed!(Phase::Rope, {
-                self.rope.apply(&mut q, pos);
-                self.rope.apply(&mut k, pos);
+                self.rope.apply(q, pos);
+                self.rope.apply(k, pos);
             });
             timed!(
                 Phase::Attention,
-                self.attention.attend(cache, l, &q, &k, &v, &mut attn)
+                self.attention.attend(cache, l, q, k, v, &mut s.attn)
             );
             match &mut layer.post {
-                Post::Fused(p) => timed!(Phase::Post, p.run(&mut h, &attn))?,
+                Post::Fused(p) => timed!(Phase::Post, p.run(&mut s.h, &s.attn))?,
                 Post::Host { ffn_norm, out, ffn } => {
-                    timed!(Phase::Post, out.run(&mut h, &attn))?;
-                    timed!(Phase::HostNorm, rms_norm(&h, ffn_norm, eps, &mut x));
-                    timed!(Phase::Post, ffn.run(&mut h, &x))?;
+                    timed!(Phase::Post, out.run(&mut s.h, &s.attn))?;
+                    timed!(Phase::HostNorm, rms_norm(&s.h, ffn_norm, eps, &mut s.x));
+                    timed!(Phase::Post, ffn.run(&mut s.h, &s.x))?;
                 }
             }
         }
-        let logits = match &self.output_norm {
-            None => timed!(Phase::Head, self.head.run(&h)),
+        match &self.output_norm {
+            None => timed!(Phase::Head, self.head.run(&s.h, &mut s.logits))?,
             Some(w) => {
-                timed!(Phase::HostNorm, rms_norm(&h, w, eps, &mut x));
-                timed!(Phase::Head, self.head.run(&x))
+                timed!(Phase::HostNorm, rms_norm(&s.h, w, eps, &mut s.x));
+                timed!(Phase::Head, self.head.run(&s.x, &mut s.logits))?
             }
-        };
+        }
         if let Some(p) = &mut self.profile {
             p.token();
         }
-        logits
+        Ok(())
     }
 }
 

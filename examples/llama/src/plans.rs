@@ -329,9 +329,12 @@ impl<'b, B: Backend + 'b> Compiled<'b, B> {
             .map_err(|e| LlamaError::backend(format!("writing {what}"), e))
     }
 
-    fn read(&self, t: &TensorDesc, what: &str) -> Result<Vec<f32>, LlamaError> {
+    /// Reads `t` into `out` (resized to it; no allocation once it has
+    /// the size).
+    fn read(&self, t: &TensorDesc, out: &mut Vec<f32>, what: &str) -> Result<(), LlamaError> {
+        out.resize(t.n_elements(), 0.0);
         self.plan
-            .read_f32(t)
+            .read_f32_into(t, out)
             .map_err(|e| LlamaError::backend(format!("reading {what}"), e))
     }
 
@@ -351,8 +354,17 @@ impl<'b, B: Backend + 'b> fmt::Debug for Compiled<'b, B> {
     }
 }
 
-/// The query, key and value vectors of one position.
-pub type Qkv = (Vec<f32>, Vec<f32>, Vec<f32>);
+/// The query, key and value vectors of one position (read into, so that
+/// a decode loop reuses them).
+#[derive(Clone, Debug, Default)]
+pub struct Qkv {
+    /// The query heads.
+    pub q: Vec<f32>,
+    /// The key heads.
+    pub k: Vec<f32>,
+    /// The value heads.
+    pub v: Vec<f32>,
+}
 
 /// `q, k, v` of one layer, one plan: a single GEMV over `W_q`, `W_k`, `W_v`
 /// stacked row after row where they share a format (the usual case), else
@@ -452,16 +464,14 @@ impl<'b, B: Backend + 'b> QkvPlan<'b, B> {
             .map(|c| QkvPlan { c, x: ht, q, k, v }))
     }
 
-    /// `(W_q·x, W_k·x, W_v·x)`, `x` the normed input or, built
+    /// `W_q·x, W_k·x, W_v·x` into `out`, `x` the normed input or, built
     /// [`QkvPlan::with_norm`], the residual stream.
-    pub fn run(&mut self, x: &[f32]) -> Result<Qkv, LlamaError> {
+    pub fn run(&mut self, x: &[f32], out: &mut Qkv) -> Result<(), LlamaError> {
         self.c.write(&self.x, x, "the q/k/v input")?;
         self.c.run("the q/k/v plan")?;
-        Ok((
-            self.c.read(&self.q, "q")?,
-            self.c.read(&self.k, "k")?,
-            self.c.read(&self.v, "v")?,
-        ))
+        self.c.read(&self.q, &mut out.q, "q")?;
+        self.c.read(&self.k, &mut out.k, "k")?;
+        self.c.read(&self.v, &mut out.v, "v")
     }
 
     /// What the planner made of the graph.
@@ -617,8 +627,7 @@ impl<'b, B: Backend + 'b> ResidualPlan<'b, B> {
         self.c.write(&self.h, h, "the residual stream")?;
         self.c.write(&self.input, input, self.input_what)?;
         self.c.run(self.run_what)?;
-        *h = self.c.read(&self.h, "the residual stream")?;
-        Ok(())
+        self.c.read(&self.h, h, "the residual stream")
     }
 
     /// What the planner made of the graph.
@@ -684,12 +693,12 @@ impl<'b, B: Backend + 'b> HeadPlan<'b, B> {
             .map(|c| HeadPlan { c, x, logits }))
     }
 
-    /// The logits of `x`: the normed final hidden state or, built
-    /// [`HeadPlan::with_norm`], the final hidden state.
-    pub fn run(&mut self, x: &[f32]) -> Result<Vec<f32>, LlamaError> {
+    /// The logits of `x` into `logits`: `x` the normed final hidden state
+    /// or, built [`HeadPlan::with_norm`], the final hidden state.
+    pub fn run(&mut self, x: &[f32], logits: &mut Vec<f32>) -> Result<(), LlamaError> {
         self.c.write(&self.x, x, "the final hidden state")?;
         self.c.run("the output head")?;
-        self.c.read(&self.logits, "the logits")
+        self.c.read(&self.logits, logits, "the logits")
     }
 
     /// What the planner made of the graph.
@@ -795,7 +804,9 @@ mod tests {
             .unwrap();
             let steps = if formats[0] == formats[2] { 1 } else { 3 };
             assert_eq!(p.summary().kernel_steps, steps, "{formats:?}");
-            let (oq, ok, ov) = p.run(&x).unwrap();
+            let mut o = Qkv::default();
+            p.run(&x, &mut o).unwrap();
+            let (oq, ok, ov) = (o.q, o.k, o.v);
             close(&oq, &gemv(&q.1, k, &x));
             close(&ok, &gemv(&kk.1, k, &x));
             close(&ov, &gemv(&v.1, k, &x));
@@ -894,7 +905,9 @@ mod tests {
         .unwrap();
         assert_eq!(p.summary().steps, ["gemv[norm]"]);
         let x = host_norm(&h0, &gamma);
-        let (oq, ok, ov) = p.run(&h0).unwrap();
+        let mut o = Qkv::default();
+        p.run(&h0, &mut o).unwrap();
+        let (oq, ok, ov) = (o.q, o.k, o.v);
         close(&oq, &gemv(&q.1, hidden, &x));
         close(&ok, &gemv(&k.1, hidden, &x));
         close(&ov, &gemv(&v.1, hidden, &x));
@@ -942,10 +955,9 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(head.summary().prologue_steps, 1);
-        close(
-            &head.run(&h0).unwrap(),
-            &gemv(&w.1, hidden, &host_norm(&h0, &gamma)),
-        );
+        let mut logits = Vec::new();
+        head.run(&h0, &mut logits).unwrap();
+        close(&logits, &gemv(&w.1, hidden, &host_norm(&h0, &gamma)));
     }
 
     #[test]

@@ -202,7 +202,7 @@ fn the_norm_prologue_gives_the_host_norm_bits() {
                 fused.forward(t, &mut cf).unwrap(),
                 host.forward(t, &mut ch).unwrap(),
             );
-            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{mode:?}: logits differ at position {i}");
         }
     }

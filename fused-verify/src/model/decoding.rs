@@ -44,7 +44,7 @@ impl<B: Backend> Decoder for Model<'_, B> {
     fn forward(&mut self, token: u32, cache: &mut KvCache) -> Result<Vec<f64>, ModelError> {
         let pos = cache.len();
         Model::forward(self, token, cache)
-            .map(|l| l.into_iter().map(f64::from).collect())
+            .map(|l| l.iter().map(|&x| f64::from(x)).collect())
             .map_err(|e| ModelError::runtime(format!("forward pass at position {pos}"), e))
     }
 }
