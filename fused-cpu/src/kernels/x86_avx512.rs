@@ -69,7 +69,8 @@
 //! for the four rows ([`sum_rows`]).
 //!
 //! Every kernel prefetches its weight rows one call ahead (`prefetch`);
-//! Q8_0 at least 8 KB ahead (`Q8_0_PREFETCH_MIN`).
+//! Q8_0 and F16 at least 8 KB ahead (`PREFETCH_MIN`), Q8_0 its last,
+//! partial group too.
 //!
 //! The four-row kernels run the same code as the one-row kernels on each of
 //! their rows (one generic function over the row count), reading the
@@ -307,7 +308,7 @@ row_entries!(
 /// position `R` rows further (the row that the next call for the next `R`
 /// rows will read at that point, since a matrix's rows are contiguous), so
 /// that the whole weight stream is requested once, one call ahead; Q8_0
-/// at least [`Q8_0_PREFETCH_MIN`] bytes ahead. A prefetch past the end of
+/// and F16 at least [`PREFETCH_MIN`] bytes ahead. A prefetch past the end of
 /// the matrix is harmless (its address is formed with `wrapping_add`).
 #[inline(always)]
 pub(crate) fn prefetch(p: *const u8) {
@@ -320,15 +321,16 @@ pub(crate) fn prefetch(p: *const u8) {
     }
 }
 
-/// The least distance, in bytes, at which the Q8_0 kernel prefetches its
-/// weights. One call ahead is only 2.4 KB for four rows of K = 576 (a
-/// small model's output head, 30 MB of short rows): too little in flight
-/// for DRAM. Measured on the 49152 × 576 head shape in DRAM (shared
-/// 2-core Zen 4, medians of alternated runs): 1 thread 12.4 -> 14.9 GB/s
-/// at 8 KB (14.6 at 16 KB), 2 threads 23.4 -> 26.1 GB/s. Q4_1 at K = 576
-/// gained nothing from it (18.0 -> 17.4 GB/s, 1 thread), so the other
-/// kernels keep one call.
-const Q8_0_PREFETCH_MIN: usize = 8 << 10;
+/// The least distance, in bytes, at which the Q8_0 and F16 kernels
+/// prefetch their weights. One call ahead is only 2.4 KB for four Q8_0
+/// rows of K = 576 (a small model's output head, 30 MB of short rows):
+/// too little in flight for DRAM. Measured on 49152 × 576 in DRAM (shared
+/// 2-core Zen 4, medians of alternated runs): Q8_0 1 thread 12.4 -> 14.9
+/// GB/s at 8 KB (14.6 at 16 KB), 2 threads 23.4 -> 26.1 GB/s; F16 (4.6 KB
+/// one call ahead) 20-21 -> 24-25 GB/s. Q4_1 at K = 576 gained nothing
+/// from it (18.0 -> 17.4 GB/s, 1 thread: compute-bound there), so the
+/// other kernels keep one call.
+const PREFETCH_MIN: usize = 8 << 10;
 
 /// Indices for `vpermw`/`vpermt2w`: output word `l` takes word `f(l)`.
 const fn word_idx(f: [i16; 32]) -> __m512i {
@@ -729,7 +731,7 @@ unsafe fn q8_0_rows<const R: usize>(
     nb: usize,
 ) -> [f32; R] {
     let ng = nb / Q8_0_GROUP_BLOCKS;
-    let pf = (R * nb * Q8_0_BYTES).max(Q8_0_PREFETCH_MIN);
+    let pf = (R * nb * Q8_0_BYTES).max(PREFETCH_MIN);
     // Two accumulators per row (even and odd groups).
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
     // Group `$g` into accumulator `$half` of every row.
@@ -770,8 +772,13 @@ unsafe fn q8_0_rows<const R: usize>(
         // SAFETY: blocks `b .. nb` of `y`, `n` of them.
         let yt = unsafe { q8_0_tail_acts(y.add(b * Q8_0_BYTES), n) };
         for (a, wr) in acc.iter_mut().zip(w) {
+            let wp = wr.wrapping_add(b * Q8_0_BYTES);
+            // The tail's lines too: left out, each row's last line came
+            // from DRAM on demand, which halved the rate of K = 576 rows.
+            prefetch(wp.wrapping_add(pf));
+            prefetch(wp.wrapping_add(pf + 64));
             // SAFETY: blocks `b .. nb` of row `wr`, `n` of them.
-            a[1] = unsafe { q8_0_tail_group(wr.add(b * Q8_0_BYTES), n, yt, a[1]) };
+            a[1] = unsafe { q8_0_tail_group(wp, n, yt, a[1]) };
         }
     }
     sum_rows(acc.map(|a| _mm512_add_ps(a[0], a[1])))
@@ -1470,7 +1477,7 @@ affine_kernel!(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn f16_rows<const R: usize>(w: [*const u8; R], x: *const f32, k: usize) -> [f32; R] {
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
-    let pf = R * 2 * k;
+    let pf = (R * 2 * k).max(PREFETCH_MIN);
     let mut i = 0usize;
     while i + 64 <= k {
         for j in 0..4 {
