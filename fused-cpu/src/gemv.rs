@@ -263,6 +263,9 @@ fn tile_accs(
     let tile = &w.bytes()[start * rb..end * rb];
     let row = |i: usize| &tile[i * rb..(i + 1) * rb];
     let n = end - start;
+    if let Some(whole) = kernel.tile {
+        return whole(dtype, tile, x, k, &mut acc[..n]);
+    }
     let mut i = 0;
     if let Some(four) = kernel.four {
         while i + 4 <= n {

@@ -1,10 +1,11 @@
-//! Four-row kernels: equal, bit for bit, to their one-row kernel on each row.
+//! Four-row and tile kernels: equal, bit for bit, to their one-row kernel
+//! on each row.
 
 use fused_core::DType;
 use fused_core::acts::ActQuant;
 use fused_cpu::Isa;
 use fused_cpu::acts::column;
-use fused_cpu::kernels::{row_dot, row_dot4};
+use fused_cpu::kernels::{row_dot, row_dot4, row_tile};
 
 mod common;
 use common::{HOT_FORMATS, prepare_columns, quantized, without_side};
@@ -67,6 +68,71 @@ fn four_rows_equal_one_row_each() {
             assert!(
                 checked.contains(&dtype),
                 "this machine has AVX-512 but the {dtype} four-row kernel was not checked"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_tile_equals_its_rows_one_at_a_time() {
+    let mut checked = Vec::new();
+    for isa in Isa::available() {
+        for (dtype, mode) in [
+            (DType::Q4_0, ActQuant::Q8_0),
+            (DType::Q8_0, ActQuant::Q8_0),
+            (DType::F16, ActQuant::F32),
+            (DType::Q4_K, ActQuant::Q8_K),
+            (DType::Q6_K, ActQuant::Q8_K),
+            (DType::Q4_1, ActQuant::Q8_1),
+            (DType::Q5_1, ActQuant::Q8_1),
+        ] {
+            let Some(tile) = row_tile(isa, dtype, mode) else {
+                continue;
+            };
+            let one = row_dot(isa, dtype, mode);
+            for k in [256usize, 576, 1536]
+                .into_iter()
+                .filter(|k| k % dtype.block_len() == 0)
+            {
+                let rb = dtype.row_bytes(k).unwrap();
+                let w = quantized(dtype, 11, k, |r| {
+                    (0..k)
+                        .map(|i| (((i * 3 + r * 17) % 31) as f32 - 15.0) * 0.07)
+                        .collect()
+                });
+                let x: Vec<f32> = (0..k).map(|i| ((i * 5 % 19) as f32 - 9.0) * 0.2).collect();
+                let q = prepare_columns(mode, &x, k, 1);
+                let a = column(mode, &x, &q, k, 0).unwrap();
+                for a in [a, without_side(a)] {
+                    // Every tile length up to 11 rows: four-row steps and a rest.
+                    for n in 0..=11 {
+                        let mut got = vec![f32::NAN; n];
+                        tile(dtype, &w[..n * rb], &a, k, &mut got).unwrap();
+                        for (r, g) in got.iter().enumerate() {
+                            let want = one(dtype, &w[r * rb..(r + 1) * rb], &a, k).unwrap();
+                            assert_eq!(
+                                g.to_bits(),
+                                want.to_bits(),
+                                "{isa} {dtype} k={k} n={n} row {r}"
+                            );
+                        }
+                    }
+                }
+                // Bad input is an error, not a panic: bytes that do not split
+                // into the rows asked for, rows of another length.
+                let mut out = [0.0f32; 3];
+                assert!(tile(dtype, &w[..3 * rb - 1], &a, k, &mut out).is_err());
+                assert!(tile(dtype, &w[..3 * rb], &a, k + dtype.block_len(), &mut out).is_err());
+                assert!(tile(dtype, &w[..3], &a, k, &mut out).is_err());
+                checked.push(dtype);
+            }
+        }
+    }
+    if Isa::detect() >= Isa::Avx512 {
+        for dtype in HOT_FORMATS.into_iter().chain([DType::Q4_1, DType::Q5_1]) {
+            assert!(
+                checked.contains(&dtype),
+                "this machine has AVX-512 but the {dtype} tile kernel was not checked"
             );
         }
     }

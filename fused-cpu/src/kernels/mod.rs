@@ -34,6 +34,14 @@ pub type RowDot = fn(DType, &[u8], &Acts<'_>, usize) -> Result<f32, Error>;
 /// activation column, reading the activations once for the four rows.
 pub type RowDot4 = fn(DType, [&[u8]; 4], &Acts<'_>, usize) -> Result<[f32; 4], Error>;
 
+/// A tile kernel: the accumulators of the `out.len()` weight rows laid
+/// back to back in `rows` (equal lengths) against one activation column,
+/// checked once for the whole tile and run four rows at a time, with the
+/// bits of [`RowDot4`] and [`RowDot`]. At K = 576 a four-row call is about
+/// 80 ns, so checking every call and returning its four sums cost a
+/// small model's decode several percent.
+pub type RowTile = fn(DType, &[u8], &Acts<'_>, usize, &mut [f32]) -> Result<(), Error>;
+
 /// The kernels a GEMV uses: one row at a time, and four at a time where the
 /// ISA has such a kernel for the format.
 #[derive(Clone, Copy, Debug)]
@@ -42,20 +50,41 @@ pub struct Dot {
     pub one: RowDot,
     /// The four-row kernel, if any.
     pub four: Option<RowDot4>,
+    /// The tile kernel, if any (only where there is a four-row one).
+    pub tile: Option<RowTile>,
 }
 
 impl From<RowDot> for Dot {
     fn from(one: RowDot) -> Dot {
-        Dot { one, four: None }
+        Dot {
+            one,
+            four: None,
+            tile: None,
+        }
     }
 }
 
-/// The one- and four-row kernels for (`isa`, `dtype`, `mode`).
+/// The one-row, four-row and tile kernels for (`isa`, `dtype`, `mode`).
 pub fn dot(isa: Isa, dtype: DType, mode: ActQuant) -> Dot {
     Dot {
         one: row_dot(isa, dtype, mode),
         four: row_dot4(isa, dtype, mode),
+        tile: row_tile(isa, dtype, mode),
     }
+}
+
+/// The tile kernel for (`isa`, `dtype`, `mode`), if `isa` is supported
+/// and has one.
+pub fn row_tile(isa: Isa, dtype: DType, mode: ActQuant) -> Option<RowTile> {
+    if !isa.is_supported() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        return x86_avx512::row_tile(dtype, mode);
+    }
+    let _ = (dtype, mode);
+    None
 }
 
 /// The four-row kernel for (`isa`, `dtype`, `mode`), if `isa` is supported

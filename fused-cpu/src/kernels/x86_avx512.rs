@@ -86,54 +86,82 @@
 use core::arch::x86_64::*;
 
 use fused_core::acts::ActQuant;
+use fused_core::error::check_len;
 use fused_core::{DType, Error};
 
 use super::common::check_rows_alike;
 use super::x86_avx2::{self as avx2, Q4K_BYTES, Q6K_BYTES, Q8K_BYTES, check_f32, check_quant};
-use super::{RowDot, RowDot4};
+use super::{RowDot, RowDot4, RowTile};
 use crate::acts::Acts;
 use crate::acts::side::{
     Q8_0_GROUP_BLOCKS, Q8_0_GROUP_BYTES, Q8_0_SUPER_BYTES, Q8_0_SUPER_GROUPS, side_bytes,
 };
 use crate::isa::{has_gfni, has_vbmi};
 
-/// The avx512 kernel for weights of `dtype` fed activations in `mode`, if any.
-pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
+/// The entry points of one avx512 kernel: one row, four rows, a tile.
+#[derive(Clone, Copy)]
+struct Entries {
+    one: RowDot,
+    four: RowDot4,
+    tile: RowTile,
+}
+
+/// `Entries` of the kernel named by its three entry points.
+macro_rules! entries {
+    ($one:ident, $four:ident, $tile:ident) => {
+        Some(Entries {
+            one: $one,
+            four: $four,
+            tile: $tile,
+        })
+    };
+}
+
+/// The avx512 kernel for weights of `dtype` fed activations in `mode`, if
+/// any: the variant for the features this CPU has.
+fn entries(dtype: DType, mode: ActQuant) -> Option<Entries> {
     match (dtype, mode) {
-        (DType::Q4_0, ActQuant::Q8_0) if has_gfni() && has_vbmi() => Some(dot_q4_0_q8_0_vbmi),
-        (DType::Q4_0, ActQuant::Q8_0) if has_gfni() => Some(dot_q4_0_q8_0_gfni),
-        (DType::Q4_0, ActQuant::Q8_0) => Some(dot_q4_0_q8_0),
-        (DType::Q8_0, ActQuant::Q8_0) => Some(dot_q8_0_q8_0),
-        (DType::F16, ActQuant::F32) => Some(dot_f16_f32),
-        (DType::Q4_K, ActQuant::Q8_K) if has_gfni() => Some(dot_q4_k_q8_k_gfni),
-        (DType::Q4_K, ActQuant::Q8_K) => Some(dot_q4_k_q8_k),
-        (DType::Q6_K, ActQuant::Q8_K) => Some(dot_q6_k_q8_k),
-        (DType::Q4_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => Some(dot_q4_1_q8_1_vbmi),
-        (DType::Q4_1, ActQuant::Q8_1) => Some(dot_q4_1_q8_1),
-        (DType::Q5_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => Some(dot_q5_1_q8_1_vbmi),
-        (DType::Q5_1, ActQuant::Q8_1) => Some(dot_q5_1_q8_1),
+        (DType::Q4_0, ActQuant::Q8_0) if has_gfni() && has_vbmi() => {
+            entries!(dot_q4_0_q8_0_vbmi, dot4_q4_0_q8_0_vbmi, tile_q4_0_q8_0_vbmi)
+        }
+        (DType::Q4_0, ActQuant::Q8_0) if has_gfni() => {
+            entries!(dot_q4_0_q8_0_gfni, dot4_q4_0_q8_0_gfni, tile_q4_0_q8_0_gfni)
+        }
+        (DType::Q4_0, ActQuant::Q8_0) => entries!(dot_q4_0_q8_0, dot4_q4_0_q8_0, tile_q4_0_q8_0),
+        (DType::Q8_0, ActQuant::Q8_0) => entries!(dot_q8_0_q8_0, dot4_q8_0_q8_0, tile_q8_0_q8_0),
+        (DType::F16, ActQuant::F32) => entries!(dot_f16_f32, dot4_f16_f32, tile_f16_f32),
+        (DType::Q4_K, ActQuant::Q8_K) if has_gfni() => {
+            entries!(dot_q4_k_q8_k_gfni, dot4_q4_k_q8_k_gfni, tile_q4_k_q8_k_gfni)
+        }
+        (DType::Q4_K, ActQuant::Q8_K) => entries!(dot_q4_k_q8_k, dot4_q4_k_q8_k, tile_q4_k_q8_k),
+        (DType::Q6_K, ActQuant::Q8_K) => entries!(dot_q6_k_q8_k, dot4_q6_k_q8_k, tile_q6_k_q8_k),
+        (DType::Q4_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => {
+            entries!(dot_q4_1_q8_1_vbmi, dot4_q4_1_q8_1_vbmi, tile_q4_1_q8_1_vbmi)
+        }
+        (DType::Q4_1, ActQuant::Q8_1) => entries!(dot_q4_1_q8_1, dot4_q4_1_q8_1, tile_q4_1_q8_1),
+        (DType::Q5_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => {
+            entries!(dot_q5_1_q8_1_vbmi, dot4_q5_1_q8_1_vbmi, tile_q5_1_q8_1_vbmi)
+        }
+        (DType::Q5_1, ActQuant::Q8_1) => entries!(dot_q5_1_q8_1, dot4_q5_1_q8_1, tile_q5_1_q8_1),
         _ => None,
     }
+}
+
+/// The avx512 kernel for weights of `dtype` fed activations in `mode`, if any.
+pub fn row_dot(dtype: DType, mode: ActQuant) -> Option<RowDot> {
+    entries(dtype, mode).map(|e| e.one)
 }
 
 /// The avx512 four-row kernel for weights of `dtype` fed activations in
 /// `mode`, if any.
 pub fn row_dot4(dtype: DType, mode: ActQuant) -> Option<RowDot4> {
-    match (dtype, mode) {
-        (DType::Q4_0, ActQuant::Q8_0) if has_gfni() && has_vbmi() => Some(dot4_q4_0_q8_0_vbmi),
-        (DType::Q4_0, ActQuant::Q8_0) if has_gfni() => Some(dot4_q4_0_q8_0_gfni),
-        (DType::Q4_0, ActQuant::Q8_0) => Some(dot4_q4_0_q8_0),
-        (DType::Q8_0, ActQuant::Q8_0) => Some(dot4_q8_0_q8_0),
-        (DType::F16, ActQuant::F32) => Some(dot4_f16_f32),
-        (DType::Q4_K, ActQuant::Q8_K) if has_gfni() => Some(dot4_q4_k_q8_k_gfni),
-        (DType::Q4_K, ActQuant::Q8_K) => Some(dot4_q4_k_q8_k),
-        (DType::Q6_K, ActQuant::Q8_K) => Some(dot4_q6_k_q8_k),
-        (DType::Q4_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => Some(dot4_q4_1_q8_1_vbmi),
-        (DType::Q4_1, ActQuant::Q8_1) => Some(dot4_q4_1_q8_1),
-        (DType::Q5_1, ActQuant::Q8_1) if has_gfni() && has_vbmi() => Some(dot4_q5_1_q8_1_vbmi),
-        (DType::Q5_1, ActQuant::Q8_1) => Some(dot4_q5_1_q8_1),
-        _ => None,
-    }
+    entries(dtype, mode).map(|e| e.four)
+}
+
+/// The avx512 tile kernel for weights of `dtype` fed activations in
+/// `mode`, if any.
+pub fn row_tile(dtype: DType, mode: ActQuant) -> Option<RowTile> {
+    entries(dtype, mode).map(|e| e.tile)
 }
 
 // ---------------------------------------------------------------------------
@@ -145,6 +173,123 @@ type GroupRows<const R: usize> = unsafe fn([*const u8; R], *const u8, *const u8,
 
 /// An AVX2 one-row kernel: `(weight row, activation blocks, blocks) → accumulator`.
 type Avx2Row = unsafe fn(*const u8, *const u8, usize) -> f32;
+
+/// The byte length of each of the `n` rows laid back to back in `rows`
+/// (0 when `n` is 0), or an error when `rows` does not split evenly.
+fn tile_row_bytes(rows: &[u8], n: usize) -> Result<usize, Error> {
+    let rb = rows.len().checked_div(n).unwrap_or(0);
+    check_len("SIMD kernel: tile bytes", n * rb, rows.len())?;
+    Ok(rb)
+}
+
+/// `out[i]` = the accumulator of row `i` of the tile at `p` (rows `rb`
+/// bytes apart): `four` over rows four at a time from the first, `one`
+/// over the rest, as a caller of the four- and one-row entries would.
+fn over_tile(
+    p: *const u8,
+    rb: usize,
+    out: &mut [f32],
+    four: impl Fn([*const u8; 4]) -> [f32; 4],
+    one: impl Fn(*const u8) -> f32,
+) {
+    let mut chunks = out.chunks_exact_mut(4);
+    let mut i = 0;
+    for c in &mut chunks {
+        c.copy_from_slice(&four(core::array::from_fn(|j| {
+            p.wrapping_add((i + j) * rb)
+        })));
+        i += 4;
+    }
+    for o in chunks.into_remainder() {
+        *o = one(p.wrapping_add(i * rb));
+        i += 1;
+    }
+}
+
+/// [`group_rows`] over a tile (`rows`: `out.len()` rows back to back),
+/// checked once.
+#[allow(clippy::too_many_arguments)]
+fn group_tile(
+    kernel: DType,
+    dtype: DType,
+    rows: &[u8],
+    acts: &Acts<'_>,
+    k: usize,
+    out: &mut [f32],
+    (imp4, imp1): (GroupRows<4>, GroupRows<1>),
+    fallback: Avx2Row,
+) -> Result<(), Error> {
+    let rb = tile_row_bytes(rows, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let y = check_quant(kernel, dtype, &rows[..rb], acts, k)?.as_ptr();
+    let nb = k / kernel.block_len();
+    let p = rows.as_ptr();
+    match *acts {
+        Acts::Quant { side, .. } if side.len() == side_bytes(DType::Q8_0, k) => {
+            let sp = side.as_ptr();
+            // SAFETY: as in `group_rows`: a kernel of this module reached
+            // only for a confirmed Avx512 ISA; `check_quant` verified that
+            // the first row and `y` hold exactly `nb` blocks and
+            // `tile_row_bytes` that every row of the tile has the first's
+            // length, and `side` holds the side data of `nb / 4` groups.
+            over_tile(
+                p,
+                rb,
+                out,
+                |w| unsafe { imp4(w, y, sp, nb) },
+                |w| unsafe { imp1([w], y, sp, nb)[0] },
+            );
+        }
+        // SAFETY: as above; the AVX2 kernel reads `nb` blocks of each.
+        _ => over_tile(
+            p,
+            rb,
+            out,
+            |w| w.map(|r| unsafe { fallback(r, y, nb) }),
+            |w| unsafe { fallback(w, y, nb) },
+        ),
+    }
+    Ok(())
+}
+
+/// [`block_rows`] over a tile (`rows`: `out.len()` rows back to back),
+/// checked once.
+fn block_tile(
+    kernel: DType,
+    dtype: DType,
+    rows: &[u8],
+    acts: &Acts<'_>,
+    k: usize,
+    out: &mut [f32],
+    (imp4, imp1): BlockImps,
+) -> Result<(), Error> {
+    let rb = tile_row_bytes(rows, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let y = check_quant(kernel, dtype, &rows[..rb], acts, k)?.as_ptr();
+    let nb = k / kernel.block_len();
+    // SAFETY: as in `block_rows`: a kernel of this module reached only for
+    // a confirmed Avx512 ISA; `check_quant` verified that the first row and
+    // `y` hold exactly `nb` blocks and `tile_row_bytes` that every row of
+    // the tile has the first's length.
+    over_tile(
+        rows.as_ptr(),
+        rb,
+        out,
+        |w| unsafe { imp4(w, y, nb) },
+        |w| unsafe { imp1([w], y, nb)[0] },
+    );
+    Ok(())
+}
+
+/// The four- and one-row forms of a [`block_rows`] kernel.
+type BlockImps = (
+    unsafe fn([*const u8; 4], *const u8, usize) -> [f32; 4],
+    unsafe fn([*const u8; 1], *const u8, usize) -> [f32; 1],
+);
 
 /// Validates `rows` and `acts` for a kernel of `kernel` weights, then runs
 /// `imp` on the rows, or `fallback` on each row when the activations carry
@@ -181,7 +326,37 @@ fn group_rows<const R: usize>(
 /// The one- and four-row entry points of an `R`-row kernel `imp`, run by
 /// `run` ([`group_rows`] with an AVX2 one-row fallback, or [`block_rows`]).
 macro_rules! row_entries {
-    ($(#[$m:meta])* $one:ident, $four:ident, $run:ident($dt:expr, $imp:ident $(, $fallback:path)?)) => {
+    ($(#[$m:meta])* $one:ident, $four:ident, $tile:ident, group_rows($dt:expr, $imp:ident, $fallback:path)) => {
+        row_entries!(@entries $(#[$m])* $one, $four, group_rows($dt, $imp, $fallback));
+
+        $(#[$m])*
+        /// A tile.
+        fn $tile(
+            dtype: DType,
+            rows: &[u8],
+            acts: &Acts<'_>,
+            k: usize,
+            out: &mut [f32],
+        ) -> Result<(), Error> {
+            group_tile($dt, dtype, rows, acts, k, out, ($imp::<4>, $imp::<1>), $fallback)
+        }
+    };
+    ($(#[$m:meta])* $one:ident, $four:ident, $tile:ident, block_rows($dt:expr, $imp:ident)) => {
+        row_entries!(@entries $(#[$m])* $one, $four, block_rows($dt, $imp));
+
+        $(#[$m])*
+        /// A tile.
+        fn $tile(
+            dtype: DType,
+            rows: &[u8],
+            acts: &Acts<'_>,
+            k: usize,
+            out: &mut [f32],
+        ) -> Result<(), Error> {
+            block_tile($dt, dtype, rows, acts, k, out, ($imp::<4>, $imp::<1>))
+        }
+    };
+    (@entries $(#[$m:meta])* $one:ident, $four:ident, $run:ident($dt:expr, $imp:ident $(, $fallback:path)?)) => {
         $(#[$m])*
         fn $one(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
             let [v] = $run($dt, dtype, [w_row], acts, k, $imp::<1> $(, $fallback)?)?;
@@ -203,19 +378,19 @@ macro_rules! row_entries {
 
 row_entries!(
     /// Q4_0 × Q8_0.
-    dot_q4_0_q8_0, dot4_q4_0_q8_0, group_rows(DType::Q4_0, q4_0_rows, avx2::q4_0_q8_0)
+    dot_q4_0_q8_0, dot4_q4_0_q8_0, tile_q4_0_q8_0, group_rows(DType::Q4_0, q4_0_rows, avx2::q4_0_q8_0)
 );
 row_entries!(
     /// Q4_0 × Q8_0, GFNI present (`isa::has_gfni`).
-    dot_q4_0_q8_0_gfni, dot4_q4_0_q8_0_gfni, group_rows(DType::Q4_0, q4_0_rows_gfni, avx2::q4_0_q8_0)
+    dot_q4_0_q8_0_gfni, dot4_q4_0_q8_0_gfni, tile_q4_0_q8_0_gfni, group_rows(DType::Q4_0, q4_0_rows_gfni, avx2::q4_0_q8_0)
 );
 row_entries!(
     /// Q4_0 × Q8_0, GFNI and AVX-512 VBMI present (`isa::has_gfni`, `isa::has_vbmi`).
-    dot_q4_0_q8_0_vbmi, dot4_q4_0_q8_0_vbmi, group_rows(DType::Q4_0, q4_0_rows_vbmi, avx2::q4_0_q8_0)
+    dot_q4_0_q8_0_vbmi, dot4_q4_0_q8_0_vbmi, tile_q4_0_q8_0_vbmi, group_rows(DType::Q4_0, q4_0_rows_vbmi, avx2::q4_0_q8_0)
 );
 row_entries!(
     /// Q8_0 × Q8_0.
-    dot_q8_0_q8_0, dot4_q8_0_q8_0, group_rows(DType::Q8_0, q8_0_rows, avx2::q8_0_q8_0)
+    dot_q8_0_q8_0, dot4_q8_0_q8_0, tile_q8_0_q8_0, group_rows(DType::Q8_0, q8_0_rows, avx2::q8_0_q8_0)
 );
 
 /// Validates `rows` and `acts` for F16 × F32, then runs the `R`-row kernel.
@@ -250,6 +425,32 @@ fn dot4_f16_f32(
     f16_entry(dtype, rows, acts, k)
 }
 
+/// F16 × F32, a tile (`rows`: `out.len()` rows back to back), checked once.
+fn tile_f16_f32(
+    dtype: DType,
+    rows: &[u8],
+    acts: &Acts<'_>,
+    k: usize,
+    out: &mut [f32],
+) -> Result<(), Error> {
+    let rb = tile_row_bytes(rows, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let x = check_f32(DType::F16, dtype, &rows[..rb], acts, k)?.as_ptr();
+    // SAFETY: as in `f16_entry`: reached only for a confirmed Avx512 ISA;
+    // `check_f32` verified that the first row holds `2·k` bytes and `x` `k`
+    // values, `tile_row_bytes` that every row has the first's length.
+    over_tile(
+        rows.as_ptr(),
+        rb,
+        out,
+        |w| unsafe { f16_rows(w, x, k) },
+        |w| unsafe { f16_rows([w], x, k)[0] },
+    );
+    Ok(())
+}
+
 /// Validates `rows` and `acts` for a kernel of `kernel` weights against
 /// plain activation blocks, then runs the `R`-row kernel `imp`.
 fn block_rows<const R: usize>(
@@ -273,31 +474,31 @@ fn block_rows<const R: usize>(
 
 row_entries!(
     /// Q4_K × Q8_K.
-    dot_q4_k_q8_k, dot4_q4_k_q8_k, block_rows(DType::Q4_K, q4_k_rows)
+    dot_q4_k_q8_k, dot4_q4_k_q8_k, tile_q4_k_q8_k, block_rows(DType::Q4_K, q4_k_rows)
 );
 row_entries!(
     /// Q4_K × Q8_K, GFNI present (`isa::has_gfni`).
-    dot_q4_k_q8_k_gfni, dot4_q4_k_q8_k_gfni, block_rows(DType::Q4_K, q4_k_rows_gfni)
+    dot_q4_k_q8_k_gfni, dot4_q4_k_q8_k_gfni, tile_q4_k_q8_k_gfni, block_rows(DType::Q4_K, q4_k_rows_gfni)
 );
 row_entries!(
     /// Q6_K × Q8_K.
-    dot_q6_k_q8_k, dot4_q6_k_q8_k, block_rows(DType::Q6_K, q6_k_rows)
+    dot_q6_k_q8_k, dot4_q6_k_q8_k, tile_q6_k_q8_k, block_rows(DType::Q6_K, q6_k_rows)
 );
 row_entries!(
     /// Q4_1 × Q8_1.
-    dot_q4_1_q8_1, dot4_q4_1_q8_1, block_rows(DType::Q4_1, q4_1_rows)
+    dot_q4_1_q8_1, dot4_q4_1_q8_1, tile_q4_1_q8_1, block_rows(DType::Q4_1, q4_1_rows)
 );
 row_entries!(
     /// Q4_1 × Q8_1, GFNI and AVX-512 VBMI present (`isa::has_gfni`, `isa::has_vbmi`).
-    dot_q4_1_q8_1_vbmi, dot4_q4_1_q8_1_vbmi, block_rows(DType::Q4_1, q4_1_rows_vbmi)
+    dot_q4_1_q8_1_vbmi, dot4_q4_1_q8_1_vbmi, tile_q4_1_q8_1_vbmi, block_rows(DType::Q4_1, q4_1_rows_vbmi)
 );
 row_entries!(
     /// Q5_1 × Q8_1.
-    dot_q5_1_q8_1, dot4_q5_1_q8_1, block_rows(DType::Q5_1, q5_1_rows)
+    dot_q5_1_q8_1, dot4_q5_1_q8_1, tile_q5_1_q8_1, block_rows(DType::Q5_1, q5_1_rows)
 );
 row_entries!(
     /// Q5_1 × Q8_1, GFNI and AVX-512 VBMI present (`isa::has_gfni`, `isa::has_vbmi`).
-    dot_q5_1_q8_1_vbmi, dot4_q5_1_q8_1_vbmi, block_rows(DType::Q5_1, q5_1_rows_vbmi)
+    dot_q5_1_q8_1_vbmi, dot4_q5_1_q8_1_vbmi, tile_q5_1_q8_1_vbmi, block_rows(DType::Q5_1, q5_1_rows_vbmi)
 );
 
 // ---------------------------------------------------------------------------
