@@ -74,6 +74,13 @@ macro_rules! contract_suite {
         }
 
         #[test]
+        fn contract_partial_writes_touch_only_their_bytes() {
+            if let Some(b) = $open {
+                $crate::suite::partial_writes_touch_only_their_bytes(&b);
+            }
+        }
+
+        #[test]
         fn contract_rewritten_weights_are_used() {
             if let Some(b) = $open {
                 $crate::suite::rewritten_weights_are_used(&b);

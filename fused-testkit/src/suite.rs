@@ -478,6 +478,50 @@ pub fn rewritten_weights_are_used<B: Backend>(b: &B) {
     assert!(e <= NMSE_REORDERED, "{name}: partial rewrite: NMSE {e:e}");
 }
 
+/// Writes and reads of part of a buffer touch only their bytes: a write
+/// at the start, one in the middle and a read of a middle range, in every
+/// buffer of a plan (a backend that staged a partial write through a copy
+/// of the whole buffer once replaced the rest of it, so that a runtime
+/// writing its input at the start of the activations' buffer erased the
+/// norm weights after it).
+pub fn partial_writes_touch_only_their_bytes<B: Backend>(b: &B) {
+    let layer = DecodeLayer::new(DType::Q4_0, 256, 512, 6);
+    let (g, p) = (&layer.graph, plan(&layer.graph));
+    let name = b.name();
+    let mut rp = b
+        .compile(g, &p, GemvMode::F32, &layer.mem.sizes())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    rp.write_all(&layer.mem).expect("written");
+    let sizes = rp.buffer_sizes().to_vec();
+    for (i, &size) in sizes.iter().enumerate() {
+        assert!(size >= 64, "{name}: buffer {i} of {size} bytes");
+        let id = BufferId(u32::try_from(i).expect("a few buffers"));
+        let mut want: Vec<u8> = (0..size).map(|j| (j * 31 + i * 7) as u8).collect();
+        rp.write(id, 0, &want).expect("a whole buffer");
+        want[..12].fill(0xa5);
+        rp.write(id, 0, &want[..12]).expect("its first bytes");
+        let mid = size / 2;
+        want[mid..mid + 20].fill(0x5a);
+        rp.write(id, mid, &want[mid..mid + 20])
+            .expect("bytes in the middle");
+        let mut back = vec![0u8; size];
+        rp.read(id, 0, &mut back).expect("the whole buffer");
+        assert!(
+            back == want,
+            "{name}: buffer {i}: a partial write changed other bytes (first at {:?})",
+            back.iter().zip(&want).position(|(a, b)| a != b)
+        );
+        let mut part = vec![0u8; 16];
+        rp.read(id, mid - 4, &mut part)
+            .expect("bytes in the middle");
+        assert_eq!(
+            part,
+            want[mid - 4..mid + 12],
+            "{name}: buffer {i}: a partial read"
+        );
+    }
+}
+
 /// A GEMV over an empty reduction (K = 0) is legal in the core: every dot
 /// product is zero, so `silu(W·x) + r` is `r`. A backend computes it, bit
 /// for bit like the reference, or refuses it through

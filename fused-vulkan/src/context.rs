@@ -228,6 +228,15 @@ pub(crate) enum Command<'b> {
     Dispatch(Dispatch<'b>),
     /// A whole-buffer copy (`src` and `dst` the same size).
     Copy(&'b Buffer<'b>, &'b Buffer<'b>),
+    /// `size` bytes from byte `src_offset` of `src` to byte `dst_offset` of
+    /// `dst` (a staged partial write or read).
+    CopyRange {
+        src: vk::Buffer,
+        src_offset: u64,
+        dst: vk::Buffer,
+        dst_offset: u64,
+        size: u64,
+    },
 }
 
 impl VulkanContext {
@@ -489,21 +498,7 @@ impl VulkanContext {
             }
             .into());
         }
-        match buf.mapped {
-            Some(p) => {
-                // SAFETY: the mapping covers `buf.size >= data.len()` bytes;
-                // no submission is running (every submission waits), so the
-                // device does not access the memory now.
-                unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
-                Ok(())
-            }
-            None => {
-                let staging = self.buffer_in(buf.size, true)?;
-                self.write(&staging, data)?;
-                self.submit(&[Command::Copy(&staging, buf)], false)?;
-                Ok(())
-            }
-        }
+        self.write_at(buf, 0, data)
     }
 
     /// Reads the start of `buf` into `out`.
@@ -516,20 +511,7 @@ impl VulkanContext {
             }
             .into());
         }
-        match buf.mapped {
-            Some(p) => {
-                // SAFETY: as in `write`; the last submission ended with a
-                // barrier that makes shader and transfer writes visible to
-                // the host, and its fence was waited for.
-                unsafe { core::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
-                Ok(())
-            }
-            None => {
-                let staging = self.buffer_in(buf.size, true)?;
-                self.submit(&[Command::Copy(buf, &staging)], false)?;
-                self.read(&staging, out)
-            }
-        }
+        self.read_at(buf, 0, out)
     }
 
     /// Writes `data` into `buf` from byte `offset`.
@@ -548,14 +530,24 @@ impl VulkanContext {
                 unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p.add(offset), data.len()) };
                 Ok(())
             }
-            None if offset == 0 => self.write(buf, data),
+            None if data.is_empty() => Ok(()),
             None => {
-                // A device-local buffer: its head read back, patched and
-                // written whole (staged copies start at byte 0).
-                let mut head = vec![0u8; end];
-                self.read(buf, &mut head)?;
-                head[offset..].copy_from_slice(data);
-                self.write(buf, &head)
+                // A device-local buffer: the bytes staged, then copied to
+                // their range alone (a copy of the whole staging buffer
+                // would overwrite the rest of `buf`).
+                let staging = self.buffer_in(data.len() as u64, true)?;
+                self.write_at(&staging, 0, data)?;
+                self.submit(
+                    &[Command::CopyRange {
+                        src: staging.buffer,
+                        src_offset: 0,
+                        dst: buf.buffer,
+                        dst_offset: offset as u64,
+                        size: (end - offset) as u64,
+                    }],
+                    false,
+                )?;
+                Ok(())
             }
         }
     }
@@ -578,11 +570,21 @@ impl VulkanContext {
                 };
                 Ok(())
             }
+            None if out.is_empty() => Ok(()),
             None => {
-                let mut head = vec![0u8; end];
-                self.read(buf, &mut head)?;
-                out.copy_from_slice(&head[offset..]);
-                Ok(())
+                // The range alone copied to a staging buffer, then read.
+                let staging = self.buffer_in(out.len() as u64, true)?;
+                self.submit(
+                    &[Command::CopyRange {
+                        src: buf.buffer,
+                        src_offset: offset as u64,
+                        dst: staging.buffer,
+                        dst_offset: 0,
+                        size: (end - offset) as u64,
+                    }],
+                    false,
+                )?;
+                self.read_at(&staging, 0, out)
             }
         }
     }
@@ -652,7 +654,7 @@ impl VulkanContext {
             .iter()
             .map(|c| match c {
                 Command::Dispatch(d) => d.buffers.len() as u32,
-                Command::Copy(..) => 0,
+                Command::Copy(..) | Command::CopyRange { .. } => 0,
             })
             .sum();
         let mut res = Resources::new(self);
@@ -727,6 +729,20 @@ impl VulkanContext {
                         };
                         self.device
                             .cmd_copy_buffer(cb, src.buffer, dst.buffer, &[region]);
+                    }
+                    &Command::CopyRange {
+                        src,
+                        src_offset,
+                        dst,
+                        dst_offset,
+                        size,
+                    } => {
+                        let region = vk::BufferCopy {
+                            src_offset,
+                            dst_offset,
+                            size,
+                        };
+                        self.device.cmd_copy_buffer(cb, src, dst, &[region]);
                     }
                     Command::Dispatch(d) => {
                         let kernel = kernels.get(&d.kernel).ok_or_else(|| {

@@ -306,6 +306,21 @@ fn staged_device_buffers_give_the_same_bits() {
     assert_no_validation_messages(&b);
 }
 
+/// Partial writes and reads of device-local buffers (staged copies) touch
+/// only their bytes: the contract suite's check on the staged path, which
+/// lavapipe's host-visible buffers would not reach.
+#[test]
+fn staged_partial_writes_touch_only_their_bytes() {
+    let Some(b) = backend_with_or_skip(ContextOptions {
+        validation: validation(),
+        staged_buffers: true,
+    }) else {
+        return;
+    };
+    fused_testkit::suite::partial_writes_touch_only_their_bytes(&b);
+    assert_no_validation_messages(&b);
+}
+
 /// A GEMV and an FWHT that overwrite their own input: each reads a copy
 /// made first (other workgroups would otherwise read what one has
 /// already written), as the host executor copies an aliased input.
