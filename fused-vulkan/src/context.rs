@@ -124,6 +124,21 @@ pub struct VulkanContext {
     pub(crate) kernels: Mutex<HashMap<KernelKey, Kernel>>,
     /// Dispatches completed (each followed by a barrier or the host's wait).
     dispatches: AtomicU64,
+    /// The host-visible buffer of staged writes and reads, kept and grown.
+    staging: Mutex<Option<Staging>>,
+}
+
+/// A host-visible buffer for the staged copies to and from device-local
+/// buffers, kept from one to the next (every submission waits, so one
+/// serves them all): allocating one per copy cost several milliseconds a
+/// plan run on NVIDIA's driver. Raw handles, freed by the context.
+#[derive(Debug)]
+struct Staging {
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    /// The mapping's address (host-visible memory, mapped for its life).
+    ptr: usize,
+    size: u64,
 }
 
 impl core::fmt::Debug for VulkanContext {
@@ -326,6 +341,7 @@ impl VulkanContext {
             info: opened.info,
             kernels: Mutex::new(HashMap::new()),
             dispatches: AtomicU64::new(0),
+            staging: Mutex::new(None),
         })
     }
 
@@ -476,6 +492,53 @@ impl VulkanContext {
         })
     }
 
+    /// Runs `f` with the staging buffer (its handle and mapped address),
+    /// at least `len` bytes long: the one kept, or a larger one replacing it.
+    fn with_staging<R>(
+        &self,
+        len: usize,
+        f: impl FnOnce(vk::Buffer, *mut u8) -> Result<R, VulkanError>,
+    ) -> Result<R, VulkanError> {
+        let mut kept = self
+            .staging
+            .lock()
+            .map_err(|_| VulkanError::Unsupported("staging buffer poisoned".into()))?;
+        let need = (len as u64).max(4);
+        if kept.as_ref().is_none_or(|s| s.size < need) {
+            if let Some(old) = kept.take() {
+                // SAFETY: created by this device; every submission waits, so
+                // the device no longer uses it.
+                unsafe { self.free_staging(&old) };
+            }
+            // At least 64 KiB, and doubling, so that growing is rare.
+            let buf = self.buffer_in(need.max(64 << 10).next_power_of_two(), true)?;
+            let buf = core::mem::ManuallyDrop::new(buf);
+            let ptr = buf.mapped.ok_or_else(|| {
+                VulkanError::Unsupported("the staging buffer is not mapped".into())
+            })?;
+            *kept = Some(Staging {
+                buffer: buf.buffer,
+                memory: buf.memory,
+                ptr: ptr as usize,
+                size: buf.size,
+            });
+        }
+        let s = kept.as_ref().expect("just set");
+        f(s.buffer, s.ptr as *mut u8)
+    }
+
+    /// Frees a staging buffer's handles.
+    ///
+    /// # Safety
+    /// `s` was created by this device and the device no longer uses it.
+    unsafe fn free_staging(&self, s: &Staging) {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            self.device.destroy_buffer(s.buffer, None);
+            self.device.free_memory(s.memory, None);
+        }
+    }
+
     /// A buffer holding `data` (padded to 4 bytes).
     pub fn upload(&self, data: &[u8]) -> Result<Buffer<'_>, VulkanError> {
         let buf = self.buffer(data.len() as u64)?;
@@ -531,15 +594,16 @@ impl VulkanContext {
                 Ok(())
             }
             None if data.is_empty() => Ok(()),
-            None => {
+            None => self.with_staging(data.len(), |staging, p| {
                 // A device-local buffer: the bytes staged, then copied to
                 // their range alone (a copy of the whole staging buffer
                 // would overwrite the rest of `buf`).
-                let staging = self.buffer_in(data.len() as u64, true)?;
-                self.write_at(&staging, 0, data)?;
+                // SAFETY: the staging mapping holds at least `data.len()`
+                // bytes; no submission is running.
+                unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
                 self.submit(
                     &[Command::CopyRange {
-                        src: staging.buffer,
+                        src: staging,
                         src_offset: 0,
                         dst: buf.buffer,
                         dst_offset: offset as u64,
@@ -548,7 +612,7 @@ impl VulkanContext {
                     false,
                 )?;
                 Ok(())
-            }
+            }),
         }
     }
 
@@ -571,21 +635,24 @@ impl VulkanContext {
                 Ok(())
             }
             None if out.is_empty() => Ok(()),
-            None => {
-                // The range alone copied to a staging buffer, then read.
-                let staging = self.buffer_in(out.len() as u64, true)?;
+            None => self.with_staging(out.len(), |staging, p| {
+                // The range alone copied to the staging buffer, then read.
                 self.submit(
                     &[Command::CopyRange {
                         src: buf.buffer,
                         src_offset: offset as u64,
-                        dst: staging.buffer,
+                        dst: staging,
                         dst_offset: 0,
                         size: (end - offset) as u64,
                     }],
                     false,
                 )?;
-                self.read_at(&staging, 0, out)
-            }
+                // SAFETY: the staging mapping holds at least `out.len()`
+                // bytes, which the copy just waited for wrote (its submission
+                // ends with a host-visibility barrier).
+                unsafe { core::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
+                Ok(())
+            }),
         }
     }
 
@@ -1226,6 +1293,9 @@ impl Drop for VulkanContext {
                 for (_, k) in kernels.drain() {
                     k.destroy(&self.device);
                 }
+            }
+            if let Some(s) = self.staging.get_mut().ok().and_then(Option::take) {
+                self.free_staging(&s);
             }
             self.device.destroy_query_pool(self.query_pool, None);
             self.device.destroy_command_pool(self.command_pool, None);
