@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The real model on the GPU machine: fused-verify's model mode on every
+# backend there (CPU, Vulkan on NVIDIA's driver, CUDA) and fused-llama's
+# decode speed on each (scripts/gpu-model-bundle packs them). The model
+# arrives in three parts: .h200/model-a and -b, copied to /tmp by earlier
+# calls, and .h200/model-c. Logs in $OUT.
+set -uo pipefail
+B="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+OUTDIR="${OUT:-$PWD/model-logs}"
+mkdir -p "$OUTDIR"
+L="$(mktemp -d)"
+H="$(mktemp -d)"
+xz -dc "$B/bin.tar.xz" | tar -C "$H" -xf -
+for f in "$B"/debs/*.deb; do dpkg -x "$f" /; done
+ldconfig
+export VK_DRIVER_FILES="${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}"
+[ -f "$VK_DRIVER_FILES" ] || unset VK_DRIVER_FILES
+M=/tmp/smollm2.gguf
+cat /tmp/part-a /tmp/part-b "$B/../model-c/part-c" >"$M"
+S="$OUTDIR/summary.log"
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
+    echo "model sha256 $(sha256sum "$M" | cut -c1-64), expected $(cat "$B/model.sha256")"
+    nproc
+} >"$S"
+timeout 300 "$H/fused-verify" model "$M" --json "$L/model.json" >"$L/model.log" 2>&1
+echo "fused-verify model: exit $? $(tail -1 "$L/model.log")" >>"$S"
+grep -E "FAIL|fail|skip" "$L/model.log" | head -20 >>"$S"
+timeout 60 "$H/fused-llama" --model "$M" --backend cuda -n 8 -v >"$L/llama-cuda-verbose.log" 2>&1
+timeout 60 "$H/fused-llama" --model "$M" --backend vulkan -n 8 -v >"$L/llama-vulkan-verbose.log" 2>&1
+for r in 1 2 3; do
+    for be in cuda vulkan cpu; do
+        timeout 60 "$H/fused-llama" --model "$M" --backend "$be" -n 64 --json --profile \
+            >"$L/llama-$be-$r.log" 2>&1
+        echo "fused-llama $be run $r: exit $? $(grep -o '"decode_tok_s":[0-9.]*' "$L/llama-$be-$r.log") $(grep -o '"prompt_tok_s":[0-9.]*' "$L/llama-$be-$r.log")" >>"$S"
+    done
+done
+date -u >>"$S"
+tar -C "$L" -cf - . | xz >"$OUTDIR/logs.tar.xz"
+cat "$S"
