@@ -31,6 +31,7 @@ pub mod ops;
 pub mod plans;
 pub mod profile;
 pub mod sampling;
+pub mod synth;
 pub mod tokenizer;
 
 pub use config::LlamaConfig;

@@ -199,6 +199,11 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
             for r in &s.refusals {
                 eprintln!("  refused: {r}");
             }
+            if s.host_steps {
+                eprintln!(
+                    "  runs step by step over host memory: the backend's device executor refused it"
+                );
+            }
         }
         eprintln!("loaded in {:.2} s", load.as_secs_f64());
     }

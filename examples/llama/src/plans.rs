@@ -214,9 +214,13 @@ impl<'w> Builder<'w> {
                 LlamaError::backend(format!("writing the norm weight of {what}"), e)
             })?;
         }
+        let summary = PlanSummary {
+            host_steps: resident.stats().host_steps,
+            ..PlanSummary::of(&self.g, &p)
+        };
         Ok(Ok(Compiled {
             plan: resident,
-            summary: PlanSummary::of(&self.g, &p),
+            summary,
         }))
     }
 
@@ -255,6 +259,11 @@ pub struct PlanSummary {
     pub steps: Vec<String>,
     /// Candidates the planner refused, with the reason.
     pub refusals: Vec<String>,
+    /// Whether the backend runs the plan step by step over host memory,
+    /// moving each step's operands to the device and back, because its
+    /// device executor refused the plan (`PlanStats::host_steps`): far
+    /// slower than a device plan.
+    pub host_steps: bool,
 }
 
 impl PlanSummary {
@@ -312,6 +321,7 @@ impl PlanSummary {
                 .iter()
                 .map(|r| format!("{:?} at node {}: {}", r.pattern, r.anchor.index(), r.reason))
                 .collect(),
+            host_steps: false,
         }
     }
 }

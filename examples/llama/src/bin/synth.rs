@@ -1,0 +1,86 @@
+//! `fused-llama-synth`: writes a Llama-architecture GGUF of random weights
+//! in Llama-3-8B's shapes (or fewer layers), for measuring the runtime's
+//! speed on a model that ships in no package.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use fused_core::DType;
+use fused_llama::synth::{SynthSpec, write_gguf};
+
+/// Writes a Llama-3-8B-shaped GGUF of random weights (the text it makes
+/// fused-llama generate is noise; its speed is the point)
+#[derive(Parser, Debug)]
+#[command(name = "fused-llama-synth")]
+struct Args {
+    /// The GGUF file to write
+    out: PathBuf,
+    /// Format of the layers' matrices (embedding and head: Q8_0, or F16
+    /// for F16)
+    #[arg(long, value_enum, default_value = "q4_0")]
+    format: Format,
+    /// `llama.context_length`
+    #[arg(long, default_value_t = 4096)]
+    ctx: usize,
+    /// Layers (default: Llama-3-8B's 32)
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Seed of the weights
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// The layers' weight formats the generator writes.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Format {
+    #[value(name = "q4_0")]
+    Q4_0,
+    #[value(name = "q4_k")]
+    Q4K,
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q6_k")]
+    Q6K,
+    #[value(name = "f16")]
+    F16,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let dtype = match args.format {
+        Format::Q4_0 => DType::Q4_0,
+        Format::Q4K => DType::Q4_K,
+        Format::Q8_0 => DType::Q8_0,
+        Format::Q6K => DType::Q6_K,
+        Format::F16 => DType::F16,
+    };
+    let mut spec = SynthSpec::llama3_8b(dtype, args.ctx);
+    spec.seed = args.seed;
+    if let Some(n) = args.layers {
+        spec.n_layer = n;
+    }
+    let run = || -> Result<u64, Box<dyn std::error::Error>> {
+        let bytes = spec.file_bytes()?;
+        eprintln!(
+            "writing {} ({:.2} GB, {} layers of {dtype:?})",
+            args.out.display(),
+            bytes as f64 / 1e9,
+            spec.n_layer
+        );
+        let mut out = BufWriter::with_capacity(1 << 20, File::create(&args.out)?);
+        Ok(write_gguf(&spec, &mut out)?)
+    };
+    match run() {
+        Ok(n) => {
+            eprintln!("wrote {n} bytes");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

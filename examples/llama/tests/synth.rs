@@ -1,0 +1,120 @@
+//! The synthetic-model generator: the file it writes parses, has the
+//! shapes asked for, loads in the runtime and decodes finite logits; the
+//! same seed writes the same bytes; shapes the runtime cannot run are
+//! refused.
+
+use fused_core::DType;
+use fused_cpu::CpuBackend;
+use fused_gguf::Gguf;
+use fused_llama::synth::{SynthSpec, write_gguf};
+use fused_llama::{LoadOptions, Model, ModelFile};
+
+/// A small model of the 8B's layout: 2 layers, hidden 256, grouped heads.
+fn tiny(dtype: DType) -> SynthSpec {
+    SynthSpec {
+        n_layer: 2,
+        hidden: 256,
+        ffn: 512,
+        n_head: 4,
+        n_head_kv: 2,
+        vocab: 300,
+        context: 64,
+        head_dtype: DType::Q8_0,
+        ..SynthSpec::llama3_8b(dtype, 64)
+    }
+}
+
+#[test]
+fn the_file_loads_and_decodes() {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_K,
+        DType::Q8_0,
+        DType::Q6_K,
+        DType::F16,
+    ] {
+        let spec = tiny(dtype);
+        let mut bytes = Vec::new();
+        let n = write_gguf(&spec, &mut bytes).expect("written");
+        assert_eq!(n as usize, bytes.len());
+        assert_eq!(spec.file_bytes().unwrap(), n, "{dtype:?}");
+        let g = Gguf::parse(&bytes).expect("a valid GGUF");
+        assert_eq!(g.tensors().len(), 3 + 9 * spec.n_layer);
+        let q = g.tensor("blk.1.attn_k.weight").expect("attn_k");
+        assert_eq!(q.dims(), &[256, 128]);
+        assert_eq!(q.dtype().unwrap(), dtype);
+        assert_eq!(g.get_u32("llama.attention.head_count_kv").unwrap(), 2);
+
+        let path =
+            std::env::temp_dir().join(format!("fused-synth-{}-{dtype:?}.gguf", std::process::id()));
+        std::fs::write(&path, &bytes).expect("a temporary file");
+        let be = CpuBackend::new(1).expect("a CPU backend");
+        let mut model = Model::load(
+            ModelFile::open(&path).expect("maps"),
+            &be,
+            LoadOptions::default(),
+        )
+        .expect("the runtime loads it");
+        let ids = model.tokenizer().encode("Hi!").expect("encodes");
+        assert_eq!(ids.len(), 3, "no merges: one token a byte");
+        let mut cache = model.new_cache();
+        for &t in &ids {
+            let logits = model.forward(t, &mut cache).expect("a forward pass");
+            assert_eq!(logits.len(), spec.vocab);
+            assert!(logits.iter().all(|x| x.is_finite()), "{dtype:?}");
+        }
+        std::fs::remove_file(&path).ok();
+    }
+}
+
+#[test]
+fn one_seed_writes_one_file() {
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    let spec = tiny(DType::Q4_0);
+    write_gguf(&spec, &mut a).unwrap();
+    write_gguf(&spec, &mut b).unwrap();
+    write_gguf(&SynthSpec { seed: 2, ..spec }, &mut c).unwrap();
+    assert!(a == b);
+    assert!(a != c);
+}
+
+#[test]
+fn shapes_the_runtime_cannot_run_are_refused() {
+    let spec = tiny(DType::Q4_0);
+    for bad in [
+        SynthSpec {
+            n_head: 3,
+            ..spec.clone()
+        },
+        SynthSpec {
+            n_head_kv: 3,
+            ..spec.clone()
+        },
+        SynthSpec {
+            vocab: 10,
+            ..spec.clone()
+        },
+        SynthSpec {
+            n_layer: 0,
+            ..spec.clone()
+        },
+        SynthSpec {
+            dtype: DType::Q5_1,
+            ..spec.clone()
+        },
+    ] {
+        let e = write_gguf(&bad, &mut Vec::new()).expect_err("refused");
+        assert!(!e.to_string().is_empty());
+        assert!(bad.file_bytes().is_err());
+    }
+}
+
+#[test]
+fn the_8b_shapes_are_llama_3s() {
+    let s = SynthSpec::llama3_8b(DType::Q4_0, 512);
+    // 32 layers of 218 M weights in Q4_0 (3.93 GB) and two tables of 525 M
+    // weights in Q8_0 (1.12 GB).
+    let bytes = s.file_bytes().unwrap();
+    assert!((5_040_000_000..5_050_000_000).contains(&bytes), "{bytes}");
+    assert_eq!((s.hidden / s.n_head, s.n_head / s.n_head_kv), (128, 4));
+}
