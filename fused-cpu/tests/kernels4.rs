@@ -10,19 +10,35 @@ use fused_cpu::kernels::{row_dot, row_dot4, row_tile};
 mod common;
 use common::{HOT_FORMATS, prepare_columns, quantized, without_side};
 
+/// The formats with AVX-512 four-row and tile kernels, with their
+/// activations.
+const FORMATS: [(DType, ActQuant); 7] = [
+    (DType::Q4_0, ActQuant::Q8_0),
+    (DType::Q8_0, ActQuant::Q8_0),
+    (DType::F16, ActQuant::F32),
+    (DType::Q4_K, ActQuant::Q8_K),
+    (DType::Q6_K, ActQuant::Q8_K),
+    (DType::Q4_1, ActQuant::Q8_1),
+    (DType::Q5_1, ActQuant::Q8_1),
+];
+
+/// On an AVX-512 machine, every hot format's `kind` kernel was checked.
+fn all_checked(checked: &[DType], kind: &str) {
+    if Isa::detect() >= Isa::Avx512 {
+        for dtype in HOT_FORMATS.into_iter().chain([DType::Q4_1, DType::Q5_1]) {
+            assert!(
+                checked.contains(&dtype),
+                "this machine has AVX-512 but the {dtype} {kind} kernel was not checked"
+            );
+        }
+    }
+}
+
 #[test]
 fn four_rows_equal_one_row_each() {
     let mut checked = Vec::new();
     for isa in Isa::available() {
-        for (dtype, mode) in [
-            (DType::Q4_0, ActQuant::Q8_0),
-            (DType::Q8_0, ActQuant::Q8_0),
-            (DType::F16, ActQuant::F32),
-            (DType::Q4_K, ActQuant::Q8_K),
-            (DType::Q6_K, ActQuant::Q8_K),
-            (DType::Q4_1, ActQuant::Q8_1),
-            (DType::Q5_1, ActQuant::Q8_1),
-        ] {
+        for (dtype, mode) in FORMATS {
             let Some(four) = row_dot4(isa, dtype, mode) else {
                 continue;
             };
@@ -63,29 +79,14 @@ fn four_rows_equal_one_row_each() {
             }
         }
     }
-    if Isa::detect() >= Isa::Avx512 {
-        for dtype in HOT_FORMATS.into_iter().chain([DType::Q4_1, DType::Q5_1]) {
-            assert!(
-                checked.contains(&dtype),
-                "this machine has AVX-512 but the {dtype} four-row kernel was not checked"
-            );
-        }
-    }
+    all_checked(&checked, "four-row");
 }
 
 #[test]
 fn a_tile_equals_its_rows_one_at_a_time() {
     let mut checked = Vec::new();
     for isa in Isa::available() {
-        for (dtype, mode) in [
-            (DType::Q4_0, ActQuant::Q8_0),
-            (DType::Q8_0, ActQuant::Q8_0),
-            (DType::F16, ActQuant::F32),
-            (DType::Q4_K, ActQuant::Q8_K),
-            (DType::Q6_K, ActQuant::Q8_K),
-            (DType::Q4_1, ActQuant::Q8_1),
-            (DType::Q5_1, ActQuant::Q8_1),
-        ] {
+        for (dtype, mode) in FORMATS {
             let Some(tile) = row_tile(isa, dtype, mode) else {
                 continue;
             };
@@ -128,12 +129,5 @@ fn a_tile_equals_its_rows_one_at_a_time() {
             }
         }
     }
-    if Isa::detect() >= Isa::Avx512 {
-        for dtype in HOT_FORMATS.into_iter().chain([DType::Q4_1, DType::Q5_1]) {
-            assert!(
-                checked.contains(&dtype),
-                "this machine has AVX-512 but the {dtype} tile kernel was not checked"
-            );
-        }
-    }
+    all_checked(&checked, "tile");
 }

@@ -4,20 +4,8 @@
 # each matrix's GEMV alone (fused-verify gguf), the layers without
 # attention (fused-verify decode). The model's parts as for run-model.sh.
 set -uo pipefail
-B="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-OUTDIR="${OUT:-$PWD/debug-logs}"
-mkdir -p "$OUTDIR"
-L="$(mktemp -d)"
-H="$(mktemp -d)"
-xz -dc "$B/bin.tar.xz" | tar -C "$H" -xf -
-for f in "$B"/debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export VK_DRIVER_FILES="${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}"
-[ -f "$VK_DRIVER_FILES" ] || unset VK_DRIVER_FILES
-export VK_LAYER_PATH=/usr/share/vulkan/explicit_layer.d
-M=/tmp/smollm2.gguf
+source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh"
 [ -f "$M" ] || cat /tmp/part-a /tmp/part-b "$B/../model-c/part-c" >"$M"
-S="$OUTDIR/summary.log"
 { date -u; sha256sum "$M" | cut -c1-64; cat "$B/model.sha256"; } >"$S"
 run() {
     local name="$1"; shift

@@ -5,19 +5,8 @@
 # arrives in three parts: .h200/model-a and -b, copied to /tmp by earlier
 # calls, and .h200/model-c. Logs in $OUT.
 set -uo pipefail
-B="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-OUTDIR="${OUT:-$PWD/model-logs}"
-mkdir -p "$OUTDIR"
-L="$(mktemp -d)"
-H="$(mktemp -d)"
-xz -dc "$B/bin.tar.xz" | tar -C "$H" -xf -
-for f in "$B"/debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export VK_DRIVER_FILES="${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}"
-[ -f "$VK_DRIVER_FILES" ] || unset VK_DRIVER_FILES
-M=/tmp/smollm2.gguf
+source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh"
 cat /tmp/part-a /tmp/part-b "$B/../model-c/part-c" >"$M"
-S="$OUTDIR/summary.log"
 {
     date -u
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1

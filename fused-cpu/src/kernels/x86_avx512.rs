@@ -323,40 +323,22 @@ fn group_rows<const R: usize>(
     }
 }
 
-/// The one- and four-row entry points of an `R`-row kernel `imp`, run by
-/// `run` ([`group_rows`] with an AVX2 one-row fallback, or [`block_rows`]).
+/// The tile runner of a row runner: [`group_tile`] for [`group_rows`],
+/// [`block_tile`] for [`block_rows`].
+macro_rules! tile_runner {
+    (group_rows) => {
+        group_tile
+    };
+    (block_rows) => {
+        block_tile
+    };
+}
+
+/// The one-row, four-row and tile entry points of an `R`-row kernel
+/// `imp`, run by `run` ([`group_rows`] with an AVX2 one-row fallback, or
+/// [`block_rows`]) and its tile runner.
 macro_rules! row_entries {
-    ($(#[$m:meta])* $one:ident, $four:ident, $tile:ident, group_rows($dt:expr, $imp:ident, $fallback:path)) => {
-        row_entries!(@entries $(#[$m])* $one, $four, group_rows($dt, $imp, $fallback));
-
-        $(#[$m])*
-        /// A tile.
-        fn $tile(
-            dtype: DType,
-            rows: &[u8],
-            acts: &Acts<'_>,
-            k: usize,
-            out: &mut [f32],
-        ) -> Result<(), Error> {
-            group_tile($dt, dtype, rows, acts, k, out, ($imp::<4>, $imp::<1>), $fallback)
-        }
-    };
-    ($(#[$m:meta])* $one:ident, $four:ident, $tile:ident, block_rows($dt:expr, $imp:ident)) => {
-        row_entries!(@entries $(#[$m])* $one, $four, block_rows($dt, $imp));
-
-        $(#[$m])*
-        /// A tile.
-        fn $tile(
-            dtype: DType,
-            rows: &[u8],
-            acts: &Acts<'_>,
-            k: usize,
-            out: &mut [f32],
-        ) -> Result<(), Error> {
-            block_tile($dt, dtype, rows, acts, k, out, ($imp::<4>, $imp::<1>))
-        }
-    };
-    (@entries $(#[$m:meta])* $one:ident, $four:ident, $run:ident($dt:expr, $imp:ident $(, $fallback:path)?)) => {
+    ($(#[$m:meta])* $one:ident, $four:ident, $tile:ident, $run:ident($dt:expr, $imp:ident $(, $fallback:path)?)) => {
         $(#[$m])*
         fn $one(dtype: DType, w_row: &[u8], acts: &Acts<'_>, k: usize) -> Result<f32, Error> {
             let [v] = $run($dt, dtype, [w_row], acts, k, $imp::<1> $(, $fallback)?)?;
@@ -372,6 +354,18 @@ macro_rules! row_entries {
             k: usize,
         ) -> Result<[f32; 4], Error> {
             $run($dt, dtype, rows, acts, k, $imp::<4> $(, $fallback)?)
+        }
+
+        $(#[$m])*
+        /// A tile.
+        fn $tile(
+            dtype: DType,
+            rows: &[u8],
+            acts: &Acts<'_>,
+            k: usize,
+            out: &mut [f32],
+        ) -> Result<(), Error> {
+            (tile_runner!($run))($dt, dtype, rows, acts, k, out, ($imp::<4>, $imp::<1>) $(, $fallback)?)
         }
     };
 }
