@@ -174,36 +174,39 @@ type GroupRows<const R: usize> = unsafe fn([*const u8; R], *const u8, *const u8,
 /// An AVX2 one-row kernel: `(weight row, activation blocks, blocks) → accumulator`.
 type Avx2Row = unsafe fn(*const u8, *const u8, usize) -> f32;
 
-/// The byte length of each of the `n` rows laid back to back in `rows`
-/// (0 when `n` is 0), or an error when `rows` does not split evenly.
-fn tile_row_bytes(rows: &[u8], n: usize) -> Result<usize, Error> {
-    let rb = rows.len().checked_div(n).unwrap_or(0);
-    check_len("SIMD kernel: tile bytes", n * rb, rows.len())?;
-    Ok(rb)
-}
-
-/// `out[i]` = the accumulator of row `i` of the tile at `p` (rows `rb`
-/// bytes apart): `four` over rows four at a time from the first, `one`
-/// over the rest, as a caller of the four- and one-row entries would.
-fn over_tile(
-    p: *const u8,
-    rb: usize,
+/// Checks a tile (`rows`: `out.len()` rows of equal length back to back)
+/// with `check` on its first row, then sets `out[i]` to row `i`'s
+/// accumulator: `four` over the rows four at a time from the first, `one`
+/// over the rest (as a caller of the four- and one-row entries would),
+/// each given what `check` returned.
+fn over_tile<T: Copy>(
+    rows: &[u8],
     out: &mut [f32],
-    four: impl Fn([*const u8; 4]) -> [f32; 4],
-    one: impl Fn(*const u8) -> f32,
-) {
+    check: impl FnOnce(&[u8]) -> Result<T, Error>,
+    four: impl Fn(T, [*const u8; 4]) -> [f32; 4],
+    one: impl Fn(T, *const u8) -> f32,
+) -> Result<(), Error> {
+    let rb = rows.len().checked_div(out.len()).unwrap_or(0);
+    check_len("SIMD kernel: tile bytes", out.len() * rb, rows.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let t = check(&rows[..rb])?;
+    let p = rows.as_ptr();
     let mut chunks = out.chunks_exact_mut(4);
     let mut i = 0;
     for c in &mut chunks {
-        c.copy_from_slice(&four(core::array::from_fn(|j| {
-            p.wrapping_add((i + j) * rb)
-        })));
+        c.copy_from_slice(&four(
+            t,
+            core::array::from_fn(|j| p.wrapping_add((i + j) * rb)),
+        ));
         i += 4;
     }
     for o in chunks.into_remainder() {
-        *o = one(p.wrapping_add(i * rb));
+        *o = one(t, p.wrapping_add(i * rb));
         i += 1;
     }
+    Ok(())
 }
 
 /// [`group_rows`] over a tile (`rows`: `out.len()` rows back to back),
@@ -219,39 +222,43 @@ fn group_tile(
     (imp4, imp1): (GroupRows<4>, GroupRows<1>),
     fallback: Avx2Row,
 ) -> Result<(), Error> {
-    let rb = tile_row_bytes(rows, out.len())?;
-    if out.is_empty() {
-        return Ok(());
-    }
-    let y = check_quant(kernel, dtype, &rows[..rb], acts, k)?.as_ptr();
     let nb = k / kernel.block_len();
-    let p = rows.as_ptr();
-    match *acts {
-        Acts::Quant { side, .. } if side.len() == side_bytes(DType::Q8_0, k) => {
-            let sp = side.as_ptr();
-            // SAFETY: as in `group_rows`: a kernel of this module reached
-            // only for a confirmed Avx512 ISA; `check_quant` verified that
-            // the first row and `y` hold exactly `nb` blocks and
-            // `tile_row_bytes` that every row of the tile has the first's
-            // length, and `side` holds the side data of `nb / 4` groups.
-            over_tile(
-                p,
-                rb,
-                out,
-                |w| unsafe { imp4(w, y, sp, nb) },
-                |w| unsafe { imp1([w], y, sp, nb)[0] },
-            );
-        }
-        // SAFETY: as above; the AVX2 kernel reads `nb` blocks of each.
-        _ => over_tile(
-            p,
-            rb,
-            out,
-            |w| w.map(|r| unsafe { fallback(r, y, nb) }),
-            |w| unsafe { fallback(w, y, nb) },
-        ),
-    }
-    Ok(())
+    // The activations and, where the AVX-512 kernels can take them, their
+    // side data.
+    let check = |first: &[u8]| {
+        let y = check_quant(kernel, dtype, first, acts, k)?.as_ptr();
+        let side = match *acts {
+            Acts::Quant { side, .. } if side.len() == side_bytes(DType::Q8_0, k) => {
+                Some(side.as_ptr())
+            }
+            _ => None,
+        };
+        Ok((y, side))
+    };
+    // Why the calls below are sound, as in `group_rows`: kernels of this
+    // module (or the AVX2 one) reached only for a confirmed Avx512 ISA;
+    // `check_quant` verified that the first row and `y` hold exactly `nb`
+    // blocks and `over_tile` that every row of the tile has the first's
+    // length; `side`, when present, holds the side data of `nb / 4` groups.
+    over_tile(
+        rows,
+        out,
+        check,
+        |(y, side), w| match side {
+            // SAFETY: as said above.
+            Some(sp) => unsafe { imp4(w, y, sp, nb) },
+            None => w.map(|r| {
+                // SAFETY: as said above; the AVX2 kernel reads `nb` blocks.
+                unsafe { fallback(r, y, nb) }
+            }),
+        },
+        |(y, side), w| match side {
+            // SAFETY: as said above.
+            Some(sp) => unsafe { imp1([w], y, sp, nb)[0] },
+            // SAFETY: as said above; the AVX2 kernel reads `nb` blocks.
+            None => unsafe { fallback(w, y, nb) },
+        },
+    )
 }
 
 /// [`block_rows`] over a tile (`rows`: `out.len()` rows back to back),
@@ -265,24 +272,21 @@ fn block_tile(
     out: &mut [f32],
     (imp4, imp1): BlockImps,
 ) -> Result<(), Error> {
-    let rb = tile_row_bytes(rows, out.len())?;
-    if out.is_empty() {
-        return Ok(());
-    }
-    let y = check_quant(kernel, dtype, &rows[..rb], acts, k)?.as_ptr();
     let nb = k / kernel.block_len();
-    // SAFETY: as in `block_rows`: a kernel of this module reached only for
-    // a confirmed Avx512 ISA; `check_quant` verified that the first row and
-    // `y` hold exactly `nb` blocks and `tile_row_bytes` that every row of
-    // the tile has the first's length.
+    let check = |first: &[u8]| Ok(check_quant(kernel, dtype, first, acts, k)?.as_ptr());
+    // Why the calls below are sound, as in `block_rows`: a kernel of this
+    // module reached only for a confirmed Avx512 ISA; `check_quant`
+    // verified that the first row and `y` hold exactly `nb` blocks and
+    // `over_tile` that every row of the tile has the first's length.
     over_tile(
-        rows.as_ptr(),
-        rb,
+        rows,
         out,
-        |w| unsafe { imp4(w, y, nb) },
-        |w| unsafe { imp1([w], y, nb)[0] },
-    );
-    Ok(())
+        check,
+        // SAFETY: as said above.
+        |y, w| unsafe { imp4(w, y, nb) },
+        // SAFETY: as said above.
+        |y, w| unsafe { imp1([w], y, nb)[0] },
+    )
 }
 
 /// The four- and one-row forms of a [`block_rows`] kernel.
@@ -427,22 +431,20 @@ fn tile_f16_f32(
     k: usize,
     out: &mut [f32],
 ) -> Result<(), Error> {
-    let rb = tile_row_bytes(rows, out.len())?;
-    if out.is_empty() {
-        return Ok(());
-    }
-    let x = check_f32(DType::F16, dtype, &rows[..rb], acts, k)?.as_ptr();
-    // SAFETY: as in `f16_entry`: reached only for a confirmed Avx512 ISA;
-    // `check_f32` verified that the first row holds `2·k` bytes and `x` `k`
-    // values, `tile_row_bytes` that every row has the first's length.
+    let check = |first: &[u8]| Ok(check_f32(DType::F16, dtype, first, acts, k)?.as_ptr());
+    // Why the calls below are sound, as in `f16_entry`: reached only for a
+    // confirmed Avx512 ISA; `check_f32` verified that the first row holds
+    // `2·k` bytes and `x` `k` values, `over_tile` that every row has the
+    // first's length.
     over_tile(
-        rows.as_ptr(),
-        rb,
+        rows,
         out,
-        |w| unsafe { f16_rows(w, x, k) },
-        |w| unsafe { f16_rows([w], x, k)[0] },
-    );
-    Ok(())
+        check,
+        // SAFETY: as said above.
+        |x, w| unsafe { f16_rows(w, x, k) },
+        // SAFETY: as said above.
+        |x, w| unsafe { f16_rows([w], x, k)[0] },
+    )
 }
 
 /// Validates `rows` and `acts` for a kernel of `kernel` weights against
