@@ -553,27 +553,11 @@ impl VulkanContext {
 
     /// Writes `data` at the start of `buf`.
     pub(crate) fn write(&self, buf: &Buffer<'_>, data: &[u8]) -> Result<(), VulkanError> {
-        if data.len() as u64 > buf.size {
-            return Err(fused_core::Error::BufferTooShort {
-                what: "Vulkan buffer",
-                needed: data.len(),
-                actual: buf.size as usize,
-            }
-            .into());
-        }
         self.write_at(buf, 0, data)
     }
 
     /// Reads the start of `buf` into `out`.
     pub fn read(&self, buf: &Buffer<'_>, out: &mut [u8]) -> Result<(), VulkanError> {
-        if out.len() as u64 > buf.size {
-            return Err(fused_core::Error::BufferTooShort {
-                what: "Vulkan buffer",
-                needed: out.len(),
-                actual: buf.size as usize,
-            }
-            .into());
-        }
         self.read_at(buf, 0, out)
     }
 
