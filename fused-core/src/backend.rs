@@ -315,7 +315,7 @@ pub fn overwritten_inputs(g: &Graph) -> Vec<(BufferId, ByteRange)> {
         .collect();
     g.nodes()
         .iter()
-        .filter(|n| n.op() == Op::Input)
+        .filter(|n| n.op() == Op::Input && !n.is_state())
         .map(|n| n.tensor())
         .filter(|t| {
             let r = t.byte_extent();

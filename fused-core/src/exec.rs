@@ -26,9 +26,10 @@ use alloc::vec::Vec;
 
 use crate::DType;
 use crate::acts::{ActQuant, GemvMode};
+use crate::decode::{self, AttentionShape, RopeMode};
 use crate::element::Activation;
 use crate::epilogue::{Epilogue, MAX_STAGES};
-use crate::error::{Error, Unsupported};
+use crate::error::{Error, Unsupported, check_len};
 use crate::fwht::FwhtDesc;
 use crate::graph::Graph;
 use crate::job::GemvJob;
@@ -147,6 +148,48 @@ pub trait StepKernels {
                 .unwrap_or(Unsupported::Operation(crate::lower::RMS_NORM)),
         )
         .into())
+    }
+
+    // The decode ops ([`crate::decode`]): by default the core's definitions
+    // themselves on the calling thread; a backend may run heads in parallel,
+    // each computed exactly as the definition does.
+
+    /// RoPE of every head of `x` with the angles of one table `row`
+    /// ([`crate::decode::rope`]).
+    fn rope(
+        &self,
+        mode: RopeMode,
+        head_dim: usize,
+        x: &[f32],
+        row: &[f32],
+        y: &mut [f32],
+    ) -> Result<(), Self::Error> {
+        Ok(decode::rope(mode, head_dim, x, row, y)?)
+    }
+
+    /// Attention over the first `len` rows of `k` and `v`
+    /// ([`crate::decode::attention`]).
+    fn attention(
+        &self,
+        shape: &AttentionShape,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        len: usize,
+        out: &mut [f32],
+    ) -> Result<(), Self::Error> {
+        let mut scores = vec![0.0f32; len];
+        Ok(decode::attention(shape, q, k, v, len, &mut scores, out)?)
+    }
+
+    /// `y[c] = argmax` of each column of `n` values of `x`
+    /// ([`crate::decode::argmax`]).
+    fn argmax(&self, n: usize, x: &[f32], y: &mut [f32]) -> Result<(), Self::Error> {
+        check_len("argmax input", y.len() * n, x.len())?;
+        for (o, col) in y.iter_mut().zip(x.chunks_exact(n.max(1))) {
+            *o = decode::argmax(col) as f32;
+        }
+        Ok(())
     }
 }
 
@@ -412,6 +455,70 @@ impl<K: StepKernels + ?Sized, M: Buffers> HostRun<'_, '_, '_, K, M> {
 impl<K: StepKernels + ?Sized, M: Buffers> CommandSink for HostRun<'_, '_, '_, K, M> {
     type Error = K::Error;
 
+    fn rope(
+        &mut self,
+        mode: RopeMode,
+        x: &TensorDesc,
+        table: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), K::Error> {
+        let k = self.exec.kernels;
+        let [d, rows, _, _] = table.ne();
+        let reads = [(*x, false), (*table, false), (*pos, false)];
+        self.exec.with_io(self.mem, out, &reads, |r, y| {
+            let p = position_of(&r[2], rows);
+            k.rope(mode, d, r[0].f32(), &r[1].f32()[p * d..(p + 1) * d], y)
+        })
+    }
+
+    fn set_row(
+        &mut self,
+        dst: &TensorDesc,
+        row: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), K::Error> {
+        let in_place = dst.overlap(out) == Overlap::Exact;
+        let mut reads = vec![(*row, false), (*pos, false)];
+        if !in_place {
+            reads.push((*dst, false));
+        }
+        let rows = dst.ne()[1];
+        self.exec.with_io(self.mem, out, &reads, |r, y| {
+            if !in_place {
+                y.copy_from_slice(r[2].f32());
+            }
+            Ok(decode::set_row(y, r[0].f32(), position_of(&r[1], rows))?)
+        })
+    }
+
+    fn attention(
+        &mut self,
+        shape: &AttentionShape,
+        q: &TensorDesc,
+        kt: &TensorDesc,
+        vt: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), K::Error> {
+        let k = self.exec.kernels;
+        let rows = kt.ne()[2];
+        let reads = [(*q, false), (*kt, false), (*vt, false), (*pos, false)];
+        self.exec.with_io(self.mem, out, &reads, |r, y| {
+            let len = position_of(&r[3], rows) + 1;
+            k.attention(shape, r[0].f32(), r[1].f32(), r[2].f32(), len, y)
+        })
+    }
+
+    fn argmax(&mut self, x: &TensorDesc, out: &TensorDesc) -> Result<(), K::Error> {
+        let k = self.exec.kernels;
+        let n = x.ne()[0];
+        self.exec.with_io(self.mem, out, &[(*x, false)], |r, y| {
+            k.argmax(n, r[0].f32(), y)
+        })
+    }
+
     fn gemv(
         &mut self,
         g: &Graph,
@@ -513,6 +620,11 @@ impl<K: StepKernels + ?Sized, M: Buffers> CommandSink for HostRun<'_, '_, '_, K,
             k.rms_norm(n, eps.get(), r[0].f32(), None, y)
         })
     }
+}
+
+/// The row a position read addresses among `rows` rows.
+fn position_of(r: &Read<'_>, rows: usize) -> usize {
+    decode::position(r.f32().first().copied().unwrap_or(0.0), rows)
 }
 
 /// The operand slices in slot order (the planner numbers slots in order).

@@ -10,6 +10,7 @@
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
+use crate::decode::{RopeMode, Scale};
 #[cfg(feature = "alloc")]
 use crate::dtype::DType;
 use crate::element::Activation;
@@ -59,6 +60,21 @@ pub enum Op {
     /// `s = 1 / sqrt(mean(x²) + eps)` in the reduction order of
     /// [`crate::norm`].
     RmsNorm(Eps),
+    /// RoPE of each head of `x` at the position in `pos`, with the angles
+    /// `cos, sin` read from row `pos` of a table (see [`crate::decode`]).
+    /// Sources: `x`, the table, the position.
+    Rope(RopeMode),
+    /// `dst` with row `pos` replaced by `row` (the KV-cache append; placed
+    /// exactly on `dst` it writes that row alone). Sources: `dst`, `row`,
+    /// the position.
+    SetRow,
+    /// One query token's attention over cache rows `0..=pos`, grouped-query
+    /// heads as the shapes say (see [`crate::decode::attention`]). Sources:
+    /// the query, the keys, the values, the position.
+    Attention(Scale),
+    /// The index of the largest value of each column, as an f32 (see
+    /// [`crate::decode::argmax`]).
+    ArgMax,
     /// An operation the core does not model (a norm, attention, ...). The
     /// planner never fuses through it. The reference evaluates it as an
     /// element-wise copy of its first source, so that graphs containing it
@@ -81,6 +97,10 @@ impl Op {
             Op::Reshape => "reshape",
             Op::View => "view",
             Op::RmsNorm(_) => "rms_norm",
+            Op::Rope(_) => "rope",
+            Op::SetRow => "set_row",
+            Op::Attention(_) => "attention",
+            Op::ArgMax => "argmax",
             Op::Other(name) => name,
         }
     }
@@ -101,6 +121,7 @@ pub struct Node {
     srcs: [Option<NodeId>; MAX_SRCS],
     tensor: TensorDesc,
     output: bool,
+    state: bool,
     name: &'static str,
 }
 
@@ -128,6 +149,13 @@ impl Node {
     /// Whether the node is a graph output (read after the graph runs).
     pub const fn is_output(&self) -> bool {
         self.output
+    }
+
+    /// Whether the node is state the graph updates on purpose (a KV cache,
+    /// [`Graph::state`]): an input that runs overwrite and that
+    /// [`crate::backend::ResidentPlan::restore_inputs`] leaves as it is.
+    pub const fn is_state(&self) -> bool {
+        self.state
     }
 
     /// A caller-given label (empty if none).
@@ -268,6 +296,7 @@ impl Graph {
             srcs: s,
             tensor,
             output: false,
+            state: false,
             name: "",
         });
         self.uses.push(0);
@@ -447,6 +476,156 @@ impl Graph {
         }
         let out = Graph::dense(ta.ne(), at)?;
         self.push(Op::RmsNorm(Eps::new(eps)), &[a], out)
+    }
+
+    /// Caller-supplied state the graph updates in place (a KV cache): an
+    /// input whose overwriting is the point, so resident plans keep no
+    /// pristine copy of it ([`Node::is_state`]).
+    pub fn state(&mut self, tensor: TensorDesc) -> Result<NodeId, Error> {
+        let id = self.push(Op::Input, &[], tensor)?;
+        self.nodes[id.index()].state = true;
+        Ok(id)
+    }
+
+    /// A contiguous F32 source of a decode op whose shape must equal
+    /// `want(shape)`: the nearest shape the op takes.
+    fn decode_input(
+        &self,
+        id: NodeId,
+        what: &'static str,
+        want: impl Fn([usize; 4]) -> [usize; 4],
+    ) -> Result<TensorDesc, Error> {
+        let t = *self.tensor(id)?;
+        if t.dtype() != DType::F32 || !t.is_contiguous() {
+            return Err(Error::UnsupportedDType {
+                what,
+                dtype: t.dtype(),
+            });
+        }
+        let expected = want(t.ne());
+        if t.ne() != expected {
+            return Err(Error::ShapeMismatch {
+                what,
+                expected,
+                actual: t.ne(),
+            });
+        }
+        Ok(t)
+    }
+
+    /// A position source: one F32 value.
+    fn position_input(&self, id: NodeId) -> Result<TensorDesc, Error> {
+        self.decode_input(id, "position (one contiguous F32 value)", |_| [1, 1, 1, 1])
+    }
+
+    /// RoPE of `x` (`[head_dim, heads]`, F32, `head_dim` even) at the
+    /// position held in `pos` (one F32 value), with angles from `table`
+    /// (`[head_dim, rows]`: row `p` holds `cos θ_i, sin θ_i` of pair `i`
+    /// at position `p`). See [`crate::decode::rope`].
+    pub fn rope(
+        &mut self,
+        mode: RopeMode,
+        x: NodeId,
+        table: NodeId,
+        pos: NodeId,
+        at: Place,
+    ) -> Result<NodeId, Error> {
+        let tx = self.decode_input(x, "RoPE input ([head_dim, heads], contiguous F32)", |ne| {
+            [(ne[0].max(2) + 1) & !1, ne[1].max(1), 1, 1]
+        })?;
+        let d = tx.ne()[0];
+        self.decode_input(
+            table,
+            "RoPE table ([head_dim, rows], contiguous F32)",
+            |ne| [d, ne[1].max(1), 1, 1],
+        )?;
+        self.position_input(pos)?;
+        let out = Graph::dense(tx.ne(), at)?;
+        self.push(Op::Rope(mode), &[x, table, pos], out)
+    }
+
+    /// `dst` (`[n, rows]`, contiguous F32) with row `pos` replaced by `row`
+    /// (`n` values): placed at `dst` itself, the in-place KV-cache append.
+    pub fn set_row(
+        &mut self,
+        dst: NodeId,
+        row: NodeId,
+        pos: NodeId,
+        at: Place,
+    ) -> Result<NodeId, Error> {
+        let td = self.decode_input(
+            dst,
+            "row-write destination ([n, rows], contiguous F32)",
+            |ne| [ne[0].max(1), ne[1].max(1), 1, 1],
+        )?;
+        let n = td.ne()[0];
+        self.decode_input(row, "written row (n contiguous F32 values)", |ne| {
+            if ne.iter().product::<usize>() == n {
+                ne
+            } else {
+                [n, 1, 1, 1]
+            }
+        })?;
+        self.position_input(pos)?;
+        let out = Graph::dense(td.ne(), at)?;
+        self.push(Op::SetRow, &[dst, row, pos], out)
+    }
+
+    /// One query token's attention: `q` is `[head_dim, n_head]`, `k` and `v`
+    /// are caches `[head_dim, n_kv, rows]` (contiguous F32, `n_kv` dividing
+    /// `n_head`), read at rows `0..=pos`; the result is `q`'s shape. See
+    /// [`crate::decode::attention`].
+    pub fn attention(
+        &mut self,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        pos: NodeId,
+        scale: f32,
+        at: Place,
+    ) -> Result<NodeId, Error> {
+        let tq = self.decode_input(
+            q,
+            "attention query ([head_dim, n_head], contiguous F32)",
+            |ne| [ne[0].max(1), ne[1].max(1), 1, 1],
+        )?;
+        let [d, n_head, _, _] = tq.ne();
+        let tk = self.decode_input(
+            k,
+            "attention keys ([head_dim, n_kv, rows], contiguous F32)",
+            |ne| {
+                let n_kv = if ne[1] >= 1 && n_head.is_multiple_of(ne[1]) {
+                    ne[1]
+                } else {
+                    1
+                };
+                [d, n_kv, ne[2].max(1), 1]
+            },
+        )?;
+        self.decode_input(
+            v,
+            "attention values (the keys' shape, contiguous F32)",
+            |_| tk.ne(),
+        )?;
+        self.position_input(pos)?;
+        let out = Graph::dense(tq.ne(), at)?;
+        self.push(Op::Attention(Scale::new(scale)), &[q, k, v, pos], out)
+    }
+
+    /// The index of the largest value of each column of `x` (`[n, cols]`,
+    /// contiguous F32, `n` at most [`crate::decode::MAX_ARGMAX_LEN`]), as
+    /// an F32 `[1, cols]`. See [`crate::decode::argmax`].
+    pub fn argmax(&mut self, x: NodeId, at: Place) -> Result<NodeId, Error> {
+        let tx = self.decode_input(x, "argmax input ([n, cols], contiguous F32)", |ne| {
+            [
+                ne[0].clamp(1, crate::decode::MAX_ARGMAX_LEN),
+                ne[1].max(1),
+                1,
+                1,
+            ]
+        })?;
+        let out = Graph::dense([1, tx.ne()[1], 1, 1], at)?;
+        self.push(Op::ArgMax, &[x], out)
     }
 
     /// `a` seen with shape `ne` (`a` must be contiguous).

@@ -125,6 +125,7 @@ pub mod acts;
 #[cfg(feature = "alloc")]
 pub mod backend;
 pub mod blocks;
+pub mod decode;
 pub mod dtype;
 pub mod element;
 pub mod epilogue;

@@ -8,6 +8,7 @@
 //! its second operand is broadcast, a row-bias add, an activation, a copy,
 //! or nothing (inputs, reshapes, views).
 
+use crate::decode::{AttentionShape, RopeMode};
 use crate::element::Activation;
 use crate::epilogue::{Epilogue, MAX_STAGES};
 use crate::error::{Error, Unsupported};
@@ -144,6 +145,55 @@ pub enum Command {
         /// The input.
         x: TensorDesc,
         /// The destination.
+        out: TensorDesc,
+    },
+    /// `out = rope(x)` at the position in `pos`, angles from `table`
+    /// ([`crate::decode::rope`]).
+    Rope {
+        /// Which elements pair up.
+        mode: RopeMode,
+        /// The input, `[head_dim, heads]`.
+        x: TensorDesc,
+        /// The angles, `[head_dim, rows]`.
+        table: TensorDesc,
+        /// The position (one F32 value).
+        pos: TensorDesc,
+        /// The destination.
+        out: TensorDesc,
+    },
+    /// `out = dst` with row `pos` replaced by `row`; when `out` is `dst`
+    /// itself, only that row is written.
+    SetRow {
+        /// The rows, `[n, rows]`.
+        dst: TensorDesc,
+        /// The new row (`n` values).
+        row: TensorDesc,
+        /// The position (one F32 value).
+        pos: TensorDesc,
+        /// The destination.
+        out: TensorDesc,
+    },
+    /// One query token's attention over cache rows `0..=pos`
+    /// ([`crate::decode::attention`]).
+    Attention {
+        /// Heads and scale.
+        shape: AttentionShape,
+        /// The query, `[head_dim, n_head]`.
+        q: TensorDesc,
+        /// The keys, `[head_dim, n_kv, rows]`.
+        k: TensorDesc,
+        /// The values, the keys' shape.
+        v: TensorDesc,
+        /// The position (one F32 value).
+        pos: TensorDesc,
+        /// The destination, `q`'s shape.
+        out: TensorDesc,
+    },
+    /// `out[c] = argmax(x[.., c])` per column ([`crate::decode::argmax`]).
+    ArgMax {
+        /// The input, `[n, cols]`.
+        x: TensorDesc,
+        /// The destination, `[1, cols]`.
         out: TensorDesc,
     },
     /// `out = a`: an op the core does not model, run as a copy of its
@@ -291,6 +341,41 @@ fn lower_node(g: &Graph, node: &Node) -> Result<Command, Error> {
             x: src(g, node, 0)?,
             out,
         },
+        Op::Rope(mode) => Command::Rope {
+            mode,
+            x: src(g, node, 0)?,
+            table: src(g, node, 1)?,
+            pos: src(g, node, 2)?,
+            out,
+        },
+        Op::SetRow => Command::SetRow {
+            dst: src(g, node, 0)?,
+            row: src(g, node, 1)?,
+            pos: src(g, node, 2)?,
+            out,
+        },
+        Op::Attention(scale) => {
+            let (q, k) = (src(g, node, 0)?, src(g, node, 1)?);
+            let shape = AttentionShape {
+                head_dim: q.ne()[0],
+                n_head: q.ne()[1],
+                n_kv: k.ne()[1],
+                scale: scale.get(),
+            };
+            shape.check()?;
+            Command::Attention {
+                shape,
+                q,
+                k,
+                v: src(g, node, 2)?,
+                pos: src(g, node, 3)?,
+                out,
+            }
+        }
+        Op::ArgMax => Command::ArgMax {
+            x: src(g, node, 0)?,
+            out,
+        },
         Op::Other(_) => match node.src(0) {
             None => Command::Nothing,
             Some(s) => Command::Copy {
@@ -385,7 +470,67 @@ pub trait CommandSink {
         let _ = (eps, x, out);
         Err(Error::Unsupported(Unsupported::Operation(RMS_NORM)).into())
     }
+
+    /// A [`Command::Rope`]. By default refused as
+    /// [`Unsupported::Operation`]`(`[`ROPE`]`)`.
+    fn rope(
+        &mut self,
+        mode: RopeMode,
+        x: &TensorDesc,
+        table: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), Self::Error> {
+        let _ = (mode, x, table, pos, out);
+        Err(Error::Unsupported(Unsupported::Operation(ROPE)).into())
+    }
+
+    /// A [`Command::SetRow`]. By default refused as
+    /// [`Unsupported::Operation`]`(`[`SET_ROW`]`)`.
+    fn set_row(
+        &mut self,
+        dst: &TensorDesc,
+        row: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), Self::Error> {
+        let _ = (dst, row, pos, out);
+        Err(Error::Unsupported(Unsupported::Operation(SET_ROW)).into())
+    }
+
+    /// A [`Command::Attention`]. By default refused as
+    /// [`Unsupported::Operation`]`(`[`ATTENTION`]`)`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &mut self,
+        shape: &AttentionShape,
+        q: &TensorDesc,
+        k: &TensorDesc,
+        v: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), Self::Error> {
+        let _ = (shape, q, k, v, pos, out);
+        Err(Error::Unsupported(Unsupported::Operation(ATTENTION)).into())
+    }
+
+    /// A [`Command::ArgMax`]. By default refused as
+    /// [`Unsupported::Operation`]`(`[`ARGMAX`]`)`.
+    fn argmax(&mut self, x: &TensorDesc, out: &TensorDesc) -> Result<(), Self::Error> {
+        let _ = (x, out);
+        Err(Error::Unsupported(Unsupported::Operation(ARGMAX)).into())
+    }
 }
+
+/// The names under which a backend without the decode kernels refuses
+/// their commands ([`Unsupported::Operation`]).
+pub const ROPE: &str = "rope";
+/// See [`ROPE`].
+pub const SET_ROW: &str = "set_row";
+/// See [`ROPE`].
+pub const ATTENTION: &str = "attention";
+/// See [`ROPE`].
+pub const ARGMAX: &str = "argmax";
 
 /// The name under which a backend without the norm kernels refuses
 /// `rms_norm` and the GEMV's norm prologue ([`Unsupported::Operation`]).
@@ -428,6 +573,23 @@ pub fn lower_into<S: CommandSink>(g: &Graph, step: &Step, sink: &mut S) -> Resul
         Command::Unary { act, a, out } => sink.unary(act, &a, &out)?,
         Command::Copy { a, out } => sink.copy(&a, &out)?,
         Command::RmsNorm { eps, x, out } => sink.rms_norm(eps, &x, &out)?,
+        Command::Rope {
+            mode,
+            x,
+            table,
+            pos,
+            out,
+        } => sink.rope(mode, &x, &table, &pos, &out)?,
+        Command::SetRow { dst, row, pos, out } => sink.set_row(&dst, &row, &pos, &out)?,
+        Command::Attention {
+            shape,
+            q,
+            k,
+            v,
+            pos,
+            out,
+        } => sink.attention(&shape, &q, &k, &v, &pos, &out)?,
+        Command::ArgMax { x, out } => sink.argmax(&x, &out)?,
     }
     Ok(true)
 }

@@ -46,6 +46,13 @@ macro_rules! contract_suite {
         }
 
         #[test]
+        fn contract_decode_ops_match_the_reference() {
+            if let Some(b) = $open {
+                $crate::suite::decode_ops_match_the_reference(&b);
+            }
+        }
+
+        #[test]
         fn contract_norm_prologue_fused_equals_unfused() {
             if let Some(b) = $open {
                 $crate::suite::norm_prologue_fused_equals_unfused(&b);

@@ -638,3 +638,140 @@ pub fn bad_input_is_a_typed_error<B: Backend>(b: &B) {
     rp.run().expect("a run");
     assert_eq!(rp.read_f32(&h).expect("read").len(), 256);
 }
+
+/// The decode ops of one attention step, as a whole-token plan replays
+/// them: RoPE of q and k from a table, k and v appended to caches kept as
+/// state, attention over the cache, and an argmax, with the position a
+/// value written before each run. Six runs (the last at a position past
+/// the cache, which is clamped) on one resident plan match the reference
+/// run the same way: RoPE, the row writes and the argmax bit for bit, the
+/// attention bit for bit where the backend says so, else within the NMSE
+/// budget. A restore leaves the caches as the runs wrote them.
+pub fn decode_ops_match_the_reference<B: Backend>(b: &B) {
+    use fused_core::decode::RopeMode;
+    let (d, n_head, n_kv, rows, vocab) = (8, 4, 2, 5, 37);
+    let f = |n: usize| 4 * n;
+    let t = |ne: [usize; 4], buf: u32, at: usize| {
+        TensorDesc::contiguous(DType::F32, ne, BufferId(buf), at).expect("a tensor")
+    };
+    // Buffer 0: inputs; 1: the caches; 2: results.
+    let (q_at, k_at, v_at) = (0, f(d * n_head), f(d * n_head + d * n_kv));
+    let table_at = f(d * n_head + 2 * d * n_kv);
+    let pos_at = table_at + f(d * rows);
+    let logits_at = pos_at + 4;
+    let in_size = logits_at + f(2 * vocab);
+    let cache = f(d * n_kv * rows);
+    let mut g = Graph::new();
+    let q = g.input(t([d, n_head, 1, 1], 0, q_at)).expect("q");
+    let k = g.input(t([d, n_kv, 1, 1], 0, k_at)).expect("k");
+    let v = g.input(t([d * n_kv, 1, 1, 1], 0, v_at)).expect("v");
+    let table = g.input(t([d, rows, 1, 1], 0, table_at)).expect("table");
+    let pos = g.input(t([1, 1, 1, 1], 0, pos_at)).expect("pos");
+    let logits = g.input(t([vocab, 2, 1, 1], 0, logits_at)).expect("logits");
+    let kc = g.state(t([d, n_kv, rows, 1], 1, 0)).expect("k cache");
+    let vc = g.state(t([d, n_kv, rows, 1], 1, cache)).expect("v cache");
+    let kc_rows = g.reshape(kc, [d * n_kv, rows, 1, 1]).expect("rows");
+    let vc_rows = g.reshape(vc, [d * n_kv, rows, 1, 1]).expect("rows");
+    let qr = g
+        .rope(RopeMode::Adjacent, q, table, pos, Place::at(2, 0))
+        .expect("rope q");
+    let kr = g
+        .rope(RopeMode::Halves, k, table, pos, Place::at(2, f(d * n_head)))
+        .expect("rope k");
+    let kw = g
+        .set_row(kc_rows, kr, pos, Place::at(1, 0))
+        .expect("k append");
+    let vw = g
+        .set_row(vc_rows, v, pos, Place::at(1, cache))
+        .expect("v append");
+    let kw3 = g.reshape(kw, [d, n_kv, rows, 1]).expect("3-D");
+    let vw3 = g.reshape(vw, [d, n_kv, rows, 1]).expect("3-D");
+    let att_at = f(d * n_head + d * n_kv);
+    let att = g
+        .attention(qr, kw3, vw3, pos, 0.35, Place::at(2, att_at))
+        .expect("attention");
+    let best = g
+        .argmax(logits, Place::at(2, att_at + f(d * n_head)))
+        .expect("argmax");
+    for id in [qr, kr, att, best] {
+        g.mark_output(id).expect("an output");
+    }
+    let mut mem = Memory::new(&[in_size, 2 * cache, att_at + f(d * n_head + 2)]);
+    let mut rng = Rng::new(37);
+    let angles: Vec<f32> = (0..rows * d / 2)
+        .flat_map(|i| {
+            let a = 0.37 * i as f32;
+            [a.cos(), a.sin()]
+        })
+        .collect();
+    mem.write(g.tensor(table).expect("a node"), &angles)
+        .expect("fits");
+    let p = plan(&g);
+    let name = b.name();
+    if let Err(e) = b.supports(&g, &p, GemvMode::F32) {
+        eprintln!("skipped: {name} decode ops: {e}");
+        return;
+    }
+    let mut rp = b
+        .compile(&g, &p, GemvMode::F32, &mem.sizes())
+        .unwrap_or_else(|e| panic!("{name} decode ops: {e}"));
+    rp.write_all(&mem).expect("written");
+    let caches = TensorDesc::contiguous(DType::F32, [2 * cache / 4, 1, 1, 1], BufferId(1), 0)
+        .expect("both caches");
+    for (run, position) in [0.0f32, 1.0, 2.0, 3.0, 4.0, 9.0].into_iter().enumerate() {
+        let case = format!("decode ops, run {run} at position {position}");
+        for (id, n) in [
+            (q, d * n_head),
+            (k, d * n_kv),
+            (v, d * n_kv),
+            (logits, 2 * vocab),
+        ] {
+            let mut x = rng.vec(n);
+            if id == logits {
+                // A tie and a NaN: the first maximum wins, NaN never does.
+                x[3] = 9.0;
+                x[20] = 9.0;
+                x[vocab] = f32::NAN;
+            }
+            let td = *g.tensor(id).expect("a node");
+            mem.write(&td, &x).expect("fits");
+            rp.write_f32(&td, &x).expect("written");
+        }
+        let pt = *g.tensor(pos).expect("a node");
+        mem.write(&pt, &[position]).expect("fits");
+        rp.write_f32(&pt, &[position]).expect("written");
+        eval_graph(&g, &mut mem, GemvMode::F32).expect("the reference");
+        rp.run().unwrap_or_else(|e| panic!("{name} {case}: {e}"));
+        for id in [qr, kr, best] {
+            let td = g.tensor(id).expect("a node");
+            assert_bits_eq(
+                &rp.read_f32(td).expect("read"),
+                &mem.read(td).expect("read"),
+                &format!("{name} {case}: {}", g.node(id).expect("a node").op().name()),
+            );
+        }
+        let chosen = mem.read(g.tensor(best).expect("a node")).expect("read");
+        assert!(
+            chosen[0] == 3.0 && chosen[1] != 0.0,
+            "{name} {case}: the reference's argmax {chosen:?}: the first of a tie, never NaN"
+        );
+        assert_bits_eq(
+            &rp.read_f32(&caches).expect("read"),
+            &mem.read(&caches).expect("read"),
+            &format!("{name} {case}: the caches"),
+        );
+        let ta = g.tensor(att).expect("a node");
+        check_reference(
+            b,
+            &rp.read_f32(ta).expect("read"),
+            &mem.read(ta).expect("read"),
+            &case,
+        );
+    }
+    rp.restore_inputs().expect("restored");
+    assert_bits_eq(
+        &rp.read_f32(&caches).expect("read"),
+        &mem.read(&caches).expect("read"),
+        &format!("{name}: the caches after restore_inputs"),
+    );
+}

@@ -14,6 +14,7 @@ use alloc::vec::Vec;
 use super::gemv::{dot_f32, dot_quantized};
 use crate::acts::ActQuant;
 use crate::acts::GemvMode;
+use crate::decode;
 use crate::dtype::DType;
 use crate::epilogue::Stage;
 use crate::error::Error;
@@ -225,6 +226,7 @@ fn eval_node(g: &Graph, id: NodeId, mem: &mut Memory, mode: GemvMode) -> Result<
             }
             Ok(())
         }
+        Op::Rope(_) | Op::SetRow | Op::Attention(_) | Op::ArgMax => eval_decode(g, id, mem),
         Op::Other(_) => match node.src(0) {
             None => Ok(()),
             Some(s) => {
@@ -236,6 +238,98 @@ fn eval_node(g: &Graph, id: NodeId, mem: &mut Memory, mode: GemvMode) -> Result<
                 Ok(())
             }
         },
+    }
+}
+
+/// Every value of `t`, in GGML order.
+fn values(t: &TensorDesc, mem: &Memory) -> Result<Vec<f32>, Error> {
+    (0..t.n_elements())
+        .map(|l| mem.get(t, t.unravel(l)))
+        .collect()
+}
+
+/// Stores `v` (GGML order) into `t`.
+fn store(t: &TensorDesc, v: &[f32], mem: &mut Memory) -> Result<(), Error> {
+    v.iter()
+        .enumerate()
+        .try_for_each(|(l, &x)| mem.set(t, t.unravel(l), x))
+}
+
+/// The row a position source addresses among `rows` rows.
+fn position(g: &Graph, id: NodeId, i: usize, rows: usize, mem: &Memory) -> Result<usize, Error> {
+    let p = tensor(g, src(g, id, i)?)?;
+    Ok(decode::position(mem.get(&p, [0; 4])?, rows))
+}
+
+/// The decode ops ([`crate::decode`]): every source read before the result
+/// is stored, but for a row write placed on its destination, which stores
+/// the one row.
+fn eval_decode(g: &Graph, id: NodeId, mem: &mut Memory) -> Result<(), Error> {
+    let node = g.node(id)?;
+    let out = *node.tensor();
+    let input = |i: usize| -> Result<TensorDesc, Error> { tensor(g, src(g, id, i)?) };
+    match node.op() {
+        Op::Rope(mode) => {
+            let (x, table) = (input(0)?, input(1)?);
+            let p = position(g, id, 2, table.ne()[1], mem)?;
+            let d = x.ne()[0];
+            let row = column(&table, p, mem)?;
+            let mut y = vec![0.0f32; x.n_elements()];
+            decode::rope(mode, d, &values(&x, mem)?, &row, &mut y)?;
+            store(&out, &y, mem)
+        }
+        Op::SetRow => {
+            let (dst, row) = (input(0)?, input(1)?);
+            let p = position(g, id, 2, dst.ne()[1], mem)?;
+            let n = dst.ne()[0];
+            let r = values(&row, mem)?;
+            if dst.overlap(&out) != crate::tensor::Overlap::Exact {
+                let all = values(&dst, mem)?;
+                store(&out, &all, mem)?;
+            }
+            for (i, &v) in r.iter().enumerate() {
+                mem.set(&out, out.unravel(p * n + i), v)?;
+            }
+            Ok(())
+        }
+        Op::Attention(scale) => {
+            let (q, k, v) = (input(0)?, input(1)?, input(2)?);
+            let [d, n_kv, rows, _] = k.ne();
+            let len = position(g, id, 3, rows, mem)? + 1;
+            let shape = decode::AttentionShape {
+                head_dim: d,
+                n_head: q.ne()[1],
+                n_kv,
+                scale: scale.get(),
+            };
+            let rows_of = |t: &TensorDesc| -> Result<Vec<f32>, Error> {
+                (0..len * d * n_kv)
+                    .map(|l| mem.get(t, t.unravel(l)))
+                    .collect()
+            };
+            let (kv_k, kv_v) = (rows_of(&k)?, rows_of(&v)?);
+            let mut scores = vec![0.0f32; len];
+            let mut y = vec![0.0f32; q.n_elements()];
+            decode::attention(
+                &shape,
+                &values(&q, mem)?,
+                &kv_k,
+                &kv_v,
+                len,
+                &mut scores,
+                &mut y,
+            )?;
+            store(&out, &y, mem)
+        }
+        Op::ArgMax => {
+            let x = input(0)?;
+            let cols = x.n_rows();
+            let idx = (0..cols)
+                .map(|c| Ok(decode::argmax(&column(&x, c, mem)?) as f32))
+                .collect::<Result<Vec<f32>, Error>>()?;
+            store(&out, &idx, mem)
+        }
+        _ => Err(Error::BadNode { index: id.index() }),
     }
 }
 
