@@ -203,8 +203,7 @@ impl AttentionShape {
 /// into `out` (`q`'s size); `scores` is scratch of at least `len` values.
 ///
 /// Per query head `h`, with key/value head `g = h / (n_head / n_kv)`:
-/// 1. `s[t] = dot(q_h, k[t]_g) · scale`, the dot a plain sum of products
-///    in increasing index from `+0.0`;
+/// 1. `s[t] = dot(q_h, k[t]_g) · scale` ([`dot`]'s order);
 /// 2. `m = max s[t]`, `e[t] = expf(s[t] − m)`, `sum = Σ e[t]` in
 ///    increasing `t`;
 /// 3. `out_h[i] = Σ_t e[t] · v[t]_g[i]` in increasing `t`, then divided
@@ -278,12 +277,7 @@ pub fn attend_head<'a>(
 ) {
     let mut max = f32::NEG_INFINITY;
     for (t, s) in scores.iter_mut().enumerate() {
-        let kt = key(t);
-        let mut dot = 0.0f32;
-        for i in 0..head_dim {
-            dot += q[i] * kt[i];
-        }
-        *s = dot * scale;
+        *s = dot(&q[..head_dim], &key(t)[..head_dim]) * scale;
         max = max.max(*s);
     }
     let mut sum = 0.0f32;
@@ -301,6 +295,37 @@ pub fn attend_head<'a>(
     for o in out.iter_mut() {
         *o /= sum;
     }
+}
+
+/// The number of interleaved partial sums of [`dot`].
+pub const DOT_PARTIALS: usize = 8;
+
+/// `Σ a[i]·b[i]` as attention defines it: partial `j` accumulates the
+/// products of the indices `i ≡ j (mod 8)` in increasing `i` from `+0.0`
+/// (a product rounded, then added), and the partials are summed in a fixed
+/// tree, `p[j] += p[j + w]` for `j < w`, `w = 4, 2, 1`. Eight independent
+/// sums keep a CPU's vector lanes busy where one running sum could not.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut p = [0.0f32; DOT_PARTIALS];
+    let n = a.len().min(b.len());
+    let (ca, cb) = (a[..n].chunks_exact(DOT_PARTIALS), b[..n].chunks_exact(DOT_PARTIALS));
+    let (ta, tb) = (ca.remainder(), cb.remainder());
+    for (xa, xb) in ca.zip(cb) {
+        for j in 0..DOT_PARTIALS {
+            p[j] += mul(xa[j], xb[j]);
+        }
+    }
+    for (j, (&x, &y)) in ta.iter().zip(tb).enumerate() {
+        p[j] += mul(x, y);
+    }
+    let mut w = DOT_PARTIALS / 2;
+    while w > 0 {
+        for j in 0..w {
+            p[j] += p[j + w];
+        }
+        w /= 2;
+    }
+    p[0]
 }
 
 /// The index of the largest value of `x`: the first on ties, NaN never
@@ -388,6 +413,19 @@ mod tests {
         assert!(attention(&shape, &q, &k, &v, 0, &mut scores, &mut out).is_err());
         let bad = AttentionShape { n_kv: 3, ..shape };
         assert!(attention(&bad, &q, &k, &v, 1, &mut scores, &mut out).is_err());
+    }
+
+    #[test]
+    fn dot_sums_interleaved_partials_in_a_fixed_tree() {
+        let a: [f32; 11] = core::array::from_fn(|i| (i as f32 + 1.0) * 0.1);
+        let b: [f32; 11] = core::array::from_fn(|i| 1.0 - i as f32 * 0.07);
+        let mut p = [0.0f32; 8];
+        for i in 0..11 {
+            p[i % 8] += a[i] * b[i];
+        }
+        let want = ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+        assert_eq!(dot(&a, &b).to_bits(), want.to_bits());
+        assert_eq!(dot(&[], &[]), 0.0);
     }
 
     #[test]
