@@ -217,29 +217,8 @@ pub fn attention(
     scores: &mut [f32],
     out: &mut [f32],
 ) -> Result<(), Error> {
-    shape.check()?;
+    check_attention(shape, q.len(), k.len(), v.len(), len, out.len())?;
     let (d, kv) = (shape.head_dim, shape.kv_dim());
-    check_len("attention query", shape.q_dim(), q.len())?;
-    check_len("attention output", shape.q_dim(), out.len())?;
-    let need = len.checked_mul(kv).ok_or(Error::Overflow {
-        what: "attention cache size",
-    })?;
-    for (what, t) in [("attention keys", k), ("attention values", v)] {
-        if t.len() < need {
-            return Err(Error::BufferTooShort {
-                what,
-                needed: need,
-                actual: t.len(),
-            });
-        }
-    }
-    if len == 0 {
-        return Err(Error::LengthMismatch {
-            what: "attention context (at least one position)",
-            expected: 1,
-            actual: 0,
-        });
-    }
     let Some(scores) = scores.get_mut(..len) else {
         return Err(Error::BufferTooShort {
             what: "attention scores",
@@ -259,6 +238,42 @@ pub fn attention(
             scores,
             &mut out[h * d..(h + 1) * d],
         );
+    }
+    Ok(())
+}
+
+/// Whether [`attention`] takes these sizes: a usable shape, a query and an
+/// output of [`AttentionShape::q_dim`] values, at least one row and caches
+/// holding `len` rows.
+pub fn check_attention(
+    shape: &AttentionShape,
+    q: usize,
+    k: usize,
+    v: usize,
+    len: usize,
+    out: usize,
+) -> Result<(), Error> {
+    shape.check()?;
+    check_len("attention query", shape.q_dim(), q)?;
+    check_len("attention output", shape.q_dim(), out)?;
+    if len == 0 {
+        return Err(Error::LengthMismatch {
+            what: "attention context (at least one position)",
+            expected: 1,
+            actual: 0,
+        });
+    }
+    let need = len.checked_mul(shape.kv_dim()).ok_or(Error::Overflow {
+        what: "attention cache size",
+    })?;
+    for (what, have) in [("attention keys", k), ("attention values", v)] {
+        if have < need {
+            return Err(Error::BufferTooShort {
+                what,
+                needed: need,
+                actual: have,
+            });
+        }
     }
     Ok(())
 }
@@ -308,7 +323,10 @@ pub const DOT_PARTIALS: usize = 8;
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut p = [0.0f32; DOT_PARTIALS];
     let n = a.len().min(b.len());
-    let (ca, cb) = (a[..n].chunks_exact(DOT_PARTIALS), b[..n].chunks_exact(DOT_PARTIALS));
+    let (ca, cb) = (
+        a[..n].chunks_exact(DOT_PARTIALS),
+        b[..n].chunks_exact(DOT_PARTIALS),
+    );
     let (ta, tb) = (ca.remainder(), cb.remainder());
     for (xa, xb) in ca.zip(cb) {
         for j in 0..DOT_PARTIALS {

@@ -16,6 +16,7 @@ use std::vec;
 use std::vec::Vec;
 
 use fused_core::acts::ActQuant;
+use fused_core::decode::AttentionShape;
 use fused_core::element::Activation;
 use fused_core::epilogue::BoundEpilogue;
 use fused_core::fwht::FwhtDesc;
@@ -498,6 +499,48 @@ impl CpuBackend {
         fn region_probe(&self) {
             let _ = self.parallel(self.threads, |_| Ok(()));
         }
+    }
+
+    /// One query token's attention over the first `len` rows of the caches
+    /// `k` and `v` ([`fused_core::decode::attention`]): one task a query
+    /// head, each computed by the core's own [`attend_head`], so the result
+    /// is the definition's bit for bit. A short context runs on the calling
+    /// thread, where a parallel region would cost more than the work.
+    ///
+    /// [`attend_head`]: fused_core::decode::attend_head
+    pub(crate) fn attention(
+        &self,
+        shape: &AttentionShape,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        len: usize,
+        out: &mut [f32],
+    ) -> Result<(), Error> {
+        // Below this many multiply-adds a region's wake-up costs more.
+        const PARALLEL_MIN: usize = 1 << 16;
+        let d = shape.head_dim;
+        if shape.q_dim() * len < PARALLEL_MIN || self.threads == 1 {
+            let mut scores = vec![0.0f32; len];
+            self.count_call();
+            return fused_core::decode::attention(shape, q, k, v, len, &mut scores, out);
+        }
+        fused_core::decode::check_attention(shape, q.len(), k.len(), v.len(), len, out.len())?;
+        let (kv, group) = (shape.kv_dim(), shape.n_head / shape.n_kv);
+        self.for_each_chunk(out, d, |start, o| {
+            let (h, mut scores) = (start / d, vec![0.0f32; len]);
+            let g = h / group;
+            fused_core::decode::attend_head(
+                d,
+                shape.scale,
+                &q[start..start + d],
+                |t| &k[t * kv + g * d..t * kv + (g + 1) * d],
+                |t| &v[t * kv + g * d..t * kv + (g + 1) * d],
+                &mut scores,
+                o,
+            );
+            Ok(())
+        })
     }
 
     /// `out = a` (stands in for ops the core does not model).

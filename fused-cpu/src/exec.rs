@@ -15,6 +15,7 @@ use std::vec::Vec;
 use fused_core::DType;
 use fused_core::Error;
 use fused_core::acts::GemvMode;
+use fused_core::decode::AttentionShape;
 use fused_core::element::Activation;
 use fused_core::error::Unsupported;
 use fused_core::exec::StepKernels;
@@ -238,6 +239,18 @@ impl StepKernels for CpuBackend {
 
     fn supports_rms_norm(&self) -> Result<(), Unsupported> {
         Ok(())
+    }
+
+    fn attention(
+        &self,
+        shape: &AttentionShape,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        len: usize,
+        out: &mut [f32],
+    ) -> Result<(), Error> {
+        CpuBackend::attention(self, shape, q, k, v, len, out)
     }
 
     /// On the calling thread: a column's norm is a few microseconds, less

@@ -151,3 +151,41 @@ fn decode_layer_fused_equals_unfused_and_reference() {
         }
     }
 }
+
+/// Attention long enough to run one task a head on the pool equals the
+/// core's definition bit for bit, and a short one (on the calling thread)
+/// too; a cache shorter than the context is a typed error.
+#[test]
+fn parallel_attention_equals_the_definition() {
+    use fused_core::decode::{AttentionShape, attention};
+    use fused_core::exec::StepKernels;
+    let b = CpuBackend::new(4).expect("a backend");
+    let shape = AttentionShape {
+        head_dim: 64,
+        n_head: 8,
+        n_kv: 2,
+        scale: 0.125,
+    };
+    let rows = 300;
+    let fill = |n: usize, seed: u32| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
+            .collect()
+    };
+    let (q, k, v) = (
+        fill(shape.q_dim(), 1),
+        fill(rows * shape.kv_dim(), 2),
+        fill(rows * shape.kv_dim(), 3),
+    );
+    for len in [1, 7, rows] {
+        let mut want = vec![0.0f32; shape.q_dim()];
+        let mut scores = vec![0.0f32; len];
+        attention(&shape, &q, &k, &v, len, &mut scores, &mut want).expect("the definition");
+        let mut got = vec![f32::NAN; shape.q_dim()];
+        StepKernels::attention(&b, &shape, &q, &k, &v, len, &mut got).expect("the CPU");
+        assert_eq!(bits(&got), bits(&want), "context {len}");
+    }
+    let mut out = vec![0.0f32; shape.q_dim()];
+    let short = &k[..10 * shape.kv_dim()];
+    assert!(StepKernels::attention(&b, &shape, &q, short, &v, rows, &mut out).is_err());
+}
