@@ -26,6 +26,13 @@ compile eltwise eltwise.comp
 compile fwht_shared fwht.comp
 compile fwht_shuffle fwht.comp -DSHUFFLE
 compile rms_norm rms_norm.comp
+# The decode ops: RoPE, the row write, attention (a split pass and the pass
+# joining the splits) and argmax.
+compile rope rope.comp
+compile set_row set_row.comp
+compile attention attention.comp
+compile attention_combine attention.comp -DCOMBINE
+compile argmax argmax.comp
 # gemv{,_glu}{,_sg}_TYPE: F32, F16 and BF16 from gemv.comp, the quantized formats
 # from gemv_quant.comp; Q8_0 and Q4_0 also with 16-bit loads (_s16).
 gemv_variants() { # name-suffix source defines...

@@ -40,7 +40,8 @@
 //! pipeline) <- `context` (instance, device, buffers, the pipeline cache,
 //! submission) <- `measure` (device-time medians) and `tuning` (the table
 //! and the pure kernel choice) <- `backend` (dispatches and eager ops) <-
-//! `exec` (the core's step executor) and `plan_exec` ([`DevicePlan`]) <-
+//! `decode` (the decode ops' dispatches) <- `exec` (the core's step
+//! executor) and `plan_exec` ([`DevicePlan`]) <-
 //! `contract` (the core's backend contract: trait impls only), `lab` and
 //! `timing` (feature `lab`).
 
@@ -48,6 +49,7 @@ mod backend;
 mod context;
 // The core's backend contract on this backend (trait impls only).
 mod contract;
+mod decode;
 mod error;
 mod exec;
 #[cfg(feature = "lab")]

@@ -23,6 +23,18 @@ pub(crate) enum Shader {
     Eltwise,
     /// RMS normalisation, one workgroup per column (`rms_norm.comp`).
     RmsNorm,
+    /// RoPE at a position read from memory, one invocation per pair
+    /// (`rope.comp`).
+    Rope,
+    /// The row write at a position read from memory (`set_row.comp`).
+    SetRow,
+    /// Attention of one query token, a workgroup per query head and
+    /// context split (`attention.comp`).
+    Attention,
+    /// The pass joining attention's splits (`attention.comp -DCOMBINE`).
+    AttentionCombine,
+    /// Argmax per column, whole or in splits and their join (`argmax.comp`).
+    ArgMax,
     /// FWHT exchanging through shared memory only.
     FwhtShared,
     /// FWHT with subgroup shuffles for half-widths below the subgroup size.
@@ -159,6 +171,11 @@ impl Shader {
             Shader::Copy => spv!("copy"),
             Shader::Eltwise => spv!("eltwise"),
             Shader::RmsNorm => spv!("rms_norm"),
+            Shader::Rope => spv!("rope"),
+            Shader::SetRow => spv!("set_row"),
+            Shader::Attention => spv!("attention"),
+            Shader::AttentionCombine => spv!("attention_combine"),
+            Shader::ArgMax => spv!("argmax"),
             Shader::FwhtShared => spv!("fwht_shared"),
             Shader::FwhtShuffle => spv!("fwht_shuffle"),
             Shader::Gemv {
@@ -267,7 +284,10 @@ impl Shader {
     /// Storage buffers, bound 0, 1, ... in this order.
     fn bindings(self) -> u32 {
         match self {
-            Shader::Copy => 2,
+            Shader::Copy | Shader::ArgMax => 2,
+            Shader::AttentionCombine => 3,
+            Shader::Rope | Shader::SetRow => 4,
+            Shader::Attention => 5,
             Shader::Eltwise | Shader::RmsNorm | Shader::FwhtShared | Shader::FwhtShuffle => 3,
             Shader::Gemv { glu: false, .. } => 4,
             Shader::Gemv { glu: true, .. } => 5,
@@ -284,6 +304,10 @@ impl Shader {
             Shader::Copy => 4,
             Shader::Eltwise => 20,
             Shader::RmsNorm => 16,
+            Shader::Rope => 32,
+            Shader::SetRow | Shader::ArgMax => 28,
+            Shader::Attention => 52,
+            Shader::AttentionCombine => 24,
             Shader::FwhtShared | Shader::FwhtShuffle => 12,
             Shader::Gemv { .. } | Shader::GemvQ8 { .. } => 80,
             Shader::Quantize { norm: false, .. } => 8,

@@ -65,10 +65,25 @@
 //! without quantizing again ([`fused_core::reuse`], the CUDA plan's rule
 //! too).
 //!
+//! The decode ops ([`fused_core::decode`]: RoPE, the row write, attention,
+//! argmax) read the token position from device memory when the plan runs,
+//! so the one recorded command buffer serves every token: the caller writes
+//! the position before each run. Their kernels address every tensor from
+//! an element offset within its binding, so each tensor at a 4-byte
+//! boundary is bound in place, copies never. A row write placed on its
+//! destination (the KV-cache append) writes its row alone, but counts as
+//! writing the whole destination for the barriers, since the row is known
+//! only on the device. Attention over a cache longer than one split, and
+//! argmax over a long column, take a second dispatch that joins the
+//! splits' partial results. Attention heads of more than 256 values, and
+//! sources overlapping an output other than in place, are refused as
+//! unsupported (the host plan runs them).
+//!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
 //! copies them back (one more submission), so that every timed run
-//! ([`DevicePlan::time_once`]) starts from the same inputs.
+//! ([`DevicePlan::time_once`]) starts from the same inputs. State inputs
+//! (KV caches, `Graph::state`) are not: runs update them on purpose.
 
 use std::time::{Duration, Instant};
 
@@ -77,6 +92,7 @@ use ash::vk::Handle;
 use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
 use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan, buffer_range};
+use fused_core::decode::{AttentionShape, MAX_ARGMAX_LEN, RopeMode};
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
@@ -93,6 +109,7 @@ use fused_core::{DType, Error};
 
 use crate::backend::{ChainWords, EltOp, VulkanBackend};
 use crate::context::{Buffer, Dispatch};
+use crate::decode::{ATTENTION_MAX_HEAD, ArgMaxPass, argmax_splits, attention_splits};
 use crate::error::VulkanError;
 use crate::pipeline::{KernelKey, gemv_type, quantized_bytes, u32_of};
 
@@ -230,6 +247,9 @@ struct Builder<'a, 'd> {
     /// The scratch buffer a GEMV step's norm prologue writes its
     /// activations to (its index and size), reused like `quantized`.
     normed: Option<(usize, u64)>,
+    /// The scratch buffer attention's splits write their partial results
+    /// to (its index and size), reused like `quantized`.
+    attention_parts: Option<(usize, u64)>,
     /// The latest norm prologue, while nothing has written its input, its
     /// weight or its output since.
     latest_norm: LatestQuantization<Slot, NormKey>,
@@ -691,6 +711,98 @@ impl<'a> Builder<'a, '_> {
     }
 }
 
+impl<'a> Builder<'a, '_> {
+    /// The binding through which a decode kernel reaches `t` in place: the
+    /// region from the descriptor offset at or below `t` to its end, and
+    /// `t`'s offset in it in f32 elements (the decode kernels index every
+    /// tensor from an offset, so they need no copy of a misaligned one;
+    /// the row write must write its row in place).
+    fn window(&self, t: &TensorDesc, what: &'static str) -> Result<(Region, u32), VulkanError> {
+        placement::require_f32(t, what)?;
+        let r = self.region(t)?;
+        if !r.offset.is_multiple_of(4) {
+            return Err(unsupported(
+                "an F32 tensor at a byte offset not a multiple of 4 on the Vulkan device plan",
+            )
+            .into());
+        }
+        let start = r.offset / self.align * self.align;
+        let at = u32_of("decode tensor offset", ((r.offset - start) / 4) as usize)?;
+        let window = Region {
+            offset: start,
+            size: r.offset + r.size - start,
+            ..r
+        };
+        Ok((words(window), at))
+    }
+
+    /// Checks that a decode kernel writing `out` may read `t`: apart from
+    /// it, or (`exact_ok`: the kernel reads each element it overwrites
+    /// first, in the invocation that writes it) exactly on it. Any other
+    /// overlap is left to the host plan.
+    fn decode_source(
+        t: &TensorDesc,
+        out: &TensorDesc,
+        exact_ok: bool,
+        what: &'static str,
+    ) -> Result<(), Error> {
+        match t.overlap(out) {
+            Overlap::Disjoint => Ok(()),
+            Overlap::Exact if exact_ok => Ok(()),
+            _ => Err(unsupported(what)),
+        }
+    }
+
+    /// Records the first attention pass and, over several splits, the pass
+    /// joining them through the reused partials scratch.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_passes(
+        &mut self,
+        shape: &AttentionShape,
+        rows: usize,
+        q: (Region, u32),
+        k: (Region, u32),
+        v: (Region, u32),
+        pos: (Region, u32),
+        out: (Region, u32),
+    ) -> Result<(), VulkanError> {
+        let splits = attention_splits(rows);
+        let p = self.placeholder;
+        if splits == 1 {
+            let at = [q.1, k.1, v.1, pos.1, out.1];
+            let d = self
+                .backend
+                .attention_dispatch(shape, rows, 1, at, vec![p; 5])?;
+            self.dispatch(d, vec![q.0, k.0, v.0, pos.0, out.0], 4, (out.0, None));
+            return Ok(());
+        }
+        let floats = shape
+            .n_head
+            .checked_mul(splits)
+            .and_then(|n| n.checked_mul(shape.head_dim + 2))
+            .ok_or(Error::Overflow {
+                what: "attention partial results",
+            })?;
+        let mut kept = self.attention_parts;
+        let parts = self.reused_scratch(&mut kept, 4 * floats as u64)?;
+        self.attention_parts = kept;
+        let at = [q.1, k.1, v.1, pos.1, 0];
+        let d = self
+            .backend
+            .attention_dispatch(shape, rows, splits, at, vec![p; 5])?;
+        self.dispatch(d, vec![q.0, k.0, v.0, pos.0, parts], 4, (parts, None));
+        let d = self.backend.attention_combine_dispatch(
+            shape,
+            rows,
+            splits,
+            [pos.1, out.1],
+            vec![p; 3],
+        )?;
+        self.dispatch(d, vec![parts, pos.0, out.0], 2, (out.0, None));
+        Ok(())
+    }
+}
+
 impl<'a> CommandSink for Builder<'a, '_> {
     type Error = VulkanError;
 
@@ -826,6 +938,198 @@ impl<'a> CommandSink for Builder<'a, '_> {
     fn copy(&mut self, a: &TensorDesc, out: &TensorDesc) -> Result<(), VulkanError> {
         self.eltwise(EltOp::Unary, Activation::Identity, [0; 2], a, None, out)
     }
+
+    /// RoPE at the position in `pos`, one invocation per pair; in place
+    /// where `out` is `x`.
+    fn rope(
+        &mut self,
+        mode: RopeMode,
+        x: &TensorDesc,
+        table: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        let [d, rows, _, _] = table.ne();
+        if d == 0 || !d.is_multiple_of(2) || x.ne()[0] != d {
+            return Err(Error::ShapeMismatch {
+                what: "RoPE table (one row of the head size, even)",
+                expected: [x.ne()[0], rows, 1, 1],
+                actual: table.ne(),
+            }
+            .into());
+        }
+        check_len("RoPE output", x.n_elements(), out.n_elements())?;
+        check_len("RoPE position", 1, pos.n_elements())?;
+        Self::decode_source(x, out, true, "a RoPE input partly over its output")?;
+        let apart = "a RoPE table or position overlapping its output";
+        Self::decode_source(table, out, false, apart)?;
+        Self::decode_source(pos, out, false, apart)?;
+        let what = "device plan RoPE operand (must be contiguous F32)";
+        let (xr, tr, pr) = (
+            self.window(x, what)?,
+            self.window(table, what)?,
+            self.window(pos, what)?,
+        );
+        let or = self.window(out, what)?;
+        let p = self.placeholder;
+        let heads = x.n_elements() / d;
+        let at = [xr.1, tr.1, pr.1, or.1];
+        let dispatch = self
+            .backend
+            .rope_dispatch(mode, d, heads, rows, at, vec![p; 4])?;
+        self.dispatch(dispatch, vec![xr.0, tr.0, pr.0, or.0], 3, (or.0, None));
+        Ok(())
+    }
+
+    /// The row write at the position in `pos`: where `out` is `dst` (the
+    /// KV-cache append) one dispatch writes the row alone; otherwise one
+    /// dispatch writes the whole result. Barriers see the whole of `out`
+    /// written, since the row is known only when the run reads `pos`.
+    fn set_row(
+        &mut self,
+        dst: &TensorDesc,
+        row: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        let [n, rows, _, _] = dst.ne();
+        check_len("row-write row", n, row.n_elements())?;
+        check_len("row-write output", dst.n_elements(), out.n_elements())?;
+        check_len("row-write position", 1, pos.n_elements())?;
+        let in_place = match dst.overlap(out) {
+            Overlap::Exact => true,
+            Overlap::Disjoint => false,
+            Overlap::Partial => {
+                return Err(Error::AliasViolation {
+                    what: "a row-write destination partly over its output",
+                }
+                .into());
+            }
+        };
+        // The whole-result pass reads each value in the invocation that
+        // writes it, so the row may be the output; the row-only pass never
+        // reads what it writes.
+        Self::decode_source(row, out, true, "a written row partly over its output")?;
+        Self::decode_source(pos, out, false, "a row-write position over its output")?;
+        let what = "device plan row-write operand (must be contiguous F32)";
+        let dr = if in_place {
+            (Self::dummy(), 0)
+        } else {
+            self.window(dst, what)?
+        };
+        let (rr, pr) = (self.window(row, what)?, self.window(pos, what)?);
+        let or = self.window(out, what)?;
+        let p = self.placeholder;
+        let at = [dr.1, rr.1, pr.1, or.1];
+        let d = self
+            .backend
+            .set_row_dispatch(n, rows, !in_place, at, vec![p; 4])?;
+        self.dispatch(d, vec![dr.0, rr.0, pr.0, or.0], 3, (or.0, None));
+        Ok(())
+    }
+
+    /// Attention over cache rows `0..=pos`: one workgroup per query head
+    /// and split of the cache, and a pass joining the splits where the
+    /// cache has more than one; `out` may be `q`.
+    fn attention(
+        &mut self,
+        shape: &AttentionShape,
+        q: &TensorDesc,
+        k: &TensorDesc,
+        v: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), VulkanError> {
+        shape.check()?;
+        if shape.head_dim > ATTENTION_MAX_HEAD {
+            return Err(unsupported("an attention head of more than 256 values on Vulkan").into());
+        }
+        let rows = k.ne()[2];
+        let cache = [shape.head_dim, shape.n_kv, rows, 1];
+        for t in [k, v] {
+            if t.ne() != cache || rows == 0 {
+                return Err(Error::ShapeMismatch {
+                    what: "attention cache ([head_dim, n_kv, rows], rows > 0)",
+                    expected: cache,
+                    actual: t.ne(),
+                }
+                .into());
+            }
+        }
+        check_len("attention query", shape.q_dim(), q.n_elements())?;
+        check_len("attention output", shape.q_dim(), out.n_elements())?;
+        check_len("attention position", 1, pos.n_elements())?;
+        Self::decode_source(q, out, true, "an attention query partly over its output")?;
+        let apart = "an attention cache or position overlapping its output";
+        for t in [k, v, pos] {
+            Self::decode_source(t, out, false, apart)?;
+        }
+        let what = "device plan attention operand (must be contiguous F32)";
+        let (qr, kr, vr, pr) = (
+            self.window(q, what)?,
+            self.window(k, what)?,
+            self.window(v, what)?,
+            self.window(pos, what)?,
+        );
+        let or = self.window(out, what)?;
+        self.attention_passes(shape, rows, qr, kr, vr, pr, or)
+    }
+
+    /// The first index of each column's maximum: one workgroup a column,
+    /// or over long columns one per split and a pass joining the splits.
+    fn argmax(&mut self, x: &TensorDesc, out: &TensorDesc) -> Result<(), VulkanError> {
+        let n = x.ne()[0];
+        if n == 0 || n > MAX_ARGMAX_LEN {
+            return Err(Error::LengthMismatch {
+                what: "argmax column (1 to 2^24 values)",
+                expected: n.clamp(1, MAX_ARGMAX_LEN),
+                actual: n,
+            }
+            .into());
+        }
+        let cols = x.n_elements() / n;
+        check_len("argmax output", cols, out.n_elements())?;
+        Self::decode_source(x, out, false, "an argmax input overlapping its output")?;
+        let what = "device plan argmax operand (must be contiguous F32)";
+        let (xr, or) = (self.window(x, what)?, self.window(out, what)?);
+        let splits = argmax_splits(n);
+        let p = self.placeholder;
+        if splits == 1 {
+            let d = self.backend.argmax_dispatch(
+                ArgMaxPass::Whole,
+                n,
+                cols,
+                1,
+                [xr.1, or.1],
+                vec![p; 2],
+            )?;
+            self.dispatch(d, vec![xr.0, or.0], 1, (or.0, None));
+            return Ok(());
+        }
+        let pairs = cols.checked_mul(splits).ok_or(Error::Overflow {
+            what: "argmax partial results",
+        })?;
+        let parts = self.scratch(8 * pairs as u64)?;
+        let d = self.backend.argmax_dispatch(
+            ArgMaxPass::Splits,
+            n,
+            cols,
+            splits,
+            [xr.1, 0],
+            vec![p; 2],
+        )?;
+        self.dispatch(d, vec![xr.0, parts], 1, (parts, None));
+        let d = self.backend.argmax_dispatch(
+            ArgMaxPass::Join,
+            n,
+            cols,
+            splits,
+            [0, or.1],
+            vec![p; 2],
+        )?;
+        self.dispatch(d, vec![parts, or.0], 1, (or.0, None));
+        Ok(())
+    }
 }
 
 /// Every stage a barrier waits for and releases: compute and transfer.
@@ -867,6 +1171,7 @@ impl<'a> DevicePlan<'a> {
             scratch: Vec::new(),
             quantized: None,
             normed: None,
+            attention_parts: None,
             latest_norm: LatestQuantization::new(),
             latest_quant: LatestQuantization::new(),
             cmds: Vec::new(),
@@ -885,7 +1190,9 @@ impl<'a> DevicePlan<'a> {
         let written: Vec<Region> = b.cmds.iter().map(|c| c.access().1).collect();
         let mut pristine = Vec::new();
         for node in g.nodes() {
-            if node.op() != Op::Input {
+            // State (a KV cache) is overwritten on purpose and kept as runs
+            // leave it.
+            if node.op() != Op::Input || node.is_state() {
                 continue;
             }
             let t = node.tensor();

@@ -1,0 +1,261 @@
+//! The dispatches of the decode ops ([`fused_core::decode`]): RoPE from a
+//! table, the row write, attention of one query token and argmax. Each
+//! reads the token position from device memory when it runs (a one-element
+//! f32 binding, read as [`fused_core::decode::position`] reads it), so a
+//! command buffer recorded once serves every token. Every tensor is
+//! addressed at an element offset within its binding (push constants), so
+//! the device plan binds tensors in place wherever they lie on a 4-byte
+//! boundary.
+//!
+//! Launch shapes: RoPE one invocation per pair; the row write one per
+//! value written; attention one workgroup of 256 invocations per query
+//! head and split of [`ATTENTION_CHUNK`] context rows, and where the
+//! context has several splits a second pass joining them (flash-decoding);
+//! argmax one workgroup per column, or per split of [`ARGMAX_CHUNK`]
+//! values and a second pass joining the splits.
+
+use fused_core::Error;
+use fused_core::decode::{AttentionShape, RopeMode};
+
+use crate::backend::VulkanBackend;
+use crate::context::{Buffer, Dispatch};
+use crate::error::VulkanError;
+use crate::pipeline::{KernelKey, SPEC_CONSTANTS, Shader, u32_of};
+
+/// Invocations per workgroup of `rope.comp`.
+const ROPE_WG: u64 = 64;
+/// Invocations per workgroup of `set_row.comp`.
+const SET_ROW_WG: u64 = 256;
+/// Context rows one attention workgroup attends (`CHUNK` of
+/// `attention.comp`, which keeps their scores in shared memory).
+pub(crate) const ATTENTION_CHUNK: usize = 512;
+/// The largest head `attention.comp` takes (its workgroup size: one
+/// invocation per value of the output).
+pub(crate) const ATTENTION_MAX_HEAD: usize = 256;
+/// Values one argmax workgroup scans where a column is split: enough to
+/// keep its 256 invocations busy, few enough that a 128256-value
+/// vocabulary spreads over 32 workgroups.
+pub(crate) const ARGMAX_CHUNK: usize = 4096;
+
+/// The splits attention cuts a cache of `rows` rows into.
+pub(crate) fn attention_splits(rows: usize) -> usize {
+    rows.div_ceil(ATTENTION_CHUNK).max(1)
+}
+
+/// The splits argmax cuts a column of `n` values into.
+pub(crate) fn argmax_splits(n: usize) -> usize {
+    n.div_ceil(ARGMAX_CHUNK).max(1)
+}
+
+/// One pass of `argmax.comp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ArgMaxPass {
+    /// Each column whole, its index written.
+    Whole = 0,
+    /// Each split of each column, its (value, index) written.
+    Splits = 1,
+    /// The splits' pairs of each column joined, its index written.
+    Join = 2,
+}
+
+/// Push-constant bytes of `words`.
+fn push(words: &[u32]) -> Vec<u8> {
+    bytemuck::cast_slice(words).to_vec()
+}
+
+impl VulkanBackend {
+    /// The key of `shader` (no specialization), its pipeline built.
+    fn decode_kernel(&self, shader: Shader) -> Result<KernelKey, VulkanError> {
+        let key = KernelKey {
+            shader,
+            spec: [0; SPEC_CONSTANTS],
+        };
+        self.context().kernel(key)?;
+        Ok(key)
+    }
+
+    /// RoPE of `heads` heads of `d` values at the position read from the
+    /// table's `rows` rows; bindings x, table, position, y, each at the
+    /// element offset `at` gives.
+    pub(crate) fn rope_dispatch<'b>(
+        &self,
+        mode: RopeMode,
+        d: usize,
+        heads: usize,
+        rows: usize,
+        at: [u32; 4],
+        buffers: Vec<&'b Buffer<'b>>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let pairs = heads
+            .checked_mul(d / 2)
+            .ok_or(Error::Overflow { what: "RoPE pairs" })?;
+        let mode = match mode {
+            RopeMode::Adjacent => 0,
+            RopeMode::Halves => 1,
+        };
+        let words = [
+            u32_of("RoPE head size", d)?,
+            u32_of("RoPE pairs", pairs)?,
+            u32_of("RoPE table rows", rows)?,
+            mode,
+            at[0],
+            at[1],
+            at[2],
+            at[3],
+        ];
+        Ok(Dispatch {
+            kernel: self.decode_kernel(Shader::Rope)?,
+            buffers,
+            push: push(&words),
+            groups: self.grid((pairs as u64).div_ceil(ROPE_WG))?,
+        })
+    }
+
+    /// The write of a row of `n` values into `rows` rows at the position
+    /// read: the row alone (`whole` false: the output is the destination
+    /// itself) or the whole result, the other rows copied from the
+    /// destination; bindings destination, row, position, output.
+    pub(crate) fn set_row_dispatch<'b>(
+        &self,
+        n: usize,
+        rows: usize,
+        whole: bool,
+        at: [u32; 4],
+        buffers: Vec<&'b Buffer<'b>>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let all = n.checked_mul(rows).ok_or(Error::Overflow {
+            what: "row-write destination",
+        })?;
+        let words = [
+            u32_of("row length", n)?,
+            u32_of("row-write rows", rows)?,
+            u32::from(whole),
+            at[0],
+            at[1],
+            at[2],
+            at[3],
+        ];
+        u32_of("row-write destination", all)?;
+        let threads = if whole { all } else { n };
+        Ok(Dispatch {
+            kernel: self.decode_kernel(Shader::SetRow)?,
+            buffers,
+            push: push(&words),
+            groups: self.grid((threads as u64).div_ceil(SET_ROW_WG))?,
+        })
+    }
+
+    /// The first attention pass over caches of `rows` rows cut into
+    /// `splits` ([`attention_splits`]): with one split the output itself,
+    /// else each split's (max, sum, unnormalized output) for
+    /// [`VulkanBackend::attention_combine_dispatch`]; bindings q, k, v,
+    /// position, output or partials.
+    pub(crate) fn attention_dispatch<'b>(
+        &self,
+        shape: &AttentionShape,
+        rows: usize,
+        splits: usize,
+        at: [u32; 5],
+        buffers: Vec<&'b Buffer<'b>>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let groups = shape.n_head.checked_mul(splits).ok_or(Error::Overflow {
+            what: "attention workgroups",
+        })?;
+        let words = [
+            u32_of("attention head size", shape.head_dim)?,
+            u32_of("attention heads", shape.n_head)?,
+            u32_of("attention group", shape.n_head / shape.n_kv)?,
+            u32_of("attention cache rows", rows)?,
+            u32_of("attention cache row", shape.kv_dim())?,
+            shape.scale.to_bits(),
+            u32_of("attention splits", splits)?,
+            u32::from(splits == 1),
+            at[0],
+            at[1],
+            at[2],
+            at[3],
+            at[4],
+        ];
+        Ok(Dispatch {
+            kernel: self.decode_kernel(Shader::Attention)?,
+            buffers,
+            push: push(&words),
+            groups: self.grid(groups as u64)?,
+        })
+    }
+
+    /// The pass joining attention's `splits` partial results, one
+    /// workgroup a query head; bindings partials, position, output.
+    pub(crate) fn attention_combine_dispatch<'b>(
+        &self,
+        shape: &AttentionShape,
+        rows: usize,
+        splits: usize,
+        at: [u32; 2],
+        buffers: Vec<&'b Buffer<'b>>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let words = [
+            u32_of("attention head size", shape.head_dim)?,
+            u32_of("attention heads", shape.n_head)?,
+            u32_of("attention cache rows", rows)?,
+            u32_of("attention splits", splits)?,
+            at[0],
+            at[1],
+        ];
+        Ok(Dispatch {
+            kernel: self.decode_kernel(Shader::AttentionCombine)?,
+            buffers,
+            push: push(&words),
+            groups: self.grid(shape.n_head as u64)?,
+        })
+    }
+
+    /// One argmax pass over `cols` columns of `n` values cut into `splits`
+    /// ([`argmax_splits`]); bindings source, destination.
+    pub(crate) fn argmax_dispatch<'b>(
+        &self,
+        pass: ArgMaxPass,
+        n: usize,
+        cols: usize,
+        splits: usize,
+        at: [u32; 2],
+        buffers: Vec<&'b Buffer<'b>>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let groups = match pass {
+            ArgMaxPass::Splits => cols.checked_mul(splits).ok_or(Error::Overflow {
+                what: "argmax workgroups",
+            })?,
+            ArgMaxPass::Whole | ArgMaxPass::Join => cols,
+        };
+        let words = [
+            u32_of("argmax column length", n)?,
+            u32_of("argmax columns", cols)?,
+            pass as u32,
+            u32_of("argmax splits", splits)?,
+            u32_of("argmax split length", ARGMAX_CHUNK)?,
+            at[0],
+            at[1],
+        ];
+        Ok(Dispatch {
+            kernel: self.decode_kernel(Shader::ArgMax)?,
+            buffers,
+            push: push(&words),
+            groups: self.grid(groups as u64)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_cover_every_row_and_one_split_takes_short_contexts() {
+        assert_eq!(attention_splits(1), 1);
+        assert_eq!(attention_splits(ATTENTION_CHUNK), 1);
+        assert_eq!(attention_splits(ATTENTION_CHUNK + 1), 2);
+        assert_eq!(attention_splits(3000), 6);
+        assert_eq!(argmax_splits(37), 1);
+        assert_eq!(argmax_splits(128_256), 32);
+    }
+}
