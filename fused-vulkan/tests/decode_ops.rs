@@ -295,3 +295,34 @@ fn decode_ops_run_on_staged_device_buffers() {
     check_step(&b, s, 9, &[3.0, 599.0, 512.0]);
     assert_no_validation_messages(&b);
 }
+
+/// Heads longer than the attention kernel's workgroup are refused as
+/// unsupported before anything is recorded: the plan falls back to the
+/// host, whole.
+#[test]
+fn attention_heads_over_256_values_fall_back_to_the_host_plan() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let step = decode_step(Shape {
+        head_dim: 320,
+        n_head: 2,
+        n_kv: 1,
+        rows: 8,
+        vocab: 37,
+    });
+    let p = plan(&step.g);
+    let rp = b
+        .compile(&step.g, &p, GemvMode::F32, &step.mem.sizes())
+        .unwrap();
+    assert!(
+        matches!(
+            rp.fallback_reason(),
+            Some(fused_core::Error::Unsupported(_))
+        ),
+        "{:?}",
+        rp.fallback_reason()
+    );
+    assert!(rp.stats().host_steps);
+    assert_no_validation_messages(&b);
+}
