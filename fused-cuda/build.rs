@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The kernels, by file stem: `kernels/<stem>.cu` becomes `$OUT_DIR/<stem>.ptx`.
-const KERNELS: &[&str] = &["probe", "elementwise", "gemv", "fwht"];
+const KERNELS: &[&str] = &["probe", "elementwise", "gemv", "fwht", "decode"];
 
 /// The portable target, embedded as PTX beside the cubin.
 const PORTABLE_ARCH: &str = "compute_80";

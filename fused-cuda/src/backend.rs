@@ -18,7 +18,8 @@ use crate::launch::{EwKernel, GemvShape, Launch, check_quant_out, ew_len};
 use crate::layout;
 use crate::memory::{DeviceActs, DeviceVec, DeviceWeights};
 use crate::params::{
-    EW_BLOCK, EpiParams, GEMV_BLOCK, GemvQParams, GroupJobs, L2Ahead, QUANT_BLOCK, arg,
+    DECODE_BLOCK, EW_BLOCK, EpiParams, GEMV_BLOCK, GemvQParams, GroupJobs, L2Ahead, QUANT_BLOCK,
+    arg,
 };
 use crate::pdl;
 use crate::qacts::QactsLayout;
@@ -1118,6 +1119,62 @@ impl CudaBackend {
                 // driver copies the values at launch); the addresses are
                 // valid per the caller.
                 unsafe { self.launch(&dev.elementwise, kernel.name(), grid, EW_BLOCK, 0, &args) }
+            }
+            Launch::Rope { grid, params } => {
+                // SAFETY: one RopeParams argument, as fused_rope takes; the
+                // position it reads is clamped into the table's rows; the
+                // addresses are valid per the caller.
+                unsafe {
+                    self.launch(
+                        &dev.decode,
+                        "fused_rope",
+                        *grid,
+                        DECODE_BLOCK,
+                        0,
+                        &[arg(params)],
+                    )
+                }
+            }
+            Launch::SetRow { grid, params } => {
+                // SAFETY: one SetRowParams argument, as fused_set_row takes;
+                // the position it reads is clamped into the rows; the
+                // addresses are valid per the caller.
+                unsafe {
+                    self.launch(
+                        &dev.decode,
+                        "fused_set_row",
+                        *grid,
+                        DECODE_BLOCK,
+                        0,
+                        &[arg(params)],
+                    )
+                }
+            }
+            Launch::Attention {
+                name,
+                grid,
+                block,
+                params,
+            } => {
+                // SAFETY: one AttnParams argument, as the split kernels and
+                // the combine take, with the block size each is built for
+                // (src/decode.rs); the rows they read are clamped into the
+                // cache; the addresses are valid per the caller.
+                unsafe { self.launch(&dev.decode, name, *grid, *block, 0, &[arg(params)]) }
+            }
+            Launch::ArgMax { grid, params } => {
+                // SAFETY: one ArgmaxParams argument, as fused_argmax takes;
+                // the addresses are valid per the caller.
+                unsafe {
+                    self.launch(
+                        &dev.decode,
+                        "fused_argmax",
+                        *grid,
+                        DECODE_BLOCK,
+                        0,
+                        &[arg(params)],
+                    )
+                }
             }
             Launch::Copy { src, dst, bytes } => {
                 dev.make_current()?;

@@ -50,12 +50,20 @@ const PROBE: KernelImage = kernel_image!("probe");
 const ELEMENTWISE: KernelImage = kernel_image!("elementwise");
 const GEMV: KernelImage = kernel_image!("gemv");
 const FWHT: KernelImage = kernel_image!("fwht");
+const DECODE: KernelImage = kernel_image!("decode");
 
 /// The GEMV kernels' portable PTX, for host tests that check that a kernel
 /// name the launches build exists.
 #[cfg(test)]
 pub(crate) fn gemv_ptx() -> &'static str {
     GEMV.ptx
+}
+
+/// The decode kernels' portable PTX, for host tests that check that a
+/// kernel name the launches build exists.
+#[cfg(test)]
+pub(crate) fn decode_ptx() -> &'static str {
+    DECODE.ptx
 }
 
 /// The largest dynamic shared memory a kernel of this crate asks for: one
@@ -83,6 +91,7 @@ pub struct CudaDevice {
     pub(crate) elementwise: Module,
     pub(crate) gemv: Module,
     pub(crate) fwht: Module,
+    pub(crate) decode: Module,
     pub(crate) stream: Stream,
     form: KernelForm,
     name: String,
@@ -169,6 +178,7 @@ impl CudaDevice {
         let elementwise = load(&ELEMENTWISE, form)?;
         let gemv = load(&GEMV, form)?;
         let fwht = load(&FWHT, form)?;
+        let decode = load(&DECODE, form)?;
         // The FWHT rows of N = 16384 and 32768 need more than the default 48 KiB.
         for (e, bytes) in [(16, MAX_DYNAMIC_SHARED / 2), (32, MAX_DYNAMIC_SHARED)] {
             let f = fwht
@@ -183,6 +193,7 @@ impl CudaDevice {
             elementwise,
             gemv,
             fwht,
+            decode,
             stream,
             form,
             name,

@@ -14,8 +14,9 @@ use crate::MAX_COLS;
 use crate::error::{CudaError, u32_of};
 use crate::kernel_choice::{f16_shape, gemv_rows_per_block, gemvq_kernel_name, gemvq_shape};
 use crate::params::{
-    EW_BLOCK, EpiParams, FwhtParams, GemvParams, GemvQParams, GroupJobs, L2Ahead, NormParams,
-    NormQuantParams, QUANT_BLOCK, QuantOut, QuantParams, act_code,
+    ArgmaxParams, AttnParams, EW_BLOCK, EpiParams, FwhtParams, GemvParams, GemvQParams, GroupJobs,
+    L2Ahead, NormParams, NormQuantParams, QUANT_BLOCK, QuantOut, QuantParams, RopeParams,
+    SetRowParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
@@ -230,6 +231,20 @@ pub(crate) enum Launch {
     },
     /// An element-wise kernel over `n` elements (float4s for `Copy4`).
     Ew { kernel: EwKernel, n: u32 },
+    /// RoPE at the position the kernel reads (`fused_rope`; `src/decode.rs`).
+    Rope { grid: u32, params: RopeParams },
+    /// A row written at the position the kernel reads (`fused_set_row`).
+    SetRow { grid: u32, params: SetRowParams },
+    /// One of an attention's two kernels: a split kernel `name`
+    /// (`fused_attn_split_e*_g*`) or the combine (`fused_attn_combine`).
+    Attention {
+        name: String,
+        grid: u32,
+        block: u32,
+        params: AttnParams,
+    },
+    /// The index of each column's maximum (`fused_argmax`).
+    ArgMax { grid: u32, params: ArgmaxParams },
     /// `bytes` bytes from `src` to `dst` (`cuMemcpyDtoDAsync`).
     Copy { src: u64, dst: u64, bytes: usize },
 }
@@ -583,7 +598,11 @@ impl Launch {
             | Launch::Fwht { grid, .. }
             | Launch::Quantize { grid, .. }
             | Launch::RmsNorm { grid, .. }
-            | Launch::NormQuantize { grid, .. } => *grid,
+            | Launch::NormQuantize { grid, .. }
+            | Launch::Rope { grid, .. }
+            | Launch::SetRow { grid, .. }
+            | Launch::Attention { grid, .. }
+            | Launch::ArgMax { grid, .. } => *grid,
             Launch::Ew { n, .. } => n.div_ceil(EW_BLOCK),
             Launch::Copy { .. } => 0,
         }

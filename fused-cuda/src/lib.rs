@@ -28,7 +28,9 @@
 //!   launches enqueued on one stream and synchronised once per run, or
 //!   replayed as a captured CUDA graph, see [`Submission`]; independent
 //!   one-column GEMV steps of one kernel, such as q, k and v, grouped into
-//!   one launch);
+//!   one launch; the core's decode ops, RoPE, the KV-cache row write,
+//!   split attention and argmax, as kernels that read the token position
+//!   from device memory, so that one captured graph serves every token);
 //! - [`CudaBackend::copy_bandwidth_gbs`]: the device-to-device copy rate,
 //!   the ceiling a GEMV's bytes are measured against.
 //!
@@ -154,7 +156,9 @@
 //!    names: a pure function of format, shape and [`Tuning`]),
 //!    `fixed_epi` (the chains compiled into kernels of their own).
 //! 3. Launch descriptions: `launch` (one kernel, grid and parameter block
-//!    as device addresses), `group` (independent GEMVs as one launch).
+//!    as device addresses), `group` (independent GEMVs as one launch),
+//!    `decode` (the decode ops' launches: RoPE, row write, attention,
+//!    argmax).
 //! 4. The device and its memory: `device` (context, stream, modules),
 //!    `memory` ([`DeviceVec`], [`DeviceWeights`], [`DeviceActs`]), `job`
 //!    ([`GemvJob`], [`Elementwise`]).
@@ -243,6 +247,8 @@ mod tuning;
 mod backend;
 #[cfg(feature = "cuda")]
 mod cuda_graph;
+#[cfg(feature = "cuda")]
+mod decode;
 #[cfg(feature = "cuda")]
 mod device;
 #[cfg(feature = "cuda")]

@@ -280,6 +280,89 @@ pub(crate) struct FwhtParams {
     pub(crate) scale: f32,
 }
 
+/// Threads per block of the decode kernels (`kernels/decode.cu`) but the
+/// attention's split kernels.
+pub(crate) const DECODE_BLOCK: u32 = 256;
+/// Warps per block of the attention's split kernels (`ATTN_WARPS`).
+pub(crate) const ATTN_WARPS: u32 = 4;
+/// The fewest cache rows an attention split takes (`ATTN_MIN_CHUNK`).
+pub(crate) const ATTN_MIN_CHUNK: usize = 32;
+/// The most splits the attention's combine kernel merges
+/// (`ATTN_MAX_SPLITS`).
+pub(crate) const ATTN_MAX_SPLITS: usize = 256;
+
+/// `RopeParams` in `kernels/decode.cu`: one RoPE launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RopeParams {
+    pub(crate) x: u64,
+    pub(crate) table: u64,
+    pub(crate) pos: u64,
+    pub(crate) out: u64,
+    pub(crate) head_dim: u32,
+    /// Pairs of all heads.
+    pub(crate) pairs: u32,
+    /// The table's rows.
+    pub(crate) rows: u32,
+    /// 0: adjacent pairs; 1: halves.
+    pub(crate) mode: u32,
+}
+
+/// `SetRowParams` in `kernels/decode.cu`: one row write.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SetRowParams {
+    /// The rows, or 0 when `out` is them (in place).
+    pub(crate) dst: u64,
+    pub(crate) row: u64,
+    pub(crate) pos: u64,
+    pub(crate) out: u64,
+    pub(crate) n: u32,
+    pub(crate) rows: u32,
+    /// `n · rows`.
+    pub(crate) total: u32,
+    pub(crate) pad: u32,
+}
+
+/// `AttnParams` in `kernels/decode.cu`: both kernels of one attention.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AttnParams {
+    pub(crate) q: u64,
+    pub(crate) k: u64,
+    pub(crate) v: u64,
+    pub(crate) pos: u64,
+    /// Scratch for the splits' partial results.
+    pub(crate) part: u64,
+    pub(crate) out: u64,
+    pub(crate) head_dim: u32,
+    pub(crate) n_head: u32,
+    pub(crate) n_kv: u32,
+    pub(crate) group: u32,
+    pub(crate) rows: u32,
+    pub(crate) splits: u32,
+    pub(crate) slices: u32,
+    pub(crate) scale: f32,
+}
+
+/// `ArgmaxParams` in `kernels/decode.cu`: one argmax launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ArgmaxParams {
+    pub(crate) x: u64,
+    pub(crate) out: u64,
+    /// Scratch: a (value, index) pair per block.
+    pub(crate) part: u64,
+    /// Scratch: a counter per column, zero between launches.
+    pub(crate) counters: u64,
+    pub(crate) n: u32,
+    pub(crate) cols: u32,
+    /// Blocks a column.
+    pub(crate) blocks: u32,
+    /// Values a block.
+    pub(crate) chunk: u32,
+}
+
 // SAFETY: plain `#[repr(C)]` data (integers, f32 and device addresses as
 // u64) with no host pointers or references: a bitwise copy to the device is
 // exactly what the kernels read.
@@ -300,6 +383,14 @@ unsafe impl DeviceCopy for NormQuantParams {}
 unsafe impl DeviceCopy for QuantOut {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for L2Ahead {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for RopeParams {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for SetRowParams {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for AttnParams {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for ArgmaxParams {}
 // SAFETY: as above: a `#[repr(C)]` header of u32 and an array of one of
 // the parameter blocks above.
 unsafe impl DeviceCopy for GroupParams<GemvParams> {}
@@ -328,4 +419,8 @@ const _: () = {
     assert!(core::mem::offset_of!(GroupParams<GemvQParams>, job) == 40);
     assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 208);
     assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 280);
+    assert!(core::mem::size_of::<RopeParams>() == 48);
+    assert!(core::mem::size_of::<SetRowParams>() == 48);
+    assert!(core::mem::size_of::<AttnParams>() == 80);
+    assert!(core::mem::size_of::<ArgmaxParams>() == 48);
 };

@@ -39,7 +39,14 @@
 //!   them (the q, k and v projections of one input) run as one group launch
 //!   (`src/group.rs`) where the tuning's group is on when the plan is built
 //!   ([`Knob::Group`](crate::Knob::Group), the default), counted in
-//!   [`DevicePlanStats::grouped`].
+//!   [`DevicePlanStats::grouped`];
+//! - the decode ops (RoPE, the row write, attention, argmax;
+//!   `src/decode.rs`) are launches like the others whose kernels read the
+//!   position from its tensor on the device, so the launches, and a graph
+//!   captured from them, hold for every position; attention is two
+//!   launches, the splits writing into one scratch buffer that every
+//!   attention step shares, sized when the plan is built from the cache's
+//!   rows.
 //!
 //! Device-to-device copies (on the same stream, counted in
 //! [`DevicePlanStats::copies`]; the crate's copy kernel where source,
@@ -66,8 +73,9 @@
 //! counts the kernels lack (as `StepKernels::supports_gemv` says), and
 //! weights that the plan itself writes.
 //!
-//! Graph inputs that the plan overwrites in place (a residual stream) are
-//! copied to pristine device buffers at upload; [`DevicePlan::restore_inputs`]
+//! Graph inputs that the plan overwrites in place (a residual stream), but
+//! not state (a KV cache, `Graph::state`), are copied to pristine device
+//! buffers at upload; [`DevicePlan::restore_inputs`]
 //! copies them back, so that every run of [`DevicePlan::time_once`] starts
 //! from the same inputs (the restore is outside the timed part).
 
@@ -77,6 +85,7 @@ use cust::memory::{CopyDestination, DeviceBuffer};
 use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
 use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan, buffer_range};
+use fused_core::decode::{AttentionShape, RopeMode};
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
@@ -95,6 +104,7 @@ use fused_core::{DType, Error};
 
 use crate::backend::CudaBackend;
 use crate::cuda_graph::CapturedGraph;
+use crate::decode::{AttnSplits, argmax_scratch_bytes};
 use crate::device::driver;
 use crate::error::u32_of;
 use crate::group::group_launches;
@@ -159,6 +169,9 @@ fn unsupported(what: &'static str) -> Error {
     Error::Unsupported(Unsupported::Operation(what))
 }
 
+/// What a decode op's position tensor must be.
+const POSITION: &str = "device plan position (one F32 value)";
+
 /// The state while the plan's launches are built.
 struct Builder<'a, 'd> {
     backend: &'a CudaBackend,
@@ -171,6 +184,9 @@ struct Builder<'a, 'd> {
     scratch: Vec<DeviceBuffer<u8>>,
     /// The two quantized-activation scratch buffers: slot and size of each.
     act_scratch: [Option<(usize, usize)>; 2],
+    /// The attentions' partials buffer (every attention step reuses it; the
+    /// stream orders them): slot and size.
+    attn_scratch: Option<(usize, u64)>,
     weights: Vec<(TensorDesc, DeviceWeights)>,
     launches: Vec<Launch>,
     /// Graph-buffer regions the launches write.
@@ -256,6 +272,28 @@ impl Builder<'_, '_> {
                 Ok(r)
             }
         }
+    }
+
+    /// The attentions' partials buffer, at least `size` bytes: the one
+    /// every attention step shares, replaced by a larger one when a step
+    /// needs more (launches built earlier keep the old one, which the plan
+    /// keeps too).
+    fn attn_scratch(&mut self, size: u64) -> Result<Region, CudaError> {
+        if let Some((slot, have)) = self.attn_scratch
+            && have >= size
+        {
+            return Ok(Region {
+                slot: Slot::Scratch(slot),
+                offset: 0,
+                size,
+            });
+        }
+        let r = self.scratch(size)?;
+        let Slot::Scratch(slot) = r.slot else {
+            unreachable!("scratch() returns a scratch region")
+        };
+        self.attn_scratch = Some((slot, size));
+        Ok(r)
     }
 
     /// Where the launch just built, when it is a one-column integer GEMV
@@ -811,6 +849,154 @@ impl CommandSink for Builder<'_, '_> {
     fn copy(&mut self, a: &TensorDesc, out: &TensorDesc) -> Result<(), CudaError> {
         self.copy_node(a, out)
     }
+
+    /// RoPE of every head of `x` into `dst` at the position the kernel
+    /// reads from `pos`, one thread a pair; in place where `x` is `dst`
+    /// (a thread reads its pair before it writes it).
+    fn rope(
+        &mut self,
+        mode: RopeMode,
+        x: &TensorDesc,
+        table: &TensorDesc,
+        pos: &TensorDesc,
+        dst: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        let [d, rows, _, _] = table.ne();
+        check_len("RoPE output", x.n_elements(), dst.n_elements())?;
+        check_len("RoPE table", d * rows, table.n_elements())?;
+        check_len("position (one F32 value)", 1, pos.n_elements())?;
+        let xa = self.read(
+            x,
+            dst,
+            true,
+            F32_ALIGN,
+            "device plan RoPE input (must be F32)",
+        )?;
+        let ta = self.read(
+            table,
+            dst,
+            false,
+            F32_ALIGN,
+            "device plan RoPE table (must be F32)",
+        )?;
+        let pa = self.read(pos, dst, false, F32_ALIGN, POSITION)?;
+        let (ya, out) = self.write(dst)?;
+        let l = Launch::rope(mode, d, x.n_elements(), rows, xa, ta, pa, ya)?;
+        self.launch(l, out);
+        Ok(())
+    }
+
+    /// `dst` with row `pos` (read by the kernel) replaced by `row`, into
+    /// `out`: where `out` is `dst` (the KV-cache append) only that row is
+    /// written; else one pass writes all of `out`.
+    fn set_row(
+        &mut self,
+        dst: &TensorDesc,
+        row: &TensorDesc,
+        pos: &TensorDesc,
+        out: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        let n = dst.ne()[0];
+        let rows = dst.n_elements() / n.max(1);
+        check_len("row-write output", dst.n_elements(), out.n_elements())?;
+        check_len("written row", n, row.n_elements())?;
+        check_len("position (one F32 value)", 1, pos.n_elements())?;
+        let in_place = match dst.overlap(out) {
+            Overlap::Exact => true,
+            Overlap::Disjoint => false,
+            Overlap::Partial => {
+                return Err(Error::AliasViolation {
+                    what: "a row write's rows partially overlap its output",
+                }
+                .into());
+            }
+        };
+        let what = "device plan row write (must be F32)";
+        let ra = self.read(row, out, false, F32_ALIGN, what)?;
+        let pa = self.read(pos, out, false, F32_ALIGN, POSITION)?;
+        let aligned = self.region(out)?.offset.is_multiple_of(F32_ALIGN);
+        // In place the rows are not read; a misaligned destination is
+        // written in scratch, which must start as a copy of the rows.
+        let da = if in_place && aligned {
+            None
+        } else {
+            Some(self.read(dst, out, false, F32_ALIGN, what)?)
+        };
+        let (ya, back) = self.write(out)?;
+        let l = Launch::set_row(n, rows, da, ra, pa, ya)?;
+        self.launch(l, back);
+        Ok(())
+    }
+
+    /// One query token's attention as two launches: the split kernel
+    /// (blocks over key/value heads, head slices and splits of the
+    /// context, `src/decode.rs`) writes partial results into the plan's
+    /// attention scratch, sized for the cache's rows; the combine merges
+    /// them into `dst`. Every input is read by the split kernel, which
+    /// ends before the combine writes, so an input that is `dst` itself
+    /// is read in place.
+    fn attention(
+        &mut self,
+        shape: &AttentionShape,
+        q: &TensorDesc,
+        k: &TensorDesc,
+        v: &TensorDesc,
+        pos: &TensorDesc,
+        dst: &TensorDesc,
+    ) -> Result<(), CudaError> {
+        let rows = k.ne()[2];
+        check_len("attention query", shape.q_dim(), q.n_elements())?;
+        check_len("attention output", shape.q_dim(), dst.n_elements())?;
+        check_len("attention keys", shape.kv_dim() * rows, k.n_elements())?;
+        check_len("attention values", k.n_elements(), v.n_elements())?;
+        check_len("position (one F32 value)", 1, pos.n_elements())?;
+        let splits = AttnSplits::new(shape, rows)?;
+        let what = "device plan attention input (must be F32)";
+        let qa = self.read(q, dst, true, F32_ALIGN, what)?;
+        let ka = self.read(k, dst, true, F32_ALIGN, what)?;
+        let va = self.read(v, dst, true, F32_ALIGN, what)?;
+        let pa = self.read(pos, dst, true, F32_ALIGN, POSITION)?;
+        let reads = std::mem::take(&mut self.pending.0);
+        let part = self.attn_scratch(splits.scratch_bytes(shape) as u64)?;
+        let (ya, back) = self.write(dst)?;
+        let part_a = self.addr(part);
+        let Some([split, combine]) =
+            Launch::attention(&splits, shape, rows, qa, ka, va, pa, part_a, ya)?
+        else {
+            self.pending = (Vec::new(), Vec::new());
+            return Ok(());
+        };
+        self.stats.launches += 1;
+        self.push(split, reads, vec![part]);
+        self.pending.0.push(part);
+        self.launch(Some(combine), back);
+        Ok(())
+    }
+
+    /// The index of each column's maximum, as an f32: blocks over each
+    /// column, the last to finish merging them (its own scratch: a pair a
+    /// block and a counter a column, zeroed at allocation and left zero by
+    /// every launch).
+    fn argmax(&mut self, x: &TensorDesc, dst: &TensorDesc) -> Result<(), CudaError> {
+        let n = x.ne()[0];
+        let cols = x.n_elements() / n.max(1);
+        check_len("argmax output", cols, dst.n_elements())?;
+        let xa = self.read(
+            x,
+            dst,
+            false,
+            F32_ALIGN,
+            "device plan argmax input (must be F32)",
+        )?;
+        let scratch = self.scratch(argmax_scratch_bytes(n, cols) as u64)?;
+        let sa = self.addr(scratch);
+        self.pending.0.push(scratch);
+        self.pending.1.push(scratch);
+        let (ya, out) = self.write(dst)?;
+        let l = Launch::argmax(n, cols, xa, ya, sa)?;
+        self.launch(l, out);
+        Ok(())
+    }
 }
 
 impl<'a> DevicePlan<'a> {
@@ -840,6 +1026,7 @@ impl<'a> DevicePlan<'a> {
             mode,
             scratch: Vec::new(),
             act_scratch: [None; 2],
+            attn_scratch: None,
             weights: Vec::new(),
             launches: Vec::new(),
             written: Vec::new(),
@@ -865,7 +1052,9 @@ impl<'a> DevicePlan<'a> {
         // Graph inputs a launch overwrites: kept in pristine copies.
         let (mut save, mut restore) = (Vec::new(), Vec::new());
         for node in g.nodes() {
-            if node.op() != Op::Input {
+            // State (a KV cache) is overwritten on purpose and kept as the
+            // runs leave it.
+            if node.op() != Op::Input || node.is_state() {
                 continue;
             }
             let Ok(r) = b.region(node.tensor()) else {

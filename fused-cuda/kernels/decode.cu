@@ -1,0 +1,457 @@
+// The decode ops of fused_core::decode on the device: RoPE from a table, a
+// row written at a position, one query token's attention over a cache
+// (split over blocks, then merged) and the index of a maximum.
+//
+// The position is a one-element f32 tensor that every kernel reads itself
+// (decode_position), so that a plan recorded once, or one captured CUDA
+// graph, serves every token: the host writes four bytes before each run
+// and no launch parameter changes.
+//
+// RoPE, the row write and the argmax equal the core bit for bit: RoPE
+// rounds each product before its sum or difference (__fmul_rn, __fadd_rn,
+// __fsub_rn; the file is also compiled with -fmad=false), the row write
+// moves bits, the argmax compares as the core does. The attention uses
+// CUDA's expf and another summation order, so it tracks the core within
+// the verifier's tolerance.
+#include "common.cuh"
+
+// ------------------------------------------------------------ position
+
+// The row that the position value at pos addresses among rows rows, as
+// fused_core::decode::position: 0 for NaN or a value below 1, the last row
+// from there on, else the value truncated. Every thread reads it itself.
+__device__ __forceinline__ uint32_t decode_position(const float *pos, uint32_t rows) {
+    const float v = *pos;
+    const uint32_t last = rows == 0 ? 0u : rows - 1u;
+    if (!(v >= 1.0f)) return 0u; // NaN too
+    if (v >= __uint2float_rn(last)) return last;
+    return min((uint32_t)v, last);
+}
+
+// ------------------------------------------------------------ RoPE
+
+// Parameters of one RoPE launch (src/params.rs: RopeParams).
+struct RopeParams {
+    const float *x;     // [head_dim, heads]
+    const float *table; // [head_dim, rows]: cos θ_i, sin θ_i at 2i, 2i + 1
+    const float *pos;   // one value
+    float *out;         // x's shape; may be x itself
+    uint32_t head_dim;
+    uint32_t pairs; // heads · head_dim / 2
+    uint32_t rows;  // the table's
+    uint32_t mode;  // 0: pairs (2i, 2i + 1); 1: pairs (i, i + head_dim / 2)
+};
+static_assert(sizeof(RopeParams) == 48, "RopeParams");
+
+// One thread per pair: it reads both of its elements before it writes
+// them, so out may be x.
+extern "C" __global__ void __launch_bounds__(256) fused_rope(const RopeParams p) {
+    griddep_enter();
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.pairs) return;
+    const uint32_t half = p.head_dim / 2u;
+    const uint32_t head = i / half, j = i % half;
+    const uint32_t a = p.mode == 0u ? 2u * j : j;
+    const uint32_t b = p.mode == 0u ? 2u * j + 1u : j + half;
+    const float *row = p.table + (size_t)decode_position(p.pos, p.rows) * p.head_dim;
+    const float c = row[2u * j], s = row[2u * j + 1u];
+    const size_t at = (size_t)head * p.head_dim;
+    const float xa = p.x[at + a], xb = p.x[at + b];
+    p.out[at + a] = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
+    p.out[at + b] = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
+}
+
+// ------------------------------------------------------------ row write
+
+// Parameters of one row write (src/params.rs: SetRowParams). Values move
+// as bits.
+struct SetRowParams {
+    const uint32_t *dst; // [n, rows], or null: out is dst itself
+    const uint32_t *row; // n values
+    const float *pos;    // one value
+    uint32_t *out;       // [n, rows]
+    uint32_t n;
+    uint32_t rows;
+    uint32_t total; // n · rows
+    uint32_t pad;
+};
+static_assert(sizeof(SetRowParams) == 48, "SetRowParams");
+
+// In place (dst null) only row pos of out is written, the KV-cache append;
+// else out is dst with that row replaced, in one pass over out.
+extern "C" __global__ void __launch_bounds__(256) fused_set_row(const SetRowParams p) {
+    griddep_enter();
+    const size_t lo = (size_t)decode_position(p.pos, p.rows) * p.n;
+    const uint32_t stride = blockDim.x * gridDim.x;
+    if (p.dst == nullptr) {
+        for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride)
+            p.out[lo + i] = p.row[i];
+        return;
+    }
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < p.total; i += stride)
+        p.out[i] = (i >= lo && i < lo + p.n) ? p.row[i - lo] : p.dst[i];
+}
+
+// ------------------------------------------------------------ attention
+
+// Parameters of both attention kernels (src/params.rs: AttnParams).
+struct AttnParams {
+    const float *q;   // [head_dim, n_head]
+    const float *k;   // [head_dim, n_kv, rows]
+    const float *v;   // the keys' shape
+    const float *pos; // one value
+    // Scratch: the splits' partial outputs [n_head][splits][head_dim],
+    // then their (max, sum) pairs [n_head][splits][2].
+    float *part;
+    float *out; // q's shape
+    uint32_t head_dim;
+    uint32_t n_head;
+    uint32_t n_kv;
+    uint32_t group;  // n_head / n_kv
+    uint32_t rows;   // cache rows
+    uint32_t splits; // blocks a (key/value head, head slice) pair
+    uint32_t slices; // head slices of a group (a block takes G heads)
+    float scale;
+};
+static_assert(sizeof(AttnParams) == 80, "AttnParams");
+
+// Warps of a split block, the fewest positions a split takes (so that a
+// short context runs on few blocks), and the most splits the combine
+// kernel takes (src/params.rs mirrors all three).
+#define ATTN_WARPS 4u
+#define ATTN_MIN_CHUNK 32u
+#define ATTN_MAX_SPLITS 256u
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// The (max, sum) pairs of the splits, after the partial outputs.
+__device__ __forceinline__ float *attn_ml(const AttnParams &p) {
+    return p.part + (size_t)p.n_head * p.splits * p.head_dim;
+}
+
+// The positions [start, end) a split takes for a context of len rows: an
+// even share of the context (at least ATTN_MIN_CHUNK), so that the splits
+// stay balanced at every position; the splits past the context get none.
+__device__ __forceinline__ void attn_range(uint32_t len, uint32_t splits, uint32_t split,
+                                           uint32_t &start, uint32_t &end) {
+    const uint32_t chunk = max((len + splits - 1u) / splits, ATTN_MIN_CHUNK);
+    const uint64_t s = (uint64_t)split * chunk;
+    start = s >= len ? len : (uint32_t)s;
+    end = min((uint64_t)start + chunk, (uint64_t)len);
+}
+
+// One split of the context for one key/value head and G of its query
+// heads (a head slice; the heads past the group are computed on zeros and
+// not stored). Lane l holds head elements l, l + 32, ... (E of them,
+// head_dim ≤ 32·E), so every key or value row is read by the warp as whole
+// 128-byte lines. Warp w takes the split's positions start + w, start + w
+// + ATTN_WARPS, ... in tiles of up to 32 (lane j keeps position j's
+// score), with the online softmax per tile: a running max, the sum and
+// output rescaled when it grows. The warps then merge in shared memory
+// and the block writes its partial output, max and sum per head; a split
+// with no positions writes max -inf and sum 0, which the combine skips.
+template <int E, int G>
+__device__ __forceinline__ void attn_split(const AttnParams &p) {
+    griddep_enter();
+    __shared__ float sh_m[ATTN_WARPS][G], sh_l[ATTN_WARPS][G];
+    __shared__ float sh_acc[ATTN_WARPS][G][32 * E];
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    const uint32_t split = blockIdx.x % p.splits, rest = blockIdx.x / p.splits;
+    const uint32_t slice = rest % p.slices, g = rest / p.slices;
+    const uint32_t h0 = g * p.group + slice * (uint32_t)G;
+    const uint32_t nh = min((uint32_t)G, p.group - slice * (uint32_t)G);
+    const uint32_t d = p.head_dim, splits = p.splits;
+    const uint32_t len = decode_position(p.pos, p.rows) + 1u;
+    uint32_t start, end;
+    attn_range(len, splits, split, start, end);
+    float *ml = attn_ml(p);
+    if (start >= end) {
+        if (threadIdx.x < nh) {
+            const size_t at = 2 * ((size_t)(h0 + threadIdx.x) * splits + split);
+            ml[at] = -INFINITY;
+            ml[at + 1] = 0.0f;
+        }
+        return;
+    }
+    float qv[G][E], acc[G][E], m[G], l[G];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const uint32_t x = lane + 32u * e;
+            qv[i][e] = ((uint32_t)i < nh && x < d) ? p.q[(size_t)(h0 + i) * d + x] : 0.0f;
+            acc[i][e] = 0.0f;
+        }
+    }
+    const size_t kvs = (size_t)p.n_kv * d;
+    const float *kb = p.k + (size_t)g * d, *vb = p.v + (size_t)g * d;
+    for (uint32_t base = start + warp; base < end; base += ATTN_WARPS * 32u) {
+        // Positions base + ATTN_WARPS·j, j < n (n is the same in every lane).
+        const uint32_t n = min(32u, (end - base + ATTN_WARPS - 1u) / ATTN_WARPS);
+        float s[G];
+#pragma unroll
+        for (int i = 0; i < G; ++i) s[i] = -INFINITY;
+        // Scores, four rows loaded before any is used.
+        for (uint32_t j0 = 0; j0 < n; j0 += 4u) {
+            float kr[4][E];
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const size_t t = base + ATTN_WARPS * (j0 + jj);
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    const uint32_t x = lane + 32u * e;
+                    kr[jj][e] = (j0 + jj < n && x < d) ? kb[t * kvs + x] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                if (j0 + jj >= n) break;
+#pragma unroll
+                for (int i = 0; i < G; ++i) {
+                    float dot = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < E; ++e) dot = fmaf(qv[i][e], kr[jj][e], dot);
+                    dot = warp_sum(dot);
+                    if (lane == j0 + jj) s[i] = dot * p.scale;
+                }
+            }
+        }
+        // The tile's max; the running sum and output rescaled to it; lane
+        // j's weight e^(s_j − max) kept in s.
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            const float mn = fmaxf(m[i], warp_max(s[i]));
+            const float corr = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
+            const float w = lane < n ? expf(s[i] - mn) : 0.0f;
+            l[i] = l[i] * corr + w;
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[i][e] *= corr;
+            s[i] = w;
+            m[i] = mn;
+        }
+        // Values, four rows loaded before any is used.
+        for (uint32_t j0 = 0; j0 < n; j0 += 4u) {
+            float vr[4][E];
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const size_t t = base + ATTN_WARPS * (j0 + jj);
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    const uint32_t x = lane + 32u * e;
+                    vr[jj][e] = (j0 + jj < n && x < d) ? vb[t * kvs + x] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                if (j0 + jj >= n) break;
+#pragma unroll
+                for (int i = 0; i < G; ++i) {
+                    const float w = __shfl_sync(0xffffffffu, s[i], j0 + jj);
+#pragma unroll
+                    for (int e = 0; e < E; ++e) acc[i][e] = fmaf(w, vr[jj][e], acc[i][e]);
+                }
+            }
+        }
+    }
+    // Merge the warps (a warp with no position has max -inf: weight 0).
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        const float lw = warp_sum(l[i]);
+        if (lane == 0) {
+            sh_m[warp][i] = m[i];
+            sh_l[warp][i] = lw;
+        }
+#pragma unroll
+        for (int e = 0; e < E; ++e) sh_acc[warp][i][lane + 32 * e] = acc[i][e];
+    }
+    __syncthreads();
+    for (uint32_t u = threadIdx.x; u < nh * d; u += blockDim.x) {
+        const uint32_t i = u / d, x = u % d;
+        float mx = -INFINITY;
+#pragma unroll
+        for (uint32_t w = 0; w < ATTN_WARPS; ++w) mx = fmaxf(mx, sh_m[w][i]);
+        float a = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (uint32_t w = 0; w < ATTN_WARPS; ++w) {
+            const float mw = sh_m[w][i];
+            const float f = mw == -INFINITY ? 0.0f : expf(mw - mx);
+            a = fmaf(f, sh_acc[w][i][x], a);
+            sum = fmaf(f, sh_l[w][i], sum);
+        }
+        const size_t at = (size_t)(h0 + i) * splits + split;
+        p.part[at * d + x] = a;
+        if (x == 0) {
+            ml[2 * at] = mx;
+            ml[2 * at + 1] = sum;
+        }
+    }
+}
+
+#define ATTN_SPLIT(E, G)                                                                         \
+    extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                \
+        fused_attn_split_e##E##_g##G(const AttnParams p) {                                       \
+        attn_split<E, G>(p);                                                                     \
+    }
+#define ATTN_SPLITS_E(E) ATTN_SPLIT(E, 1) ATTN_SPLIT(E, 2) ATTN_SPLIT(E, 4) ATTN_SPLIT(E, 8)
+ATTN_SPLITS_E(1)
+ATTN_SPLITS_E(2)
+ATTN_SPLITS_E(4)
+ATTN_SPLITS_E(8)
+
+// A block of 256 threads, all calling it: the largest v of every thread.
+__device__ __forceinline__ float block_max(float v, float *red) {
+    v = warp_max(v);
+    if ((threadIdx.x & 31u) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+    for (uint32_t w = 1; w < blockDim.x / 32u; ++w) r = fmaxf(r, red[w]);
+    return r;
+}
+
+// One block per query head merges the splits: each weighted by
+// e^(max_s − max), skipped where that is 0 (no positions, or nothing
+// left after the rescale); the sum of weighted outputs divided by the sum
+// of weighted sums.
+extern "C" __global__ void __launch_bounds__(256) fused_attn_combine(const AttnParams p) {
+    griddep_enter();
+    __shared__ float red[8];
+    __shared__ float wt[ATTN_MAX_SPLITS], ws[ATTN_MAX_SPLITS];
+    const uint32_t h = blockIdx.x, d = p.head_dim, splits = p.splits;
+    const float *ml = attn_ml(p) + (size_t)h * splits * 2;
+    float mx = -INFINITY;
+    for (uint32_t s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, ml[2 * s]);
+    mx = block_max(mx, red);
+    for (uint32_t s = threadIdx.x; s < splits; s += blockDim.x) {
+        const float ms = ml[2 * s];
+        const float f = ms == -INFINITY ? 0.0f : expf(ms - mx);
+        wt[s] = f;
+        ws[s] = f * ml[2 * s + 1];
+    }
+    __syncthreads();
+    float sum = 0.0f;
+    for (uint32_t s = 0; s < splits; ++s) sum += ws[s];
+    const float *part = p.part + (size_t)h * splits * d;
+    for (uint32_t x = threadIdx.x; x < d; x += blockDim.x) {
+        float a = 0.0f;
+        for (uint32_t s = 0; s < splits; ++s) {
+            const float f = wt[s];
+            if (f != 0.0f) a = fmaf(f, part[(size_t)s * d + x], a);
+        }
+        p.out[(size_t)h * d + x] = __fdiv_rn(a, sum);
+    }
+}
+
+// ------------------------------------------------------------ argmax
+
+// Parameters of one argmax launch (src/params.rs: ArgmaxParams).
+struct ArgmaxParams {
+    const float *x; // [n, cols]
+    float *out;     // [1, cols]
+    // Scratch: (value bits, index) of every block, then one counter a
+    // column, zero before and after every launch.
+    uint2 *part;
+    uint32_t *counters;
+    uint32_t n;
+    uint32_t cols;
+    uint32_t blocks; // blocks a column
+    uint32_t chunk;  // values a block
+};
+static_assert(sizeof(ArgmaxParams) == 48, "ArgmaxParams");
+
+// Whether (va, ia) comes before (vb, ib): a value before NaN, a larger
+// value first, the lower index on ties, so that merging in any order
+// yields the first maximum.
+__device__ __forceinline__ bool argmax_before(float va, uint32_t ia, float vb, uint32_t ib) {
+    if (isnan(va)) return false;
+    return isnan(vb) || va > vb || (va == vb && ia < ib);
+}
+
+// The block's best (value, index) pair, in thread 0 (256 threads, all
+// calling it).
+__device__ __forceinline__ void argmax_block(float &v, uint32_t &i, float *sv, uint32_t *si) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_down_sync(0xffffffffu, v, o);
+        const uint32_t oi = __shfl_down_sync(0xffffffffu, i, o);
+        if (argmax_before(ov, oi, v, i)) {
+            v = ov;
+            i = oi;
+        }
+    }
+    if ((threadIdx.x & 31u) == 0) {
+        sv[threadIdx.x >> 5] = v;
+        si[threadIdx.x >> 5] = i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (uint32_t w = 1; w < blockDim.x / 32u; ++w) {
+            if (argmax_before(sv[w], si[w], v, i)) {
+                v = sv[w];
+                i = si[w];
+            }
+        }
+    }
+}
+
+// Blocks of 256 threads, `blocks` of them a column, each over `chunk`
+// consecutive values. Each thread scans its values in increasing index
+// as the core does (a larger value or the first non-NaN replaces); the
+// block's best goes to scratch; the column's last block to finish (a
+// counter, after a fence) merges the blocks' and writes the index as an
+// f32 (0 when every value is NaN), then zeroes the counter for the next
+// launch.
+extern "C" __global__ void __launch_bounds__(256) fused_argmax(const ArgmaxParams p) {
+    griddep_enter();
+    __shared__ float sv[8];
+    __shared__ uint32_t si[8];
+    __shared__ uint32_t is_last;
+    const uint32_t col = blockIdx.x / p.blocks, b = blockIdx.x % p.blocks;
+    const float *x = p.x + (size_t)col * p.n;
+    const uint32_t lo = min(b * p.chunk, p.n), hi = min(lo + p.chunk, p.n);
+    float v = __int_as_float(0x7fc00000); // NaN: nothing yet
+    uint32_t i = 0xffffffffu;
+    for (uint32_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+        const float y = x[j];
+        if (y > v || (isnan(v) && !isnan(y))) {
+            v = y;
+            i = j;
+        }
+    }
+    argmax_block(v, i, sv, si);
+    if (threadIdx.x == 0) {
+        p.part[blockIdx.x] = make_uint2(__float_as_uint(v), i);
+        __threadfence();
+        is_last = atomicAdd(&p.counters[col], 1u) == p.blocks - 1u;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    v = __int_as_float(0x7fc00000);
+    i = 0xffffffffu;
+    for (uint32_t j = threadIdx.x; j < p.blocks; j += blockDim.x) {
+        const uint2 e = __ldcg(&p.part[(size_t)col * p.blocks + j]);
+        const float y = __uint_as_float(e.x);
+        if (argmax_before(y, e.y, v, i)) {
+            v = y;
+            i = e.y;
+        }
+    }
+    __syncthreads(); // sv and si are reused
+    argmax_block(v, i, sv, si);
+    if (threadIdx.x == 0) {
+        p.out[col] = isnan(v) ? 0.0f : __uint2float_rn(i);
+        p.counters[col] = 0u;
+    }
+}

@@ -1,0 +1,384 @@
+//! Launch descriptions of the decode ops (`kernels/decode.cu`, the
+//! definitions of `fused_core::decode`): RoPE, the row write, attention as
+//! split and combine kernels, and the argmax.
+//!
+//! Every kernel reads the position from device memory, so the launches
+//! built here hold for every token: only the shapes (the cache's rows
+//! among them) fix the grids and scratch sizes, when a plan is built.
+
+use fused_core::Error;
+use fused_core::decode::{AttentionShape, MAX_ARGMAX_LEN, RopeMode};
+use fused_core::error::Unsupported;
+
+use crate::error::{CudaError, u32_of};
+use crate::launch::{Launch, ew_len};
+use crate::params::{
+    ATTN_MAX_SPLITS, ATTN_MIN_CHUNK, ATTN_WARPS, ArgmaxParams, AttnParams, DECODE_BLOCK,
+    RopeParams, SetRowParams,
+};
+
+/// Values one argmax block scans (8 a thread).
+const ARGMAX_CHUNK: usize = 2048;
+/// The most argmax blocks of one column (what its last block merges).
+const ARGMAX_MAX_BLOCKS: usize = 1024;
+/// Split blocks an attention aims for over its whole cache: a few per SM
+/// of an H100 or H200 (132 SMs), so that a long context fills the device.
+const ATTN_TARGET_BLOCKS: usize = 512;
+/// The longest head the split kernels take (32 lanes × 8 values).
+const ATTN_MAX_HEAD_DIM: usize = 256;
+/// The most query heads one split block takes.
+const ATTN_MAX_HEADS: usize = 8;
+
+fn refused(what: &'static str) -> Error {
+    Error::Unsupported(Unsupported::Operation(what))
+}
+
+/// How an attention spreads over blocks, fixed when the plan is built from
+/// the shape and the cache's rows: the split kernel's template
+/// (`per_lane` head values a lane, `heads` query heads a block), the head
+/// slices a group needs, and the splits of the context, each of which
+/// takes an even share of the rows in use at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AttnSplits {
+    /// Head values a lane: 1, 2, 4 or 8 (`E`).
+    pub(crate) per_lane: usize,
+    /// Query heads a block: 1, 2, 4 or 8 (`G`).
+    pub(crate) heads: usize,
+    /// Blocks a group of query heads takes (`⌈group / heads⌉`).
+    pub(crate) slices: usize,
+    /// Blocks over the context for each key/value head and slice.
+    pub(crate) splits: usize,
+}
+
+impl AttnSplits {
+    /// The split of an attention of `shape` over a cache of `rows` rows:
+    /// enough splits that the longest context runs on about
+    /// `ATTN_TARGET_BLOCKS` blocks, none shorter than `ATTN_MIN_CHUNK`
+    /// rows; heads of more than `ATTN_MAX_HEAD_DIM` values are refused.
+    pub(crate) fn new(shape: &AttentionShape, rows: usize) -> Result<AttnSplits, CudaError> {
+        shape.check()?;
+        if shape.head_dim > ATTN_MAX_HEAD_DIM {
+            return Err(
+                refused("attention heads of more than 256 values on the CUDA device").into(),
+            );
+        }
+        let per_lane = shape.head_dim.div_ceil(32).next_power_of_two();
+        let group = (shape.n_head / shape.n_kv).max(1);
+        let heads = group.min(ATTN_MAX_HEADS).next_power_of_two();
+        let slices = group.div_ceil(heads);
+        let splits = rows
+            .div_ceil(ATTN_MIN_CHUNK)
+            .min(ATTN_TARGET_BLOCKS.div_ceil(shape.n_kv * slices))
+            .clamp(1, ATTN_MAX_SPLITS);
+        Ok(AttnSplits {
+            per_lane,
+            heads,
+            slices,
+            splits,
+        })
+    }
+
+    /// Bytes of the scratch the splits write: per query head and split,
+    /// the partial output, its max and its sum.
+    pub(crate) fn scratch_bytes(&self, shape: &AttentionShape) -> usize {
+        4 * shape.n_head * self.splits * (shape.head_dim + 2)
+    }
+
+    /// The split kernel's symbol.
+    pub(crate) fn kernel(&self) -> String {
+        format!("fused_attn_split_e{}_g{}", self.per_lane, self.heads)
+    }
+}
+
+/// How an argmax over columns of `n` values spreads over blocks: blocks a
+/// column, values a block.
+pub(crate) fn argmax_blocks(n: usize) -> (usize, usize) {
+    let blocks = n.div_ceil(ARGMAX_CHUNK).clamp(1, ARGMAX_MAX_BLOCKS);
+    (blocks, n.div_ceil(blocks).max(1))
+}
+
+/// Bytes of an argmax's scratch: a (value, index) pair a block and a
+/// counter a column.
+pub(crate) fn argmax_scratch_bytes(n: usize, cols: usize) -> usize {
+    let (blocks, _) = argmax_blocks(n);
+    cols * (8 * blocks + 4)
+}
+
+impl Launch {
+    /// RoPE (`mode`) of the `n` values at `x` (heads of `head_dim`) into
+    /// `out` (which may be `x`), at the position at `pos` among the `rows`
+    /// rows of the table at `table`; `None` when there is nothing to do.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rope(
+        mode: RopeMode,
+        head_dim: usize,
+        n: usize,
+        rows: usize,
+        x: u64,
+        table: u64,
+        pos: u64,
+        out: u64,
+    ) -> Result<Option<Launch>, CudaError> {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) || !n.is_multiple_of(head_dim) {
+            return Err(Error::LengthMismatch {
+                what: "RoPE input (whole heads of an even size)",
+                expected: n.div_ceil(head_dim.max(2)) * head_dim.max(2),
+                actual: n,
+            }
+            .into());
+        }
+        let pairs = ew_len(n / 2)?;
+        if pairs == 0 {
+            return Ok(None);
+        }
+        let params = RopeParams {
+            x,
+            table,
+            pos,
+            out,
+            head_dim: u32_of("RoPE head size", head_dim)?,
+            pairs,
+            rows: u32_of("RoPE table rows", rows)?,
+            mode: match mode {
+                RopeMode::Adjacent => 0,
+                RopeMode::Halves => 1,
+            },
+        };
+        let grid = pairs.div_ceil(DECODE_BLOCK);
+        Ok(Some(Launch::Rope { grid, params }))
+    }
+
+    /// Row `pos` of the `rows` rows of `n` values at `out` set to the row
+    /// at `row`: only that row where `dst` is `None` (`out` is the rows),
+    /// else `out` written whole as the rows at `dst` with that row
+    /// replaced; `None` when there is nothing to do.
+    pub(crate) fn set_row(
+        n: usize,
+        rows: usize,
+        dst: Option<u64>,
+        row: u64,
+        pos: u64,
+        out: u64,
+    ) -> Result<Option<Launch>, CudaError> {
+        let total = ew_len(n.checked_mul(rows).ok_or(Error::Overflow {
+            what: "row write size",
+        })?)?;
+        if total == 0 {
+            return Ok(None);
+        }
+        let params = SetRowParams {
+            dst: dst.unwrap_or(0),
+            row,
+            pos,
+            out,
+            n: u32_of("row length", n)?,
+            rows: u32_of("rows", rows)?,
+            total,
+            pad: 0,
+        };
+        let written = if dst.is_some() { total } else { params.n };
+        let grid = written.div_ceil(DECODE_BLOCK);
+        Ok(Some(Launch::SetRow { grid, params }))
+    }
+
+    /// The attention of `shape` of the query at `q` over the cache rows
+    /// at `k` and `v` (`rows` rows), up to the position at `pos`, into
+    /// `out`: the split kernel, writing its partials to the scratch at
+    /// `part` (`splits.scratch_bytes(shape)` bytes), then the combine;
+    /// `None` when there are no heads.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention(
+        splits: &AttnSplits,
+        shape: &AttentionShape,
+        rows: usize,
+        q: u64,
+        k: u64,
+        v: u64,
+        pos: u64,
+        part: u64,
+        out: u64,
+    ) -> Result<Option<[Launch; 2]>, CudaError> {
+        shape.check()?;
+        if shape.n_head == 0 {
+            return Ok(None);
+        }
+        let params = AttnParams {
+            q,
+            k,
+            v,
+            pos,
+            part,
+            out,
+            head_dim: u32_of("attention head size", shape.head_dim)?,
+            n_head: u32_of("attention heads", shape.n_head)?,
+            n_kv: u32_of("attention key/value heads", shape.n_kv)?,
+            group: u32_of("attention group", shape.n_head / shape.n_kv)?,
+            rows: u32_of("attention cache rows", rows)?,
+            splits: u32_of("attention splits", splits.splits)?,
+            slices: u32_of("attention head slices", splits.slices)?,
+            scale: shape.scale,
+        };
+        let blocks = shape
+            .n_kv
+            .checked_mul(splits.slices * splits.splits)
+            .ok_or(Error::Overflow {
+                what: "attention grid",
+            })?;
+        let split = Launch::Attention {
+            name: splits.kernel(),
+            grid: u32_of("attention grid", blocks)?,
+            block: 32 * ATTN_WARPS,
+            params,
+        };
+        let combine = Launch::Attention {
+            name: "fused_attn_combine".to_string(),
+            grid: params.n_head,
+            block: DECODE_BLOCK,
+            params,
+        };
+        Ok(Some([split, combine]))
+    }
+
+    /// The index (as an f32) of the first maximum of each of the `cols`
+    /// columns of `n` values at `x` into `out`, with the scratch at
+    /// `scratch` (`argmax_scratch_bytes(n, cols)` bytes, zeroed before the
+    /// first launch; every launch leaves its counters zero); `None` when
+    /// there are no columns.
+    pub(crate) fn argmax(
+        n: usize,
+        cols: usize,
+        x: u64,
+        out: u64,
+        scratch: u64,
+    ) -> Result<Option<Launch>, CudaError> {
+        if n > MAX_ARGMAX_LEN {
+            return Err(Error::LengthMismatch {
+                what: "argmax column (at most 2^24 values)",
+                expected: MAX_ARGMAX_LEN,
+                actual: n,
+            }
+            .into());
+        }
+        if cols == 0 {
+            return Ok(None);
+        }
+        let (blocks, chunk) = argmax_blocks(n);
+        let grid = cols.checked_mul(blocks).ok_or(Error::Overflow {
+            what: "argmax grid",
+        })?;
+        let params = ArgmaxParams {
+            x,
+            out,
+            part: scratch,
+            counters: scratch + (8 * blocks * cols) as u64,
+            n: u32_of("argmax column", n)?,
+            cols: u32_of("argmax columns", cols)?,
+            blocks: u32_of("argmax blocks", blocks)?,
+            chunk: u32_of("argmax chunk", chunk)?,
+        };
+        Ok(Some(Launch::ArgMax {
+            grid: u32_of("argmax grid", grid)?,
+            params,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::decode_ptx;
+
+    fn shape(head_dim: usize, n_head: usize, n_kv: usize) -> AttentionShape {
+        AttentionShape {
+            head_dim,
+            n_head,
+            n_kv,
+            scale: 0.125,
+        }
+    }
+
+    #[test]
+    fn attention_splits_follow_the_rows_and_fill_the_device() {
+        // Llama-3 8B: heads of 128, 32 query heads over 8 key/value heads.
+        let s = AttnSplits::new(&shape(128, 32, 8), 8192).unwrap();
+        assert_eq!((s.per_lane, s.heads, s.slices, s.splits), (4, 4, 1, 64));
+        assert_eq!(s.kernel(), "fused_attn_split_e4_g4");
+        // A short cache: no split of fewer than 32 rows.
+        let s = AttnSplits::new(&shape(128, 32, 8), 40).unwrap();
+        assert_eq!(s.splits, 2);
+        // SmolLM2-135M: heads of 64, 9 query heads over 3 (groups of 3 in a
+        // block of 4 heads).
+        let s = AttnSplits::new(&shape(64, 9, 3), 3000).unwrap();
+        assert_eq!((s.per_lane, s.heads, s.slices, s.splits), (2, 4, 1, 94));
+        // Groups above 8 take several slices; odd heads round up.
+        let s = AttnSplits::new(&shape(80, 9, 1), 1 << 20).unwrap();
+        assert_eq!((s.per_lane, s.heads, s.slices), (4, 8, 2));
+        assert_eq!(s.splits, ATTN_MAX_SPLITS);
+        assert_eq!(s.scratch_bytes(&shape(80, 9, 1)), 4 * 9 * 256 * 82);
+        assert!(AttnSplits::new(&shape(257, 4, 4), 10).is_err());
+        assert!(AttnSplits::new(&shape(64, 4, 3), 10).is_err());
+    }
+
+    #[test]
+    fn every_kernel_the_launches_name_exists() {
+        let ptx = decode_ptx();
+        for e in [1, 2, 4, 8] {
+            for g in [1, 2, 4, 8] {
+                let name = format!("fused_attn_split_e{e}_g{g}");
+                assert!(ptx.contains(&format!(".entry {name}(")), "{name}");
+            }
+        }
+        for name in [
+            "fused_attn_combine",
+            "fused_rope",
+            "fused_set_row",
+            "fused_argmax",
+        ] {
+            assert!(ptx.contains(&format!(".entry {name}(")), "{name}");
+        }
+    }
+
+    #[test]
+    fn argmax_blocks_cover_every_value() {
+        for n in [0, 1, 2047, 2048, 2049, 128256, MAX_ARGMAX_LEN] {
+            let (blocks, chunk) = argmax_blocks(n);
+            assert!((1..=ARGMAX_MAX_BLOCKS).contains(&blocks), "{n}");
+            assert!(blocks * chunk >= n, "{n}");
+            assert!((blocks - 1) * chunk < n.max(1), "{n}: no empty block");
+        }
+        assert_eq!(argmax_blocks(128256), (63, 2036));
+        let Ok(Some(Launch::ArgMax { grid, params })) = Launch::argmax(128256, 2, 8, 16, 256)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (grid, params.blocks, params.counters),
+            (126, 63, 256 + 8 * 126)
+        );
+        assert_eq!(argmax_scratch_bytes(128256, 2), 2 * (8 * 63 + 4));
+        assert!(Launch::argmax(MAX_ARGMAX_LEN + 1, 1, 8, 16, 256).is_err());
+    }
+
+    #[test]
+    fn rope_and_row_launches_cover_their_elements() {
+        let Ok(Some(Launch::Rope { grid, params })) =
+            Launch::rope(RopeMode::Halves, 64, 64 * 9, 100, 1, 2, 3, 4)
+        else {
+            panic!()
+        };
+        assert_eq!((grid, params.pairs, params.mode), (2, 288, 1));
+        assert!(Launch::rope(RopeMode::Adjacent, 3, 9, 4, 1, 2, 3, 4).is_err());
+        assert!(Launch::rope(RopeMode::Adjacent, 4, 6, 4, 1, 2, 3, 4).is_err());
+        // In place: the row alone; else the whole destination.
+        let Ok(Some(Launch::SetRow { grid, params })) = Launch::set_row(512, 3000, None, 1, 2, 3)
+        else {
+            panic!()
+        };
+        assert_eq!((grid, params.dst, params.total), (2, 0, 512 * 3000));
+        let Ok(Some(Launch::SetRow { grid, .. })) = Launch::set_row(512, 3000, Some(9), 1, 2, 3)
+        else {
+            panic!()
+        };
+        assert_eq!(grid, 6000);
+    }
+}
