@@ -32,13 +32,14 @@ pub mod plans;
 pub mod profile;
 pub mod sampling;
 pub mod synth;
+pub mod token;
 pub mod tokenizer;
 
 pub use config::LlamaConfig;
 pub use error::LlamaError;
 pub use file::ModelFile;
 pub use generate::{Generation, generate};
-pub use model::{LoadOptions, Model};
+pub use model::{DecodePath, LoadOptions, Model};
 pub use profile::{Phase, Profile};
 pub use sampling::Sampler;
 pub use tokenizer::Tokenizer;

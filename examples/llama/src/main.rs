@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 use fused_core::acts::GemvMode;
 use fused_core::backend::Backend;
-use fused_llama::{LlamaError, LoadOptions, Model, ModelFile, Sampler, generate};
+use fused_llama::{DecodePath, LlamaError, LoadOptions, Model, ModelFile, Sampler, generate};
 
 /// The model `scripts/fetch-model` caches.
 const CACHED_MODEL: &str = ".models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -72,6 +72,10 @@ struct Args {
     /// GEMVs that read it (what a backend refusing the prologue gets).
     #[arg(long)]
     host_norm: bool,
+    /// Run plans per layer with RoPE and attention on the host, instead of
+    /// the whole token as one plan.
+    #[arg(long)]
+    layered: bool,
     /// Keep generating past the end-of-sequence token.
     #[arg(long)]
     ignore_eos: bool,
@@ -159,6 +163,11 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
         },
         max_context: args.ctx,
         host_norm: args.host_norm,
+        decode: if args.layered {
+            DecodePath::Layered
+        } else {
+            DecodePath::WholeToken
+        },
     };
     let t0 = std::time::Instant::now();
     let mut model = Model::load(ModelFile::open(&path)?, be, opts)?;
@@ -184,10 +193,14 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
         eprintln!("weights: {} matrices", formats.join(", "));
         eprintln!("backend: {}, mode {:?}", model.backend(), opts.mode);
         for (kind, why) in model.norm_fallbacks() {
-            eprintln!("fallback: {kind}: host RMSNorm, the backend refused the prologue: {why}");
+            eprintln!("fallback: {kind}: the backend refused it: {why}");
         }
-        let (per_layer, head) = model.plan_runs();
-        eprintln!("plan runs per token: {per_layer} per layer, {head} for the head");
+        if model.whole_token() {
+            eprintln!("plan runs per token: 1 (the whole token)");
+        } else {
+            let (per_layer, head) = model.plan_runs();
+            eprintln!("plan runs per token: {per_layer} per layer, {head} for the head");
+        }
         for (name, s) in model.plan_summaries() {
             eprintln!(
                 "plan {name}: {} kernel steps ({}), {} fused, {} with a norm prologue",

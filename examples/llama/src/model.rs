@@ -13,13 +13,16 @@ use fused_core::backend::Backend;
 use fused_core::quant::dequantize_row;
 use fused_gguf::Gguf;
 
-use crate::attention::{AttentionShape, KvCache};
+use std::sync::{Arc, Mutex};
+
+use crate::attention::{AttentionShape, KvCache, Rows};
 use crate::config::{DEFAULT_MAX_CONTEXT, LlamaConfig};
 use crate::error::LlamaError;
-use crate::file::{ModelFile, check_shape, matrix, tensor, vector};
+use crate::file::{Matrix, ModelFile, check_shape, matrix, tensor, vector};
 use crate::ops::{Rope, rms_norm};
 use crate::plans::{HeadPlan, Norm, PlanSummary, Qkv, QkvPlan, ResidualPlan, Supported};
 use crate::profile::{Phase, Profile};
+use crate::token::{LayerWeights, TokenPlan, TokenShape};
 use crate::tokenizer::Tokenizer;
 
 /// How a model is loaded.
@@ -31,8 +34,26 @@ pub struct LoadOptions {
     /// `llama.context_length`).
     pub max_context: usize,
     /// Run every RMSNorm on the host and the plans over normed inputs, as
-    /// for a backend that refuses the norm prologue (`--host-norm`).
+    /// for a backend that refuses the norm prologue (`--host-norm`); implies
+    /// [`DecodePath::Layered`].
     pub host_norm: bool,
+    /// How a token runs: one plan for the whole token where the backend
+    /// runs it on its device, or plans per layer around host attention.
+    pub decode: DecodePath,
+}
+
+/// How a token runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodePath {
+    /// One plan for the whole token ([`crate::token::TokenPlan`]): norms,
+    /// RoPE, the key/value caches, attention, the head and the greedy
+    /// choice on the backend; one write, run and read a token. Where the
+    /// backend cannot, the layered path runs and
+    /// [`Model::norm_fallbacks`] says why.
+    WholeToken,
+    /// Plans per layer (q/k/v, then the rest of the layer) and the head,
+    /// with RoPE and attention over a host cache between them (`--layered`).
+    Layered,
 }
 
 impl Default for LoadOptions {
@@ -41,6 +62,7 @@ impl Default for LoadOptions {
             mode: GemvMode::Ggml,
             max_context: DEFAULT_MAX_CONTEXT,
             host_norm: false,
+            decode: DecodePath::WholeToken,
         }
     }
 }
@@ -66,6 +88,28 @@ enum Post<'b, B: Backend + 'b> {
         out: Box<ResidualPlan<'b, B>>,
         ffn: Box<ResidualPlan<'b, B>>,
     },
+}
+
+/// The sequence a whole-token plan's caches hold: its identity, its store
+/// of host rows (which lags behind) and its positions on the device.
+#[derive(Debug)]
+struct Resident {
+    id: u64,
+    rows: Arc<Mutex<Rows>>,
+    len: usize,
+}
+
+/// How the model's tokens run.
+enum Decode<'b, B: Backend + 'b> {
+    /// Plans per layer and the head, attention on the host.
+    Layered {
+        layers: Vec<Layer<'b, B>>,
+        /// The final norm's weight when it runs on the host.
+        output_norm: Option<Vec<f32>>,
+        head: Box<HeadPlan<'b, B>>,
+    },
+    /// One plan a token.
+    Token(Box<TokenPlan<'b, B>>),
 }
 
 /// A plan built with the norm as its prologue, or the host-norm plan
@@ -105,10 +149,9 @@ pub struct Model<'b, B: Backend + 'b> {
     cfg: LlamaConfig,
     file: ModelFile,
     embedding: Embedding,
-    layers: Vec<Layer<'b, B>>,
-    /// The final norm's weight when it runs on the host.
-    output_norm: Option<Vec<f32>>,
-    head: HeadPlan<'b, B>,
+    decode: Decode<'b, B>,
+    /// The sequence whose rows the whole-token plan's caches hold.
+    resident: Option<Resident>,
     fallbacks: Vec<(&'static str, String)>,
     rope: Rope,
     attention: AttentionShape,
@@ -166,77 +209,24 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             Some((_, n)) => *n += 1,
             None => formats.push((d, 1)),
         };
-        let mut layers = Vec::with_capacity(cfg.n_layer);
+        let mut weights = Vec::with_capacity(cfg.n_layer);
         for l in 0..cfg.n_layer {
             let name = |t: &str| format!("blk.{l}.{t}.weight");
-            let wq = matrix(&g, &name("attn_q"), hidden, q_dim)?;
-            let wk = matrix(&g, &name("attn_k"), hidden, kv_dim)?;
-            let wv = matrix(&g, &name("attn_v"), hidden, kv_dim)?;
-            let wo = matrix(&g, &name("attn_output"), q_dim, hidden)?;
-            let wg = matrix(&g, &name("ffn_gate"), hidden, ffn)?;
-            let wu = matrix(&g, &name("ffn_up"), hidden, ffn)?;
-            let wd = matrix(&g, &name("ffn_down"), ffn, hidden)?;
-            for m in [&wq, &wk, &wv, &wo, &wg, &wu, &wd] {
+            let w = LayerWeights {
+                wq: matrix(&g, &name("attn_q"), hidden, q_dim)?,
+                wk: matrix(&g, &name("attn_k"), hidden, kv_dim)?,
+                wv: matrix(&g, &name("attn_v"), hidden, kv_dim)?,
+                wo: matrix(&g, &name("attn_output"), q_dim, hidden)?,
+                wg: matrix(&g, &name("ffn_gate"), hidden, ffn)?,
+                wu: matrix(&g, &name("ffn_up"), hidden, ffn)?,
+                wd: matrix(&g, &name("ffn_down"), ffn, hidden)?,
+                attn_norm: vector(&g, &name("attn_norm"), hidden)?,
+                ffn_norm: vector(&g, &name("ffn_norm"), hidden)?,
+            };
+            for m in [&w.wq, &w.wk, &w.wv, &w.wo, &w.wg, &w.wu, &w.wd] {
                 count(m.dtype);
             }
-            let attn_norm = vector(&g, &name("attn_norm"), hidden)?;
-            let ffn_norm = vector(&g, &name("ffn_norm"), hidden)?;
-            let what = format!("layer {l} q/k/v");
-            let norm = Norm {
-                weight: &attn_norm,
-                eps,
-            };
-            let (qkv, attn_norm) = match prologue_or(
-                fuse.then(|| QkvPlan::with_norm(backend, mode, &norm, &wq, &wk, &wv, &what)),
-                || QkvPlan::new(backend, mode, &wq, &wk, &wv, &what),
-                &mut fallbacks,
-                KIND_QKV,
-            )? {
-                Ok(p) => (p, None),
-                Err(p) => (p, Some(attn_norm)),
-            };
-            let what = format!("layer {l} post-attention");
-            let norm = Norm {
-                weight: &ffn_norm,
-                eps,
-            };
-            let post = match prologue_or(
-                fuse.then(|| {
-                    ResidualPlan::post_attn(backend, mode, &wo, &norm, &wg, &wu, &wd, &what)
-                }),
-                || {
-                    Ok((
-                        ResidualPlan::out_proj(
-                            backend,
-                            mode,
-                            &wo,
-                            &format!("layer {l} output projection"),
-                        )?,
-                        ResidualPlan::ffn(
-                            backend,
-                            mode,
-                            &wg,
-                            &wu,
-                            &wd,
-                            &format!("layer {l} feed-forward"),
-                        )?,
-                    ))
-                },
-                &mut fallbacks,
-                KIND_POST,
-            )? {
-                Ok(p) => Post::Fused(Box::new(p)),
-                Err((out, ffn)) => Post::Host {
-                    ffn_norm,
-                    out: Box::new(out),
-                    ffn: Box::new(ffn),
-                },
-            };
-            layers.push(Layer {
-                attn_norm,
-                qkv,
-                post,
-            });
+            weights.push(w);
         }
         let output_norm = vector(&g, "output_norm.weight", hidden)?;
         // A file without `output.weight` ties the head to the embeddings.
@@ -247,40 +237,72 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         };
         let w_out = matrix(&g, head_name, hidden, cfg.vocab)?;
         count(w_out.dtype);
-        let what = format!("the output head ({head_name})");
-        let norm = Norm {
-            weight: &output_norm,
-            eps,
-        };
-        let (head, output_norm) = match prologue_or(
-            fuse.then(|| HeadPlan::with_norm(backend, mode, &norm, &w_out, &what)),
-            || HeadPlan::new(backend, mode, &w_out, &what),
-            &mut fallbacks,
-            KIND_HEAD,
-        )? {
-            Ok(p) => (p, None),
-            Err(p) => (p, Some(output_norm)),
-        };
-        let embedding = embedding(&g, &file, hidden, cfg.vocab)?;
         let factors = match g.tensor("rope_freqs.weight") {
             Some(_) => vector(&g, "rope_freqs.weight", cfg.head_dim / 2)?,
             None => Vec::new(),
         };
         let rope = Rope::new(cfg.head_dim, cfg.rope_base, cfg.rope_freq_scale, factors);
+        let max_context = opts.max_context.min(cfg.context_length).max(1);
+        let whole = match (opts.decode, fuse) {
+            (DecodePath::WholeToken, true) => {
+                let shape = TokenShape {
+                    hidden,
+                    n_head: cfg.n_head,
+                    n_kv: cfg.n_head_kv,
+                    head_dim: cfg.head_dim,
+                    max_context,
+                    eps,
+                };
+                match TokenPlan::new(backend, mode, shape, &weights, &output_norm, &w_out, &rope)? {
+                    // A plan run step by step through the host would move
+                    // every weight to the device for every token.
+                    Ok(p) if p.summary().host_steps => {
+                        fallbacks.push((
+                            KIND_TOKEN,
+                            format!(
+                                "{} runs the whole token step by step through the host",
+                                backend.name()
+                            ),
+                        ));
+                        None
+                    }
+                    Ok(p) => Some(p),
+                    Err(why) => {
+                        fallbacks.push((KIND_TOKEN, why.to_string()));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let decode = match whole {
+            Some(p) => Decode::Token(Box::new(p)),
+            None => layered(
+                backend,
+                mode,
+                eps,
+                fuse,
+                &weights,
+                &output_norm,
+                &w_out,
+                head_name,
+                &mut fallbacks,
+            )?,
+        };
+        let embedding = embedding(&g, &file, hidden, cfg.vocab)?;
         let attention = AttentionShape {
             n_head: cfg.n_head,
             n_head_kv: cfg.n_head_kv,
             head_dim: cfg.head_dim,
         };
-        let max_context = opts.max_context.min(cfg.context_length).max(1);
+        drop(weights);
         drop(g);
         Ok(Model {
             cfg,
             file,
             embedding,
-            layers,
-            output_norm,
-            head,
+            decode,
+            resident: None,
             fallbacks,
             rope,
             attention,
@@ -319,10 +341,18 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
     }
 
     /// What the planner made of each kind of plan (those of layer 0 and the
-    /// head): `(name, summary)`.
+    /// head, or the whole token's): `(name, summary)`.
     pub fn plan_summaries(&self) -> Vec<(&'static str, &PlanSummary)> {
         let mut out = Vec::new();
-        if let Some(l) = self.layers.first() {
+        let (layers, output_norm, head) = match &self.decode {
+            Decode::Token(p) => return vec![("whole token", p.summary())],
+            Decode::Layered {
+                layers,
+                output_norm,
+                head,
+            } => (layers, output_norm, head),
+        };
+        if let Some(l) = layers.first() {
             match l.attn_norm {
                 None => out.push(("attn_norm → q/k/v", l.qkv.summary())),
                 Some(_) => out.push(("q/k/v (host attn_norm)", l.qkv.summary())),
@@ -338,26 +368,38 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
                 }
             }
         }
-        match self.output_norm {
-            None => out.push(("output_norm → head", self.head.summary())),
-            Some(_) => out.push(("head (host output_norm)", self.head.summary())),
+        match output_norm {
+            None => out.push(("output_norm → head", head.summary())),
+            Some(_) => out.push(("head (host output_norm)", head.summary())),
         }
         out
     }
 
-    /// The kinds of plan built with host norms because the backend refused
-    /// the norm prologue: `(kind, the backend's reason)`, once per kind.
+    /// The kinds of plan the backend refused, with its reason, once per
+    /// kind: a norm prologue (the plan then reads a host-normed input) or
+    /// the whole token (the layered path runs instead).
     pub fn norm_fallbacks(&self) -> &[(&'static str, String)] {
         &self.fallbacks
     }
 
-    /// Plan runs per token: per layer, then for the head.
+    /// Plan runs per token: per layer, then for the head; `(0, 1)` for the
+    /// whole-token plan.
     pub fn plan_runs(&self) -> (usize, usize) {
-        let per_layer = self.layers.first().map_or(0, |l| match l.post {
-            Post::Fused(_) => 2,
-            Post::Host { .. } => 3,
-        });
-        (per_layer, 1)
+        match &self.decode {
+            Decode::Token(_) => (0, 1),
+            Decode::Layered { layers, .. } => {
+                let per_layer = layers.first().map_or(0, |l| match l.post {
+                    Post::Fused(_) => 2,
+                    Post::Host { .. } => 3,
+                });
+                (per_layer, 1)
+            }
+        }
+    }
+
+    /// Whether a token runs as one plan ([`DecodePath::WholeToken`]).
+    pub fn whole_token(&self) -> bool {
+        matches!(self.decode, Decode::Token(_))
     }
 
     /// An empty key/value cache for this model.
@@ -394,12 +436,21 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
     pub fn forward(&mut self, token: u32, cache: &mut KvCache) -> Result<&[f32], LlamaError> {
         let pos = cache.len();
         cache.check_next(pos)?;
+        match &mut self.decode {
+            Decode::Token(plan) => make_resident(plan, &mut self.resident, cache)?,
+            Decode::Layered { .. } => cache.own_rows(),
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         let r = self.forward_at(token, pos, cache, &mut scratch);
         self.scratch = scratch;
         match r {
             Ok(()) => {
                 cache.advance();
+                let whole = self.whole_token();
+                match &mut self.resident {
+                    Some(r) if whole => r.len = cache.len(),
+                    _ => cache.complete_rows(),
+                }
                 Ok(&self.scratch.logits)
             }
             Err(e) => {
@@ -453,9 +504,26 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         }
         let eps = self.cfg.norm_eps;
         timed!(Phase::Embed, self.embed(token, &mut s.h))?;
+        let (layers, output_norm, head) = match &mut self.decode {
+            Decode::Token(p) => {
+                timed!(Phase::Token, {
+                    p.run(&s.h, pos)?;
+                    p.read_logits(&mut s.logits)
+                })?;
+                if let Some(p) = &mut self.profile {
+                    p.token();
+                }
+                return Ok(());
+            }
+            Decode::Layered {
+                layers,
+                output_norm,
+                head,
+            } => (layers, output_norm, head),
+        };
         s.x.resize(self.cfg.hidden, 0.0);
         s.attn.resize(self.cfg.n_head * self.cfg.head_dim, 0.0);
-        for (l, layer) in self.layers.iter_mut().enumerate() {
+        for (l, layer) in layers.iter_mut().enumerate() {
             match &layer.attn_norm {
                 None => timed!(Phase::Qkv, layer.qkv.run(&s.h, &mut s.qkv))?,
                 Some(w) => {
@@ -471,7 +539,7 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             timed!(
                 Phase::Attention,
                 self.attention.attend(cache, l, q, k, v, &mut s.attn)
-            );
+            )?;
             match &mut layer.post {
                 Post::Fused(p) => timed!(Phase::Post, p.run(&mut s.h, &s.attn))?,
                 Post::Host { ffn_norm, out, ffn } => {
@@ -481,11 +549,11 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
                 }
             }
         }
-        match &self.output_norm {
-            None => timed!(Phase::Head, self.head.run(&s.h, &mut s.logits))?,
+        match output_norm {
+            None => timed!(Phase::Head, head.run(&s.h, &mut s.logits))?,
             Some(w) => {
                 timed!(Phase::HostNorm, rms_norm(&s.h, w, eps, &mut s.x));
-                timed!(Phase::Head, self.head.run(&s.x, &mut s.logits))?
+                timed!(Phase::Head, head.run(&s.x, &mut s.logits))?
             }
         }
         if let Some(p) = &mut self.profile {
@@ -495,10 +563,151 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
     }
 }
 
+/// Makes `cache`'s sequence the one `plan`'s caches hold: nothing to do
+/// when they hold it already; else the rows of the sequence they held go
+/// to its host store, and this one's rows to the caches.
+fn make_resident<B: Backend>(
+    plan: &mut TokenPlan<'_, B>,
+    resident: &mut Option<Resident>,
+    cache: &mut KvCache,
+) -> Result<(), LlamaError> {
+    if let Some(r) = resident
+        && r.id == cache.id()
+        && cache.shares_rows(&r.rows)
+        && cache.len() <= r.len
+    {
+        return Ok(());
+    }
+    if let Some(r) = resident.take() {
+        let mut rows = r.rows.lock().unwrap_or_else(|p| p.into_inner());
+        // A store no cache holds any more is not worth the read.
+        if Arc::strong_count(&r.rows) > 1 && rows.owner() == r.id && rows.complete() < r.len {
+            let from = rows.complete();
+            let Rows { k, v, .. } = &mut *rows;
+            plan.read_rows(from, r.len, k, v)?;
+            rows.set_complete(r.len);
+        }
+    }
+    cache.own_rows();
+    {
+        let rows = cache.lock();
+        if rows.complete() < cache.len() {
+            return Err(LlamaError::Usage(format!(
+                "the cache holds {} of its {} positions: its rows were lost",
+                rows.complete(),
+                cache.len()
+            )));
+        }
+        plan.write_rows(cache.len(), &rows.k, &rows.v)?;
+    }
+    *resident = Some(Resident {
+        id: cache.id(),
+        rows: cache.rows(),
+        len: cache.len(),
+    });
+    Ok(())
+}
+
+/// The plans of the layered path: per layer q/k/v and the rest of the
+/// layer, then the head; each with its norm as a prologue unless `fuse` is
+/// off or the backend refuses it (noted in `fallbacks`).
+#[allow(clippy::too_many_arguments)]
+fn layered<'b, B: Backend + 'b>(
+    backend: &'b B,
+    mode: GemvMode,
+    eps: f32,
+    fuse: bool,
+    weights: &[LayerWeights<'_>],
+    output_norm: &[f32],
+    w_out: &Matrix<'_>,
+    head_name: &str,
+    fallbacks: &mut Vec<(&'static str, String)>,
+) -> Result<Decode<'b, B>, LlamaError> {
+    let mut layers = Vec::with_capacity(weights.len());
+    for (l, w) in weights.iter().enumerate() {
+        let what = format!("layer {l} q/k/v");
+        let norm = Norm {
+            weight: &w.attn_norm,
+            eps,
+        };
+        let (qkv, attn_norm) = match prologue_or(
+            fuse.then(|| QkvPlan::with_norm(backend, mode, &norm, &w.wq, &w.wk, &w.wv, &what)),
+            || QkvPlan::new(backend, mode, &w.wq, &w.wk, &w.wv, &what),
+            fallbacks,
+            KIND_QKV,
+        )? {
+            Ok(p) => (p, None),
+            Err(p) => (p, Some(w.attn_norm.clone())),
+        };
+        let what = format!("layer {l} post-attention");
+        let norm = Norm {
+            weight: &w.ffn_norm,
+            eps,
+        };
+        let post = match prologue_or(
+            fuse.then(|| {
+                ResidualPlan::post_attn(backend, mode, &w.wo, &norm, &w.wg, &w.wu, &w.wd, &what)
+            }),
+            || {
+                Ok((
+                    ResidualPlan::out_proj(
+                        backend,
+                        mode,
+                        &w.wo,
+                        &format!("layer {l} output projection"),
+                    )?,
+                    ResidualPlan::ffn(
+                        backend,
+                        mode,
+                        &w.wg,
+                        &w.wu,
+                        &w.wd,
+                        &format!("layer {l} feed-forward"),
+                    )?,
+                ))
+            },
+            fallbacks,
+            KIND_POST,
+        )? {
+            Ok(p) => Post::Fused(Box::new(p)),
+            Err((out, ffn)) => Post::Host {
+                ffn_norm: w.ffn_norm.clone(),
+                out: Box::new(out),
+                ffn: Box::new(ffn),
+            },
+        };
+        layers.push(Layer {
+            attn_norm,
+            qkv,
+            post,
+        });
+    }
+    let what = format!("the output head ({head_name})");
+    let norm = Norm {
+        weight: output_norm,
+        eps,
+    };
+    let (head, output_norm) = match prologue_or(
+        fuse.then(|| HeadPlan::with_norm(backend, mode, &norm, w_out, &what)),
+        || HeadPlan::new(backend, mode, w_out, &what),
+        fallbacks,
+        KIND_HEAD,
+    )? {
+        Ok(p) => (p, None),
+        Err(p) => (p, Some(output_norm.to_vec())),
+    };
+    Ok(Decode::Layered {
+        layers,
+        output_norm,
+        head: Box::new(head),
+    })
+}
+
 /// The kinds of plan, as [`Model::norm_fallbacks`] names them.
 const KIND_QKV: &str = "attn_norm → q/k/v";
 const KIND_POST: &str = "o-proj + residual, ffn_norm → GLU → down + residual";
 const KIND_HEAD: &str = "output_norm → head";
+const KIND_TOKEN: &str = "whole token";
 
 /// Where `token_embd.weight` (`[hidden, vocab]`, any format with a
 /// dequantizer) lies in `file`.

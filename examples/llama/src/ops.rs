@@ -1,6 +1,9 @@
-//! The host-side element-wise operations of a Llama layer that no plan runs
-//! yet: rotary position embeddings (RoPE), softmax; and RMSNorm, for a
-//! backend that refuses to compute it as a GEMV's prologue.
+//! The host-side operations of the layered path: rotary position
+//! embeddings (RoPE) between its plans, and RMSNorm for a backend that
+//! refuses to compute it as a GEMV's prologue; both in the core's order,
+//! as the whole-token plan computes them.
+
+use fused_core::decode::RopeMode;
 
 /// `out[i] = (x[i] · s) · w[i]`, `s = 1 / sqrt(mean(x²) + eps)`: GGML's
 /// `rms_norm` then `mul`, in `fused_core::norm`'s order (the one a plan's
@@ -56,27 +59,17 @@ impl Rope {
     /// Rotates every head of `x` (heads of `head_dim` elements, back to
     /// back) for position `pos`.
     pub fn apply(&self, x: &mut [f32], pos: usize) {
-        let cs = self.angles(pos);
-        for head in x.chunks_exact_mut(self.head_dim) {
-            for (pair, &(c, s)) in head.chunks_exact_mut(2).zip(&cs) {
-                let (x0, x1) = (pair[0], pair[1]);
-                pair[0] = x0 * c - x1 * s;
-                pair[1] = x0 * s + x1 * c;
-            }
-        }
+        let row: Vec<f32> = self
+            .angles(pos)
+            .into_iter()
+            .flat_map(|(c, s)| [c, s])
+            .collect();
+        let src = x.to_vec();
+        // The core's RoPE, which the whole-token plan runs too; its only
+        // refusals (an odd head, a partial head) the loaded shapes exclude,
+        // and `x` is left as it was if one came.
+        let _ = fused_core::decode::rope(RopeMode::Adjacent, self.head_dim, &src, &row, x);
     }
-}
-
-/// Softmax of `x` in place (max subtracted first).
-pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += f64::from(*v);
-    }
-    let inv = (1.0 / sum) as f32;
-    x.iter_mut().for_each(|v| *v *= inv);
 }
 
 #[cfg(test)]
@@ -148,7 +141,7 @@ mod tests {
     }
 
     #[test]
-    fn rms_norm_and_softmax() {
+    fn rms_norm_scales_by_the_root_mean_square() {
         let mut out = [0.0f32; 4];
         rms_norm(
             &[1.0, -1.0, 1.0, -1.0],
@@ -157,9 +150,5 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, [1.0, -2.0, 3.0, -4.0]);
-        let mut p = [1.0f32, 2.0, 3.0];
-        softmax(&mut p);
-        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert!(p[2] > p[1] && p[1] > p[0]);
     }
 }

@@ -59,33 +59,36 @@ pub struct Norm<'a> {
 }
 
 /// A graph under construction with the weights to write into its plan.
-struct Builder<'w> {
-    g: Graph,
+pub(crate) struct Builder<'w> {
+    pub(crate) g: Graph,
     weights: Vec<(TensorDesc, Matrix<'w>)>,
-    /// f32 vectors (norm weights) written into the activations' buffer.
-    vectors: Vec<(TensorDesc, Vec<f32>)>,
-    weight_bytes: usize,
-    act_bytes: usize,
+    /// f32 vectors (norm weights, tables) written at compile.
+    pub(crate) vectors: Vec<(TensorDesc, Vec<f32>)>,
+    /// The bytes used so far in each buffer: the weights' (0), the
+    /// activations' (1), then any the graph adds ([`Builder::buffer`]).
+    sizes: Vec<usize>,
+    /// The buffer the next weights go into.
+    weight_buf: u32,
 }
 
 impl<'w> Builder<'w> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Builder {
             g: Graph::new(),
             weights: Vec::new(),
             vectors: Vec::new(),
-            weight_bytes: 0,
-            act_bytes: 0,
+            sizes: vec![0, 0],
+            weight_buf: WEIGHTS,
         }
     }
 
     /// The matrix `m` as a graph input in the weights' buffer.
-    fn weight(&mut self, m: &Matrix<'w>) -> Result<NodeId, LlamaError> {
+    pub(crate) fn weight(&mut self, m: &Matrix<'w>) -> Result<NodeId, LlamaError> {
         let t = TensorDesc::contiguous(
             m.dtype,
             [m.k, m.m, 1, 1],
-            BufferId(WEIGHTS),
-            self.weight_bytes,
+            BufferId(self.weight_buf),
+            self.sizes[self.weight_buf as usize],
         )
         .map_err(|e| LlamaError::format(m.name, m.dtype, e.to_string()))?;
         let len = t.byte_extent().len();
@@ -96,7 +99,7 @@ impl<'w> Builder<'w> {
                 format!("{} bytes, its shape needs {len}", m.data.len()),
             ));
         }
-        self.weight_bytes = next_aligned(t.byte_extent().end)?;
+        self.sizes[self.weight_buf as usize] = next_aligned(t.byte_extent().end)?;
         self.weights.push((t, *m));
         Ok(self.g.input(t)?)
     }
@@ -111,13 +114,12 @@ impl<'w> Builder<'w> {
                 why: "no matrix".into(),
             });
         };
-        let start = self.weight_bytes;
-        let t =
-            TensorDesc::contiguous(first.dtype, [first.k, rows, 1, 1], BufferId(WEIGHTS), start)
-                .map_err(|e| LlamaError::format(first.name, first.dtype, e.to_string()))?;
+        let (buf, start) = (self.weight_buf, self.sizes[self.weight_buf as usize]);
+        let t = TensorDesc::contiguous(first.dtype, [first.k, rows, 1, 1], BufferId(buf), start)
+            .map_err(|e| LlamaError::format(first.name, first.dtype, e.to_string()))?;
         let mut at = start;
         for m in ms {
-            let part = TensorDesc::contiguous(m.dtype, [m.k, m.m, 1, 1], BufferId(WEIGHTS), at)
+            let part = TensorDesc::contiguous(m.dtype, [m.k, m.m, 1, 1], BufferId(buf), at)
                 .map_err(|e| LlamaError::format(m.name, m.dtype, e.to_string()))?;
             if part.byte_extent().len() != m.data.len() {
                 return Err(LlamaError::format(
@@ -140,19 +142,47 @@ impl<'w> Builder<'w> {
                 "stacked matrices do not fill the stacked tensor",
             ));
         }
-        self.weight_bytes = next_aligned(at)?;
+        self.sizes[buf as usize] = next_aligned(at)?;
         Ok(self.g.input(t)?)
     }
 
+    /// The matrix `m` as a graph input in the first weights' buffer,
+    /// whichever buffer the other weights go into now.
+    pub(crate) fn weight_in_first_buffer(&mut self, m: &Matrix<'w>) -> Result<NodeId, LlamaError> {
+        let now = std::mem::replace(&mut self.weight_buf, WEIGHTS);
+        let r = self.weight(m);
+        self.weight_buf = now;
+        r
+    }
+
+    /// A new buffer of `bytes` bytes, its id.
+    pub(crate) fn buffer(&mut self, bytes: usize) -> Result<u32, LlamaError> {
+        let id = u32::try_from(self.sizes.len()).map_err(|_| LlamaError::Config {
+            what: "plan buffers".into(),
+            why: "more than 2^32".into(),
+        })?;
+        self.sizes.push(bytes);
+        Ok(id)
+    }
+
+    /// Puts the weights that follow into a new buffer: one buffer a layer
+    /// keeps every allocation far below the limits devices put on one
+    /// (Vulkan promises 1 GiB), whatever the model's size.
+    pub(crate) fn next_weight_buffer(&mut self) -> Result<(), LlamaError> {
+        self.weight_buf = self.buffer(0)?;
+        Ok(())
+    }
+
     /// A place for `n` f32 values in the activations' buffer.
-    fn place(&mut self, n: usize) -> Result<Place, LlamaError> {
-        let at = Place::at(ACTS, self.act_bytes);
-        self.act_bytes = next_aligned(self.act_bytes + 4 * n)?;
+    pub(crate) fn place(&mut self, n: usize) -> Result<Place, LlamaError> {
+        let used = self.sizes[ACTS as usize];
+        let at = Place::at(ACTS, used);
+        self.sizes[ACTS as usize] = next_aligned(used + 4 * n)?;
         Ok(at)
     }
 
     /// An f32 input vector of `n` values in the activations' buffer.
-    fn vector(&mut self, n: usize) -> Result<(NodeId, TensorDesc), LlamaError> {
+    pub(crate) fn vector(&mut self, n: usize) -> Result<(NodeId, TensorDesc), LlamaError> {
         let at = self.place(n)?;
         let t = TensorDesc::contiguous(DType::F32, [n, 1, 1, 1], at.buffer, at.offset)?;
         Ok((self.g.input(t)?, t))
@@ -161,7 +191,7 @@ impl<'w> Builder<'w> {
     /// `rms_norm(x, eps) · g`: the norm and the mul by its weight (written
     /// at compile), which the planner folds into every GEMV reading the
     /// product as its prologue.
-    fn normed(&mut self, x: NodeId, norm: &Norm<'_>) -> Result<NodeId, LlamaError> {
+    pub(crate) fn normed(&mut self, x: NodeId, norm: &Norm<'_>) -> Result<NodeId, LlamaError> {
         let k = norm.weight.len();
         let (gamma, gt) = self.vector(k)?;
         self.vectors.push((gt, norm.weight.to_vec()));
@@ -171,7 +201,7 @@ impl<'w> Builder<'w> {
         Ok(self.g.mul(n, gamma, at)?)
     }
 
-    fn tensor(&self, id: NodeId) -> Result<TensorDesc, LlamaError> {
+    pub(crate) fn tensor(&self, id: NodeId) -> Result<TensorDesc, LlamaError> {
         Ok(*self.g.tensor(id)?)
     }
 
@@ -187,7 +217,7 @@ impl<'w> Builder<'w> {
     /// Plans the graph, makes it resident on `backend` with activations fed
     /// per `mode`, and writes the weights; the inner error is the backend's
     /// refusal of the plan (`Backend::supports`).
-    fn try_compile<'b, B: Backend>(
+    pub(crate) fn try_compile<'b, B: Backend>(
         self,
         backend: &'b B,
         mode: GemvMode,
@@ -200,7 +230,7 @@ impl<'w> Builder<'w> {
                 e,
             )));
         }
-        let sizes = [self.weight_bytes.max(ALIGN), self.act_bytes.max(ALIGN)];
+        let sizes: Vec<usize> = self.sizes.iter().map(|&n| n.max(ALIGN)).collect();
         let mut resident = backend
             .compile(&self.g, &p, mode, &sizes)
             .map_err(|e| LlamaError::backend(format!("compiling {what} [{}]", self.names()), e))?;
@@ -225,7 +255,7 @@ impl<'w> Builder<'w> {
     }
 
     /// [`Builder::try_compile`], the backend's refusal an error like any.
-    fn compile<'b, B: Backend>(
+    pub(crate) fn compile<'b, B: Backend>(
         self,
         backend: &'b B,
         mode: GemvMode,
@@ -327,13 +357,18 @@ impl PlanSummary {
 }
 
 /// A resident plan and what the planner made of its graph.
-struct Compiled<'b, B: Backend + 'b> {
-    plan: B::Plan<'b>,
-    summary: PlanSummary,
+pub(crate) struct Compiled<'b, B: Backend + 'b> {
+    pub(crate) plan: B::Plan<'b>,
+    pub(crate) summary: PlanSummary,
 }
 
 impl<'b, B: Backend + 'b> Compiled<'b, B> {
-    fn write(&mut self, t: &TensorDesc, v: &[f32], what: &str) -> Result<(), LlamaError> {
+    pub(crate) fn write(
+        &mut self,
+        t: &TensorDesc,
+        v: &[f32],
+        what: &str,
+    ) -> Result<(), LlamaError> {
         self.plan
             .write_f32(t, v)
             .map_err(|e| LlamaError::backend(format!("writing {what}"), e))
@@ -341,14 +376,19 @@ impl<'b, B: Backend + 'b> Compiled<'b, B> {
 
     /// Reads `t` into `out` (resized to it; no allocation once it has
     /// the size).
-    fn read(&self, t: &TensorDesc, out: &mut Vec<f32>, what: &str) -> Result<(), LlamaError> {
+    pub(crate) fn read(
+        &self,
+        t: &TensorDesc,
+        out: &mut Vec<f32>,
+        what: &str,
+    ) -> Result<(), LlamaError> {
         out.resize(t.n_elements(), 0.0);
         self.plan
             .read_f32_into(t, out)
             .map_err(|e| LlamaError::backend(format!("reading {what}"), e))
     }
 
-    fn run(&mut self, what: &str) -> Result<(), LlamaError> {
+    pub(crate) fn run(&mut self, what: &str) -> Result<(), LlamaError> {
         self.plan
             .run()
             .map_err(|e| LlamaError::backend(format!("running {what}"), e))
@@ -398,6 +438,19 @@ fn qkv_graph<'w>(
     wk: &Matrix<'w>,
     wv: &Matrix<'w>,
 ) -> Result<(TensorDesc, TensorDesc, TensorDesc), LlamaError> {
+    let (q, k, v) = qkv_nodes(b, x, wq, wk, wv)?;
+    Ok((b.tensor(q)?, b.tensor(k)?, b.tensor(v)?))
+}
+
+/// The q/k/v GEMVs of `x` into `b`: the nodes of `q`, `k` and `v` (views of
+/// one stacked product, or three products), each a vector.
+pub(crate) fn qkv_nodes<'w>(
+    b: &mut Builder<'w>,
+    x: NodeId,
+    wq: &Matrix<'w>,
+    wk: &Matrix<'w>,
+    wv: &Matrix<'w>,
+) -> Result<(NodeId, NodeId, NodeId), LlamaError> {
     let same = wk.dtype == wq.dtype && wv.dtype == wq.dtype && wk.k == wq.k && wv.k == wq.k;
     if same {
         // One GEMV over the three matrices stacked: one kernel step and
@@ -406,14 +459,8 @@ fn qkv_graph<'w>(
         let at = b.place(wq.m + wk.m + wv.m)?;
         let qkv = b.g.mul_mat(w, x, at)?;
         b.g.mark_output(qkv)?;
-        let all = b.tensor(qkv)?;
-        let part = |off: usize, n: usize| {
-            TensorDesc::contiguous(
-                DType::F32,
-                [n, 1, 1, 1],
-                all.buffer(),
-                all.offset() + 4 * off,
-            )
+        let mut part = |off: usize, n: usize| -> Result<NodeId, LlamaError> {
+            Ok(b.g.view(qkv, [n, 1, 1, 1], [4, 4 * n, 4 * n, 4 * n], 4 * off)?)
         };
         Ok((part(0, wq.m)?, part(wq.m, wk.m)?, part(wq.m + wk.m, wv.m)?))
     } else {
@@ -427,7 +474,7 @@ fn qkv_graph<'w>(
         for id in [q, k, v] {
             b.g.mark_output(id)?;
         }
-        Ok((b.tensor(q)?, b.tensor(k)?, b.tensor(v)?))
+        Ok((q, k, v))
     }
 }
 
@@ -491,7 +538,7 @@ impl<'b, B: Backend + 'b> QkvPlan<'b, B> {
 }
 
 /// `h += W_o·attn` in place into `b`'s residual `h`: the updated residual.
-fn out_graph<'w>(
+pub(crate) fn out_graph<'w>(
     b: &mut Builder<'w>,
     h: NodeId,
     ht: &TensorDesc,
@@ -510,7 +557,7 @@ fn out_graph<'w>(
 
 /// `h += W_d·(silu(W_g·x) ⊙ (W_u·x))` in place into `b`'s residual (node
 /// `h`, tensor `ht`): the updated residual.
-fn ffn_graph<'w>(
+pub(crate) fn ffn_graph<'w>(
     b: &mut Builder<'w>,
     h: NodeId,
     ht: &TensorDesc,

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 pub enum Phase {
     /// The token's embedding row dequantized.
     Embed,
+    /// The whole-token plan: its write, run and the read of the logits.
+    Token,
     /// The q/k/v plan (with the attention norm as its prologue, or after
     /// a host norm).
     Qkv,
@@ -30,8 +32,9 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in the order of a token.
-    pub const ALL: [Phase; 8] = [
+    pub const ALL: [Phase; 9] = [
         Phase::Embed,
+        Phase::Token,
         Phase::Qkv,
         Phase::Rope,
         Phase::Attention,
@@ -44,6 +47,7 @@ impl Phase {
     fn name(self) -> &'static str {
         match self {
             Phase::Embed => "embedding",
+            Phase::Token => "whole-token plan",
             Phase::Qkv => "q/k/v plan",
             Phase::Rope => "RoPE (host)",
             Phase::Attention => "attention (host)",
@@ -91,7 +95,9 @@ impl fmt::Display for Profile {
         let n = self.tokens.max(1) as f64;
         writeln!(f, "| phase | µs a token | share |")?;
         writeln!(f, "|---|---|---|")?;
-        for p in Phase::ALL {
+        // Phases a path never enters (host attention on the whole-token
+        // path, the whole-token plan on the layered one) are left out.
+        for p in Phase::ALL.into_iter().filter(|&p| !self.total(p).is_zero()) {
             let t = self.total(p).as_secs_f64();
             let share = if all.is_zero() {
                 0.0

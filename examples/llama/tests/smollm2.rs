@@ -13,7 +13,7 @@ use fused_core::error::{Error, Unsupported};
 use fused_core::graph::Graph;
 use fused_core::planner::Plan;
 use fused_cpu::CpuBackend;
-use fused_llama::{LlamaError, LoadOptions, Model, ModelFile, Sampler, generate};
+use fused_llama::{DecodePath, LlamaError, LoadOptions, Model, ModelFile, Sampler, generate};
 
 use fused_testkit::model_or_skip;
 
@@ -183,6 +183,7 @@ fn the_norm_prologue_gives_the_host_norm_bits() {
             let opts = LoadOptions {
                 mode,
                 host_norm,
+                decode: DecodePath::Layered,
                 ..LoadOptions::default()
             };
             Model::load(ModelFile::open(&path).unwrap(), &be, opts).unwrap()
@@ -212,7 +213,11 @@ fn the_norm_prologue_gives_the_host_norm_bits() {
 fn a_real_layer_runs_its_norms_in_two_plans() {
     let path = model_or_skip!();
     let be = CpuBackend::new(1).expect("a CPU backend");
-    let model = Model::load(ModelFile::open(&path).unwrap(), &be, LoadOptions::default()).unwrap();
+    let opts = LoadOptions {
+        decode: DecodePath::Layered,
+        ..LoadOptions::default()
+    };
+    let model = Model::load(ModelFile::open(&path).unwrap(), &be, opts).unwrap();
     let s = model.plan_summaries();
     let steps: Vec<(&str, Vec<String>, usize)> = s
         .iter()
@@ -277,7 +282,10 @@ fn a_backend_refusing_the_prologue_gets_host_norms() {
     let mut model =
         Model::load(ModelFile::open(&path).unwrap(), &be, LoadOptions::default()).unwrap();
     let kinds: Vec<&str> = model.norm_fallbacks().iter().map(|(k, _)| *k).collect();
-    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    // The whole token reads its norms as prologues too: refused first.
+    assert_eq!(kinds.len(), 4, "{kinds:?}");
+    assert_eq!(kinds[0], "whole token", "{kinds:?}");
+    assert!(!model.whole_token());
     for (_, why) in model.norm_fallbacks() {
         assert!(why.contains("the norm prologue is not offered"), "{why}");
     }
@@ -289,4 +297,126 @@ fn a_backend_refusing_the_prologue_gets_host_norms() {
     let mut sampler = Sampler::new(0.0, 1.0, 0);
     let out = generate(&mut model, &prompt, 8, &mut sampler, true, |_| {}).unwrap();
     assert!(out.text.contains(" Paris"), "{:?}", out.text);
+}
+
+#[test]
+fn the_whole_token_runs_as_one_plan_and_gives_the_layered_bits() {
+    // The whole-token plan and the layered path share every GEMV and norm,
+    // and both run the core's RoPE and attention, which the CPU computes
+    // exactly as defined: the same logits bit for bit, in both activation
+    // modes, from one plan run a token.
+    let path = model_or_skip!();
+    let be = CpuBackend::new(2).expect("a CPU backend");
+    for mode in [GemvMode::F32, GemvMode::Ggml] {
+        let load = |decode| {
+            let opts = LoadOptions {
+                decode,
+                mode,
+                ..LoadOptions::default()
+            };
+            Model::load(ModelFile::open(&path).unwrap(), &be, opts).unwrap()
+        };
+        let (mut whole, mut layered) = (load(DecodePath::WholeToken), load(DecodePath::Layered));
+        assert!(whole.whole_token() && !layered.whole_token());
+        assert!(
+            whole.norm_fallbacks().is_empty(),
+            "{:?}",
+            whole.norm_fallbacks()
+        );
+        assert_eq!(whole.plan_runs(), (0, 1));
+        let s = whole.plan_summaries();
+        assert_eq!(s.len(), 1);
+        let steps = &s[0].1.steps;
+        let n_layer = whole.config().n_layer;
+        for op in ["rope", "set_row", "attention"] {
+            let n = steps.iter().filter(|x| *x == op).count();
+            let per = if op == "attention" { 1 } else { 2 };
+            assert_eq!(n, per * n_layer, "{op}: {steps:?}");
+        }
+        assert_eq!(steps.last().map(String::as_str), Some("argmax"));
+        let prompt = whole
+            .tokenizer()
+            .encode("The capital of France is")
+            .unwrap();
+        let (mut cw, mut cl) = (whole.new_cache(), layered.new_cache());
+        let mut token = prompt[0];
+        for i in 0..12 {
+            let a = whole.forward(token, &mut cw).unwrap().to_vec();
+            let b = layered.forward(token, &mut cl).unwrap();
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{mode:?}: logits differ at position {i}");
+            token = match prompt.get(i + 1) {
+                Some(&t) => t,
+                None => greedy(&a),
+            };
+        }
+    }
+}
+
+/// The index of the largest logit, the first on ties.
+fn greedy(v: &[f32]) -> u32 {
+    (0..v.len())
+        .max_by(|&x, &y| v[x].total_cmp(&v[y]).then(y.cmp(&x)))
+        .unwrap() as u32
+}
+
+#[test]
+fn forks_decode_alike_on_both_paths() {
+    // Sequences forked from one prefix and decoded in turn: the whole-token
+    // model moves each one's rows between its device caches and the host
+    // as it switches, and gives the layered path's logits bit for bit;
+    // a cleared cache starts over on both.
+    let path = model_or_skip!();
+    let be = CpuBackend::new(1).expect("a CPU backend");
+    let load = |decode| {
+        let opts = LoadOptions {
+            decode,
+            ..LoadOptions::default()
+        };
+        Model::load(ModelFile::open(&path).unwrap(), &be, opts).unwrap()
+    };
+    let mut models = [load(DecodePath::WholeToken), load(DecodePath::Layered)];
+    let prompt = models[0].tokenizer().encode("The capital of").unwrap();
+    let mut logits: Vec<Vec<Vec<f32>>> = Vec::new();
+    for model in &mut models {
+        let mut seen = Vec::new();
+        let mut a = model.new_cache();
+        for &t in &prompt {
+            seen.push(model.forward(t, &mut a).unwrap().to_vec());
+        }
+        let mut b = a.clone();
+        let mut c = a.clone();
+        // Interleaved: a, b and c take turns from the shared prefix, with
+        // tokens of their own.
+        for step in 0..3u32 {
+            for (cache, first) in [(&mut a, 100u32), (&mut b, 200), (&mut c, 300)] {
+                seen.push(model.forward(first + step, cache).unwrap().to_vec());
+            }
+        }
+        // A fork of a fork, then the original continues.
+        let mut d = b.clone();
+        seen.push(model.forward(7, &mut d).unwrap().to_vec());
+        seen.push(model.forward(8, &mut a).unwrap().to_vec());
+        seen.push(model.forward(9, &mut d).unwrap().to_vec());
+        a.clear();
+        seen.push(model.forward(prompt[0], &mut a).unwrap().to_vec());
+        seen.push(model.forward(10, &mut b).unwrap().to_vec());
+        logits.push(seen);
+    }
+    assert_eq!(logits[0].len(), logits[1].len());
+    for (i, (w, l)) in logits[0].iter().zip(&logits[1]).enumerate() {
+        let same = w.iter().zip(l).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(
+            same,
+            "pass {i}: the whole token and the layered path differ"
+        );
+    }
+    // The fresh pass after clear() equals the very first pass.
+    let n = logits[0].len();
+    assert!(
+        logits[0][n - 2]
+            .iter()
+            .zip(&logits[0][0])
+            .all(|(x, y)| x.to_bits() == y.to_bits())
+    );
 }

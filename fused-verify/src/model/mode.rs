@@ -386,7 +386,7 @@ fn run_backend<B: CoreBackend>(
             let opts = LoadOptions {
                 mode,
                 max_context: ctx.prompt.len() + ctx.steps.max(ctx.tokens) + 1,
-                host_norm: false,
+                ..LoadOptions::default()
             };
             Model::load(file, be, opts)
                 .map_err(|e| ModelError::runtime(format!("loading the model onto {name}"), e))
