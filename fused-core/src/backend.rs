@@ -188,6 +188,17 @@ pub trait ResidentPlan {
     /// What one run issues.
     fn stats(&self) -> PlanStats;
 
+    /// Records one run for replay where the backend can (a CUDA graph), so
+    /// that later runs ([`ResidentPlan::run`], [`ResidentPlan::time_once`])
+    /// replay it in one submission instead of issuing every launch from the
+    /// host: `Ok(true)` when it did. A plan the backend records anyway (a
+    /// Vulkan command buffer) or runs on the host answers `Ok(false)`. A
+    /// runtime running one plan for every token calls it once, after
+    /// compiling.
+    fn record_for_replay(&mut self) -> Result<bool, Self::Error> {
+        Ok(false)
+    }
+
     /// Writes every buffer whole from `mem` (buffer `i` must hold the size
     /// the plan was compiled with).
     fn write_all<M: Buffers>(&mut self, mem: &M) -> Result<(), Self::Error> {
@@ -659,6 +670,13 @@ where
         match self {
             Resident::Device(p) => p.stats(),
             Resident::Host(p, _) => p.stats(),
+        }
+    }
+
+    fn record_for_replay(&mut self) -> Result<bool, K::Error> {
+        match self {
+            Resident::Device(p) => p.record_for_replay(),
+            Resident::Host(p, _) => p.record_for_replay(),
         }
     }
 }

@@ -135,6 +135,9 @@ pub struct DevicePlan<'a> {
     // Field order is drop order: the captured graph goes before the
     // buffers its launches point into.
     graph: Option<CapturedGraph>,
+    /// Whether `run` and `time_once` replay the graph
+    /// ([`ResidentPlan::record_for_replay`]).
+    replay: bool,
     backend: &'a CudaBackend,
     /// One run, in order.
     launches: Vec<Launch>,
@@ -1105,6 +1108,7 @@ impl<'a> DevicePlan<'a> {
         chain_l2_ahead(&mut launches, tuning.l2_ahead)?;
         Ok(DevicePlan {
             graph: None,
+            replay: false,
             backend,
             launches,
             save,
@@ -1180,6 +1184,16 @@ impl<'a> DevicePlan<'a> {
     pub(crate) fn finish(&self, r: Result<(), CudaError>) -> Result<(), CudaError> {
         let s = self.backend.synchronize();
         r.and(s)
+    }
+
+    /// How [`ResidentPlan::run`] submits: the graph once
+    /// [`ResidentPlan::record_for_replay`] captured it, else the stream.
+    fn submission(&self) -> Submission {
+        if self.replay && self.graph.is_some() {
+            Submission::Graph
+        } else {
+            Submission::Stream
+        }
     }
 
     /// Runs the plan once, submitted as `how` says, and waits for it.
@@ -1296,7 +1310,7 @@ impl ResidentPlan for DevicePlan<'_> {
     }
 
     fn run(&mut self) -> Result<(), CudaError> {
-        self.run_as(Submission::Stream)
+        self.run_as(self.submission())
     }
 
     fn restore_inputs(&mut self) -> Result<(), CudaError> {
@@ -1304,7 +1318,16 @@ impl ResidentPlan for DevicePlan<'_> {
     }
 
     fn time_once(&mut self) -> Result<PlanTiming, CudaError> {
-        self.time_once_as(Submission::Stream)
+        self.time_once_as(self.submission())
+    }
+
+    /// Captures the launches into a CUDA graph: every later run is one
+    /// `cuGraphLaunch` (the position of a decode token is a value in the
+    /// plan's memory, so one graph serves every token).
+    fn record_for_replay(&mut self) -> Result<bool, CudaError> {
+        self.capture_graph()?;
+        self.replay = true;
+        Ok(true)
     }
 
     /// A barrier is a launch that waits, in stream order, for the one before

@@ -46,6 +46,13 @@ macro_rules! contract_suite {
         }
 
         #[test]
+        fn contract_recorded_runs_equal_issued_runs() {
+            if let Some(b) = $open {
+                $crate::suite::recorded_runs_equal_issued_runs(&b);
+            }
+        }
+
+        #[test]
         fn contract_decode_ops_match_the_reference() {
             if let Some(b) = $open {
                 $crate::suite::decode_ops_match_the_reference(&b);

@@ -775,3 +775,34 @@ pub fn decode_ops_match_the_reference<B: Backend>(b: &B) {
         &format!("{name}: the caches after restore_inputs"),
     );
 }
+
+/// A plan recorded for replay ([`ResidentPlan::record_for_replay`]: a CUDA
+/// graph) computes what it computed before, run after run, and counts the
+/// same work.
+pub fn recorded_runs_equal_issued_runs<B: Backend>(b: &B) {
+    let layer = DecodeLayer::new(DType::Q4_0, 256, 512, 8);
+    let (g, p) = (&layer.graph, plan(&layer.graph));
+    let out = *g.tensor(layer.out).expect("a node");
+    let name = b.name();
+    let mut rp = b
+        .compile(g, &p, GemvMode::Ggml, &layer.mem.sizes())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    rp.write_all(&layer.mem).expect("written");
+    rp.run().expect("a run");
+    let issued = rp.read_f32(&out).expect("read");
+    let stats = rp.stats();
+    let recorded = rp
+        .record_for_replay()
+        .unwrap_or_else(|e| panic!("{name}: recording: {e}"));
+    eprintln!("{name}: recorded for replay: {recorded}");
+    for run in 0..2 {
+        rp.restore_inputs().expect("restored");
+        rp.run().expect("a replayed run");
+        assert_bits_eq(
+            &rp.read_f32(&out).expect("read"),
+            &issued,
+            &format!("{name}: replayed run {run}"),
+        );
+    }
+    assert_eq!(rp.stats().launches, stats.launches, "{name}");
+}
