@@ -85,6 +85,11 @@ struct Args {
     /// End stdout with one JSON line: prompt and generated ids, tok/s.
     #[arg(long)]
     json: bool,
+    /// Measure the backend's copy bandwidth before and after decoding and
+    /// report the decode speed as a fraction of its floor (the weight bytes
+    /// a token reads at that bandwidth).
+    #[arg(long)]
+    floor: bool,
 
     /// Time every phase of every token (plans, host attention, RoPE, norms,
     /// sampling) and print where a token's time goes on stderr at the end
@@ -221,6 +226,11 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
         eprintln!("loaded in {:.2} s", load.as_secs_f64());
     }
     let prompt = model.tokenizer().encode(&args.prompt)?;
+    let copy_before = if args.floor {
+        be.copy_bandwidth_gbs()
+    } else {
+        None
+    };
     if args.profile {
         model.profile_tokens();
     }
@@ -249,6 +259,34 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
         g.decode_tok_s(),
         model.backend()
     );
+    let copy_after = if args.floor {
+        be.copy_bandwidth_gbs()
+    } else {
+        None
+    };
+    let bytes = model.weight_bytes_per_token();
+    // The slower probe bounds the floor from above, the honest side.
+    let copy = match (copy_before, copy_after) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let floor_tok_s = copy.map(|gbs| gbs * 1e9 / bytes as f64);
+    if let Some(floor) = floor_tok_s {
+        eprintln!(
+            "floor: {:.1} MB a token at {:.0} GB/s (copy before {}, after {}) = {floor:.1} tok/s; \
+             decode at {:.1} % of it",
+            bytes as f64 / 1e6,
+            copy.unwrap_or(0.0),
+            fmt_gbs(copy_before),
+            fmt_gbs(copy_after),
+            100.0 * g.decode_tok_s() / floor
+        );
+    } else if args.floor {
+        eprintln!("floor: {} has no copy-bandwidth probe", be.name());
+    }
+    if let Some(n) = model.launches_per_token() {
+        eprintln!("launches a token: {n}");
+    }
     if let Some(p) = model.profile() {
         eprintln!("where a token's time goes (prompt and decode tokens, host clock):\n{p}");
     }
@@ -258,8 +296,19 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
             "ids": g.ids,
             "prompt_tok_s": g.prompt_tok_s(),
             "decode_tok_s": g.decode_tok_s(),
+            "whole_token": model.whole_token(),
+            "launches_per_token": model.launches_per_token(),
+            "weight_bytes_per_token": bytes,
+            "copy_gbs_before": copy_before,
+            "copy_gbs_after": copy_after,
+            "floor_tok_s": floor_tok_s,
         });
         let _ = writeln!(out, "{j}");
     }
     Ok(())
+}
+
+/// A bandwidth for a report, or a dash.
+fn fmt_gbs(g: Option<f64>) -> String {
+    g.map_or_else(|| "-".to_string(), |g| format!("{g:.0}"))
 }

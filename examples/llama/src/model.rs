@@ -159,6 +159,8 @@ pub struct Model<'b, B: Backend + 'b> {
     max_context: usize,
     backend: String,
     weight_formats: Vec<(DType, usize)>,
+    /// Bytes of weights a token reads.
+    weight_bytes: u64,
     /// Time per phase, while profiling ([`Model::profile_tokens`]).
     profile: Option<Profile>,
     /// The vectors of a forward pass, kept from token to token.
@@ -237,6 +239,12 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         };
         let w_out = matrix(&g, head_name, hidden, cfg.vocab)?;
         count(w_out.dtype);
+        let weight_bytes = weights
+            .iter()
+            .flat_map(|w| [&w.wq, &w.wk, &w.wv, &w.wo, &w.wg, &w.wu, &w.wd])
+            .chain([&w_out])
+            .map(|m| m.data.len() as u64)
+            .sum();
         let factors = match g.tensor("rope_freqs.weight") {
             Some(_) => vector(&g, "rope_freqs.weight", cfg.head_dim / 2)?,
             None => Vec::new(),
@@ -310,6 +318,7 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             max_context,
             backend: format!("{} ({})", backend.name(), backend.device()),
             weight_formats: formats,
+            weight_bytes,
             profile: None,
             scratch: Scratch::default(),
         })
@@ -395,6 +404,21 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
                 (per_layer, 1)
             }
         }
+    }
+
+    /// Kernel launches a token issues on the whole-token path (known once a
+    /// token ran on a host plan); `None` on the layered path.
+    pub fn launches_per_token(&self) -> Option<u64> {
+        match &self.decode {
+            Decode::Token(p) => Some(p.launches()),
+            Decode::Layered { .. } => None,
+        }
+    }
+
+    /// Bytes of weights a token reads: every matrix but the embedding
+    /// table (one row of it is read), the head included.
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        self.weight_bytes
     }
 
     /// Whether a token runs as one plan ([`DecodePath::WholeToken`]).

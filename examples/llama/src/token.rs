@@ -165,8 +165,18 @@ impl<'b, B: Backend + 'b> TokenPlan<'b, B> {
         b.g.mark_output(logits)?;
         b.g.mark_output(next)?;
         let (logits, next) = (b.tensor(logits)?, b.tensor(next)?);
-        Ok(b.try_compile(backend, mode, "the whole token")?
-            .map(|c| TokenPlan {
+        let compiled = match b.try_compile(backend, mode, "the whole token")? {
+            Ok(mut c) => {
+                // Every token runs the same launches: recorded once, a token
+                // is one submission where the backend can replay.
+                c.plan
+                    .record_for_replay()
+                    .map_err(|e| LlamaError::backend("recording the whole token".to_string(), e))?;
+                Ok(c)
+            }
+            Err(why) => Err(why),
+        };
+        Ok(compiled.map(|c| TokenPlan {
                 c,
                 input: input_t,
                 logits,
@@ -217,6 +227,11 @@ impl<'b, B: Backend + 'b> TokenPlan<'b, B> {
     /// What the planner made of the graph.
     pub fn summary(&self) -> &PlanSummary {
         &self.c.summary
+    }
+
+    /// Kernel launches (dispatches, calls) a token issues.
+    pub fn launches(&self) -> u64 {
+        self.c.plan.stats().launches
     }
 
     /// Appends cache rows `from..to` of every layer to `k` and `v` (one
