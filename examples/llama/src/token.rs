@@ -177,17 +177,17 @@ impl<'b, B: Backend + 'b> TokenPlan<'b, B> {
             Err(why) => Err(why),
         };
         Ok(compiled.map(|c| TokenPlan {
-                c,
-                input: input_t,
-                logits,
-                next,
-                hidden,
-                max_context: max,
-                caches,
-                kv_dim,
-                staged: vec![0.0; hidden + 1],
-                bytes: Vec::new(),
-            }))
+            c,
+            input: input_t,
+            logits,
+            next,
+            hidden,
+            max_context: max,
+            caches,
+            kv_dim,
+            staged: vec![0.0; hidden + 1],
+            bytes: Vec::new(),
+        }))
     }
 
     /// Runs the token whose embedding is `embedding` at position `pos`.
