@@ -76,6 +76,11 @@ struct Args {
     /// the whole token as one plan.
     #[arg(long)]
     layered: bool,
+    /// Plan the whole token unfused: every element-wise op and norm its own
+    /// launch (what fusion saves; built with the `lab` feature).
+    #[cfg(feature = "lab")]
+    #[arg(long)]
+    unfused: bool,
     /// Keep generating past the end-of-sequence token.
     #[arg(long)]
     ignore_eos: bool,
@@ -173,6 +178,8 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
         } else {
             DecodePath::WholeToken
         },
+        #[cfg(feature = "lab")]
+        unfused: args.unfused,
     };
     let t0 = std::time::Instant::now();
     let mut model = Model::load(ModelFile::open(&path)?, be, opts)?;

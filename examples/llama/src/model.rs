@@ -40,6 +40,20 @@ pub struct LoadOptions {
     /// How a token runs: one plan for the whole token where the backend
     /// runs it on its device, or plans per layer around host attention.
     pub decode: DecodePath,
+    /// The whole token planned unfused: every element-wise op and norm its
+    /// own launch, to measure what fusion gains (`--unfused`).
+    #[cfg(feature = "lab")]
+    pub unfused: bool,
+}
+
+impl LoadOptions {
+    /// Whether the whole token is planned unfused (only with `lab`).
+    fn unfused(&self) -> bool {
+        #[cfg(feature = "lab")]
+        return self.unfused;
+        #[cfg(not(feature = "lab"))]
+        false
+    }
 }
 
 /// How a token runs.
@@ -63,6 +77,8 @@ impl Default for LoadOptions {
             max_context: DEFAULT_MAX_CONTEXT,
             host_norm: false,
             decode: DecodePath::WholeToken,
+            #[cfg(feature = "lab")]
+            unfused: false,
         }
     }
 }
@@ -260,6 +276,7 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
                     head_dim: cfg.head_dim,
                     max_context,
                     eps,
+                    unfused: opts.unfused(),
                 };
                 match TokenPlan::new(backend, mode, shape, &weights, &output_norm, &w_out, &rope)? {
                     // A plan run step by step through the host would move

@@ -69,6 +69,8 @@ pub(crate) struct Builder<'w> {
     sizes: Vec<usize>,
     /// The buffer the next weights go into.
     weight_buf: u32,
+    /// Run the graph unfused (`Plan::unfused`): for measuring fusion.
+    unfused: bool,
 }
 
 impl<'w> Builder<'w> {
@@ -79,6 +81,7 @@ impl<'w> Builder<'w> {
             vectors: Vec::new(),
             sizes: vec![0, 0],
             weight_buf: WEIGHTS,
+            unfused: false,
         }
     }
 
@@ -155,6 +158,11 @@ impl<'w> Builder<'w> {
         r
     }
 
+    /// Plans the graph unfused at compile: every node its own step.
+    pub(crate) fn set_unfused(&mut self, unfused: bool) {
+        self.unfused = unfused;
+    }
+
     /// A new buffer of `bytes` bytes, its id.
     pub(crate) fn buffer(&mut self, bytes: usize) -> Result<u32, LlamaError> {
         let id = u32::try_from(self.sizes.len()).map_err(|_| LlamaError::Config {
@@ -223,7 +231,11 @@ impl<'w> Builder<'w> {
         mode: GemvMode,
         what: &str,
     ) -> Result<Supported<Compiled<'b, B>>, LlamaError> {
-        let p = plan(&self.g);
+        let p = if self.unfused {
+            Plan::unfused(&self.g)
+        } else {
+            plan(&self.g)
+        };
         if let Err(e) = backend.supports(&self.g, &p, mode) {
             return Ok(Err(LlamaError::backend(
                 format!("{} cannot run {what} [{}]", backend.name(), self.names()),

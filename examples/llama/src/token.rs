@@ -54,6 +54,8 @@ pub(crate) struct TokenShape {
     pub(crate) head_dim: usize,
     pub(crate) max_context: usize,
     pub(crate) eps: f32,
+    /// Plan the token unfused (a measurement of what fusion gains).
+    pub(crate) unfused: bool,
 }
 
 /// A whole decode token, resident on one backend.
@@ -96,9 +98,11 @@ impl<'b, B: Backend + 'b> TokenPlan<'b, B> {
             head_dim: d,
             max_context: max,
             eps,
+            unfused,
         } = shape;
         let (q_dim, kv_dim) = (n_head * d, n_kv * d);
         let mut b = Builder::new();
+        b.set_unfused(unfused);
         let (input, input_t) = b.vector(hidden + 1)?;
         let nb = |n: usize| [4, 4 * n, 4 * n, 4 * n];
         let mut h = b.g.view(input, [hidden, 1, 1, 1], nb(hidden), 0)?;

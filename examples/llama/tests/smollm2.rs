@@ -420,3 +420,42 @@ fn forks_decode_alike_on_both_paths() {
             .all(|(x, y)| x.to_bits() == y.to_bits())
     );
 }
+
+#[cfg(feature = "lab")]
+#[test]
+fn the_fused_token_gives_the_unfused_bits() {
+    // The whole token planned with its fusions (norm prologues, residual
+    // epilogues, the gated dual GEMV) and planned node by node: the same
+    // logits bit for bit, with about half the kernel steps.
+    let path = model_or_skip!();
+    let be = CpuBackend::new(2).expect("a CPU backend");
+    for mode in [GemvMode::F32, GemvMode::Ggml] {
+        let load = |unfused| {
+            let opts = LoadOptions {
+                mode,
+                unfused,
+                ..LoadOptions::default()
+            };
+            Model::load(ModelFile::open(&path).unwrap(), &be, opts).unwrap()
+        };
+        let (mut fused, mut unfused) = (load(false), load(true));
+        let steps = |m: &Model<'_, CpuBackend>| m.plan_summaries()[0].1.kernel_steps;
+        assert!(
+            2 * steps(&fused) < steps(&unfused) + 40,
+            "{} fused against {} unfused steps",
+            steps(&fused),
+            steps(&unfused)
+        );
+        let prompt = fused
+            .tokenizer()
+            .encode("The capital of France is")
+            .unwrap();
+        let (mut cf, mut cu) = (fused.new_cache(), unfused.new_cache());
+        for (i, &t) in prompt.iter().enumerate() {
+            let a = fused.forward(t, &mut cf).unwrap().to_vec();
+            let b = unfused.forward(t, &mut cu).unwrap();
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{mode:?}: logits differ at position {i}");
+        }
+    }
+}
