@@ -137,6 +137,8 @@ pub mod fwht;
 pub mod graph;
 mod ids;
 pub mod job;
+#[cfg(feature = "alloc")]
+mod kv_append;
 pub mod legality;
 #[cfg(feature = "alloc")]
 pub mod lower;

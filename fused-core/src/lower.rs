@@ -13,7 +13,7 @@ use crate::element::Activation;
 use crate::epilogue::{Epilogue, MAX_STAGES};
 use crate::error::{Error, Unsupported};
 use crate::fwht::FwhtDesc;
-use crate::graph::{Graph, MatHint, Node, Op};
+use crate::graph::{Graph, MatHint, Node, NodeId, Op};
 use crate::norm::Eps;
 use crate::planner::{NormPrologue, Operands, Step};
 use crate::tensor::TensorDesc;
@@ -189,6 +189,30 @@ pub enum Command {
         /// The destination, `q`'s shape.
         out: TensorDesc,
     },
+    /// The fused key/value append: RoPE of `k` into row `pos` of `k_cache`
+    /// (in place), with the RoPE of q into its own destination and `v` into
+    /// row `pos` of `v_cache` (in place) where they joined. `k_rope` is the
+    /// RoPE's own tensor, which the fused kernel does not write: a backend
+    /// without the fused kernel runs the parts through it
+    /// ([`CommandSink::kv_append`]'s default).
+    KvAppend {
+        /// Which elements pair up.
+        mode: RopeMode,
+        /// The angles, `[head_dim, rows]`.
+        table: TensorDesc,
+        /// The position (one F32 value).
+        pos: TensorDesc,
+        /// The k heads, `[head_dim, n_kv]`.
+        k: TensorDesc,
+        /// The RoPE of k's own tensor (not written by a fused kernel).
+        k_rope: TensorDesc,
+        /// The key cache, `[kv_dim, rows]`, written in place.
+        k_cache: TensorDesc,
+        /// The q heads and their RoPE's destination.
+        q: Option<(TensorDesc, TensorDesc)>,
+        /// The v row and the value cache, written in place.
+        v: Option<(TensorDesc, TensorDesc)>,
+    },
     /// `out[c] = argmax(x[.., c])` per column ([`crate::decode::argmax`]).
     ArgMax {
         /// The input, `[n, cols]`.
@@ -263,6 +287,32 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
                 operands: s.operands,
                 out: *g.tensor(s.out)?,
                 prologue: NormLoad::of(g, &s.prologue)?,
+            }
+        }
+        Step::KvAppend(s) => {
+            let t = |id: NodeId| -> Result<TensorDesc, Error> { Ok(*g.tensor(id)?) };
+            let kw = g.node(s.k_write)?;
+            let kr = g.node(s.k_rope)?;
+            let q = s
+                .q_rope
+                .map(|id| Ok::<_, Error>((src(g, g.node(id)?, 0)?, t(id)?)))
+                .transpose()?;
+            let v = s
+                .v_write
+                .map(|id| {
+                    let n = g.node(id)?;
+                    Ok::<_, Error>((src(g, n, 1)?, src(g, n, 0)?))
+                })
+                .transpose()?;
+            Command::KvAppend {
+                mode: s.mode,
+                table: t(s.table)?,
+                pos: t(s.pos)?,
+                k: src(g, kr, 0)?,
+                k_rope: t(s.k_rope)?,
+                k_cache: src(g, kw, 0)?,
+                q,
+                v,
             }
         }
         Step::SignedFwht(s) => Command::Fwht {
@@ -514,6 +564,32 @@ pub trait CommandSink {
         Err(Error::Unsupported(Unsupported::Operation(ATTENTION)).into())
     }
 
+    /// A [`Command::KvAppend`]. By default its parts, in the unfused order:
+    /// the q RoPE, the k RoPE into its own tensor, the k row write, the v
+    /// row write (a backend with the fused kernel runs them as one).
+    #[allow(clippy::too_many_arguments)]
+    fn kv_append(
+        &mut self,
+        mode: RopeMode,
+        table: &TensorDesc,
+        pos: &TensorDesc,
+        k: &TensorDesc,
+        k_rope: &TensorDesc,
+        k_cache: &TensorDesc,
+        q: Option<(&TensorDesc, &TensorDesc)>,
+        v: Option<(&TensorDesc, &TensorDesc)>,
+    ) -> Result<(), Self::Error> {
+        if let Some((x, out)) = q {
+            self.rope(mode, x, table, pos, out)?;
+        }
+        self.rope(mode, k, table, pos, k_rope)?;
+        self.set_row(k_cache, k_rope, pos, k_cache)?;
+        if let Some((row, cache)) = v {
+            self.set_row(cache, row, pos, cache)?;
+        }
+        Ok(())
+    }
+
     /// A [`Command::ArgMax`]. By default refused as
     /// [`Unsupported::Operation`]`(`[`ARGMAX`]`)`.
     fn argmax(&mut self, x: &TensorDesc, out: &TensorDesc) -> Result<(), Self::Error> {
@@ -590,6 +666,25 @@ pub fn lower_into<S: CommandSink>(g: &Graph, step: &Step, sink: &mut S) -> Resul
             out,
         } => sink.attention(&shape, &q, &k, &v, &pos, &out)?,
         Command::ArgMax { x, out } => sink.argmax(&x, &out)?,
+        Command::KvAppend {
+            mode,
+            table,
+            pos,
+            k,
+            k_rope,
+            k_cache,
+            q,
+            v,
+        } => sink.kv_append(
+            mode,
+            &table,
+            &pos,
+            &k,
+            &k_rope,
+            &k_cache,
+            q.as_ref().map(|(a, b)| (a, b)),
+            v.as_ref().map(|(a, b)| (a, b)),
+        )?,
     }
     Ok(true)
 }

@@ -46,6 +46,7 @@ use crate::element::Activation;
 use crate::epilogue::{Epilogue, MAX_STAGES, Stage};
 use crate::fwht::FwhtDesc;
 use crate::graph::{Graph, MatHint, NodeId, Op};
+pub use crate::kv_append::FusedKvAppend;
 use crate::legality::{
     Refusal, Tensor, check_f32_contiguous, check_fwht_overlap, check_gemv_overlap,
     check_hadamard_size, check_intermediate, check_intermediate_memory, check_norm_prologue,
@@ -142,6 +143,9 @@ pub enum Step {
     GluGemv(FusedGlu),
     /// A fused signed FWHT.
     SignedFwht(FusedFwht),
+    /// A fused key/value append (RoPE of k into its cache row, with the
+    /// RoPE of q and the v row of the same position).
+    KvAppend(FusedKvAppend),
 }
 
 impl Step {
@@ -157,6 +161,7 @@ impl Step {
             Step::Gemv(s) => &s.nodes,
             Step::GluGemv(s) => &s.nodes,
             Step::SignedFwht(s) => &s.nodes,
+            Step::KvAppend(s) => &s.nodes,
         }
     }
 }
@@ -172,6 +177,8 @@ pub enum Pattern {
     SignedFwht,
     /// An RMS-norm prologue (anchored at the normed product, the mul).
     NormPrologue,
+    /// A key/value append (anchored at the k row write).
+    KvAppend,
 }
 
 /// A candidate the planner refused, and why.
@@ -339,6 +346,11 @@ fn plan_round(graph: &Graph, no_defer: Vec<NodeId>, no_prologue: Vec<NodeId>) ->
             Op::MulMat(MatHint::None) => p.try_gemv(id),
             Op::MulMat(MatHint::Hadamard) => p.try_signed_fwht(id),
             _ => {}
+        }
+    }
+    for (i, node) in graph.nodes().iter().enumerate() {
+        if node.op() == Op::SetRow && p.owner[i].is_none() {
+            p.try_kv_append(NodeId(i as u32));
         }
     }
     p
@@ -886,6 +898,22 @@ impl<'g> Planner<'g> {
             }
         }
         id
+    }
+
+    /// The key/value append anchored at the row write `write`
+    /// ([`crate::kv_append`]): claimed, or its refusal recorded.
+    fn try_kv_append(&mut self, write: NodeId) {
+        let owner = &self.owner;
+        let in_prologue = &self.in_prologue;
+        let free = |id: NodeId| owner[id.index()].is_none() && !in_prologue[id.index()];
+        match crate::kv_append::match_kv_append(self.g, write, free) {
+            Ok(step) => self.claim(Step::KvAppend(step)),
+            Err(reason) => self.refusals.push(Refused {
+                pattern: Pattern::KvAppend,
+                anchor: write,
+                reason,
+            }),
+        }
     }
 
     fn try_signed_fwht(&mut self, mm: NodeId) {

@@ -177,6 +177,30 @@ pub enum Refusal {
         /// The matmul that did not take it.
         consumer: NodeId,
     },
+    /// The row a key/value append writes is not a RoPE's result.
+    NotARope {
+        /// The row's node.
+        node: NodeId,
+    },
+    /// A row write is not placed on its destination, so it copies the
+    /// whole cache rather than writing one row.
+    RowWriteNotInPlace {
+        /// The row write.
+        node: NodeId,
+    },
+    /// A row write and the RoPE feeding it read different positions.
+    OtherPosition {
+        /// The row write.
+        node: NodeId,
+    },
+    /// A node scheduled inside the pattern reads what one of the pattern's
+    /// earlier nodes writes, which the fused step writes only at its end.
+    ReadsMovedResult {
+        /// The reader.
+        reader: NodeId,
+        /// The pattern's node whose result it reads.
+        node: NodeId,
+    },
 }
 
 impl core::fmt::Display for Refusal {
@@ -272,6 +296,21 @@ impl core::fmt::Display for Refusal {
             Refusal::NormNotTaken { node, consumer } => write!(
                 f,
                 "matmul {consumer} did not fuse with the norm prologue of {node}"
+            ),
+            Refusal::NotARope { node } => {
+                write!(f, "the appended row {node} is not a RoPE's result")
+            }
+            Refusal::RowWriteNotInPlace { node } => write!(
+                f,
+                "row write {node} is not placed on its destination (it would copy the cache)"
+            ),
+            Refusal::OtherPosition { node } => write!(
+                f,
+                "row write {node} and the RoPE feeding it read different positions"
+            ),
+            Refusal::ReadsMovedResult { reader, node } => write!(
+                f,
+                "{reader}, scheduled inside the pattern, reads the result of {node}"
             ),
         }
     }

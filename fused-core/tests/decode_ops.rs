@@ -72,3 +72,224 @@ fn state_inputs_are_not_kept_pristine_but_other_overwritten_inputs_are() {
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(kept[0].1.start, 48);
 }
+
+mod kv_append {
+    use super::f32t;
+    use fused_core::acts::GemvMode;
+    use fused_core::decode::RopeMode;
+    use fused_core::graph::{Graph, NodeId, Place};
+    use fused_core::legality::Refusal;
+    use fused_core::memory::Memory;
+    use fused_core::planner::{Pattern, Plan, Step, plan};
+    use fused_core::reference::eval::{eval_graph, eval_plan};
+
+    /// q `[8, 4]`, k and v `[8, 2]`, a table of 6 rows and the position in
+    /// buffer 0; caches `[16, 6]` in buffer 1; results in buffer 2.
+    struct Parts {
+        g: Graph,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        table: NodeId,
+        pos: NodeId,
+        other_pos: NodeId,
+        kc: NodeId,
+        vc: NodeId,
+    }
+
+    fn parts() -> Parts {
+        let mut g = Graph::new();
+        let q = g.input(f32t([8, 4, 1, 1], 0, 0)).unwrap();
+        let k = g.input(f32t([8, 2, 1, 1], 0, 128)).unwrap();
+        let v = g.input(f32t([16, 1, 1, 1], 0, 192)).unwrap();
+        let table = g.input(f32t([8, 6, 1, 1], 0, 256)).unwrap();
+        let pos = g.input(f32t([1, 1, 1, 1], 0, 448)).unwrap();
+        let other_pos = g.input(f32t([1, 1, 1, 1], 0, 452)).unwrap();
+        let kc = g.state(f32t([16, 6, 1, 1], 1, 0)).unwrap();
+        let vc = g.state(f32t([16, 6, 1, 1], 1, 384)).unwrap();
+        Parts {
+            g,
+            q,
+            k,
+            v,
+            table,
+            pos,
+            other_pos,
+            kc,
+            vc,
+        }
+    }
+
+    fn refusals(p: &Plan) -> Vec<Refusal> {
+        p.refusals
+            .iter()
+            .filter(|r| r.pattern == Pattern::KvAppend)
+            .map(|r| r.reason)
+            .collect()
+    }
+
+    #[test]
+    fn the_attention_inputs_fuse_into_one_step_with_the_unfused_results() {
+        let Parts {
+            mut g,
+            q,
+            k,
+            v,
+            table,
+            pos,
+            kc,
+            vc,
+            ..
+        } = parts();
+        let qr = g
+            .rope(RopeMode::Adjacent, q, table, pos, Place::at(2, 0))
+            .unwrap();
+        let kr = g
+            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 128))
+            .unwrap();
+        let kw = g.set_row(kc, kr, pos, Place::at(1, 0)).unwrap();
+        let vw = g.set_row(vc, v, pos, Place::at(1, 384)).unwrap();
+        let k3 = g.reshape(kw, [8, 2, 6, 1]).unwrap();
+        let v3 = g.reshape(vw, [8, 2, 6, 1]).unwrap();
+        let att = g
+            .attention(qr, k3, v3, pos, 0.3, Place::at(2, 192))
+            .unwrap();
+        g.mark_output(att).unwrap();
+        let p = plan(&g);
+        let fused: Vec<&Step> = p.steps.iter().filter(|s| s.is_fused()).collect();
+        let [Step::KvAppend(f)] = fused[..] else {
+            panic!("{:?}", p.steps);
+        };
+        assert_eq!(
+            (f.q_rope, f.k_rope, f.k_write, f.v_write),
+            (Some(qr), kr, kw, Some(vw))
+        );
+        assert_eq!(p.kernel_steps(&g), 2, "{:?}", p.steps);
+        let mut mem = Memory::new(&[456, 768, 320]);
+        let vals: Vec<f32> = (0..114).map(|i| (i as f32 * 0.37).sin()).collect();
+        mem.write(g.tensor(q).unwrap(), &vals[..32]).unwrap();
+        mem.write(g.tensor(k).unwrap(), &vals[32..48]).unwrap();
+        mem.write(g.tensor(v).unwrap(), &vals[48..64]).unwrap();
+        mem.write(g.tensor(table).unwrap(), &vals[64..112]).unwrap();
+        for position in [0.0f32, 3.0, 5.0] {
+            mem.write(g.tensor(pos).unwrap(), &[position]).unwrap();
+            let (mut a, mut b) = (mem.clone(), mem.clone());
+            eval_graph(&g, &mut a, GemvMode::F32).unwrap();
+            eval_plan(&g, &p, &mut b, GemvMode::F32).unwrap();
+            for id in [qr, kw, vw, att] {
+                let t = g.tensor(id).unwrap();
+                assert_eq!(
+                    a.read(t).unwrap(),
+                    b.read(t).unwrap(),
+                    "{id:?} at {position}"
+                );
+            }
+            mem = a;
+        }
+    }
+
+    #[test]
+    fn each_predicate_refuses_with_its_reason() {
+        // The k RoPE is also an output: it must be stored.
+        let Parts {
+            mut g,
+            k,
+            table,
+            pos,
+            kc,
+            ..
+        } = parts();
+        let kr = g
+            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 0))
+            .unwrap();
+        g.set_row(kc, kr, pos, Place::at(1, 0)).unwrap();
+        g.mark_output(kr).unwrap();
+        assert_eq!(refusals(&plan(&g)), [Refusal::GraphOutput { node: kr }]);
+
+        // The row write copies the cache elsewhere.
+        let Parts {
+            mut g,
+            k,
+            table,
+            pos,
+            kc,
+            ..
+        } = parts();
+        let kr = g
+            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 0))
+            .unwrap();
+        let kw = g.set_row(kc, kr, pos, Place::at(2, 64)).unwrap();
+        assert_eq!(
+            refusals(&plan(&g)),
+            [Refusal::RowWriteNotInPlace { node: kw }]
+        );
+
+        // The RoPE and the row write read different positions.
+        let Parts {
+            mut g,
+            k,
+            table,
+            pos,
+            other_pos,
+            kc,
+            ..
+        } = parts();
+        let kr = g
+            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 0))
+            .unwrap();
+        let kw = g.set_row(kc, kr, other_pos, Place::at(1, 0)).unwrap();
+        assert_eq!(refusals(&plan(&g)), [Refusal::OtherPosition { node: kw }]);
+
+        // A plain row (no RoPE) is not a key append.
+        let Parts {
+            mut g, v, pos, vc, ..
+        } = parts();
+        g.set_row(vc, v, pos, Place::at(1, 384)).unwrap();
+        assert_eq!(refusals(&plan(&g)), [Refusal::NotARope { node: v }]);
+    }
+
+    #[test]
+    fn partners_join_only_where_legal() {
+        // q's RoPE in another mode stays out; the v write after an
+        // attention that reads the k cache cannot move past it, so it stays
+        // out too, and the k part fuses alone.
+        let Parts {
+            mut g,
+            q,
+            k,
+            v,
+            table,
+            pos,
+            kc,
+            vc,
+            ..
+        } = parts();
+        let qr = g
+            .rope(RopeMode::Halves, q, table, pos, Place::at(2, 0))
+            .unwrap();
+        let kr = g
+            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 128))
+            .unwrap();
+        let kw = g.set_row(kc, kr, pos, Place::at(1, 0)).unwrap();
+        let k3 = g.reshape(kw, [8, 2, 6, 1]).unwrap();
+        let v3 = g.reshape(vc, [8, 2, 6, 1]).unwrap();
+        let att = g
+            .attention(qr, k3, v3, pos, 0.3, Place::at(2, 192))
+            .unwrap();
+        let vw = g.set_row(vc, v, pos, Place::at(1, 384)).unwrap();
+        g.mark_output(att).unwrap();
+        g.mark_output(vw).unwrap();
+        let p = plan(&g);
+        let f = p
+            .steps
+            .iter()
+            .find_map(|s| match s {
+                Step::KvAppend(f) => Some(f),
+                _ => None,
+            })
+            .expect("the k part fuses");
+        assert_eq!((f.q_rope, f.k_write, f.v_write), (None, kw, None));
+        // The v write, anchored alone, is no key append.
+        assert_eq!(refusals(&p), [Refusal::NotARope { node: v }]);
+    }
+}

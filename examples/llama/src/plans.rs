@@ -343,6 +343,11 @@ impl PlanSummary {
                     chain(f.epilogue.stages())
                 )),
                 Step::SignedFwht(_) => Some("signed fwht".into()),
+                Step::KvAppend(f) => Some(format!(
+                    "rope({}) → {} rows",
+                    if f.q_rope.is_some() { "q, k" } else { "k" },
+                    if f.v_write.is_some() { "k, v" } else { "k" }
+                )),
             })
             .collect();
         PlanSummary {

@@ -328,10 +328,20 @@ fn the_whole_token_runs_as_one_plan_and_gives_the_layered_bits() {
         assert_eq!(s.len(), 1);
         let steps = &s[0].1.steps;
         let n_layer = whole.config().n_layer;
-        for op in ["rope", "set_row", "attention"] {
-            let n = steps.iter().filter(|x| *x == op).count();
-            let per = if op == "attention" { 1 } else { 2 };
-            assert_eq!(n, per * n_layer, "{op}: {steps:?}");
+        // A layer: q/k/v with its norm, the fused key/value append (both
+        // RoPEs and both row writes), attention, o-proj + residual, the
+        // gated FFN with its norm, down + residual.
+        let layer = [
+            "gemv[norm]",
+            "rope(q, k) → k, v rows",
+            "attention",
+            "gemv + add",
+            "glu(Silu)[norm]",
+            "gemv + add",
+        ];
+        assert_eq!(steps.len(), layer.len() * n_layer + 2, "{steps:?}");
+        for (i, l) in steps.chunks(layer.len()).take(n_layer).enumerate() {
+            assert_eq!(l, layer, "layer {i}");
         }
         assert_eq!(steps.last().map(String::as_str), Some("argmax"));
         let prompt = whole

@@ -43,6 +43,13 @@ pub fn eval_plan(g: &Graph, plan: &Plan, mem: &mut Memory, mode: GemvMode) -> Re
             Step::Gemv(s) => eval_fused_gemv(g, s, mem, mode)?,
             Step::GluGemv(s) => eval_fused_glu(g, s, mem, mode)?,
             Step::SignedFwht(s) => eval_fused_fwht(g, s, mem)?,
+            // Its parts are exact and independent (the planner checked):
+            // run in order, they give the fused step's results.
+            Step::KvAppend(s) => {
+                for &id in &s.nodes {
+                    eval_node(g, id, mem, mode)?;
+                }
+            }
         }
     }
     Ok(())

@@ -1,0 +1,216 @@
+//! The key/value append of a decode step as one fused step
+//! ([`FusedKvAppend`]): `set_row(k_cache, rope(k), pos)` with the RoPE's
+//! result written straight into the cache row instead of stored first,
+//! joined by the same position's `rope(q)` and `set_row(v_cache, v, pos)`
+//! where they qualify, so that everything attention reads is ready after
+//! one launch instead of four.
+//!
+//! Anchored at the k row write; the predicates, each with its refusal:
+//! - the row is a RoPE read by nothing else and not a graph output
+//!   ([`Refusal::MultipleUses`], [`Refusal::GraphOutput`]), whose memory
+//!   nothing outside the step shares ([`Refusal::IntermediateAliasesOutside`]);
+//! - every row write is in place (the destination is the cache itself:
+//!   [`Refusal::RowWriteNotInPlace`]) and reads the RoPE's position
+//!   ([`Refusal::OtherPosition`]);
+//! - a partner RoPE of q uses the same table, position and pair mode, and
+//!   a partner v write the same position (else it is left out, not refused);
+//! - the step runs at its last node, so nothing scheduled between its
+//!   first and last node overwrites what it reads ([`Refusal::ClobberedBetween`])
+//!   or reads what it writes earlier in the unfused order
+//!   ([`Refusal::ReadsMovedResult`]), and its results do not overlap what
+//!   its other parts read ([`Refusal::IntermediatesOverlap`]).
+
+use alloc::vec::Vec;
+
+use crate::decode::RopeMode;
+use crate::graph::{Graph, NodeId, Op};
+use crate::legality::{Refusal, check_intermediate, check_intermediate_memory};
+use crate::tensor::{Overlap, TensorDesc};
+
+/// RoPE of k into row `pos` of its cache, with the q RoPE and the v row
+/// write of the same position where they joined.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedKvAppend {
+    /// Which elements pair up.
+    pub mode: RopeMode,
+    /// The angles' table.
+    pub table: NodeId,
+    /// The position.
+    pub pos: NodeId,
+    /// The RoPE of k, whose result is not stored.
+    pub k_rope: NodeId,
+    /// The row write it feeds (in place on the key cache).
+    pub k_write: NodeId,
+    /// The RoPE of q that joined (its result is stored).
+    pub q_rope: Option<NodeId>,
+    /// The v row write that joined (in place on the value cache).
+    pub v_write: Option<NodeId>,
+    /// Every node the step replaces, in graph order.
+    pub nodes: Vec<NodeId>,
+}
+
+/// Source `i` of `id`, its tensor.
+fn src(g: &Graph, id: NodeId, i: usize) -> Option<(NodeId, TensorDesc)> {
+    let s = g.node(id).ok()?.src(i)?;
+    Some((s, *g.tensor(s).ok()?))
+}
+
+/// Whether `id` is a row write in place on its destination.
+fn in_place(g: &Graph, id: NodeId) -> bool {
+    let (Ok(n), Some((_, dst))) = (g.node(id), src(g, id, 0)) else {
+        return false;
+    };
+    n.op() == Op::SetRow && dst.overlap(n.tensor()) == Overlap::Exact
+}
+
+/// The step anchored at the k row write `write`, over nodes `free` says
+/// no other step has taken; the reason when there is none.
+pub(crate) fn match_kv_append(
+    g: &Graph,
+    write: NodeId,
+    free: impl Fn(NodeId) -> bool,
+) -> Result<FusedKvAppend, Refusal> {
+    let bad = || Refusal::AlreadyFused { node: write };
+    let (rope, _) = src(g, write, 1).ok_or_else(bad)?;
+    let (pos, _) = src(g, write, 2).ok_or_else(bad)?;
+    let rn = g.node(rope).map_err(|_| bad())?;
+    let Op::Rope(mode) = rn.op() else {
+        return Err(Refusal::NotARope { node: rope });
+    };
+    if !free(rope) {
+        return Err(Refusal::AlreadyFused { node: rope });
+    }
+    check_intermediate(rope, g.use_count(rope), rn.is_output())?;
+    if !in_place(g, write) {
+        return Err(Refusal::RowWriteNotInPlace { node: write });
+    }
+    let (table, _) = src(g, rope, 1).ok_or_else(bad)?;
+    if src(g, rope, 2).map(|s| s.0) != Some(pos) {
+        return Err(Refusal::OtherPosition { node: write });
+    }
+    // Partners: the nearest q RoPE before the k RoPE with the same table,
+    // position and mode; the nearest in-place v write after the k write at
+    // the same position. Each joins only if the step stays legal with it.
+    let q_rope = (0..rope.index())
+        .rev()
+        .map(|i| NodeId(i as u32))
+        .find(|&id| {
+            free(id)
+                && g.node(id).is_ok_and(|n| n.op() == Op::Rope(mode))
+                && src(g, id, 1).map(|s| s.0) == Some(table)
+                && src(g, id, 2).map(|s| s.0) == Some(pos)
+        });
+    let v_write = (write.index() + 1..g.len())
+        .map(|i| NodeId(i as u32))
+        .find(|&id| free(id) && in_place(g, id) && src(g, id, 2).map(|s| s.0) == Some(pos));
+    let step = |q: Option<NodeId>, v: Option<NodeId>| {
+        let mut nodes: Vec<NodeId> = q.into_iter().chain([rope, write]).chain(v).collect();
+        nodes.sort();
+        FusedKvAppend {
+            mode,
+            table,
+            pos,
+            k_rope: rope,
+            k_write: write,
+            q_rope: q,
+            v_write: v,
+            nodes,
+        }
+    };
+    // The widest step that is legal; the k part alone must be.
+    let core = step(None, None);
+    check_step(g, &core)?;
+    let mut best = core;
+    for (q, v) in [(q_rope, v_write), (q_rope, None), (None, v_write)] {
+        if (q.is_some() || v.is_some()) && (q, v) != (best.q_rope, best.v_write) {
+            let s = step(q, v);
+            if check_step(g, &s).is_ok() {
+                best = s;
+                break;
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// Tensors with the nodes they belong to.
+type Tensors = Vec<(NodeId, TensorDesc)>;
+
+/// What the step reads and what it writes.
+fn reads_writes(g: &Graph, s: &FusedKvAppend) -> (Tensors, Tensors) {
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    for &id in &s.nodes {
+        if id == s.k_rope {
+            continue;
+        }
+        let srcs: &[usize] = if id == s.k_write { &[0, 2] } else { &[0, 1, 2] };
+        reads.extend(srcs.iter().filter_map(|&i| src(g, id, i)));
+        if let Ok(t) = g.tensor(id) {
+            writes.push((id, *t));
+        }
+    }
+    reads.extend([0, 1, 2].iter().filter_map(|&i| src(g, s.k_rope, i)));
+    (reads, writes)
+}
+
+/// Whether the step may run at its last node with its k RoPE unstored.
+fn check_step(g: &Graph, s: &FusedKvAppend) -> Result<(), Refusal> {
+    let (reads, writes) = reads_writes(g, s);
+    let (first, last) = match (s.nodes.first(), s.nodes.last()) {
+        (Some(f), Some(l)) => (f.index(), l.index()),
+        _ => return Err(Refusal::AlreadyFused { node: s.k_write }),
+    };
+    let rope_t = *g
+        .tensor(s.k_rope)
+        .map_err(|_| Refusal::AlreadyFused { node: s.k_rope })?;
+    // The unstored RoPE result shares memory with nothing else.
+    for (i, n) in g.nodes().iter().enumerate() {
+        let id = NodeId(i as u32);
+        if id != s.k_rope && !n.op().is_view() {
+            check_intermediate_memory(&(s.k_rope, rope_t), &(id, *n.tensor()), false)?;
+        }
+    }
+    // No write of the step overlaps a read of another part.
+    for (w, wt) in &writes {
+        for (r, rt) in &reads {
+            let own = g.node(*w).is_ok_and(|n| n.src(0) == Some(*r));
+            if !own && wt.overlap(rt) != Overlap::Disjoint {
+                return Err(Refusal::IntermediatesOverlap { a: *w, b: *r });
+            }
+        }
+    }
+    // Nothing between the first and the last node overwrites what the
+    // step reads or reads what it writes (the step runs at its end).
+    for i in first + 1..last {
+        let id = NodeId(i as u32);
+        if s.nodes.contains(&id) {
+            continue;
+        }
+        let n = g.node(id).map_err(|_| Refusal::AlreadyFused { node: id })?;
+        if !n.op().is_view()
+            && n.op() != Op::Input
+            && let Some((input, _)) = reads
+                .iter()
+                .find(|(_, t)| t.overlap(n.tensor()) != Overlap::Disjoint)
+        {
+            return Err(Refusal::ClobberedBetween {
+                writer: id,
+                input: *input,
+            });
+        }
+        for r in n.srcs() {
+            let rt = g.tensor(r).map_err(|_| Refusal::AlreadyFused { node: r })?;
+            if let Some((w, _)) = writes
+                .iter()
+                .find(|(w, wt)| w.index() < i && wt.overlap(rt) != Overlap::Disjoint)
+            {
+                return Err(Refusal::ReadsMovedResult {
+                    reader: id,
+                    node: *w,
+                });
+            }
+        }
+    }
+    Ok(())
+}
