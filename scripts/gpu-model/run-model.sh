@@ -18,11 +18,18 @@ echo "fused-verify model: exit $? $(tail -1 "$L/model.log")" >>"$S"
 grep -E "FAIL|fail|skip" "$L/model.log" | head -20 >>"$S"
 timeout 60 "$H/fused-llama" --model "$M" --backend cuda -n 8 -v >"$L/llama-cuda-verbose.log" 2>&1
 timeout 60 "$H/fused-llama" --model "$M" --backend vulkan -n 8 -v >"$L/llama-vulkan-verbose.log" 2>&1
+# The whole token (the default), the layered path and the unfused token,
+# side by side, three rounds; --floor measures the copy before and after.
 for r in 1 2 3; do
     for be in cuda vulkan cpu; do
-        timeout 60 "$H/fused-llama" --model "$M" --backend "$be" -n 64 --json --profile \
-            >"$L/llama-$be-$r.log" 2>&1
-        echo "fused-llama $be run $r: exit $? $(grep -o '"decode_tok_s":[0-9.]*' "$L/llama-$be-$r.log") $(grep -o '"prompt_tok_s":[0-9.]*' "$L/llama-$be-$r.log")" >>"$S"
+        for path in whole layered unfused; do
+            flag=()
+            [ "$path" = whole ] || flag=(--"$path")
+            log="$L/llama-$be-$path-$r.log"
+            timeout 60 "$H/fused-llama" --model "$M" --backend "$be" -n 128 --ignore-eos \
+                --json --floor "${flag[@]}" >"$log" 2>&1
+            echo "fused-llama $be $path run $r: exit $? $(grep -o '"decode_tok_s":[0-9.]*' "$log") $(grep -o '"launches_per_token":[0-9]*' "$log") $(grep '^floor:' "$log")" >>"$S"
+        done
     done
 done
 date -u >>"$S"
