@@ -128,8 +128,21 @@ mod kv_append {
             .collect()
     }
 
-    #[test]
-    fn the_attention_inputs_fuse_into_one_step_with_the_unfused_results() {
+    /// One attention step: q's RoPE (in `q_mode`), k's RoPE and its row
+    /// write, the v row write (before the attention, or after it), the
+    /// attention over the written caches.
+    struct AttentionStep {
+        g: Graph,
+        /// q, k, v, the table and the position.
+        parts: [NodeId; 5],
+        qr: NodeId,
+        kr: NodeId,
+        kw: NodeId,
+        vw: NodeId,
+        att: NodeId,
+    }
+
+    fn attention_step(q_mode: RopeMode, v_after_attention: bool) -> AttentionStep {
         let Parts {
             mut g,
             q,
@@ -141,20 +154,43 @@ mod kv_append {
             vc,
             ..
         } = parts();
-        let qr = g
-            .rope(RopeMode::Adjacent, q, table, pos, Place::at(2, 0))
-            .unwrap();
+        let qr = g.rope(q_mode, q, table, pos, Place::at(2, 0)).unwrap();
         let kr = g
             .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 128))
             .unwrap();
         let kw = g.set_row(kc, kr, pos, Place::at(1, 0)).unwrap();
-        let vw = g.set_row(vc, v, pos, Place::at(1, 384)).unwrap();
+        let write_v = |g: &mut Graph| g.set_row(vc, v, pos, Place::at(1, 384)).unwrap();
+        let vw_early = (!v_after_attention).then(|| write_v(&mut g));
         let k3 = g.reshape(kw, [8, 2, 6, 1]).unwrap();
-        let v3 = g.reshape(vw, [8, 2, 6, 1]).unwrap();
+        let v3 = g.reshape(vw_early.unwrap_or(vc), [8, 2, 6, 1]).unwrap();
         let att = g
             .attention(qr, k3, v3, pos, 0.3, Place::at(2, 192))
             .unwrap();
+        let vw = vw_early.unwrap_or_else(|| write_v(&mut g));
         g.mark_output(att).unwrap();
+        g.mark_output(vw).unwrap();
+        AttentionStep {
+            g,
+            parts: [q, k, v, table, pos],
+            qr,
+            kr,
+            kw,
+            vw,
+            att,
+        }
+    }
+
+    #[test]
+    fn the_attention_inputs_fuse_into_one_step_with_the_unfused_results() {
+        let AttentionStep {
+            g,
+            parts: [q, k, v, table, pos],
+            qr,
+            kr,
+            kw,
+            vw,
+            att,
+        } = attention_step(RopeMode::Adjacent, false);
         let p = plan(&g);
         let fused: Vec<&Step> = p.steps.iter().filter(|s| s.is_fused()).collect();
         let [Step::KvAppend(f)] = fused[..] else {
@@ -253,32 +289,12 @@ mod kv_append {
         // q's RoPE in another mode stays out; the v write after an
         // attention that reads the k cache cannot move past it, so it stays
         // out too, and the k part fuses alone.
-        let Parts {
-            mut g,
-            q,
-            k,
-            v,
-            table,
-            pos,
-            kc,
-            vc,
+        let AttentionStep {
+            g,
+            parts: [_, _, v, _, _],
+            kw,
             ..
-        } = parts();
-        let qr = g
-            .rope(RopeMode::Halves, q, table, pos, Place::at(2, 0))
-            .unwrap();
-        let kr = g
-            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 128))
-            .unwrap();
-        let kw = g.set_row(kc, kr, pos, Place::at(1, 0)).unwrap();
-        let k3 = g.reshape(kw, [8, 2, 6, 1]).unwrap();
-        let v3 = g.reshape(vc, [8, 2, 6, 1]).unwrap();
-        let att = g
-            .attention(qr, k3, v3, pos, 0.3, Place::at(2, 192))
-            .unwrap();
-        let vw = g.set_row(vc, v, pos, Place::at(1, 384)).unwrap();
-        g.mark_output(att).unwrap();
-        g.mark_output(vw).unwrap();
+        } = attention_step(RopeMode::Halves, true);
         let p = plan(&g);
         let f = p
             .steps
