@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use fused_core::backend::Backend;
 
+use crate::attention::KvCache;
 use crate::error::LlamaError;
 use crate::model::Model;
 use crate::profile::Phase;
@@ -82,11 +83,25 @@ pub fn generate<B: Backend>(
         });
     }
     let mut cache = model.new_cache();
+    let greedy = sampler.is_greedy();
+    // One pass: the next token, from the logits read back and sampled, or,
+    // greedy, from the model's own argmax (on the whole-token path only the
+    // token comes back from the backend).
+    let mut pass = |model: &mut Model<'_, B>, t: u32, cache: &mut KvCache| {
+        if greedy {
+            return model.forward_greedy(t, cache);
+        }
+        model.forward(t, cache)?;
+        let s = Instant::now();
+        let id = sampler.sample(model.logits());
+        model.add_time(Phase::Sample, s);
+        Ok::<u32, LlamaError>(id)
+    };
     let t0 = Instant::now();
     for &t in &prompt[..prompt.len() - 1] {
-        model.forward(t, &mut cache)?;
+        model.feed(t, &mut cache)?;
     }
-    model.forward(last, &mut cache)?;
+    let mut next = pass(model, last, &mut cache)?;
     let prompt_time = t0.elapsed();
     let eos = model.tokenizer().eos();
     let mut ids = Vec::with_capacity(n);
@@ -95,9 +110,7 @@ pub fn generate<B: Backend>(
     let t1 = Instant::now();
     let mut stream = TextStream::new();
     for i in 0..n {
-        let t = Instant::now();
-        let id = sampler.sample(model.logits());
-        model.add_time(Phase::Sample, t);
+        let id = next;
         if stop_at_eos && Some(id) == eos {
             break;
         }
@@ -108,7 +121,7 @@ pub fn generate<B: Backend>(
         if i + 1 == n {
             break;
         }
-        model.forward(id, &mut cache)?;
+        next = pass(model, id, &mut cache)?;
         decode_steps += 1;
     }
     let rest = stream.finish(model.tokenizer())?;

@@ -115,6 +115,17 @@ struct Resident {
     len: usize,
 }
 
+/// What a pass reads back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Want {
+    /// The logits.
+    Logits,
+    /// The greedy token alone.
+    Next,
+    /// Nothing (the keys and values are the point).
+    Nothing,
+}
+
 /// How the model's tokens run.
 enum Decode<'b, B: Backend + 'b> {
     /// Plans per layer and the head, attention on the host.
@@ -475,6 +486,29 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
     /// returns the logits of the token after it (held by the model until
     /// the next pass).
     pub fn forward(&mut self, token: u32, cache: &mut KvCache) -> Result<&[f32], LlamaError> {
+        self.step(token, cache, Want::Logits)?;
+        Ok(&self.scratch.logits)
+    }
+
+    /// Runs `token` at the next position of `cache` and returns the greedy
+    /// next token (the first largest logit, as
+    /// [`fused_core::decode::argmax`] picks it). On the whole-token path
+    /// the logits stay on the backend: four bytes come back instead of
+    /// the vocabulary's logits, and [`Model::logits`] is empty after it.
+    pub fn forward_greedy(&mut self, token: u32, cache: &mut KvCache) -> Result<u32, LlamaError> {
+        self.step(token, cache, Want::Next)
+    }
+
+    /// Runs `token` at the next position of `cache` for its keys and values
+    /// alone (a prompt token whose successor is known): nothing comes back
+    /// on the whole-token path, and [`Model::logits`] is empty after it.
+    pub fn feed(&mut self, token: u32, cache: &mut KvCache) -> Result<(), LlamaError> {
+        self.step(token, cache, Want::Nothing).map(|_| ())
+    }
+
+    /// One token through the model, reading back what `want` says: the
+    /// greedy token for [`Want::Next`] (0 otherwise).
+    fn step(&mut self, token: u32, cache: &mut KvCache, want: Want) -> Result<u32, LlamaError> {
         let pos = cache.len();
         cache.check_next(pos)?;
         match &mut self.decode {
@@ -482,17 +516,17 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
             Decode::Layered { .. } => cache.own_rows(),
         }
         let mut scratch = std::mem::take(&mut self.scratch);
-        let r = self.forward_at(token, pos, cache, &mut scratch);
+        let r = self.forward_at(token, pos, cache, &mut scratch, want);
         self.scratch = scratch;
         match r {
-            Ok(()) => {
+            Ok(next) => {
                 cache.advance();
                 let whole = self.whole_token();
                 match &mut self.resident {
                     Some(r) if whole => r.len = cache.len(),
                     _ => cache.complete_rows(),
                 }
-                Ok(&self.scratch.logits)
+                Ok(next)
             }
             Err(e) => {
                 cache.rollback();
@@ -501,7 +535,9 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         }
     }
 
-    /// The logits of the last [`Model::forward`] (empty before the first).
+    /// The logits of the last [`Model::forward`] (empty before the first,
+    /// and after a [`Model::forward_greedy`] or [`Model::feed`] on the
+    /// whole-token path, which leave them on the backend).
     pub fn logits(&self) -> &[f32] {
         &self.scratch.logits
     }
@@ -524,14 +560,16 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         }
     }
 
-    /// [`Model::forward`] at position `pos`, into `s.logits`.
+    /// [`Model::step`] at position `pos`: the logits into `s.logits` where
+    /// read, the greedy token for [`Want::Next`].
     fn forward_at(
         &mut self,
         token: u32,
         pos: usize,
         cache: &mut KvCache,
         s: &mut Scratch,
-    ) -> Result<(), LlamaError> {
+        want: Want,
+    ) -> Result<u32, LlamaError> {
         // Runs `$body`, adding its time to `$phase` while profiling.
         macro_rules! timed {
             ($phase:expr, $body:expr) => {{
@@ -547,14 +585,24 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         timed!(Phase::Embed, self.embed(token, &mut s.h))?;
         let (layers, output_norm, head) = match &mut self.decode {
             Decode::Token(p) => {
-                timed!(Phase::Token, {
+                let next = timed!(Phase::Token, {
                     p.run(&s.h, pos)?;
-                    p.read_logits(&mut s.logits)
+                    match want {
+                        Want::Logits => p.read_logits(&mut s.logits).map(|()| 0),
+                        Want::Next => {
+                            s.logits.clear();
+                            p.read_next()
+                        }
+                        Want::Nothing => {
+                            s.logits.clear();
+                            Ok(0)
+                        }
+                    }
                 })?;
                 if let Some(p) = &mut self.profile {
                     p.token();
                 }
-                return Ok(());
+                return Ok(next);
             }
             Decode::Layered {
                 layers,
@@ -600,7 +648,11 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         if let Some(p) = &mut self.profile {
             p.token();
         }
-        Ok(())
+        // The layered head reads the logits whatever is wanted.
+        Ok(match want {
+            Want::Next => fused_core::decode::argmax(&s.logits) as u32,
+            Want::Logits | Want::Nothing => 0,
+        })
     }
 }
 

@@ -51,10 +51,15 @@ impl Sampler {
         }
     }
 
+    /// Whether it picks the largest logit (temperature 0, or NaN).
+    pub fn is_greedy(&self) -> bool {
+        self.temp.is_nan() || self.temp <= 0.0
+    }
+
     /// The next token for `logits` (one per vocabulary entry; not empty).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         // NaN and non-positive temperatures are greedy.
-        if self.temp.is_nan() || self.temp <= 0.0 {
+        if self.is_greedy() {
             return argmax(logits);
         }
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -94,17 +99,8 @@ impl Sampler {
 
 /// The index of the largest logit (the first on ties; NaN never wins).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let Some(&first) = logits.first() else {
-        return 0;
-    };
-    // The best value kept in a register, not re-read by index.
-    let (mut best, mut value) = (0usize, first);
-    for (i, &l) in logits.iter().enumerate().skip(1) {
-        if l > value || value.is_nan() {
-            (best, value) = (i, l);
-        }
-    }
-    best as u32
+    // The core's rule, which the whole-token plan's argmax follows too.
+    fused_core::decode::argmax(logits) as u32
 }
 
 #[cfg(test)]

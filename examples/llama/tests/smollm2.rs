@@ -469,3 +469,40 @@ fn the_fused_token_gives_the_unfused_bits() {
         }
     }
 }
+
+#[test]
+fn the_device_argmax_is_the_host_argmax_of_the_logits() {
+    // Two models fed the same tokens: one reads the logits back and takes
+    // their argmax on the host, the other asks for the greedy token alone
+    // (the whole-token plan's argmax; nothing else comes back).
+    let path = model_or_skip!();
+    let be = CpuBackend::new(1).expect("a CPU backend");
+    let load =
+        || Model::load(ModelFile::open(&path).unwrap(), &be, LoadOptions::default()).unwrap();
+    let (mut host, mut device) = (load(), load());
+    let prompt = host.tokenizer().encode("The capital of France is").unwrap();
+    let (mut ch, mut cd) = (host.new_cache(), device.new_cache());
+    let mut token = prompt[0];
+    for i in 0..10 {
+        let want = fused_llama::sampling::argmax(host.forward(token, &mut ch).unwrap());
+        let got = device.forward_greedy(token, &mut cd).unwrap();
+        assert_eq!(got, want, "position {i}");
+        assert!(
+            device.logits().is_empty(),
+            "the logits stayed on the backend"
+        );
+        token = prompt.get(i + 1).copied().unwrap_or(got);
+    }
+    // Fed without reading anything back, then continued: the same logits.
+    let mut a = device.new_cache();
+    for &t in &prompt[..4] {
+        device.feed(t, &mut a).unwrap();
+    }
+    let mut b = host.new_cache();
+    for &t in &prompt[..4] {
+        host.forward(t, &mut b).unwrap();
+    }
+    let x = device.forward(prompt[4], &mut a).unwrap().to_vec();
+    let y = host.forward(prompt[4], &mut b).unwrap();
+    assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
+}
