@@ -394,6 +394,19 @@ fn run_backend<B: CoreBackend>(
         let load_s = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let paths = loaded.and_then(|mut model| {
+            if print {
+                match model
+                    .norm_fallbacks()
+                    .iter()
+                    .find(|(k, _)| *k == "whole token")
+                {
+                    None if model.whole_token() => {
+                        println!("on   {name} {m}: the whole token as one plan")
+                    }
+                    Some((_, why)) => println!("on   {name} {m}: the layered path ({why})"),
+                    None => println!("on   {name} {m}: the layered path"),
+                }
+            }
             forced_and_greedy(
                 &mut model,
                 &ctx.prompt,
