@@ -26,10 +26,11 @@ compile eltwise eltwise.comp
 compile fwht_shared fwht.comp
 compile fwht_shuffle fwht.comp -DSHUFFLE
 compile rms_norm rms_norm.comp
-# The decode ops: RoPE, the row write, attention (a split pass and the pass
-# joining the splits) and argmax.
+# The decode ops: RoPE, the row write, the fused key/value append, attention
+# (a split pass and the pass joining the splits) and argmax.
 compile rope rope.comp
 compile set_row set_row.comp
+compile kv_append kv_append.comp
 compile attention attention.comp
 compile attention_combine attention.comp -DCOMBINE
 compile argmax argmax.comp

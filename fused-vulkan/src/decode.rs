@@ -8,7 +8,8 @@
 //! boundary.
 //!
 //! Launch shapes: RoPE one invocation per pair; the row write one per
-//! value written; attention one workgroup of 256 invocations per query
+//! value written; the fused key/value append one per q pair, k pair and v
+//! value, in that order; attention one workgroup of 256 invocations per query
 //! head and split of [`ATTENTION_CHUNK`] context rows, and where the
 //! context has several splits a second pass joining them (flash-decoding);
 //! argmax one workgroup per column, or per split of [`ARGMAX_CHUNK`]
@@ -26,6 +27,8 @@ use crate::pipeline::{KernelKey, SPEC_CONSTANTS, Shader, u32_of};
 const ROPE_WG: u64 = 64;
 /// Invocations per workgroup of `set_row.comp`.
 const SET_ROW_WG: u64 = 256;
+/// Invocations per workgroup of `kv_append.comp`.
+const KV_APPEND_WG: u64 = 64;
 /// Context rows one attention workgroup attends (`CHUNK` of
 /// `attention.comp`, which keeps their scores in shared memory).
 pub(crate) const ATTENTION_CHUNK: usize = 512;
@@ -45,6 +48,28 @@ pub(crate) fn attention_splits(rows: usize) -> usize {
 /// The splits argmax cuts a column of `n` values into.
 pub(crate) fn argmax_splits(n: usize) -> usize {
     n.div_ceil(ARGMAX_CHUNK).max(1)
+}
+
+/// The sizes of a fused key/value append: heads of `d` values, the table's
+/// rows and each cache's rows; `q_heads` and `v_len` are 0 where q or v did
+/// not join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KvAppendShape {
+    pub mode: RopeMode,
+    pub d: usize,
+    pub q_heads: usize,
+    pub k_heads: usize,
+    pub v_len: usize,
+    pub table_rows: usize,
+    pub k_rows: usize,
+    pub v_rows: usize,
+}
+
+fn mode_word(mode: RopeMode) -> u32 {
+    match mode {
+        RopeMode::Adjacent => 0,
+        RopeMode::Halves => 1,
+    }
 }
 
 /// One pass of `argmax.comp`.
@@ -89,15 +114,11 @@ impl VulkanBackend {
         let pairs = heads
             .checked_mul(d / 2)
             .ok_or(Error::Overflow { what: "RoPE pairs" })?;
-        let mode = match mode {
-            RopeMode::Adjacent => 0,
-            RopeMode::Halves => 1,
-        };
         let words = [
             u32_of("RoPE head size", d)?,
             u32_of("RoPE pairs", pairs)?,
             u32_of("RoPE table rows", rows)?,
-            mode,
+            mode_word(mode),
             at[0],
             at[1],
             at[2],
@@ -142,6 +163,55 @@ impl VulkanBackend {
             buffers,
             push: push(&words),
             groups: self.grid((threads as u64).div_ceil(SET_ROW_WG))?,
+        })
+    }
+
+    /// The fused key/value append of `s`, one invocation per q pair, k
+    /// pair and v value; bindings table, position, k, key cache, q, q's
+    /// destination, v, value cache, each at the element offset `at` gives.
+    pub(crate) fn kv_append_dispatch<'b>(
+        &self,
+        s: &KvAppendShape,
+        at: [u32; 8],
+        buffers: Vec<&'b Buffer<'b>>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let overflow = || Error::Overflow {
+            what: "key/value append items",
+        };
+        let pairs = |heads: usize| heads.checked_mul(s.d / 2).ok_or_else(overflow);
+        let (q_pairs, k_pairs) = (pairs(s.q_heads)?, pairs(s.k_heads)?);
+        let items = q_pairs
+            .checked_add(k_pairs)
+            .and_then(|n| n.checked_add(s.v_len))
+            .ok_or_else(overflow)?;
+        u32_of("key/value append items", items)?;
+        // The shader addresses a cache row as position × row length.
+        for (n, rows) in [(2 * k_pairs, s.k_rows), (s.v_len, s.v_rows)] {
+            u32_of("key/value cache", n.checked_mul(rows).ok_or_else(overflow)?)?;
+        }
+        let words = [
+            u32_of("RoPE head size", s.d)?,
+            u32_of("RoPE pairs", q_pairs)?,
+            u32_of("RoPE pairs", k_pairs)?,
+            u32_of("row length", s.v_len)?,
+            mode_word(s.mode),
+            u32_of("RoPE table rows", s.table_rows)?,
+            u32_of("key cache rows", s.k_rows)?,
+            u32_of("value cache rows", s.v_rows)?,
+            at[0],
+            at[1],
+            at[2],
+            at[3],
+            at[4],
+            at[5],
+            at[6],
+            at[7],
+        ];
+        Ok(Dispatch {
+            kernel: self.decode_kernel(Shader::KvAppend)?,
+            buffers,
+            push: push(&words),
+            groups: self.grid((items as u64).div_ceil(KV_APPEND_WG))?,
         })
     }
 

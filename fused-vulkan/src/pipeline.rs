@@ -28,6 +28,9 @@ pub(crate) enum Shader {
     Rope,
     /// The row write at a position read from memory (`set_row.comp`).
     SetRow,
+    /// The fused key/value append: RoPE of q and k, k's written into its
+    /// cache row, v copied into its own (`kv_append.comp`).
+    KvAppend,
     /// Attention of one query token, a workgroup per query head and
     /// context split (`attention.comp`).
     Attention,
@@ -173,6 +176,7 @@ impl Shader {
             Shader::RmsNorm => spv!("rms_norm"),
             Shader::Rope => spv!("rope"),
             Shader::SetRow => spv!("set_row"),
+            Shader::KvAppend => spv!("kv_append"),
             Shader::Attention => spv!("attention"),
             Shader::AttentionCombine => spv!("attention_combine"),
             Shader::ArgMax => spv!("argmax"),
@@ -287,6 +291,7 @@ impl Shader {
             Shader::Copy | Shader::ArgMax => 2,
             Shader::AttentionCombine => 3,
             Shader::Rope | Shader::SetRow => 4,
+            Shader::KvAppend => 8,
             Shader::Attention => 5,
             Shader::Eltwise | Shader::RmsNorm | Shader::FwhtShared | Shader::FwhtShuffle => 3,
             Shader::Gemv { glu: false, .. } => 4,
@@ -305,6 +310,7 @@ impl Shader {
             Shader::Eltwise => 20,
             Shader::RmsNorm => 16,
             Shader::Rope => 32,
+            Shader::KvAppend => 64,
             Shader::SetRow | Shader::ArgMax => 28,
             Shader::Attention => 52,
             Shader::AttentionCombine => 24,

@@ -73,11 +73,13 @@
 //! boundary is bound in place, copies never. A row write placed on its
 //! destination (the KV-cache append) writes its row alone, but counts as
 //! writing the whole destination for the barriers, since the row is known
-//! only on the device. Attention over a cache longer than one split, and
-//! argmax over a long column, take a second dispatch that joins the
-//! splits' partial results. Attention heads of more than 256 values, and
-//! sources overlapping an output other than in place, are refused as
-//! unsupported (the host plan runs them).
+//! only on the device. The core's fused key/value append is one dispatch
+//! that writes q's RoPE, k's RoPE into its cache row and v into its own,
+//! counted as writing q's destination and both whole caches. Attention
+//! over a cache longer than one split, and argmax over a long column, take
+//! a second dispatch that joins the splits' partial results. Attention
+//! heads of more than 256 values, and sources overlapping an output other
+//! than in place, are refused as unsupported (the host plan runs them).
 //!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
@@ -109,7 +111,9 @@ use fused_core::{DType, Error};
 
 use crate::backend::{ChainWords, EltOp, VulkanBackend};
 use crate::context::{Buffer, Dispatch};
-use crate::decode::{ATTENTION_MAX_HEAD, ArgMaxPass, argmax_splits, attention_splits};
+use crate::decode::{
+    ATTENTION_MAX_HEAD, ArgMaxPass, KvAppendShape, argmax_splits, attention_splits,
+};
 use crate::error::VulkanError;
 use crate::pipeline::{KernelKey, gemv_type, quantized_bytes, u32_of};
 
@@ -167,11 +171,11 @@ fn words(r: Region) -> Region {
 /// One recorded command.
 #[derive(Debug)]
 enum Cmd {
-    /// A dispatch; `bindings` in binding order, `write` the written one.
+    /// A dispatch; `bindings` in binding order, `writes` the written ones.
     Dispatch {
         kernel: KernelKey,
         bindings: Vec<Region>,
-        write: usize,
+        writes: Vec<usize>,
         push: Vec<u8>,
         groups: [u32; 3],
     },
@@ -180,21 +184,20 @@ enum Cmd {
 }
 
 impl Cmd {
-    /// The regions read and the region written.
-    fn access(&self) -> (Vec<Region>, Region) {
+    /// The regions read and the regions written.
+    fn access(&self) -> (Vec<Region>, Vec<Region>) {
         match self {
             Cmd::Dispatch {
-                bindings, write, ..
+                bindings, writes, ..
             } => {
-                let reads = bindings
+                let (w, r): (Vec<_>, Vec<_>) = bindings
                     .iter()
                     .enumerate()
-                    .filter(|(i, _)| i != write)
-                    .map(|(_, r)| *r)
-                    .collect();
-                (reads, bindings[*write])
+                    .partition(|(i, _)| writes.contains(i));
+                let regions = |v: Vec<(usize, &Region)>| v.into_iter().map(|(_, r)| *r).collect();
+                (regions(r), regions(w))
             }
-            Cmd::Copy { src, dst } => (vec![*src], *dst),
+            Cmd::Copy { src, dst } => (vec![*src], vec![*dst]),
         }
     }
 }
@@ -369,18 +372,25 @@ impl<'a> Builder<'a, '_> {
         out: (Region, Option<Region>),
     ) {
         bindings[write] = out.0;
-        self.wrote(&out.0);
+        self.dispatch_in_place(d, bindings, vec![write]);
+        if let Some(place) = out.1 {
+            self.copy(out.0, place);
+        }
+    }
+
+    /// Records `d` with `bindings`, those at `writes` written in place.
+    fn dispatch_in_place(&mut self, d: Dispatch<'_>, bindings: Vec<Region>, writes: Vec<usize>) {
+        for &w in &writes {
+            self.wrote(&bindings[w]);
+        }
         self.stats.dispatches += 1;
         self.cmds.push(Cmd::Dispatch {
             kernel: d.kernel,
             bindings,
-            write,
+            writes,
             push: d.push,
             groups: d.groups,
         });
-        if let Some(place) = out.1 {
-            self.copy(out.0, place);
-        }
     }
 
     fn dummy() -> Region {
@@ -1028,6 +1038,99 @@ impl<'a> CommandSink for Builder<'a, '_> {
         Ok(())
     }
 
+    /// The fused key/value append as one dispatch: RoPE of q into its
+    /// destination (in place where that is q), RoPE of k into row `pos` of
+    /// `k_cache` (`k_rope` is not written), v into row `pos` of its cache.
+    /// Barriers see q's destination and both whole caches written. Sources
+    /// that overlap a write (other than q or v exactly on its own
+    /// destination) are refused, as the parts' kernels refuse them.
+    #[allow(clippy::too_many_arguments)]
+    fn kv_append(
+        &mut self,
+        mode: RopeMode,
+        table: &TensorDesc,
+        pos: &TensorDesc,
+        k: &TensorDesc,
+        k_rope: &TensorDesc,
+        k_cache: &TensorDesc,
+        q: Option<(&TensorDesc, &TensorDesc)>,
+        v: Option<(&TensorDesc, &TensorDesc)>,
+    ) -> Result<(), VulkanError> {
+        let [d, table_rows, _, _] = table.ne();
+        for x in q.iter().map(|(x, _)| *x).chain([k]) {
+            if d == 0 || !d.is_multiple_of(2) || x.ne()[0] != d {
+                return Err(Error::ShapeMismatch {
+                    what: "RoPE table (one row of the head size, even)",
+                    expected: [x.ne()[0], table_rows, 1, 1],
+                    actual: table.ne(),
+                }
+                .into());
+            }
+        }
+        check_len("RoPE position", 1, pos.n_elements())?;
+        check_len("RoPE output", k.n_elements(), k_rope.n_elements())?;
+        let [kn, k_rows, _, _] = k_cache.ne();
+        check_len("row-write row", kn, k.n_elements())?;
+        if let Some((x, out)) = q {
+            check_len("RoPE output", x.n_elements(), out.n_elements())?;
+        }
+        if let Some((row, cache)) = v {
+            check_len("row-write row", cache.ne()[0], row.n_elements())?;
+        }
+        // Every write apart from every read and every other write, but for
+        // q and the v row exactly on their own destinations (each value read
+        // by the invocation that then writes it): reads carry the index of
+        // the write they may lie on.
+        let mut reads = vec![(table, None), (pos, None), (k, None)];
+        let mut writes = vec![k_cache];
+        for (x, out) in q.into_iter().chain(v) {
+            reads.push((x, Some(writes.len())));
+            writes.push(out);
+        }
+        for (i, w) in writes.iter().enumerate() {
+            for &(t, own) in &reads {
+                let what = "a key/value append source over a result";
+                Self::decode_source(t, w, own == Some(i), what)?;
+            }
+            for o in &writes[..i] {
+                Self::decode_source(o, w, false, "key/value append results overlapping")?;
+            }
+        }
+        let what = "device plan key/value append operand (must be contiguous F32)";
+        let (tr, pr, kr, kcr) = (
+            self.window(table, what)?,
+            self.window(pos, what)?,
+            self.window(k, what)?,
+            self.window(k_cache, what)?,
+        );
+        // A part that did not join is bound to k's memory and touched by no
+        // invocation, so that it adds no access of its own.
+        let (qr, qor) = match q {
+            Some((x, out)) => (self.window(x, what)?, self.window(out, what)?),
+            None => (kr, kcr),
+        };
+        let (vr, vcr) = match v {
+            Some((row, cache)) => (self.window(row, what)?, self.window(cache, what)?),
+            None => (kr, kcr),
+        };
+        let shape = KvAppendShape {
+            mode,
+            d,
+            q_heads: q.map_or(0, |(x, _)| x.n_elements() / d),
+            k_heads: k.n_elements() / d,
+            v_len: v.map_or(0, |(row, _)| row.n_elements()),
+            table_rows,
+            k_rows,
+            v_rows: v.map_or(0, |(_, cache)| cache.ne()[1]),
+        };
+        let at = [tr.1, pr.1, kr.1, kcr.1, qr.1, qor.1, vr.1, vcr.1];
+        let p = self.placeholder;
+        let dispatch = self.backend.kv_append_dispatch(&shape, at, vec![p; 8])?;
+        let bindings = vec![tr.0, pr.0, kr.0, kcr.0, qr.0, qor.0, vr.0, vcr.0];
+        self.dispatch_in_place(dispatch, bindings, vec![3, 5, 7]);
+        Ok(())
+    }
+
     /// Attention over cache rows `0..=pos`: one workgroup per query head
     /// and split of the cache, and a pass joining the splits where the
     /// cache has more than one; `out` may be `q`.
@@ -1187,7 +1290,7 @@ impl<'a> DevicePlan<'a> {
             .map(|&s| ctx.buffer(s as u64))
             .collect::<Result<Vec<_>, _>>()?;
         // Graph inputs a command overwrites: kept in pristine copies.
-        let written: Vec<Region> = b.cmds.iter().map(|c| c.access().1).collect();
+        let written: Vec<Region> = b.cmds.iter().flat_map(|c| c.access().1).collect();
         let mut pristine = Vec::new();
         for node in g.nodes() {
             // State (a KV cache) is overwritten on purpose and kept as runs
@@ -1313,14 +1416,14 @@ impl<'a> DevicePlan<'a> {
             let mut pending_writes: Vec<Region> = Vec::new();
             let mut pending_reads: Vec<Region> = Vec::new();
             for cmd in cmds {
-                let (reads, write) = cmd.access();
+                let (reads, writes) = cmd.access();
                 let hazard = reads
                     .iter()
                     .any(|r| pending_writes.iter().any(|w| w.overlaps(r)))
                     || pending_writes
                         .iter()
                         .chain(&pending_reads)
-                        .any(|p| p.overlaps(&write));
+                        .any(|p| writes.iter().any(|w| p.overlaps(w)));
                 if hazard {
                     self.barrier(cb, &pending_writes);
                     self.stats.barriers += 1;
@@ -1328,7 +1431,7 @@ impl<'a> DevicePlan<'a> {
                     pending_reads.clear();
                 }
                 pending_reads.extend(reads);
-                pending_writes.push(write);
+                pending_writes.extend(writes);
                 match cmd {
                     Cmd::Copy { src, dst } => {
                         let region = vk::BufferCopy {

@@ -4,7 +4,9 @@
 //! device memory before each run, against the core's reference evaluator.
 //! RoPE, the row writes and argmax bit for bit; attention within NMSE
 //! 1e-6, over a context short enough for one pass and one long enough for
-//! split attention; no validation message.
+//! split attention; no validation message. The key/value append as the
+//! planner fuses it (q's and k's RoPE, k's and v's rows): one dispatch,
+//! with the same results.
 
 mod common;
 
@@ -18,7 +20,7 @@ use fused_core::backend::{Backend, Resident, ResidentPlan};
 use fused_core::decode::RopeMode;
 use fused_core::graph::{Graph, NodeId, Place};
 use fused_core::memory::Memory;
-use fused_core::planner::plan;
+use fused_core::planner::{FusedKvAppend, Plan, Step as PlanStep, plan};
 use fused_core::reference::eval::eval_graph;
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_vulkan::{ContextOptions, VulkanBackend};
@@ -322,6 +324,325 @@ fn attention_heads_over_256_values_fall_back_to_the_host_plan() {
         ),
         "{:?}",
         rp.fallback_reason()
+    );
+    assert!(rp.stats().host_steps);
+    assert_no_validation_messages(&b);
+}
+
+/// Which parts of the fused key/value append a test graph has.
+#[derive(Clone, Copy, Debug)]
+struct AppendCase {
+    /// q's RoPE mode (k's is `Adjacent`: q joins when they agree).
+    q_mode: RopeMode,
+    /// q's RoPE written over q itself.
+    q_in_place: bool,
+    /// The v row write is there (and joins).
+    with_v: bool,
+}
+
+/// The attention inputs of one decode step as the planner fuses them:
+/// RoPE of q and of k, k's appended to its cache, v appended to its own
+/// (where the case has it), attention over both. Head size 64, four query
+/// heads over two key/value heads, caches of 40 rows and a table of 43
+/// (a position past the caches is clamped to each one's own rows). Most
+/// tensors lie 4 bytes past a 16-byte boundary.
+struct Append {
+    g: Graph,
+    mem: Memory,
+    q: NodeId,
+    k: NodeId,
+    v: NodeId,
+    pos: NodeId,
+    q_rope: NodeId,
+    k_rope: NodeId,
+    att: NodeId,
+    caches: TensorDesc,
+}
+
+const APPEND_D: usize = 64;
+const APPEND_HEADS: usize = 4;
+const APPEND_KV: usize = 2;
+const APPEND_ROWS: usize = 40;
+const APPEND_TABLE_ROWS: usize = 43;
+
+fn kv_append_step(c: AppendCase) -> Append {
+    let (d, n_head, n_kv, rows) = (APPEND_D, APPEND_HEADS, APPEND_KV, APPEND_ROWS);
+    let f = |n: usize| 4 * n;
+    let kv = d * n_kv;
+    let q_at = 4;
+    let k_at = (q_at + f(d * n_head)).next_multiple_of(16) + 4;
+    let v_at = (k_at + f(kv)).next_multiple_of(16) + 4;
+    let table_at = (v_at + f(kv)).next_multiple_of(16);
+    let pos_at = table_at + f(d * APPEND_TABLE_ROWS) + 4;
+    let in_size = pos_at + 4;
+    let cache = f(kv * rows);
+    let (kc_at, vc_at) = (4, 4 + cache);
+    let mut g = Graph::new();
+    let q = g.input(f32t([d, n_head, 1, 1], 0, q_at)).unwrap();
+    let k = g.input(f32t([d, n_kv, 1, 1], 0, k_at)).unwrap();
+    let v = g.input(f32t([kv, 1, 1, 1], 0, v_at)).unwrap();
+    let table = g
+        .input(f32t([d, APPEND_TABLE_ROWS, 1, 1], 0, table_at))
+        .unwrap();
+    let pos = g.input(f32t([1, 1, 1, 1], 0, pos_at)).unwrap();
+    let kc = g.state(f32t([kv, rows, 1, 1], 1, kc_at)).unwrap();
+    let vc = g.state(f32t([kv, rows, 1, 1], 1, vc_at)).unwrap();
+    let q_place = if c.q_in_place {
+        Place::at(0, q_at)
+    } else {
+        Place::at(2, 4)
+    };
+    let q_rope = g.rope(c.q_mode, q, table, pos, q_place).unwrap();
+    let kr_at = (4 + f(d * n_head)).next_multiple_of(16) + 4;
+    let k_rope = g
+        .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, kr_at))
+        .unwrap();
+    let kw = g.set_row(kc, k_rope, pos, Place::at(1, kc_at)).unwrap();
+    let vw = if c.with_v {
+        g.set_row(vc, v, pos, Place::at(1, vc_at)).unwrap()
+    } else {
+        vc
+    };
+    let k3 = g.reshape(kw, [d, n_kv, rows, 1]).unwrap();
+    let v3 = g.reshape(vw, [d, n_kv, rows, 1]).unwrap();
+    let att_at = (kr_at + f(kv)).next_multiple_of(16) + 4;
+    let scale = 1.0 / (d as f32).sqrt();
+    let att = g
+        .attention(q_rope, k3, v3, pos, scale, Place::at(2, att_at))
+        .unwrap();
+    g.mark_output(att).unwrap();
+    let mut mem = Memory::new(&[in_size, 4 + 2 * cache, att_at + f(d * n_head)]);
+    let angles: Vec<f32> = (0..APPEND_TABLE_ROWS)
+        .flat_map(|p| {
+            (0..d / 2).flat_map(move |i| {
+                let theta = p as f32 * 10000f32.powf(-2.0 * i as f32 / d as f32);
+                [theta.cos(), theta.sin()]
+            })
+        })
+        .collect();
+    mem.write(g.tensor(table).unwrap(), &angles).unwrap();
+    let caches = f32t([2 * kv * rows, 1, 1, 1], 1, kc_at);
+    mem.write(&caches, &data(2 * kv * rows, 7)).unwrap();
+    Append {
+        g,
+        mem,
+        q,
+        k,
+        v,
+        pos,
+        q_rope,
+        k_rope,
+        att,
+        caches,
+    }
+}
+
+/// Plans the case's graph, checks that the planner fused what the case
+/// says, compiles it and its unfused plan on `b` as device plans, checks
+/// that the fused step is one dispatch, and runs the fused plan at each of
+/// `positions` against the reference: q's RoPE and both caches bit for
+/// bit, attention within NMSE 1e-6, and k's RoPE tensor never written.
+fn check_kv_append(b: &VulkanBackend, c: AppendCase, positions: &[f32]) {
+    let Append {
+        g,
+        mut mem,
+        q,
+        k,
+        v,
+        pos,
+        q_rope,
+        k_rope,
+        att,
+        caches,
+    } = kv_append_step(c);
+    let p = plan(&g);
+    let fused: Vec<&FusedKvAppend> = p
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            PlanStep::KvAppend(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    let [f] = fused[..] else {
+        panic!("{c:?}: one fused key/value append: {:?}", p.steps);
+    };
+    let q_joins = c.q_mode == RopeMode::Adjacent;
+    assert_eq!(f.k_rope, k_rope, "{c:?}");
+    assert_eq!(f.q_rope.is_some(), q_joins, "{c:?}: {f:?}");
+    assert_eq!(f.v_write.is_some(), c.with_v, "{c:?}: {f:?}");
+    let compile = |p: &Plan| {
+        let rp = b.compile(&g, p, GemvMode::F32, &mem.sizes()).unwrap();
+        assert!(
+            matches!(rp, Resident::Device(_)),
+            "{c:?}: fell back to the host plan: {:?}",
+            rp.fallback_reason()
+        );
+        assert!(!rp.stats().host_steps, "{c:?}: {:?}", rp.stats());
+        assert_eq!(rp.stats().copies, 0, "{c:?}: {:?}", rp.stats());
+        rp
+    };
+    let mut rp = compile(&p);
+    let unfused = compile(&Plan::unfused(&g)).stats().launches;
+    // The parts of the step: k's RoPE and row write, and the q RoPE and v
+    // row write that joined, one dispatch each when unfused.
+    let parts = 2 + u64::from(q_joins) + u64::from(c.with_v);
+    assert_eq!(
+        unfused - rp.stats().launches,
+        parts - 1,
+        "{c:?}: the step is one dispatch ({} fused, {unfused} unfused)",
+        rp.stats().launches
+    );
+    rp.write_all(&mem).unwrap();
+    let (kv, qn) = (APPEND_D * APPEND_KV, APPEND_D * APPEND_HEADS);
+    for (run, &position) in positions.iter().enumerate() {
+        let case = format!("{c:?}, run {run} at position {position}");
+        let mut vx = data(kv, 30 + run as u64);
+        // Words moved as they are: a subnormal and a negative zero.
+        vx[3] = f32::from_bits(1);
+        vx[5] = -0.0;
+        for (id, x) in [
+            (q, data(qn, 10 + run as u64)),
+            (k, data(kv, 20 + run as u64)),
+            (v, vx),
+            (pos, vec![position]),
+        ] {
+            let t = *g.tensor(id).unwrap();
+            mem.write(&t, &x).unwrap();
+            rp.write_f32(&t, &x).unwrap();
+        }
+        eval_graph(&g, &mut mem, GemvMode::F32).unwrap();
+        rp.run().unwrap();
+        for (what, t) in [("q's RoPE", *g.tensor(q_rope).unwrap()), ("caches", caches)] {
+            let (got, want) = (rp.read_f32(&t).unwrap(), mem.read(&t).unwrap());
+            assert_eq!(first_bit_difference(&got, &want), None, "{case}: {what}");
+        }
+        let t = g.tensor(att).unwrap();
+        let (got, want) = (rp.read_f32(t).unwrap(), mem.read(t).unwrap());
+        assert!(want.iter().all(|x| x.is_finite()), "{case}: reference");
+        let e = nmse(&got, &want);
+        assert!(e <= 1e-6, "{case}: attention NMSE {e:e}");
+        let kr = rp.read_f32(g.tensor(k_rope).unwrap()).unwrap();
+        assert!(
+            kr.iter().all(|x| x.to_bits() == 0),
+            "{case}: k's RoPE tensor written"
+        );
+    }
+}
+
+/// Positions of every kind: the first rows, a fraction, the last row, past
+/// the caches but within the table, far past both, negative and NaN.
+const APPEND_POSITIONS: [f32; 9] = [0.0, 1.0, 2.5, 39.0, 41.0, 1e9, -3.0, f32::NAN, 17.0];
+
+/// RoPE of q and k, k's and v's rows: one dispatch; q's RoPE both apart
+/// and in place.
+#[test]
+fn the_key_value_append_is_one_dispatch_with_q_and_v() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for q_in_place in [false, true] {
+        let c = AppendCase {
+            q_mode: RopeMode::Adjacent,
+            q_in_place,
+            with_v: true,
+        };
+        check_kv_append(&b, c, &APPEND_POSITIONS);
+    }
+    assert_no_validation_messages(&b);
+}
+
+/// q's RoPE in another mode stays its own dispatch; k and v fuse.
+#[test]
+fn the_key_value_append_without_q() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let c = AppendCase {
+        q_mode: RopeMode::Halves,
+        q_in_place: false,
+        with_v: true,
+    };
+    check_kv_append(&b, c, &APPEND_POSITIONS);
+    assert_no_validation_messages(&b);
+}
+
+/// No v row write: q and k fuse.
+#[test]
+fn the_key_value_append_without_v() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let c = AppendCase {
+        q_mode: RopeMode::Adjacent,
+        q_in_place: true,
+        with_v: false,
+    };
+    check_kv_append(&b, c, &APPEND_POSITIONS);
+    assert_no_validation_messages(&b);
+}
+
+/// The fused step on device-local buffers reached through staging copies.
+#[test]
+fn the_key_value_append_on_staged_device_buffers() {
+    let Some(b) = backend_with_or_skip(ContextOptions {
+        validation: validation(),
+        staged_buffers: true,
+    }) else {
+        return;
+    };
+    let c = AppendCase {
+        q_mode: RopeMode::Adjacent,
+        q_in_place: false,
+        with_v: true,
+    };
+    check_kv_append(&b, c, &[5.0, 39.0, 100.0]);
+    assert_no_validation_messages(&b);
+}
+
+/// A fused step whose q RoPE writes over k (which the planner never
+/// makes, built here by hand) is refused as unsupported before anything
+/// is recorded: the plan falls back to the host, whole.
+#[test]
+fn a_key_value_append_writing_over_its_sources_falls_back_to_the_host_plan() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (d, heads, rows) = (8, 2, 4);
+    let mut g = Graph::new();
+    let q = g.input(f32t([d, heads, 1, 1], 0, 0)).unwrap();
+    let k = g.input(f32t([d, heads, 1, 1], 0, 64)).unwrap();
+    let table = g.input(f32t([d, rows, 1, 1], 0, 128)).unwrap();
+    let pos = g.input(f32t([1, 1, 1, 1], 0, 256)).unwrap();
+    let kc = g.state(f32t([d * heads, rows, 1, 1], 1, 0)).unwrap();
+    let qr = g
+        .rope(RopeMode::Adjacent, q, table, pos, Place::at(0, 64))
+        .unwrap();
+    let kr = g
+        .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 0))
+        .unwrap();
+    let kw = g.set_row(kc, kr, pos, Place::at(1, 0)).unwrap();
+    g.mark_output(qr).unwrap();
+    let nodes = vec![qr, kr, kw];
+    let mut p = Plan::unfused(&g);
+    p.steps
+        .retain(|s| !s.nodes().iter().any(|n| nodes.contains(n)));
+    p.steps.push(PlanStep::KvAppend(FusedKvAppend {
+        mode: RopeMode::Adjacent,
+        table,
+        pos,
+        k_rope: kr,
+        k_write: kw,
+        q_rope: Some(qr),
+        v_write: None,
+        nodes,
+    }));
+    let rp = b.compile(&g, &p, GemvMode::F32, &[260, 256, 64]).unwrap();
+    let reason = rp.fallback_reason();
+    assert!(
+        matches!(reason, Some(fused_core::Error::Unsupported(_)))
+            && reason.is_some_and(|e| e.to_string().contains("key/value append")),
+        "{reason:?}"
     );
     assert!(rp.stats().host_steps);
     assert_no_validation_messages(&b);
