@@ -1,18 +1,20 @@
 // The decode ops of fused_core::decode on the device: RoPE from a table, a
-// row written at a position, one query token's attention over a cache
-// (split over blocks, then merged) and the index of a maximum.
+// row written at a position, the key/value append (RoPE of k into its
+// cache row, with q's RoPE and the v row write: one launch for the four),
+// one query token's attention over a cache (split over blocks, then
+// merged) and the index of a maximum.
 //
 // The position is a one-element f32 tensor that every kernel reads itself
 // (decode_position), so that a plan recorded once, or one captured CUDA
 // graph, serves every token: the host writes four bytes before each run
 // and no launch parameter changes.
 //
-// RoPE, the row write and the argmax equal the core bit for bit: RoPE
-// rounds each product before its sum or difference (__fmul_rn, __fadd_rn,
-// __fsub_rn; the file is also compiled with -fmad=false), the row write
-// moves bits, the argmax compares as the core does. The attention uses
-// CUDA's expf and another summation order, so it tracks the core within
-// the verifier's tolerance.
+// RoPE, the row write, the key/value append and the argmax equal the core
+// bit for bit: RoPE rounds each product before its sum or difference
+// (__fmul_rn, __fadd_rn, __fsub_rn; the file is also compiled with
+// -fmad=false), the row write moves bits, the argmax compares as the core
+// does. The attention uses CUDA's expf and another summation order, so it
+// tracks the core within the verifier's tolerance.
 #include "common.cuh"
 
 // ------------------------------------------------------------ position
@@ -43,22 +45,30 @@ struct RopeParams {
 };
 static_assert(sizeof(RopeParams) == 48, "RopeParams");
 
-// One thread per pair: it reads both of its elements before it writes
-// them, so out may be x.
+// Pair i (counted over all heads of head_dim values) of x rotated by the
+// table row into out at the same indices. Both elements are read before
+// either is written, so out may be x; the RoPE kernel and the key/value
+// append share it so that both round exactly as the core does.
+__device__ __forceinline__ void rope_pair(const float *x, float *out, const float *row,
+                                          uint32_t head_dim, uint32_t mode, uint32_t i) {
+    const uint32_t half = head_dim / 2u;
+    const uint32_t head = i / half, j = i % half;
+    const uint32_t a = mode == 0u ? 2u * j : j;
+    const uint32_t b = mode == 0u ? 2u * j + 1u : j + half;
+    const float c = row[2u * j], s = row[2u * j + 1u];
+    const size_t at = (size_t)head * head_dim;
+    const float xa = x[at + a], xb = x[at + b];
+    out[at + a] = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
+    out[at + b] = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
+}
+
+// One thread per pair.
 extern "C" __global__ void __launch_bounds__(256) fused_rope(const RopeParams p) {
     griddep_enter();
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= p.pairs) return;
-    const uint32_t half = p.head_dim / 2u;
-    const uint32_t head = i / half, j = i % half;
-    const uint32_t a = p.mode == 0u ? 2u * j : j;
-    const uint32_t b = p.mode == 0u ? 2u * j + 1u : j + half;
     const float *row = p.table + (size_t)decode_position(p.pos, p.rows) * p.head_dim;
-    const float c = row[2u * j], s = row[2u * j + 1u];
-    const size_t at = (size_t)head * p.head_dim;
-    const float xa = p.x[at + a], xb = p.x[at + b];
-    p.out[at + a] = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
-    p.out[at + b] = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
+    rope_pair(p.x, p.out, row, p.head_dim, p.mode, i);
 }
 
 // ------------------------------------------------------------ row write
@@ -90,6 +100,53 @@ extern "C" __global__ void __launch_bounds__(256) fused_set_row(const SetRowPara
     }
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < p.total; i += stride)
         p.out[i] = (i >= lo && i < lo + p.n) ? p.row[i - lo] : p.dst[i];
+}
+
+// ------------------------------------------------------------ key/value append
+
+// Parameters of one key/value append (src/params.rs: KvAppendParams):
+// RoPE of k into its cache row, with the RoPE of q and the v row write of
+// the same position where they joined.
+struct KvAppendParams {
+    const float *q;        // [head_dim, n_head], or null: no q part
+    float *q_out;          // q's shape; may be q itself
+    const float *k;        // [head_dim, n_kv]
+    float *k_cache;        // [2 · k_pairs, k_rows]
+    const uint32_t *v;     // v_n values, or null: no v part
+    uint32_t *v_cache;     // [v_n, v_rows]
+    const float *table;    // [head_dim, table_rows]
+    const float *pos;      // one value
+    uint32_t head_dim;
+    uint32_t q_pairs; // 0 without the q part
+    uint32_t k_pairs;
+    uint32_t v_n; // 0 without the v part
+    uint32_t table_rows;
+    uint32_t k_rows;
+    uint32_t v_rows;
+    uint32_t mode; // as RopeParams
+};
+static_assert(sizeof(KvAppendParams) == 96, "KvAppendParams");
+
+// One thread an item over q's pairs, then k's pairs, then v's values. The
+// k pairs are rotated straight into row pos of the key cache, so the
+// RoPE's own result is never stored; each part clamps the position into
+// its own rows (the table's, each cache's), as its unfused kernel does.
+extern "C" __global__ void __launch_bounds__(256) fused_kv_append(const KvAppendParams p) {
+    griddep_enter();
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    const float *row = p.table + (size_t)decode_position(p.pos, p.table_rows) * p.head_dim;
+    if (i < p.q_pairs) {
+        rope_pair(p.q, p.q_out, row, p.head_dim, p.mode, i);
+        return;
+    }
+    i -= p.q_pairs;
+    if (i < p.k_pairs) {
+        float *dst = p.k_cache + (size_t)decode_position(p.pos, p.k_rows) * (2u * p.k_pairs);
+        rope_pair(p.k, dst, row, p.head_dim, p.mode, i);
+        return;
+    }
+    i -= p.k_pairs;
+    if (i < p.v_n) p.v_cache[(size_t)decode_position(p.pos, p.v_rows) * p.v_n + i] = p.v[i];
 }
 
 // ------------------------------------------------------------ attention

@@ -1150,6 +1150,22 @@ impl CudaBackend {
                     )
                 }
             }
+            Launch::KvAppend { grid, params } => {
+                // SAFETY: one KvAppendParams argument, as fused_kv_append
+                // takes; the position it reads is clamped into the table's
+                // rows and each cache's; the addresses are valid per the
+                // caller.
+                unsafe {
+                    self.launch(
+                        &dev.decode,
+                        "fused_kv_append",
+                        *grid,
+                        DECODE_BLOCK,
+                        0,
+                        &[arg(params)],
+                    )
+                }
+            }
             Launch::Attention {
                 name,
                 grid,

@@ -1,6 +1,7 @@
 //! Launch descriptions of the decode ops (`kernels/decode.cu`, the
-//! definitions of `fused_core::decode`): RoPE, the row write, attention as
-//! split and combine kernels, and the argmax.
+//! definitions of `fused_core::decode`): RoPE, the row write, the fused
+//! key/value append, attention as split and combine kernels, and the
+//! argmax.
 //!
 //! Every kernel reads the position from device memory, so the launches
 //! built here hold for every token: only the shapes (the cache's rows
@@ -14,7 +15,7 @@ use crate::error::{CudaError, u32_of};
 use crate::launch::{Launch, ew_len};
 use crate::params::{
     ATTN_MAX_SPLITS, ATTN_MIN_CHUNK, ATTN_WARPS, ArgmaxParams, AttnParams, DECODE_BLOCK,
-    RopeParams, SetRowParams,
+    KvAppendParams, RopeParams, SetRowParams,
 };
 
 /// Values one argmax block scans (8 a thread).
@@ -31,6 +32,68 @@ const ATTN_MAX_HEADS: usize = 8;
 
 fn refused(what: &'static str) -> Error {
     Error::Unsupported(Unsupported::Operation(what))
+}
+
+/// The pairs a RoPE rotates in `n` values of heads of `head_dim`, which
+/// must be whole heads of an even size.
+fn rope_pairs(head_dim: usize, n: usize) -> Result<u32, CudaError> {
+    if head_dim == 0 || !head_dim.is_multiple_of(2) || !n.is_multiple_of(head_dim) {
+        return Err(Error::LengthMismatch {
+            what: "RoPE input (whole heads of an even size)",
+            expected: n.div_ceil(head_dim.max(2)) * head_dim.max(2),
+            actual: n,
+        }
+        .into());
+    }
+    ew_len(n / 2)
+}
+
+/// The rows of a cache of `rows` rows of `n` values, which the row write's
+/// kernel indexes as u32 and which must hold the row it writes.
+fn cache_rows(what: &'static str, n: usize, rows: usize) -> Result<u32, CudaError> {
+    ew_len(n.checked_mul(rows).ok_or(Error::Overflow {
+        what: "row write size",
+    })?)?;
+    if rows == 0 {
+        return Err(Error::LengthMismatch {
+            what,
+            expected: 1,
+            actual: 0,
+        }
+        .into());
+    }
+    u32_of("rows", rows)
+}
+
+/// One part of a key/value append: the `len` values at `src` written
+/// (rotated, for q and k) at `dst`, or into the row of the cache at `dst`
+/// that the position addresses.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KvPart {
+    pub(crate) src: u64,
+    pub(crate) len: usize,
+    pub(crate) dst: u64,
+}
+
+/// A key/value append as device addresses and sizes
+/// ([`Launch::kv_append`]): the RoPE of k into its cache row, with q's
+/// RoPE and the v row write where they joined.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KvAppend {
+    pub(crate) mode: RopeMode,
+    /// Values a head (the table's row length).
+    pub(crate) head_dim: usize,
+    pub(crate) table: u64,
+    pub(crate) table_rows: usize,
+    pub(crate) pos: u64,
+    /// q into its RoPE's destination.
+    pub(crate) q: Option<KvPart>,
+    /// k into the key cache, of `k_rows` rows of `k.len` values.
+    pub(crate) k: KvPart,
+    pub(crate) k_rows: usize,
+    /// The v row into the value cache, of `v_rows` rows of `v.len` values.
+    pub(crate) v: Option<KvPart>,
+    pub(crate) v_rows: usize,
 }
 
 /// How an attention spreads over blocks, fixed when the plan is built from
@@ -90,6 +153,14 @@ impl AttnSplits {
     }
 }
 
+/// The kernels' code of a pair mode (`RopeParams::mode`).
+fn rope_mode(mode: RopeMode) -> u32 {
+    match mode {
+        RopeMode::Adjacent => 0,
+        RopeMode::Halves => 1,
+    }
+}
+
 /// How an argmax over columns of `n` values spreads over blocks: blocks a
 /// column, values a block.
 pub(crate) fn argmax_blocks(n: usize) -> (usize, usize) {
@@ -119,15 +190,7 @@ impl Launch {
         pos: u64,
         out: u64,
     ) -> Result<Option<Launch>, CudaError> {
-        if head_dim == 0 || !head_dim.is_multiple_of(2) || !n.is_multiple_of(head_dim) {
-            return Err(Error::LengthMismatch {
-                what: "RoPE input (whole heads of an even size)",
-                expected: n.div_ceil(head_dim.max(2)) * head_dim.max(2),
-                actual: n,
-            }
-            .into());
-        }
-        let pairs = ew_len(n / 2)?;
+        let pairs = rope_pairs(head_dim, n)?;
         if pairs == 0 {
             return Ok(None);
         }
@@ -139,10 +202,7 @@ impl Launch {
             head_dim: u32_of("RoPE head size", head_dim)?,
             pairs,
             rows: u32_of("RoPE table rows", rows)?,
-            mode: match mode {
-                RopeMode::Adjacent => 0,
-                RopeMode::Halves => 1,
-            },
+            mode: rope_mode(mode),
         };
         let grid = pairs.div_ceil(DECODE_BLOCK);
         Ok(Some(Launch::Rope { grid, params }))
@@ -179,6 +239,63 @@ impl Launch {
         let written = if dst.is_some() { total } else { params.n };
         let grid = written.div_ceil(DECODE_BLOCK);
         Ok(Some(Launch::SetRow { grid, params }))
+    }
+
+    /// The key/value append `a` as one launch (`fused_kv_append`): one
+    /// thread a q pair, a k pair or a v value, q's pairs rotated into
+    /// their destination (which may be q), k's into the key cache's row
+    /// and v copied into the value cache's row at the position the kernel
+    /// reads; `None` when there is nothing to do.
+    pub(crate) fn kv_append(a: &KvAppend) -> Result<Option<Launch>, CudaError> {
+        let k_pairs = rope_pairs(a.head_dim, a.k.len)?;
+        let q_pairs = match &a.q {
+            Some(q) => rope_pairs(a.head_dim, q.len)?,
+            None => 0,
+        };
+        let k_rows = cache_rows("key cache rows (at least one)", a.k.len, a.k_rows)?;
+        let (v_n, v_rows) = match &a.v {
+            Some(v) => (
+                ew_len(v.len)?,
+                cache_rows("value cache rows (at least one)", v.len, a.v_rows)?,
+            ),
+            None => (0, 0),
+        };
+        if a.table_rows == 0 {
+            return Err(Error::LengthMismatch {
+                what: "RoPE table rows (at least one)",
+                expected: 1,
+                actual: 0,
+            }
+            .into());
+        }
+        let items = ew_len(q_pairs as usize + k_pairs as usize + v_n as usize)?;
+        if items == 0 {
+            return Ok(None);
+        }
+        let part = |p: &Option<KvPart>| p.map_or((0, 0), |p| (p.src, p.dst));
+        let ((q, q_out), (v, v_cache)) = (part(&a.q), part(&a.v));
+        let params = KvAppendParams {
+            q,
+            q_out,
+            k: a.k.src,
+            k_cache: a.k.dst,
+            v,
+            v_cache,
+            table: a.table,
+            pos: a.pos,
+            head_dim: u32_of("RoPE head size", a.head_dim)?,
+            q_pairs,
+            k_pairs,
+            v_n,
+            table_rows: u32_of("RoPE table rows", a.table_rows)?,
+            k_rows,
+            v_rows,
+            mode: rope_mode(a.mode),
+        };
+        Ok(Some(Launch::KvAppend {
+            grid: items.div_ceil(DECODE_BLOCK),
+            params,
+        }))
     }
 
     /// The attention of `shape` of the query at `q` over the cache rows
@@ -332,6 +449,7 @@ mod tests {
             "fused_attn_combine",
             "fused_rope",
             "fused_set_row",
+            "fused_kv_append",
             "fused_argmax",
         ] {
             assert!(ptx.contains(&format!(".entry {name}(")), "{name}");
@@ -380,5 +498,48 @@ mod tests {
             panic!()
         };
         assert_eq!(grid, 6000);
+    }
+
+    #[test]
+    fn the_key_value_append_covers_every_part_in_one_launch() {
+        // SmolLM2-135M: 9 query heads and 3 key/value heads of 64.
+        let part = |src, len, dst| KvPart { src, len, dst };
+        let mut a = KvAppend {
+            mode: RopeMode::Halves,
+            head_dim: 64,
+            table: 1,
+            table_rows: 8192,
+            pos: 2,
+            q: Some(part(3, 576, 4)),
+            k: part(5, 192, 6),
+            k_rows: 2048,
+            v: Some(part(7, 192, 8)),
+            v_rows: 2048,
+        };
+        let Ok(Some(Launch::KvAppend { grid, params })) = Launch::kv_append(&a) else {
+            panic!()
+        };
+        assert_eq!(
+            (params.q_pairs, params.k_pairs, params.v_n, params.mode),
+            (288, 96, 192, 1)
+        );
+        assert_eq!((params.q_out, params.k_cache, params.v_cache), (4, 6, 8));
+        assert_eq!(grid, (288 + 96 + 192u32).div_ceil(DECODE_BLOCK));
+        // Without q and v: the k pairs alone, null q and v.
+        a.q = None;
+        a.v = None;
+        let Ok(Some(Launch::KvAppend { grid, params })) = Launch::kv_append(&a) else {
+            panic!()
+        };
+        assert_eq!((grid, params.q, params.v, params.v_n), (1, 0, 0, 0));
+        // Odd heads, partial heads and an empty cache are refused.
+        a.head_dim = 63;
+        assert!(Launch::kv_append(&a).is_err());
+        a.head_dim = 64;
+        a.q = Some(part(3, 100, 4));
+        assert!(Launch::kv_append(&a).is_err());
+        a.q = None;
+        a.k_rows = 0;
+        assert!(Launch::kv_append(&a).is_err());
     }
 }

@@ -15,8 +15,8 @@ use crate::error::{CudaError, u32_of};
 use crate::kernel_choice::{f16_shape, gemv_rows_per_block, gemvq_kernel_name, gemvq_shape};
 use crate::params::{
     ArgmaxParams, AttnParams, EW_BLOCK, EpiParams, FwhtParams, GemvParams, GemvQParams, GroupJobs,
-    L2Ahead, NormParams, NormQuantParams, QUANT_BLOCK, QuantOut, QuantParams, RopeParams,
-    SetRowParams, act_code,
+    KvAppendParams, L2Ahead, NormParams, NormQuantParams, QUANT_BLOCK, QuantOut, QuantParams,
+    RopeParams, SetRowParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
@@ -235,6 +235,9 @@ pub(crate) enum Launch {
     Rope { grid: u32, params: RopeParams },
     /// A row written at the position the kernel reads (`fused_set_row`).
     SetRow { grid: u32, params: SetRowParams },
+    /// The key/value append at the position the kernel reads
+    /// (`fused_kv_append`).
+    KvAppend { grid: u32, params: KvAppendParams },
     /// One of an attention's two kernels: a split kernel `name`
     /// (`fused_attn_split_e*_g*`) or the combine (`fused_attn_combine`).
     Attention {
@@ -601,6 +604,7 @@ impl Launch {
             | Launch::NormQuantize { grid, .. }
             | Launch::Rope { grid, .. }
             | Launch::SetRow { grid, .. }
+            | Launch::KvAppend { grid, .. }
             | Launch::Attention { grid, .. }
             | Launch::ArgMax { grid, .. } => *grid,
             Launch::Ew { n, .. } => n.div_ceil(EW_BLOCK),

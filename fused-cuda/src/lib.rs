@@ -29,7 +29,7 @@
 //!   replayed as a captured CUDA graph, see [`Submission`]; independent
 //!   one-column GEMV steps of one kernel, such as q, k and v, grouped into
 //!   one launch; the core's decode ops, RoPE, the KV-cache row write,
-//!   split attention and argmax, as kernels that read the token position
+//!   the fused key/value append, split attention and argmax, as kernels that read the token position
 //!   from device memory, so that one captured graph serves every token);
 //! - [`CudaBackend::copy_bandwidth_gbs`]: the device-to-device copy rate,
 //!   the ceiling a GEMV's bytes are measured against.
@@ -157,8 +157,8 @@
 //!    `fixed_epi` (the chains compiled into kernels of their own).
 //! 3. Launch descriptions: `launch` (one kernel, grid and parameter block
 //!    as device addresses), `group` (independent GEMVs as one launch),
-//!    `decode` (the decode ops' launches: RoPE, row write, attention,
-//!    argmax).
+//!    `decode` (the decode ops' launches: RoPE, row write, key/value
+//!    append, attention, argmax).
 //! 4. The device and its memory: `device` (context, stream, modules),
 //!    `memory` ([`DeviceVec`], [`DeviceWeights`], [`DeviceActs`]), `job`
 //!    ([`GemvJob`], [`Elementwise`]).

@@ -324,6 +324,37 @@ pub(crate) struct SetRowParams {
     pub(crate) pad: u32,
 }
 
+/// `KvAppendParams` in `kernels/decode.cu`: one key/value append (the
+/// RoPE of k into its cache row, with q's RoPE and the v row write where
+/// they joined).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct KvAppendParams {
+    /// q, or 0 without the q part.
+    pub(crate) q: u64,
+    /// q's RoPE destination (may be `q`).
+    pub(crate) q_out: u64,
+    pub(crate) k: u64,
+    pub(crate) k_cache: u64,
+    /// The v row, or 0 without the v part.
+    pub(crate) v: u64,
+    pub(crate) v_cache: u64,
+    pub(crate) table: u64,
+    pub(crate) pos: u64,
+    pub(crate) head_dim: u32,
+    /// Pairs of q's heads (0 without the q part).
+    pub(crate) q_pairs: u32,
+    /// Pairs of k's heads (half a key cache row).
+    pub(crate) k_pairs: u32,
+    /// Values of the v row (0 without the v part).
+    pub(crate) v_n: u32,
+    pub(crate) table_rows: u32,
+    pub(crate) k_rows: u32,
+    pub(crate) v_rows: u32,
+    /// As [`RopeParams::mode`].
+    pub(crate) mode: u32,
+}
+
 /// `AttnParams` in `kernels/decode.cu`: both kernels of one attention.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -388,6 +419,8 @@ unsafe impl DeviceCopy for RopeParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for SetRowParams {}
 // SAFETY: as above.
+unsafe impl DeviceCopy for KvAppendParams {}
+// SAFETY: as above.
 unsafe impl DeviceCopy for AttnParams {}
 // SAFETY: as above.
 unsafe impl DeviceCopy for ArgmaxParams {}
@@ -421,6 +454,7 @@ const _: () = {
     assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 280);
     assert!(core::mem::size_of::<RopeParams>() == 48);
     assert!(core::mem::size_of::<SetRowParams>() == 48);
+    assert!(core::mem::size_of::<KvAppendParams>() == 96);
     assert!(core::mem::size_of::<AttnParams>() == 80);
     assert!(core::mem::size_of::<ArgmaxParams>() == 48);
 };

@@ -40,13 +40,13 @@
 //!   (`src/group.rs`) where the tuning's group is on when the plan is built
 //!   ([`Knob::Group`](crate::Knob::Group), the default), counted in
 //!   [`DevicePlanStats::grouped`];
-//! - the decode ops (RoPE, the row write, attention, argmax;
-//!   `src/decode.rs`) are launches like the others whose kernels read the
-//!   position from its tensor on the device, so the launches, and a graph
-//!   captured from them, hold for every position; attention is two
-//!   launches, the splits writing into one scratch buffer that every
-//!   attention step shares, sized when the plan is built from the cache's
-//!   rows.
+//! - the decode ops (RoPE, the row write, the fused key/value append,
+//!   attention, argmax; `src/decode.rs`) are launches like the others
+//!   whose kernels read the position from its tensor on the device, so
+//!   the launches, and a graph captured from them, hold for every
+//!   position; attention is two launches, the splits writing into one
+//!   scratch buffer that every attention step shares, sized when the plan
+//!   is built from the cache's rows.
 //!
 //! Device-to-device copies (on the same stream, counted in
 //! [`DevicePlanStats::copies`]; the crate's copy kernel where source,
@@ -104,7 +104,7 @@ use fused_core::{DType, Error};
 
 use crate::backend::CudaBackend;
 use crate::cuda_graph::CapturedGraph;
-use crate::decode::{AttnSplits, argmax_scratch_bytes};
+use crate::decode::{AttnSplits, KvAppend, KvPart, argmax_scratch_bytes};
 use crate::device::driver;
 use crate::error::u32_of;
 use crate::group::group_launches;
@@ -703,6 +703,57 @@ impl Builder<'_, '_> {
         self.normed.record_weighted(xg, Some(gg), key, out);
         Ok(out)
     }
+
+    /// Whether the key/value append's one kernel can take these tensors:
+    /// both caches 4-byte aligned in their buffers, and no tensor it
+    /// writes overlapping another it writes or one it reads, but q's RoPE
+    /// destination being q itself (each thread reads its pair before it
+    /// writes it).
+    fn kv_append_fits(
+        &self,
+        table: &TensorDesc,
+        pos: &TensorDesc,
+        k: &TensorDesc,
+        k_cache: &TensorDesc,
+        q: Option<(&TensorDesc, &TensorDesc)>,
+        v: Option<(&TensorDesc, &TensorDesc)>,
+    ) -> Result<bool, CudaError> {
+        let caches = [Some(k_cache), v.map(|(_, c)| c)];
+        for c in caches.into_iter().flatten() {
+            if !self.region(c)?.offset.is_multiple_of(F32_ALIGN) {
+                return Ok(false);
+            }
+        }
+        // Each tensor tagged with whether it is q's (input or destination).
+        let writes: Vec<(&TensorDesc, bool)> = caches
+            .into_iter()
+            .flatten()
+            .map(|c| (c, false))
+            .chain(q.map(|(_, out)| (out, true)))
+            .collect();
+        let reads: Vec<(&TensorDesc, bool)> = [table, pos, k]
+            .into_iter()
+            .chain(v.map(|(row, _)| row))
+            .map(|t| (t, false))
+            .chain(q.map(|(x, _)| (x, true)))
+            .collect();
+        for (i, (w, w_is_q)) in writes.iter().enumerate() {
+            if writes[..i]
+                .iter()
+                .any(|(o, _)| o.overlap(w) != Overlap::Disjoint)
+            {
+                return Ok(false);
+            }
+            for (r, r_is_q) in &reads {
+                let o = r.overlap(w);
+                let q_in_place = *w_is_q && *r_is_q && o == Overlap::Exact;
+                if o != Overlap::Disjoint && !q_in_place {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
 }
 
 impl CommandSink for Builder<'_, '_> {
@@ -927,6 +978,110 @@ impl CommandSink for Builder<'_, '_> {
         };
         let (ya, back) = self.write(out)?;
         let l = Launch::set_row(n, rows, da, ra, pa, ya)?;
+        self.launch(l, back);
+        Ok(())
+    }
+
+    /// The key/value append as one launch (`fused_kv_append`,
+    /// `src/decode.rs`): the RoPE of `k` into row `pos` of `k_cache`, with
+    /// the RoPE of q into its destination (which may be q itself) and `v`
+    /// into row `pos` of its cache where they joined. `k_rope`'s tensor is
+    /// not written. Each cache is recorded as written whole, as the row
+    /// write's launch records it, since the row is only known at run time.
+    /// Where a cache is not 4-byte aligned (the row write then goes through
+    /// scratch) or the parts' tensors overlap otherwise than q's RoPE in
+    /// place (the planner's step never does), the parts run one by one.
+    fn kv_append(
+        &mut self,
+        mode: RopeMode,
+        table: &TensorDesc,
+        pos: &TensorDesc,
+        k: &TensorDesc,
+        k_rope: &TensorDesc,
+        k_cache: &TensorDesc,
+        q: Option<(&TensorDesc, &TensorDesc)>,
+        v: Option<(&TensorDesc, &TensorDesc)>,
+    ) -> Result<(), CudaError> {
+        let [head_dim, table_rows, _, _] = table.ne();
+        check_len("RoPE table", head_dim * table_rows, table.n_elements())?;
+        check_len("position (one F32 value)", 1, pos.n_elements())?;
+        check_len("RoPE output", k.n_elements(), k_rope.n_elements())?;
+        let n_k = k_cache.ne()[0];
+        check_len("written row", n_k, k.n_elements())?;
+        if let Some((x, out)) = q {
+            check_len("RoPE output", x.n_elements(), out.n_elements())?;
+        }
+        if let Some((row, cache)) = v {
+            check_len("written row", cache.ne()[0], row.n_elements())?;
+        }
+        if !self.kv_append_fits(table, pos, k, k_cache, q, v)? {
+            if let Some((x, out)) = q {
+                self.rope(mode, x, table, pos, out)?;
+            }
+            self.rope(mode, k, table, pos, k_rope)?;
+            self.set_row(k_cache, k_rope, pos, k_cache)?;
+            if let Some((row, cache)) = v {
+                self.set_row(cache, row, pos, cache)?;
+            }
+            return Ok(());
+        }
+        let rope_in = "device plan RoPE input (must be F32)";
+        let row_in = "device plan row write (must be F32)";
+        let q_src = match q {
+            Some((x, out)) => Some((self.read(x, out, true, F32_ALIGN, rope_in)?, x.n_elements())),
+            None => None,
+        };
+        let ta = self.read(
+            table,
+            k_cache,
+            false,
+            F32_ALIGN,
+            "device plan RoPE table (must be F32)",
+        )?;
+        let pa = self.read(pos, k_cache, false, F32_ALIGN, POSITION)?;
+        let ka = self.read(k, k_cache, false, F32_ALIGN, rope_in)?;
+        let v_src = match v {
+            Some((row, cache)) => Some((self.read(row, cache, false, F32_ALIGN, row_in)?, cache)),
+            None => None,
+        };
+        // Both caches are aligned (kv_append_fits): written in place.
+        let (kc, _) = self.write(k_cache)?;
+        let v_part = match v_src {
+            Some((src, cache)) => {
+                let (dst, _) = self.write(cache)?;
+                Some(KvPart {
+                    src,
+                    len: cache.ne()[0],
+                    dst,
+                })
+            }
+            None => None,
+        };
+        // q's destination last: the one output that may go through scratch.
+        let (q_part, back) = match (q_src, q) {
+            (Some((src, len)), Some((_, out))) => {
+                let (dst, back) = self.write(out)?;
+                (Some(KvPart { src, len, dst }), back)
+            }
+            _ => (None, None),
+        };
+        let rows = |t: &TensorDesc| t.n_elements() / t.ne()[0].max(1);
+        let l = Launch::kv_append(&KvAppend {
+            mode,
+            head_dim,
+            table: ta,
+            table_rows,
+            pos: pa,
+            q: q_part,
+            k: KvPart {
+                src: ka,
+                len: n_k,
+                dst: kc,
+            },
+            k_rows: rows(k_cache),
+            v: v_part,
+            v_rows: v.map_or(0, |(_, cache)| rows(cache)),
+        })?;
         self.launch(l, back);
         Ok(())
     }
