@@ -1,12 +1,16 @@
 //! # fused-llama: a Llama-architecture model through the crates
 //!
 //! A worked runtime written only against public APIs: the GGUF file is
-//! read by `fused-gguf`, every matrix product runs in a resident plan that
+//! read by `fused-gguf`; a whole decode token — RMSNorms as GEMV
+//! prologues, the matrix products, RoPE, the key/value append, attention,
+//! the head and the greedy argmax — runs as one resident plan that
 //! `fused-core`'s planner fused and a backend compiled (`fused-cpu` by
-//! default), and what no plan runs yet (RMSNorm, RoPE, attention over a
-//! host key/value cache, sampling) is host code here. The model is generic
-//! over [`fused_core::backend::Backend`]: switching backend is one
-//! constructor.
+//! default), with the key/value caches on the backend
+//! ([`token::TokenPlan`]); the embedding lookup and sampling are host code
+//! here. Where a backend cannot run the whole token on its device, plans
+//! per layer run around host RoPE and attention ([`DecodePath::Layered`]).
+//! The model is generic over [`fused_core::backend::Backend`]: switching
+//! backend is one constructor.
 //!
 //! ```no_run
 //! use fused_llama::{LoadOptions, Model, ModelFile, Sampler, generate};
