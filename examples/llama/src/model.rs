@@ -449,6 +449,15 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         self.weight_bytes
     }
 
+    /// Why the whole token does not run as one plan, where it was asked
+    /// for and the backend could not ([`DecodePath::WholeToken`]).
+    pub fn whole_token_refusal(&self) -> Option<&str> {
+        self.fallbacks
+            .iter()
+            .find(|(k, _)| *k == KIND_TOKEN)
+            .map(|(_, why)| why.as_str())
+    }
+
     /// Whether a token runs as one plan ([`DecodePath::WholeToken`]).
     pub fn whole_token(&self) -> bool {
         matches!(self.decode, Decode::Token(_))

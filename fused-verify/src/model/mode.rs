@@ -395,15 +395,11 @@ fn run_backend<B: CoreBackend>(
         let t1 = Instant::now();
         let paths = loaded.and_then(|mut model| {
             if print {
-                match model
-                    .norm_fallbacks()
-                    .iter()
-                    .find(|(k, _)| *k == "whole token")
-                {
+                match model.whole_token_refusal() {
                     None if model.whole_token() => {
                         println!("on   {name} {m}: the whole token as one plan")
                     }
-                    Some((_, why)) => println!("on   {name} {m}: the layered path ({why})"),
+                    Some(why) => println!("on   {name} {m}: the layered path ({why})"),
                     None => println!("on   {name} {m}: the layered path"),
                 }
             }
