@@ -1,27 +1,45 @@
 #version 450
 // One query token's attention over cache rows 0..=pos
 // (fused_core::decode::attention), grouped-query heads: query head h reads
-// key/value head h / group. The context is cut into splits of CHUNK rows;
-// workgroup (h, s) attends head h over split s:
-//   scores  s_t = dot(q_h, k_t) * scale, one invocation per row (the dot
-//           in increasing index from 0, as the core adds it), kept in
-//           shared memory;
-//   m = max s_t, e_t = exp(s_t - m), l = sum e_t (shared-memory trees);
-//   o_i = sum e_t v_t[i], WG / d groups of d invocations each taking every
-//           (WG / d)-th row, their sums added in group order.
+// key/value head h / group. A workgroup serves HEADS consecutive query
+// heads of one key/value head (the host picks HEADS: a divisor of the group,
+// at most GMAX, HEADS * d <= QMAX), so each key and value row is read once
+// for all of them rather than once per query head. The context is cut into
+// splits of CHUNK rows; workgroup (c, s) attends heads c*HEADS.. over split s:
+//   scores  s_rt = dot(q_r, k_t) * scale in the core's order (eight
+//           interleaved partials, then the fixed tree 4, 2, 1), kept in
+//           shared memory; with SHUFFLE eight invocations share a row, lane
+//           j taking the indices j mod 8 (the row read contiguously) and the
+//           tree done by subgroup shuffles, otherwise one invocation a row;
+//   m_r = max_t s_rt, e_rt = exp(s_rt - m_r), l_r = sum_t e_rt, 32
+//           invocations a head (shared-memory trees);
+//   o_ri = sum_t e_rt v_t[i], WG / d groups of d invocations each taking
+//           every (WG / d)-th row for every head, their sums added in group
+//           order.
 // With `direct` (one split covers every row) it writes out_h = o / l;
-// otherwise (m, l, o) of the split to part[(h splits + s)(d + 2) ..], and
-// attention.comp -DCOMBINE joins the splits:
+// otherwise (m, l, o) of the split to part[(h splits + s)(d + 2) ..] for
+// each query head h, and attention.comp -DCOMBINE joins the splits per
+// query head:
 //   out_h[i] = sum_s o_s[i] w_s / sum_s l_s w_s,  w_s = exp(m_s - max m).
 // Splits past the position write nothing and are not read. A workgroup
-// reads q_h into shared memory before anything is written, and writes
-// only out_h, so out may be q (in place). Head sizes up to WG.
+// reads its q heads into shared memory before anything is written, and
+// writes only their outputs, so out may be q (in place). Head sizes up to
+// WG. Shared memory: (QMAX + GMAX * CHUNK + WG + 2 GMAX) floats, 13 KiB,
+// within Vulkan's guaranteed 16 KiB.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#ifdef SHUFFLE
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 #include "common.glsl"
 #include "position.glsl"
 
 #define WG 256u
-#define CHUNK 512u
+#define CHUNK 256u
+#define GMAX 8u
+#define QMAX 1024u
+#define PARTIALS 8u
 
 layout(local_size_x = 256) in;
 
@@ -81,6 +99,7 @@ layout(push_constant) uniform PC {
     float scale;
     uint splits;
     uint direct;
+    uint heads;
     uint q_at;
     uint k_at;
     uint v_at;
@@ -88,16 +107,19 @@ layout(push_constant) uniform PC {
     uint out_at;
 } pc;
 
-shared float sq[WG];
-shared float ss[CHUNK];
+shared float sq[QMAX];
+shared float ss[GMAX * CHUNK];
 shared float red[WG];
+shared float sm[GMAX];
+shared float sl[GMAX];
 
 void main() {
     uint wg = flat_group();
-    if (wg >= pc.n_head * pc.splits) {
+    uint heads = pc.heads;
+    if (wg >= (pc.n_head / heads) * pc.splits) {
         return; // the whole workgroup: no barrier is skipped by part of it
     }
-    uint h = wg / pc.splits;
+    uint h0 = (wg / pc.splits) * heads;
     uint split = wg % pc.splits;
     uint len = decode_position(pos[pc.pos_at], pc.rows) + 1u;
     uint t0 = split * CHUNK;
@@ -107,78 +129,168 @@ void main() {
     uint n = min(CHUNK, len - t0);
     uint tid = gl_LocalInvocationIndex;
     uint d = pc.d;
-    uint g = h / pc.group;
-    for (uint i = tid; i < d; i += WG) {
-        sq[i] = q[pc.q_at + h * d + i];
+    uint g = h0 / pc.group;
+    for (uint i = tid; i < heads * d; i += WG) {
+        sq[i] = q[pc.q_at + h0 * d + i];
     }
     barrier();
 
-    float m = uintBitsToFloat(0xFF800000u); // -inf
     uint kbase = pc.k_at + g * d + t0 * pc.kv_dim;
+#ifdef SHUFFLE
+    // Slots in subgroup order, so the eight lanes of a row share a subgroup.
+    uint slot = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+    uint lane = slot % PARTIALS;
+    for (uint j = slot / PARTIALS; j < n; j += WG / PARTIALS) {
+        uint at = kbase + j * pc.kv_dim;
+        precise float p[GMAX];
+        [[unroll]] for (uint r = 0u; r < GMAX; r++) {
+            p[r] = 0.0;
+        }
+        for (uint i = lane; i < d; i += PARTIALS) {
+            float kv = k[at + i];
+            [[unroll]] for (uint r = 0u; r < GMAX; r++) {
+                if (r < heads) {
+                    precise float prod = sq[r * d + i] * kv;
+                    p[r] = p[r] + prod;
+                }
+            }
+        }
+        [[unroll]] for (uint r = 0u; r < GMAX; r++) {
+            if (r < heads) {
+                // Lane 0 ends with ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)).
+                [[unroll]] for (uint w = PARTIALS / 2u; w > 0u; w >>= 1u) {
+                    precise float sum = p[r] + subgroupShuffleXor(p[r], w);
+                    p[r] = sum;
+                }
+                if (lane == 0u) {
+                    precise float s = p[r] * pc.scale;
+                    ss[r * CHUNK + j] = s;
+                }
+            }
+        }
+    }
+#else
     for (uint j = tid; j < n; j += WG) {
         uint at = kbase + j * pc.kv_dim;
-        precise float dot = 0.0;
-        for (uint i = 0u; i < d; i++) {
-            dot = dot + sq[i] * k[at + i];
+        precise float p[GMAX][PARTIALS];
+        [[unroll]] for (uint r = 0u; r < GMAX; r++) {
+            [[unroll]] for (uint c = 0u; c < PARTIALS; c++) {
+                p[r][c] = 0.0;
+            }
         }
-        precise float s = dot * pc.scale;
-        ss[j] = s;
-        m = max(m, s);
+        for (uint i0 = 0u; i0 < d; i0 += PARTIALS) {
+            [[unroll]] for (uint c = 0u; c < PARTIALS; c++) {
+                if (i0 + c < d) {
+                    float kv = k[at + i0 + c];
+                    [[unroll]] for (uint r = 0u; r < GMAX; r++) {
+                        if (r < heads) {
+                            precise float prod = sq[r * d + i0 + c] * kv;
+                            p[r][c] = p[r][c] + prod;
+                        }
+                    }
+                }
+            }
+        }
+        [[unroll]] for (uint r = 0u; r < GMAX; r++) {
+            if (r < heads) {
+                [[unroll]] for (uint w = PARTIALS / 2u; w > 0u; w >>= 1u) {
+                    [[unroll]] for (uint c = 0u; c < w; c++) {
+                        precise float sum = p[r][c] + p[r][c + w];
+                        p[r][c] = sum;
+                    }
+                }
+                precise float s = p[r][0] * pc.scale;
+                ss[r * CHUNK + j] = s;
+            }
+        }
+    }
+#endif
+    barrier();
+
+    // 32 invocations a head for the max and the sum of exp.
+    uint r = tid / 32u;
+    uint sub = tid % 32u;
+    float m = uintBitsToFloat(0xFF800000u); // -inf
+    if (r < heads) {
+        for (uint j = sub; j < n; j += 32u) {
+            m = max(m, ss[r * CHUNK + j]);
+        }
     }
     red[tid] = m;
     barrier();
-    for (uint stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (tid < stride) {
+    for (uint stride = 16u; stride > 0u; stride >>= 1u) {
+        if (sub < stride) {
             red[tid] = max(red[tid], red[tid + stride]);
         }
         barrier();
     }
-    m = red[0];
+    if (sub == 0u && r < heads) {
+        sm[r] = red[tid];
+    }
     barrier();
 
     float l = 0.0;
-    for (uint j = tid; j < n; j += WG) {
-        float e = exp(ss[j] - m);
-        ss[j] = e;
-        l += e;
+    if (r < heads) {
+        m = sm[r];
+        for (uint j = sub; j < n; j += 32u) {
+            float e = exp(ss[r * CHUNK + j] - m);
+            ss[r * CHUNK + j] = e;
+            l += e;
+        }
     }
     red[tid] = l;
     barrier();
-    for (uint stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (tid < stride) {
+    for (uint stride = 16u; stride > 0u; stride >>= 1u) {
+        if (sub < stride) {
             red[tid] += red[tid + stride];
         }
         barrier();
     }
-    l = red[0];
+    if (sub == 0u && r < heads) {
+        sl[r] = red[tid];
+    }
     barrier();
 
     uint groups = WG / d;
     uint gp = tid / d;
     uint i = tid % d;
-    float acc = 0.0;
+    float acc[GMAX];
+    [[unroll]] for (uint c = 0u; c < GMAX; c++) {
+        acc[c] = 0.0;
+    }
     if (gp < groups) {
         uint vbase = pc.v_at + g * d + t0 * pc.kv_dim + i;
         for (uint j = gp; j < n; j += groups) {
-            acc += ss[j] * v[vbase + j * pc.kv_dim];
+            float x = v[vbase + j * pc.kv_dim];
+            [[unroll]] for (uint c = 0u; c < GMAX; c++) {
+                if (c < heads) {
+                    acc[c] += ss[c * CHUNK + j] * x;
+                }
+            }
         }
     }
-    red[tid] = acc;
-    barrier();
-    if (tid < d) {
-        float total = 0.0;
-        for (uint p = 0u; p < groups; p++) {
-            total += red[p * d + tid];
-        }
-        if (pc.direct != 0u) {
-            o[pc.out_at + h * d + tid] = total / l;
-        } else {
-            uint at = wg * (d + 2u);
-            o[at + 2u + tid] = total;
-            if (tid == 0u) {
-                o[at] = m;
-                o[at + 1u] = l;
+    [[unroll]] for (uint c = 0u; c < GMAX; c++) {
+        if (c < heads) {
+            red[tid] = acc[c];
+            barrier();
+            if (tid < d) {
+                float total = 0.0;
+                for (uint p = 0u; p < groups; p++) {
+                    total += red[p * d + tid];
+                }
+                uint h = h0 + c;
+                if (pc.direct != 0u) {
+                    o[pc.out_at + h * d + tid] = total / sl[c];
+                } else {
+                    uint at = (h * pc.splits + split) * (d + 2u);
+                    o[at + 2u + tid] = total;
+                    if (tid == 0u) {
+                        o[at] = sm[c];
+                        o[at + 1u] = sl[c];
+                    }
+                }
             }
+            barrier();
         }
     }
 }

@@ -27,11 +27,13 @@ compile fwht_shared fwht.comp
 compile fwht_shuffle fwht.comp -DSHUFFLE
 compile rms_norm rms_norm.comp
 # The decode ops: RoPE, the row write, the fused key/value append, attention
-# (a split pass and the pass joining the splits) and argmax.
+# (a split pass, with eight lanes a row sharing subgroup shuffles or one
+# invocation a row, and the pass joining the splits) and argmax.
 compile rope rope.comp
 compile set_row set_row.comp
 compile kv_append kv_append.comp
 compile attention attention.comp
+compile attention_shuffle attention.comp -DSHUFFLE
 compile attention_combine attention.comp -DCOMBINE
 compile argmax argmax.comp
 # gemv{,_glu}{,_sg}_TYPE: F32, F16 and BF16 from gemv.comp, the quantized formats

@@ -9,9 +9,10 @@
 //!
 //! Launch shapes: RoPE one invocation per pair; the row write one per
 //! value written; the fused key/value append one per q pair, k pair and v
-//! value, in that order; attention one workgroup of 256 invocations per query
-//! head and split of [`ATTENTION_CHUNK`] context rows, and where the
-//! context has several splits a second pass joining them (flash-decoding);
+//! value, in that order; attention one workgroup of 256 invocations per
+//! key/value head (the [`attention_heads`] query heads sharing it) and split
+//! of [`ATTENTION_CHUNK`] context rows, and where the context has several
+//! splits a second pass joining them per query head (flash-decoding);
 //! argmax one workgroup per column, or per split of [`ARGMAX_CHUNK`]
 //! values and a second pass joining the splits.
 
@@ -19,7 +20,7 @@ use fused_core::Error;
 use fused_core::decode::{AttentionShape, RopeMode};
 
 use crate::backend::VulkanBackend;
-use crate::context::{Buffer, Dispatch};
+use crate::context::{Buffer, DeviceInfo, Dispatch};
 use crate::error::VulkanError;
 use crate::pipeline::{KernelKey, SPEC_CONSTANTS, Shader, u32_of};
 
@@ -30,8 +31,13 @@ const SET_ROW_WG: u64 = 256;
 /// Invocations per workgroup of `kv_append.comp`.
 const KV_APPEND_WG: u64 = 64;
 /// Context rows one attention workgroup attends (`CHUNK` of
-/// `attention.comp`, which keeps their scores in shared memory).
-pub(crate) const ATTENTION_CHUNK: usize = 512;
+/// `attention.comp`, which keeps their scores for up to
+/// [`ATTENTION_MAX_HEADS`] query heads in shared memory).
+pub(crate) const ATTENTION_CHUNK: usize = 256;
+/// Query heads one attention workgroup serves at most (`GMAX`).
+const ATTENTION_MAX_HEADS: usize = 8;
+/// Query values one attention workgroup keeps in shared memory (`QMAX`).
+const ATTENTION_MAX_QUERY: usize = 1024;
 /// The largest head `attention.comp` takes (its workgroup size: one
 /// invocation per value of the output).
 pub(crate) const ATTENTION_MAX_HEAD: usize = 256;
@@ -43,6 +49,26 @@ pub(crate) const ARGMAX_CHUNK: usize = 4096;
 /// The splits attention cuts a cache of `rows` rows into.
 pub(crate) fn attention_splits(rows: usize) -> usize {
     rows.div_ceil(ATTENTION_CHUNK).max(1)
+}
+
+/// The query heads one attention workgroup serves: the largest divisor
+/// of the group (query heads per key/value head) that `attention.comp`'s
+/// shared memory holds, so each key and value row is read once for all of
+/// them (the whole group wherever it fits: Llama-3-8B's 4, SmolLM2's 3).
+pub(crate) fn attention_heads(group: usize, head_dim: usize) -> usize {
+    (1..=group.min(ATTENTION_MAX_HEADS))
+        .rev()
+        .find(|&g| group.is_multiple_of(g) && g * head_dim <= ATTENTION_MAX_QUERY)
+        .unwrap_or(1)
+}
+
+/// Whether attention's scores take eight lanes a row joined by subgroup
+/// shuffles (the row read contiguously): where compute shaders have
+/// shuffles and subgroups of at least eight invocations dividing the
+/// workgroup.
+pub(crate) fn attention_shuffle(info: &DeviceInfo) -> bool {
+    let sg = info.subgroup_size;
+    info.has_shuffle() && sg.is_power_of_two() && (8..=256).contains(&sg)
 }
 
 /// The splits argmax cuts a column of `n` values into.
@@ -228,18 +254,23 @@ impl VulkanBackend {
         at: [u32; 5],
         buffers: Vec<&'b Buffer<'b>>,
     ) -> Result<Dispatch<'b>, VulkanError> {
-        let groups = shape.n_head.checked_mul(splits).ok_or(Error::Overflow {
-            what: "attention workgroups",
-        })?;
+        let group = shape.n_head / shape.n_kv;
+        let heads = attention_heads(group, shape.head_dim);
+        let groups = (shape.n_head / heads)
+            .checked_mul(splits)
+            .ok_or(Error::Overflow {
+                what: "attention workgroups",
+            })?;
         let words = [
             u32_of("attention head size", shape.head_dim)?,
             u32_of("attention heads", shape.n_head)?,
-            u32_of("attention group", shape.n_head / shape.n_kv)?,
+            u32_of("attention group", group)?,
             u32_of("attention cache rows", rows)?,
             u32_of("attention cache row", shape.kv_dim())?,
             shape.scale.to_bits(),
             u32_of("attention splits", splits)?,
             u32::from(splits == 1),
+            u32_of("attention heads a workgroup", heads)?,
             at[0],
             at[1],
             at[2],
@@ -247,7 +278,11 @@ impl VulkanBackend {
             at[4],
         ];
         Ok(Dispatch {
-            kernel: self.decode_kernel(Shader::Attention)?,
+            kernel: self.decode_kernel(if attention_shuffle(self.context().info()) {
+                Shader::AttentionShuffle
+            } else {
+                Shader::Attention
+            })?,
             buffers,
             push: push(&words),
             groups: self.grid(groups as u64)?,
@@ -324,8 +359,25 @@ mod tests {
         assert_eq!(attention_splits(1), 1);
         assert_eq!(attention_splits(ATTENTION_CHUNK), 1);
         assert_eq!(attention_splits(ATTENTION_CHUNK + 1), 2);
-        assert_eq!(attention_splits(3000), 6);
+        assert_eq!(attention_splits(3000), 12);
         assert_eq!(argmax_splits(37), 1);
         assert_eq!(argmax_splits(128_256), 32);
+    }
+
+    #[test]
+    fn attention_workgroups_take_whole_groups_where_shared_memory_holds_them() {
+        assert_eq!(attention_heads(1, 256), 1);
+        assert_eq!(attention_heads(4, 128), 4); // Llama-3-8B
+        assert_eq!(attention_heads(3, 64), 3); // SmolLM2
+        assert_eq!(attention_heads(8, 128), 8);
+        assert_eq!(attention_heads(8, 256), 4);
+        assert_eq!(attention_heads(6, 256), 3);
+        assert_eq!(attention_heads(12, 64), 6);
+        assert_eq!(attention_heads(7, 256), 1);
+        for (group, d) in [(1, 1), (5, 200), (16, 64), (9, 100), (32, 256)] {
+            let h = attention_heads(group, d);
+            assert!(group.is_multiple_of(h) && h <= ATTENTION_MAX_HEADS);
+            assert!(h * d <= ATTENTION_MAX_QUERY);
+        }
     }
 }

@@ -31,9 +31,13 @@ pub(crate) enum Shader {
     /// The fused key/value append: RoPE of q and k, k's written into its
     /// cache row, v copied into its own (`kv_append.comp`).
     KvAppend,
-    /// Attention of one query token, a workgroup per query head and
-    /// context split (`attention.comp`).
+    /// Attention of one query token, a workgroup per key/value head (or
+    /// part of its query heads) and context split, one invocation a row
+    /// for the scores (`attention.comp`).
     Attention,
+    /// Attention with eight lanes a row for the scores, their partial sums
+    /// joined by subgroup shuffles (`attention.comp -DSHUFFLE`).
+    AttentionShuffle,
     /// The pass joining attention's splits (`attention.comp -DCOMBINE`).
     AttentionCombine,
     /// Argmax per column, whole or in splits and their join (`argmax.comp`).
@@ -178,6 +182,7 @@ impl Shader {
             Shader::SetRow => spv!("set_row"),
             Shader::KvAppend => spv!("kv_append"),
             Shader::Attention => spv!("attention"),
+            Shader::AttentionShuffle => spv!("attention_shuffle"),
             Shader::AttentionCombine => spv!("attention_combine"),
             Shader::ArgMax => spv!("argmax"),
             Shader::FwhtShared => spv!("fwht_shared"),
@@ -292,7 +297,7 @@ impl Shader {
             Shader::AttentionCombine => 3,
             Shader::Rope | Shader::SetRow => 4,
             Shader::KvAppend => 8,
-            Shader::Attention => 5,
+            Shader::Attention | Shader::AttentionShuffle => 5,
             Shader::Eltwise | Shader::RmsNorm | Shader::FwhtShared | Shader::FwhtShuffle => 3,
             Shader::Gemv { glu: false, .. } => 4,
             Shader::Gemv { glu: true, .. } => 5,
@@ -312,7 +317,7 @@ impl Shader {
             Shader::Rope => 32,
             Shader::KvAppend => 64,
             Shader::SetRow | Shader::ArgMax => 28,
-            Shader::Attention => 52,
+            Shader::Attention | Shader::AttentionShuffle => 56,
             Shader::AttentionCombine => 24,
             Shader::FwhtShared | Shader::FwhtShuffle => 12,
             Shader::Gemv { .. } | Shader::GemvQ8 { .. } => 80,

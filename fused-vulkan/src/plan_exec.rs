@@ -1131,9 +1131,10 @@ impl<'a> CommandSink for Builder<'a, '_> {
         Ok(())
     }
 
-    /// Attention over cache rows `0..=pos`: one workgroup per query head
-    /// and split of the cache, and a pass joining the splits where the
-    /// cache has more than one; `out` may be `q`.
+    /// Attention over cache rows `0..=pos`: one workgroup per key/value
+    /// head (its query heads together) and split of the cache, and a pass
+    /// joining the splits per query head where the cache has more than
+    /// one; `out` may be `q`.
     fn attention(
         &mut self,
         shape: &AttentionShape,

@@ -255,7 +255,7 @@ fn decode_ops_run_on_the_device_over_a_short_context() {
     assert_no_validation_messages(&b);
 }
 
-/// A context of 3000 rows (six attention splits and the pass joining
+/// A context of 3000 rows (twelve attention splits and the pass joining
 /// them; positions on both sides of a split boundary, at the end and past
 /// it) and a Llama-3 vocabulary of 128256 values (argmax in 32 splits and
 /// a joining pass), grouped-query heads.
@@ -272,7 +272,49 @@ fn decode_ops_run_on_the_device_over_a_long_context() {
         vocab: 128_256,
     };
     // Attention and argmax in two passes each.
-    check_step(&b, s, 9, &[0.0, 511.0, 512.0, 1500.0, 2999.0, 5000.0]);
+    check_step(&b, s, 9, &[0.0, 255.0, 256.0, 1500.0, 2999.0, 5000.0]);
+    assert_no_validation_messages(&b);
+}
+
+/// Grouped-query heads served together, one attention workgroup per
+/// key/value head and split: Llama-3-8B's group of 4 with heads of 128
+/// values over 1500 rows (six splits), and positions at 0, on both sides
+/// of a split boundary, at the last row and past it.
+#[test]
+fn attention_serves_a_group_of_four_query_heads_together() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let s = Shape {
+        head_dim: 128,
+        n_head: 8,
+        n_kv: 2,
+        rows: 1500,
+        vocab: 37,
+    };
+    // Attention in two passes, argmax in one.
+    let positions = [0.0, 255.0, 256.0, 700.0, 1499.0, 1e9];
+    check_step(&b, s, 8, &positions);
+    assert_no_validation_messages(&b);
+}
+
+/// A group that is not a power of two (SmolLM2's 9 query heads over 3
+/// key/value heads), and groups of 1 and 8, over several splits.
+#[test]
+fn attention_serves_groups_of_three_one_and_eight() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    for (head_dim, n_head, n_kv) in [(64, 9, 3), (64, 3, 3), (128, 8, 1)] {
+        let s = Shape {
+            head_dim,
+            n_head,
+            n_kv,
+            rows: 700,
+            vocab: 37,
+        };
+        check_step(&b, s, 8, &[0.0, 255.0, 256.0, 511.0, 699.0, 1e9]);
+    }
     assert_no_validation_messages(&b);
 }
 
