@@ -278,11 +278,13 @@ impl VulkanBackend {
             at[4],
         ];
         Ok(Dispatch {
-            kernel: self.decode_kernel(if attention_shuffle(self.context().info()) {
-                Shader::AttentionShuffle
-            } else {
-                Shader::Attention
-            })?,
+            kernel: self.decode_kernel(
+                if self.tuning().attention_shuffle && attention_shuffle(self.context().info()) {
+                    Shader::AttentionShuffle
+                } else {
+                    Shader::Attention
+                },
+            )?,
             buffers,
             push: push(&words),
             groups: self.grid(groups as u64)?,

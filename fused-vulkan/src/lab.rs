@@ -25,6 +25,16 @@ impl Tuning {
         }
     }
 
+    /// Attention's scores with eight lanes a row joined by subgroup
+    /// shuffles where the device has them (`true`, the default), or one
+    /// invocation a row (`false`; the same order of additions).
+    pub fn with_attention_shuffle(self, on: bool) -> Tuning {
+        Tuning {
+            attention_shuffle: on,
+            ..self
+        }
+    }
+
     /// The FWHT variant (`None`: shuffles where the device has them).
     pub fn with_fwht_variant(self, variant: Option<FwhtVariant>) -> Tuning {
         Tuning {

@@ -88,6 +88,7 @@ pub(crate) const TABLE: Tuning = Tuning {
     fwht_values_per_thread: 8,
     fwht_min_workgroup: 128,
     fwht_slabs: 1,
+    attention_shuffle: true,
     // Several threads a block, their maxima joined through shared memory:
     // faster than one thread a block on the H200.
     quantize_q8_0: QuantizeShape {
@@ -132,6 +133,9 @@ pub struct Tuning {
     pub(crate) fwht_values_per_thread: u32,
     pub(crate) fwht_min_workgroup: u32,
     pub(crate) fwht_slabs: u32,
+    /// Attention's scores with eight lanes a row joined by subgroup
+    /// shuffles where the device has them; `false`: one invocation a row.
+    pub(crate) attention_shuffle: bool,
     pub(crate) quantize_q8_0: QuantizeShape,
     pub(crate) quantize_q8_1: QuantizeShape,
     pub(crate) quantize_q8_k: QuantizeShape,

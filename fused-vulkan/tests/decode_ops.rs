@@ -318,6 +318,29 @@ fn attention_serves_groups_of_three_one_and_eight() {
     assert_no_validation_messages(&b);
 }
 
+/// The scores with one invocation a row (the variant of devices without
+/// subgroup shuffles) over the same groups.
+#[cfg(feature = "lab")]
+#[test]
+fn attention_without_shuffles_serves_the_same_groups() {
+    let Some(mut b) = backend_or_skip() else {
+        return;
+    };
+    b.set_tuning(b.tuning().with_attention_shuffle(false))
+        .unwrap();
+    for (head_dim, n_head, n_kv) in [(128, 8, 2), (64, 9, 3), (96, 4, 4), (128, 8, 1)] {
+        let s = Shape {
+            head_dim,
+            n_head,
+            n_kv,
+            rows: 700,
+            vocab: 37,
+        };
+        check_step(&b, s, 8, &[0.0, 255.0, 256.0, 699.0, 1e9]);
+    }
+    assert_no_validation_messages(&b);
+}
+
 /// Device-local buffers reached through staging copies (as on a discrete
 /// GPU): the position and the inputs written before each run by staged
 /// partial writes, the results read back the same way.
