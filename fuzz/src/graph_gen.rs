@@ -10,6 +10,7 @@
 
 use arbitrary::{Result, Unstructured};
 use fused_core::DType;
+use fused_core::decode::RopeMode;
 use fused_core::element::Activation;
 use fused_core::graph::{Graph, NodeId, Op, Place};
 use fused_core::memory::Memory;
@@ -36,9 +37,14 @@ pub fn build(u: &mut Unstructured<'_>) -> Result<Option<GraphCase>> {
     let mut b = Builder {
         g: Graph::new(),
         n_buf,
+        positions: Vec::new(),
     };
     if u.ratio(3, 4)? {
-        b.candidate(u)?;
+        if u.ratio(1, 4)? {
+            b.decode_candidate(u)?;
+        } else {
+            b.candidate(u)?;
+        }
     }
     let steps = u.int_in_range(0..=10)?;
     for _ in 0..steps {
@@ -49,9 +55,17 @@ pub fn build(u: &mut Unstructured<'_>) -> Result<Option<GraphCase>> {
     }
     let last = NodeId(b.g.len() as u32 - 1);
     let _ = b.g.mark_output(last);
-    let Some(memory) = memory(&b.g, n_buf)? else {
+    let Some(mut memory) = memory(&b.g, n_buf)? else {
         return Ok(None);
     };
+    for (id, value) in &b.positions {
+        let t =
+            *b.g.tensor(*id)
+                .map_err(|_| arbitrary::Error::IncorrectFormat)?;
+        if memory.write(&t, &[*value]).is_err() {
+            return Ok(None);
+        }
+    }
     Ok(Some(GraphCase { graph: b.g, memory }))
 }
 
@@ -59,6 +73,9 @@ pub fn build(u: &mut Unstructured<'_>) -> Result<Option<GraphCase>> {
 struct Builder {
     g: Graph,
     n_buf: u32,
+    /// Position inputs and the values written into them (after the
+    /// bounded fill, which would address row 0 almost always).
+    positions: Vec<(NodeId, f32)>,
 }
 
 impl Builder {
@@ -276,6 +293,119 @@ impl Builder {
                     let _ = self.g.mark_output(v);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A decode step's candidate for the key/value append: q, k and v
+    /// heads, a RoPE table and a position (a row, a fraction, past the end,
+    /// negative or NaN), key and value caches as state, RoPE of q and k,
+    /// the row writes (mostly in place), attention over the written caches
+    /// and an argmax; any piece may land on arbitrary memory (aliasing), be
+    /// left out, or come in another order.
+    fn decode_candidate(&mut self, u: &mut Unstructured<'_>) -> Result<()> {
+        let d = 2 * u.int_in_range(1..=8usize)?;
+        let n_kv = u.int_in_range(1..=2usize)?;
+        let n_head = n_kv * u.int_in_range(1..=3usize)?;
+        let rows = u.int_in_range(1..=6usize)?;
+        let kv = d * n_kv;
+        let f32t = |at: Place, ne: [usize; 4]| {
+            TensorDesc::contiguous(DType::F32, ne, at.buffer, at.offset)
+        };
+        let input = |b: &mut Builder, u: &mut Unstructured<'_>, ne, state: bool| {
+            let at = b.place(u)?;
+            Ok(f32t(at, ne)
+                .ok()
+                .and_then(|t| if state { b.g.state(t) } else { b.g.input(t) }.ok()))
+        };
+        let table_rows = rows + u.int_in_range(0..=2usize)?;
+        let (Some(q), Some(k), Some(v), Some(table), Some(pos)) = (
+            input(self, u, [d, n_head, 1, 1], false)?,
+            input(self, u, [d, n_kv, 1, 1], false)?,
+            input(self, u, [kv, 1, 1, 1], false)?,
+            input(self, u, [d, table_rows, 1, 1], false)?,
+            input(self, u, [1, 1, 1, 1], false)?,
+        ) else {
+            return Ok(());
+        };
+        let value = match u.int_in_range(0..=5)? {
+            0 => f32::NAN,
+            1 => -1.5,
+            2 => rows as f32 + u.int_in_range(0..=3u32)? as f32,
+            3 => u.int_in_range(0..=rows as u32)? as f32 + 0.5,
+            _ => u.int_in_range(0..=rows as u32 - 1)? as f32,
+        };
+        self.positions.push((pos, value));
+        let (Some(kc), Some(vc)) = (
+            input(self, u, [kv, rows, 1, 1], true)?,
+            input(self, u, [kv, rows, 1, 1], true)?,
+        ) else {
+            return Ok(());
+        };
+        let modes = [RopeMode::Adjacent, RopeMode::Halves];
+        let kmode = *u.choose(&modes)?;
+        let qmode = if u.ratio(3, 4)? {
+            kmode
+        } else {
+            *u.choose(&modes)?
+        };
+        // The places of results: mostly fresh, or in place where a cache
+        // is written.
+        let cache_place = |b: &Builder, u: &mut Unstructured<'_>, c: NodeId| -> Result<Place> {
+            if u.ratio(3, 4)? {
+                let t =
+                    b.g.tensor(c)
+                        .map_err(|_| arbitrary::Error::IncorrectFormat)?;
+                Ok(Place::at(t.buffer().0, t.offset()))
+            } else {
+                b.place(u)
+            }
+        };
+        let at = self.place(u)?;
+        let Ok(qr) = self.g.rope(qmode, q, table, pos, at) else {
+            return Ok(());
+        };
+        let at = self.place(u)?;
+        let Ok(kr) = self.g.rope(kmode, k, table, pos, at) else {
+            return Ok(());
+        };
+        let at = cache_place(self, u, kc)?;
+        let Ok(kw) = self.g.set_row(kc, kr, pos, at) else {
+            return Ok(());
+        };
+        let early_v = u.ratio(3, 4)?;
+        let mut vw = vc;
+        if early_v {
+            let at = cache_place(self, u, vc)?;
+            if let Ok(w) = self.g.set_row(vc, v, pos, at) {
+                vw = w;
+            }
+        }
+        let (Ok(k3), Ok(v3)) = (
+            self.g.reshape(kw, [d, n_kv, rows, 1]),
+            self.g.reshape(vw, [d, n_kv, rows, 1]),
+        ) else {
+            return Ok(());
+        };
+        let at = self.place(u)?;
+        if let Ok(att) = self.g.attention(qr, k3, v3, pos, 0.5, at) {
+            let _ = self.g.mark_output(att);
+        }
+        if !early_v {
+            let at = cache_place(self, u, vc)?;
+            if let Ok(w) = self.g.set_row(vc, v, pos, at) {
+                let _ = self.g.mark_output(w);
+            }
+        }
+        if u.ratio(1, 4)? {
+            let _ = self.g.mark_output(kr);
+        }
+        let at = self.place(u)?;
+        if let Ok(best) = self.g.argmax(q, at) {
+            let _ = self.g.mark_output(best);
+        }
+        for id in [qr, kw] {
+            let _ = self.g.mark_output(id);
         }
         Ok(())
     }
