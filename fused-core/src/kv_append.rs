@@ -117,20 +117,15 @@ pub(crate) fn match_kv_append(
             nodes,
         }
     };
-    // The widest step that is legal; the k part alone must be.
+    // The k part alone must be legal; then the widest legal step.
     let core = step(None, None);
     check_step(g, &core)?;
-    let mut best = core;
-    for (q, v) in [(q_rope, v_write), (q_rope, None), (None, v_write)] {
-        if (q.is_some() || v.is_some()) && (q, v) != (best.q_rope, best.v_write) {
-            let s = step(q, v);
-            if check_step(g, &s).is_ok() {
-                best = s;
-                break;
-            }
-        }
-    }
-    Ok(best)
+    Ok([(q_rope, v_write), (q_rope, None), (None, v_write)]
+        .into_iter()
+        .filter(|&(q, v)| q.is_some() || v.is_some())
+        .map(|(q, v)| step(q, v))
+        .find(|s| check_step(g, s).is_ok())
+        .unwrap_or(core))
 }
 
 /// Tensors with the nodes they belong to.

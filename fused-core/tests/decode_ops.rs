@@ -224,64 +224,41 @@ mod kv_append {
         }
     }
 
+    /// The parts with k's RoPE added (at the start of buffer 2), and the
+    /// RoPE's node.
+    fn with_k_rope() -> (Parts, NodeId) {
+        let mut p = parts();
+        let kr =
+            p.g.rope(RopeMode::Adjacent, p.k, p.table, p.pos, Place::at(2, 0))
+                .unwrap();
+        (p, kr)
+    }
+
     #[test]
     fn each_predicate_refuses_with_its_reason() {
         // The k RoPE is also an output: it must be stored.
-        let Parts {
-            mut g,
-            k,
-            table,
-            pos,
-            kc,
-            ..
-        } = parts();
-        let kr = g
-            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 0))
-            .unwrap();
-        g.set_row(kc, kr, pos, Place::at(1, 0)).unwrap();
-        g.mark_output(kr).unwrap();
-        assert_eq!(refusals(&plan(&g)), [Refusal::GraphOutput { node: kr }]);
+        let (mut p, kr) = with_k_rope();
+        p.g.set_row(p.kc, kr, p.pos, Place::at(1, 0)).unwrap();
+        p.g.mark_output(kr).unwrap();
+        assert_eq!(refusals(&plan(&p.g)), [Refusal::GraphOutput { node: kr }]);
 
         // The row write copies the cache elsewhere.
-        let Parts {
-            mut g,
-            k,
-            table,
-            pos,
-            kc,
-            ..
-        } = parts();
-        let kr = g
-            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 0))
-            .unwrap();
-        let kw = g.set_row(kc, kr, pos, Place::at(2, 64)).unwrap();
+        let (mut p, kr) = with_k_rope();
+        let kw = p.g.set_row(p.kc, kr, p.pos, Place::at(2, 64)).unwrap();
         assert_eq!(
-            refusals(&plan(&g)),
+            refusals(&plan(&p.g)),
             [Refusal::RowWriteNotInPlace { node: kw }]
         );
 
         // The RoPE and the row write read different positions.
-        let Parts {
-            mut g,
-            k,
-            table,
-            pos,
-            other_pos,
-            kc,
-            ..
-        } = parts();
-        let kr = g
-            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 0))
-            .unwrap();
-        let kw = g.set_row(kc, kr, other_pos, Place::at(1, 0)).unwrap();
-        assert_eq!(refusals(&plan(&g)), [Refusal::OtherPosition { node: kw }]);
+        let (mut p, kr) = with_k_rope();
+        let kw = p.g.set_row(p.kc, kr, p.other_pos, Place::at(1, 0)).unwrap();
+        assert_eq!(refusals(&plan(&p.g)), [Refusal::OtherPosition { node: kw }]);
 
         // A plain row (no RoPE) is not a key append.
-        let Parts {
-            mut g, v, pos, vc, ..
-        } = parts();
-        g.set_row(vc, v, pos, Place::at(1, 384)).unwrap();
-        assert_eq!(refusals(&plan(&g)), [Refusal::NotARope { node: v }]);
+        let mut p = parts();
+        p.g.set_row(p.vc, p.v, p.pos, Place::at(1, 384)).unwrap();
+        assert_eq!(refusals(&plan(&p.g)), [Refusal::NotARope { node: p.v }]);
     }
 
     #[test]

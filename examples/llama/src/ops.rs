@@ -56,14 +56,19 @@ impl Rope {
             .collect()
     }
 
+    /// The angles at `pos` as a RoPE table row: `cos θ_i, sin θ_i` of pair
+    /// `i` at `2i, 2i + 1` (`fused_core::decode::rope`'s layout).
+    pub fn table_row(&self, pos: usize) -> Vec<f32> {
+        self.angles(pos)
+            .into_iter()
+            .flat_map(|(c, s)| [c, s])
+            .collect()
+    }
+
     /// Rotates every head of `x` (heads of `head_dim` elements, back to
     /// back) for position `pos`.
     pub fn apply(&self, x: &mut [f32], pos: usize) {
-        let row: Vec<f32> = self
-            .angles(pos)
-            .into_iter()
-            .flat_map(|(c, s)| [c, s])
-            .collect();
+        let row = self.table_row(pos);
         let src = x.to_vec();
         // The core's RoPE, which the whole-token plan runs too; its only
         // refusals (an odd head, a partial head) the loaded shapes exclude,

@@ -312,9 +312,7 @@ fn cache(
 fn rope_table(rope: &Rope, head_dim: usize, max: usize) -> Vec<f32> {
     let mut t = Vec::with_capacity(head_dim * max);
     for pos in 0..max {
-        for (c, s) in rope.angles(pos) {
-            t.extend([c, s]);
-        }
+        t.extend(rope.table_row(pos));
     }
     t
 }
