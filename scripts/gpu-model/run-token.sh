@@ -7,7 +7,9 @@
 # run with the device copy measured before and after it (--floor); at
 # context 512 also the whole token planned unfused (--unfused) and the
 # layered path (--layered), on the same machine in the same call. One call,
-# carrying .h200/llama (scripts/gpu-model-bundle); logs in $OUT.
+# carrying .h200/llama (scripts/gpu-model-bundle); logs in $OUT. Arguments
+# name the formats to run (default: q4_0 q4_k), so that a call with a short
+# time limit can take one format at a time.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh"
 {
@@ -25,7 +27,9 @@ run() { # name timeout args...
     echo "$name: exit $rc $(grep -o '"decode_tok_s":[0-9.]*' "$L/$name.log") \
 $(grep -o '"launches_per_token":[0-9]*' "$L/$name.log") $(grep '^floor:' "$L/$name.log")" >>"$S"
 }
-for fmt in q4_0 q4_k; do
+formats=("$@")
+[ "${#formats[@]}" -gt 0 ] || formats=(q4_0 q4_k)
+for fmt in "${formats[@]}"; do
     f=/tmp/synth-$fmt.gguf
     t0=$(date +%s)
     timeout 120 "$H/fused-llama-synth" --format "$fmt" --ctx 4096 "$f" >"$L/synth-$fmt.log" 2>&1
