@@ -23,9 +23,130 @@
 use alloc::vec::Vec;
 
 use crate::decode::RopeMode;
+use crate::error::{Error, check_len};
 use crate::graph::{Graph, NodeId, Op};
 use crate::legality::{Refusal, check_intermediate, check_intermediate_memory};
 use crate::tensor::{Overlap, TensorDesc};
+
+/// The operands of one key/value append as a backend receives them
+/// ([`crate::lower::Command::KvAppend`]): RoPE of `k` into row `pos` of
+/// `k_cache`, with the RoPE of q and the v row write where they joined.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvAppendOperands {
+    /// Which elements pair up.
+    pub mode: RopeMode,
+    /// The angles, `[head_dim, rows]`.
+    pub table: TensorDesc,
+    /// The position (one F32 value).
+    pub pos: TensorDesc,
+    /// The k heads, `[head_dim, n_kv]`.
+    pub k: TensorDesc,
+    /// The RoPE of k's own tensor: written only where the parts run one by
+    /// one, never by a fused kernel.
+    pub k_rope: TensorDesc,
+    /// The key cache, `[kv_dim, rows]`, written in place.
+    pub k_cache: TensorDesc,
+    /// The q heads and their RoPE's destination (which may be q itself).
+    pub q: Option<(TensorDesc, TensorDesc)>,
+    /// The v row and the value cache, written in place.
+    pub v: Option<(TensorDesc, TensorDesc)>,
+}
+
+/// The sizes of a key/value append, from [`KvAppendOperands::dims`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvAppendDims {
+    /// Values a head (the table's row length, even).
+    pub head_dim: usize,
+    /// The table's rows.
+    pub table_rows: usize,
+    /// Values of q (0 where q did not join).
+    pub q_len: usize,
+    /// Values of k: the key cache's row length.
+    pub k_len: usize,
+    /// The key cache's rows.
+    pub k_rows: usize,
+    /// Values of the v row (0 where v did not join): the value cache's
+    /// row length.
+    pub v_len: usize,
+    /// The value cache's rows (0 where v did not join).
+    pub v_rows: usize,
+}
+
+impl KvAppendOperands {
+    /// The sizes, after checking that the operands fit together: a table of
+    /// whole rows of an even head size, q and k of heads of that size, a
+    /// one-value position, k's RoPE and q's destination of their sources'
+    /// lengths, caches whose rows are as long as the rows written.
+    pub fn dims(&self) -> Result<KvAppendDims, Error> {
+        let [head_dim, table_rows, _, _] = self.table.ne();
+        if head_dim < 2 || !head_dim.is_multiple_of(2) {
+            return Err(Error::LengthMismatch {
+                what: "RoPE table row (the head size: even, at least 2)",
+                expected: (head_dim.max(1) + 1) & !1,
+                actual: head_dim,
+            });
+        }
+        check_len("RoPE table", head_dim * table_rows, self.table.n_elements())?;
+        check_len("position (one F32 value)", 1, self.pos.n_elements())?;
+        let heads = |what, x: &TensorDesc| {
+            if x.ne()[0] == head_dim && x.n_elements().is_multiple_of(head_dim) {
+                Ok(x.n_elements())
+            } else {
+                Err(Error::ShapeMismatch {
+                    what,
+                    expected: [head_dim, x.n_elements().div_ceil(head_dim).max(1), 1, 1],
+                    actual: x.ne(),
+                })
+            }
+        };
+        let k_len = heads("RoPE input k ([head_dim, heads])", &self.k)?;
+        check_len("RoPE output of k", k_len, self.k_rope.n_elements())?;
+        let k_rows = cache_rows("key cache", &self.k_cache, k_len)?;
+        let q_len = match &self.q {
+            Some((x, out)) => {
+                let n = heads("RoPE input q ([head_dim, heads])", x)?;
+                check_len("RoPE output of q", n, out.n_elements())?;
+                n
+            }
+            None => 0,
+        };
+        let (v_len, v_rows) = match &self.v {
+            Some((row, cache)) => {
+                let n = row.n_elements();
+                (n, cache_rows("value cache", cache, n)?)
+            }
+            None => (0, 0),
+        };
+        Ok(KvAppendDims {
+            head_dim,
+            table_rows,
+            q_len,
+            k_len,
+            k_rows,
+            v_len,
+            v_rows,
+        })
+    }
+}
+
+/// The rows of `cache`, whose rows must hold `row_len` values and which
+/// must have at least one.
+fn cache_rows(what: &'static str, cache: &TensorDesc, row_len: usize) -> Result<usize, Error> {
+    let n = cache.ne()[0];
+    if n != row_len || row_len == 0 || !cache.n_elements().is_multiple_of(n) {
+        return Err(Error::ShapeMismatch {
+            what,
+            expected: [
+                row_len,
+                cache.n_elements().checked_div(row_len).unwrap_or(0).max(1),
+                1,
+                1,
+            ],
+            actual: cache.ne(),
+        });
+    }
+    Ok(cache.n_elements() / n)
+}
 
 /// RoPE of k into row `pos` of its cache, with the q RoPE and the v row
 /// write of the same position where they joined.

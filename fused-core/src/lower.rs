@@ -18,6 +18,8 @@ use crate::norm::Eps;
 use crate::planner::{NormPrologue, Operands, Step};
 use crate::tensor::TensorDesc;
 
+pub use crate::kv_append::{KvAppendDims, KvAppendOperands};
+
 /// A binary element-wise node's op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinaryOp {
@@ -195,24 +197,7 @@ pub enum Command {
     /// RoPE's own tensor, which the fused kernel does not write: a backend
     /// without the fused kernel runs the parts through it
     /// ([`CommandSink::kv_append`]'s default).
-    KvAppend {
-        /// Which elements pair up.
-        mode: RopeMode,
-        /// The angles, `[head_dim, rows]`.
-        table: TensorDesc,
-        /// The position (one F32 value).
-        pos: TensorDesc,
-        /// The k heads, `[head_dim, n_kv]`.
-        k: TensorDesc,
-        /// The RoPE of k's own tensor (not written by a fused kernel).
-        k_rope: TensorDesc,
-        /// The key cache, `[kv_dim, rows]`, written in place.
-        k_cache: TensorDesc,
-        /// The q heads and their RoPE's destination.
-        q: Option<(TensorDesc, TensorDesc)>,
-        /// The v row and the value cache, written in place.
-        v: Option<(TensorDesc, TensorDesc)>,
-    },
+    KvAppend(KvAppendOperands),
     /// `out[c] = argmax(x[.., c])` per column ([`crate::decode::argmax`]).
     ArgMax {
         /// The input, `[n, cols]`.
@@ -304,7 +289,7 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
                     Ok::<_, Error>((src(g, n, 1)?, src(g, n, 0)?))
                 })
                 .transpose()?;
-            Command::KvAppend {
+            Command::KvAppend(KvAppendOperands {
                 mode: s.mode,
                 table: t(s.table)?,
                 pos: t(s.pos)?,
@@ -313,7 +298,7 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
                 k_cache: src(g, kw, 0)?,
                 q,
                 v,
-            }
+            })
         }
         Step::SignedFwht(s) => Command::Fwht {
             desc: s.desc,
@@ -567,25 +552,14 @@ pub trait CommandSink {
     /// A [`Command::KvAppend`]. By default its parts, in the unfused order:
     /// the q RoPE, the k RoPE into its own tensor, the k row write, the v
     /// row write (a backend with the fused kernel runs them as one).
-    #[allow(clippy::too_many_arguments)]
-    fn kv_append(
-        &mut self,
-        mode: RopeMode,
-        table: &TensorDesc,
-        pos: &TensorDesc,
-        k: &TensorDesc,
-        k_rope: &TensorDesc,
-        k_cache: &TensorDesc,
-        q: Option<(&TensorDesc, &TensorDesc)>,
-        v: Option<(&TensorDesc, &TensorDesc)>,
-    ) -> Result<(), Self::Error> {
-        if let Some((x, out)) = q {
-            self.rope(mode, x, table, pos, out)?;
+    fn kv_append(&mut self, a: &KvAppendOperands) -> Result<(), Self::Error> {
+        if let Some((x, out)) = &a.q {
+            self.rope(a.mode, x, &a.table, &a.pos, out)?;
         }
-        self.rope(mode, k, table, pos, k_rope)?;
-        self.set_row(k_cache, k_rope, pos, k_cache)?;
-        if let Some((row, cache)) = v {
-            self.set_row(cache, row, pos, cache)?;
+        self.rope(a.mode, &a.k, &a.table, &a.pos, &a.k_rope)?;
+        self.set_row(&a.k_cache, &a.k_rope, &a.pos, &a.k_cache)?;
+        if let Some((row, cache)) = &a.v {
+            self.set_row(cache, row, &a.pos, cache)?;
         }
         Ok(())
     }
@@ -666,25 +640,7 @@ pub fn lower_into<S: CommandSink>(g: &Graph, step: &Step, sink: &mut S) -> Resul
             out,
         } => sink.attention(&shape, &q, &k, &v, &pos, &out)?,
         Command::ArgMax { x, out } => sink.argmax(&x, &out)?,
-        Command::KvAppend {
-            mode,
-            table,
-            pos,
-            k,
-            k_rope,
-            k_cache,
-            q,
-            v,
-        } => sink.kv_append(
-            mode,
-            &table,
-            &pos,
-            &k,
-            &k_rope,
-            &k_cache,
-            q.as_ref().map(|(a, b)| (a, b)),
-            v.as_ref().map(|(a, b)| (a, b)),
-        )?,
+        Command::KvAppend(a) => sink.kv_append(&a)?,
     }
     Ok(true)
 }

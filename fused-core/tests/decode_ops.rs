@@ -286,3 +286,92 @@ mod kv_append {
         assert_eq!(refusals(&p), [Refusal::NotARope { node: v }]);
     }
 }
+
+mod kv_append_operands {
+    use super::f32t;
+    use fused_core::Error;
+    use fused_core::decode::RopeMode;
+    use fused_core::lower::{KvAppendDims, KvAppendOperands};
+
+    /// q `[8, 4]`, k and v `[8, 2]`, a table of 6 rows of 8, caches of 5
+    /// rows of 16.
+    fn operands() -> KvAppendOperands {
+        KvAppendOperands {
+            mode: RopeMode::Adjacent,
+            table: f32t([8, 6, 1, 1], 0, 0),
+            pos: f32t([1, 1, 1, 1], 0, 192),
+            k: f32t([8, 2, 1, 1], 0, 256),
+            k_rope: f32t([8, 2, 1, 1], 0, 320),
+            k_cache: f32t([16, 5, 1, 1], 1, 0),
+            q: Some((f32t([8, 4, 1, 1], 0, 384), f32t([8, 4, 1, 1], 0, 384))),
+            v: Some((f32t([16, 1, 1, 1], 0, 512), f32t([16, 5, 1, 1], 2, 0))),
+        }
+    }
+
+    #[test]
+    fn dims_of_operands_that_fit() {
+        let d = operands().dims().unwrap();
+        let want = KvAppendDims {
+            head_dim: 8,
+            table_rows: 6,
+            q_len: 32,
+            k_len: 16,
+            k_rows: 5,
+            v_len: 16,
+            v_rows: 5,
+        };
+        assert_eq!(d, want);
+        let alone = KvAppendOperands {
+            q: None,
+            v: None,
+            ..operands()
+        };
+        let d = alone.dims().unwrap();
+        assert_eq!((d.q_len, d.v_len, d.v_rows), (0, 0, 0));
+    }
+
+    #[test]
+    fn operands_that_do_not_fit_are_refused_by_name() {
+        let what = |a: KvAppendOperands| match a.dims() {
+            Err(Error::LengthMismatch { what, .. } | Error::ShapeMismatch { what, .. }) => what,
+            other => panic!("expected a size error, got {other:?}"),
+        };
+        let o = operands();
+        let odd = KvAppendOperands {
+            table: f32t([7, 6, 1, 1], 0, 0),
+            k: f32t([7, 2, 1, 1], 0, 256),
+            ..o
+        };
+        assert!(what(odd).contains("even"));
+        let two_values = KvAppendOperands {
+            pos: f32t([2, 1, 1, 1], 0, 192),
+            ..o
+        };
+        assert!(what(two_values).contains("position"));
+        let k_not_heads = KvAppendOperands {
+            k: f32t([16, 1, 1, 1], 0, 256),
+            ..o
+        };
+        assert!(what(k_not_heads).contains("k ("));
+        let short_rope = KvAppendOperands {
+            k_rope: f32t([8, 1, 1, 1], 0, 320),
+            ..o
+        };
+        assert!(what(short_rope).contains("RoPE output of k"));
+        let narrow_cache = KvAppendOperands {
+            k_cache: f32t([8, 10, 1, 1], 1, 0),
+            ..o
+        };
+        assert!(what(narrow_cache).contains("key cache"));
+        let q_out = KvAppendOperands {
+            q: Some((f32t([8, 4, 1, 1], 0, 384), f32t([8, 3, 1, 1], 0, 384))),
+            ..o
+        };
+        assert!(what(q_out).contains("RoPE output of q"));
+        let v_cache = KvAppendOperands {
+            v: Some((f32t([16, 1, 1, 1], 0, 512), f32t([12, 5, 1, 1], 2, 0))),
+            ..o
+        };
+        assert!(what(v_cache).contains("value cache"));
+    }
+}

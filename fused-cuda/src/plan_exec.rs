@@ -92,7 +92,7 @@ use fused_core::error::{Unsupported, check_len};
 use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Op};
-use fused_core::lower::{BinaryOp, Broadcast, CommandSink, NormLoad, lower_into};
+use fused_core::lower::{BinaryOp, Broadcast, CommandSink, KvAppendOperands, NormLoad, lower_into};
 use fused_core::memory::packed;
 use fused_core::norm::Eps;
 use fused_core::placement;
@@ -709,15 +709,10 @@ impl Builder<'_, '_> {
     /// writes overlapping another it writes or one it reads, but q's RoPE
     /// destination being q itself (each thread reads its pair before it
     /// writes it).
-    fn kv_append_fits(
-        &self,
-        table: &TensorDesc,
-        pos: &TensorDesc,
-        k: &TensorDesc,
-        k_cache: &TensorDesc,
-        q: Option<(&TensorDesc, &TensorDesc)>,
-        v: Option<(&TensorDesc, &TensorDesc)>,
-    ) -> Result<bool, CudaError> {
+    fn kv_append_fits(&self, a: &KvAppendOperands) -> Result<bool, CudaError> {
+        let (table, pos, k, k_cache) = (&a.table, &a.pos, &a.k, &a.k_cache);
+        let q = a.q.as_ref().map(|(x, out)| (x, out));
+        let v = a.v.as_ref().map(|(row, cache)| (row, cache));
         let caches = [Some(k_cache), v.map(|(_, c)| c)];
         for c in caches.into_iter().flatten() {
             if !self.region(c)?.offset.is_multiple_of(F32_ALIGN) {
@@ -991,44 +986,25 @@ impl CommandSink for Builder<'_, '_> {
     /// Where a cache is not 4-byte aligned (the row write then goes through
     /// scratch) or the parts' tensors overlap otherwise than q's RoPE in
     /// place (the planner's step never does), the parts run one by one.
-    fn kv_append(
-        &mut self,
-        mode: RopeMode,
-        table: &TensorDesc,
-        pos: &TensorDesc,
-        k: &TensorDesc,
-        k_rope: &TensorDesc,
-        k_cache: &TensorDesc,
-        q: Option<(&TensorDesc, &TensorDesc)>,
-        v: Option<(&TensorDesc, &TensorDesc)>,
-    ) -> Result<(), CudaError> {
-        let [head_dim, table_rows, _, _] = table.ne();
-        check_len("RoPE table", head_dim * table_rows, table.n_elements())?;
-        check_len("position (one F32 value)", 1, pos.n_elements())?;
-        check_len("RoPE output", k.n_elements(), k_rope.n_elements())?;
-        let n_k = k_cache.ne()[0];
-        check_len("written row", n_k, k.n_elements())?;
-        if let Some((x, out)) = q {
-            check_len("RoPE output", x.n_elements(), out.n_elements())?;
-        }
-        if let Some((row, cache)) = v {
-            check_len("written row", cache.ne()[0], row.n_elements())?;
-        }
-        if !self.kv_append_fits(table, pos, k, k_cache, q, v)? {
-            if let Some((x, out)) = q {
-                self.rope(mode, x, table, pos, out)?;
+    fn kv_append(&mut self, a: &KvAppendOperands) -> Result<(), CudaError> {
+        let dims = a.dims()?;
+        if !self.kv_append_fits(a)? {
+            if let Some((x, out)) = &a.q {
+                self.rope(a.mode, x, &a.table, &a.pos, out)?;
             }
-            self.rope(mode, k, table, pos, k_rope)?;
-            self.set_row(k_cache, k_rope, pos, k_cache)?;
-            if let Some((row, cache)) = v {
-                self.set_row(cache, row, pos, cache)?;
+            self.rope(a.mode, &a.k, &a.table, &a.pos, &a.k_rope)?;
+            self.set_row(&a.k_cache, &a.k_rope, &a.pos, &a.k_cache)?;
+            if let Some((row, cache)) = &a.v {
+                self.set_row(cache, row, &a.pos, cache)?;
             }
             return Ok(());
         }
+        let (table, pos, k, k_cache) = (&a.table, &a.pos, &a.k, &a.k_cache);
+        let (q, v) = (a.q.as_ref(), a.v.as_ref());
         let rope_in = "device plan RoPE input (must be F32)";
         let row_in = "device plan row write (must be F32)";
         let q_src = match q {
-            Some((x, out)) => Some((self.read(x, out, true, F32_ALIGN, rope_in)?, x.n_elements())),
+            Some((x, out)) => Some(self.read(x, out, true, F32_ALIGN, rope_in)?),
             None => None,
         };
         let ta = self.read(
@@ -1051,7 +1027,7 @@ impl CommandSink for Builder<'_, '_> {
                 let (dst, _) = self.write(cache)?;
                 Some(KvPart {
                     src,
-                    len: cache.ne()[0],
+                    len: dims.v_len,
                     dst,
                 })
             }
@@ -1059,28 +1035,28 @@ impl CommandSink for Builder<'_, '_> {
         };
         // q's destination last: the one output that may go through scratch.
         let (q_part, back) = match (q_src, q) {
-            (Some((src, len)), Some((_, out))) => {
+            (Some(src), Some((_, out))) => {
                 let (dst, back) = self.write(out)?;
+                let len = dims.q_len;
                 (Some(KvPart { src, len, dst }), back)
             }
             _ => (None, None),
         };
-        let rows = |t: &TensorDesc| t.n_elements() / t.ne()[0].max(1);
         let l = Launch::kv_append(&KvAppend {
-            mode,
-            head_dim,
+            mode: a.mode,
+            head_dim: dims.head_dim,
             table: ta,
-            table_rows,
+            table_rows: dims.table_rows,
             pos: pa,
             q: q_part,
             k: KvPart {
                 src: ka,
-                len: n_k,
+                len: dims.k_len,
                 dst: kc,
             },
-            k_rows: rows(k_cache),
+            k_rows: dims.k_rows,
             v: v_part,
-            v_rows: v.map_or(0, |(_, cache)| rows(cache)),
+            v_rows: dims.v_rows,
         })?;
         self.launch(l, back);
         Ok(())

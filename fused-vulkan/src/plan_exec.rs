@@ -101,7 +101,7 @@ use fused_core::error::{Unsupported, check_len};
 use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Op};
-use fused_core::lower::{BinaryOp, Broadcast, CommandSink, NormLoad, lower_into};
+use fused_core::lower::{BinaryOp, Broadcast, CommandSink, KvAppendOperands, NormLoad, lower_into};
 use fused_core::norm::Eps;
 use fused_core::placement;
 use fused_core::planner::{Operands, Plan};
@@ -1045,38 +1045,10 @@ impl<'a> CommandSink for Builder<'a, '_> {
     /// that overlap a write (other than q or v exactly on its own
     /// destination) are refused, as the parts' kernels refuse them.
     #[allow(clippy::too_many_arguments)]
-    fn kv_append(
-        &mut self,
-        mode: RopeMode,
-        table: &TensorDesc,
-        pos: &TensorDesc,
-        k: &TensorDesc,
-        k_rope: &TensorDesc,
-        k_cache: &TensorDesc,
-        q: Option<(&TensorDesc, &TensorDesc)>,
-        v: Option<(&TensorDesc, &TensorDesc)>,
-    ) -> Result<(), VulkanError> {
-        let [d, table_rows, _, _] = table.ne();
-        for x in q.iter().map(|(x, _)| *x).chain([k]) {
-            if d == 0 || !d.is_multiple_of(2) || x.ne()[0] != d {
-                return Err(Error::ShapeMismatch {
-                    what: "RoPE table (one row of the head size, even)",
-                    expected: [x.ne()[0], table_rows, 1, 1],
-                    actual: table.ne(),
-                }
-                .into());
-            }
-        }
-        check_len("RoPE position", 1, pos.n_elements())?;
-        check_len("RoPE output", k.n_elements(), k_rope.n_elements())?;
-        let [kn, k_rows, _, _] = k_cache.ne();
-        check_len("row-write row", kn, k.n_elements())?;
-        if let Some((x, out)) = q {
-            check_len("RoPE output", x.n_elements(), out.n_elements())?;
-        }
-        if let Some((row, cache)) = v {
-            check_len("row-write row", cache.ne()[0], row.n_elements())?;
-        }
+    fn kv_append(&mut self, a: &KvAppendOperands) -> Result<(), VulkanError> {
+        let dims = a.dims()?;
+        let (table, pos, k, k_cache) = (&a.table, &a.pos, &a.k, &a.k_cache);
+        let (q, v) = (a.q.as_ref(), a.v.as_ref());
         // Every write apart from every read and every other write, but for
         // q and the v row exactly on their own destinations (each value read
         // by the invocation that then writes it): reads carry the index of
@@ -1114,14 +1086,14 @@ impl<'a> CommandSink for Builder<'a, '_> {
             None => (kr, kcr),
         };
         let shape = KvAppendShape {
-            mode,
-            d,
-            q_heads: q.map_or(0, |(x, _)| x.n_elements() / d),
-            k_heads: k.n_elements() / d,
-            v_len: v.map_or(0, |(row, _)| row.n_elements()),
-            table_rows,
-            k_rows,
-            v_rows: v.map_or(0, |(_, cache)| cache.ne()[1]),
+            mode: a.mode,
+            d: dims.head_dim,
+            q_heads: dims.q_len / dims.head_dim,
+            k_heads: dims.k_len / dims.head_dim,
+            v_len: dims.v_len,
+            table_rows: dims.table_rows,
+            k_rows: dims.k_rows,
+            v_rows: dims.v_rows,
         };
         let at = [tr.1, pr.1, kr.1, kcr.1, qr.1, qor.1, vr.1, vcr.1];
         let p = self.placeholder;
