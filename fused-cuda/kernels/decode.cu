@@ -207,6 +207,25 @@ __device__ __forceinline__ void attn_range(uint32_t len, uint32_t splits, uint32
     end = min((uint64_t)start + chunk, (uint64_t)len);
 }
 
+// Rows base + ATTN_WARPS·(j0 + jj), jj < 4, of a cache (rows kvs values
+// apart, from b) into r: lane l takes head elements l, l + 32, ...; rows
+// past n and elements past d read as zeros. All four are loaded before any
+// is used, so their reads are in flight together.
+template <int E>
+__device__ __forceinline__ void attn_load4(float (&r)[4][E], const float *b, size_t kvs,
+                                           uint32_t base, uint32_t j0, uint32_t n, uint32_t lane,
+                                           uint32_t d) {
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+        const size_t t = base + ATTN_WARPS * (j0 + jj);
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const uint32_t x = lane + 32u * e;
+            r[jj][e] = (j0 + jj < n && x < d) ? b[t * kvs + x] : 0.0f;
+        }
+    }
+}
+
 // One split of the context for one key/value head and G of its query
 // heads (a head slice; the heads past the group are computed on zeros and
 // not stored). Lane l holds head elements l, l + 32, ... (E of them,
@@ -260,18 +279,10 @@ __device__ __forceinline__ void attn_split(const AttnParams &p) {
         float s[G];
 #pragma unroll
         for (int i = 0; i < G; ++i) s[i] = -INFINITY;
-        // Scores, four rows loaded before any is used.
+        // Scores.
         for (uint32_t j0 = 0; j0 < n; j0 += 4u) {
             float kr[4][E];
-#pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                const size_t t = base + ATTN_WARPS * (j0 + jj);
-#pragma unroll
-                for (int e = 0; e < E; ++e) {
-                    const uint32_t x = lane + 32u * e;
-                    kr[jj][e] = (j0 + jj < n && x < d) ? kb[t * kvs + x] : 0.0f;
-                }
-            }
+            attn_load4<E>(kr, kb, kvs, base, j0, n, lane, d);
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
                 if (j0 + jj >= n) break;
@@ -298,18 +309,10 @@ __device__ __forceinline__ void attn_split(const AttnParams &p) {
             s[i] = w;
             m[i] = mn;
         }
-        // Values, four rows loaded before any is used.
+        // Values.
         for (uint32_t j0 = 0; j0 < n; j0 += 4u) {
             float vr[4][E];
-#pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                const size_t t = base + ATTN_WARPS * (j0 + jj);
-#pragma unroll
-                for (int e = 0; e < E; ++e) {
-                    const uint32_t x = lane + 32u * e;
-                    vr[jj][e] = (j0 + jj < n && x < d) ? vb[t * kvs + x] : 0.0f;
-                }
-            }
+            attn_load4<E>(vr, vb, kvs, base, j0, n, lane, d);
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
                 if (j0 + jj >= n) break;
