@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A short first look at the whole decode token on the GPU machine, for
+# when long calls are taken back: the Llama-3-8B-shaped Q4_0 stack at
+# context 512 on the backends named as arguments (default: cuda), each as
+# the whole token, the token planned unfused and the layered path, with
+# the device copy measured before and after every run (--floor). One call,
+# carrying .h200/llama; logs in $OUT.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh"
+backends=("$@")
+[ "${#backends[@]}" -gt 0 ] || backends=(cuda)
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
+} >"$S"
+f=/tmp/synth-q4_0.gguf
+timeout 60 "$H/fused-llama-synth" --format q4_0 --ctx 512 "$f" >"$OUTDIR/synth.log" 2>&1
+echo "synth: exit $?, $(stat -c %s "$f" 2>/dev/null) bytes" >>"$S"
+p="$(head -c 64 /dev/zero | tr '\0' 'a')"
+for be in "${backends[@]}"; do
+    for path in whole unfused layered; do
+        flag=()
+        [ "$path" = whole ] || flag=(--"$path")
+        log="$OUTDIR/$be-$path.log"
+        timeout 60 "$H/fused-llama" --model "$f" --backend "$be" --ctx 512 -n 64 --ignore-eos \
+            --prompt "$p" --json --floor -v "${flag[@]}" >"$log" 2>&1
+        echo "$be $path: exit $? $(grep -o '"decode_tok_s":[0-9.]*' "$log") \
+$(grep -o '"launches_per_token":[0-9]*' "$log") $(grep '^floor:' "$log")" >>"$S"
+    done
+done
+date -u >>"$S"
+cat "$S"
