@@ -9,6 +9,9 @@
 //! - [`layer`]: a decode-layer graph (attention output projection and a
 //!   gated feed-forward block, each with its residual add in place) with
 //!   its initial memory;
+//! - [`decode`]: the decode ops (RoPE, the KV-cache row writes, attention,
+//!   argmax) as a graph laid out as a test asks, and a run of a resident
+//!   plan of it against the core's reference;
 //! - [`suite`]: the backend-contract suite, written once over
 //!   [`fused_core::backend::Backend`] and instantiated in each backend
 //!   crate by [`contract_suite!`].
@@ -18,6 +21,7 @@
 
 pub mod compare;
 pub mod data;
+pub mod decode;
 pub mod layer;
 pub mod rng;
 pub mod skip;

@@ -7,22 +7,23 @@
 //! split attention; no validation message. The key/value append as the
 //! planner fuses it (q's and k's RoPE, k's and v's rows): one dispatch,
 //! with the same results.
+//!
+//! The graphs are [`fused_testkit::decode::DecodeOps`], laid out here.
 
 mod common;
 
 use common::{
     assert_no_validation_messages, backend_or_skip, backend_with_or_skip, data,
-    first_bit_difference, nmse, validation,
+    first_bit_difference, validation,
 };
-use fused_core::DType;
 use fused_core::acts::GemvMode;
 use fused_core::backend::{Backend, Resident, ResidentPlan};
 use fused_core::decode::RopeMode;
-use fused_core::graph::{Graph, NodeId, Place};
-use fused_core::memory::Memory;
+use fused_core::graph::{Graph, Place};
 use fused_core::planner::{FusedKvAppend, Plan, Step as PlanStep, plan};
-use fused_core::reference::eval::eval_graph;
-use fused_core::tensor::{BufferId, TensorDesc};
+use fused_testkit::decode::{
+    ArgmaxLayout, DecodeOps, DecodeOpsLayout, InputOffsets, ValueRow, f32_tensor,
+};
 use fused_vulkan::{ContextOptions, VulkanBackend};
 
 /// The sizes of one decode step's attention.
@@ -37,24 +38,54 @@ struct Shape {
     vocab: usize,
 }
 
-/// The graph of one decode step and the nodes a test writes and reads.
-struct Step {
-    g: Graph,
-    mem: Memory,
-    q: NodeId,
-    k: NodeId,
-    v: NodeId,
-    pos: NodeId,
-    logits: NodeId,
-    /// Results compared bit for bit.
-    exact: Vec<NodeId>,
-    att: NodeId,
-    /// Both caches, as one tensor.
-    caches: TensorDesc,
+/// Runs `test` on `device`, then fails if the validation layer reported
+/// anything; nothing where the device did not open (the skip is
+/// reported).
+fn on(device: Option<VulkanBackend>, test: impl FnOnce(&mut VulkanBackend)) {
+    if let Some(mut b) = device {
+        test(&mut b);
+        assert_no_validation_messages(&b);
+    }
 }
 
-fn f32t(ne: [usize; 4], buf: u32, at: usize) -> TensorDesc {
-    TensorDesc::contiguous(DType::F32, ne, BufferId(buf), at).unwrap()
+/// The device with its buffers device-local, reached through staging
+/// copies (as on a discrete GPU), or a reported skip.
+fn staged_device() -> Option<VulkanBackend> {
+    backend_with_or_skip(ContextOptions {
+        validation: validation(),
+        staged_buffers: true,
+    })
+}
+
+/// Fails unless `got` equals `want` bit for bit, NaN payloads included.
+fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(first_bit_difference(got, want), None, "{what}");
+}
+
+/// `p` (made for `ops`) compiled on `b`, asserted to be the device plan
+/// (not the host fallback) with no host step and every tensor bound in
+/// place (no copy).
+fn device_plan<'b>(
+    b: &'b VulkanBackend,
+    ops: &DecodeOps,
+    p: &Plan,
+    case: &str,
+) -> <VulkanBackend as Backend>::Plan<'b> {
+    let rp = b
+        .compile(&ops.graph, p, GemvMode::F32, &ops.mem.sizes())
+        .unwrap();
+    assert!(
+        matches!(rp, Resident::Device(_)),
+        "{case}: fell back to the host plan: {:?}",
+        rp.fallback_reason()
+    );
+    let stats = rp.stats();
+    assert!(!stats.host_steps, "{case}: {stats:?}");
+    assert_eq!(
+        stats.copies, 0,
+        "{case}: every tensor bound in place: {stats:?}"
+    );
+    rp
 }
 
 /// RoPE of q in place (Adjacent) and of k (Halves), both appended to
@@ -62,7 +93,7 @@ fn f32t(ne: [usize; 4], buf: u32, at: usize) -> TensorDesc {
 /// logits, and a row write that is not in place (the v cache with k's row,
 /// into a buffer of its own). Several tensors lie 4 bytes past a 16-byte
 /// boundary, so that the kernels reach them through wider bindings.
-fn decode_step(s: Shape) -> Step {
+fn decode_step(s: Shape) -> DecodeOps {
     let Shape {
         head_dim: d,
         n_head,
@@ -72,72 +103,45 @@ fn decode_step(s: Shape) -> Step {
     } = s;
     let f = |n: usize| 4 * n;
     let kv = d * n_kv;
-    let q_at = 0;
-    let k_at = f(d * n_head) + 4;
-    let v_at = (k_at + f(kv)).next_multiple_of(16);
-    let table_at = v_at + f(kv);
-    let pos_at = table_at + f(d * rows) + 4;
-    let logits_at = (pos_at + 4).next_multiple_of(16);
-    let in_size = logits_at + f(2 * vocab);
+    let q = 0;
+    let k = f(d * n_head) + 4;
+    let v = (k + f(kv)).next_multiple_of(16);
+    let table = v + f(kv);
+    let pos = table + f(d * rows) + 4;
+    let logits_at = (pos + 4).next_multiple_of(16);
     let cache = f(kv * rows);
-    let mut g = Graph::new();
-    let q = g.input(f32t([d, n_head, 1, 1], 0, q_at)).unwrap();
-    let k = g.input(f32t([d, n_kv, 1, 1], 0, k_at)).unwrap();
-    let v = g.input(f32t([kv, 1, 1, 1], 0, v_at)).unwrap();
-    let table = g.input(f32t([d, rows, 1, 1], 0, table_at)).unwrap();
-    let pos = g.input(f32t([1, 1, 1, 1], 0, pos_at)).unwrap();
-    let logits = g.input(f32t([vocab, 2, 1, 1], 0, logits_at)).unwrap();
-    let kc = g.state(f32t([d, n_kv, rows, 1], 1, 0)).unwrap();
-    let vc = g.state(f32t([d, n_kv, rows, 1], 1, cache)).unwrap();
-    let kc_rows = g.reshape(kc, [kv, rows, 1, 1]).unwrap();
-    let vc_rows = g.reshape(vc, [kv, rows, 1, 1]).unwrap();
-    let qr = g
-        .rope(RopeMode::Adjacent, q, table, pos, Place::at(0, q_at))
-        .unwrap();
-    let kr = g
-        .rope(RopeMode::Halves, k, table, pos, Place::at(2, 4))
-        .unwrap();
-    let kw = g.set_row(kc_rows, kr, pos, Place::at(1, 0)).unwrap();
-    let vw = g.set_row(vc_rows, v, pos, Place::at(1, cache)).unwrap();
-    let side = g.set_row(vw, kr, pos, Place::at(3, 4)).unwrap();
-    let kw3 = g.reshape(kw, [d, n_kv, rows, 1]).unwrap();
-    let vw3 = g.reshape(vw, [d, n_kv, rows, 1]).unwrap();
     let att_at = f(d * n_kv + 4);
-    let scale = 1.0 / (d as f32).sqrt();
-    let att = g
-        .attention(qr, kw3, vw3, pos, scale, Place::at(2, att_at))
-        .unwrap();
     let best_at = att_at + f(d * n_head) + 4;
-    let best = g.argmax(logits, Place::at(2, best_at)).unwrap();
-    for id in [qr, kr, att, best, side] {
-        g.mark_output(id).unwrap();
-    }
-    let mut mem = Memory::new(&[in_size, 2 * cache, best_at + f(2), 4 + cache]);
-    let angles: Vec<f32> = (0..rows)
-        .flat_map(|p| {
-            (0..d / 2).flat_map(move |i| {
-                let theta = p as f32 * 10000f32.powf(-2.0 * i as f32 / d as f32);
-                [theta.cos(), theta.sin()]
-            })
-        })
-        .collect();
-    mem.write(g.tensor(table).unwrap(), &angles).unwrap();
+    let layout = DecodeOpsLayout {
+        inputs: InputOffsets {
+            q,
+            k,
+            v,
+            table,
+            pos,
+        },
+        argmax: Some(ArgmaxLayout {
+            vocab,
+            logits_at,
+            argmax_at: Place::at(2, best_at),
+        }),
+        caches_as_heads: true,
+        q_rope_at: Place::at(0, q),
+        k_rope_at: Place::at(2, 4),
+        k_row_over_values_at: Some(Place::at(3, 4)),
+        attention_at: Place::at(2, att_at),
+        ropes_are_outputs: true,
+        buffer_sizes: vec![
+            logits_at + f(2 * vocab),
+            2 * cache,
+            best_at + f(2),
+            4 + cache,
+        ],
+        ..DecodeOpsLayout::packed(d, n_head, n_kv, rows, rows)
+    };
     // Caches full of earlier tokens, so that a late position attends over
     // values, not zeros.
-    let caches = f32t([2 * kv * rows, 1, 1, 1], 1, 0);
-    mem.write(&caches, &data(2 * kv * rows, 5)).unwrap();
-    Step {
-        g,
-        mem,
-        q,
-        k,
-        v,
-        pos,
-        logits,
-        exact: vec![qr, kr, best, side],
-        att,
-        caches,
-    }
+    DecodeOps::new(layout, |n| data(n, 5))
 }
 
 /// Logits for run `run`: column 0 random with NaNs and a tie of its
@@ -164,75 +168,57 @@ fn logits(vocab: usize, run: usize) -> Vec<f32> {
 
 /// Compiles the step on `b`, checks that it is the device plan of
 /// `launches` dispatches, and runs it at each of `positions`, comparing
-/// with the reference after each run.
+/// with the reference after each run: both RoPEs, the argmax, the row
+/// write into its own buffer and the caches bit for bit.
 fn check_step(b: &VulkanBackend, s: Shape, launches: u64, positions: &[f32]) {
-    let Step {
-        g,
-        mut mem,
-        q,
-        k,
-        v,
-        pos,
-        logits: lg,
-        exact,
-        att,
-        caches,
-    } = decode_step(s);
-    let p = plan(&g);
-    let mut rp = b.compile(&g, &p, GemvMode::F32, &mem.sizes()).unwrap();
-    assert!(
-        matches!(rp, Resident::Device(_)),
-        "{s:?}: fell back to the host plan: {:?}",
-        rp.fallback_reason()
-    );
+    let mut ops = decode_step(s);
+    let case = format!("{s:?}");
+    let mut rp = device_plan(b, &ops, &plan(&ops.graph), &case);
     let stats = rp.stats();
-    assert!(!stats.host_steps, "{stats:?}");
-    assert_eq!(stats.launches, launches, "{stats:?}");
-    assert_eq!(stats.copies, 0, "every tensor bound in place: {stats:?}");
-    rp.write_all(&mem).unwrap();
+    assert_eq!(stats.launches, launches, "{case}: {stats:?}");
+    rp.write_all(&ops.mem).unwrap();
+    let (argmax, side) = (ops.argmax.unwrap(), ops.k_row_over_values.unwrap());
+    let mut exact: Vec<_> = [ops.q_rope, ops.k_rope, argmax, side]
+        .into_iter()
+        .map(|id| {
+            let name = ops.graph.node(id).unwrap().op().name();
+            (format!("{name} (node {})", id.index()), ops.tensor(id))
+        })
+        .collect();
+    exact.push(("caches".into(), ops.caches));
     let kv = s.head_dim * s.n_kv;
     for (run, &position) in positions.iter().enumerate() {
-        let case = format!("{s:?}, run {run} at position {position}");
-        for (id, x) in [
-            (q, data(s.head_dim * s.n_head, 10 + run as u64)),
-            (k, data(kv, 20 + run as u64)),
-            (v, data(kv, 30 + run as u64)),
-            (lg, logits(s.vocab, run)),
-            (pos, vec![position]),
-        ] {
-            let t = *g.tensor(id).unwrap();
-            mem.write(&t, &x).unwrap();
-            rp.write_f32(&t, &x).unwrap();
-        }
-        eval_graph(&g, &mut mem, GemvMode::F32).unwrap();
-        rp.run().unwrap();
-        for id in exact.iter().copied() {
-            let t = g.tensor(id).unwrap();
-            let (got, want) = (rp.read_f32(t).unwrap(), mem.read(t).unwrap());
-            let name = g.node(id).unwrap().op().name();
-            assert_eq!(
-                first_bit_difference(&got, &want),
-                None,
-                "{case}: {name} (node {})",
-                id.index()
-            );
-        }
-        let (got, want) = (rp.read_f32(&caches).unwrap(), mem.read(&caches).unwrap());
-        assert_eq!(first_bit_difference(&got, &want), None, "{case}: caches");
-        let t = g.tensor(att).unwrap();
-        let (got, want) = (rp.read_f32(t).unwrap(), mem.read(t).unwrap());
-        assert!(want.iter().all(|x| x.is_finite()), "{case}: reference");
-        let e = nmse(&got, &want);
-        assert!(e <= 1e-6, "{case}: attention NMSE {e:e}");
+        let inputs = [
+            (ops.q, data(s.head_dim * s.n_head, 10 + run as u64)),
+            (ops.k, data(kv, 20 + run as u64)),
+            (ops.v, data(kv, 30 + run as u64)),
+            (ops.logits.unwrap(), logits(s.vocab, run)),
+        ];
+        ops.write_inputs(&mut rp, &inputs, position);
+        let case = format!("{case}, run {run} at position {position}");
+        ops.run_and_compare(&mut rp, |rp| rp.run(), &exact, assert_same_bits, &case);
     }
     // The caches are state: a restore leaves them as the runs wrote them.
     rp.restore_inputs().unwrap();
-    let (got, want) = (rp.read_f32(&caches).unwrap(), mem.read(&caches).unwrap());
-    assert_eq!(
-        first_bit_difference(&got, &want),
-        None,
-        "caches after restore"
-    );
+    let caches = &ops.caches;
+    let (got, want) = (rp.read_f32(caches).unwrap(), ops.mem.read(caches).unwrap());
+    assert_same_bits(&got, &want, "caches after restore");
+}
+
+/// [`check_step`] over caches of 700 rows (several attention splits) and
+/// logits of 37 values, for heads of each `(head_dim, n_head, n_kv)` of
+/// `groups`: attention in two passes, argmax in one.
+fn check_groups(b: &VulkanBackend, groups: &[(usize, usize, usize)], positions: &[f32]) {
+    for &(head_dim, n_head, n_kv) in groups {
+        let s = Shape {
+            head_dim,
+            n_head,
+            n_kv,
+            rows: 700,
+            vocab: 37,
+        };
+        check_step(b, s, 8, positions);
+    }
 }
 
 /// A short context (one attention pass, one argmax pass a column), a
@@ -240,9 +226,6 @@ fn check_step(b: &VulkanBackend, s: Shape, launches: u64, positions: &[f32]) {
 /// for every query head.
 #[test]
 fn decode_ops_run_on_the_device_over_a_short_context() {
-    let Some(b) = backend_or_skip() else {
-        return;
-    };
     let s = Shape {
         head_dim: 96,
         n_head: 4,
@@ -251,8 +234,8 @@ fn decode_ops_run_on_the_device_over_a_short_context() {
         vocab: 37,
     };
     // Two RoPEs, three row writes, attention, argmax.
-    check_step(&b, s, 7, &[0.0, 1.0, 2.5, 39.0, 1e9, -3.0, f32::NAN, 17.0]);
-    assert_no_validation_messages(&b);
+    let positions = [0.0, 1.0, 2.5, 39.0, 1e9, -3.0, f32::NAN, 17.0];
+    on(backend_or_skip(), |b| check_step(b, s, 7, &positions));
 }
 
 /// A context of 3000 rows (twelve attention splits and the pass joining
@@ -261,9 +244,6 @@ fn decode_ops_run_on_the_device_over_a_short_context() {
 /// a joining pass), grouped-query heads.
 #[test]
 fn decode_ops_run_on_the_device_over_a_long_context() {
-    let Some(b) = backend_or_skip() else {
-        return;
-    };
     let s = Shape {
         head_dim: 64,
         n_head: 8,
@@ -272,8 +252,8 @@ fn decode_ops_run_on_the_device_over_a_long_context() {
         vocab: 128_256,
     };
     // Attention and argmax in two passes each.
-    check_step(&b, s, 9, &[0.0, 255.0, 256.0, 1500.0, 2999.0, 5000.0]);
-    assert_no_validation_messages(&b);
+    let positions = [0.0, 255.0, 256.0, 1500.0, 2999.0, 5000.0];
+    on(backend_or_skip(), |b| check_step(b, s, 9, &positions));
 }
 
 /// Grouped-query heads served together, one attention workgroup per
@@ -282,9 +262,6 @@ fn decode_ops_run_on_the_device_over_a_long_context() {
 /// of a split boundary, at the last row and past it.
 #[test]
 fn attention_serves_a_group_of_four_query_heads_together() {
-    let Some(b) = backend_or_skip() else {
-        return;
-    };
     let s = Shape {
         head_dim: 128,
         n_head: 8,
@@ -294,28 +271,16 @@ fn attention_serves_a_group_of_four_query_heads_together() {
     };
     // Attention in two passes, argmax in one.
     let positions = [0.0, 255.0, 256.0, 700.0, 1499.0, 1e9];
-    check_step(&b, s, 8, &positions);
-    assert_no_validation_messages(&b);
+    on(backend_or_skip(), |b| check_step(b, s, 8, &positions));
 }
 
 /// A group that is not a power of two (SmolLM2's 9 query heads over 3
 /// key/value heads), and groups of 1 and 8, over several splits.
 #[test]
 fn attention_serves_groups_of_three_one_and_eight() {
-    let Some(b) = backend_or_skip() else {
-        return;
-    };
-    for (head_dim, n_head, n_kv) in [(64, 9, 3), (64, 3, 3), (128, 8, 1)] {
-        let s = Shape {
-            head_dim,
-            n_head,
-            n_kv,
-            rows: 700,
-            vocab: 37,
-        };
-        check_step(&b, s, 8, &[0.0, 255.0, 256.0, 511.0, 699.0, 1e9]);
-    }
-    assert_no_validation_messages(&b);
+    let groups = [(64, 9, 3), (64, 3, 3), (128, 8, 1)];
+    let positions = [0.0, 255.0, 256.0, 511.0, 699.0, 1e9];
+    on(backend_or_skip(), |b| check_groups(b, &groups, &positions));
 }
 
 /// The scores with one invocation a row (the variant of devices without
@@ -323,22 +288,13 @@ fn attention_serves_groups_of_three_one_and_eight() {
 #[cfg(feature = "lab")]
 #[test]
 fn attention_without_shuffles_serves_the_same_groups() {
-    let Some(mut b) = backend_or_skip() else {
-        return;
-    };
-    b.set_tuning(b.tuning().with_attention_shuffle(false))
-        .unwrap();
-    for (head_dim, n_head, n_kv) in [(128, 8, 2), (64, 9, 3), (96, 4, 4), (128, 8, 1)] {
-        let s = Shape {
-            head_dim,
-            n_head,
-            n_kv,
-            rows: 700,
-            vocab: 37,
-        };
-        check_step(&b, s, 8, &[0.0, 255.0, 256.0, 699.0, 1e9]);
-    }
-    assert_no_validation_messages(&b);
+    let groups = [(128, 8, 2), (64, 9, 3), (96, 4, 4), (128, 8, 1)];
+    let positions = [0.0, 255.0, 256.0, 699.0, 1e9];
+    on(backend_or_skip(), |b| {
+        b.set_tuning(b.tuning().with_attention_shuffle(false))
+            .unwrap();
+        check_groups(b, &groups, &positions);
+    });
 }
 
 /// Device-local buffers reached through staging copies (as on a discrete
@@ -346,12 +302,6 @@ fn attention_without_shuffles_serves_the_same_groups() {
 /// partial writes, the results read back the same way.
 #[test]
 fn decode_ops_run_on_staged_device_buffers() {
-    let Some(b) = backend_with_or_skip(ContextOptions {
-        validation: validation(),
-        staged_buffers: true,
-    }) else {
-        return;
-    };
     let s = Shape {
         head_dim: 32,
         n_head: 4,
@@ -359,8 +309,9 @@ fn decode_ops_run_on_staged_device_buffers() {
         rows: 600,
         vocab: 5000,
     };
-    check_step(&b, s, 9, &[3.0, 599.0, 512.0]);
-    assert_no_validation_messages(&b);
+    on(staged_device(), |b| {
+        check_step(b, s, 9, &[3.0, 599.0, 512.0])
+    });
 }
 
 /// Heads longer than the attention kernel's workgroup are refused as
@@ -368,30 +319,28 @@ fn decode_ops_run_on_staged_device_buffers() {
 /// host, whole.
 #[test]
 fn attention_heads_over_256_values_fall_back_to_the_host_plan() {
-    let Some(b) = backend_or_skip() else {
-        return;
-    };
-    let step = decode_step(Shape {
-        head_dim: 320,
-        n_head: 2,
-        n_kv: 1,
-        rows: 8,
-        vocab: 37,
+    on(backend_or_skip(), |b| {
+        let step = decode_step(Shape {
+            head_dim: 320,
+            n_head: 2,
+            n_kv: 1,
+            rows: 8,
+            vocab: 37,
+        });
+        let p = plan(&step.graph);
+        let rp = b
+            .compile(&step.graph, &p, GemvMode::F32, &step.mem.sizes())
+            .unwrap();
+        assert!(
+            matches!(
+                rp.fallback_reason(),
+                Some(fused_core::Error::Unsupported(_))
+            ),
+            "{:?}",
+            rp.fallback_reason()
+        );
+        assert!(rp.stats().host_steps);
     });
-    let p = plan(&step.g);
-    let rp = b
-        .compile(&step.g, &p, GemvMode::F32, &step.mem.sizes())
-        .unwrap();
-    assert!(
-        matches!(
-            rp.fallback_reason(),
-            Some(fused_core::Error::Unsupported(_))
-        ),
-        "{:?}",
-        rp.fallback_reason()
-    );
-    assert!(rp.stats().host_steps);
-    assert_no_validation_messages(&b);
 }
 
 /// Which parts of the fused key/value append a test graph has.
@@ -405,24 +354,12 @@ struct AppendCase {
     with_v: bool,
 }
 
-/// The attention inputs of one decode step as the planner fuses them:
-/// RoPE of q and of k, k's appended to its cache, v appended to its own
-/// (where the case has it), attention over both. Head size 64, four query
-/// heads over two key/value heads, caches of 40 rows and a table of 43
-/// (a position past the caches is clamped to each one's own rows). Most
-/// tensors lie 4 bytes past a 16-byte boundary.
-struct Append {
-    g: Graph,
-    mem: Memory,
-    q: NodeId,
-    k: NodeId,
-    v: NodeId,
-    pos: NodeId,
-    q_rope: NodeId,
-    k_rope: NodeId,
-    att: NodeId,
-    caches: TensorDesc,
-}
+/// Every part joins: q's RoPE (written apart from q) and v's row.
+const APPEND_ALL: AppendCase = AppendCase {
+    q_mode: RopeMode::Adjacent,
+    q_in_place: false,
+    with_v: true,
+};
 
 const APPEND_D: usize = 64;
 const APPEND_HEADS: usize = 4;
@@ -430,76 +367,51 @@ const APPEND_KV: usize = 2;
 const APPEND_ROWS: usize = 40;
 const APPEND_TABLE_ROWS: usize = 43;
 
-fn kv_append_step(c: AppendCase) -> Append {
+/// The attention inputs of one decode step as the planner fuses them:
+/// RoPE of q and of k, k's appended to its cache, v appended to its own
+/// (where the case has it), attention over both. Head size 64, four query
+/// heads over two key/value heads, caches of 40 rows and a table of 43
+/// (a position past the caches is clamped to each one's own rows). Most
+/// tensors lie 4 bytes past a 16-byte boundary.
+fn kv_append_step(c: AppendCase) -> DecodeOps {
     let (d, n_head, n_kv, rows) = (APPEND_D, APPEND_HEADS, APPEND_KV, APPEND_ROWS);
     let f = |n: usize| 4 * n;
     let kv = d * n_kv;
-    let q_at = 4;
-    let k_at = (q_at + f(d * n_head)).next_multiple_of(16) + 4;
-    let v_at = (k_at + f(kv)).next_multiple_of(16) + 4;
-    let table_at = (v_at + f(kv)).next_multiple_of(16);
-    let pos_at = table_at + f(d * APPEND_TABLE_ROWS) + 4;
-    let in_size = pos_at + 4;
+    let q = 4;
+    let k = (q + f(d * n_head)).next_multiple_of(16) + 4;
+    let v = (k + f(kv)).next_multiple_of(16) + 4;
+    let table = (v + f(kv)).next_multiple_of(16);
+    let pos = table + f(d * APPEND_TABLE_ROWS) + 4;
     let cache = f(kv * rows);
-    let (kc_at, vc_at) = (4, 4 + cache);
-    let mut g = Graph::new();
-    let q = g.input(f32t([d, n_head, 1, 1], 0, q_at)).unwrap();
-    let k = g.input(f32t([d, n_kv, 1, 1], 0, k_at)).unwrap();
-    let v = g.input(f32t([kv, 1, 1, 1], 0, v_at)).unwrap();
-    let table = g
-        .input(f32t([d, APPEND_TABLE_ROWS, 1, 1], 0, table_at))
-        .unwrap();
-    let pos = g.input(f32t([1, 1, 1, 1], 0, pos_at)).unwrap();
-    let kc = g.state(f32t([kv, rows, 1, 1], 1, kc_at)).unwrap();
-    let vc = g.state(f32t([kv, rows, 1, 1], 1, vc_at)).unwrap();
-    let q_place = if c.q_in_place {
-        Place::at(0, q_at)
-    } else {
-        Place::at(2, 4)
-    };
-    let q_rope = g.rope(c.q_mode, q, table, pos, q_place).unwrap();
     let kr_at = (4 + f(d * n_head)).next_multiple_of(16) + 4;
-    let k_rope = g
-        .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, kr_at))
-        .unwrap();
-    let kw = g.set_row(kc, k_rope, pos, Place::at(1, kc_at)).unwrap();
-    let vw = if c.with_v {
-        g.set_row(vc, v, pos, Place::at(1, vc_at)).unwrap()
-    } else {
-        vc
-    };
-    let k3 = g.reshape(kw, [d, n_kv, rows, 1]).unwrap();
-    let v3 = g.reshape(vw, [d, n_kv, rows, 1]).unwrap();
     let att_at = (kr_at + f(kv)).next_multiple_of(16) + 4;
-    let scale = 1.0 / (d as f32).sqrt();
-    let att = g
-        .attention(q_rope, k3, v3, pos, scale, Place::at(2, att_at))
-        .unwrap();
-    g.mark_output(att).unwrap();
-    let mut mem = Memory::new(&[in_size, 4 + 2 * cache, att_at + f(d * n_head)]);
-    let angles: Vec<f32> = (0..APPEND_TABLE_ROWS)
-        .flat_map(|p| {
-            (0..d / 2).flat_map(move |i| {
-                let theta = p as f32 * 10000f32.powf(-2.0 * i as f32 / d as f32);
-                [theta.cos(), theta.sin()]
-            })
-        })
-        .collect();
-    mem.write(g.tensor(table).unwrap(), &angles).unwrap();
-    let caches = f32t([2 * kv * rows, 1, 1, 1], 1, kc_at);
-    mem.write(&caches, &data(2 * kv * rows, 7)).unwrap();
-    Append {
-        g,
-        mem,
-        q,
-        k,
-        v,
-        pos,
-        q_rope,
-        k_rope,
-        att,
-        caches,
-    }
+    let layout = DecodeOpsLayout {
+        inputs: InputOffsets {
+            q,
+            k,
+            v,
+            table,
+            pos,
+        },
+        caches_at: 4,
+        q_mode: c.q_mode,
+        q_rope_at: if c.q_in_place {
+            Place::at(0, q)
+        } else {
+            Place::at(2, 4)
+        },
+        k_mode: RopeMode::Adjacent,
+        k_rope_at: Place::at(2, kr_at),
+        v_row: if c.with_v {
+            ValueRow::InPlace
+        } else {
+            ValueRow::Absent
+        },
+        attention_at: Place::at(2, att_at),
+        buffer_sizes: vec![pos + 4, 4 + 2 * cache, att_at + f(d * n_head)],
+        ..DecodeOpsLayout::packed(d, n_head, n_kv, rows, APPEND_TABLE_ROWS)
+    };
+    DecodeOps::new(layout, |n| data(n, 7))
 }
 
 /// Plans the case's graph, checks that the planner fused what the case
@@ -508,86 +420,43 @@ fn kv_append_step(c: AppendCase) -> Append {
 /// `positions` against the reference: q's RoPE and both caches bit for
 /// bit, attention within NMSE 1e-6, and k's RoPE tensor never written.
 fn check_kv_append(b: &VulkanBackend, c: AppendCase, positions: &[f32]) {
-    let Append {
-        g,
-        mut mem,
-        q,
-        k,
-        v,
-        pos,
-        q_rope,
-        k_rope,
-        att,
-        caches,
-    } = kv_append_step(c);
-    let p = plan(&g);
-    let fused: Vec<&FusedKvAppend> = p
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            PlanStep::KvAppend(f) => Some(f),
-            _ => None,
-        })
-        .collect();
-    let [f] = fused[..] else {
-        panic!("{c:?}: one fused key/value append: {:?}", p.steps);
-    };
-    let q_joins = c.q_mode == RopeMode::Adjacent;
-    assert_eq!(f.k_rope, k_rope, "{c:?}");
-    assert_eq!(f.q_rope.is_some(), q_joins, "{c:?}: {f:?}");
-    assert_eq!(f.v_write.is_some(), c.with_v, "{c:?}: {f:?}");
-    let compile = |p: &Plan| {
-        let rp = b.compile(&g, p, GemvMode::F32, &mem.sizes()).unwrap();
-        assert!(
-            matches!(rp, Resident::Device(_)),
-            "{c:?}: fell back to the host plan: {:?}",
-            rp.fallback_reason()
-        );
-        assert!(!rp.stats().host_steps, "{c:?}: {:?}", rp.stats());
-        assert_eq!(rp.stats().copies, 0, "{c:?}: {:?}", rp.stats());
-        rp
-    };
-    let mut rp = compile(&p);
-    let unfused = compile(&Plan::unfused(&g)).stats().launches;
-    // The parts of the step: k's RoPE and row write, and the q RoPE and v
-    // row write that joined, one dispatch each when unfused.
-    let parts = 2 + u64::from(q_joins) + u64::from(c.with_v);
+    let mut ops = kv_append_step(c);
+    let case = format!("{c:?}");
+    let p = plan(&ops.graph);
+    ops.assert_planned_kv_append(&p, &case);
+    let mut rp = device_plan(b, &ops, &p, &case);
+    let unfused = device_plan(b, &ops, &Plan::unfused(&ops.graph), &case)
+        .stats()
+        .launches;
+    // The fused step replaces k's RoPE and row write, and the q RoPE and
+    // v row write that joined, one dispatch each when unfused.
     assert_eq!(
         unfused - rp.stats().launches,
-        parts - 1,
-        "{c:?}: the step is one dispatch ({} fused, {unfused} unfused)",
+        ops.kv_append_saves(),
+        "{case}: the step is one dispatch ({} fused, {unfused} unfused)",
         rp.stats().launches
     );
-    rp.write_all(&mem).unwrap();
+    rp.write_all(&ops.mem).unwrap();
+    let exact = [
+        ("q's RoPE".to_string(), ops.tensor(ops.q_rope)),
+        ("caches".to_string(), ops.caches),
+    ];
+    let k_rope = ops.tensor(ops.k_rope);
     let (kv, qn) = (APPEND_D * APPEND_KV, APPEND_D * APPEND_HEADS);
     for (run, &position) in positions.iter().enumerate() {
-        let case = format!("{c:?}, run {run} at position {position}");
         let mut vx = data(kv, 30 + run as u64);
         // Words moved as they are: a subnormal and a negative zero.
         vx[3] = f32::from_bits(1);
         vx[5] = -0.0;
-        for (id, x) in [
-            (q, data(qn, 10 + run as u64)),
-            (k, data(kv, 20 + run as u64)),
-            (v, vx),
-            (pos, vec![position]),
-        ] {
-            let t = *g.tensor(id).unwrap();
-            mem.write(&t, &x).unwrap();
-            rp.write_f32(&t, &x).unwrap();
-        }
-        eval_graph(&g, &mut mem, GemvMode::F32).unwrap();
-        rp.run().unwrap();
-        for (what, t) in [("q's RoPE", *g.tensor(q_rope).unwrap()), ("caches", caches)] {
-            let (got, want) = (rp.read_f32(&t).unwrap(), mem.read(&t).unwrap());
-            assert_eq!(first_bit_difference(&got, &want), None, "{case}: {what}");
-        }
-        let t = g.tensor(att).unwrap();
-        let (got, want) = (rp.read_f32(t).unwrap(), mem.read(t).unwrap());
-        assert!(want.iter().all(|x| x.is_finite()), "{case}: reference");
-        let e = nmse(&got, &want);
-        assert!(e <= 1e-6, "{case}: attention NMSE {e:e}");
-        let kr = rp.read_f32(g.tensor(k_rope).unwrap()).unwrap();
+        let inputs = [
+            (ops.q, data(qn, 10 + run as u64)),
+            (ops.k, data(kv, 20 + run as u64)),
+            (ops.v, vx),
+        ];
+        ops.write_inputs(&mut rp, &inputs, position);
+        let case = format!("{case}, run {run} at position {position}");
+        ops.run_and_compare(&mut rp, |rp| rp.run(), &exact, assert_same_bits, &case);
+        let kr = rp.read_f32(&k_rope).unwrap();
         assert!(
             kr.iter().all(|x| x.to_bits() == 0),
             "{case}: k's RoPE tensor written"
@@ -603,66 +472,48 @@ const APPEND_POSITIONS: [f32; 9] = [0.0, 1.0, 2.5, 39.0, 41.0, 1e9, -3.0, f32::N
 /// and in place.
 #[test]
 fn the_key_value_append_is_one_dispatch_with_q_and_v() {
-    let Some(b) = backend_or_skip() else {
-        return;
-    };
-    for q_in_place in [false, true] {
-        let c = AppendCase {
-            q_mode: RopeMode::Adjacent,
-            q_in_place,
-            with_v: true,
-        };
-        check_kv_append(&b, c, &APPEND_POSITIONS);
-    }
-    assert_no_validation_messages(&b);
+    on(backend_or_skip(), |b| {
+        for q_in_place in [false, true] {
+            let c = AppendCase {
+                q_in_place,
+                ..APPEND_ALL
+            };
+            check_kv_append(b, c, &APPEND_POSITIONS);
+        }
+    });
 }
 
 /// q's RoPE in another mode stays its own dispatch; k and v fuse.
 #[test]
 fn the_key_value_append_without_q() {
-    let Some(b) = backend_or_skip() else {
-        return;
-    };
     let c = AppendCase {
         q_mode: RopeMode::Halves,
-        q_in_place: false,
-        with_v: true,
+        ..APPEND_ALL
     };
-    check_kv_append(&b, c, &APPEND_POSITIONS);
-    assert_no_validation_messages(&b);
+    on(backend_or_skip(), |b| {
+        check_kv_append(b, c, &APPEND_POSITIONS)
+    });
 }
 
 /// No v row write: q and k fuse.
 #[test]
 fn the_key_value_append_without_v() {
-    let Some(b) = backend_or_skip() else {
-        return;
-    };
     let c = AppendCase {
-        q_mode: RopeMode::Adjacent,
         q_in_place: true,
         with_v: false,
+        ..APPEND_ALL
     };
-    check_kv_append(&b, c, &APPEND_POSITIONS);
-    assert_no_validation_messages(&b);
+    on(backend_or_skip(), |b| {
+        check_kv_append(b, c, &APPEND_POSITIONS)
+    });
 }
 
 /// The fused step on device-local buffers reached through staging copies.
 #[test]
 fn the_key_value_append_on_staged_device_buffers() {
-    let Some(b) = backend_with_or_skip(ContextOptions {
-        validation: validation(),
-        staged_buffers: true,
-    }) else {
-        return;
-    };
-    let c = AppendCase {
-        q_mode: RopeMode::Adjacent,
-        q_in_place: false,
-        with_v: true,
-    };
-    check_kv_append(&b, c, &[5.0, 39.0, 100.0]);
-    assert_no_validation_messages(&b);
+    on(staged_device(), |b| {
+        check_kv_append(b, APPEND_ALL, &[5.0, 39.0, 100.0])
+    });
 }
 
 /// A fused step whose q RoPE writes over k (which the planner never
@@ -670,45 +521,43 @@ fn the_key_value_append_on_staged_device_buffers() {
 /// is recorded: the plan falls back to the host, whole.
 #[test]
 fn a_key_value_append_writing_over_its_sources_falls_back_to_the_host_plan() {
-    let Some(b) = backend_or_skip() else {
-        return;
-    };
-    let (d, heads, rows) = (8, 2, 4);
-    let mut g = Graph::new();
-    let q = g.input(f32t([d, heads, 1, 1], 0, 0)).unwrap();
-    let k = g.input(f32t([d, heads, 1, 1], 0, 64)).unwrap();
-    let table = g.input(f32t([d, rows, 1, 1], 0, 128)).unwrap();
-    let pos = g.input(f32t([1, 1, 1, 1], 0, 256)).unwrap();
-    let kc = g.state(f32t([d * heads, rows, 1, 1], 1, 0)).unwrap();
-    let qr = g
-        .rope(RopeMode::Adjacent, q, table, pos, Place::at(0, 64))
-        .unwrap();
-    let kr = g
-        .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 0))
-        .unwrap();
-    let kw = g.set_row(kc, kr, pos, Place::at(1, 0)).unwrap();
-    g.mark_output(qr).unwrap();
-    let nodes = vec![qr, kr, kw];
-    let mut p = Plan::unfused(&g);
-    p.steps
-        .retain(|s| !s.nodes().iter().any(|n| nodes.contains(n)));
-    p.steps.push(PlanStep::KvAppend(FusedKvAppend {
-        mode: RopeMode::Adjacent,
-        table,
-        pos,
-        k_rope: kr,
-        k_write: kw,
-        q_rope: Some(qr),
-        v_write: None,
-        nodes,
-    }));
-    let rp = b.compile(&g, &p, GemvMode::F32, &[260, 256, 64]).unwrap();
-    let reason = rp.fallback_reason();
-    assert!(
-        matches!(reason, Some(fused_core::Error::Unsupported(_)))
-            && reason.is_some_and(|e| e.to_string().contains("key/value append")),
-        "{reason:?}"
-    );
-    assert!(rp.stats().host_steps);
-    assert_no_validation_messages(&b);
+    on(backend_or_skip(), |b| {
+        let (d, heads, rows) = (8, 2, 4);
+        let mut g = Graph::new();
+        let q = g.input(f32_tensor([d, heads, 1, 1], 0, 0)).unwrap();
+        let k = g.input(f32_tensor([d, heads, 1, 1], 0, 64)).unwrap();
+        let table = g.input(f32_tensor([d, rows, 1, 1], 0, 128)).unwrap();
+        let pos = g.input(f32_tensor([1, 1, 1, 1], 0, 256)).unwrap();
+        let kc = g.state(f32_tensor([d * heads, rows, 1, 1], 1, 0)).unwrap();
+        let qr = g
+            .rope(RopeMode::Adjacent, q, table, pos, Place::at(0, 64))
+            .unwrap();
+        let kr = g
+            .rope(RopeMode::Adjacent, k, table, pos, Place::at(2, 0))
+            .unwrap();
+        let kw = g.set_row(kc, kr, pos, Place::at(1, 0)).unwrap();
+        g.mark_output(qr).unwrap();
+        let nodes = vec![qr, kr, kw];
+        let mut p = Plan::unfused(&g);
+        p.steps
+            .retain(|s| !s.nodes().iter().any(|n| nodes.contains(n)));
+        p.steps.push(PlanStep::KvAppend(FusedKvAppend {
+            mode: RopeMode::Adjacent,
+            table,
+            pos,
+            k_rope: kr,
+            k_write: kw,
+            q_rope: Some(qr),
+            v_write: None,
+            nodes,
+        }));
+        let rp = b.compile(&g, &p, GemvMode::F32, &[260, 256, 64]).unwrap();
+        let reason = rp.fallback_reason();
+        assert!(
+            matches!(reason, Some(fused_core::Error::Unsupported(_)))
+                && reason.is_some_and(|e| e.to_string().contains("key/value append")),
+            "{reason:?}"
+        );
+        assert!(rp.stats().host_steps);
+    });
 }
