@@ -27,6 +27,7 @@
 //!   column, the first one on ties, NaN never chosen; exact everywhere.
 
 use crate::error::{Error, check_len};
+use crate::tensor::TensorDesc;
 
 /// Which elements of a head RoPE rotates together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -276,6 +277,37 @@ pub fn check_attention(
         }
     }
     Ok(())
+}
+
+/// The cache rows of an attention over tensors, as a backend receives it
+/// ([`crate::lower::Command::Attention`]), after checking that they fit:
+/// a usable shape, caches `[head_dim, n_kv, rows]` with at least one row,
+/// a query and an output of [`AttentionShape::q_dim`] values and a
+/// one-value position.
+pub fn attention_rows(
+    shape: &AttentionShape,
+    q: &TensorDesc,
+    k: &TensorDesc,
+    v: &TensorDesc,
+    pos: &TensorDesc,
+    out: &TensorDesc,
+) -> Result<usize, Error> {
+    shape.check()?;
+    let rows = k.ne()[2];
+    let cache = [shape.head_dim, shape.n_kv, rows, 1];
+    for t in [k, v] {
+        if t.ne() != cache || rows == 0 {
+            return Err(Error::ShapeMismatch {
+                what: "attention cache ([head_dim, n_kv, rows], rows > 0)",
+                expected: [shape.head_dim, shape.n_kv, rows.max(1), 1],
+                actual: t.ne(),
+            });
+        }
+    }
+    check_len("attention query", shape.q_dim(), q.n_elements())?;
+    check_len("attention output", shape.q_dim(), out.n_elements())?;
+    check_len("position (one F32 value)", 1, pos.n_elements())?;
+    Ok(rows)
 }
 
 /// One head of [`attention`]: `key(t)` and `value(t)` are row `t`'s

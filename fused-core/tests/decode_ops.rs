@@ -375,3 +375,32 @@ mod kv_append_operands {
         assert!(what(v_cache).contains("value cache"));
     }
 }
+
+#[test]
+fn attention_operands_give_their_rows_or_a_named_refusal() {
+    use fused_core::Error;
+    use fused_core::decode::{AttentionShape, attention_rows};
+    let shape = AttentionShape {
+        head_dim: 8,
+        n_head: 4,
+        n_kv: 2,
+        scale: 0.25,
+    };
+    let q = f32t([8, 4, 1, 1], 0, 0);
+    let pos = f32t([1, 1, 1, 1], 0, 128);
+    let cache = f32t([8, 2, 5, 1], 1, 0);
+    assert_eq!(attention_rows(&shape, &q, &cache, &cache, &pos, &q), Ok(5));
+    let what = |r: Result<usize, Error>| match r {
+        Err(Error::LengthMismatch { what, .. } | Error::ShapeMismatch { what, .. }) => what,
+        other => panic!("expected a size error, got {other:?}"),
+    };
+    let flat = f32t([16, 5, 1, 1], 1, 0);
+    assert!(what(attention_rows(&shape, &q, &flat, &cache, &pos, &q)).contains("cache"));
+    let empty = f32t([8, 2, 0, 1], 1, 0);
+    assert!(what(attention_rows(&shape, &q, &empty, &empty, &pos, &q)).contains("rows > 0"));
+    let short_q = f32t([8, 3, 1, 1], 0, 0);
+    assert!(what(attention_rows(&shape, &short_q, &cache, &cache, &pos, &q)).contains("query"));
+    assert!(what(attention_rows(&shape, &q, &cache, &cache, &pos, &short_q)).contains("output"));
+    let two = f32t([2, 1, 1, 1], 0, 128);
+    assert!(what(attention_rows(&shape, &q, &cache, &cache, &two, &q)).contains("position"));
+}

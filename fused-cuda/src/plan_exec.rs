@@ -85,7 +85,7 @@ use cust::memory::{CopyDestination, DeviceBuffer};
 use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
 use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan, buffer_range};
-use fused_core::decode::{AttentionShape, RopeMode};
+use fused_core::decode::{AttentionShape, RopeMode, attention_rows};
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
@@ -1078,12 +1078,7 @@ impl CommandSink for Builder<'_, '_> {
         pos: &TensorDesc,
         dst: &TensorDesc,
     ) -> Result<(), CudaError> {
-        let rows = k.ne()[2];
-        check_len("attention query", shape.q_dim(), q.n_elements())?;
-        check_len("attention output", shape.q_dim(), dst.n_elements())?;
-        check_len("attention keys", shape.kv_dim() * rows, k.n_elements())?;
-        check_len("attention values", k.n_elements(), v.n_elements())?;
-        check_len("position (one F32 value)", 1, pos.n_elements())?;
+        let rows = attention_rows(shape, q, k, v, pos, dst)?;
         let splits = AttnSplits::new(shape, rows)?;
         let what = "device plan attention input (must be F32)";
         let qa = self.read(q, dst, true, F32_ALIGN, what)?;

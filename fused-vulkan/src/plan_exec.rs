@@ -94,7 +94,7 @@ use ash::vk::Handle;
 use fused_core::acts::ActQuant;
 use fused_core::acts::GemvMode;
 use fused_core::backend::{PlanStats, PlanTiming, ResidentPlan, buffer_range};
-use fused_core::decode::{AttentionShape, MAX_ARGMAX_LEN, RopeMode};
+use fused_core::decode::{AttentionShape, MAX_ARGMAX_LEN, RopeMode, attention_rows};
 use fused_core::element::Activation;
 use fused_core::epilogue::{Epilogue, MAX_STAGES};
 use fused_core::error::{Unsupported, check_len};
@@ -1116,25 +1116,10 @@ impl<'a> CommandSink for Builder<'a, '_> {
         pos: &TensorDesc,
         out: &TensorDesc,
     ) -> Result<(), VulkanError> {
-        shape.check()?;
+        let rows = attention_rows(shape, q, k, v, pos, out)?;
         if shape.head_dim > ATTENTION_MAX_HEAD {
             return Err(unsupported("an attention head of more than 256 values on Vulkan").into());
         }
-        let rows = k.ne()[2];
-        let cache = [shape.head_dim, shape.n_kv, rows, 1];
-        for t in [k, v] {
-            if t.ne() != cache || rows == 0 {
-                return Err(Error::ShapeMismatch {
-                    what: "attention cache ([head_dim, n_kv, rows], rows > 0)",
-                    expected: cache,
-                    actual: t.ne(),
-                }
-                .into());
-            }
-        }
-        check_len("attention query", shape.q_dim(), q.n_elements())?;
-        check_len("attention output", shape.q_dim(), out.n_elements())?;
-        check_len("attention position", 1, pos.n_elements())?;
         Self::decode_source(q, out, true, "an attention query partly over its output")?;
         let apart = "an attention cache or position overlapping its output";
         for t in [k, v, pos] {
