@@ -336,43 +336,31 @@ mod kv_append_operands {
             Err(Error::LengthMismatch { what, .. } | Error::ShapeMismatch { what, .. }) => what,
             other => panic!("expected a size error, got {other:?}"),
         };
-        let o = operands();
-        let odd = KvAppendOperands {
-            table: f32t([7, 6, 1, 1], 0, 0),
-            k: f32t([7, 2, 1, 1], 0, 256),
-            ..o
+        let refused = |edit: fn(&mut KvAppendOperands), named: &str| {
+            let mut a = operands();
+            edit(&mut a);
+            let got = what(a);
+            assert!(got.contains(named), "{got:?} should name {named:?}");
         };
-        assert!(what(odd).contains("even"));
-        let two_values = KvAppendOperands {
-            pos: f32t([2, 1, 1, 1], 0, 192),
-            ..o
-        };
-        assert!(what(two_values).contains("position"));
-        let k_not_heads = KvAppendOperands {
-            k: f32t([16, 1, 1, 1], 0, 256),
-            ..o
-        };
-        assert!(what(k_not_heads).contains("k ("));
-        let short_rope = KvAppendOperands {
-            k_rope: f32t([8, 1, 1, 1], 0, 320),
-            ..o
-        };
-        assert!(what(short_rope).contains("RoPE output of k"));
-        let narrow_cache = KvAppendOperands {
-            k_cache: f32t([8, 10, 1, 1], 1, 0),
-            ..o
-        };
-        assert!(what(narrow_cache).contains("key cache"));
-        let q_out = KvAppendOperands {
-            q: Some((f32t([8, 4, 1, 1], 0, 384), f32t([8, 3, 1, 1], 0, 384))),
-            ..o
-        };
-        assert!(what(q_out).contains("RoPE output of q"));
-        let v_cache = KvAppendOperands {
-            v: Some((f32t([16, 1, 1, 1], 0, 512), f32t([12, 5, 1, 1], 2, 0))),
-            ..o
-        };
-        assert!(what(v_cache).contains("value cache"));
+        refused(
+            |a| (a.table, a.k) = (f32t([7, 6, 1, 1], 0, 0), f32t([7, 2, 1, 1], 0, 256)),
+            "even",
+        );
+        refused(|a| a.pos = f32t([2, 1, 1, 1], 0, 192), "position");
+        refused(|a| a.k = f32t([16, 1, 1, 1], 0, 256), "k (");
+        refused(
+            |a| a.k_rope = f32t([8, 1, 1, 1], 0, 320),
+            "RoPE output of k",
+        );
+        refused(|a| a.k_cache = f32t([8, 10, 1, 1], 1, 0), "key cache");
+        refused(
+            |a| a.q = a.q.map(|(x, _)| (x, f32t([8, 3, 1, 1], 0, 384))),
+            "RoPE output of q",
+        );
+        refused(
+            |a| a.v = a.v.map(|(row, _)| (row, f32t([12, 5, 1, 1], 2, 0))),
+            "value cache",
+        );
     }
 }
 
