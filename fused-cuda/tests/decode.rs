@@ -45,7 +45,8 @@ struct Shape {
 /// The shapes: a long cache of Llama-like heads (several splits, groups
 /// of 4); heads of 80 (lanes partly idle) in a group of 9 (two head slices
 /// a block), RoPE in place and a value cache written as a copy; and a
-/// short cache of many heads (one split, positions past it clamped).
+/// short cache of many heads (two splits, the second empty at positions
+/// below 32; positions past the cache clamped).
 const SHAPES: [Shape; 3] = [
     Shape {
         head_dim: 64,
