@@ -549,19 +549,11 @@ pub trait CommandSink {
         Err(Error::Unsupported(Unsupported::Operation(ATTENTION)).into())
     }
 
-    /// A [`Command::KvAppend`]. By default its parts, in the unfused order:
-    /// the q RoPE, the k RoPE into its own tensor, the k row write, the v
-    /// row write (a backend with the fused kernel runs them as one).
+    /// A [`Command::KvAppend`]. By default its parts one by one
+    /// ([`kv_append_by_parts`]); a backend with the fused kernel runs them
+    /// as one.
     fn kv_append(&mut self, a: &KvAppendOperands) -> Result<(), Self::Error> {
-        if let Some((x, out)) = &a.q {
-            self.rope(a.mode, x, &a.table, &a.pos, out)?;
-        }
-        self.rope(a.mode, &a.k, &a.table, &a.pos, &a.k_rope)?;
-        self.set_row(&a.k_cache, &a.k_rope, &a.pos, &a.k_cache)?;
-        if let Some((row, cache)) = &a.v {
-            self.set_row(cache, row, &a.pos, cache)?;
-        }
-        Ok(())
+        kv_append_by_parts(self, a)
     }
 
     /// A [`Command::ArgMax`]. By default refused as
@@ -570,6 +562,25 @@ pub trait CommandSink {
         let _ = (x, out);
         Err(Error::Unsupported(Unsupported::Operation(ARGMAX)).into())
     }
+}
+
+/// A key/value append as its parts, in the unfused order: the q RoPE, the
+/// k RoPE into its own tensor, the k row write, the v row write. The
+/// default of [`CommandSink::kv_append`], and what a backend with the fused
+/// kernel runs where its kernel cannot take the operands.
+pub fn kv_append_by_parts<S: CommandSink + ?Sized>(
+    sink: &mut S,
+    a: &KvAppendOperands,
+) -> Result<(), S::Error> {
+    if let Some((x, out)) = &a.q {
+        sink.rope(a.mode, x, &a.table, &a.pos, out)?;
+    }
+    sink.rope(a.mode, &a.k, &a.table, &a.pos, &a.k_rope)?;
+    sink.set_row(&a.k_cache, &a.k_rope, &a.pos, &a.k_cache)?;
+    if let Some((row, cache)) = &a.v {
+        sink.set_row(cache, row, &a.pos, cache)?;
+    }
+    Ok(())
 }
 
 /// The names under which a backend without the decode kernels refuses

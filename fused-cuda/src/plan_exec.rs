@@ -92,7 +92,9 @@ use fused_core::error::{Unsupported, check_len};
 use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Op};
-use fused_core::lower::{BinaryOp, Broadcast, CommandSink, KvAppendOperands, NormLoad, lower_into};
+use fused_core::lower::{
+    BinaryOp, Broadcast, CommandSink, KvAppendOperands, NormLoad, kv_append_by_parts, lower_into,
+};
 use fused_core::memory::packed;
 use fused_core::norm::Eps;
 use fused_core::placement;
@@ -989,15 +991,7 @@ impl CommandSink for Builder<'_, '_> {
     fn kv_append(&mut self, a: &KvAppendOperands) -> Result<(), CudaError> {
         let dims = a.dims()?;
         if !self.kv_append_fits(a)? {
-            if let Some((x, out)) = &a.q {
-                self.rope(a.mode, x, &a.table, &a.pos, out)?;
-            }
-            self.rope(a.mode, &a.k, &a.table, &a.pos, &a.k_rope)?;
-            self.set_row(&a.k_cache, &a.k_rope, &a.pos, &a.k_cache)?;
-            if let Some((row, cache)) = &a.v {
-                self.set_row(cache, row, &a.pos, cache)?;
-            }
-            return Ok(());
+            return kv_append_by_parts(self, a);
         }
         let (table, pos, k, k_cache) = (&a.table, &a.pos, &a.k, &a.k_cache);
         let (q, v) = (a.q.as_ref(), a.v.as_ref());
