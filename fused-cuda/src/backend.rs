@@ -1035,16 +1035,7 @@ impl CudaBackend {
             Launch::RmsNorm { grid, params } => {
                 // SAFETY: one NormParams argument, as fused_rms_norm takes;
                 // the addresses are valid per the caller.
-                unsafe {
-                    self.launch(
-                        &dev.gemv,
-                        "fused_rms_norm",
-                        *grid,
-                        QUANT_BLOCK,
-                        0,
-                        &[arg(params)],
-                    )
-                }
+                unsafe { self.launch(&dev.gemv, l.kernel(), *grid, QUANT_BLOCK, 0, &[arg(params)]) }
             }
             Launch::NormQuantize { name, grid, params } => {
                 // SAFETY: one NormQuantParams argument, as the three
@@ -1127,7 +1118,7 @@ impl CudaBackend {
                 unsafe {
                     self.launch(
                         &dev.decode,
-                        "fused_rope",
+                        l.kernel(),
                         *grid,
                         DECODE_BLOCK,
                         0,
@@ -1142,7 +1133,7 @@ impl CudaBackend {
                 unsafe {
                     self.launch(
                         &dev.decode,
-                        "fused_set_row",
+                        l.kernel(),
                         *grid,
                         DECODE_BLOCK,
                         0,
@@ -1158,7 +1149,7 @@ impl CudaBackend {
                 unsafe {
                     self.launch(
                         &dev.decode,
-                        "fused_kv_append",
+                        l.kernel(),
                         *grid,
                         DECODE_BLOCK,
                         0,
@@ -1184,7 +1175,7 @@ impl CudaBackend {
                 unsafe {
                     self.launch(
                         &dev.decode,
-                        "fused_argmax",
+                        l.kernel(),
                         *grid,
                         DECODE_BLOCK,
                         0,

@@ -14,8 +14,9 @@
 //!   [`GemvJob::with_quantized_output`](crate::GemvJob::with_quantized_output)),
 //!   quantized activations read back ([`CudaBackend::download_acts`]);
 //! - timed plan runs ([`DevicePlan::run_timed`],
-//!   [`DevicePlan::time_once_queued`]), traced GEMV chains
-//!   (`src/timeline.rs`), the lab's [`Knob`](crate::Knob)s.
+//!   [`DevicePlan::time_once_queued`]), a run timed launch by launch
+//!   ([`DevicePlan::profile_launches`], `src/launch_profile.rs`), traced
+//!   GEMV chains (`src/timeline.rs`), the lab's [`Knob`](crate::Knob)s.
 
 use crate::Submission;
 use crate::backend::CudaBackend;

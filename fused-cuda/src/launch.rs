@@ -612,6 +612,26 @@ impl Launch {
         }
     }
 
+    /// The kernel a launch runs as planned (the tuning may run a copy of
+    /// it under another symbol), or `copy` for a device-to-device copy.
+    pub(crate) fn kernel(&self) -> &str {
+        match self {
+            Launch::Gemv { name, .. }
+            | Launch::GemvQ { name, .. }
+            | Launch::Group { name, .. }
+            | Launch::Fwht { name, .. }
+            | Launch::Attention { name, .. } => name,
+            Launch::Quantize { name, .. } | Launch::NormQuantize { name, .. } => name,
+            Launch::RmsNorm { .. } => "fused_rms_norm",
+            Launch::Ew { kernel, .. } => kernel.name(),
+            Launch::Rope { .. } => "fused_rope",
+            Launch::SetRow { .. } => "fused_set_row",
+            Launch::KvAppend { .. } => "fused_kv_append",
+            Launch::ArgMax { .. } => "fused_argmax",
+            Launch::Copy { .. } => "copy",
+        }
+    }
+
     /// The weight bytes a GEMV launch streams (0 for other launches).
     pub(crate) fn weight_bytes(&self) -> u64 {
         match self {

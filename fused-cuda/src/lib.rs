@@ -168,7 +168,8 @@
 //!    `exec` (`StepKernels`), `contract` (the core's backend contract:
 //!    trait impls only).
 //! 7. The lab (the `lab` feature, off by default): `lab`, `handoff`,
-//!    `timeline`, `teams` (the team kernels' choice, beside `fixed_epi`).
+//!    `timeline`, `launch_profile`, `teams` (the team kernels' choice,
+//!    beside `fixed_epi`).
 //!
 //! # Numerics
 //!
@@ -230,8 +231,8 @@
 //!
 //! `lab` (implies `cuda`, off by default): what exists to measure or to
 //! A/B, not to run a model: event timing, the copy kernel, the device's
-//! name and occupancy probes, the handoff chains, traced GEMV chains, the
-//! team kernels, GEMVs that write their output quantized, the lab's
+//! name and occupancy probes, the handoff chains, traced GEMV chains, a
+//! plan run timed launch by launch, the team kernels, GEMVs that write their output quantized, the lab's
 //! [`Knob`]s, and `cuda-bench`.
 
 // The core's backend contract on this backend (trait impls only).
@@ -279,6 +280,8 @@ mod handoff;
 #[cfg(feature = "lab")]
 mod lab;
 #[cfg(feature = "lab")]
+mod launch_profile;
+#[cfg(feature = "lab")]
 mod teams;
 #[cfg(feature = "lab")]
 mod timeline;
@@ -310,6 +313,8 @@ pub use handoff::{HANDOFF_MAX_BLOCKS, HANDOFF_MAX_KERNELS, Handoff, HandoffRun, 
 pub use job::AheadAt;
 #[cfg(feature = "lab")]
 pub use lab::{L2_AHEAD_DEFAULT, LaunchOptions};
+#[cfg(feature = "lab")]
+pub use launch_profile::{KernelTotal, LaunchTime, kernel_totals};
 #[cfg(feature = "lab")]
 pub use qacts::QuantizedActs;
 #[cfg(feature = "lab")]

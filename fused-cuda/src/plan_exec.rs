@@ -1271,6 +1271,18 @@ impl<'a> DevicePlan<'a> {
         self.graph.is_some()
     }
 
+    /// One run's launches, in order.
+    #[cfg(feature = "lab")]
+    pub(crate) fn launches(&self) -> &[Launch] {
+        &self.launches
+    }
+
+    /// The backend's stream, which every launch of the plan goes to.
+    #[cfg(feature = "lab")]
+    pub(crate) fn stream(&self) -> &cust::stream::Stream {
+        &self.backend.dev().stream
+    }
+
     /// Enqueues `launches` in order (nothing waits for them).
     pub(crate) fn enqueue(&self, launches: &[Launch]) -> Result<(), CudaError> {
         for l in launches {

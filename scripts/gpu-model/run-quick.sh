@@ -3,7 +3,8 @@
 # when long calls are taken back: the Llama-3-8B-shaped Q4_0 stack at
 # context 512 on the backends named as arguments (default: cuda), each as
 # the whole token, the token planned unfused and the layered path, with
-# the device copy measured before and after every run (--floor). One call,
+# the device copy measured before and after every run (--floor), and on
+# CUDA the whole token timed launch by launch (--launch-profile). One call,
 # carrying .h200/llama; logs in $OUT.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh"
@@ -28,5 +29,14 @@ for be in "${backends[@]}"; do
 $(grep -o '"launches_per_token":[0-9]*' "$log") $(grep '^floor:' "$log")" >>"$S"
     done
 done
+# Which kernels the CUDA token's time is made of (launch by launch, an
+# event between every two): the kernels with the most time into the summary.
+if printf '%s\n' "${backends[@]}" | grep -qx cuda; then
+    log="$OUTDIR/cuda-launch-profile.log"
+    timeout 60 "$H/fused-llama" --model "$f" --backend cuda --ctx 512 -n 8 --ignore-eos \
+        --prompt "$p" --launch-profile >"$log" 2>&1
+    echo "cuda launch profile: exit $?" >>"$S"
+    grep -A16 '^launch profile:' "$log" >>"$S"
+fi
 date -u >>"$S"
 cat "$S"

@@ -100,6 +100,12 @@ struct Args {
     /// sampling) and print where a token's time goes on stderr at the end
     #[arg(long)]
     profile: bool,
+    /// After decoding, run the whole token once more launch by launch, a
+    /// CUDA event between every two, and print each kernel's share of its
+    /// time on stderr (CUDA only; built with the `lab` feature).
+    #[cfg(feature = "lab")]
+    #[arg(long)]
+    launch_profile: bool,
 }
 
 fn main() -> ExitCode {
@@ -133,6 +139,13 @@ fn model_path(args: &Args) -> Result<PathBuf, LlamaError> {
 /// Builds the chosen backend and runs on it: the one place that names a
 /// backend type.
 fn run(args: &Args) -> Result<(), LlamaError> {
+    #[cfg(feature = "lab")]
+    if args.launch_profile && (args.backend != BackendKind::Cuda || args.layered) {
+        return Err(LlamaError::Usage(
+            "--launch-profile times the whole token on CUDA: --backend cuda, without --layered"
+                .to_string(),
+        ));
+    }
     match args.backend {
         BackendKind::Cpu => {
             let threads = args.threads.unwrap_or_else(|| {
@@ -140,19 +153,25 @@ fn run(args: &Args) -> Result<(), LlamaError> {
             });
             let be = fused_cpu::CpuBackend::new(threads)
                 .map_err(|e| LlamaError::backend("starting the CPU backend", e))?;
-            run_on(&be, args)
+            run_on(&be, args, |_| Ok(()))
         }
         #[cfg(feature = "vulkan")]
         BackendKind::Vulkan => {
             let be = fused_vulkan::VulkanBackend::new()
                 .map_err(|e| LlamaError::backend("opening a Vulkan device", e))?;
-            run_on(&be, args)
+            run_on(&be, args, |_| Ok(()))
         }
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
             let be = fused_cuda::CudaBackend::new()
                 .map_err(|e| LlamaError::backend("opening a CUDA device", e))?;
-            run_on(&be, args)
+            run_on(&be, args, |_model| {
+                #[cfg(feature = "lab")]
+                if args.launch_profile {
+                    print_launch_profile(_model)?;
+                }
+                Ok(())
+            })
         }
         #[allow(unreachable_patterns)]
         other => Err(LlamaError::Usage(format!(
@@ -163,8 +182,13 @@ fn run(args: &Args) -> Result<(), LlamaError> {
     }
 }
 
-/// Loads the model on `be`, generates, and reports.
-fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
+/// Loads the model on `be`, generates, and reports; `after` reports what
+/// only its backend can (before the JSON line).
+fn run_on<B: Backend>(
+    be: &B,
+    args: &Args,
+    after: impl FnOnce(&Model<'_, B>) -> Result<(), LlamaError>,
+) -> Result<(), LlamaError> {
     let path = model_path(args)?;
     let opts = LoadOptions {
         mode: match args.mode {
@@ -297,6 +321,7 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
     if let Some(p) = model.profile() {
         eprintln!("where a token's time goes (prompt and decode tokens, host clock):\n{p}");
     }
+    after(&model)?;
     if args.json {
         let j = serde_json::json!({
             "prompt_ids": g.prompt_ids,
@@ -311,6 +336,45 @@ fn run_on<B: Backend>(be: &B, args: &Args) -> Result<(), LlamaError> {
             "floor_tok_s": floor_tok_s,
         });
         let _ = writeln!(out, "{j}");
+    }
+    Ok(())
+}
+
+/// Runs the whole token once more launch by launch and prints each
+/// kernel's share of its time, the kernel with the most first.
+#[cfg(all(feature = "cuda", feature = "lab"))]
+fn print_launch_profile(model: &Model<'_, fused_cuda::CudaBackend>) -> Result<(), LlamaError> {
+    let plan = model.token_plan().ok_or_else(|| {
+        LlamaError::Usage("--launch-profile: the model runs no whole-token plan".to_string())
+    })?;
+    let fused_core::backend::Resident::Device(plan) = plan else {
+        return Err(LlamaError::Usage(
+            "--launch-profile: the token runs step by step over host memory".to_string(),
+        ));
+    };
+    let launches = plan
+        .profile_launches()
+        .map_err(|e| LlamaError::backend("timing the token launch by launch", e))?;
+    let total: f64 = launches.iter().map(|l| f64::from(l.ms)).sum();
+    eprintln!(
+        "launch profile: {} launches, {:.1} us in all (an event between every two: no overlap)",
+        launches.len(),
+        total * 1e3
+    );
+    eprintln!(
+        "{:>10} {:>6} {:>8} {:>7}  kernel",
+        "us", "%", "launches", "GB/s"
+    );
+    for t in fused_cuda::kernel_totals(&launches) {
+        eprintln!(
+            "{:>10.1} {:>6.1} {:>8} {:>7}  {}",
+            t.ms * 1e3,
+            100.0 * t.ms / total.max(f64::MIN_POSITIVE),
+            t.launches,
+            t.weight_gbs()
+                .map_or_else(|| "-".to_string(), |g| format!("{g:.0}")),
+            t.kernel
+        );
     }
     Ok(())
 }

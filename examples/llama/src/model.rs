@@ -443,6 +443,16 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         }
     }
 
+    /// The backend's plan of the whole token; `None` on the layered path
+    /// (for measurements the contract does not cover: the lab).
+    #[cfg(feature = "lab")]
+    pub fn token_plan(&self) -> Option<&B::Plan<'b>> {
+        match &self.decode {
+            Decode::Token(p) => Some(p.plan()),
+            Decode::Layered { .. } => None,
+        }
+    }
+
     /// Bytes of weights a token reads: every matrix but the embedding
     /// table (one row of it is read), the head included.
     pub fn weight_bytes_per_token(&self) -> u64 {

@@ -238,6 +238,13 @@ impl<'b, B: Backend + 'b> TokenPlan<'b, B> {
         self.c.plan.stats().launches
     }
 
+    /// The backend's plan of the token, for measurements the contract does
+    /// not cover (the lab).
+    #[cfg(feature = "lab")]
+    pub fn plan(&self) -> &B::Plan<'b> {
+        &self.c.plan
+    }
+
     /// Appends cache rows `from..to` of every layer to `k` and `v` (one
     /// vector a layer, rows of `kv_dim` values back to back).
     pub(crate) fn read_rows(
