@@ -33,7 +33,9 @@ use crate::error::{Error, Unsupported, check_len};
 use crate::fwht::FwhtDesc;
 use crate::graph::Graph;
 use crate::job::GemvJob;
-use crate::lower::{BinaryOp, Broadcast, Command, CommandSink, NormLoad, lower, lower_into};
+use crate::lower::{
+    BinaryOp, Broadcast, Command, CommandSink, GemvCommand, NormLoad, lower, lower_into,
+};
 use crate::memory::f32_le;
 use crate::memory::{Buffers, gather_f32, packed};
 use crate::norm::Eps;
@@ -263,7 +265,7 @@ impl<'k, K: StepKernels + ?Sized> Executor<'k, K> {
     pub fn check(&self, g: &Graph, plan: &Plan) -> Result<(), Error> {
         for step in &plan.steps {
             match lower(g, step)? {
-                Command::Gemv { w, x, prologue, .. } => {
+                Command::Gemv(GemvCommand { w, x, prologue, .. }) => {
                     self.supports(&w, &x)?;
                     if prologue.is_some() {
                         self.kernels.supports_rms_norm()?;

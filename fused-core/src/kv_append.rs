@@ -19,6 +19,16 @@
 //!   or reads what it writes earlier in the unfused order
 //!   ([`Refusal::ReadsMovedResult`]), and its results do not overlap what
 //!   its other parts read ([`Refusal::IntermediatesOverlap`]).
+//!
+//! A step whose rows are all views of one GEMV's result (q, k and v
+//! stacked in one product) runs as that GEMV's tail
+//! ([`crate::planner::FusedGemv::kv`], [`check_gemv_tail`]): the GEMV
+//! rotates and writes the rows as it stores its result, where its tiles
+//! hold both rows of every pair. The planner proves what it can of that:
+//! the pairs are rows `2i, 2i + 1` of the GEMV ([`RopeMode::Adjacent`],
+//! heads from an even row), so that any tile of an even number of rows
+//! from an even row holds both ([`Refusal::PairsAcrossTiles`] otherwise);
+//! a backend whose tiles are not such runs the GEMV and then the step.
 
 use alloc::vec::Vec;
 
@@ -252,6 +262,88 @@ pub(crate) fn match_kv_append(
 /// Tensors with the nodes they belong to.
 type Tensors = Vec<(NodeId, TensorDesc)>;
 
+/// The node whose result `id` holds: `id` itself, or the source its views
+/// and reshapes lead back to.
+pub(crate) fn through_views(g: &Graph, mut id: NodeId) -> NodeId {
+    while let Ok(n) = g.node(id) {
+        match (n.op(), n.src(0)) {
+            (Op::View | Op::Reshape, Some(s)) => id = s,
+            _ => break,
+        }
+    }
+    id
+}
+
+/// The first row of the one-column GEMV result `out` that `t` starts at,
+/// where `t` is a contiguous F32 run of rows inside it.
+fn first_row(out: &TensorDesc, t: &TensorDesc) -> Option<usize> {
+    let (o, e) = (out.byte_extent(), t.byte_extent());
+    let inside = t.buffer() == out.buffer() && e.start >= o.start && e.end <= o.end;
+    let f32_run = |d: &TensorDesc| d.dtype() == crate::dtype::DType::F32 && d.is_contiguous();
+    let offset = e.start.checked_sub(o.start)?;
+    (inside && f32_run(out) && f32_run(t) && out.n_rows() == 1 && offset % 4 == 0)
+        .then_some(offset / 4)
+}
+
+/// Whether the key/value append `kv` may run as the tail of the GEMV step
+/// whose nodes are `gemv_nodes`, whose result is node `out` and which
+/// reads `gemv_reads`: `Ok(false)` where its rows are not all views of
+/// that result (not this pattern), the reason where they are but the tail
+/// is not legal.
+pub(crate) fn check_gemv_tail(
+    g: &Graph,
+    gemv_nodes: &[NodeId],
+    out: NodeId,
+    gemv_reads: &[(NodeId, TensorDesc)],
+    kv: &FusedKvAppend,
+) -> Result<bool, Refusal> {
+    let bad = || Refusal::AlreadyFused { node: kv.k_write };
+    let out_t = *g.tensor(out).map_err(|_| bad())?;
+    // The rows the step reads, each with the RoPE that rotates it.
+    let mut rows: Vec<(NodeId, Option<NodeId>)> = alloc::vec![(kv.k_rope, Some(kv.k_rope))];
+    rows.extend(kv.q_rope.map(|q| (q, Some(q))));
+    rows.extend(kv.v_write.map(|v| (v, None)));
+    let mut row_inputs = Vec::new();
+    for &(node, rope) in &rows {
+        let slot = if rope.is_some() { 0 } else { 1 };
+        let (input, t) = src(g, node, slot).ok_or_else(bad)?;
+        if through_views(g, input) != out {
+            return Ok(false);
+        }
+        let Some(first) = first_row(&out_t, &t) else {
+            return Ok(false);
+        };
+        if let Some(r) = rope
+            && (kv.mode != RopeMode::Adjacent || first % 2 != 0)
+        {
+            return Err(Refusal::PairsAcrossTiles { node: r });
+        }
+        row_inputs.push(t);
+    }
+    let (kv_reads, kv_writes) = reads_writes(g, kv);
+    // The step's own rows are the GEMV's values, not reads from memory.
+    let mut reads: Tensors = gemv_reads.to_vec();
+    reads.extend(
+        kv_reads
+            .into_iter()
+            .filter(|(_, t)| !row_inputs.contains(t)),
+    );
+    let mut writes: Tensors = alloc::vec![(out, out_t)];
+    writes.extend(kv_writes.iter().copied());
+    // The tail's writes land while other tiles still read the GEMV's
+    // inputs and store its result.
+    for (w, wt) in &kv_writes {
+        for (r, rt) in gemv_reads.iter().chain([&(out, out_t)]) {
+            if wt.overlap(rt) != Overlap::Disjoint {
+                return Err(Refusal::IntermediatesOverlap { a: *w, b: *r });
+            }
+        }
+    }
+    let mut nodes: Vec<NodeId> = gemv_nodes.iter().chain(&kv.nodes).copied().collect();
+    nodes.sort();
+    check_between(g, &nodes, &reads, &writes).map(|()| true)
+}
+
 /// What the step reads and what it writes.
 fn reads_writes(g: &Graph, s: &FusedKvAppend) -> (Tensors, Tensors) {
     let mut reads = Vec::new();
@@ -273,10 +365,9 @@ fn reads_writes(g: &Graph, s: &FusedKvAppend) -> (Tensors, Tensors) {
 /// Whether the step may run at its last node with its k RoPE unstored.
 fn check_step(g: &Graph, s: &FusedKvAppend) -> Result<(), Refusal> {
     let (reads, writes) = reads_writes(g, s);
-    let (first, last) = match (s.nodes.first(), s.nodes.last()) {
-        (Some(f), Some(l)) => (f.index(), l.index()),
-        _ => return Err(Refusal::AlreadyFused { node: s.k_write }),
-    };
+    if s.nodes.is_empty() {
+        return Err(Refusal::AlreadyFused { node: s.k_write });
+    }
     let rope_t = *g
         .tensor(s.k_rope)
         .map_err(|_| Refusal::AlreadyFused { node: s.k_rope })?;
@@ -296,19 +387,36 @@ fn check_step(g: &Graph, s: &FusedKvAppend) -> Result<(), Refusal> {
             }
         }
     }
-    // Nothing between the first and the last node overwrites what the
-    // step reads or reads what it writes (the step runs at its end).
-    for i in first + 1..last {
+    check_between(g, &s.nodes, &reads, &writes)
+}
+
+/// Whether a step of `nodes` (sorted) that reads `reads` and writes
+/// `writes` may run at its last node: nothing between its first and last
+/// node overwrites what it reads or reads what it writes earlier in the
+/// unfused order.
+fn check_between(
+    g: &Graph,
+    nodes: &[NodeId],
+    reads: &[(NodeId, TensorDesc)],
+    writes: &[(NodeId, TensorDesc)],
+) -> Result<(), Refusal> {
+    let (Some(first), Some(last)) = (nodes.first(), nodes.last()) else {
+        return Ok(());
+    };
+    for i in first.index() + 1..last.index() {
         let id = NodeId(i as u32);
-        if s.nodes.contains(&id) {
+        if nodes.contains(&id) {
             continue;
         }
         let n = g.node(id).map_err(|_| Refusal::AlreadyFused { node: id })?;
-        if !n.op().is_view()
-            && n.op() != Op::Input
-            && let Some((input, _)) = reads
-                .iter()
-                .find(|(_, t)| t.overlap(n.tensor()) != Overlap::Disjoint)
+        // Views and inputs run nothing: what reads through a view is
+        // checked at the reader.
+        if n.op().is_view() || n.op() == Op::Input {
+            continue;
+        }
+        if let Some((input, _)) = reads
+            .iter()
+            .find(|(_, t)| t.overlap(n.tensor()) != Overlap::Disjoint)
         {
             return Err(Refusal::ClobberedBetween {
                 writer: id,

@@ -14,6 +14,7 @@ use crate::epilogue::{Epilogue, MAX_STAGES};
 use crate::error::{Error, Unsupported};
 use crate::fwht::FwhtDesc;
 use crate::graph::{Graph, MatHint, Node, NodeId, Op};
+use crate::kv_append::FusedKvAppend;
 use crate::norm::Eps;
 use crate::planner::{NormPrologue, Operands, Step};
 use crate::tensor::TensorDesc;
@@ -74,27 +75,8 @@ pub enum Command {
     /// Nothing runs: an input, a reshape or a view (or an op the core does
     /// not model that has no source).
     Nothing,
-    /// `out = epilogue(w · x)`, or with `up = Some((w_up, act))`
-    /// `out = epilogue(act(w · x) ⊙ (w_up · x))`; the epilogue's operand
-    /// of slot `i` is node `operands[i]`. With a `prologue`, the
-    /// activations are not read from `x` (never written) but computed per
-    /// column from the prologue's tensors.
-    Gemv {
-        /// The weights (the gate's, for a gated GEMV).
-        w: TensorDesc,
-        /// The up weights and the gate's activation of a gated GEMV.
-        up: Option<(TensorDesc, Activation)>,
-        /// The activations.
-        x: TensorDesc,
-        /// The chain applied to the result.
-        epilogue: Epilogue,
-        /// The operand node of each slot.
-        operands: Operands,
-        /// The destination.
-        out: TensorDesc,
-        /// The activations' RMS-norm prologue.
-        prologue: Option<NormLoad>,
-    },
+    /// A GEMV, with its prologue, epilogue and tail ([`GemvCommand`]).
+    Gemv(GemvCommand),
     /// The FWHT of every row of `x` (times `signs` first where given).
     Fwht {
         /// The transform.
@@ -215,6 +197,33 @@ pub enum Command {
     },
 }
 
+/// `out = epilogue(w · x)`, or with `up = Some((w_up, act))`
+/// `out = epilogue(act(w · x) ⊙ (w_up · x))`; the epilogue's operand of
+/// slot `i` is node `operands[i]`. With a `prologue`, the activations are
+/// not read from `x` (never written) but computed per column from the
+/// prologue's tensors. With a `kv` tail, the key/value append of rows of
+/// `out` follows ([`CommandSink::gemv_kv_append`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemvCommand {
+    /// The weights (the gate's, for a gated GEMV).
+    pub w: TensorDesc,
+    /// The up weights and the gate's activation of a gated GEMV.
+    pub up: Option<(TensorDesc, Activation)>,
+    /// The activations.
+    pub x: TensorDesc,
+    /// The chain applied to the result.
+    pub epilogue: Epilogue,
+    /// The operand node of each slot.
+    pub operands: Operands,
+    /// The destination.
+    pub out: TensorDesc,
+    /// The activations' RMS-norm prologue.
+    pub prologue: Option<NormLoad>,
+    /// The key/value append of the result, whose q, k and v rows are views
+    /// of `out` (one column; RoPE pairs are rows `2i, 2i + 1` of it).
+    pub kv: Option<KvAppendOperands>,
+}
+
 /// A GEMV's norm prologue with its tensors looked up: the activations are
 /// `(x · s) · gamma` per column, as [`crate::norm::rms_norm`] computes them.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -252,7 +261,7 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
         Step::Node(id) => lower_node(g, g.node(*id)?)?,
         Step::Gemv(s) => {
             let mm = g.node(s.matmul)?;
-            Command::Gemv {
+            Command::Gemv(GemvCommand {
                 w: src(g, mm, 0)?,
                 up: None,
                 x: src(g, mm, 1)?,
@@ -260,11 +269,12 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
                 operands: s.operands,
                 out: *g.tensor(s.out)?,
                 prologue: NormLoad::of(g, &s.prologue)?,
-            }
+                kv: s.kv.as_ref().map(|kv| kv_operands(g, kv)).transpose()?,
+            })
         }
         Step::GluGemv(s) => {
             let (gn, un) = (g.node(s.gate)?, g.node(s.up)?);
-            Command::Gemv {
+            Command::Gemv(GemvCommand {
                 w: src(g, gn, 0)?,
                 up: Some((src(g, un, 0)?, s.act)),
                 x: src(g, gn, 1)?,
@@ -272,40 +282,44 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
                 operands: s.operands,
                 out: *g.tensor(s.out)?,
                 prologue: NormLoad::of(g, &s.prologue)?,
-            }
-        }
-        Step::KvAppend(s) => {
-            let t = |id: NodeId| -> Result<TensorDesc, Error> { Ok(*g.tensor(id)?) };
-            let kw = g.node(s.k_write)?;
-            let kr = g.node(s.k_rope)?;
-            let q = s
-                .q_rope
-                .map(|id| Ok::<_, Error>((src(g, g.node(id)?, 0)?, t(id)?)))
-                .transpose()?;
-            let v = s
-                .v_write
-                .map(|id| {
-                    let n = g.node(id)?;
-                    Ok::<_, Error>((src(g, n, 1)?, src(g, n, 0)?))
-                })
-                .transpose()?;
-            Command::KvAppend(KvAppendOperands {
-                mode: s.mode,
-                table: t(s.table)?,
-                pos: t(s.pos)?,
-                k: src(g, kr, 0)?,
-                k_rope: t(s.k_rope)?,
-                k_cache: src(g, kw, 0)?,
-                q,
-                v,
+                kv: None,
             })
         }
+        Step::KvAppend(s) => Command::KvAppend(kv_operands(g, s)?),
         Step::SignedFwht(s) => Command::Fwht {
             desc: s.desc,
             x: *g.tensor(s.x)?,
             signs: Some(*g.tensor(s.signs)?),
             out: *g.tensor(s.matmul)?,
         },
+    })
+}
+
+/// The operands of a key/value append step.
+fn kv_operands(g: &Graph, s: &FusedKvAppend) -> Result<KvAppendOperands, Error> {
+    let t = |id: NodeId| -> Result<TensorDesc, Error> { Ok(*g.tensor(id)?) };
+    let kw = g.node(s.k_write)?;
+    let kr = g.node(s.k_rope)?;
+    let q = s
+        .q_rope
+        .map(|id| Ok::<_, Error>((src(g, g.node(id)?, 0)?, t(id)?)))
+        .transpose()?;
+    let v = s
+        .v_write
+        .map(|id| {
+            let n = g.node(id)?;
+            Ok::<_, Error>((src(g, n, 1)?, src(g, n, 0)?))
+        })
+        .transpose()?;
+    Ok(KvAppendOperands {
+        mode: s.mode,
+        table: t(s.table)?,
+        pos: t(s.pos)?,
+        k: src(g, kr, 0)?,
+        k_rope: t(s.k_rope)?,
+        k_cache: src(g, kw, 0)?,
+        q,
+        v,
     })
 }
 
@@ -326,7 +340,7 @@ fn lower_node(g: &Graph, node: &Node) -> Result<Command, Error> {
                     out,
                 }
             } else {
-                Command::Gemv {
+                Command::Gemv(GemvCommand {
                     w,
                     up: None,
                     x,
@@ -334,7 +348,8 @@ fn lower_node(g: &Graph, node: &Node) -> Result<Command, Error> {
                     operands: [None; MAX_STAGES],
                     out,
                     prologue: None,
-                }
+                    kv: None,
+                })
             }
         }
         Op::Add | Op::Mul | Op::Glu(_) => {
@@ -556,6 +571,19 @@ pub trait CommandSink {
         kv_append_by_parts(self, a)
     }
 
+    /// A [`Command::Gemv`] with a key/value append tail (`kv`, whose rows
+    /// are views of `gemv.out`). By default the GEMV, then the append
+    /// ([`gemv_kv_append_by_parts`]); a backend whose GEMV tiles hold both
+    /// rows of every RoPE pair rotates and writes them as it stores.
+    fn gemv_kv_append(
+        &mut self,
+        g: &Graph,
+        gemv: &GemvCommand,
+        kv: &KvAppendOperands,
+    ) -> Result<(), Self::Error> {
+        gemv_kv_append_by_parts(self, g, gemv, kv)
+    }
+
     /// A [`Command::ArgMax`]. By default refused as
     /// [`Unsupported::Operation`]`(`[`ARGMAX`]`)`.
     fn argmax(&mut self, x: &TensorDesc, out: &TensorDesc) -> Result<(), Self::Error> {
@@ -583,6 +611,33 @@ pub fn kv_append_by_parts<S: CommandSink + ?Sized>(
     Ok(())
 }
 
+/// The GEMV of `c` (its `kv` tail left out), through
+/// [`CommandSink::gemv`], or [`CommandSink::norm_gemv`] with a prologue.
+pub fn issue_gemv<S: CommandSink + ?Sized>(
+    sink: &mut S,
+    g: &Graph,
+    c: &GemvCommand,
+) -> Result<(), S::Error> {
+    let up = c.up.as_ref().map(|(u, act)| (u, *act));
+    match &c.prologue {
+        None => sink.gemv(g, &c.w, up, &c.x, &c.epilogue, &c.operands, &c.out),
+        Some(p) => sink.norm_gemv(g, p, &c.w, up, &c.x, &c.epilogue, &c.operands, &c.out),
+    }
+}
+
+/// A GEMV and its key/value append tail one after the other: the default of
+/// [`CommandSink::gemv_kv_append`], and what a backend with the fused tail
+/// runs where its tiles cannot take it.
+pub fn gemv_kv_append_by_parts<S: CommandSink + ?Sized>(
+    sink: &mut S,
+    g: &Graph,
+    gemv: &GemvCommand,
+    kv: &KvAppendOperands,
+) -> Result<(), S::Error> {
+    issue_gemv(sink, g, gemv)?;
+    sink.kv_append(kv)
+}
+
 /// The names under which a backend without the decode kernels refuses
 /// their commands ([`Unsupported::Operation`]).
 pub const ROPE: &str = "rope";
@@ -602,21 +657,10 @@ pub const RMS_NORM: &str = "rms_norm";
 pub fn lower_into<S: CommandSink>(g: &Graph, step: &Step, sink: &mut S) -> Result<bool, S::Error> {
     match lower(g, step)? {
         Command::Nothing => return Ok(false),
-        Command::Gemv {
-            w,
-            up,
-            x,
-            epilogue,
-            operands,
-            out,
-            prologue,
-        } => {
-            let up = up.as_ref().map(|(u, act)| (u, *act));
-            match prologue {
-                None => sink.gemv(g, &w, up, &x, &epilogue, &operands, &out)?,
-                Some(p) => sink.norm_gemv(g, &p, &w, up, &x, &epilogue, &operands, &out)?,
-            }
-        }
+        Command::Gemv(c) => match &c.kv {
+            None => issue_gemv(sink, g, &c)?,
+            Some(kv) => sink.gemv_kv_append(g, &c, kv)?,
+        },
         Command::Fwht {
             desc,
             x,

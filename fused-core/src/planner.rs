@@ -91,6 +91,11 @@ pub struct FusedGemv {
     pub nodes: Vec<NodeId>,
     /// The norm computed into the activations, if any.
     pub prologue: Option<NormPrologue>,
+    /// The key/value append of the result, run as the GEMV's tail: every
+    /// row it reads is a view of `out` (q, k and v stacked in one
+    /// product), and its nodes are among `nodes`
+    /// ([`crate::kv_append::check_gemv_tail`]).
+    pub kv: Option<FusedKvAppend>,
 }
 
 /// The gated dual GEMV: `act(W_g·x) ⊙ (W_u·x)`, then a chain.
@@ -708,6 +713,7 @@ impl<'g> Planner<'g> {
                 out,
                 nodes,
                 prologue,
+                kv: None,
             }));
         }
     }
@@ -907,13 +913,99 @@ impl<'g> Planner<'g> {
         let in_prologue = &self.in_prologue;
         let free = |id: NodeId| owner[id.index()].is_none() && !in_prologue[id.index()];
         match crate::kv_append::match_kv_append(self.g, write, free) {
-            Ok(step) => self.claim(Step::KvAppend(step)),
+            Ok(step) => {
+                if !self.attach_kv_tail(&step) {
+                    self.claim(Step::KvAppend(step));
+                }
+            }
             Err(reason) => self.refusals.push(Refused {
                 pattern: Pattern::KvAppend,
                 anchor: write,
                 reason,
             }),
         }
+    }
+
+    /// Makes `kv` the tail of the GEMV whose result its rows are views of
+    /// (a fused GEMV step, or a plain one-column product made one); `false`
+    /// where it stays a step of its own, with the reason recorded where the
+    /// tail was refused.
+    fn attach_kv_tail(&mut self, kv: &FusedKvAppend) -> bool {
+        let g = self.g;
+        let Some(k) = g.nodes()[kv.k_rope.index()].src(0) else {
+            return false;
+        };
+        let base = crate::kv_append::through_views(g, k);
+        let s = match self.owner[base.index()] {
+            Some(s) => s,
+            None if !self.in_prologue[base.index()]
+                && g.nodes()[base.index()].op() == Op::MulMat(MatHint::None) =>
+            {
+                let bn = &g.nodes()[base.index()];
+                let (w, x) = (bn.src(0).unwrap_or(base), bn.src(1).unwrap_or(base));
+                if check_weight(&self.t(w))
+                    .and_then(|_| check_f32_contiguous(&self.t(x)))
+                    .is_err()
+                {
+                    return false;
+                }
+                let prologue = self.prologue_of(x);
+                let step = FusedGemv {
+                    matmul: base,
+                    epilogue: Epilogue::NONE,
+                    operands: [None; MAX_STAGES],
+                    out: base,
+                    nodes: alloc::vec![base],
+                    prologue,
+                    kv: None,
+                };
+                match self.tail_refusal(&step, kv) {
+                    Ok(true) => {}
+                    Ok(false) => return false,
+                    Err(r) => {
+                        self.refuse(Pattern::KvAppend, kv.k_write, r);
+                        return false;
+                    }
+                }
+                self.claim(Step::Gemv(step));
+                self.fused.len() - 1
+            }
+            None => return false,
+        };
+        let Step::Gemv(f) = &self.fused[s] else {
+            return false;
+        };
+        if f.out != base || f.kv.is_some() {
+            return false;
+        }
+        match self.tail_refusal(f, kv) {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(r) => {
+                self.refuse(Pattern::KvAppend, kv.k_write, r);
+                return false;
+            }
+        }
+        for id in &kv.nodes {
+            self.owner[id.index()] = Some(s);
+        }
+        if let Step::Gemv(f) = &mut self.fused[s] {
+            f.nodes.extend(&kv.nodes);
+            f.nodes.sort();
+            f.kv = Some(kv.clone());
+        }
+        true
+    }
+
+    /// [`crate::kv_append::check_gemv_tail`] of `kv` on GEMV step `f`.
+    fn tail_refusal(&self, f: &FusedGemv, kv: &FusedKvAppend) -> Result<bool, Refusal> {
+        let g = self.g;
+        let mn = &g.nodes()[f.matmul.index()];
+        let (w, x) = (mn.src(0).unwrap_or(f.matmul), mn.src(1).unwrap_or(f.matmul));
+        let mut reads = alloc::vec![self.t(w)];
+        reads.extend(self.act_reads(x, f.prologue.as_ref()));
+        reads.extend(f.operands.iter().flatten().map(|&o| self.t(o)));
+        crate::kv_append::check_gemv_tail(g, &f.nodes, f.out, &reads, kv)
     }
 
     fn try_signed_fwht(&mut self, mm: NodeId) {

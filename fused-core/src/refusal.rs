@@ -201,6 +201,14 @@ pub enum Refusal {
         /// The pattern's node whose result it reads.
         node: NodeId,
     },
+    /// A RoPE's pairs are not rows `2i, 2i + 1` of the GEMV that produces
+    /// them (the pairs are half a head apart, or the heads start at an odd
+    /// row), so no tile of an even number of rows is sure to hold both
+    /// halves of a pair: the GEMV cannot rotate them as it stores them.
+    PairsAcrossTiles {
+        /// The RoPE.
+        node: NodeId,
+    },
 }
 
 impl core::fmt::Display for Refusal {
@@ -311,6 +319,11 @@ impl core::fmt::Display for Refusal {
             Refusal::ReadsMovedResult { reader, node } => write!(
                 f,
                 "{reader}, scheduled inside the pattern, reads the result of {node}"
+            ),
+            Refusal::PairsAcrossTiles { node } => write!(
+                f,
+                "the pairs RoPE {node} rotates are not rows 2i, 2i + 1 of its GEMV, so a GEMV \
+                 tile need not hold both rows of a pair"
             ),
         }
     }

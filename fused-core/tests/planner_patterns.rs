@@ -152,6 +152,7 @@ fn gemv(stages: &[Stage], ops: &[NodeId], nodes: &[NodeId]) -> Step {
         out: nodes[nodes.len() - 1],
         nodes: nodes.to_vec(),
         prologue: None,
+        kv: None,
     })
 }
 

@@ -31,7 +31,7 @@ use fused_core::backend::{Backend, ResidentPlan};
 use fused_core::element::Activation;
 use fused_core::epilogue::Stage;
 use fused_core::graph::{Graph, NodeId, Place};
-use fused_core::planner::{Plan, Step, plan};
+use fused_core::planner::{FusedKvAppend, Plan, Step, plan};
 use fused_core::tensor::{BufferId, TensorDesc};
 
 use crate::error::LlamaError;
@@ -332,9 +332,11 @@ impl PlanSummary {
                     .filter(|n| !n.op().is_view())
                     .map(|n| n.op().name().to_string()),
                 Step::Gemv(f) => Some(format!(
-                    "gemv{}{}",
+                    "gemv{}{}{}",
                     norm(f.prologue.is_some()),
-                    chain(f.epilogue.stages())
+                    chain(f.epilogue.stages()),
+                    f.kv.as_ref()
+                        .map_or_else(String::new, |kv| format!(" + {}", kv_summary(kv)))
                 )),
                 Step::GluGemv(f) => Some(format!(
                     "glu({:?}){}{}",
@@ -343,11 +345,7 @@ impl PlanSummary {
                     chain(f.epilogue.stages())
                 )),
                 Step::SignedFwht(_) => Some("signed fwht".into()),
-                Step::KvAppend(f) => Some(format!(
-                    "rope({}) → {} rows",
-                    if f.q_rope.is_some() { "q, k" } else { "k" },
-                    if f.v_write.is_some() { "k, v" } else { "k" }
-                )),
+                Step::KvAppend(f) => Some(kv_summary(f)),
             })
             .collect();
         PlanSummary {
@@ -371,6 +369,15 @@ impl PlanSummary {
             host_steps: false,
         }
     }
+}
+
+/// A key/value append step in a plan summary: `rope(q, k) → k, v rows`.
+fn kv_summary(f: &FusedKvAppend) -> String {
+    format!(
+        "rope({}) → {} rows",
+        if f.q_rope.is_some() { "q, k" } else { "k" },
+        if f.v_write.is_some() { "k, v" } else { "k" }
+    )
 }
 
 /// A resident plan and what the planner made of its graph.

@@ -328,12 +328,11 @@ fn the_whole_token_runs_as_one_plan_and_gives_the_layered_bits() {
         assert_eq!(s.len(), 1);
         let steps = &s[0].1.steps;
         let n_layer = whole.config().n_layer;
-        // A layer: q/k/v with its norm, the fused key/value append (both
-        // RoPEs and both row writes), attention, o-proj + residual, the
-        // gated FFN with its norm, down + residual.
+        // A layer: q/k/v with its norm and, as its tail, the key/value
+        // append (both RoPEs and both row writes), attention, o-proj +
+        // residual, the gated FFN with its norm, down + residual.
         let layer = [
-            "gemv[norm]",
-            "rope(q, k) → k, v rows",
+            "gemv[norm] + rope(q, k) → k, v rows",
             "attention",
             "gemv + add",
             "glu(Silu)[norm]",

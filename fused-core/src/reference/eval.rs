@@ -40,7 +40,14 @@ pub fn eval_plan(g: &Graph, plan: &Plan, mem: &mut Memory, mode: GemvMode) -> Re
     for step in &plan.steps {
         match step {
             Step::Node(id) => eval_node(g, *id, mem, mode)?,
-            Step::Gemv(s) => eval_fused_gemv(g, s, mem, mode)?,
+            Step::Gemv(s) => {
+                eval_fused_gemv(g, s, mem, mode)?;
+                // The tail reads the rows the GEMV stored (the planner
+                // checked nothing else touches them in between).
+                for &id in s.kv.iter().flat_map(|kv| &kv.nodes) {
+                    eval_node(g, id, mem, mode)?;
+                }
+            }
             Step::GluGemv(s) => eval_fused_glu(g, s, mem, mode)?,
             Step::SignedFwht(s) => eval_fused_fwht(g, s, mem)?,
             // Its parts are exact and independent (the planner checked):
