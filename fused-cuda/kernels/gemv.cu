@@ -1201,11 +1201,23 @@ struct NormQuantParams {
 static_assert(sizeof(NormQuantParams) == 64, "NormQuantParams");
 
 // The scale s of the column of k values at x, in every lane of the warp
-// (the whole warp calls it).
+// (the whole warp calls it). Lane j sums its elements j, j + 32, ... in
+// order (the core's 32 partial sums); NORM_LOADS of them are requested at
+// once, so the lane waits for memory k / (32 · NORM_LOADS) times, not
+// k / 32.
+constexpr uint32_t NORM_LOADS = 16;
 __device__ __forceinline__ float norm_scale_warp(const float *x, uint32_t k, float eps,
                                                  uint32_t lane) {
     float p = 0.0f;
-    for (uint32_t i = lane; i < k; i += 32) {
+    uint32_t i = lane;
+    for (; i + 32 * (NORM_LOADS - 1) < k; i += 32 * NORM_LOADS) {
+        float v[NORM_LOADS];
+#pragma unroll
+        for (uint32_t u = 0; u < NORM_LOADS; ++u) v[u] = x[i + 32 * u];
+#pragma unroll
+        for (uint32_t u = 0; u < NORM_LOADS; ++u) p = __fadd_rn(p, __fmul_rn(v[u], v[u]));
+    }
+    for (; i < k; i += 32) {
         const float v = x[i];
         p = __fadd_rn(p, __fmul_rn(v, v));
     }
@@ -1231,16 +1243,22 @@ extern "C" __global__ void __launch_bounds__(256) fused_rms_norm(const NormParam
     }
 }
 
-// A GEMV's norm prologue with quantized activations: one block of 256 per
-// column; warp 0 computes the column's scale, then the 8 warps quantize
-// its blocks of (x·s)·g with the quantizer's own code, so the codes and
-// scales are those of quantizing the unfused normed vector.
+// A GEMV's norm prologue with quantized activations: blocks of 256
+// threads, each quantizing 8 of a column's quantizer blocks (a warp each:
+// src/launch.rs, norm_quantize, launches ceil(blocks / 8) per column),
+// after its warp 0 computed the column's scale (every block of the column
+// computes the same one: one block per column left the GPU idle behind a
+// single SM). The warps quantize (x·s)·g with the quantizer's own code, so
+// the codes and scales are those of quantizing the unfused normed vector.
 template <int MODE> // 0: Q8_0, 1: Q8_1, 2: Q8_K
 __device__ __forceinline__ void norm_quantize(const NormQuantParams &p) {
     griddep_enter();
     __shared__ float scale;
-    const uint32_t col = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
-    const uint32_t k = p.q.k;
+    constexpr uint32_t B = MODE == 2 ? 256 : 32;
+    const uint32_t k = p.q.k, per_col = k / B, per_block = (per_col + 7) / 8;
+    const uint32_t col = blockIdx.x / per_block, warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    if (col >= p.n_cols) return; // the whole block leaves together
+    const uint32_t b = (blockIdx.x % per_block) * 8 + warp;
     const float *x = p.q.x + (size_t)col * k;
     if (warp == 0) {
         const float s = norm_scale_warp(x, k, p.eps, lane);
@@ -1248,23 +1266,18 @@ __device__ __forceinline__ void norm_quantize(const NormQuantParams &p) {
     }
     __syncthreads();
     const float s = scale;
+    if (b >= per_col) return;
     if constexpr (MODE == 2) {
-        const uint32_t per_col = k / 256;
-        for (uint32_t b = warp; b < per_col; b += 8) {
-            const uint32_t e = 256 * b + 8 * lane;
-            float v[8];
+        const uint32_t e = 256 * b + 8 * lane;
+        float v[8];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(x[e + i], s), p.g[e + i]);
-            quantize_block_256(p.q, col * per_col + b, lane, make_float4(v[0], v[1], v[2], v[3]),
-                               make_float4(v[4], v[5], v[6], v[7]));
-        }
+        for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(x[e + i], s), p.g[e + i]);
+        quantize_block_256(p.q, col * per_col + b, lane, make_float4(v[0], v[1], v[2], v[3]),
+                           make_float4(v[4], v[5], v[6], v[7]));
     } else {
-        const uint32_t per_col = k / 32;
-        for (uint32_t b = warp; b < per_col; b += 8) {
-            const uint32_t e = 32 * b + lane;
-            const float v = __fmul_rn(__fmul_rn(x[e], s), p.g[e]);
-            quantize_block_32<MODE == 1>(p.q, col * per_col + b, lane, v);
-        }
+        const uint32_t e = 32 * b + lane;
+        const float v = __fmul_rn(__fmul_rn(x[e], s), p.g[e]);
+        quantize_block_32<MODE == 1>(p.q, col * per_col + b, lane, v);
     }
 }
 

@@ -396,8 +396,8 @@ impl Launch {
 
     /// The activations `(x·s)·g` of the `layout.n_cols` columns at `x`
     /// (the norm prologue of a GEMV, weight at `g`) quantized into the
-    /// buffer at `q` as `layout` in one launch, a block per column; `None`
-    /// when empty.
+    /// buffer at `q` as `layout` in one launch, a block per 8 quantizer
+    /// blocks of a column; `None` when empty.
     pub(crate) fn norm_quantize(
         layout: &QactsLayout,
         eps: f32,
@@ -417,9 +417,16 @@ impl Launch {
             _ => "fused_norm_quantize_q8_0",
         };
         let n_cols = u32_of("norm columns", layout.n_cols)?;
+        // kernels/gemv.cu, norm_quantize: a warp per quantizer block.
+        let per_col = params.n_blocks / n_cols.max(1);
+        let grid = n_cols
+            .checked_mul(per_col.div_ceil(8))
+            .ok_or(Error::Overflow {
+                what: "norm quantizer blocks",
+            })?;
         Ok(Some(Launch::NormQuantize {
             name,
-            grid: n_cols,
+            grid,
             params: NormQuantParams {
                 q: params,
                 g,
@@ -960,6 +967,28 @@ mod tests {
         };
         let l = Launch::gemv(&T, sh, 1, None, id, 2, 3, epi()).unwrap();
         assert!(matches!(l, Some(Launch::Gemv { ref name, .. }) if name == "fused_gemv_bf16_c1"));
+    }
+
+    #[test]
+    fn a_norm_quantizer_launches_a_block_per_8_quantizer_blocks_of_a_column() {
+        let grid = |mode, k, n_cols| {
+            let l = QactsLayout::new(mode, k, n_cols).unwrap();
+            match Launch::norm_quantize(&l, 1e-5, 7, 8, 4096) {
+                Ok(Some(Launch::NormQuantize { grid, params, .. })) => {
+                    assert_eq!(params.n_cols as usize, n_cols);
+                    grid
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        // 128 blocks of 32 in a column of 4096: 16 blocks of 8 warps.
+        assert_eq!(grid(ActQuant::Q8_0, 4096, 1), 16);
+        // 3 blocks of 32 a column: one block each.
+        assert_eq!(grid(ActQuant::Q8_1, 96, 2), 2);
+        // 2 blocks of 256 a column, 3 columns.
+        assert_eq!(grid(ActQuant::Q8_K, 512, 3), 3);
+        // 18 blocks of 256 (4608 values): 3 blocks.
+        assert_eq!(grid(ActQuant::Q8_K, 4608, 1), 3);
     }
 
     #[test]
