@@ -12,6 +12,8 @@
 //! - [`decode`]: the decode ops (RoPE, the KV-cache row writes, attention,
 //!   argmax) as a graph laid out as a test asks, and a run of a resident
 //!   plan of it against the core's reference;
+//! - [`stacked_qkv`]: attention's half of a decode layer with q, k and v
+//!   stacked in one GEMV, whose key/value append becomes the GEMV's tail;
 //! - [`suite`]: the backend-contract suite, written once over
 //!   [`fused_core::backend::Backend`] and instantiated in each backend
 //!   crate by [`contract_suite!`].
@@ -25,6 +27,7 @@ pub mod decode;
 pub mod layer;
 pub mod rng;
 pub mod skip;
+pub mod stacked_qkv;
 pub mod suite;
 
 pub use rng::Rng;
