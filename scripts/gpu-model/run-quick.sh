@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A short first look at the whole decode token on the GPU machine, for
-# when long calls are taken back: the Llama-3-8B-shaped Q4_0 stack at
-# context 512 on the backends named as arguments (default: cuda), each as
-# the whole token, the token planned unfused and the layered path, with
+# when long calls are taken back: the Llama-3-8B-shaped stack (Q4_0, or
+# FORMAT=q4_k) at context 512 on the backends named as arguments (default:
+# cuda), each as the whole token, the token planned unfused and (unless
+# SKIP_LAYERED=1) the layered path, with
 # the device copy measured before and after every run (--floor), and on
 # CUDA the whole token timed launch by launch (--launch-profile). One call,
 # carrying .h200/llama; logs in $OUT.
@@ -14,12 +15,15 @@ backends=("$@")
     date -u
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
 } >"$S"
-f=/tmp/synth-q4_0.gguf
-timeout 60 "$H/fused-llama-synth" --format q4_0 --ctx 512 "$f" >"$OUTDIR/synth.log" 2>&1
+fmt="${FORMAT:-q4_0}"
+f="/tmp/synth-$fmt.gguf"
+timeout 60 "$H/fused-llama-synth" --format "$fmt" --ctx 512 "$f" >"$OUTDIR/synth.log" 2>&1
 echo "synth: exit $?, $(stat -c %s "$f" 2>/dev/null) bytes" >>"$S"
 p="$(head -c 64 /dev/zero | tr '\0' 'a')"
 for be in "${backends[@]}"; do
-    for path in whole unfused layered; do
+    paths=(whole unfused)
+    [ -n "${SKIP_LAYERED:-}" ] || paths+=(layered)
+    for path in "${paths[@]}"; do
         flag=()
         [ "$path" = whole ] || flag=(--"$path")
         log="$OUTDIR/$be-$path.log"
