@@ -7,13 +7,17 @@
 //! and k, k and v written into row `pos` of caches kept as state, attention
 //! over them. Buffer 0 holds the inputs, 1 the results, 2 the caches.
 
+use core::fmt::Debug;
+
 use fused_core::DType;
+use fused_core::backend::ResidentPlan;
 use fused_core::decode::RopeMode;
 use fused_core::element::Activation;
 use fused_core::graph::{Graph, NodeId, Place};
 use fused_core::memory::Memory;
 use fused_core::tensor::{BufferId, TensorDesc};
 
+use crate::compare::assert_bits_eq;
 use crate::data::weights;
 use crate::decode::llama_rope_table;
 use crate::rng::Rng;
@@ -207,5 +211,31 @@ impl StackedQkv {
         ];
         r.extend(self.reader.map(|id| ("reader", id)));
         r
+    }
+
+    /// Runs two resident plans of the layer (written with the same
+    /// memory), `fused` and `unfused`, at positions in range, past the
+    /// cache and NaN, and checks that every result of `fused` equals the
+    /// other's bit for bit.
+    pub fn assert_same_results<P: ResidentPlan>(&self, fused: &mut P, unfused: &mut P, case: &str)
+    where
+        P::Error: Debug,
+    {
+        let pos = self.tensor(self.pos);
+        let last = (self.shape.rows - 1) as f32;
+        for position in [0.0f32, 1.0, last / 2.0, last, last + 25.0, f32::NAN] {
+            for rp in [&mut *fused, &mut *unfused] {
+                rp.write_f32(&pos, &[position]).expect("the position");
+                rp.run().expect("a run");
+            }
+            for (what, id) in self.results() {
+                let t = self.tensor(id);
+                assert_bits_eq(
+                    &fused.read_f32(&t).expect("a result"),
+                    &unfused.read_f32(&t).expect("a result"),
+                    &format!("{case}: {what} at {position}"),
+                );
+            }
+        }
     }
 }

@@ -1,0 +1,57 @@
+//! The stacked q/k/v GEMV with its key/value append tail on the Vulkan
+//! device plan: the backend runs the tail by parts (the GEMV, then one
+//! key/value append dispatch), so the plan has three dispatches fewer than
+//! the unfused plan (both RoPEs and both row writes against one append),
+//! and at every position (in range, past the cache, NaN) every result
+//! equals the unfused plan's bit for bit; no validation message. Skipped
+//! without a Vulkan device.
+
+mod common;
+
+use common::{assert_no_validation_messages, backend_or_skip};
+use fused_core::DType;
+use fused_core::acts::GemvMode;
+use fused_core::backend::{Backend, ResidentPlan};
+use fused_core::decode::RopeMode;
+use fused_core::planner::{Plan, Step, plan};
+use fused_testkit::stacked_qkv::{StackedQkv, StackedShape};
+
+#[test]
+fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
+    let Some(be) = backend_or_skip() else { return };
+    for (dtype, mode) in [(DType::Q4_0, GemvMode::Ggml), (DType::F16, GemvMode::F32)] {
+        let l = StackedQkv::new(StackedShape {
+            dtype,
+            k: 256,
+            head_dim: 32,
+            n_head: 4,
+            n_kv: 2,
+            rows: 8,
+            mode: RopeMode::Adjacent,
+            pad: 0,
+            reader_between: false,
+        });
+        let case = format!("{dtype:?} {mode:?}");
+        let p = plan(&l.graph);
+        assert!(
+            p.steps
+                .iter()
+                .any(|s| matches!(s, Step::Gemv(f) if f.kv.is_some())),
+            "{case}: {:?}",
+            p.steps
+        );
+        let mem = l.memory(9);
+        let unfused_plan = Plan::unfused(&l.graph);
+        let mut plans = [&p, &unfused_plan].map(|p| {
+            let mut rp = be.compile(&l.graph, p, mode, &l.sizes).unwrap();
+            assert!(rp.fallback_reason().is_none(), "{case}");
+            rp.write_all(&mem).unwrap();
+            rp
+        });
+        let [fused, unfused] = &mut plans;
+        let saved = unfused.stats().launches - fused.stats().launches;
+        assert_eq!(saved, 3, "{case}");
+        l.assert_same_results(fused, unfused, &case);
+    }
+    assert_no_validation_messages(&be);
+}
