@@ -10,11 +10,13 @@
 use core::fmt::Debug;
 
 use fused_core::DType;
-use fused_core::backend::ResidentPlan;
+use fused_core::acts::GemvMode;
+use fused_core::backend::{Backend, ResidentPlan};
 use fused_core::decode::RopeMode;
 use fused_core::element::Activation;
 use fused_core::graph::{Graph, NodeId, Place};
 use fused_core::memory::Memory;
+use fused_core::planner::{Plan, Step, plan};
 use fused_core::tensor::{BufferId, TensorDesc};
 
 use crate::compare::assert_bits_eq;
@@ -237,5 +239,40 @@ impl StackedQkv {
                 );
             }
         }
+    }
+
+    /// The layer planned (the planner's plan, asserted to carry the
+    /// append as the GEMV's tail) and unfused, compiled on `be` for
+    /// `mode` as device plans (no host step, asserted) and written with
+    /// [`StackedQkv::memory`]`(seed)`: `[planned, unfused]`.
+    pub fn compile_both<'b, B: Backend>(
+        &self,
+        be: &'b B,
+        mode: GemvMode,
+        seed: u64,
+        case: &str,
+    ) -> [B::Plan<'b>; 2]
+    where
+        B::Error: Debug,
+    {
+        let planned = plan(&self.graph);
+        assert!(
+            planned
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::Gemv(f) if f.kv.is_some())),
+            "{case}: {:?}",
+            planned.steps
+        );
+        let mem = self.memory(seed);
+        let unfused = Plan::unfused(&self.graph);
+        [&planned, &unfused].map(|p| {
+            let mut rp = be
+                .compile(&self.graph, p, mode, &self.sizes)
+                .expect("a device plan");
+            assert!(!rp.stats().host_steps, "{case}: {:?}", rp.stats());
+            rp.write_all(&mem).expect("the layer's memory");
+            rp
+        })
     }
 }

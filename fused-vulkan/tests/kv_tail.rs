@@ -11,9 +11,8 @@ mod common;
 use common::{assert_no_validation_messages, backend_or_skip};
 use fused_core::DType;
 use fused_core::acts::GemvMode;
-use fused_core::backend::{Backend, ResidentPlan};
+use fused_core::backend::ResidentPlan;
 use fused_core::decode::RopeMode;
-use fused_core::planner::{Plan, Step, plan};
 use fused_testkit::stacked_qkv::{StackedQkv, StackedShape};
 
 #[test]
@@ -32,22 +31,7 @@ fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
             reader_between: false,
         });
         let case = format!("{dtype:?} {mode:?}");
-        let p = plan(&l.graph);
-        assert!(
-            p.steps
-                .iter()
-                .any(|s| matches!(s, Step::Gemv(f) if f.kv.is_some())),
-            "{case}: {:?}",
-            p.steps
-        );
-        let mem = l.memory(9);
-        let unfused_plan = Plan::unfused(&l.graph);
-        let mut plans = [&p, &unfused_plan].map(|p| {
-            let mut rp = be.compile(&l.graph, p, mode, &l.sizes).unwrap();
-            assert!(rp.fallback_reason().is_none(), "{case}");
-            rp.write_all(&mem).unwrap();
-            rp
-        });
+        let mut plans = l.compile_both(&be, mode, 9, &case);
         let [fused, unfused] = &mut plans;
         let saved = unfused.stats().launches - fused.stats().launches;
         assert_eq!(saved, 3, "{case}");
