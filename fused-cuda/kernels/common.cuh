@@ -363,3 +363,58 @@ template <uint32_t... S> struct FixedEpi {
 using EpiAdd = FixedEpi<EPI_STAGE(STAGE_ADD, 0u)>;
 using EpiSiluMulAdd = FixedEpi<EPI_STAGE(STAGE_ACT, ACT_SILU), EPI_STAGE(STAGE_MUL, 0u),
                                EPI_STAGE(STAGE_ADD, 0u)>;
+
+// ------------------------------------------------ decode (kernels/decode.cu)
+// What the decode kernels and the GEMV's key/value tail share.
+
+// The row that the position value at pos addresses among rows rows, as
+// fused_core::decode::position: 0 for NaN or a value below 1, the last row
+// from there on, else the value truncated. Every thread reads it itself.
+__device__ __forceinline__ uint32_t decode_position(const float *pos, uint32_t rows) {
+    const float v = *pos;
+    const uint32_t last = rows == 0 ? 0u : rows - 1u;
+    if (!(v >= 1.0f)) return 0u; // NaN too
+    if (v >= __uint2float_rn(last)) return last;
+    return min((uint32_t)v, last);
+}
+
+// Pair i (counted over all heads of head_dim values) of x rotated by the
+// table row into out at the same indices. Both elements are read before
+// either is written, so out may be x; the RoPE kernel, the key/value
+// append and the GEMV's key/value tail share it so that all three round
+// exactly as the core does.
+__device__ __forceinline__ void rope_pair(const float *x, float *out, const float *row,
+                                          uint32_t head_dim, uint32_t mode, uint32_t i) {
+    const uint32_t half = head_dim / 2u;
+    const uint32_t head = i / half, j = i % half;
+    const uint32_t a = mode == 0u ? 2u * j : j;
+    const uint32_t b = mode == 0u ? 2u * j + 1u : j + half;
+    const float c = row[2u * j], s = row[2u * j + 1u];
+    const size_t at = (size_t)head * head_dim;
+    const float xa = x[at + a], xb = x[at + b];
+    out[at + a] = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
+    out[at + b] = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
+}
+
+// Parameters of one key/value append (src/params.rs: KvAppendParams):
+// RoPE of k into its cache row, with the RoPE of q and the v row write of
+// the same position where they joined.
+struct KvAppendParams {
+    const float *q;        // [head_dim, n_head], or null: no q part
+    float *q_out;          // q's shape; may be q itself
+    const float *k;        // [head_dim, n_kv]
+    float *k_cache;        // [2 · k_pairs, k_rows]
+    const uint32_t *v;     // v_n values, or null: no v part
+    uint32_t *v_cache;     // [v_n, v_rows]
+    const float *table;    // [head_dim, table_rows]
+    const float *pos;      // one value
+    uint32_t head_dim;
+    uint32_t q_pairs; // 0 without the q part
+    uint32_t k_pairs;
+    uint32_t v_n; // 0 without the v part
+    uint32_t table_rows;
+    uint32_t k_rows;
+    uint32_t v_rows;
+    uint32_t mode; // 0: pairs (2i, 2i + 1); 1: pairs (i, i + head_dim / 2)
+};
+static_assert(sizeof(KvAppendParams) == 96, "KvAppendParams");

@@ -1293,6 +1293,43 @@ extern "C" __global__ void __launch_bounds__(256) fused_norm_quantize_q8_K(const
     norm_quantize<2>(p);
 }
 
+// ------------------------------------------------ the key/value tail
+// A one-column integer GEMV whose rows hold q, k and v (stacked) may also
+// do their key/value append (src/plan_exec.rs: gemv_kv_append): after the
+// block has stored its R rows of y, the thread of each even row of q or k
+// rotates the pair it starts (rope_pair, as fused_kv_append does: q into
+// q_out, k into row pos of the key cache) and the thread of each row of v
+// copies it into row pos of the value cache. kv.q, kv.k and kv.v point
+// into y, each part starting at an even row, and R is even, so both rows
+// of every pair are this block's (the planner's proof: fused_core's
+// check_gemv_tail).
+template <int R>
+__device__ __forceinline__ void kv_tail(const KvAppendParams &p, uint32_t row0, uint32_t rows,
+                                        const float *y) {
+    static_assert(R % 2 == 0, "a pair's two rows in one block");
+    __syncthreads(); // the block's rows of y are stored
+    const uint32_t t = threadIdx.x;
+    if (t >= (uint32_t)R || row0 + t >= rows) return;
+    const uint32_t r = row0 + t;
+    const float *trow = p.table + (size_t)decode_position(p.pos, p.table_rows) * p.head_dim;
+    // The index of row r in a part that starts at row `at` of y (beyond
+    // its end, or wrapped, when r is not in it).
+    const auto in_part = [&](const void *at) { return r - (uint32_t)((const float *)at - y); };
+    if (p.q != nullptr) {
+        const uint32_t i = in_part(p.q);
+        if (i < 2u * p.q_pairs && i % 2u == 0u) rope_pair(p.q, p.q_out, trow, p.head_dim, p.mode, i / 2u);
+    }
+    const uint32_t i = in_part(p.k);
+    if (i < 2u * p.k_pairs && i % 2u == 0u) {
+        float *dst = p.k_cache + (size_t)decode_position(p.pos, p.k_rows) * (2u * p.k_pairs);
+        rope_pair(p.k, dst, trow, p.head_dim, p.mode, i / 2u);
+    }
+    if (p.v != nullptr) {
+        const uint32_t j = in_part(p.v);
+        if (j < p.v_n) p.v_cache[(size_t)decode_position(p.pos, p.v_rows) * p.v_n + j] = p.v[j];
+    }
+}
+
 // ------------------------------------------------ quantized GEMV outputs
 // A one-column integer GEMV may also write its output y quantized for the
 // next integer GEMV (src/launch.rs: Launch::set_quant_out), which then
@@ -1356,11 +1393,15 @@ struct GemvQParams {
     EpiParams epi;
     QuantOut qout; // one column: y quantized too, unless mode is QOUT_NONE
     L2Ahead ahead; // the next GEMV's first weights, asked of L2
+    // One column, an even R: the key/value append of rows of y (kv_tail),
+    // unless kv.k is null.
+    KvAppendParams kv;
 };
 static_assert(offsetof(GemvQParams, deps) == 60 && offsetof(GemvQParams, epi) == 64 &&
-                  offsetof(GemvQParams, qout) == 200 && offsetof(GemvQParams, ahead) == 264,
+                  offsetof(GemvQParams, qout) == 200 && offsetof(GemvQParams, ahead) == 264 &&
+                  offsetof(GemvQParams, kv) == 280 && sizeof(GemvQParams) == 376,
               "GemvQParams");
-static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 280, "Group<GemvQParams>");
+static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 376, "Group<GemvQParams>");
 
 // Activation codes: read by every row group of the launch, cached in L1.
 __device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
@@ -1895,10 +1936,14 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
     finish_block<NC, R, V, GLU, Epi, G>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi,
                                         early, p.y);
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_STORED, tid);
-    // The output quantizer counts whole blocks: the host launches the team
-    // kernels only without it.
+    // The output quantizer counts whole blocks, and the key/value tail
+    // pairs a block's rows: the host launches the team kernels only
+    // without either.
     if constexpr (NC == 1 && G == 1) {
         if (p.qout.mode != QOUT_NONE) quantize_output<R>(p.qout, row0, p.y);
+        if constexpr (R % 2 == 0) {
+            if (p.kv.k != nullptr) kv_tail<R>(p.kv, row0, p.rows, p.y);
+        }
     }
     griddep_end(p.deps);
 }

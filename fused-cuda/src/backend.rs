@@ -988,7 +988,9 @@ impl CudaBackend {
             name,
             grid,
             GEMV_BLOCK,
-            params.qout.mode != 0,
+            // A block-wide tail (the output quantizer, the key/value
+            // append) keeps the plain kernel.
+            params.qout.mode != 0 || params.kv.k != 0,
             t.teams,
             &self.team_kernels,
         );

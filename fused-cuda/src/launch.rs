@@ -472,6 +472,7 @@ impl Launch {
             epi,
             qout: QuantOut::default(),
             ahead: L2Ahead::default(),
+            kv: KvAppendParams::default(),
         };
         let glu = w_up.is_some();
         let (r, units) = gemvq_shape(dtype, n_cols, rows, glu, tuning);
@@ -518,6 +519,45 @@ impl Launch {
             pad: 0,
         };
         Ok(())
+    }
+
+    /// Makes this integer GEMV also do the key/value append `kv`
+    /// (`kv_tail` in `kernels/gemv.cu`), whose q, k and v parts are runs of
+    /// its output rows, each from an even row, with RoPE pairs `(2i, 2i +
+    /// 1)`: one column, plain (not gated), and blocks of an even number of
+    /// rows (as the kernel `tuning` picks). `false`, changing nothing,
+    /// where it is not so.
+    pub(crate) fn set_kv_tail(
+        &mut self,
+        tuning: &Tuning,
+        dtype: DType,
+        kv: &KvAppendParams,
+    ) -> bool {
+        let Launch::GemvQ { params, n_cols, .. } = self else {
+            return false;
+        };
+        let rows = params.rows as usize;
+        let (r, _) = gemvq_shape(dtype, *n_cols, rows, false, tuning);
+        let part = |at: u64, n: u64, even: bool| {
+            let y = params.y;
+            let i = at.wrapping_sub(y) / 4;
+            at >= y
+                && (at - y).is_multiple_of(4)
+                && i + n <= rows as u64
+                && (!even || i.is_multiple_of(2))
+        };
+        let fits = *n_cols == 1
+            && params.w_up == 0
+            && r.is_multiple_of(2)
+            && kv.mode == 0
+            && kv.k != 0
+            && part(kv.k, 2 * u64::from(kv.k_pairs), true)
+            && (kv.q == 0 || part(kv.q, 2 * u64::from(kv.q_pairs), true))
+            && (kv.v == 0 || part(kv.v, u64::from(kv.v_n), false));
+        if fits {
+            params.kv = *kv;
+        }
+        fits
     }
 
     /// The FWHT of `rows` rows of `desc.n()` at `x` (signs at `signs`) into
@@ -1018,6 +1058,51 @@ mod tests {
             Launch::gemv_q(&T, DType::Q4_K, 0, &l, 1, None, id, 4096, 3, epi()),
             Ok(None)
         ));
+    }
+
+    #[test]
+    fn the_key_value_tail_rides_only_where_a_block_holds_every_pair() {
+        let id = Activation::Identity;
+        // q (8 rows), k (4), v (4) stacked from row 0 of y at 1 << 20.
+        let y = 1u64 << 20;
+        let kv = KvAppendParams {
+            q: y,
+            q_out: 7,
+            k: y + 4 * 8,
+            k_cache: 8,
+            v: y + 4 * 12,
+            v_cache: 9,
+            q_pairs: 4,
+            k_pairs: 2,
+            v_n: 4,
+            head_dim: 4,
+            ..KvAppendParams::default()
+        };
+        let gemv = |dtype, rows, cols, up| {
+            let l = QactsLayout::new(ActQuant::Q8_0, 256, cols).unwrap();
+            Launch::gemv_q(&T, dtype, rows, &l, 1, up, id, 2, y, epi())
+                .unwrap()
+                .unwrap()
+        };
+        let mut l = gemv(DType::Q4_0, 16, 1, None);
+        assert!(l.set_kv_tail(&T, DType::Q4_0, &kv));
+        assert_eq!(l.gemvq_params().map(|p| p.kv.k), Some(kv.k));
+        // k from an odd row, NeoX pairs, parts past the rows, two columns,
+        // a gated GEMV, float activations: refused, nothing set.
+        let refused = [
+            KvAppendParams { k: y + 4 * 9, ..kv },
+            KvAppendParams { mode: 1, ..kv },
+            KvAppendParams { v_n: 5, ..kv },
+        ];
+        for bad in refused {
+            let mut l = gemv(DType::Q4_0, 16, 1, None);
+            assert!(!l.set_kv_tail(&T, DType::Q4_0, &bad), "{bad:?}");
+            assert_eq!(l.gemvq_params().map(|p| p.kv.k), Some(0));
+        }
+        assert!(!gemv(DType::Q8_0, 16, 2, None).set_kv_tail(&T, DType::Q8_0, &kv));
+        assert!(!gemv(DType::Q8_0, 16, 1, Some(3)).set_kv_tail(&T, DType::Q8_0, &kv));
+        let f = Launch::gemv(&T, shape(DType::F16, 16, 1), 1, None, id, 2, y, epi());
+        assert!(!f.unwrap().unwrap().set_kv_tail(&T, DType::F16, &kv));
     }
 
     #[test]

@@ -213,6 +213,9 @@ pub(crate) struct GemvQParams {
     pub(crate) qout: QuantOut,
     /// The next GEMV's first weights, asked of L2.
     pub(crate) ahead: L2Ahead,
+    /// One column, an even row count a block: the key/value append of rows
+    /// of `y` (`kv_tail`), unless `kv.k` is 0.
+    pub(crate) kv: KvAppendParams,
 }
 
 /// Jobs of one group launch at most (`GROUP_MAX` in `kernels/gemv.cu`).
@@ -448,10 +451,11 @@ const _: () = {
     assert!(core::mem::size_of::<QuantOut>() == 64);
     assert!(core::mem::offset_of!(GemvQParams, qout) == 200);
     assert!(core::mem::offset_of!(GemvQParams, ahead) == 264);
-    assert!(core::mem::size_of::<GemvQParams>() == 280);
+    assert!(core::mem::offset_of!(GemvQParams, kv) == 280);
+    assert!(core::mem::size_of::<GemvQParams>() == 376);
     assert!(core::mem::offset_of!(GroupParams<GemvQParams>, job) == 40);
     assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 208);
-    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 280);
+    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 376);
     assert!(core::mem::size_of::<RopeParams>() == 48);
     assert!(core::mem::size_of::<SetRowParams>() == 48);
     assert!(core::mem::size_of::<KvAppendParams>() == 96);

@@ -93,7 +93,8 @@ use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Op};
 use fused_core::lower::{
-    BinaryOp, Broadcast, CommandSink, KvAppendOperands, NormLoad, kv_append_by_parts, lower_into,
+    BinaryOp, Broadcast, CommandSink, GemvCommand, KvAppendOperands, NormLoad, issue_gemv,
+    kv_append_by_parts, lower_into,
 };
 use fused_core::memory::packed;
 use fused_core::norm::Eps;
@@ -711,6 +712,80 @@ impl Builder<'_, '_> {
     /// writes overlapping another it writes or one it reads, but q's RoPE
     /// destination being q itself (each thread reads its pair before it
     /// writes it).
+    /// Makes the launch just built, the GEMV of `gemv`, also do the
+    /// key/value append `kv` (`Launch::set_kv_tail`), the append's reads and
+    /// writes added to the launch's: `false`, changing nothing, where that
+    /// launch cannot take it (float activations, a kernel of an odd number
+    /// of rows a block, an output not written in place) or the fused
+    /// append's kernel could not run the operands either.
+    fn attach_kv_tail(
+        &mut self,
+        gemv: &GemvCommand,
+        kv: &KvAppendOperands,
+    ) -> Result<bool, CudaError> {
+        let out = self.region(&gemv.out)?;
+        let last_writes_out = matches!(
+            (self.launches.last(), self.access.last()),
+            (Some(Launch::GemvQ { .. }), Some(a)) if a.writes.as_slice() == [out]
+        );
+        if !last_writes_out || !self.kv_append_fits(kv)? {
+            return Ok(false);
+        }
+        let dims = kv.dims()?;
+        let part = |b: &Self, src: &TensorDesc, len, dst: &TensorDesc| -> Result<_, CudaError> {
+            Ok(KvPart {
+                src: b.addr(b.region(src)?),
+                len,
+                dst: b.addr(b.region(dst)?),
+            })
+        };
+        let l = Launch::kv_append(&KvAppend {
+            mode: kv.mode,
+            head_dim: dims.head_dim,
+            table: self.addr(self.region(&kv.table)?),
+            table_rows: dims.table_rows,
+            pos: self.addr(self.region(&kv.pos)?),
+            q: match &kv.q {
+                Some((x, dst)) => Some(part(self, x, dims.q_len, dst)?),
+                None => None,
+            },
+            k: part(self, &kv.k, dims.k_len, &kv.k_cache)?,
+            k_rows: dims.k_rows,
+            v: match &kv.v {
+                Some((row, cache)) => Some(part(self, row, dims.v_len, cache)?),
+                None => None,
+            },
+            v_rows: dims.v_rows,
+        })?;
+        let Some(Launch::KvAppend { params, .. }) = l else {
+            return Ok(false);
+        };
+        let tuning = self.tuning;
+        let Some(last) = self.launches.last_mut() else {
+            return Ok(false);
+        };
+        if !last.set_kv_tail(&tuning, gemv.w.dtype(), &params) {
+            return Ok(false);
+        }
+        let reads = [self.region(&kv.table)?, self.region(&kv.pos)?];
+        let mut writes = vec![self.region(&kv.k_cache)?];
+        for t in [kv.v.map(|(_, c)| c), kv.q.map(|(_, o)| o)]
+            .into_iter()
+            .flatten()
+        {
+            writes.push(self.region(&t)?);
+        }
+        for w in &writes {
+            self.quantized.wrote(w);
+            self.normed.wrote(w);
+        }
+        if let Some(a) = self.access.last_mut() {
+            a.reads.extend(reads);
+            a.writes.extend(writes);
+        }
+        Ok(true)
+    }
+
     fn kv_append_fits(&self, a: &KvAppendOperands) -> Result<bool, CudaError> {
         let (table, pos, k, k_cache) = (&a.table, &a.pos, &a.k, &a.k_cache);
         let q = a.q.as_ref().map(|(x, out)| (x, out));
@@ -988,6 +1063,21 @@ impl CommandSink for Builder<'_, '_> {
     /// Where a cache is not 4-byte aligned (the row write then goes through
     /// scratch) or the parts' tensors overlap otherwise than q's RoPE in
     /// place (the planner's step never does), the parts run one by one.
+    /// The GEMV, then the key/value append as its launch's tail where the
+    /// launch takes it (`Builder::attach_kv_tail`), else as its own launch.
+    fn gemv_kv_append(
+        &mut self,
+        g: &Graph,
+        gemv: &GemvCommand,
+        kv: &KvAppendOperands,
+    ) -> Result<(), CudaError> {
+        issue_gemv(self, g, gemv)?;
+        if !self.attach_kv_tail(gemv, kv)? {
+            self.kv_append(kv)?;
+        }
+        Ok(())
+    }
+
     fn kv_append(&mut self, a: &KvAppendOperands) -> Result<(), CudaError> {
         let dims = a.dims()?;
         if !self.kv_append_fits(a)? {

@@ -1,0 +1,54 @@
+//! The key/value append as the tail of the stacked q/k/v GEMV on the CUDA
+//! device plan: where the GEMV's launch takes it (an integer GEMV of an
+//! even number of rows a block) the plan has four launches fewer than the
+//! unfused plan (both RoPEs and both row writes), elsewhere three (one
+//! key/value append launch after the GEMV), and at every position (in
+//! range, past the cache, NaN) every result equals the unfused plan's bit
+//! for bit: the product, q's RoPE, both caches and the attention. Once
+//! launch by launch, once replayed from a captured CUDA graph. Skipped
+//! without a device.
+
+mod common;
+
+use common::backend_or_skip;
+use fused_core::DType;
+use fused_core::acts::GemvMode;
+use fused_core::backend::ResidentPlan;
+use fused_core::decode::RopeMode;
+use fused_testkit::stacked_qkv::{StackedQkv, StackedShape};
+
+/// The weights, how the GEMV takes its activations, and whether its
+/// launch takes the tail.
+const CASES: [(DType, GemvMode, bool); 4] = [
+    (DType::Q4_0, GemvMode::Ggml, true),
+    (DType::Q8_0, GemvMode::Ggml, true),
+    (DType::Q4_K, GemvMode::Ggml, true),
+    // Float activations: the float GEMV runs the append after it.
+    (DType::F16, GemvMode::F32, false),
+];
+
+#[test]
+fn the_append_rides_on_the_integer_gemv_with_the_unfused_bits() {
+    let Some(be) = backend_or_skip() else { return };
+    for (dtype, mode, tail) in CASES {
+        let l = StackedQkv::new(StackedShape {
+            dtype,
+            k: 512,
+            head_dim: 64,
+            n_head: 4,
+            n_kv: 2,
+            rows: 16,
+            mode: RopeMode::Adjacent,
+            pad: 0,
+            reader_between: false,
+        });
+        let case = format!("{dtype:?} {mode:?}");
+        let mut plans = l.compile_both(&be, mode, 5, &case);
+        let [fused, unfused] = &mut plans;
+        let saved = unfused.stats().launches - fused.stats().launches;
+        assert_eq!(saved, if tail { 4 } else { 3 }, "{case}");
+        l.assert_same_results(fused, unfused, &format!("{case} launch by launch"));
+        assert!(fused.record_for_replay().unwrap(), "{case}");
+        l.assert_same_results(fused, unfused, &format!("{case} graph replay"));
+    }
+}
