@@ -3,7 +3,7 @@
 # when long calls are taken back: the Llama-3-8B-shaped stack (Q4_0, or
 # FORMAT=q4_k) at context 512 on the backends named as arguments (default:
 # cuda), each as the whole token, the token planned unfused and (unless
-# SKIP_LAYERED=1) the layered path, with
+# SKIP_LAYERED=1) the layered path (PATHS="whole" picks), with
 # the device copy measured before and after every run (--floor), and on
 # CUDA the whole token timed launch by launch (--launch-profile). One call,
 # carrying .h200/llama; logs in $OUT.
@@ -21,13 +21,14 @@ timeout 60 "$H/fused-llama-synth" --format "$fmt" --ctx 512 "$f" >"$OUTDIR/synth
 echo "synth: exit $?, $(stat -c %s "$f" 2>/dev/null) bytes" >>"$S"
 p="$(head -c 64 /dev/zero | tr '\0' 'a')"
 for be in "${backends[@]}"; do
-    paths=(whole unfused)
-    [ -n "${SKIP_LAYERED:-}" ] || paths+=(layered)
+    read -r -a paths <<<"${PATHS:-whole unfused}"
+    [ -n "${SKIP_LAYERED:-}" ] || [ -n "${PATHS:-}" ] || paths+=(layered)
     for path in "${paths[@]}"; do
         flag=()
         [ "$path" = whole ] || flag=(--"$path")
         log="$OUTDIR/$be-$path.log"
-        timeout 60 "$H/fused-llama" --model "$f" --backend "$be" --ctx 512 -n 64 --ignore-eos \
+        # Loading the 5 GB stack took 52-58 s there.
+        timeout 150 "$H/fused-llama" --model "$f" --backend "$be" --ctx 512 -n 64 --ignore-eos \
             --prompt "$p" --json --floor -v "${flag[@]}" >"$log" 2>&1
         echo "$be $path: exit $? $(grep -o '"decode_tok_s":[0-9.]*' "$log") \
 $(grep -o '"launches_per_token":[0-9]*' "$log") $(grep '^floor:' "$log")" >>"$S"
@@ -37,7 +38,7 @@ done
 # event between every two): the kernels with the most time into the summary.
 if printf '%s\n' "${backends[@]}" | grep -qx cuda; then
     log="$OUTDIR/cuda-launch-profile.log"
-    timeout 60 "$H/fused-llama" --model "$f" --backend cuda --ctx 512 -n 8 --ignore-eos \
+    timeout 150 "$H/fused-llama" --model "$f" --backend cuda --ctx 512 -n 8 --ignore-eos \
         --prompt "$p" --launch-profile >"$log" 2>&1
     echo "cuda launch profile: exit $?" >>"$S"
     grep -A16 '^launch profile:' "$log" >>"$S"
