@@ -4,8 +4,9 @@
 # FORMAT=q4_k) at context 512 on the backends named as arguments (default:
 # cuda), each as the whole token, the token planned unfused and (unless
 # SKIP_LAYERED=1) the layered path (PATHS="whole" picks), with
-# the device copy measured before and after every run (--floor), and on
-# CUDA the whole token timed launch by launch (--launch-profile). One call,
+# the device copy measured before and after every run (--floor), the
+# whole token run 21 more times on the device timer (--token-timing), and
+# on CUDA timed launch by launch (--launch-profile). One call,
 # carrying .h200/llama; logs in $OUT.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh"
@@ -24,14 +25,16 @@ for be in "${backends[@]}"; do
     read -r -a paths <<<"${PATHS:-whole unfused}"
     [ -n "${SKIP_LAYERED:-}" ] || [ -n "${PATHS:-}" ] || paths+=(layered)
     for path in "${paths[@]}"; do
-        flag=()
+        # The whole token is also timed 21 more times on the device
+        # timer: what a token costs the device against the caller.
+        flag=(--token-timing 21)
         [ "$path" = whole ] || flag=(--"$path")
         log="$OUTDIR/$be-$path.log"
         # Loading the 5 GB stack took 52-58 s there.
         timeout 150 "$H/fused-llama" --model "$f" --backend "$be" --ctx 512 -n 64 --ignore-eos \
             --prompt "$p" --json --floor -v "${flag[@]}" >"$log" 2>&1
         echo "$be $path: exit $? $(grep -o '"decode_tok_s":[0-9.]*' "$log") \
-$(grep -o '"launches_per_token":[0-9]*' "$log") $(grep '^floor:' "$log")" >>"$S"
+$(grep -o '"launches_per_token":[0-9]*' "$log") $(grep '^floor:' "$log") $(grep '^token timing:' "$log")" >>"$S"
     done
 done
 # Which kernels the CUDA token's time is made of (launch by launch, an

@@ -106,6 +106,12 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long)]
     launch_profile: bool,
+    /// After decoding, run the whole token this many more times, each
+    /// timed on the device (where the backend has a timer) and on the
+    /// host, and print the medians (built with the `lab` feature).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "RUNS")]
+    token_timing: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -321,6 +327,10 @@ fn run_on<B: Backend>(
     if let Some(p) = model.profile() {
         eprintln!("where a token's time goes (prompt and decode tokens, host clock):\n{p}");
     }
+    #[cfg(feature = "lab")]
+    if let Some(runs) = args.token_timing {
+        print_token_timing(&mut model, runs)?;
+    }
     after(&model)?;
     if args.json {
         let j = serde_json::json!({
@@ -376,6 +386,29 @@ fn print_launch_profile(model: &Model<'_, fused_cuda::CudaBackend>) -> Result<()
             t.kernel
         );
     }
+    Ok(())
+}
+
+/// Times `runs` more runs of the whole token and prints the medians.
+#[cfg(feature = "lab")]
+fn print_token_timing<B: Backend>(model: &mut Model<'_, B>, runs: usize) -> Result<(), LlamaError> {
+    let Some(t) = model.time_token(runs.max(1))? else {
+        return Err(LlamaError::Usage(
+            "--token-timing times the whole-token plan: drop --layered".to_string(),
+        ));
+    };
+    let median = |mut v: Vec<std::time::Duration>| {
+        v.sort();
+        v.get(v.len() / 2).map(|d| d.as_secs_f64() * 1e6)
+    };
+    let device = median(t.iter().filter_map(|x| x.device).collect());
+    let wall = median(t.iter().map(|x| x.wall).collect());
+    eprintln!(
+        "token timing: {} runs, device median {} us, host median {} us",
+        t.len(),
+        device.map_or_else(|| "-".to_string(), |d| format!("{d:.1}")),
+        wall.map_or_else(|| "-".to_string(), |w| format!("{w:.1}"))
+    );
     Ok(())
 }
 

@@ -453,6 +453,27 @@ impl<'b, B: Backend + 'b> Model<'b, B> {
         }
     }
 
+    /// `runs` timed runs of the whole-token plan as the last token left its
+    /// inputs (`ResidentPlan::time_once`: device time where the backend
+    /// has a timer, and host time); `None` on the layered path. The lab:
+    /// what a token costs the device against what it costs the caller.
+    #[cfg(feature = "lab")]
+    pub fn time_token(
+        &mut self,
+        runs: usize,
+    ) -> Result<Option<Vec<fused_core::backend::PlanTiming>>, LlamaError> {
+        let Decode::Token(p) = &mut self.decode else {
+            return Ok(None);
+        };
+        (0..runs)
+            .map(|_| {
+                fused_core::backend::ResidentPlan::time_once(p.plan_mut())
+                    .map_err(|e| LlamaError::backend("timing the whole token".to_string(), e))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
     /// Bytes of weights a token reads: every matrix but the embedding
     /// table (one row of it is read), the head included.
     pub fn weight_bytes_per_token(&self) -> u64 {

@@ -245,6 +245,12 @@ impl<'b, B: Backend + 'b> TokenPlan<'b, B> {
         &self.c.plan
     }
 
+    /// The same, to run it (the lab).
+    #[cfg(feature = "lab")]
+    pub fn plan_mut(&mut self) -> &mut B::Plan<'b> {
+        &mut self.c.plan
+    }
+
     /// Appends cache rows `from..to` of every layer to `k` and `v` (one
     /// vector a layer, rows of `kv_dim` values back to back).
     pub(crate) fn read_rows(
