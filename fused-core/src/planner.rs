@@ -93,8 +93,9 @@ pub struct FusedGemv {
     pub prologue: Option<NormPrologue>,
     /// The key/value append of the result, run as the GEMV's tail: every
     /// row it reads is a view of `out` (q, k and v stacked in one
-    /// product), and its nodes are among `nodes`
-    /// ([`crate::kv_append::check_gemv_tail`]).
+    /// product), its RoPE pairs are rows `2i, 2i + 1` of `out`, nothing
+    /// between the GEMV and the append touches what either reads or
+    /// writes, and its nodes are among `nodes`.
     pub kv: Option<FusedKvAppend>,
 }
 
