@@ -937,49 +937,19 @@ impl<'g> Planner<'g> {
             return false;
         };
         let base = crate::kv_append::through_views(g, k);
-        let s = match self.owner[base.index()] {
-            Some(s) => s,
-            None if !self.in_prologue[base.index()]
-                && g.nodes()[base.index()].op() == Op::MulMat(MatHint::None) =>
-            {
-                let bn = &g.nodes()[base.index()];
-                let (w, x) = (bn.src(0).unwrap_or(base), bn.src(1).unwrap_or(base));
-                if check_weight(&self.t(w))
-                    .and_then(|_| check_f32_contiguous(&self.t(x)))
-                    .is_err()
-                {
-                    return false;
-                }
-                let prologue = self.prologue_of(x);
-                let step = FusedGemv {
-                    matmul: base,
-                    epilogue: Epilogue::NONE,
-                    operands: [None; MAX_STAGES],
-                    out: base,
-                    nodes: alloc::vec![base],
-                    prologue,
-                    kv: None,
-                };
-                match self.tail_refusal(&step, kv) {
-                    Ok(true) => {}
-                    Ok(false) => return false,
-                    Err(r) => {
-                        self.refuse(Pattern::KvAppend, kv.k_write, r);
-                        return false;
-                    }
-                }
-                self.claim(Step::Gemv(step));
-                self.fused.len() - 1
-            }
-            None => return false,
+        // The GEMV step it would join: a fused one (its index), or the
+        // plain product at `base` as a new one.
+        let (at, mut step) = match self.owner[base.index()] {
+            Some(s) => match &self.fused[s] {
+                Step::Gemv(f) if f.out == base && f.kv.is_none() => (Some(s), f.clone()),
+                _ => return false,
+            },
+            None => match self.plain_gemv(base) {
+                Some(f) => (None, f),
+                None => return false,
+            },
         };
-        let Step::Gemv(f) = &self.fused[s] else {
-            return false;
-        };
-        if f.out != base || f.kv.is_some() {
-            return false;
-        }
-        match self.tail_refusal(f, kv) {
+        match self.tail_refusal(&step, kv) {
             Ok(true) => {}
             Ok(false) => return false,
             Err(r) => {
@@ -987,15 +957,42 @@ impl<'g> Planner<'g> {
                 return false;
             }
         }
-        for id in &kv.nodes {
-            self.owner[id.index()] = Some(s);
-        }
-        if let Step::Gemv(f) = &mut self.fused[s] {
-            f.nodes.extend(&kv.nodes);
-            f.nodes.sort();
-            f.kv = Some(kv.clone());
+        step.nodes.extend(&kv.nodes);
+        step.nodes.sort();
+        step.kv = Some(kv.clone());
+        match at {
+            Some(s) => {
+                for id in &kv.nodes {
+                    self.owner[id.index()] = Some(s);
+                }
+                self.fused[s] = Step::Gemv(step);
+            }
+            None => self.claim(Step::Gemv(step)),
         }
         true
+    }
+
+    /// The unclaimed one-column product `mm` as a GEMV step of its own (no
+    /// epilogue; the prologue offered for its activations, if any), where
+    /// its weights and activations are ones a GEMV takes.
+    fn plain_gemv(&self, mm: NodeId) -> Option<FusedGemv> {
+        let n = &self.g.nodes()[mm.index()];
+        if self.in_prologue[mm.index()] || n.op() != Op::MulMat(MatHint::None) {
+            return None;
+        }
+        let (w, x) = (n.src(0)?, n.src(1)?);
+        check_weight(&self.t(w))
+            .and_then(|_| check_f32_contiguous(&self.t(x)))
+            .ok()?;
+        Some(FusedGemv {
+            matmul: mm,
+            epilogue: Epilogue::NONE,
+            operands: [None; MAX_STAGES],
+            out: mm,
+            nodes: alloc::vec![mm],
+            prologue: self.prologue_of(x),
+            kv: None,
+        })
     }
 
     /// [`crate::kv_append::check_gemv_tail`] of `kv` on GEMV step `f`.
