@@ -9,6 +9,7 @@
 //! lengths (the backend's *shape shadow*). [`CudaBackend::enqueue`] is the
 //! one place that turns a [`Launch`] into a driver call.
 
+use crate::context_lock::{self, LockedDrop};
 use crate::device::{CudaDevice, KernelForm, check_result, driver};
 use crate::error::{CudaError, u32_of};
 use crate::fixed_epi::{self, FixedCopies};
@@ -63,7 +64,7 @@ pub struct CudaBackend {
     shadow: Mutex<Vec<f32>>,
     /// The quantized activations of the latest [`CudaBackend::gemv_batch`] call
     /// in a quantized mode (reused, grown when too small).
-    act_scratch: Mutex<Option<DeviceBuffer<u8>>>,
+    act_scratch: Mutex<Option<LockedDrop<DeviceBuffer<u8>>>>,
     tuning: Mutex<Tuning>,
     /// The fixed-chain kernel copies and whether this device runs them.
     pub(crate) fixed_copies: FixedCopies,
@@ -158,6 +159,7 @@ impl CudaBackend {
 
     /// Waits for everything enqueued so far.
     pub fn synchronize(&self) -> Result<(), CudaError> {
+        let _use = context_lock::shared();
         self.dev
             .stream
             .synchronize()
@@ -168,21 +170,26 @@ impl CudaBackend {
 
     /// Copies `data` into a new device vector.
     pub fn upload(&self, data: &[f32]) -> Result<DeviceVec, CudaError> {
-        self.dev.make_current()?;
+        let _use = self.dev.make_current()?;
         let buf = DeviceBuffer::from_slice(data).map_err(driver("copy to the device"))?;
-        Ok(DeviceVec { buf })
+        Ok(DeviceVec {
+            buf: LockedDrop::new(buf),
+        })
     }
 
     /// A new device vector of `len` zeros.
     pub fn alloc(&self, len: usize) -> Result<DeviceVec, CudaError> {
-        self.dev.make_current()?;
+        let _use = self.dev.make_current()?;
         let buf = DeviceBuffer::zeroed(len).map_err(driver("allocate device memory"))?;
-        Ok(DeviceVec { buf })
+        Ok(DeviceVec {
+            buf: LockedDrop::new(buf),
+        })
     }
 
     /// Waits for the stream, then copies `v` into `out` (same length).
     pub fn download(&self, v: &DeviceVec, out: &mut [f32]) -> Result<(), CudaError> {
         check_len("download destination", v.len(), out.len())?;
+        let _use = self.dev.make_current()?;
         self.synchronize()?;
         v.buf.copy_to(out).map_err(driver("copy to the host"))
     }
@@ -217,7 +224,7 @@ impl CudaBackend {
         let bytes = rows.checked_mul(row_bytes).ok_or(Error::Overflow {
             what: "weight bytes",
         })?;
-        self.dev.make_current()?;
+        let _use = self.dev.make_current()?;
         // An empty matrix allocates nothing (no zero-byte memset either).
         let alloc = || {
             if bytes == 0 {
@@ -225,6 +232,7 @@ impl CudaBackend {
             } else {
                 DeviceBuffer::zeroed(bytes)
             }
+            .map(LockedDrop::new)
             .map_err(driver("allocate weights"))
         };
         let buf = alloc()?;
@@ -263,6 +271,8 @@ impl CudaBackend {
         }
         let bytes = layout::to_device(w.dtype(), w.rows(), w.cols(), w.bytes());
         check_len("device weight bytes", d.buf.len(), bytes.len())?;
+        // The synchronous copies below wait for a capture elsewhere.
+        let _use = self.dev.make_current()?;
         self.synchronize()?;
         d.buf
             .copy_from(&bytes[..])
@@ -316,7 +326,7 @@ impl CudaBackend {
     /// Waits for everything on the device in this context, the legacy
     /// default stream included (which the synchronous copies of `cust` use).
     pub(crate) fn synchronize_context(&self) -> Result<(), CudaError> {
-        self.dev.make_current()?;
+        let _use = self.dev.make_current()?;
         cust::context::CurrentContext::synchronize().map_err(driver("wait for the device"))
     }
 
@@ -347,6 +357,7 @@ impl CudaBackend {
         if grid == 0 {
             return Ok(());
         }
+        let _use = self.dev.make_current()?;
         let f = self.kernel(module, name)?;
         if self.tuning_in_effect().pdl {
             // SAFETY: as below; every kernel of the crate waits for the
@@ -466,12 +477,12 @@ impl CudaBackend {
         let mut guard = self.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
         let layout = QactsLayout::new(mode, x.len() / n_cols, n_cols)?;
         if guard.as_ref().is_none_or(|b| b.len() < layout.bytes) {
-            self.dev.make_current()?;
+            let _use = self.dev.make_current()?;
             *guard = None;
-            *guard = Some(
+            *guard = Some(LockedDrop::new(
                 DeviceBuffer::zeroed(layout.bytes)
                     .map_err(driver("allocate quantized activations"))?,
-            );
+            ));
             // The zero fill runs on the legacy stream, which the
             // backend's stream does not wait for.
             self.synchronize_context()?;
@@ -521,13 +532,16 @@ impl CudaBackend {
         n_cols: usize,
     ) -> Result<DeviceActs, CudaError> {
         let layout = QactsLayout::new(mode, k, n_cols)?;
-        self.dev.make_current()?;
+        let _use = self.dev.make_current()?;
         let buf = DeviceBuffer::zeroed(layout.bytes.max(1))
             .map_err(driver("allocate quantized activations"))?;
         // The zero fill runs on the legacy stream, which the backend's
         // stream does not wait for.
         self.synchronize_context()?;
-        Ok(DeviceActs { layout, buf })
+        Ok(DeviceActs {
+            layout,
+            buf: LockedDrop::new(buf),
+        })
     }
 
     /// [`CudaBackend::gemv_batch`] on activations already quantized: every
@@ -951,7 +965,7 @@ impl CudaBackend {
         &self,
         f: impl FnOnce() -> Result<(), CudaError>,
     ) -> Result<f32, CudaError> {
-        self.dev.make_current()?;
+        let _use = self.dev.make_current()?;
         let start = Event::new(EventFlags::DEFAULT).map_err(driver("create an event"))?;
         let stop = Event::new(EventFlags::DEFAULT).map_err(driver("create an event"))?;
         start
@@ -1186,7 +1200,7 @@ impl CudaBackend {
                 }
             }
             Launch::Copy { src, dst, bytes } => {
-                dev.make_current()?;
+                let _use = dev.make_current()?;
                 // SAFETY: both ranges are device memory valid for `bytes`
                 // bytes per the caller; the copy is ordered on the
                 // backend's stream, which outlives this call.

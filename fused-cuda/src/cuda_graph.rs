@@ -14,6 +14,7 @@ use cust::sys::{
 };
 
 use crate::backend::CudaBackend;
+use crate::context_lock;
 use crate::device::check_result;
 use crate::error::CudaError;
 
@@ -34,8 +35,10 @@ impl CapturedGraph {
         backend: &CudaBackend,
         enqueue: impl FnOnce() -> Result<(), CudaError>,
     ) -> Result<CapturedGraph, CudaError> {
+        // No other thread asks the context for anything while capturing.
+        let _alone = context_lock::capture()?;
         let dev = backend.dev();
-        dev.make_current()?;
+        let _use = dev.make_current()?;
         let stream = dev.stream.as_inner();
         // Relaxed: the launches look up kernel functions while capturing,
         // which the stricter modes would refuse as potentially unsafe.
@@ -74,7 +77,7 @@ impl CapturedGraph {
     /// for it) and counts it as one launch.
     pub(crate) fn launch(&self, backend: &CudaBackend) -> Result<(), CudaError> {
         let dev = backend.dev();
-        dev.make_current()?;
+        let _use = dev.make_current()?;
         // SAFETY: `exec` is an instantiated graph (capture succeeded), the
         // stream is live; the graph's launches point into buffers that the
         // owner of this graph keeps alive while it exists (and waits for
@@ -88,6 +91,7 @@ impl CapturedGraph {
 
 impl Drop for CapturedGraph {
     fn drop(&mut self) {
+        let _use = context_lock::shared();
         // SAFETY: both handles are owned by this value (or null) and
         // destroyed once; a replay still running keeps its own reference
         // (the driver defers the release until it completes), and the

@@ -2,6 +2,7 @@
 //! crate's kernel modules. [`CudaDevice`] is public in the lab only.
 #![cfg_attr(not(feature = "lab"), allow(unreachable_pub))]
 
+use crate::context_lock::{self, ContextUse};
 use crate::error::CudaError;
 use cust::context::{Context, CurrentContext};
 use cust::device::{Device, DeviceAttribute};
@@ -9,6 +10,7 @@ use cust::function::Function;
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use std::fmt;
+use std::mem::ManuallyDrop;
 
 /// Which compiled form of the kernels a device loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,18 +87,37 @@ pub(crate) fn driver(what: &'static str) -> impl FnOnce(cust::error::CudaError) 
 /// it, else the portable PTX), so a device that cannot run them fails there,
 /// not at the first launch.
 pub struct CudaDevice {
-    // Field order is drop order: the modules and the stream go before the context.
+    // The modules and the stream are released by `Drop` under the context
+    // lock, before the context.
     #[cfg_attr(not(feature = "lab"), allow(dead_code))]
-    pub(crate) probe: Module,
-    pub(crate) elementwise: Module,
-    pub(crate) gemv: Module,
-    pub(crate) fwht: Module,
-    pub(crate) decode: Module,
-    pub(crate) stream: Stream,
+    pub(crate) probe: ManuallyDrop<Module>,
+    pub(crate) elementwise: ManuallyDrop<Module>,
+    pub(crate) gemv: ManuallyDrop<Module>,
+    pub(crate) fwht: ManuallyDrop<Module>,
+    pub(crate) decode: ManuallyDrop<Module>,
+    pub(crate) stream: ManuallyDrop<Stream>,
     form: KernelForm,
     name: String,
     capability: (i32, i32),
     ctx: Context,
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // Unloading a module waits for a capture elsewhere, like loading it.
+        let _use = context_lock::shared();
+        // SAFETY: each field is dropped exactly once, here, and the value is
+        // never used again; the context field outlives them (dropped after
+        // this body).
+        unsafe {
+            ManuallyDrop::drop(&mut self.probe);
+            ManuallyDrop::drop(&mut self.elementwise);
+            ManuallyDrop::drop(&mut self.gemv);
+            ManuallyDrop::drop(&mut self.fwht);
+            ManuallyDrop::drop(&mut self.decode);
+            ManuallyDrop::drop(&mut self.stream);
+        }
+    }
 }
 
 impl fmt::Debug for CudaDevice {
@@ -161,6 +182,8 @@ impl CudaDevice {
     /// Fails with [`CudaError::Driver`] when there is no driver or no device,
     /// or when the device can run neither the cubin nor the portable PTX.
     pub fn new() -> Result<CudaDevice, CudaError> {
+        // Module loads and stream creation wait for a capture elsewhere.
+        let _use = context_lock::shared();
         let ctx = cust::quick_init().map_err(driver("initialise device 0"))?;
         let device = Device::get_device(0).map_err(driver("open device 0"))?;
         let name = device.name().map_err(driver("read the device name"))?;
@@ -189,12 +212,12 @@ impl CudaDevice {
         let stream =
             Stream::new(StreamFlags::NON_BLOCKING, None).map_err(driver("create a stream"))?;
         Ok(CudaDevice {
-            probe,
-            elementwise,
-            gemv,
-            fwht,
-            decode,
-            stream,
+            probe: ManuallyDrop::new(probe),
+            elementwise: ManuallyDrop::new(elementwise),
+            gemv: ManuallyDrop::new(gemv),
+            fwht: ManuallyDrop::new(fwht),
+            decode: ManuallyDrop::new(decode),
+            stream: ManuallyDrop::new(stream),
             form,
             name,
             capability: (major, minor),
@@ -218,9 +241,13 @@ impl CudaDevice {
         self.form
     }
 
-    /// Makes the device's context current on the calling thread.
-    pub(crate) fn make_current(&self) -> Result<(), CudaError> {
-        CurrentContext::set_current(&self.ctx).map_err(driver("make the context current"))
+    /// Makes the device's context current on the calling thread and holds
+    /// the context lock (shared) for the driver calls that follow, until
+    /// the returned token is dropped.
+    pub(crate) fn make_current(&self) -> Result<ContextUse, CudaError> {
+        let using = context_lock::shared();
+        CurrentContext::set_current(&self.ctx).map_err(driver("make the context current"))?;
+        Ok(using)
     }
 
     /// Kernel `name` of `module` (one of this device's), with the device's
@@ -230,7 +257,7 @@ impl CudaDevice {
         module: &'m Module,
         name: &str,
     ) -> Result<Function<'m>, CudaError> {
-        self.make_current()?;
+        let _use = self.make_current()?;
         module.get_function(name).map_err(|e| CudaError::Driver {
             what: "find a kernel",
             message: format!("{name}: {e}"),

@@ -174,7 +174,7 @@ mod run {
                 kernels,
                 HANDOFF_MAX_KERNELS,
             )?;
-            self.make_current()?;
+            let _use = self.make_current()?;
             let n = blocks as u32;
             let wait_count = n;
             let ping = DeviceBuffer::from_slice(input).map_err(driver("copy the chain input"))?;

@@ -211,7 +211,7 @@ impl CudaDevice {
         if n == 0 {
             return Ok(());
         }
-        self.make_current()?;
+        let _use = self.make_current()?;
         let x_dev = DeviceBuffer::from_slice(x).map_err(driver("copy x to the device"))?;
         let y_dev = DeviceBuffer::from_slice(y).map_err(driver("copy y to the device"))?;
         let function = self

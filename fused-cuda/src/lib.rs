@@ -236,6 +236,8 @@
 //! [`Knob`]s, and `cuda-bench`.
 
 // The core's backend contract on this backend (trait impls only).
+#[cfg(any(feature = "cuda", test))]
+mod context_lock;
 mod contract;
 mod error;
 mod job;

@@ -2,6 +2,7 @@
 //! matrices in the kernels' layouts, quantized activations. Plain owners of
 //! `cust` allocations; the backend (`backend.rs`) fills and reads them.
 
+use crate::context_lock::LockedDrop;
 use crate::error::CudaError;
 use crate::qacts::QactsLayout;
 use cust::memory::DeviceBuffer;
@@ -11,7 +12,7 @@ use fused_core::{DType, Error};
 
 /// An f32 vector in device memory.
 pub struct DeviceVec {
-    pub(crate) buf: DeviceBuffer<f32>,
+    pub(crate) buf: LockedDrop<DeviceBuffer<f32>>,
 }
 
 impl std::fmt::Debug for DeviceVec {
@@ -50,9 +51,9 @@ pub struct DeviceWeights {
     pub(crate) cols: usize,
     pub(crate) row_bytes: usize,
     /// The f32-activation kernels' layout.
-    pub(crate) buf: DeviceBuffer<u8>,
+    pub(crate) buf: LockedDrop<DeviceBuffer<u8>>,
     /// The integer kernels' layout (the quantized formats).
-    pub(crate) int_buf: Option<DeviceBuffer<u8>>,
+    pub(crate) int_buf: Option<LockedDrop<DeviceBuffer<u8>>>,
 }
 
 impl std::fmt::Debug for DeviceWeights {
@@ -128,7 +129,7 @@ impl DeviceWeights {
 /// kernels' layout (`src/qacts.rs`).
 pub struct DeviceActs {
     pub(crate) layout: QactsLayout,
-    pub(crate) buf: DeviceBuffer<u8>,
+    pub(crate) buf: LockedDrop<DeviceBuffer<u8>>,
 }
 
 impl std::fmt::Debug for DeviceActs {

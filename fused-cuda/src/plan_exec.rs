@@ -106,6 +106,7 @@ use fused_core::weights::WeightMatrix;
 use fused_core::{DType, Error};
 
 use crate::backend::CudaBackend;
+use crate::context_lock::LockedDrop;
 use crate::cuda_graph::CapturedGraph;
 use crate::decode::{AttnSplits, KvAppend, KvPart, argmax_scratch_bytes};
 use crate::device::driver;
@@ -149,12 +150,12 @@ pub struct DevicePlan<'a> {
     /// Pristine copies back to the graph inputs.
     pub(crate) restore: Vec<Launch>,
     /// Graph buffers, indexed by [`BufferId`].
-    buffers: Vec<DeviceBuffer<u8>>,
+    buffers: Vec<LockedDrop<DeviceBuffer<u8>>>,
     /// The byte sizes of the graph buffers.
     sizes: Vec<usize>,
     /// Each GEMV weight tensor and its device copy in the kernels' layout.
     weights: Vec<(TensorDesc, DeviceWeights)>,
-    scratch: Vec<DeviceBuffer<u8>>,
+    scratch: Vec<LockedDrop<DeviceBuffer<u8>>>,
     stats: DevicePlanStats,
 }
 
@@ -187,7 +188,7 @@ struct Builder<'a, 'd> {
     /// Device addresses of the graph buffers.
     bases: Vec<u64>,
     mode: GemvMode,
-    scratch: Vec<DeviceBuffer<u8>>,
+    scratch: Vec<LockedDrop<DeviceBuffer<u8>>>,
     /// The two quantized-activation scratch buffers: slot and size of each.
     act_scratch: [Option<(usize, usize)>; 2],
     /// The attentions' partials buffer (every attention step reuses it; the
@@ -236,9 +237,9 @@ impl Builder<'_, '_> {
         let len = usize::try_from(size).map_err(|_| Error::Overflow {
             what: "scratch buffer size",
         })?;
-        self.backend.dev().make_current()?;
+        let _use = self.backend.dev().make_current()?;
         let buf = DeviceBuffer::zeroed(len.max(1)).map_err(driver("allocate a scratch buffer"))?;
-        self.scratch.push(buf);
+        self.scratch.push(LockedDrop::new(buf));
         Ok(Region {
             slot: Slot::Scratch(self.scratch.len() - 1),
             offset: 0,
@@ -1224,10 +1225,10 @@ impl<'a> DevicePlan<'a> {
         mode: GemvMode,
         sizes: &[usize],
     ) -> Result<DevicePlan<'a>, CudaError> {
-        backend.dev().make_current()?;
+        let _use = backend.dev().make_current()?;
         let buffers = sizes
             .iter()
-            .map(|&s| DeviceBuffer::<u8>::zeroed(s.max(1)))
+            .map(|&s| DeviceBuffer::<u8>::zeroed(s.max(1)).map(LockedDrop::new))
             .collect::<Result<Vec<_>, _>>()
             .map_err(driver("allocate the plan's buffers"))?;
         let tuning = backend.tuning();
@@ -1482,6 +1483,8 @@ impl ResidentPlan for DevicePlan<'_> {
     fn write(&mut self, id: BufferId, offset: usize, bytes: &[u8]) -> Result<(), CudaError> {
         let i = buffer_range(&self.sizes, id, offset, bytes.len())?;
         let end = offset + bytes.len();
+        // The synchronous copies below wait for a capture elsewhere.
+        let _use = self.backend.dev().make_current()?;
         // Nothing enqueued may still read the bytes written below.
         self.backend.synchronize()?;
         if !bytes.is_empty() {
@@ -1521,6 +1524,7 @@ impl ResidentPlan for DevicePlan<'_> {
 
     fn read(&self, id: BufferId, offset: usize, out: &mut [u8]) -> Result<(), CudaError> {
         let i = buffer_range(&self.sizes, id, offset, out.len())?;
+        let _use = self.backend.dev().make_current()?;
         self.backend.synchronize()?;
         if !out.is_empty() {
             self.buffers[i]
@@ -1556,7 +1560,7 @@ impl ResidentPlan for DevicePlan<'_> {
     /// it (GEMVs that overlap the ones before them do not).
     fn stats(&self) -> PlanStats {
         let s = self.stats;
-        let bytes = |b: &DeviceBuffer<u8>| b.len() as u64;
+        let bytes = |b: &LockedDrop<DeviceBuffer<u8>>| b.len() as u64;
         PlanStats {
             kernel_steps: s.kernel_steps,
             launches: s.launches,
@@ -1581,7 +1585,7 @@ impl Drop for DevicePlan<'_> {
         // Work of this plan may still be queued after an error: wait for it
         // before the graph and the buffers it points into are freed (in
         // this context, which the frees below need current too).
-        let _ = self.backend.dev().make_current();
+        let _use = self.backend.dev().make_current();
         let _ = self.backend.synchronize();
     }
 }

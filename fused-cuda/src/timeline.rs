@@ -216,6 +216,7 @@ mod device {
                 ));
             }
             let total: usize = shapes.iter().map(|s| 4 * s.4).sum();
+            let _use = self.dev().make_current()?;
             let trace = DeviceBuffer::<u64>::zeroed(total).map_err(driver("zero the trace"))?;
             let mut at = 0;
             for (name, grid, block, params, blocks) in &shapes {

@@ -288,6 +288,68 @@ fn graph_replay_equals_the_stream_run() {
     b.set_options(saved);
 }
 
+/// Graphs captured while three other threads, each with its own backend
+/// on the same (primary) context, allocate, copy, run, synchronise and
+/// free: each capture waits for that work instead of being invalidated by
+/// it, the other threads' calls all succeed, and every replay equals the
+/// stream run.
+#[test]
+fn captures_beside_other_threads_driver_work() {
+    let _serial = serial();
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (g, mem, out) = decode_layer(DType::Q4_0);
+    let p = plan(&g);
+    let (want, _, _) = device_run(&b, &g, &p, &mem);
+    let want = f32s(&want, &g, out);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    /// Stops the workers however the capturing thread leaves the scope.
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let started = std::sync::Barrier::new(4);
+    let backends: Vec<CudaBackend> = (0..3).map(|_| CudaBackend::new().unwrap()).collect();
+    let (g, p, mem, want, stop, started) = (&g, &p, &mem, &want, &stop, &started);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = backends
+            .into_iter()
+            .map(|be| {
+                s.spawn(move || {
+                    started.wait();
+                    // At least one round, then until the captures are done.
+                    loop {
+                        let (got, _, _) = device_run(&be, g, p, mem);
+                        assert_bits_eq(&f32s(&got, g, out), want, "a worker's run");
+                        let v = be.upload(want).unwrap();
+                        assert_bits_eq(&common::download(&be, &v), want, "a worker's copy");
+                        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let stopper = StopOnDrop(stop);
+        started.wait();
+        for round in 0..8 {
+            let mut dp = DevicePlan::new(&b, g, p, GemvMode::F32, &mem.sizes()).unwrap();
+            dp.write_all(mem).unwrap();
+            dp.capture_graph().unwrap();
+            dp.run_as(Submission::Graph).unwrap();
+            let got = dp.read_f32(g.tensor(out).unwrap()).unwrap();
+            assert_bits_eq(&got, want, &format!("replay {round}"));
+        }
+        drop(stopper);
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
+}
+
 #[test]
 fn timed_runs_start_from_the_same_inputs() {
     let _serial = serial();
