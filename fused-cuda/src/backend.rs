@@ -36,7 +36,7 @@ use cust::module::Module;
 use fused_core::acts::ActQuant;
 use fused_core::element::Activation;
 use fused_core::epilogue::Epilogue;
-use fused_core::error::{Unsupported, check_divides, check_len};
+use fused_core::error::{check_divides, check_len};
 use fused_core::fwht::FwhtDesc;
 use fused_core::placement::Region;
 use fused_core::reference::gemv::check_gemm_args;
@@ -196,19 +196,26 @@ impl CudaBackend {
 
     /// Copies a weight matrix into device memory (formats: [`GEMV_DTYPES`]),
     /// quantized formats rearranged into the kernels' layout on the way.
+    /// Both layouts are prepared (where the format has an integer one), so
+    /// that the weights serve every activation mode.
     pub fn upload_weights(&self, w: &WeightMatrix<'_>) -> Result<DeviceWeights, CudaError> {
-        let mut d = self.alloc_weights(w.dtype(), w.rows(), w.cols())?;
+        let modes = [ActQuant::F32, ActQuant::ggml(w.dtype())];
+        let mut d = self.alloc_weights(w.dtype(), w.rows(), w.cols(), &modes)?;
         self.write_weights(&mut d, w)?;
         Ok(d)
     }
 
     /// Zeroed device memory for a `rows × cols` weight matrix of `dtype`
-    /// (one of [`GEMV_DTYPES`]), to be filled by [`CudaBackend::write_weights`].
+    /// (one of [`GEMV_DTYPES`]) in the layouts that GEMVs fed per `modes`
+    /// read (the float layout for [`ActQuant::F32`], the integer one for
+    /// the quantized modes where the format has it), to be filled by
+    /// [`CudaBackend::write_weights`].
     pub(crate) fn alloc_weights(
         &self,
         dtype: DType,
         rows: usize,
         cols: usize,
+        modes: &[ActQuant],
     ) -> Result<DeviceWeights, CudaError> {
         if !GEMV_DTYPES.contains(&dtype) {
             return Err(Error::UnsupportedDType {
@@ -235,26 +242,28 @@ impl CudaBackend {
             .map(LockedDrop::new)
             .map_err(driver("allocate weights"))
         };
-        let buf = alloc()?;
-        let int_buf = if check_gemv_mode(dtype, ActQuant::ggml(dtype)).is_ok()
-            && ActQuant::ggml(dtype) != ActQuant::F32
-        {
-            Some(alloc()?)
-        } else {
-            None
+        let has_int = check_gemv_mode(dtype, ActQuant::ggml(dtype)).is_ok()
+            && ActQuant::ggml(dtype) != ActQuant::F32;
+        let float_buf = match modes.contains(&ActQuant::F32) {
+            true => Some(alloc()?),
+            false => None,
+        };
+        let int_buf = match has_int && modes.iter().any(|&m| m != ActQuant::F32) {
+            true => Some(alloc()?),
+            false => None,
         };
         Ok(DeviceWeights {
             dtype,
             rows,
             cols,
             row_bytes,
-            buf,
+            float_buf,
             int_buf,
         })
     }
 
-    /// Writes `w` (same format and shape) into `d`, rearranged into the
-    /// kernels' layout. Waits for the stream first (work already enqueued
+    /// Writes `w` (same format and shape) into `d`, rearranged into each
+    /// layout `d` holds. Waits for the stream first (work already enqueued
     /// may read `d`) and for the copy after.
     pub(crate) fn write_weights(
         &self,
@@ -269,14 +278,15 @@ impl CudaBackend {
             }
             .into());
         }
-        let bytes = layout::to_device(w.dtype(), w.rows(), w.cols(), w.bytes());
-        check_len("device weight bytes", d.buf.len(), bytes.len())?;
         // The synchronous copies below wait for a capture elsewhere.
         let _use = self.dev.make_current()?;
         self.synchronize()?;
-        d.buf
-            .copy_from(&bytes[..])
-            .map_err(driver("copy weights to the device"))?;
+        if let Some(fb) = d.float_buf.as_mut() {
+            let bytes = layout::to_device(w.dtype(), w.rows(), w.cols(), w.bytes());
+            check_len("device weight bytes", fb.len(), bytes.len())?;
+            fb.copy_from(&bytes[..])
+                .map_err(driver("copy weights to the device"))?;
+        }
         if let Some(ib) = d.int_buf.as_mut() {
             let bytes = layout::to_device_int(w.dtype(), w.rows(), w.cols(), w.bytes()).ok_or(
                 Error::UnsupportedDType {
@@ -588,8 +598,9 @@ impl CudaBackend {
             Self::check_glu_pair(w, up)?;
         }
         check_gemv_mode(w.dtype, mode).map_err(Error::from)?;
-        if mode != ActQuant::F32 && w.int_addr().is_none() {
-            return Err(Error::Unsupported(Unsupported::ActQuant(mode)).into());
+        w.layout_addr(mode)?;
+        if let Some((up, _)) = job.glu {
+            up.layout_addr(mode)?;
         }
         if let Some(q) = &job.quantized_output {
             check_quant_out(w.rows, n_cols, mode != ActQuant::F32, &q.layout)?;
@@ -641,15 +652,12 @@ impl CudaBackend {
                     row_bytes: w.row_bytes,
                     n_cols,
                 };
-                let up = up.map(|u| u.buf.as_device_ptr().as_raw());
-                let w = w.buf.as_device_ptr().as_raw();
+                let up = up.map(|u| u.layout_addr(ActQuant::F32)).transpose()?;
+                let w = w.layout_addr(ActQuant::F32)?;
                 Launch::gemv(&tuning, shape, w, up, act, x.addr(), job.y.addr(), epi)
             }
             JobActs::Quantized { layout, q } => {
-                let int_addr = |d: &DeviceWeights| {
-                    d.int_addr()
-                        .ok_or(Error::Unsupported(Unsupported::ActQuant(layout.mode)))
-                };
+                let int_addr = |d: &DeviceWeights| d.layout_addr(layout.mode);
                 let (wa, ua) = (int_addr(w)?, up.map(int_addr).transpose()?);
                 let mut l = Launch::gemv_q(
                     &tuning,

@@ -39,20 +39,22 @@ impl DeviceVec {
     }
 }
 
-/// A weight matrix in device memory, in one of [`GEMV_DTYPES`](crate::GEMV_DTYPES); quantized
-/// formats in the f32-activation kernels' lane-interleaved layout
-/// (`src/layout.rs`: the same bytes, rearranged once at upload), and also
-/// in the integer kernels' layout (`layout::to_device_int`), so that one
-/// upload serves every activation mode (at twice the device memory for the
-/// quantized formats).
+/// A weight matrix in device memory, in one of [`GEMV_DTYPES`](crate::GEMV_DTYPES), in the
+/// layouts of the kernels that read it: quantized formats in the
+/// f32-activation kernels' lane-interleaved layout (`src/layout.rs`: the
+/// same bytes, rearranged once at upload) and in the integer kernels'
+/// layout (`layout::to_device_int`). [`CudaBackend::upload_weights`](crate::CudaBackend::upload_weights)
+/// prepares both, so that one upload serves every activation mode (at twice
+/// the device memory for the quantized formats); a [`DevicePlan`](crate::DevicePlan)
+/// prepares only the one its mode reads.
 pub struct DeviceWeights {
     pub(crate) dtype: DType,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
     pub(crate) row_bytes: usize,
-    /// The f32-activation kernels' layout.
-    pub(crate) buf: LockedDrop<DeviceBuffer<u8>>,
-    /// The integer kernels' layout (the quantized formats).
+    /// The f32-activation kernels' layout, where prepared.
+    pub(crate) float_buf: Option<LockedDrop<DeviceBuffer<u8>>>,
+    /// The integer kernels' layout (the quantized formats), where prepared.
     pub(crate) int_buf: Option<LockedDrop<DeviceBuffer<u8>>>,
 }
 
@@ -62,6 +64,8 @@ impl std::fmt::Debug for DeviceWeights {
             .field("dtype", &self.dtype)
             .field("rows", &self.rows)
             .field("cols", &self.cols)
+            .field("float_layout", &self.float_buf.is_some())
+            .field("int_layout", &self.int_buf.is_some())
             .finish()
     }
 }
@@ -86,41 +90,42 @@ impl DeviceWeights {
     /// Bytes of the matrix (one layout; what one GEMV reads).
     #[cfg(feature = "lab")]
     pub fn bytes(&self) -> usize {
-        self.buf.len()
+        self.rows * self.row_bytes
     }
 
-    /// Device bytes held: both layouts where the integer one exists.
+    /// Device bytes held: every layout prepared.
     pub(crate) fn held_bytes(&self) -> usize {
-        self.buf.len() + self.int_buf.as_ref().map_or(0, |b| b.len())
+        [&self.float_buf, &self.int_buf]
+            .into_iter()
+            .flatten()
+            .map(|b| b.len())
+            .sum()
     }
 
     /// The device address and length of the layout a GEMV fed per `mode`
     /// reads: the integer layout for quantized activations, else the
-    /// float one; a layout the weights lack is [`Unsupported::ActQuant`].
+    /// float one; a layout not prepared is [`Unsupported::ActQuant`].
     pub(crate) fn layout_extent(&self, mode: ActQuant) -> Result<(u64, usize), CudaError> {
-        if mode == ActQuant::F32 {
-            return Ok((self.addr(), self.buf.len()));
-        }
-        let buf = self
-            .int_buf
+        let buf = if mode == ActQuant::F32 {
+            &self.float_buf
+        } else {
+            &self.int_buf
+        };
+        let buf = buf
             .as_ref()
             .ok_or(Error::Unsupported(Unsupported::ActQuant(mode)))?;
         Ok((buf.as_device_ptr().as_raw(), buf.len()))
     }
 
-    /// The device address of the integer kernels' copy (the quantized
-    /// formats).
-    pub(crate) fn int_addr(&self) -> Option<u64> {
-        self.int_buf.as_ref().map(|b| b.as_device_ptr().as_raw())
+    /// The device address of the layout a GEMV fed per `mode` reads
+    /// ([`DeviceWeights::layout_extent`]).
+    pub(crate) fn layout_addr(&self, mode: ActQuant) -> Result<u64, CudaError> {
+        Ok(self.layout_extent(mode)?.0)
     }
 
     /// Bytes of one row (in the core's layout).
     pub(crate) fn row_bytes(&self) -> usize {
         self.row_bytes
-    }
-
-    pub(crate) fn addr(&self) -> u64 {
-        self.buf.as_device_ptr().as_raw()
     }
 }
 

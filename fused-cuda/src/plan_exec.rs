@@ -435,9 +435,12 @@ impl Builder<'_, '_> {
             return Ok(i);
         }
         self.region(w)?;
+        // Only the layout the plan's GEMVs read: half the device memory
+        // and none of the other layout's rearranging at upload.
+        let modes = [self.mode.act_quant(w.dtype())];
         let d = self
             .backend
-            .alloc_weights(w.dtype(), w.ne()[1], w.ne()[0])?;
+            .alloc_weights(w.dtype(), w.ne()[1], w.ne()[0], &modes)?;
         self.weights.push((*w, d));
         Ok(self.weights.len() - 1)
     }
@@ -596,10 +599,7 @@ impl Builder<'_, '_> {
             };
             self.pending.0.push(qr);
             let q = self.addr(qr);
-            let int_addr = |d: &DeviceWeights| {
-                d.int_addr()
-                    .ok_or(Error::Unsupported(Unsupported::ActQuant(mode)))
-            };
+            let int_addr = |d: &DeviceWeights| d.layout_addr(mode);
             let wa = int_addr(&self.weights[wi].1)?;
             let ua = ui.map(|i| int_addr(&self.weights[i].1)).transpose()?;
             let l = Launch::gemv_q(&self.tuning, w.dtype(), m, &layout, wa, ua, act, q, ya, epi)?;
@@ -615,8 +615,11 @@ impl Builder<'_, '_> {
             row_bytes: wd.row_bytes(),
             n_cols: n,
         };
-        let w_up = ui.map(|i| self.weights[i].1.addr());
-        let l = Launch::gemv(&self.tuning, shape, wd.addr(), w_up, act, xa, ya, epi)?;
+        let w_up = ui
+            .map(|i| self.weights[i].1.layout_addr(ActQuant::F32))
+            .transpose()?;
+        let wa = wd.layout_addr(ActQuant::F32)?;
+        let l = Launch::gemv(&self.tuning, shape, wa, w_up, act, xa, ya, epi)?;
         self.launch(l, out);
         Ok(())
     }
@@ -1505,13 +1508,21 @@ impl ResidentPlan for DevicePlan<'_> {
             if t.buffer() != id || ext.start >= end || offset >= ext.end {
                 continue;
             }
-            let mut host = vec![0u8; ext.end - ext.start];
-            buffers[i]
-                .index(ext.start..ext.end)
-                .copy_to(&mut host[..])
-                .map_err(driver("read weights back to prepare them"))?;
+            // The bytes just written where they hold the whole tensor (the
+            // usual case); else the buffer's, read back.
+            let mut read_back = Vec::new();
+            let host: &[u8] = if offset <= ext.start && ext.end <= end {
+                &bytes[ext.start - offset..ext.end - offset]
+            } else {
+                read_back.resize(ext.end - ext.start, 0u8);
+                buffers[i]
+                    .index(ext.start..ext.end)
+                    .copy_to(&mut read_back[..])
+                    .map_err(driver("read weights back to prepare them"))?;
+                &read_back
+            };
             let local = TensorDesc::strided(t.dtype(), t.ne(), t.nb(), t.buffer(), 0)?;
-            let rows = packed(&host, &local)?;
+            let rows = packed(host, &local)?;
             let w = WeightMatrix::new(t.dtype(), t.ne()[1], t.ne()[0], &rows)?;
             backend.write_weights(d, &w)?;
         }

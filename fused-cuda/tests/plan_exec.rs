@@ -288,6 +288,30 @@ fn graph_replay_equals_the_stream_run() {
     b.set_options(saved);
 }
 
+/// A device plan prepares its weights in the one layout its GEMVs read
+/// (the float layout for f32 activations, the integer one for quantized
+/// activations), so that it holds its graph's buffers, one copy of the
+/// weights and a little scratch, not two copies.
+#[test]
+fn a_plan_holds_one_layout_of_its_weights() {
+    let _serial = serial();
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (g, mem, _) = decode_layer(DType::Q4_0);
+    let rb = |k: usize| DType::Q4_0.row_bytes(k).unwrap() as u64;
+    let weights = rb(H) * H as u64 + 2 * rb(H) * F as u64 + rb(F) * H as u64;
+    let buffers: u64 = mem.sizes().iter().map(|&s| s as u64).sum();
+    for mode in [GemvMode::F32, GemvMode::Ggml] {
+        let dp = DevicePlan::new(&b, &g, &plan(&g), mode, &mem.sizes()).unwrap();
+        let held = dp.stats().resident_bytes - buffers;
+        assert!(
+            (weights..weights + weights / 4).contains(&held),
+            "{mode:?}: {held} bytes beside the graph's buffers for {weights} bytes of weights"
+        );
+    }
+}
+
 /// Graphs captured while three other threads, each with its own backend
 /// on the same (primary) context, allocate, copy, run, synchronise and
 /// free: each capture waits for that work instead of being invalidated by
