@@ -10,7 +10,9 @@
 //! options, `--ahead-only` runs the copy ceiling and the L2 look-ahead
 //! table, `--epilogue-only` the copy ceiling and the epilogue's cost,
 //! `--timeline-only` the copy ceiling and the traced timeline of dependent
-//! GEMV chains (`CudaBackend::trace_gemv_chain`; not in the full run).
+//! GEMV chains (`CudaBackend::trace_gemv_chain`; not in the full run),
+//! `--layers-only` the copy ceiling, the Q4_0 decode layer on quantized
+//! activations (direct launches) and the device-plan sections.
 //! Sections: the
 //! device-to-device copy ceiling (bytes read + written); the per-call
 //! floor (tiny dependent GEMVs whose bytes take no time); the handoff
@@ -128,6 +130,10 @@ fn run() -> Result<(), CudaError> {
     }
     if std::env::args().any(|a| a == "--epilogue-only") {
         return epilogue_costs(&be);
+    }
+    if std::env::args().any(|a| a == "--layers-only") {
+        decode_layer(&be, ActQuant::Q8_0, ceiling)?;
+        return plans(&be, ceiling);
     }
     if std::env::args().any(|a| a == "--timeline-only") {
         return timeline(&be);
