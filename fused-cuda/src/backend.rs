@@ -47,6 +47,10 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Copies timed together in each sample of
+/// [`CudaBackend::copy_bandwidth_gbs`].
+const COPIES_PER_SAMPLE: usize = 4;
+
 /// The activations of a GEMV batch, as its launches read them.
 #[derive(Clone, Copy)]
 pub(crate) enum JobActs<'a> {
@@ -930,10 +934,12 @@ impl CudaBackend {
 
     /// The device's copy bandwidth, the ceiling a GEMV's bytes are measured
     /// against: bytes read plus bytes written per second (GB/s) by the
-    /// faster of two device-to-device copies of `bytes` bytes, the driver's
-    /// (`cuMemcpyDtoDAsync`) and the crate's 16-byte copy kernel, each the
-    /// median of `reps` event-timed copies after one warm-up. `bytes` must
-    /// be a nonzero multiple of 16 and `reps` at least 1.
+    /// faster of two device-to-device copies of `bytes` bytes, the
+    /// element-wise copy kernel and the crate's 16-byte copy kernel, each
+    /// the median of `reps` event-timed runs of four copies back to back
+    /// (so that the launch and the events' own cost are spread over
+    /// several copies) after one warm-up. `bytes` must be a nonzero
+    /// multiple of 16 and `reps` at least 1.
     pub fn copy_bandwidth_gbs(&self, bytes: usize, reps: usize) -> Result<f64, CudaError> {
         if bytes == 0 || !bytes.is_multiple_of(16) || reps == 0 {
             return Err(Error::LengthMismatch {
@@ -956,10 +962,10 @@ impl CudaBackend {
             };
             copy()?;
             let mut ms = (0..reps)
-                .map(|_| self.event_time_ms(&mut copy))
+                .map(|_| self.event_time_ms(|| (0..COPIES_PER_SAMPLE).try_for_each(|_| copy())))
                 .collect::<Result<Vec<f32>, _>>()?;
             ms.sort_by(f32::total_cmp);
-            let median = f64::from(ms[ms.len() / 2]);
+            let median = f64::from(ms[ms.len() / 2]) / COPIES_PER_SAMPLE as f64;
             if median > 0.0 {
                 best = best.max(2.0 * bytes as f64 / (median * 1e-3) / 1e9);
             }

@@ -13,8 +13,12 @@ use fused_core::planner::Plan;
 
 use crate::{CudaBackend, CudaError, DevicePlan, MAX_COLS};
 
-/// Bytes of the copy that measures the bandwidth ceiling.
-const COPY_BYTES: usize = 64 << 20;
+/// Bytes of the copy that measures the bandwidth ceiling: 256 MiB each
+/// way, five times the L2 of the largest device we run on, and long
+/// enough (about 0.2 ms at 3 TB/s) that the copy's ramp-up and tail do not
+/// count (64 MiB copies timed one at a time read 10-14 % below
+/// `cuda-bench`'s 1 GiB copies on the H100).
+const COPY_BYTES: usize = 256 << 20;
 
 /// Passes of the copy that measures the bandwidth ceiling.
 const COPY_REPS: usize = 5;

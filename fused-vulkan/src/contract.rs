@@ -16,8 +16,10 @@ use crate::error::VulkanError;
 use crate::pipeline::MAX_COLS;
 use crate::plan_exec::DevicePlan;
 
-/// Bytes of the copy that measures the bandwidth ceiling.
-const COPY_BYTES: u64 = 64 << 20;
+/// Bytes of the copy that measures the bandwidth ceiling: 256 MiB each
+/// way, five times the L2 of the largest device we run on, so that the
+/// barrier between the timed copies counts for little.
+const COPY_BYTES: u64 = 256 << 20;
 
 /// Passes of the copy that measures the bandwidth ceiling.
 const COPY_REPS: usize = 5;
@@ -69,7 +71,7 @@ impl Backend for VulkanBackend {
         ctx.validation_enabled().then(|| ctx.validation_messages())
     }
 
-    /// 64 MiB each way: beyond the L2 of the devices we run on.
+    /// 256 MiB each way: beyond the L2 of the devices we run on.
     fn copy_bandwidth_gbs(&self) -> Option<f64> {
         VulkanBackend::copy_bandwidth_gbs(self, COPY_BYTES, COPY_REPS).ok()
     }
