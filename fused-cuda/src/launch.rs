@@ -238,8 +238,8 @@ pub(crate) enum Launch {
     /// The key/value append at the position the kernel reads
     /// (`fused_kv_append`).
     KvAppend { grid: u32, params: KvAppendParams },
-    /// One of an attention's two kernels: a split kernel `name`
-    /// (`fused_attn_split_e*_g*`) or the combine (`fused_attn_combine`).
+    /// An attention: the split kernel `name` (`fused_attn_split_e*_g*`),
+    /// whose last block of each head slice merges the splits.
     Attention {
         name: String,
         grid: u32,

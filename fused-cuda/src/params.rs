@@ -290,8 +290,7 @@ pub(crate) const DECODE_BLOCK: u32 = 256;
 pub(crate) const ATTN_WARPS: u32 = 4;
 /// The fewest cache rows an attention split takes (`ATTN_MIN_CHUNK`).
 pub(crate) const ATTN_MIN_CHUNK: usize = 32;
-/// The most splits the attention's combine kernel merges
-/// (`ATTN_MAX_SPLITS`).
+/// The most splits of an attention's context (`ATTN_MAX_SPLITS`).
 pub(crate) const ATTN_MAX_SPLITS: usize = 256;
 
 /// `RopeParams` in `kernels/decode.cu`: one RoPE launch.
@@ -358,7 +357,7 @@ pub(crate) struct KvAppendParams {
     pub(crate) mode: u32,
 }
 
-/// `AttnParams` in `kernels/decode.cu`: both kernels of one attention.
+/// `AttnParams` in `kernels/decode.cu`: one attention launch.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AttnParams {
@@ -366,7 +365,7 @@ pub(crate) struct AttnParams {
     pub(crate) k: u64,
     pub(crate) v: u64,
     pub(crate) pos: u64,
-    /// Scratch for the splits' partial results.
+    /// Scratch for the splits' partial results and their counters.
     pub(crate) part: u64,
     pub(crate) out: u64,
     pub(crate) head_dim: u32,
