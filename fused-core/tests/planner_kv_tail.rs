@@ -20,6 +20,7 @@ const PLAIN: StackedShape = StackedShape {
     mode: RopeMode::Adjacent,
     pad: 0,
     reader_between: false,
+    o_proj: false,
 };
 
 /// Runs the graph node by node and `p` step by step from the same memory
@@ -116,6 +117,7 @@ fn heads_from_an_odd_row_are_not_a_tail() {
 fn a_reader_of_the_rows_in_between_keeps_the_append_apart() {
     let s = StackedShape {
         reader_between: true,
+        o_proj: false,
         ..PLAIN
     };
     refused_as(s, |l| Refusal::ReadsMovedResult {

@@ -418,3 +418,99 @@ struct KvAppendParams {
     uint32_t mode; // 0: pairs (2i, 2i + 1); 1: pairs (i, i + head_dim / 2)
 };
 static_assert(sizeof(KvAppendParams) == 96, "KvAppendParams");
+
+// ------------------------------------------------ activation quantizers
+
+// Parameters of one quantizer launch (src/params.rs: QuantParams).
+struct QuantParams {
+    const float *x; // n_cols columns of k floats
+    int8_t *codes;
+    float *scales;
+    int32_t *sums;
+    uint32_t k;
+    uint32_t n_blocks;   // n_cols · k / block length: the warps that work
+    uint32_t interleave; // Q8_0 / Q8_1: 1 to write the codes as code_offset places them
+    uint32_t pad;
+};
+static_assert(sizeof(QuantParams) == 48, "QuantParams");
+
+// f32 to IEEE half bits, round to nearest even (as the core's f16_from).
+__device__ __forceinline__ uint32_t float_to_half_bits(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// Byte offset, within a column of k activation codes, of the 16 codes
+// from element e (e a multiple of 16). The codes lie in groups of 32
+// chunks of CHUNK elements (the last group of a column has g < 32 chunks):
+// piece l (elements 16l .. 16l + 15) of chunk j at 16·(g·l + j) in its
+// group, so that 32 lanes taking one chunk each read piece l of their
+// chunks as one contiguous 512 bytes. CHUNK is a lane's unit: 64 for Q8_K
+// (a Q4_K chunk), 32 for Q8_0 and Q8_1 (a block); k is a multiple of it
+// (src/qacts.rs: code_offset, the same map). Q8_K codes always lie so; Q8_0
+// and Q8_1 codes only for more than one column (QuantParams::interleave,
+// the GEMV kernels' NC > 1): the interleave speeds up several columns but
+// slows one column, whose lanes read 32 contiguous bytes anyway
+// (BENCHMARKS.md).
+template <uint32_t CHUNK> __device__ __forceinline__ uint32_t code_offset(uint32_t k, uint32_t e) {
+    constexpr uint32_t GROUP = 32 * CHUNK, PIECES = CHUNK / 16;
+    const uint32_t base = e & ~(GROUP - 1u);
+    const uint32_t g = min(32u, (k - base) / CHUNK);
+    return base + 16 * (g * ((e >> 4) & (PIECES - 1u)) + (e - base) / CHUNK);
+}
+
+// The 16 codes of column col from element e: interleaved (IL) as
+// code_offset places them, else in element order.
+template <uint32_t CHUNK, bool IL>
+__device__ __forceinline__ const int8_t *codes_at(const int8_t *codes, uint32_t k, uint32_t col,
+                                                  uint32_t e) {
+    return codes + (size_t)col * k + (IL ? code_offset<CHUNK>(k, e) : e);
+}
+#define Q8K_CHUNK 64u
+#define Q8_32_CHUNK 32u
+
+// Q8_0 and Q8_1 (S): one warp per 32-element block, lane i quantizes
+// element i: d = amax/127, id = 1/d (0 for d = 0), q = roundf(x·id) (ties
+// away from zero), d stored as f16 (here: its f32 value). Non-finite inputs
+// as the core: its amax fold (`if a > |v| { a } else { |v| }`) restarts
+// after a NaN, so amax is the largest |v| after the block's last NaN (NaN
+// when the last element is one); a code is the rounded value clamped to
+// ±127 (NaN gives 0), as the core's quantizer. Q8_0 writes d and the block's code sum; Q8_1
+// writes d and s = f16(Σq·d) (the f32 d) as a pair of f32, no sums.
+// Block blk, lane `lane` holding its element v (the whole warp calls it).
+template <bool S>
+__device__ __forceinline__ void quantize_block_32(const QuantParams &p, uint32_t blk, uint32_t lane,
+                                                  float v) {
+    const uint32_t nans = __ballot_sync(0xffffffffu, v != v);
+    const int last_nan = nans ? 31 - __clz((int)nans) : -1;
+    float amax = (int)lane > last_nan ? fabsf(v) : 0.0f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (last_nan == 31) amax = __int_as_float(0x7fc00000);
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const float rv = roundf(__fmul_rn(v, id));
+    const int q = rv != rv ? 0 : (int)fminf(fmaxf(rv, -127.0f), 127.0f);
+    if (p.interleave) {
+        const uint32_t per_col = p.k / 32, col = blk / per_col;
+        const uint32_t e = 32 * (blk - col * per_col) + lane;
+        p.codes[(size_t)col * p.k + code_offset<Q8_32_CHUNK>(p.k, e & ~15u) + (e & 15u)] = (int8_t)q;
+    } else {
+        // Element order: no divisions on the one-column path, whose
+        // dependent GEMV waits for this kernel (BENCHMARKS.md).
+        p.codes[(size_t)blk * 32 + lane] = (int8_t)q;
+    }
+    const int sum = __reduce_add_sync(0xffffffffu, q);
+    if (lane == 0) {
+        const float dh = half_bits_to_float(float_to_half_bits(d));
+        if constexpr (S) {
+            const float sh = half_bits_to_float(float_to_half_bits(__fmul_rn((float)sum, d)));
+            reinterpret_cast<float2 *>(p.scales)[blk] = make_float2(dh, sh);
+        } else {
+            p.scales[blk] = dh;
+            p.sums[blk] = sum;
+        }
+    }
+}

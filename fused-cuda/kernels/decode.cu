@@ -117,8 +117,14 @@ struct AttnParams {
     uint32_t splits; // blocks a (key/value head, head slice) pair
     uint32_t slices; // head slices of a group (a block takes G heads)
     float scale;
+    // 0, or the output also written quantized as the next GEMV reads it
+    // (one column, heads of a multiple of 32 values): 1 Q8_0, 2 Q8_1, into
+    // qout's arrays (qout.x unused).
+    uint32_t qmode;
+    uint32_t qpad;
+    QuantParams qout;
 };
-static_assert(sizeof(AttnParams) == 80, "AttnParams");
+static_assert(sizeof(AttnParams) == 136, "AttnParams");
 
 // Warps of a split block, the fewest positions a split takes (so that a
 // short context runs on few blocks), and the most splits of a context
@@ -153,8 +159,10 @@ __device__ __forceinline__ uint32_t *attn_counters(const AttnParams &p) {
 // by e^(max_s − max), skipped where that is 0 (no positions, or nothing
 // left after the rescale); the sum of weighted outputs divided by the sum
 // of weighted sums, both summed in split order. Threads t, t + n, ... of
-// the n calling take the head's values t, t + n, ...; the partials are
-// read past L1 (other blocks wrote them).
+// the n calling (n a multiple of 32) take the head's values t, t + n, ...;
+// the partials are read past L1 (other blocks wrote them). With qmode set,
+// each warp's 32 values, one quantizer block, are also quantized as the
+// quantizer kernel does.
 __device__ __forceinline__ void attn_merge_head(const AttnParams &p, uint32_t h, uint32_t t,
                                                 uint32_t n) {
     const uint32_t d = p.head_dim, splits = p.splits;
@@ -176,7 +184,12 @@ __device__ __forceinline__ void attn_merge_head(const AttnParams &p, uint32_t h,
             const float f = ms == -INFINITY ? 0.0f : expf(ms - mx);
             if (f != 0.0f) a = fmaf(f, __ldcg(&part[(size_t)s * d + x]), a);
         }
-        p.out[(size_t)h * d + x] = __fdiv_rn(a, sum);
+        const float y = __fdiv_rn(a, sum);
+        p.out[(size_t)h * d + x] = y;
+        // Whole warps (d and n multiples of 32 where qmode is set).
+        const uint32_t blk = (h * d + x) / 32u, lane = x & 31u;
+        if (p.qmode == 1u) quantize_block_32<false>(p.qout, blk, lane, y);
+        if (p.qmode == 2u) quantize_block_32<true>(p.qout, blk, lane, y);
     }
 }
 

@@ -337,6 +337,7 @@ impl Launch {
             splits: u32_of("attention splits", splits.splits)?,
             slices: u32_of("attention head slices", splits.slices)?,
             scale: shape.scale,
+            ..AttnParams::default()
         };
         let blocks = shape
             .n_kv

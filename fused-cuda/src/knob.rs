@@ -58,6 +58,11 @@ pub enum Knob {
     /// the H200).
     #[cfg(feature = "lab")]
     FoldQuantizers(bool),
+    /// A plan's attention writes the next GEMV's quantized input (Q8_0,
+    /// Q8_1) as it merges its splits instead of a quantizer launch.
+    /// Default on.
+    #[cfg(feature = "lab")]
+    FoldAttentionQuantizer(bool),
     /// The one-column Q4_0 integer kernel of 3 teams a block
     /// (`src/teams.rs`). Default off (not yet run on a GPU).
     #[cfg(feature = "lab")]

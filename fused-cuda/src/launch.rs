@@ -521,6 +521,36 @@ impl Launch {
         Ok(())
     }
 
+    /// Makes this attention also write its output quantized as `layout`
+    /// into the buffer at `q` (in the merge, a warp per quantizer block, as
+    /// the quantizer kernel does): one column of Q8_0 or Q8_1 over all the
+    /// heads, whose size is a multiple of 32. `false`, changing nothing,
+    /// where it is not so.
+    pub(crate) fn set_attention_quant_out(
+        &mut self,
+        layout: &QactsLayout,
+        q: u64,
+    ) -> Result<bool, CudaError> {
+        let Launch::Attention { params, .. } = self else {
+            return Ok(false);
+        };
+        let qmode = match layout.mode {
+            ActQuant::Q8_0 => 1,
+            ActQuant::Q8_1 => 2,
+            _ => return Ok(false),
+        };
+        let heads = params.n_head as usize * params.head_dim as usize;
+        if layout.n_cols != 1 || layout.k != heads || !params.head_dim.is_multiple_of(32) {
+            return Ok(false);
+        }
+        let Some(Launch::Quantize { params: qp, .. }) = Launch::quantize(layout, 0, q)? else {
+            return Ok(false);
+        };
+        params.qmode = qmode;
+        params.qout = qp;
+        Ok(true)
+    }
+
     /// Makes this integer GEMV also do the key/value append `kv`
     /// (`kv_tail` in `kernels/gemv.cu`), whose q, k and v parts are runs of
     /// its output rows, each from an even row, with RoPE pairs `(2i, 2i +

@@ -376,6 +376,11 @@ pub(crate) struct AttnParams {
     pub(crate) splits: u32,
     pub(crate) slices: u32,
     pub(crate) scale: f32,
+    /// 0, or the output also written quantized: 1 Q8_0, 2 Q8_1, into
+    /// `qout`'s arrays (`Launch::set_attention_quant_out`).
+    pub(crate) qmode: u32,
+    pub(crate) qpad: u32,
+    pub(crate) qout: QuantParams,
 }
 
 /// `ArgmaxParams` in `kernels/decode.cu`: one argmax launch.
@@ -458,6 +463,6 @@ const _: () = {
     assert!(core::mem::size_of::<RopeParams>() == 48);
     assert!(core::mem::size_of::<SetRowParams>() == 48);
     assert!(core::mem::size_of::<KvAppendParams>() == 96);
-    assert!(core::mem::size_of::<AttnParams>() == 80);
+    assert!(core::mem::size_of::<AttnParams>() == 136);
     assert!(core::mem::size_of::<ArgmaxParams>() == 48);
 };

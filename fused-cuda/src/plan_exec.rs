@@ -315,6 +315,9 @@ impl Builder<'_, '_> {
         x: &Region,
         layout: &QactsLayout,
     ) -> Result<Option<Region>, CudaError> {
+        if let Some(qr) = self.fold_attention_quantization(x, layout)? {
+            return Ok(Some(qr));
+        }
         if !self.tuning.fold_quantizers {
             return Ok(None);
         }
@@ -343,6 +346,42 @@ impl Builder<'_, '_> {
         {
             self.stats.folded_quantizations += 1;
         }
+        Ok(Some(qr))
+    }
+
+    /// Where the launch just built is an attention whose output is exactly
+    /// `x` and the launch can write it quantized as `layout` too
+    /// (`Launch::set_attention_quant_out`), into a scratch buffer it
+    /// neither reads nor writes: that buffer, with no quantizer launch.
+    /// `None` elsewhere, or where the tuning's switch (a lab knob) is off.
+    fn fold_attention_quantization(
+        &mut self,
+        x: &Region,
+        layout: &QactsLayout,
+    ) -> Result<Option<Region>, CudaError> {
+        if !self.tuning.fold_attention_quantizer {
+            return Ok(None);
+        }
+        let (Some(Launch::Attention { .. }), Some(a)) = (self.launches.last(), self.access.last())
+        else {
+            return Ok(None);
+        };
+        if a.writes.last() != Some(x) {
+            return Ok(None);
+        }
+        let avoid: Vec<Region> = a.reads.iter().chain(&a.writes).copied().collect();
+        let qr = self.act_scratch(layout.bytes, &avoid)?;
+        let q = self.addr(qr);
+        let (Some(l), Some(a)) = (self.launches.last_mut(), self.access.last_mut()) else {
+            unreachable!("checked above")
+        };
+        if !l.set_attention_quant_out(layout, q)? {
+            return Ok(None);
+        }
+        a.writes.push(qr);
+        self.quantized.wrote(&qr);
+        self.normed.wrote(&qr);
+        self.quantized.record(*x, *layout, qr);
         Ok(Some(qr))
     }
 

@@ -105,6 +105,7 @@ pub struct Tuning {
     pub(crate) early_operands: bool,
     pub(crate) fixed_epilogues: bool,
     pub(crate) fold_quantizers: bool,
+    pub(crate) fold_attention_quantizer: bool,
     pub(crate) teams: bool,
 }
 
@@ -129,6 +130,7 @@ impl Tuning {
         early_operands: true,
         fixed_epilogues: true,
         fold_quantizers: false,
+        fold_attention_quantizer: true,
         teams: false,
     };
 
@@ -160,6 +162,8 @@ impl Tuning {
             Knob::FixedEpilogues(on) => t.fixed_epilogues = on,
             #[cfg(feature = "lab")]
             Knob::FoldQuantizers(on) => t.fold_quantizers = on,
+            #[cfg(feature = "lab")]
+            Knob::FoldAttentionQuantizer(on) => t.fold_attention_quantizer = on,
             #[cfg(feature = "lab")]
             Knob::Teams(on) => t.teams = on,
             _ => return bad,

@@ -41,6 +41,7 @@ fn the_append_rides_on_the_integer_gemv_with_the_unfused_bits() {
             mode: RopeMode::Adjacent,
             pad: 0,
             reader_between: false,
+            o_proj: false,
         });
         let case = format!("{dtype:?} {mode:?}");
         let mut plans = l.compile_both(&be, mode, 5, &case);
@@ -50,5 +51,47 @@ fn the_append_rides_on_the_integer_gemv_with_the_unfused_bits() {
         l.assert_same_results(fused, unfused, &format!("{case} launch by launch"));
         assert!(fused.record_for_replay().unwrap(), "{case}");
         l.assert_same_results(fused, unfused, &format!("{case} graph replay"));
+    }
+}
+
+/// The attention's output, read by the next GEMV as Q8_0 or Q8_1
+/// activations, is quantized by the attention itself as it merges its
+/// splits: one launch fewer than with the quantizer launch (the lab's
+/// switch off), and every result (the projection's among them) the same
+/// bit for bit, launch by launch and replayed from a CUDA graph.
+#[cfg(feature = "lab")]
+#[test]
+fn the_attention_writes_the_next_gemvs_quantized_input() {
+    use fused_cuda::Knob;
+    let Some(be) = backend_or_skip() else { return };
+    let saved = be.tuning();
+    for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4_1] {
+        let l = StackedQkv::new(StackedShape {
+            dtype,
+            k: 512,
+            head_dim: 64,
+            n_head: 4,
+            n_kv: 2,
+            rows: 16,
+            mode: RopeMode::Adjacent,
+            pad: 0,
+            reader_between: false,
+            o_proj: true,
+        });
+        let case = format!("{dtype:?}");
+        let [mut folded, _] = l.compile_both(&be, GemvMode::Ggml, 7, &case);
+        be.set_tuning(saved.with(Knob::FoldAttentionQuantizer(false)).unwrap());
+        let [mut separate, _] = l.compile_both(&be, GemvMode::Ggml, 7, &case);
+        be.set_tuning(saved);
+        let (f, s) = (folded.stats(), separate.stats());
+        assert_eq!(s.launches - f.launches, 1, "{case}: {f:?} against {s:?}");
+        assert_eq!(s.quantizations - f.quantizations, 1, "{case}");
+        l.assert_same_results(
+            &mut folded,
+            &mut separate,
+            &format!("{case} launch by launch"),
+        );
+        assert!(folded.record_for_replay().unwrap(), "{case}");
+        l.assert_same_results(&mut folded, &mut separate, &format!("{case} graph replay"));
     }
 }

@@ -46,6 +46,9 @@ pub struct StackedShape {
     pub pad: usize,
     /// A node between the product and the append reads q's rows.
     pub reader_between: bool,
+    /// The attention's output projection follows (`k` rows of weights of
+    /// the format, in buffer 0 after the inputs), as in a decode layer.
+    pub o_proj: bool,
 }
 
 /// The graph and the nodes a test looks at.
@@ -77,6 +80,8 @@ pub struct StackedQkv {
     pub v_write: NodeId,
     /// The attention.
     pub attention: NodeId,
+    /// The output projection's weights and product, where there is one.
+    pub o_proj: Option<(NodeId, NodeId)>,
     /// The three buffers' sizes.
     pub sizes: [usize; 3],
 }
@@ -104,6 +109,12 @@ impl StackedQkv {
         let x = input(&mut g, [s.k, 1, 1, 1]);
         let table = input(&mut g, [s.head_dim, s.rows, 1, 1]);
         let pos = input(&mut g, [1, 1, 1, 1]);
+        let wo = s.o_proj.then(|| {
+            let t = TensorDesc::contiguous(s.dtype, [q_dim, s.k, 1, 1], BufferId(0), at0)
+                .expect("the output projection's weights");
+            at0 = t.byte_extent().end.next_multiple_of(16);
+            g.input(t).expect("the output projection's weights")
+        });
         let qkv = g.mul_mat(w, x, Place::at(1, 0)).expect("the product");
         let view = |g: &mut Graph, row: usize, n: usize| {
             g.view(qkv, [n, 1, 1, 1], [4, 4 * n, 4 * n, 4 * n], 4 * row)
@@ -154,6 +165,13 @@ impl StackedQkv {
         let attention = g
             .attention(q_rope, kc, vc, pos, scale, place(q_dim))
             .expect("the attention");
+        let o_proj = wo.map(|wo| {
+            let out = g
+                .mul_mat(wo, attention, place(s.k))
+                .expect("the output projection");
+            g.mark_output(out).expect("an output");
+            (wo, out)
+        });
         g.mark_output(qkv).expect("an output");
         g.mark_output(q_rope).expect("an output");
         g.mark_output(attention).expect("an output");
@@ -171,6 +189,7 @@ impl StackedQkv {
             k_write,
             v_write,
             attention,
+            o_proj,
             sizes: [at0, at1, 2 * cache_bytes],
         }
     }
@@ -197,6 +216,11 @@ impl StackedQkv {
             &llama_rope_table(s.head_dim, s.rows),
         )
         .expect("the table");
+        if let Some((wo, _)) = self.o_proj {
+            let rows = weights(&mut rng, s.dtype, s.k, s.n_head * s.head_dim);
+            mem.write_rows(&self.tensor(wo), &rows)
+                .expect("the output projection's weights");
+        }
         mem
     }
 
@@ -212,6 +236,7 @@ impl StackedQkv {
             ("attention", self.attention),
         ];
         r.extend(self.reader.map(|id| ("reader", id)));
+        r.extend(self.o_proj.map(|(_, id)| ("output projection", id)));
         r
     }
 

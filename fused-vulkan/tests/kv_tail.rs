@@ -29,6 +29,7 @@ fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
             mode: RopeMode::Adjacent,
             pad: 0,
             reader_between: false,
+            o_proj: false,
         });
         let case = format!("{dtype:?} {mode:?}");
         let mut plans = l.compile_both(&be, mode, 9, &case);
