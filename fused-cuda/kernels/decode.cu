@@ -105,8 +105,7 @@ struct AttnParams {
     const float *v;   // the keys' shape
     const float *pos; // one value
     // Scratch: the splits' partial outputs [n_head][splits][head_dim],
-    // then their (max, sum) pairs [n_head][splits][2], then one counter a
-    // (key/value head, head slice) pair, zero before and after a launch.
+    // then their (max, sum) pairs [n_head][splits][2].
     float *part;
     float *out; // q's shape
     uint32_t head_dim;
@@ -117,9 +116,9 @@ struct AttnParams {
     uint32_t splits; // blocks a (key/value head, head slice) pair
     uint32_t slices; // head slices of a group (a block takes G heads)
     float scale;
-    // 0, or the output also written quantized as the next GEMV reads it
-    // (one column, heads of a multiple of 32 values): 1 Q8_0, 2 Q8_1, into
-    // qout's arrays (qout.x unused).
+    // The combine's 0, or its output also written quantized as the next
+    // GEMV reads it (one column, heads of a multiple of 32 values): 1 Q8_0,
+    // 2 Q8_1, into qout's arrays (qout.x unused).
     uint32_t qmode;
     uint32_t qpad;
     QuantParams qout;
@@ -127,8 +126,8 @@ struct AttnParams {
 static_assert(sizeof(AttnParams) == 136, "AttnParams");
 
 // Warps of a split block, the fewest positions a split takes (so that a
-// short context runs on few blocks), and the most splits of a context
-// (src/params.rs mirrors all three).
+// short context runs on few blocks), and the most splits the combine
+// kernel takes (src/params.rs mirrors all three).
 #define ATTN_WARPS 4u
 #define ATTN_MIN_CHUNK 32u
 #define ATTN_MAX_SPLITS 256u
@@ -148,49 +147,6 @@ __device__ __forceinline__ float warp_max(float v) {
 // The (max, sum) pairs of the splits, after the partial outputs.
 __device__ __forceinline__ float *attn_ml(const AttnParams &p) {
     return p.part + (size_t)p.n_head * p.splits * p.head_dim;
-}
-
-// The splits' counters, after the (max, sum) pairs.
-__device__ __forceinline__ uint32_t *attn_counters(const AttnParams &p) {
-    return reinterpret_cast<uint32_t *>(attn_ml(p) + (size_t)p.n_head * p.splits * 2);
-}
-
-// Merges the splits of query head h into its output: each split weighted
-// by e^(max_s − max), skipped where that is 0 (no positions, or nothing
-// left after the rescale); the sum of weighted outputs divided by the sum
-// of weighted sums, both summed in split order. Threads t, t + n, ... of
-// the n calling (n a multiple of 32) take the head's values t, t + n, ...;
-// the partials are read past L1 (other blocks wrote them). With qmode set,
-// each warp's 32 values, one quantizer block, are also quantized as the
-// quantizer kernel does.
-__device__ __forceinline__ void attn_merge_head(const AttnParams &p, uint32_t h, uint32_t t,
-                                                uint32_t n) {
-    const uint32_t d = p.head_dim, splits = p.splits;
-    const float *ml = attn_ml(p) + (size_t)h * splits * 2;
-    float mx = -INFINITY;
-    for (uint32_t s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(&ml[2 * s]));
-    float sum = 0.0f;
-    for (uint32_t s = 0; s < splits; ++s) {
-        const float ms = __ldcg(&ml[2 * s]);
-        const float f = ms == -INFINITY ? 0.0f : expf(ms - mx);
-        // Rounded product, then the sum: no contraction into an fma.
-        sum = __fadd_rn(sum, __fmul_rn(f, __ldcg(&ml[2 * s + 1])));
-    }
-    const float *part = p.part + (size_t)h * splits * d;
-    for (uint32_t x = t; x < d; x += n) {
-        float a = 0.0f;
-        for (uint32_t s = 0; s < splits; ++s) {
-            const float ms = __ldcg(&ml[2 * s]);
-            const float f = ms == -INFINITY ? 0.0f : expf(ms - mx);
-            if (f != 0.0f) a = fmaf(f, __ldcg(&part[(size_t)s * d + x]), a);
-        }
-        const float y = __fdiv_rn(a, sum);
-        p.out[(size_t)h * d + x] = y;
-        // Whole warps (d and n multiples of 32 where qmode is set).
-        const uint32_t blk = (h * d + x) / 32u, lane = x & 31u;
-        if (p.qmode == 1u) quantize_block_32<false>(p.qout, blk, lane, y);
-        if (p.qmode == 2u) quantize_block_32<true>(p.qout, blk, lane, y);
-    }
 }
 
 // The positions [start, end) a split takes for a context of len rows: an
@@ -223,24 +179,6 @@ __device__ __forceinline__ void attn_load4(float (&r)[4][E], const float *b, siz
     }
 }
 
-// After a split block has written its partials: the last block of its
-// (key/value head, head slice) pair `pair` to finish (a counter, after a
-// fence) merges the pair's nh heads from h0 into the output, then zeroes
-// the counter for the next launch. Every thread of the block calls it.
-__device__ __forceinline__ void attn_finish(const AttnParams &p, uint32_t pair, uint32_t h0,
-                                            uint32_t nh) {
-    __shared__ uint32_t is_last;
-    __threadfence();
-    __syncthreads();
-    uint32_t *counter = attn_counters(p) + pair;
-    if (threadIdx.x == 0) is_last = atomicAdd(counter, 1u) == p.splits - 1u;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    for (uint32_t i = 0; i < nh; ++i) attn_merge_head(p, h0 + i, threadIdx.x, blockDim.x);
-    if (threadIdx.x == 0) *counter = 0u;
-}
-
 // One split of the context for one key/value head and G of its query
 // heads (a head slice; the heads past the group are computed on zeros and
 // not stored). Lane l holds head elements l, l + 32, ... (E of them,
@@ -250,9 +188,7 @@ __device__ __forceinline__ void attn_finish(const AttnParams &p, uint32_t pair, 
 // score), with the online softmax per tile: a running max, the sum and
 // output rescaled when it grows. The warps then merge in shared memory
 // and the block writes its partial output, max and sum per head; a split
-// with no positions writes max -inf and sum 0, which the merge skips. The
-// pair's last block to finish merges the splits (attn_finish), so one
-// launch is the whole attention.
+// with no positions writes max -inf and sum 0, which the combine skips.
 template <int E, int G>
 __device__ __forceinline__ void attn_split(const AttnParams &p) {
     griddep_enter();
@@ -274,7 +210,6 @@ __device__ __forceinline__ void attn_split(const AttnParams &p) {
             ml[at] = -INFINITY;
             ml[at + 1] = 0.0f;
         }
-        attn_finish(p, rest, h0, nh);
         return;
     }
     float qv[G][E], acc[G][E], m[G], l[G];
@@ -375,7 +310,6 @@ __device__ __forceinline__ void attn_split(const AttnParams &p) {
             ml[2 * at + 1] = sum;
         }
     }
-    attn_finish(p, rest, h0, nh);
 }
 
 #define ATTN_SPLIT(E, G)                                                                         \
@@ -388,6 +322,55 @@ ATTN_SPLITS_E(1)
 ATTN_SPLITS_E(2)
 ATTN_SPLITS_E(4)
 ATTN_SPLITS_E(8)
+
+// A block of 256 threads, all calling it: the largest v of every thread.
+__device__ __forceinline__ float block_max(float v, float *red) {
+    v = warp_max(v);
+    if ((threadIdx.x & 31u) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+    for (uint32_t w = 1; w < blockDim.x / 32u; ++w) r = fmaxf(r, red[w]);
+    return r;
+}
+
+// One block per query head merges the splits: each weighted by
+// e^(max_s − max), skipped where that is 0 (no positions, or nothing
+// left after the rescale); the sum of weighted outputs divided by the sum
+// of weighted sums. With qmode set, each warp's 32 values, one quantizer
+// block, are also written quantized as the quantizer kernel writes them
+// (whole warps: the head's size is then a multiple of 32).
+extern "C" __global__ void __launch_bounds__(256) fused_attn_combine(const AttnParams p) {
+    griddep_enter();
+    __shared__ float red[8];
+    __shared__ float wt[ATTN_MAX_SPLITS], ws[ATTN_MAX_SPLITS];
+    const uint32_t h = blockIdx.x, d = p.head_dim, splits = p.splits;
+    const float *ml = attn_ml(p) + (size_t)h * splits * 2;
+    float mx = -INFINITY;
+    for (uint32_t s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, ml[2 * s]);
+    mx = block_max(mx, red);
+    for (uint32_t s = threadIdx.x; s < splits; s += blockDim.x) {
+        const float ms = ml[2 * s];
+        const float f = ms == -INFINITY ? 0.0f : expf(ms - mx);
+        wt[s] = f;
+        ws[s] = f * ml[2 * s + 1];
+    }
+    __syncthreads();
+    float sum = 0.0f;
+    for (uint32_t s = 0; s < splits; ++s) sum += ws[s];
+    const float *part = p.part + (size_t)h * splits * d;
+    for (uint32_t x = threadIdx.x; x < d; x += blockDim.x) {
+        float a = 0.0f;
+        for (uint32_t s = 0; s < splits; ++s) {
+            const float f = wt[s];
+            if (f != 0.0f) a = fmaf(f, part[(size_t)s * d + x], a);
+        }
+        const float y = __fdiv_rn(a, sum);
+        p.out[(size_t)h * d + x] = y;
+        const uint32_t blk = (h * d + x) / 32u, lane = x & 31u;
+        if (p.qmode == 1u) quantize_block_32<false>(p.qout, blk, lane, y);
+        if (p.qmode == 2u) quantize_block_32<true>(p.qout, blk, lane, y);
+    }
+}
 
 // ------------------------------------------------------------ argmax
 

@@ -1193,11 +1193,10 @@ impl CudaBackend {
                 block,
                 params,
             } => {
-                // SAFETY: one AttnParams argument, as the split kernels
-                // take, with the block size they are built for
+                // SAFETY: one AttnParams argument, as the split kernels and
+                // the combine take, with the block size each is built for
                 // (src/decode.rs); the rows they read are clamped into the
-                // cache; the addresses (the scratch's counters zero) are
-                // valid per the caller.
+                // cache; the addresses are valid per the caller.
                 unsafe { self.launch(&dev.decode, name, *grid, *block, 0, &[arg(params)]) }
             }
             Launch::ArgMax { grid, params } => {

@@ -1,7 +1,7 @@
 //! Launch descriptions of the decode ops (`kernels/decode.cu`, the
 //! definitions of `fused_core::decode`): RoPE, the row write, the fused
-//! key/value append, attention as one launch of a split kernel whose last
-//! blocks merge the splits, and the argmax.
+//! key/value append, attention as split and combine kernels, and the
+//! argmax.
 //!
 //! Every kernel reads the position from device memory, so the launches
 //! built here hold for every token: only the shapes (the cache's rows
@@ -14,8 +14,8 @@ use fused_core::error::Unsupported;
 use crate::error::{CudaError, u32_of};
 use crate::launch::{Launch, ew_len};
 use crate::params::{
-    ATTN_MAX_SPLITS, ATTN_MIN_CHUNK, ATTN_WARPS, ArgmaxParams, AttnParams, DECODE_BLOCK,
-    KvAppendParams, RopeParams, SetRowParams,
+    ATTN_COMBINE, ATTN_MAX_SPLITS, ATTN_MIN_CHUNK, ATTN_WARPS, ArgmaxParams, AttnParams,
+    DECODE_BLOCK, KvAppendParams, RopeParams, SetRowParams,
 };
 
 /// Values one argmax block scans (8 a thread).
@@ -142,10 +142,9 @@ impl AttnSplits {
     }
 
     /// Bytes of the scratch the splits write: per query head and split,
-    /// the partial output, its max and its sum; then a counter per key/value
-    /// head and slice (zeroed at allocation, left zero by every launch).
+    /// the partial output, its max and its sum.
     pub(crate) fn scratch_bytes(&self, shape: &AttentionShape) -> usize {
-        4 * (shape.n_head * self.splits * (shape.head_dim + 2) + shape.n_kv * self.slices)
+        4 * shape.n_head * self.splits * (shape.head_dim + 2)
     }
 
     /// The split kernel's symbol.
@@ -301,11 +300,9 @@ impl Launch {
 
     /// The attention of `shape` of the query at `q` over the cache rows
     /// at `k` and `v` (`rows` rows), up to the position at `pos`, into
-    /// `out`: one launch of the split kernel, writing its partials to the
-    /// scratch at `part` (`splits.scratch_bytes(shape)` bytes, zeroed before
-    /// the first launch; every launch leaves its counters zero), the last
-    /// split of each head slice to finish merging them; `None` when there
-    /// are no heads.
+    /// `out`: the split kernel, writing its partials to the scratch at
+    /// `part` (`splits.scratch_bytes(shape)` bytes), then the combine;
+    /// `None` when there are no heads.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention(
         splits: &AttnSplits,
@@ -317,7 +314,7 @@ impl Launch {
         pos: u64,
         part: u64,
         out: u64,
-    ) -> Result<Option<Launch>, CudaError> {
+    ) -> Result<Option<[Launch; 2]>, CudaError> {
         shape.check()?;
         if shape.n_head == 0 {
             return Ok(None);
@@ -345,12 +342,19 @@ impl Launch {
             .ok_or(Error::Overflow {
                 what: "attention grid",
             })?;
-        Ok(Some(Launch::Attention {
+        let split = Launch::Attention {
             name: splits.kernel(),
             grid: u32_of("attention grid", blocks)?,
             block: 32 * ATTN_WARPS,
             params,
-        }))
+        };
+        let combine = Launch::Attention {
+            name: ATTN_COMBINE.to_string(),
+            grid: params.n_head,
+            block: DECODE_BLOCK,
+            params,
+        };
+        Ok(Some([split, combine]))
     }
 
     /// The index (as an f32) of the first maximum of each of the `cols`
@@ -428,7 +432,7 @@ mod tests {
         let s = AttnSplits::new(&shape(80, 9, 1), 1 << 20).unwrap();
         assert_eq!((s.per_lane, s.heads, s.slices), (4, 8, 2));
         assert_eq!(s.splits, ATTN_MAX_SPLITS);
-        assert_eq!(s.scratch_bytes(&shape(80, 9, 1)), 4 * (9 * 256 * 82 + 2));
+        assert_eq!(s.scratch_bytes(&shape(80, 9, 1)), 4 * 9 * 256 * 82);
         assert!(AttnSplits::new(&shape(257, 4, 4), 10).is_err());
         assert!(AttnSplits::new(&shape(64, 4, 3), 10).is_err());
     }
@@ -443,6 +447,7 @@ mod tests {
             }
         }
         for name in [
+            "fused_attn_combine",
             "fused_rope",
             "fused_set_row",
             "fused_kv_append",

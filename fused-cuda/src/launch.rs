@@ -14,9 +14,9 @@ use crate::MAX_COLS;
 use crate::error::{CudaError, u32_of};
 use crate::kernel_choice::{f16_shape, gemv_rows_per_block, gemvq_kernel_name, gemvq_shape};
 use crate::params::{
-    ArgmaxParams, AttnParams, EW_BLOCK, EpiParams, FwhtParams, GemvParams, GemvQParams, GroupJobs,
-    KvAppendParams, L2Ahead, NormParams, NormQuantParams, QUANT_BLOCK, QuantOut, QuantParams,
-    RopeParams, SetRowParams, act_code,
+    ATTN_COMBINE, ArgmaxParams, AttnParams, EW_BLOCK, EpiParams, FwhtParams, GemvParams,
+    GemvQParams, GroupJobs, KvAppendParams, L2Ahead, NormParams, NormQuantParams, QUANT_BLOCK,
+    QuantOut, QuantParams, RopeParams, SetRowParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
@@ -238,8 +238,8 @@ pub(crate) enum Launch {
     /// The key/value append at the position the kernel reads
     /// (`fused_kv_append`).
     KvAppend { grid: u32, params: KvAppendParams },
-    /// An attention: the split kernel `name` (`fused_attn_split_e*_g*`),
-    /// whose last block of each head slice merges the splits.
+    /// One of an attention's two kernels: a split kernel `name`
+    /// (`fused_attn_split_e*_g*`) or the combine (`fused_attn_combine`).
     Attention {
         name: String,
         grid: u32,
@@ -521,19 +521,22 @@ impl Launch {
         Ok(())
     }
 
-    /// Makes this attention also write its output quantized as `layout`
-    /// into the buffer at `q` (in the merge, a warp per quantizer block, as
-    /// the quantizer kernel does): one column of Q8_0 or Q8_1 over all the
+    /// Makes this attention combine also write its output quantized as
+    /// `layout` into the buffer at `q` (a warp per quantizer block, as the
+    /// quantizer kernel does): one column of Q8_0 or Q8_1 over all the
     /// heads, whose size is a multiple of 32. `false`, changing nothing,
-    /// where it is not so.
+    /// where it is not so (a split kernel among them).
     pub(crate) fn set_attention_quant_out(
         &mut self,
         layout: &QactsLayout,
         q: u64,
     ) -> Result<bool, CudaError> {
-        let Launch::Attention { params, .. } = self else {
+        let Launch::Attention { name, params, .. } = self else {
             return Ok(false);
         };
+        if name != ATTN_COMBINE {
+            return Ok(false);
+        }
         let qmode = match layout.mode {
             ActQuant::Q8_0 => 1,
             ActQuant::Q8_1 => 2,

@@ -290,7 +290,10 @@ pub(crate) const DECODE_BLOCK: u32 = 256;
 pub(crate) const ATTN_WARPS: u32 = 4;
 /// The fewest cache rows an attention split takes (`ATTN_MIN_CHUNK`).
 pub(crate) const ATTN_MIN_CHUNK: usize = 32;
-/// The most splits of an attention's context (`ATTN_MAX_SPLITS`).
+/// The attention's combine kernel.
+pub(crate) const ATTN_COMBINE: &str = "fused_attn_combine";
+/// The most splits the attention's combine kernel merges
+/// (`ATTN_MAX_SPLITS`).
 pub(crate) const ATTN_MAX_SPLITS: usize = 256;
 
 /// `RopeParams` in `kernels/decode.cu`: one RoPE launch.
@@ -357,7 +360,7 @@ pub(crate) struct KvAppendParams {
     pub(crate) mode: u32,
 }
 
-/// `AttnParams` in `kernels/decode.cu`: one attention launch.
+/// `AttnParams` in `kernels/decode.cu`: both kernels of one attention.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AttnParams {
@@ -365,7 +368,7 @@ pub(crate) struct AttnParams {
     pub(crate) k: u64,
     pub(crate) v: u64,
     pub(crate) pos: u64,
-    /// Scratch for the splits' partial results and their counters.
+    /// Scratch for the splits' partial results.
     pub(crate) part: u64,
     pub(crate) out: u64,
     pub(crate) head_dim: u32,

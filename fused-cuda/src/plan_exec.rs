@@ -1189,12 +1189,12 @@ impl CommandSink for Builder<'_, '_> {
         Ok(())
     }
 
-    /// One query token's attention as one launch (`src/decode.rs`): blocks
-    /// over key/value heads, head slices and splits of the context write
-    /// partial results into the plan's attention scratch (sized for the
-    /// cache's rows, with its counters), and the last block of each head
-    /// slice merges them into `dst`. A block merges only after every block
-    /// of its slice has read its inputs, so an input that is `dst` itself
+    /// One query token's attention as two launches: the split kernel
+    /// (blocks over key/value heads, head slices and splits of the
+    /// context, `src/decode.rs`) writes partial results into the plan's
+    /// attention scratch, sized for the cache's rows; the combine merges
+    /// them into `dst`. Every input is read by the split kernel, which
+    /// ends before the combine writes, so an input that is `dst` itself
     /// is read in place.
     fn attention(
         &mut self,
@@ -1212,13 +1212,20 @@ impl CommandSink for Builder<'_, '_> {
         let ka = self.read(k, dst, true, F32_ALIGN, what)?;
         let va = self.read(v, dst, true, F32_ALIGN, what)?;
         let pa = self.read(pos, dst, true, F32_ALIGN, POSITION)?;
+        let reads = std::mem::take(&mut self.pending.0);
         let part = self.attn_scratch(splits.scratch_bytes(shape) as u64)?;
-        self.pending.0.push(part);
-        self.pending.1.push(part);
         let (ya, back) = self.write(dst)?;
         let part_a = self.addr(part);
-        let l = Launch::attention(&splits, shape, rows, qa, ka, va, pa, part_a, ya)?;
-        self.launch(l, back);
+        let Some([split, combine]) =
+            Launch::attention(&splits, shape, rows, qa, ka, va, pa, part_a, ya)?
+        else {
+            self.pending = (Vec::new(), Vec::new());
+            return Ok(());
+        };
+        self.stats.launches += 1;
+        self.push(split, reads, vec![part]);
+        self.pending.0.push(part);
+        self.launch(Some(combine), back);
         Ok(())
     }
 

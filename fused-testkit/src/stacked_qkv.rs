@@ -166,8 +166,11 @@ impl StackedQkv {
             .attention(q_rope, kc, vc, pos, scale, place(q_dim))
             .expect("the attention");
         let o_proj = wo.map(|wo| {
+            let heads = g
+                .reshape(attention, [q_dim, 1, 1, 1])
+                .expect("the attention as one vector");
             let out = g
-                .mul_mat(wo, attention, place(s.k))
+                .mul_mat(wo, heads, place(s.k))
                 .expect("the output projection");
             g.mark_output(out).expect("an output");
             (wo, out)

@@ -18,7 +18,12 @@ use fused_testkit::stacked_qkv::{StackedQkv, StackedShape};
 #[test]
 fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
     let Some(be) = backend_or_skip() else { return };
-    for (dtype, mode) in [(DType::Q4_0, GemvMode::Ggml), (DType::F16, GemvMode::F32)] {
+    // The last case goes on to the attention's output projection.
+    for (dtype, mode, o_proj) in [
+        (DType::Q4_0, GemvMode::Ggml, false),
+        (DType::F16, GemvMode::F32, false),
+        (DType::Q4_0, GemvMode::Ggml, true),
+    ] {
         let l = StackedQkv::new(StackedShape {
             dtype,
             k: 256,
@@ -29,9 +34,9 @@ fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
             mode: RopeMode::Adjacent,
             pad: 0,
             reader_between: false,
-            o_proj: false,
+            o_proj,
         });
-        let case = format!("{dtype:?} {mode:?}");
+        let case = format!("{dtype:?} {mode:?} {o_proj}");
         let mut plans = l.compile_both(&be, mode, 9, &case);
         let [fused, unfused] = &mut plans;
         let saved = unfused.stats().launches - fused.stats().launches;
