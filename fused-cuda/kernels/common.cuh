@@ -145,6 +145,16 @@ __device__ __forceinline__ void l2_ahead(const L2Ahead &a, uint32_t at, uint32_t
 #endif
 }
 
+// The entry of a kernel between two GEMVs (a quantizer, a norm quantizer,
+// the attention's kernels): its blocks ask L2 for their share of `ahead`
+// (the next GEMV's weights, or none), which no kernel writes, and then
+// wait for the kernel before, so that the memory streams the next weights
+// while these short kernels run (src/launch.rs: chain_l2_ahead).
+__device__ __forceinline__ void griddep_enter_ahead(const L2Ahead &ahead) {
+    l2_ahead(ahead, L2_AHEAD_START, blockIdx.x, gridDim.x);
+    griddep_enter();
+}
+
 // ------------------------------------------------------------ activations
 // The numbering matches src/params.rs (act_code).
 #define ACT_IDENTITY 0u

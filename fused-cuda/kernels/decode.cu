@@ -190,8 +190,8 @@ __device__ __forceinline__ void attn_load4(float (&r)[4][E], const float *b, siz
 // and the block writes its partial output, max and sum per head; a split
 // with no positions writes max -inf and sum 0, which the combine skips.
 template <int E, int G>
-__device__ __forceinline__ void attn_split(const AttnParams &p) {
-    griddep_enter();
+__device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &ahead) {
+    griddep_enter_ahead(ahead);
     __shared__ float sh_m[ATTN_WARPS][G], sh_l[ATTN_WARPS][G];
     __shared__ float sh_acc[ATTN_WARPS][G][32 * E];
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
@@ -314,8 +314,8 @@ __device__ __forceinline__ void attn_split(const AttnParams &p) {
 
 #define ATTN_SPLIT(E, G)                                                                         \
     extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                \
-        fused_attn_split_e##E##_g##G(const AttnParams p) {                                       \
-        attn_split<E, G>(p);                                                                     \
+        fused_attn_split_e##E##_g##G(const AttnParams p, const L2Ahead ahead) {                  \
+        attn_split<E, G>(p, ahead);                                                              \
     }
 #define ATTN_SPLITS_E(E) ATTN_SPLIT(E, 1) ATTN_SPLIT(E, 2) ATTN_SPLIT(E, 4) ATTN_SPLIT(E, 8)
 ATTN_SPLITS_E(1)
@@ -339,8 +339,9 @@ __device__ __forceinline__ float block_max(float v, float *red) {
 // of weighted sums. With qmode set, each warp's 32 values, one quantizer
 // block, are also written quantized as the quantizer kernel writes them
 // (whole warps: the head's size is then a multiple of 32).
-extern "C" __global__ void __launch_bounds__(256) fused_attn_combine(const AttnParams p) {
-    griddep_enter();
+extern "C" __global__ void __launch_bounds__(256) fused_attn_combine(const AttnParams p,
+                                                                       const L2Ahead ahead) {
+    griddep_enter_ahead(ahead);
     __shared__ float red[8];
     __shared__ float wt[ATTN_MAX_SPLITS], ws[ATTN_MAX_SPLITS];
     const uint32_t h = blockIdx.x, d = p.head_dim, splits = p.splits;

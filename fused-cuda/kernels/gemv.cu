@@ -980,19 +980,22 @@ GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_K_c1, FMT_Q4_K, (RowsPerBlock<FMT_Q4_K, 1>:
 // QuantParams, code_offset and quantize_block_32: common.cuh (the attention
 // writes its output quantized with them too).
 
-template <bool S> __device__ __forceinline__ void quantize_32(const QuantParams &p) {
-    griddep_enter();
+template <bool S>
+__device__ __forceinline__ void quantize_32(const QuantParams &p, const L2Ahead &ahead) {
+    griddep_enter_ahead(ahead);
     const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
     if (blk >= p.n_blocks) return; // whole warps leave together
     quantize_block_32<S>(p, blk, lane, p.x[(size_t)blk * 32 + lane]);
 }
 
-extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_0(const QuantParams p) {
-    quantize_32<false>(p);
+extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_0(const QuantParams p,
+                                                                        const L2Ahead ahead) {
+    quantize_32<false>(p, ahead);
 }
 
-extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_1(const QuantParams p) {
-    quantize_32<true>(p);
+extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_1(const QuantParams p,
+                                                                        const L2Ahead ahead) {
+    quantize_32<true>(p, ahead);
 }
 
 // Where bsum g (0..15) of a 256-block lies among the block's 16 sums: the
@@ -1070,8 +1073,9 @@ __device__ __forceinline__ void quantize_block_256(const QuantParams &p, uint32_
     if (lane == 0) p.scales[blk] = d;
 }
 
-extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const QuantParams p) {
-    griddep_enter();
+extern "C" __global__ void __launch_bounds__(256) fused_quantize_q8_K(const QuantParams p,
+                                                                        const L2Ahead ahead) {
+    griddep_enter_ahead(ahead);
     const uint32_t blk = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31u;
     if (blk >= p.n_blocks) return;
     const float4 *xb = reinterpret_cast<const float4 *>(p.x + (size_t)blk * 256 + 8 * lane);
@@ -1160,8 +1164,8 @@ extern "C" __global__ void __launch_bounds__(256) fused_rms_norm(const NormParam
 // single SM). The warps quantize (x·s)·g with the quantizer's own code, so
 // the codes and scales are those of quantizing the unfused normed vector.
 template <int MODE> // 0: Q8_0, 1: Q8_1, 2: Q8_K
-__device__ __forceinline__ void norm_quantize(const NormQuantParams &p) {
-    griddep_enter();
+__device__ __forceinline__ void norm_quantize(const NormQuantParams &p, const L2Ahead &ahead) {
+    griddep_enter_ahead(ahead);
     __shared__ float scale;
     constexpr uint32_t B = MODE == 2 ? 256 : 32;
     const uint32_t k = p.q.k, per_col = k / B, per_block = (per_col + 7) / 8;
@@ -1190,16 +1194,19 @@ __device__ __forceinline__ void norm_quantize(const NormQuantParams &p) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) fused_norm_quantize_q8_0(const NormQuantParams p) {
-    norm_quantize<0>(p);
+extern "C" __global__ void __launch_bounds__(256)
+    fused_norm_quantize_q8_0(const NormQuantParams p, const L2Ahead ahead) {
+    norm_quantize<0>(p, ahead);
 }
 
-extern "C" __global__ void __launch_bounds__(256) fused_norm_quantize_q8_1(const NormQuantParams p) {
-    norm_quantize<1>(p);
+extern "C" __global__ void __launch_bounds__(256)
+    fused_norm_quantize_q8_1(const NormQuantParams p, const L2Ahead ahead) {
+    norm_quantize<1>(p, ahead);
 }
 
-extern "C" __global__ void __launch_bounds__(256) fused_norm_quantize_q8_K(const NormQuantParams p) {
-    norm_quantize<2>(p);
+extern "C" __global__ void __launch_bounds__(256)
+    fused_norm_quantize_q8_K(const NormQuantParams p, const L2Ahead ahead) {
+    norm_quantize<2>(p, ahead);
 }
 
 // ------------------------------------------------ the key/value tail

@@ -1057,21 +1057,34 @@ impl CudaBackend {
                 // per the caller.
                 unsafe { self.launch(&dev.gemv, &name, *grid, GEMV_BLOCK, 0, &[arg(&params)]) }
             }
-            Launch::Quantize { name, grid, params } => {
-                // SAFETY: one QuantParams argument, as both quantizers
-                // take; the addresses are valid per the caller.
-                unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
+            Launch::Quantize {
+                name,
+                grid,
+                params,
+                ahead,
+            } => {
+                let args = [arg(params), arg(ahead)];
+                // SAFETY: a QuantParams and an L2Ahead argument, as every
+                // quantizer takes; the addresses are valid per the caller
+                // (the look-ahead's within the next GEMV's weights).
+                unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &args) }
             }
             Launch::RmsNorm { grid, params } => {
                 // SAFETY: one NormParams argument, as fused_rms_norm takes;
                 // the addresses are valid per the caller.
                 unsafe { self.launch(&dev.gemv, l.kernel(), *grid, QUANT_BLOCK, 0, &[arg(params)]) }
             }
-            Launch::NormQuantize { name, grid, params } => {
-                // SAFETY: one NormQuantParams argument, as the three
-                // norm quantizers take (a block of QUANT_BLOCK threads per
-                // column); the addresses are valid per the caller.
-                unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &[arg(params)]) }
+            Launch::NormQuantize {
+                name,
+                grid,
+                params,
+                ahead,
+            } => {
+                let args = [arg(params), arg(ahead)];
+                // SAFETY: a NormQuantParams and an L2Ahead argument, as the
+                // three norm quantizers take (a block of QUANT_BLOCK threads
+                // per column); the addresses are valid per the caller.
+                unsafe { self.launch(&dev.gemv, name, *grid, QUANT_BLOCK, 0, &args) }
             }
             Launch::GemvQ {
                 name, grid, params, ..
@@ -1192,12 +1205,15 @@ impl CudaBackend {
                 grid,
                 block,
                 params,
+                ahead,
             } => {
-                // SAFETY: one AttnParams argument, as the split kernels and
-                // the combine take, with the block size each is built for
-                // (src/decode.rs); the rows they read are clamped into the
-                // cache; the addresses are valid per the caller.
-                unsafe { self.launch(&dev.decode, name, *grid, *block, 0, &[arg(params)]) }
+                let args = [arg(params), arg(ahead)];
+                // SAFETY: an AttnParams and an L2Ahead argument, as the
+                // split kernels and the combine take, with the block size
+                // each is built for (src/decode.rs); the rows they read are
+                // clamped into the cache; the addresses are valid per the
+                // caller.
+                unsafe { self.launch(&dev.decode, name, *grid, *block, 0, &args) }
             }
             Launch::ArgMax { grid, params } => {
                 // SAFETY: one ArgmaxParams argument, as fused_argmax takes;

@@ -15,7 +15,7 @@ use crate::error::{CudaError, u32_of};
 use crate::launch::{Launch, ew_len};
 use crate::params::{
     ATTN_COMBINE, ATTN_MAX_SPLITS, ATTN_MIN_CHUNK, ATTN_WARPS, ArgmaxParams, AttnParams,
-    DECODE_BLOCK, KvAppendParams, RopeParams, SetRowParams,
+    DECODE_BLOCK, KvAppendParams, L2Ahead, RopeParams, SetRowParams,
 };
 
 /// Values one argmax block scans (8 a thread).
@@ -347,12 +347,14 @@ impl Launch {
             grid: u32_of("attention grid", blocks)?,
             block: 32 * ATTN_WARPS,
             params,
+            ahead: L2Ahead::default(),
         };
         let combine = Launch::Attention {
             name: ATTN_COMBINE.to_string(),
             grid: params.n_head,
             block: DECODE_BLOCK,
             params,
+            ahead: L2Ahead::default(),
         };
         Ok(Some([split, combine]))
     }

@@ -63,6 +63,12 @@ pub enum Knob {
     /// Default on.
     #[cfg(feature = "lab")]
     FoldAttentionQuantizer(bool),
+    /// Bytes of the next GEMV's weights that each quantizer, norm quantizer
+    /// and attention kernel between two GEMVs of a
+    /// [`DevicePlan`](crate::DevicePlan) asks L2 for (0: none). Default
+    /// 8 MiB.
+    #[cfg(feature = "lab")]
+    L2BetweenBytes(usize),
     /// The one-column Q4_0 integer kernel of 3 teams a block
     /// (`src/teams.rs`). Default off (not yet run on a GPU).
     #[cfg(feature = "lab")]

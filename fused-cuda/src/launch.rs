@@ -195,6 +195,8 @@ pub(crate) enum Launch {
         name: &'static str,
         grid: u32,
         params: QuantParams,
+        /// The next GEMV's weights its blocks ask L2 for (`chain_l2_ahead`).
+        ahead: L2Ahead,
     },
     /// RMS normalisation of every column (`fused_rms_norm`).
     RmsNorm { grid: u32, params: NormParams },
@@ -203,6 +205,8 @@ pub(crate) enum Launch {
         name: &'static str,
         grid: u32,
         params: NormQuantParams,
+        /// As `Quantize::ahead`.
+        ahead: L2Ahead,
     },
     /// An integer GEMV on quantized activations (gated when `params.w_up`
     /// is not 0).
@@ -245,6 +249,8 @@ pub(crate) enum Launch {
         grid: u32,
         block: u32,
         params: AttnParams,
+        /// As `Quantize::ahead`.
+        ahead: L2Ahead,
     },
     /// The index of each column's maximum (`fused_argmax`).
     ArgMax { grid: u32, params: ArgmaxParams },
@@ -364,7 +370,12 @@ impl Launch {
             "quantizer grid",
             blocks.div_ceil((QUANT_BLOCK / 32) as usize),
         )?;
-        Ok(Some(Launch::Quantize { name, grid, params }))
+        Ok(Some(Launch::Quantize {
+            name,
+            grid,
+            params,
+            ahead: L2Ahead::default(),
+        }))
     }
 
     /// `y = x·s` per column of `k` values (`(x·s)·g` with a weight at
@@ -433,6 +444,7 @@ impl Launch {
                 eps,
                 n_cols,
             },
+            ahead: L2Ahead::default(),
         }))
     }
 
@@ -656,6 +668,9 @@ impl Launch {
         match self {
             Launch::Gemv { params, .. } => params.ahead = ahead,
             Launch::GemvQ { params, .. } => params.ahead = ahead,
+            Launch::Quantize { ahead: a, .. }
+            | Launch::NormQuantize { ahead: a, .. }
+            | Launch::Attention { ahead: a, .. } => *a = ahead,
             _ => {}
         }
     }
@@ -722,6 +737,14 @@ impl Launch {
         }
     }
 
+    /// Whether this launch is a GEMV (or a group of them).
+    fn is_gemv(&self) -> bool {
+        matches!(
+            self,
+            Launch::Gemv { .. } | Launch::GemvQ { .. } | Launch::Group { .. }
+        )
+    }
+
     /// The address and length of the weights that this GEMV reads first
     /// (the gate's, for the gated form: one matrix of
     /// [`Launch::weight_bytes`]); `None` for other launches and for group
@@ -786,24 +809,46 @@ impl Launch {
 /// those bytes then stream in while the GEMV's tail, the launches between
 /// them and the next GEMV's start go by. Float GEMVs do not ask (on the
 /// H200 they ran no faster so), nor does a GEMV whose next GEMV is a group
-/// launch or that has none.
-pub(crate) fn chain_l2_ahead(launches: &mut [Launch], bytes: usize) -> Result<(), CudaError> {
-    if bytes == 0 {
-        return Ok(());
-    }
+/// launch or that has none. Each quantizer, norm quantizer and attention
+/// kernel between two GEMVs then asks for the next `between` bytes of the
+/// same weights (0: none), in launch order, so that the memory streams
+/// weights while these short kernels run.
+pub(crate) fn chain_l2_ahead(
+    launches: &mut [Launch],
+    bytes: usize,
+    between: usize,
+) -> Result<(), CudaError> {
+    // The next GEMV's first weights after each launch, from the back.
     let mut next: Option<(u64, u64)> = None;
-    for l in launches.iter_mut().rev() {
-        let is_gemv = matches!(
-            l,
-            Launch::Gemv { .. } | Launch::GemvQ { .. } | Launch::Group { .. }
-        );
-        if let (Launch::GemvQ { .. }, Some((addr, len))) = (&*l, next) {
-            let n = bytes.min(usize::try_from(len).unwrap_or(usize::MAX));
-            l.set_l2_ahead(L2Ahead::new(addr, n, L2Ahead::START)?);
-        }
-        if is_gemv {
+    let mut nexts = vec![None; launches.len()];
+    for (l, n) in launches.iter().zip(nexts.iter_mut()).rev() {
+        *n = next;
+        if l.is_gemv() {
             next = l.first_weights();
         }
+    }
+    // Bytes of the next GEMV's weights asked for so far.
+    let mut asked = 0u64;
+    for (l, next) in launches.iter_mut().zip(nexts) {
+        // A GEMV's look-ahead starts the next GEMV's weights afresh.
+        if l.is_gemv() {
+            asked = 0;
+        }
+        let Some((addr, len)) = next else {
+            continue;
+        };
+        let want = match l {
+            Launch::GemvQ { .. } => bytes,
+            Launch::Quantize { .. } | Launch::NormQuantize { .. } | Launch::Attention { .. } => {
+                between
+            }
+            _ => 0,
+        };
+        let n = (want as u64).min(len.saturating_sub(asked)) / 16 * 16;
+        if n > 0 {
+            l.set_l2_ahead(L2Ahead::new(addr + asked, n as usize, L2Ahead::START)?);
+        }
+        asked += n;
     }
     Ok(())
 }
@@ -885,7 +930,7 @@ mod tests {
                 f16.clone(),
                 q(DType::Q4_0, 64, 0x5000, None),
             ];
-            chain_l2_ahead(&mut ls, bytes).unwrap();
+            chain_l2_ahead(&mut ls, bytes, 0).unwrap();
             let a = |addr, bytes| {
                 Some(L2Ahead {
                     addr,
@@ -908,8 +953,71 @@ mod tests {
             q(DType::Q4_0, 64, 0x1000, None),
             q(DType::Q4_0, 64, 0x5000, None),
         ];
-        chain_l2_ahead(&mut ls, 0).unwrap();
+        chain_l2_ahead(&mut ls, 0, 0).unwrap();
         assert_eq!(ahead(&ls[0]), Some(L2Ahead::default()), "0 bytes: off");
+    }
+
+    #[test]
+    fn the_kernels_between_two_gemvs_ask_for_the_next_weights_in_turn() {
+        let row = DType::Q4_0.row_bytes(1024).unwrap() as u64;
+        let layout = QactsLayout::new(ActQuant::Q8_0, 1024, 1).unwrap();
+        let q = |w| {
+            let id = Activation::Identity;
+            Launch::gemv_q(
+                &T,
+                DType::Q4_0,
+                64,
+                &layout,
+                w,
+                None,
+                id,
+                0x9000,
+                0xa000,
+                epi(),
+            )
+            .unwrap()
+            .unwrap()
+        };
+        let quantize = || Launch::quantize(&layout, 0xb000, 0xc000).unwrap().unwrap();
+        let asked = |l: &Launch| match l {
+            Launch::GemvQ { params, .. } => params.ahead,
+            Launch::Quantize { ahead, .. } => *ahead,
+            _ => unreachable!(),
+        };
+        let at = |addr, bytes| L2Ahead {
+            addr,
+            bytes,
+            at: L2Ahead::START,
+        };
+        // 64 rows of the next GEMV: 1024 bytes asked by the GEMV, then
+        // 2048 by each kernel between, the last one what is left.
+        let mut ls = vec![
+            q(0x1000),
+            quantize(),
+            quantize(),
+            quantize(),
+            quantize(),
+            q(0x100000),
+        ];
+        chain_l2_ahead(&mut ls, 1024, 2048).unwrap();
+        let len = 64 * row;
+        assert_eq!(asked(&ls[0]), at(0x100000, 1024));
+        assert_eq!(asked(&ls[1]), at(0x100000 + 1024, 2048));
+        assert_eq!(
+            asked(&ls[2]),
+            at(0x100000 + 3072, (len - 3072).min(2048) as u32 / 16 * 16)
+        );
+        let rest = len.saturating_sub(5120) / 16 * 16;
+        assert_eq!(asked(&ls[3]).bytes as u64, rest.min(2048));
+        assert_eq!(
+            asked(&ls[5]),
+            L2Ahead::default(),
+            "the last GEMV has none next"
+        );
+        // Nothing between asked for: the kernels ask for nothing.
+        let mut ls = vec![q(0x1000), quantize(), q(0x100000)];
+        chain_l2_ahead(&mut ls, 1024, 0).unwrap();
+        assert_eq!(asked(&ls[1]), L2Ahead::default());
     }
 
     #[test]
@@ -1068,7 +1176,9 @@ mod tests {
     fn integer_gemv_and_quantizer_launches_point_into_the_activation_buffer() {
         let id = Activation::Identity;
         let l = QactsLayout::new(ActQuant::Q8_K, 512, 3).unwrap();
-        let Ok(Some(Launch::Quantize { name, grid, params })) = Launch::quantize(&l, 7, 4096)
+        let Ok(Some(Launch::Quantize {
+            name, grid, params, ..
+        })) = Launch::quantize(&l, 7, 4096)
         else {
             panic!()
         };

@@ -1357,8 +1357,9 @@ impl<'a> DevicePlan<'a> {
             stats.overlapping += u64::from(deps == Deps::Independent);
             l.set_deps(deps);
         }
-        // Integer GEMVs ask L2 for the next GEMV's first weights.
-        chain_l2_ahead(&mut launches, tuning.l2_ahead)?;
+        // Integer GEMVs ask L2 for the next GEMV's first weights, the
+        // kernels between them for the weights after those.
+        chain_l2_ahead(&mut launches, tuning.l2_ahead, tuning.l2_between)?;
         Ok(DevicePlan {
             graph: None,
             replay: false,

@@ -36,6 +36,11 @@ pub(crate) const GROUP_MAX_DEQUANT_JOB_BLOCKS: u32 = 4096;
 /// the start or the end.
 pub(crate) const L2_AHEAD_BYTES: usize = 4 << 20;
 
+/// Bytes of the next GEMV's weights each quantizer, norm quantizer and
+/// attention kernel between two GEMVs of a device plan asks L2 for, after
+/// those the GEMV before asked for.
+pub(crate) const L2_BETWEEN_BYTES: usize = 8 << 20;
+
 /// Rows from which the faster integer kernel shape changed between the
 /// sweeps' two shapes (4096 and 32768 rows): one-column Q4_K takes 4 rows
 /// a block, and 2 or 3 columns of Q8_0 two units in flight.
@@ -106,6 +111,7 @@ pub struct Tuning {
     pub(crate) fixed_epilogues: bool,
     pub(crate) fold_quantizers: bool,
     pub(crate) fold_attention_quantizer: bool,
+    pub(crate) l2_between: usize,
     pub(crate) teams: bool,
 }
 
@@ -131,6 +137,7 @@ impl Tuning {
         fixed_epilogues: true,
         fold_quantizers: false,
         fold_attention_quantizer: true,
+        l2_between: L2_BETWEEN_BYTES,
         teams: false,
     };
 
@@ -164,6 +171,8 @@ impl Tuning {
             Knob::FoldQuantizers(on) => t.fold_quantizers = on,
             #[cfg(feature = "lab")]
             Knob::FoldAttentionQuantizer(on) => t.fold_attention_quantizer = on,
+            #[cfg(feature = "lab")]
+            Knob::L2BetweenBytes(b) => t.l2_between = b,
             #[cfg(feature = "lab")]
             Knob::Teams(on) => t.teams = on,
             _ => return bad,

@@ -112,6 +112,12 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "RUNS")]
     token_timing: Option<usize>,
+    /// Bytes of the next GEMV's weights each kernel between two GEMVs asks
+    /// L2 for (CUDA only; the lab's `Knob::L2BetweenBytes`, for A/B runs;
+    /// built with the `lab` feature).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "BYTES")]
+    l2_between: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -171,6 +177,12 @@ fn run(args: &Args) -> Result<(), LlamaError> {
         BackendKind::Cuda => {
             let be = fused_cuda::CudaBackend::new()
                 .map_err(|e| LlamaError::backend("opening a CUDA device", e))?;
+            #[cfg(feature = "lab")]
+            if let Some(bytes) = args.l2_between {
+                let knob = fused_cuda::Knob::L2BetweenBytes(bytes);
+                let tuning = be.tuning().with(knob);
+                be.set_tuning(tuning.map_err(|e| LlamaError::backend("--l2-between", e))?);
+            }
             run_on(&be, args, |_model| {
                 #[cfg(feature = "lab")]
                 if args.launch_profile {
