@@ -118,6 +118,12 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "BYTES")]
     l2_between: Option<usize>,
+    /// Bytes of the next GEMV's weights each integer GEMV asks L2 for
+    /// (CUDA only; `Knob::L2AheadBytes`, for A/B runs; built with the `lab`
+    /// feature).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "BYTES")]
+    l2_ahead: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -178,10 +184,16 @@ fn run(args: &Args) -> Result<(), LlamaError> {
             let be = fused_cuda::CudaBackend::new()
                 .map_err(|e| LlamaError::backend("opening a CUDA device", e))?;
             #[cfg(feature = "lab")]
-            if let Some(bytes) = args.l2_between {
-                let knob = fused_cuda::Knob::L2BetweenBytes(bytes);
-                let tuning = be.tuning().with(knob);
-                be.set_tuning(tuning.map_err(|e| LlamaError::backend("--l2-between", e))?);
+            {
+                use fused_cuda::Knob;
+                let knobs = [
+                    args.l2_between.map(Knob::L2BetweenBytes),
+                    args.l2_ahead.map(Knob::L2AheadBytes),
+                ];
+                for knob in knobs.into_iter().flatten() {
+                    let tuning = be.tuning().with(knob);
+                    be.set_tuning(tuning.map_err(|e| LlamaError::backend("a tuning flag", e))?);
+                }
             }
             run_on(&be, args, |_model| {
                 #[cfg(feature = "lab")]
