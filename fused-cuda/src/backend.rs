@@ -90,7 +90,7 @@ impl std::fmt::Debug for CudaBackend {
 
 /// The kernels' form of an L2 look-ahead hint: the address and length of
 /// the layout the next GEMV reads, `bytes` rounded down to 16. A layout the
-/// weights lack is [`Unsupported::ActQuant`]; more bytes than it holds, a
+/// weights lack is [`Unsupported::ActQuant`](fused_core::error::Unsupported::ActQuant); more bytes than it holds, a
 /// length error.
 fn l2_ahead_params(hint: &L2AheadHint<'_>) -> Result<L2Ahead, CudaError> {
     let next = hint.next;
@@ -459,7 +459,7 @@ impl CudaBackend {
     /// f32, or quantized on the device first (one more launch, into a
     /// scratch buffer of the backend, once for the whole batch) and dotted
     /// with integer arithmetic; a pair without a kernel is
-    /// [`Unsupported::ActQuant`]. Every job is checked before anything is
+    /// [`Unsupported::ActQuant`](fused_core::error::Unsupported::ActQuant). Every job is checked before anything is
     /// enqueued. (Over host slices, `StepKernels::gemv` takes the core's
     /// job and runs it through this.)
     ///

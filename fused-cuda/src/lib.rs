@@ -34,6 +34,14 @@
 //! - [`CudaBackend::copy_bandwidth_gbs`]: the device-to-device copy rate,
 //!   the ceiling a GEMV's bytes are measured against.
 //!
+//! Every backend of a process shares device 0's primary context, and
+//! backends and their plans may be used from several threads. A CUDA graph
+//! capture ([`DevicePlan::capture_graph`], the contract's
+//! `record_for_replay`) is invalidated by work another thread asks of the
+//! context meanwhile, so it holds a process-wide lock alone while every
+//! other driver call of the crate shares it: a capture waits for the calls
+//! in flight, and they wait for it.
+//!
 //! Which kernel shape a launch takes, whether GEMVs overlap or are grouped
 //! and how far a GEMV asks L2 ahead is a pure function of the device, the
 //! call's shape and format and the backend's [`Tuning`]: the tuned table by
