@@ -877,27 +877,20 @@ mod tests {
         EpiParams::new(&Epilogue::NONE, |_| 0)
     }
 
+    /// A one-column integer GEMV of `rows` × 1024 `dtype` weights at `w`
+    /// (gated with the up weights at `up`) on GGML's activations.
+    fn int_gemv(dtype: DType, rows: usize, w: u64, up: Option<u64>) -> Launch {
+        let layout = QactsLayout::new(ActQuant::ggml(dtype), 1024, 1).unwrap();
+        let id = Activation::Identity;
+        Launch::gemv_q(&T, dtype, rows, &layout, w, up, id, 0x9000, 0xa000, epi())
+            .unwrap()
+            .unwrap()
+    }
+
     #[test]
     fn integer_gemvs_ask_l2_for_the_next_gemvs_first_weights() {
         let id = Activation::Identity;
-        let layout = |mode| QactsLayout::new(mode, 1024, 1).unwrap();
-        let q = |dtype: DType, rows, w, up| {
-            let mode = ActQuant::ggml(dtype);
-            Launch::gemv_q(
-                &T,
-                dtype,
-                rows,
-                &layout(mode),
-                w,
-                up,
-                id,
-                0x9000,
-                0xa000,
-                epi(),
-            )
-            .unwrap()
-            .unwrap()
-        };
+        let q = int_gemv;
         let f16 = Launch::gemv(
             &T,
             shape(DType::F16, 16, 1),
@@ -961,23 +954,7 @@ mod tests {
     fn the_kernels_between_two_gemvs_ask_for_the_next_weights_in_turn() {
         let row = DType::Q4_0.row_bytes(1024).unwrap() as u64;
         let layout = QactsLayout::new(ActQuant::Q8_0, 1024, 1).unwrap();
-        let q = |w| {
-            let id = Activation::Identity;
-            Launch::gemv_q(
-                &T,
-                DType::Q4_0,
-                64,
-                &layout,
-                w,
-                None,
-                id,
-                0x9000,
-                0xa000,
-                epi(),
-            )
-            .unwrap()
-            .unwrap()
-        };
+        let q = |w| int_gemv(DType::Q4_0, 64, w, None);
         let quantize = || Launch::quantize(&layout, 0xb000, 0xc000).unwrap().unwrap();
         let asked = |l: &Launch| match l {
             Launch::GemvQ { params, .. } => params.ahead,

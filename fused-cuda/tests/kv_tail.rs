@@ -27,22 +27,29 @@ const CASES: [(DType, GemvMode, bool); 4] = [
     (DType::F16, GemvMode::F32, false),
 ];
 
+/// The stacked layer of both tests: 4 query and 2 key/value heads of 64
+/// over K = 512, a cache of 16 rows, with the output projection where
+/// `o_proj`.
+fn layer(dtype: DType, o_proj: bool) -> StackedQkv {
+    StackedQkv::new(StackedShape {
+        dtype,
+        k: 512,
+        head_dim: 64,
+        n_head: 4,
+        n_kv: 2,
+        rows: 16,
+        mode: RopeMode::Adjacent,
+        pad: 0,
+        reader_between: false,
+        o_proj,
+    })
+}
+
 #[test]
 fn the_append_rides_on_the_integer_gemv_with_the_unfused_bits() {
     let Some(be) = backend_or_skip() else { return };
     for (dtype, mode, tail) in CASES {
-        let l = StackedQkv::new(StackedShape {
-            dtype,
-            k: 512,
-            head_dim: 64,
-            n_head: 4,
-            n_kv: 2,
-            rows: 16,
-            mode: RopeMode::Adjacent,
-            pad: 0,
-            reader_between: false,
-            o_proj: false,
-        });
+        let l = layer(dtype, false);
         let case = format!("{dtype:?} {mode:?}");
         let mut plans = l.compile_both(&be, mode, 5, &case);
         let [fused, unfused] = &mut plans;
@@ -66,18 +73,7 @@ fn the_attention_writes_the_next_gemvs_quantized_input() {
     let Some(be) = backend_or_skip() else { return };
     let saved = be.tuning();
     for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4_1] {
-        let l = StackedQkv::new(StackedShape {
-            dtype,
-            k: 512,
-            head_dim: 64,
-            n_head: 4,
-            n_kv: 2,
-            rows: 16,
-            mode: RopeMode::Adjacent,
-            pad: 0,
-            reader_between: false,
-            o_proj: true,
-        });
+        let l = layer(dtype, true);
         let case = format!("{dtype:?}");
         let [mut folded, _] = l.compile_both(&be, GemvMode::Ggml, 7, &case);
         be.set_tuning(saved.with(Knob::FoldAttentionQuantizer(false)).unwrap());
