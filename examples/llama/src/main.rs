@@ -124,6 +124,12 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "BYTES")]
     l2_ahead: Option<usize>,
+    /// Rows a block of the one-column integer GEMV kernels, 1, 2 or 4
+    /// (CUDA only; `Knob::IntRows`, for A/B runs; built with the `lab`
+    /// feature).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "ROWS")]
+    int_rows: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -189,6 +195,7 @@ fn run(args: &Args) -> Result<(), LlamaError> {
                 let knobs = [
                     args.l2_between.map(Knob::L2BetweenBytes),
                     args.l2_ahead.map(Knob::L2AheadBytes),
+                    args.int_rows.map(Knob::IntRows),
                 ];
                 for knob in knobs.into_iter().flatten() {
                     let tuning = be.tuning().with(knob);
