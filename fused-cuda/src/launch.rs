@@ -543,27 +543,33 @@ impl Launch {
         layout: &QactsLayout,
         q: u64,
     ) -> Result<bool, CudaError> {
-        let Launch::Attention { name, params, .. } = self else {
+        let Some(qmode) = self.attention_quant_mode(layout) else {
             return Ok(false);
         };
-        if name != ATTN_COMBINE {
-            return Ok(false);
-        }
-        let qmode = match layout.mode {
-            ActQuant::Q8_0 => 1,
-            ActQuant::Q8_1 => 2,
-            _ => return Ok(false),
-        };
-        let heads = params.n_head as usize * params.head_dim as usize;
-        if layout.n_cols != 1 || layout.k != heads || !params.head_dim.is_multiple_of(32) {
-            return Ok(false);
-        }
         let Some(Launch::Quantize { params: qp, .. }) = Launch::quantize(layout, 0, q)? else {
             return Ok(false);
         };
-        params.qmode = qmode;
-        params.qout = qp;
+        if let Launch::Attention { params, .. } = self {
+            params.qmode = qmode;
+            params.qout = qp;
+        }
         Ok(true)
+    }
+
+    /// The combine's `qmode` for writing its output quantized as `layout`
+    /// ([`Launch::set_attention_quant_out`]), `None` where it cannot.
+    pub(crate) fn attention_quant_mode(&self, layout: &QactsLayout) -> Option<u32> {
+        let Launch::Attention { name, params, .. } = self else {
+            return None;
+        };
+        let heads = params.n_head as usize * params.head_dim as usize;
+        let whole = layout.n_cols == 1 && layout.k == heads && params.head_dim.is_multiple_of(32);
+        match layout.mode {
+            _ if name != ATTN_COMBINE || !whole || layout.blocks() == 0 => None,
+            ActQuant::Q8_0 => Some(1),
+            ActQuant::Q8_1 => Some(2),
+            _ => None,
+        }
     }
 
     /// Makes this integer GEMV also do the key/value append `kv`

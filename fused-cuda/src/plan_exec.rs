@@ -362,11 +362,10 @@ impl Builder<'_, '_> {
         if !self.tuning.fold_attention_quantizer {
             return Ok(None);
         }
-        let (Some(Launch::Attention { .. }), Some(a)) = (self.launches.last(), self.access.last())
-        else {
+        let (Some(l), Some(a)) = (self.launches.last(), self.access.last()) else {
             return Ok(None);
         };
-        if a.writes.last() != Some(x) {
+        if a.writes.last() != Some(x) || l.attention_quant_mode(layout).is_none() {
             return Ok(None);
         }
         let avoid: Vec<Region> = a.reads.iter().chain(&a.writes).copied().collect();
