@@ -935,7 +935,7 @@ impl CudaBackend {
     /// The device's copy bandwidth, the ceiling a GEMV's bytes are measured
     /// against: bytes read plus bytes written per second (GB/s) by the
     /// faster of two device-to-device copies of `bytes` bytes, the
-    /// element-wise copy kernel and the crate's 16-byte copy kernel, each
+    /// driver's (`cuMemcpyDtoDAsync`) and the crate's 16-byte copy kernel, each
     /// the median of `reps` event-timed runs of four copies back to back
     /// (so that the launch and the events' own cost are spread over
     /// several copies) after one warm-up. `bytes` must be a nonzero
