@@ -18,7 +18,8 @@ use crate::plan_exec::DevicePlan;
 
 /// Bytes of the copy that measures the bandwidth ceiling: 256 MiB each
 /// way, five times the L2 of the largest device we run on, so that the
-/// barrier between the timed copies counts for little.
+/// barrier between the timed copies counts for little; less where the
+/// device's `maxStorageBufferRange` is less (lavapipe's is 128 MiB).
 const COPY_BYTES: u64 = 256 << 20;
 
 /// Passes of the copy that measures the bandwidth ceiling.
@@ -71,9 +72,11 @@ impl Backend for VulkanBackend {
         ctx.validation_enabled().then(|| ctx.validation_messages())
     }
 
-    /// 256 MiB each way: beyond the L2 of the devices we run on.
+    /// 256 MiB each way (at most the device's storage buffer range):
+    /// beyond the L2 of the devices we run on.
     fn copy_bandwidth_gbs(&self) -> Option<f64> {
-        VulkanBackend::copy_bandwidth_gbs(self, COPY_BYTES, COPY_REPS).ok()
+        let range = u64::from(self.context().info().max_storage_range);
+        VulkanBackend::copy_bandwidth_gbs(self, COPY_BYTES.min(range), COPY_REPS).ok()
     }
 }
 
