@@ -440,6 +440,64 @@ mod tests {
     }
 
     #[test]
+    fn only_the_combine_of_whole_q8_0_or_q8_1_blocks_writes_them_quantized() {
+        use crate::qacts::QactsLayout;
+        use fused_core::acts::ActQuant;
+        let launches = |head_dim, n_head| {
+            let s = shape(head_dim, n_head, n_head);
+            let splits = AttnSplits::new(&s, 64).unwrap();
+            Launch::attention(&splits, &s, 64, 1, 2, 3, 4, 5, 6)
+                .unwrap()
+                .unwrap()
+        };
+        let layout = |mode, k, n_cols| QactsLayout::new(mode, k, n_cols).unwrap();
+        // 8 heads of 128: one column of 1024 values.
+        let [split, combine] = launches(128, 8);
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_0, 1024, 1)),
+            Some(1)
+        );
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_1, 1024, 1)),
+            Some(2)
+        );
+        // Q8_K blocks of 256 span two heads; the split kernel writes
+        // partials; another length or more columns are another vector.
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_K, 1024, 1)),
+            None
+        );
+        assert_eq!(
+            split.attention_quant_mode(&layout(ActQuant::Q8_0, 1024, 1)),
+            None
+        );
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_0, 2048, 1)),
+            None
+        );
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_0, 512, 2)),
+            None
+        );
+        // Heads of 80 values end inside a quantizer block.
+        let [_, combine] = launches(80, 8);
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_0, 640, 1)),
+            None
+        );
+        // Setting it fills the combine's parameters; on the split, nothing.
+        let [mut split, mut combine] = launches(128, 8);
+        let l = layout(ActQuant::Q8_0, 1024, 1);
+        assert!(combine.set_attention_quant_out(&l, 0x10000).unwrap());
+        let Launch::Attention { params, .. } = combine else {
+            panic!("an attention launch")
+        };
+        assert_eq!((params.qmode, params.qout.codes), (1, 0x10000));
+        assert_eq!(params.qout.scales, 0x10000 + l.scales as u64);
+        assert!(!split.set_attention_quant_out(&l, 0x10000).unwrap());
+    }
+
+    #[test]
     fn every_kernel_the_launches_name_exists() {
         let ptx = decode_ptx();
         for e in [1, 2, 4, 8] {
