@@ -2,7 +2,7 @@
 //! crate's kernel modules. [`CudaDevice`] is public in the lab only.
 #![cfg_attr(not(feature = "lab"), allow(unreachable_pub))]
 
-use crate::context_lock::{self, ContextUse};
+use crate::context_lock::{self, ContextUse, LockedDrop};
 use crate::error::CudaError;
 use cust::context::{Context, CurrentContext};
 use cust::device::{Device, DeviceAttribute};
@@ -10,7 +10,6 @@ use cust::function::Function;
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use std::fmt;
-use std::mem::ManuallyDrop;
 
 /// Which compiled form of the kernels a device loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,37 +86,19 @@ pub(crate) fn driver(what: &'static str) -> impl FnOnce(cust::error::CudaError) 
 /// it, else the portable PTX), so a device that cannot run them fails there,
 /// not at the first launch.
 pub struct CudaDevice {
-    // The modules and the stream are released by `Drop` under the context
-    // lock, before the context.
+    // Field order is drop order: the modules and the stream, each released
+    // under the context lock, go before the context.
     #[cfg_attr(not(feature = "lab"), allow(dead_code))]
-    pub(crate) probe: ManuallyDrop<Module>,
-    pub(crate) elementwise: ManuallyDrop<Module>,
-    pub(crate) gemv: ManuallyDrop<Module>,
-    pub(crate) fwht: ManuallyDrop<Module>,
-    pub(crate) decode: ManuallyDrop<Module>,
-    pub(crate) stream: ManuallyDrop<Stream>,
+    pub(crate) probe: LockedDrop<Module>,
+    pub(crate) elementwise: LockedDrop<Module>,
+    pub(crate) gemv: LockedDrop<Module>,
+    pub(crate) fwht: LockedDrop<Module>,
+    pub(crate) decode: LockedDrop<Module>,
+    pub(crate) stream: LockedDrop<Stream>,
     form: KernelForm,
     name: String,
     capability: (i32, i32),
     ctx: Context,
-}
-
-impl Drop for CudaDevice {
-    fn drop(&mut self) {
-        // Unloading a module waits for a capture elsewhere, like loading it.
-        let _use = context_lock::shared();
-        // SAFETY: each field is dropped exactly once, here, and the value is
-        // never used again; the context field outlives them (dropped after
-        // this body).
-        unsafe {
-            ManuallyDrop::drop(&mut self.probe);
-            ManuallyDrop::drop(&mut self.elementwise);
-            ManuallyDrop::drop(&mut self.gemv);
-            ManuallyDrop::drop(&mut self.fwht);
-            ManuallyDrop::drop(&mut self.decode);
-            ManuallyDrop::drop(&mut self.stream);
-        }
-    }
 }
 
 impl fmt::Debug for CudaDevice {
@@ -212,12 +193,12 @@ impl CudaDevice {
         let stream =
             Stream::new(StreamFlags::NON_BLOCKING, None).map_err(driver("create a stream"))?;
         Ok(CudaDevice {
-            probe: ManuallyDrop::new(probe),
-            elementwise: ManuallyDrop::new(elementwise),
-            gemv: ManuallyDrop::new(gemv),
-            fwht: ManuallyDrop::new(fwht),
-            decode: ManuallyDrop::new(decode),
-            stream: ManuallyDrop::new(stream),
+            probe: LockedDrop::new(probe),
+            elementwise: LockedDrop::new(elementwise),
+            gemv: LockedDrop::new(gemv),
+            fwht: LockedDrop::new(fwht),
+            decode: LockedDrop::new(decode),
+            stream: LockedDrop::new(stream),
             form,
             name,
             capability: (major, minor),

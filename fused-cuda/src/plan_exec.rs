@@ -339,9 +339,7 @@ impl Builder<'_, '_> {
         };
         l.set_quant_out(layout, q)?;
         a.writes.push(qr);
-        self.quantized.wrote(&qr);
-        self.normed.wrote(&qr);
-        self.quantized.record(*x, *layout, qr);
+        self.record_folded(x, layout, qr);
         #[cfg(feature = "lab")]
         {
             self.stats.folded_quantizations += 1;
@@ -378,10 +376,16 @@ impl Builder<'_, '_> {
             return Ok(None);
         }
         a.writes.push(qr);
+        self.record_folded(x, layout, qr);
+        Ok(Some(qr))
+    }
+
+    /// After the last launch took on writing `x` quantized as `layout`
+    /// into `qr`: `qr` is new, and is `x`'s quantized copy.
+    fn record_folded(&mut self, x: &Region, layout: &QactsLayout, qr: Region) {
         self.quantized.wrote(&qr);
         self.normed.wrote(&qr);
         self.quantized.record(*x, *layout, qr);
-        Ok(Some(qr))
     }
 
     /// Appends `l` with what it reads and writes.
