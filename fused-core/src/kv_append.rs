@@ -36,6 +36,7 @@ use crate::decode::RopeMode;
 use crate::error::{Error, check_len};
 use crate::graph::{Graph, NodeId, Op};
 use crate::legality::{Refusal, check_intermediate, check_intermediate_memory};
+use crate::step_order::{check_between, through_views};
 use crate::tensor::{Overlap, TensorDesc};
 
 /// The operands of one key/value append as a backend receives them
@@ -262,18 +263,6 @@ pub(crate) fn match_kv_append(
 /// Tensors with the nodes they belong to.
 type Tensors = Vec<(NodeId, TensorDesc)>;
 
-/// The node whose result `id` holds: `id` itself, or the source its views
-/// and reshapes lead back to.
-pub(crate) fn through_views(g: &Graph, mut id: NodeId) -> NodeId {
-    while let Ok(n) = g.node(id) {
-        match (n.op(), n.src(0)) {
-            (Op::View | Op::Reshape, Some(s)) => id = s,
-            _ => break,
-        }
-    }
-    id
-}
-
 /// The first row of the one-column GEMV result `out` that `t` starts at,
 /// where `t` is a contiguous F32 run of rows inside it.
 fn first_row(out: &TensorDesc, t: &TensorDesc) -> Option<usize> {
@@ -323,6 +312,9 @@ pub(crate) fn check_gemv_tail(
     let (kv_reads, kv_writes) = reads_writes(g, kv);
     // The step's own rows are the GEMV's values, not reads from memory.
     let mut reads: Tensors = gemv_reads.to_vec();
+    // The rows are read where the unfused order has them: nothing in
+    // between may overwrite the GEMV's result either.
+    reads.push((out, out_t));
     reads.extend(
         kv_reads
             .into_iter()
@@ -388,53 +380,4 @@ fn check_step(g: &Graph, s: &FusedKvAppend) -> Result<(), Refusal> {
         }
     }
     check_between(g, &s.nodes, &reads, &writes)
-}
-
-/// Whether a step of `nodes` (sorted) that reads `reads` and writes
-/// `writes` may run at its last node: nothing between its first and last
-/// node overwrites what it reads or reads what it writes earlier in the
-/// unfused order.
-fn check_between(
-    g: &Graph,
-    nodes: &[NodeId],
-    reads: &[(NodeId, TensorDesc)],
-    writes: &[(NodeId, TensorDesc)],
-) -> Result<(), Refusal> {
-    let (Some(first), Some(last)) = (nodes.first(), nodes.last()) else {
-        return Ok(());
-    };
-    for i in first.index() + 1..last.index() {
-        let id = NodeId(i as u32);
-        if nodes.contains(&id) {
-            continue;
-        }
-        let n = g.node(id).map_err(|_| Refusal::AlreadyFused { node: id })?;
-        // Views and inputs run nothing: what reads through a view is
-        // checked at the reader.
-        if n.op().is_view() || n.op() == Op::Input {
-            continue;
-        }
-        if let Some((input, _)) = reads
-            .iter()
-            .find(|(_, t)| t.overlap(n.tensor()) != Overlap::Disjoint)
-        {
-            return Err(Refusal::ClobberedBetween {
-                writer: id,
-                input: *input,
-            });
-        }
-        for r in n.srcs() {
-            let rt = g.tensor(r).map_err(|_| Refusal::AlreadyFused { node: r })?;
-            if let Some((w, _)) = writes
-                .iter()
-                .find(|(w, wt)| w.index() < i && wt.overlap(rt) != Overlap::Disjoint)
-            {
-                return Err(Refusal::ReadsMovedResult {
-                    reader: id,
-                    node: *w,
-                });
-            }
-        }
-    }
-    Ok(())
 }

@@ -123,6 +123,8 @@ extern crate std;
 
 pub mod acts;
 #[cfg(feature = "alloc")]
+mod argmax_tail;
+#[cfg(feature = "alloc")]
 pub mod backend;
 pub mod blocks;
 pub mod decode;
@@ -152,6 +154,8 @@ pub mod quant;
 pub mod reference;
 mod refusal;
 pub mod reuse;
+#[cfg(feature = "alloc")]
+mod step_order;
 pub mod tensor;
 pub mod weights;
 

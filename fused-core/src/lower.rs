@@ -19,6 +19,7 @@ use crate::norm::Eps;
 use crate::planner::{NormPrologue, Operands, Step};
 use crate::tensor::TensorDesc;
 
+pub use crate::argmax_tail::ArgmaxOperands;
 pub use crate::kv_append::{KvAppendDims, KvAppendOperands};
 
 /// A binary element-wise node's op.
@@ -202,7 +203,8 @@ pub enum Command {
 /// slot `i` is node `operands[i]`. With a `prologue`, the activations are
 /// not read from `x` (never written) but computed per column from the
 /// prologue's tensors. With a `kv` tail, the key/value append of rows of
-/// `out` follows ([`CommandSink::gemv_kv_append`]).
+/// `out` follows ([`CommandSink::gemv_kv_append`]); with an `argmax` tail,
+/// the argmax of each column of `out` ([`CommandSink::gemv_argmax`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GemvCommand {
     /// The weights (the gate's, for a gated GEMV).
@@ -222,6 +224,9 @@ pub struct GemvCommand {
     /// The key/value append of the result, whose q, k and v rows are views
     /// of `out` (one column; RoPE pairs are rows `2i, 2i + 1` of it).
     pub kv: Option<KvAppendOperands>,
+    /// The argmax of the result, its input `out` itself or a view of it
+    /// in the same layout.
+    pub argmax: Option<ArgmaxOperands>,
 }
 
 /// A GEMV's norm prologue with its tensors looked up: the activations are
@@ -270,6 +275,15 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
                 out: *g.tensor(s.out)?,
                 prologue: NormLoad::of(g, &s.prologue)?,
                 kv: s.kv.as_ref().map(|kv| kv_operands(g, kv)).transpose()?,
+                argmax: s
+                    .argmax
+                    .as_ref()
+                    .map(|a| {
+                        a.operands(g).ok_or(Error::BadNode {
+                            index: a.node.index(),
+                        })
+                    })
+                    .transpose()?,
             })
         }
         Step::GluGemv(s) => {
@@ -283,6 +297,7 @@ pub fn lower(g: &Graph, step: &Step) -> Result<Command, Error> {
                 out: *g.tensor(s.out)?,
                 prologue: NormLoad::of(g, &s.prologue)?,
                 kv: None,
+                argmax: None,
             })
         }
         Step::KvAppend(s) => Command::KvAppend(kv_operands(g, s)?),
@@ -349,6 +364,7 @@ fn lower_node(g: &Graph, node: &Node) -> Result<Command, Error> {
                     out,
                     prologue: None,
                     kv: None,
+                    argmax: None,
                 })
             }
         }
@@ -584,6 +600,19 @@ pub trait CommandSink {
         gemv_kv_append_by_parts(self, g, gemv, kv)
     }
 
+    /// A [`Command::Gemv`] with an argmax tail (`argmax.x` is `gemv.out` or
+    /// a view of it in the same layout). By default the GEMV, then the
+    /// argmax ([`gemv_argmax_by_parts`]); a backend whose GEMV reduces as
+    /// it stores writes the index with the result.
+    fn gemv_argmax(
+        &mut self,
+        g: &Graph,
+        gemv: &GemvCommand,
+        argmax: &ArgmaxOperands,
+    ) -> Result<(), Self::Error> {
+        gemv_argmax_by_parts(self, g, gemv, argmax)
+    }
+
     /// A [`Command::ArgMax`]. By default refused as
     /// [`Unsupported::Operation`]`(`[`ARGMAX`]`)`.
     fn argmax(&mut self, x: &TensorDesc, out: &TensorDesc) -> Result<(), Self::Error> {
@@ -611,7 +640,7 @@ pub fn kv_append_by_parts<S: CommandSink + ?Sized>(
     Ok(())
 }
 
-/// The GEMV of `c` (its `kv` tail left out), through
+/// The GEMV of `c` (its tails left out), through
 /// [`CommandSink::gemv`], or [`CommandSink::norm_gemv`] with a prologue.
 pub fn issue_gemv<S: CommandSink + ?Sized>(
     sink: &mut S,
@@ -638,6 +667,19 @@ pub fn gemv_kv_append_by_parts<S: CommandSink + ?Sized>(
     sink.kv_append(kv)
 }
 
+/// A GEMV and its argmax tail one after the other: the default of
+/// [`CommandSink::gemv_argmax`], and what a backend with the fused tail
+/// runs where its GEMV cannot take it.
+pub fn gemv_argmax_by_parts<S: CommandSink + ?Sized>(
+    sink: &mut S,
+    g: &Graph,
+    gemv: &GemvCommand,
+    argmax: &ArgmaxOperands,
+) -> Result<(), S::Error> {
+    issue_gemv(sink, g, gemv)?;
+    sink.argmax(&argmax.x, &argmax.out)
+}
+
 /// The names under which a backend without the decode kernels refuses
 /// their commands ([`Unsupported::Operation`]).
 pub const ROPE: &str = "rope";
@@ -657,9 +699,10 @@ pub const RMS_NORM: &str = "rms_norm";
 pub fn lower_into<S: CommandSink>(g: &Graph, step: &Step, sink: &mut S) -> Result<bool, S::Error> {
     match lower(g, step)? {
         Command::Nothing => return Ok(false),
-        Command::Gemv(c) => match &c.kv {
-            None => issue_gemv(sink, g, &c)?,
-            Some(kv) => sink.gemv_kv_append(g, &c, kv)?,
+        Command::Gemv(c) => match (&c.kv, &c.argmax) {
+            (Some(kv), _) => sink.gemv_kv_append(g, &c, kv)?,
+            (None, Some(a)) => sink.gemv_argmax(g, &c, a)?,
+            (None, None) => issue_gemv(sink, g, &c)?,
         },
         Command::Fwht {
             desc,

@@ -11,7 +11,12 @@
 //!   of every GEMV (plain or gated) that reads the normed product: each such
 //!   step computes `act = (x · s) · g` per column itself ([`NormPrologue`],
 //!   in [`crate::norm`]'s order) and feeds it to its dot products as the
-//!   unfused mul's output would be fed (f32, or quantized per GGML's mode).
+//!   unfused mul's output would be fed (f32, or quantized per GGML's mode);
+//! - GEMV **tails**, joined to the GEMV step whose result they read: the
+//!   key/value append of a decode step whose rows are views of the product
+//!   ([`FusedGemv::kv`], [`crate::kv_append`]) and the argmax of the
+//!   result, greedy selection on the output head ([`FusedGemv::argmax`],
+//!   [`crate::argmax_tail`]).
 //!
 //! **Shared prologue nodes.** The rule "a node joins at most one fused
 //! step" has one exception: the norm and mul nodes of a prologue belong to
@@ -42,6 +47,7 @@
 
 use alloc::vec::Vec;
 
+pub use crate::argmax_tail::FusedArgmax;
 use crate::element::Activation;
 use crate::epilogue::{Epilogue, MAX_STAGES, Stage};
 use crate::fwht::FwhtDesc;
@@ -53,6 +59,7 @@ use crate::legality::{
     check_operand, check_pattern_pair, check_signs, check_weight,
 };
 use crate::norm::Eps;
+use crate::step_order::through_views;
 
 /// Operand nodes by epilogue slot.
 pub type Operands = [Option<NodeId>; MAX_STAGES];
@@ -97,6 +104,10 @@ pub struct FusedGemv {
     /// between the GEMV and the append touches what either reads or
     /// writes, and its nodes are among `nodes`.
     pub kv: Option<FusedKvAppend>,
+    /// The argmax of the result, run as the GEMV's tail
+    /// ([`crate::argmax_tail`]): it reads the whole result, and its node is
+    /// among `nodes`. Never together with `kv`.
+    pub argmax: Option<FusedArgmax>,
 }
 
 /// The gated dual GEMV: `act(W_g·x) ⊙ (W_u·x)`, then a chain.
@@ -185,6 +196,8 @@ pub enum Pattern {
     NormPrologue,
     /// A key/value append (anchored at the k row write).
     KvAppend,
+    /// An argmax as a GEMV's tail (anchored at the argmax).
+    ArgmaxTail,
 }
 
 /// A candidate the planner refused, and why.
@@ -357,6 +370,13 @@ fn plan_round(graph: &Graph, no_defer: Vec<NodeId>, no_prologue: Vec<NodeId>) ->
     for (i, node) in graph.nodes().iter().enumerate() {
         if node.op() == Op::SetRow && p.owner[i].is_none() {
             p.try_kv_append(NodeId(i as u32));
+        }
+    }
+    for i in 0..graph.len() {
+        if p.owner[i].is_none()
+            && let Some(tail) = FusedArgmax::at(graph, NodeId(i as u32))
+        {
+            p.attach_argmax_tail(&tail);
         }
     }
     p
@@ -715,6 +735,7 @@ impl<'g> Planner<'g> {
                 nodes,
                 prologue,
                 kv: None,
+                argmax: None,
             }));
         }
     }
@@ -936,20 +957,11 @@ impl<'g> Planner<'g> {
         let Some(k) = g.nodes()[kv.k_rope.index()].src(0) else {
             return false;
         };
-        let base = crate::kv_append::through_views(g, k);
-        // The GEMV step it would join: a fused one (its index), or the
-        // plain product at `base` as a new one.
-        let (at, mut step) = match self.owner[base.index()] {
-            Some(s) => match &self.fused[s] {
-                Step::Gemv(f) if f.out == base && f.kv.is_none() => (Some(s), f.clone()),
-                _ => return false,
-            },
-            None => match self.plain_gemv(base) {
-                Some(f) => (None, f),
-                None => return false,
-            },
+        let Some((at, mut step)) = self.tail_host(through_views(g, k)) else {
+            return false;
         };
-        match self.tail_refusal(&step, kv) {
+        let reads = self.gemv_reads(&step);
+        match crate::kv_append::check_gemv_tail(g, &step.nodes, step.out, &reads, kv) {
             Ok(true) => {}
             Ok(false) => return false,
             Err(r) => {
@@ -957,19 +969,58 @@ impl<'g> Planner<'g> {
                 return false;
             }
         }
-        step.nodes.extend(&kv.nodes);
-        step.nodes.sort();
         step.kv = Some(kv.clone());
+        self.join_tail(at, step, &kv.nodes);
+        true
+    }
+
+    /// Makes the argmax `tail` the tail of the GEMV whose result it reads,
+    /// where that is a GEMV step (or a plain product made one); its refusal
+    /// recorded where a predicate refuses it. Otherwise the argmax stays a
+    /// node of its own.
+    fn attach_argmax_tail(&mut self, tail: &FusedArgmax) {
+        let Some((at, mut step)) = tail.base(self.g).and_then(|b| self.tail_host(b)) else {
+            return;
+        };
+        let reads = self.gemv_reads(&step);
+        match crate::argmax_tail::check_gemv_argmax(self.g, &step.nodes, step.out, &reads, tail) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(r) => return self.refuse(Pattern::ArgmaxTail, tail.node, r),
+        }
+        step.argmax = Some(tail.clone());
+        self.join_tail(at, step, &[tail.node]);
+    }
+
+    /// The GEMV step a tail reading node `base` would join: a fused one
+    /// without a tail yet (its index), or the plain product at `base` as a
+    /// new one.
+    fn tail_host(&self, base: NodeId) -> Option<(Option<usize>, FusedGemv)> {
+        match self.owner[base.index()] {
+            Some(s) => match &self.fused[s] {
+                Step::Gemv(f) if f.out == base && f.kv.is_none() && f.argmax.is_none() => {
+                    Some((Some(s), f.clone()))
+                }
+                _ => None,
+            },
+            None => self.plain_gemv(base).map(|f| (None, f)),
+        }
+    }
+
+    /// `step`, which took a tail of `tail_nodes`, stored back at `at` (its
+    /// index) or claimed as a new step.
+    fn join_tail(&mut self, at: Option<usize>, mut step: FusedGemv, tail_nodes: &[NodeId]) {
+        step.nodes.extend(tail_nodes);
+        step.nodes.sort();
         match at {
             Some(s) => {
-                for id in &kv.nodes {
+                for id in tail_nodes {
                     self.owner[id.index()] = Some(s);
                 }
                 self.fused[s] = Step::Gemv(step);
             }
             None => self.claim(Step::Gemv(step)),
         }
-        true
     }
 
     /// The unclaimed one-column product `mm` as a GEMV step of its own (no
@@ -992,18 +1043,19 @@ impl<'g> Planner<'g> {
             nodes: alloc::vec![mm],
             prologue: self.prologue_of(x),
             kv: None,
+            argmax: None,
         })
     }
 
-    /// [`crate::kv_append::check_gemv_tail`] of `kv` on GEMV step `f`.
-    fn tail_refusal(&self, f: &FusedGemv, kv: &FusedKvAppend) -> Result<bool, Refusal> {
-        let g = self.g;
-        let mn = &g.nodes()[f.matmul.index()];
+    /// What GEMV step `f` reads from memory: its weights, its activations
+    /// (or its prologue's tensors) and its epilogue's operands.
+    fn gemv_reads(&self, f: &FusedGemv) -> Vec<Tensor> {
+        let mn = &self.g.nodes()[f.matmul.index()];
         let (w, x) = (mn.src(0).unwrap_or(f.matmul), mn.src(1).unwrap_or(f.matmul));
         let mut reads = alloc::vec![self.t(w)];
         reads.extend(self.act_reads(x, f.prologue.as_ref()));
         reads.extend(f.operands.iter().flatten().map(|&o| self.t(o)));
-        crate::kv_append::check_gemv_tail(g, &f.nodes, f.out, &reads, kv)
+        reads
     }
 
     fn try_signed_fwht(&mut self, mm: NodeId) {

@@ -153,6 +153,7 @@ fn gemv(stages: &[Stage], ops: &[NodeId], nodes: &[NodeId]) -> Step {
         nodes: nodes.to_vec(),
         prologue: None,
         kv: None,
+        argmax: None,
     })
 }
 

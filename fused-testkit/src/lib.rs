@@ -24,6 +24,7 @@
 pub mod compare;
 pub mod data;
 pub mod decode;
+pub mod greedy_head;
 pub mod layer;
 pub mod rng;
 pub mod skip;

@@ -332,11 +332,12 @@ impl PlanSummary {
                     .filter(|n| !n.op().is_view())
                     .map(|n| n.op().name().to_string()),
                 Step::Gemv(f) => Some(format!(
-                    "gemv{}{}{}",
+                    "gemv{}{}{}{}",
                     norm(f.prologue.is_some()),
                     chain(f.epilogue.stages()),
                     f.kv.as_ref()
-                        .map_or_else(String::new, |kv| format!(" + {}", kv_summary(kv)))
+                        .map_or_else(String::new, |kv| format!(" + {}", kv_summary(kv))),
+                    if f.argmax.is_some() { " + argmax" } else { "" }
                 )),
                 Step::GluGemv(f) => Some(format!(
                     "glu({:?}){}{}",

@@ -338,11 +338,15 @@ fn the_whole_token_runs_as_one_plan_and_gives_the_layered_bits() {
             "glu(Silu)[norm]",
             "gemv + add",
         ];
-        assert_eq!(steps.len(), layer.len() * n_layer + 2, "{steps:?}");
+        assert_eq!(steps.len(), layer.len() * n_layer + 1, "{steps:?}");
         for (i, l) in steps.chunks(layer.len()).take(n_layer).enumerate() {
             assert_eq!(l, layer, "layer {i}");
         }
-        assert_eq!(steps.last().map(String::as_str), Some("argmax"));
+        // The head with the final norm, and greedy selection as its tail.
+        assert_eq!(
+            steps.last().map(String::as_str),
+            Some("gemv[norm] + argmax")
+        );
         let prompt = whole
             .tokenizer()
             .encode("The capital of France is")

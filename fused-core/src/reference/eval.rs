@@ -42,9 +42,10 @@ pub fn eval_plan(g: &Graph, plan: &Plan, mem: &mut Memory, mode: GemvMode) -> Re
             Step::Node(id) => eval_node(g, *id, mem, mode)?,
             Step::Gemv(s) => {
                 eval_fused_gemv(g, s, mem, mode)?;
-                // The tail reads the rows the GEMV stored (the planner
+                // A tail reads the rows the GEMV stored (the planner
                 // checked nothing else touches them in between).
-                for &id in s.kv.iter().flat_map(|kv| &kv.nodes) {
+                let tail = s.kv.iter().flat_map(|kv| &kv.nodes);
+                for &id in tail.chain(s.argmax.iter().map(|a| &a.node)) {
                     eval_node(g, id, mem, mode)?;
                 }
             }
