@@ -36,6 +36,73 @@
 #include "common.cuh"
 #include <stddef.h>
 
+// ------------------------------------------------ argmax tail
+// A one-column GEMV may also write the index of its largest output, as
+// fused_argmax (decode.cu) would from y, the core's argmax: the first
+// maximum, NaN never chosen, 0 when every output is NaN
+// (src/launch.rs: Launch::set_argmax_tail). Each block orders the outputs
+// it stored by a 64-bit key, the value's bits made monotone above the
+// index's complement (a larger value first, the lower index on ties, -0
+// and +0 equal, NaN key 0), and merges it by atomic maximum into its
+// group's key (ARGMAX_GROUP consecutive blocks); the group's last block
+// to count itself done merges the group's key into the launch's, and the
+// launch's last group writes the index. Two levels, because the output
+// head's 64 K blocks on one address serialized: 100 us a token. Every key
+// and count is left zero for the next launch.
+#define ARGMAX_GROUP 64u
+struct ArgmaxTail {
+    unsigned long long *best; // each group's largest key, then the launch's; 0 between launches
+    uint32_t *done;           // each group's blocks done, then the groups done; 0 between launches
+    float *out;               // the index as an f32; null: no tail
+};
+static_assert(sizeof(ArgmaxTail) == 24, "ArgmaxTail");
+
+__device__ __forceinline__ unsigned long long argmax_key(float v, uint32_t i) {
+    if (isnan(v)) return 0ull;
+    const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+    const uint32_t m = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((unsigned long long)m << 32) | (0xffffffffu - i);
+}
+
+// Merges `key` into slot `at` (of `n` arrivals); true in the last arrival,
+// with the slot's merged key in `key` and the slot left zero. The count is
+// acquire-release: each arrival's maximum is ordered before its count,
+// and the last arrival's exchange after every count.
+__device__ __forceinline__ bool argmax_merge(const ArgmaxTail &a, uint32_t at, uint32_t n,
+                                             unsigned long long &key) {
+    if (key != 0ull) atomicMax(&a.best[at], key);
+    uint32_t before;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(before)
+                 : "l"(&a.done[at]), "r"(n - 1)
+                 : "memory");
+    if (before != n - 1) return false;
+    key = atomicExch(&a.best[at], 0ull);
+    return true;
+}
+
+// After a block of R rows from row0 has stored its outputs: thread i the
+// output of row row0 + i, which it passes (finish_block's; NaN for none).
+template <int R>
+__device__ __forceinline__ void argmax_tail(const ArgmaxTail &a, uint32_t row0, uint32_t rows,
+                                            float stored) {
+    static_assert(R <= 32, "the block's outputs in its first warp");
+    if (threadIdx.x >= 32) return;
+    unsigned long long key = argmax_key(stored, row0 + threadIdx.x);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long k = __shfl_xor_sync(0xffffffffu, key, o);
+        key = k > key ? k : key;
+    }
+    if (threadIdx.x != 0) return;
+    // The blocks that reach the tail, and this one's group.
+    const uint32_t blocks = (rows + R - 1) / R, block = row0 / R;
+    const uint32_t groups = (blocks + ARGMAX_GROUP - 1) / ARGMAX_GROUP, g = block / ARGMAX_GROUP;
+    const uint32_t in_group = min(ARGMAX_GROUP, blocks - g * ARGMAX_GROUP);
+    if (!argmax_merge(a, g, in_group, key) || !argmax_merge(a, groups, groups, key)) return;
+    *a.out = key == 0ull ? 0.0f : (float)(0xffffffffu - (uint32_t)key);
+}
+
 // Parameters of one launch (src/params.rs: GemvParams).
 struct GemvParams {
     const uint8_t *w;    // weights (gate weights for GLU), device layout
@@ -50,11 +117,15 @@ struct GemvParams {
     uint32_t pad;
     EpiParams epi;
     L2Ahead ahead; // the next GEMV's first weights, asked of L2
+    // One column: the index of the largest output too (argmax_tail),
+    // unless argmax.out is null.
+    ArgmaxTail argmax;
 };
 // The layouts src/params.rs asserts for its mirrors.
 static_assert(sizeof(EpiParams) == 136 && offsetof(EpiParams, operand) == 72, "EpiParams");
 static_assert(offsetof(GemvParams, deps) == 48 && offsetof(GemvParams, epi) == 56 &&
-                  offsetof(GemvParams, ahead) == 192 && sizeof(GemvParams) == 208,
+                  offsetof(GemvParams, ahead) == 192 && offsetof(GemvParams, argmax) == 208 &&
+                  sizeof(GemvParams) == 232,
               "GemvParams");
 
 // A group launch: up to GROUP_MAX independent GEMVs of one kernel shape
@@ -72,7 +143,7 @@ template <class P> struct Group {
     uint32_t pad;
     P job[GROUP_MAX];
 };
-static_assert(sizeof(Group<GemvParams>) == 40 + 8 * 208, "Group<GemvParams>");
+static_assert(sizeof(Group<GemvParams>) == 40 + 8 * 232, "Group<GemvParams>");
 
 // The job whose blocks include this one.
 template <class P> __device__ __forceinline__ uint32_t group_job(const Group<P> &g) {
@@ -775,13 +846,17 @@ __device__ __forceinline__ EpiEarly block_epilogue_early(const EpiParams &epi, u
 // The end of every GEMV block: each warp's accumulators combined by the
 // butterfly, the warps' sums added in warp order through shared memory
 // (`partial`), the GLU and the epilogue chain (Epi, common.cuh) applied,
-// the outputs of rows row0 .. row0 + R − 1 (those below `rows`) stored.
+// the outputs of rows row0 .. row0 + R − 1 (those below `rows`) stored;
+// returns the output the thread stored (argmax_tail), NaN for none.
 template <int NC, int R, int V, bool GLU, class Epi, int G = 1>
-__device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partial)[WARPS][R * NC],
+__device__ __forceinline__ float finish_block(float (*acc)[R][NC], float (*partial)[WARPS][R * NC],
                                              uint32_t row0, uint32_t lane, uint32_t warp,
                                              uint32_t rows, uint32_t glu_act, const EpiParams &epi,
                                              const EpiEarly &early, float *y) {
     static_assert(R * NC <= WARPS * 32, "one output per thread");
+    // One column, G = 1: the output this thread stored (argmax_tail), NaN
+    // for none.
+    float stored = __int_as_float(0x7fc00000);
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
@@ -808,8 +883,11 @@ __device__ __forceinline__ void finish_block(float (*acc)[R][NC], float (*partia
             for (int wi = 1; wi < WARPS; ++wi) sum[v] = __fadd_rn(sum[v], partial[v][wi][i]);
         }
         const float val = GLU ? glu_apply(glu_act, sum[0], sum[V - 1]) : sum[0];
-        y[(size_t)c * rows + row] = Epi::apply(epi, early, val, row, c, rows);
+        const float out = Epi::apply(epi, early, val, row, c, rows);
+        y[(size_t)c * rows + row] = out;
+        if constexpr (NC == 1 && G == 1) stored = out;
     }
+    return stored;
 }
 
 // Block b computes rows R·b .. R·b + R − 1 (RowsPerBlock); rows past the end
@@ -848,13 +926,25 @@ __device__ void gemv(const GemvParams &p, uint32_t block) {
         rows_dot<FMT, NC, R, FU>(p, p.w_up, row0, lane, warp, acc[V - 1], &first[V - 1]);
     }
     l2_ahead(p.ahead, L2_AHEAD_END, block, blocks);
-    finish_block<NC, R, V, GLU, Epi>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi,
-                                     early, p.y);
+    const float stored = finish_block<NC, R, V, GLU, Epi>(
+        acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early, p.y);
+    if constexpr (NC == 1) {
+        if (p.argmax.out != nullptr) argmax_tail<R>(p.argmax, row0, p.rows, stored);
+    }
     griddep_end(p.deps);
 }
 
+// Blocks an SM the one-column float kernels of Q8_0, Q4_0 and Q4_K are
+// held to, and their fixed-chain copies with them (FIXED_EPI_BOUNDS): left
+// free, the argmax tail's code cost each a block an SM. 1 (no bound) for
+// the others.
+template <int FMT, int NC> constexpr int gemv_min_blocks() {
+    if (NC != 1) return 1;
+    return FMT == FMT_Q8_0 || FMT == FMT_Q4_0 ? 9 : FMT == FMT_Q4_K ? 5 : 1;
+}
+
 #define GEMV_KERNELS_NC(name, FMT, NC)                                                         \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                   \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32, (gemv_min_blocks<FMT, NC>()))     \
         fused_gemv_##name##_c##NC(const GemvParams p) {                                        \
         gemv<FMT, NC, false>(p, blockIdx.x);                                                   \
     }                                                                                          \
@@ -944,9 +1034,9 @@ GEMV_KERNELS(tq2_0, FMT_TQ2_0)
     GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, BOUNDS, add, EpiAdd)                              \
     GEMV_FIXED_EPI_KERNEL(kname, FMT, R, FU, BOUNDS, silu_mul_add, EpiSiluMulAdd)
 GEMV_FIXED_EPI_KERNELS(fused_gemv_f16_u16_c1, FMT_F16, 1, 16, FIXED_EPI_BOUNDS_FREE)
-GEMV_FIXED_EPI_KERNELS(fused_gemv_q8_0_c1, FMT_Q8_0, (RowsPerBlock<FMT_Q8_0, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS(9))
-GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_0_c1, FMT_Q4_0, (RowsPerBlock<FMT_Q4_0, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS(9))
-GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_K_c1, FMT_Q4_K, (RowsPerBlock<FMT_Q4_K, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS(5))
+GEMV_FIXED_EPI_KERNELS(fused_gemv_q8_0_c1, FMT_Q8_0, (RowsPerBlock<FMT_Q8_0, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS((gemv_min_blocks<FMT_Q8_0, 1>())))
+GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_0_c1, FMT_Q4_0, (RowsPerBlock<FMT_Q4_0, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS((gemv_min_blocks<FMT_Q4_0, 1>())))
+GEMV_FIXED_EPI_KERNELS(fused_gemv_q4_K_c1, FMT_Q4_K, (RowsPerBlock<FMT_Q4_K, 1>::value), FLOAT_UNROLL, FIXED_EPI_BOUNDS((gemv_min_blocks<FMT_Q4_K, 1>())))
 
 // ====================================================================
 // Quantized activations and integer dot products (GGML's CPU modes, the
@@ -1312,12 +1402,16 @@ struct GemvQParams {
     // One column, an even R: the key/value append of rows of y (kv_tail),
     // unless kv.k is null.
     KvAppendParams kv;
+    // One column: the index of the largest output too (argmax_tail),
+    // unless argmax.out is null.
+    ArgmaxTail argmax;
 };
 static_assert(offsetof(GemvQParams, deps) == 60 && offsetof(GemvQParams, epi) == 64 &&
                   offsetof(GemvQParams, qout) == 200 && offsetof(GemvQParams, ahead) == 264 &&
-                  offsetof(GemvQParams, kv) == 280 && sizeof(GemvQParams) == 376,
+                  offsetof(GemvQParams, kv) == 280 && offsetof(GemvQParams, argmax) == 376 &&
+                  sizeof(GemvQParams) == 400,
               "GemvQParams");
-static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 376, "Group<GemvQParams>");
+static_assert(sizeof(Group<GemvQParams>) == 40 + 8 * 400, "Group<GemvQParams>");
 
 // Activation codes: read by every row group of the launch, cached in L1.
 __device__ __forceinline__ uint4 ld_xq(const int8_t *p) {
@@ -1849,17 +1943,18 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
     }
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_SUMMED, tid);
     l2_ahead<G>(p.ahead, L2_AHEAD_END, block, blocks);
-    finish_block<NC, R, V, GLU, Epi, G>(acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi,
-                                        early, p.y);
+    const float stored = finish_block<NC, R, V, GLU, Epi, G>(
+        acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early, p.y);
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_STORED, tid);
-    // The output quantizer counts whole blocks, and the key/value tail
-    // pairs a block's rows: the host launches the team kernels only
-    // without either.
+    // The output quantizer and the argmax count whole blocks, and the
+    // key/value tail pairs a block's rows: the host launches the team
+    // kernels only without any of them.
     if constexpr (NC == 1 && G == 1) {
         if (p.qout.mode != QOUT_NONE) quantize_output<R>(p.qout, row0, p.y);
         if constexpr (R % 2 == 0) {
             if (p.kv.k != nullptr) kv_tail<R>(p.kv, row0, p.rows, p.y);
         }
+        if (p.argmax.out != nullptr) argmax_tail<R>(p.argmax, row0, p.rows, stored);
     }
     griddep_end(p.deps);
 }

@@ -1017,8 +1017,8 @@ impl CudaBackend {
             grid,
             GEMV_BLOCK,
             // A block-wide tail (the output quantizer, the key/value
-            // append) keeps the plain kernel.
-            params.qout.mode != 0 || params.kv.k != 0,
+            // append, the argmax) keeps the plain kernel.
+            params.qout.mode != 0 || params.kv.k != 0 || params.argmax.out != 0,
             t.teams,
             &self.team_kernels,
         );

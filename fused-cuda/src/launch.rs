@@ -14,14 +14,15 @@ use crate::MAX_COLS;
 use crate::error::{CudaError, u32_of};
 use crate::kernel_choice::{f16_shape, gemv_rows_per_block, gemvq_kernel_name, gemvq_shape};
 use crate::params::{
-    ATTN_COMBINE, ArgmaxParams, AttnParams, EW_BLOCK, EpiParams, FwhtParams, GemvParams,
-    GemvQParams, GroupJobs, KvAppendParams, L2Ahead, NormParams, NormQuantParams, QUANT_BLOCK,
-    QuantOut, QuantParams, RopeParams, SetRowParams, act_code,
+    ATTN_COMBINE, ArgmaxParams, ArgmaxTail, AttnParams, EW_BLOCK, EpiParams, FwhtParams,
+    GemvParams, GemvQParams, GroupJobs, KvAppendParams, L2Ahead, NormParams, NormQuantParams,
+    QUANT_BLOCK, QuantOut, QuantParams, RopeParams, SetRowParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};
 use crate::tuning::Tuning;
 use fused_core::acts::ActQuant;
+use fused_core::decode::MAX_ARGMAX_LEN;
 use fused_core::element::Activation;
 use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
@@ -314,6 +315,7 @@ impl Launch {
             pad: 0,
             epi,
             ahead: L2Ahead::default(),
+            argmax: ArgmaxTail::default(),
         };
         let shape = (dtype == DType::F16)
             .then(|| f16_shape(k, n_cols, tuning))
@@ -485,6 +487,7 @@ impl Launch {
             qout: QuantOut::default(),
             ahead: L2Ahead::default(),
             kv: KvAppendParams::default(),
+            argmax: ArgmaxTail::default(),
         };
         let glu = w_up.is_some();
         let (r, units) = gemvq_shape(dtype, n_cols, rows, glu, tuning);
@@ -607,6 +610,32 @@ impl Launch {
             && (kv.v == 0 || part(kv.v, u64::from(kv.v_n), false));
         if fits {
             params.kv = *kv;
+        }
+        fits
+    }
+
+    /// Makes this GEMV also write the index of its largest output as an
+    /// f32 to `tail.out` (`argmax_tail` in `kernels/gemv.cu`), as the
+    /// argmax launch would: one column, plain (not gated), at most
+    /// [`MAX_ARGMAX_LEN`] rows. `false`, changing nothing, where it is not
+    /// so.
+    pub(crate) fn set_argmax_tail(&mut self, tail: ArgmaxTail) -> bool {
+        let (one_col, rows, w_up, slot) = match self {
+            // The float kernels' names end in their column count.
+            Launch::Gemv { params, name, .. } => (
+                name.ends_with("_c1"),
+                params.rows,
+                params.w_up,
+                &mut params.argmax,
+            ),
+            Launch::GemvQ { params, n_cols, .. } => {
+                (*n_cols == 1, params.rows, params.w_up, &mut params.argmax)
+            }
+            _ => return false,
+        };
+        let fits = one_col && w_up == 0 && rows as usize <= MAX_ARGMAX_LEN && tail.out != 0;
+        if fits {
+            *slot = tail;
         }
         fits
     }

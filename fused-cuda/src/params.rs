@@ -121,6 +121,42 @@ impl L2Ahead {
     }
 }
 
+/// `ArgmaxTail` in `kernels/gemv.cu`: a one-column GEMV's argmax, written
+/// as it stores its outputs, unless `out` is 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ArgmaxTail {
+    /// Scratch: the largest (value, index) key so far, 0 between launches.
+    pub(crate) best: u64,
+    /// Scratch: the blocks done, 0 between launches.
+    pub(crate) done: u64,
+    /// The index, as an f32.
+    pub(crate) out: u64,
+}
+
+/// Blocks that merge their keys into one group key (`ARGMAX_GROUP`).
+const ARGMAX_GROUP: usize = 64;
+
+impl ArgmaxTail {
+    /// The keys and counts of a GEMV of `rows` rows at `at` in a zeroed
+    /// scratch buffer of [`ArgmaxTail::scratch_bytes`]`(rows)` bytes, its
+    /// index written to `out`: a key and a count for each group of blocks
+    /// (for blocks of one row, the most there can be) and the launch's.
+    pub(crate) fn new(rows: usize, at: u64, out: u64) -> ArgmaxTail {
+        let slots = rows.div_ceil(ARGMAX_GROUP) + 1;
+        ArgmaxTail {
+            best: at,
+            done: at + 8 * slots as u64,
+            out,
+        }
+    }
+
+    /// Bytes of the scratch of [`ArgmaxTail::new`].
+    pub(crate) fn scratch_bytes(rows: usize) -> usize {
+        (rows.div_ceil(ARGMAX_GROUP) + 1) * (8 + 4)
+    }
+}
+
 /// `GemvParams` in `kernels/gemv.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -137,6 +173,8 @@ pub(crate) struct GemvParams {
     pub(crate) pad: u32,
     pub(crate) epi: EpiParams,
     pub(crate) ahead: L2Ahead,
+    /// One column: the index of the largest output too.
+    pub(crate) argmax: ArgmaxTail,
 }
 
 /// `QuantParams` in `kernels/gemv.cu`: one activation quantizer launch.
@@ -216,6 +254,8 @@ pub(crate) struct GemvQParams {
     /// One column, an even row count a block: the key/value append of rows
     /// of `y` (`kv_tail`), unless `kv.k` is 0.
     pub(crate) kv: KvAppendParams,
+    /// One column: the index of the largest output too.
+    pub(crate) argmax: ArgmaxTail,
 }
 
 /// Jobs of one group launch at most (`GROUP_MAX` in `kernels/gemv.cu`).
@@ -454,15 +494,17 @@ const _: () = {
     assert!(core::mem::size_of::<NormQuantParams>() == 64);
     assert!(core::mem::offset_of!(GemvQParams, epi) == 64);
     assert!(core::mem::offset_of!(GemvParams, ahead) == 192);
-    assert!(core::mem::size_of::<GemvParams>() == 208);
+    assert!(core::mem::offset_of!(GemvParams, argmax) == 208);
+    assert!(core::mem::size_of::<GemvParams>() == 232);
     assert!(core::mem::size_of::<QuantOut>() == 64);
     assert!(core::mem::offset_of!(GemvQParams, qout) == 200);
     assert!(core::mem::offset_of!(GemvQParams, ahead) == 264);
     assert!(core::mem::offset_of!(GemvQParams, kv) == 280);
-    assert!(core::mem::size_of::<GemvQParams>() == 376);
+    assert!(core::mem::offset_of!(GemvQParams, argmax) == 376);
+    assert!(core::mem::size_of::<GemvQParams>() == 400);
     assert!(core::mem::offset_of!(GroupParams<GemvQParams>, job) == 40);
-    assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 208);
-    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 376);
+    assert!(core::mem::size_of::<GroupParams<GemvParams>>() == 40 + 8 * 232);
+    assert!(core::mem::size_of::<GroupParams<GemvQParams>>() == 40 + 8 * 400);
     assert!(core::mem::size_of::<RopeParams>() == 48);
     assert!(core::mem::size_of::<SetRowParams>() == 48);
     assert!(core::mem::size_of::<KvAppendParams>() == 96);

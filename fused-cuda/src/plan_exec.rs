@@ -46,7 +46,13 @@
 //!   the launches, and a graph captured from them, hold for every
 //!   position; attention is two launches, the splits writing into one
 //!   scratch buffer that every attention step shares, sized when the plan
-//!   is built from the cache's rows.
+//!   is built from the cache's rows;
+//! - a GEMV step's tail runs in the GEMV's own launch where the launch
+//!   takes it: the key/value append (integer GEMVs of an even number of
+//!   rows a block) and the argmax (one column, not gated: each block merges
+//!   the key of its largest output into its group's and the launch's, the
+//!   last to finish writes the index); elsewhere as a launch of its own
+//!   after the GEMV.
 //!
 //! Device-to-device copies (on the same stream, counted in
 //! [`DevicePlanStats::copies`]; the crate's copy kernel where source,
@@ -93,8 +99,8 @@ use fused_core::exec::StepKernels;
 use fused_core::fwht::FwhtDesc;
 use fused_core::graph::{Graph, Op};
 use fused_core::lower::{
-    BinaryOp, Broadcast, CommandSink, GemvCommand, KvAppendOperands, NormLoad, issue_gemv,
-    kv_append_by_parts, lower_into,
+    ArgmaxOperands, BinaryOp, Broadcast, CommandSink, GemvCommand, KvAppendOperands, NormLoad,
+    issue_gemv, kv_append_by_parts, lower_into,
 };
 use fused_core::memory::packed;
 use fused_core::norm::Eps;
@@ -116,7 +122,7 @@ use crate::launch::{
     EwKernel, F32_ALIGN, GEMV_X_ALIGN, GemvShape, Launch, chain_l2_ahead, check_quant_out,
 };
 use crate::memory::DeviceWeights;
-use crate::params::EpiParams;
+use crate::params::{ArgmaxTail, EpiParams};
 use crate::qacts::QactsLayout;
 use crate::schedule::{Access, Deps, overlap_deps};
 use crate::tuning::Tuning;
@@ -832,6 +838,51 @@ impl Builder<'_, '_> {
         Ok(true)
     }
 
+    /// Makes the launch just recorded for `gemv` also write the argmax of
+    /// its output (`Launch::set_argmax_tail`, with scratch keys and
+    /// counts of its own, zeroed at allocation and left zero by every
+    /// launch), recording the index and the scratch as its writes; `false`
+    /// where it cannot: not one column, an output or index not written in
+    /// place, a gated or other launch.
+    fn attach_argmax_tail(
+        &mut self,
+        gemv: &GemvCommand,
+        a: &ArgmaxOperands,
+    ) -> Result<bool, CudaError> {
+        let out = self.region(&gemv.out)?;
+        let last_writes_out = matches!(
+            (self.launches.last(), self.access.last()),
+            (Some(Launch::Gemv { .. } | Launch::GemvQ { .. }), Some(acc))
+                if acc.writes.as_slice() == [out]
+        );
+        let one_col = a.x.ne()[0] == a.x.n_elements() && a.out.n_elements() == 1;
+        placement::require_f32(&a.out, "device plan argmax output (must be contiguous F32)")?;
+        let dst = self.region(&a.out)?;
+        if !last_writes_out || !one_col || !dst.offset.is_multiple_of(F32_ALIGN) {
+            return Ok(false);
+        }
+        let rows = a.x.n_elements();
+        let scratch = self.scratch(ArgmaxTail::scratch_bytes(rows) as u64)?;
+        let tail = ArgmaxTail::new(rows, self.addr(scratch), self.addr(dst));
+        if !self
+            .launches
+            .last_mut()
+            .is_some_and(|l| l.set_argmax_tail(tail))
+        {
+            return Ok(false);
+        }
+        self.written.push(dst);
+        for w in [&dst, &scratch] {
+            self.quantized.wrote(w);
+            self.normed.wrote(w);
+        }
+        if let Some(acc) = self.access.last_mut() {
+            acc.reads.push(scratch);
+            acc.writes.extend([dst, scratch]);
+        }
+        Ok(true)
+    }
+
     fn kv_append_fits(&self, a: &KvAppendOperands) -> Result<bool, CudaError> {
         let (table, pos, k, k_cache) = (&a.table, &a.pos, &a.k, &a.k_cache);
         let q = a.q.as_ref().map(|(x, out)| (x, out));
@@ -1120,6 +1171,21 @@ impl CommandSink for Builder<'_, '_> {
         issue_gemv(self, g, gemv)?;
         if !self.attach_kv_tail(gemv, kv)? {
             self.kv_append(kv)?;
+        }
+        Ok(())
+    }
+
+    /// The GEMV, then the argmax as its launch's tail where the launch
+    /// takes it (`Builder::attach_argmax_tail`), else as its own launch.
+    fn gemv_argmax(
+        &mut self,
+        g: &Graph,
+        gemv: &GemvCommand,
+        argmax: &ArgmaxOperands,
+    ) -> Result<(), CudaError> {
+        issue_gemv(self, g, gemv)?;
+        if !self.attach_argmax_tail(gemv, argmax)? {
+            self.argmax(&argmax.x, &argmax.out)?;
         }
         Ok(())
     }
