@@ -130,6 +130,22 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "ROWS")]
     int_rows: Option<usize>,
+    /// Whether a one-column integer GEMV writes the next GEMV's quantized
+    /// input itself, `on` or `off` (CUDA only; `Knob::FoldQuantizers`, for
+    /// A/B runs; built with the `lab` feature).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "ON|OFF", value_parser = parse_on_off)]
+    fold_quantizers: Option<bool>,
+}
+
+/// `on` or `off`, as a flag's value.
+#[cfg(feature = "lab")]
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s}: expected on or off")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -196,6 +212,7 @@ fn run(args: &Args) -> Result<(), LlamaError> {
                     args.l2_between.map(Knob::L2BetweenBytes),
                     args.l2_ahead.map(Knob::L2AheadBytes),
                     args.int_rows.map(Knob::IntRows),
+                    args.fold_quantizers.map(Knob::FoldQuantizers),
                 ];
                 for knob in knobs.into_iter().flatten() {
                     let tuning = be.tuning().with(knob);
