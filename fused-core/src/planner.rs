@@ -14,9 +14,8 @@
 //!   unfused mul's output would be fed (f32, or quantized per GGML's mode);
 //! - GEMV **tails**, joined to the GEMV step whose result they read: the
 //!   key/value append of a decode step whose rows are views of the product
-//!   ([`FusedGemv::kv`], [`crate::kv_append`]) and the argmax of the
-//!   result, greedy selection on the output head ([`FusedGemv::argmax`],
-//!   [`crate::argmax_tail`]).
+//!   ([`FusedGemv::kv`]) and the argmax of the result, greedy selection on
+//!   the output head ([`FusedGemv::argmax`]).
 //!
 //! **Shared prologue nodes.** The rule "a node joins at most one fused
 //! step" has one exception: the norm and mul nodes of a prologue belong to
@@ -104,9 +103,11 @@ pub struct FusedGemv {
     /// between the GEMV and the append touches what either reads or
     /// writes, and its nodes are among `nodes`.
     pub kv: Option<FusedKvAppend>,
-    /// The argmax of the result, run as the GEMV's tail
-    /// ([`crate::argmax_tail`]): it reads the whole result, and its node is
-    /// among `nodes`. Never together with `kv`.
+    /// The argmax of the result, run as the GEMV's tail: it reads the
+    /// whole result in the GEMV's layout, its index overlaps nothing the
+    /// GEMV reads or writes, nothing between the GEMV and the argmax writes
+    /// what either reads or reads the result, and its node is among
+    /// `nodes`. Never together with `kv`.
     pub argmax: Option<FusedArgmax>,
 }
 
