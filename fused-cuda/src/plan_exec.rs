@@ -775,11 +775,7 @@ impl Builder<'_, '_> {
         gemv: &GemvCommand,
         kv: &KvAppendOperands,
     ) -> Result<bool, CudaError> {
-        let out = self.region(&gemv.out)?;
-        let last_writes_out = matches!(
-            (self.launches.last(), self.access.last()),
-            (Some(Launch::GemvQ { .. }), Some(a)) if a.writes.as_slice() == [out]
-        );
+        let last_writes_out = matches!(self.last_gemv_writing(gemv)?, Some(Launch::GemvQ { .. }));
         if !last_writes_out || !self.kv_append_fits(kv)? {
             return Ok(false);
         }
@@ -838,6 +834,20 @@ impl Builder<'_, '_> {
         Ok(true)
     }
 
+    /// The launch just recorded, where it is a GEMV launch whose one write
+    /// is `gemv`'s output (what a tail rides on).
+    fn last_gemv_writing(&self, gemv: &GemvCommand) -> Result<Option<&Launch>, CudaError> {
+        let out = self.region(&gemv.out)?;
+        Ok(match (self.launches.last(), self.access.last()) {
+            (Some(l @ (Launch::Gemv { .. } | Launch::GemvQ { .. })), Some(a))
+                if a.writes.as_slice() == [out] =>
+            {
+                Some(l)
+            }
+            _ => None,
+        })
+    }
+
     /// Makes the launch just recorded for `gemv` also write the argmax of
     /// its output (`Launch::set_argmax_tail`, with scratch keys and
     /// counts of its own, zeroed at allocation and left zero by every
@@ -849,12 +859,7 @@ impl Builder<'_, '_> {
         gemv: &GemvCommand,
         a: &ArgmaxOperands,
     ) -> Result<bool, CudaError> {
-        let out = self.region(&gemv.out)?;
-        let last_writes_out = matches!(
-            (self.launches.last(), self.access.last()),
-            (Some(Launch::Gemv { .. } | Launch::GemvQ { .. }), Some(acc))
-                if acc.writes.as_slice() == [out]
-        );
+        let last_writes_out = self.last_gemv_writing(gemv)?.is_some();
         let one_col = a.x.ne()[0] == a.x.n_elements() && a.out.n_elements() == 1;
         placement::require_f32(&a.out, "device plan argmax output (must be contiguous F32)")?;
         let dst = self.region(&a.out)?;

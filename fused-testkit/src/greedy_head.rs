@@ -21,6 +21,7 @@ use fused_core::tensor::{BufferId, TensorDesc};
 use crate::compare::assert_bits_eq;
 use crate::data::weights;
 use crate::rng::Rng;
+use crate::written_plan::written_plan;
 
 /// The head's sizes and its weights' pattern.
 #[derive(Clone, Copy, Debug)]
@@ -163,14 +164,8 @@ impl GreedyHead {
         B::Error: Debug,
     {
         let mem = self.memory(seed);
-        self.plans(case).map(|p| {
-            let mut rp = be
-                .compile(&self.graph, &p, mode, &self.sizes)
-                .expect("a device plan");
-            assert!(!rp.stats().host_steps, "{case}: {:?}", rp.stats());
-            rp.write_all(&mem).expect("the head's memory");
-            rp
-        })
+        self.plans(case)
+            .map(|p| written_plan(be, &self.graph, &p, mode, &self.sizes, &mem, case))
     }
 
     /// Runs both plans for several hidden states (the last from `seed`

@@ -30,6 +30,7 @@ pub mod rng;
 pub mod skip;
 pub mod stacked_qkv;
 pub mod suite;
+pub mod written_plan;
 
 pub use rng::Rng;
 

@@ -23,6 +23,7 @@ use crate::compare::assert_bits_eq;
 use crate::data::weights;
 use crate::decode::llama_rope_table;
 use crate::rng::Rng;
+use crate::written_plan::written_plan;
 
 /// The layer's sizes and how it differs from the plain stacked layer.
 #[derive(Clone, Copy, Debug)]
@@ -294,13 +295,7 @@ impl StackedQkv {
         );
         let mem = self.memory(seed);
         let unfused = Plan::unfused(&self.graph);
-        [&planned, &unfused].map(|p| {
-            let mut rp = be
-                .compile(&self.graph, p, mode, &self.sizes)
-                .expect("a device plan");
-            assert!(!rp.stats().host_steps, "{case}: {:?}", rp.stats());
-            rp.write_all(&mem).expect("the layer's memory");
-            rp
-        })
+        [&planned, &unfused]
+            .map(|p| written_plan(be, &self.graph, p, mode, &self.sizes, &mem, case))
     }
 }
