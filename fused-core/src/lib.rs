@@ -35,6 +35,9 @@
 //! - `exec` (with `alloc`): the host executor — step dispatch, operand
 //!   gathering and aliasing over host buffers — calling a backend's
 //!   host-slice kernels (`exec::StepKernels`).
+//! - `launch_profile` (with `alloc`): one run's launches each timed alone,
+//!   as the backends' profilers (lab features) return them, and their sums
+//!   by kernel.
 //! - [`placement`]: byte regions of a device plan's buffers and the checks a
 //!   device plan makes before it binds a tensor (contiguous, in bounds, f32,
 //!   read in place only where the overlap rule allows).
@@ -141,6 +144,8 @@ mod ids;
 pub mod job;
 #[cfg(feature = "alloc")]
 mod kv_append;
+#[cfg(feature = "alloc")]
+pub mod launch_profile;
 pub mod legality;
 #[cfg(feature = "alloc")]
 pub mod lower;

@@ -318,13 +318,13 @@ pub use device::{CudaDevice, KernelForm};
 #[cfg(feature = "lab")]
 pub use fixed_epi::FixedEpilogueCopy;
 #[cfg(feature = "lab")]
+pub use fused_core::launch_profile::{KernelTotal, LaunchTime, kernel_totals};
+#[cfg(feature = "lab")]
 pub use handoff::{HANDOFF_MAX_BLOCKS, HANDOFF_MAX_KERNELS, Handoff, HandoffRun, handoff_expected};
 #[cfg(feature = "lab")]
 pub use job::AheadAt;
 #[cfg(feature = "lab")]
 pub use lab::{L2_AHEAD_DEFAULT, LaunchOptions};
-#[cfg(feature = "lab")]
-pub use launch_profile::{KernelTotal, LaunchTime, kernel_totals};
 #[cfg(feature = "lab")]
 pub use qacts::QuantizedActs;
 #[cfg(feature = "lab")]

@@ -1,0 +1,98 @@
+//! Where one run of a resident plan spends its time, launch by launch: the
+//! record a backend's profiler returns ([`LaunchTime`], one per kernel
+//! launch or dispatch, each timed alone) and [`kernel_totals`], which sums
+//! those by kernel. The backends' profilers (lab features) separate every
+//! two launches, so the times say which kernels a run is made of, not how
+//! well they overlap.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// One launch of a run and the device time it took.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchTime {
+    /// The kernel as planned (`copy` for a device-to-device copy).
+    pub kernel: String,
+    /// The weight bytes it streams (GEMV launches; 0 for the others).
+    pub weight_bytes: u64,
+    /// Device milliseconds from the event before it to the event after it.
+    pub ms: f32,
+}
+
+/// The launches of one kernel in a run, summed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTotal {
+    /// The kernel.
+    pub kernel: String,
+    /// How many launches ran it.
+    pub launches: usize,
+    /// Their device milliseconds, summed.
+    pub ms: f64,
+    /// The weight bytes they streamed, summed.
+    pub weight_bytes: u64,
+}
+
+impl KernelTotal {
+    /// The weight bytes streamed per second of the kernel's time, in GB/s
+    /// (`None` for kernels that stream no weights).
+    pub fn weight_gbs(&self) -> Option<f64> {
+        (self.weight_bytes > 0 && self.ms > 0.0).then(|| self.weight_bytes as f64 / self.ms / 1e6)
+    }
+}
+
+/// The launches summed by kernel, the kernel with the most time first
+/// (ties in the order the kernels first ran).
+pub fn kernel_totals(launches: &[LaunchTime]) -> Vec<KernelTotal> {
+    let mut totals: Vec<KernelTotal> = Vec::new();
+    for l in launches {
+        match totals.iter_mut().find(|t| t.kernel == l.kernel) {
+            Some(t) => {
+                t.launches += 1;
+                t.ms += f64::from(l.ms);
+                t.weight_bytes += l.weight_bytes;
+            }
+            None => totals.push(KernelTotal {
+                kernel: l.kernel.clone(),
+                launches: 1,
+                ms: f64::from(l.ms),
+                weight_bytes: l.weight_bytes,
+            }),
+        }
+    }
+    // A stable sort keeps first-run order among equal times.
+    totals.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    totals
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    fn lt(kernel: &str, weight_bytes: u64, ms: f32) -> LaunchTime {
+        LaunchTime {
+            kernel: kernel.to_string(),
+            weight_bytes,
+            ms,
+        }
+    }
+
+    #[test]
+    fn totals_sum_by_kernel_most_time_first() {
+        let t = kernel_totals(&[
+            lt("gemv", 1_000_000, 0.5),
+            lt("attn", 0, 0.25),
+            lt("gemv", 3_000_000, 1.5),
+            lt("argmax", 0, 0.25),
+        ]);
+        let names: Vec<&str> = t.iter().map(|k| k.kernel.as_str()).collect();
+        assert_eq!(names, ["gemv", "attn", "argmax"]);
+        assert_eq!(t[0].launches, 2);
+        assert_eq!(t[0].ms, 2.0);
+        assert_eq!(t[0].weight_bytes, 4_000_000);
+        // 4 MB in 2 ms.
+        assert_eq!(t[0].weight_gbs(), Some(2.0));
+        assert_eq!(t[1].weight_gbs(), None);
+        assert!(kernel_totals(&[]).is_empty());
+    }
+}
