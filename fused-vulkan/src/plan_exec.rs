@@ -87,6 +87,7 @@
 //! ([`DevicePlan::time_once`]) starts from the same inputs. State inputs
 //! (KV caches, `Graph::state`) are not: runs update them on purpose.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ash::vk;
@@ -115,7 +116,10 @@ use crate::decode::{
     ATTENTION_MAX_HEAD, ArgMaxPass, KvAppendShape, argmax_splits, attention_splits,
 };
 use crate::error::VulkanError;
-use crate::pipeline::{KernelKey, gemv_type, quantized_bytes, u32_of};
+use crate::pipeline::{Kernel, KernelKey, gemv_type, quantized_bytes, u32_of};
+
+#[cfg(feature = "lab")]
+mod profile;
 
 /// The least alignment of a binding's offset, in bytes, on every device:
 /// the shaders may read a binding as 16-byte vectors (`vec4`, `uvec4`),
@@ -215,6 +219,10 @@ pub struct DevicePlan<'a> {
     /// (scratch indices).
     pristine: Vec<(Region, usize)>,
     stats: DevicePlanStats,
+    /// The commands of one run, in order.
+    cmds: Vec<Cmd>,
+    /// The descriptor set of each command (null for a copy).
+    sets: Vec<vk::DescriptorSet>,
     descriptor_pool: vk::DescriptorPool,
     run_cb: vk::CommandBuffer,
     restore_cb: vk::CommandBuffer,
@@ -1193,6 +1201,15 @@ impl<'a> CommandSink for Builder<'a, '_> {
     }
 }
 
+/// A pool of `count` timestamp queries.
+pub(crate) fn create_timestamps(d: &ash::Device, count: u32) -> Result<vk::QueryPool, VulkanError> {
+    let info = vk::QueryPoolCreateInfo::default()
+        .query_type(vk::QueryType::TIMESTAMP)
+        .query_count(count);
+    // SAFETY: valid create info.
+    unsafe { d.create_query_pool(&info, None) }.map_err(VulkanError::vk("vkCreateQueryPool"))
+}
+
 /// Every stage a barrier waits for and releases: compute and transfer.
 fn work_stages() -> vk::PipelineStageFlags {
     vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER
@@ -1278,13 +1295,15 @@ impl<'a> DevicePlan<'a> {
             dummy: placeholder,
             pristine,
             stats,
+            cmds,
+            sets: Vec::new(),
             descriptor_pool: vk::DescriptorPool::null(),
             run_cb: vk::CommandBuffer::null(),
             restore_cb: vk::CommandBuffer::null(),
             fence: vk::Fence::null(),
             queries: vk::QueryPool::null(),
         };
-        dp.record(&cmds)?;
+        dp.record()?;
         Ok(dp)
     }
 
@@ -1302,27 +1321,24 @@ impl<'a> DevicePlan<'a> {
         }
     }
 
-    /// Creates the fence, query and descriptor pools, and records the run
-    /// and restore command buffers.
-    fn record(&mut self, cmds: &[Cmd]) -> Result<(), VulkanError> {
+    /// Creates the fence, query and descriptor pools, writes the descriptor
+    /// sets, and records the run and restore command buffers.
+    fn record(&mut self) -> Result<(), VulkanError> {
         let ctx = self.backend.context();
         let d = &ctx.device;
         // SAFETY: a fresh fence of this device.
         self.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
             .map_err(VulkanError::vk("vkCreateFence"))?;
         if ctx.info().timestamp_period_ns.is_some() {
-            let info = vk::QueryPoolCreateInfo::default()
-                .query_type(vk::QueryType::TIMESTAMP)
-                .query_count(2);
-            // SAFETY: valid create info.
-            self.queries = unsafe { d.create_query_pool(&info, None) }
-                .map_err(VulkanError::vk("vkCreateQueryPool"))?;
+            self.queries = create_timestamps(d, 2)?;
         }
-        let n_sets = cmds
+        let n_sets = self
+            .cmds
             .iter()
             .filter(|c| matches!(c, Cmd::Dispatch { .. }))
             .count() as u32;
-        let n_descriptors: u32 = cmds
+        let n_descriptors: u32 = self
+            .cmds
             .iter()
             .map(|c| match c {
                 Cmd::Dispatch { bindings, .. } => bindings.len() as u32,
@@ -1347,6 +1363,7 @@ impl<'a> DevicePlan<'a> {
             .kernels
             .lock()
             .map_err(|_| VulkanError::Unsupported("kernel cache poisoned".into()))?;
+        self.sets = self.descriptor_sets(&kernels)?;
         let alloc = vk::CommandBufferAllocateInfo::default()
             .command_pool(ctx.command_pool())
             .level(vk::CommandBufferLevel::PRIMARY)
@@ -1371,100 +1388,7 @@ impl<'a> DevicePlan<'a> {
             if !self.queries.is_null() {
                 d.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, self.queries, 0);
             }
-            let mut pending_writes: Vec<Region> = Vec::new();
-            let mut pending_reads: Vec<Region> = Vec::new();
-            for cmd in cmds {
-                let (reads, writes) = cmd.access();
-                let hazard = reads
-                    .iter()
-                    .any(|r| pending_writes.iter().any(|w| w.overlaps(r)))
-                    || pending_writes
-                        .iter()
-                        .chain(&pending_reads)
-                        .any(|p| writes.iter().any(|w| p.overlaps(w)));
-                if hazard {
-                    self.barrier(cb, &pending_writes);
-                    self.stats.barriers += 1;
-                    pending_writes.clear();
-                    pending_reads.clear();
-                }
-                pending_reads.extend(reads);
-                pending_writes.extend(writes);
-                match cmd {
-                    Cmd::Copy { src, dst } => {
-                        let region = vk::BufferCopy {
-                            src_offset: src.offset,
-                            dst_offset: dst.offset,
-                            size: src.size,
-                        };
-                        d.cmd_copy_buffer(
-                            cb,
-                            self.vk_buffer(src.slot),
-                            self.vk_buffer(dst.slot),
-                            &[region],
-                        );
-                    }
-                    Cmd::Dispatch {
-                        kernel,
-                        bindings,
-                        push,
-                        groups,
-                        ..
-                    } => {
-                        let k = kernels.get(kernel).ok_or_else(|| {
-                            VulkanError::Unsupported(format!("kernel {kernel:?} not built"))
-                        })?;
-                        let layouts = [k.set_layout];
-                        let info = vk::DescriptorSetAllocateInfo::default()
-                            .descriptor_pool(self.descriptor_pool)
-                            .set_layouts(&layouts);
-                        let set = d
-                            .allocate_descriptor_sets(&info)
-                            .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?[0];
-                        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bindings
-                            .iter()
-                            .map(|r| {
-                                [vk::DescriptorBufferInfo {
-                                    buffer: self.vk_buffer(r.slot),
-                                    offset: r.offset,
-                                    range: r.size,
-                                }]
-                            })
-                            .collect();
-                        let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
-                            .iter()
-                            .enumerate()
-                            .map(|(binding, info)| {
-                                vk::WriteDescriptorSet::default()
-                                    .dst_set(set)
-                                    .dst_binding(binding as u32)
-                                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                                    .buffer_info(info)
-                            })
-                            .collect();
-                        d.update_descriptor_sets(&writes, &[]);
-                        d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, k.pipeline);
-                        d.cmd_bind_descriptor_sets(
-                            cb,
-                            vk::PipelineBindPoint::COMPUTE,
-                            k.layout,
-                            0,
-                            &[set],
-                            &[],
-                        );
-                        if !push.is_empty() {
-                            d.cmd_push_constants(
-                                cb,
-                                k.layout,
-                                vk::ShaderStageFlags::COMPUTE,
-                                0,
-                                push,
-                            );
-                        }
-                        d.cmd_dispatch(cb, groups[0], groups[1], groups[2]);
-                    }
-                }
-            }
+            self.stats.barriers = self.record_commands(cb, &kernels, None)?;
             if !self.queries.is_null() {
                 d.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, self.queries, 1);
             }
@@ -1493,6 +1417,167 @@ impl<'a> DevicePlan<'a> {
                 .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
         }
         Ok(())
+    }
+
+    /// One descriptor set per command, allocated from the plan's pool and
+    /// written with the dispatch's bindings (a null handle for a copy).
+    fn descriptor_sets(
+        &self,
+        kernels: &HashMap<KernelKey, Kernel>,
+    ) -> Result<Vec<vk::DescriptorSet>, VulkanError> {
+        let d = &self.backend.context().device;
+        let mut sets = Vec::with_capacity(self.cmds.len());
+        for cmd in &self.cmds {
+            let Cmd::Dispatch {
+                kernel, bindings, ..
+            } = cmd
+            else {
+                sets.push(vk::DescriptorSet::null());
+                continue;
+            };
+            let k = kernels
+                .get(kernel)
+                .ok_or_else(|| VulkanError::Unsupported(format!("kernel {kernel:?} not built")))?;
+            let layouts = [k.set_layout];
+            let info = vk::DescriptorSetAllocateInfo::default()
+                .descriptor_pool(self.descriptor_pool)
+                .set_layouts(&layouts);
+            // SAFETY: the pool was sized for one set per dispatch and their
+            // bindings; the layout belongs to this device.
+            let set = unsafe { d.allocate_descriptor_sets(&info) }
+                .map_err(VulkanError::vk("vkAllocateDescriptorSets"))?[0];
+            let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bindings
+                .iter()
+                .map(|r| {
+                    [vk::DescriptorBufferInfo {
+                        buffer: self.vk_buffer(r.slot),
+                        offset: r.offset,
+                        range: r.size,
+                    }]
+                })
+                .collect();
+            let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
+                .iter()
+                .enumerate()
+                .map(|(binding, info)| {
+                    vk::WriteDescriptorSet::default()
+                        .dst_set(set)
+                        .dst_binding(binding as u32)
+                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                        .buffer_info(info)
+                })
+                .collect();
+            // SAFETY: the set is fresh and not in use; every buffer is the
+            // plan's and each range lies within it.
+            unsafe { d.update_descriptor_sets(&writes, &[]) };
+            sets.push(set);
+        }
+        Ok(sets)
+    }
+
+    /// Records the plan's commands into `cb`. Without `profile`, a barrier
+    /// goes only between commands that depend on each other, and the count
+    /// of those barriers is returned. With `profile`, every command waits
+    /// for the one before it to finish and is followed by a timestamp (query
+    /// `i + 1` after command `i`; the caller writes query 0 before), so each
+    /// command is timed alone; the count is then 0.
+    ///
+    /// # Safety
+    /// `cb` is recording, and the kernel-cache lock that `kernels` comes
+    /// from is held; `profile` has a query for each command and one more.
+    unsafe fn record_commands(
+        &self,
+        cb: vk::CommandBuffer,
+        kernels: &HashMap<KernelKey, Kernel>,
+        profile: Option<vk::QueryPool>,
+    ) -> Result<u64, VulkanError> {
+        let d = &self.backend.context().device;
+        let mut barriers = 0;
+        let mut pending_writes: Vec<Region> = Vec::new();
+        let mut pending_reads: Vec<Region> = Vec::new();
+        for (i, (cmd, &set)) in self.cmds.iter().zip(&self.sets).enumerate() {
+            if profile.is_some() {
+                if i > 0 {
+                    // SAFETY: guaranteed by the caller.
+                    unsafe { self.entry_barrier(cb) };
+                }
+            } else {
+                let (reads, writes) = cmd.access();
+                let hazard = reads
+                    .iter()
+                    .any(|r| pending_writes.iter().any(|w| w.overlaps(r)))
+                    || pending_writes
+                        .iter()
+                        .chain(&pending_reads)
+                        .any(|p| writes.iter().any(|w| p.overlaps(w)));
+                if hazard {
+                    // SAFETY: guaranteed by the caller.
+                    unsafe { self.barrier(cb, &pending_writes) };
+                    barriers += 1;
+                    pending_writes.clear();
+                    pending_reads.clear();
+                }
+                pending_reads.extend(reads);
+                pending_writes.extend(writes);
+            }
+            // SAFETY: `cb` is recording (the caller); every handle is this
+            // device's and outlives the command buffer (see `record`).
+            unsafe {
+                match cmd {
+                    Cmd::Copy { src, dst } => {
+                        let region = vk::BufferCopy {
+                            src_offset: src.offset,
+                            dst_offset: dst.offset,
+                            size: src.size,
+                        };
+                        d.cmd_copy_buffer(
+                            cb,
+                            self.vk_buffer(src.slot),
+                            self.vk_buffer(dst.slot),
+                            &[region],
+                        );
+                    }
+                    Cmd::Dispatch {
+                        kernel,
+                        push,
+                        groups,
+                        ..
+                    } => {
+                        let k = kernels.get(kernel).ok_or_else(|| {
+                            VulkanError::Unsupported(format!("kernel {kernel:?} not built"))
+                        })?;
+                        d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, k.pipeline);
+                        d.cmd_bind_descriptor_sets(
+                            cb,
+                            vk::PipelineBindPoint::COMPUTE,
+                            k.layout,
+                            0,
+                            &[set],
+                            &[],
+                        );
+                        if !push.is_empty() {
+                            d.cmd_push_constants(
+                                cb,
+                                k.layout,
+                                vk::ShaderStageFlags::COMPUTE,
+                                0,
+                                push,
+                            );
+                        }
+                        d.cmd_dispatch(cb, groups[0], groups[1], groups[2]);
+                    }
+                }
+                if let Some(q) = profile {
+                    d.cmd_write_timestamp(
+                        cb,
+                        vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                        q,
+                        i as u32 + 1,
+                    );
+                }
+            }
+        }
+        Ok(barriers)
     }
 
     /// Records a barrier that makes `writes` visible to every later

@@ -358,3 +358,46 @@ fn kernels_that_overwrite_their_input_read_a_copy() {
     assert_eq!(stats.copies, 2, "{stats:?}");
     assert_no_validation_messages(&b);
 }
+
+/// The lab's profile of a run: one time per recorded command, each GEMV
+/// with the bytes of its weights, and the run computes what a plain run
+/// does.
+#[cfg(feature = "lab")]
+#[test]
+fn a_profiled_run_times_every_command_and_computes_the_same() {
+    let Some(b) = backend_or_skip() else {
+        return;
+    };
+    let (g, mem, _) = decode_layer(DType::Q4_0, 0);
+    let p = plan(&g);
+    let (want, _) = device_run_mode(&b, &g, &p, &mem, GemvMode::Ggml);
+    let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::Ggml, &mem.sizes()).unwrap();
+    dp.write_all(&mem).unwrap();
+    let launches = dp.profile_dispatches().unwrap();
+    let s = dp.device_stats();
+    assert_eq!(
+        launches.len() as u64,
+        s.dispatches + s.copies,
+        "{launches:?}"
+    );
+    assert!(
+        launches.iter().all(|l| l.ms.is_finite() && l.ms >= 0.0),
+        "{launches:?}"
+    );
+    let rows = |k: usize, m: usize| (DType::Q4_0.row_bytes(k).unwrap() * m) as u64;
+    // W_o, then W_g and W_u in one gated launch, then W_d.
+    let gemvs: Vec<u64> = launches
+        .iter()
+        .map(|l| l.weight_bytes)
+        .filter(|&w| w > 0)
+        .collect();
+    assert_eq!(
+        gemvs,
+        [rows(H, H), 2 * rows(H, F), rows(F, H)],
+        "{launches:?}"
+    );
+    let mut got = mem.clone();
+    dp.read_all(&mut got).unwrap();
+    assert_same_memory(&got, &want, "profiled run");
+    assert_no_validation_messages(&b);
+}
