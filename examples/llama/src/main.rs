@@ -100,9 +100,10 @@ struct Args {
     /// sampling) and print where a token's time goes on stderr at the end
     #[arg(long)]
     profile: bool,
-    /// After decoding, run the whole token once more launch by launch, a
-    /// CUDA event between every two, and print each kernel's share of its
-    /// time on stderr (CUDA only; built with the `lab` feature).
+    /// After decoding, run the whole token once more launch by launch (a
+    /// CUDA event, or a Vulkan barrier and timestamp, between every two)
+    /// and print each kernel's share of its time on stderr (CUDA and
+    /// Vulkan; built with the `lab` feature).
     #[cfg(feature = "lab")]
     #[arg(long)]
     launch_profile: bool,
@@ -180,9 +181,10 @@ fn model_path(args: &Args) -> Result<PathBuf, LlamaError> {
 /// backend type.
 fn run(args: &Args) -> Result<(), LlamaError> {
     #[cfg(feature = "lab")]
-    if args.launch_profile && (args.backend != BackendKind::Cuda || args.layered) {
+    if args.launch_profile && (args.backend == BackendKind::Cpu || args.layered) {
         return Err(LlamaError::Usage(
-            "--launch-profile times the whole token on CUDA: --backend cuda, without --layered"
+            "--launch-profile times the whole token on a GPU: --backend cuda or vulkan, \
+             without --layered"
                 .to_string(),
         ));
     }
@@ -199,7 +201,16 @@ fn run(args: &Args) -> Result<(), LlamaError> {
         BackendKind::Vulkan => {
             let be = fused_vulkan::VulkanBackend::new()
                 .map_err(|e| LlamaError::backend("opening a Vulkan device", e))?;
-            run_on(&be, args, |_| Ok(()))
+            run_on(&be, args, |_model| {
+                #[cfg(feature = "lab")]
+                if args.launch_profile {
+                    let launches = device_plan(_model)?.profile_dispatches().map_err(|e| {
+                        LlamaError::backend("timing the token dispatch by dispatch", e)
+                    })?;
+                    print_launch_profile(&launches, "a barrier and a timestamp");
+                }
+                Ok(())
+            })
         }
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
@@ -222,7 +233,10 @@ fn run(args: &Args) -> Result<(), LlamaError> {
             run_on(&be, args, |_model| {
                 #[cfg(feature = "lab")]
                 if args.launch_profile {
-                    print_launch_profile(_model)?;
+                    let launches = device_plan(_model)?
+                        .profile_launches()
+                        .map_err(|e| LlamaError::backend("timing the token launch by launch", e))?;
+                    print_launch_profile(&launches, "an event");
                 }
                 Ok(())
             })
@@ -398,24 +412,31 @@ fn run_on<B: Backend>(
     Ok(())
 }
 
-/// Runs the whole token once more launch by launch and prints each
-/// kernel's share of its time, the kernel with the most first.
-#[cfg(all(feature = "cuda", feature = "lab"))]
-fn print_launch_profile(model: &Model<'_, fused_cuda::CudaBackend>) -> Result<(), LlamaError> {
+/// The device plan of the model's whole token.
+#[cfg(all(any(feature = "cuda", feature = "vulkan"), feature = "lab"))]
+fn device_plan<'m, 'b, B, P>(model: &'m Model<'b, B>) -> Result<&'m P, LlamaError>
+where
+    B: Backend<Plan<'b> = fused_core::backend::Resident<'b, P, B>>,
+    P: fused_core::backend::ResidentPlan + 'b,
+{
     let plan = model.token_plan().ok_or_else(|| {
         LlamaError::Usage("--launch-profile: the model runs no whole-token plan".to_string())
     })?;
-    let fused_core::backend::Resident::Device(plan) = plan else {
-        return Err(LlamaError::Usage(
+    match plan {
+        fused_core::backend::Resident::Device(plan) => Ok(plan),
+        _ => Err(LlamaError::Usage(
             "--launch-profile: the token runs step by step over host memory".to_string(),
-        ));
-    };
-    let launches = plan
-        .profile_launches()
-        .map_err(|e| LlamaError::backend("timing the token launch by launch", e))?;
+        )),
+    }
+}
+
+/// Prints each kernel's share of a token run launch by launch (`between`:
+/// what separated every two launches), the kernel with the most first.
+#[cfg(all(any(feature = "cuda", feature = "vulkan"), feature = "lab"))]
+fn print_launch_profile(launches: &[fused_core::launch_profile::LaunchTime], between: &str) {
     let total: f64 = launches.iter().map(|l| f64::from(l.ms)).sum();
     eprintln!(
-        "launch profile: {} launches, {:.1} us in all (an event between every two: no overlap)",
+        "launch profile: {} launches, {:.1} us in all ({between} between every two: no overlap)",
         launches.len(),
         total * 1e3
     );
@@ -423,7 +444,7 @@ fn print_launch_profile(model: &Model<'_, fused_cuda::CudaBackend>) -> Result<()
         "{:>10} {:>6} {:>8} {:>7}  kernel",
         "us", "%", "launches", "GB/s"
     );
-    for t in fused_cuda::kernel_totals(&launches) {
+    for t in fused_core::launch_profile::kernel_totals(launches) {
         eprintln!(
             "{:>10.1} {:>6.1} {:>8} {:>7}  {}",
             t.ms * 1e3,
@@ -434,7 +455,6 @@ fn print_launch_profile(model: &Model<'_, fused_cuda::CudaBackend>) -> Result<()
             t.kernel
         );
     }
-    Ok(())
 }
 
 /// Times `runs` more runs of the whole token and prints the medians.
