@@ -4,8 +4,12 @@
 // key/value head h / group. A workgroup serves HEADS consecutive query
 // heads of one key/value head (the host picks HEADS: a divisor of the group,
 // at most GMAX, HEADS * d <= QMAX), so each key and value row is read once
-// for all of them rather than once per query head. The context is cut into
-// splits of CHUNK rows; workgroup (c, s) attends heads c*HEADS.. over split s:
+// for all of them rather than once per query head. The context in use (len
+// rows, known only when the kernel runs) is cut into the host's `splits`
+// even shares of at least MIN_CHUNK rows (split_rows below; the host picks
+// enough splits that a share never exceeds CHUNK, the rows whose scores
+// shared memory holds); workgroup (c, s) attends heads c*HEADS.. over
+// split s:
 //   scores  s_rt = dot(q_r, k_t) * scale in the core's order (eight
 //           interleaved partials, then the fixed tree 4, 2, 1), kept in
 //           shared memory; with SHUFFLE eight invocations share a row, lane
@@ -37,11 +41,19 @@
 
 #define WG 256u
 #define CHUNK 256u
+#define MIN_CHUNK 32u
 #define GMAX 8u
 #define QMAX 1024u
 #define PARTIALS 8u
 
 layout(local_size_x = 256) in;
+
+// The rows each split of a len-row context takes: an even share, at least
+// MIN_CHUNK, at most CHUNK (the host's choice of splits keeps the share
+// within it; the bound keeps shared memory safe regardless).
+uint split_rows(uint len, uint splits) {
+    return min(max((len + splits - 1u) / splits, MIN_CHUNK), CHUNK);
+}
 
 #ifdef COMBINE
 
@@ -63,7 +75,8 @@ void main() {
         return;
     }
     uint len = decode_position(pos[pc.pos_at], pc.rows) + 1u;
-    uint live = (len + CHUNK - 1u) / CHUNK;
+    uint chunk = split_rows(len, pc.splits);
+    uint live = (len + chunk - 1u) / chunk;
     uint stride = pc.d + 2u;
     uint base = h * pc.splits * stride;
     float m = part[base];
@@ -122,11 +135,12 @@ void main() {
     uint h0 = (wg / pc.splits) * heads;
     uint split = wg % pc.splits;
     uint len = decode_position(pos[pc.pos_at], pc.rows) + 1u;
-    uint t0 = split * CHUNK;
+    uint chunk = split_rows(len, pc.splits);
+    uint t0 = split * chunk;
     if (t0 >= len) {
         return; // the whole workgroup, as above
     }
-    uint n = min(CHUNK, len - t0);
+    uint n = min(chunk, len - t0);
     uint tid = gl_LocalInvocationIndex;
     uint d = pc.d;
     uint g = h0 / pc.group;

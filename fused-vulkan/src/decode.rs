@@ -11,8 +11,9 @@
 //! value written; the fused key/value append one per q pair, k pair and v
 //! value, in that order; attention one workgroup of 256 invocations per
 //! key/value head (the [`attention_heads`] query heads sharing it) and split
-//! of [`ATTENTION_CHUNK`] context rows, and where the context has several
-//! splits a second pass joining them per query head (flash-decoding);
+//! of the context (an even share of the rows in use, [`attention_splits`]),
+//! and where the context has several splits a second pass joining them per
+//! query head (flash-decoding);
 //! argmax one workgroup per column, or per split of [`ARGMAX_CHUNK`]
 //! values and a second pass joining the splits.
 
@@ -30,10 +31,17 @@ const ROPE_WG: u64 = 64;
 const SET_ROW_WG: u64 = 256;
 /// Invocations per workgroup of `kv_append.comp`.
 const KV_APPEND_WG: u64 = 64;
-/// Context rows one attention workgroup attends (`CHUNK` of
+/// The most context rows one attention workgroup attends (`CHUNK` of
 /// `attention.comp`, which keeps their scores for up to
 /// [`ATTENTION_MAX_HEADS`] query heads in shared memory).
 pub(crate) const ATTENTION_CHUNK: usize = 256;
+/// The fewest rows a split attends (`MIN_CHUNK`): a split of fewer would
+/// not repay its workgroup.
+const ATTENTION_MIN_CHUNK: usize = 32;
+/// The workgroups the splits of a long context aim at: several per
+/// compute unit of a large GPU, so that the loads of many rows are in
+/// flight at once.
+const ATTENTION_TARGET_WORKGROUPS: usize = 512;
 /// Query heads one attention workgroup serves at most (`GMAX`).
 const ATTENTION_MAX_HEADS: usize = 8;
 /// Query values one attention workgroup keeps in shared memory (`QMAX`).
@@ -46,9 +54,19 @@ pub(crate) const ATTENTION_MAX_HEAD: usize = 256;
 /// vocabulary spreads over 32 workgroups.
 pub(crate) const ARGMAX_CHUNK: usize = 4096;
 
-/// The splits attention cuts a cache of `rows` rows into.
-pub(crate) fn attention_splits(rows: usize) -> usize {
-    rows.div_ceil(ATTENTION_CHUNK).max(1)
+/// The splits attention of `shape` cuts a cache of `rows` rows into:
+/// enough that the longest context runs on about
+/// [`ATTENTION_TARGET_WORKGROUPS`] workgroups, no more than one for each
+/// [`ATTENTION_MIN_CHUNK`] rows, and at least one for each
+/// [`ATTENTION_CHUNK`] rows (a split's most). At run time each split takes
+/// an even share of the rows in use (`split_rows` of `attention.comp`).
+pub(crate) fn attention_splits(shape: &AttentionShape, rows: usize) -> usize {
+    let group = shape.n_head / shape.n_kv.max(1);
+    let per_split = (shape.n_head / attention_heads(group, shape.head_dim)).max(1);
+    rows.div_ceil(ATTENTION_MIN_CHUNK)
+        .min(ATTENTION_TARGET_WORKGROUPS.div_ceil(per_split))
+        .max(rows.div_ceil(ATTENTION_CHUNK))
+        .max(1)
 }
 
 /// The query heads one attention workgroup serves: the largest divisor
@@ -357,11 +375,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn splits_cover_every_row_and_one_split_takes_short_contexts() {
-        assert_eq!(attention_splits(1), 1);
-        assert_eq!(attention_splits(ATTENTION_CHUNK), 1);
-        assert_eq!(attention_splits(ATTENTION_CHUNK + 1), 2);
-        assert_eq!(attention_splits(3000), 12);
+    fn splits_fill_the_device_and_never_exceed_a_chunk() {
+        let shape = |n_head, n_kv, head_dim| AttentionShape {
+            head_dim,
+            n_head,
+            n_kv,
+            scale: 1.0,
+        };
+        // Llama-3-8B: 8 workgroups a split, 64 splits to reach 512.
+        let llama = shape(32, 8, 128);
+        assert_eq!(attention_splits(&llama, 1), 1);
+        assert_eq!(attention_splits(&llama, ATTENTION_MIN_CHUNK), 1);
+        assert_eq!(attention_splits(&llama, ATTENTION_MIN_CHUNK + 1), 2);
+        assert_eq!(attention_splits(&llama, 512), 16);
+        assert_eq!(attention_splits(&llama, 4096), 64);
+        // 256 workgroups a split: two would do, but 3000 rows need 12.
+        let wide = shape(256, 256, 64);
+        assert_eq!(attention_splits(&wide, 3000), 12);
+        for s in [llama, wide, shape(9, 3, 64), shape(7, 7, 256)] {
+            for rows in [1, 31, 32, 33, 255, 256, 257, 700, 3000, 131_072] {
+                let splits = attention_splits(&s, rows);
+                assert!(
+                    splits >= 1 && rows.div_ceil(splits) <= ATTENTION_CHUNK,
+                    "{rows}"
+                );
+            }
+        }
         assert_eq!(argmax_splits(37), 1);
         assert_eq!(argmax_splits(128_256), 32);
     }

@@ -784,7 +784,7 @@ impl<'a> Builder<'a, '_> {
         pos: (Region, u32),
         out: (Region, u32),
     ) -> Result<(), VulkanError> {
-        let splits = attention_splits(rows);
+        let splits = attention_splits(shape, rows);
         let p = self.placeholder;
         if splits == 1 {
             let at = [q.1, k.1, v.1, pos.1, out.1];

@@ -230,18 +230,18 @@ fn decode_ops_run_on_the_device_over_a_short_context() {
         head_dim: 96,
         n_head: 4,
         n_kv: 1,
-        rows: 40,
+        rows: 32,
         vocab: 37,
     };
     // Two RoPEs, three row writes, attention, argmax.
-    let positions = [0.0, 1.0, 2.5, 39.0, 1e9, -3.0, f32::NAN, 17.0];
+    let positions = [0.0, 1.0, 2.5, 31.0, 1e9, -3.0, f32::NAN, 17.0];
     on(backend_or_skip(), |b| check_step(b, s, 7, &positions));
 }
 
-/// A context of 3000 rows (twelve attention splits and the pass joining
-/// them; positions on both sides of a split boundary, at the end and past
-/// it) and a Llama-3 vocabulary of 128256 values (argmax in 32 splits and
-/// a joining pass), grouped-query heads.
+/// A context of 3000 rows (94 attention splits, each an even share of the
+/// rows in use, and the pass joining them; contexts from one row to the
+/// whole cache and past it) and a Llama-3 vocabulary of 128256 values
+/// (argmax in 32 splits and a joining pass), grouped-query heads.
 #[test]
 fn decode_ops_run_on_the_device_over_a_long_context() {
     let s = Shape {
@@ -258,8 +258,8 @@ fn decode_ops_run_on_the_device_over_a_long_context() {
 
 /// Grouped-query heads served together, one attention workgroup per
 /// key/value head and split: Llama-3-8B's group of 4 with heads of 128
-/// values over 1500 rows (six splits), and positions at 0, on both sides
-/// of a split boundary, at the last row and past it.
+/// values over 1500 rows (47 splits), and positions from the first row to
+/// the last and past it.
 #[test]
 fn attention_serves_a_group_of_four_query_heads_together() {
     let s = Shape {
