@@ -13,6 +13,9 @@
 //      square root: within a few ulps, not correctly rounded; an infinite
 //      root gives 0, a zero one infinity, as IEEE division would).
 
+// Loads in flight per invocation in step 1.
+#define NORM_LOADS 16u
+
 shared float norm_part[32];
 shared float norm_s;
 
@@ -21,7 +24,21 @@ shared float norm_s;
 float norm_scale(uint base, uint K, float eps, uint tid, uint n) {
     for (uint j = tid; j < 32u; j += n) {
         precise float p = 0.0;
-        for (uint i = j; i < K; i += 32u) {
+        uint i = j;
+        // NORM_LOADS values loaded before any is added, so that their loads
+        // are in flight together rather than one latency each; the sum
+        // still takes them one by one in increasing i.
+        for (; i + 32u * (NORM_LOADS - 1u) < K; i += 32u * NORM_LOADS) {
+            float v[NORM_LOADS];
+            [[unroll]] for (uint u = 0u; u < NORM_LOADS; ++u) {
+                v[u] = NORM_X(base + i + 32u * u);
+            }
+            [[unroll]] for (uint u = 0u; u < NORM_LOADS; ++u) {
+                precise float sq = v[u] * v[u];
+                p = p + sq;
+            }
+        }
+        for (; i < K; i += 32u) {
             float v = NORM_X(base + i);
             precise float sq = v * v;
             p = p + sq;

@@ -6,6 +6,7 @@
 // Invocation j writes exactly the elements of partial j, which it read,
 // so y may be x (an in-place norm).
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 layout(local_size_x = 32) in;
