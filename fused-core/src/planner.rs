@@ -906,7 +906,7 @@ impl<'g> Planner<'g> {
                 continue;
             }
             for (input, t) in reads {
-                if self.producer(*input) != b && bn.tensor().overlaps(t) {
+                if through_views(self.g, *input) != b && bn.tensor().overlaps(t) {
                     return Err(Refusal::ClobberedBetween {
                         writer: b,
                         input: *input,
@@ -915,18 +915,6 @@ impl<'g> Planner<'g> {
             }
         }
         Ok(())
-    }
-
-    /// The node that writes `id`'s memory: `id` itself, or for a reshape or
-    /// view, the node it (transitively) views.
-    fn producer(&self, mut id: NodeId) -> NodeId {
-        while let Some(n) = self.g.nodes().get(id.index()) {
-            match (n.op().is_view(), n.src(0)) {
-                (true, Some(src)) => id = src,
-                _ => break,
-            }
-        }
-        id
     }
 
     /// The key/value append anchored at the row write `write`

@@ -11,8 +11,8 @@ use crate::tensor::{Overlap, TensorDesc};
 /// and reshapes lead back to.
 pub(crate) fn through_views(g: &Graph, mut id: NodeId) -> NodeId {
     while let Ok(n) = g.node(id) {
-        match (n.op(), n.src(0)) {
-            (Op::View | Op::Reshape, Some(s)) => id = s,
+        match (n.op().is_view(), n.src(0)) {
+            (true, Some(s)) => id = s,
             _ => break,
         }
     }
