@@ -30,7 +30,8 @@
 //! - [`Tuning`]: the tuned launch shapes and kernel variants are one table
 //!   (its default); kernels are chosen from (device, shape, format,
 //!   tuning) by pure functions. The `lab` feature opens every knob, the
-//!   device-timed kernels of `timing` and the bench binary.
+//!   device-timed kernels of `timing`, a device plan's run timed dispatch
+//!   by dispatch (`DevicePlan::profile_dispatches`) and the bench binary.
 //! - Shaders are GLSL in `shaders/`, compiled by `shaders/build-spirv.sh`
 //!   (glslc) into the committed `spirv/`; building the crate needs no shader
 //!   compiler (see the README for why).
@@ -41,7 +42,8 @@
 //! submission) <- `measure` (device-time medians) and `tuning` (the table
 //! and the pure kernel choice) <- `backend` (dispatches and eager ops) <-
 //! `decode` (the decode ops' dispatches) <- `exec` (the core's step
-//! executor) and `plan_exec` ([`DevicePlan`]) <-
+//! executor) and `plan_exec` ([`DevicePlan`]; its `profile` child with
+//! feature `lab`) <-
 //! `contract` (the core's backend contract: trait impls only), `lab` and
 //! `timing` (feature `lab`).
 
