@@ -256,6 +256,22 @@ fn decode_ops_run_on_the_device_over_a_long_context() {
     on(backend_or_skip(), |b| check_step(b, s, 9, &positions));
 }
 
+/// One query head over 20000 rows: 512 splits, of which the joining pass
+/// weighs more than one workgroup's worth (500 live at the last row).
+#[test]
+fn attention_joins_more_splits_than_a_workgroup_holds() {
+    let s = Shape {
+        head_dim: 64,
+        n_head: 1,
+        n_kv: 1,
+        rows: 20_000,
+        vocab: 37,
+    };
+    // Attention in two passes, argmax in one.
+    let positions = [19_999.0, 300.0];
+    on(backend_or_skip(), |b| check_step(b, s, 8, &positions));
+}
+
 /// Grouped-query heads served together, one attention workgroup per
 /// key/value head and split: Llama-3-8B's group of 4 with heads of 128
 /// values over 1500 rows (47 splits), and positions from the first row to
