@@ -818,17 +818,7 @@ impl VulkanContext {
                                 }]
                             })
                             .collect();
-                        let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
-                            .iter()
-                            .enumerate()
-                            .map(|(binding, info)| {
-                                vk::WriteDescriptorSet::default()
-                                    .dst_set(set)
-                                    .dst_binding(binding as u32)
-                                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                                    .buffer_info(info)
-                            })
-                            .collect();
+                        let writes = storage_writes(set, &infos);
                         self.device.update_descriptor_sets(&writes, &[]);
                         self.device.cmd_bind_pipeline(
                             cb,
@@ -1294,6 +1284,25 @@ impl Drop for VulkanContext {
 }
 
 /// The end of `len` bytes from `offset` in `buf`, or why they do not fit.
+/// The writes binding `infos` to bindings 0, 1, ... of `set`, each a
+/// storage buffer.
+pub(crate) fn storage_writes(
+    set: vk::DescriptorSet,
+    infos: &[[vk::DescriptorBufferInfo; 1]],
+) -> Vec<vk::WriteDescriptorSet<'_>> {
+    infos
+        .iter()
+        .enumerate()
+        .map(|(binding, info)| {
+            vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(binding as u32)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(info)
+        })
+        .collect()
+}
+
 fn range_end(buf: &Buffer<'_>, offset: usize, len: usize) -> Result<usize, VulkanError> {
     let end = offset.checked_add(len).ok_or(fused_core::Error::Overflow {
         what: "Vulkan buffer range",

@@ -111,7 +111,7 @@ use fused_core::tensor::{BufferId, Overlap, TensorDesc};
 use fused_core::{DType, Error};
 
 use crate::backend::{ChainWords, EltOp, VulkanBackend};
-use crate::context::{Buffer, Dispatch};
+use crate::context::{Buffer, Dispatch, storage_writes};
 use crate::decode::{
     ATTENTION_MAX_HEAD, ArgMaxPass, KvAppendShape, argmax_splits, attention_splits,
 };
@@ -1456,17 +1456,7 @@ impl<'a> DevicePlan<'a> {
                     }]
                 })
                 .collect();
-            let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
-                .iter()
-                .enumerate()
-                .map(|(binding, info)| {
-                    vk::WriteDescriptorSet::default()
-                        .dst_set(set)
-                        .dst_binding(binding as u32)
-                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                        .buffer_info(info)
-                })
-                .collect();
+            let writes = storage_writes(set, &infos);
             // SAFETY: the set is fresh and not in use; every buffer is the
             // plan's and each range lies within it.
             unsafe { d.update_descriptor_sets(&writes, &[]) };
