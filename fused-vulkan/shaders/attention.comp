@@ -45,6 +45,8 @@
 #define GMAX 8u
 #define QMAX 1024u
 #define PARTIALS 8u
+// Global loads an invocation issues before using them (keys and values).
+#define LOADS 8u
 
 layout(local_size_x = 256) in;
 
@@ -69,29 +71,74 @@ layout(push_constant) uniform PC {
     uint out_at;
 } pc;
 
+// The weight of each split of the current run of WG splits, and its sum
+// times that weight, computed once for every output value.
+shared float cw[WG];
+shared float cl[WG];
+
 void main() {
     uint h = flat_group();
     if (h >= pc.n_head) {
-        return;
+        return; // the whole workgroup: no barrier is skipped by part of it
     }
+    uint tid = gl_LocalInvocationIndex;
     uint len = decode_position(pos[pc.pos_at], pc.rows) + 1u;
     uint chunk = split_rows(len, pc.splits);
     uint live = (len + chunk - 1u) / chunk;
     uint stride = pc.d + 2u;
     uint base = h * pc.splits * stride;
-    float m = part[base];
-    for (uint s = 1u; s < live; s++) {
+    // max m over the live splits: a strided fold, then a tree.
+    float m = uintBitsToFloat(0xFF800000u); // -inf
+    for (uint s = tid; s < live; s += WG) {
         m = max(m, part[base + s * stride]);
     }
-    for (uint i = gl_LocalInvocationIndex; i < pc.d; i += WG) {
-        float l = 0.0;
-        float acc = 0.0;
-        for (uint s = 0u; s < live; s++) {
-            uint at = base + s * stride;
-            float w = exp(part[at] - m);
-            l += part[at + 1u] * w;
-            acc += part[at + 2u + i] * w;
+    cw[tid] = m;
+    barrier();
+    for (uint w = WG / 2u; w > 0u; w >>= 1u) {
+        if (tid < w) {
+            cw[tid] = max(cw[tid], cw[tid + w]);
         }
+        barrier();
+    }
+    m = cw[0];
+    barrier();
+    // Heads are at most WG values (the host refuses longer ones): value i
+    // is invocation i's.
+    uint i = tid;
+    float l = 0.0;
+    float acc = 0.0;
+    for (uint s0 = 0u; s0 < live; s0 += WG) {
+        uint count = min(WG, live - s0);
+        if (tid < count) {
+            uint at = base + (s0 + tid) * stride;
+            float w = exp(part[at] - m);
+            cw[tid] = w;
+            precise float lw = part[at + 1u] * w;
+            cl[tid] = lw;
+        }
+        barrier();
+        if (i < pc.d) {
+            uint at = base + s0 * stride + 2u + i;
+            uint s = 0u;
+            // LOADS splits' values in flight together, summed in order.
+            for (; s + LOADS <= count; s += LOADS) {
+                float x[LOADS];
+                [[unroll]] for (uint u = 0u; u < LOADS; u++) {
+                    x[u] = part[at + (s + u) * stride];
+                }
+                [[unroll]] for (uint u = 0u; u < LOADS; u++) {
+                    l += cl[s + u];
+                    acc += x[u] * cw[s + u];
+                }
+            }
+            for (; s < count; s++) {
+                l += cl[s];
+                acc += part[at + s * stride] * cw[s];
+            }
+        }
+        barrier();
+    }
+    if (i < pc.d) {
         o[pc.out_at + h * pc.d + i] = acc / l;
     }
 }
@@ -160,7 +207,25 @@ void main() {
         [[unroll]] for (uint r = 0u; r < GMAX; r++) {
             p[r] = 0.0;
         }
-        for (uint i = lane; i < d; i += PARTIALS) {
+        uint i = lane;
+        // LOADS of the row's values loaded before any is used, so that
+        // their reads are in flight together; the sums take them in the
+        // same order as the remainder loop.
+        for (; i + PARTIALS * (LOADS - 1u) < d; i += PARTIALS * LOADS) {
+            float kv[LOADS];
+            [[unroll]] for (uint u = 0u; u < LOADS; u++) {
+                kv[u] = k[at + i + PARTIALS * u];
+            }
+            [[unroll]] for (uint u = 0u; u < LOADS; u++) {
+                [[unroll]] for (uint r = 0u; r < GMAX; r++) {
+                    if (r < heads) {
+                        precise float prod = sq[r * d + i + PARTIALS * u] * kv[u];
+                        p[r] = p[r] + prod;
+                    }
+                }
+            }
+        }
+        for (; i < d; i += PARTIALS) {
             float kv = k[at + i];
             [[unroll]] for (uint r = 0u; r < GMAX; r++) {
                 if (r < heads) {
@@ -274,7 +339,22 @@ void main() {
     }
     if (gp < groups) {
         uint vbase = pc.v_at + g * d + t0 * pc.kv_dim + i;
-        for (uint j = gp; j < n; j += groups) {
+        uint j = gp;
+        // LOADS rows' values in flight together, as for the keys.
+        for (; j + groups * (LOADS - 1u) < n; j += groups * LOADS) {
+            float x[LOADS];
+            [[unroll]] for (uint u = 0u; u < LOADS; u++) {
+                x[u] = v[vbase + (j + groups * u) * pc.kv_dim];
+            }
+            [[unroll]] for (uint u = 0u; u < LOADS; u++) {
+                [[unroll]] for (uint c = 0u; c < GMAX; c++) {
+                    if (c < heads) {
+                        acc[c] += ss[c * CHUNK + j + groups * u] * x[u];
+                    }
+                }
+            }
+        }
+        for (; j < n; j += groups) {
             float x = v[vbase + j * pc.kv_dim];
             [[unroll]] for (uint c = 0u; c < GMAX; c++) {
                 if (c < heads) {
