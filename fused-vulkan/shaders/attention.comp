@@ -25,6 +25,11 @@
 // each query head h, and attention.comp -DCOMBINE joins the splits per
 // query head:
 //   out_h[i] = sum_s o_s[i] w_s / sum_s l_s w_s,  w_s = exp(m_s - max m).
+// With QUANT (-DCOMBINE only) the joining pass also writes out as the
+// next GEMV's Q8_0 activations, or with Q8_1 too as Q8_1 ones
+// (quantize.comp's layout for one column of n_head d values, d a multiple
+// of 32: the codes from word 0, four a word, then each block's scale
+// word), with the quantizer's own code, so no quantizer runs after it.
 // Splits past the position write nothing and are not read. A workgroup
 // reads its q heads into shared memory before anything is written, and
 // writes only their outputs, so out may be q (in place). Head sizes up to
@@ -62,6 +67,12 @@ uint split_rows(uint len, uint splits) {
 layout(std430, binding = 0) readonly buffer Part { float part[]; };
 layout(std430, binding = 1) readonly buffer P { float pos[]; };
 layout(std430, binding = 2) writeonly buffer O { float o[]; };
+#ifdef QUANT
+layout(std430, binding = 3) writeonly buffer Q { uint qo[]; };
+#include "quant_math.glsl"
+// The head's outputs, for their blocks' largest magnitudes and codes.
+shared float cq[WG];
+#endif
 layout(push_constant) uniform PC {
     uint d;
     uint n_head;
@@ -138,9 +149,45 @@ void main() {
         }
         barrier();
     }
+    float y = acc / l;
     if (i < pc.d) {
-        o[pc.out_at + h * pc.d + i] = acc / l;
+        o[pc.out_at + h * pc.d + i] = y;
     }
+#ifdef QUANT
+    // Invocation j < d / 4 writes the word of codes j of the head, each
+    // folding its block's 32 values in order (the core's amax fold); the
+    // first of a block's eight also writes its d.
+    cq[i] = y;
+    barrier();
+    if (tid < pc.d / 4u) {
+        uint b0 = tid / 8u * 32u;
+        uint fold = 0u;
+        for (uint j = 0u; j < 32u; ++j) {
+            fold = amax_step(fold, floatBitsToUint(cq[b0 + j]) & ABS_MASK);
+        }
+        float dq = q8_0_scale(fold);
+        float id = q8_0_inverse(dq);
+        precise vec4 p = vec4(cq[4u * tid], cq[4u * tid + 1u], cq[4u * tid + 2u],
+                              cq[4u * tid + 3u]) * id;
+        uint n = h * pc.d + 4u * tid; // this word's first value in the column
+        qo[n / 4u] = pack_codes(ivec4(round_away_i8(p.x), round_away_i8(p.y),
+                                      round_away_i8(p.z), round_away_i8(p.w)));
+        if (tid % 8u == 0u) {
+#ifdef Q8_1
+            // Q8_1: s = f16(d * the block's sum of codes) in the high half.
+            int sum = 0;
+            for (uint j = 0u; j < 32u; ++j) {
+                precise float pj = cq[b0 + j] * id;
+                sum += round_away_i8(pj);
+            }
+            precise float sd = float(sum) * dq;
+            qo[pc.n_head * pc.d / 4u + n / 32u] = f16_bits(dq) | (f16_bits(sd) << 16u);
+#else
+            qo[pc.n_head * pc.d / 4u + n / 32u] = f16_bits(dq);
+#endif
+        }
+    }
+#endif
 }
 
 #else

@@ -28,13 +28,16 @@ compile fwht_shuffle fwht.comp -DSHUFFLE
 compile rms_norm rms_norm.comp
 # The decode ops: RoPE, the row write, the fused key/value append, attention
 # (a split pass, with eight lanes a row sharing subgroup shuffles or one
-# invocation a row, and the pass joining the splits) and argmax.
+# invocation a row, and the pass joining the splits, also writing its output
+# as Q8_0 or Q8_1 activations) and argmax.
 compile rope rope.comp
 compile set_row set_row.comp
 compile kv_append kv_append.comp
 compile attention attention.comp
 compile attention_shuffle attention.comp -DSHUFFLE
 compile attention_combine attention.comp -DCOMBINE
+compile attention_combine_q8_0 attention.comp -DCOMBINE -DQUANT
+compile attention_combine_q8_1 attention.comp -DCOMBINE -DQUANT -DQ8_1
 compile argmax argmax.comp
 # gemv{,_glu}{,_sg}_TYPE: F32, F16 and BF16 from gemv.comp, the quantized formats
 # from gemv_quant.comp; Q8_0 and Q4_0 also with 16-bit loads (_s16).

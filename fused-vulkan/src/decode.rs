@@ -18,6 +18,7 @@
 //! values and a second pass joining the splits.
 
 use fused_core::Error;
+use fused_core::acts::ActQuant;
 use fused_core::decode::{AttentionShape, RopeMode};
 
 use crate::backend::VulkanBackend;
@@ -333,6 +334,21 @@ impl VulkanBackend {
             push: push(&words),
             groups: self.grid(shape.n_head as u64)?,
         })
+    }
+
+    /// The joining pass's kernel that also writes its output as `mode`
+    /// activations (a fourth binding): Q8_0 or Q8_1, `None` for another
+    /// mode.
+    pub(crate) fn quantizing_combine_kernel(
+        &self,
+        mode: ActQuant,
+    ) -> Result<Option<KernelKey>, VulkanError> {
+        let shader = match mode {
+            ActQuant::Q8_0 => Shader::AttentionCombineQ8_0,
+            ActQuant::Q8_1 => Shader::AttentionCombineQ8_1,
+            _ => return Ok(None),
+        };
+        self.decode_kernel(shader).map(Some)
     }
 
     /// One argmax pass over `cols` columns of `n` values cut into `splits`

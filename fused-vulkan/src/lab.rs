@@ -35,6 +35,16 @@ impl Tuning {
         }
     }
 
+    /// The attention's joining pass writes its output as the next GEMV's
+    /// Q8_0 activations (`true`, the default), or a quantizer dispatch does
+    /// (`false`; the same bits).
+    pub fn with_fold_attention_quantizer(self, on: bool) -> Tuning {
+        Tuning {
+            fold_attention_quantizer: on,
+            ..self
+        }
+    }
+
     /// The FWHT variant (`None`: shuffles where the device has them).
     pub fn with_fwht_variant(self, variant: Option<FwhtVariant>) -> Tuning {
         Tuning {

@@ -40,6 +40,11 @@ pub(crate) enum Shader {
     AttentionShuffle,
     /// The pass joining attention's splits (`attention.comp -DCOMBINE`).
     AttentionCombine,
+    /// The joining pass that also writes its output as the next GEMV's
+    /// Q8_0 activations (`attention.comp -DCOMBINE -DQUANT`).
+    AttentionCombineQ8_0,
+    /// The same with Q8_1 activations (`-DQ8_1` too).
+    AttentionCombineQ8_1,
     /// Argmax per column, whole or in splits and their join (`argmax.comp`).
     ArgMax,
     /// FWHT exchanging through shared memory only.
@@ -184,6 +189,8 @@ impl Shader {
             Shader::Attention => spv!("attention"),
             Shader::AttentionShuffle => spv!("attention_shuffle"),
             Shader::AttentionCombine => spv!("attention_combine"),
+            Shader::AttentionCombineQ8_0 => spv!("attention_combine_q8_0"),
+            Shader::AttentionCombineQ8_1 => spv!("attention_combine_q8_1"),
             Shader::ArgMax => spv!("argmax"),
             Shader::FwhtShared => spv!("fwht_shared"),
             Shader::FwhtShuffle => spv!("fwht_shuffle"),
@@ -295,6 +302,7 @@ impl Shader {
         match self {
             Shader::Copy | Shader::ArgMax => 2,
             Shader::AttentionCombine => 3,
+            Shader::AttentionCombineQ8_0 | Shader::AttentionCombineQ8_1 => 4,
             Shader::Rope | Shader::SetRow => 4,
             Shader::KvAppend => 8,
             Shader::Attention | Shader::AttentionShuffle => 5,
@@ -318,7 +326,9 @@ impl Shader {
             Shader::KvAppend => 64,
             Shader::SetRow | Shader::ArgMax => 28,
             Shader::Attention | Shader::AttentionShuffle => 56,
-            Shader::AttentionCombine => 24,
+            Shader::AttentionCombine
+            | Shader::AttentionCombineQ8_0
+            | Shader::AttentionCombineQ8_1 => 24,
             Shader::FwhtShared | Shader::FwhtShuffle => 12,
             Shader::Gemv { .. } | Shader::GemvQ8 { .. } => 80,
             Shader::Quantize { norm: false, .. } => 8,

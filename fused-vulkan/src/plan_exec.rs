@@ -63,7 +63,10 @@
 //! already holds (nothing wrote that input or the scratch since, same
 //! mode and shape: the unfused gate and up GEMVs of one input) reads it
 //! without quantizing again ([`fused_core::reuse`], the CUDA plan's rule
-//! too).
+//! too). A step whose Q8_0 or Q8_1 input is exactly the output of the
+//! attention's joining pass recorded just before it has that pass write
+//! the quantization as well, with the quantizer's own code (heads of whole
+//! 32-value blocks, one column), so no quantizer dispatch follows it.
 //!
 //! The decode ops ([`fused_core::decode`]: RoPE, the row write, attention,
 //! argmax) read the token position from device memory when the plan runs,
@@ -267,8 +270,21 @@ struct Builder<'a, 'd> {
     /// The latest activation quantization (its mode, K and columns), while
     /// reusable.
     latest_quant: LatestQuantization<Slot, (ActQuant, usize, usize)>,
+    /// The attention joining pass recorded last, while it is the last
+    /// command: it may take on quantizing its output.
+    last_combine: Option<JoinedAttention>,
     cmds: Vec<Cmd>,
     stats: DevicePlanStats,
+}
+
+/// An attention's joining pass: its command, its output (the tensor's
+/// exact region) and its heads.
+#[derive(Clone, Copy, Debug)]
+struct JoinedAttention {
+    cmd: usize,
+    out: Region,
+    head_dim: usize,
+    n_head: usize,
 }
 
 /// How a norm prologue was computed: its epsilon, column length, columns
@@ -696,7 +712,13 @@ impl<'a> Builder<'a, '_> {
             xr = self.norm_prologue(p, k, n, q_bytes.map(|b| (mode, b)))?;
         } else if let Some(bytes) = q_bytes {
             let key = (mode, k, n);
-            xr = match self.latest_quant.lookup(&xr, &key) {
+            let held = match self.latest_quant.lookup(&xr, &key) {
+                Some(qr) => Some(qr),
+                None => self.fold_into_combine(&xr, key, bytes)?.inspect(|qr| {
+                    self.latest_quant.record(xr, key, *qr);
+                }),
+            };
+            xr = match held {
                 Some(qr) => qr,
                 None => {
                     let qr = self.quantized_scratch(bytes)?;
@@ -730,6 +752,52 @@ impl<'a> Builder<'a, '_> {
 }
 
 impl<'a> Builder<'a, '_> {
+    /// Where the command recorded last is an attention's joining pass whose
+    /// output is exactly `x` and a GEMV wants `x` as one column of Q8_0 or
+    /// Q8_1 activations (`key`: mode, K, columns) of `bytes`: makes that
+    /// pass write them too, into the quantized scratch (which it neither
+    /// reads nor writes otherwise), and returns that region. `None`,
+    /// changing nothing, elsewhere: heads not whole 32-value blocks, Q8_K,
+    /// the tuning's switch off.
+    fn fold_into_combine(
+        &mut self,
+        x: &Region,
+        key: (ActQuant, usize, usize),
+        bytes: u64,
+    ) -> Result<Option<Region>, VulkanError> {
+        let Some(c) = self.last_combine.take() else {
+            return Ok(None);
+        };
+        let (mode, k, n) = key;
+        let foldable = self.backend.tuning().fold_attention_quantizer
+            && c.cmd + 1 == self.cmds.len()
+            && c.out == *x
+            && n == 1
+            && c.head_dim.is_multiple_of(32)
+            && Some(k) == c.n_head.checked_mul(c.head_dim);
+        if !foldable {
+            return Ok(None);
+        }
+        let Some(quantizing) = self.backend.quantizing_combine_kernel(mode)? else {
+            return Ok(None);
+        };
+        let qr = self.quantized_scratch(bytes)?;
+        let Some(Cmd::Dispatch {
+            kernel,
+            bindings,
+            writes,
+            ..
+        }) = self.cmds.last_mut()
+        else {
+            unreachable!("the joining pass is the last command")
+        };
+        *kernel = quantizing;
+        writes.push(bindings.len());
+        bindings.push(qr);
+        self.wrote(&qr);
+        Ok(Some(qr))
+    }
+
     /// The binding through which a decode kernel reaches `t` in place: the
     /// region from the descriptor offset at or below `t` to its end, and
     /// `t`'s offset in it in f32 elements (the decode kernels index every
@@ -783,7 +851,7 @@ impl<'a> Builder<'a, '_> {
         v: (Region, u32),
         pos: (Region, u32),
         out: (Region, u32),
-    ) -> Result<(), VulkanError> {
+    ) -> Result<bool, VulkanError> {
         let splits = attention_splits(shape, rows);
         let p = self.placeholder;
         if splits == 1 {
@@ -792,7 +860,7 @@ impl<'a> Builder<'a, '_> {
                 .backend
                 .attention_dispatch(shape, rows, 1, at, vec![p; 5])?;
             self.dispatch(d, vec![q.0, k.0, v.0, pos.0, out.0], 4, (out.0, None));
-            return Ok(());
+            return Ok(false);
         }
         let floats = shape
             .n_head
@@ -817,7 +885,7 @@ impl<'a> Builder<'a, '_> {
             vec![p; 3],
         )?;
         self.dispatch(d, vec![parts, pos.0, out.0], 2, (out.0, None));
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -1141,7 +1209,15 @@ impl<'a> CommandSink for Builder<'a, '_> {
             self.window(pos, what)?,
         );
         let or = self.window(out, what)?;
-        self.attention_passes(shape, rows, qr, kr, vr, pr, or)
+        if self.attention_passes(shape, rows, qr, kr, vr, pr, or)? {
+            self.last_combine = Some(JoinedAttention {
+                cmd: self.cmds.len() - 1,
+                out: words(self.region(out)?),
+                head_dim: shape.head_dim,
+                n_head: shape.n_head,
+            });
+        }
+        Ok(())
     }
 
     /// The first index of each column's maximum: one workgroup a column,
@@ -1252,6 +1328,7 @@ impl<'a> DevicePlan<'a> {
             attention_parts: None,
             latest_norm: LatestQuantization::new(),
             latest_quant: LatestQuantization::new(),
+            last_combine: None,
             cmds: Vec::new(),
             stats: DevicePlanStats::default(),
         };

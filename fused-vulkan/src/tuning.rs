@@ -89,6 +89,7 @@ pub(crate) const TABLE: Tuning = Tuning {
     fwht_min_workgroup: 128,
     fwht_slabs: 1,
     attention_shuffle: true,
+    fold_attention_quantizer: true,
     // Several threads a block, their maxima joined through shared memory:
     // faster than one thread a block on the H200.
     quantize_q8_0: QuantizeShape {
@@ -136,6 +137,9 @@ pub struct Tuning {
     /// Attention's scores with eight lanes a row joined by subgroup
     /// shuffles where the device has them; `false`: one invocation a row.
     pub(crate) attention_shuffle: bool,
+    /// The attention's joining pass writes its output quantized for the
+    /// GEMV that reads it (Q8_0), so that no quantizer dispatch follows.
+    pub(crate) fold_attention_quantizer: bool,
     pub(crate) quantize_q8_0: QuantizeShape,
     pub(crate) quantize_q8_1: QuantizeShape,
     pub(crate) quantize_q8_k: QuantizeShape,

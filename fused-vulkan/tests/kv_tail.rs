@@ -45,3 +45,54 @@ fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
     }
     assert_no_validation_messages(&be);
 }
+
+/// The attention's output, read by the projection's GEMV as Q8_0 or Q8_1
+/// activations, is quantized by the pass joining the attention's splits
+/// (a 128-row cache: four splits): one dispatch fewer than with the
+/// quantizer dispatch (the lab's switch off), and every result, the
+/// projection's among them, the same bit for bit at every position. Q8_K
+/// activations (Q4_K weights: blocks of 256 across heads of 64) keep their
+/// quantizer.
+#[cfg(feature = "lab")]
+#[test]
+fn the_attention_writes_the_next_gemvs_quantized_input() {
+    let Some(be) = backend_or_skip() else { return };
+    let Some(mut off) = backend_or_skip() else {
+        return;
+    };
+    let tuning = off.tuning().with_fold_attention_quantizer(false);
+    off.set_tuning(tuning).expect("the switch off");
+    for (dtype, folds) in [
+        (DType::Q4_0, true),
+        (DType::Q8_0, true),
+        (DType::Q4_1, true),
+        (DType::Q4_K, false),
+    ] {
+        let l = StackedQkv::new(StackedShape {
+            dtype,
+            k: 256,
+            head_dim: 64,
+            n_head: 4,
+            n_kv: 2,
+            rows: 128,
+            mode: RopeMode::Adjacent,
+            pad: 0,
+            reader_between: false,
+            o_proj: true,
+        });
+        let case = format!("{dtype:?}");
+        let [mut folded, _] = l.compile_both(&be, GemvMode::Ggml, 7, &case);
+        let [mut separate, _] = l.compile_both(&off, GemvMode::Ggml, 7, &case);
+        let (f, s) = (folded.stats(), separate.stats());
+        let fewer = u64::from(folds);
+        assert_eq!(
+            s.launches - f.launches,
+            fewer,
+            "{case}: {f:?} against {s:?}"
+        );
+        assert_eq!(s.quantizations - f.quantizations, fewer, "{case}");
+        l.assert_same_results(&mut folded, &mut separate, &case);
+    }
+    assert_no_validation_messages(&be);
+    assert_no_validation_messages(&off);
+}
