@@ -39,6 +39,9 @@ compile attention_combine attention.comp -DCOMBINE
 compile attention_combine_q8_0 attention.comp -DCOMBINE -DQUANT
 compile attention_combine_q8_1 attention.comp -DCOMBINE -DQUANT -DQ8_1
 compile argmax argmax.comp
+# The L2 look-ahead: the next GEMV's first weights read beside a small
+# kernel.
+compile l2_touch l2_touch.comp
 # gemv{,_glu}{,_sg}_TYPE: F32, F16 and BF16 from gemv.comp, the quantized formats
 # from gemv_quant.comp; Q8_0 and Q4_0 also with 16-bit loads (_s16).
 gemv_variants() { # name-suffix source defines...

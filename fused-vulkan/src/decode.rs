@@ -128,6 +128,9 @@ pub(crate) enum ArgMaxPass {
     Join = 2,
 }
 
+/// 16-byte words one workgroup of `l2_touch.comp` reads (WG * LOADS).
+const L2_TOUCH_WORDS_PER_GROUP: u32 = 256 * 8;
+
 /// Push-constant bytes of `words`.
 fn push(words: &[u32]) -> Vec<u8> {
     bytemuck::cast_slice(words).to_vec()
@@ -349,6 +352,27 @@ impl VulkanBackend {
             _ => return Ok(None),
         };
         self.decode_kernel(shader).map(Some)
+    }
+
+    /// The L2 look-ahead's read of `words` 16-byte words (`l2_touch.comp`);
+    /// bindings the window, the look-ahead's own word. `key` is a value
+    /// the words' XOR is compared with so that the loads stay (any value
+    /// works; a match writes the word).
+    pub(crate) fn l2_touch_dispatch<'b>(
+        &self,
+        words: u64,
+        key: u32,
+        buffers: Vec<&'b Buffer<'b>>,
+    ) -> Result<Dispatch<'b>, VulkanError> {
+        let count = u32::try_from(words).map_err(|_| Error::Overflow {
+            what: "L2 look-ahead window",
+        })?;
+        Ok(Dispatch {
+            kernel: self.decode_kernel(Shader::L2Touch)?,
+            buffers,
+            push: push(&[count, key]),
+            groups: self.grid(u64::from(count.div_ceil(L2_TOUCH_WORDS_PER_GROUP)))?,
+        })
     }
 
     /// One argmax pass over `cols` columns of `n` values cut into `splits`

@@ -45,6 +45,16 @@ impl Tuning {
         }
     }
 
+    /// Bytes of the next GEMV's weights the device plan reads into L2
+    /// beside each small kernel between two GEMVs (0: none; the same bits
+    /// either way).
+    pub fn with_l2_between(self, bytes: u64) -> Tuning {
+        Tuning {
+            l2_between: bytes,
+            ..self
+        }
+    }
+
     /// The FWHT variant (`None`: shuffles where the device has them).
     pub fn with_fwht_variant(self, variant: Option<FwhtVariant>) -> Tuning {
         Tuning {

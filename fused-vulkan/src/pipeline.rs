@@ -47,6 +47,9 @@ pub(crate) enum Shader {
     AttentionCombineQ8_1,
     /// Argmax per column, whole or in splits and their join (`argmax.comp`).
     ArgMax,
+    /// The L2 look-ahead: reads a window of the next GEMV's weights beside
+    /// a small kernel and drops it (`l2_touch.comp`).
+    L2Touch,
     /// FWHT exchanging through shared memory only.
     FwhtShared,
     /// FWHT with subgroup shuffles for half-widths below the subgroup size.
@@ -192,6 +195,7 @@ impl Shader {
             Shader::AttentionCombineQ8_0 => spv!("attention_combine_q8_0"),
             Shader::AttentionCombineQ8_1 => spv!("attention_combine_q8_1"),
             Shader::ArgMax => spv!("argmax"),
+            Shader::L2Touch => spv!("l2_touch"),
             Shader::FwhtShared => spv!("fwht_shared"),
             Shader::FwhtShuffle => spv!("fwht_shuffle"),
             Shader::Gemv {
@@ -300,7 +304,7 @@ impl Shader {
     /// Storage buffers, bound 0, 1, ... in this order.
     fn bindings(self) -> u32 {
         match self {
-            Shader::Copy | Shader::ArgMax => 2,
+            Shader::Copy | Shader::ArgMax | Shader::L2Touch => 2,
             Shader::AttentionCombine => 3,
             Shader::AttentionCombineQ8_0 | Shader::AttentionCombineQ8_1 => 4,
             Shader::Rope | Shader::SetRow => 4,
@@ -320,6 +324,7 @@ impl Shader {
     fn push_bytes(self) -> u32 {
         match self {
             Shader::Copy => 4,
+            Shader::L2Touch => 8,
             Shader::Eltwise => 20,
             Shader::RmsNorm => 16,
             Shader::Rope => 32,

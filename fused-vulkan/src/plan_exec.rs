@@ -84,6 +84,12 @@
 //! heads of more than 256 values, and sources overlapping an output other
 //! than in place, are refused as unsupported (the host plan runs them).
 //!
+//! With the tuning's `l2_between` (a lab knob, 0 by default), each small
+//! kernel between two GEMVs gets a read of the next window of the next
+//! GEMV's weights beside it, with no barrier between them, so that the
+//! weights stream into L2 while the small kernel leaves the memory idle
+//! (`look_ahead.rs`; counted in [`DevicePlanStats::look_aheads`]).
+//!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
 //! copies them back (one more submission), so that every timed run
@@ -121,6 +127,7 @@ use crate::decode::{
 use crate::error::VulkanError;
 use crate::pipeline::{Kernel, KernelKey, gemv_type, quantized_bytes, u32_of};
 
+mod look_ahead;
 #[cfg(feature = "lab")]
 mod profile;
 
@@ -147,6 +154,9 @@ pub struct DevicePlanStats {
     /// orders a run after earlier submissions and the one that makes the
     /// results visible to the host are not counted).
     pub barriers: u64,
+    /// L2 look-ahead reads recorded beside the small kernels between two
+    /// GEMVs (the tuning's `l2_between`; not counted in `dispatches`).
+    pub look_aheads: u64,
     /// Buffer copies recorded for operands and misaligned tensors.
     pub copies: u64,
     /// Bytes those copies move.
@@ -1337,6 +1347,7 @@ impl<'a> DevicePlan<'a> {
                 b.stats.kernel_steps += 1;
             }
         }
+        b.add_look_aheads(backend.tuning().l2_between)?;
         let buffers = sizes
             .iter()
             .map(|&s| ctx.buffer(s as u64))

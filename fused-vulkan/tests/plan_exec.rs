@@ -377,7 +377,7 @@ fn a_profiled_run_times_every_command_and_computes_the_same() {
     let s = dp.device_stats();
     assert_eq!(
         launches.len() as u64,
-        s.dispatches + s.copies,
+        s.dispatches + s.look_aheads + s.copies,
         "{launches:?}"
     );
     assert!(
@@ -400,4 +400,41 @@ fn a_profiled_run_times_every_command_and_computes_the_same() {
     dp.read_all(&mut got).unwrap();
     assert_same_memory(&got, &want, "profiled run");
     assert_no_validation_messages(&b);
+}
+
+/// The L2 look-ahead (the lab's `l2_between`): a read of the next GEMV's
+/// weights beside each quantizer before a GEMV (two before the gated GEMV:
+/// its gate's and its up's), with no barrier and no counted dispatch more
+/// than without, and every bit of the run the same.
+#[cfg(feature = "lab")]
+#[test]
+fn look_aheads_beside_the_quantizers_add_no_barrier_and_change_no_bit() {
+    let (Some(b), Some(mut ahead)) = (backend_or_skip(), backend_or_skip()) else {
+        return;
+    };
+    let tuning = ahead.tuning().with_l2_between(1024);
+    ahead.set_tuning(tuning).unwrap();
+    let (g, mem, _) = decode_layer(DType::Q4_0, 0);
+    let p = plan(&g);
+    let run = |be: &VulkanBackend| {
+        let mut dp = DevicePlan::new(be, &g, &p, GemvMode::Ggml, &mem.sizes()).unwrap();
+        dp.write_all(&mem).unwrap();
+        dp.run().unwrap();
+        dp.run().unwrap();
+        let mut out = mem.clone();
+        dp.read_all(&mut out).unwrap();
+        (out, dp.device_stats())
+    };
+    let (want, off) = run(&b);
+    let (got, on) = run(&ahead);
+    assert_eq!(off.look_aheads, 0, "{off:?}");
+    assert_eq!(on.look_aheads, 4, "{on:?}");
+    assert_eq!(
+        (on.dispatches, on.barriers, on.quantizations),
+        (off.dispatches, off.barriers, off.quantizations),
+        "{on:?} against {off:?}"
+    );
+    assert_same_memory(&got, &want, "with the look-ahead");
+    assert_no_validation_messages(&b);
+    assert_no_validation_messages(&ahead);
 }

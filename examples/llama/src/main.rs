@@ -114,8 +114,9 @@ struct Args {
     #[arg(long, value_name = "RUNS")]
     token_timing: Option<usize>,
     /// Bytes of the next GEMV's weights each kernel between two GEMVs asks
-    /// L2 for (CUDA only; the lab's `Knob::L2BetweenBytes`, for A/B runs;
-    /// built with the `lab` feature).
+    /// L2 for (CUDA: the lab's `Knob::L2BetweenBytes`; Vulkan: a read
+    /// beside each of them, `Tuning::with_l2_between`; for A/B runs; built
+    /// with the `lab` feature).
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "BYTES")]
     l2_between: Option<usize>,
@@ -199,8 +200,15 @@ fn run(args: &Args) -> Result<(), LlamaError> {
         }
         #[cfg(feature = "vulkan")]
         BackendKind::Vulkan => {
-            let be = fused_vulkan::VulkanBackend::new()
+            #[allow(unused_mut)]
+            let mut be = fused_vulkan::VulkanBackend::new()
                 .map_err(|e| LlamaError::backend("opening a Vulkan device", e))?;
+            #[cfg(feature = "lab")]
+            if let Some(bytes) = args.l2_between {
+                let tuning = be.tuning().with_l2_between(bytes as u64);
+                be.set_tuning(tuning)
+                    .map_err(|e| LlamaError::backend("a tuning flag", e))?;
+            }
             run_on(&be, args, |_model| {
                 #[cfg(feature = "lab")]
                 if args.launch_profile {

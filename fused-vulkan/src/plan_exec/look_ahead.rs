@@ -1,0 +1,135 @@
+//! The device plan's L2 look-ahead: beside each small kernel between two
+//! GEMVs (a quantizer, a decode op), a read of the next window of the next
+//! GEMV's weights, so that those bytes stream into L2 while the small
+//! kernel leaves the memory idle and the GEMV after the barrier finds them
+//! there. No barrier separates a look-ahead from its kernel: it reads
+//! weights that nothing in the plan writes and writes a word of its own,
+//! so the two run together and the next barrier waits for both. The bits
+//! of every result are the same with or without it.
+
+use super::{Builder, Cmd, Region, Slot};
+use crate::error::VulkanError;
+use crate::pipeline::Shader;
+
+/// The value the look-ahead's XOR of its words is compared with.
+const KEY: u32 = 0x9e37_79b9;
+
+/// The weights a GEMV dispatch reads (the gate's and the up's for a gated
+/// one), where they are bound in place in a graph buffer.
+fn gemv_weights(c: &Cmd) -> Option<Vec<Region>> {
+    let Cmd::Dispatch {
+        kernel, bindings, ..
+    } = c
+    else {
+        return None;
+    };
+    let glu = match kernel.shader {
+        Shader::Gemv { glu, .. } | Shader::GemvQ8 { glu, .. } => glu,
+        _ => return None,
+    };
+    let parts = if glu { [0, 4].as_slice() } else { &[0] };
+    let weights: Vec<Region> = parts
+        .iter()
+        .filter_map(|&i| bindings.get(i).copied())
+        .collect();
+    // A copy made for the GEMV is written just before it: not read ahead.
+    let in_place = weights.iter().all(|w| matches!(w.slot, Slot::Graph(_)));
+    Some(if in_place { weights } else { Vec::new() })
+}
+
+/// Whether a look-ahead goes beside `c`: the small kernels that run
+/// between two GEMVs and leave most of the memory's bandwidth unused.
+fn hosts_look_ahead(c: &Cmd) -> bool {
+    let Cmd::Dispatch { kernel, .. } = c else {
+        return false;
+    };
+    matches!(
+        kernel.shader,
+        Shader::Quantize { .. }
+            | Shader::KvAppend
+            | Shader::Attention
+            | Shader::AttentionShuffle
+            | Shader::AttentionCombine
+            | Shader::AttentionCombineQ8_0
+            | Shader::RmsNorm
+            | Shader::Rope
+            | Shader::SetRow
+            | Shader::ArgMax
+    )
+}
+
+impl Builder<'_, '_> {
+    /// Puts a look-ahead of `between` bytes (split evenly over a gated
+    /// GEMV's two weights) after each small kernel before a GEMV, each
+    /// continuing where the one before it for that GEMV stopped, until the
+    /// weights are all asked for. Counted in `look_aheads`, not in
+    /// `dispatches`. Nothing where `between` is 0.
+    pub(super) fn add_look_aheads(&mut self, between: u64) -> Result<(), VulkanError> {
+        if between == 0 {
+            return Ok(());
+        }
+        // The weights of the next GEMV after each command, from the back.
+        let mut next: Vec<Region> = Vec::new();
+        let mut nexts = vec![Vec::new(); self.cmds.len()];
+        for (c, n) in self.cmds.iter().zip(nexts.iter_mut()).rev() {
+            n.clone_from(&next);
+            if let Some(w) = gemv_weights(c) {
+                next = w;
+            }
+        }
+        let cmds = std::mem::take(&mut self.cmds);
+        let mut out = Vec::with_capacity(cmds.len());
+        let mut touches = Vec::new();
+        // Bytes of each of the next GEMV's weights asked for so far.
+        let mut asked = 0u64;
+        for (c, next) in cmds.into_iter().zip(nexts) {
+            let host = hosts_look_ahead(&c);
+            if gemv_weights(&c).is_some() {
+                asked = 0;
+            }
+            out.push(c);
+            if !host || next.is_empty() {
+                continue;
+            }
+            let share = between / next.len() as u64 / self.align * self.align;
+            for w in &next {
+                let n = share.min(w.size.saturating_sub(asked)) / self.align * self.align;
+                if n == 0 {
+                    continue;
+                }
+                let window = Region {
+                    offset: w.offset + asked,
+                    size: n,
+                    ..*w
+                };
+                let p = self.placeholder;
+                let d = self.backend.l2_touch_dispatch(n / 16, KEY, vec![p; 2])?;
+                touches.push(out.len());
+                out.push(Cmd::Dispatch {
+                    kernel: d.kernel,
+                    bindings: vec![window, Self::dummy()],
+                    writes: vec![1],
+                    push: d.push,
+                    groups: d.groups,
+                });
+            }
+            asked += share;
+        }
+        // Each look-ahead's own word, so that none waits for another.
+        if !touches.is_empty() {
+            let sink = self.new_scratch(touches.len() as u64 * self.align)?;
+            for (i, &at) in touches.iter().enumerate() {
+                if let Cmd::Dispatch { bindings, .. } = &mut out[at] {
+                    bindings[1] = Region {
+                        slot: Slot::Scratch(sink),
+                        offset: i as u64 * self.align,
+                        size: 4,
+                    };
+                }
+            }
+        }
+        self.stats.look_aheads += touches.len() as u64;
+        self.cmds = out;
+        Ok(())
+    }
+}
