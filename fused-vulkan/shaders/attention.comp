@@ -30,6 +30,10 @@
 // (quantize.comp's layout for one column of n_head d values, d a multiple
 // of 32: the codes from word 0, four a word, then each block's scale
 // word), with the quantizer's own code, so no quantizer runs after it.
+// With APPEND (the split pass) the key/value append that kv_append.comp
+// would run before it is done here: q's RoPE from the product's rows, the
+// new key (rotated) and value rows of each head kept in shared memory by
+// the split holding row pos and written into the caches (see main).
 // Splits past the position write nothing and are not read. A workgroup
 // reads its q heads into shared memory before anything is written, and
 // writes only their outputs, so out may be q (in place). Head sizes up to
@@ -193,10 +197,23 @@ void main() {
 #else
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
+#ifdef APPEND
+// The caches: row pos written here, the other rows read.
+layout(std430, binding = 1) buffer K { float k[]; };
+layout(std430, binding = 2) buffer V { float v[]; };
+layout(std430, binding = 2) buffer VW { uint v_words[]; };
+#else
 layout(std430, binding = 1) readonly buffer K { float k[]; };
 layout(std430, binding = 2) readonly buffer V { float v[]; };
+#endif
 layout(std430, binding = 3) readonly buffer P { float pos[]; };
 layout(std430, binding = 4) writeonly buffer O { float o[]; };
+#ifdef APPEND
+layout(std430, binding = 5) readonly buffer T { float table[]; };
+layout(std430, binding = 6) readonly buffer KR { float k_new[]; };
+layout(std430, binding = 7) readonly buffer VR { uint v_new[]; };
+layout(std430, binding = 8) writeonly buffer QO { float q_out[]; };
+#endif
 layout(push_constant) uniform PC {
     uint d;
     uint n_head;
@@ -212,6 +229,15 @@ layout(push_constant) uniform PC {
     uint v_at;
     uint pos_at;
     uint out_at;
+#ifdef APPEND
+    uint mode;
+    uint table_rows;
+    uint table_at;
+    uint kn_at;
+    uint vn_at;
+    uint qo_at;
+    uint write_q;
+#endif
 } pc;
 
 shared float sq[QMAX];
@@ -219,6 +245,32 @@ shared float ss[GMAX * CHUNK];
 shared float red[WG];
 shared float sm[GMAX];
 shared float sl[GMAX];
+#ifdef APPEND
+// The key and value rows appended at pos, for the split that holds that
+// row (used in place of the cache's, which this dispatch writes).
+shared float snk[WG];
+shared float snv[WG];
+
+// One RoPE pair of a head of d values at `base` of x (the table's angles
+// at `angles`), as kv_append.comp rotates it: the indices (a, b) of the
+// pair and the rotated values.
+void rope_pair(uint i, uint angles, out uint a, out uint b, float xa, float xb,
+               out float ya, out float yb) {
+    uint half_d = pc.d / 2u;
+    a = pc.mode == 0u ? 2u * i : i;
+    b = pc.mode == 0u ? 2u * i + 1u : i + half_d;
+    float c = table[angles + 2u * i];
+    float s = table[angles + 2u * i + 1u];
+    precise float ra = xa * c - xb * s;
+    precise float rb = xa * s + xb * c;
+    ya = ra;
+    yb = rb;
+}
+
+// The pair indices alone (for loading before rotating).
+uint pair_a(uint i) { return pc.mode == 0u ? 2u * i : i; }
+uint pair_b(uint i) { return pc.mode == 0u ? 2u * i + 1u : i + pc.d / 2u; }
+#endif
 
 void main() {
     uint wg = flat_group();
@@ -238,9 +290,64 @@ void main() {
     uint tid = gl_LocalInvocationIndex;
     uint d = pc.d;
     uint g = h0 / pc.group;
+#ifdef APPEND
+    // The key/value append (kv_append.comp's) done here: q's heads rotated
+    // into shared memory (and into q's destination by the first split), the
+    // new key and value rows of head g kept in shared memory by the split
+    // that holds row len - 1 and written into the caches by its first
+    // workgroup of the head. The position is clamped into the table's rows
+    // for the angles; the caches' rows are the attention's (the host's
+    // check).
+    uint prow = len - 1u;
+    bool fresh_here = prow - t0 < n;
+    uint half_d = d / 2u;
+    uint angles = pc.table_at + decode_position(pos[pc.pos_at], pc.table_rows) * d;
+    for (uint p = tid; p < heads * half_d; p += WG) {
+        uint r = p / half_d;
+        uint i = p % half_d;
+        uint at = pc.q_at + (h0 + r) * d;
+        uint a;
+        uint b;
+        float ya;
+        float yb;
+        rope_pair(i, angles, a, b, q[at + pair_a(i)], q[at + pair_b(i)], ya, yb);
+        sq[r * d + a] = ya;
+        sq[r * d + b] = yb;
+        if (split == 0u && pc.write_q != 0u) {
+            q_out[pc.qo_at + (h0 + r) * d + a] = ya;
+            q_out[pc.qo_at + (h0 + r) * d + b] = yb;
+        }
+    }
+    if (fresh_here) {
+        bool writer = h0 % pc.group == 0u;
+        uint kat = pc.kn_at + g * d;
+        uint row = prow * pc.kv_dim + g * d;
+        for (uint i = tid; i < half_d; i += WG) {
+            uint a;
+            uint b;
+            float ya;
+            float yb;
+            rope_pair(i, angles, a, b, k_new[kat + pair_a(i)], k_new[kat + pair_b(i)], ya, yb);
+            snk[a] = ya;
+            snk[b] = yb;
+            if (writer) {
+                k[pc.k_at + row + a] = ya;
+                k[pc.k_at + row + b] = yb;
+            }
+        }
+        for (uint i = tid; i < d; i += WG) {
+            uint bits = v_new[pc.vn_at + g * d + i];
+            snv[i] = uintBitsToFloat(bits);
+            if (writer) {
+                v_words[pc.v_at + row + i] = bits;
+            }
+        }
+    }
+#else
     for (uint i = tid; i < heads * d; i += WG) {
         sq[i] = q[pc.q_at + h0 * d + i];
     }
+#endif
     barrier();
 
     uint kbase = pc.k_at + g * d + t0 * pc.kv_dim;
@@ -250,6 +357,9 @@ void main() {
     uint lane = slot % PARTIALS;
     for (uint j = slot / PARTIALS; j < n; j += WG / PARTIALS) {
         uint at = kbase + j * pc.kv_dim;
+#ifdef APPEND
+        bool fresh = t0 + j == prow;
+#endif
         precise float p[GMAX];
         [[unroll]] for (uint r = 0u; r < GMAX; r++) {
             p[r] = 0.0;
@@ -260,8 +370,17 @@ void main() {
         // same order as the remainder loop.
         for (; i + PARTIALS * (LOADS - 1u) < d; i += PARTIALS * LOADS) {
             float kv[LOADS];
-            [[unroll]] for (uint u = 0u; u < LOADS; u++) {
-                kv[u] = k[at + i + PARTIALS * u];
+#ifdef APPEND
+            if (fresh) {
+                [[unroll]] for (uint u = 0u; u < LOADS; u++) {
+                    kv[u] = snk[i + PARTIALS * u];
+                }
+            } else
+#endif
+            {
+                [[unroll]] for (uint u = 0u; u < LOADS; u++) {
+                    kv[u] = k[at + i + PARTIALS * u];
+                }
             }
             [[unroll]] for (uint u = 0u; u < LOADS; u++) {
                 [[unroll]] for (uint r = 0u; r < GMAX; r++) {
@@ -273,7 +392,11 @@ void main() {
             }
         }
         for (; i < d; i += PARTIALS) {
+#ifdef APPEND
+            float kv = fresh ? snk[i] : k[at + i];
+#else
             float kv = k[at + i];
+#endif
             [[unroll]] for (uint r = 0u; r < GMAX; r++) {
                 if (r < heads) {
                     precise float prod = sq[r * d + i] * kv;
@@ -307,7 +430,11 @@ void main() {
         for (uint i0 = 0u; i0 < d; i0 += PARTIALS) {
             [[unroll]] for (uint c = 0u; c < PARTIALS; c++) {
                 if (i0 + c < d) {
+#ifdef APPEND
+                    float kv = t0 + j == prow ? snk[i0 + c] : k[at + i0 + c];
+#else
                     float kv = k[at + i0 + c];
+#endif
                     [[unroll]] for (uint r = 0u; r < GMAX; r++) {
                         if (r < heads) {
                             precise float prod = sq[r * d + i0 + c] * kv;
@@ -391,6 +518,12 @@ void main() {
         for (; j + groups * (LOADS - 1u) < n; j += groups * LOADS) {
             float x[LOADS];
             [[unroll]] for (uint u = 0u; u < LOADS; u++) {
+#ifdef APPEND
+                if (t0 + j + groups * u == prow) {
+                    x[u] = snv[i];
+                    continue;
+                }
+#endif
                 x[u] = v[vbase + (j + groups * u) * pc.kv_dim];
             }
             [[unroll]] for (uint u = 0u; u < LOADS; u++) {
@@ -402,7 +535,11 @@ void main() {
             }
         }
         for (; j < n; j += groups) {
+#ifdef APPEND
+            float x = t0 + j == prow ? snv[i] : v[vbase + j * pc.kv_dim];
+#else
             float x = v[vbase + j * pc.kv_dim];
+#endif
             [[unroll]] for (uint c = 0u; c < GMAX; c++) {
                 if (c < heads) {
                     acc[c] += ss[c * CHUNK + j] * x;

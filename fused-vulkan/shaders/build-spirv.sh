@@ -28,13 +28,16 @@ compile fwht_shuffle fwht.comp -DSHUFFLE
 compile rms_norm rms_norm.comp
 # The decode ops: RoPE, the row write, the fused key/value append, attention
 # (a split pass, with eight lanes a row sharing subgroup shuffles or one
-# invocation a row, and the pass joining the splits, also writing its output
-# as Q8_0 or Q8_1 activations) and argmax.
+# invocation a row, either also doing the key/value append, and the pass
+# joining the splits, also writing its output as Q8_0 or Q8_1 activations)
+# and argmax.
 compile rope rope.comp
 compile set_row set_row.comp
 compile kv_append kv_append.comp
 compile attention attention.comp
 compile attention_shuffle attention.comp -DSHUFFLE
+compile attention_append attention.comp -DAPPEND
+compile attention_shuffle_append attention.comp -DSHUFFLE -DAPPEND
 compile attention_combine attention.comp -DCOMBINE
 compile attention_combine_q8_0 attention.comp -DCOMBINE -DQUANT
 compile attention_combine_q8_1 attention.comp -DCOMBINE -DQUANT -DQ8_1

@@ -117,6 +117,19 @@ fn mode_word(mode: RopeMode) -> u32 {
     }
 }
 
+/// The key/value append done by attention's split pass: the RoPE mode and
+/// table rows, and the element offsets of the table, the new key row, the
+/// new value row and q's destination within their bindings; `write_q`:
+/// q's destination is written (not where the attention's output covers it
+/// exactly).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AppendInAttention {
+    pub mode: RopeMode,
+    pub table_rows: usize,
+    pub at: [u32; 4],
+    pub write_q: bool,
+}
+
 /// One pass of `argmax.comp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ArgMaxPass {
@@ -267,13 +280,17 @@ impl VulkanBackend {
     /// `splits` ([`attention_splits`]): with one split the output itself,
     /// else each split's (max, sum, unnormalized output) for
     /// [`VulkanBackend::attention_combine_dispatch`]; bindings q, k, v,
-    /// position, output or partials.
+    /// position, output or partials. With `append`, the pass also does the
+    /// key/value append before it: q is the product's rows, k and v the
+    /// caches it writes row pos of, then bindings table, new key row, new
+    /// value row, q's destination.
     pub(crate) fn attention_dispatch<'b>(
         &self,
         shape: &AttentionShape,
         rows: usize,
         splits: usize,
         at: [u32; 5],
+        append: Option<&AppendInAttention>,
         buffers: Vec<&'b Buffer<'b>>,
     ) -> Result<Dispatch<'b>, VulkanError> {
         let group = shape.n_head / shape.n_kv;
@@ -283,7 +300,7 @@ impl VulkanBackend {
             .ok_or(Error::Overflow {
                 what: "attention workgroups",
             })?;
-        let words = [
+        let mut words = vec![
             u32_of("attention head size", shape.head_dim)?,
             u32_of("attention heads", shape.n_head)?,
             u32_of("attention group", group)?,
@@ -299,14 +316,26 @@ impl VulkanBackend {
             at[3],
             at[4],
         ];
+        if let Some(a) = append {
+            words.extend([
+                mode_word(a.mode),
+                u32_of("RoPE table rows", a.table_rows)?,
+                a.at[0],
+                a.at[1],
+                a.at[2],
+                a.at[3],
+                u32::from(a.write_q),
+            ]);
+        }
+        let shuffle = self.tuning().attention_shuffle && attention_shuffle(self.context().info());
+        let shader = match (shuffle, append.is_some()) {
+            (true, false) => Shader::AttentionShuffle,
+            (false, false) => Shader::Attention,
+            (true, true) => Shader::AttentionShuffleAppend,
+            (false, true) => Shader::AttentionAppend,
+        };
         Ok(Dispatch {
-            kernel: self.decode_kernel(
-                if self.tuning().attention_shuffle && attention_shuffle(self.context().info()) {
-                    Shader::AttentionShuffle
-                } else {
-                    Shader::Attention
-                },
-            )?,
+            kernel: self.decode_kernel(shader)?,
             buffers,
             push: push(&words),
             groups: self.grid(groups as u64)?,

@@ -45,6 +45,16 @@ impl Tuning {
         }
     }
 
+    /// Attention's split pass does the key/value append recorded just
+    /// before it (`true`, the default), or the append keeps its own
+    /// dispatch (`false`; the same bits).
+    pub fn with_append_in_attention(self, on: bool) -> Tuning {
+        Tuning {
+            append_in_attention: on,
+            ..self
+        }
+    }
+
     /// Bytes of the next GEMV's weights the device plan reads into L2
     /// beside each small kernel between two GEMVs (0: none; the same bits
     /// either way).

@@ -38,6 +38,11 @@ pub(crate) enum Shader {
     /// Attention with eight lanes a row for the scores, their partial sums
     /// joined by subgroup shuffles (`attention.comp -DSHUFFLE`).
     AttentionShuffle,
+    /// The split pass also doing the key/value append before it
+    /// (`attention.comp -DAPPEND`), one invocation a row.
+    AttentionAppend,
+    /// The same with eight lanes a row (`-DSHUFFLE -DAPPEND`).
+    AttentionShuffleAppend,
     /// The pass joining attention's splits (`attention.comp -DCOMBINE`).
     AttentionCombine,
     /// The joining pass that also writes its output as the next GEMV's
@@ -191,6 +196,8 @@ impl Shader {
             Shader::KvAppend => spv!("kv_append"),
             Shader::Attention => spv!("attention"),
             Shader::AttentionShuffle => spv!("attention_shuffle"),
+            Shader::AttentionAppend => spv!("attention_append"),
+            Shader::AttentionShuffleAppend => spv!("attention_shuffle_append"),
             Shader::AttentionCombine => spv!("attention_combine"),
             Shader::AttentionCombineQ8_0 => spv!("attention_combine_q8_0"),
             Shader::AttentionCombineQ8_1 => spv!("attention_combine_q8_1"),
@@ -310,6 +317,7 @@ impl Shader {
             Shader::Rope | Shader::SetRow => 4,
             Shader::KvAppend => 8,
             Shader::Attention | Shader::AttentionShuffle => 5,
+            Shader::AttentionAppend | Shader::AttentionShuffleAppend => 9,
             Shader::Eltwise | Shader::RmsNorm | Shader::FwhtShared | Shader::FwhtShuffle => 3,
             Shader::Gemv { glu: false, .. } => 4,
             Shader::Gemv { glu: true, .. } => 5,
@@ -331,6 +339,7 @@ impl Shader {
             Shader::KvAppend => 64,
             Shader::SetRow | Shader::ArgMax => 28,
             Shader::Attention | Shader::AttentionShuffle => 56,
+            Shader::AttentionAppend | Shader::AttentionShuffleAppend => 84,
             Shader::AttentionCombine
             | Shader::AttentionCombineQ8_0
             | Shader::AttentionCombineQ8_1 => 24,

@@ -78,7 +78,10 @@
 //! writing the whole destination for the barriers, since the row is known
 //! only on the device. The core's fused key/value append is one dispatch
 //! that writes q's RoPE, k's RoPE into its cache row and v into its own,
-//! counted as writing q's destination and both whole caches. Attention
+//! counted as writing q's destination and both whole caches; where the
+//! attention recorded right after it reads exactly its q destination, caches
+//! and position, attention's split pass does the append itself and the
+//! append has no dispatch (`append_in_attention.rs`). Attention
 //! over a cache longer than one split, and argmax over a long column, take
 //! a second dispatch that joins the splits' partial results. Attention
 //! heads of more than 256 values, and sources overlapping an output other
@@ -122,11 +125,13 @@ use fused_core::{DType, Error};
 use crate::backend::{ChainWords, EltOp, VulkanBackend};
 use crate::context::{Buffer, Dispatch, storage_writes};
 use crate::decode::{
-    ATTENTION_MAX_HEAD, ArgMaxPass, KvAppendShape, argmax_splits, attention_splits,
+    ATTENTION_MAX_HEAD, AppendInAttention, ArgMaxPass, KvAppendShape, argmax_splits,
+    attention_splits,
 };
 use crate::error::VulkanError;
 use crate::pipeline::{Kernel, KernelKey, gemv_type, quantized_bytes, u32_of};
 
+mod append_in_attention;
 mod look_ahead;
 #[cfg(feature = "lab")]
 mod profile;
@@ -283,8 +288,33 @@ struct Builder<'a, 'd> {
     /// The attention joining pass recorded last, while it is the last
     /// command: it may take on quantizing its output.
     last_combine: Option<JoinedAttention>,
+    /// The key/value append recorded last, while it is the last command:
+    /// the attention after it may take it on.
+    last_append: Option<RecordedAppend>,
     cmds: Vec<Cmd>,
     stats: DevicePlanStats,
+}
+
+/// A key/value append dispatch with q and v joined: its command, its
+/// bindings (table, position, k, key cache, q, q's destination, v, value
+/// cache: window and element offset of each), the exact regions of the
+/// same tensors, and its shape.
+#[derive(Clone, Copy, Debug)]
+struct RecordedAppend {
+    cmd: usize,
+    windows: [(Region, u32); 8],
+    exact: [Region; 8],
+    shape: KvAppendShape,
+}
+
+/// The key/value append's part of attention's split pass: the product's
+/// q rows (the pass's q binding and offset), its own bindings (table, new
+/// key row, new value row, q's destination) and words.
+#[derive(Clone, Copy, Debug)]
+struct AppendBindings {
+    q: (Region, u32),
+    bindings: [Region; 4],
+    words: AppendInAttention,
 }
 
 /// An attention's joining pass: its command, its output (the tensor's
@@ -849,8 +879,37 @@ impl<'a> Builder<'a, '_> {
         }
     }
 
+    /// Records attention's split pass (bindings q, k, v, position, output
+    /// or partials; with `append`, also its four bindings, the caches
+    /// written).
+    fn split_pass(
+        &mut self,
+        shape: &AttentionShape,
+        rows: usize,
+        splits: usize,
+        at: [u32; 5],
+        bindings: [Region; 5],
+        append: Option<AppendBindings>,
+    ) -> Result<(), VulkanError> {
+        let p = self.placeholder;
+        let words = append.map(|a| a.words);
+        let n = if append.is_some() { 9 } else { 5 };
+        let d =
+            self.backend
+                .attention_dispatch(shape, rows, splits, at, words.as_ref(), vec![p; n])?;
+        let mut bindings = bindings.to_vec();
+        let mut writes = vec![4];
+        if let Some(a) = append {
+            bindings.extend(a.bindings);
+            writes = vec![1, 2, 4, 8];
+        }
+        self.dispatch_in_place(d, bindings, writes);
+        Ok(())
+    }
+
     /// Records the first attention pass and, over several splits, the pass
-    /// joining them through the reused partials scratch.
+    /// joining them through the reused partials scratch; with `append`, the
+    /// first pass does the key/value append too.
     #[allow(clippy::too_many_arguments)]
     fn attention_passes(
         &mut self,
@@ -861,15 +920,12 @@ impl<'a> Builder<'a, '_> {
         v: (Region, u32),
         pos: (Region, u32),
         out: (Region, u32),
+        append: Option<AppendBindings>,
     ) -> Result<bool, VulkanError> {
         let splits = attention_splits(shape, rows);
-        let p = self.placeholder;
         if splits == 1 {
             let at = [q.1, k.1, v.1, pos.1, out.1];
-            let d = self
-                .backend
-                .attention_dispatch(shape, rows, 1, at, vec![p; 5])?;
-            self.dispatch(d, vec![q.0, k.0, v.0, pos.0, out.0], 4, (out.0, None));
+            self.split_pass(shape, rows, 1, at, [q.0, k.0, v.0, pos.0, out.0], append)?;
             return Ok(false);
         }
         let floats = shape
@@ -883,10 +939,15 @@ impl<'a> Builder<'a, '_> {
         let parts = self.reused_scratch(&mut kept, 4 * floats as u64)?;
         self.attention_parts = kept;
         let at = [q.1, k.1, v.1, pos.1, 0];
-        let d = self
-            .backend
-            .attention_dispatch(shape, rows, splits, at, vec![p; 5])?;
-        self.dispatch(d, vec![q.0, k.0, v.0, pos.0, parts], 4, (parts, None));
+        self.split_pass(
+            shape,
+            rows,
+            splits,
+            at,
+            [q.0, k.0, v.0, pos.0, parts],
+            append,
+        )?;
+        let p = self.placeholder;
         let d = self.backend.attention_combine_dispatch(
             shape,
             rows,
@@ -1186,6 +1247,21 @@ impl<'a> CommandSink for Builder<'a, '_> {
         let dispatch = self.backend.kv_append_dispatch(&shape, at, vec![p; 8])?;
         let bindings = vec![tr.0, pr.0, kr.0, kcr.0, qr.0, qor.0, vr.0, vcr.0];
         self.dispatch_in_place(dispatch, bindings, vec![3, 5, 7]);
+        if let (Some((q, q_out)), Some((v, v_cache))) = (q, v) {
+            let mut exact = [Self::dummy(); 8];
+            for (e, t) in exact
+                .iter_mut()
+                .zip([table, pos, k, k_cache, q, q_out, v, v_cache])
+            {
+                *e = self.region(t)?;
+            }
+            self.last_append = Some(RecordedAppend {
+                cmd: self.cmds.len() - 1,
+                windows: [tr, pr, kr, kcr, qr, qor, vr, vcr],
+                exact,
+                shape,
+            });
+        }
         Ok(())
     }
 
@@ -1219,7 +1295,9 @@ impl<'a> CommandSink for Builder<'a, '_> {
             self.window(pos, what)?,
         );
         let or = self.window(out, what)?;
-        if self.attention_passes(shape, rows, qr, kr, vr, pr, or)? {
+        let append = self.append_into_attention(shape, rows, q, k, v, pos, out)?;
+        let qr = append.map_or(qr, |a| a.q);
+        if self.attention_passes(shape, rows, qr, kr, vr, pr, or, append)? {
             self.last_combine = Some(JoinedAttention {
                 cmd: self.cmds.len() - 1,
                 out: words(self.region(out)?),
@@ -1339,6 +1417,7 @@ impl<'a> DevicePlan<'a> {
             latest_norm: LatestQuantization::new(),
             latest_quant: LatestQuantization::new(),
             last_combine: None,
+            last_append: None,
             cmds: Vec::new(),
             stats: DevicePlanStats::default(),
         };

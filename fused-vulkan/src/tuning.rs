@@ -90,6 +90,7 @@ pub(crate) const TABLE: Tuning = Tuning {
     fwht_slabs: 1,
     attention_shuffle: true,
     fold_attention_quantizer: true,
+    append_in_attention: true,
     l2_between: 0,
     // Several threads a block, their maxima joined through shared memory:
     // faster than one thread a block on the H200.
@@ -141,6 +142,9 @@ pub struct Tuning {
     /// The attention's joining pass writes its output quantized for the
     /// GEMV that reads it (Q8_0), so that no quantizer dispatch follows.
     pub(crate) fold_attention_quantizer: bool,
+    /// Attention's split pass does the key/value append recorded just
+    /// before it, so that the append needs no dispatch of its own.
+    pub(crate) append_in_attention: bool,
     /// Bytes of the next GEMV's weights read into L2 beside each small
     /// kernel between two GEMVs (the device plan's look-ahead; 0: none).
     pub(crate) l2_between: u64,

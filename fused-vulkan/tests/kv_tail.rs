@@ -1,10 +1,11 @@
 //! The stacked q/k/v GEMV with its key/value append tail on the Vulkan
-//! device plan: the backend runs the tail by parts (the GEMV, then one
-//! key/value append dispatch), so the plan has three dispatches fewer than
-//! the unfused plan (both RoPEs and both row writes against one append),
-//! and at every position (in range, past the cache, NaN) every result
-//! equals the unfused plan's bit for bit; no validation message. Skipped
-//! without a Vulkan device.
+//! device plan: the backend runs the tail by parts (the GEMV, then the
+//! key/value append), and the attention's split pass after it takes the
+//! append on, so the plan has four dispatches fewer than the unfused plan
+//! (both RoPEs and both row writes), three with the lab's switch off; at
+//! every position (in range, past the cache, NaN) every result equals the
+//! unfused plan's bit for bit; no validation message. Skipped without a
+//! Vulkan device.
 
 mod common;
 
@@ -18,11 +19,13 @@ use fused_testkit::stacked_qkv::{StackedQkv, StackedShape};
 #[test]
 fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
     let Some(be) = backend_or_skip() else { return };
-    // The last case goes on to the attention's output projection.
-    for (dtype, mode, o_proj) in [
-        (DType::Q4_0, GemvMode::Ggml, false),
-        (DType::F16, GemvMode::F32, false),
-        (DType::Q4_0, GemvMode::Ggml, true),
+    // The third case goes on to the attention's output projection; the
+    // last has a cache of several splits (the new row in any of them).
+    for (dtype, mode, o_proj, rows) in [
+        (DType::Q4_0, GemvMode::Ggml, false, 8),
+        (DType::F16, GemvMode::F32, false, 8),
+        (DType::Q4_0, GemvMode::Ggml, true, 8),
+        (DType::Q8_0, GemvMode::Ggml, false, 200),
     ] {
         let l = StackedQkv::new(StackedShape {
             dtype,
@@ -30,20 +33,57 @@ fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
             head_dim: 32,
             n_head: 4,
             n_kv: 2,
-            rows: 8,
+            rows,
             mode: RopeMode::Adjacent,
             pad: 0,
             reader_between: false,
             o_proj,
         });
-        let case = format!("{dtype:?} {mode:?} {o_proj}");
+        let case = format!("{dtype:?} {mode:?} {o_proj} {rows}");
         let mut plans = l.compile_both(&be, mode, 9, &case);
         let [fused, unfused] = &mut plans;
         let saved = unfused.stats().launches - fused.stats().launches;
-        assert_eq!(saved, 3, "{case}");
+        assert_eq!(saved, 4, "{case}");
         l.assert_same_results(fused, unfused, &case);
     }
     assert_no_validation_messages(&be);
+}
+
+/// With the lab's switch off the append keeps its own dispatch: one more
+/// than with it on, and every result the same bit for bit.
+#[cfg(feature = "lab")]
+#[test]
+fn the_append_has_its_own_dispatch_with_the_switch_off() {
+    let (Some(be), Some(mut off)) = (backend_or_skip(), backend_or_skip()) else {
+        return;
+    };
+    let tuning = off.tuning().with_append_in_attention(false);
+    off.set_tuning(tuning).expect("the switch off");
+    for rows in [8, 200] {
+        let l = StackedQkv::new(StackedShape {
+            dtype: DType::Q4_0,
+            k: 256,
+            head_dim: 64,
+            n_head: 4,
+            n_kv: 2,
+            rows,
+            mode: RopeMode::Adjacent,
+            pad: 0,
+            reader_between: false,
+            o_proj: true,
+        });
+        let case = format!("{rows} rows");
+        let [mut inside, _] = l.compile_both(&be, GemvMode::Ggml, 3, &case);
+        let [mut apart, _] = l.compile_both(&off, GemvMode::Ggml, 3, &case);
+        assert_eq!(
+            apart.stats().launches - inside.stats().launches,
+            1,
+            "{case}"
+        );
+        l.assert_same_results(&mut inside, &mut apart, &case);
+    }
+    assert_no_validation_messages(&be);
+    assert_no_validation_messages(&off);
 }
 
 /// The attention's output, read by the projection's GEMV as Q8_0 or Q8_1

@@ -49,6 +49,8 @@ fn hosts_look_ahead(c: &Cmd) -> bool {
             | Shader::KvAppend
             | Shader::Attention
             | Shader::AttentionShuffle
+            | Shader::AttentionAppend
+            | Shader::AttentionShuffleAppend
             | Shader::AttentionCombine
             | Shader::AttentionCombineQ8_0
             | Shader::RmsNorm
