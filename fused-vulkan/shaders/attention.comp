@@ -120,8 +120,11 @@ void main() {
     // Heads are at most WG values (the host refuses longer ones): value i
     // is invocation i's.
     uint i = tid;
-    float l = 0.0;
-    float acc = 0.0;
+    // `precise` here and below: every variant of a pass (with or without
+    // its quantized output or the append) computes the same bits, which a
+    // compiler free to fuse multiply-adds need not do.
+    precise float l = 0.0;
+    precise float acc = 0.0;
     for (uint s0 = 0u; s0 < live; s0 += WG) {
         uint count = min(WG, live - s0);
         if (tid < count) {
@@ -153,7 +156,7 @@ void main() {
         }
         barrier();
     }
-    float y = acc / l;
+    precise float y = acc / l;
     if (i < pc.d) {
         o[pc.out_at + h * pc.d + i] = y;
     }
@@ -507,7 +510,7 @@ void main() {
     uint groups = WG / d;
     uint gp = tid / d;
     uint i = tid % d;
-    float acc[GMAX];
+    precise float acc[GMAX];
     [[unroll]] for (uint c = 0u; c < GMAX; c++) {
         acc[c] = 0.0;
     }
@@ -552,13 +555,14 @@ void main() {
             red[tid] = acc[c];
             barrier();
             if (tid < d) {
-                float total = 0.0;
+                precise float total = 0.0;
                 for (uint p = 0u; p < groups; p++) {
                     total += red[p * d + tid];
                 }
                 uint h = h0 + c;
                 if (pc.direct != 0u) {
-                    o[pc.out_at + h * d + tid] = total / sl[c];
+                    precise float y = total / sl[c];
+                    o[pc.out_at + h * d + tid] = y;
                 } else {
                     uint at = (h * pc.splits + split) * (d + 2u);
                     o[at + 2u + tid] = total;
