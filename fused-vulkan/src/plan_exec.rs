@@ -87,7 +87,7 @@
 //! heads of more than 256 values, and sources overlapping an output other
 //! than in place, are refused as unsupported (the host plan runs them).
 //!
-//! With the tuning's `l2_between` (a lab knob, 0 by default), each small
+//! With the tuning's `l2_between` (4 MiB; a lab knob), each small
 //! kernel between two GEMVs gets a read of the next window of the next
 //! GEMV's weights beside it, with no barrier between them, so that the
 //! weights stream into L2 while the small kernel leaves the memory idle
