@@ -49,29 +49,46 @@ fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
     assert_no_validation_messages(&be);
 }
 
+/// Two devices, the second with a lab switch off (`off`); `None` (the
+/// skip reported) without a device.
+#[cfg(feature = "lab")]
+fn on_and_off(
+    off: impl Fn(fused_vulkan::Tuning) -> fused_vulkan::Tuning,
+) -> Option<(fused_vulkan::VulkanBackend, fused_vulkan::VulkanBackend)> {
+    let (on, mut other) = (backend_or_skip()?, backend_or_skip()?);
+    let tuning = off(other.tuning());
+    other.set_tuning(tuning).expect("the switch off");
+    Some((on, other))
+}
+
+/// Four query heads of 64 over two key/value heads, K = 256, a cache of
+/// `rows` rows, the attention's output projection after it.
+#[cfg(feature = "lab")]
+fn projected_layer(dtype: DType, rows: usize) -> StackedQkv {
+    StackedQkv::new(StackedShape {
+        dtype,
+        k: 256,
+        head_dim: 64,
+        n_head: 4,
+        n_kv: 2,
+        rows,
+        mode: RopeMode::Adjacent,
+        pad: 0,
+        reader_between: false,
+        o_proj: true,
+    })
+}
+
 /// With the lab's switch off the append keeps its own dispatch: one more
 /// than with it on, and every result the same bit for bit.
 #[cfg(feature = "lab")]
 #[test]
 fn the_append_has_its_own_dispatch_with_the_switch_off() {
-    let (Some(be), Some(mut off)) = (backend_or_skip(), backend_or_skip()) else {
+    let Some((be, off)) = on_and_off(|t| t.with_append_in_attention(false)) else {
         return;
     };
-    let tuning = off.tuning().with_append_in_attention(false);
-    off.set_tuning(tuning).expect("the switch off");
     for rows in [8, 200] {
-        let l = StackedQkv::new(StackedShape {
-            dtype: DType::Q4_0,
-            k: 256,
-            head_dim: 64,
-            n_head: 4,
-            n_kv: 2,
-            rows,
-            mode: RopeMode::Adjacent,
-            pad: 0,
-            reader_between: false,
-            o_proj: true,
-        });
+        let l = projected_layer(DType::Q4_0, rows);
         let case = format!("{rows} rows");
         let [mut inside, _] = l.compile_both(&be, GemvMode::Ggml, 3, &case);
         let [mut apart, _] = l.compile_both(&off, GemvMode::Ggml, 3, &case);
@@ -96,30 +113,16 @@ fn the_append_has_its_own_dispatch_with_the_switch_off() {
 #[cfg(feature = "lab")]
 #[test]
 fn the_attention_writes_the_next_gemvs_quantized_input() {
-    let Some(be) = backend_or_skip() else { return };
-    let Some(mut off) = backend_or_skip() else {
+    let Some((be, off)) = on_and_off(|t| t.with_fold_attention_quantizer(false)) else {
         return;
     };
-    let tuning = off.tuning().with_fold_attention_quantizer(false);
-    off.set_tuning(tuning).expect("the switch off");
     for (dtype, folds) in [
         (DType::Q4_0, true),
         (DType::Q8_0, true),
         (DType::Q4_1, true),
         (DType::Q4_K, false),
     ] {
-        let l = StackedQkv::new(StackedShape {
-            dtype,
-            k: 256,
-            head_dim: 64,
-            n_head: 4,
-            n_kv: 2,
-            rows: 128,
-            mode: RopeMode::Adjacent,
-            pad: 0,
-            reader_between: false,
-            o_proj: true,
-        });
+        let l = projected_layer(dtype, 128);
         let case = format!("{dtype:?}");
         let [mut folded, _] = l.compile_both(&be, GemvMode::Ggml, 7, &case);
         let [mut separate, _] = l.compile_both(&off, GemvMode::Ggml, 7, &case);
