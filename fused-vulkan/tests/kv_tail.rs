@@ -16,6 +16,24 @@ use fused_core::backend::ResidentPlan;
 use fused_core::decode::RopeMode;
 use fused_testkit::stacked_qkv::{StackedQkv, StackedShape};
 
+/// Four query heads of `head_dim` over two key/value heads, K = 256, a
+/// cache of `rows` rows, the attention's output projection after it where
+/// `o_proj`.
+fn layer(dtype: DType, head_dim: usize, rows: usize, o_proj: bool) -> StackedQkv {
+    StackedQkv::new(StackedShape {
+        dtype,
+        k: 256,
+        head_dim,
+        n_head: 4,
+        n_kv: 2,
+        rows,
+        mode: RopeMode::Adjacent,
+        pad: 0,
+        reader_between: false,
+        o_proj,
+    })
+}
+
 #[test]
 fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
     let Some(be) = backend_or_skip() else { return };
@@ -27,18 +45,7 @@ fn the_stacked_gemv_and_its_append_match_the_unfused_plan() {
         (DType::Q4_0, GemvMode::Ggml, true, 8),
         (DType::Q8_0, GemvMode::Ggml, false, 200),
     ] {
-        let l = StackedQkv::new(StackedShape {
-            dtype,
-            k: 256,
-            head_dim: 32,
-            n_head: 4,
-            n_kv: 2,
-            rows,
-            mode: RopeMode::Adjacent,
-            pad: 0,
-            reader_between: false,
-            o_proj,
-        });
+        let l = layer(dtype, 32, rows, o_proj);
         let case = format!("{dtype:?} {mode:?} {o_proj} {rows}");
         let mut plans = l.compile_both(&be, mode, 9, &case);
         let [fused, unfused] = &mut plans;
@@ -61,24 +68,6 @@ fn on_and_off(
     Some((on, other))
 }
 
-/// Four query heads of 64 over two key/value heads, K = 256, a cache of
-/// `rows` rows, the attention's output projection after it.
-#[cfg(feature = "lab")]
-fn projected_layer(dtype: DType, rows: usize) -> StackedQkv {
-    StackedQkv::new(StackedShape {
-        dtype,
-        k: 256,
-        head_dim: 64,
-        n_head: 4,
-        n_kv: 2,
-        rows,
-        mode: RopeMode::Adjacent,
-        pad: 0,
-        reader_between: false,
-        o_proj: true,
-    })
-}
-
 /// With the lab's switch off the append keeps its own dispatch: one more
 /// than with it on, and every result the same bit for bit.
 #[cfg(feature = "lab")]
@@ -88,7 +77,7 @@ fn the_append_has_its_own_dispatch_with_the_switch_off() {
         return;
     };
     for rows in [8, 200] {
-        let l = projected_layer(DType::Q4_0, rows);
+        let l = layer(DType::Q4_0, 64, rows, true);
         let case = format!("{rows} rows");
         let [mut inside, _] = l.compile_both(&be, GemvMode::Ggml, 3, &case);
         let [mut apart, _] = l.compile_both(&off, GemvMode::Ggml, 3, &case);
@@ -122,7 +111,7 @@ fn the_attention_writes_the_next_gemvs_quantized_input() {
         (DType::Q4_1, true),
         (DType::Q4_K, false),
     ] {
-        let l = projected_layer(dtype, 128);
+        let l = layer(dtype, 64, 128, true);
         let case = format!("{dtype:?}");
         let [mut folded, _] = l.compile_both(&be, GemvMode::Ggml, 7, &case);
         let [mut separate, _] = l.compile_both(&off, GemvMode::Ggml, 7, &case);
