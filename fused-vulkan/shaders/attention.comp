@@ -254,25 +254,7 @@ shared float sl[GMAX];
 shared float snk[WG];
 shared float snv[WG];
 
-// One RoPE pair of a head of d values at `base` of x (the table's angles
-// at `angles`), as kv_append.comp rotates it: the indices (a, b) of the
-// pair and the rotated values.
-void rope_pair(uint i, uint angles, out uint a, out uint b, float xa, float xb,
-               out float ya, out float yb) {
-    uint half_d = pc.d / 2u;
-    a = pc.mode == 0u ? 2u * i : i;
-    b = pc.mode == 0u ? 2u * i + 1u : i + half_d;
-    float c = table[angles + 2u * i];
-    float s = table[angles + 2u * i + 1u];
-    precise float ra = xa * c - xb * s;
-    precise float rb = xa * s + xb * c;
-    ya = ra;
-    yb = rb;
-}
-
-// The pair indices alone (for loading before rotating).
-uint pair_a(uint i) { return pc.mode == 0u ? 2u * i : i; }
-uint pair_b(uint i) { return pc.mode == 0u ? 2u * i + 1u : i + pc.d / 2u; }
+#include "rope_pair.glsl"
 #endif
 
 void main() {
@@ -309,11 +291,12 @@ void main() {
         uint r = p / half_d;
         uint i = p % half_d;
         uint at = pc.q_at + (h0 + r) * d;
-        uint a;
-        uint b;
+        uint a = rope_a(pc.mode, d, i);
+        uint b = rope_b(pc.mode, d, i);
         float ya;
         float yb;
-        rope_pair(i, angles, a, b, q[at + pair_a(i)], q[at + pair_b(i)], ya, yb);
+        rope_rotate(q[at + a], q[at + b], table[angles + 2u * i], table[angles + 2u * i + 1u],
+                    ya, yb);
         sq[r * d + a] = ya;
         sq[r * d + b] = yb;
         if (split == 0u && pc.write_q != 0u) {
@@ -326,11 +309,12 @@ void main() {
         uint kat = pc.kn_at + g * d;
         uint row = prow * pc.kv_dim + g * d;
         for (uint i = tid; i < half_d; i += WG) {
-            uint a;
-            uint b;
+            uint a = rope_a(pc.mode, d, i);
+            uint b = rope_b(pc.mode, d, i);
             float ya;
             float yb;
-            rope_pair(i, angles, a, b, k_new[kat + pair_a(i)], k_new[kat + pair_b(i)], ya, yb);
+            rope_rotate(k_new[kat + a], k_new[kat + b], table[angles + 2u * i],
+                        table[angles + 2u * i + 1u], ya, yb);
             snk[a] = ya;
             snk[b] = yb;
             if (writer) {

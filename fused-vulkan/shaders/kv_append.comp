@@ -16,6 +16,7 @@
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "position.glsl"
+#include "rope_pair.glsl"
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer T { float table[]; };
@@ -65,8 +66,8 @@ void main() {
     uint angles = pc.table_at + decode_position(pv, pc.table_rows) * pc.d;
     float c = table[angles + 2u * i];
     float s = table[angles + 2u * i + 1u];
-    uint a = head * pc.d + (pc.mode == 0u ? 2u * i : i);
-    uint b = head * pc.d + (pc.mode == 0u ? 2u * i + 1u : i + half_d);
+    uint a = head * pc.d + rope_a(pc.mode, pc.d, i);
+    uint b = head * pc.d + rope_b(pc.mode, pc.d, i);
     float xa;
     float xb;
     if (is_q) {
@@ -76,8 +77,9 @@ void main() {
         xa = k[pc.k_at + a];
         xb = k[pc.k_at + b];
     }
-    precise float ya = xa * c - xb * s;
-    precise float yb = xa * s + xb * c;
+    float ya;
+    float yb;
+    rope_rotate(xa, xb, c, s, ya, yb);
     if (is_q) {
         q_out[pc.qo_at + a] = ya;
         q_out[pc.qo_at + b] = yb;

@@ -10,6 +10,7 @@
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "position.glsl"
+#include "rope_pair.glsl"
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
@@ -39,13 +40,12 @@ void main() {
     uint row = pc.table_at + p * pc.d;
     float c = table[row + 2u * i];
     float s = table[row + 2u * i + 1u];
-    uint a = pc.mode == 0u ? 2u * i : i;
-    uint b = pc.mode == 0u ? 2u * i + 1u : i + half_d;
+    uint a = rope_a(pc.mode, pc.d, i);
+    uint b = rope_b(pc.mode, pc.d, i);
     uint base = head * pc.d;
-    float xa = x[pc.x_at + base + a];
-    float xb = x[pc.x_at + base + b];
-    precise float ya = xa * c - xb * s;
-    precise float yb = xa * s + xb * c;
+    float ya;
+    float yb;
+    rope_rotate(x[pc.x_at + base + a], x[pc.x_at + base + b], c, s, ya, yb);
     y[pc.y_at + base + a] = ya;
     y[pc.y_at + base + b] = yb;
 }
