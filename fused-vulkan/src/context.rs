@@ -422,6 +422,12 @@ impl VulkanContext {
         self.buffer_in(size, host)
     }
 
+    /// A host-visible, host-coherent buffer of `size` bytes (at least 4),
+    /// mapped for its life, whatever the device prefers for storage.
+    pub(crate) fn host_buffer(&self, size: u64) -> Result<Buffer<'_>, VulkanError> {
+        self.buffer_in(size, true)
+    }
+
     fn buffer_in(&self, size: u64, host: bool) -> Result<Buffer<'_>, VulkanError> {
         let size = size.max(4).next_multiple_of(4);
         if size > u64::from(self.info.max_storage_range) {
@@ -924,19 +930,19 @@ impl VulkanContext {
         self.command_pool
     }
 
-    /// Submits the recorded command buffer `cb` alone, waits for `fence`
-    /// (unsignalled, of this device) and resets it.
+    /// Submits the recorded command buffers `cbs` in one submission, in
+    /// order, waits for `fence` (unsignalled, of this device) and resets it.
     ///
     /// # Safety
-    /// `cb` is a command buffer of this device in the executable state, not
-    /// pending, and every object it refers to is alive until this returns.
+    /// Each of `cbs` is a command buffer of this device in the executable
+    /// state, not pending, and every object they refer to is alive until
+    /// this returns.
     pub(crate) unsafe fn submit_and_wait(
         &self,
-        cb: vk::CommandBuffer,
+        cbs: &[vk::CommandBuffer],
         fence: vk::Fence,
     ) -> Result<(), VulkanError> {
-        let cbs = [cb];
-        let submit = vk::SubmitInfo::default().command_buffers(&cbs);
+        let submit = vk::SubmitInfo::default().command_buffers(cbs);
         {
             let queue = self
                 .queue

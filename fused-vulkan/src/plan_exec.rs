@@ -93,6 +93,12 @@
 //! weights stream into L2 while the small kernel leaves the memory idle
 //! (`look_ahead.rs`; counted in [`DevicePlanStats::look_aheads`]).
 //!
+//! Where the buffers are device local, the graph's small inputs that no
+//! command writes and its small outputs have host mirrors (`mirrors.rs`):
+//! a write such an input covers fills its mirror, whose recorded copy the
+//! next run submits with itself, and each run ends by copying the small
+//! outputs to theirs, so a token's write, run and read are one submission.
+//!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
 //! copies them back (one more submission), so that every timed run
@@ -130,9 +136,11 @@ use crate::decode::{
 };
 use crate::error::VulkanError;
 use crate::pipeline::{Kernel, KernelKey, gemv_type, quantized_bytes, u32_of};
+use mirrors::HostMirrors;
 
 mod append_in_attention;
 mod look_ahead;
+mod mirrors;
 #[cfg(feature = "lab")]
 mod profile;
 
@@ -246,6 +254,8 @@ pub struct DevicePlan<'a> {
     restore_cb: vk::CommandBuffer,
     fence: vk::Fence,
     queries: vk::QueryPool,
+    /// Host copies of the small inputs and outputs (`mirrors.rs`).
+    mirrors: HostMirrors<'a>,
 }
 
 impl core::fmt::Debug for DevicePlan<'_> {
@@ -1448,6 +1458,7 @@ impl<'a> DevicePlan<'a> {
                 pristine.push((r, b.new_scratch(r.size)?));
             }
         }
+        let mirrors = HostMirrors::new(ctx, g, &b, &written)?;
         let Builder {
             scratch,
             cmds,
@@ -1469,6 +1480,7 @@ impl<'a> DevicePlan<'a> {
             restore_cb: vk::CommandBuffer::null(),
             fence: vk::Fence::null(),
             queries: vk::QueryPool::null(),
+            mirrors,
         };
         dp.record()?;
         Ok(dp)
@@ -1531,14 +1543,27 @@ impl<'a> DevicePlan<'a> {
             .lock()
             .map_err(|_| VulkanError::Unsupported("kernel cache poisoned".into()))?;
         self.sets = self.descriptor_sets(&kernels)?;
+        let n_copies = self.mirrors.n_inputs();
         let alloc = vk::CommandBufferAllocateInfo::default()
             .command_pool(ctx.command_pool())
             .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(2);
+            .command_buffer_count(2 + n_copies as u32);
         // SAFETY: the pool belongs to this device; the lock is held.
-        let cbs = unsafe { d.allocate_command_buffers(&alloc) }
+        let mut cbs = unsafe { d.allocate_command_buffers(&alloc) }
             .map_err(VulkanError::vk("vkAllocateCommandBuffers"))?;
         (self.run_cb, self.restore_cb) = (cbs[0], cbs[1]);
+        let copies = cbs.split_off(2);
+        let buffers: Vec<vk::Buffer> = (0..self.buffers.len())
+            .map(|i| self.vk_buffer(Slot::Graph(i)))
+            .collect();
+        // SAFETY: fresh command buffers of this device, under the lock; the
+        // graph buffers live as long as the plan.
+        unsafe {
+            self.mirrors.record_copies(d, copies, |s| match s {
+                Slot::Graph(i) => buffers[i],
+                _ => vk::Buffer::null(),
+            })?;
+        }
         let begin = vk::CommandBufferBeginInfo::default();
         let cb = self.run_cb;
         // SAFETY: every handle recorded belongs to this device and lives as
@@ -1559,6 +1584,7 @@ impl<'a> DevicePlan<'a> {
             if !self.queries.is_null() {
                 d.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, self.queries, 1);
             }
+            self.mirrors.record_readbacks(d, cb, |s| self.vk_buffer(s));
             self.exit_barrier(cb);
             d.end_command_buffer(cb)
                 .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
@@ -1820,11 +1846,14 @@ impl<'a> DevicePlan<'a> {
         // SAFETY: the run command buffer is executable, not pending (every
         // submission is waited for) and refers only to objects the plan
         // owns or borrows.
-        unsafe {
-            self.backend
-                .context()
-                .submit_and_wait(self.run_cb, self.fence)
-        }
+        // The inputs' copies written since the last run go first, in the
+        // same submission.
+        let mut cbs = self.mirrors.pending();
+        cbs.push(self.run_cb);
+        // SAFETY: as above, for the copies too (recorded once, waited for).
+        let ran = unsafe { self.backend.context().submit_and_wait(&cbs, self.fence) };
+        self.mirrors.ran(ran.is_ok());
+        ran
     }
 
     /// Copies the graph inputs the plan overwrites back from their pristine
@@ -1833,11 +1862,12 @@ impl<'a> DevicePlan<'a> {
         if self.pristine.is_empty() {
             return Ok(());
         }
+        self.mirrors.restored();
         // SAFETY: as in `run`, for the restore command buffer.
         unsafe {
             self.backend
                 .context()
-                .submit_and_wait(self.restore_cb, self.fence)
+                .submit_and_wait(&[self.restore_cb], self.fence)
         }
     }
 
@@ -1885,7 +1915,13 @@ impl ResidentPlan for DevicePlan<'_> {
     fn write(&mut self, id: BufferId, offset: usize, bytes: &[u8]) -> Result<(), VulkanError> {
         let i = buffer_range(&self.sizes, id, offset, bytes.len())?;
         let ctx = self.backend.context();
-        ctx.write_at(&self.buffers[i], offset, bytes)?;
+        // Bytes an input's mirror covers reach the device at the next run.
+        if !self
+            .mirrors
+            .write(ctx, Slot::Graph(i), offset as u64, bytes)?
+        {
+            ctx.write_at(&self.buffers[i], offset, bytes)?;
+        }
         let end = offset + bytes.len();
         for (r, s) in &self.pristine {
             if r.slot != Slot::Graph(i) {
@@ -1908,9 +1944,13 @@ impl ResidentPlan for DevicePlan<'_> {
 
     fn read(&self, id: BufferId, offset: usize, out: &mut [u8]) -> Result<(), VulkanError> {
         let i = buffer_range(&self.sizes, id, offset, out.len())?;
-        self.backend
-            .context()
-            .read_at(&self.buffers[i], offset, out)
+        let ctx = self.backend.context();
+        if self.mirrors.read(ctx, Slot::Graph(i), offset as u64, out)? {
+            return Ok(());
+        }
+        ctx.read_at(&self.buffers[i], offset, out)?;
+        self.mirrors
+            .overlay_inputs(ctx, Slot::Graph(i), offset as u64, out)
     }
 
     fn run(&mut self) -> Result<(), VulkanError> {
@@ -1956,6 +1996,7 @@ impl Drop for DevicePlan<'_> {
         unsafe {
             let cbs: Vec<vk::CommandBuffer> = [self.run_cb, self.restore_cb]
                 .into_iter()
+                .chain(self.mirrors.copies.iter().copied())
                 .filter(|c| !c.is_null())
                 .collect();
             if !cbs.is_empty() {

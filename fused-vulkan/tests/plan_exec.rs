@@ -440,3 +440,77 @@ fn look_aheads_beside_the_quantizers_add_no_barrier_and_change_no_bit() {
     assert_no_validation_messages(&b);
     assert_no_validation_messages(&ahead);
 }
+
+/// On device-local buffers (staged copies) a plan's small inputs and
+/// outputs go through host mirrors: rewritten weights (whole, then a few
+/// bytes) read back before the run that uploads them, runs after each
+/// write, the output read after each run and after a restore, every byte
+/// equal to the same plan's on host-visible buffers.
+#[test]
+fn small_inputs_and_outputs_through_host_mirrors_keep_every_byte() {
+    let (Some(host), Some(staged)) = (
+        backend_or_skip(),
+        backend_with_or_skip(ContextOptions {
+            validation: validation(),
+            staged_buffers: true,
+        }),
+    ) else {
+        return;
+    };
+    let (g, mem, out) = decode_layer(DType::Q4_0, 0);
+    let p = plan(&g);
+    let w_o = *g.tensor(NodeId(0)).unwrap();
+    let rb = DType::Q4_0.row_bytes(H).unwrap();
+    let mut plans: Vec<DevicePlan<'_>> = [&host, &staged]
+        .map(|b| {
+            let mut dp = DevicePlan::new(b, &g, &p, GemvMode::Ggml, &mem.sizes()).unwrap();
+            dp.write_all(&mem).unwrap();
+            dp
+        })
+        .into();
+    let out_t = *g.tensor(out).unwrap();
+    for round in 0..3u64 {
+        let mut rows = vec![0u8; rb * H];
+        for (r, src) in rows
+            .chunks_exact_mut(rb)
+            .zip(data(H * H, 40 + round).chunks_exact(H))
+        {
+            quantize_row(DType::Q4_0, src, r).unwrap();
+        }
+        let mut seen = Vec::new();
+        for dp in &mut plans {
+            dp.write(w_o.buffer(), w_o.offset(), &rows).unwrap();
+            // A few bytes in the middle of the matrix: a second write.
+            dp.write(w_o.buffer(), w_o.offset() + 100, &[round as u8; 6])
+                .unwrap();
+            let mut back = vec![0u8; rb * H];
+            dp.read(w_o.buffer(), w_o.offset(), &mut back).unwrap();
+            let mut whole = vec![0u8; mem.sizes()[0]];
+            dp.read(BufferId(0), 0, &mut whole).unwrap();
+            dp.run().unwrap();
+            let after_run = dp.read_f32(&out_t).unwrap();
+            dp.restore_inputs().unwrap();
+            let after_restore = dp.read_f32(&out_t).unwrap();
+            dp.run().unwrap();
+            let mut all = mem.clone();
+            dp.read_all(&mut all).unwrap();
+            seen.push((back, whole, after_run, after_restore, all));
+        }
+        let (h, s) = (&seen[0], &seen[1]);
+        assert!(
+            h.0 == s.0 && h.1 == s.1,
+            "round {round}: the weights read back"
+        );
+        assert_eq!(h.0[100..106], [round as u8; 6], "round {round}");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&h.2),
+            bits(&s.2),
+            "round {round}: the output after the run"
+        );
+        assert_eq!(bits(&h.3), bits(&s.3), "round {round}: after the restore");
+        assert_same_memory(&s.4, &h.4, &format!("round {round}: everything"));
+    }
+    assert_no_validation_messages(&host);
+    assert_no_validation_messages(&staged);
+}

@@ -34,7 +34,7 @@ impl DevicePlan<'_> {
         let ran = recorded.and_then(|cb| {
             // SAFETY: the command buffer is executable and refers only to
             // objects the plan owns or borrows; the wait covers it.
-            let r = unsafe { ctx.submit_and_wait(cb, self.fence) };
+            let r = unsafe { ctx.submit_and_wait(&[cb], self.fence) };
             let _guard = ctx.kernels.lock();
             // SAFETY: the submission was waited for (a failed wait waits for
             // the device); the command pool is used under the lock.

@@ -1,0 +1,321 @@
+//! Host mirrors of a device plan's small inputs and outputs, so that a run
+//! with its input written and its output read is one submission, not
+//! three: where the graph buffers are device local (reached through
+//! staging copies), each graph input of at most [`MIRROR_MAX`] bytes that
+//! no command writes (the embedding of a token, its position, a norm's
+//! weight) has a copy in host-visible memory and a recorded copy to its
+//! place, which the next run submits with itself once a write changed the
+//! mirror; each graph output of at most [`MIRROR_MAX`] bytes (the greedy
+//! token) is copied into host-visible memory at the end of every run. A
+//! write that a mirrored input covers then only fills its mirror, and a
+//! read of an output since the last run only reads its mirror.
+//!
+//! An input's mirror always holds what was last written there (every
+//! write updates the mirrors it overlaps), so reads of inputs are served
+//! from it; an output's mirror is trusted only from a run until the next
+//! restore (a write updates it too).
+
+use std::cell::Cell;
+
+use ash::vk;
+use fused_core::graph::{Graph, Op};
+
+use super::{Builder, Region, Slot};
+use crate::context::{Buffer, VulkanContext};
+use crate::error::VulkanError;
+
+/// The largest tensor mirrored, in bytes.
+pub(crate) const MIRROR_MAX: u64 = 64 << 10;
+
+/// A graph region and where its copy lies in a mirror buffer.
+#[derive(Clone, Copy, Debug)]
+struct Mirrored {
+    region: Region,
+    at: u64,
+}
+
+/// The mirrors of one plan (none where its buffers are host visible).
+pub(crate) struct HostMirrors<'a> {
+    inputs: Vec<Mirrored>,
+    outputs: Vec<Mirrored>,
+    upload: Option<Buffer<'a>>,
+    readback: Option<Buffer<'a>>,
+    /// Each input's recorded copy from its mirror to its place (recorded
+    /// with the run, freed with the plan).
+    pub(super) copies: Vec<vk::CommandBuffer>,
+    /// Each input's mirror differs from the device (a write since the last
+    /// run).
+    dirty: Vec<Cell<bool>>,
+    /// The outputs' mirrors hold what the last run left.
+    fresh: Cell<bool>,
+}
+
+impl<'a> HostMirrors<'a> {
+    /// The mirrors for the graph `g` built by `b`: its small inputs that no
+    /// command writes, and its small outputs (none where the device's
+    /// buffers are host visible).
+    pub(super) fn new(
+        ctx: &'a VulkanContext,
+        g: &Graph,
+        b: &Builder<'_, '_>,
+        written: &[Region],
+    ) -> Result<HostMirrors<'a>, VulkanError> {
+        let mut inputs = Vec::new();
+        let mut outputs = Vec::new();
+        if !ctx.info().host_visible_buffers {
+            let (mut up, mut back) = (0u64, 0u64);
+            for node in g.nodes() {
+                let Ok(region) = b.region(node.tensor()) else {
+                    continue;
+                };
+                if region.size == 0 || region.size > MIRROR_MAX {
+                    continue;
+                }
+                let input = node.op() == Op::Input && !node.is_state();
+                if input && !written.iter().any(|w| w.overlaps(&region)) {
+                    inputs.push(Mirrored { region, at: up });
+                    up += region.size.next_multiple_of(4);
+                }
+                if node.is_output() {
+                    outputs.push(Mirrored { region, at: back });
+                    back += region.size.next_multiple_of(4);
+                }
+            }
+            let host = |n: u64| (n > 0).then(|| ctx.host_buffer(n)).transpose();
+            let dirty = inputs.iter().map(|_| Cell::new(false)).collect();
+            return Ok(HostMirrors {
+                inputs,
+                outputs,
+                upload: host(up)?,
+                readback: host(back)?,
+                copies: Vec::new(),
+                dirty,
+                fresh: Cell::new(false),
+            });
+        }
+        Ok(HostMirrors {
+            inputs,
+            outputs,
+            upload: None,
+            readback: None,
+            copies: Vec::new(),
+            dirty: Vec::new(),
+            fresh: Cell::new(false),
+        })
+    }
+
+    /// How many inputs are mirrored (the command buffers
+    /// [`HostMirrors::record_copies`] needs).
+    pub(super) fn n_inputs(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Records each input's copy from its mirror to its place into `cbs`
+    /// (one each, fresh) and keeps them. The run after them orders them
+    /// before its commands with its entry barrier.
+    ///
+    /// # Safety
+    /// Each of `cbs` is a fresh primary command buffer of this device;
+    /// `buffer` gives each slot's live buffer.
+    pub(super) unsafe fn record_copies(
+        &mut self,
+        d: &ash::Device,
+        cbs: Vec<vk::CommandBuffer>,
+        buffer: impl Fn(Slot) -> vk::Buffer,
+    ) -> Result<(), VulkanError> {
+        let Some(up) = &self.upload else {
+            return Ok(());
+        };
+        for (m, &cb) in self.inputs.iter().zip(&cbs) {
+            let copy = vk::BufferCopy {
+                src_offset: m.at,
+                dst_offset: m.region.offset,
+                size: m.region.size,
+            };
+            // SAFETY: the caller's guarantee; both ranges lie in their
+            // buffers.
+            unsafe {
+                d.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default())
+                    .map_err(VulkanError::vk("vkBeginCommandBuffer"))?;
+                d.cmd_copy_buffer(cb, up.buffer, buffer(m.region.slot), &[copy]);
+                d.end_command_buffer(cb)
+                    .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
+            }
+        }
+        self.copies = cbs;
+        Ok(())
+    }
+
+    /// The copies the next run submits before itself: those of the inputs
+    /// written since the last run.
+    pub(super) fn pending(&self) -> Vec<vk::CommandBuffer> {
+        self.copies
+            .iter()
+            .zip(&self.dirty)
+            .filter(|(_, d)| d.get())
+            .map(|(&cb, _)| cb)
+            .collect()
+    }
+
+    /// Records a barrier and the copies of the outputs to their mirrors (at
+    /// the end of a run, before its exit barrier).
+    ///
+    /// # Safety
+    /// As for [`HostMirrors::record_uploads`].
+    pub(super) unsafe fn record_readbacks(
+        &self,
+        d: &ash::Device,
+        cb: vk::CommandBuffer,
+        buffer: impl Fn(Slot) -> vk::Buffer,
+    ) {
+        let Some(back) = &self.readback else { return };
+        // SAFETY: the caller's guarantee.
+        unsafe { transfer_barrier(d, cb) };
+        for m in &self.outputs {
+            let copy = vk::BufferCopy {
+                src_offset: m.region.offset,
+                dst_offset: m.at,
+                size: m.region.size,
+            };
+            // SAFETY: as in `record_uploads`.
+            unsafe { d.cmd_copy_buffer(cb, buffer(m.region.slot), back.buffer, &[copy]) };
+        }
+    }
+
+    /// After a run: the inputs' copies are done and the outputs' mirrors
+    /// current (or not, after a failed run).
+    pub(super) fn ran(&self, ok: bool) {
+        if ok {
+            self.dirty.iter().for_each(|d| d.set(false));
+        }
+        self.fresh.set(ok);
+    }
+
+    /// After a restore, which may change an output.
+    pub(super) fn restored(&self) {
+        self.fresh.set(false);
+    }
+
+    /// Puts `bytes`, written at byte `offset` of graph buffer `slot`, into
+    /// every mirror they overlap; `true` where the inputs' mirrors alone
+    /// cover them (the next run copies them to their place).
+    pub(super) fn write(
+        &self,
+        ctx: &VulkanContext,
+        slot: Slot,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<bool, VulkanError> {
+        let end = offset + bytes.len() as u64;
+        let mut covered = false;
+        let inputs = self.inputs.iter().zip(self.dirty.iter().map(Some));
+        let outputs = self.outputs.iter().zip(std::iter::repeat(None));
+        for (m, dirty) in inputs.chain(outputs) {
+            let buf = if dirty.is_some() {
+                &self.upload
+            } else {
+                &self.readback
+            };
+            let (Some(buf), true) = (buf, m.region.slot == slot) else {
+                continue;
+            };
+            let (r, at) = (m.region, m.at);
+            let (lo, hi) = (r.offset.max(offset), (r.offset + r.size).min(end));
+            if lo >= hi {
+                continue;
+            }
+            let part = &bytes[(lo - offset) as usize..(hi - offset) as usize];
+            ctx.write_at(buf, (at + lo - r.offset) as usize, part)?;
+            if let Some(d) = dirty {
+                d.set(true);
+                covered |= lo == offset && hi == end;
+            }
+        }
+        Ok(covered)
+    }
+
+    /// Puts the inputs' mirrors' bytes over `out`, read from the device at
+    /// byte `offset` of graph buffer `slot`: a write they covered reaches
+    /// the device only at the next run.
+    pub(super) fn overlay_inputs(
+        &self,
+        ctx: &VulkanContext,
+        slot: Slot,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), VulkanError> {
+        let Some(up) = &self.upload else {
+            return Ok(());
+        };
+        let end = offset + out.len() as u64;
+        for m in self.inputs.iter().filter(|m| m.region.slot == slot) {
+            let (r, at) = (m.region, m.at);
+            let (lo, hi) = (r.offset.max(offset), (r.offset + r.size).min(end));
+            if lo < hi {
+                let part = &mut out[(lo - offset) as usize..(hi - offset) as usize];
+                ctx.read_at(up, (at + lo - r.offset) as usize, part)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `out.len()` bytes at byte `offset` of graph buffer `slot` from
+    /// a mirror that holds them all and is current; `false` where none
+    /// does.
+    pub(super) fn read(
+        &self,
+        ctx: &VulkanContext,
+        slot: Slot,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<bool, VulkanError> {
+        let end = offset + out.len() as u64;
+        let lists = [
+            (&self.inputs, &self.upload, true),
+            (&self.outputs, &self.readback, self.fresh.get()),
+        ];
+        for (list, buf, current) in lists {
+            let (Some(buf), true) = (buf, current) else {
+                continue;
+            };
+            let inside = |m: &&Mirrored| {
+                m.region.slot == slot
+                    && m.region.offset <= offset
+                    && end <= m.region.offset + m.region.size
+            };
+            if let Some(m) = list.iter().find(inside) {
+                ctx.read_at(buf, (m.at + offset - m.region.offset) as usize, out)?;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// Orders copies and dispatches on either side of it.
+///
+/// # Safety
+/// `cb` is recording.
+unsafe fn transfer_barrier(d: &ash::Device, cb: vk::CommandBuffer) {
+    let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+    let m = vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+        .dst_access_mask(
+            vk::AccessFlags::SHADER_READ
+                | vk::AccessFlags::SHADER_WRITE
+                | vk::AccessFlags::TRANSFER_READ
+                | vk::AccessFlags::TRANSFER_WRITE,
+        );
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        d.cmd_pipeline_barrier(
+            cb,
+            stages,
+            stages,
+            vk::DependencyFlags::empty(),
+            &[m],
+            &[],
+            &[],
+        )
+    };
+}
