@@ -1458,7 +1458,7 @@ impl<'a> DevicePlan<'a> {
                 pristine.push((r, b.new_scratch(r.size)?));
             }
         }
-        let mirrors = HostMirrors::new(ctx, g, &b, &written)?;
+        let mirrors = HostMirrors::new(ctx, g, &b, &written, &pristine)?;
         let Builder {
             scratch,
             cmds,
@@ -1556,12 +1556,16 @@ impl<'a> DevicePlan<'a> {
         let buffers: Vec<vk::Buffer> = (0..self.buffers.len())
             .map(|i| self.vk_buffer(Slot::Graph(i)))
             .collect();
+        let scratch: Vec<vk::Buffer> = (0..self.scratch.len())
+            .map(|i| self.vk_buffer(Slot::Scratch(i)))
+            .collect();
         // SAFETY: fresh command buffers of this device, under the lock; the
-        // graph buffers live as long as the plan.
+        // graph and scratch buffers live as long as the plan.
         unsafe {
             self.mirrors.record_copies(d, copies, |s| match s {
                 Slot::Graph(i) => buffers[i],
-                _ => vk::Buffer::null(),
+                Slot::Scratch(i) => scratch[i],
+                Slot::Dummy => vk::Buffer::null(),
             })?;
         }
         let begin = vk::CommandBufferBeginInfo::default();
@@ -1916,15 +1920,17 @@ impl ResidentPlan for DevicePlan<'_> {
         let i = buffer_range(&self.sizes, id, offset, bytes.len())?;
         let ctx = self.backend.context();
         // Bytes an input's mirror covers reach the device at the next run.
-        if !self
+        let covered = self
             .mirrors
-            .write(ctx, Slot::Graph(i), offset as u64, bytes)?
-        {
+            .write(ctx, Slot::Graph(i), offset as u64, bytes)?;
+        if !covered {
             ctx.write_at(&self.buffers[i], offset, bytes)?;
         }
         let end = offset + bytes.len();
         for (r, s) in &self.pristine {
-            if r.slot != Slot::Graph(i) {
+            // A mirror that covered the write updates this copy at the next
+            // run.
+            if r.slot != Slot::Graph(i) || (covered && self.mirrors.keeps_pristine(r)) {
                 continue;
             }
             let (lo, hi) = (

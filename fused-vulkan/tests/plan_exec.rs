@@ -443,9 +443,10 @@ fn look_aheads_beside_the_quantizers_add_no_barrier_and_change_no_bit() {
 
 /// On device-local buffers (staged copies) a plan's small inputs and
 /// outputs go through host mirrors: rewritten weights (whole, then a few
-/// bytes) read back before the run that uploads them, runs after each
-/// write, the output read after each run and after a restore, every byte
-/// equal to the same plan's on host-visible buffers.
+/// bytes) and a new residual stream (an input the plan overwrites) read
+/// back before the run that uploads them, runs after each write, the
+/// output and the residual read after each run and after a restore, every
+/// byte equal to the same plan's on host-visible buffers.
 #[test]
 fn small_inputs_and_outputs_through_host_mirrors_keep_every_byte() {
     let (Some(host), Some(staged)) = (
@@ -469,7 +470,9 @@ fn small_inputs_and_outputs_through_host_mirrors_keep_every_byte() {
         })
         .into();
     let out_t = *g.tensor(out).unwrap();
+    let h_t = TensorDesc::contiguous(DType::F32, [H, 1, 1, 1], BufferId(1), 0).unwrap();
     for round in 0..3u64 {
+        let resid: Vec<f32> = data(H, 60 + round);
         let mut rows = vec![0u8; rb * H];
         for (r, src) in rows
             .chunks_exact_mut(rb)
@@ -487,14 +490,16 @@ fn small_inputs_and_outputs_through_host_mirrors_keep_every_byte() {
             dp.read(w_o.buffer(), w_o.offset(), &mut back).unwrap();
             let mut whole = vec![0u8; mem.sizes()[0]];
             dp.read(BufferId(0), 0, &mut whole).unwrap();
+            dp.write_f32(&h_t, &resid).unwrap();
+            let h_written = dp.read_f32(&h_t).unwrap();
             dp.run().unwrap();
-            let after_run = dp.read_f32(&out_t).unwrap();
+            let after_run = [dp.read_f32(&out_t).unwrap(), dp.read_f32(&h_t).unwrap()];
             dp.restore_inputs().unwrap();
-            let after_restore = dp.read_f32(&out_t).unwrap();
+            let after_restore = [dp.read_f32(&out_t).unwrap(), dp.read_f32(&h_t).unwrap()];
             dp.run().unwrap();
             let mut all = mem.clone();
             dp.read_all(&mut all).unwrap();
-            seen.push((back, whole, after_run, after_restore, all));
+            seen.push((back, whole, after_run, after_restore, all, h_written));
         }
         let (h, s) = (&seen[0], &seen[1]);
         assert!(
@@ -504,11 +509,33 @@ fn small_inputs_and_outputs_through_host_mirrors_keep_every_byte() {
         assert_eq!(h.0[100..106], [round as u8; 6], "round {round}");
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(
-            bits(&h.2),
-            bits(&s.2),
-            "round {round}: the output after the run"
+            bits(&s.5),
+            bits(&resid),
+            "round {round}: the residual written"
         );
-        assert_eq!(bits(&h.3), bits(&s.3), "round {round}: after the restore");
+        for i in 0..2 {
+            let what = ["the output", "the residual"][i];
+            assert_eq!(
+                bits(&h.2[i]),
+                bits(&s.2[i]),
+                "round {round}: {what} after the run"
+            );
+            assert_eq!(
+                bits(&h.3[i]),
+                bits(&s.3[i]),
+                "round {round}: {what} after the restore"
+            );
+        }
+        assert_eq!(
+            bits(&s.3[1]),
+            bits(&resid),
+            "round {round}: the residual restored"
+        );
+        assert_ne!(
+            bits(&s.2[1]),
+            bits(&resid),
+            "round {round}: the residual updated"
+        );
         assert_same_memory(&s.4, &h.4, &format!("round {round}: everything"));
     }
     assert_no_validation_messages(&host);

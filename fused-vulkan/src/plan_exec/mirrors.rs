@@ -1,18 +1,20 @@
 //! Host mirrors of a device plan's small inputs and outputs, so that a run
 //! with its input written and its output read is one submission, not
 //! three: where the graph buffers are device local (reached through
-//! staging copies), each graph input of at most [`MIRROR_MAX`] bytes that
-//! no command writes (the embedding of a token, its position, a norm's
-//! weight) has a copy in host-visible memory and a recorded copy to its
-//! place, which the next run submits with itself once a write changed the
-//! mirror; each graph output of at most [`MIRROR_MAX`] bytes (the greedy
+//! staging copies), each graph input of at most [`MIRROR_MAX`] bytes (the
+//! embedding of a token, its position, a norm's weight) has a copy in
+//! host-visible memory and a recorded copy to its place, and, where the
+//! plan overwrites it (a residual stream that starts as the token's
+//! embedding), to its pristine copy too, which the next run submits with
+//! itself once a write changed the mirror; each graph output of at most [`MIRROR_MAX`] bytes (the greedy
 //! token) is copied into host-visible memory at the end of every run. A
 //! write that a mirrored input covers then only fills its mirror, and a
 //! read of an output since the last run only reads its mirror.
 //!
 //! An input's mirror always holds what was last written there (every
-//! write updates the mirrors it overlaps), so reads of inputs are served
-//! from it; an output's mirror is trusted only from a run until the next
+//! write updates the mirrors it overlaps), so reads of inputs the plan does
+//! not overwrite are served from it, and of those it overwrites until the
+//! next run; an output's mirror is trusted only from a run until the next
 //! restore (a write updates it too).
 
 use std::cell::Cell;
@@ -32,6 +34,9 @@ pub(crate) const MIRROR_MAX: u64 = 64 << 10;
 struct Mirrored {
     region: Region,
     at: u64,
+    /// An input the plan overwrites: its pristine copy, which the mirror's
+    /// copy also updates.
+    pristine: Option<Region>,
 }
 
 /// The mirrors of one plan (none where its buffers are host visible).
@@ -51,14 +56,16 @@ pub(crate) struct HostMirrors<'a> {
 }
 
 impl<'a> HostMirrors<'a> {
-    /// The mirrors for the graph `g` built by `b`: its small inputs that no
-    /// command writes, and its small outputs (none where the device's
-    /// buffers are host visible).
+    /// The mirrors for the graph `g` built by `b`: its small inputs (with
+    /// the pristine copy, from `pristine`, of each that a command of
+    /// `written` overwrites), and its small outputs (none where the
+    /// device's buffers are host visible).
     pub(super) fn new(
         ctx: &'a VulkanContext,
         g: &Graph,
         b: &Builder<'_, '_>,
         written: &[Region],
+        pristine: &[(Region, usize)],
     ) -> Result<HostMirrors<'a>, VulkanError> {
         let mut inputs = Vec::new();
         let mut outputs = Vec::new();
@@ -72,12 +79,29 @@ impl<'a> HostMirrors<'a> {
                     continue;
                 }
                 let input = node.op() == Op::Input && !node.is_state();
-                if input && !written.iter().any(|w| w.overlaps(&region)) {
-                    inputs.push(Mirrored { region, at: up });
+                let kept = pristine
+                    .iter()
+                    .find(|(r, _)| *r == region)
+                    .map(|&(r, s)| Region {
+                        slot: Slot::Scratch(s),
+                        offset: 0,
+                        size: r.size,
+                    });
+                let overwritten = written.iter().any(|w| w.overlaps(&region));
+                if input && (!overwritten || kept.is_some()) {
+                    inputs.push(Mirrored {
+                        region,
+                        at: up,
+                        pristine: kept,
+                    });
                     up += region.size.next_multiple_of(4);
                 }
                 if node.is_output() {
-                    outputs.push(Mirrored { region, at: back });
+                    outputs.push(Mirrored {
+                        region,
+                        at: back,
+                        pristine: None,
+                    });
                     back += region.size.next_multiple_of(4);
                 }
             }
@@ -110,8 +134,8 @@ impl<'a> HostMirrors<'a> {
         self.inputs.len()
     }
 
-    /// Records each input's copy from its mirror to its place into `cbs`
-    /// (one each, fresh) and keeps them. The run after them orders them
+    /// Records each input's copy from its mirror to its place (and to its
+    /// pristine copy) into `cbs` (one each, fresh) and keeps them. The run after them orders them
     /// before its commands with its entry barrier.
     ///
     /// # Safety
@@ -138,6 +162,13 @@ impl<'a> HostMirrors<'a> {
                 d.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default())
                     .map_err(VulkanError::vk("vkBeginCommandBuffer"))?;
                 d.cmd_copy_buffer(cb, up.buffer, buffer(m.region.slot), &[copy]);
+                if let Some(p) = m.pristine {
+                    let keep = vk::BufferCopy {
+                        dst_offset: p.offset,
+                        ..copy
+                    };
+                    d.cmd_copy_buffer(cb, up.buffer, buffer(p.slot), &[keep]);
+                }
                 d.end_command_buffer(cb)
                     .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
             }
@@ -234,6 +265,21 @@ impl<'a> HostMirrors<'a> {
         Ok(covered)
     }
 
+    /// Whether input `i`'s mirror holds what the device's place will hold
+    /// at the next run's start: always for an input no command writes, and
+    /// for one the plan overwrites until the run that uploads it.
+    fn current(&self, i: usize) -> bool {
+        self.inputs[i].pristine.is_none() || self.dirty[i].get()
+    }
+
+    /// Whether `r` is a mirrored input's whole region whose pristine copy
+    /// the mirror's copy updates.
+    pub(super) fn keeps_pristine(&self, r: &Region) -> bool {
+        self.inputs
+            .iter()
+            .any(|m| m.region == *r && m.pristine.is_some())
+    }
+
     /// Puts the inputs' mirrors' bytes over `out`, read from the device at
     /// byte `offset` of graph buffer `slot`: a write they covered reaches
     /// the device only at the next run.
@@ -248,7 +294,11 @@ impl<'a> HostMirrors<'a> {
             return Ok(());
         };
         let end = offset + out.len() as u64;
-        for m in self.inputs.iter().filter(|m| m.region.slot == slot) {
+        let current = (0..self.inputs.len()).filter(|&i| self.current(i));
+        for m in current
+            .map(|i| &self.inputs[i])
+            .filter(|m| m.region.slot == slot)
+        {
             let (r, at) = (m.region, m.at);
             let (lo, hi) = (r.offset.max(offset), (r.offset + r.size).min(end));
             if lo < hi {
@@ -270,12 +320,17 @@ impl<'a> HostMirrors<'a> {
         out: &mut [u8],
     ) -> Result<bool, VulkanError> {
         let end = offset + out.len() as u64;
-        let lists = [
-            (&self.inputs, &self.upload, true),
-            (&self.outputs, &self.readback, self.fresh.get()),
-        ];
-        for (list, buf, current) in lists {
-            let (Some(buf), true) = (buf, current) else {
+        let inputs: Vec<Mirrored> = (0..self.inputs.len())
+            .filter(|&i| self.current(i))
+            .map(|i| self.inputs[i])
+            .collect();
+        let outputs = if self.fresh.get() {
+            self.outputs.clone()
+        } else {
+            Vec::new()
+        };
+        for (list, buf) in [(&inputs, &self.upload), (&outputs, &self.readback)] {
+            let Some(buf) = buf else {
                 continue;
             };
             let inside = |m: &&Mirrored| {
