@@ -93,10 +93,11 @@
 //! weights stream into L2 while the small kernel leaves the memory idle
 //! (`look_ahead.rs`; counted in [`DevicePlanStats::look_aheads`]).
 //!
-//! Where the buffers are device local, the graph's small inputs that no
-//! command writes and its small outputs have host mirrors (`mirrors.rs`):
-//! a write such an input covers fills its mirror, whose recorded copy the
-//! next run submits with itself, and each run ends by copying the small
+//! Where the buffers are device local, the graph's small inputs and
+//! outputs have host mirrors (`mirrors.rs`): a write such an input covers
+//! fills its mirror, whose recorded copy (to its place, and to its
+//! pristine copy where the plan overwrites it) the next run submits with
+//! itself, and each run ends by copying the small
 //! outputs to theirs, so a token's write, run and read are one submission.
 //!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
