@@ -97,8 +97,8 @@
 //! outputs have host mirrors (`mirrors.rs`): a write such an input covers
 //! fills its mirror, whose recorded copy (to its place, and to its
 //! pristine copy where the plan overwrites it) the next run submits with
-//! itself, and each run ends by copying the small
-//! outputs to theirs, so a token's write, run and read are one submission.
+//! itself, and each run ends by copying the small outputs to theirs, so a
+//! token's write, run and read are one submission.
 //!
 //! Graph inputs that the plan overwrites in place (a residual stream) are
 //! kept in pristine device copies at upload; [`DevicePlan::restore_inputs`]
@@ -1554,21 +1554,13 @@ impl<'a> DevicePlan<'a> {
             .map_err(VulkanError::vk("vkAllocateCommandBuffers"))?;
         (self.run_cb, self.restore_cb) = (cbs[0], cbs[1]);
         let copies = cbs.split_off(2);
-        let buffers: Vec<vk::Buffer> = (0..self.buffers.len())
-            .map(|i| self.vk_buffer(Slot::Graph(i)))
-            .collect();
-        let scratch: Vec<vk::Buffer> = (0..self.scratch.len())
-            .map(|i| self.vk_buffer(Slot::Scratch(i)))
-            .collect();
         // SAFETY: fresh command buffers of this device, under the lock; the
         // graph and scratch buffers live as long as the plan.
         unsafe {
-            self.mirrors.record_copies(d, copies, |s| match s {
-                Slot::Graph(i) => buffers[i],
-                Slot::Scratch(i) => scratch[i],
-                Slot::Dummy => vk::Buffer::null(),
-            })?;
+            self.mirrors
+                .record_copies(d, &copies, |s| self.vk_buffer(s))?;
         }
+        self.mirrors.copies = copies;
         let begin = vk::CommandBufferBeginInfo::default();
         let cb = self.run_cb;
         // SAFETY: every handle recorded belongs to this device and lives as

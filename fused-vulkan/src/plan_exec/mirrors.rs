@@ -22,7 +22,7 @@ use std::cell::Cell;
 use ash::vk;
 use fused_core::graph::{Graph, Op};
 
-use super::{Builder, Region, Slot};
+use super::{Builder, Region, Slot, any_access, work_stages, write_access};
 use crate::context::{Buffer, VulkanContext};
 use crate::error::VulkanError;
 
@@ -69,61 +69,56 @@ impl<'a> HostMirrors<'a> {
     ) -> Result<HostMirrors<'a>, VulkanError> {
         let mut inputs = Vec::new();
         let mut outputs = Vec::new();
-        if !ctx.info().host_visible_buffers {
-            let (mut up, mut back) = (0u64, 0u64);
-            for node in g.nodes() {
-                let Ok(region) = b.region(node.tensor()) else {
-                    continue;
-                };
-                if region.size == 0 || region.size > MIRROR_MAX {
-                    continue;
-                }
-                let input = node.op() == Op::Input && !node.is_state();
-                let kept = pristine
-                    .iter()
-                    .find(|(r, _)| *r == region)
-                    .map(|&(r, s)| Region {
-                        slot: Slot::Scratch(s),
-                        offset: 0,
-                        size: r.size,
-                    });
-                let overwritten = written.iter().any(|w| w.overlaps(&region));
-                if input && (!overwritten || kept.is_some()) {
-                    inputs.push(Mirrored {
-                        region,
-                        at: up,
-                        pristine: kept,
-                    });
-                    up += region.size.next_multiple_of(4);
-                }
-                if node.is_output() {
-                    outputs.push(Mirrored {
-                        region,
-                        at: back,
-                        pristine: None,
-                    });
-                    back += region.size.next_multiple_of(4);
-                }
+        let (mut up, mut back) = (0u64, 0u64);
+        // Host-visible buffers are written and read in place: no mirrors.
+        let nodes = if ctx.info().host_visible_buffers {
+            &[]
+        } else {
+            g.nodes()
+        };
+        for node in nodes {
+            let Ok(region) = b.region(node.tensor()) else {
+                continue;
+            };
+            if region.size == 0 || region.size > MIRROR_MAX {
+                continue;
             }
-            let host = |n: u64| (n > 0).then(|| ctx.host_buffer(n)).transpose();
-            let dirty = inputs.iter().map(|_| Cell::new(false)).collect();
-            return Ok(HostMirrors {
-                inputs,
-                outputs,
-                upload: host(up)?,
-                readback: host(back)?,
-                copies: Vec::new(),
-                dirty,
-                fresh: Cell::new(false),
-            });
+            let input = node.op() == Op::Input && !node.is_state();
+            let kept = pristine
+                .iter()
+                .find(|(r, _)| *r == region)
+                .map(|&(r, s)| Region {
+                    slot: Slot::Scratch(s),
+                    offset: 0,
+                    size: r.size,
+                });
+            let overwritten = written.iter().any(|w| w.overlaps(&region));
+            if input && (!overwritten || kept.is_some()) {
+                inputs.push(Mirrored {
+                    region,
+                    at: up,
+                    pristine: kept,
+                });
+                up += region.size.next_multiple_of(4);
+            }
+            if node.is_output() {
+                outputs.push(Mirrored {
+                    region,
+                    at: back,
+                    pristine: None,
+                });
+                back += region.size.next_multiple_of(4);
+            }
         }
+        let host = |n: u64| (n > 0).then(|| ctx.host_buffer(n)).transpose();
+        let dirty = inputs.iter().map(|_| Cell::new(false)).collect();
         Ok(HostMirrors {
             inputs,
             outputs,
-            upload: None,
-            readback: None,
+            upload: host(up)?,
+            readback: host(back)?,
             copies: Vec::new(),
-            dirty: Vec::new(),
+            dirty,
             fresh: Cell::new(false),
         })
     }
@@ -135,22 +130,23 @@ impl<'a> HostMirrors<'a> {
     }
 
     /// Records each input's copy from its mirror to its place (and to its
-    /// pristine copy) into `cbs` (one each, fresh) and keeps them. The run after them orders them
+    /// pristine copy) into `cbs` (one each, fresh), which are then to be
+    /// kept in [`HostMirrors::copies`]. The run after them orders them
     /// before its commands with its entry barrier.
     ///
     /// # Safety
     /// Each of `cbs` is a fresh primary command buffer of this device;
     /// `buffer` gives each slot's live buffer.
     pub(super) unsafe fn record_copies(
-        &mut self,
+        &self,
         d: &ash::Device,
-        cbs: Vec<vk::CommandBuffer>,
+        cbs: &[vk::CommandBuffer],
         buffer: impl Fn(Slot) -> vk::Buffer,
     ) -> Result<(), VulkanError> {
         let Some(up) = &self.upload else {
             return Ok(());
         };
-        for (m, &cb) in self.inputs.iter().zip(&cbs) {
+        for (m, &cb) in self.inputs.iter().zip(cbs) {
             let copy = vk::BufferCopy {
                 src_offset: m.at,
                 dst_offset: m.region.offset,
@@ -173,7 +169,6 @@ impl<'a> HostMirrors<'a> {
                     .map_err(VulkanError::vk("vkEndCommandBuffer"))?;
             }
         }
-        self.copies = cbs;
         Ok(())
     }
 
@@ -192,7 +187,7 @@ impl<'a> HostMirrors<'a> {
     /// the end of a run, before its exit barrier).
     ///
     /// # Safety
-    /// As for [`HostMirrors::record_uploads`].
+    /// `cb` is recording; `buffer` gives each slot's live buffer.
     pub(super) unsafe fn record_readbacks(
         &self,
         d: &ash::Device,
@@ -208,7 +203,8 @@ impl<'a> HostMirrors<'a> {
                 dst_offset: m.at,
                 size: m.region.size,
             };
-            // SAFETY: as in `record_uploads`.
+            // SAFETY: the caller's guarantee; both ranges lie in their
+            // buffers.
             unsafe { d.cmd_copy_buffer(cb, buffer(m.region.slot), back.buffer, &[copy]) };
         }
     }
@@ -251,10 +247,9 @@ impl<'a> HostMirrors<'a> {
                 continue;
             };
             let (r, at) = (m.region, m.at);
-            let (lo, hi) = (r.offset.max(offset), (r.offset + r.size).min(end));
-            if lo >= hi {
+            let Some((lo, hi)) = clip(&r, offset, end) else {
                 continue;
-            }
+            };
             let part = &bytes[(lo - offset) as usize..(hi - offset) as usize];
             ctx.write_at(buf, (at + lo - r.offset) as usize, part)?;
             if let Some(d) = dirty {
@@ -265,11 +260,15 @@ impl<'a> HostMirrors<'a> {
         Ok(covered)
     }
 
-    /// Whether input `i`'s mirror holds what the device's place will hold
-    /// at the next run's start: always for an input no command writes, and
+    /// The inputs whose mirrors hold what their places will hold at the
+    /// next run's start: always for an input no command writes, and
     /// for one the plan overwrites until the run that uploads it.
-    fn current(&self, i: usize) -> bool {
-        self.inputs[i].pristine.is_none() || self.dirty[i].get()
+    fn current_inputs(&self) -> impl Iterator<Item = &Mirrored> {
+        self.inputs
+            .iter()
+            .zip(&self.dirty)
+            .filter(|(m, d)| m.pristine.is_none() || d.get())
+            .map(|(m, _)| m)
     }
 
     /// Whether `r` is a mirrored input's whole region whose pristine copy
@@ -294,14 +293,9 @@ impl<'a> HostMirrors<'a> {
             return Ok(());
         };
         let end = offset + out.len() as u64;
-        let current = (0..self.inputs.len()).filter(|&i| self.current(i));
-        for m in current
-            .map(|i| &self.inputs[i])
-            .filter(|m| m.region.slot == slot)
-        {
+        for m in self.current_inputs().filter(|m| m.region.slot == slot) {
             let (r, at) = (m.region, m.at);
-            let (lo, hi) = (r.offset.max(offset), (r.offset + r.size).min(end));
-            if lo < hi {
+            if let Some((lo, hi)) = clip(&r, offset, end) {
                 let part = &mut out[(lo - offset) as usize..(hi - offset) as usize];
                 ctx.read_at(up, (at + lo - r.offset) as usize, part)?;
             }
@@ -320,30 +314,21 @@ impl<'a> HostMirrors<'a> {
         out: &mut [u8],
     ) -> Result<bool, VulkanError> {
         let end = offset + out.len() as u64;
-        let inputs: Vec<Mirrored> = (0..self.inputs.len())
-            .filter(|&i| self.current(i))
-            .map(|i| self.inputs[i])
-            .collect();
-        let outputs = if self.fresh.get() {
-            self.outputs.clone()
-        } else {
-            Vec::new()
+        let inside = |m: &&Mirrored| {
+            m.region.slot == slot
+                && m.region.offset <= offset
+                && end <= m.region.offset + m.region.size
         };
-        for (list, buf) in [(&inputs, &self.upload), (&outputs, &self.readback)] {
-            let Some(buf) = buf else {
-                continue;
-            };
-            let inside = |m: &&Mirrored| {
-                m.region.slot == slot
-                    && m.region.offset <= offset
-                    && end <= m.region.offset + m.region.size
-            };
-            if let Some(m) = list.iter().find(inside) {
-                ctx.read_at(buf, (m.at + offset - m.region.offset) as usize, out)?;
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        let mut fresh = self.outputs.iter().filter(|_| self.fresh.get());
+        let found = match self.current_inputs().find(inside) {
+            Some(m) => Some((m, &self.upload)),
+            None => fresh.find(inside).map(|m| (m, &self.readback)),
+        };
+        let Some((m, Some(buf))) = found else {
+            return Ok(false);
+        };
+        ctx.read_at(buf, (m.at + offset - m.region.offset) as usize, out)?;
+        Ok(true)
     }
 }
 
@@ -352,15 +337,10 @@ impl<'a> HostMirrors<'a> {
 /// # Safety
 /// `cb` is recording.
 unsafe fn transfer_barrier(d: &ash::Device, cb: vk::CommandBuffer) {
-    let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+    let stages = work_stages();
     let m = vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-        .dst_access_mask(
-            vk::AccessFlags::SHADER_READ
-                | vk::AccessFlags::SHADER_WRITE
-                | vk::AccessFlags::TRANSFER_READ
-                | vk::AccessFlags::TRANSFER_WRITE,
-        );
+        .src_access_mask(write_access())
+        .dst_access_mask(any_access());
     // SAFETY: the caller's guarantee.
     unsafe {
         d.cmd_pipeline_barrier(
@@ -373,4 +353,11 @@ unsafe fn transfer_barrier(d: &ash::Device, cb: vk::CommandBuffer) {
             &[],
         )
     };
+}
+
+/// The bytes `[lo, hi)` of `r` that `[offset, end)` covers; `None` where
+/// they do not meet.
+fn clip(r: &Region, offset: u64, end: u64) -> Option<(u64, u64)> {
+    let (lo, hi) = (r.offset.max(offset), (r.offset + r.size).min(end));
+    (lo < hi).then_some((lo, hi))
 }
