@@ -7,8 +7,8 @@
 //!
 //! - one device buffer per graph [`BufferId`] (device local where the device
 //!   has separate memory, host visible on unified-memory devices such as
-//!   lavapipe), filled by [`DevicePlan::upload`] from any core
-//!   [`Buffers`] (the reference evaluator's `Memory` among them);
+//!   lavapipe), filled by [`ResidentPlan::write_all`] from any core
+//!   [`Buffers`](fused_core::memory::Buffers) (the reference evaluator's `Memory` among them);
 //! - every kernel step becomes one dispatch of the backend's own kernels
 //!   (the same pipelines and launch shapes as the host-slice entry points),
 //!   each tensor bound in place through a descriptor's offset and range;
