@@ -38,6 +38,9 @@
 //! - `launch_profile` (with `alloc`): one run's launches each timed alone,
 //!   as the backends' profilers (lab features) return them, and their sums
 //!   by kernel.
+//! - `look_ahead` (with `alloc`): which window of which coming GEMV's
+//!   weights each command of a device plan asks L2 for (both GPU
+//!   backends' look-ahead).
 //! - [`placement`]: byte regions of a device plan's buffers and the checks a
 //!   device plan makes before it binds a tensor (contiguous, in bounds, f32,
 //!   read in place only where the overlap rule allows).
@@ -147,6 +150,8 @@ mod kv_append;
 #[cfg(feature = "alloc")]
 pub mod launch_profile;
 pub mod legality;
+#[cfg(feature = "alloc")]
+pub mod look_ahead;
 #[cfg(feature = "alloc")]
 pub mod lower;
 #[cfg(feature = "alloc")]

@@ -69,6 +69,11 @@ pub enum Knob {
     /// 8 MiB.
     #[cfg(feature = "lab")]
     L2BetweenBytes(usize),
+    /// How many GEMVs ahead a [`DevicePlan`](crate::DevicePlan)'s
+    /// look-ahead may ask for once the next GEMV's weights are all asked
+    /// for (1: the next only; 0: none). Default 1.
+    #[cfg(feature = "lab")]
+    L2Reach(usize),
     /// The one-column Q4_0 integer kernel of 3 teams a block
     /// (`src/teams.rs`). Default off (not yet run on a GPU).
     #[cfg(feature = "lab")]

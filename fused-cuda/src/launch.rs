@@ -26,6 +26,7 @@ use fused_core::decode::MAX_ARGMAX_LEN;
 use fused_core::element::Activation;
 use fused_core::error::Unsupported;
 use fused_core::fwht::FwhtDesc;
+use fused_core::look_ahead::{AheadCommand, look_ahead_windows};
 use fused_core::{DType, Error};
 
 /// Threads per block of the warp FWHT kernels.
@@ -847,43 +848,52 @@ impl Launch {
 /// launch or that has none. Each quantizer, norm quantizer and attention
 /// kernel between two GEMVs then asks for the next `between` bytes of the
 /// same weights (0: none), in launch order, so that the memory streams
-/// weights while these short kernels run.
+/// weights while these short kernels run. Where the next GEMV's weights
+/// are all asked for, a launch goes on with the GEMV after it if that is
+/// within `reach` GEMVs (`fused_core::look_ahead`; 1: the next only).
 pub(crate) fn chain_l2_ahead(
     launches: &mut [Launch],
     bytes: usize,
     between: usize,
+    reach: usize,
 ) -> Result<(), CudaError> {
-    // The next GEMV's first weights after each launch, from the back.
-    let mut next: Option<(u64, u64)> = None;
-    let mut nexts = vec![None; launches.len()];
-    for (l, n) in launches.iter().zip(nexts.iter_mut()).rev() {
-        *n = next;
-        if l.is_gemv() {
-            next = l.first_weights();
-        }
-    }
-    // Bytes of the next GEMV's weights asked for so far.
-    let mut asked = 0u64;
-    for (l, next) in launches.iter_mut().zip(nexts) {
-        // A GEMV's look-ahead starts the next GEMV's weights afresh.
-        if l.is_gemv() {
-            asked = 0;
-        }
-        let Some((addr, len)) = next else {
-            continue;
-        };
-        let want = match l {
-            Launch::GemvQ { .. } => bytes,
-            Launch::Quantize { .. } | Launch::NormQuantize { .. } | Launch::Attention { .. } => {
-                between
+    // A gated GEMV's window is its gate's: the kernel takes one window.
+    let firsts: Vec<Option<(u64, u64)>> = launches.iter().map(Launch::first_weights).collect();
+    let parts: Vec<[u64; 1]> = firsts
+        .iter()
+        .map(|f| [f.map_or(0, |(_, len)| len)])
+        .collect();
+    let commands: Vec<AheadCommand<'_>> = launches
+        .iter()
+        .zip(&parts)
+        .zip(&firsts)
+        .map(|((l, part), first)| {
+            let ask = match l {
+                Launch::GemvQ { .. } => bytes,
+                Launch::Quantize { .. }
+                | Launch::NormQuantize { .. }
+                | Launch::Attention { .. } => between,
+                _ => 0,
+            } as u64;
+            if l.is_gemv() {
+                let parts: &[u64] = if first.is_some() { part } else { &[] };
+                AheadCommand::Gemv { parts, ask }
+            } else {
+                AheadCommand::Between { ask }
             }
-            _ => 0,
-        };
-        let n = (want as u64).min(len.saturating_sub(asked)) / 16 * 16;
-        if n > 0 {
-            l.set_l2_ahead(L2Ahead::new(addr + asked, n as usize, L2Ahead::START)?);
+        })
+        .collect();
+    let windows = look_ahead_windows(&commands, reach, 16);
+    for (l, ws) in launches.iter_mut().zip(windows) {
+        for w in ws {
+            if let Some((addr, _)) = firsts[w.gemv] {
+                l.set_l2_ahead(L2Ahead::new(
+                    addr + w.offset,
+                    w.len as usize,
+                    L2Ahead::START,
+                )?);
+            }
         }
-        asked += n;
     }
     Ok(())
 }
@@ -958,7 +968,7 @@ mod tests {
                 f16.clone(),
                 q(DType::Q4_0, 64, 0x5000, None),
             ];
-            chain_l2_ahead(&mut ls, bytes, 0).unwrap();
+            chain_l2_ahead(&mut ls, bytes, 0, 1).unwrap();
             let a = |addr, bytes| {
                 Some(L2Ahead {
                     addr,
@@ -981,7 +991,7 @@ mod tests {
             q(DType::Q4_0, 64, 0x1000, None),
             q(DType::Q4_0, 64, 0x5000, None),
         ];
-        chain_l2_ahead(&mut ls, 0, 0).unwrap();
+        chain_l2_ahead(&mut ls, 0, 0, 1).unwrap();
         assert_eq!(ahead(&ls[0]), Some(L2Ahead::default()), "0 bytes: off");
     }
 
@@ -1011,7 +1021,7 @@ mod tests {
             quantize(),
             q(0x100000),
         ];
-        chain_l2_ahead(&mut ls, 1024, 2048).unwrap();
+        chain_l2_ahead(&mut ls, 1024, 2048, 1).unwrap();
         let len = 64 * row;
         assert_eq!(asked(&ls[0]), at(0x100000, 1024));
         assert_eq!(asked(&ls[1]), at(0x100000 + 1024, 2048));
@@ -1028,8 +1038,24 @@ mod tests {
         );
         // Nothing between asked for: the kernels ask for nothing.
         let mut ls = vec![q(0x1000), quantize(), q(0x100000)];
-        chain_l2_ahead(&mut ls, 1024, 0).unwrap();
+        chain_l2_ahead(&mut ls, 1024, 0, 1).unwrap();
         assert_eq!(asked(&ls[1]), L2Ahead::default());
+        // The next GEMV's weights all asked for: a reach of 2 goes on into
+        // the GEMV after it; a reach of 1 asks for nothing more.
+        let fresh = || vec![q(0x1000), quantize(), quantize(), q(0x100000), q(0x200000)];
+        let mut one = fresh();
+        chain_l2_ahead(&mut one, 1024, 1 << 20, 1).unwrap();
+        assert_eq!(asked(&one[1]), at(0x100000 + 1024, (len - 1024) as u32));
+        assert_eq!(asked(&one[2]), L2Ahead::default());
+        let mut two = fresh();
+        chain_l2_ahead(&mut two, 1024, 1 << 20, 2).unwrap();
+        assert_eq!(asked(&two[1]), asked(&one[1]));
+        assert_eq!(asked(&two[2]), at(0x200000, len as u32));
+        assert_eq!(
+            asked(&two[3]),
+            L2Ahead::default(),
+            "the GEMV after asked for whole"
+        );
     }
 
     #[test]

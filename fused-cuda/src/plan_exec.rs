@@ -1433,7 +1433,12 @@ impl<'a> DevicePlan<'a> {
         }
         // Integer GEMVs ask L2 for the next GEMV's first weights, the
         // kernels between them for the weights after those.
-        chain_l2_ahead(&mut launches, tuning.l2_ahead, tuning.l2_between)?;
+        chain_l2_ahead(
+            &mut launches,
+            tuning.l2_ahead,
+            tuning.l2_between,
+            tuning.l2_reach,
+        )?;
         Ok(DevicePlan {
             graph: None,
             replay: false,

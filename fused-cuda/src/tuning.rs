@@ -41,6 +41,10 @@ pub(crate) const L2_AHEAD_BYTES: usize = 4 << 20;
 /// those the GEMV before asked for.
 pub(crate) const L2_BETWEEN_BYTES: usize = 8 << 20;
 
+/// How many GEMVs ahead a device plan's look-ahead may ask for, once the
+/// next GEMV's weights are all asked for (`chain_l2_ahead`).
+pub(crate) const L2_REACH: usize = 1;
+
 /// Rows from which the faster integer kernel shape changed between the
 /// sweeps' two shapes (4096 and 32768 rows): one-column Q4_K takes 4 rows
 /// a block, and 2 or 3 columns of Q8_0 two units in flight.
@@ -112,6 +116,7 @@ pub struct Tuning {
     pub(crate) fold_quantizers: bool,
     pub(crate) fold_attention_quantizer: bool,
     pub(crate) l2_between: usize,
+    pub(crate) l2_reach: usize,
     pub(crate) teams: bool,
 }
 
@@ -138,6 +143,7 @@ impl Tuning {
         fold_quantizers: false,
         fold_attention_quantizer: true,
         l2_between: L2_BETWEEN_BYTES,
+        l2_reach: L2_REACH,
         teams: false,
     };
 
@@ -173,6 +179,8 @@ impl Tuning {
             Knob::FoldAttentionQuantizer(on) => t.fold_attention_quantizer = on,
             #[cfg(feature = "lab")]
             Knob::L2BetweenBytes(b) => t.l2_between = b,
+            #[cfg(feature = "lab")]
+            Knob::L2Reach(r) => t.l2_reach = r,
             #[cfg(feature = "lab")]
             Knob::Teams(on) => t.teams = on,
             _ => return bad,

@@ -65,6 +65,16 @@ impl Tuning {
         }
     }
 
+    /// How many GEMVs ahead the look-ahead may read once the next GEMV's
+    /// weights are all read ahead (1: the next only, the default; the
+    /// same bits either way).
+    pub fn with_l2_reach(self, reach: usize) -> Tuning {
+        Tuning {
+            l2_reach: reach,
+            ..self
+        }
+    }
+
     /// The FWHT variant (`None`: shuffles where the device has them).
     pub fn with_fwht_variant(self, variant: Option<FwhtVariant>) -> Tuning {
         Tuning {

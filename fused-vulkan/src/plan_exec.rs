@@ -1437,7 +1437,7 @@ impl<'a> DevicePlan<'a> {
                 b.stats.kernel_steps += 1;
             }
         }
-        b.add_look_aheads(backend.tuning().l2_between)?;
+        b.add_look_aheads(backend.tuning().l2_between, backend.tuning().l2_reach)?;
         let buffers = sizes
             .iter()
             .map(|&s| ctx.buffer(s as u64))

@@ -94,6 +94,7 @@ pub(crate) const TABLE: Tuning = Tuning {
     // 2 and 4 MiB beside each small kernel took 1 % off the 8B-shaped
     // token on the H100, 8 MiB less (the reads outlast the kernels).
     l2_between: 4 << 20,
+    l2_reach: 1,
     // Several threads a block, their maxima joined through shared memory:
     // faster than one thread a block on the H200.
     quantize_q8_0: QuantizeShape {
@@ -150,6 +151,9 @@ pub struct Tuning {
     /// Bytes of the next GEMV's weights read into L2 beside each small
     /// kernel between two GEMVs (the device plan's look-ahead; 0: none).
     pub(crate) l2_between: u64,
+    /// How many GEMVs ahead the look-ahead may read once the next GEMV's
+    /// weights are all read ahead (1: the next only).
+    pub(crate) l2_reach: usize,
     pub(crate) quantize_q8_0: QuantizeShape,
     pub(crate) quantize_q8_1: QuantizeShape,
     pub(crate) quantize_q8_k: QuantizeShape,

@@ -405,7 +405,8 @@ fn a_profiled_run_times_every_command_and_computes_the_same() {
 /// The L2 look-ahead (the lab's `l2_between`): a read of the next GEMV's
 /// weights beside each quantizer before a GEMV (two before the gated GEMV:
 /// its gate's and its up's), with no barrier and no counted dispatch more
-/// than without, and every bit of the run the same.
+/// than without, and every bit of the run the same, also where the windows
+/// cover the weights whole.
 #[cfg(feature = "lab")]
 #[test]
 fn look_aheads_beside_the_quantizers_add_no_barrier_and_change_no_bit() {
@@ -437,6 +438,13 @@ fn look_aheads_beside_the_quantizers_add_no_barrier_and_change_no_bit() {
         "{on:?} against {off:?}"
     );
     assert_same_memory(&got, &want, "with the look-ahead");
+    // Windows as large as the weights, reaching two GEMVs ahead: each
+    // quantizer reads all of the next GEMV's weights, the same bits.
+    let tuning = ahead.tuning().with_l2_between(1 << 30).with_l2_reach(2);
+    ahead.set_tuning(tuning).unwrap();
+    let (got, whole) = run(&ahead);
+    assert_eq!(whole.look_aheads, 4, "{whole:?}");
+    assert_same_memory(&got, &want, "with whole windows");
     assert_no_validation_messages(&b);
     assert_no_validation_messages(&ahead);
 }

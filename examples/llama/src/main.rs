@@ -120,6 +120,13 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "BYTES")]
     l2_between: Option<usize>,
+    /// How many GEMVs ahead the look-ahead may ask for once the next
+    /// GEMV's weights are all asked for (CUDA: `Knob::L2Reach`; Vulkan:
+    /// `Tuning::with_l2_reach`; for A/B runs; built with the `lab`
+    /// feature).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "GEMVS")]
+    l2_reach: Option<usize>,
     /// Bytes of the next GEMV's weights each integer GEMV asks L2 for
     /// (CUDA only; `Knob::L2AheadBytes`, for A/B runs; built with the `lab`
     /// feature).
@@ -204,8 +211,14 @@ fn run(args: &Args) -> Result<(), LlamaError> {
             let mut be = fused_vulkan::VulkanBackend::new()
                 .map_err(|e| LlamaError::backend("opening a Vulkan device", e))?;
             #[cfg(feature = "lab")]
-            if let Some(bytes) = args.l2_between {
-                let tuning = be.tuning().with_l2_between(bytes as u64);
+            {
+                let mut tuning = be.tuning();
+                if let Some(bytes) = args.l2_between {
+                    tuning = tuning.with_l2_between(bytes as u64);
+                }
+                if let Some(reach) = args.l2_reach {
+                    tuning = tuning.with_l2_reach(reach);
+                }
                 be.set_tuning(tuning)
                     .map_err(|e| LlamaError::backend("a tuning flag", e))?;
             }
@@ -229,6 +242,7 @@ fn run(args: &Args) -> Result<(), LlamaError> {
                 use fused_cuda::Knob;
                 let knobs = [
                     args.l2_between.map(Knob::L2BetweenBytes),
+                    args.l2_reach.map(Knob::L2Reach),
                     args.l2_ahead.map(Knob::L2AheadBytes),
                     args.int_rows.map(Knob::IntRows),
                     args.fold_quantizers.map(Knob::FoldQuantizers),

@@ -10,6 +10,7 @@
 use super::{Builder, Cmd, Region, Slot};
 use crate::error::VulkanError;
 use crate::pipeline::Shader;
+use fused_core::look_ahead::{AheadCommand, look_ahead_windows};
 
 /// The value the look-ahead's XOR of its words is compared with.
 const KEY: u32 = 0x9e37_79b9;
@@ -64,48 +65,53 @@ impl Builder<'_, '_> {
     /// Puts a look-ahead of `between` bytes (split evenly over a gated
     /// GEMV's two weights) after each small kernel before a GEMV, each
     /// continuing where the one before it for that GEMV stopped, until the
-    /// weights are all asked for. Counted in `look_aheads`, not in
-    /// `dispatches`. Nothing where `between` is 0.
-    pub(super) fn add_look_aheads(&mut self, between: u64) -> Result<(), VulkanError> {
+    /// weights are all asked for; then, within `reach` GEMVs, the GEMV
+    /// after it (`fused_core::look_ahead`). Counted in `look_aheads`, not
+    /// in `dispatches`. Nothing where `between` is 0.
+    pub(super) fn add_look_aheads(
+        &mut self,
+        between: u64,
+        reach: usize,
+    ) -> Result<(), VulkanError> {
         if between == 0 {
             return Ok(());
         }
-        // The weights of the next GEMV after each command, from the back.
-        let mut next: Vec<Region> = Vec::new();
-        let mut nexts = vec![Vec::new(); self.cmds.len()];
-        for (c, n) in self.cmds.iter().zip(nexts.iter_mut()).rev() {
-            n.clone_from(&next);
-            if let Some(w) = gemv_weights(c) {
-                next = w;
-            }
-        }
+        let weights: Vec<Option<Vec<Region>>> = self.cmds.iter().map(gemv_weights).collect();
+        let sizes: Vec<Vec<u64>> = weights
+            .iter()
+            .map(|w| w.iter().flatten().map(|r| r.size).collect())
+            .collect();
+        let commands: Vec<AheadCommand<'_>> = self
+            .cmds
+            .iter()
+            .zip(&weights)
+            .zip(&sizes)
+            .map(|((c, w), parts)| match w {
+                Some(_) => AheadCommand::Gemv { parts, ask: 0 },
+                None => AheadCommand::Between {
+                    ask: if hosts_look_ahead(c) { between } else { 0 },
+                },
+            })
+            .collect();
+        let windows = look_ahead_windows(&commands, reach, self.align);
         let cmds = std::mem::take(&mut self.cmds);
         let mut out = Vec::with_capacity(cmds.len());
         let mut touches = Vec::new();
-        // Bytes of each of the next GEMV's weights asked for so far.
-        let mut asked = 0u64;
-        for (c, next) in cmds.into_iter().zip(nexts) {
-            let host = hosts_look_ahead(&c);
-            if gemv_weights(&c).is_some() {
-                asked = 0;
-            }
+        for (c, ws) in cmds.into_iter().zip(windows) {
             out.push(c);
-            if !host || next.is_empty() {
-                continue;
-            }
-            let share = between / next.len() as u64 / self.align * self.align;
-            for w in &next {
-                let n = share.min(w.size.saturating_sub(asked)) / self.align * self.align;
-                if n == 0 {
+            for w in ws {
+                let Some(part) = weights[w.gemv].as_ref().and_then(|r| r.get(w.part)) else {
                     continue;
-                }
+                };
                 let window = Region {
-                    offset: w.offset + asked,
-                    size: n,
-                    ..*w
+                    offset: part.offset + w.offset,
+                    size: w.len,
+                    ..*part
                 };
                 let p = self.placeholder;
-                let d = self.backend.l2_touch_dispatch(n / 16, KEY, vec![p; 2])?;
+                let d = self
+                    .backend
+                    .l2_touch_dispatch(w.len / 16, KEY, vec![p; 2])?;
                 touches.push(out.len());
                 out.push(Cmd::Dispatch {
                     kernel: d.kernel,
@@ -115,7 +121,6 @@ impl Builder<'_, '_> {
                     groups: d.groups,
                 });
             }
-            asked += share;
         }
         // Each look-ahead's own word, so that none waits for another.
         if !touches.is_empty() {
