@@ -91,7 +91,8 @@
 //! kernel between two GEMVs gets a read of the next window of the next
 //! GEMV's weights beside it, with no barrier between them, so that the
 //! weights stream into L2 while the small kernel leaves the memory idle
-//! (`look_ahead.rs`; counted in [`DevicePlanStats::look_aheads`]).
+//! (`look_ahead.rs`, its windows placed by `fused_core::look_ahead` as
+//! CUDA's are; counted in [`DevicePlanStats::look_aheads`]).
 //!
 //! Where the buffers are device local, the graph's small inputs and
 //! outputs have host mirrors (`mirrors.rs`): a write such an input covers
