@@ -5,10 +5,10 @@
 # The 8B-shaped stacks at context 512, one binary, rounds interleaved:
 # CUDA Q4_0 (reach 1, 2; every kernel's shared memory carveout at 100 %),
 # CUDA Q4_K (reach 1, 2, one round), Vulkan Q4_0 (reach 1, 2). Then
-# branch vk-fold (fused-llama of 3c6ac32, on 6ba5ecb): the folded output
-# quantizer's tail loading its norm and words in batches, fold off / on,
-# Vulkan Q4_0, and last the branch's Vulkan tests (output_quantizer and
-# plan_exec of 29a4811) on NVIDIA with validation.
+# branch vk-fold (its fused-llama at the batched tail, on 6ba5ecb): the
+# folded output quantizer's tail loading its norm and words in batches,
+# fold off / on, Vulkan Q4_0, and last the branch's Vulkan tests
+# (output_quantizer and plan_exec at its tip) on NVIDIA with validation.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh"
 date -u
