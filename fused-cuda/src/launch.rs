@@ -844,8 +844,8 @@ impl Launch {
 /// weights of the next GEMV among `launches` (the tuning's L2 look-ahead bytes):
 /// those bytes then stream in while the GEMV's tail, the launches between
 /// them and the next GEMV's start go by. Float GEMVs do not ask (on the
-/// H200 they ran no faster so), nor does a GEMV whose next GEMV is a group
-/// launch or that has none. Each quantizer, norm quantizer and attention
+/// H200 they ran no faster so), nor, at a reach of 1, does a GEMV whose
+/// next GEMV is a group launch or that has none. Each quantizer, norm quantizer and attention
 /// kernel between two GEMVs then asks for the next `between` bytes of the
 /// same weights (0: none), in launch order, so that the memory streams
 /// weights while these short kernels run. Where the next GEMV's weights
@@ -859,15 +859,11 @@ pub(crate) fn chain_l2_ahead(
 ) -> Result<(), CudaError> {
     // A gated GEMV's window is its gate's: the kernel takes one window.
     let firsts: Vec<Option<(u64, u64)>> = launches.iter().map(Launch::first_weights).collect();
-    let parts: Vec<[u64; 1]> = firsts
-        .iter()
-        .map(|f| [f.map_or(0, |(_, len)| len)])
-        .collect();
+    let parts: Vec<Option<[u64; 1]>> = firsts.iter().map(|f| f.map(|(_, len)| [len])).collect();
     let commands: Vec<AheadCommand<'_>> = launches
         .iter()
         .zip(&parts)
-        .zip(&firsts)
-        .map(|((l, part), first)| {
+        .map(|(l, part)| {
             let ask = match l {
                 Launch::GemvQ { .. } => bytes,
                 Launch::Quantize { .. }
@@ -876,7 +872,7 @@ pub(crate) fn chain_l2_ahead(
                 _ => 0,
             } as u64;
             if l.is_gemv() {
-                let parts: &[u64] = if first.is_some() { part } else { &[] };
+                let parts = part.as_ref().map_or(&[][..], |p| &p[..]);
                 AheadCommand::Gemv { parts, ask }
             } else {
                 AheadCommand::Between { ask }
