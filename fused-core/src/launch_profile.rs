@@ -3,7 +3,10 @@
 //! launch or dispatch, each timed alone) and [`kernel_totals`], which sums
 //! those by kernel. The backends' profilers (lab features) separate every
 //! two launches, so the times say which kernels a run is made of, not how
-//! well they overlap.
+//! well they overlap. A leave-out profile answers the other question: the
+//! whole run replayed without one kernel's launches ([`leave_out_sets`],
+//! [`LeftOutTime`]) takes less by what those launches cost where they
+//! overlap with the rest.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -64,6 +67,43 @@ pub fn kernel_totals(launches: &[LaunchTime]) -> Vec<KernelTotal> {
     totals
 }
 
+/// A whole run replayed with some launches left out, and how long that
+/// took: the difference from the full run is what the left-out launches
+/// cost where they overlap with the rest, which launch-by-launch times
+/// cannot say.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeftOutTime {
+    /// What was left out: a kernel's name, `every kernel without weights`,
+    /// or `nothing` for the full run.
+    pub left_out: String,
+    /// How many launches were left out.
+    pub launches: usize,
+    /// The median device milliseconds of the runs without them.
+    pub ms: f32,
+}
+
+/// What a leave-out profile times, for a run whose launches are `launches`
+/// (each kernel's name and the weight bytes it streams): nothing left out
+/// first, then each kernel in the order it first runs, then every kernel
+/// that streams no weights at once (where the run has both kinds). Each is
+/// the name and the launches left out (indices into `launches`).
+pub fn leave_out_sets(launches: &[(&str, u64)]) -> Vec<(String, Vec<usize>)> {
+    let mut sets: Vec<(String, Vec<usize>)> = alloc::vec![(String::from("nothing"), Vec::new())];
+    for (i, &(kernel, _)) in launches.iter().enumerate() {
+        match sets[1..].iter_mut().find(|(k, _)| k == kernel) {
+            Some((_, v)) => v.push(i),
+            None => sets.push((String::from(kernel), alloc::vec![i])),
+        }
+    }
+    let light: Vec<usize> = (0..launches.len())
+        .filter(|&i| launches[i].1 == 0)
+        .collect();
+    if !light.is_empty() && light.len() < launches.len() {
+        sets.push((String::from("every kernel without weights"), light));
+    }
+    sets
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +134,33 @@ mod tests {
         assert_eq!(t[0].weight_gbs(), Some(2.0));
         assert_eq!(t[1].weight_gbs(), None);
         assert!(kernel_totals(&[]).is_empty());
+    }
+    #[test]
+    fn leave_out_sets_name_each_kernel_once_then_the_light_ones() {
+        let launches = [
+            ("gemv", 1_000_000),
+            ("attn", 0),
+            ("gemv", 3_000_000),
+            ("argmax", 0),
+        ];
+        let sets = leave_out_sets(&launches);
+        let names: Vec<&str> = sets.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "nothing",
+                "gemv",
+                "attn",
+                "argmax",
+                "every kernel without weights"
+            ]
+        );
+        assert!(sets[0].1.is_empty());
+        assert_eq!(sets[1].1, [0, 2]);
+        assert_eq!(sets[4].1, [1, 3]);
+        // A run of weightless kernels only gets no set that leaves all out.
+        let sets = leave_out_sets(&[("attn", 0)]);
+        assert_eq!(sets.len(), 2);
+        assert!(leave_out_sets(&[]).len() == 1);
     }
 }

@@ -37,7 +37,8 @@
 //!   host-slice kernels (`exec::StepKernels`).
 //! - `launch_profile` (with `alloc`): one run's launches each timed alone,
 //!   as the backends' profilers (lab features) return them, and their sums
-//!   by kernel.
+//!   by kernel; the runs a leave-out profile replays (each kernel left out
+//!   in turn).
 //! - `look_ahead` (with `alloc`): which window of which coming GEMV's
 //!   weights each command of a device plan asks L2 for (both GPU
 //!   backends' look-ahead).

@@ -9,12 +9,19 @@
 //! it here, so the sum of the spans is more than a graph replay of the same
 //! run takes. What it answers is which kernels a run's time is made of,
 //! not how well they overlap.
+//!
+//! [`DevicePlan::profile_leaving_out`] answers that one: the run captured
+//! as a CUDA graph with each kernel's launches left out in turn, each graph
+//! replayed and timed, so the time a kernel's removal saves is what it costs
+//! the replayed run. The results of such runs are wrong (the left-out
+//! kernels' outputs are stale); only their times mean anything.
 
+use crate::cuda_graph::CapturedGraph;
 use crate::device::driver;
 use crate::error::CudaError;
 use crate::plan_exec::DevicePlan;
 use cust::event::{Event, EventFlags};
-use fused_core::launch_profile::LaunchTime;
+use fused_core::launch_profile::{LaunchTime, LeftOutTime, leave_out_sets};
 
 impl DevicePlan<'_> {
     /// One run of the plan, launch by launch on the stream with a CUDA
@@ -56,5 +63,52 @@ impl DevicePlan<'_> {
                 })
             })
             .collect()
+    }
+}
+
+impl DevicePlan<'_> {
+    /// The run replayed as a CUDA graph `runs` times (after one untimed
+    /// replay) with nothing left out, then with each kernel's launches left
+    /// out in turn, then without every kernel that streams no weights
+    /// ([`leave_out_sets`]): the median device time of each. The graph
+    /// inputs are restored before every replay; the plan's state (a KV
+    /// cache) and outputs are left as the last, incomplete, replay wrote
+    /// them, so run the plan again before reading it.
+    pub fn profile_leaving_out(&self, runs: usize) -> Result<Vec<LeftOutTime>, CudaError> {
+        // Capture needs an idle stream.
+        self.backend().synchronize()?;
+        let launches = self.launches();
+        let named: Vec<(&str, u64)> = launches
+            .iter()
+            .map(|l| (l.kernel(), l.weight_bytes()))
+            .collect();
+        let mut out = Vec::new();
+        for (left_out, skip) in leave_out_sets(&named) {
+            let kept: Vec<_> = launches
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| skip.binary_search(i).is_err())
+                .map(|(_, l)| l.clone())
+                .collect();
+            let graph = CapturedGraph::capture(self.backend(), || self.enqueue(&kept))?;
+            let mut ms = Vec::with_capacity(runs);
+            for i in 0..=runs {
+                self.restore()?;
+                let t = self
+                    .backend()
+                    .event_time_ms(|| graph.launch(self.backend()));
+                self.finish(t.as_ref().map(|_| ()).map_err(Clone::clone))?;
+                if i > 0 {
+                    ms.push(t?);
+                }
+            }
+            ms.sort_by(f32::total_cmp);
+            out.push(LeftOutTime {
+                left_out,
+                launches: skip.len(),
+                ms: ms.get(ms.len() / 2).copied().unwrap_or(0.0),
+            });
+        }
+        Ok(out)
     }
 }

@@ -1490,6 +1490,12 @@ impl<'a> DevicePlan<'a> {
         &self.launches
     }
 
+    /// The backend the plan runs on.
+    #[cfg(feature = "lab")]
+    pub(crate) fn backend(&self) -> &CudaBackend {
+        self.backend
+    }
+
     /// The backend's stream, which every launch of the plan goes to.
     #[cfg(feature = "lab")]
     pub(crate) fn stream(&self) -> &cust::stream::Stream {

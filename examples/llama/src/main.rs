@@ -107,6 +107,15 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long)]
     launch_profile: bool,
+    /// After decoding, replay the whole token as a CUDA graph this many
+    /// times with nothing left out, then without each kernel's launches in
+    /// turn, then without every kernel that streams no weights, and print
+    /// each median and what leaving it out saved on stderr: what each
+    /// kernel costs the replayed token (CUDA; built with the `lab`
+    /// feature).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "RUNS")]
+    leave_out_profile: Option<usize>,
     /// After decoding, run the whole token this many more times, each
     /// timed on the device (where the backend has a timer) and on the
     /// host, and print the medians (built with the `lab` feature).
@@ -202,6 +211,14 @@ fn run(args: &Args) -> Result<(), LlamaError> {
                 .to_string(),
         ));
     }
+    #[cfg(feature = "lab")]
+    if args.leave_out_profile.is_some() && (args.backend != BackendKind::Cuda || args.layered) {
+        return Err(LlamaError::Usage(
+            "--leave-out-profile replays the whole token as a CUDA graph: --backend cuda, \
+             without --layered"
+                .to_string(),
+        ));
+    }
     match args.backend {
         BackendKind::Cpu => {
             let threads = args.threads.unwrap_or_else(|| {
@@ -266,6 +283,15 @@ fn run(args: &Args) -> Result<(), LlamaError> {
                         .profile_launches()
                         .map_err(|e| LlamaError::backend("timing the token launch by launch", e))?;
                     print_launch_profile(&launches, "an event");
+                }
+                #[cfg(feature = "lab")]
+                if let Some(runs) = args.leave_out_profile {
+                    let times = device_plan(_model)?
+                        .profile_leaving_out(runs.max(1))
+                        .map_err(|e| {
+                            LlamaError::backend("timing the token leaving kernels out", e)
+                        })?;
+                    print_leave_out_profile(&times);
                 }
                 Ok(())
             })
@@ -482,6 +508,27 @@ fn print_launch_profile(launches: &[fused_core::launch_profile::LaunchTime], bet
             t.weight_gbs()
                 .map_or_else(|| "-".to_string(), |g| format!("{g:.0}")),
             t.kernel
+        );
+    }
+}
+
+/// Prints a leave-out profile: each replay's median and what leaving its
+/// launches out saved against the full token.
+#[cfg(all(feature = "cuda", feature = "lab"))]
+fn print_leave_out_profile(times: &[fused_core::launch_profile::LeftOutTime]) {
+    let Some(full) = times.first() else { return };
+    eprintln!(
+        "leave-out profile: the token replayed in {:.1} us with nothing left out",
+        full.ms * 1e3
+    );
+    eprintln!("{:>10} {:>8} {:>8}  left out", "us", "saved", "launches");
+    for t in &times[1..] {
+        eprintln!(
+            "{:>10.1} {:>8.1} {:>8}  {}",
+            t.ms * 1e3,
+            (full.ms - t.ms) * 1e3,
+            t.launches,
+            t.left_out
         );
     }
 }
