@@ -373,10 +373,6 @@ impl CudaBackend {
         }
         let _use = self.dev.make_current()?;
         let f = self.kernel(module, name)?;
-        #[cfg(feature = "lab")]
-        if let Some(percent) = self.tuning().shared_carveout {
-            crate::device::prefer_shared_carveout(&f, percent)?;
-        }
         if self.tuning_in_effect().pdl {
             // SAFETY: as below; every kernel of the crate waits for the
             // kernel before it (griddep_wait in kernels/common.cuh) before

@@ -144,27 +144,6 @@ fn allow_dynamic_shared(function: &Function<'_>, bytes: usize) -> Result<(), Cud
     )
 }
 
-/// Asks the driver to give `function`'s blocks `percent` of the SM's
-/// unified L1 / shared memory as shared memory (the preferred carveout).
-#[cfg(feature = "lab")]
-pub(crate) fn prefer_shared_carveout(
-    function: &Function<'_>,
-    percent: u8,
-) -> Result<(), CudaError> {
-    // SAFETY: `function` is a live function handle of a loaded module (the
-    // borrow keeps the module alive); the attribute and value (0..=100,
-    // checked by the tuning) are plain integers; cust 0.3.2 has no safe
-    // wrapper for this call.
-    let r = unsafe {
-        cust::sys::cuFuncSetAttribute(
-            function.to_raw(),
-            cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-            i32::from(percent),
-        )
-    };
-    check_result(r, "set a kernel's preferred shared-memory carveout")
-}
-
 /// A raw driver result as `Ok`, or [`CudaError::Driver`] saying what was
 /// being done (for the calls cust 0.3.2 has no wrapper for).
 pub(crate) fn check_result(r: cust::sys::CUresult, what: &'static str) -> Result<(), CudaError> {

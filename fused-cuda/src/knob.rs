@@ -74,13 +74,6 @@ pub enum Knob {
     /// for (1: the next only; 0: none). Default 1.
     #[cfg(feature = "lab")]
     L2Reach(usize),
-    /// Every kernel launched asks for the same share of the SM's unified
-    /// L1 / shared memory as shared memory, percent (0..=100), instead of
-    /// the driver's choice per kernel: an SM runs blocks of two kernels
-    /// side by side only where their carveouts agree. Default: the
-    /// driver's choice.
-    #[cfg(feature = "lab")]
-    SharedCarveout(u8),
     /// The one-column Q4_0 integer kernel of 3 teams a block
     /// (`src/teams.rs`). Default off (not yet run on a GPU).
     #[cfg(feature = "lab")]

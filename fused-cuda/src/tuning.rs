@@ -117,8 +117,6 @@ pub struct Tuning {
     pub(crate) fold_attention_quantizer: bool,
     pub(crate) l2_between: usize,
     pub(crate) l2_reach: usize,
-    /// Every kernel's preferred shared-memory carveout, percent (lab).
-    pub(crate) shared_carveout: Option<u8>,
     pub(crate) teams: bool,
 }
 
@@ -146,7 +144,6 @@ impl Tuning {
         fold_attention_quantizer: true,
         l2_between: L2_BETWEEN_BYTES,
         l2_reach: L2_REACH,
-        shared_carveout: None,
         teams: false,
     };
 
@@ -184,8 +181,6 @@ impl Tuning {
             Knob::L2BetweenBytes(b) => t.l2_between = b,
             #[cfg(feature = "lab")]
             Knob::L2Reach(r) => t.l2_reach = r,
-            #[cfg(feature = "lab")]
-            Knob::SharedCarveout(p @ 0..=100) => t.shared_carveout = Some(p),
             #[cfg(feature = "lab")]
             Knob::Teams(on) => t.teams = on,
             _ => return bad,

@@ -136,12 +136,6 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "GEMVS")]
     l2_reach: Option<usize>,
-    /// Every CUDA kernel's preferred shared-memory carveout, percent
-    /// (`Knob::SharedCarveout`; for A/B runs; built with the `lab`
-    /// feature).
-    #[cfg(feature = "lab")]
-    #[arg(long, value_name = "PERCENT")]
-    carveout: Option<u8>,
     /// Bytes of the next GEMV's weights each integer GEMV asks L2 for
     /// (CUDA only; `Knob::L2AheadBytes`, for A/B runs; built with the `lab`
     /// feature).
@@ -266,7 +260,6 @@ fn run(args: &Args) -> Result<(), LlamaError> {
                 let knobs = [
                     args.l2_between.map(Knob::L2BetweenBytes),
                     args.l2_reach.map(Knob::L2Reach),
-                    args.carveout.map(Knob::SharedCarveout),
                     args.l2_ahead.map(Knob::L2AheadBytes),
                     args.int_rows.map(Knob::IntRows),
                     args.fold_quantizers.map(Knob::FoldQuantizers),
