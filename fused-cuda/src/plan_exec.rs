@@ -1590,7 +1590,16 @@ impl<'a> DevicePlan<'a> {
 
     /// One run between CUDA events on the stream, waited for (milliseconds).
     pub(crate) fn time_run(&self, how: Submission) -> Result<f32, CudaError> {
-        let t = self.backend.event_time_ms(|| self.enqueue_run(how));
+        self.time_enqueued(|| self.enqueue_run(how))
+    }
+
+    /// What `enqueue` enqueues, between CUDA events on the stream, waited
+    /// for (milliseconds).
+    pub(crate) fn time_enqueued(
+        &self,
+        enqueue: impl FnOnce() -> Result<(), CudaError>,
+    ) -> Result<f32, CudaError> {
+        let t = self.backend.event_time_ms(enqueue);
         // On an error inside, the events were not waited for.
         self.finish(t.as_ref().map(|_| ()).map_err(Clone::clone))?;
         t
