@@ -19,7 +19,7 @@
 mod common;
 
 use common::{
-    assert_no_validation_messages, backend_or_skip, chain, data, first_bit_difference, nmse,
+    Sweep, assert_no_validation_messages, backend_or_skip, chain, data, first_bit_difference, nmse,
     operands, weights,
 };
 use fused_core::DType;
@@ -57,12 +57,16 @@ fn gemv_matches_the_reference_for_every_format_and_column_count() {
         return;
     };
     let m = 37;
-    for dtype in DTYPES {
+    let mut sweep = Sweep::new(&b, 3);
+    for (i, dtype) in DTYPES.into_iter().enumerate() {
         // Not a power of two where the format allows it.
         let k = if dtype.block_len() == 256 { 768 } else { 320 };
         let wb = weights(dtype, m, k, 1);
         let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
         for n_cols in 1..=MAX_COLS {
+            if !sweep.runs(i, n_cols) {
+                continue;
+            }
             let x = data(k * n_cols, 2 + n_cols as u64);
             let ops = operands(m, n_cols);
             let ops: Vec<&[f32]> = ops.iter().map(|v| &v[..]).collect();
@@ -85,6 +89,7 @@ fn gemv_matches_the_reference_for_every_format_and_column_count() {
             }
         }
     }
+    sweep.report("formats x column counts");
     assert_no_validation_messages(&b);
 }
 
@@ -94,7 +99,8 @@ fn gated_gemv_matches_the_reference_for_every_activation() {
         return;
     };
     let (m, k) = (29, 256);
-    for dtype in DTYPES {
+    let mut sweep = Sweep::new(&b, 3);
+    for (i, dtype) in DTYPES.into_iter().enumerate() {
         let gb = weights(dtype, m, k, 3);
         let ub = weights(dtype, m, k, 4);
         let w = GluWeights::new(
@@ -102,8 +108,12 @@ fn gated_gemv_matches_the_reference_for_every_activation() {
             WeightMatrix::new(dtype, m, k, &ub).unwrap(),
         )
         .unwrap();
-        for act in Activation::ALL {
-            for n_cols in [1, 3, MAX_COLS] {
+        // The activation is a push constant: one pipeline serves them all.
+        for (j, n_cols) in [1, 3, MAX_COLS].into_iter().enumerate() {
+            if !sweep.runs(i, j) {
+                continue;
+            }
+            for act in Activation::ALL {
                 let x: Vec<f32> = data(k * n_cols, 5).iter().map(|v| v * 4.0).collect();
                 let ops = operands(m, n_cols);
                 let ops: Vec<&[f32]> = ops.iter().map(|v| &v[..]).collect();
@@ -122,6 +132,7 @@ fn gated_gemv_matches_the_reference_for_every_activation() {
             }
         }
     }
+    sweep.report("formats x column counts");
     assert_no_validation_messages(&b);
 }
 
@@ -162,10 +173,14 @@ fn every_gemv_shape_matches_the_reference() {
         (DType::Q5_0, 1056),
         (DType::Q6_K, 1280),
     ];
-    for shape in shapes {
+    let mut sweep = Sweep::new(&b, 3);
+    for (i, shape) in shapes.into_iter().enumerate() {
         b.set_tuning(Tuning::default().with_gemv_shape(shape))
             .unwrap();
-        for (dtype, k) in cases {
+        for (j, (dtype, k)) in cases.into_iter().enumerate() {
+            if !sweep.runs(i, j) {
+                continue;
+            }
             let wb = weights(dtype, m, k, 14);
             let ub = weights(dtype, m, k, 15);
             let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
@@ -208,6 +223,7 @@ fn every_gemv_shape_matches_the_reference() {
             }
         }
     }
+    sweep.report("shapes x formats");
     // A shape the device cannot run is an error, and the setting stays.
     let too_big = GemvShape {
         workgroup: 3,

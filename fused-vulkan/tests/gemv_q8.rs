@@ -18,7 +18,7 @@
 mod common;
 
 use common::{
-    assert_no_validation_messages, backend_or_skip, chain, data, first_bit_difference, nmse,
+    Sweep, assert_no_validation_messages, backend_or_skip, chain, data, first_bit_difference, nmse,
     operands, weights,
 };
 use fused_core::DType;
@@ -375,15 +375,18 @@ fn unfused_chain(b: &VulkanBackend, e: &Epilogue, ops: &[&[f32]], mut v: Vec<f32
 
 /// Plain and gated GEMV, with and without a chain, against the core's
 /// same-quantization reference, and fused == unfused.
-fn check_all(b: &VulkanBackend, m: usize, cols: &[usize], what: &str) {
-    for (dtype, mode) in PAIRS {
+fn check_all(b: &VulkanBackend, m: usize, cols: &[usize], sweep: &mut Sweep, what: &str) {
+    for (i, (dtype, mode)) in PAIRS.into_iter().enumerate() {
         let k = if dtype.block_len() == 256 { 768 } else { 320 };
         let wb = weights(dtype, m, k, 1);
         let ub = weights(dtype, m, k, 2);
         let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
         let u = WeightMatrix::new(dtype, m, k, &ub).unwrap();
         let glu = GluWeights::new(w, u).unwrap();
-        for &n_cols in cols {
+        for (j, &n_cols) in cols.iter().enumerate() {
+            if !sweep.runs(i, j) {
+                continue;
+            }
             let what = format!("{what} {dtype:?} x {mode:?} k={k} cols={n_cols}");
             let x: Vec<f32> = data(k * n_cols, 3 + n_cols as u64)
                 .iter()
@@ -448,7 +451,9 @@ fn q8_gemv_matches_the_reference_for_every_column_count() {
         return;
     };
     let cols: Vec<usize> = (1..=MAX_COLS).collect();
-    check_all(&b, 37, &cols, "picked shape");
+    let mut sweep = Sweep::new(&b, 3);
+    check_all(&b, 37, &cols, &mut sweep, "picked shape");
+    sweep.report("pairs x column counts");
     assert_no_validation_messages(&b);
 }
 
@@ -461,7 +466,9 @@ fn q8_gemv_without_integer_dot_matches() {
     };
     b.set_tuning(Tuning::default().with_integer_dot(false))
         .unwrap();
-    check_all(&b, 19, &[1, 3], "fallback");
+    let mut sweep = Sweep::new(&b, 2);
+    check_all(&b, 19, &[1, 3], &mut sweep, "fallback");
+    sweep.report("pairs x column counts");
     assert_no_validation_messages(&b);
 }
 
@@ -510,10 +517,14 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
         }
     }
     let m = 23;
-    for shape in shapes {
+    let mut sweep = Sweep::new(&b, 3.min(shapes.len()));
+    for (i, shape) in shapes.into_iter().enumerate() {
         let tuning = Tuning::default().with_gemv_shape(Some(shape));
         b.set_tuning(tuning).unwrap();
-        for (dtype, mode) in PAIRS {
+        for (j, (dtype, mode)) in PAIRS.into_iter().enumerate() {
+            if !sweep.runs(i, j) {
+                continue;
+            }
             let k = if dtype.block_len() == 256 { 1280 } else { 1056 };
             let wb = weights(dtype, m, k, 5);
             let w = WeightMatrix::new(dtype, m, k, &wb).unwrap();
@@ -556,6 +567,7 @@ fn q8_gemv_shapes_lanes_and_the_integer_fallback() {
             }
         }
     }
+    sweep.report("shapes x pairs");
     assert_no_validation_messages(&b);
 }
 

@@ -119,3 +119,52 @@ pub(crate) fn operands(rows: usize, cols: usize) -> [Vec<f32>; 3] {
         data(rows * cols, 13).iter().map(|v| v + 1.5).collect(),
     ]
 }
+
+/// Which cells of a test's cross product (formats × column counts, shapes
+/// × formats) run. On a GPU, every cell. On a CPU device (lavapipe), which
+/// compiles each pipeline (a specialization of shape, format and column
+/// count) through LLVM at about a second apiece, a covering sample: cell
+/// `(i, j)` runs when `(i + j) % stride == 0`, so every row and every
+/// column of the product still runs at least once as long as both axes
+/// have `stride` or more entries. `FUSED_VK_TEST_FULL=1` runs every cell
+/// there too.
+pub(crate) struct Sweep {
+    stride: usize,
+    ran: usize,
+    cells: usize,
+}
+
+impl Sweep {
+    /// The sweep for `b`'s device: every cell on a GPU, one in `stride` on
+    /// a CPU device.
+    pub(crate) fn new(b: &VulkanBackend, stride: usize) -> Sweep {
+        let full = std::env::var_os("FUSED_VK_TEST_FULL").is_some_and(|v| v != "0");
+        let cpu = b.context().info().device_type() == ash::vk::PhysicalDeviceType::CPU;
+        Sweep {
+            stride: if cpu && !full { stride.max(1) } else { 1 },
+            ran: 0,
+            cells: 0,
+        }
+    }
+
+    /// Whether cell `(i, j)` runs (and counts it).
+    pub(crate) fn runs(&mut self, i: usize, j: usize) -> bool {
+        self.cells += 1;
+        let runs = (i + j).is_multiple_of(self.stride);
+        self.ran += usize::from(runs);
+        runs
+    }
+
+    /// Says how much of the product ran when it was sampled (past the
+    /// harness's capture, like a skip).
+    pub(crate) fn report(&self, what: &str) {
+        if self.ran < self.cells {
+            let _ = writeln!(
+                std::io::stderr(),
+                "sampled: {what}: {} of {} cells on a CPU device (FUSED_VK_TEST_FULL=1 runs all)",
+                self.ran,
+                self.cells
+            );
+        }
+    }
+}
