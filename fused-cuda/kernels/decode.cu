@@ -179,6 +179,28 @@ __device__ __forceinline__ void attn_load4(float (&r)[4][E], const float *b, siz
     }
 }
 
+// The key and value rows [start, end) of key/value head g asked of L2,
+// a row's head_dim values a bulk prefetch, before the split waits for the
+// kernel before it: the rows before the newest were written by earlier
+// tokens, so they stream in while the GEMV before finishes, and the
+// newest, which that GEMV's tail writes, is only read after the wait (L2
+// is where writes land, so asking for it early leaves nothing stale).
+// None below sm_90, or where a row is not 16-byte aligned.
+__device__ __forceinline__ void attn_l2_rows(const AttnParams &p, uint32_t g, uint32_t start,
+                                             uint32_t end) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uint32_t bytes = p.head_dim * 4u;
+    const size_t kvs = (size_t)p.n_kv * p.head_dim;
+    for (uint32_t u = threadIdx.x; u < 2u * (end - start); u += blockDim.x) {
+        const float *row = (u & 1u ? p.v : p.k) + (size_t)(start + u / 2u) * kvs +
+                           (size_t)g * p.head_dim;
+        if (bytes % 16u != 0u || (uintptr_t)row % 16u != 0u) return;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(bytes)
+                     : "memory");
+    }
+#endif
+}
+
 // One split of the context for one key/value head and G of its query
 // heads (a head slice; the heads past the group are computed on zeros and
 // not stored). Lane l holds head elements l, l + 32, ... (E of them,
@@ -191,7 +213,7 @@ __device__ __forceinline__ void attn_load4(float (&r)[4][E], const float *b, siz
 // with no positions writes max -inf and sum 0, which the combine skips.
 template <int E, int G>
 __device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &ahead) {
-    griddep_enter_ahead(ahead);
+    l2_ahead(ahead, L2_AHEAD_START, blockIdx.x, gridDim.x);
     __shared__ float sh_m[ATTN_WARPS][G], sh_l[ATTN_WARPS][G];
     __shared__ float sh_acc[ATTN_WARPS][G][32 * E];
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
@@ -200,9 +222,13 @@ __device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &a
     const uint32_t h0 = g * p.group + slice * (uint32_t)G;
     const uint32_t nh = min((uint32_t)G, p.group - slice * (uint32_t)G);
     const uint32_t d = p.head_dim, splits = p.splits;
+    // The position is the host's, written before the run: it may be read
+    // before the wait (decode.cu's header).
     const uint32_t len = decode_position(p.pos, p.rows) + 1u;
     uint32_t start, end;
     attn_range(len, splits, split, start, end);
+    attn_l2_rows(p, g, start, end);
+    griddep_enter();
     float *ml = attn_ml(p);
     if (start >= end) {
         if (threadIdx.x < nh) {
@@ -333,6 +359,9 @@ __device__ __forceinline__ float block_max(float v, float *red) {
     return r;
 }
 
+// Splits whose outputs the combine loads before it needs them.
+#define COMBINE_AHEAD 8u
+
 // One block per query head merges the splits: each weighted by
 // e^(max_s − max), skipped where that is 0 (no positions, or nothing
 // left after the rescale); the sum of weighted outputs divided by the sum
@@ -346,6 +375,14 @@ extern "C" __global__ void __launch_bounds__(256) fused_attn_combine(const AttnP
     __shared__ float wt[ATTN_MAX_SPLITS], ws[ATTN_MAX_SPLITS];
     const uint32_t h = blockIdx.x, d = p.head_dim, splits = p.splits;
     const float *ml = attn_ml(p) + (size_t)h * splits * 2;
+    const float *part = p.part + (size_t)h * splits * d;
+    // The first COMBINE_AHEAD splits' outputs of this thread's first
+    // element, loaded with the (max, sum) pairs below, so that they arrive
+    // together rather than one split after another in the merge.
+    float ahead_part[COMBINE_AHEAD];
+#pragma unroll
+    for (uint32_t s = 0; s < COMBINE_AHEAD; ++s)
+        ahead_part[s] = threadIdx.x < d && s < splits ? part[(size_t)s * d + threadIdx.x] : 0.0f;
     float mx = -INFINITY;
     for (uint32_t s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, ml[2 * s]);
     mx = block_max(mx, red);
@@ -358,10 +395,15 @@ extern "C" __global__ void __launch_bounds__(256) fused_attn_combine(const AttnP
     __syncthreads();
     float sum = 0.0f;
     for (uint32_t s = 0; s < splits; ++s) sum += ws[s];
-    const float *part = p.part + (size_t)h * splits * d;
     for (uint32_t x = threadIdx.x; x < d; x += blockDim.x) {
+        const bool first = x == threadIdx.x;
         float a = 0.0f;
-        for (uint32_t s = 0; s < splits; ++s) {
+#pragma unroll
+        for (uint32_t s = 0; s < COMBINE_AHEAD; ++s) {
+            const float f = s < splits ? wt[s] : 0.0f;
+            if (f != 0.0f) a = fmaf(f, first ? ahead_part[s] : part[(size_t)s * d + x], a);
+        }
+        for (uint32_t s = COMBINE_AHEAD; s < splits; ++s) {
             const float f = wt[s];
             if (f != 0.0f) a = fmaf(f, part[(size_t)s * d + x], a);
         }

@@ -1246,41 +1246,82 @@ extern "C" __global__ void __launch_bounds__(256) fused_rms_norm(const NormParam
     }
 }
 
+// The scale s of the column of k values at x, in every thread of the block
+// (the whole block calls it; n_warps warps). Lane j's running partial is
+// the core's partial j, its elements j, j + 32, ... in order; the block
+// loads a round of n_warps segments of NORM_SEG elements at once, a
+// segment a warp, then hands the partials from warp to warp through shared
+// memory in element order. One wait for memory a round, not NORM_LOADS of
+// them as in norm_scale_warp, whose single warp loads everything itself.
+constexpr uint32_t NORM_SEG = 32 * NORM_LOADS;
+__device__ __forceinline__ float norm_scale_block(const float *x, uint32_t k, float eps,
+                                                  uint32_t warp, uint32_t lane,
+                                                  uint32_t n_warps) {
+    __shared__ float part[32];
+    for (uint32_t round = 0; round * n_warps * NORM_SEG < k; ++round) {
+        const uint32_t base = (round * n_warps + warp) * NORM_SEG + lane;
+        // Past k a square is +0, which leaves a partial (never below +0) as it is.
+        float sq[NORM_LOADS];
+#pragma unroll
+        for (uint32_t u = 0; u < NORM_LOADS; ++u) {
+            const uint32_t i = base + 32 * u;
+            const float v = i < k ? x[i] : 0.0f;
+            sq[u] = __fmul_rn(v, v);
+        }
+        for (uint32_t w = 0; w < n_warps; ++w) {
+            if (warp == w) {
+                float q = round == 0 && w == 0 ? 0.0f : part[lane];
+#pragma unroll
+                for (uint32_t u = 0; u < NORM_LOADS; ++u) q = __fadd_rn(q, sq[u]);
+                part[lane] = q;
+            }
+            __syncthreads();
+        }
+    }
+    float p = part[lane];
+#pragma unroll
+    for (int w = 16; w > 0; w >>= 1) p = __fadd_rn(p, __shfl_down_sync(0xffffffffu, p, w));
+    const float sum = __shfl_sync(0xffffffffu, p, 0);
+    const float mean = __fdiv_rn(sum, (float)k);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
 // A GEMV's norm prologue with quantized activations: blocks of 256
 // threads, each quantizing 8 of a column's quantizer blocks (a warp each:
 // src/launch.rs, norm_quantize, launches ceil(blocks / 8) per column),
-// after its warp 0 computed the column's scale (every block of the column
+// after the block computed the column's scale (every block of the column
 // computes the same one: one block per column left the GPU idle behind a
-// single SM). The warps quantize (x·s)·g with the quantizer's own code, so
-// the codes and scales are those of quantizing the unfused normed vector.
+// single SM). Each warp loads its quantizer block's values before the
+// scale, so they arrive with the scale's. The warps quantize (x·s)·g with
+// the quantizer's own code, so the codes and scales are those of
+// quantizing the unfused normed vector.
 template <int MODE> // 0: Q8_0, 1: Q8_1, 2: Q8_K
 __device__ __forceinline__ void norm_quantize(const NormQuantParams &p, const L2Ahead &ahead) {
     griddep_enter_ahead(ahead);
-    __shared__ float scale;
     constexpr uint32_t B = MODE == 2 ? 256 : 32;
+    constexpr uint32_t PER = B / 32; // values a lane quantizes
     const uint32_t k = p.q.k, per_col = k / B, per_block = (per_col + 7) / 8;
     const uint32_t col = blockIdx.x / per_block, warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
     if (col >= p.n_cols) return; // the whole block leaves together
     const uint32_t b = (blockIdx.x % per_block) * 8 + warp;
     const float *x = p.q.x + (size_t)col * k;
-    if (warp == 0) {
-        const float s = norm_scale_warp(x, k, p.eps, lane);
-        if (lane == 0) scale = s;
-    }
-    __syncthreads();
-    const float s = scale;
-    if (b >= per_col) return;
-    if constexpr (MODE == 2) {
-        const uint32_t e = 256 * b + 8 * lane;
-        float v[8];
+    const bool quantizes = b < per_col;
+    const uint32_t e = B * b + PER * lane;
+    float v[PER], g[PER];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(x[e + i], s), p.g[e + i]);
+    for (uint32_t i = 0; i < PER; ++i) {
+        v[i] = quantizes ? x[e + i] : 0.0f;
+        g[i] = quantizes ? p.g[e + i] : 0.0f;
+    }
+    const float s = norm_scale_block(x, k, p.eps, warp, lane, blockDim.x >> 5);
+    if (!quantizes) return;
+#pragma unroll
+    for (uint32_t i = 0; i < PER; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], s), g[i]);
+    if constexpr (MODE == 2) {
         quantize_block_256(p.q, col * per_col + b, lane, make_float4(v[0], v[1], v[2], v[3]),
                            make_float4(v[4], v[5], v[6], v[7]));
     } else {
-        const uint32_t e = 32 * b + lane;
-        const float v = __fmul_rn(__fmul_rn(x[e], s), p.g[e]);
-        quantize_block_32<MODE == 1>(p.q, col * per_col + b, lane, v);
+        quantize_block_32<MODE == 1>(p.q, col * per_col + b, lane, v[0]);
     }
 }
 
