@@ -823,6 +823,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "whole graphs: minutes under Miri, run natively")]
     fn executor_over_reference_memory_equals_the_evaluators() -> Result<(), Error> {
         let (g, outs, mem) = graph()?;
         let p = plan(&g);
@@ -928,6 +929,7 @@ mod tests {
     /// gate and up: two steps with the prologue, equal to the evaluators in
     /// both modes; refused up front by a kernel set without the norm.
     #[test]
+    #[cfg_attr(miri, ignore = "whole graphs: minutes under Miri, run natively")]
     fn norm_prologue_runs_through_the_executor() -> Result<(), Error> {
         let (k, m, n) = (64, 8, 2);
         let rb = DType::Q8_0.row_bytes(k)?;
