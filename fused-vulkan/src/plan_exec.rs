@@ -1578,7 +1578,7 @@ impl<'a> DevicePlan<'a> {
             if !self.queries.is_null() {
                 d.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, self.queries, 0);
             }
-            self.stats.barriers = self.record_commands(cb, &kernels, None)?;
+            self.stats.barriers = self.record_commands(cb, &kernels, None, &[])?;
             if !self.queries.is_null() {
                 d.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, self.queries, 1);
             }
@@ -1656,27 +1656,36 @@ impl<'a> DevicePlan<'a> {
         Ok(sets)
     }
 
-    /// Records the plan's commands into `cb`. Without `profile`, a barrier
-    /// goes only between commands that depend on each other, and the count
-    /// of those barriers is returned. With `profile`, every command waits
-    /// for the one before it to finish and is followed by a timestamp (query
-    /// `i + 1` after command `i`; the caller writes query 0 before), so each
-    /// command is timed alone; the count is then 0.
+    /// Records the plan's commands into `cb`, but for those whose indices
+    /// are in `skip` (sorted; a leave-out profile's). Without `profile`, a
+    /// barrier goes only between recorded commands that depend on each
+    /// other, and the count of those barriers is returned. With `profile`,
+    /// every command waits for the one before it to finish and is followed
+    /// by a timestamp (query `i + 1` after command `i`; the caller writes
+    /// query 0 before), so each command is timed alone; the count is then 0.
     ///
     /// # Safety
     /// `cb` is recording, and the kernel-cache lock that `kernels` comes
-    /// from is held; `profile` has a query for each command and one more.
+    /// from is held; `profile` has a query for each command and one more,
+    /// and goes with an empty `skip`.
     unsafe fn record_commands(
         &self,
         cb: vk::CommandBuffer,
         kernels: &HashMap<KernelKey, Kernel>,
         profile: Option<vk::QueryPool>,
+        skip: &[usize],
     ) -> Result<u64, VulkanError> {
         let d = &self.backend.context().device;
         let mut barriers = 0;
         let mut pending_writes: Vec<Region> = Vec::new();
         let mut pending_reads: Vec<Region> = Vec::new();
-        for (i, (cmd, &set)) in self.cmds.iter().zip(&self.sets).enumerate() {
+        let kept = self
+            .cmds
+            .iter()
+            .zip(&self.sets)
+            .enumerate()
+            .filter(|(i, _)| skip.binary_search(i).is_err());
+        for (i, (cmd, &set)) in kept {
             if profile.is_some() {
                 if i > 0 {
                     // SAFETY: guaranteed by the caller.

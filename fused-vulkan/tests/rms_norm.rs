@@ -164,7 +164,11 @@ fn every_quantizer_shape_norms_as_the_unfused_plan() {
     let Some(mut b) = backend_or_skip() else {
         return;
     };
-    let (k, m, n) = (512, 16, 3);
+    // 5.5 of the norm's 512-value segments: several rounds of a
+    // workgroup's groups of 32 invocations, the last one ragged.
+    let (k, m, n) = (2816, 16, 3);
+    let xs = k * n * 4;
+    let at = |i: usize| Place::at(1, xs + k * 4 + i * xs);
     let mut ran = 0;
     for (dtype, mode) in [
         (DType::Q8_0, ActQuant::Q8_0),
@@ -180,13 +184,13 @@ fn every_quantizer_shape_norms_as_the_unfused_plan() {
             .input(TensorDesc::contiguous(DType::F32, [k, n, 1, 1], BufferId(1), 0).unwrap())
             .unwrap();
         let gamma = g
-            .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), 8192).unwrap())
+            .input(TensorDesc::contiguous(DType::F32, [k, 1, 1, 1], BufferId(1), xs).unwrap())
             .unwrap();
-        let nrm = g.rms_norm(x, 1e-6, Place::at(1, 12288)).unwrap();
-        let xn = g.mul(nrm, gamma, Place::at(1, 20480)).unwrap();
-        let y = g.mul_mat(w, xn, Place::at(1, 28672)).unwrap();
+        let nrm = g.rms_norm(x, 1e-6, at(0)).unwrap();
+        let xn = g.mul(nrm, gamma, at(1)).unwrap();
+        let y = g.mul_mat(w, xn, at(2)).unwrap();
         g.mark_output(y).unwrap();
-        let mut mem = Memory::new(&[m * rb, 32768]);
+        let mut mem = Memory::new(&[m * rb, xs + k * 4 + 3 * xs]);
         let wv = data(m * k, 11);
         quantize_row(dtype, &wv, mem.buffer_mut(BufferId(0)).unwrap()).unwrap();
         let xv: Vec<f32> = data(k * n, 12).iter().map(|v| v * 3.0).collect();

@@ -107,12 +107,12 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long)]
     launch_profile: bool,
-    /// After decoding, replay the whole token as a CUDA graph this many
-    /// times with nothing left out, then without each kernel's launches in
-    /// turn, then without every kernel that streams no weights, and print
-    /// each median and what leaving it out saved on stderr: what each
-    /// kernel costs the replayed token (CUDA; built with the `lab`
-    /// feature).
+    /// After decoding, replay the whole token (a CUDA graph, a Vulkan
+    /// command buffer) this many times with nothing left out, then without
+    /// each kernel's launches in turn, then without every kernel that
+    /// streams no weights, and print each median and what leaving it out
+    /// saved on stderr: what each kernel costs the replayed token (CUDA and
+    /// Vulkan; built with the `lab` feature).
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "RUNS")]
     leave_out_profile: Option<usize>,
@@ -206,9 +206,9 @@ fn run(args: &Args) -> Result<(), LlamaError> {
         ));
     }
     #[cfg(feature = "lab")]
-    if args.leave_out_profile.is_some() && (args.backend != BackendKind::Cuda || args.layered) {
+    if args.leave_out_profile.is_some() && (args.backend == BackendKind::Cpu || args.layered) {
         return Err(LlamaError::Usage(
-            "--leave-out-profile replays the whole token as a CUDA graph: --backend cuda, \
+            "--leave-out-profile replays the whole token on a GPU: --backend cuda or vulkan, \
              without --layered"
                 .to_string(),
         ));
@@ -246,6 +246,15 @@ fn run(args: &Args) -> Result<(), LlamaError> {
                         LlamaError::backend("timing the token dispatch by dispatch", e)
                     })?;
                     print_launch_profile(&launches, "a barrier and a timestamp");
+                }
+                #[cfg(feature = "lab")]
+                if let Some(runs) = args.leave_out_profile {
+                    let times = device_plan(_model)?
+                        .profile_leaving_out(runs.max(1))
+                        .map_err(|e| {
+                            LlamaError::backend("timing the token leaving kernels out", e)
+                        })?;
+                    print_leave_out_profile(&times);
                 }
                 Ok(())
             })
@@ -507,7 +516,7 @@ fn print_launch_profile(launches: &[fused_core::launch_profile::LaunchTime], bet
 
 /// Prints a leave-out profile: each replay's median and what leaving its
 /// launches out saved against the full token.
-#[cfg(all(feature = "cuda", feature = "lab"))]
+#[cfg(all(any(feature = "cuda", feature = "vulkan"), feature = "lab"))]
 fn print_leave_out_profile(times: &[fused_core::launch_profile::LeftOutTime]) {
     let Some(full) = times.first() else { return };
     eprintln!(
