@@ -53,18 +53,34 @@ const GEMV: KernelImage = kernel_image!("gemv");
 const FWHT: KernelImage = kernel_image!("fwht");
 const DECODE: KernelImage = kernel_image!("decode");
 
-/// The GEMV kernels' portable PTX, for host tests that check that a kernel
-/// name the launches build exists.
+/// Whether the GEMV kernels' portable PTX defines the kernel `name`, for
+/// host tests that check that a kernel name the launches build exists.
 #[cfg(test)]
-pub(crate) fn gemv_ptx() -> &'static str {
-    GEMV.ptx
+pub(crate) fn gemv_has(name: &str) -> bool {
+    static ENTRIES: std::sync::OnceLock<std::collections::HashSet<&'static str>> =
+        std::sync::OnceLock::new();
+    ENTRIES.get_or_init(|| ptx_entries(GEMV.ptx)).contains(name)
 }
 
-/// The decode kernels' portable PTX, for host tests that check that a
-/// kernel name the launches build exists.
+/// [`gemv_has`] for the decode kernels.
 #[cfg(test)]
-pub(crate) fn decode_ptx() -> &'static str {
-    DECODE.ptx
+pub(crate) fn decode_has(name: &str) -> bool {
+    static ENTRIES: std::sync::OnceLock<std::collections::HashSet<&'static str>> =
+        std::sync::OnceLock::new();
+    ENTRIES
+        .get_or_init(|| ptx_entries(DECODE.ptx))
+        .contains(name)
+}
+
+/// The names of the kernels a PTX module defines (its `.entry` lines),
+/// read once: the GEMV module is tens of megabytes, too long to search
+/// again for every name a test checks.
+#[cfg(test)]
+fn ptx_entries(ptx: &'static str) -> std::collections::HashSet<&'static str> {
+    ptx.lines()
+        .filter_map(|l| l.strip_prefix(".visible .entry "))
+        .filter_map(|l| l.split('(').next())
+        .collect()
 }
 
 /// The largest dynamic shared memory a kernel of this crate asks for: one
