@@ -96,6 +96,12 @@ impl Tuning {
         }
     }
 
+    /// The activation quantizer's launch shape for `mode` (Q8_0's for
+    /// f32, which has no quantizer).
+    pub fn quantize_shape(&self, mode: ActQuant) -> QuantizeShape {
+        tuning::quantize_shape(self, mode)
+    }
+
     /// The activation quantizer's launch shape for `mode` (Q8_0, Q8_1 or
     /// Q8_K; f32 has no quantizer and is left alone).
     pub fn with_quantize_shape(self, mode: ActQuant, shape: QuantizeShape) -> Tuning {

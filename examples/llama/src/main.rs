@@ -136,6 +136,13 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "GEMVS")]
     l2_reach: Option<usize>,
+    /// Invocations a workgroup of every activation quantizer, the norm
+    /// quantizers among them, each with its default values per invocation
+    /// (Vulkan: `Tuning::with_quantize_shape`; for A/B runs; built with
+    /// the `lab` feature).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "INVOCATIONS")]
+    quantize_workgroup: Option<u32>,
     /// Bytes of the next GEMV's weights each integer GEMV asks L2 for
     /// (CUDA only; `Knob::L2AheadBytes`, for A/B runs; built with the `lab`
     /// feature).
@@ -235,6 +242,16 @@ fn run(args: &Args) -> Result<(), LlamaError> {
                 }
                 if let Some(reach) = args.l2_reach {
                     tuning = tuning.with_l2_reach(reach);
+                }
+                if let Some(workgroup) = args.quantize_workgroup {
+                    use fused_core::acts::ActQuant;
+                    for mode in [ActQuant::Q8_0, ActQuant::Q8_1, ActQuant::Q8_K] {
+                        let shape = fused_vulkan::QuantizeShape {
+                            workgroup,
+                            ..tuning.quantize_shape(mode)
+                        };
+                        tuning = tuning.with_quantize_shape(mode, shape);
+                    }
                 }
                 be.set_tuning(tuning)
                     .map_err(|e| LlamaError::backend("a tuning flag", e))?;
