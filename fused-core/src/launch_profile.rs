@@ -11,6 +11,24 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
+/// A device plan that profiles its own run, the same way on every
+/// backend (each backend's `lab` feature implements it for its device
+/// plan), so that a runtime's measurement tools take any backend.
+pub trait LaunchProfiler {
+    /// The backend's error.
+    type Error;
+
+    /// One run, launch by launch, each launch timed alone with every two
+    /// separated (see the module docs), in run order.
+    fn profile_launches(&self) -> Result<Vec<LaunchTime>, Self::Error>;
+
+    /// The run replayed `runs` times as it runs, then as often with each
+    /// of the [`leave_out_sets`] of its launches left out: the median
+    /// device time of each. The left-out runs' results are wrong; only
+    /// their times mean anything.
+    fn profile_leaving_out(&self, runs: usize) -> Result<Vec<LeftOutTime>, Self::Error>;
+}
+
 /// One launch of a run and the device time it took.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchTime {
@@ -80,6 +98,19 @@ pub struct LeftOutTime {
     pub launches: usize,
     /// The median device milliseconds of the runs without them.
     pub ms: f32,
+}
+
+impl LeftOutTime {
+    /// The median of `ms`, the device milliseconds of the runs without
+    /// `launches` launches (0 when there are none).
+    pub fn median(left_out: String, launches: usize, mut ms: Vec<f32>) -> LeftOutTime {
+        ms.sort_unstable_by(f32::total_cmp);
+        LeftOutTime {
+            left_out,
+            launches,
+            ms: ms.get(ms.len() / 2).copied().unwrap_or(0.0),
+        }
+    }
 }
 
 /// What a leave-out profile times, for a run whose launches are `launches`

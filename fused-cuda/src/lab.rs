@@ -15,7 +15,7 @@
 //!   quantized activations read back ([`CudaBackend::download_acts`]);
 //! - timed plan runs ([`DevicePlan::run_timed`],
 //!   [`DevicePlan::time_once_queued`]), a run timed launch by launch
-//!   ([`DevicePlan::profile_launches`], `src/launch_profile.rs`), traced
+//!   (`LaunchProfiler` on `DevicePlan`, `src/launch_profile.rs`), traced
 //!   GEMV chains (`src/timeline.rs`), the lab's [`Knob`](crate::Knob)s.
 
 use crate::Submission;

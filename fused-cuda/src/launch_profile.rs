@@ -1,5 +1,5 @@
 //! Where one run of a device plan spends its time, launch by launch (the
-//! `lab` feature): [`DevicePlan::profile_launches`] enqueues a run's
+//! `lab` feature): [`LaunchProfiler::profile_launches`] enqueues a run's
 //! launches on the stream with a CUDA event recorded between every two, so
 //! each launch's time is the span between the events around it, and
 //! [`kernel_totals`](fused_core::launch_profile::kernel_totals) sums those by kernel.
@@ -10,7 +10,7 @@
 //! run takes. What it answers is which kernels a run's time is made of,
 //! not how well they overlap.
 //!
-//! [`DevicePlan::profile_leaving_out`] answers that one: the run captured
+//! [`LaunchProfiler::profile_leaving_out`] answers that one: the run captured
 //! as a CUDA graph with each kernel's launches left out in turn, each graph
 //! replayed and timed, so the time a kernel's removal saves is what it costs
 //! the replayed run. The results of such runs are wrong (the left-out
@@ -21,15 +21,17 @@ use crate::device::driver;
 use crate::error::CudaError;
 use crate::plan_exec::DevicePlan;
 use cust::event::{Event, EventFlags};
-use fused_core::launch_profile::{LaunchTime, LeftOutTime, leave_out_sets};
+use fused_core::launch_profile::{LaunchProfiler, LaunchTime, LeftOutTime, leave_out_sets};
 
-impl DevicePlan<'_> {
+impl LaunchProfiler for DevicePlan<'_> {
+    type Error = CudaError;
+
     /// One run of the plan, launch by launch on the stream with a CUDA
     /// event between every two (see the module docs), after the graph
     /// inputs are restored and one untimed warm-up run: each launch with
     /// its device time, in run order. State the plan keeps (a KV cache)
     /// is written by both runs, as by any other.
-    pub fn profile_launches(&self) -> Result<Vec<LaunchTime>, CudaError> {
+    fn profile_launches(&self) -> Result<Vec<LaunchTime>, CudaError> {
         self.restore()?;
         let r = self.enqueue(self.launches());
         self.finish(r)?;
@@ -64,9 +66,7 @@ impl DevicePlan<'_> {
             })
             .collect()
     }
-}
 
-impl DevicePlan<'_> {
     /// The run replayed as a CUDA graph `runs` times (after one untimed
     /// replay) with nothing left out, then with each kernel's launches left
     /// out in turn, then without every kernel that streams no weights
@@ -74,7 +74,7 @@ impl DevicePlan<'_> {
     /// inputs are restored before every replay; the plan's state (a KV
     /// cache) and outputs are left as the last, incomplete, replay wrote
     /// them, so run the plan again before reading it.
-    pub fn profile_leaving_out(&self, runs: usize) -> Result<Vec<LeftOutTime>, CudaError> {
+    fn profile_leaving_out(&self, runs: usize) -> Result<Vec<LeftOutTime>, CudaError> {
         // Capture needs an idle stream.
         self.backend().synchronize()?;
         let launches = self.launches();
@@ -99,12 +99,7 @@ impl DevicePlan<'_> {
                     ms.push(t);
                 }
             }
-            ms.sort_by(f32::total_cmp);
-            out.push(LeftOutTime {
-                left_out,
-                launches: skip.len(),
-                ms: ms.get(ms.len() / 2).copied().unwrap_or(0.0),
-            });
+            out.push(LeftOutTime::median(left_out, skip.len(), ms));
         }
         Ok(out)
     }

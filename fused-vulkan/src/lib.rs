@@ -31,7 +31,8 @@
 //!   (its default); kernels are chosen from (device, shape, format,
 //!   tuning) by pure functions. The `lab` feature opens every knob, the
 //!   device-timed kernels of `timing`, a device plan's run timed dispatch
-//!   by dispatch (`DevicePlan::profile_dispatches`) and the bench binary.
+//!   by dispatch or leaving kernels out (`LaunchProfiler` on
+//!   `DevicePlan`) and the bench binary.
 //! - Shaders are GLSL in `shaders/`, compiled by `shaders/build-spirv.sh`
 //!   (glslc) into the committed `spirv/`; building the crate needs no shader
 //!   compiler (see the README for why).

@@ -373,7 +373,7 @@ fn a_profiled_run_times_every_command_and_computes_the_same() {
     let (want, _) = device_run_mode(&b, &g, &p, &mem, GemvMode::Ggml);
     let mut dp = DevicePlan::new(&b, &g, &p, GemvMode::Ggml, &mem.sizes()).unwrap();
     dp.write_all(&mem).unwrap();
-    let launches = dp.profile_dispatches().unwrap();
+    let launches = fused_core::launch_profile::LaunchProfiler::profile_launches(&dp).unwrap();
     let s = dp.device_stats();
     assert_eq!(
         launches.len() as u64,

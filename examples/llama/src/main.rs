@@ -258,21 +258,7 @@ fn run(args: &Args) -> Result<(), LlamaError> {
             }
             run_on(&be, args, |_model| {
                 #[cfg(feature = "lab")]
-                if args.launch_profile {
-                    let launches = device_plan(_model)?.profile_dispatches().map_err(|e| {
-                        LlamaError::backend("timing the token dispatch by dispatch", e)
-                    })?;
-                    print_launch_profile(&launches, "a barrier and a timestamp");
-                }
-                #[cfg(feature = "lab")]
-                if let Some(runs) = args.leave_out_profile {
-                    let times = device_plan(_model)?
-                        .profile_leaving_out(runs.max(1))
-                        .map_err(|e| {
-                            LlamaError::backend("timing the token leaving kernels out", e)
-                        })?;
-                    print_leave_out_profile(&times);
-                }
+                print_profiles(args, || device_plan(_model), "a barrier and a timestamp")?;
                 Ok(())
             })
         }
@@ -297,21 +283,7 @@ fn run(args: &Args) -> Result<(), LlamaError> {
             }
             run_on(&be, args, |_model| {
                 #[cfg(feature = "lab")]
-                if args.launch_profile {
-                    let launches = device_plan(_model)?
-                        .profile_launches()
-                        .map_err(|e| LlamaError::backend("timing the token launch by launch", e))?;
-                    print_launch_profile(&launches, "an event");
-                }
-                #[cfg(feature = "lab")]
-                if let Some(runs) = args.leave_out_profile {
-                    let times = device_plan(_model)?
-                        .profile_leaving_out(runs.max(1))
-                        .map_err(|e| {
-                            LlamaError::backend("timing the token leaving kernels out", e)
-                        })?;
-                    print_leave_out_profile(&times);
-                }
+                print_profiles(args, || device_plan(_model), "an event")?;
                 Ok(())
             })
         }
@@ -502,6 +474,39 @@ where
             "--launch-profile: the token runs step by step over host memory".to_string(),
         )),
     }
+}
+
+/// The lab's profiles of the whole token after decoding, as the flags ask:
+/// launch by launch (`between`: what separates every two launches), then
+/// leaving each kernel out in turn; `plan` is only looked up when one is
+/// asked for.
+#[cfg(all(any(feature = "cuda", feature = "vulkan"), feature = "lab"))]
+fn print_profiles<'p, P>(
+    args: &Args,
+    plan: impl FnOnce() -> Result<&'p P, LlamaError>,
+    between: &str,
+) -> Result<(), LlamaError>
+where
+    P: fused_core::launch_profile::LaunchProfiler + 'p,
+    P::Error: std::fmt::Display,
+{
+    if !args.launch_profile && args.leave_out_profile.is_none() {
+        return Ok(());
+    }
+    let plan = plan()?;
+    if args.launch_profile {
+        let launches = plan
+            .profile_launches()
+            .map_err(|e| LlamaError::backend("timing the token launch by launch", e))?;
+        print_launch_profile(&launches, between);
+    }
+    if let Some(runs) = args.leave_out_profile {
+        let times = plan
+            .profile_leaving_out(runs.max(1))
+            .map_err(|e| LlamaError::backend("timing the token leaving kernels out", e))?;
+        print_leave_out_profile(&times);
+    }
+    Ok(())
 }
 
 /// Prints each kernel's share of a token run launch by launch (`between`:

@@ -1,30 +1,32 @@
 //! One run of a device plan, command by command (the `lab` feature):
-//! [`DevicePlan::profile_dispatches`] records the run once more with a full
+//! [`LaunchProfiler::profile_launches`] records the run once more with a full
 //! barrier before every command and a timestamp after it, so that each
 //! command's time is the span between the timestamps around it. The
 //! barriers serialize what the plan would overlap (independent dispatches
 //! between two barriers), so the sum of the spans is more than a run takes;
 //! what it answers is which kernels a run's time is made of.
 //!
-//! [`DevicePlan::profile_leaving_out`] answers how much each kernel costs
+//! [`LaunchProfiler::profile_leaving_out`] answers how much each kernel costs
 //! the run as it is: the run recorded again with each kernel's commands
 //! left out in turn (and the barriers only the kept commands need), each
 //! recording submitted and timed. The results of such runs are wrong (the
 //! left-out kernels' outputs are stale); only their times mean anything.
 
 use ash::vk;
-use fused_core::launch_profile::{LaunchTime, LeftOutTime, leave_out_sets};
+use fused_core::launch_profile::{LaunchProfiler, LaunchTime, LeftOutTime, leave_out_sets};
 
 use super::{Cmd, DevicePlan, create_timestamps};
 use crate::error::VulkanError;
 use crate::pipeline::Shader;
 
-impl DevicePlan<'_> {
+impl LaunchProfiler for DevicePlan<'_> {
+    type Error = VulkanError;
+
     /// One run of the plan, command by command (see the module docs),
     /// after the graph inputs are restored and one untimed warm-up run:
     /// each dispatch or copy with its device time, in run order. State the
     /// plan keeps (a KV cache) is written by both runs, as by any other.
-    pub fn profile_dispatches(&self) -> Result<Vec<LaunchTime>, VulkanError> {
+    fn profile_launches(&self) -> Result<Vec<LaunchTime>, VulkanError> {
         let period = self.timestamp_period()?;
         self.restore()?;
         self.run_now()?;
@@ -62,7 +64,7 @@ impl DevicePlan<'_> {
     /// inputs are restored before every run; the plan's state (a KV cache)
     /// and outputs are left as the last, incomplete, run wrote them, so run
     /// the plan again before reading it.
-    pub fn profile_leaving_out(&self, runs: usize) -> Result<Vec<LeftOutTime>, VulkanError> {
+    fn profile_leaving_out(&self, runs: usize) -> Result<Vec<LeftOutTime>, VulkanError> {
         let period = self.timestamp_period()?;
         let mask = self.backend.context().timestamp_mask();
         let described: Vec<(String, u64)> = self.cmds.iter().map(describe).collect();
@@ -84,17 +86,14 @@ impl DevicePlan<'_> {
                 });
                 self.free_recorded(cb);
                 timed?;
-                ms.sort_by(f32::total_cmp);
-                out.push(LeftOutTime {
-                    left_out,
-                    launches: skip.len(),
-                    ms: ms.get(ms.len() / 2).copied().unwrap_or(0.0),
-                });
+                out.push(LeftOutTime::median(left_out, skip.len(), ms));
             }
             Ok(out)
         })
     }
+}
 
+impl DevicePlan<'_> {
     /// The device's timestamp period in nanoseconds, or `Unsupported`.
     fn timestamp_period(&self) -> Result<f32, VulkanError> {
         self.backend
