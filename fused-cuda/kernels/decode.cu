@@ -160,45 +160,22 @@ __device__ __forceinline__ void attn_range(uint32_t len, uint32_t splits, uint32
     end = min((uint64_t)start + chunk, (uint64_t)len);
 }
 
-// Rows base + ATTN_WARPS·(j0 + jj), jj < 4, of a cache (rows kvs values
-// apart, from b) into r: lane l takes head elements l, l + 32, ...; rows
-// past n and elements past d read as zeros. All four are loaded before any
-// is used, so their reads are in flight together.
-template <int E>
-__device__ __forceinline__ void attn_load4(float (&r)[4][E], const float *b, size_t kvs,
-                                           uint32_t base, uint32_t j0, uint32_t n, uint32_t lane,
-                                           uint32_t d) {
+// Rows base + ATTN_WARPS·j, j < T, of a cache (rows kvs values apart,
+// from b) into r: lane l takes head elements l, l + 32, ...; rows from n
+// on and elements past d read as zeros. All are loaded before any is
+// used, so their reads are in flight together.
+template <int T, int E>
+__device__ __forceinline__ void attn_load(float (&r)[T][E], const float *b, size_t kvs,
+                                          uint32_t base, uint32_t n, uint32_t lane, uint32_t d) {
 #pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-        const size_t t = base + ATTN_WARPS * (j0 + jj);
+    for (int j = 0; j < T; ++j) {
+        const size_t t = base + ATTN_WARPS * (uint32_t)j;
 #pragma unroll
         for (int e = 0; e < E; ++e) {
             const uint32_t x = lane + 32u * e;
-            r[jj][e] = (j0 + jj < n && x < d) ? b[t * kvs + x] : 0.0f;
+            r[j][e] = ((uint32_t)j < n && x < d) ? b[t * kvs + x] : 0.0f;
         }
     }
-}
-
-// The key and value rows [start, end) of key/value head g asked of L2,
-// a row's head_dim values a bulk prefetch, before the split waits for the
-// kernel before it: the rows before the newest were written by earlier
-// tokens, so they stream in while the GEMV before finishes, and the
-// newest, which that GEMV's tail writes, is only read after the wait (L2
-// is where writes land, so asking for it early leaves nothing stale).
-// None below sm_90, or where a row is not 16-byte aligned.
-__device__ __forceinline__ void attn_l2_rows(const AttnParams &p, uint32_t g, uint32_t start,
-                                             uint32_t end) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const uint32_t bytes = p.head_dim * 4u;
-    const size_t kvs = (size_t)p.n_kv * p.head_dim;
-    for (uint32_t u = threadIdx.x; u < 2u * (end - start); u += blockDim.x) {
-        const float *row = (u & 1u ? p.v : p.k) + (size_t)(start + u / 2u) * kvs +
-                           (size_t)g * p.head_dim;
-        if (bytes % 16u != 0u || (uintptr_t)row % 16u != 0u) return;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(bytes)
-                     : "memory");
-    }
-#endif
 }
 
 // One split of the context for one key/value head and G of its query
@@ -206,14 +183,16 @@ __device__ __forceinline__ void attn_l2_rows(const AttnParams &p, uint32_t g, ui
 // not stored). Lane l holds head elements l, l + 32, ... (E of them,
 // head_dim ≤ 32·E), so every key or value row is read by the warp as whole
 // 128-byte lines. Warp w takes the split's positions start + w, start + w
-// + ATTN_WARPS, ... in tiles of up to 32 (lane j keeps position j's
-// score), with the online softmax per tile: a running max, the sum and
-// output rescaled when it grows. The warps then merge in shared memory
+// + ATTN_WARPS, ... in tiles of up to 32 / E rows (16 for E = 1), each
+// tile's key and value rows loaded at once (one wait for memory a tile;
+// lane j keeps position j's score), with the online softmax per tile: a
+// running max, the sum and output rescaled when it grows. The warps then
+// merge in shared memory
 // and the block writes its partial output, max and sum per head; a split
 // with no positions writes max -inf and sum 0, which the combine skips.
 template <int E, int G>
 __device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &ahead) {
-    l2_ahead(ahead, L2_AHEAD_START, blockIdx.x, gridDim.x);
+    griddep_enter_ahead(ahead);
     __shared__ float sh_m[ATTN_WARPS][G], sh_l[ATTN_WARPS][G];
     __shared__ float sh_acc[ATTN_WARPS][G][32 * E];
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
@@ -222,13 +201,9 @@ __device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &a
     const uint32_t h0 = g * p.group + slice * (uint32_t)G;
     const uint32_t nh = min((uint32_t)G, p.group - slice * (uint32_t)G);
     const uint32_t d = p.head_dim, splits = p.splits;
-    // The position is the host's, written before the run: it may be read
-    // before the wait (decode.cu's header).
     const uint32_t len = decode_position(p.pos, p.rows) + 1u;
     uint32_t start, end;
     attn_range(len, splits, split, start, end);
-    attn_l2_rows(p, g, start, end);
-    griddep_enter();
     float *ml = attn_ml(p);
     if (start >= end) {
         if (threadIdx.x < nh) {
@@ -252,27 +227,29 @@ __device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &a
     }
     const size_t kvs = (size_t)p.n_kv * d;
     const float *kb = p.k + (size_t)g * d, *vb = p.v + (size_t)g * d;
-    for (uint32_t base = start + warp; base < end; base += ATTN_WARPS * 32u) {
+    // Rows a warp takes at once, keys and values loaded together: 32
+    // values of each a lane (16 with one a row, where 32 rows spill).
+    constexpr int T = E == 1 ? 16 : 32 / E;
+    for (uint32_t base = start + warp; base < end; base += ATTN_WARPS * (uint32_t)T) {
         // Positions base + ATTN_WARPS·j, j < n (n is the same in every lane).
-        const uint32_t n = min(32u, (end - base + ATTN_WARPS - 1u) / ATTN_WARPS);
+        const uint32_t n = min((uint32_t)T, (end - base + ATTN_WARPS - 1u) / ATTN_WARPS);
+        float kr[T][E], vr[T][E];
+        attn_load<T, E>(kr, kb, kvs, base, n, lane, d);
+        attn_load<T, E>(vr, vb, kvs, base, n, lane, d);
+        // Scores: lane j keeps position j's.
         float s[G];
 #pragma unroll
         for (int i = 0; i < G; ++i) s[i] = -INFINITY;
-        // Scores.
-        for (uint32_t j0 = 0; j0 < n; j0 += 4u) {
-            float kr[4][E];
-            attn_load4<E>(kr, kb, kvs, base, j0, n, lane, d);
 #pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                if (j0 + jj >= n) break;
+        for (int j = 0; j < T; ++j) {
+            if ((uint32_t)j >= n) break;
 #pragma unroll
-                for (int i = 0; i < G; ++i) {
-                    float dot = 0.0f;
+            for (int i = 0; i < G; ++i) {
+                float dot = 0.0f;
 #pragma unroll
-                    for (int e = 0; e < E; ++e) dot = fmaf(qv[i][e], kr[jj][e], dot);
-                    dot = warp_sum(dot);
-                    if (lane == j0 + jj) s[i] = dot * p.scale;
-                }
+                for (int e = 0; e < E; ++e) dot = fmaf(qv[i][e], kr[j][e], dot);
+                dot = warp_sum(dot);
+                if (lane == (uint32_t)j) s[i] = dot * p.scale;
             }
         }
         // The tile's max; the running sum and output rescaled to it; lane
@@ -289,18 +266,14 @@ __device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &a
             m[i] = mn;
         }
         // Values.
-        for (uint32_t j0 = 0; j0 < n; j0 += 4u) {
-            float vr[4][E];
-            attn_load4<E>(vr, vb, kvs, base, j0, n, lane, d);
 #pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                if (j0 + jj >= n) break;
+        for (int j = 0; j < T; ++j) {
+            if ((uint32_t)j >= n) break;
 #pragma unroll
-                for (int i = 0; i < G; ++i) {
-                    const float w = __shfl_sync(0xffffffffu, s[i], j0 + jj);
+            for (int i = 0; i < G; ++i) {
+                const float w = __shfl_sync(0xffffffffu, s[i], j);
 #pragma unroll
-                    for (int e = 0; e < E; ++e) acc[i][e] = fmaf(w, vr[jj][e], acc[i][e]);
-                }
+                for (int e = 0; e < E; ++e) acc[i][e] = fmaf(w, vr[j][e], acc[i][e]);
             }
         }
     }
@@ -359,9 +332,6 @@ __device__ __forceinline__ float block_max(float v, float *red) {
     return r;
 }
 
-// Splits whose outputs the combine loads before it needs them.
-#define COMBINE_AHEAD 8u
-
 // One block per query head merges the splits: each weighted by
 // e^(max_s − max), skipped where that is 0 (no positions, or nothing
 // left after the rescale); the sum of weighted outputs divided by the sum
@@ -375,14 +345,6 @@ extern "C" __global__ void __launch_bounds__(256) fused_attn_combine(const AttnP
     __shared__ float wt[ATTN_MAX_SPLITS], ws[ATTN_MAX_SPLITS];
     const uint32_t h = blockIdx.x, d = p.head_dim, splits = p.splits;
     const float *ml = attn_ml(p) + (size_t)h * splits * 2;
-    const float *part = p.part + (size_t)h * splits * d;
-    // The first COMBINE_AHEAD splits' outputs of this thread's first
-    // element, loaded with the (max, sum) pairs below, so that they arrive
-    // together rather than one split after another in the merge.
-    float ahead_part[COMBINE_AHEAD];
-#pragma unroll
-    for (uint32_t s = 0; s < COMBINE_AHEAD; ++s)
-        ahead_part[s] = threadIdx.x < d && s < splits ? part[(size_t)s * d + threadIdx.x] : 0.0f;
     float mx = -INFINITY;
     for (uint32_t s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, ml[2 * s]);
     mx = block_max(mx, red);
@@ -395,15 +357,10 @@ extern "C" __global__ void __launch_bounds__(256) fused_attn_combine(const AttnP
     __syncthreads();
     float sum = 0.0f;
     for (uint32_t s = 0; s < splits; ++s) sum += ws[s];
+    const float *part = p.part + (size_t)h * splits * d;
     for (uint32_t x = threadIdx.x; x < d; x += blockDim.x) {
-        const bool first = x == threadIdx.x;
         float a = 0.0f;
-#pragma unroll
-        for (uint32_t s = 0; s < COMBINE_AHEAD; ++s) {
-            const float f = s < splits ? wt[s] : 0.0f;
-            if (f != 0.0f) a = fmaf(f, first ? ahead_part[s] : part[(size_t)s * d + x], a);
-        }
-        for (uint32_t s = COMBINE_AHEAD; s < splits; ++s) {
+        for (uint32_t s = 0; s < splits; ++s) {
             const float f = wt[s];
             if (f != 0.0f) a = fmaf(f, part[(size_t)s * d + x], a);
         }
