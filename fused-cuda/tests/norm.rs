@@ -9,12 +9,13 @@ mod common;
 use common::{Rng, backend_or_skip};
 use fused_core::DType;
 use fused_core::acts::GemvMode;
-use fused_core::backend::{PlanStats, ResidentPlan};
+use fused_core::backend::PlanStats;
 use fused_core::exec::StepKernels;
 use fused_core::planner::{Plan, plan};
 use fused_cuda::DevicePlan;
 use fused_testkit::compare::assert_bits_eq;
 use fused_testkit::layer::NormQkv;
+use fused_testkit::suite::run_resident;
 
 #[test]
 fn kernel_equals_the_core_definition() {
@@ -66,12 +67,8 @@ fn fused_against_unfused(
     let fused = plan(&g);
     assert_eq!(fused.prologue_nodes.len(), 2, "{fused:?}");
     let run = |p: &Plan| {
-        let mut dp = DevicePlan::new(be, &g, p, mode, &mem.sizes()).unwrap();
-        dp.write_all(&mem).unwrap();
-        dp.run().unwrap();
-        let mut out = mem.clone();
-        dp.read_all(&mut out).unwrap();
-        (out, dp.stats())
+        let dp = DevicePlan::new(be, &g, p, mode, &mem.sizes()).unwrap();
+        run_resident(dp, &mem).unwrap()
     };
     let (mf, sf) = run(&fused);
     let (mu, su) = run(&Plan::unfused(&g));

@@ -55,7 +55,16 @@ pub fn run_once<B: Backend>(
     mode: GemvMode,
     mem: &Memory,
 ) -> Result<(Memory, PlanStats), B::Error> {
-    let mut rp = b.compile(g, p, mode, &mem.sizes())?;
+    run_resident(b.compile(g, p, mode, &mem.sizes())?, mem)
+}
+
+/// Writes `mem` into the compiled plan `rp`, runs it once and reads every
+/// buffer back: the memory afterwards and what the run issued. For tests
+/// that build a backend's device plan themselves (no host fallback).
+pub fn run_resident<P: ResidentPlan>(
+    mut rp: P,
+    mem: &Memory,
+) -> Result<(Memory, PlanStats), P::Error> {
     rp.write_all(mem)?;
     rp.run()?;
     let mut out = mem.clone();

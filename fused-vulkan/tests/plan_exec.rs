@@ -20,6 +20,7 @@ use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_core::{DType, Error};
+use fused_testkit::suite::run_resident;
 use fused_vulkan::{ContextOptions, DevicePlan, VulkanBackend, VulkanError};
 
 /// Hidden and FFN sizes of the test layer (whole Q4_0/Q4_K blocks).
@@ -103,12 +104,7 @@ fn device_run_mode(
     mem: &Memory,
     mode: GemvMode,
 ) -> (Memory, PlanStats) {
-    let mut dp = DevicePlan::new(b, g, p, mode, &mem.sizes()).unwrap();
-    dp.write_all(mem).unwrap();
-    dp.run().unwrap();
-    let mut out = mem.clone();
-    dp.read_all(&mut out).unwrap();
-    (out, dp.stats())
+    run_resident(DevicePlan::new(b, g, p, mode, &mem.sizes()).unwrap(), mem).unwrap()
 }
 
 fn assert_same_memory(got: &Memory, want: &Memory, what: &str) {

@@ -18,6 +18,7 @@ use fused_core::planner::{Plan, plan};
 use fused_core::quant::quantize_row;
 use fused_core::tensor::{BufferId, TensorDesc};
 use fused_testkit::layer::NormQkv;
+use fused_testkit::suite::run_resident;
 use fused_vulkan::DevicePlan;
 
 /// Every element within `ulps` units in the last place (relative) of the
@@ -121,12 +122,8 @@ fn one_norm_feeds_several_gemvs() {
     assert_eq!(fused.prologue_nodes.len(), 2, "{fused:?}");
     for mode in [GemvMode::F32, GemvMode::Ggml] {
         let run = |p: &Plan| {
-            let mut dp = DevicePlan::new(&b, &g, p, mode, &mem.sizes()).unwrap();
-            dp.write_all(&mem).unwrap();
-            dp.run().unwrap();
-            let mut out = mem.clone();
-            dp.read_all(&mut out).unwrap();
-            (out, dp.stats())
+            let dp = DevicePlan::new(&b, &g, p, mode, &mem.sizes()).unwrap();
+            run_resident(dp, &mem).unwrap()
         };
         let (mf, sf) = run(&fused);
         let (mu, su) = run(&Plan::unfused(&g));
@@ -210,11 +207,8 @@ fn every_quantizer_shape_norms_as_the_unfused_plan() {
                     continue; // not a shape of this format
                 }
                 let run = |p: &Plan| {
-                    let mut dp = DevicePlan::new(&b, &g, p, GemvMode::Ggml, &mem.sizes()).unwrap();
-                    dp.write_all(&mem).unwrap();
-                    dp.run().unwrap();
-                    let mut out = mem.clone();
-                    dp.read_all(&mut out).unwrap();
+                    let dp = DevicePlan::new(&b, &g, p, GemvMode::Ggml, &mem.sizes()).unwrap();
+                    let (out, _) = run_resident(dp, &mem).unwrap();
                     out.read(g.tensor(y).unwrap()).unwrap()
                 };
                 let (f, u) = (run(&fused), run(&Plan::unfused(&g)));
