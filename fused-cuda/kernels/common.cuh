@@ -524,3 +524,78 @@ __device__ __forceinline__ void quantize_block_32(const QuantParams &p, uint32_t
         }
     }
 }
+
+// Where bsum g (0..15) of a 256-block lies among the block's 16 sums: the
+// GEMV's unit v = 2c + h (16 bytes of Q4_K codes: chunk c, half h) reads
+// its two groups 4c + h (low nibbles) and 4c + 2 + h (high) as one pair.
+__device__ __forceinline__ uint32_t bsum_slot(uint32_t g) {
+    return 2 * (2 * (g >> 2) + (g & 1u)) + ((g >> 1) & 1u);
+}
+
+// GGML's nearest_int: 1.5·2^23 added, the low mantissa bits read. A NaN
+// gives 0, as on the CPU, where the sum keeps the quiet NaN's payload
+// (mantissa 0x400000); the GPU's NaNs carry another.
+__device__ __forceinline__ int nearest_int(float x) {
+    const float v = __fadd_rn(x, 12582912.0f);
+    return x != x ? 0 : (int)(__float_as_uint(v) & 0x007fffffu) - 0x00400000;
+}
+
+// Q8_K: one warp per 256-element block, lane l quantizes elements 8l..8l+7:
+// max = the first element of largest magnitude (signed), iscale = −127/max,
+// q = min(127, nearest_int(iscale·x)), d = 1/iscale, bsums of 16; an
+// all-zero block gives zeros. Block blk, lane `lane` holding elements
+// 8·lane .. 8·lane + 7 as a and b (the whole warp calls it).
+__device__ __forceinline__ void quantize_block_256(const QuantParams &p, uint32_t blk,
+                                                   uint32_t lane, float4 a, float4 b) {
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float amax = 0.0f, mx = 0.0f;
+    uint32_t idx = 0xffffffffu;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (fabsf(v[i]) > amax) {
+            amax = fabsf(v[i]);
+            mx = v[i];
+            idx = 8 * lane + i;
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, off);
+        const float om = __shfl_xor_sync(0xffffffffu, mx, off);
+        const uint32_t oi = __shfl_xor_sync(0xffffffffu, idx, off);
+        if (oa > amax || (oa == amax && oi < idx)) {
+            amax = oa;
+            mx = om;
+            idx = oi;
+        }
+    }
+    int q[8];
+    float d = 0.0f;
+    if (amax == 0.0f) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q[i] = 0;
+    } else {
+        const float iscale = __fdiv_rn(-127.0f, mx);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q[i] = min(127, nearest_int(__fmul_rn(iscale, v[i])));
+        d = __fdiv_rn(1.0f, iscale);
+    }
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        lo |= ((uint32_t)q[i] & 0xffu) << (8 * i);
+        hi |= ((uint32_t)q[4 + i] & 0xffu) << (8 * i);
+    }
+    {
+        const uint32_t per_col = p.k / 256, col = blk / per_col;
+        const uint32_t e = 256 * (blk - col * per_col) + 8 * lane;
+        int8_t *at = p.codes + (size_t)col * p.k + code_offset<Q8K_CHUNK>(p.k, e & ~15u) + (e & 8u);
+        *reinterpret_cast<uint2 *>(at) = make_uint2(lo, hi);
+    }
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s += q[i];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    if ((lane & 1u) == 0) p.sums[(size_t)blk * 16 + bsum_slot(lane >> 1)] = s;
+    if (lane == 0) p.scales[blk] = d;
+}

@@ -322,53 +322,78 @@ ATTN_SPLITS_E(2)
 ATTN_SPLITS_E(4)
 ATTN_SPLITS_E(8)
 
-// A block of 256 threads, all calling it: the largest v of every thread.
-__device__ __forceinline__ float block_max(float v, float *red) {
-    v = warp_max(v);
-    if ((threadIdx.x & 31u) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float r = red[0];
-    for (uint32_t w = 1; w < blockDim.x / 32u; ++w) r = fmaxf(r, red[w]);
-    return r;
-}
+// The combine's qmode for Q8_K: its blocks take 256 / head_dim heads each,
+// so that a block's outputs are one Q8_K block.
+#define ATTN_QMODE_Q8_K 3u
 
-// One block per query head merges the splits: each weighted by
-// e^(max_s − max), skipped where that is 0 (no positions, or nothing
-// left after the rescale); the sum of weighted outputs divided by the sum
-// of weighted sums. With qmode set, each warp's 32 values, one quantizer
-// block, are also written quantized as the quantizer kernel writes them
-// (whole warps: the head's size is then a multiple of 32).
+// Each block merges the splits of its query heads (one, or with qmode
+// ATTN_QMODE_Q8_K the 256 / head_dim heads of one Q8_K block, a group of
+// head_dim threads each): each split weighted by e^(max_s − max), skipped
+// where that is 0 (no positions, or nothing left after the rescale); the
+// sum of weighted outputs divided by the sum of weighted sums. With qmode
+// set, the outputs are also written quantized as the quantizer kernel
+// writes them: each warp's 32 values one Q8_0 / Q8_1 block (the head's
+// size is then a multiple of 32), or the block's 256 values one Q8_K
+// block, quantized by its first warp.
 extern "C" __global__ void __launch_bounds__(256) fused_attn_combine(const AttnParams p,
                                                                        const L2Ahead ahead) {
     griddep_enter_ahead(ahead);
     __shared__ float red[8];
-    __shared__ float wt[ATTN_MAX_SPLITS], ws[ATTN_MAX_SPLITS];
-    const uint32_t h = blockIdx.x, d = p.head_dim, splits = p.splits;
+    // A group's weights at [group · splits + s] (the plan keeps groups ·
+    // splits within ATTN_MAX_SPLITS), then, with Q8_K, the block's outputs
+    // in wt. As little shared memory as the other decode kernels take, so
+    // that an early launch finds room beside the kernel it waits for.
+    __shared__ __align__(16) float wt[ATTN_MAX_SPLITS];
+    __shared__ float ws[ATTN_MAX_SPLITS];
+    const uint32_t d = p.head_dim, splits = p.splits;
+    const bool q8k = p.qmode == ATTN_QMODE_Q8_K;
+    const uint32_t per_block = q8k ? 256u / d : 1u, group_size = 256u / per_block;
+    const uint32_t g = threadIdx.x / group_size, t = threadIdx.x - g * group_size;
+    const uint32_t h = blockIdx.x * per_block + g;
     const float *ml = attn_ml(p) + (size_t)h * splits * 2;
+    // The group's largest max: its warps' (group_size is a multiple of 32).
     float mx = -INFINITY;
-    for (uint32_t s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, ml[2 * s]);
-    mx = block_max(mx, red);
-    for (uint32_t s = threadIdx.x; s < splits; s += blockDim.x) {
+    for (uint32_t s = t; s < splits; s += group_size) mx = fmaxf(mx, ml[2 * s]);
+    mx = warp_max(mx);
+    if ((threadIdx.x & 31u) == 0) red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    const uint32_t w0 = g * (group_size / 32u);
+    mx = red[w0];
+    for (uint32_t w = 1; w < group_size / 32u; ++w) mx = fmaxf(mx, red[w0 + w]);
+    float *gwt = wt + g * splits, *gws = ws + g * splits;
+    for (uint32_t s = t; s < splits; s += group_size) {
         const float ms = ml[2 * s];
         const float f = ms == -INFINITY ? 0.0f : expf(ms - mx);
-        wt[s] = f;
-        ws[s] = f * ml[2 * s + 1];
+        gwt[s] = f;
+        gws[s] = f * ml[2 * s + 1];
     }
     __syncthreads();
-    float sum = 0.0f;
-    for (uint32_t s = 0; s < splits; ++s) sum += ws[s];
-    const float *part = p.part + (size_t)h * splits * d;
-    for (uint32_t x = threadIdx.x; x < d; x += blockDim.x) {
+    // head_dim ≤ 256 = group_size for one head a block, = group_size for
+    // more: a thread has at most one output.
+    float y = 0.0f;
+    if (t < d) {
+        float sum = 0.0f;
+        for (uint32_t s = 0; s < splits; ++s) sum += gws[s];
+        const float *part = p.part + (size_t)h * splits * d;
         float a = 0.0f;
         for (uint32_t s = 0; s < splits; ++s) {
-            const float f = wt[s];
-            if (f != 0.0f) a = fmaf(f, part[(size_t)s * d + x], a);
+            const float f = gwt[s];
+            if (f != 0.0f) a = fmaf(f, part[(size_t)s * d + t], a);
         }
-        const float y = __fdiv_rn(a, sum);
-        p.out[(size_t)h * d + x] = y;
-        const uint32_t blk = (h * d + x) / 32u, lane = x & 31u;
+        y = __fdiv_rn(a, sum);
+        p.out[(size_t)h * d + t] = y;
+        const uint32_t blk = (h * d + t) / 32u, lane = t & 31u;
         if (p.qmode == 1u) quantize_block_32<false>(p.qout, blk, lane, y);
         if (p.qmode == 2u) quantize_block_32<true>(p.qout, blk, lane, y);
+    }
+    if (q8k) {
+        __syncthreads(); // every weight read
+        wt[threadIdx.x] = y; // t < d: group_size is d
+        __syncthreads();
+        if (threadIdx.x < 32u) {
+            const float4 *yb = reinterpret_cast<const float4 *>(wt + 8 * threadIdx.x);
+            quantize_block_256(p.qout, blockIdx.x, threadIdx.x, yb[0], yb[1]);
+        }
     }
 }
 

@@ -407,6 +407,7 @@ impl Launch {
 mod tests {
     use super::*;
     use crate::device::decode_has;
+    use crate::params::ATTN_QMODE_Q8_K;
 
     fn shape(head_dim: usize, n_head: usize, n_kv: usize) -> AttentionShape {
         AttentionShape {
@@ -440,7 +441,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_combine_of_whole_q8_0_or_q8_1_blocks_writes_them_quantized() {
+    fn only_the_combine_of_whole_quantizer_blocks_writes_them_quantized() {
         use crate::qacts::QactsLayout;
         use fused_core::acts::ActQuant;
         let launches = |head_dim, n_head| {
@@ -461,11 +462,12 @@ mod tests {
             combine.attention_quant_mode(&layout(ActQuant::Q8_1, 1024, 1)),
             Some(2)
         );
-        // Q8_K blocks of 256 span two heads; the split kernel writes
-        // partials; another length or more columns are another vector.
+        // A Q8_K block of 256 takes two whole heads; the split kernel
+        // writes partials; another length or more columns are another
+        // vector.
         assert_eq!(
             combine.attention_quant_mode(&layout(ActQuant::Q8_K, 1024, 1)),
-            None
+            Some(ATTN_QMODE_Q8_K)
         );
         assert_eq!(
             split.attention_quant_mode(&layout(ActQuant::Q8_0, 1024, 1)),
@@ -479,10 +481,20 @@ mod tests {
             combine.attention_quant_mode(&layout(ActQuant::Q8_0, 512, 2)),
             None
         );
-        // Heads of 80 values end inside a quantizer block.
+        // Heads of 80 values end inside a quantizer block; heads of 96
+        // fill Q8_0 blocks but not Q8_K ones.
         let [_, combine] = launches(80, 8);
         assert_eq!(
             combine.attention_quant_mode(&layout(ActQuant::Q8_0, 640, 1)),
+            None
+        );
+        let [_, combine] = launches(96, 8);
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_0, 768, 1)),
+            Some(1)
+        );
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_K, 768, 1)),
             None
         );
         // Setting it fills the combine's parameters; on the split, nothing.
@@ -495,6 +507,34 @@ mod tests {
         assert_eq!((params.qmode, params.qout.codes), (1, 0x10000));
         assert_eq!(params.qout.scales, 0x10000 + l.scales as u64);
         assert!(!split.set_attention_quant_out(&l, 0x10000).unwrap());
+        // Q8_K: a combine block per 256 values, 4 of 8 heads of 128.
+        let [_, mut combine] = launches(128, 8);
+        let l = layout(ActQuant::Q8_K, 1024, 1);
+        assert!(combine.set_attention_quant_out(&l, 0x10000).unwrap());
+        let Launch::Attention { params, grid, .. } = combine else {
+            panic!("an attention launch")
+        };
+        assert_eq!((params.qmode, grid), (ATTN_QMODE_Q8_K, 4));
+        // Eight heads of 32 a Q8_K block: the splits of a long context
+        // (128 each) overflow the combine's shared weights.
+        let s = shape(32, 8, 1);
+        let long = AttnSplits::new(&s, 4096).unwrap();
+        assert_eq!(long.splits, 128);
+        let [_, combine] = Launch::attention(&long, &s, 4096, 1, 2, 3, 4, 5, 6)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_K, 256, 1)),
+            None
+        );
+        let short = AttnSplits::new(&s, 1024).unwrap();
+        let [_, combine] = Launch::attention(&short, &s, 1024, 1, 2, 3, 4, 5, 6)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            combine.attention_quant_mode(&layout(ActQuant::Q8_K, 256, 1)),
+            Some(ATTN_QMODE_Q8_K)
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::MAX_COLS;
 use crate::error::{CudaError, u32_of};
 use crate::kernel_choice::{f16_shape, gemv_rows_per_block, gemvq_kernel_name, gemvq_shape};
 use crate::params::{
-    ATTN_COMBINE, ArgmaxParams, ArgmaxTail, AttnParams, EW_BLOCK, EpiParams, FwhtParams,
+    ATTN_COMBINE, ATTN_MAX_SPLITS, ATTN_QMODE_Q8_K, ArgmaxParams, ArgmaxTail, AttnParams, EW_BLOCK, EpiParams, FwhtParams,
     GemvParams, GemvQParams, GroupJobs, KvAppendParams, L2Ahead, NormParams, NormQuantParams,
     QUANT_BLOCK, QuantOut, QuantParams, RopeParams, SetRowParams, act_code,
 };
@@ -538,10 +538,13 @@ impl Launch {
     }
 
     /// Makes this attention combine also write its output quantized as
-    /// `layout` into the buffer at `q` (a warp per quantizer block, as the
-    /// quantizer kernel does): one column of Q8_0 or Q8_1 over all the
-    /// heads, whose size is a multiple of 32. `false`, changing nothing,
-    /// where it is not so (a split kernel among them).
+    /// `layout` into the buffer at `q` (as the quantizer kernel does): one
+    /// column over all the heads, of Q8_0 or Q8_1 (a warp per block; heads
+    /// of a multiple of 32 values) or Q8_K (a combine block per quantizer
+    /// block, taking the 256 / head size heads of one; heads of 32, 64, 128
+    /// or 256 values, and those heads' splits at most `ATTN_MAX_SPLITS`).
+    /// `false`, changing nothing, where it is not so (a split kernel among
+    /// them).
     pub(crate) fn set_attention_quant_out(
         &mut self,
         layout: &QactsLayout,
@@ -553,9 +556,13 @@ impl Launch {
         let Some(Launch::Quantize { params: qp, .. }) = Launch::quantize(layout, 0, q)? else {
             return Ok(false);
         };
-        if let Launch::Attention { params, .. } = self {
+        if let Launch::Attention { params, grid, .. } = self {
             params.qmode = qmode;
             params.qout = qp;
+            if qmode == ATTN_QMODE_Q8_K {
+                // Whole heads a quantizer block (attention_quant_mode).
+                *grid = params.n_head * params.head_dim / 256;
+            }
         }
         Ok(true)
     }
@@ -572,6 +579,14 @@ impl Launch {
             _ if name != ATTN_COMBINE || !whole || layout.blocks() == 0 => None,
             ActQuant::Q8_0 => Some(1),
             ActQuant::Q8_1 => Some(2),
+            // A Q8_K block of whole heads (k a multiple of 256: the layout),
+            // whose splits' weights fit the kernel's shared arrays.
+            ActQuant::Q8_K
+                if 256 % params.head_dim == 0
+                    && (256 / params.head_dim) * params.splits <= ATTN_MAX_SPLITS as u32 =>
+            {
+                Some(ATTN_QMODE_Q8_K)
+            }
             _ => None,
         }
     }

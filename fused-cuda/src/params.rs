@@ -332,6 +332,10 @@ pub(crate) const ATTN_WARPS: u32 = 4;
 pub(crate) const ATTN_MIN_CHUNK: usize = 32;
 /// The attention's combine kernel.
 pub(crate) const ATTN_COMBINE: &str = "fused_attn_combine";
+
+/// The combine's `qmode` for a Q8_K output (`ATTN_QMODE_Q8_K`): each of
+/// its blocks then takes the heads of one Q8_K block.
+pub(crate) const ATTN_QMODE_Q8_K: u32 = 3;
 /// The most splits the attention's combine kernel merges
 /// (`ATTN_MAX_SPLITS`).
 pub(crate) const ATTN_MAX_SPLITS: usize = 256;
@@ -419,8 +423,9 @@ pub(crate) struct AttnParams {
     pub(crate) splits: u32,
     pub(crate) slices: u32,
     pub(crate) scale: f32,
-    /// 0, or the output also written quantized: 1 Q8_0, 2 Q8_1, into
-    /// `qout`'s arrays (`Launch::set_attention_quant_out`).
+    /// 0, or the output also written quantized: 1 Q8_0, 2 Q8_1,
+    /// [`ATTN_QMODE_Q8_K`] Q8_K, into `qout`'s arrays
+    /// (`Launch::set_attention_quant_out`).
     pub(crate) qmode: u32,
     pub(crate) qpad: u32,
     pub(crate) qout: QuantParams,

@@ -27,17 +27,17 @@ const CASES: [(DType, GemvMode, bool); 4] = [
     (DType::F16, GemvMode::F32, false),
 ];
 
-/// The stacked layer of both tests: 4 query and 2 key/value heads of 64
-/// over K = 512, a cache of 16 rows, with the output projection where
-/// `o_proj`.
-fn layer(dtype: DType, o_proj: bool) -> StackedQkv {
+/// The stacked layer of both tests: 4 query and 2 key/value heads of
+/// `head_dim` over K = 512, a cache of `rows` rows, with the output
+/// projection where `o_proj`.
+fn layer(dtype: DType, head_dim: usize, rows: usize, o_proj: bool) -> StackedQkv {
     StackedQkv::new(StackedShape {
         dtype,
         k: 512,
-        head_dim: 64,
+        head_dim,
         n_head: 4,
         n_kv: 2,
-        rows: 16,
+        rows,
         mode: RopeMode::Adjacent,
         pad: 0,
         reader_between: false,
@@ -49,7 +49,7 @@ fn layer(dtype: DType, o_proj: bool) -> StackedQkv {
 fn the_append_rides_on_the_integer_gemv_with_the_unfused_bits() {
     let Some(be) = backend_or_skip() else { return };
     for (dtype, mode, tail) in CASES {
-        let l = layer(dtype, false);
+        let l = layer(dtype, 64, 16, false);
         let case = format!("{dtype:?} {mode:?}");
         let mut plans = l.compile_both(&be, mode, 5, &case);
         let [fused, unfused] = &mut plans;
@@ -61,20 +61,28 @@ fn the_append_rides_on_the_integer_gemv_with_the_unfused_bits() {
     }
 }
 
-/// The attention's output, read by the next GEMV as Q8_0 or Q8_1
+/// The attention's output, read by the next GEMV as Q8_0, Q8_1 or Q8_K
 /// activations, is quantized by the attention itself as it merges its
-/// splits: one launch fewer than with the quantizer launch (the lab's
-/// switch off), and every result (the projection's among them) the same
-/// bit for bit, launch by launch and replayed from a CUDA graph.
+/// splits (4 of them over a cache of 128 rows; Q8_K: a combine block of 4
+/// heads of 64, or of 2 heads of 128, a quantizer block): one launch fewer than with the quantizer launch
+/// (the lab's switch off), and every result (the projection's among them)
+/// the same bit for bit, launch by launch and replayed from a CUDA graph.
 #[cfg(feature = "lab")]
 #[test]
 fn the_attention_writes_the_next_gemvs_quantized_input() {
     use fused_cuda::Knob;
     let Some(be) = backend_or_skip() else { return };
     let saved = be.tuning();
-    for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4_1] {
-        let l = layer(dtype, true);
-        let case = format!("{dtype:?}");
+    let cases = [
+        (DType::Q4_0, 64),
+        (DType::Q8_0, 64),
+        (DType::Q4_1, 64),
+        (DType::Q4_K, 64),
+        (DType::Q4_K, 128),
+    ];
+    for (dtype, head_dim) in cases {
+        let l = layer(dtype, head_dim, 128, true);
+        let case = format!("{dtype:?}, heads of {head_dim}");
         let [mut folded, _] = l.compile_both(&be, GemvMode::Ggml, 7, &case);
         be.set_tuning(saved.with(Knob::FoldAttentionQuantizer(false)).unwrap());
         let [mut separate, _] = l.compile_both(&be, GemvMode::Ggml, 7, &case);
