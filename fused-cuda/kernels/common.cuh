@@ -549,26 +549,24 @@ __device__ __forceinline__ void quantize_block_256(const QuantParams &p, uint32_
                                                    uint32_t lane, float4 a, float4 b) {
     const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     float amax = 0.0f, mx = 0.0f;
-    uint32_t idx = 0xffffffffu;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         if (fabsf(v[i]) > amax) {
             amax = fabsf(v[i]);
             mx = v[i];
-            idx = 8 * lane + i;
         }
     }
+    // The block's largest magnitude; its first element is the first of
+    // the lowest lane holding it (a lane keeps its own first), whose signed
+    // value every lane then reads: one shuffle for the value instead of
+    // three a round.
+    float gmax = amax;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const float oa = __shfl_xor_sync(0xffffffffu, amax, off);
-        const float om = __shfl_xor_sync(0xffffffffu, mx, off);
-        const uint32_t oi = __shfl_xor_sync(0xffffffffu, idx, off);
-        if (oa > amax || (oa == amax && oi < idx)) {
-            amax = oa;
-            mx = om;
-            idx = oi;
-        }
-    }
+    for (int off = 16; off > 0; off >>= 1)
+        gmax = fmaxf(gmax, __shfl_xor_sync(0xffffffffu, gmax, off));
+    const uint32_t first = __ffs(__ballot_sync(0xffffffffu, amax == gmax)) - 1u;
+    mx = __shfl_sync(0xffffffffu, mx, first);
+    amax = gmax;
     int q[8];
     float d = 0.0f;
     if (amax == 0.0f) {

@@ -1834,38 +1834,47 @@ __device__ __forceinline__ void gemv_trace_mark(unsigned long long *trace, uint3
 // epilogue of the f32 kernels. (A
 // variant in which each warp owned its rows and walked all of K, with no
 // block barrier, ran 0.75–0.95x as fast on the H200.)
+// S > 1 row groups: the block's threads split into S groups of 128 / S,
+// group i taking rows R·b + (R / S)·i .. and the units a group's thread
+// index gives, so that a row of few units (Q4_K at K = 4096: 64) keeps
+// every thread loading; a thread's sums for the other groups' rows are
+// +0 (a sum starting at +0 never becomes −0), so the block's reduction
+// is the plain one.
 // `block` as in gemv.
 // G > 1: the block's team Team<G>::index() computes block `block`.
 // TRACE: the team's first thread writes the global timer at four points to
 // trace[4·block ..] (gemv_trace_mark).
 template <int FMT, int NC, int R, bool GLU, int Q_UNROLL = 2, class Epi = GenericEpi, int G = 1,
-          bool TRACE = false>
+          bool TRACE = false, int S = 1>
 __device__ void gemvq(const GemvQParams &p, uint32_t block,
                       unsigned long long *trace = nullptr) {
     using U = QUnit<FMT>;
     constexpr int V = GLU ? 2 : 1;
-    constexpr uint32_t STRIDE = WARPS * 32;
+    static_assert(R % S == 0, "whole rows a group");
+    constexpr int RS = R / S;                        // rows a group
+    constexpr uint32_t STRIDE = WARPS * 32 / S;      // threads a group
     __shared__ float team_partial[G][V][WARPS][R * NC];
     float(*partial)[WARPS][R * NC] = team_partial[Team<G>::index()];
     const uint32_t row0 = block * R;
     const uint32_t tid = Team<G>::tid();
     const uint32_t lane = tid & 31u, warp = tid >> 5;
+    const uint32_t group = S == 1 ? 0u : tid / STRIDE, gtid = tid - group * STRIDE;
     griddep_begin(p.deps);
     if (row0 >= p.rows) return;
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_START, tid);
-    float acc[V][R][NC];
+    float gacc[V][RS][NC];
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+        for (int r = 0; r < RS; ++r)
 #pragma unroll
-            for (int c = 0; c < NC; ++c) acc[v][r][c] = 0.0f;
-    uint32_t row[R];
+            for (int c = 0; c < NC; ++c) gacc[v][r][c] = 0.0f;
+    uint32_t row[RS];
 #pragma unroll
-    for (int r = 0; r < R; ++r) row[r] = min(row0 + (uint32_t)r, p.rows - 1);
+    for (int r = 0; r < RS; ++r) row[r] = min(row0 + group * RS + (uint32_t)r, p.rows - 1);
     const uint32_t units = p.k / U::ELEMS;
     // One step's weights: units u0 + j·STRIDE, j < Q_UNROLL, of every row.
-    typename U::WRaw w[Q_UNROLL][V][R];
+    typename U::WRaw w[Q_UNROLL][V][RS];
     auto load_step = [&](uint32_t u0) {
 #pragma unroll
         for (int j = 0; j < Q_UNROLL; ++j) {
@@ -1874,7 +1883,7 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
 #pragma unroll
                 for (int v = 0; v < V; ++v)
 #pragma unroll
-                    for (int r = 0; r < R; ++r)
+                    for (int r = 0; r < RS; ++r)
                         w[j][v][r] = U::load(v == 0 ? p.w : p.w_up, p.rows, units, row[r], u);
             }
         }
@@ -1882,7 +1891,7 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
     // The first step's weights are requested before the wait (weights are
     // constant): under programmatic dependent launch they stream in while
     // the kernel before this one finishes.
-    const uint32_t first = warp * 32 + lane;
+    const uint32_t first = gtid;
     load_step(first);
     const uint32_t blocks = (p.rows + R - 1) / R;
     l2_ahead<G>(p.ahead, L2_AHEAD_START, block, blocks);
@@ -1901,12 +1910,20 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
 #pragma unroll
                     for (int v = 0; v < V; ++v)
 #pragma unroll
-                        for (int r = 0; r < R; ++r)
-                            acc[v][r][c] = __fadd_rn(acc[v][r][c], U::term(w[j][v][r], x, u));
+                        for (int r = 0; r < RS; ++r)
+                            gacc[v][r][c] = __fadd_rn(gacc[v][r][c], U::term(w[j][v][r], x, u));
                 }
             }
         }
     }
+    float acc[V][R][NC];
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int c = 0; c < NC; ++c)
+                acc[v][r][c] = (uint32_t)(r / RS) == group ? gacc[v][r % RS][c] : 0.0f;
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_SUMMED, tid);
     l2_ahead<G>(p.ahead, L2_AHEAD_END, block, blocks);
     const float stored = finish_block<NC, R, V, GLU, Epi, G>(
@@ -2044,6 +2061,27 @@ GEMVQ_MC_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_MC_NONE)
 GEMVQ_FIXED_EPI_KERNELS(q4_0, FMT_Q4_0, 4, FIXED_EPI_BOUNDS(8))
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_PLAIN_BOUNDS)
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_PLAIN_BOUNDS)
+
+// Q4_K's one-column kernels of 4 rows in 2 row groups (gemvq's S), for
+// rows of at most 64 units (K ≤ 4096, where 2 rows a block leave half the
+// threads without a unit): fused_gemvq[_glu]_q4_K_r4s2_c1_u1 and the
+// fixed-chain copies fused_gemvq_q4_K_r4s2_c1_u1_e<chain>
+// (src/kernel_choice.rs: gemvq_shape; its sums are the plain kernels').
+#define GEMVQ_Q4_K_S2_KERNEL(NAME, GLU, EPI)                                                   \
+    extern "C" __global__ void GEMVQ_PLAIN_BOUNDS NAME(const GemvQParams p) {                    \
+        gemvq<FMT_Q4_K, 1, 4, GLU, 1, EPI, 1, false, 2>(p, blockIdx.x);                          \
+    }
+GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1, false, GenericEpi)
+GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_glu_q4_K_r4s2_c1_u1, true, GenericEpi)
+GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1_eadd, false, EpiAdd)
+GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1_esilu_mul_add, false, EpiSiluMulAdd)
+// Its group kernel (independent one-column jobs in one launch), as
+// GEMVQ_GROUP_KERNEL's.
+extern "C" __global__ void GEMVQ_PLAIN_BOUNDS fused_gemvq_group_q4_K_r4s2_c1_u1(
+    const __grid_constant__ Group<GemvQParams> g) {
+    const uint32_t j = group_job(g);
+    gemvq<FMT_Q4_K, 1, 4, false, 1, GenericEpi, 1, false, 2>(g.job[j], blockIdx.x - g.first_block[j]);
+}
 
 // The default one-column Q4_0 kernel (4 rows a block) and its fixed-chain
 // copies also with 3 teams a block (Team, common.cuh),

@@ -95,7 +95,7 @@ impl FixedChain {
 /// `kernels/gemv.cu`): one-column shapes `src/kernel_choice.rs` picks by default
 /// whose copies run at the base kernel's blocks per SM (the kernel
 /// source's comment there says which others were left out and why).
-pub(crate) const KERNELS_WITH_FIXED_CHAINS: [&str; 7] = [
+pub(crate) const KERNELS_WITH_FIXED_CHAINS: [&str; 8] = [
     "fused_gemv_f16_u16_c1",
     "fused_gemv_q8_0_c1",
     "fused_gemv_q4_0_c1",
@@ -103,6 +103,7 @@ pub(crate) const KERNELS_WITH_FIXED_CHAINS: [&str; 7] = [
     "fused_gemvq_q4_0_r4_c1_u1",
     "fused_gemvq_q4_K_r2_c1_u1",
     "fused_gemvq_q4_K_r4_c1_u1",
+    "fused_gemvq_q4_K_r4s2_c1_u1",
 ];
 
 /// Every copy of [`KERNELS_WITH_FIXED_CHAINS`] and whether this device runs
@@ -291,11 +292,19 @@ mod tests {
 
     #[test]
     fn the_kernel_source_defines_every_copy() {
-        // The copies come from two macros; each listed kernel's copies must
-        // be among their instantiations (a launch of a missing one fails).
+        // The copies come from two macros (and the row-group kernels' own,
+        // which name each copy); each listed kernel's copies must be among
+        // their instantiations (a launch of a missing one fails).
         let src = include_str!("../kernels/gemv.cu");
         for name in KERNELS_WITH_FIXED_CHAINS {
             let line = match name.strip_prefix("fused_gemvq_") {
+                Some(rest) if rest.contains("s2_") => {
+                    for chain in FixedChain::ALL {
+                        let copy = chain.copy_of(name);
+                        assert!(src.contains(&format!("({copy},")), "{copy} in kernels/gemv.cu");
+                    }
+                    continue;
+                }
                 Some(rest) => {
                     let (fmt, shape) = rest.split_once("_r").expect("rows in the name");
                     let rows = shape.split('_').next().expect("rows");

@@ -491,9 +491,9 @@ impl Launch {
             argmax: ArgmaxTail::default(),
         };
         let glu = w_up.is_some();
-        let (r, units) = gemvq_shape(dtype, n_cols, rows, glu, tuning);
-        let name = gemvq_kernel_name(dtype, glu, r, n_cols, units);
-        let grid = u32_of("GEMV grid", rows.div_ceil(r))?;
+        let shape = gemvq_shape(dtype, n_cols, rows, layout.k, glu, tuning);
+        let name = gemvq_kernel_name(dtype, glu, shape, n_cols);
+        let grid = u32_of("GEMV grid", rows.div_ceil(shape.rows))?;
         // The weights' bytes in GGML's layout (the integer layout's differ
         // by the scales' packing only).
         let matrices = 1 + u64::from(w_up.is_some());
@@ -607,7 +607,7 @@ impl Launch {
             return false;
         };
         let rows = params.rows as usize;
-        let (r, _) = gemvq_shape(dtype, *n_cols, rows, false, tuning);
+        let r = gemvq_shape(dtype, *n_cols, rows, params.k as usize, false, tuning).rows;
         let part = |at: u64, n: u64, even: bool| {
             let y = params.y;
             let i = at.wrapping_sub(y) / 4;

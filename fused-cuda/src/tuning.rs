@@ -56,6 +56,19 @@ pub(crate) const MANY_ROWS: usize = 16384;
 /// can; rows of more units take the default kernel (4 units).
 pub(crate) const F16_UNITS: [(usize, usize, usize); 2] = [(5, 8, 8), (9, 16, 16)];
 
+/// Units (of 64 elements) a row has at most for one-column Q4_K to take,
+/// by default, the kernel of 4 rows in 2 row groups (`r4s2`: each half of
+/// the block on 2 rows), where 2 rows a block would leave half the threads
+/// without a unit (K ≤ 4096).
+pub(crate) const Q4_K_GROUPED_UNITS: usize = 64;
+
+/// Whether one-column Q4_K of `rows` rows of `k` values takes the kernel
+/// of 4 rows in 2 row groups by default ([`Q4_K_GROUPED_UNITS`]; rows from
+/// [`MANY_ROWS`] keep 4 plain rows a block).
+pub(crate) fn int_row_groups_default(dtype: DType, n_cols: usize, rows: usize, k: usize) -> bool {
+    dtype == DType::Q4_K && n_cols == 1 && rows < MANY_ROWS && k / 64 <= Q4_K_GROUPED_UNITS
+}
+
 /// `(rows a block, units a lane)` of the integer GEMV kernels by default,
 /// for `n_cols` columns of `rows` rows (gated where `glu`). One column: a
 /// sweep of rows × units per format; several columns of the tiled formats

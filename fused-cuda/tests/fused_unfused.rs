@@ -154,7 +154,8 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
     let mut rng = Rng::new(6);
     // Every kernel with copies for the fixed chains (src/fixed_epi.rs): F16
     // at K 16384 (u16); Q8_0 / Q4_0 / Q4_K on f32 activations; the integer
-    // kernels of Q4_0 (4 rows a block) and Q4_K (2, and 4 from 16384 rows);
+    // kernels of Q4_0 (4 rows a block) and Q4_K (4 in 2 row groups up to
+    // K 4096, 2 above, and 4 from 16384 rows);
     // and kernels without (F16 at K 2304 and 8192, integer Q8_0), where the
     // option changes nothing.
     let cases = [
@@ -167,6 +168,7 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
         (DType::Q8_0, ActQuant::Q8_0, 257, 2304),
         (DType::Q4_0, ActQuant::Q8_0, 257, 2304),
         (DType::Q4_K, ActQuant::Q8_K, 257, 2304),
+        (DType::Q4_K, ActQuant::Q8_K, 257, 4352),
         (DType::Q4_K, ActQuant::Q8_K, 16387, 512),
     ];
     let chains = [Epilogue::NONE.then_add().unwrap(), silu_mul_add()];
@@ -208,8 +210,8 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
 fn fixed_chain_copies_run_only_at_their_kernels_occupancy() {
     let Some(be) = backend_or_skip() else { return };
     let copies = be.fixed_epilogue_copies();
-    // Seven kernels, two chains each.
-    assert_eq!(copies.len(), 14, "{copies:?}");
+    // Eight kernels, two chains each.
+    assert_eq!(copies.len(), 16, "{copies:?}");
     for c in copies {
         println!(
             "{} _e{}: {} / {} blocks an SM, {}",

@@ -22,7 +22,7 @@ use fused_core::quant::{dequantize_row, quantize_row};
 use fused_core::reference::gemv::{gemm, gemm_f64, gemm_glu, gemm_glu_f64};
 use fused_core::weights::GluWeights;
 use fused_core::weights::WeightMatrix;
-use fused_cuda::{CudaBackend, QuantizedActs};
+use fused_cuda::{CudaBackend, Knob, QuantizedActs};
 
 /// fused-verify's ulp budget of the products (`tolerance::ulp_budget`) and floor.
 const ULPS: u64 = 4096;
@@ -332,4 +332,54 @@ fn integer_glu_matches_the_same_mode_reference() {
         );
     }
     assert_no_failures(&fails);
+}
+
+/// One-column Q4_K rows of at most 64 units (K ≤ 4096) take 4 rows a
+/// block in 2 row groups by default; every output equals the plain kernel
+/// of 2 rows a block (`Knob::IntRows(2)`) bit for bit, since each row's
+/// units sit in the same lanes and the other group's rows add +0: plain,
+/// gated, with the fixed add chain and the generic chain, over row counts
+/// that end inside a block.
+#[test]
+fn q4_k_row_groups_give_the_plain_kernels_bits() {
+    let Some(be) = backend_or_skip() else { return };
+    let grouped = be.tuning();
+    let plain = grouped.with(Knob::IntRows(2)).unwrap();
+    let mut rng = Rng::new(24);
+    let add = Epilogue::NONE.then_add().unwrap();
+    for k in [256, 2304, 4096] {
+        for m in [67, 1030] {
+            let gb = weights(&mut rng, DType::Q4_K, m, k);
+            let ub = weights(&mut rng, DType::Q4_K, m, k);
+            let gw = WeightMatrix::new(DType::Q4_K, m, k, &gb).unwrap();
+            let uw = WeightMatrix::new(DType::Q4_K, m, k, &ub).unwrap();
+            let w = GluWeights::new(gw, uw).unwrap();
+            let x = rng.vec_scaled(k, 1.0);
+            let [o0, o1, bias] = chain_operands(&mut rng, m, 1);
+            let chain_ops: [&[f32]; 3] = [&o0, &o1, &bias];
+            let add_ops: [&[f32]; 1] = [&o1];
+            for (epi, ops) in [
+                (Epilogue::NONE, &chain_ops[..0]),
+                (add, &add_ops[..]),
+                (chain(), &chain_ops[..]),
+            ] {
+                for gated in [false, true] {
+                    let run = |tuning| {
+                        be.set_tuning(tuning);
+                        let job = if gated {
+                            CoreGemvJob::gated(w.gate(), w.up(), Activation::Silu, &x, 1)
+                        } else {
+                            CoreGemvJob::new(&gw, &x, 1)
+                        };
+                        let job = job.with_mode(ActQuant::Q8_K).with_epilogue(epi, ops);
+                        let mut y = vec![f32::NAN; m];
+                        common::gemv_host(&be, &job, &mut y).unwrap();
+                        y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+                    };
+                    let (g, p) = (run(grouped), run(plain));
+                    assert_eq!(g, p, "k={k} m={m} stages={} gated={gated}", epi.len());
+                }
+            }
+        }
+    }
 }
