@@ -843,30 +843,20 @@ __device__ __forceinline__ EpiEarly block_epilogue_early(const EpiParams &epi, u
     return EpiEarly{};
 }
 
-// The end of every GEMV block: each warp's accumulators combined by the
-// butterfly, the warps' sums added in warp order through shared memory
-// (`partial`), the GLU and the epilogue chain (Epi, common.cuh) applied,
-// the outputs of rows row0 .. row0 + R − 1 (those below `rows`) stored;
-// returns the output the thread stored (argmax_tail), NaN for none.
+// The sums of the block's rows from partial[v][w][i] (warp w's sum of
+// output i = row·NC + column), added in warp order, the GLU and the
+// epilogue chain (Epi, common.cuh) applied, the outputs of rows row0 ..
+// row0 + R − 1 (those below `rows`) stored, after the barrier that makes
+// every warp's partials visible; returns the output the thread stored
+// (argmax_tail), NaN for none.
 template <int NC, int R, int V, bool GLU, class Epi, int G = 1>
-__device__ __forceinline__ float finish_block(float (*acc)[R][NC], float (*partial)[WARPS][R * NC],
-                                             uint32_t row0, uint32_t lane, uint32_t warp,
-                                             uint32_t rows, uint32_t glu_act, const EpiParams &epi,
-                                             const EpiEarly &early, float *y) {
+__device__ __forceinline__ float finish_rows(float (*partial)[WARPS][R * NC], uint32_t row0,
+                                            uint32_t rows, uint32_t glu_act, const EpiParams &epi,
+                                            const EpiEarly &early, float *y) {
     static_assert(R * NC <= WARPS * 32, "one output per thread");
     // One column, G = 1: the output this thread stored (argmax_tail), NaN
     // for none.
     float stored = __int_as_float(0x7fc00000);
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            warp_sum<NC>(acc[v][r]);
-            if (lane == 0) {
-#pragma unroll
-                for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
-            }
-        }
     if constexpr (G == 1)
         __syncthreads();
     else
@@ -888,6 +878,26 @@ __device__ __forceinline__ float finish_block(float (*acc)[R][NC], float (*parti
         if constexpr (NC == 1 && G == 1) stored = out;
     }
     return stored;
+}
+
+// The end of every GEMV block: each warp's accumulators combined by the
+// butterfly into `partial`, then finish_rows.
+template <int NC, int R, int V, bool GLU, class Epi, int G = 1>
+__device__ __forceinline__ float finish_block(float (*acc)[R][NC], float (*partial)[WARPS][R * NC],
+                                             uint32_t row0, uint32_t lane, uint32_t warp,
+                                             uint32_t rows, uint32_t glu_act, const EpiParams &epi,
+                                             const EpiEarly &early, float *y) {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            warp_sum<NC>(acc[v][r]);
+            if (lane == 0) {
+#pragma unroll
+                for (int c = 0; c < NC; ++c) partial[v][warp][r * NC + c] = acc[v][r][c];
+            }
+        }
+    return finish_rows<NC, R, V, GLU, Epi, G>(partial, row0, rows, glu_act, epi, early, y);
 }
 
 // Block b computes rows R·b .. R·b + R − 1 (RowsPerBlock); rows past the end
@@ -1834,12 +1844,14 @@ __device__ __forceinline__ void gemv_trace_mark(unsigned long long *trace, uint3
 // epilogue of the f32 kernels. (A
 // variant in which each warp owned its rows and walked all of K, with no
 // block barrier, ran 0.75–0.95x as fast on the H200.)
-// S > 1 row groups: the block's threads split into S groups of 128 / S,
-// group i taking rows R·b + (R / S)·i .. and the units a group's thread
-// index gives, so that a row of few units (Q4_K at K = 4096: 64) keeps
-// every thread loading; a thread's sums for the other groups' rows are
-// +0 (a sum starting at +0 never becomes −0), so the block's reduction
-// is the plain one.
+// S > 1 row groups (one unit in flight): the block's threads split into S
+// groups of 128 / S, group i taking rows R·b + (R / S)·i .. R·b + (R /
+// S)·(i + 1) − 1, so that rows of few units (Q4_K at K = 4096: 64) keep
+// every thread loading. Thread t of a group stands for the plain kernel's
+// lanes t + j·128 / S (j < S, its slots): it adds the units of lane t +
+// j·128 / S into slot j's sums, in unit order, and each warp's slot-j sums,
+// combined by the same butterfly, are the plain kernel's warp (t / 32 +
+// j·4 / S)'s: the same partials in the same order, so the same bits.
 // `block` as in gemv.
 // G > 1: the block's team Team<G>::index() computes block `block`.
 // TRACE: the team's first thread writes the global timer at four points to
@@ -1850,9 +1862,10 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
                       unsigned long long *trace = nullptr) {
     using U = QUnit<FMT>;
     constexpr int V = GLU ? 2 : 1;
-    static_assert(R % S == 0, "whole rows a group");
-    constexpr int RS = R / S;                        // rows a group
-    constexpr uint32_t STRIDE = WARPS * 32 / S;      // threads a group
+    static_assert(R % S == 0 && WARPS % S == 0, "whole rows and warps a group");
+    static_assert(S == 1 || (Q_UNROLL == 1 && G == 1), "row groups: one unit, one team");
+    constexpr int RS = R / S;                   // rows a group
+    constexpr uint32_t STRIDE = WARPS * 32 / S; // threads a group
     __shared__ float team_partial[G][V][WARPS][R * NC];
     float(*partial)[WARPS][R * NC] = team_partial[Team<G>::index()];
     const uint32_t row0 = block * R;
@@ -1862,13 +1875,16 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
     griddep_begin(p.deps);
     if (row0 >= p.rows) return;
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_START, tid);
-    float gacc[V][RS][NC];
+    // Slot j's sums of the group's rows.
+    float acc[S][V][RS][NC];
 #pragma unroll
-    for (int v = 0; v < V; ++v)
+    for (int j = 0; j < S; ++j)
 #pragma unroll
-        for (int r = 0; r < RS; ++r)
+        for (int v = 0; v < V; ++v)
 #pragma unroll
-            for (int c = 0; c < NC; ++c) gacc[v][r][c] = 0.0f;
+            for (int r = 0; r < RS; ++r)
+#pragma unroll
+                for (int c = 0; c < NC; ++c) acc[j][v][r][c] = 0.0f;
     uint32_t row[RS];
 #pragma unroll
     for (int r = 0; r < RS; ++r) row[r] = min(row0 + group * RS + (uint32_t)r, p.rows - 1);
@@ -1888,6 +1904,18 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
             }
         }
     };
+    // Unit u's terms (its weights in w[j]) added to `sums`.
+    auto add_unit = [&](uint32_t u, int j, float (*sums)[RS][NC]) {
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            const typename U::XRaw x = U::template xload<(NC > 1)>(p, c, u);
+#pragma unroll
+            for (int v = 0; v < V; ++v)
+#pragma unroll
+                for (int r = 0; r < RS; ++r)
+                    sums[v][r][c] = __fadd_rn(sums[v][r][c], U::term(w[j][v][r], x, u));
+        }
+    };
     // The first step's weights are requested before the wait (weights are
     // constant): under programmatic dependent launch they stream in while
     // the kernel before this one finishes.
@@ -1898,36 +1926,75 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
     griddep_ready(p.deps);
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_READY, tid);
     const EpiEarly early = block_epilogue_early<NC, R, Epi, G>(p.epi, row0, p.rows);
-    for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
-        if (u0 != first) load_step(u0);
+    if constexpr (S == 1) {
+        for (uint32_t u0 = first; u0 < units; u0 += Q_UNROLL * STRIDE) {
+            if (u0 != first) load_step(u0);
 #pragma unroll
-        for (int j = 0; j < Q_UNROLL; ++j) {
-            const uint32_t u = u0 + j * STRIDE;
-            if (u < units) {
-#pragma unroll
-                for (int c = 0; c < NC; ++c) {
-                    const typename U::XRaw x = U::template xload<(NC > 1)>(p, c, u);
-#pragma unroll
-                    for (int v = 0; v < V; ++v)
-#pragma unroll
-                        for (int r = 0; r < RS; ++r)
-                            gacc[v][r][c] = __fadd_rn(gacc[v][r][c], U::term(w[j][v][r], x, u));
-                }
+            for (int j = 0; j < Q_UNROLL; ++j) {
+                const uint32_t u = u0 + j * STRIDE;
+                if (u < units) add_unit(u, j, acc[0]);
             }
         }
+    } else {
+        // The group's threads take every STRIDE-th unit, as the plain
+        // kernel's 128 lanes every 128th: the i-th into slot i mod S. One
+        // unit at a time (not unrolled, the slot's sums moved in and out of
+        // `cur` by selects), so that the next unit's loads wait for this
+        // one's sums as in the plain one-unit kernel, in as many registers.
+        uint32_t slot = 0;
+#pragma unroll 1
+        for (uint32_t u = first; u < units; u += STRIDE) {
+            if (u != first) load_step(u);
+            float cur[V][RS][NC];
+#pragma unroll
+            for (int j = 0; j < S; ++j)
+#pragma unroll
+                for (int v = 0; v < V; ++v)
+#pragma unroll
+                    for (int r = 0; r < RS; ++r)
+#pragma unroll
+                        for (int c = 0; c < NC; ++c)
+                            if (j == 0 || slot == (uint32_t)j) cur[v][r][c] = acc[j][v][r][c];
+            add_unit(u, 0, cur);
+#pragma unroll
+            for (int j = 0; j < S; ++j)
+#pragma unroll
+                for (int v = 0; v < V; ++v)
+#pragma unroll
+                    for (int r = 0; r < RS; ++r)
+#pragma unroll
+                        for (int c = 0; c < NC; ++c)
+                            if (slot == (uint32_t)j) acc[j][v][r][c] = cur[v][r][c];
+            slot = slot + 1 == S ? 0 : slot + 1;
+        }
     }
-    float acc[V][R][NC];
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int c = 0; c < NC; ++c)
-                acc[v][r][c] = (uint32_t)(r / RS) == group ? gacc[v][r % RS][c] : 0.0f;
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_SUMMED, tid);
     l2_ahead<G>(p.ahead, L2_AHEAD_END, block, blocks);
-    const float stored = finish_block<NC, R, V, GLU, Epi, G>(
-        acc, partial, row0, lane, warp, p.rows, p.glu_act, p.epi, early, p.y);
+    float stored;
+    if constexpr (S == 1) {
+        stored = finish_block<NC, R, V, GLU, Epi, G>(acc[0], partial, row0, lane, warp, p.rows,
+                                                     p.glu_act, p.epi, early, p.y);
+    } else {
+        // Slot j of this warp is the plain kernel's warp (warp within the
+        // group) + j·(warps a group), for the group's rows.
+        constexpr uint32_t GROUP_WARPS = WARPS / S;
+#pragma unroll
+        for (int j = 0; j < S; ++j)
+#pragma unroll
+            for (int v = 0; v < V; ++v)
+#pragma unroll
+                for (int r = 0; r < RS; ++r) {
+                    warp_sum<NC>(acc[j][v][r]);
+                    if (lane == 0) {
+                        const uint32_t pw = warp - group * GROUP_WARPS + j * GROUP_WARPS;
+#pragma unroll
+                        for (int c = 0; c < NC; ++c)
+                            partial[v][pw][(group * RS + r) * NC + c] = acc[j][v][r][c];
+                    }
+                }
+        stored = finish_rows<NC, R, V, GLU, Epi, G>(partial, row0, p.rows, p.glu_act, p.epi,
+                                                    early, p.y);
+    }
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_STORED, tid);
     // The output quantizer and the argmax count whole blocks, and the
     // key/value tail pairs a block's rows: the host launches the team
@@ -2062,22 +2129,25 @@ GEMVQ_FIXED_EPI_KERNELS(q4_0, FMT_Q4_0, 4, FIXED_EPI_BOUNDS(8))
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 2, GEMVQ_PLAIN_BOUNDS)
 GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_PLAIN_BOUNDS)
 
-// Q4_K's one-column kernels of 4 rows in 2 row groups (gemvq's S), for
-// rows of at most 64 units (K ≤ 4096, where 2 rows a block leave half the
-// threads without a unit): fused_gemvq[_glu]_q4_K_r4s2_c1_u1 and the
-// fixed-chain copies fused_gemvq_q4_K_r4s2_c1_u1_e<chain>
-// (src/kernel_choice.rs: gemvq_shape; its sums are the plain kernels').
-#define GEMVQ_Q4_K_S2_KERNEL(NAME, GLU, EPI)                                                   \
-    extern "C" __global__ void GEMVQ_PLAIN_BOUNDS NAME(const GemvQParams p) {                    \
+// Q4_K's one-column kernels of 4 rows in 2 row groups (gemvq's S; at K
+// 4096, 64 units a row, 2 rows a block leave half the threads without a
+// unit): fused_gemvq[_glu]_q4_K_r4s2_c1_u1 and the fixed-chain copies
+// fused_gemvq_q4_K_r4s2_c1_u1_e<chain> (src/kernel_choice.rs: gemvq_shape;
+// their sums are the plain kernels').
+// Held to the plain 2-row kernels' blocks an SM (8, and 5 gated): with
+// both slots' loads in flight ptxas would take 72 and 116 registers.
+#define GEMVQ_Q4_K_S2_KERNEL(NAME, GLU, EPI, MIN_BLOCKS)                                       \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)                        \
+        NAME(const GemvQParams p) {                                                              \
         gemvq<FMT_Q4_K, 1, 4, GLU, 1, EPI, 1, false, 2>(p, blockIdx.x);                          \
     }
-GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1, false, GenericEpi)
-GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_glu_q4_K_r4s2_c1_u1, true, GenericEpi)
-GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1_eadd, false, EpiAdd)
-GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1_esilu_mul_add, false, EpiSiluMulAdd)
+GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1, false, GenericEpi, 8)
+GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_glu_q4_K_r4s2_c1_u1, true, GenericEpi, 5)
+GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1_eadd, false, EpiAdd, 8)
+GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1_esilu_mul_add, false, EpiSiluMulAdd, 8)
 // Its group kernel (independent one-column jobs in one launch), as
 // GEMVQ_GROUP_KERNEL's.
-extern "C" __global__ void GEMVQ_PLAIN_BOUNDS fused_gemvq_group_q4_K_r4s2_c1_u1(
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 8) fused_gemvq_group_q4_K_r4s2_c1_u1(
     const __grid_constant__ Group<GemvQParams> g) {
     const uint32_t j = group_job(g);
     gemvq<FMT_Q4_K, 1, 4, false, 1, GenericEpi, 1, false, 2>(g.job[j], blockIdx.x - g.first_block[j]);

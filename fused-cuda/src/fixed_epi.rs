@@ -301,7 +301,10 @@ mod tests {
                 Some(rest) if rest.contains("s2_") => {
                     for chain in FixedChain::ALL {
                         let copy = chain.copy_of(name);
-                        assert!(src.contains(&format!("({copy},")), "{copy} in kernels/gemv.cu");
+                        assert!(
+                            src.contains(&format!("({copy},")),
+                            "{copy} in kernels/gemv.cu"
+                        );
                     }
                     continue;
                 }

@@ -160,13 +160,14 @@ mod tests {
         }
     }
 
-    /// One-column Q4_K rows of at most 64 units take 4 rows a block in 2
+    /// One-column Q4_K rows of at most 224 units take 4 rows a block in 2
     /// row groups, unless the rows or units are overridden; longer rows,
     /// many rows and several columns the table's plain shapes.
     #[test]
     fn short_q4_k_rows_take_two_row_groups() {
         let t = Tuning::default();
-        let shape = |n_cols, rows, k, t: &Tuning| gemvq_shape(DType::Q4_K, n_cols, rows, k, false, t);
+        let shape =
+            |n_cols, rows, k, t: &Tuning| gemvq_shape(DType::Q4_K, n_cols, rows, k, false, t);
         let grouped = IntShape {
             rows: 4,
             units: 1,
@@ -178,7 +179,8 @@ mod tests {
             gemvq_kernel_name(DType::Q4_K, true, grouped, 1),
             "fused_gemvq_glu_q4_K_r4s2_c1_u1"
         );
-        assert_eq!(shape(1, 4096, 4352, &t).groups, 1);
+        assert_eq!(shape(1, 4096, 14336, &t), grouped);
+        assert_eq!(shape(1, 4096, 14592, &t).groups, 1);
         assert_eq!(shape(1, 32768, 4096, &t).groups, 1);
         assert_eq!(shape(2, 4096, 4096, &t).groups, 1);
         assert_eq!(gemvq_shape(DType::Q4_0, 1, 4096, 4096, false, &t).groups, 1);

@@ -29,7 +29,7 @@ pub enum Knob {
     },
     /// Rows a block of the one-column integer kernels: 1, 2 or 4, the
     /// plain kernel of those rows (by default one-column Q4_K rows of at
-    /// most 64 units take 4 rows a block in 2 row groups of 2 rows).
+    /// most 224 units take 4 rows a block in 2 row groups of 2 rows).
     IntRows(usize),
     /// Units in flight a lane of the one-column integer kernels: 1 or 2.
     IntUnits(usize),

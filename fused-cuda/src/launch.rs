@@ -14,9 +14,9 @@ use crate::MAX_COLS;
 use crate::error::{CudaError, u32_of};
 use crate::kernel_choice::{f16_shape, gemv_rows_per_block, gemvq_kernel_name, gemvq_shape};
 use crate::params::{
-    ATTN_COMBINE, ATTN_MAX_SPLITS, ATTN_QMODE_Q8_K, ArgmaxParams, ArgmaxTail, AttnParams, EW_BLOCK, EpiParams, FwhtParams,
-    GemvParams, GemvQParams, GroupJobs, KvAppendParams, L2Ahead, NormParams, NormQuantParams,
-    QUANT_BLOCK, QuantOut, QuantParams, RopeParams, SetRowParams, act_code,
+    ATTN_COMBINE, ATTN_MAX_SPLITS, ATTN_QMODE_Q8_K, ArgmaxParams, ArgmaxTail, AttnParams, EW_BLOCK,
+    EpiParams, FwhtParams, GemvParams, GemvQParams, GroupJobs, KvAppendParams, L2Ahead, NormParams,
+    NormQuantParams, QUANT_BLOCK, QuantOut, QuantParams, RopeParams, SetRowParams, act_code,
 };
 use crate::qacts::QactsLayout;
 use crate::schedule::{Deps, LaunchKind};

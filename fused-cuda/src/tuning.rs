@@ -58,9 +58,10 @@ pub(crate) const F16_UNITS: [(usize, usize, usize); 2] = [(5, 8, 8), (9, 16, 16)
 
 /// Units (of 64 elements) a row has at most for one-column Q4_K to take,
 /// by default, the kernel of 4 rows in 2 row groups (`r4s2`: each half of
-/// the block on 2 rows), where 2 rows a block would leave half the threads
-/// without a unit (K ≤ 4096).
-pub(crate) const Q4_K_GROUPED_UNITS: usize = 64;
+/// the block on 2 rows, the plain kernel's sums): up to K = 14336, the
+/// longest row the 8B-shaped token ran it on (at K 4096, 2 rows a block
+/// leave half the threads without a unit).
+pub(crate) const Q4_K_GROUPED_UNITS: usize = 224;
 
 /// Whether one-column Q4_K of `rows` rows of `k` values takes the kernel
 /// of 4 rows in 2 row groups by default ([`Q4_K_GROUPED_UNITS`]; rows from

@@ -155,7 +155,7 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
     // Every kernel with copies for the fixed chains (src/fixed_epi.rs): F16
     // at K 16384 (u16); Q8_0 / Q4_0 / Q4_K on f32 activations; the integer
     // kernels of Q4_0 (4 rows a block) and Q4_K (4 in 2 row groups up to
-    // K 4096, 2 above, and 4 from 16384 rows);
+    // K 14336, 2 above, and 4 from 16384 rows);
     // and kernels without (F16 at K 2304 and 8192, integer Q8_0), where the
     // option changes nothing.
     let cases = [
@@ -168,7 +168,7 @@ fn fixed_chain_kernels_equal_the_generic_chain_bit_for_bit() {
         (DType::Q8_0, ActQuant::Q8_0, 257, 2304),
         (DType::Q4_0, ActQuant::Q8_0, 257, 2304),
         (DType::Q4_K, ActQuant::Q8_K, 257, 2304),
-        (DType::Q4_K, ActQuant::Q8_K, 257, 4352),
+        (DType::Q4_K, ActQuant::Q8_K, 257, 14592),
         (DType::Q4_K, ActQuant::Q8_K, 16387, 512),
     ];
     let chains = [Epilogue::NONE.then_add().unwrap(), silu_mul_add()];

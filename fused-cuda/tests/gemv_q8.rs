@@ -334,12 +334,13 @@ fn integer_glu_matches_the_same_mode_reference() {
     assert_no_failures(&fails);
 }
 
-/// One-column Q4_K rows of at most 64 units (K ≤ 4096) take 4 rows a
+/// One-column Q4_K rows of at most 224 units (K ≤ 14336) take 4 rows a
 /// block in 2 row groups by default; every output equals the plain kernel
-/// of 2 rows a block (`Knob::IntRows(2)`) bit for bit, since each row's
-/// units sit in the same lanes and the other group's rows add +0: plain,
-/// gated, with the fixed add chain and the generic chain, over row counts
-/// that end inside a block.
+/// of 2 rows a block (`Knob::IntRows(2)`) bit for bit, each thread adding
+/// the units of the plain kernel's lanes it stands for into their own
+/// sums: plain, gated, with the fixed add chain and the generic chain,
+/// rows of fewer units than threads and of more (a last step part full),
+/// over row counts that end inside a block.
 #[test]
 fn q4_k_row_groups_give_the_plain_kernels_bits() {
     let Some(be) = backend_or_skip() else { return };
@@ -347,7 +348,7 @@ fn q4_k_row_groups_give_the_plain_kernels_bits() {
     let plain = grouped.with(Knob::IntRows(2)).unwrap();
     let mut rng = Rng::new(24);
     let add = Epilogue::NONE.then_add().unwrap();
-    for k in [256, 2304, 4096] {
+    for k in [256, 2304, 4096, 4352, 14336] {
         for m in [67, 1030] {
             let gb = weights(&mut rng, DType::Q4_K, m, k);
             let ub = weights(&mut rng, DType::Q4_K, m, k);
