@@ -1875,16 +1875,19 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
     griddep_begin(p.deps);
     if (row0 >= p.rows) return;
     if constexpr (TRACE) gemv_trace_mark(trace, block, TRACE_START, tid);
-    // Slot j's sums of the group's rows.
+    // Slot j's sums of the group's rows; f(j, v, r, c) for each of them.
     float acc[S][V][RS][NC];
+    auto each_sum = [](auto &&f) {
 #pragma unroll
-    for (int j = 0; j < S; ++j)
+        for (int j = 0; j < S; ++j)
 #pragma unroll
-        for (int v = 0; v < V; ++v)
+            for (int v = 0; v < V; ++v)
 #pragma unroll
-            for (int r = 0; r < RS; ++r)
+                for (int r = 0; r < RS; ++r)
 #pragma unroll
-                for (int c = 0; c < NC; ++c) acc[j][v][r][c] = 0.0f;
+                    for (int c = 0; c < NC; ++c) f(j, v, r, c);
+    };
+    each_sum([&](int j, int v, int r, int c) { acc[j][v][r][c] = 0.0f; });
     uint32_t row[RS];
 #pragma unroll
     for (int r = 0; r < RS; ++r) row[r] = min(row0 + group * RS + (uint32_t)r, p.rows - 1);
@@ -1946,25 +1949,13 @@ __device__ void gemvq(const GemvQParams &p, uint32_t block,
         for (uint32_t u = first; u < units; u += STRIDE) {
             if (u != first) load_step(u);
             float cur[V][RS][NC];
-#pragma unroll
-            for (int j = 0; j < S; ++j)
-#pragma unroll
-                for (int v = 0; v < V; ++v)
-#pragma unroll
-                    for (int r = 0; r < RS; ++r)
-#pragma unroll
-                        for (int c = 0; c < NC; ++c)
-                            if (j == 0 || slot == (uint32_t)j) cur[v][r][c] = acc[j][v][r][c];
+            each_sum([&](int j, int v, int r, int c) {
+                if (j == 0 || slot == (uint32_t)j) cur[v][r][c] = acc[j][v][r][c];
+            });
             add_unit(u, 0, cur);
-#pragma unroll
-            for (int j = 0; j < S; ++j)
-#pragma unroll
-                for (int v = 0; v < V; ++v)
-#pragma unroll
-                    for (int r = 0; r < RS; ++r)
-#pragma unroll
-                        for (int c = 0; c < NC; ++c)
-                            if (slot == (uint32_t)j) acc[j][v][r][c] = cur[v][r][c];
+            each_sum([&](int j, int v, int r, int c) {
+                if (slot == (uint32_t)j) acc[j][v][r][c] = cur[v][r][c];
+            });
             slot = slot + 1 == S ? 0 : slot + 1;
         }
     }
