@@ -1338,15 +1338,22 @@ template <int R>
 __device__ __forceinline__ void quantize_output(const QuantOut &o, uint32_t row0, const float *y) {
     __shared__ uint32_t last;
     const uint32_t len = o.mode == QOUT_Q8_K ? 256u : 32u, blk = row0 / len;
-    __threadfence(); // this thread's stores of y, before the count below
+    // One fence a block, not one a thread: the barrier orders every
+    // thread's stores of y before thread 0's count, whose release (at GPU
+    // scope, cumulative) publishes them; the last block's acquire, and the
+    // barrier after it, order the other blocks' stores before its reads.
     __syncthreads();
     if (threadIdx.x == 0) {
         const uint32_t n = len / R; // blocks of this activation block; wraps to 0
-        last = atomicInc(&o.counters[blk], n - 1) == n - 1;
+        uint32_t before;
+        asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                     : "=r"(before)
+                     : "l"(&o.counters[blk]), "r"(n - 1)
+                     : "memory");
+        last = before == n - 1;
     }
     __syncthreads();
     if (!last || threadIdx.x >= 32) return;
-    __threadfence(); // the other blocks' stores, seen through L2 (ld.cg)
     const uint32_t lane = threadIdx.x;
     if (o.mode == QOUT_Q8_K) {
         const float4 *yb = reinterpret_cast<const float4 *>(y + (size_t)blk * 256 + 8 * lane);
