@@ -2172,7 +2172,7 @@ GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, _esilu_mul_add, EpiSiluMulAdd)
 
 // Traced copies (gemv_trace_mark; src/timeline.rs, `lab` feature) of the one-column
 // kernels whose dependent calls stay below 90 % of copy at 4096 x 14336:
-// Q4_0 r4 (plain and 3 teams) and Q4_K r2, generic chain, the bounds of
+// Q4_0 r4 (plain and 3 teams), Q4_K r2 and r4s2, generic chain, the bounds of
 // the kernels they trace, fused_gemvq_<fmt>_r<R>_c1_u1[_t<G>]_trace(params,
 // trace).
 #define GEMVQ_TRACE_KERNEL(name, FMT, R, G, BOUNDS, SUFFIX)                                    \
@@ -2184,6 +2184,11 @@ GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, _esilu_mul_add, EpiSiluMulAdd)
 GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, 4, 1, GEMVQ_Q4_0_R4_BOUNDS, )
 GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, 4, 3, __launch_bounds__(GEMV_TEAM_THREADS * 3, 3), _t3)
 GEMVQ_TRACE_KERNEL(q4_K, FMT_Q4_K, 2, 1, GEMVQ_PLAIN_BOUNDS, )
+// Q4_K's 4 rows in 2 row groups (the default below MANY_ROWS rows).
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 8)
+    fused_gemvq_q4_K_r4s2_c1_u1_trace(const GemvQParams p, unsigned long long *trace) {
+    gemvq<FMT_Q4_K, 1, 4, false, 1, GenericEpi, 1, true, 2>(p, blockIdx.x, trace);
+}
 
 GEMVQ_KERNELS(q5_0, FMT_Q5_0)
 GEMVQ_KERNELS(iq4_nl, FMT_IQ4_NL)

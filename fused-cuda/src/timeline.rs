@@ -128,10 +128,11 @@ impl GemvTimeline {
 
 /// The traced kernels (`GEMVQ_TRACE_KERNEL` in `kernels/gemv.cu`): each
 /// one-column integer kernel that has a `<name>_trace` copy.
-pub(crate) const TRACED_KERNELS: [&str; 3] = [
+pub(crate) const TRACED_KERNELS: [&str; 4] = [
     "fused_gemvq_q4_0_r4_c1_u1",
     "fused_gemvq_q4_0_r4_c1_u1_t3",
     "fused_gemvq_q4_K_r2_c1_u1",
+    "fused_gemvq_q4_K_r4s2_c1_u1",
 ];
 
 mod device {
@@ -158,7 +159,7 @@ mod device {
         /// No weights: an empty timeline, nothing launched. The kernels the current options pick
         /// must have traced copies (the default one-column Q4_0 kernel, with
         /// or without the lab's [`Knob::Teams`](crate::Knob::Teams),
-        /// and Q4_K's 2-row one), and the launches must quantize no output;
+        /// and Q4_K's 2-row and row-group ones), and the launches must quantize no output;
         /// else [`Unsupported`]. Diagnostics: the traced kernels write four
         /// timer values a block besides their outputs.
         pub fn trace_gemv_chain(

@@ -11,21 +11,28 @@ mod common;
 use common::{Rng, assert_bits_eq, backend_or_skip, download, upload_weights};
 use fused_core::DType;
 use fused_core::acts::ActQuant;
-use fused_cuda::{CudaError, DeviceWeights, LaunchOptions};
+use fused_cuda::{CudaError, DeviceWeights, Knob, LaunchOptions, Tuning};
 
 #[test]
 fn traced_chains_compute_the_plain_results_in_order() {
     let Some(be) = backend_or_skip() else { return };
     let mut rng = Rng::new(12);
-    // Q4_0 (4 rows a block, plain and 3 teams) and Q4_K (2 rows a block at
-    // fewer than 16384 rows); 257 rows leave a partial last block.
+    // Q4_0 (4 rows a block, plain and 3 teams) and Q4_K at fewer than
+    // 16384 rows (4 rows a block in 2 row groups, the default, and the
+    // plain 2-row kernel); 257 and 1026 rows leave a partial last block.
     let cases = [
-        (DType::Q4_0, ActQuant::Q8_0, 1024, 2304, false),
-        (DType::Q4_0, ActQuant::Q8_0, 257, 2304, true),
-        (DType::Q4_0, ActQuant::Q8_0, 1024, 2304, true),
-        (DType::Q4_K, ActQuant::Q8_K, 1026, 2304, false),
+        (DType::Q4_0, ActQuant::Q8_0, 1024, 2304, false, None, 4),
+        (DType::Q4_0, ActQuant::Q8_0, 257, 2304, true, None, 4),
+        (DType::Q4_0, ActQuant::Q8_0, 1024, 2304, true, None, 4),
+        (DType::Q4_K, ActQuant::Q8_K, 1026, 2304, false, None, 4),
+        (DType::Q4_K, ActQuant::Q8_K, 1026, 2304, false, Some(2), 2),
     ];
-    for (dtype, mode, m, k, teams) in cases {
+    for (dtype, mode, m, k, teams, int_rows, rows_a_block) in cases {
+        let tuning = match int_rows {
+            Some(r) => Tuning::default().with(Knob::IntRows(r)).unwrap(),
+            None => Tuning::default(),
+        };
+        be.set_tuning(tuning);
         be.set_options(LaunchOptions {
             teams,
             ..LaunchOptions::default()
@@ -42,10 +49,9 @@ fn traced_chains_compute_the_plain_results_in_order() {
         // share of the bytes uneven).
         let ahead = if m == 257 { ws[0].bytes() / 2 } else { 0 };
         let t = be.trace_gemv_chain(&chain, &q, ahead, &mut y).unwrap();
-        let what = format!("{dtype} {m} x {k}, teams {teams}");
+        let what = format!("{dtype} {m} x {k}, teams {teams}, rows {int_rows:?}");
         assert_eq!(common::launches(&be), chain.len() as u64, "{what}");
         assert_eq!(t.calls.len(), chain.len(), "{what}");
-        let rows_a_block = if dtype == DType::Q4_0 { 4 } else { 2 };
         for call in &t.calls {
             assert_eq!(call.len(), m.div_ceil(rows_a_block), "{what}");
             assert!(
@@ -71,7 +77,7 @@ fn traced_chains_compute_the_plain_results_in_order() {
             &t.handoffs()[..2]
         );
     }
-    be.set_options(LaunchOptions::default());
+    be.set_tuning(Tuning::default());
 }
 
 #[test]

@@ -8,7 +8,7 @@ use fused_cuda::{CudaBackend, CudaError, DeviceWeights, GemvJob, L2_AHEAD_DEFAUL
 
 /// Where a chain of dependent one-column integer GEMVs spends its time
 /// ([`CudaBackend::trace_gemv_chain`]): Q4_0 with and without teams a block
-/// and Q4_K (2 rows a block; shapes below 16384 rows), on activations
+/// and Q4_K (4 rows a block in 2 row groups; shapes below 16384 rows), on activations
 /// quantized beforehand, over the rotating weight copies.
 pub(crate) fn timeline(be: &CudaBackend) -> Result<(), CudaError> {
     println!(
