@@ -2134,9 +2134,9 @@ GEMVQ_FIXED_EPI_KERNELS(q4_K, FMT_Q4_K, 4, GEMVQ_PLAIN_BOUNDS)
 // their sums are the plain kernels').
 // Held to the plain 2-row kernels' blocks an SM (8, and 5 gated): with
 // both slots' loads in flight ptxas would take 72 and 116 registers.
+#define GEMVQ_Q4_K_S2_BOUNDS(MIN_BLOCKS) __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 #define GEMVQ_Q4_K_S2_KERNEL(NAME, GLU, EPI, MIN_BLOCKS)                                       \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)                        \
-        NAME(const GemvQParams p) {                                                              \
+    extern "C" __global__ void GEMVQ_Q4_K_S2_BOUNDS(MIN_BLOCKS) NAME(const GemvQParams p) {     \
         gemvq<FMT_Q4_K, 1, 4, GLU, 1, EPI, 1, false, 2>(p, blockIdx.x);                          \
     }
 GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1, false, GenericEpi, 8)
@@ -2145,7 +2145,7 @@ GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1_eadd, false, EpiAdd, 8)
 GEMVQ_Q4_K_S2_KERNEL(fused_gemvq_q4_K_r4s2_c1_u1_esilu_mul_add, false, EpiSiluMulAdd, 8)
 // Its group kernel (independent one-column jobs in one launch), as
 // GEMVQ_GROUP_KERNEL's.
-extern "C" __global__ void __launch_bounds__(WARPS * 32, 8) fused_gemvq_group_q4_K_r4s2_c1_u1(
+extern "C" __global__ void GEMVQ_Q4_K_S2_BOUNDS(8) fused_gemvq_group_q4_K_r4s2_c1_u1(
     const __grid_constant__ Group<GemvQParams> g) {
     const uint32_t j = group_job(g);
     gemvq<FMT_Q4_K, 1, 4, false, 1, GenericEpi, 1, false, 2>(g.job[j], blockIdx.x - g.first_block[j]);
@@ -2185,7 +2185,7 @@ GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, 4, 1, GEMVQ_Q4_0_R4_BOUNDS, )
 GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, 4, 3, __launch_bounds__(GEMV_TEAM_THREADS * 3, 3), _t3)
 GEMVQ_TRACE_KERNEL(q4_K, FMT_Q4_K, 2, 1, GEMVQ_PLAIN_BOUNDS, )
 // Q4_K's 4 rows in 2 row groups (the default below MANY_ROWS rows).
-extern "C" __global__ void __launch_bounds__(WARPS * 32, 8)
+extern "C" __global__ void GEMVQ_Q4_K_S2_BOUNDS(8)
     fused_gemvq_q4_K_r4s2_c1_u1_trace(const GemvQParams p, unsigned long long *trace) {
     gemvq<FMT_Q4_K, 1, 4, false, 1, GenericEpi, 1, true, 2>(p, blockIdx.x, trace);
 }
