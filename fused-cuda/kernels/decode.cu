@@ -144,6 +144,51 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// The warp sums of N values at once (N a power of two): each step halves
+// the values a lane keeps, the lanes with bit o set keeping the upper half
+// and adding their partner's copy of it, so N − 1 exchanges (N ≥ 32) do
+// what N warp_sums' 5·N would. Afterwards the sum of value k is in slot k
+// mod R of lane ⌊k / R⌋ (R = N / 32, N ≥ 32), or of lanes k·32/N and the
+// 32/N − 1 after it (N < 32); warp_sum_many_get reads it.
+template <int C, int O, int N>
+__device__ __forceinline__ void warp_sum_halves(float (&d)[N], uint32_t lane) {
+    if constexpr (O > 0) {
+        if constexpr (C >= 2) {
+            constexpr int h = C / 2;
+            const bool hi = (lane & (uint32_t)O) != 0u;
+#pragma unroll
+            for (int k = 0; k < h; ++k) {
+                const float send = hi ? d[k] : d[k + h];
+                const float keep = hi ? d[k + h] : d[k];
+                d[k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+            }
+            warp_sum_halves<h, O / 2, N>(d, lane);
+        } else {
+            d[0] += __shfl_xor_sync(0xffffffffu, d[0], O);
+            warp_sum_halves<1, O / 2, N>(d, lane);
+        }
+    }
+}
+
+template <int N>
+__device__ __forceinline__ void warp_sum_many(float (&d)[N], uint32_t lane) {
+    warp_sum_halves<N, 16, N>(d, lane);
+}
+
+// The sum of value k (each lane its own k, below N) after warp_sum_many.
+template <int N>
+__device__ __forceinline__ float warp_sum_many_get(const float (&d)[N], uint32_t k) {
+    constexpr int R = N >= 32 ? N / 32 : 1;
+    constexpr uint32_t S = N >= 32 ? 1u : 32u / (uint32_t)N;
+    float v = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const float x = __shfl_sync(0xffffffffu, d[r], (k / (uint32_t)R) * S);
+        if (k % (uint32_t)R == (uint32_t)r) v = x;
+    }
+    return v;
+}
+
 // The (max, sum) pairs of the splits, after the partial outputs.
 __device__ __forceinline__ float *attn_ml(const AttnParams &p) {
     return p.part + (size_t)p.n_head * p.splits * p.head_dim;
@@ -178,21 +223,45 @@ __device__ __forceinline__ void attn_load(float (&r)[T][E], const float *b, size
     }
 }
 
+// The key and value rows [start, end) of key/value head g asked of L2,
+// a row's head_dim values a bulk prefetch, before the split waits for the
+// kernel before it: the rows before the newest were written by earlier
+// tokens, so they stream in while the GEMV before finishes, and the
+// newest, which that GEMV's tail writes, is only read after the wait (L2
+// is where writes land, so asking for it early leaves nothing stale).
+// None below sm_90, or where a row is not 16-byte aligned.
+__device__ __forceinline__ void attn_l2_rows(const AttnParams &p, uint32_t g, uint32_t start,
+                                             uint32_t end) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uint32_t bytes = p.head_dim * 4u;
+    const size_t kvs = (size_t)p.n_kv * p.head_dim;
+    for (uint32_t u = threadIdx.x; u < 2u * (end - start); u += blockDim.x) {
+        const float *row = (u & 1u ? p.v : p.k) + (size_t)(start + u / 2u) * kvs +
+                           (size_t)g * p.head_dim;
+        if (bytes % 16u != 0u || (uintptr_t)row % 16u != 0u) return;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(bytes)
+                     : "memory");
+    }
+#endif
+}
+
 // One split of the context for one key/value head and G of its query
 // heads (a head slice; the heads past the group are computed on zeros and
 // not stored). Lane l holds head elements l, l + 32, ... (E of them,
 // head_dim ≤ 32·E), so every key or value row is read by the warp as whole
 // 128-byte lines. Warp w takes the split's positions start + w, start + w
 // + ATTN_WARPS, ... in tiles of up to 32 / E rows (16 for E = 1), each
-// tile's key and value rows loaded at once (one wait for memory a tile;
-// lane j keeps position j's score), with the online softmax per tile: a
-// running max, the sum and output rescaled when it grows. The warps then
-// merge in shared memory
-// and the block writes its partial output, max and sum per head; a split
-// with no positions writes max -inf and sum 0, which the combine skips.
+// tile's key and value rows loaded at once (one wait for memory a tile),
+// its dot products summed over the warp together (warp_sum_many: the
+// shuffles, not memory, bounded a long context) and lane j keeping
+// position j's score, with the online softmax per tile: a running max,
+// the sum and output rescaled when it grows. The warps then merge in
+// shared memory and the block writes its partial output, max and sum per
+// head; a split with no positions writes max -inf and sum 0, which the
+// combine skips.
 template <int E, int G>
 __device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &ahead) {
-    griddep_enter_ahead(ahead);
+    l2_ahead(ahead, L2_AHEAD_START, blockIdx.x, gridDim.x);
     __shared__ float sh_m[ATTN_WARPS][G], sh_l[ATTN_WARPS][G];
     __shared__ float sh_acc[ATTN_WARPS][G][32 * E];
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
@@ -201,9 +270,13 @@ __device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &a
     const uint32_t h0 = g * p.group + slice * (uint32_t)G;
     const uint32_t nh = min((uint32_t)G, p.group - slice * (uint32_t)G);
     const uint32_t d = p.head_dim, splits = p.splits;
+    // The position is the host's, written before the run: it may be read
+    // before the wait (decode.cu's header).
     const uint32_t len = decode_position(p.pos, p.rows) + 1u;
     uint32_t start, end;
     attn_range(len, splits, split, start, end);
+    attn_l2_rows(p, g, start, end);
+    griddep_enter();
     float *ml = attn_ml(p);
     if (start >= end) {
         if (threadIdx.x < nh) {
@@ -236,21 +309,26 @@ __device__ __forceinline__ void attn_split(const AttnParams &p, const L2Ahead &a
         float kr[T][E], vr[T][E];
         attn_load<T, E>(kr, kb, kvs, base, n, lane, d);
         attn_load<T, E>(vr, vb, kvs, base, n, lane, d);
-        // Scores: lane j keeps position j's.
-        float s[G];
-#pragma unroll
-        for (int i = 0; i < G; ++i) s[i] = -INFINITY;
+        // Scores: every lane's share of the tile's T·G dot products, summed
+        // over the warp together; then lane j keeps position j's.
+        constexpr int N = T * G;
+        float dots[N];
 #pragma unroll
         for (int j = 0; j < T; ++j) {
-            if ((uint32_t)j >= n) break;
 #pragma unroll
             for (int i = 0; i < G; ++i) {
                 float dot = 0.0f;
 #pragma unroll
                 for (int e = 0; e < E; ++e) dot = fmaf(qv[i][e], kr[j][e], dot);
-                dot = warp_sum(dot);
-                if (lane == (uint32_t)j) s[i] = dot * p.scale;
+                dots[j * G + i] = dot;
             }
+        }
+        warp_sum_many<N>(dots, lane);
+        float s[G];
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            const float dot = warp_sum_many_get<N>(dots, lane * (uint32_t)G + (uint32_t)i);
+            s[i] = lane < n ? dot * p.scale : -INFINITY;
         }
         // The tile's max; the running sum and output rescaled to it; lane
         // j's weight e^(s_j − max) kept in s.

@@ -114,6 +114,8 @@ pub struct CudaDevice {
     form: KernelForm,
     name: String,
     capability: (i32, i32),
+    /// Streaming multiprocessors.
+    sms: u32,
     ctx: Context,
 }
 
@@ -190,6 +192,10 @@ impl CudaDevice {
         let minor = device
             .get_attribute(DeviceAttribute::ComputeCapabilityMinor)
             .map_err(driver("read the compute capability"))?;
+        let sms = device
+            .get_attribute(DeviceAttribute::MultiprocessorCount)
+            .map_err(driver("read the SM count"))?
+            .max(1) as u32;
         let form = match load(&PROBE, KernelForm::Cubin) {
             Ok(_) => KernelForm::Cubin,
             Err(_) => KernelForm::PortablePtx,
@@ -218,6 +224,7 @@ impl CudaDevice {
             form,
             name,
             capability: (major, minor),
+            sms,
             ctx,
         })
     }
@@ -261,14 +268,31 @@ impl CudaDevice {
         })
     }
 
-    /// Blocks of `threads` threads of the GEMV kernel `name` that fit on
-    /// one SM, as the driver computes it.
-    pub(crate) fn gemv_blocks_per_sm(&self, name: &str, threads: u32) -> Result<u32, CudaError> {
-        self.kernel(&self.gemv, name)?
+    /// Blocks of `threads` threads of kernel `name` of `module` that fit
+    /// on one SM, as the driver computes it.
+    fn blocks_per_sm(&self, module: &Module, name: &str, threads: u32) -> Result<u32, CudaError> {
+        self.kernel(module, name)?
             .max_active_blocks_per_multiprocessor(threads.into(), 0)
             .map_err(|e| CudaError::Driver {
                 what: "find a kernel's occupancy",
                 message: format!("{name}: {e}"),
             })
+    }
+
+    /// Blocks of `threads` threads of the GEMV kernel `name` that fit on
+    /// one SM.
+    pub(crate) fn gemv_blocks_per_sm(&self, name: &str, threads: u32) -> Result<u32, CudaError> {
+        self.blocks_per_sm(&self.gemv, name, threads)
+    }
+
+    /// Blocks of `threads` threads of the decode kernel `name` that the
+    /// whole device holds at once: one wave of a grid.
+    pub(crate) fn decode_resident_blocks(
+        &self,
+        name: &str,
+        threads: u32,
+    ) -> Result<usize, CudaError> {
+        let per_sm = self.blocks_per_sm(&self.decode, name, threads)?;
+        Ok(per_sm as usize * self.sms as usize)
     }
 }

@@ -1280,7 +1280,10 @@ impl CommandSink for Builder<'_, '_> {
         dst: &TensorDesc,
     ) -> Result<(), CudaError> {
         let rows = attention_rows(shape, q, k, v, pos, dst)?;
-        let splits = AttnSplits::new(shape, rows)?;
+        let dev = self.backend.dev();
+        let splits = AttnSplits::new(shape, rows, |name, threads| {
+            dev.decode_resident_blocks(name, threads)
+        })?;
         let what = "device plan attention input (must be F32)";
         let qa = self.read(q, dst, true, F32_ALIGN, what)?;
         let ka = self.read(k, dst, true, F32_ALIGN, what)?;
