@@ -2172,23 +2172,20 @@ GEMVQ_TEAM_KERNEL(q4_0, FMT_Q4_0, 4, 3, 3, _esilu_mul_add, EpiSiluMulAdd)
 
 // Traced copies (gemv_trace_mark; src/timeline.rs, `lab` feature) of the one-column
 // kernels whose dependent calls stay below 90 % of copy at 4096 x 14336:
-// Q4_0 r4 (plain and 3 teams), Q4_K r2 and r4s2, generic chain, the bounds of
-// the kernels they trace, fused_gemvq_<fmt>_r<R>_c1_u1[_t<G>]_trace(params,
+// Q4_0 r4 (plain and 3 teams), Q4_K r2 and r4s2 (4 rows in S = 2 row
+// groups, the default below MANY_ROWS rows), generic chain, the bounds of
+// the kernels they trace, fused_gemvq_<fmt>_<ROWS>_c1_u1[_t<G>]_trace(params,
 // trace).
-#define GEMVQ_TRACE_KERNEL(name, FMT, R, G, BOUNDS, SUFFIX)                                    \
-    extern "C" __global__ void BOUNDS fused_gemvq_##name##_r##R##_c1_u1##SUFFIX##_trace(       \
+#define GEMVQ_TRACE_KERNEL(name, FMT, ROWS, R, S, G, BOUNDS, SUFFIX)                           \
+    extern "C" __global__ void BOUNDS fused_gemvq_##name##_##ROWS##_c1_u1##SUFFIX##_trace(     \
         const GemvQParams p, unsigned long long *trace) {                                      \
-        gemvq<FMT, 1, R, false, 1, GenericEpi, G, true>(p, blockIdx.x * G + Team<G>::index(),  \
-                                                        trace);                                \
+        gemvq<FMT, 1, R, false, 1, GenericEpi, G, true, S>(                                    \
+            p, blockIdx.x * G + Team<G>::index(), trace);                                      \
     }
-GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, 4, 1, GEMVQ_Q4_0_R4_BOUNDS, )
-GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, 4, 3, __launch_bounds__(GEMV_TEAM_THREADS * 3, 3), _t3)
-GEMVQ_TRACE_KERNEL(q4_K, FMT_Q4_K, 2, 1, GEMVQ_PLAIN_BOUNDS, )
-// Q4_K's 4 rows in 2 row groups (the default below MANY_ROWS rows).
-extern "C" __global__ void GEMVQ_Q4_K_S2_BOUNDS(8)
-    fused_gemvq_q4_K_r4s2_c1_u1_trace(const GemvQParams p, unsigned long long *trace) {
-    gemvq<FMT_Q4_K, 1, 4, false, 1, GenericEpi, 1, true, 2>(p, blockIdx.x, trace);
-}
+GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, r4, 4, 1, 1, GEMVQ_Q4_0_R4_BOUNDS, )
+GEMVQ_TRACE_KERNEL(q4_0, FMT_Q4_0, r4, 4, 1, 3, __launch_bounds__(GEMV_TEAM_THREADS * 3, 3), _t3)
+GEMVQ_TRACE_KERNEL(q4_K, FMT_Q4_K, r2, 2, 1, 1, GEMVQ_PLAIN_BOUNDS, )
+GEMVQ_TRACE_KERNEL(q4_K, FMT_Q4_K, r4s2, 4, 2, 1, GEMVQ_Q4_K_S2_BOUNDS(8), )
 
 GEMVQ_KERNELS(q5_0, FMT_Q5_0)
 GEMVQ_KERNELS(iq4_nl, FMT_IQ4_NL)

@@ -117,12 +117,11 @@ impl AttnSplits {
     /// The split of an attention of `shape` over a cache of `rows` rows:
     /// as many splits as one wave of the split kernel holds (`resident`
     /// gives the blocks of the named kernel, of the given threads, that the
-    /// device runs at once),
-    /// none shorter than `ATTN_MIN_CHUNK` rows; heads of more than
-    /// `ATTN_MAX_HEAD_DIM` values are refused. One wave, because a grid a
-    /// little past it leaves most of the device idle while its last blocks
-    /// run (on an H100 a long context ran 5 % faster per token on 392
-    /// blocks than on 512).
+    /// device runs at once), none shorter than `ATTN_MIN_CHUNK` rows; heads
+    /// of more than `ATTN_MAX_HEAD_DIM` values are refused. One wave,
+    /// because a grid a little past it leaves most of the device idle while
+    /// its last blocks run (on an H100 a long context ran 5 % faster per
+    /// token on 392 blocks than on 512).
     pub(crate) fn new(
         shape: &AttentionShape,
         rows: usize,
