@@ -15,11 +15,21 @@ if [ "$CHECK" = 1 ]; then
     trap 'rm -rf "$DEST"' EXIT
 fi
 mkdir -p "$DEST"
+# glslc runs on one thread: as many compilations run at once as there are
+# CPUs. A failed one stops the script (set -e on `wait -n`) after glslc
+# has printed why.
+JOBS="$(nproc 2>/dev/null || echo 1)"
+RUNNING=0
 compile() { # name source defines...
     local name="$1" src="$2"
     shift 2
     glslc --target-env=vulkan1.1 -O -fshader-stage=compute -I "$HERE" "$@" \
-        -o "$DEST/$name.spv" "$HERE/$src"
+        -o "$DEST/$name.spv" "$HERE/$src" &
+    RUNNING=$((RUNNING + 1))
+    if [ "$RUNNING" -ge "$JOBS" ]; then
+        wait -n
+        RUNNING=$((RUNNING - 1))
+    fi
 }
 compile copy copy.comp
 compile eltwise eltwise.comp
@@ -102,6 +112,10 @@ done
 # Q5_K, Q6_K and TQ2_0 against Q8_K, from gemv_blocks.comp.
 for d in q4_1:6 q5_1:8 q5_0:7 iq4_nl:9 q5_k:10 q6_k:11 tq2_0:12; do
     q8_variants "${d%%:*}" gemv_blocks.comp -DDTYPE="${d##*:}" -DQ8
+done
+while [ "$RUNNING" -gt 0 ]; do
+    wait -n
+    RUNNING=$((RUNNING - 1))
 done
 if [ "$CHECK" = 1 ]; then
     status=0
