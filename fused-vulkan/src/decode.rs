@@ -39,10 +39,6 @@ pub(crate) const ATTENTION_CHUNK: usize = 256;
 /// The fewest rows a split attends (`MIN_CHUNK`): a split of fewer would
 /// not repay its workgroup.
 const ATTENTION_MIN_CHUNK: usize = 32;
-/// The workgroups the splits of a long context aim at: several per
-/// compute unit of a large GPU, so that the loads of many rows are in
-/// flight at once.
-const ATTENTION_TARGET_WORKGROUPS: usize = 512;
 /// Query heads one attention workgroup serves at most (`GMAX`).
 const ATTENTION_MAX_HEADS: usize = 8;
 /// Query values one attention workgroup keeps in shared memory (`QMAX`).
@@ -56,16 +52,16 @@ pub(crate) const ATTENTION_MAX_HEAD: usize = 256;
 pub(crate) const ARGMAX_CHUNK: usize = 4096;
 
 /// The splits attention of `shape` cuts a cache of `rows` rows into:
-/// enough that the longest context runs on about
-/// [`ATTENTION_TARGET_WORKGROUPS`] workgroups, no more than one for each
+/// enough that the longest context runs on about `workgroups` workgroups
+/// (the tuning's `attention_workgroups`), no more than one for each
 /// [`ATTENTION_MIN_CHUNK`] rows, and at least one for each
 /// [`ATTENTION_CHUNK`] rows (a split's most). At run time each split takes
 /// an even share of the rows in use (`split_rows` of `attention.comp`).
-pub(crate) fn attention_splits(shape: &AttentionShape, rows: usize) -> usize {
+pub(crate) fn attention_splits(shape: &AttentionShape, rows: usize, workgroups: usize) -> usize {
     let group = shape.n_head / shape.n_kv.max(1);
     let per_split = (shape.n_head / attention_heads(group, shape.head_dim)).max(1);
     rows.div_ceil(ATTENTION_MIN_CHUNK)
-        .min(ATTENTION_TARGET_WORKGROUPS.div_ceil(per_split))
+        .min(workgroups.div_ceil(per_split))
         .max(rows.div_ceil(ATTENTION_CHUNK))
         .max(1)
 }
@@ -453,21 +449,23 @@ mod tests {
         };
         // Llama-3-8B: 8 workgroups a split, 64 splits to reach 512.
         let llama = shape(32, 8, 128);
-        assert_eq!(attention_splits(&llama, 1), 1);
-        assert_eq!(attention_splits(&llama, ATTENTION_MIN_CHUNK), 1);
-        assert_eq!(attention_splits(&llama, ATTENTION_MIN_CHUNK + 1), 2);
-        assert_eq!(attention_splits(&llama, 512), 16);
-        assert_eq!(attention_splits(&llama, 4096), 64);
+        assert_eq!(attention_splits(&llama, 1, 512), 1);
+        assert_eq!(attention_splits(&llama, ATTENTION_MIN_CHUNK, 512), 1);
+        assert_eq!(attention_splits(&llama, ATTENTION_MIN_CHUNK + 1, 512), 2);
+        assert_eq!(attention_splits(&llama, 512, 512), 16);
+        assert_eq!(attention_splits(&llama, 4096, 512), 64);
         // 256 workgroups a split: two would do, but 3000 rows need 12.
         let wide = shape(256, 256, 64);
-        assert_eq!(attention_splits(&wide, 3000), 12);
+        assert_eq!(attention_splits(&wide, 3000, 512), 12);
         for s in [llama, wide, shape(9, 3, 64), shape(7, 7, 256)] {
             for rows in [1, 31, 32, 33, 255, 256, 257, 700, 3000, 131_072] {
-                let splits = attention_splits(&s, rows);
-                assert!(
-                    splits >= 1 && rows.div_ceil(splits) <= ATTENTION_CHUNK,
-                    "{rows}"
-                );
+                for workgroups in [0, 1, 100, 512, 4096] {
+                    let splits = attention_splits(&s, rows, workgroups);
+                    assert!(
+                        splits >= 1 && rows.div_ceil(splits) <= ATTENTION_CHUNK,
+                        "{rows} {workgroups}"
+                    );
+                }
             }
         }
         assert_eq!(argmax_splits(37), 1);

@@ -55,6 +55,17 @@ impl Tuning {
         }
     }
 
+    /// The workgroups the attention splits of a long context aim at (512,
+    /// the default; a split keeps 32 to 256 rows whatever the aim). Other
+    /// split counts sum in another order: the same result within
+    /// attention's tolerance, not the same bits.
+    pub fn with_attention_workgroups(self, workgroups: usize) -> Tuning {
+        Tuning {
+            attention_workgroups: workgroups,
+            ..self
+        }
+    }
+
     /// Bytes of the next GEMV's weights the device plan reads into L2
     /// beside each small kernel between two GEMVs (0: none; the same bits
     /// either way).

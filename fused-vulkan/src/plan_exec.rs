@@ -934,7 +934,7 @@ impl<'a> Builder<'a, '_> {
         out: (Region, u32),
         append: Option<AppendBindings>,
     ) -> Result<bool, VulkanError> {
-        let splits = attention_splits(shape, rows);
+        let splits = attention_splits(shape, rows, self.backend.tuning().attention_workgroups);
         if splits == 1 {
             let at = [q.1, k.1, v.1, pos.1, out.1];
             self.split_pass(shape, rows, 1, at, [q.0, k.0, v.0, pos.0, out.0], append)?;

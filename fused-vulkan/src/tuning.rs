@@ -91,6 +91,9 @@ pub(crate) const TABLE: Tuning = Tuning {
     attention_shuffle: true,
     fold_attention_quantizer: true,
     append_in_attention: true,
+    // Several workgroups per compute unit of a large GPU, so that the
+    // loads of many rows are in flight at once.
+    attention_workgroups: 512,
     // 2 and 4 MiB beside each small kernel took 1 % off the 8B-shaped
     // token on the H100, 8 MiB less (the reads outlast the kernels).
     l2_between: 4 << 20,
@@ -151,6 +154,9 @@ pub struct Tuning {
     /// Attention's split pass does the key/value append recorded just
     /// before it, so that the append needs no dispatch of its own.
     pub(crate) append_in_attention: bool,
+    /// The workgroups the attention splits of a long context aim at (a
+    /// split is never shorter than 32 rows nor longer than 256).
+    pub(crate) attention_workgroups: usize,
     /// Bytes of the next GEMV's weights read into L2 beside each small
     /// kernel between two GEMVs (the device plan's look-ahead; 0: none).
     pub(crate) l2_between: u64,

@@ -313,6 +313,23 @@ fn attention_without_shuffles_serves_the_same_groups() {
     });
 }
 
+/// Splits aimed at one workgroup (the fewest: one per 256 rows) and at
+/// 4096 (the most: one per 32 rows) over the same groups: the joining pass
+/// takes any count.
+#[cfg(feature = "lab")]
+#[test]
+fn attention_takes_the_fewest_and_the_most_splits() {
+    let groups = [(128, 8, 2), (64, 9, 3)];
+    let positions = [0.0, 31.0, 255.0, 256.0, 699.0, 1e9];
+    for aim in [1, 4096] {
+        on(backend_or_skip(), |b| {
+            b.set_tuning(b.tuning().with_attention_workgroups(aim))
+                .unwrap();
+            check_groups(b, &groups, &positions);
+        });
+    }
+}
+
 /// Device-local buffers reached through staging copies (as on a discrete
 /// GPU): the position and the inputs written before each run by staged
 /// partial writes, the results read back the same way.

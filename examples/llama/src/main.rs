@@ -143,6 +143,12 @@ struct Args {
     #[cfg(feature = "lab")]
     #[arg(long, value_name = "INVOCATIONS")]
     quantize_workgroup: Option<u32>,
+    /// The workgroups the attention splits of a long context aim at
+    /// (Vulkan only; `Tuning::with_attention_workgroups`, for A/B runs;
+    /// built with the `lab` feature).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "WORKGROUPS")]
+    attention_workgroups: Option<usize>,
     /// Bytes of the next GEMV's weights each integer GEMV asks L2 for
     /// (CUDA only; `Knob::L2AheadBytes`, for A/B runs; built with the `lab`
     /// feature).
@@ -242,6 +248,9 @@ fn run(args: &Args) -> Result<(), LlamaError> {
                 }
                 if let Some(reach) = args.l2_reach {
                     tuning = tuning.with_l2_reach(reach);
+                }
+                if let Some(workgroups) = args.attention_workgroups {
+                    tuning = tuning.with_attention_workgroups(workgroups);
                 }
                 if let Some(workgroup) = args.quantize_workgroup {
                     use fused_core::acts::ActQuant;
