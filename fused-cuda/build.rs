@@ -16,6 +16,7 @@
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 
 /// The kernels, by file stem: `kernels/<stem>.cu` becomes `$OUT_DIR/<stem>.ptx`.
 const KERNELS: &[&str] = &["probe", "elementwise", "gemv", "fwht", "decode"];
@@ -45,48 +46,91 @@ fn main() {
             println!("cargo:rerun-if-changed={}", entry.path().display());
         }
     }
-    // All compilations run at once; each is checked when it ends.
+    // As many compilations at once as cargo runs jobs (NUM_JOBS), the
+    // longest first: gemv.cu's pair takes most of the time, and ten nvcc
+    // processes at once (1.7 GB apiece for gemv.cu) would crowd a small
+    // machine's memory.
     let mut jobs = Vec::new();
     for stem in KERNELS {
         let src = manifest.join("kernels").join(format!("{stem}.cu"));
         println!("cargo:rerun-if-changed={}", src.display());
-        let targets = [
-            ("-cubin", arch.clone(), out.join(format!("{stem}.cubin"))),
-            (
-                "-ptx",
-                PORTABLE_ARCH.to_owned(),
-                out.join(format!("{stem}.ptx")),
-            ),
-        ];
-        for (kind, target, dst) in targets {
-            let child = Command::new(&nvcc)
-                .arg(kind)
-                .arg(format!("-arch={target}"))
-                .args(["-O3", "-std=c++17", "-fmad=false"])
-                .arg("-o")
-                .arg(&dst)
-                .arg(&src)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap_or_else(|e| fail(&format!("could not run {}: {e}", nvcc.display())));
-            jobs.push((src.clone(), child));
-        }
+        jobs.push(Job {
+            src: src.clone(),
+            kind: "-cubin",
+            target: arch.clone(),
+            dst: out.join(format!("{stem}.cubin")),
+        });
+        jobs.push(Job {
+            src,
+            kind: "-ptx",
+            target: PORTABLE_ARCH.to_owned(),
+            dst: out.join(format!("{stem}.ptx")),
+        });
     }
-    for (src, child) in jobs {
-        let output = child
-            .wait_with_output()
-            .unwrap_or_else(|e| fail(&format!("waiting for nvcc: {e}")));
-        if !output.status.success() {
-            fail(&format!(
-                "{} failed on {} ({}):\n{}{}",
-                nvcc.display(),
-                src.display(),
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            ));
+    jobs.sort_by_key(|j| !j.src.ends_with("gemv.cu"));
+    let workers = env::var("NUM_JOBS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1)
+        .clamp(1, jobs.len());
+    let queue = Mutex::new(jobs.into_iter());
+    let failure = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    if failure.lock().expect("no worker panics").is_some() {
+                        return;
+                    }
+                    let Some(job) = queue.lock().expect("no worker panics").next() else {
+                        return;
+                    };
+                    if let Err(msg) = job.run(&nvcc) {
+                        *failure.lock().expect("no worker panics") = Some(msg);
+                        return;
+                    }
+                }
+            });
         }
+    });
+    if let Some(msg) = failure.into_inner().expect("no worker panics") {
+        fail(&msg);
+    }
+}
+
+/// One nvcc compilation: `src` to `dst`, a `-cubin` or `-ptx` for `target`.
+struct Job {
+    src: PathBuf,
+    kind: &'static str,
+    target: String,
+    dst: PathBuf,
+}
+
+impl Job {
+    /// Runs nvcc; on failure, the message with nvcc's output.
+    fn run(&self, nvcc: &Path) -> Result<(), String> {
+        let output = Command::new(nvcc)
+            .arg(self.kind)
+            .arg(format!("-arch={}", self.target))
+            .args(["-O3", "-std=c++17", "-fmad=false"])
+            .arg("-o")
+            .arg(&self.dst)
+            .arg(&self.src)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("could not run {}: {e}", nvcc.display()))?;
+        if output.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "{} failed on {} ({}):\n{}{}",
+            nvcc.display(),
+            self.src.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
     }
 }
 
