@@ -24,17 +24,19 @@ synth() {
 }
 
 # decode_timed BIN BACKEND FMT TAG [ARGS...]: the binary $H/BIN decodes 64
-# tokens of the synth stack at context 512 with the floor and 21 timed
-# replays (the lab's --token-timing); the log goes to $OUTDIR/TAG.log, one
-# line of tok/s, launches, floor, device and host medians and a hash of
-# the ids to stdout.
+# tokens of the synth stack at context $CTX (default 512; after a 64-token
+# prompt there, a CTX − 72-token one at a longer context) with the floor
+# and 21 timed replays (the lab's --token-timing); the log goes to
+# $OUTDIR/TAG.log, one line of tok/s, launches, floor, device and host
+# medians and a hash of the ids to stdout.
 decode_timed() {
-    local bin="$1" be="$2" fmt="$3" tag="$4"
+    local bin="$1" be="$2" fmt="$3" tag="$4" ctx="${CTX:-512}" n=64
     shift 4
     local p log
-    p="$(head -c 64 /dev/zero | tr '\0' 'a')"
+    [ "$ctx" -gt 512 ] && n=$((ctx - 72))
+    p="$(head -c "$n" /dev/zero | tr '\0' 'a')"
     log="$OUTDIR/$tag.log"
-    timeout 90 "$H/$bin" --model "/tmp/synth-$fmt.gguf" --backend "$be" --ctx 512 -n 64 \
+    timeout 150 "$H/$bin" --model "/tmp/synth-$fmt.gguf" --backend "$be" --ctx "$ctx" -n 64 \
         --ignore-eos --prompt "$p" --json --floor -v --token-timing 21 "$@" >"$log" 2>&1
     echo "$(date -u +%T) $tag: exit $? $(grep -ao '"decode_tok_s":[0-9.]*' "$log")" \
         "$(grep -ao '"launches_per_token":[0-9]*' "$log")" \

@@ -12,19 +12,11 @@ D="$(dirname "${BASH_SOURCE[0]}")"
 source "$D/prelude.sh"
 date -u
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-run() { # BACKEND CTX TAG [ARGS...]
-    local be="$1" ctx="$2" tag="$3" n p log
+# run BACKEND CTX TAG [ARGS...]: prelude.sh's decode_timed of the Q4_0 stack.
+run() {
+    local be="$1" ctx="$2" tag="$3"
     shift 3
-    n=64
-    [ "$ctx" = 4096 ] && n=4024
-    p="$(head -c "$n" /dev/zero | tr '\0' 'a')"
-    log="$OUTDIR/$tag.log"
-    timeout 150 "$H/fused-llama" --model /tmp/synth-q4_0.gguf --backend "$be" --ctx "$ctx" -n 64 \
-        --ignore-eos --prompt "$p" --json --floor -v --token-timing 21 "$@" >"$log" 2>&1
-    echo "$(date -u +%T) $tag: exit $? $(grep -ao '"decode_tok_s":[0-9.]*' "$log")" \
-        "$(grep -a '^floor:' "$log" | grep -ao '[0-9.]* tok/s; decode at [0-9.]* %')" \
-        "$(grep -a '^token timing:' "$log" | grep -ao 'device median [0-9.]* us')" \
-        "ids $(grep -ao '"ids":\[[0-9,]*' "$log" | md5sum | cut -c1-8)"
+    CTX="$ctx" decode_timed fused-llama "$be" q4_0 "$tag" "$@"
 }
 timeout 120 "$H/fused-llama-synth" --format q4_0 --ctx 4096 /tmp/synth-q4_0.gguf \
     >"$OUTDIR/synth-q4_0.log" 2>&1
