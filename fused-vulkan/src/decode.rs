@@ -454,6 +454,9 @@ mod tests {
         assert_eq!(attention_splits(&llama, ATTENTION_MIN_CHUNK + 1, 512), 2);
         assert_eq!(attention_splits(&llama, 512, 512), 16);
         assert_eq!(attention_splits(&llama, 4096, 512), 64);
+        assert_eq!(attention_splits(&llama, 4096, 256), 32);
+        // A split's most rows bound the fewest splits, whatever the aim.
+        assert_eq!(attention_splits(&shape(1, 1, 64), 70_000, 256), 274);
         // 256 workgroups a split: two would do, but 3000 rows need 12.
         let wide = shape(256, 256, 64);
         assert_eq!(attention_splits(&wide, 3000, 512), 12);
