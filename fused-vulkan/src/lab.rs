@@ -55,7 +55,7 @@ impl Tuning {
         }
     }
 
-    /// The workgroups the attention splits of a long context aim at (512,
+    /// The workgroups the attention splits of a long context aim at (256,
     /// the default; a split keeps 32 to 256 rows whatever the aim). Other
     /// split counts sum in another order: the same result within
     /// attention's tolerance, not the same bits.
