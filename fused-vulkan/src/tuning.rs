@@ -93,8 +93,7 @@ pub(crate) const TABLE: Tuning = Tuning {
     append_in_attention: true,
     // About two workgroups per compute unit of a large GPU: on the H100 the
     // 8B-shaped token at context 4096 took 3893 µs at 256, 4094 at 512,
-    // 4200 at 1024 and 2048, 4404 at 128 (the merging pass grows with the
-    // splits, the split pass's loads in flight shrink with them).
+    // 4200 at 1024 and 2048, 4404 at 128 (two interleaved rounds each).
     attention_workgroups: 256,
     // 2 and 4 MiB beside each small kernel took 1 % off the 8B-shaped
     // token on the H100, 8 MiB less (the reads outlast the kernels).
