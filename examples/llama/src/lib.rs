@@ -30,6 +30,7 @@ pub mod config;
 pub mod error;
 pub mod file;
 pub mod generate;
+mod gguf_meta;
 pub mod model;
 pub mod ops;
 pub mod plans;

@@ -8,28 +8,25 @@
 //! the header with every tensor's offset first, then each tensor's blocks
 //! from a seeded generator. Quantized blocks get small finite scales and
 //! random codes, so activations stay finite through the layers. The
-//! vocabulary is byte-level BPE's 256 byte tokens, filler tokens up to
-//! `vocab`, and an end-of-sequence token last (no merges: the tokenizer
-//! encodes a prompt byte by byte).
+//! vocabulary ([`SynthVocab`]) is byte-level BPE's or SentencePiece's, with
+//! byte tokens and filler up to `vocab` and no merges: the tokenizer
+//! encodes a prompt a byte (BPE) or a character (SentencePiece) a token.
 
 use std::io::{self, Write};
 
 use fused_core::DType;
 
 use crate::error::LlamaError;
+use crate::gguf_meta::{Meta, header, string};
 
 /// Alignment of the tensor data (GGUF's default).
 const ALIGN: u64 = 32;
-/// GGUF metadata value types.
-const T_U32: u32 = 4;
-const T_I32: u32 = 5;
-const T_F32: u32 = 6;
-const T_BOOL: u32 = 7;
-const T_STR: u32 = 8;
-const T_ARRAY: u32 = 9;
-/// `tokenizer.ggml.token_type` of an ordinary and of a control token.
+/// `tokenizer.ggml.token_type` of an ordinary, an unknown, a control and
+/// a byte token.
 const TOKEN_NORMAL: i32 = 1;
+const TOKEN_UNKNOWN: i32 = 2;
 const TOKEN_CONTROL: i32 = 3;
+const TOKEN_BYTE: i32 = 6;
 
 /// The shapes and formats of a synthetic model.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,6 +53,20 @@ pub struct SynthSpec {
     pub rope_base: f32,
     /// Seed of the weights.
     pub seed: u64,
+    /// The tokenizer the file carries.
+    pub vocab_kind: SynthVocab,
+}
+
+/// The tokenizer of a synthetic file; neither has merges, so a prompt
+/// encodes a character (or a byte) a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SynthVocab {
+    /// Byte-level BPE (`gpt2`, as Llama 3 files): the 256 byte tokens,
+    /// filler tokens, and an end-of-sequence token last.
+    ByteBpe,
+    /// SentencePiece (`llama`, as Llama 2 files): `<unk>`, `<s>`, `</s>`,
+    /// the 256 byte tokens `<0xXX>`, `▁`, then filler pieces.
+    SentencePiece,
 }
 
 impl SynthSpec {
@@ -80,6 +91,7 @@ impl SynthSpec {
             },
             rope_base: 500_000.0,
             seed: 1,
+            vocab_kind: SynthVocab::ByteBpe,
         }
     }
 
@@ -141,16 +153,7 @@ impl SynthSpec {
             });
             next = (next + bytes).next_multiple_of(ALIGN);
         }
-        let mut h = Vec::new();
-        h.extend(b"GGUF");
-        h.extend(3u32.to_le_bytes());
-        h.extend((placed.len() as u64).to_le_bytes());
-        let kv = self.metadata();
-        h.extend((kv.len() as u64).to_le_bytes());
-        for (key, value) in &kv {
-            string(&mut h, key);
-            value.write(&mut h);
-        }
+        let mut h = header(placed.len(), &self.metadata());
         for t in &placed {
             string(&mut h, &t.name);
             h.extend((t.dims.len() as u32).to_le_bytes());
@@ -172,10 +175,18 @@ impl SynthSpec {
                 why,
             })
         };
-        if self.n_layer == 0 || self.hidden == 0 || self.ffn == 0 || self.vocab < 257 {
+        let min_vocab = match self.vocab_kind {
+            SynthVocab::ByteBpe => 257,
+            SynthVocab::SentencePiece => 260,
+        };
+        if self.n_layer == 0 || self.hidden == 0 || self.ffn == 0 || self.vocab < min_vocab {
             return bad(
                 "synthetic model",
-                "needs layers, a hidden and an FFN size, and a vocabulary of at least 257".into(),
+                format!(
+                    "needs layers, a hidden and an FFN size, and a vocabulary of at least \
+                     {min_vocab} ({:?})",
+                    self.vocab_kind
+                ),
             );
         }
         if self.n_head == 0
@@ -207,35 +218,60 @@ impl SynthSpec {
     }
 
     /// The metadata the runtime reads.
-    fn metadata(&self) -> Vec<(String, Meta)> {
+    fn metadata(&self) -> Vec<(&'static str, Meta)> {
         let u = |v: usize| Meta::U32(v as u32);
-        let mut tokens: Vec<String> = (0u8..=255).map(byte_token).collect();
-        tokens.extend((256..self.vocab - 1).map(|i| format!("<|synth_{i}|>")));
-        tokens.push("<|synth_eos|>".into());
-        let mut types = vec![TOKEN_NORMAL; self.vocab - 1];
-        types.push(TOKEN_CONTROL);
-        vec![
-            ("general.architecture".into(), Meta::Str("llama".into())),
-            ("general.name".into(), Meta::Str("fused synthetic".into())),
-            ("general.alignment".into(), Meta::U32(ALIGN as u32)),
-            ("llama.block_count".into(), u(self.n_layer)),
-            ("llama.embedding_length".into(), u(self.hidden)),
-            ("llama.feed_forward_length".into(), u(self.ffn)),
-            ("llama.attention.head_count".into(), u(self.n_head)),
-            ("llama.attention.head_count_kv".into(), u(self.n_head_kv)),
-            ("llama.context_length".into(), u(self.context)),
-            (
-                "llama.attention.layer_norm_rms_epsilon".into(),
-                Meta::F32(1e-5),
-            ),
-            ("llama.rope.freq_base".into(), Meta::F32(self.rope_base)),
-            ("tokenizer.ggml.model".into(), Meta::Str("gpt2".into())),
-            ("tokenizer.ggml.tokens".into(), Meta::Strs(tokens)),
-            ("tokenizer.ggml.token_type".into(), Meta::I32s(types)),
-            ("tokenizer.ggml.merges".into(), Meta::Strs(Vec::new())),
-            ("tokenizer.ggml.eos_token_id".into(), u(self.vocab - 1)),
-            ("tokenizer.ggml.add_bos_token".into(), Meta::Bool(false)),
-        ]
+        let mut kv = vec![
+            ("general.architecture", Meta::Str("llama".into())),
+            ("general.name", Meta::Str("fused synthetic".into())),
+            ("general.alignment", Meta::U32(ALIGN as u32)),
+            ("llama.block_count", u(self.n_layer)),
+            ("llama.embedding_length", u(self.hidden)),
+            ("llama.feed_forward_length", u(self.ffn)),
+            ("llama.attention.head_count", u(self.n_head)),
+            ("llama.attention.head_count_kv", u(self.n_head_kv)),
+            ("llama.context_length", u(self.context)),
+            ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
+            ("llama.rope.freq_base", Meta::F32(self.rope_base)),
+        ];
+        match self.vocab_kind {
+            SynthVocab::ByteBpe => {
+                let mut tokens: Vec<String> = (0u8..=255).map(byte_token).collect();
+                tokens.extend((256..self.vocab - 1).map(|i| format!("<|synth_{i}|>")));
+                tokens.push("<|synth_eos|>".into());
+                let mut types = vec![TOKEN_NORMAL; self.vocab - 1];
+                types.push(TOKEN_CONTROL);
+                kv.extend([
+                    ("tokenizer.ggml.model", Meta::Str("gpt2".into())),
+                    ("tokenizer.ggml.tokens", Meta::Strs(tokens)),
+                    ("tokenizer.ggml.token_type", Meta::I32s(types)),
+                    ("tokenizer.ggml.merges", Meta::Strs(Vec::new())),
+                    ("tokenizer.ggml.eos_token_id", u(self.vocab - 1)),
+                    ("tokenizer.ggml.add_bos_token", Meta::Bool(false)),
+                ]);
+            }
+            SynthVocab::SentencePiece => {
+                // Llama 2's layout: <unk>, <s>, </s>, the byte tokens, `▁`,
+                // then pieces (here filler) of falling scores.
+                let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>"].map(String::from).into();
+                let mut types = vec![TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL];
+                tokens.extend((0u8..=255).map(|b| format!("<0x{b:02X}>")));
+                types.extend([TOKEN_BYTE; 256]);
+                tokens.push("\u{2581}".into());
+                tokens.extend((tokens.len()..self.vocab).map(|i| format!("\u{2581}synth{i}")));
+                types.resize(self.vocab, TOKEN_NORMAL);
+                let scores: Vec<f32> = (0..self.vocab).map(|i| -(i as f32)).collect();
+                kv.extend([
+                    ("tokenizer.ggml.model", Meta::Str("llama".into())),
+                    ("tokenizer.ggml.tokens", Meta::Strs(tokens)),
+                    ("tokenizer.ggml.scores", Meta::F32s(scores)),
+                    ("tokenizer.ggml.token_type", Meta::I32s(types)),
+                    ("tokenizer.ggml.bos_token_id", u(1)),
+                    ("tokenizer.ggml.eos_token_id", u(2)),
+                    ("tokenizer.ggml.unknown_token_id", u(0)),
+                ]);
+            }
+        }
+        kv
     }
 }
 
@@ -246,58 +282,6 @@ struct Placed {
     dtype: DType,
     offset: u64,
     bytes: u64,
-}
-
-/// A metadata value.
-enum Meta {
-    U32(u32),
-    F32(f32),
-    Bool(bool),
-    Str(String),
-    Strs(Vec<String>),
-    I32s(Vec<i32>),
-}
-
-impl Meta {
-    /// Type tag and payload.
-    fn write(&self, out: &mut Vec<u8>) {
-        match self {
-            Meta::U32(v) => {
-                out.extend(T_U32.to_le_bytes());
-                out.extend(v.to_le_bytes());
-            }
-            Meta::F32(v) => {
-                out.extend(T_F32.to_le_bytes());
-                out.extend(v.to_le_bytes());
-            }
-            Meta::Bool(v) => {
-                out.extend(T_BOOL.to_le_bytes());
-                out.push(u8::from(*v));
-            }
-            Meta::Str(s) => {
-                out.extend(T_STR.to_le_bytes());
-                string(out, s);
-            }
-            Meta::Strs(v) => {
-                out.extend(T_ARRAY.to_le_bytes());
-                out.extend(T_STR.to_le_bytes());
-                out.extend((v.len() as u64).to_le_bytes());
-                v.iter().for_each(|s| string(out, s));
-            }
-            Meta::I32s(v) => {
-                out.extend(T_ARRAY.to_le_bytes());
-                out.extend(T_I32.to_le_bytes());
-                out.extend((v.len() as u64).to_le_bytes());
-                v.iter().for_each(|x| out.extend(x.to_le_bytes()));
-            }
-        }
-    }
-}
-
-/// A GGUF string: u64 length, UTF-8 bytes.
-fn string(out: &mut Vec<u8>, s: &str) {
-    out.extend((s.len() as u64).to_le_bytes());
-    out.extend(s.as_bytes());
 }
 
 /// Byte-level BPE's token for byte `b`: printable bytes stand for

@@ -6,7 +6,7 @@
 use fused_core::DType;
 use fused_cpu::CpuBackend;
 use fused_gguf::Gguf;
-use fused_llama::synth::{SynthSpec, write_gguf};
+use fused_llama::synth::{SynthSpec, SynthVocab, write_gguf};
 use fused_llama::{LoadOptions, Model, ModelFile};
 
 /// A small model of the 8B's layout: 2 layers, hidden 256, grouped heads.
@@ -64,6 +64,43 @@ fn the_file_loads_and_decodes() {
             assert!(logits.iter().all(|x| x.is_finite()), "{dtype:?}");
         }
         std::fs::remove_file(&path).ok();
+    }
+}
+
+/// A SentencePiece file (Llama 2's tokenizer) loads, encodes a prompt
+/// with BOS and the space prefix, decodes it back, and runs.
+#[test]
+fn a_sentencepiece_file_loads_and_decodes() {
+    let spec = SynthSpec {
+        vocab_kind: SynthVocab::SentencePiece,
+        ..tiny(DType::Q4_0)
+    };
+    let mut bytes = Vec::new();
+    write_gguf(&spec, &mut bytes).expect("written");
+    assert_eq!(spec.file_bytes().unwrap(), bytes.len() as u64);
+    let g = Gguf::parse(&bytes).expect("a valid GGUF");
+    assert_eq!(g.get_str("tokenizer.ggml.model").unwrap(), "llama");
+    let path = std::env::temp_dir().join(format!("fused-synth-spm-{}.gguf", std::process::id()));
+    std::fs::write(&path, &bytes).expect("a temporary file");
+    let be = CpuBackend::new(1).expect("a CPU backend");
+    let mut model = Model::load(
+        ModelFile::open(&path).expect("maps"),
+        &be,
+        LoadOptions::default(),
+    )
+    .expect("the runtime loads it");
+    std::fs::remove_file(&path).ok();
+    let tok = model.tokenizer();
+    assert_eq!((tok.bos(), tok.eos()), (Some(1), Some(2)));
+    let text = "Hi there, 東京";
+    let ids = tok.encode(text).expect("encodes");
+    // BOS, `▁` for the space prefix, then `H` as its byte token <0x48>.
+    assert_eq!(&ids[..3], &[1, 259, 3 + 0x48]);
+    assert_eq!(tok.decode(&ids[1..]).unwrap(), text);
+    let mut cache = model.new_cache();
+    for &t in &ids {
+        let logits = model.forward(t, &mut cache).expect("a forward pass");
+        assert!(logits.iter().all(|x| x.is_finite()));
     }
 }
 

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use fused_core::DType;
-use fused_llama::synth::{SynthSpec, write_gguf};
+use fused_llama::synth::{SynthSpec, SynthVocab, write_gguf};
 
 /// Writes a Llama-3-8B-shaped GGUF of random weights (the text it makes
 /// fused-llama generate is noise; its speed is the point)
@@ -31,6 +31,17 @@ struct Args {
     /// Seed of the weights
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The tokenizer: byte-level BPE (`gpt2`, as Llama 3) or SentencePiece
+    /// (`llama`, as Llama 2)
+    #[arg(long, value_enum, default_value = "bpe")]
+    vocab: Vocab,
+}
+
+/// The tokenizers the generator writes.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Vocab {
+    Bpe,
+    Spm,
 }
 
 /// The layers' weight formats the generator writes.
@@ -59,6 +70,10 @@ fn main() -> ExitCode {
     };
     let mut spec = SynthSpec::llama3_8b(dtype, args.ctx);
     spec.seed = args.seed;
+    spec.vocab_kind = match args.vocab {
+        Vocab::Bpe => SynthVocab::ByteBpe,
+        Vocab::Spm => SynthVocab::SentencePiece,
+    };
     if let Some(n) = args.layers {
         spec.n_layer = n;
     }

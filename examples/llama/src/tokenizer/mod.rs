@@ -1,68 +1,52 @@
-//! The byte-level BPE tokenizer of a GGUF file (`tokenizer.ggml.model =
-//! "gpt2"`), built with the `tokenizers` crate from the file's vocabulary
-//! (`tokenizer.ggml.tokens`), merges (`tokenizer.ggml.merges`) and
-//! pre-tokenizer name (`tokenizer.ggml.pre`); control tokens
-//! (`tokenizer.ggml.token_type` 3) are matched whole in the text, as
-//! `<|im_start|>` in a chat prompt.
+//! The tokenizer of a GGUF file, of either kind Llama-architecture files
+//! carry (`tokenizer.ggml.model`):
+//!
+//! - `gpt2`: byte-level BPE with a merge list (SmolLM2, Llama 3), in
+//!   `bpe`, through the `tokenizers` crate;
+//! - `llama`: SentencePiece pieces with scores and byte fallback (Llama 2,
+//!   Mistral, TinyLlama), in `spm`.
+//!
+//! Both match control tokens (`<|im_start|>`, `<s>`) whole in the text, put
+//! BOS first when the file asks for it (`tokenizer.ggml.add_bos_token`),
+//! and check every id against the vocabulary (the rows of the embedding
+//! table).
+
+mod bpe;
+mod spm;
 
 use fused_gguf::Gguf;
-use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
-use tokenizers::models::bpe::BPE;
-use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer as HfTokenizer};
 
 use crate::error::LlamaError;
 use crate::file::get_uint;
 
-/// GGUF's token type of control tokens (`LLAMA_TOKEN_TYPE_CONTROL`).
-const TOKEN_TYPE_CONTROL: i32 = 3;
-/// GGUF's token type of user-defined tokens (`LLAMA_TOKEN_TYPE_USER_DEFINED`).
-const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+/// GGUF's token types (`tokenizer.ggml.token_type`, llama.cpp's
+/// `LLAMA_TOKEN_TYPE_*`).
+struct TokenType;
 
-/// The split of Llama 3's tokenizer (`tokenizer.ggml.pre = "llama-bpe"`).
-const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+impl TokenType {
+    const NORMAL: i32 = 1;
+    const UNKNOWN: i32 = 2;
+    const CONTROL: i32 = 3;
+    const USER_DEFINED: i32 = 4;
+    const UNUSED: i32 = 5;
+    const BYTE: i32 = 6;
+}
+
+/// The two vocabularies.
+#[derive(Debug)]
+enum Model {
+    Bpe(Box<bpe::Bpe>),
+    Spm(spm::Spm),
+}
 
 /// A model's tokenizer and its special tokens.
 #[derive(Debug)]
 pub struct Tokenizer {
-    inner: HfTokenizer,
+    model: Model,
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
     vocab: usize,
-}
-
-/// How text is split before BPE, by `tokenizer.ggml.pre`.
-fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, LlamaError> {
-    let byte_level = |regex: bool| ByteLevel::new(false, true, regex);
-    Ok(match pre {
-        // GPT-2's split.
-        "default" | "gpt2" | "gpt-2" => byte_level(true).into(),
-        // Every digit alone, then GPT-2's split (llama.cpp's `\p{N}` rule).
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva" => {
-            Sequence::new(vec![Digits::new(true).into(), byte_level(true).into()]).into()
-        }
-        "llama-bpe" | "llama3" => {
-            let split = Split::new(
-                SplitPattern::Regex(LLAMA3_SPLIT.into()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|e| LlamaError::Tokenizer(format!("the Llama 3 split: {e}")))?;
-            Sequence::new(vec![split.into(), byte_level(false).into()]).into()
-        }
-        other => {
-            return Err(LlamaError::Tokenizer(format!(
-                "pre-tokenizer `{}` (tokenizer.ggml.pre) is not supported \
-                 (default, gpt2, smollm, starcoder, llama-bpe, ...)",
-                other.escape_debug()
-            )));
-        }
-    })
 }
 
 /// A token id from metadata `key`, if present and inside the vocabulary.
@@ -83,14 +67,7 @@ impl Tokenizer {
     /// The tokenizer of a GGUF file, checked against a vocabulary of
     /// `vocab` tokens (the rows of the embedding table).
     pub fn from_gguf(g: &Gguf<'_>, vocab: usize) -> Result<Tokenizer, LlamaError> {
-        let model = g.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(LlamaError::Tokenizer(format!(
-                "tokenizer model `{}` (tokenizer.ggml.model) is not supported; \
-                 this runtime reads byte-level BPE (`gpt2`)",
-                model.escape_debug()
-            )));
-        }
+        let kind = g.get_str("tokenizer.ggml.model")?;
         let tokens: Vec<&str> = g.get_array("tokenizer.ggml.tokens")?.strings()?.collect();
         if tokens.len() != vocab {
             return Err(LlamaError::Tokenizer(format!(
@@ -102,52 +79,34 @@ impl Tokenizer {
             Some(_) => g.get_array("tokenizer.ggml.token_type")?.i32s()?.collect(),
             None => Vec::new(),
         };
-        let merges = g
-            .get_array("tokenizer.ggml.merges")?
-            .strings()?
-            .enumerate()
-            .map(|(i, m)| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .ok_or_else(|| {
-                        LlamaError::Tokenizer(format!(
-                            "merge {i} `{}` is not two tokens separated by a space",
-                            m.escape_debug()
-                        ))
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut map = tokenizers::models::bpe::Vocab::default();
-        for (id, t) in tokens.iter().enumerate() {
-            // A repeated token keeps its first id.
-            map.entry((*t).to_string()).or_insert(id as u32);
-        }
-        let bpe = BPE::builder()
-            .vocab_and_merges(map, merges)
-            .build()
-            .map_err(|e| LlamaError::Tokenizer(format!("building the BPE model: {e}")))?;
-        let mut inner = HfTokenizer::new(bpe);
-        let pre = match g.get("tokenizer.ggml.pre") {
-            Some(_) => g.get_str("tokenizer.ggml.pre")?,
-            None => "default",
+        let (model, default_bos, default_eos) = match kind {
+            "gpt2" => (
+                Model::Bpe(Box::new(bpe::Bpe::from_gguf(g, &tokens, &types)?)),
+                None,
+                None,
+            ),
+            // llama.cpp's defaults for SentencePiece files: <s> 1, </s> 2.
+            "llama" => (
+                Model::Spm(spm::Spm::from_gguf(g, &tokens, &types)?),
+                Some(1).filter(|&id| id < vocab as u32),
+                Some(2).filter(|&id| id < vocab as u32),
+            ),
+            other => {
+                return Err(LlamaError::Tokenizer(format!(
+                    "tokenizer model `{}` (tokenizer.ggml.model) is not supported; \
+                     this runtime reads byte-level BPE (`gpt2`) and SentencePiece (`llama`)",
+                    other.escape_debug()
+                )));
+            }
         };
-        inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
-        inner.with_decoder(Some(ByteLevelDecoder::default()));
-        let special: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, t)| matches!(**t, TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED))
-            .map(|(s, t)| AddedToken::from(*s, *t == TOKEN_TYPE_CONTROL))
-            .collect();
-        inner.add_special_tokens(&special);
         let add_bos = match g.get("tokenizer.ggml.add_bos_token") {
             Some(_) => g.get_bool("tokenizer.ggml.add_bos_token")?,
             None => true,
         };
         Ok(Tokenizer {
-            inner,
-            bos: token_id(g, "tokenizer.ggml.bos_token_id", vocab)?,
-            eos: token_id(g, "tokenizer.ggml.eos_token_id", vocab)?,
+            model,
+            bos: token_id(g, "tokenizer.ggml.bos_token_id", vocab)?.or(default_bos),
+            eos: token_id(g, "tokenizer.ggml.eos_token_id", vocab)?.or(default_eos),
             add_bos,
             vocab,
         })
@@ -156,27 +115,55 @@ impl Tokenizer {
     /// The token ids of `text`, with BOS first when the file asks for it
     /// (`tokenizer.ggml.add_bos_token`).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, LlamaError> {
-        let enc = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| LlamaError::Tokenizer(format!("encoding the prompt: {e}")))?;
-        let mut ids = Vec::with_capacity(enc.get_ids().len() + 1);
+        let body = match &self.model {
+            Model::Bpe(b) => b.encode(text)?,
+            Model::Spm(s) => s.encode(text)?,
+        };
+        let mut ids = Vec::with_capacity(body.len() + 1);
         if self.add_bos
             && let Some(bos) = self.bos
         {
             ids.push(bos);
         }
-        ids.extend_from_slice(enc.get_ids());
+        ids.extend_from_slice(&body);
         Ok(ids)
     }
 
     /// The text of `ids` (special tokens included; bytes that are not
-    /// UTF-8 replaced by U+FFFD).
+    /// UTF-8 replaced by U+FFFD). For a SentencePiece vocabulary the space
+    /// the encoder puts in front of the text and after each control or
+    /// user-defined token is dropped, so that the text of
+    /// [`encode`](Self::encode)'s ids past BOS is the text encoded.
     pub fn decode(&self, ids: &[u32]) -> Result<String, LlamaError> {
+        self.text(ids, true)
+    }
+
+    /// The text of `ids`; `drop_prefix` false for ids that continue a
+    /// sequence as it is generated (every space kept, as llama.cpp prints
+    /// them).
+    fn text(&self, ids: &[u32], drop_prefix: bool) -> Result<String, LlamaError> {
         self.check_ids(ids)?;
-        self.inner
-            .decode(ids, false)
-            .map_err(|e| LlamaError::Tokenizer(format!("decoding: {e}")))
+        match &self.model {
+            Model::Bpe(b) => b.decode(ids),
+            Model::Spm(s) => {
+                let mut out = Vec::new();
+                let drop_prefix = drop_prefix && s.adds_space_prefix();
+                let mut fragment_start = true;
+                for &id in ids {
+                    let from = out.len();
+                    s.piece(id, &mut out);
+                    if s.starts_fragment(id) {
+                        fragment_start = true;
+                    } else if fragment_start {
+                        if drop_prefix && out.get(from) == Some(&b' ') {
+                            out.remove(from);
+                        }
+                        fragment_start = false;
+                    }
+                }
+                Ok(String::from_utf8_lossy(&out).into_owned())
+            }
+        }
     }
 
     /// The end-of-sequence token, if the file names one.
@@ -210,10 +197,10 @@ impl Tokenizer {
 const MAX_PENDING: usize = 4;
 
 /// Incremental decoding of generated ids into text as it becomes whole
-/// UTF-8 (a character may span several byte-level tokens). Byte-level
-/// tokens decode independently, so the text of a run of ids is the
-/// concatenation of the texts of its parts once each part ends on a
-/// character boundary.
+/// UTF-8 (a character may span several byte tokens). Tokens decode
+/// independently, so the text of a run of ids is the concatenation of the
+/// texts of its parts once each part ends on a character boundary; the
+/// ids continue a prompt, so nothing is dropped at their start.
 #[derive(Clone, Debug, Default)]
 pub struct TextStream {
     /// Ids whose text ends inside a character.
@@ -230,7 +217,7 @@ impl TextStream {
     /// is still partial).
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<String, LlamaError> {
         self.pending.push(id);
-        let text = tok.decode(&self.pending)?;
+        let text = tok.text(&self.pending, false)?;
         if text.ends_with('\u{FFFD}') && self.pending.len() < MAX_PENDING {
             return Ok(String::new());
         }
@@ -240,7 +227,7 @@ impl TextStream {
 
     /// Whatever is left (a partial character as U+FFFD).
     pub fn finish(&mut self, tok: &Tokenizer) -> Result<String, LlamaError> {
-        let text = tok.decode(&self.pending)?;
+        let text = tok.text(&self.pending, false)?;
         self.pending.clear();
         Ok(text)
     }
@@ -249,6 +236,7 @@ impl TextStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf_meta::{Meta, header};
 
     /// GPT-2's byte → printable character table.
     fn byte_chars() -> Vec<char> {
@@ -264,23 +252,6 @@ mod tests {
                 }
             })
             .collect()
-    }
-
-    fn string(out: &mut Vec<u8>, s: &str) {
-        out.extend((s.len() as u64).to_le_bytes());
-        out.extend(s.as_bytes());
-    }
-
-    fn key(out: &mut Vec<u8>, k: &str, ty: u32) {
-        string(out, k);
-        out.extend(ty.to_le_bytes());
-    }
-
-    fn strings(out: &mut Vec<u8>, k: &str, v: &[String]) {
-        key(out, k, 9);
-        out.extend(8u32.to_le_bytes());
-        out.extend((v.len() as u64).to_le_bytes());
-        v.iter().for_each(|s| string(out, s));
     }
 
     /// A GGUF file holding only a byte-level tokenizer: the 256 byte
@@ -304,23 +275,17 @@ mod tests {
         let n = tokens.len();
         let mut types = vec![1i32; n];
         types[256] = 3;
-        let mut f = Vec::new();
-        f.extend(b"GGUF");
-        f.extend(3u32.to_le_bytes());
-        f.extend(0u64.to_le_bytes());
-        f.extend(6u64.to_le_bytes());
-        key(&mut f, "tokenizer.ggml.model", 8);
-        string(&mut f, "gpt2");
-        key(&mut f, "tokenizer.ggml.pre", 8);
-        string(&mut f, pre);
-        strings(&mut f, "tokenizer.ggml.tokens", &tokens);
-        strings(&mut f, "tokenizer.ggml.merges", &merges);
-        key(&mut f, "tokenizer.ggml.token_type", 9);
-        f.extend(5u32.to_le_bytes());
-        f.extend((n as u64).to_le_bytes());
-        types.iter().for_each(|t| f.extend(t.to_le_bytes()));
-        key(&mut f, "tokenizer.ggml.add_bos_token", 7);
-        f.push(0);
+        let f = header(
+            0,
+            &[
+                ("tokenizer.ggml.model", Meta::Str("gpt2".into())),
+                ("tokenizer.ggml.pre", Meta::Str(pre.into())),
+                ("tokenizer.ggml.tokens", Meta::Strs(tokens)),
+                ("tokenizer.ggml.merges", Meta::Strs(merges)),
+                ("tokenizer.ggml.token_type", Meta::I32s(types)),
+                ("tokenizer.ggml.add_bos_token", Meta::Bool(false)),
+            ],
+        );
         (f, n)
     }
 
