@@ -603,6 +603,65 @@ mod tests {
         );
     }
 
+    /// llama.cpp's ids for seeded vocabularies and texts (a vocabulary
+    /// learned from a paragraph, and random ones with tied scores, a
+    /// user-defined and an unused token, no space prefix), written by
+    /// `scripts/spm-parity` through node-llama-cpp.
+    #[test]
+    fn equals_llama_cpp_on_its_fixture() {
+        let fixture: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/data/spm-llama-cpp.json")).unwrap();
+        let mut checked = 0;
+        for v in fixture["vocabularies"].as_array().unwrap() {
+            let strs = |k: &str| -> Vec<String> {
+                v[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_str().unwrap().to_string())
+                    .collect()
+            };
+            let tokens = strs("tokens");
+            let n = tokens.len();
+            let scores = v["scores"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32);
+            let types = v["types"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_i64().unwrap() as i32);
+            let file = header(
+                0,
+                &[
+                    ("tokenizer.ggml.model", Meta::Str("llama".into())),
+                    ("tokenizer.ggml.tokens", Meta::Strs(tokens)),
+                    ("tokenizer.ggml.scores", Meta::F32s(scores.collect())),
+                    ("tokenizer.ggml.token_type", Meta::I32s(types.collect())),
+                    ("tokenizer.ggml.add_bos_token", Meta::Bool(false)),
+                    (
+                        "tokenizer.ggml.add_space_prefix",
+                        Meta::Bool(v["add_space_prefix"].as_bool().unwrap()),
+                    ),
+                ],
+            );
+            let t = Tokenizer::from_gguf(&Gguf::parse(&file).unwrap(), n).unwrap();
+            let expected = v["ids"].as_array().unwrap();
+            for (text, ids) in strs("texts").iter().zip(expected) {
+                let ids: Vec<u32> = ids
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as u32)
+                    .collect();
+                assert_eq!(t.encode(text).unwrap(), ids, "{}: {text:?}", v["name"]);
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 138);
+    }
+
     /// Pieces over a small alphabet with scores from a small set (ties
     /// happen), and text over that alphabet and a few characters outside it.
     fn vocab_and_text() -> impl Strategy<Value = (Vec<(String, f32)>, String)> {
