@@ -49,6 +49,13 @@ pub struct SynthSpec {
     pub dtype: DType,
     /// Format of the embedding table and of the untied output head.
     pub head_dtype: DType,
+    /// Format of the embedding table when not `head_dtype` (Q4_K_M files
+    /// keep it in the layers' format and the head in Q6_K).
+    pub embd_dtype: Option<DType>,
+    /// Format of `attn_v` and `ffn_down` in the layers where llama.cpp's
+    /// K-quant mixes give them more bits (the first and last eighth, and
+    /// every third layer between; Q4_K_M: Q6_K), when not `dtype`.
+    pub more_bits: Option<DType>,
     /// `llama.rope.freq_base`.
     pub rope_base: f32,
     /// Seed of the weights.
@@ -92,7 +99,28 @@ impl SynthSpec {
             rope_base: 500_000.0,
             seed: 1,
             vocab_kind: SynthVocab::ByteBpe,
+            embd_dtype: None,
+            more_bits: None,
         }
+    }
+
+    /// Llama-3-8B's shapes in llama.cpp's Q4_K_M mix: the layers in Q4_K
+    /// but for `attn_v` and `ffn_down` of 16 of the 32 layers in Q6_K, the
+    /// embedding table in Q4_K and the head in Q6_K.
+    pub fn llama3_8b_q4_k_m(context: usize) -> SynthSpec {
+        SynthSpec {
+            head_dtype: DType::Q6_K,
+            embd_dtype: Some(DType::Q4_K),
+            more_bits: Some(DType::Q6_K),
+            ..SynthSpec::llama3_8b(DType::Q4_K, context)
+        }
+    }
+
+    /// Whether layer `i` of `n` gets more bits in a K-quant mix
+    /// (llama.cpp's `use_more_bits`).
+    fn more_bits_at(i: usize, n: usize) -> bool {
+        // Past the first test i ≥ n / 8, so the difference does not wrap.
+        i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
     }
 
     /// Bytes of the file [`write_gguf`] writes for this spec.
@@ -109,19 +137,23 @@ impl SynthSpec {
         let mut t = vec![(
             "token_embd.weight".to_string(),
             vec![h, self.vocab as u64],
-            self.head_dtype,
+            self.embd_dtype.unwrap_or(self.head_dtype),
         )];
         for l in 0..self.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
+            let wide = match self.more_bits {
+                Some(d) if Self::more_bits_at(l, self.n_layer) => d,
+                _ => self.dtype,
+            };
             t.push((n("attn_norm"), vec![h], DType::F32));
             t.push((n("attn_q"), vec![h, q], self.dtype));
             t.push((n("attn_k"), vec![h, kv], self.dtype));
-            t.push((n("attn_v"), vec![h, kv], self.dtype));
+            t.push((n("attn_v"), vec![h, kv], wide));
             t.push((n("attn_output"), vec![q, h], self.dtype));
             t.push((n("ffn_norm"), vec![h], DType::F32));
             t.push((n("ffn_gate"), vec![h, f], self.dtype));
             t.push((n("ffn_up"), vec![h, f], self.dtype));
-            t.push((n("ffn_down"), vec![f, h], self.dtype));
+            t.push((n("ffn_down"), vec![f, h], wide));
         }
         t.push(("output_norm.weight".to_string(), vec![h], DType::F32));
         t.push((
@@ -203,7 +235,11 @@ impl SynthSpec {
                 ),
             );
         }
-        for d in [self.dtype, self.head_dtype] {
+        let extra = [self.embd_dtype, self.more_bits];
+        for d in [self.dtype, self.head_dtype]
+            .into_iter()
+            .chain(extra.into_iter().flatten())
+        {
             if !matches!(
                 d,
                 DType::Q4_0 | DType::Q8_0 | DType::Q4_K | DType::Q6_K | DType::F16

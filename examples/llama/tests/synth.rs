@@ -104,6 +104,65 @@ fn a_sentencepiece_file_loads_and_decodes() {
     }
 }
 
+/// llama.cpp's Q4_K_M mix: Q6_K `attn_v` / `ffn_down` in the layers
+/// `use_more_bits` picks, embedding Q4_K, head Q6_K; the runtime loads the
+/// mixed layers and decodes.
+#[test]
+fn the_q4_k_m_mix_loads_and_decodes() {
+    let spec = SynthSpec {
+        n_layer: 8,
+        ..SynthSpec {
+            head_dtype: DType::Q6_K,
+            embd_dtype: Some(DType::Q4_K),
+            more_bits: Some(DType::Q6_K),
+            ..tiny(DType::Q4_K)
+        }
+    };
+    let mut bytes = Vec::new();
+    write_gguf(&spec, &mut bytes).expect("written");
+    let g = Gguf::parse(&bytes).expect("a valid GGUF");
+    let dtype = |name: &str| g.tensor(name).expect(name).dtype().unwrap();
+    // Of 8 layers: the first and last eighth (0, 7) and every third from
+    // the first eighth on (3, 6).
+    for l in 0..8 {
+        let wide = if [0, 3, 6, 7].contains(&l) {
+            DType::Q6_K
+        } else {
+            DType::Q4_K
+        };
+        assert_eq!(dtype(&format!("blk.{l}.attn_v.weight")), wide, "layer {l}");
+        assert_eq!(
+            dtype(&format!("blk.{l}.ffn_down.weight")),
+            wide,
+            "layer {l}"
+        );
+        assert_eq!(dtype(&format!("blk.{l}.attn_k.weight")), DType::Q4_K);
+    }
+    assert_eq!(dtype("token_embd.weight"), DType::Q4_K);
+    assert_eq!(dtype("output.weight"), DType::Q6_K);
+    let path = std::env::temp_dir().join(format!("fused-synth-q4km-{}.gguf", std::process::id()));
+    std::fs::write(&path, &bytes).expect("a temporary file");
+    let be = CpuBackend::new(1).expect("a CPU backend");
+    let mut model = Model::load(
+        ModelFile::open(&path).expect("maps"),
+        &be,
+        LoadOptions::default(),
+    )
+    .expect("the runtime loads it");
+    std::fs::remove_file(&path).ok();
+    let ids = model.tokenizer().encode("Hi!").expect("encodes");
+    let mut cache = model.new_cache();
+    for &t in &ids {
+        let logits = model.forward(t, &mut cache).expect("a forward pass");
+        assert!(logits.iter().all(|x| x.is_finite()));
+    }
+    // The 8B in this mix (16 of 32 layers with Q6_K attn_v and ffn_down):
+    // 4.916 GB, within a few MB of published Llama-3-8B Q4_K_M files
+    // (about 4.92 GB with their 128k-token vocabulary and merges).
+    let bytes = SynthSpec::llama3_8b_q4_k_m(512).file_bytes().unwrap();
+    assert!((4_910_000_000..4_920_000_000).contains(&bytes), "{bytes}");
+}
+
 #[test]
 fn one_seed_writes_one_file() {
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());

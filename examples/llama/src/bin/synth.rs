@@ -19,7 +19,8 @@ struct Args {
     /// The GGUF file to write
     out: PathBuf,
     /// Format of the layers' matrices (embedding and head: Q8_0, or F16
-    /// for F16)
+    /// for F16); q4_k_m: llama.cpp's mix (Q4_K layers, attn_v and ffn_down
+    /// of half of them in Q6_K, embedding Q4_K, head Q6_K)
     #[arg(long, value_enum, default_value = "q4_0")]
     format: Format,
     /// `llama.context_length`
@@ -51,6 +52,8 @@ enum Format {
     Q4_0,
     #[value(name = "q4_k")]
     Q4K,
+    #[value(name = "q4_k_m")]
+    Q4KM,
     #[value(name = "q8_0")]
     Q8_0,
     #[value(name = "q6_k")]
@@ -61,14 +64,15 @@ enum Format {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let dtype = match args.format {
-        Format::Q4_0 => DType::Q4_0,
-        Format::Q4K => DType::Q4_K,
-        Format::Q8_0 => DType::Q8_0,
-        Format::Q6K => DType::Q6_K,
-        Format::F16 => DType::F16,
+    let uniform = |d| SynthSpec::llama3_8b(d, args.ctx);
+    let mut spec = match args.format {
+        Format::Q4_0 => uniform(DType::Q4_0),
+        Format::Q4K => uniform(DType::Q4_K),
+        Format::Q4KM => SynthSpec::llama3_8b_q4_k_m(args.ctx),
+        Format::Q8_0 => uniform(DType::Q8_0),
+        Format::Q6K => uniform(DType::Q6_K),
+        Format::F16 => uniform(DType::F16),
     };
-    let mut spec = SynthSpec::llama3_8b(dtype, args.ctx);
     spec.seed = args.seed;
     spec.vocab_kind = match args.vocab {
         Vocab::Bpe => SynthVocab::ByteBpe,
@@ -80,10 +84,11 @@ fn main() -> ExitCode {
     let run = || -> Result<u64, Box<dyn std::error::Error>> {
         let bytes = spec.file_bytes()?;
         eprintln!(
-            "writing {} ({:.2} GB, {} layers of {dtype:?})",
+            "writing {} ({:.2} GB, {} layers of {:?})",
             args.out.display(),
             bytes as f64 / 1e9,
-            spec.n_layer
+            spec.n_layer,
+            args.format
         );
         let mut out = BufWriter::with_capacity(1 << 20, File::create(&args.out)?);
         Ok(write_gguf(&spec, &mut out)?)
