@@ -18,15 +18,10 @@ use fused_core::DType;
 
 use crate::error::LlamaError;
 use crate::gguf_meta::{Meta, header, string};
+use crate::tokenizer::TokenType;
 
 /// Alignment of the tensor data (GGUF's default).
 const ALIGN: u64 = 32;
-/// `tokenizer.ggml.token_type` of an ordinary, an unknown, a control and
-/// a byte token.
-const TOKEN_NORMAL: i32 = 1;
-const TOKEN_UNKNOWN: i32 = 2;
-const TOKEN_CONTROL: i32 = 3;
-const TOKEN_BYTE: i32 = 6;
 
 /// The shapes and formats of a synthetic model.
 #[derive(Clone, Debug, PartialEq)]
@@ -274,8 +269,8 @@ impl SynthSpec {
                 let mut tokens: Vec<String> = (0u8..=255).map(byte_token).collect();
                 tokens.extend((256..self.vocab - 1).map(|i| format!("<|synth_{i}|>")));
                 tokens.push("<|synth_eos|>".into());
-                let mut types = vec![TOKEN_NORMAL; self.vocab - 1];
-                types.push(TOKEN_CONTROL);
+                let mut types = vec![TokenType::NORMAL; self.vocab - 1];
+                types.push(TokenType::CONTROL);
                 kv.extend([
                     ("tokenizer.ggml.model", Meta::Str("gpt2".into())),
                     ("tokenizer.ggml.tokens", Meta::Strs(tokens)),
@@ -289,12 +284,12 @@ impl SynthSpec {
                 // Llama 2's layout: <unk>, <s>, </s>, the byte tokens, `▁`,
                 // then pieces (here filler) of falling scores.
                 let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>"].map(String::from).into();
-                let mut types = vec![TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL];
+                let mut types = vec![TokenType::UNKNOWN, TokenType::CONTROL, TokenType::CONTROL];
                 tokens.extend((0u8..=255).map(|b| format!("<0x{b:02X}>")));
-                types.extend([TOKEN_BYTE; 256]);
+                types.extend([TokenType::BYTE; 256]);
                 tokens.push("\u{2581}".into());
                 tokens.extend((tokens.len()..self.vocab).map(|i| format!("\u{2581}synth{i}")));
-                types.resize(self.vocab, TOKEN_NORMAL);
+                types.resize(self.vocab, TokenType::NORMAL);
                 let scores: Vec<f32> = (0..self.vocab).map(|i| -(i as f32)).collect();
                 kv.extend([
                     ("tokenizer.ggml.model", Meta::Str("llama".into())),

@@ -24,6 +24,31 @@ fn tiny(dtype: DType) -> SynthSpec {
     }
 }
 
+/// `bytes` written to a temporary file and loaded on the CPU.
+fn load<'b>(be: &'b CpuBackend, bytes: &[u8], tag: &str) -> Model<'b, CpuBackend> {
+    let path = std::env::temp_dir().join(format!("fused-synth-{}-{tag}.gguf", std::process::id()));
+    std::fs::write(&path, bytes).expect("a temporary file");
+    let model = Model::load(
+        ModelFile::open(&path).expect("maps"),
+        be,
+        LoadOptions::default(),
+    )
+    .expect("the runtime loads it");
+    std::fs::remove_file(&path).ok();
+    model
+}
+
+/// Runs `ids` through `model`: every logit finite.
+fn decode_finite(model: &mut Model<'_, CpuBackend>, ids: &[u32], what: &str) {
+    let vocab = model.tokenizer().vocab();
+    let mut cache = model.new_cache();
+    for &t in ids {
+        let logits = model.forward(t, &mut cache).expect("a forward pass");
+        assert_eq!(logits.len(), vocab, "{what}");
+        assert!(logits.iter().all(|x| x.is_finite()), "{what}");
+    }
+}
+
 #[test]
 fn the_file_loads_and_decodes() {
     for dtype in [
@@ -45,25 +70,11 @@ fn the_file_loads_and_decodes() {
         assert_eq!(q.dtype().unwrap(), dtype);
         assert_eq!(g.get_u32("llama.attention.head_count_kv").unwrap(), 2);
 
-        let path =
-            std::env::temp_dir().join(format!("fused-synth-{}-{dtype:?}.gguf", std::process::id()));
-        std::fs::write(&path, &bytes).expect("a temporary file");
         let be = CpuBackend::new(1).expect("a CPU backend");
-        let mut model = Model::load(
-            ModelFile::open(&path).expect("maps"),
-            &be,
-            LoadOptions::default(),
-        )
-        .expect("the runtime loads it");
+        let mut model = load(&be, &bytes, &format!("{dtype:?}"));
         let ids = model.tokenizer().encode("Hi!").expect("encodes");
         assert_eq!(ids.len(), 3, "no merges: one token a byte");
-        let mut cache = model.new_cache();
-        for &t in &ids {
-            let logits = model.forward(t, &mut cache).expect("a forward pass");
-            assert_eq!(logits.len(), spec.vocab);
-            assert!(logits.iter().all(|x| x.is_finite()), "{dtype:?}");
-        }
-        std::fs::remove_file(&path).ok();
+        decode_finite(&mut model, &ids, &format!("{dtype:?}"));
     }
 }
 
@@ -80,16 +91,8 @@ fn a_sentencepiece_file_loads_and_decodes() {
     assert_eq!(spec.file_bytes().unwrap(), bytes.len() as u64);
     let g = Gguf::parse(&bytes).expect("a valid GGUF");
     assert_eq!(g.get_str("tokenizer.ggml.model").unwrap(), "llama");
-    let path = std::env::temp_dir().join(format!("fused-synth-spm-{}.gguf", std::process::id()));
-    std::fs::write(&path, &bytes).expect("a temporary file");
     let be = CpuBackend::new(1).expect("a CPU backend");
-    let mut model = Model::load(
-        ModelFile::open(&path).expect("maps"),
-        &be,
-        LoadOptions::default(),
-    )
-    .expect("the runtime loads it");
-    std::fs::remove_file(&path).ok();
+    let mut model = load(&be, &bytes, "spm");
     let tok = model.tokenizer();
     assert_eq!((tok.bos(), tok.eos()), (Some(1), Some(2)));
     let text = "Hi there, 東京";
@@ -97,11 +100,7 @@ fn a_sentencepiece_file_loads_and_decodes() {
     // BOS, `▁` for the space prefix, then `H` as its byte token <0x48>.
     assert_eq!(&ids[..3], &[1, 259, 3 + 0x48]);
     assert_eq!(tok.decode(&ids[1..]).unwrap(), text);
-    let mut cache = model.new_cache();
-    for &t in &ids {
-        let logits = model.forward(t, &mut cache).expect("a forward pass");
-        assert!(logits.iter().all(|x| x.is_finite()));
-    }
+    decode_finite(&mut model, &ids, "spm");
 }
 
 /// llama.cpp's Q4_K_M mix: Q6_K `attn_v` / `ffn_down` in the layers
@@ -140,22 +139,10 @@ fn the_q4_k_m_mix_loads_and_decodes() {
     }
     assert_eq!(dtype("token_embd.weight"), DType::Q4_K);
     assert_eq!(dtype("output.weight"), DType::Q6_K);
-    let path = std::env::temp_dir().join(format!("fused-synth-q4km-{}.gguf", std::process::id()));
-    std::fs::write(&path, &bytes).expect("a temporary file");
     let be = CpuBackend::new(1).expect("a CPU backend");
-    let mut model = Model::load(
-        ModelFile::open(&path).expect("maps"),
-        &be,
-        LoadOptions::default(),
-    )
-    .expect("the runtime loads it");
-    std::fs::remove_file(&path).ok();
+    let mut model = load(&be, &bytes, "q4km");
     let ids = model.tokenizer().encode("Hi!").expect("encodes");
-    let mut cache = model.new_cache();
-    for &t in &ids {
-        let logits = model.forward(t, &mut cache).expect("a forward pass");
-        assert!(logits.iter().all(|x| x.is_finite()));
-    }
+    decode_finite(&mut model, &ids, "q4_k_m");
     // The 8B in this mix (16 of 32 layers with Q6_K attn_v and ffn_down):
     // 4.916 GB, within a few MB of published Llama-3-8B Q4_K_M files
     // (about 4.92 GB with their 128k-token vocabulary and merges).

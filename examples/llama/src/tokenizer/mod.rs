@@ -21,15 +21,15 @@ use crate::file::get_uint;
 
 /// GGUF's token types (`tokenizer.ggml.token_type`, llama.cpp's
 /// `LLAMA_TOKEN_TYPE_*`).
-struct TokenType;
+pub(crate) struct TokenType;
 
 impl TokenType {
-    const NORMAL: i32 = 1;
-    const UNKNOWN: i32 = 2;
-    const CONTROL: i32 = 3;
-    const USER_DEFINED: i32 = 4;
-    const UNUSED: i32 = 5;
-    const BYTE: i32 = 6;
+    pub(crate) const NORMAL: i32 = 1;
+    pub(crate) const UNKNOWN: i32 = 2;
+    pub(crate) const CONTROL: i32 = 3;
+    pub(crate) const USER_DEFINED: i32 = 4;
+    pub(crate) const UNUSED: i32 = 5;
+    pub(crate) const BYTE: i32 = 6;
 }
 
 /// The two vocabularies.
