@@ -231,7 +231,6 @@ impl Spm {
                 next.push(Fragment::Text(rest));
             }
             frags = next;
-            frags.retain(|f| *f != Fragment::Text(""));
         }
         frags.retain(|f| *f != Fragment::Text(""));
         frags
@@ -387,7 +386,7 @@ impl Eq for Bigram {}
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::{TokenType, Tokenizer};
+    use super::super::{Model, TextStream, TokenType, Tokenizer};
     use super::*;
     use crate::gguf_meta::{Meta, header};
 
@@ -426,8 +425,8 @@ mod tests {
 
     fn spm(t: &Tokenizer) -> &Spm {
         match &t.model {
-            super::super::Model::Spm(s) => s,
-            super::super::Model::Bpe(_) => unreachable!("a SentencePiece file"),
+            Model::Spm(s) => s,
+            Model::Bpe(_) => unreachable!("a SentencePiece file"),
         }
     }
 
@@ -544,7 +543,7 @@ mod tests {
     fn streaming_keeps_the_spaces_between_tokens() {
         let t = tokenizer(&[(" ", -5.0), ("a", -5.0), (" a", -1.0)], vec![]);
         let ids = t.encode("a a 東").unwrap();
-        let mut stream = super::super::TextStream::new();
+        let mut stream = TextStream::new();
         let mut out = String::new();
         for &id in &ids[1..] {
             out += &stream.push(&t, id).unwrap();
